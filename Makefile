@@ -1,0 +1,35 @@
+# ipledger — the two promises of the README: `make demo` and `make test`, each from a clean clone.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+
+.PHONY: venv demo test test-fast system-deps bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,postgres]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+demo: venv
+	$(VENV)/bin/ipledger demo --out demo-out
+
+# Installs (as root) and checks the Debian packages the integration tests start: slurm-wlm, munge,
+# postgresql, prometheus, poppler-utils. The tests themselves start the servers on 127.0.0.1.
+system-deps:
+	bash tests/setup-system.sh
+
+test: system-deps venv
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
+
+test-fast: venv
+	$(VENV)/bin/python -m pytest -q -x -m "not slurm and not prometheus"
+
+bench: venv
+	$(VENV)/bin/python -m bench
+
+clean:
+	rm -rf $(VENV) demo-out .pytest_cache

@@ -1,0 +1,62 @@
+"""Canonical encodings: the one byte form of JSON and of timestamps that every hash in ipledger is taken over.
+
+Standard library only: the Slurm hooks import this on their fast path.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+from typing import Any
+
+_UTC = _dt.timezone.utc
+
+
+def canonical_json(obj: Any) -> str:
+    """JSON with sorted keys, no whitespace, UTF-8 kept as is, NaN/Infinity refused.
+
+    Floats use Python's shortest round-trip repr, which is the same in every process and platform.
+    """
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def sha256_hex(text: str | bytes) -> str:
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    return hashlib.sha256(data).hexdigest()
+
+
+def format_ts(value: "_dt.datetime | float | int | str | None") -> str | None:
+    """RFC 3339 in UTC, ``Z`` suffix, microseconds only when non-zero: one spelling per instant."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = parse_ts(value)
+    if isinstance(value, (int, float)):
+        value = _dt.datetime.fromtimestamp(value, tz=_UTC)
+    if value.tzinfo is None:
+        raise ValueError(f"naive datetime {value!r}: ipledger only records timezone-aware instants")
+    value = value.astimezone(_UTC)
+    text = value.strftime("%Y-%m-%dT%H:%M:%S")
+    if value.microsecond:
+        text += f".{value.microsecond:06d}".rstrip("0")
+    return text + "Z"
+
+
+def parse_ts(text: str) -> _dt.datetime:
+    """Parse RFC 3339 (``Z`` or an offset); naive text is rejected rather than guessed."""
+    stripped = text.strip()
+    if stripped.endswith(("Z", "z")):
+        stripped = stripped[:-1] + "+00:00"
+    value = _dt.datetime.fromisoformat(stripped)
+    if value.tzinfo is None:
+        raise ValueError(f"timestamp without a timezone: {text!r}")
+    return value.astimezone(_UTC)
+
+
+def ts_to_epoch(text: str) -> float:
+    return parse_ts(text).timestamp()
+
+
+def now_ts() -> str:
+    return format_ts(_dt.datetime.now(tz=_UTC))  # type: ignore[return-value]

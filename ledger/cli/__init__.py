@@ -1,0 +1,1 @@
+"""The `ipledger` command line: a thin click layer over the library (each command parses, calls, renders)."""

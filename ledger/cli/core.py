@@ -1,0 +1,128 @@
+"""Core commands: init, ship, verify, log (the ledger itself)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .. import db as db_mod
+from .. import store
+from ..ship import ship as ship_spool
+from ..verify import verify as verify_ledger
+from .context import AppContext, UserError, emit_json, pass_app
+
+
+@click.command("init")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_app
+def init_cmd(app: AppContext, as_json: bool) -> None:
+    """Create the ledger schema, or upgrade it (alembic upgrade head).
+
+    \b
+    Example:
+      ipledger --db sqlite:///ledger.db init
+      ipledger --db postgresql+psycopg://ipledger@dbhost/ipledger init
+    """
+    engine = app.engine(require=False)
+    try:
+        rev = db_mod.upgrade(engine)
+    except Exception as exc:  # noqa: BLE001 - any driver error becomes one line
+        raise UserError(f"cannot initialise {app.db_url}: {str(exc).splitlines()[0]}") from None
+    if as_json:
+        emit_json({"db": engine.url.render_as_string(hide_password=True), "revision": rev})
+    else:
+        click.echo(f"ledger ready at {engine.url.render_as_string(hide_password=True)} (schema {rev})")
+
+
+@click.command("ship")
+@click.option("--spool", "spool_dir", metavar="DIR", help="Spool directory (default: $IPLEDGER_SPOOL or config).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--quiet", is_flag=True, help="No progress output.")
+@pass_app
+def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool) -> None:
+    """Move spooled entries into the ledger (idempotent; safe to run twice or concurrently).
+
+    Files are moved to SPOOL/shipped/ only after their entries are committed.
+
+    \b
+    Example:
+      IPLEDGER_SPOOL=/var/spool/ipledger ipledger ship --json
+    """
+    directory = spool_dir or app.config.spool
+    engine = app.engine()
+    show = (not quiet) and (not as_json) and sys.stderr.isatty()
+
+    def progress(done: int, total: int) -> None:
+        if show:
+            click.echo(f"\rshipping spool files {done}/{total}", err=True, nl=done == total)
+
+    report = ship_spool(engine, directory, progress=progress)
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        click.echo(f"shipped {report.records} records from {report.files} files: {report.appended} new, "
+                   f"{report.duplicates} already in the ledger")
+        for t in report.torn:
+            click.echo(f"warning: {t}: torn last line set aside in {directory}/torn/", err=True)
+    for err in report.errors:
+        click.echo(f"ipledger: {err}", err=True)
+    if report.errors:
+        sys.exit(1)
+
+
+@click.command("verify")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--chain-only", is_flag=True, help="Check the hash chain only, not evidence or issued receipts.")
+@pass_app
+def verify_cmd(app: AppContext, as_json: bool, chain_only: bool) -> None:
+    """Walk the hash chain (and replay issued receipts); exit 1 naming the first entry that does not match.
+
+    \b
+    Example:
+      ipledger verify
+      ipledger verify --json
+    """
+    report = verify_ledger(app.engine(), chain_only=chain_only)
+    if as_json:
+        emit_json(report.to_json())
+    elif report.ok:
+        click.echo(f"ok: {report.entries} entries, head seq {report.head_seq} hash {report.head_hash}")
+    for p in report.problems:
+        click.echo(f"ipledger: verify failed: {p}", err=True)
+    if not report.ok:
+        sys.exit(1)
+
+
+@click.command("log")
+@click.option("--job", "job_id", help="Only this job's entries.")
+@click.option("--kind", "kinds", multiple=True, help="Only entries of this kind (repeatable).")
+@click.option("--since-seq", type=int, default=0, help="Only entries after this sequence number.")
+@click.option("--limit", type=int, default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the entries as JSON.")
+@pass_app
+def log_cmd(app: AppContext, job_id: str | None, kinds: tuple[str, ...], since_seq: int, limit: int,
+            as_json: bool) -> None:
+    """List ledger entries in sequence order.
+
+    \b
+    Example:
+      ipledger log --job 4242 --kind unknown_interval
+    """
+    rows = []
+    for ce in store.iter_entries(app.engine(), job_id=job_id, kinds=list(kinds) or None, after_seq=since_seq):
+        rows.append(ce)
+        if len(rows) >= limit:
+            break
+    if as_json:
+        emit_json([{"seq": c.seq, "hash": c.hash, **c.entry.to_record(), "payload": c.entry.data} for c in rows])
+        return
+    for c in rows:
+        e = c.entry
+        click.echo(f"{c.seq:>8} {e.ts} {e.kind:<22} job={e.job_id or '-'} run={e.run if e.run is not None else '-'}"
+                   f" node={e.node or '-'} device={e.device or '-'} {e.payload[:80]}")
+
+
+def register(cli: click.Group) -> None:
+    for cmd in (init_cmd, ship_cmd, verify_cmd, log_cmd):
+        cli.add_command(cmd)

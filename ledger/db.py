@@ -1,0 +1,103 @@
+"""Opening the ledger database (SQLite by default, PostgreSQL by URL) and creating or upgrading its schema."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Engine
+
+import schema as _schema_pkg
+
+from .config import normalise_db_url
+
+
+WRITE_OPTION = "ipledger_write"
+
+
+class LedgerError(RuntimeError):
+    """A ledger problem reported to the user as one line."""
+
+
+def make_engine(url: str) -> Engine:
+    url = normalise_db_url(url)
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[1] if "///" in url else ""
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": 60})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_connect(dbapi_conn, _record):  # noqa: ANN001
+            # Transactions are begun by the "begin" listener below, not by the driver.
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=FULL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(conn):  # noqa: ANN001
+            # Writers take the write lock up front so two shippers serialise instead of both reading the
+            # same chain head; readers stay deferred so they never wait on a long shipment (WAL).
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(WRITE_OPTION) else "BEGIN")
+
+        return engine
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+    return create_engine(url, pool_pre_ping=True)
+
+
+def _alembic_config(connection):  # noqa: ANN001
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", os.path.dirname(_schema_pkg.__file__))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def upgrade(engine: Engine) -> str:
+    """``alembic upgrade head`` on this database; returns the revision it is now at."""
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.begin() as conn:
+        command.upgrade(_alembic_config(conn), "head")
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision() or ""
+
+
+def current_revision(engine: Engine) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def require_schema(engine: Engine) -> None:
+    """Refuse to work on a database that `ipledger init` has not prepared, with a one-line reason."""
+    try:
+        rev = current_revision(engine)
+    except Exception as exc:  # noqa: BLE001 - any connection failure becomes one line
+        raise LedgerError(f"cannot open ledger database {engine.url.render_as_string(hide_password=True)}: "
+                          f"{str(exc).splitlines()[0]}") from None
+    if rev is None:
+        raise LedgerError(f"{engine.url.render_as_string(hide_password=True)}: no ledger schema here; "
+                          f"run `ipledger init` first")
+
+
+def dialect(engine: Engine) -> str:
+    return engine.dialect.name
+
+
+def ping(engine: Engine) -> None:
+    with engine.connect() as conn:
+        conn.execute(text("SELECT 1"))
+
+
+def write_tx(engine: Engine):  # noqa: ANN201
+    """A transaction that may extend the chain (takes SQLite's write lock at BEGIN)."""
+    return engine.execution_options(**{WRITE_OPTION: True}).begin()

@@ -1,0 +1,170 @@
+"""Ledger entries: the immutable facts ipledger records, their identity and their place in the hash chain.
+
+An :class:`Entry` is what a hook, collector or importer observed; it has a deterministic ``entry_id`` so that
+the same fact recorded twice is one entry. A :class:`ChainedEntry` is an entry once the ledger has given it
+a sequence number and linked it into the hash chain. Standard library only (the hooks build entries).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .canonical import canonical_json, format_ts, sha256_hex
+
+ID_DOMAIN = "ipledger-entry-id-v1"
+HASH_DOMAIN = "ipledger-entry-hash-v1"
+GENESIS_HASH = "0" * 64
+
+
+class Kind:
+    """The entry vocabulary (docs/ledger.md describes each payload)."""
+
+    ALLOCATION_STARTED = "allocation_started"
+    ALLOCATION_ENDED = "allocation_ended"
+    ALLOCATION_SUSPENDED = "allocation_suspended"
+    ALLOCATION_RESUMED = "allocation_resumed"
+    ALLOCATION_REQUEUED = "allocation_requeued"
+    DEVICE_BOUND = "device_bound"
+    TELEMETRY_SUMMARY = "telemetry_summary"
+    TELEMETRY_SEGMENT = "telemetry_segment"
+    UNKNOWN_INTERVAL = "unknown_interval"
+    PROGRESS = "progress"
+    CONTRACT_VERSION = "contract_version"
+    ADJUSTMENT = "adjustment"
+    GAP_RESOLUTION = "gap_resolution"
+    RECEIPT_ISSUED = "receipt_issued"
+    FINDING_RECORDED = "finding_recorded"
+    FINDING_CONFIRMED = "finding_confirmed"
+    FINDING_DISMISSED = "finding_dismissed"
+    HOOK_ERROR = "hook_error"
+
+
+ALL_KINDS = frozenset(v for k, v in vars(Kind).items() if k.isupper())
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One observed fact, before it has a place in the chain.
+
+    ``ts`` is the instant the fact describes (an interval's start), ``ts_end`` an interval's end, and
+    ``recorded_at`` when ipledger first wrote it down (to the spool, usually).
+    ``payload`` is kept as canonical JSON text so the bytes hashed are the bytes stored.
+    """
+
+    kind: str
+    ts: str
+    payload: str = "{}"
+    ts_end: str | None = None
+    recorded_at: str | None = None
+    cluster: str | None = None
+    job_id: str | None = None
+    run: int | None = None
+    node: str | None = None
+    device: str | None = None
+    source: str = "ipledger"
+    source_version: str = ""
+    entry_id: str = ""
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return json.loads(self.payload)
+
+    def to_record(self) -> dict[str, Any]:
+        """The spool's JSON-lines form."""
+        return dataclasses.asdict(self)
+
+
+def compute_entry_id(e: Entry) -> str:
+    """Identity of a fact: everything that says *what* was observed, nothing about *when it was written*."""
+    ident = [ID_DOMAIN, e.kind, e.ts, e.ts_end, e.cluster, e.job_id, e.run, e.node, e.device, e.payload, e.source]
+    return "e" + sha256_hex(canonical_json(ident))[:39]
+
+
+def make_entry(
+    kind: str,
+    ts: Any,
+    payload: Mapping[str, Any] | None = None,
+    *,
+    ts_end: Any = None,
+    recorded_at: Any = None,
+    cluster: str | None = None,
+    job_id: str | int | None = None,
+    run: int | None = None,
+    node: str | None = None,
+    device: str | None = None,
+    source: str = "ipledger",
+    source_version: str = "",
+) -> Entry:
+    """Build an entry with canonical timestamps and payload and its deterministic id."""
+    if kind not in ALL_KINDS:
+        raise ValueError(f"unknown entry kind {kind!r}")
+    entry = Entry(
+        kind=kind,
+        ts=format_ts(ts),  # type: ignore[arg-type]
+        payload=canonical_json(dict(payload or {})),
+        ts_end=format_ts(ts_end),
+        recorded_at=format_ts(recorded_at),
+        cluster=cluster,
+        job_id=None if job_id is None else str(job_id),
+        run=None if run is None else int(run),
+        node=node,
+        device=device,
+        source=source,
+        source_version=source_version,
+    )
+    return dataclasses.replace(entry, entry_id=compute_entry_id(entry))
+
+
+def entry_from_record(rec: Mapping[str, Any]) -> Entry:
+    """Rebuild an entry from its spool record; the id is recomputed, so a tampered record cannot pass as another."""
+    kind = rec["kind"]
+    if kind not in ALL_KINDS:
+        raise ValueError(f"unknown entry kind {kind!r}")
+    payload = rec.get("payload", "{}")
+    if not isinstance(payload, str):
+        payload = canonical_json(payload)
+    else:
+        payload = canonical_json(json.loads(payload))
+    entry = Entry(
+        kind=kind,
+        ts=format_ts(rec["ts"]),  # type: ignore[arg-type]
+        payload=payload,
+        ts_end=format_ts(rec.get("ts_end")),
+        recorded_at=format_ts(rec.get("recorded_at")),
+        cluster=rec.get("cluster"),
+        job_id=None if rec.get("job_id") is None else str(rec["job_id"]),
+        run=None if rec.get("run") is None else int(rec["run"]),
+        node=rec.get("node"),
+        device=rec.get("device"),
+        source=rec.get("source") or "ipledger",
+        source_version=rec.get("source_version") or "",
+    )
+    return dataclasses.replace(entry, entry_id=compute_entry_id(entry))
+
+
+@dataclass(frozen=True, slots=True)
+class ChainedEntry:
+    """An entry as the ledger holds it: with its sequence number and its links in the hash chain."""
+
+    seq: int
+    entry: Entry
+    prev_hash: str
+    hash: str
+
+    def __getattr__(self, name: str) -> Any:  # convenient read-through to the entry's fields
+        return getattr(self.entry, name)
+
+
+def hash_fields(seq: int, e: Entry, prev_hash: str) -> str:
+    """The canonical encoding the chain hashes (docs/ledger.md, "Canonical encoding")."""
+    return canonical_json(
+        [HASH_DOMAIN, seq, e.entry_id, e.kind, e.ts, e.ts_end, e.recorded_at, e.cluster, e.job_id, e.run,
+         e.node, e.device, e.payload, e.source, e.source_version, prev_hash]
+    )
+
+
+def chain_hash(seq: int, e: Entry, prev_hash: str) -> str:
+    return sha256_hex(hash_fields(seq, e, prev_hash))

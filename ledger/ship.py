@@ -1,0 +1,83 @@
+"""Spool -> ledger: idempotent, at-least-once safe. A spool file is moved aside only after its entries commit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from sqlalchemy.engine import Engine
+
+from . import spool
+from .db import write_tx
+from .entries import Entry, entry_from_record
+from .store import append_in
+
+ShipHook = Callable[[Engine, list[Entry]], None]
+_AFTER_SHIP: list[ShipHook] = []
+
+
+def after_ship(fn: ShipHook) -> ShipHook:
+    """Register work done off the hook path once entries are in the ledger (e.g. issuing receipts)."""
+    _AFTER_SHIP.append(fn)
+    return fn
+
+
+@dataclass
+class ShipReport:
+    files: int = 0
+    records: int = 0
+    appended: int = 0
+    duplicates: int = 0
+    torn: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"files": self.files, "records": self.records, "appended": self.appended,
+                "duplicates": self.duplicates, "torn": self.torn, "errors": self.errors}
+
+
+def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 200,
+         progress: Callable[[int, int], None] | None = None, run_after: bool = True) -> ShipReport:
+    """Ship every pending spool file; files whose records fail to decode are left in place and reported."""
+    report = ShipReport()
+    files = spool.pending_files(spool_dir)
+    shipped_entries: list[Entry] = []
+    for start in range(0, len(files), batch_files):
+        reads: list[spool.SpoolRead] = []
+        entries: list[Entry] = []
+        for path in files[start:start + batch_files]:
+            try:
+                r = spool.read(path)
+            except FileNotFoundError:  # another shipper took it
+                continue
+            bad = list(r.errors)
+            file_entries = []
+            for i, rec in enumerate(r.records):
+                try:
+                    file_entries.append(entry_from_record(rec))
+                except (KeyError, ValueError, TypeError) as exc:
+                    bad.append(f"{path}: record {i + 1}: {exc}")
+            if bad:
+                report.errors.extend(bad)
+                continue
+            reads.append(r)
+            entries.extend(file_entries)
+            if r.torn is not None:
+                report.torn.append(str(path))
+        if reads:
+            with write_tx(engine) as conn:
+                result = append_in(conn, entries)
+            for r in reads:
+                spool.mark_shipped(spool_dir, r)
+            report.files += len(reads)
+            report.records += len(entries)
+            report.appended += result.appended
+            report.duplicates += len(entries) - result.appended
+            shipped_entries.extend(entries)
+        if progress:
+            progress(min(start + batch_files, len(files)), len(files))
+    if run_after and shipped_entries:
+        for fn in _AFTER_SHIP:
+            fn(engine, shipped_entries)
+    return report

@@ -1,0 +1,127 @@
+"""The local spool: durable JSON-lines files written before anything else, shipped to the ledger later.
+
+Writers (hooks, collector, importers) call :func:`write`; each call makes one new file, written under a
+``.tmp`` name, fsynced, then renamed to ``.jsonl`` and the directory fsynced, so a reader never sees a file
+being written. A writer that crashed leaves a ``.tmp`` file; :func:`pending_files` offers it once stale, and
+its torn last line (if any) is reported, kept aside, and skipped. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Mapping
+
+SHIPPED_DIR = "shipped"
+TORN_DIR = "torn"
+STALE_TMP_SECONDS = 300.0
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write(spool_dir: str | os.PathLike, records: Iterable[Mapping], prefix: str = "entries") -> Path:
+    """Write records as one new spool file, durably; returns its path."""
+    directory = Path(spool_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    name = f"{prefix}-{time.time_ns():020d}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = directory / f"{name}.jsonl.tmp"
+    final = directory / f"{name}.jsonl"
+    data = "".join(json.dumps(r, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n" for r in records)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+    try:
+        view = memoryview(data.encode("utf-8"))
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, final)
+    _fsync_dir(directory)
+    return final
+
+
+def pending_files(spool_dir: str | os.PathLike, stale_tmp_seconds: float = STALE_TMP_SECONDS) -> list[Path]:
+    """Files ready to ship, oldest first: every ``.jsonl`` and every ``.tmp`` abandoned by a crashed writer."""
+    directory = Path(spool_dir)
+    if not directory.is_dir():
+        return []
+    now = time.time()
+    files = []
+    for p in directory.iterdir():
+        if not p.is_file():
+            continue
+        if p.name.endswith(".jsonl"):
+            files.append(p)
+        elif p.name.endswith(".jsonl.tmp") and now - p.stat().st_mtime > stale_tmp_seconds:
+            files.append(p)
+    return sorted(files, key=lambda p: p.name)
+
+
+@dataclass(frozen=True)
+class SpoolRead:
+    path: Path
+    records: list[dict]
+    torn: str | None  # the undecodable tail, if the file ended mid-record
+    errors: list[str]  # "file:line: reason" for undecodable lines that are not the tail
+
+
+def parse(text: str, path: Path) -> SpoolRead:
+    """Split a spool file into records; a bad *last* line is torn (a crash mid-write), a bad inner line an error."""
+    lines = text.split("\n")
+    ends_cleanly = text.endswith("\n") or text == ""
+    if ends_cleanly:
+        lines = lines[:-1]
+    records: list[dict] = []
+    errors: list[str] = []
+    torn: str | None = None
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        last = i == len(lines)
+        try:
+            rec = json.loads(line)
+            if not isinstance(rec, dict):
+                raise ValueError("not an object")
+        except ValueError as exc:
+            if last:
+                torn = line
+            else:
+                errors.append(f"{path}:{i}: undecodable spool line ({exc})")
+            continue
+        if last and not ends_cleanly:
+            # A complete JSON object without its newline: the writer died right after it. Keep it.
+            pass
+        records.append(rec)
+    return SpoolRead(path=path, records=records, torn=torn, errors=errors)
+
+
+def read(path: Path) -> SpoolRead:
+    return parse(path.read_bytes().decode("utf-8", errors="replace"), path)
+
+
+def mark_shipped(spool_dir: str | os.PathLike, read_result: SpoolRead) -> None:
+    """Move a shipped file aside (only ever called after the ledger committed its entries)."""
+    directory = Path(spool_dir)
+    done = directory / SHIPPED_DIR
+    done.mkdir(exist_ok=True)
+    if read_result.torn is not None:
+        torn_dir = directory / TORN_DIR
+        torn_dir.mkdir(exist_ok=True)
+        (torn_dir / (read_result.path.name + ".torn")).write_text(read_result.torn + "\n", encoding="utf-8")
+    target_name = read_result.path.name
+    if target_name.endswith(".tmp"):
+        target_name = target_name[: -len(".tmp")]
+    os.replace(read_result.path, done / target_name)
+    _fsync_dir(directory)

@@ -1,0 +1,167 @@
+"""The ledger store: appending entries to the hash chain (idempotently, in bulk) and reading them back.
+
+Every view (receipts, findings, exports) reads entries through :func:`iter_entries`; nothing updates or
+deletes a row (the database refuses it anyway, see schema/versions/0001_entries.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, Engine
+
+from .db import write_tx
+from .entries import GENESIS_HASH, ChainedEntry, Entry, chain_hash
+
+ENTRY_COLUMNS = ("seq", "entry_id", "kind", "ts", "ts_end", "recorded_at", "cluster", "job_id", "run", "node",
+                 "device", "payload", "source", "source_version", "prev_hash", "hash")
+_ADVISORY_LOCK_KEY = 0x1B1ED6E5  # one writer at a time extends the chain (PostgreSQL)
+_IN_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    appended: int
+    duplicates: int
+    first_seq: int | None
+    last_seq: int | None
+    head_hash: str
+
+
+def head(conn: Connection) -> tuple[int, str]:
+    """(last sequence number, its hash), or (0, genesis) for an empty ledger."""
+    row = conn.execute(text("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1")).first()
+    return (0, GENESIS_HASH) if row is None else (int(row[0]), row[1])
+
+
+def _lock_chain(conn: Connection) -> None:
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _ADVISORY_LOCK_KEY})
+    # SQLite: write_tx() began with BEGIN IMMEDIATE, which already holds the write lock.
+
+
+def _existing_ids(conn: Connection, ids: Sequence[str]) -> set[str]:
+    found: set[str] = set()
+    for i in range(0, len(ids), _IN_CHUNK):
+        chunk = ids[i:i + _IN_CHUNK]
+        marks = ",".join(f":p{j}" for j in range(len(chunk)))
+        rows = conn.execute(text(f"SELECT entry_id FROM entries WHERE entry_id IN ({marks})"),
+                            {f"p{j}": v for j, v in enumerate(chunk)})
+        found.update(r[0] for r in rows)
+    return found
+
+
+def _row(seq: int, e: Entry, prev: str, h: str) -> tuple:
+    return (seq, e.entry_id, e.kind, e.ts, e.ts_end, e.recorded_at, e.cluster, e.job_id, e.run, e.node,
+            e.device, e.payload, e.source, e.source_version, prev, h)
+
+
+def _copy_rows(conn: Connection, rows: list[tuple]) -> None:
+    raw = conn.connection.driver_connection  # psycopg 3
+    with raw.cursor() as cur:
+        with cur.copy(f"COPY entries ({', '.join(ENTRY_COLUMNS)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+
+
+def append_in(conn: Connection, entries: Iterable[Entry]) -> AppendResult:
+    """Append within the caller's transaction: skip facts already recorded, chain the rest, bulk insert."""
+    _lock_chain(conn)
+    unique: dict[str, Entry] = {}
+    for e in entries:
+        if not e.entry_id:
+            raise ValueError("entry without an entry_id; build entries with make_entry()")
+        unique.setdefault(e.entry_id, e)
+    batch_dupes = 0
+    ids = list(unique)
+    existing = _existing_ids(conn, ids) if ids else set()
+    seq, prev = head(conn)
+    first = None
+    rows = []
+    for entry_id in ids:
+        if entry_id in existing:
+            continue
+        e = unique[entry_id]
+        seq += 1
+        h = chain_hash(seq, e, prev)
+        rows.append(_row(seq, e, prev, h))
+        prev = h
+        first = seq if first is None else first
+    if rows:
+        if conn.dialect.name == "postgresql":
+            _copy_rows(conn, rows)
+        else:
+            marks = ",".join("?" * len(ENTRY_COLUMNS))
+            conn.exec_driver_sql(f"INSERT INTO entries ({', '.join(ENTRY_COLUMNS)}) VALUES ({marks})", rows)
+    return AppendResult(appended=len(rows), duplicates=len(existing) + batch_dupes,
+                        first_seq=first, last_seq=seq if rows else None, head_hash=prev)
+
+
+def append(engine: Engine, entries: Iterable[Entry]) -> AppendResult:
+    """Append entries in one transaction (all or nothing)."""
+    with write_tx(engine) as conn:
+        return append_in(conn, entries)
+
+
+def _to_chained(row) -> ChainedEntry:  # noqa: ANN001
+    e = Entry(kind=row.kind, ts=row.ts, payload=row.payload, ts_end=row.ts_end, recorded_at=row.recorded_at,
+              cluster=row.cluster, job_id=row.job_id, run=row.run, node=row.node, device=row.device,
+              source=row.source, source_version=row.source_version, entry_id=row.entry_id)
+    return ChainedEntry(seq=int(row.seq), entry=e, prev_hash=row.prev_hash, hash=row.hash)
+
+
+def iter_entries(
+    engine_or_conn: Engine | Connection,
+    *,
+    through_seq: int | None = None,
+    kinds: Sequence[str] | None = None,
+    cluster: str | None = None,
+    job_id: str | None = None,
+    run: int | None = None,
+    device: str | None = None,
+    after_seq: int = 0,
+    batch: int = 10_000,
+) -> Iterator[ChainedEntry]:
+    """Entries in sequence order, filtered; streamed in batches so memory stays flat on big ledgers."""
+    where = ["seq > :after"]
+    params: dict = {}
+    if through_seq is not None:
+        where.append("seq <= :through")
+        params["through"] = through_seq
+    if kinds:
+        where.append("kind IN (" + ",".join(f":k{i}" for i in range(len(kinds))) + ")")
+        params.update({f"k{i}": k for i, k in enumerate(kinds)})
+    for col, val in (("cluster", cluster), ("job_id", job_id), ("run", run), ("device", device)):
+        if val is not None:
+            where.append(f"{col} = :{col}")
+            params[col] = val
+    sql = text(f"SELECT {', '.join(ENTRY_COLUMNS)} FROM entries WHERE {' AND '.join(where)} "
+               f"ORDER BY seq LIMIT :lim")
+
+    def _run(conn: Connection) -> Iterator[ChainedEntry]:
+        last = after_seq
+        while True:
+            rows = conn.execute(sql, {**params, "after": last, "lim": batch}).fetchall()
+            for row in rows:
+                yield _to_chained(row)
+            if len(rows) < batch:
+                return
+            last = int(rows[-1].seq)
+
+    if isinstance(engine_or_conn, Connection):
+        yield from _run(engine_or_conn)
+    else:
+        with engine_or_conn.connect() as conn:
+            yield from _run(conn)
+
+
+def get_head(engine: Engine) -> tuple[int, str]:
+    with engine.connect() as conn:
+        return head(conn)
+
+
+def count(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(text("SELECT COUNT(*) FROM entries")).scalar_one())

@@ -1,0 +1,65 @@
+"""Shared fixtures: a fresh ledger on each backend (SQLite file; the real PostgreSQL), spools, the CLI runner."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ledger import db as db_mod
+from tests import services
+
+FIXTURES = Path(__file__).parent / "fixtures"
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    pg = services.start_postgres()
+    yield pg
+    pg.stop()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def ledger_url(request, tmp_path) -> str:
+    """A freshly initialised, empty ledger on each backend."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    else:
+        pg = request.getfixturevalue("postgres")
+        url = pg.create_db(f"ipledger_test_{os.getpid()}_{next(_counter)}")
+    engine = db_mod.make_engine(url)
+    db_mod.upgrade(engine)
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def engine(ledger_url):
+    eng = db_mod.make_engine(ledger_url)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    eng = db_mod.make_engine(url)
+    db_mod.upgrade(eng)
+    eng.dispose()
+    return url
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def cli():
+    from ledger.cli.main import cli as group
+
+    return group

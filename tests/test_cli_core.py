@@ -1,0 +1,91 @@
+"""The core commands through the CLI (click's CliRunner): init, ship, verify, log, receipt, demo, errors."""
+
+from __future__ import annotations
+
+import json
+
+from sqlalchemy import text
+
+from ledger import db as db_mod
+from ledger import spool
+from ledger.entries import Kind, make_entry
+
+
+def _job_records(job="55"):
+    key = dict(cluster="c1", job_id=job, run=0, node="n01")
+    return [make_entry(Kind.ALLOCATION_STARTED, "2026-11-01T10:00:00Z", {"account": "acme", "partition": "gpu",
+                                                                        "qos": "high"}, **key).to_record(),
+            make_entry(Kind.DEVICE_BOUND, "2026-11-01T10:00:00Z", {"index": 0, "sku": "H100-SXM5-80GB"},
+                       device="GPU-aaa", **key).to_record(),
+            make_entry(Kind.ALLOCATION_ENDED, "2026-11-01T12:00:00Z", {"exit_code": 0}, **key).to_record()]
+
+
+def test_init_ship_verify_receipt_end_to_end(runner, cli, tmp_path, ledger_url):
+    sp = tmp_path / "spool"
+    spool.write(sp, _job_records())
+    env = {"IPLEDGER_SPOOL": str(sp), "IPLEDGER_CONFIG": ""}
+    r = runner.invoke(cli, ["--db", ledger_url, "init", "--json"], env=env)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["revision"] == "0001" or json.loads(r.output)["revision"]
+    r = runner.invoke(cli, ["--db", ledger_url, "ship", "--json"], env=env)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["appended"] == 3
+    r = runner.invoke(cli, ["--db", ledger_url, "verify"], env=env)
+    assert r.exit_code == 0 and "ok: 3 entries" in r.output
+    r = runner.invoke(cli, ["--db", ledger_url, "receipt", "55", "--format", "json"], env=env)
+    assert r.exit_code == 0, r.output
+    rec = json.loads(r.output)
+    assert rec["job"]["account"] == "acme" and rec["job"]["devices"][0]["uuid"] == "GPU-aaa"
+    assert rec["window"] == {"start": "2026-11-01T10:00:00Z", "end": "2026-11-01T12:00:00Z"}
+    r = runner.invoke(cli, ["--db", ledger_url, "log", "--json", "--kind", "device_bound"], env=env)
+    assert [e["device"] for e in json.loads(r.output)] == ["GPU-aaa"]
+
+
+def test_verify_cli_names_the_tampered_sequence(runner, cli, tmp_path, sqlite_url):
+    sp = tmp_path / "spool"
+    spool.write(sp, _job_records())
+    assert runner.invoke(cli, ["--db", sqlite_url, "ship", "--spool", str(sp)]).exit_code == 0
+    eng = db_mod.make_engine(sqlite_url)
+    with eng.begin() as conn:
+        conn.execute(text("DROP TRIGGER entries_no_update"))
+        conn.execute(text("UPDATE entries SET payload = :p WHERE seq = 3"), {"p": '{"exit_code":1}'})
+    eng.dispose()
+    r = runner.invoke(cli, ["--db", sqlite_url, "verify"])
+    assert r.exit_code == 1
+    assert "seq 3" in r.output
+
+
+def test_commands_on_an_uninitialised_database_fail_in_one_line(runner, cli, tmp_path):
+    r = runner.invoke(cli, ["--db", str(tmp_path / "none.db"), "verify"])
+    assert r.exit_code == 1
+    assert r.output.strip().count("\n") == 0 and "ipledger init" in r.output
+
+
+def test_unknown_job_is_a_one_line_error(runner, cli, sqlite_url):
+    r = runner.invoke(cli, ["--db", sqlite_url, "receipt", "424242"])
+    assert r.exit_code == 1 and "no entries" in r.output
+
+
+def test_missing_config_file_named_in_error(runner, cli, tmp_path):
+    r = runner.invoke(cli, ["--config", str(tmp_path / "nope.toml"), "verify"])
+    assert r.exit_code == 1 and "nope.toml" in r.output
+
+
+def test_every_command_has_help_with_an_example(runner, cli):
+    def walk(group, prefix):
+        for name, cmd in group.commands.items():
+            yield prefix + [name], cmd
+            if hasattr(cmd, "commands"):
+                yield from walk(cmd, prefix + [name])
+
+    for argv, cmd in walk(cli, []):
+        r = runner.invoke(cli, argv + ["--help"])
+        assert r.exit_code == 0, argv
+        if not hasattr(cmd, "commands"):
+            assert "Example" in r.output, f"`ipledger {' '.join(argv)} --help` has no example"
+
+
+def test_demo_runs_and_says_where_its_output_is(runner, cli, tmp_path):
+    r = runner.invoke(cli, ["demo", "--out", str(tmp_path / "d")])
+    assert r.exit_code == 0, r.output
+    assert str(tmp_path / "d") in r.output

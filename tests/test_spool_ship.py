@@ -1,0 +1,79 @@
+"""Spool and ship: at-least-once delivery gives exactly one entry; torn lines and crashes lose nothing committed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+from ledger import spool, store
+from ledger.entries import Kind, make_entry
+from ledger.ship import ship
+from ledger.verify import verify
+
+
+def _records(n, job="7"):
+    return [make_entry(Kind.PROGRESS, 1_760_000_000 + i, {"step": i}, cluster="c", job_id=job, run=0).to_record()
+            for i in range(n)]
+
+
+def _ledger_rows(engine):
+    return [(c.seq, c.entry_id, c.hash) for c in store.iter_entries(engine)]
+
+
+def test_ship_moves_files_only_after_commit_and_is_idempotent(engine, tmp_path):
+    sp = tmp_path / "spool"
+    f1 = spool.write(sp, _records(3))
+    spool.write(sp, _records(5))  # overlaps the first: at-least-once writers repeat themselves
+    rep = ship(engine, sp)
+    assert (rep.files, rep.records, rep.appended) == (2, 8, 5)
+    assert not list(sp.glob("*.jsonl")) and (sp / "shipped" / f1.name).exists()
+    before = _ledger_rows(engine)
+    # Ship the very same files again (as if the move had been lost in a crash).
+    for p in (sp / "shipped").iterdir():
+        shutil.copy(p, sp / p.name)
+    rep2 = ship(engine, sp)
+    assert rep2.appended == 0 and rep2.duplicates == 8
+    assert _ledger_rows(engine) == before
+    assert verify(engine).ok
+
+
+def test_torn_last_line_is_set_aside_and_the_rest_ships(engine, tmp_path):
+    sp = tmp_path / "spool"
+    good = spool.write(sp, _records(4))
+    text = good.read_text()
+    torn = sp / "entries-crashed.jsonl.tmp"
+    torn.write_text(text + text.splitlines()[0][:25])  # a writer died mid-line, before its rename
+    old = time.time() - 3600
+    os.utime(torn, (old, old))
+    rep = ship(engine, sp)
+    assert rep.appended == 4 and rep.duplicates == 4
+    assert rep.torn == [str(torn)]
+    assert (sp / "torn" / "entries-crashed.jsonl.tmp.torn").exists()
+    assert store.count(engine) == 4
+
+
+def test_fresh_tmp_file_is_left_for_its_writer(engine, tmp_path):
+    sp = tmp_path / "spool"
+    sp.mkdir()
+    (sp / "entries-writing.jsonl.tmp").write_text(json.dumps(_records(1)[0]) + "\n")
+    rep = ship(engine, sp)
+    assert rep.files == 0 and (sp / "entries-writing.jsonl.tmp").exists()
+
+
+def test_bad_record_keeps_file_in_spool_and_reports_it(engine, tmp_path):
+    sp = tmp_path / "spool"
+    bad = sp / "entries-bad.jsonl"
+    sp.mkdir()
+    bad.write_text(json.dumps({"kind": "no_such_kind", "ts": "2026-01-01T00:00:00Z"}) + "\n")
+    spool.write(sp, _records(2))
+    rep = ship(engine, sp)
+    assert rep.appended == 2
+    assert bad.exists() and "no_such_kind" in rep.errors[0]
+
+
+def test_parse_distinguishes_inner_garbage_from_torn_tail(tmp_path):
+    r = spool.parse('{"a":1}\nnot json\n{"b":2}\n{"c"', tmp_path / "x")
+    assert r.records == [{"a": 1}, {"b": 2}]
+    assert r.torn == '{"c"' and len(r.errors) == 1 and ":2:" in r.errors[0]
