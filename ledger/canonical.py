@@ -8,9 +8,18 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import re
 from typing import Any
 
 _UTC = _dt.timezone.utc
+
+# One encoder built once: json.dumps() with non-default options builds a new JSONEncoder per call, which
+# costs more than encoding a ledger entry (the ship and verify hot paths call this millions of times).
+_ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+# Text already in the one canonical spelling (year >= 1000, 1-6 fraction digits without a trailing zero, Z):
+# format_ts would return it unchanged once fromisoformat accepts it, so it skips the strftime round trip.
+_CANONICAL_TS = re.compile(r"[1-9]\d{3}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{0,5}[1-9])?Z")
+_fromisoformat = _dt.datetime.fromisoformat
 
 
 def canonical_json(obj: Any) -> str:
@@ -18,7 +27,7 @@ def canonical_json(obj: Any) -> str:
 
     Floats use Python's shortest round-trip repr, which is the same in every process and platform.
     """
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _ENCODE(obj)
 
 
 def sha256_hex(text: str | bytes) -> str:
@@ -31,6 +40,9 @@ def format_ts(value: "_dt.datetime | float | int | str | None") -> str | None:
     if value is None:
         return None
     if isinstance(value, str):
+        if _CANONICAL_TS.fullmatch(value) is not None:
+            _fromisoformat(value[:-1] + "+00:00")  # same validation as the slow path (raises ValueError)
+            return value
         value = parse_ts(value)
     if isinstance(value, (int, float)):
         value = _dt.datetime.fromtimestamp(value, tz=_UTC)

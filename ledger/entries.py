@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
+from hashlib import sha256
 from typing import Any, Mapping
 
-from .canonical import canonical_json, format_ts, sha256_hex
+from .canonical import _ENCODE, canonical_json, format_ts, sha256_hex
 
 ID_DOMAIN = "ipledger-entry-id-v1"
 HASH_DOMAIN = "ipledger-entry-hash-v1"
@@ -73,14 +74,24 @@ class Entry:
         return json.loads(self.payload)
 
     def to_record(self) -> dict[str, Any]:
-        """The spool's JSON-lines form."""
-        return dataclasses.asdict(self)
+        """The spool's JSON-lines form (what dataclasses.asdict gives; every field is an immutable scalar)."""
+        return {name: getattr(self, name) for name in _ENTRY_FIELDS}
+
+
+_ENTRY_FIELDS = tuple(f.name for f in dataclasses.fields(Entry))
 
 
 def compute_entry_id(e: Entry) -> str:
     """Identity of a fact: everything that says *what* was observed, nothing about *when it was written*."""
     ident = [ID_DOMAIN, e.kind, e.ts, e.ts_end, e.cluster, e.job_id, e.run, e.node, e.device, e.payload, e.source]
     return "e" + sha256_hex(canonical_json(ident))[:39]
+
+
+def _entry_id_of(f: tuple) -> str:
+    """compute_entry_id over Entry's positional fields, before the Entry exists (saves a dataclasses.replace)."""
+    kind, ts, payload, ts_end, _recorded_at, cluster, job_id, run, node, device, source, _sv = f
+    ident = [ID_DOMAIN, kind, ts, ts_end, cluster, job_id, run, node, device, payload, source]
+    return "e" + sha256(_ENCODE(ident).encode("utf-8")).hexdigest()[:39]
 
 
 def make_entry(
@@ -101,21 +112,10 @@ def make_entry(
     """Build an entry with canonical timestamps and payload and its deterministic id."""
     if kind not in ALL_KINDS:
         raise ValueError(f"unknown entry kind {kind!r}")
-    entry = Entry(
-        kind=kind,
-        ts=format_ts(ts),  # type: ignore[arg-type]
-        payload=canonical_json(dict(payload or {})),
-        ts_end=format_ts(ts_end),
-        recorded_at=format_ts(recorded_at),
-        cluster=cluster,
-        job_id=None if job_id is None else str(job_id),
-        run=None if run is None else int(run),
-        node=node,
-        device=device,
-        source=source,
-        source_version=source_version,
-    )
-    return dataclasses.replace(entry, entry_id=compute_entry_id(entry))
+    fields = (kind, format_ts(ts), canonical_json(dict(payload or {})), format_ts(ts_end), format_ts(recorded_at),
+              cluster, None if job_id is None else str(job_id), None if run is None else int(run), node, device,
+              source, source_version)
+    return Entry(*fields, _entry_id_of(fields))  # type: ignore[arg-type]
 
 
 def entry_from_record(rec: Mapping[str, Any]) -> Entry:
@@ -124,25 +124,14 @@ def entry_from_record(rec: Mapping[str, Any]) -> Entry:
     if kind not in ALL_KINDS:
         raise ValueError(f"unknown entry kind {kind!r}")
     payload = rec.get("payload", "{}")
-    if not isinstance(payload, str):
-        payload = canonical_json(payload)
-    else:
-        payload = canonical_json(json.loads(payload))
-    entry = Entry(
-        kind=kind,
-        ts=format_ts(rec["ts"]),  # type: ignore[arg-type]
-        payload=payload,
-        ts_end=format_ts(rec.get("ts_end")),
-        recorded_at=format_ts(rec.get("recorded_at")),
-        cluster=rec.get("cluster"),
-        job_id=None if rec.get("job_id") is None else str(rec["job_id"]),
-        run=None if rec.get("run") is None else int(rec["run"]),
-        node=rec.get("node"),
-        device=rec.get("device"),
-        source=rec.get("source") or "ipledger",
-        source_version=rec.get("source_version") or "",
-    )
-    return dataclasses.replace(entry, entry_id=compute_entry_id(entry))
+    payload = canonical_json(json.loads(payload) if isinstance(payload, str) else payload)
+    get = rec.get
+    job_id = get("job_id")
+    run = get("run")
+    fields = (kind, format_ts(rec["ts"]), payload, format_ts(get("ts_end")), format_ts(get("recorded_at")),
+              get("cluster"), None if job_id is None else str(job_id), None if run is None else int(run),
+              get("node"), get("device"), get("source") or "ipledger", get("source_version") or "")
+    return Entry(*fields, _entry_id_of(fields))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,4 +156,4 @@ def hash_fields(seq: int, e: Entry, prev_hash: str) -> str:
 
 
 def chain_hash(seq: int, e: Entry, prev_hash: str) -> str:
-    return sha256_hex(hash_fields(seq, e, prev_hash))
+    return sha256(hash_fields(seq, e, prev_hash).encode("utf-8")).hexdigest()

@@ -37,16 +37,26 @@ class ShipReport:
                 "duplicates": self.duplicates, "torn": self.torn, "errors": self.errors}
 
 
-def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 200,
-         progress: Callable[[int, int], None] | None = None, run_after: bool = True) -> ShipReport:
-    """Ship every pending spool file; files whose records fail to decode are left in place and reported."""
+def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
+         progress: Callable[[int, int], None] | None = None, run_after: bool = True,
+         batch_entries: int = 50_000) -> ShipReport:
+    """Ship every pending spool file; files whose records fail to decode are left in place and reported.
+
+    One transaction per batch (at most ``batch_files`` files or about ``batch_entries`` entries): large
+    enough that the commit's fsync and the chain lock are paid rarely, small enough to keep memory flat.
+    """
     report = ShipReport()
     files = spool.pending_files(spool_dir)
     shipped_entries: list[Entry] = []
-    for start in range(0, len(files), batch_files):
+    pos = 0
+    while pos < len(files):
         reads: list[spool.SpoolRead] = []
         entries: list[Entry] = []
-        for path in files[start:start + batch_files]:
+        taken = 0
+        while pos < len(files) and taken < batch_files and len(entries) < batch_entries:
+            path = files[pos]
+            pos += 1
+            taken += 1
             try:
                 r = spool.read(path)
             except FileNotFoundError:  # another shipper took it
@@ -68,15 +78,15 @@ def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 200,
         if reads:
             with write_tx(engine) as conn:
                 result = append_in(conn, entries)
-            for r in reads:
-                spool.mark_shipped(spool_dir, r)
+            spool.mark_shipped_many(spool_dir, reads)
             report.files += len(reads)
             report.records += len(entries)
             report.appended += result.appended
             report.duplicates += len(entries) - result.appended
-            shipped_entries.extend(entries)
+            if run_after and _AFTER_SHIP:
+                shipped_entries.extend(entries)
         if progress:
-            progress(min(start + batch_files, len(files)), len(files))
+            progress(pos, len(files))
     if run_after and shipped_entries:
         for fn in _AFTER_SHIP:
             fn(engine, shipped_entries)

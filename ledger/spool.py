@@ -113,15 +113,29 @@ def read(path: Path) -> SpoolRead:
 
 def mark_shipped(spool_dir: str | os.PathLike, read_result: SpoolRead) -> None:
     """Move a shipped file aside (only ever called after the ledger committed its entries)."""
+    mark_shipped_many(spool_dir, [read_result])
+
+
+def mark_shipped_many(spool_dir: str | os.PathLike, reads: Iterable[SpoolRead]) -> None:
+    """Move many shipped files aside, with one directory fsync for the lot instead of one per file."""
     directory = Path(spool_dir)
     done = directory / SHIPPED_DIR
     done.mkdir(exist_ok=True)
-    if read_result.torn is not None:
-        torn_dir = directory / TORN_DIR
-        torn_dir.mkdir(exist_ok=True)
-        (torn_dir / (read_result.path.name + ".torn")).write_text(read_result.torn + "\n", encoding="utf-8")
-    target_name = read_result.path.name
-    if target_name.endswith(".tmp"):
-        target_name = target_name[: -len(".tmp")]
-    os.replace(read_result.path, done / target_name)
+    any_torn = False
+    for read_result in reads:
+        if read_result.torn is not None:
+            torn_dir = directory / TORN_DIR
+            torn_dir.mkdir(exist_ok=True)
+            (torn_dir / (read_result.path.name + ".torn")).write_text(read_result.torn + "\n", encoding="utf-8")
+            any_torn = True
+        target_name = read_result.path.name
+        if target_name.endswith(".tmp"):
+            target_name = target_name[: -len(".tmp")]
+        try:
+            os.replace(read_result.path, done / target_name)
+        except FileNotFoundError:  # a concurrent shipper committed and moved it first: nothing left to do
+            pass
     _fsync_dir(directory)
+    _fsync_dir(done)
+    if any_torn:
+        _fsync_dir(directory / TORN_DIR)

@@ -6,6 +6,7 @@ deletes a row (the database refuses it anyway, see schema/versions/0001_entries.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
@@ -18,7 +19,7 @@ from .entries import GENESIS_HASH, ChainedEntry, Entry, chain_hash
 ENTRY_COLUMNS = ("seq", "entry_id", "kind", "ts", "ts_end", "recorded_at", "cluster", "job_id", "run", "node",
                  "device", "payload", "source", "source_version", "prev_hash", "hash")
 _ADVISORY_LOCK_KEY = 0x1B1ED6E5  # one writer at a time extends the chain (PostgreSQL)
-_IN_CHUNK = 500
+_IN_CHUNK = 50_000
 
 
 @dataclass(frozen=True)
@@ -43,12 +44,18 @@ def _lock_chain(conn: Connection) -> None:
 
 
 def _existing_ids(conn: Connection, ids: Sequence[str]) -> set[str]:
+    """Which of these ids the ledger already holds: one round trip per 50,000 ids (a JSON array on SQLite, a
+    text[] on PostgreSQL) instead of one per 500 bound parameters."""
     found: set[str] = set()
+    pg = conn.dialect.name == "postgresql"
     for i in range(0, len(ids), _IN_CHUNK):
-        chunk = ids[i:i + _IN_CHUNK]
-        marks = ",".join(f":p{j}" for j in range(len(chunk)))
-        rows = conn.execute(text(f"SELECT entry_id FROM entries WHERE entry_id IN ({marks})"),
-                            {f"p{j}": v for j, v in enumerate(chunk)})
+        chunk = list(ids[i:i + _IN_CHUNK])
+        if pg:
+            rows = conn.exec_driver_sql("SELECT entry_id FROM entries WHERE entry_id = ANY(%(ids)s)", {"ids": chunk})
+        else:
+            rows = conn.exec_driver_sql(
+                "SELECT entry_id FROM entries WHERE entry_id IN (SELECT value FROM json_each(?))",
+                (json.dumps(chunk),))
         found.update(r[0] for r in rows)
     return found
 

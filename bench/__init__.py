@@ -1,0 +1,7 @@
+"""Benchmarks: each figure of docs/performance.md measured as a ratio to a floor taken in the same run.
+
+``python -m bench`` runs them all; ``python -m bench.<figure>`` runs one (``--scale F``, ``--full``,
+``--repeat N``, ``--no-write``; or ``IPLEDGER_BENCH_SCALE``).
+"""
+
+FIGURES = ["hook", "ship_sqlite", "ship_postgres", "analyze", "receipt", "export", "verify", "load_pg"]

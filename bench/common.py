@@ -1,0 +1,234 @@
+"""The benchmark harness: timing a subject against a floor measured in the same run, and recording the result.
+
+Absolute times on shared machines are noise; a figure is the RATIO of the subject's median to its floor's
+median, both measured here, now, on the same generated data. Results go to docs/performance.md, one
+``## <title>`` section per figure (other sections, e.g. ``## Accuracy``, are left as they are).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+PERF_DOC = ROOT / "docs" / "performance.md"
+PY = sys.executable
+
+
+@dataclass(frozen=True)
+class Timing:
+    label: str
+    runs: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.runs)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One benchmark result: subject(s) against a floor, with the scale it ran at."""
+
+    key: str                 # module name, e.g. "ship_sqlite"
+    title: str               # section title in docs/performance.md
+    target: float            # ratio target (subject median / floor median)
+    floor: Timing | None
+    subjects: tuple[Timing, ...] = ()
+    scale_note: str = ""
+    notes: tuple[str, ...] = ()
+    status: str = "ok"       # "ok" | "not available yet" | "failed: ..."
+    extra: dict = field(default_factory=dict)
+
+    def ratio(self, t: Timing) -> float:
+        return t.median / self.floor.median if self.floor and self.floor.median > 0 else float("nan")
+
+    def meets(self) -> bool:
+        return self.status == "ok" and all(self.ratio(t) <= self.target for t in self.subjects)
+
+    def table(self) -> str:
+        lines = [f"| measured | median s | min s | max s | runs | ratio to floor | target |",
+                 "|---|---:|---:|---:|---:|---:|---:|"]
+        rows = ([self.floor] if self.floor else []) + list(self.subjects)
+        for t in rows:
+            is_floor = t is self.floor
+            ratio = "1.00 (floor)" if is_floor else f"{self.ratio(t):.2f}"
+            tgt = "" if is_floor else f"≤ {self.target:g}× {'met' if self.ratio(t) <= self.target else 'NOT met'}"
+            lines.append(f"| {t.label} | {t.median:.4f} | {min(t.runs):.4f} | {max(t.runs):.4f} | {len(t.runs)} "
+                         f"| {ratio} | {tgt} |")
+        return "\n".join(lines)
+
+    def render(self) -> str:
+        out = [f"{self.title}", "", f"Scale: {self.scale_note}" if self.scale_note else ""]
+        if self.status != "ok":
+            out += ["", f"Status: **{self.status}**"]
+        else:
+            out += ["", self.table()]
+        for k, v in self.extra.items():
+            out.append(f"- {k}: {v}")
+        out += ["", *[f"{n}" for n in self.notes]] if self.notes else []
+        return "\n".join(x for x in out if x is not None)
+
+
+def timeit(fn: Callable[[], object], repeat: int, setup: Callable[[], object] | None = None,
+           label: str = "") -> Timing:
+    """Run ``setup`` (untimed) then ``fn`` (timed), ``repeat`` times."""
+    runs = []
+    for _ in range(repeat):
+        if setup is not None:
+            setup()
+        t0 = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - t0)
+    return Timing(label, tuple(runs))
+
+
+def run_cli(args: list[str], env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``ipledger`` as a user would (a fresh interpreter), with the repository importable."""
+    full_env = {**os.environ, **(env or {})}
+    full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+    proc = subprocess.run([PY, "-m", "ledger.cli.main", *args], capture_output=True, text=True, env=full_env)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"ipledger {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
+    return proc
+
+
+def versions() -> str:
+    pkgs = []
+    for name in ("SQLAlchemy", "psycopg", "duckdb", "pandas", "pyarrow"):
+        try:
+            pkgs.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            pkgs.append(f"{name} (not installed)")
+    import sqlite3
+
+    pkgs.append(f"SQLite {sqlite3.sqlite_version}")
+    pg = _pg_version()
+    if pg:
+        pkgs.append(f"PostgreSQL {pg}")
+    return ", ".join(pkgs)
+
+
+def _pg_version() -> str:
+    import glob
+
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"), reverse=True)
+    if not found:
+        return ""
+    try:
+        out = subprocess.run([found[0], "--version"], capture_output=True, text=True, timeout=10).stdout
+    except OSError:
+        return ""
+    return out.strip().split()[-1]
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f", {kb / 1024 / 1024:.0f} GiB RAM"
+    except (OSError, ValueError, IndexError):
+        pass
+    return f"{platform.node()}: {os.cpu_count()} CPUs ({cpu}){mem}, {platform.system()} {platform.release()}"
+
+
+def header() -> str:
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"Run {now} on {machine()}; Python {platform.python_version()}; {versions()}.")
+
+
+_SECTION_RE = re.compile(r"^## ", re.M)
+
+
+def write_doc(fig: Figure, path: Path = PERF_DOC) -> None:
+    """Replace (or append) this figure's ``## title`` section in docs/performance.md, leaving the others."""
+    title = fig.title if fig.title.startswith("## ") else f"## {fig.title}"
+    body = fig.render().split("\n", 1)[1] if "\n" in fig.render() else ""
+    section = f"{title}\n\n{header()}\n{body.rstrip()}\n\n"
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    parts = _SECTION_RE.split(text)
+    head, sections = parts[0], ["## " + p for p in parts[1:]]
+    for i, s in enumerate(sections):
+        if s.split("\n", 1)[0].strip() == title.strip():
+            sections[i] = section
+            break
+    else:
+        # keep "## Accuracy" (someone else's) and any notes sections after the figures
+        sections.append(section)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(head + "".join(s if s.endswith("\n\n") else s.rstrip("\n") + "\n\n" for s in sections)
+                    .rstrip("\n") + "\n", encoding="utf-8")
+
+
+def print_figure(fig: Figure) -> None:
+    print(fig.render())
+    print(flush=True)
+
+
+def arg_parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--scale", type=float, default=None,
+                   help="fraction of the full-size figure (default $IPLEDGER_BENCH_SCALE or the module's default)")
+    p.add_argument("--full", action="store_true", help="the full-size figure (scale 1.0)")
+    p.add_argument("--repeat", type=int, default=None, help="timed runs per measurement")
+    p.add_argument("--no-write", action="store_true", help="do not update docs/performance.md")
+    return p
+
+
+def resolve_scale(args: argparse.Namespace, default: float) -> float:
+    if args.full:
+        return 1.0
+    if args.scale is not None:
+        return args.scale
+    env = os.environ.get("IPLEDGER_BENCH_SCALE")
+    return float(env) if env else default
+
+
+def main_for(run: Callable[..., Figure], description: str, default_scale: float, default_repeat: int = 3,
+             argv: list[str] | None = None) -> Figure:
+    """The command line every bench module shares: ``python -m bench.X [--scale F | --full] [--repeat N]``."""
+    args = arg_parser(description).parse_args(argv)
+    scale = resolve_scale(args, default_scale)
+    repeat = args.repeat or default_repeat
+    try:
+        fig = run(scale=scale, repeat=repeat)
+    except FeatureMissing as exc:
+        fig = Figure(key=getattr(run, "__module__", "?"), title=str(exc.title), target=0, floor=None,
+                     status="not available yet", notes=(str(exc.reason),))
+    print_figure(fig)
+    if not args.no_write:
+        write_doc(fig)
+    return fig
+
+
+class FeatureMissing(Exception):
+    """The feature a figure measures has not landed yet: report "not available yet" instead of crashing."""
+
+    def __init__(self, title: str, reason: str):
+        super().__init__(reason)
+        self.title = title
+        self.reason = reason
+
+
+def peak_rss_mib_of_children() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024

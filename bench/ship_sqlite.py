@@ -1,0 +1,89 @@
+"""Figure: `ipledger ship` of N spooled entries into SQLite, against raw sqlite3.executemany of the same rows.
+
+The floor inserts the very rows the ledger ends up holding (sequence numbers and hashes precomputed) into the
+same schema (same indexes, same triggers, WAL, synchronous=FULL) in one transaction. The subject is the real
+command in a fresh interpreter: read the spool files, rebuild and re-identify every entry, dedup against the
+ledger, chain, insert, move the files aside.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import tempfile
+from pathlib import Path
+
+from bench import data
+from bench.common import Figure, main_for, run_cli, timeit
+from ledger import db as db_mod
+from ledger.store import ENTRY_COLUMNS
+
+TITLE = "Ship into SQLite"
+FULL_ENTRIES = 1_000_000
+
+
+def _fresh_db(path: Path) -> str:
+    if path.exists():
+        path.unlink()
+    for suffix in ("-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    url = f"sqlite:///{path}"
+    eng = db_mod.make_engine(url)
+    db_mod.upgrade(eng)
+    eng.dispose()
+    return url
+
+
+def run(scale: float, repeat: int) -> Figure:
+    n = max(100, int(FULL_ENTRIES * scale))
+    work = Path(tempfile.mkdtemp(prefix="ipledger-bench-ship-"))
+    try:
+        pristine = work / "spool-pristine"
+        files = data.write_spool(pristine, n)
+        rows = list(data.chained_rows(n))
+        db_path = work / "ledger.db"
+        spool_dir = work / "spool"
+        state: dict = {}
+
+        def setup_floor() -> None:
+            state["url"] = _fresh_db(db_path)
+
+        def floor() -> None:
+            con = sqlite3.connect(db_path, isolation_level=None)
+            con.execute("PRAGMA journal_mode=WAL")
+            con.execute("PRAGMA synchronous=FULL")
+            con.execute("BEGIN IMMEDIATE")
+            con.executemany(f"INSERT INTO entries ({', '.join(ENTRY_COLUMNS)}) VALUES "
+                            f"({','.join('?' * len(ENTRY_COLUMNS))})", rows)
+            con.execute("COMMIT")
+            con.close()
+
+        def setup_subject() -> None:
+            state["url"] = _fresh_db(db_path)
+            if spool_dir.exists():
+                shutil.rmtree(spool_dir)
+            shutil.copytree(pristine, spool_dir)
+
+        def subject() -> None:
+            run_cli(["--db", state["url"], "ship", "--spool", str(spool_dir), "--quiet"])
+
+        floor_t = timeit(floor, repeat, setup_floor, label=f"raw sqlite3.executemany, {len(rows):,} rows, one tx")
+        subj_t = timeit(subject, repeat, setup_subject, label=f"`ipledger ship` ({files:,} spool files)")
+        con = sqlite3.connect(db_path)
+        got = con.execute("SELECT COUNT(*), MAX(seq) FROM entries").fetchone()
+        con.close()
+        if got != (len(rows), len(rows)):
+            raise RuntimeError(f"ship left {got} rows, expected {len(rows)}")
+        return Figure(key="ship_sqlite", title=TITLE, target=3.0, floor=floor_t, subjects=(subj_t,),
+                      scale_note=f"{len(rows):,} entries in {files:,} spool files (one per job run, 8 GPUs); "
+                                 f"scale {scale:g} of {FULL_ENTRIES:,}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> Figure:
+    return main_for(run, __doc__.splitlines()[0], default_scale=0.1, argv=argv)
+
+
+if __name__ == "__main__":
+    main()
