@@ -14,6 +14,7 @@ COMMAND_MODULES = [
     "ledger.cli.core",
     "ledger.cli.receipt",
     "ledger.cli.demo",
+    "ledger.cli.export",
 ]
 
 

@@ -1,0 +1,105 @@
+"""`ipledger export monthly`: the monthly tenant accounting export (CSV, Parquet, FOCUS, JSON, PDF).
+
+A thin command over :func:`reports.export.build_statement` and :func:`reports.export.write`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .context import AppContext, UserError, emit_json, pass_app
+
+
+@click.group("export")
+def export_group() -> None:
+    """Exports for finance: the monthly tenant statement.
+
+    \b
+    Example:
+      ipledger export monthly --month 2026-11 --format focus --out nov.focus.csv
+    """
+
+
+@export_group.command("monthly")
+@click.option("--month", required=True, metavar="YYYY-MM", help="Calendar month (UTC) whose runs are billed.")
+@click.option("--tenant", default=None, metavar="T", help="Only this tenant (Slurm account / namespace).")
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet", "focus", "json", "pdf"]), default="csv",
+              show_default=True, help="csv/parquet: the long table; focus: FinOps FOCUS 1.1 CSV; pdf: statement.")
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Output file (default statement-MONTH[-TENANT].EXT; '-' writes csv/focus/json to stdout).")
+@click.option("--as-of", "as_of", type=click.IntRange(min=0), default=None, metavar="SEQ",
+              help="As the ledger stood at SEQ: reproduces an export made then.")
+@click.option("--alias-key", "alias_key", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE", help="Replace hostnames and users by keyed-HMAC aliases (key read from FILE).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary of what was written.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@pass_app
+def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: Path | None, as_of: int | None,
+                alias_key: Path | None, as_json: bool, quiet: bool) -> None:
+    """Write the month's tenant accounting statement, summed from issued receipts.
+
+    Totals per tenant, per job class (partition, QOS) and per hour of day: runs, paid and delivered
+    GPU-hours, every loss bucket, unknown (resolved/pending), adjustments and cost, with the ledger head
+    hash the export was computed from. Receipts re-issued after their month closed appear as correction
+    rows in the month they were re-issued.
+
+    \b
+    Example:
+      ipledger export monthly --month 2026-11
+      ipledger export monthly --month 2026-11 --format pdf --out nov.pdf
+      ipledger export monthly --month 2026-11 --tenant astro --format focus --alias-key /etc/ipledger/alias.key
+      ipledger export monthly --month 2026-10 --as-of 18234 --format json --out -
+    """
+    from reports.alias import AliasError, Aliaser, read_key
+    from reports.export import build_statement, default_name, to_json, write
+    from reports.monthly import ExportError, cents
+    from reports.progress import Progress
+
+    try:
+        aliaser = Aliaser(read_key(alias_key) if alias_key else None)
+    except AliasError as exc:
+        raise UserError(str(exc)) from None
+    bar = Progress(f"export {month}", quiet=quiet)
+    try:
+        st = build_statement(app.engine(), month, tenant=tenant, as_of=as_of, aliaser=aliaser, progress=bar)
+    except ExportError as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        bar.close()
+    to_stdout = out is not None and str(out) == "-"
+    if to_stdout and fmt in ("pdf", "parquet"):
+        raise UserError(f"--out -: a {fmt} file cannot go to stdout; name a file")
+    path = None if to_stdout else (out or Path(default_name(month, fmt, tenant)))
+    if to_stdout:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            tmp = Path(d) / "out"
+            write(st, fmt, tmp)
+            sys.stdout.write(tmp.read_text())
+        return
+    try:
+        write(st, fmt, path)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write ({exc.strerror})") from None
+    t = st.summary.totals
+    summary = {"month": month, "format": fmt, "out": str(path), "tenant": tenant, "empty": st.empty,
+               "runs": t["runs"], "corrections": t["corrections"], "paid_gpu_hours": round(t["paid"], 6),
+               "delivered_gpu_hours": round(t["delivered"], 6), "billed": cents(t["billed"]),
+               "currency": ",".join(t["currencies"]) or None,
+               "ledger": {"through_seq": st.through_seq, "head_hash": st.head_hash}, "notes": st.notes}
+    if as_json:
+        emit_json(summary)
+        return
+    for note in st.notes:
+        click.echo(note, err=True)
+    click.echo(f"{path}: {t['runs']} runs, {t['paid']:.2f} GPU-hours paid, {t['delivered']:.2f} delivered, "
+               f"billed {cents(t['billed']):.2f} {summary['currency'] or ''} "
+               f"(ledger seq {st.through_seq}, head {st.head_hash[:16]})")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(export_group)

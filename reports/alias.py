@@ -1,0 +1,65 @@
+"""Pseudonymisation for exports: hostnames and users replaced by keyed-HMAC (SHA-256) aliases.
+
+The same key gives the same alias for the same name in every export (so months can be joined), a different
+key gives unrelated aliases, and without the key an alias cannot be turned back into a name by guessing
+a list of hostnames. The key file's bytes are the key (a trailing newline is ignored).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from pathlib import Path
+
+ALIAS_HEX = 12  # 48 bits: collision-free for any realistic fleet, short enough to read in a table
+
+
+class AliasError(ValueError):
+    pass
+
+
+def read_key(path: str | Path) -> bytes:
+    """The key's bytes; a missing or empty key file is a one-line error."""
+    p = Path(path)
+    try:
+        key = p.read_bytes().rstrip(b"\r\n")
+    except OSError as exc:
+        raise AliasError(f"{p}: cannot read alias key ({exc.strerror})") from None
+    if len(key) < 16:
+        raise AliasError(f"{p}: alias key too short ({len(key)} bytes; use at least 16 random bytes)")
+    return key
+
+
+class Aliaser:
+    """Maps names to stable aliases; ``Aliaser(None)`` leaves names as they are (site-internal exports)."""
+
+    def __init__(self, key: bytes | None) -> None:
+        self.key = key
+        self._cache: dict[tuple[str, str], str] = {}
+
+    @property
+    def active(self) -> bool:
+        return self.key is not None
+
+    def alias(self, kind: str, name: str | None) -> str | None:
+        """``kind`` (``host``/``user``) is part of the MAC input, so a user and a host of the same name differ."""
+        if name is None or self.key is None:
+            return name
+        k = (kind, name)
+        out = self._cache.get(k)
+        if out is None:
+            mac = hmac.new(self.key, f"{kind}\x00{name}".encode("utf-8"), hashlib.sha256).hexdigest()
+            out = self._cache[k] = f"{kind}-{mac[:ALIAS_HEX]}"
+        return out
+
+    def host(self, name: str | None) -> str | None:
+        return self.alias("host", name)
+
+    def user(self, name: str | None) -> str | None:
+        return self.alias("user", name)
+
+    def hosts(self, joined: str | None, sep: str = ",") -> str | None:
+        """A separator-joined list of hosts, each aliased."""
+        if not joined or self.key is None:
+            return joined
+        return sep.join(self.host(h) or "" for h in joined.split(sep))

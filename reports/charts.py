@@ -1,0 +1,159 @@
+"""Charts for the PDF documents, drawn with reportlab.graphics (vector, no plotting library, no screenshots).
+
+Every chart states its unit on the value axis and has a legend when it has more than one series.
+Empty input gives a small drawing that says "no data" instead of an empty frame.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from reportlab.graphics.charts.barcharts import HorizontalBarChart, VerticalBarChart
+from reportlab.graphics.charts.legends import Legend
+from reportlab.graphics.charts.lineplots import LinePlot
+from reportlab.graphics.shapes import Drawing, Group, Line, Rect, String
+from reportlab.lib import colors
+
+PALETTE = (colors.HexColor("#1f77b4"), colors.HexColor("#ff7f0e"), colors.HexColor("#2ca02c"),
+           colors.HexColor("#d62728"), colors.HexColor("#9467bd"), colors.HexColor("#8c564b"),
+           colors.HexColor("#e377c2"), colors.HexColor("#7f7f7f"), colors.HexColor("#bcbd22"),
+           colors.HexColor("#17becf"))
+FONT = "Helvetica"
+
+
+def _empty(width: float, height: float, title: str) -> Drawing:
+    d = Drawing(width, height)
+    d.add(String(0, height - 12, title, fontName=FONT + "-Bold", fontSize=10))
+    d.add(String(width / 2, height / 2, "no data", fontName=FONT, fontSize=9, textAnchor="middle",
+                 fillColor=colors.grey))
+    return d
+
+
+def _nice_max(v: float) -> float:
+    if v <= 0:
+        return 1.0
+    import math
+
+    mag = 10 ** math.floor(math.log10(v))
+    for step in (1, 2, 2.5, 5, 10):
+        if v <= step * mag:
+            return step * mag
+    return 10 * mag
+
+
+def _vlabel(x: float, y: float, text: str) -> Group:
+    """A value-axis unit label, rotated to run along the axis."""
+    g = Group(String(0, 0, text, fontName=FONT, fontSize=7, textAnchor="middle"))
+    g.translate(x, y)
+    g.rotate(90)
+    return g
+
+
+def _legend(d: Drawing, names: Sequence[str], width: float, y: float) -> None:
+    lg = Legend()
+    lg.x, lg.y = width - 95 * len(names), y
+    lg.fontName, lg.fontSize = FONT, 8
+    lg.alignment = "right"
+    lg.columnMaximum = 1
+    lg.deltax = 95
+    lg.dxTextSpace = 4
+    lg.colorNamePairs = [(PALETTE[i % len(PALETTE)], n) for i, n in enumerate(names)]
+    d.add(lg)
+
+
+def bar_chart(categories: Sequence[str], series: dict[str, Sequence[float]], *, title: str, unit: str,
+              width: float = 460, height: float = 200) -> Drawing:
+    """Grouped vertical bars: one group per category, one bar per series."""
+    if not categories or not series:
+        return _empty(width, height, title)
+    d = Drawing(width, height)
+    d.add(String(0, height - 12, title, fontName=FONT + "-Bold", fontSize=10))
+    ch = VerticalBarChart()
+    ch.x, ch.y, ch.width, ch.height = 50, 40, width - 70, height - 80
+    ch.data = [list(map(float, v)) for v in series.values()]
+    ch.categoryAxis.categoryNames = [str(c)[:14] for c in categories]
+    ch.categoryAxis.labels.fontName = FONT
+    ch.categoryAxis.labels.fontSize = 7
+    ch.categoryAxis.labels.angle = 30 if len(categories) > 6 else 0
+    ch.categoryAxis.labels.boxAnchor = "ne" if len(categories) > 6 else "n"
+    ch.valueAxis.valueMin = 0
+    ch.valueAxis.valueMax = _nice_max(max((max(v) for v in ch.data if len(v)), default=0) * 1.05)
+    ch.valueAxis.labels.fontName = FONT
+    ch.valueAxis.labels.fontSize = 7
+    ch.barSpacing = 1
+    ch.groupSpacing = 6
+    for i in range(len(ch.data)):
+        ch.bars[i].fillColor = PALETTE[i % len(PALETTE)]
+        ch.bars[i].strokeColor = None
+    d.add(ch)
+    d.add(_vlabel(10, 40 + ch.height / 2, unit))
+    if len(series) > 1:
+        _legend(d, list(series), width, height - 8)
+    return d
+
+
+def hbar_chart(labels: Sequence[str], values: Sequence[float], *, title: str, unit: str, width: float = 460,
+               height: float | None = None) -> Drawing:
+    """Horizontal bars, one per label (e.g. loss by cause)."""
+    height = height or max(90, 24 + 16 * len(labels) + 40)
+    if not labels:
+        return _empty(width, height, title)
+    d = Drawing(width, height)
+    d.add(String(0, height - 12, title, fontName=FONT + "-Bold", fontSize=10))
+    ch = HorizontalBarChart()
+    ch.x, ch.y, ch.width, ch.height = 130, 28, width - 150, height - 52
+    ch.data = [list(map(float, values))]
+    ch.categoryAxis.categoryNames = [str(x)[:24] for x in labels]
+    ch.categoryAxis.labels.fontName = FONT
+    ch.categoryAxis.labels.fontSize = 7
+    ch.valueAxis.valueMin = 0
+    ch.valueAxis.valueMax = _nice_max(max(values) * 1.05 if len(values) else 0)
+    ch.valueAxis.labels.fontName = FONT
+    ch.valueAxis.labels.fontSize = 7
+    ch.bars[0].fillColor = PALETTE[3]
+    ch.bars[0].strokeColor = None
+    d.add(ch)
+    d.add(String(ch.x + ch.width / 2, 4, unit, fontName=FONT, fontSize=7, textAnchor="middle"))
+    return d
+
+
+def line_chart(series: dict[str, Sequence[tuple[float, float]]], *, title: str, x_unit: str, y_unit: str,
+               width: float = 460, height: float = 180, x_range: tuple[float, float] | None = None,
+               shade: tuple[float, float] | None = None) -> Drawing:
+    """Lines over a numeric x axis; ``shade`` marks an x interval (a finding's span) in light red."""
+    pts = [p for v in series.values() for p in v]
+    if not pts:
+        return _empty(width, height, title)
+    d = Drawing(width, height)
+    d.add(String(0, height - 12, title, fontName=FONT + "-Bold", fontSize=10))
+    lp = LinePlot()
+    lp.x, lp.y, lp.width, lp.height = 50, 36, width - 70, height - 76
+    lp.data = [list(v) for v in series.values()]
+    xs = [p[0] for p in pts]
+    ys = [p[1] for p in pts]
+    x0, x1 = x_range or (min(xs), max(xs))
+    if x1 <= x0:
+        x1 = x0 + 1
+    lp.xValueAxis.valueMin, lp.xValueAxis.valueMax = x0, x1
+    lo = min(0.0, min(ys))
+    lp.yValueAxis.valueMin = lo
+    lp.yValueAxis.valueMax = _nice_max(max(ys) * 1.05) if max(ys) > 0 else 1.0
+    for ax in (lp.xValueAxis, lp.yValueAxis):
+        ax.labels.fontName = FONT
+        ax.labels.fontSize = 7
+    for i in range(len(lp.data)):
+        lp.lines[i].strokeColor = PALETTE[i % len(PALETTE)]
+        lp.lines[i].strokeWidth = 1.2
+    if shade is not None:
+        sx0 = lp.x + (max(shade[0], x0) - x0) / (x1 - x0) * lp.width
+        sx1 = lp.x + (min(shade[1], x1) - x0) / (x1 - x0) * lp.width
+        if sx1 > sx0:
+            d.add(Rect(sx0, lp.y, sx1 - sx0, lp.height, fillColor=colors.Color(1, 0.85, 0.85),
+                       strokeColor=None))
+    d.add(lp)
+    d.add(Line(lp.x, lp.y, lp.x + lp.width, lp.y, strokeColor=colors.black, strokeWidth=0.5))
+    d.add(String(lp.x + lp.width / 2, 6, x_unit, fontName=FONT, fontSize=7, textAnchor="middle"))
+    d.add(_vlabel(10, lp.y + lp.height / 2, y_unit))
+    if len(series) > 1:
+        _legend(d, list(series), width, height - 8)
+    return d

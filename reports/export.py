@@ -1,0 +1,289 @@
+"""A month's statement: the billed receipts and corrections of a month as tables, and its writers
+(CSV, Parquet, JSON; FOCUS in :mod:`reports.focus`, PDF in :mod:`reports.pdf_statement`).
+
+:func:`statement_from_issues` is pure (issued receipts in, :class:`Statement` out); :func:`build_statement`
+reads the issued receipts from a ledger first. The CSV and Parquet files hold the same long table: one
+row per aggregate with a ``level`` column (``total``, ``tenant``, ``class``, ``hour``, ``run``), so the
+run rows reconcile the aggregates inside the file itself.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from .alias import Aliaser
+from .issued import Correction, Issue, IssuedSet, load_issues, select_month
+from .monthly import (NUMERIC_COLUMNS, SUM_COLUMNS, ExportError, Flat, Summary, cents, flatten, month_bounds,
+                      summarise)
+
+STATEMENT_VERSION = "1"
+FORMATS = ("csv", "parquet", "focus", "json", "pdf")
+HOURS_DECIMALS = 6
+
+
+class UnknownTenant(ExportError):
+    pass
+
+
+@dataclass(frozen=True)
+class Statement:
+    """Everything a month's export shows; the writers only format it."""
+
+    month: str
+    period_start: str
+    period_end: str
+    through_seq: int
+    head_hash: str
+    tenant: str | None
+    aliased: bool
+    flat: Flat  # usage and correction rows, unknown intervals, adjustments
+    summary: Summary
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rows(self) -> pd.DataFrame:
+        return self.flat.rows
+
+    @property
+    def empty(self) -> bool:
+        return self.flat.rows.empty
+
+
+def _correction_flat(corrections: list[Correction]) -> Flat:
+    """Rows carrying (new - previously billed) for every numeric column; detail lines that are new."""
+    if not corrections:
+        return flatten([], row_kind="correction")
+    new = flatten([dict(c.new.receipt, _replaces_hash=c.old.receipt_hash) for c in corrections], "correction")
+    old = flatten([c.old.receipt for c in corrections], "correction")
+    rows = new.rows.copy()
+    for col in NUMERIC_COLUMNS:
+        if col != "n_devices":
+            rows[col] = new.rows[col].to_numpy() - old.rows[col].to_numpy()
+    key = ["cluster", "job_id", "run"]
+    seen_u = set(map(tuple, old.unknowns[key + ["id", "resolution"]].astype(str).itertuples(index=False)))
+    u = new.unknowns[[tuple(r) not in seen_u for r in
+                      new.unknowns[key + ["id", "resolution"]].astype(str).itertuples(index=False)]]
+    seen_a = set(map(tuple, old.adjustments[key + ["id", "kind", "amount"]].astype(str)
+                     .itertuples(index=False)))
+    a = new.adjustments[[tuple(r) not in seen_a for r in
+                         new.adjustments[key + ["id", "kind", "amount"]].astype(str).itertuples(index=False)]]
+    return Flat(rows=rows, unknowns=u.reset_index(drop=True), adjustments=a.reset_index(drop=True))
+
+
+def _alias(flat: Flat, aliaser: Aliaser) -> Flat:
+    if not aliaser.active:
+        return flat
+    rows = flat.rows.copy()
+    rows["nodes"] = [aliaser.hosts(v) for v in rows["nodes"]]
+    rows["user"] = [aliaser.user(v) for v in rows["user"]]
+    u = flat.unknowns.copy()
+    u["node"] = [aliaser.host(v) for v in u["node"]]
+    a = flat.adjustments.copy()
+    a["by"] = [aliaser.user(v) for v in a["by"]]
+    return Flat(rows=rows, unknowns=u, adjustments=a)
+
+
+def statement_from_issues(issued: IssuedSet, month: str, tenant: str | None = None,
+                          aliaser: Aliaser | None = None, grace_s: float = 0.0) -> Statement:
+    """The statement of ``month`` from issued receipts (pure)."""
+    start, end = month_bounds(month)
+    if tenant is not None and tenant not in issued.tenants:
+        known = ", ".join(sorted(issued.tenants)) or "none"
+        raise UnknownTenant(f"--tenant {tenant!r}: no issued receipt names this tenant (known: {known})")
+    usage, corrections = select_month(issued.issues, month, grace_s)
+    if tenant is not None:
+        usage = [i for i in usage if i.tenant == tenant]
+        corrections = [c for c in corrections if c.new.tenant == tenant]
+    u = flatten([i.receipt for i in usage], "usage")
+    c = _correction_flat(corrections)
+    flat = Flat(rows=pd.concat([u.rows, c.rows], ignore_index=True) if len(c.rows) else u.rows,
+                unknowns=pd.concat([u.unknowns, c.unknowns], ignore_index=True) if len(c.unknowns)
+                else u.unknowns,
+                adjustments=pd.concat([u.adjustments, c.adjustments], ignore_index=True) if len(c.adjustments)
+                else u.adjustments)
+    flat = _alias(flat, aliaser or Aliaser(None))
+    notes = []
+    if flat.rows.empty:
+        who = f" for tenant {tenant}" if tenant else ""
+        notes.append(f"No issued receipts{who} for runs in {month} (ledger through seq {issued.through_seq}): "
+                     "this statement is empty.")
+    if issued.not_replayed:
+        notes.append(f"{issued.not_replayed} issued receipt(s) did not replay to their issued hash; "
+                     "run `ipledger verify`.")
+    if len(corrections):
+        notes.append(f"{len(corrections)} correction(s) to earlier months' runs are billed in {month}.")
+    return Statement(month=month, period_start=start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                     period_end=end.strftime("%Y-%m-%dT%H:%M:%SZ"), through_seq=issued.through_seq,
+                     head_hash=issued.head_hash, tenant=tenant, aliased=bool(aliaser and aliaser.active),
+                     flat=flat, summary=summarise(flat.rows), notes=notes)
+
+
+def build_statement(engine, month: str, tenant: str | None = None, as_of: int | None = None,  # noqa: ANN001
+                    aliaser: Aliaser | None = None, grace_s: float = 0.0,
+                    progress: Callable[[int, int], None] | None = None) -> Statement:
+    """Read the issued receipts through ``as_of`` from the ledger and build the month's statement."""
+    month_bounds(month)
+    issued = load_issues(engine, through_seq=as_of, progress=progress)
+    return statement_from_issues(issued, month, tenant=tenant, aliaser=aliaser, grace_s=grace_s)
+
+
+# --- the long table (CSV, Parquet) ---------------------------------------------------------------------------
+
+LONG_KEYS = ("level", "month", "tenant", "partition", "qos", "currency", "hour", "cluster", "job_id", "run",
+             "row_kind", "user", "nodes", "sku", "window_start", "window_end", "receipt_hash", "replaces_hash")
+LONG_COLUMNS = LONG_KEYS + ("runs", "corrections", "lost") + SUM_COLUMNS + ("through_seq", "head_hash")
+
+
+def _iso(epoch: pd.Series) -> pd.Series:
+    return pd.to_datetime(epoch, unit="s", utc=True).dt.strftime("%Y-%m-%dT%H:%M:%SZ").where(epoch.notna(), None)
+
+
+def long_table(st: Statement) -> pd.DataFrame:
+    """Total, tenant, class, hour and run rows in one table (documented in docs/reports.md)."""
+    s = st.summary
+    parts = []
+    tot = pd.DataFrame([{**{c: s.totals.get(c, 0.0) for c in SUM_COLUMNS}, "runs": s.totals["runs"],
+                         "corrections": s.totals["corrections"], "level": "total",
+                         "currency": ",".join(s.totals["currencies"]) or None}])
+    parts.append(tot)
+    parts.append(s.by_tenant.assign(level="tenant"))
+    parts.append(s.by_class.assign(level="class"))
+    h = s.by_hour.assign(level="hour")
+    parts.append(h)
+    r = st.rows.copy()
+    r["runs"] = (r["row_kind"] == "usage").astype("int64")
+    r["corrections"] = (r["row_kind"] == "correction").astype("int64")
+    r["window_start"] = _iso(r["window_start"])
+    r["window_end"] = _iso(r["window_end"])
+    parts.append(r.assign(level="run"))
+    out = pd.concat([p for p in parts if len(p)], ignore_index=True)
+    out["month"] = st.month
+    out["through_seq"] = st.through_seq
+    out["head_hash"] = st.head_hash
+    for c in LONG_COLUMNS:
+        if c not in out.columns:
+            out[c] = None
+    out["lost"] = out["paid"] - out["delivered"]
+    out = out[list(LONG_COLUMNS)]
+    for c in ("runs", "corrections", "through_seq"):
+        out[c] = out[c].fillna(0).astype("int64")
+    out["hour"] = out["hour"].astype("Int64")
+    out["run"] = out["run"].astype("Int64")
+    money = {"cost_paid", "cost_delivered", "cost_lost", "adjustment_cost", "billed"}
+    for c in ("lost", *SUM_COLUMNS):
+        out[c] = out[c].astype("float64").round(2 if c in money else HOURS_DECIMALS)
+    for c in LONG_KEYS:
+        if c not in ("hour", "run"):
+            out[c] = out[c].astype("object").where(out[c].notna(), None)
+    return out
+
+
+def write_csv(st: Statement, path: Path) -> None:
+    long_table(st).to_csv(path, index=False, float_format="%.6f")
+
+
+def write_parquet(st: Statement, path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pa.Table.from_pandas(long_table(st), preserve_index=False)
+    meta = {b"ipledger.month": st.month.encode(), b"ipledger.through_seq": str(st.through_seq).encode(),
+            b"ipledger.head_hash": st.head_hash.encode(), b"ipledger.statement_version": STATEMENT_VERSION.encode()}
+    pq.write_table(t.replace_schema_metadata({**(t.schema.metadata or {}), **meta}), path)
+
+
+# --- JSON -------------------------------------------------------------------------------------------------------
+
+def _records(df: pd.DataFrame) -> list[dict]:
+    money = {"cost_paid", "cost_delivered", "cost_lost", "adjustment_cost", "billed", "amount"}
+    out = []
+    for rec in df.to_dict(orient="records"):
+        clean = {}
+        for k, v in rec.items():
+            if isinstance(v, (np.integer,)):
+                v = int(v)
+            elif isinstance(v, (float, np.floating)):
+                v = None if np.isnan(v) else (cents(v) if k in money else round(float(v), HOURS_DECIMALS))
+            elif v is pd.NA:
+                v = None
+            clean[k] = v
+        out.append(clean)
+    return out
+
+
+def top_runs_by_loss(st: Statement, n: int = 10) -> pd.DataFrame:
+    r = st.rows[st.rows["row_kind"] == "usage"].copy()
+    r["lost"] = r["paid"] - r["delivered"]
+    r = r.sort_values(["lost", "job_id"], ascending=[False, True]).head(n)
+    return r[["tenant", "cluster", "job_id", "run", "partition", "sku", "n_devices", "paid", "delivered", "lost",
+              "unknown", "cost_lost", "currency"]]
+
+
+def to_json(st: Statement) -> dict:
+    t = st.summary.totals
+    totals = {k: (cents(v) if k in ("cost_paid", "cost_delivered", "cost_lost", "adjustment_cost", "billed")
+                  else (round(v, HOURS_DECIMALS) if isinstance(v, float) else v)) for k, v in t.items()}
+    totals["lost"] = round(t["paid"] - t["delivered"], HOURS_DECIMALS)
+    rows = st.rows
+    corr = rows[rows["row_kind"] == "correction"]
+    return {
+        "statement_version": STATEMENT_VERSION,
+        "month": st.month,
+        "period": {"start": st.period_start, "end": st.period_end},
+        "ledger": {"through_seq": st.through_seq, "head_hash": st.head_hash},
+        "tenant": st.tenant,
+        "aliased": st.aliased,
+        "empty": st.empty,
+        "notes": st.notes,
+        "units": {"hours": "GPU-hours", "money": ",".join(t["currencies"]) or None},
+        "totals": totals,
+        "tenants": _records(st.summary.by_tenant),
+        "classes": _records(st.summary.by_class),
+        "hours": _records(st.summary.by_hour),
+        "top_runs_by_loss": _records(top_runs_by_loss(st)),
+        "unknown_intervals": _records(st.flat.unknowns),
+        "adjustments": _records(st.flat.adjustments),
+        "corrections": _records(corr[["tenant", "cluster", "job_id", "run", "receipt_hash", "replaces_hash",
+                                      "paid", "delivered", "billed", "currency"]]),
+    }
+
+
+def write_json(st: Statement, path: Path) -> None:
+    path.write_text(json.dumps(to_json(st), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def write(st: Statement, fmt: str, path: str | Path) -> Path:
+    """Write ``st`` as ``fmt`` (one of FORMATS) to ``path``."""
+    p = Path(path)
+    if fmt == "csv":
+        write_csv(st, p)
+    elif fmt == "parquet":
+        write_parquet(st, p)
+    elif fmt == "json":
+        write_json(st, p)
+    elif fmt == "focus":
+        from .focus import write_focus
+
+        write_focus(st, p)
+    elif fmt == "pdf":
+        from .pdf_statement import render
+
+        render(st, p)
+    else:
+        raise ExportError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    return p
+
+
+def default_name(month: str, fmt: str, tenant: str | None) -> str:
+    ext = {"csv": "csv", "parquet": "parquet", "focus": "focus.csv", "json": "json", "pdf": "pdf"}[fmt]
+    return f"statement-{month}{'-' + tenant if tenant else ''}.{ext}"
+
+
+__all__ = ["Statement", "build_statement", "statement_from_issues", "write", "to_json", "long_table",
+           "UnknownTenant", "Issue"]

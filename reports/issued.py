@@ -1,0 +1,192 @@
+"""Issued receipts as the ledger holds them, and which of them a month's statement bills.
+
+An issued receipt is a ``receipt_issued`` entry. If its payload carries the receipt itself (key ``receipt``,
+or the receipt's own keys) that is used as is; if it carries only the hash and ``through_seq``, the receipt
+is recomputed with the receipts package's public function at that ``through_seq`` (receipts are pure
+functions of the ledger, DESIGN.md principle 5) and its hash compared with the issued one.
+
+Billing rule (pure, :func:`select_month`): a run is billed in the month its window ends (``M``). The
+receipt billed there is the latest issue made before ``M`` closed (the first instant of the next month plus
+``grace_s``), or, if every issue came later, the first one. Every later issue that changes the receipt is a
+**correction** in the month it was issued (never earlier than ``M``): a row with the difference against the
+receipt previously billed, marked ``ChargeClass=Correction`` in FOCUS. A closed month therefore never
+changes silently; ``--as-of SEQ`` reproduces any past export exactly.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+from sqlalchemy import text
+
+from .monthly import _epoch, month_bounds, month_of
+
+ProgressFn = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One issue of one run's receipt."""
+
+    seq: int
+    issued_at: float  # epoch seconds; NaN when unknown
+    receipt: Mapping[str, Any]
+    issued_hash: str | None = None
+    replays: bool = True  # False when a recomputed receipt's hash differs from the issued one
+
+    @property
+    def key(self) -> tuple:
+        j = self.receipt.get("job") or {}
+        return (j.get("cluster"), str(j.get("job_id")), int(j.get("run") or 0))
+
+    @property
+    def receipt_hash(self) -> str | None:
+        return self.receipt.get("receipt_hash") or self.issued_hash
+
+    @property
+    def tenant(self) -> str | None:
+        j = self.receipt.get("job") or {}
+        return j.get("account") or j.get("namespace") or j.get("tenant")
+
+    @property
+    def window_end(self) -> float:
+        w = self.receipt.get("window") or {}
+        e = _epoch(w.get("end"))
+        return _epoch(w.get("start")) if math.isnan(e) else e
+
+
+@dataclass(frozen=True)
+class IssuedSet:
+    issues: list[Issue]
+    through_seq: int
+    head_hash: str
+    not_replayed: int = 0
+
+    @property
+    def tenants(self) -> set[str]:
+        return {i.tenant for i in self.issues if i.tenant}
+
+
+def _is_receipt(d: Any) -> bool:
+    return isinstance(d, Mapping) and "gpu_hours" in d and "job" in d
+
+
+def ledger_head(engine, through_seq: int | None) -> tuple[int, str]:  # noqa: ANN001
+    """(seq, hash) of the last entry at or before ``through_seq`` (the whole ledger when None)."""
+    from ledger.entries import GENESIS_HASH
+
+    sql = "SELECT seq, hash FROM entries" + (" WHERE seq <= :s" if through_seq is not None else "")
+    with engine.connect() as conn:
+        row = conn.execute(text(sql + " ORDER BY seq DESC LIMIT 1"),
+                           {"s": through_seq} if through_seq is not None else {}).first()
+    return (0, GENESIS_HASH) if row is None else (int(row[0]), row[1])
+
+
+def _recompute(engine, pending: list[tuple[Any, dict]]) -> list[tuple[Any, dict, bool]]:  # noqa: ANN001
+    """Receipts the issue entries name only by hash: rebuilt from the entries through their ``through_seq``."""
+    from ledger import store
+    from ledger import receipts as receipts_mod
+
+    if not pending:
+        return []
+    upto = max(int(p.get("through_seq") or ce.seq) for ce, p in pending)
+    entries = list(store.iter_entries(engine, through_seq=upto))
+    seqs = [c.seq for c in entries]
+    out = []
+    for ce, p in pending:
+        through = int(p.get("through_seq") or ce.seq)
+        prefix = entries[:bisect.bisect_right(seqs, through)]
+        job_id = str(p.get("job_id") or ce.entry.job_id)
+        run = p.get("run", ce.entry.run)
+        r = receipts_mod.build_receipt(prefix, job_id, None if run is None else int(run))
+        want = p.get("receipt_hash") or p.get("hash")
+        out.append((ce, r, want is None or want == r.get("receipt_hash")))
+    return out
+
+
+def load_issues(engine, through_seq: int | None = None,  # noqa: ANN001
+                progress: ProgressFn | None = None) -> IssuedSet:
+    """Every issued receipt through ``through_seq`` (default: the whole ledger), in sequence order."""
+    from ledger import store
+    from ledger.entries import Kind
+
+    seq, head = ledger_head(engine, through_seq)
+    issues: list[Issue] = []
+    pending: list[tuple[Any, dict]] = []
+    n = 0
+    for ce in store.iter_entries(engine, through_seq=seq, kinds=[Kind.RECEIPT_ISSUED]):
+        p = ce.entry.data
+        issued_at = _epoch(p.get("issued_at") or ce.entry.recorded_at or ce.entry.ts)
+        if _is_receipt(p.get("receipt")):
+            issues.append(Issue(ce.seq, issued_at, p["receipt"], p.get("receipt_hash")))
+        elif _is_receipt(p):
+            issues.append(Issue(ce.seq, issued_at, p, p.get("receipt_hash")))
+        else:
+            pending.append((ce, p))
+        n += 1
+        if progress and n % 1000 == 0:
+            progress(n, 0)
+    bad = 0
+    for ce, r, ok in _recompute(engine, pending):
+        p = ce.entry.data
+        issued_at = _epoch(p.get("issued_at") or ce.entry.recorded_at or ce.entry.ts)
+        issues.append(Issue(ce.seq, issued_at, r, p.get("receipt_hash") or p.get("hash"), replays=ok))
+        bad += not ok
+    issues.sort(key=lambda i: i.seq)
+    return IssuedSet(issues=issues, through_seq=seq, head_hash=head, not_replayed=bad)
+
+
+@dataclass(frozen=True)
+class Correction:
+    month: str
+    new: Issue
+    old: Issue
+
+
+def _plan(issues: Iterable[Issue], grace_s: float) -> tuple[dict, list[Correction]]:
+    """run key -> (billing month, billed issue); and every correction, each with its month."""
+    by_run: dict[tuple, list[Issue]] = {}
+    for i in issues:
+        by_run.setdefault(i.key, []).append(i)
+    billed: dict[tuple, tuple[str, Issue]] = {}
+    corrections: list[Correction] = []
+    for key, its in by_run.items():
+        its.sort(key=lambda i: i.seq)
+        we = its[0].window_end
+        if math.isnan(we):
+            continue  # a receipt without any window cannot be placed in a month
+        m = month_of(we)
+        close = month_bounds(m)[1].timestamp() + grace_s
+        on_time = [i for i in its if math.isnan(i.issued_at) or i.issued_at < close]
+        base = on_time[-1] if on_time else its[0]
+        billed[key] = (m, base)
+        prev = base
+        later: dict[str, Issue] = {}
+        for i in its:
+            if i.seq <= base.seq:
+                continue
+            cm = max(m, month_of(i.issued_at - grace_s)) if not math.isnan(i.issued_at) else m
+            later[cm] = i  # the last issue of each month stands for that month
+        for cm in sorted(later):
+            cur = later[cm]
+            if cur.receipt_hash != prev.receipt_hash:
+                corrections.append(Correction(cm, cur, prev))
+                prev = cur
+    return billed, corrections
+
+
+def select_month(issues: Iterable[Issue], month: str,
+                 grace_s: float = 0.0) -> tuple[list[Issue], list[Correction]]:
+    """The issues billed as usage in ``month`` and the corrections booked in ``month`` (pure)."""
+    month_bounds(month)  # validates
+    billed, corrections = _plan(issues, grace_s)
+    usage = sorted((i for m, i in billed.values() if m == month), key=lambda i: i.seq)
+    return usage, [c for c in corrections if c.month == month]
+
+
+def now_epoch() -> float:
+    return dt.datetime.now(tz=dt.timezone.utc).timestamp()

@@ -1,0 +1,364 @@
+"""The monthly tenant accounting export: receipts flattened into one table, then summed per tenant, per job
+class (partition, QOS) and per hour of day.
+
+The core is pure: :func:`flatten` turns receipt dicts (DESIGN.md §6 "Receipt JSON") into a flat table, one
+row per receipt; :func:`monthly_rows` keeps the month's rows; :func:`summarise` aggregates them
+(vectorised, in DuckDB over the flat table, so a million receipts take seconds). Nothing is recomputed
+from telemetry: every number is a sum of issued receipts, so the export reconciles to them to the cent.
+
+Rules (docs/reports.md has the full text):
+
+* A run belongs to the month in which its window **ends** (UTC). Open windows use their start.
+* The hour-of-day profile (UTC) spreads each run's paid and delivered GPU-hours over the hours of the day
+  in proportion to the run's window overlap with each hour (receipts carry no hourly split), so it is a
+  profile of *when* hours were held, not a measurement per hour.
+* ``unknown`` is split into ``unknown_resolved`` (intervals that carry a resolution) and
+  ``unknown_pending``; a run-scope interval (no device) counts once per device of the run.
+* ``billed`` = ``cost_paid`` + the receipt's adjustments (credits negative).
+* Correction rows (``row_kind == "correction"``) carry the *difference* between a re-issued receipt and the
+  one already billed (see :mod:`reports.issued`); they sum with the usage rows like any other row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+THROTTLE_CAUSES = ("thermal", "power_cap", "hw_slowdown", "sync_boost", "other")
+LOSS_BUCKETS = tuple(f"throttled_{c}" for c in THROTTLE_CAUSES) + ("underutilized", "starved", "idle_held",
+                                                                     "unknown")
+HOUR_COLUMNS = ("paid", "delivered") + LOSS_BUCKETS + ("unknown_resolved", "unknown_pending", "suspended",
+                                                        "adjustment_gpu_hours")
+MONEY_COLUMNS = ("cost_paid", "cost_delivered", "cost_lost", "adjustment_cost", "billed")
+COUNT_COLUMNS = ("n_devices", "n_unknown_intervals", "n_adjustments")
+NUMERIC_COLUMNS = HOUR_COLUMNS + MONEY_COLUMNS + COUNT_COLUMNS
+TEXT_COLUMNS = ("row_kind", "cluster", "job_id", "tenant", "partition", "qos", "user", "nodes", "sku",
+                "contract_id", "contract_version", "method", "receipt_hash", "replaces_hash", "currency")
+ROW_COLUMNS = TEXT_COLUMNS + ("run", "through_seq", "window_start", "window_end") + NUMERIC_COLUMNS
+SUM_COLUMNS = HOUR_COLUMNS + MONEY_COLUMNS
+MONTH_RE = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+_UTC = dt.timezone.utc
+
+
+class ExportError(ValueError):
+    """Bad input to an export (a malformed month, a receipt without a required field): one line."""
+
+
+def month_bounds(month: str) -> tuple[dt.datetime, dt.datetime]:
+    """[first instant, first instant of the next month) in UTC for ``YYYY-MM``."""
+    m = MONTH_RE.match(month or "")
+    if not m:
+        raise ExportError(f"--month {month!r}: expected YYYY-MM, e.g. 2026-11")
+    y, mo = int(m.group(1)), int(m.group(2))
+    start = dt.datetime(y, mo, 1, tzinfo=_UTC)
+    end = dt.datetime(y + (mo == 12), mo % 12 + 1, 1, tzinfo=_UTC)
+    return start, end
+
+
+def month_of(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, tz=_UTC).strftime("%Y-%m")
+
+
+def _epoch(ts: Any) -> float:
+    if ts is None or ts == "":
+        return float("nan")
+    if isinstance(ts, (int, float)):
+        return float(ts)
+    s = str(ts)
+    if s.endswith(("Z", "z")):
+        s = s[:-1] + "+00:00"
+    try:
+        v = dt.datetime.fromisoformat(s)
+    except ValueError:
+        raise ExportError(f"receipt timestamp {ts!r}: not RFC 3339") from None
+    if v.tzinfo is None:
+        v = v.replace(tzinfo=_UTC)
+    return v.timestamp()
+
+
+def _num(v: Any) -> float:
+    try:
+        return 0.0 if v is None else float(v)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _adj_amount(a: Mapping[str, Any]) -> float:
+    for k in ("amount", "cost", "money"):
+        if a.get(k) is not None:
+            v = a[k]
+            return _num(v.get("amount") if isinstance(v, Mapping) else v)
+    return 0.0
+
+
+def _adj_hours(a: Mapping[str, Any]) -> float:
+    for k in ("gpu_hours", "hours"):
+        if a.get(k) is not None:
+            return _num(a[k])
+    return 0.0
+
+
+def _interval_hours(iv: Mapping[str, Any], n_devices: int) -> float:
+    s, e = _epoch(iv.get("start")), _epoch(iv.get("end"))
+    if not (e > s):
+        return 0.0
+    per = 1 if iv.get("device") else max(n_devices, 1)
+    return (e - s) / 3600.0 * per
+
+
+@dataclass(frozen=True)
+class Flat:
+    """Receipts as tables: ``rows`` (one per receipt), ``unknowns`` (one per unknown interval) and
+    ``adjustments`` (one per adjustment line), the last two keyed by (cluster, job_id, run)."""
+
+    rows: pd.DataFrame
+    unknowns: pd.DataFrame
+    adjustments: pd.DataFrame
+
+
+UNKNOWN_COLUMNS = ("cluster", "job_id", "run", "tenant", "id", "device", "node", "start", "end", "cause",
+                   "gpu_hours", "resolution", "row_kind")
+ADJUSTMENT_COLUMNS = ("cluster", "job_id", "run", "tenant", "id", "kind", "gpu_hours", "amount", "currency",
+                      "reason", "by", "references", "row_kind")
+
+
+def _resolution_text(r: Any) -> str | None:
+    if r is None:
+        return None
+    if isinstance(r, Mapping):
+        parts = [str(r.get(k)) for k in ("resolution", "kind", "policy", "outcome") if r.get(k)]
+        return parts[0] if parts else json.dumps(r, sort_keys=True)
+    return str(r)
+
+
+def flatten(receipts: Iterable[Mapping[str, Any]], row_kind: str = "usage") -> Flat:
+    """One row per receipt (the columns of ``ROW_COLUMNS``); the only per-receipt Python loop in reports."""
+    cols: dict[str, list] = {c: [] for c in ROW_COLUMNS}
+    unk: list[tuple] = []
+    adj: list[tuple] = []
+    a = {c: cols[c].append for c in ROW_COLUMNS}
+    for r in receipts:
+        job = r.get("job") or {}
+        gh = r.get("gpu_hours") or {}
+        th = gh.get("throttled") or {}
+        cost = r.get("cost") or {}
+        win = r.get("window") or {}
+        devices = job.get("devices") or []
+        n_dev = len(devices)
+        key = (job.get("cluster"), None if job.get("job_id") is None else str(job.get("job_id")),
+               int(job.get("run") or 0))
+        tenant = job.get("account") or job.get("namespace") or job.get("tenant")
+        currency = cost.get("currency")
+        nodes = sorted({d.get("node") for d in devices if d.get("node")})
+        skus = sorted({d.get("sku") for d in devices if d.get("sku")})
+        contract = r.get("contract") or {}
+        method = r.get("method") or {}
+        unknown = _num(gh.get("unknown"))
+        resolved = 0.0
+        ivs = r.get("unknown_intervals") or []
+        for iv in ivs:
+            h = _interval_hours(iv, n_dev)
+            res = _resolution_text(iv.get("resolution"))
+            if res is not None:
+                resolved += h
+            unk.append((*key, tenant, iv.get("id"), iv.get("device"), iv.get("node"), iv.get("start"),
+                        iv.get("end"), iv.get("cause"), h, res, row_kind))
+        resolved = min(resolved, unknown)
+        adjs = r.get("adjustments") or []
+        adj_cost = adj_h = 0.0
+        for x in adjs:
+            amt, hrs = _adj_amount(x), _adj_hours(x)
+            adj_cost += amt
+            adj_h += hrs
+            refs = x.get("references") or x.get("refs")
+            adj.append((*key, tenant, x.get("id"), x.get("kind") or x.get("type"), hrs, amt,
+                        x.get("currency") or currency, x.get("reason"), x.get("by"),
+                        json.dumps(refs, sort_keys=True) if refs is not None else None, row_kind))
+        cost_paid = _num(cost.get("paid"))
+        ledger = r.get("ledger") or {}
+        a["row_kind"](row_kind)
+        a["cluster"](key[0])
+        a["job_id"](key[1])
+        a["run"](key[2])
+        a["tenant"](tenant)
+        a["partition"](job.get("partition"))
+        a["qos"](job.get("qos"))
+        a["user"](job.get("user"))
+        a["nodes"](",".join(nodes) if nodes else None)
+        a["sku"](skus[0] if len(skus) == 1 else ("mixed" if skus else None))
+        a["contract_id"](contract.get("id"))
+        a["contract_version"](None if contract.get("version") is None else str(contract.get("version")))
+        a["method"](f"{method.get('name')}/{method.get('version')}" if method else None)
+        a["receipt_hash"](r.get("receipt_hash"))
+        a["replaces_hash"](r.get("_replaces_hash"))
+        a["currency"](currency)
+        a["through_seq"](int(ledger.get("through_seq") or 0))
+        a["window_start"](_epoch(win.get("start")))
+        a["window_end"](_epoch(win.get("end")))
+        a["paid"](_num(gh.get("paid")))
+        a["delivered"](_num(gh.get("delivered")))
+        for c in THROTTLE_CAUSES:
+            a[f"throttled_{c}"](_num(th.get(c)))
+        a["underutilized"](_num(gh.get("underutilized")))
+        a["starved"](_num(gh.get("starved")))
+        a["idle_held"](_num(gh.get("idle_held")))
+        a["unknown"](unknown)
+        a["unknown_resolved"](resolved)
+        a["unknown_pending"](unknown - resolved)
+        a["suspended"](_num(gh.get("suspended")))
+        a["adjustment_gpu_hours"](adj_h)
+        a["cost_paid"](cost_paid)
+        a["cost_delivered"](_num(cost.get("delivered")))
+        a["cost_lost"](_num(cost.get("lost")))
+        a["adjustment_cost"](adj_cost)
+        a["billed"](cost_paid + adj_cost)
+        a["n_devices"](n_dev)
+        a["n_unknown_intervals"](len(ivs))
+        a["n_adjustments"](len(adjs))
+    rows = pd.DataFrame({c: pd.Series(cols[c], dtype=_dtype(c)) for c in ROW_COLUMNS})
+    return Flat(rows=rows, unknowns=pd.DataFrame(unk, columns=list(UNKNOWN_COLUMNS)),
+                adjustments=pd.DataFrame(adj, columns=list(ADJUSTMENT_COLUMNS)))
+
+
+def _dtype(col: str) -> str:
+    if col in ("run", "through_seq") or col in COUNT_COLUMNS:
+        return "int64"
+    if col in TEXT_COLUMNS:
+        return "object"
+    return "float64"
+
+
+def in_month(rows: pd.DataFrame, month: str) -> pd.Series:
+    """Rows whose window ends in ``month`` (open windows: whose start does)."""
+    start, end = month_bounds(month)
+    t = rows["window_end"].where(rows["window_end"].notna(), rows["window_start"])
+    return (t >= start.timestamp()) & (t < end.timestamp())
+
+
+def monthly_rows(receipts: Iterable[Mapping[str, Any]], month: str) -> pd.DataFrame:
+    """The flat rows of the receipts whose run belongs to ``month`` (pure; the benchmark's entry point)."""
+    rows = flatten(receipts).rows
+    return rows[in_month(rows, month)].reset_index(drop=True)
+
+
+# --- aggregation -------------------------------------------------------------------------------------------
+
+def _group_sql(keys: list[str]) -> str:
+    k = ", ".join(keys)
+    sums = ", ".join(f"SUM({c}) AS {c}" for c in SUM_COLUMNS)
+    return (f"SELECT {k}, COUNT(*) FILTER (WHERE row_kind = 'usage') AS runs, "
+            f"COUNT(*) FILTER (WHERE row_kind = 'correction') AS corrections, {sums} "
+            f"FROM flat GROUP BY {k} ORDER BY {k}")
+
+
+def aggregate(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """SUM of every hour and money column GROUP BY ``keys``, in DuckDB (vectorised, no Python per row)."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        con.register("flat", rows[list(dict.fromkeys([*keys, "row_kind", *SUM_COLUMNS]))])
+        out = con.execute(_group_sql(keys)).df()
+    finally:
+        con.close()
+    for c in ("runs", "corrections"):
+        out[c] = out[c].astype("int64")
+    return out
+
+
+def hour_profile(rows: pd.DataFrame, keys: tuple[str, ...] = ("tenant", "currency"),
+                 chunk: int = 200_000) -> pd.DataFrame:
+    """Paid and delivered GPU-hours by (keys, hour of day UTC), each run spread over its window's hours.
+
+    For a window [s, e), the seconds it spends in hour-of-day h are F_h(e) - F_h(s), where
+    F_h(t) = floor(t / 86400) * 3600 + clip(t mod 86400 - 3600 h, 0, 3600) counts the seconds of hour h
+    between the epoch and t. Each run's hours are weighted by that share of its window.
+    """
+    out_cols = [*keys, "hour", "paid", "delivered"]
+    if rows.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object" if c in keys else "float64") for c in out_cols})
+    codes, uniques = pd.MultiIndex.from_frame(rows[list(keys)].fillna("")).factorize()
+    hours = np.arange(24, dtype="float64") * 3600.0
+    acc = np.zeros((2, len(uniques), 24))
+    s_all = rows["window_start"].to_numpy(dtype="float64")
+    e_all = rows["window_end"].to_numpy(dtype="float64")
+    e_all = np.where(np.isnan(e_all), s_all, e_all)
+    w_all = rows[["paid", "delivered"]].to_numpy(dtype="float64")
+
+    def cum(t: np.ndarray) -> np.ndarray:
+        day, sec = np.divmod(t, 86400.0)
+        return day[:, None] * 3600.0 + np.clip(sec[:, None] - hours[None, :], 0.0, 3600.0)
+
+    for i in range(0, len(rows), chunk):
+        s, e = s_all[i:i + chunk], e_all[i:i + chunk]
+        span = e - s
+        ok = np.isfinite(s) & (span > 0)
+        frac = np.zeros((len(s), 24))
+        if ok.any():
+            frac[ok] = (cum(e[ok]) - cum(s[ok])) / span[ok, None]
+        # zero-length or timeless windows: their hours go to the hour of the start (or nowhere if unknown)
+        point = np.isfinite(s) & ~ok
+        if point.any():
+            frac[point, (np.mod(s[point], 86400.0) // 3600).astype(int)] = 1.0
+        c = codes[i:i + chunk]
+        for j in range(2):
+            np.add.at(acc[j], c, frac * w_all[i:i + chunk, j:j + 1])
+    recs = []
+    for g, key in enumerate(uniques):
+        key = key if isinstance(key, tuple) else (key,)
+        for h in range(24):
+            recs.append((*[k or None for k in key], h, acc[0, g, h], acc[1, g, h]))
+    return pd.DataFrame(recs, columns=out_cols)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A month's aggregates: per tenant, per job class, per hour of day, and the grand totals."""
+
+    by_tenant: pd.DataFrame
+    by_class: pd.DataFrame
+    by_hour: pd.DataFrame
+    totals: dict = field(default_factory=dict)
+
+
+def summarise(rows: pd.DataFrame) -> Summary:
+    """Aggregate flat rows per (tenant, currency), per (tenant, partition, qos, currency) and per hour."""
+    by_tenant = aggregate(rows, ["tenant", "currency"])
+    by_class = aggregate(rows, ["tenant", "partition", "qos", "currency"])
+    by_hour = hour_profile(rows)
+    totals: dict[str, Any] = {"runs": int((rows["row_kind"] == "usage").sum()),
+                              "corrections": int((rows["row_kind"] == "correction").sum())}
+    for c in SUM_COLUMNS:
+        totals[c] = float(rows[c].sum()) if len(rows) else 0.0
+    totals["currencies"] = sorted({c for c in rows["currency"].dropna().unique()})
+    return Summary(by_tenant=by_tenant, by_class=by_class, by_hour=by_hour, totals=totals)
+
+
+def cents(x: float) -> float:
+    """Money as shown: rounded half-even to the cent (floats summed first, rounded once)."""
+    return float(round(x + 0.0, 2))
+
+
+def write_statement(engine, month: str, out_dir: str | Path,  # noqa: ANN001
+                    formats: tuple[str, ...] = ("csv", "focus", "json", "pdf"),
+                    progress: Callable[[int, int], None] | None = None) -> list[Path]:
+    """Write the month's statement in each format to ``out_dir`` (for ``make demo``); returns the paths."""
+    from .export import build_statement, write
+
+    st = build_statement(engine, month, progress=progress)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ext = {"csv": "csv", "focus": "focus.csv", "json": "json", "pdf": "pdf", "parquet": "parquet"}
+    paths = []
+    for f in formats:
+        p = out / f"statement-{month}.{ext[f]}"
+        write(st, f, p)
+        paths.append(p)
+    return paths

@@ -1,0 +1,263 @@
+"""The monthly statement as a PDF (reportlab): cover with the month's totals, paid vs delivered per tenant,
+losses by cause, job classes, hour-of-day profile, top runs by loss, unknown intervals and their
+resolution, adjustments and corrections, and the ledger hash needed to verify it.
+
+Numbers are right-aligned, every figure names its unit (GPU-hours, the contract's currency). The layout is
+shared with the Path B analysis through :func:`table` and :func:`styles`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+from reportlab.lib import colors
+from reportlab.lib.pagesizes import A4
+from reportlab.lib.styles import ParagraphStyle, getSampleStyleSheet
+from reportlab.lib.units import mm
+from reportlab.platypus import (KeepTogether, PageBreak, Paragraph, SimpleDocTemplate, Spacer, Table,
+                                TableStyle)
+
+from . import charts
+from .monthly import LOSS_BUCKETS, cents
+
+MAX_DETAIL_ROWS = 200  # longer lists are summarised; the JSON/CSV exports carry every row
+BUCKET_LABELS = {"throttled_thermal": "throttled: thermal", "throttled_power_cap": "throttled: power cap",
+                 "throttled_hw_slowdown": "throttled: HW slowdown", "throttled_sync_boost": "throttled: sync boost",
+                 "throttled_other": "throttled: other", "underutilized": "underutilized", "starved": "starved",
+                 "idle_held": "idle held", "unknown": "unknown"}
+
+
+def fmt_hours(x: float) -> str:
+    """GPU-hours as printed in the PDFs: two decimals, thousands separated."""
+    return f"{float(x):,.2f}"
+
+
+def fmt_money(x: float) -> str:
+    return f"{cents(float(x)):,.2f}"
+
+
+def fmt_pct(x: float) -> str:
+    return f"{100.0 * float(x):.1f} %"
+
+
+def styles() -> dict[str, ParagraphStyle]:
+    ss = getSampleStyleSheet()
+    return {
+        "title": ParagraphStyle("t", parent=ss["Title"], fontSize=18, spaceAfter=6),
+        "h1": ParagraphStyle("h1", parent=ss["Heading1"], fontSize=14, spaceBefore=8, spaceAfter=4),
+        "h2": ParagraphStyle("h2", parent=ss["Heading2"], fontSize=11, spaceBefore=6, spaceAfter=3),
+        "body": ParagraphStyle("b", parent=ss["BodyText"], fontSize=9, leading=12),
+        "small": ParagraphStyle("s", parent=ss["BodyText"], fontSize=7.5, leading=9.5, textColor=colors.grey),
+        "mono": ParagraphStyle("m", parent=ss["Code"], fontSize=7.5, leading=9.5),
+        "cell": ParagraphStyle("c", parent=ss["BodyText"], fontSize=7.5, leading=9),
+    }
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]], numeric: Sequence[int] = (),
+          widths: Sequence[float] | None = None, total_row: bool = False) -> Table:
+    """A readable table: bold header repeated on each page, zebra rows, numeric columns right-aligned."""
+    data = [list(header)] + [["" if v is None else str(v) for v in r] for r in rows]
+    t = Table(data, colWidths=widths, repeatRows=1)
+    st = [("FONT", (0, 0), (-1, 0), "Helvetica-Bold", 7.5), ("FONT", (0, 1), (-1, -1), "Helvetica", 7.5),
+          ("LINEBELOW", (0, 0), (-1, 0), 0.6, colors.black), ("VALIGN", (0, 0), (-1, -1), "TOP"),
+          ("TOPPADDING", (0, 0), (-1, -1), 1.5), ("BOTTOMPADDING", (0, 0), (-1, -1), 1.5)]
+    for c in numeric:
+        st.append(("ALIGN", (c, 0), (c, -1), "RIGHT"))
+    for i in range(1, len(data)):
+        if i % 2 == 0:
+            st.append(("BACKGROUND", (0, i), (-1, i), colors.Color(0.95, 0.95, 0.95)))
+    if total_row and len(data) > 1:
+        st += [("FONT", (0, -1), (-1, -1), "Helvetica-Bold", 7.5), ("LINEABOVE", (0, -1), (-1, -1), 0.6,
+                                                                     colors.black)]
+    t.setStyle(TableStyle(st))
+    return t
+
+
+def _footer(text: str):  # noqa: ANN202
+    def draw(canvas, doc) -> None:  # noqa: ANN001
+        canvas.saveState()
+        canvas.setFont("Helvetica", 7)
+        canvas.setFillColor(colors.grey)
+        canvas.drawString(18 * mm, 10 * mm, text)
+        canvas.drawRightString(A4[0] - 18 * mm, 10 * mm, f"page {doc.page}")
+        canvas.restoreState()
+    return draw
+
+
+def _txt(v: Any, default: str = "") -> str:
+    """Text for a table cell: pandas' missing values (None, NaN) become ``default``."""
+    if v is None or (isinstance(v, float) and v != v):
+        return default
+    return str(v)
+
+
+def _ts(epoch: float) -> str:
+    if epoch is None or pd.isna(epoch):
+        return "open"
+    return dt.datetime.fromtimestamp(float(epoch), tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def render(st: Any, out_path: str | Path) -> Path:  # st: reports.export.Statement
+    """Write the statement PDF to ``out_path``."""
+    from .export import top_runs_by_loss
+
+    s = styles()
+    t = st.summary.totals
+    cur = ",".join(t["currencies"]) or "currency n/a"
+    story: list = []
+    who = f" — tenant {st.tenant}" if st.tenant else ""
+    story.append(Paragraph(f"GPU accounting statement {st.month}{who}", s["title"]))
+    story.append(Paragraph(f"Billing period {st.period_start} to {st.period_end} (UTC, end exclusive). "
+                           "Summed from issued receipts: every figure reconciles to the receipts to the cent.",
+                           s["body"]))
+    story.append(Spacer(1, 4))
+    story.append(Paragraph(f"Ledger through seq <b>{st.through_seq}</b>, head hash:", s["body"]))
+    story.append(Paragraph(st.head_hash, s["mono"]))
+    if st.aliased:
+        story.append(Paragraph("Hostnames and users are pseudonymised (keyed HMAC-SHA256 aliases).", s["small"]))
+    for n in st.notes:
+        story.append(Paragraph(f"<b>{n}</b>", s["body"]))
+    story.append(Spacer(1, 6))
+    story.append(Paragraph("Totals for the month", s["h1"]))
+    lost = t["paid"] - t["delivered"]
+    cover = [
+        ("Runs billed", f"{t['runs']:,}", "runs"),
+        ("Corrections to earlier months", f"{t['corrections']:,}", "rows"),
+        ("Paid", fmt_hours(t["paid"]), "GPU-hours"),
+        ("Delivered", fmt_hours(t["delivered"]), "GPU-hours"),
+        ("Lost (paid - delivered)", fmt_hours(lost), "GPU-hours"),
+        ("Unknown, resolved", fmt_hours(t["unknown_resolved"]), "GPU-hours"),
+        ("Unknown, pending", fmt_hours(t["unknown_pending"]), "GPU-hours"),
+        ("Suspended (beside the identity)", fmt_hours(t["suspended"]), "GPU-hours"),
+        ("Cost of paid hours", fmt_money(t["cost_paid"]), cur),
+        ("Cost of delivered hours", fmt_money(t["cost_delivered"]), cur),
+        ("Cost of lost hours", fmt_money(t["cost_lost"]), cur),
+        ("Adjustments (credits negative)", fmt_money(t["adjustment_cost"]), cur),
+        ("Billed (paid + adjustments)", fmt_money(t["billed"]), cur),
+    ]
+    story.append(table(["figure", "value", "unit"], cover, numeric=[1], widths=[70 * mm, 40 * mm, 30 * mm]))
+    if st.empty:
+        story.append(Spacer(1, 8))
+        story.append(Paragraph("This statement is empty: no issued receipt bills a run in this month.", s["h2"]))
+        _build(st, story, out_path)
+        return Path(out_path)
+
+    # --- per tenant
+    story.append(PageBreak())
+    story.append(Paragraph("Paid vs delivered per tenant", s["h1"]))
+    bt = st.summary.by_tenant
+    rows = [(r.tenant, r.currency, f"{int(r.runs):,}", fmt_hours(r.paid), fmt_hours(r.delivered),
+             fmt_pct(r.delivered / r.paid if r.paid else 0), fmt_hours(r.unknown), fmt_money(r.adjustment_cost),
+             fmt_money(r.billed)) for r in bt.itertuples()]
+    rows.append(("all tenants", cur, f"{t['runs']:,}", fmt_hours(t["paid"]), fmt_hours(t["delivered"]),
+                 fmt_pct(t["delivered"] / t["paid"] if t["paid"] else 0), fmt_hours(t["unknown"]),
+                 fmt_money(t["adjustment_cost"]), fmt_money(t["billed"])))
+    story.append(table(["tenant", "currency", "runs", "paid GPU-h", "delivered GPU-h", "delivered %",
+                        "unknown GPU-h", f"adjustments ({cur})", f"billed ({cur})"], rows,
+                       numeric=range(2, 9), total_row=True))
+    story.append(Spacer(1, 6))
+    story.append(charts.bar_chart(list(bt["tenant"].fillna("-")),
+                                  {"paid": list(bt["paid"]), "delivered": list(bt["delivered"])},
+                                  title="Paid vs delivered GPU-hours per tenant", unit="GPU-hours"))
+
+    # --- losses by cause
+    story.append(Paragraph("Where the rest went: losses by cause", s["h1"]))
+    loss = [(BUCKET_LABELS[b], t[b]) for b in LOSS_BUCKETS]
+    lrows = [(lab, fmt_hours(v), fmt_pct(v / t["paid"] if t["paid"] else 0)) for lab, v in loss]
+    lrows.append(("total lost", fmt_hours(sum(v for _, v in loss)),
+                  fmt_pct(sum(v for _, v in loss) / t["paid"] if t["paid"] else 0)))
+    story.append(table(["cause", "GPU-hours", "share of paid"], lrows, numeric=[1, 2],
+                       widths=[60 * mm, 35 * mm, 30 * mm], total_row=True))
+    story.append(Spacer(1, 4))
+    story.append(charts.hbar_chart([lab for lab, _ in loss], [v for _, v in loss],
+                                   title="Lost GPU-hours by cause", unit="GPU-hours"))
+
+    # --- job classes
+    story.append(Paragraph("Per job class (partition, QOS)", s["h1"]))
+    bc = st.summary.by_class
+    crow = [(_txt(r.tenant), _txt(r.partition), _txt(r.qos), f"{int(r.runs):,}", fmt_hours(r.paid), fmt_hours(r.delivered),
+             fmt_hours(r.paid - r.delivered), fmt_money(r.billed)) for r in bc.itertuples()]
+    story.append(table(["tenant", "partition", "QOS", "runs", "paid GPU-h", "delivered GPU-h", "lost GPU-h",
+                        f"billed ({cur})"], crow, numeric=range(3, 8)))
+
+    # --- hour of day
+    story.append(Paragraph("Hour-of-day profile (UTC)", s["h1"]))
+    story.append(Paragraph("Each run's GPU-hours are spread over the hours of the day in proportion to the "
+                           "time its window spent in each hour; this shows when hours were held, not a "
+                           "per-hour measurement.", s["small"]))
+    bh = st.summary.by_hour.groupby("hour")[["paid", "delivered"]].sum().reindex(range(24), fill_value=0.0)
+    story.append(charts.line_chart({"paid": [(h, float(v)) for h, v in bh["paid"].items()],
+                                    "delivered": [(h, float(v)) for h, v in bh["delivered"].items()]},
+                                   title="GPU-hours by hour of day, all tenants", x_unit="hour of day (UTC)",
+                                   y_unit="GPU-hours", x_range=(0, 23)))
+
+    # --- top runs by loss
+    story.append(Paragraph("Top runs by lost GPU-hours", s["h1"]))
+    tr = top_runs_by_loss(st)
+    trow = [(r.tenant, f"{r.job_id}/{r.run}", _txt(r.partition), _txt(r.sku), int(r.n_devices), fmt_hours(r.paid),
+             fmt_hours(r.delivered), fmt_hours(r.lost), fmt_hours(r.unknown), fmt_money(r.cost_lost))
+            for r in tr.itertuples()]
+    story.append(table(["tenant", "job/run", "partition", "SKU", "GPUs", "paid GPU-h", "delivered GPU-h",
+                        "lost GPU-h", "unknown GPU-h", f"lost ({cur})"], trow, numeric=range(4, 10)))
+
+    # --- unknown intervals
+    story.append(Paragraph("Unknown intervals and their resolution", s["h1"]))
+    un = st.flat.unknowns
+    story.append(Paragraph(f"{len(un):,} interval(s): {fmt_hours(t['unknown_resolved'])} GPU-hours resolved, "
+                           f"{fmt_hours(t['unknown_pending'])} GPU-hours pending resolution under the contract.",
+                           s["body"]))
+    if len(un):
+        urow = [(r.tenant, f"{r.job_id}/{r.run}", _txt(r.device, "whole run")[:20], _txt(r.start)[:16],
+                 _txt(r.end)[:16], _txt(r.cause), fmt_hours(r.gpu_hours), _txt(r.resolution, "pending"))
+                for r in un.head(MAX_DETAIL_ROWS).itertuples()]
+        story.append(table(["tenant", "job/run", "device", "start (UTC)", "end (UTC)", "cause", "GPU-h",
+                            "resolution"], urow, numeric=[6]))
+        if len(un) > MAX_DETAIL_ROWS:
+            story.append(Paragraph(f"... and {len(un) - MAX_DETAIL_ROWS:,} more (every interval is in the "
+                                   "JSON export).", s["small"]))
+
+    # --- adjustments and corrections
+    story.append(Paragraph("Adjustments", s["h1"]))
+    ad = st.flat.adjustments
+    if len(ad):
+        arow = [(r.tenant, f"{r.job_id}/{r.run}", _txt(r.kind), _txt(r.reason)[:40], _txt(r.by),
+                 fmt_hours(r.gpu_hours), fmt_money(r.amount), _txt(r.currency)) for r in ad.head(MAX_DETAIL_ROWS).itertuples()]
+        story.append(table(["tenant", "job/run", "kind", "reason", "by", "GPU-h", "amount", "currency"], arow,
+                           numeric=[5, 6]))
+    else:
+        story.append(Paragraph("No adjustments this month.", s["body"]))
+    corr = st.rows[st.rows["row_kind"] == "correction"]
+    story.append(Paragraph("Corrections to runs of earlier months", s["h2"]))
+    if len(corr):
+        crow2 = [(r.tenant, f"{r.job_id}/{r.run}", _txt(r.replaces_hash)[7:19], _txt(r.receipt_hash)[7:19],
+                  fmt_hours(r.paid), fmt_hours(r.delivered), fmt_money(r.billed))
+                 for r in corr.head(MAX_DETAIL_ROWS).itertuples()]
+        story.append(table(["tenant", "job/run", "replaces receipt", "by receipt", "chg paid GPU-h",
+                            "chg delivered GPU-h", f"chg billed ({cur})"], crow2, numeric=[4, 5, 6]))
+    else:
+        story.append(Paragraph("None: no receipt of an earlier month was re-issued.", s["body"]))
+
+    # --- verification
+    story.append(KeepTogether([
+        Paragraph("How to verify this statement", s["h1"]),
+        Paragraph("Every row is an issued receipt; each receipt is a pure function of the ledger through its "
+                  "sequence number. To check: run <font face='Courier'>ipledger verify</font> (hash chain and "
+                  "replay of every issued receipt), then <font face='Courier'>ipledger export monthly --month "
+                  f"{st.month} --as-of {st.through_seq} --format json</font>, which must reproduce these totals "
+                  "and this head hash:", s["body"]),
+        Paragraph(st.head_hash, s["mono"]),
+    ]))
+    _build(st, story, out_path)
+    return Path(out_path)
+
+
+def _build(st: Any, story: list, out_path: str | Path) -> None:
+    doc = SimpleDocTemplate(str(out_path), pagesize=A4, leftMargin=18 * mm, rightMargin=18 * mm,
+                            topMargin=16 * mm, bottomMargin=18 * mm,
+                            title=f"GPU accounting statement {st.month}", author="ipledger",
+                            subject=f"ledger seq {st.through_seq} head {st.head_hash}")
+    foot = _footer(f"ipledger statement {st.month} · ledger seq {st.through_seq} · head {st.head_hash[:16]}…")
+    doc.build(story, onFirstPage=foot, onLaterPages=foot)
