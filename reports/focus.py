@@ -323,4 +323,4 @@ def validate(df: pd.DataFrame) -> list[str]:
 def read_focus(path: str | Path) -> pd.DataFrame:
     """Read a FOCUS CSV back with every column as text (nulls as None), as a FOCUS consumer would."""
     df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    return df.where(df != "", None)
+    return df.astype(object).where(df != "", None)
