@@ -13,7 +13,11 @@ from .context import AppContext
 COMMAND_MODULES = [
     "ledger.cli.core",
     "ledger.cli.receipt",
+    "ledger.cli.contract",
+    "ledger.cli.adjust",
     "ledger.cli.demo",
+    "ledger.cli.importers",
+    "ledger.cli.collect",
     "ledger.cli.export",
 ]
 

@@ -1,39 +1,103 @@
-"""`ipledger receipt`: one run's account of paid vs delivered GPU-hours."""
+"""`ipledger receipt`: one run's account of paid vs delivered GPU-hours (text, JSON or PDF), issue and verify."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import click
 
-from .. import store
-from ..receipts import ReceiptError, build_receipt
+from ..method.skus import SkuError, site_table
+from ..receipts import ReceiptError, issue_receipt, receipt_for, render_pdf, render_text, verify_receipt
 from .context import AppContext, UserError, emit_json, pass_app
+
+
+def sku_table_for(app: AppContext):  # noqa: ANN201
+    """The SKU table with the site's overrides ([skus] / skus_file in the config)."""
+    try:
+        cfg = app.config
+        return site_table(cfg.extra, str(Path(cfg.path).parent) if cfg.path else None)
+    except SkuError as exc:
+        raise UserError(str(exc)) from None
 
 
 @click.command("receipt")
 @click.argument("job_id")
 @click.option("--run", "run", type=int, default=None, help="Restart count (default: the latest run).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--cluster", default=None, help="Cluster name, when the job id exists on several.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "pdf"]), default="text", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
+              help="Write to this file (required for --format pdf).")
 @click.option("--as-of", "as_of", type=int, default=None, metavar="SEQ", help="As the ledger stood at SEQ.")
+@click.option("--contract", "contract_id", default=None, metavar="ID",
+              help="Price under this contract id (default: latest applicable contract_version).")
+@click.option("--verify", "verify", is_flag=True, help="Recompute the issued receipt and compare hashes.")
+@click.option("--issue", "issue", is_flag=True, help="Record a receipt_issued entry (a re-issue says what changed).")
 @pass_app
-def receipt_cmd(app: AppContext, job_id: str, run: int | None, fmt: str, as_of: int | None) -> None:
-    """Print the receipt of one job run.
+def receipt_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | None, fmt: str, as_json: bool,
+                out: str | None, as_of: int | None, contract_id: str | None, verify: bool, issue: bool) -> None:
+    """Print the receipt of one job run: where every paid GPU-hour went, priced under the contract.
 
     \b
     Example:
-      ipledger receipt 4242 --format json
-      ipledger receipt 4242 --run 1 --as-of 1200
+      ipledger receipt 4242
+      ipledger receipt 4242 --run 1 --format json --as-of 1200
+      ipledger receipt 4242 --format pdf --out receipt-4242.pdf
+      ipledger receipt 4242 --issue
+      ipledger receipt 4242 --verify
     """
-    entries = list(store.iter_entries(app.engine(), through_seq=as_of))
+    if as_json:
+        fmt = "json"
+    if fmt == "pdf" and not out:
+        raise UserError("--format pdf needs --out PATH")
+    if (verify or issue) and as_of is not None:
+        raise UserError("--as-of cannot be combined with --issue or --verify (they work at the ledger head)")
+    engine = app.engine()
+    skus = sku_table_for(app)
     try:
-        r = build_receipt(entries, job_id, run)
+        if verify:
+            ok, issued, recomputed = verify_receipt(engine, job_id, run, cluster=cluster, sku_table=skus)
+            rec = issued.entry.data
+            if fmt == "json":
+                emit_json({"ok": ok, "issued_hash": rec.get("receipt_hash"), "recomputed_hash": recomputed.hash,
+                           "through_seq": rec.get("through_seq"), "issued_seq": issued.seq})
+            else:
+                click.echo(f"{'OK' if ok else 'MISMATCH'}: issued {rec.get('receipt_hash')} (seq {issued.seq}), "
+                           f"recomputed {recomputed.hash} through seq {rec.get('through_seq')}")
+            if not ok:
+                raise SystemExit(1)
+            return
+        status_lines: list[str] = []
+        if issue:
+            res = issue_receipt(engine, job_id, run, cluster=cluster, contract_id=contract_id, sku_table=skus)
+            r = res.receipt
+            status_lines.append(f"{res.status}: {r.hash}")
+            status_lines += [f"  changed {c}" for c in res.changes]
+        else:
+            r = receipt_for(engine, job_id, run, cluster=cluster, as_of=as_of, contract_id=contract_id,
+                            sku_table=skus)
     except ReceiptError as exc:
         raise UserError(str(exc)) from None
-    if fmt == "json":
-        emit_json(r)
-        return
-    j = r["job"]
-    click.echo(f"receipt {r['receipt_hash']}\njob {j['job_id']} run {j['run']} account {j['account']}"
-               f"\nwindow {r['window']['start']} .. {r['window']['end']}\npaid GPU-hours {r['gpu_hours']['paid']:.4f}")
+    if fmt == "pdf":
+        render_pdf([r], out)  # type: ignore[arg-type]
+        click.echo(f"wrote {out}")
+    elif fmt == "json":
+        if out:
+            Path(out).write_text(json.dumps(r.body, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+                                 encoding="utf-8")
+            click.echo(f"wrote {out}")
+        else:
+            emit_json(r.body)
+    else:
+        text = render_text(r)
+        if out:
+            Path(out).write_text(text, encoding="utf-8")
+            click.echo(f"wrote {out}")
+        else:
+            click.echo(text, nl=False)
+    for line in status_lines:
+        click.echo(line, err=(fmt == "json" and not out))
 
 
 def register(cli: click.Group) -> None:

@@ -1,7 +1,26 @@
-"""Receipts: a pure function of (entries through seq N, contract version, method version).
+"""Receipts: a pure function of (ledger entries through seq N, contract version, method version).
 
-This first version accounts the window and paid GPU-hours from allocation and binding entries; the full
-method (docs/method.md) fills the buckets.
+Public API (other areas build on these; docs/receipts.md describes the JSON)::
+
+    from ledger.receipts import receipt_for, issue_receipt, verify_receipt, render_text, render_pdf
+
+    r = receipt_for(engine, "4242", run=None, cluster=None, as_of=None, contract_id=None)  # -> Receipt
+    r.body            # the receipt JSON (dict), DESIGN.md §6 keys and more; r.hash == r.body["receipt_hash"]
+    r.canonical()     # canonical JSON text (what receipt_hash is taken over, minus the hash field)
+    render_text(r)    # terminal layout;  render_pdf([r, ...], "out.pdf")  # one page per run
+    res = issue_receipt(engine, "4242", run=0)   # records receipt_issued; res.status issued|reissued|unchanged
+    ok, issued_entry, recomputed = verify_receipt(engine, "4242", run=0)
+    write_receipt_files(r, receipts_dir)         # DIR/<account>/<cluster>-<job>-<run>.json
+
+    # lower level, no database:
+    inputs = gather(engine, job_id, run, as_of=SEQ)   # RunInputs (entries, gaps, contract, samples)
+    r = compute_receipt(inputs, sku_table)            # pure
+    build_receipt(entries, job_id, run=None)          # from an in-memory list of ChainedEntry (no samples);
+                                                      # returns the body dict (kept for the demo)
+
+Importing this package registers the ``after_ship`` hook that issues receipts for runs whose
+``allocation_ended`` was just shipped, and the ``ipledger verify`` check that replays every issued receipt.
+Errors the user can fix raise :class:`ReceiptError` (one line).
 """
 
 from __future__ import annotations
@@ -9,53 +28,45 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable
 
-from ..canonical import canonical_json, sha256_hex, ts_to_epoch
+from sqlalchemy.engine import Engine
+
 from ..entries import ChainedEntry, Kind
+from .compute import RECEIPT_VERSION, Receipt, ReceiptError, RunInputs, RunKey, compute_receipt, receipt_hash, run_frame
+from .gather import gather
+from .issue import IssueResult, issue_receipt, replay, verify_receipt, write_receipt_files
+from .render import render_pdf, render_text
 
-RECEIPT_VERSION = "0.1"
+__all__ = ["RECEIPT_VERSION", "Receipt", "ReceiptError", "RunInputs", "RunKey", "IssueResult", "build_receipt",
+           "compute_receipt", "gather", "issue_receipt", "receipt_for", "receipt_hash", "render_pdf", "render_text",
+           "replay", "run_frame", "runs_of", "verify_receipt", "write_receipt_files"]
 
 
-class ReceiptError(LookupError):
-    pass
+def receipt_for(engine: Engine, job_id: str, run: int | None = None, *, cluster: str | None = None,
+                as_of: int | None = None, contract_id: str | None = None, sku_table=None) -> Receipt:  # noqa: ANN001
+    """The receipt of one run as the ledger stands at ``as_of`` (default: now)."""
+    return compute_receipt(gather(engine, str(job_id), run, cluster=cluster, as_of=as_of,
+                                  contract_id=contract_id), sku_table)
 
 
 def runs_of(entries: Iterable[ChainedEntry], job_id: str) -> dict[tuple[str | None, int], list[ChainedEntry]]:
     runs: dict[tuple[str | None, int], list[ChainedEntry]] = defaultdict(list)
     for ce in entries:
-        if ce.entry.job_id == job_id:
+        if ce.entry.job_id == job_id and ce.entry.kind != Kind.RECEIPT_ISSUED:
             runs[(ce.entry.cluster, ce.entry.run or 0)].append(ce)
     return runs
 
 
 def build_receipt(entries: list[ChainedEntry], job_id: str, run: int | None = None) -> dict:
-    runs = runs_of(entries, job_id)
+    """Receipt body from an in-memory list of entries (no telemetry samples: DCGM summaries and gaps only)."""
+    runs = runs_of(entries, str(job_id))
     if not runs:
         raise ReceiptError(f"job {job_id}: no entries in the ledger")
     key = max(runs, key=lambda k: k[1]) if run is None else next((k for k in runs if k[1] == run), None)
     if key is None:
         raise ReceiptError(f"job {job_id}: no run {run} (runs: {sorted(k[1] for k in runs)})")
-    mine = runs[key]
-    start = next((c for c in mine if c.entry.kind == Kind.ALLOCATION_STARTED), None)
-    end = next((c for c in mine if c.entry.kind == Kind.ALLOCATION_ENDED), None)
-    devices = [dict(c.entry.data, uuid=c.entry.device, node=c.entry.node) for c in mine
-               if c.entry.kind == Kind.DEVICE_BOUND]
-    ctx = start.entry.data if start else {}
-    window_start = start.entry.ts if start else None
-    window_end = end.entry.ts if end else None
-    hours = 0.0
-    if window_start and window_end:
-        hours = (ts_to_epoch(window_end) - ts_to_epoch(window_start)) / 3600.0 * max(len(devices), 1)
-    through = max(c.seq for c in entries)
-    head = next(c.hash for c in entries if c.seq == through)
-    body = {
-        "receipt_version": RECEIPT_VERSION,
-        "job": {"cluster": key[0], "job_id": job_id, "run": key[1], "account": ctx.get("account"),
-                "partition": ctx.get("partition"), "qos": ctx.get("qos"),
-                "devices": [{"uuid": d.get("uuid"), "node": d.get("node"), "index": d.get("index"),
-                             "sku": d.get("sku")} for d in devices]},
-        "window": {"start": window_start, "end": window_end},
-        "gpu_hours": {"paid": hours},
-        "ledger": {"through_seq": through, "head_hash": head},
-    }
-    body["receipt_hash"] = "sha256:" + sha256_hex(canonical_json(body))
-    return body
+    inputs = RunInputs(
+        key=RunKey(key[0], str(job_id), key[1]), entries=tuple(runs[key]),
+        gaps=tuple(c for c in entries if c.entry.kind == Kind.UNKNOWN_INTERVAL and c.entry.job_id is None),
+        resolutions=tuple(c for c in entries if c.entry.kind == Kind.GAP_RESOLUTION),
+        contracts=tuple(c for c in entries if c.entry.kind == Kind.CONTRACT_VERSION))
+    return compute_receipt(inputs).body

@@ -1,0 +1,97 @@
+"""`ipledger adjust` and `ipledger resolve`: credits, debits and unknown-interval resolutions as new entries."""
+
+from __future__ import annotations
+
+import click
+
+from .. import store
+from ..adjustments import RESOLUTIONS, AdjustmentError, adjustment_entry, resolution_entry
+from ..entries import Kind
+from ..receipts import ReceiptError
+from ..receipts.gather import pick_run, runs_of_job
+from .context import AppContext, UserError, emit_json, pass_app
+
+
+@click.command("adjust")
+@click.argument("job_id")
+@click.option("--run", "run", type=int, default=None, help="Restart count (default: the latest run).")
+@click.option("--cluster", default=None, help="Cluster name, when the job id exists on several.")
+@click.option("--credit", "credit", metavar="HOURS|AMOUNT", default=None, help="Credit, e.g. 2.5h or 120.00.")
+@click.option("--debit", "debit", metavar="HOURS|AMOUNT", default=None, help="Debit, e.g. 1h or 40.00.")
+@click.option("--reason", required=True, help="Why (shown on the receipt).")
+@click.option("--by", "by", required=True, help="Who decided it.")
+@click.option("--ref", "refs", multiple=True, help="Entry id this adjustment refers to (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the recorded entry as JSON.")
+@pass_app
+def adjust_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | None, credit: str | None,
+               debit: str | None, reason: str, by: str, refs: tuple[str, ...], as_json: bool) -> None:
+    """Credit or debit a job run by GPU-hours or an amount (an adjustment entry; usage is never edited).
+
+    \b
+    Example:
+      ipledger adjust 4242 --credit 2.5h --reason "node D2 cooling fault" --by ops@example.org
+      ipledger adjust 4242 --run 1 --debit 40.00 --reason "support time" --by billing
+    """
+    if (credit is None) == (debit is None):
+        raise UserError("give exactly one of --credit or --debit")
+    engine = app.engine()
+    try:
+        with engine.connect() as conn:
+            key = pick_run(runs_of_job(conn, job_id, None), job_id, run, cluster)
+        entry = adjustment_entry(cluster=key.cluster, job_id=key.job_id, run=key.run,
+                                 direction="credit" if credit else "debit", quantity=credit or debit or "",
+                                 reason=reason, by=by, references=list(refs))
+    except (ReceiptError, AdjustmentError) as exc:
+        raise UserError(str(exc)) from None
+    res = store.append(engine, [entry])
+    out = {"entry_id": entry.entry_id, "seq": res.last_seq, "job_id": key.job_id, "run": key.run,
+           "payload": entry.data}
+    if as_json:
+        emit_json(out)
+    else:
+        click.echo(f"adjustment {entry.entry_id} recorded at seq {res.last_seq} for job {key.job_id} run {key.run}")
+
+
+@click.command("resolve")
+@click.argument("gap_id")
+@click.option("--as", "as_", type=click.Choice(list(RESOLUTIONS)), required=True,
+              help="How the unknown interval is billed.")
+@click.option("--reason", required=True, help="Why (shown on the receipt).")
+@click.option("--by", "by", required=True, help="Who decided it.")
+@click.option("--job", "job_id", default=None, help="Job the resolution is for, when the gap names no job.")
+@click.option("--run", "run", type=int, default=None, help="Run, with --job (default: latest).")
+@click.option("--json", "as_json", is_flag=True, help="Print the recorded entry as JSON.")
+@pass_app
+def resolve_cmd(app: AppContext, gap_id: str, as_: str, reason: str, by: str, job_id: str | None,
+                run: int | None, as_json: bool) -> None:
+    """Resolve an unknown interval (GAP_ID = its entry id) as charge, credit or estimate.
+
+    \b
+    Example:
+      ipledger resolve e3f1c0... --as credit --reason "host engine restart, our fault" --by ops
+    """
+    engine = app.engine()
+    gap = next((c for c in store.iter_entries(engine, kinds=[Kind.UNKNOWN_INTERVAL]) if c.entry.entry_id == gap_id),
+               None)
+    if gap is None:
+        raise UserError(f"no unknown_interval entry with id {gap_id}")
+    job = None
+    try:
+        if job_id is not None:
+            with engine.connect() as conn:
+                k = pick_run(runs_of_job(conn, job_id, None), job_id, run)
+            job = (k.cluster, k.job_id, k.run)
+        entry = resolution_entry(gap, resolution=as_, reason=reason, by=by, job=job)
+    except (ReceiptError, AdjustmentError) as exc:
+        raise UserError(str(exc)) from None
+    res = store.append(engine, [entry])
+    out = {"entry_id": entry.entry_id, "seq": res.last_seq, "gap_id": gap_id, "resolution": as_}
+    if as_json:
+        emit_json(out)
+    else:
+        click.echo(f"gap {gap_id} resolved as {as_}: entry {entry.entry_id} at seq {res.last_seq}")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(adjust_cmd)
+    cli.add_command(resolve_cmd)

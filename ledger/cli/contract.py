@@ -1,0 +1,86 @@
+"""`ipledger contract set|show`: record a contract version from a TOML file, show what receipts will use."""
+
+from __future__ import annotations
+
+import click
+
+from .. import store
+from ..contracts import DEFAULT_CONTRACT, ContractError, contract_entry, read_contract, select_contract
+from ..entries import Kind
+from .context import AppContext, UserError, emit_json, pass_app
+
+
+@click.group("contract")
+def contract_group() -> None:
+    """Contracts: the versioned terms receipts are priced under.
+
+    \b
+    Example:
+      ipledger contract set acme-2026.toml
+      ipledger contract show --account physics --json
+    """
+
+
+@contract_group.command("set")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_app
+def set_cmd(app: AppContext, file: str, as_json: bool) -> None:
+    """Record the contract in FILE (TOML) as a new contract_version entry.
+
+    \b
+    Example:
+      ipledger contract set acme-2026.toml
+    """
+    try:
+        contract = read_contract(file)
+    except ContractError as exc:
+        raise UserError(str(exc)) from None
+    entry = contract_entry(contract)
+    res = store.append(app.engine(), [entry])
+    out = {"id": contract.id, "version": contract.version, "entry_id": entry.entry_id,
+           "seq": res.last_seq, "recorded": res.appended == 1}
+    if as_json:
+        emit_json(out)
+    else:
+        click.echo(f"contract {contract.id} v{contract.version} " +
+                   (f"recorded at seq {res.last_seq}" if res.appended else "already recorded") +
+                   f" ({entry.entry_id})")
+
+
+@contract_group.command("show")
+@click.option("--account", default=None, help="The contract that applies to this Slurm account.")
+@click.option("--id", "contract_id", default=None, help="The latest version of this contract id.")
+@click.option("--as-of", "as_of", type=int, default=None, metavar="SEQ", help="As the ledger stood at SEQ.")
+@click.option("--json", "as_json", is_flag=True, help="Print the contract as JSON.")
+@pass_app
+def show_cmd(app: AppContext, account: str | None, contract_id: str | None, as_of: int | None,
+             as_json: bool) -> None:
+    """Show the contract a receipt would use (the built-in default when none is recorded).
+
+    \b
+    Example:
+      ipledger contract show --account physics
+    """
+    entries = list(store.iter_entries(app.engine(), kinds=[Kind.CONTRACT_VERSION], through_seq=as_of))
+    contract, ce = select_contract(entries, account, contract_id)
+    payload = contract.to_payload()
+    payload["entry_id"] = contract.entry_id
+    payload["seq"] = ce.seq if ce else None
+    payload["default"] = contract is DEFAULT_CONTRACT
+    if as_json:
+        emit_json(payload)
+        return
+    click.echo(f"contract {contract.id} v{contract.version}" + (" (built-in default)" if ce is None else
+                                                               f" (seq {ce.seq}, {ce.entry.entry_id})"))
+    click.echo(f"currency {contract.currency}; unknown policy {contract.unknown_policy}; "
+               f"suspended {'charged' if contract.charge_suspended else 'not charged'}; "
+               f"granularity {contract.billing_granularity_s} s; minimum {contract.billing_minimum_s} s")
+    if contract.accounts:
+        click.echo("accounts " + ", ".join(contract.accounts))
+    for sku, basis in sorted(contract.skus.items()):
+        click.echo(f"  {sku}: " + ", ".join(f"{k}={v}" for k, v in basis.to_json().items()))
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(contract_group)

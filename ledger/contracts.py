@@ -1,0 +1,218 @@
+"""Contracts: the versioned commercial terms a receipt is priced under (docs/receipts.md, "Contracts").
+
+A contract is loaded from a TOML file and recorded as a ``contract_version`` entry; a receipt uses the latest
+contract_version at or before its sequence that applies to the run's account (else the documented
+:data:`DEFAULT_CONTRACT`). Money is :class:`decimal.Decimal` throughout, never float.
+
+File format::
+
+    id = "acme-gpu"               # required
+    version = "2026-11"           # required
+    currency = "EUR"              # ISO 4217, default USD
+    accounts = ["physics"]        # Slurm accounts it applies to; absent or [] = every account
+    billing_granularity_s = 60    # billed time per device is rounded UP to this (default 1)
+    billing_minimum_s = 0         # ... and is at least this per device (default 0)
+    charge_suspended = false      # bill suspended time too (default false)
+    unknown_policy = "hold"       # charge | credit | estimate | hold (default hold)
+    effective_from = "2026-11-01T00:00:00Z"   # optional; the entry's ts (default: when it is set)
+
+    [skus.H100-SXM5-80GB]         # a key of the SKU table, or "default"
+    rate_per_gpu_hour = "2.50"    # rental ...
+    [skus.MI300X]                 # ... or amortised capex plus energy
+    capex_price = "24000"
+    capex_years = 4
+    capex_residual = "2000"
+    energy_price_per_kwh = "0.11"
+    pue = 1.3                     # optional, default 1.0; energy = TDP x PUE x price
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .canonical import now_ts
+from .entries import ChainedEntry, Entry, Kind, make_entry
+
+POLICIES = ("charge", "credit", "estimate", "hold")
+HOURS_PER_YEAR = Decimal(8760)
+
+
+class ContractError(ValueError):
+    """A bad contract file, phrased as one line naming the file and the field."""
+
+
+@dataclass(frozen=True)
+class CostBasis:
+    rate_per_gpu_hour: Decimal | None = None
+    capex_price: Decimal | None = None
+    capex_years: Decimal | None = None
+    capex_residual: Decimal = Decimal(0)
+    energy_price_per_kwh: Decimal = Decimal(0)
+    pue: Decimal = Decimal(1)
+
+    def hourly(self, tdp_w: float | None) -> Decimal:
+        """Price of one GPU-hour: the rental rate, or capex amortised over its years plus TDP energy."""
+        if self.rate_per_gpu_hour is not None:
+            return self.rate_per_gpu_hour
+        assert self.capex_price is not None and self.capex_years
+        amort = (self.capex_price - self.capex_residual) / (self.capex_years * HOURS_PER_YEAR)
+        energy = Decimal(str(tdp_w or 0)) / Decimal(1000) * self.pue * self.energy_price_per_kwh
+        return amort + energy
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {}
+        for k in ("rate_per_gpu_hour", "capex_price", "capex_years", "capex_residual", "energy_price_per_kwh", "pue"):
+            v = getattr(self, k)
+            if v is not None and not (k in ("capex_residual", "energy_price_per_kwh") and v == 0 and
+                                      self.rate_per_gpu_hour is not None) and not (k == "pue" and v == 1):
+                out[k] = str(v)
+        return out
+
+
+@dataclass(frozen=True)
+class Contract:
+    id: str
+    version: str
+    currency: str = "USD"
+    accounts: tuple[str, ...] = ()
+    billing_granularity_s: int = 1
+    billing_minimum_s: int = 0
+    charge_suspended: bool = False
+    unknown_policy: str = "hold"
+    skus: Mapping[str, CostBasis] = field(default_factory=dict)
+    effective_from: str | None = None
+    entry_id: str | None = None  # the contract_version entry it came from (None = the built-in default)
+
+    def basis_for(self, sku_key: str | None) -> CostBasis:
+        if sku_key and sku_key in self.skus:
+            return self.skus[sku_key]
+        if "default" in self.skus:
+            return self.skus["default"]
+        return CostBasis(rate_per_gpu_hour=Decimal(0))
+
+    def applies_to(self, account: str | None) -> bool:
+        return not self.accounts or (account is not None and account in self.accounts)
+
+    def to_payload(self) -> dict:
+        return {"id": self.id, "version": self.version, "currency": self.currency, "accounts": list(self.accounts),
+                "billing_granularity_s": self.billing_granularity_s, "billing_minimum_s": self.billing_minimum_s,
+                "charge_suspended": self.charge_suspended, "unknown_policy": self.unknown_policy,
+                "skus": {k: v.to_json() for k, v in sorted(self.skus.items())}}
+
+
+DEFAULT_CONTRACT = Contract(
+    id="ipledger-default", version="1", currency="USD",
+    skus={"default": CostBasis(rate_per_gpu_hour=Decimal("1.00"))},
+    unknown_policy="hold",
+)
+
+
+def _dec(v: Any, where: str, positive: bool = False) -> Decimal:
+    if isinstance(v, bool):
+        raise ContractError(f"{where} must be a number, got {v!r}")
+    try:
+        d = Decimal(str(v))
+    except (InvalidOperation, ValueError):
+        raise ContractError(f"{where} must be a number, got {v!r}") from None
+    if not d.is_finite() or d < 0 or (positive and d == 0):
+        raise ContractError(f"{where} must be {'positive' if positive else 'non-negative'}, got {v!r}")
+    return d
+
+
+def parse_contract(data: Mapping[str, Any], origin: str = "contract") -> Contract:
+    """Validate a contract mapping (a TOML file's content, or a contract_version payload)."""
+    for req in ("id", "version"):
+        if not isinstance(data.get(req), (str, int)) or str(data.get(req)).strip() == "":
+            raise ContractError(f"{origin}: field '{req}' is required (a string)")
+    policy = data.get("unknown_policy", "hold")
+    if policy not in POLICIES:
+        raise ContractError(f"{origin}: unknown_policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    skus_raw = data.get("skus", {})
+    if not isinstance(skus_raw, Mapping):
+        raise ContractError(f"{origin}: [skus] must be a table of SKU tables")
+    skus = {}
+    for key, row in skus_raw.items():
+        w = f"{origin}: skus.{key}"
+        if not isinstance(row, Mapping):
+            raise ContractError(f"{w} must be a table")
+        if "rate_per_gpu_hour" in row:
+            skus[key] = CostBasis(rate_per_gpu_hour=_dec(row["rate_per_gpu_hour"], f"{w}.rate_per_gpu_hour"))
+        elif "capex_price" in row:
+            if "capex_years" not in row:
+                raise ContractError(f"{w}.capex_years is required with capex_price")
+            skus[key] = CostBasis(
+                capex_price=_dec(row["capex_price"], f"{w}.capex_price"),
+                capex_years=_dec(row["capex_years"], f"{w}.capex_years", positive=True),
+                capex_residual=_dec(row.get("capex_residual", 0), f"{w}.capex_residual"),
+                energy_price_per_kwh=_dec(row.get("energy_price_per_kwh", 0), f"{w}.energy_price_per_kwh"),
+                pue=_dec(row.get("pue", 1), f"{w}.pue", positive=True))
+            if skus[key].capex_residual > skus[key].capex_price:
+                raise ContractError(f"{w}.capex_residual exceeds capex_price")
+        else:
+            raise ContractError(f"{w}: needs rate_per_gpu_hour, or capex_price with capex_years")
+    accounts = data.get("accounts", [])
+    if isinstance(accounts, str):
+        accounts = [accounts]
+    for k in ("billing_granularity_s", "billing_minimum_s"):
+        v = data.get(k, 1 if k == "billing_granularity_s" else 0)
+        if isinstance(v, bool) or not isinstance(v, int) or v < (1 if k == "billing_granularity_s" else 0):
+            raise ContractError(f"{origin}: {k} must be a whole number of seconds"
+                                f"{' >= 1' if k == 'billing_granularity_s' else ''}, got {v!r}")
+    if not isinstance(data.get("charge_suspended", False), bool):
+        raise ContractError(f"{origin}: charge_suspended must be true or false")
+    currency = str(data.get("currency", "USD"))
+    if not (len(currency) == 3 and currency.isalpha()):
+        raise ContractError(f"{origin}: currency must be an ISO 4217 code like USD, got {currency!r}")
+    return Contract(
+        id=str(data["id"]), version=str(data["version"]), currency=currency.upper(),
+        accounts=tuple(str(a) for a in accounts),
+        billing_granularity_s=int(data.get("billing_granularity_s", 1)),
+        billing_minimum_s=int(data.get("billing_minimum_s", 0)),
+        charge_suspended=bool(data.get("charge_suspended", False)), unknown_policy=policy, skus=skus,
+        effective_from=data.get("effective_from"))
+
+
+def read_contract(path: str | Path) -> Contract:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ContractError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ContractError(f"{p}: not valid TOML: {exc}") from None
+    return parse_contract(data, str(p))
+
+
+def contract_entry(contract: Contract, ts: str | None = None) -> Entry:
+    """The contract_version entry recording this contract (ts: effective_from, else now)."""
+    return make_entry(Kind.CONTRACT_VERSION, ts or contract.effective_from or now_ts(), contract.to_payload(),
+                      source="ipledger.contract")
+
+
+def contract_from_entry(ce: ChainedEntry) -> Contract:
+    c = parse_contract(ce.entry.data, f"contract_version entry {ce.entry.entry_id}")
+    return Contract(**{**c.__dict__, "entry_id": ce.entry.entry_id})
+
+
+def select_contract(contract_entries: Iterable[ChainedEntry], account: str | None,
+                    contract_id: str | None = None) -> tuple[Contract, ChainedEntry | None]:
+    """Latest applicable contract_version among these (already cut at the receipt's sequence)."""
+    best: ChainedEntry | None = None
+    for ce in contract_entries:
+        data = ce.entry.data
+        if contract_id is not None and str(data.get("id")) != contract_id:
+            continue
+        accounts = data.get("accounts") or []
+        if accounts and account not in accounts:
+            continue
+        if best is None or ce.seq > best.seq:
+            best = ce
+    if best is None:
+        return DEFAULT_CONTRACT, None
+    return contract_from_entry(best), best

@@ -1,0 +1,477 @@
+"""Per-device attribution of allocated time to buckets (docs/method.md, "ipledger-attribution" 1.0.0).
+
+Everything here is pure and vectorised (numpy): one call per device, arrays in, integers out. The unit of
+account is the **nanohour** (1e-9 GPU-hour, 3.6 µs): each sample's share of each bucket is rounded to whole
+nanohours once, then only integers are added, so the identity ``paid = Σ buckets`` holds exactly and the
+result is the same in every process and on every database backend.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+METHOD_NAME = "ipledger-attribution"
+METHOD_VERSION = "1.0.0"
+
+NH_PER_SECOND = 1e9 / 3600.0
+THROTTLE_REASONS = ("thermal", "power_cap", "hw_slowdown", "sync_boost", "other")
+# Order of the integer bucket vector. "unknown" is the sum of all unknown causes.
+BUCKETS = ("delivered", *(f"throttled.{r}" for r in THROTTLE_REASONS), "underutilized", "starved",
+           "idle_held", "unknown")
+B_DELIVERED, B_UNDER, B_STARVED, B_IDLE, B_UNKNOWN = 0, 6, 7, 8, 9
+B_THROTTLED = {r: 1 + i for i, r in enumerate(THROTTLE_REASONS)}
+TIMELINE_CODES = (*BUCKETS, "suspended")  # timeline strip values index this tuple
+
+# Clock-event reason bits (nvml.h nvmlClocksEventReason*), highest precedence first. HW power brake (0x80)
+# is an external assertion (PSU/BMC) that slows the board in hardware: hw_slowdown, not the software cap.
+REASON_BITS = (
+    ("thermal", 0x20 | 0x40),      # SW thermal slowdown, HW thermal slowdown
+    ("hw_slowdown", 0x8 | 0x80),   # HW slowdown, HW power brake slowdown
+    ("power_cap", 0x4),            # SW power cap
+    ("sync_boost", 0x10),          # sync boost group held at the group's minimum
+)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The method's thresholds (changing one changes METHOD_VERSION)."""
+
+    active_min: float = 0.05        # activity below this counts as "not working" (starved or idle_held)
+    resident_fb_mib: float = 512.0  # framebuffer use above this means a process holds the device
+    timeline_bins: int = 96         # resolution of the per-device timeline strip (PDF only, not hashed)
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+
+
+@dataclass(frozen=True)
+class SampleArrays:
+    """One device's samples as columns (NaN = not measured; reasons -1 = not measured)."""
+
+    t: np.ndarray
+    dt: np.ndarray
+    activity: np.ndarray      # best activity signal in [0, 1]
+    coarse: np.ndarray        # bool: activity came from the coarse gpu_util fallback
+    sm_clock: np.ndarray      # MHz
+    reasons: np.ndarray       # int64 clock-event reason bitmask
+    procs: np.ndarray         # compute processes on the device
+    fb_used: np.ndarray       # MiB
+
+    def __len__(self) -> int:
+        return int(self.t.shape[0])
+
+    @classmethod
+    def from_columns(cls, t, dt, sm_active=None, tensor_active=None, gpu_util=None, sm_clock=None,  # noqa: ANN001
+                     reasons=None, procs=None, fb_used=None) -> "SampleArrays":
+        t = np.asarray(t, dtype=np.float64)
+        n = t.shape[0]
+
+        def col(x):  # noqa: ANN001, ANN202
+            return np.full(n, np.nan) if x is None else np.asarray(x, dtype=np.float64)
+
+        sm, ten, gu = col(sm_active), col(tensor_active), col(gpu_util)
+        # Best signal: SM active (profiling); tensor active where SM active is absent; else coarse util.
+        fine = np.where(np.isnan(sm), ten, sm)
+        act = np.where(np.isnan(fine), gu, fine)
+        coarse = np.isnan(fine) & ~np.isnan(gu)
+        r = np.full(n, -1, dtype=np.int64) if reasons is None else np.where(
+            np.isnan(np.asarray(reasons, dtype=np.float64)), -1, np.nan_to_num(np.asarray(reasons, dtype=np.float64))
+        ).astype(np.int64)
+        return cls(t=t, dt=col(dt), activity=act, coarse=coarse, sm_clock=col(sm_clock), reasons=r,
+                   procs=col(procs), fb_used=col(fb_used))
+
+    @classmethod
+    def from_samples(cls, samples: Sequence[Any]) -> "SampleArrays":
+        """From ledger.telemetry.model.Sample objects of one device."""
+        def g(name):  # noqa: ANN001, ANN202
+            return [np.nan if getattr(s, name) is None else getattr(s, name) for s in samples]
+
+        return cls.from_columns(g("t"), g("dt"), g("sm_active"), g("tensor_active"), g("gpu_util"),
+                                g("sm_clock_mhz"), g("clock_reasons"), g("compute_procs"), g("fb_used_mib"))
+
+
+@dataclass
+class DeviceAccount:
+    """The result for one device: integer nanohours per bucket, per gap and per unknown cause."""
+
+    paid_nh: int
+    buckets: np.ndarray                       # int64, len(BUCKETS); sums to paid_nh
+    suspended_nh: int
+    gap_nh: dict[str, int] = field(default_factory=dict)        # unknown_interval id -> nanohours here
+    unknown_causes: dict[str, int] = field(default_factory=dict)  # unattributed unknown by cause
+    fidelity: str = "none"                    # samples | summary | none
+    coarse_nh: int = 0                        # nanohours classified from the coarse utilisation signal
+    timeline: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: int(v) for name, v in zip(BUCKETS, self.buckets)}
+
+
+def seconds_to_nh(seconds: float) -> int:
+    return int(round(seconds * NH_PER_SECOND))
+
+
+def nh_to_hours(nh: int) -> float:
+    """Exactly the decimal with 9 places (shortest float repr of n / 1e9)."""
+    return int(nh) / 1e9
+
+
+# --- interval helpers (sorted, disjoint lists of (a, b)) ---------------------------------------------------
+
+def _union(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for a, b in sorted((a, b) for a, b in spans if b > a):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _clip(spans: Iterable[tuple[float, float]], lo: float, hi: float) -> list[tuple[float, float]]:
+    return [(max(a, lo), min(b, hi)) for a, b in spans if min(b, hi) > max(a, lo)]
+
+
+def _measure(spans: Sequence[tuple[float, float]]) -> float:
+    return math.fsum(b - a for a, b in spans)
+
+
+def _subtract(span: tuple[float, float], minus: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    a, b = span
+    out = []
+    cur = a
+    for x, y in minus:
+        if y <= cur or x >= b:
+            continue
+        if x > cur:
+            out.append((cur, x))
+        cur = max(cur, y)
+        if cur >= b:
+            break
+    if cur < b:
+        out.append((cur, b))
+    return out
+
+
+def _overlap_with(spans: Sequence[tuple[float, float]], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Vectorised |[a_i, b_i) ∩ spans| via the cumulative measure function of the (disjoint) spans."""
+    if not spans or a.shape[0] == 0:
+        return np.zeros_like(a)
+    starts = np.array([s for s, _ in spans])
+    ends = np.array([e for _, e in spans])
+    cum = np.concatenate([[0.0], np.cumsum(ends - starts)])
+
+    def F(x: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(starts, x, side="right")  # spans starting at or before x
+        j = np.maximum(i - 1, 0)
+        inside = np.where(i > 0, np.clip(x - starts[j], 0.0, ends[j] - starts[j]), 0.0)
+        return cum[j] + inside
+
+    return np.maximum(F(b) - F(a), 0.0)
+
+
+def reason_bucket(mask: np.ndarray) -> np.ndarray:
+    """THROTTLE_REASONS index for each clock-event reason bitmask (-1 = unknown mask -> "other")."""
+    mask = np.asarray(mask, dtype=np.int64)
+    out = np.full(mask.shape, THROTTLE_REASONS.index("other"), dtype=np.int64)
+    decided = np.zeros(mask.shape, dtype=bool)
+    valid = mask >= 0
+    for name, bits in REASON_BITS:
+        hit = valid & ~decided & ((mask & bits) != 0)
+        out[hit] = THROTTLE_REASONS.index(name)
+        decided |= hit
+    return out
+
+
+def _nh(x: np.ndarray) -> np.ndarray:
+    return np.rint(x * NH_PER_SECOND).astype(np.int64)
+
+
+def _gap_portions(window: tuple[float, float], suspended: list[tuple[float, float]],
+                  unknown: Sequence[tuple[float, float, str]]) -> tuple[dict[str, int], list[tuple[float, float]]]:
+    """Each gap's exclusive share (earlier gaps in the given order win overlaps), minus suspended time."""
+    s, e = window
+    taken = list(suspended)
+    portions: dict[str, int] = {}
+    for a, b, gap_id in unknown:
+        span = (max(a, s), min(b, e))
+        if span[1] <= span[0]:
+            portions.setdefault(gap_id, 0)
+            continue
+        free = _subtract(span, _union(taken))
+        portions[gap_id] = portions.get(gap_id, 0) + seconds_to_nh(_measure(free))
+        taken.extend(free)
+    gaps = _union([x for a, b, _ in unknown for x in _subtract((max(a, s), min(b, e)), suspended)
+                   if min(b, e) > max(a, s)])
+    return portions, gaps
+
+
+def _settle(paid_nh: int, buckets: np.ndarray, gap_total: int) -> tuple[np.ndarray, int]:
+    """Uncovered time (no sample, no gap) is unknown; per-sample rounding residue lands there too.
+
+    If rounding made the parts exceed paid (by a few nanohours), the excess is taken from the largest bucket.
+    Returns (buckets, uncovered_nh).
+    """
+    rest = paid_nh - int(buckets.sum()) - gap_total
+    if rest < 0:
+        buckets = buckets.copy()
+        while rest < 0:
+            k = int(np.argmax(buckets))
+            take = min(-rest, int(buckets[k]))
+            if take == 0:
+                break
+            buckets[k] -= take
+            rest += take
+        rest = max(rest, 0)
+    return buckets, rest
+
+
+def attribute_device(
+    window: tuple[float, float],
+    samples: SampleArrays | None = None,
+    *,
+    unknown: Sequence[tuple[float, float, str]] = (),
+    suspended: Sequence[tuple[float, float]] = (),
+    rated_clock_mhz: float | None = None,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+) -> DeviceAccount:
+    """Bucket one device's allocated window [start, end) (epoch seconds) from its samples.
+
+    ``unknown`` are (start, end, gap_id) spans of unknown_interval entries that apply to this device, in
+    ledger order; ``suspended`` are suspended spans (reported beside the buckets, not inside them).
+    """
+    s, e = float(window[0]), float(window[1])
+    if e < s:
+        e = s
+    susp = _union(_clip(suspended, s, e))
+    susp_s = _measure(susp)
+    paid_nh = seconds_to_nh(e - s - susp_s)
+    suspended_nh = seconds_to_nh(e - s) - paid_nh
+    portions, gaps = _gap_portions((s, e), susp, unknown)
+    gap_total = sum(portions.values())
+    excluded = _union([*gaps, *susp])
+
+    buckets = np.zeros(len(BUCKETS), dtype=np.int64)
+    causes: dict[str, int] = {}
+    coarse_nh = 0
+    timeline: list[int] = []
+    fidelity = "none"
+    if samples is not None and len(samples):
+        order = np.argsort(samples.t, kind="stable")
+        t = samples.t[order]
+        end = t + np.nan_to_num(samples.dt[order])
+        nxt = np.concatenate([t[1:], [np.inf]])
+        a = np.clip(t, s, e)
+        b = np.clip(np.minimum(end, nxt), s, e)
+        length = np.maximum(b - a, 0.0)
+        covered = np.maximum(length - _overlap_with(excluded, a, b), 0.0)
+        act = samples.activity[order]
+        missing = np.isnan(act)
+        a_ = np.clip(np.nan_to_num(act), 0.0, 1.0)
+        clk = samples.sm_clock[order]
+        if rated_clock_mhz:
+            ratio = np.where(np.isnan(clk), 1.0, np.clip(clk / float(rated_clock_mhz), 0.0, 1.0))
+        else:
+            ratio = np.ones_like(a_)
+        procs, fb = samples.procs[order], samples.fb_used[order]
+        resident = (np.nan_to_num(procs) > 0) | (np.nan_to_num(fb) > thresholds.resident_fb_mib)
+        low = ~missing & (a_ < thresholds.active_min)
+        working = ~missing & ~low
+        # Each sample's covered time is rounded to nanohours once; its parts are split from that integer,
+        # so per sample delivered + throttled + underutilized (or starved, idle, missing) == covered exactly.
+        cov = _nh(covered)
+        active = np.where(working, np.minimum(_nh(covered * a_), cov), 0)
+        delivered = np.minimum(_nh(covered * a_ * ratio), active)
+        throttled = active - delivered
+        under = np.where(working, cov - active, 0)
+        starved = np.where(low & resident, cov, 0)
+        idle = np.where(low & ~resident, cov, 0)
+        field_missing = np.where(missing, cov, 0)
+        reason = reason_bucket(samples.reasons[order])
+        buckets[B_DELIVERED] = delivered.sum()
+        for i, name in enumerate(THROTTLE_REASONS):
+            buckets[B_THROTTLED[name]] = throttled[reason == i].sum()
+        buckets[B_UNDER] = under.sum()
+        buckets[B_STARVED] = starved.sum()
+        buckets[B_IDLE] = idle.sum()
+        fm = int(field_missing.sum())
+        coarse_nh = int(np.where(samples.coarse[order] & ~missing, cov, 0).sum())
+        # field_missing is unknown but not a gap: keep it inside the settled vector for the residue step.
+        buckets[B_UNKNOWN] = fm
+        buckets, uncovered = _settle(paid_nh, buckets, gap_total)
+        causes = {"field_missing": int(buckets[B_UNKNOWN]), "no_telemetry": uncovered}
+        buckets[B_UNKNOWN] += uncovered + gap_total
+        fidelity = "samples"
+        if thresholds.timeline_bins and e > s:
+            per_sample = np.stack([delivered, throttled, under, starved, idle, field_missing])
+            timeline = _timeline((s, e), a, b, per_sample, reason, susp, thresholds.timeline_bins)
+    else:
+        causes = {"field_missing": 0, "no_telemetry": paid_nh - gap_total}
+        buckets[B_UNKNOWN] = paid_nh
+        if thresholds.timeline_bins and e > s:
+            timeline = _timeline((s, e), np.zeros(0), np.zeros(0), np.zeros((6, 0), dtype=np.int64),
+                                 np.zeros(0, dtype=np.int64), susp, thresholds.timeline_bins)
+    return DeviceAccount(paid_nh=paid_nh, buckets=buckets, suspended_nh=suspended_nh, gap_nh=portions,
+                         unknown_causes=causes, fidelity=fidelity, coarse_nh=coarse_nh, timeline=timeline)
+
+
+def _timeline(window: tuple[float, float], a: np.ndarray, b: np.ndarray, per_sample: np.ndarray,
+              reason: np.ndarray, susp: list[tuple[float, float]], bins: int) -> list[int]:
+    """Dominant bucket per time bin (an index into TIMELINE_CODES), for the PDF strip only."""
+    s, e = window
+    width = (e - s) / bins
+    mids = (a + b) / 2.0
+    idx = np.clip(((mids - s) / width).astype(np.int64), 0, bins - 1) if mids.size else np.zeros(0, np.int64)
+    mat = np.zeros((len(TIMELINE_CODES), bins))
+    delivered, throttled, under, starved, idle, fmiss = per_sample
+    mat[B_DELIVERED] = np.bincount(idx, weights=delivered, minlength=bins)
+    for i, name in enumerate(THROTTLE_REASONS):
+        sel = reason == i
+        mat[B_THROTTLED[name]] = np.bincount(idx[sel], weights=throttled[sel], minlength=bins)
+    mat[B_UNDER] = np.bincount(idx, weights=under, minlength=bins)
+    mat[B_STARVED] = np.bincount(idx, weights=starved, minlength=bins)
+    mat[B_IDLE] = np.bincount(idx, weights=idle, minlength=bins)
+    edges = s + width * np.arange(bins + 1)
+    susp_in = _overlap_with(susp, edges[:-1], edges[1:]) * NH_PER_SECOND
+    mat[len(BUCKETS)] = susp_in
+    known = mat.sum(axis=0)
+    mat[B_UNKNOWN] = np.maximum(width * NH_PER_SECOND - known, 0.0) + np.bincount(idx, weights=fmiss, minlength=bins)
+    return [int(x) for x in np.argmax(mat, axis=0)]
+
+
+# --- summary-only runs (DCGM job stats) --------------------------------------------------------------------
+
+def _norm_key(k: str) -> str:
+    return "".join(ch for ch in k.lower() if ch.isalnum())
+
+
+def _flatten(d: Mapping, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = prefix + _norm_key(str(k))
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, (int, float)):
+        return float(v) if math.isfinite(v) else None
+    return None
+
+
+def _pick(flat: Mapping[str, Any], *candidates: str) -> float | None:
+    """First numeric value whose normalised key equals a candidate, else one that ends with it."""
+    for c in candidates:
+        if c in flat and _num(flat[c]) is not None:
+            return _num(flat[c])
+    for c in candidates:
+        for k in sorted(flat):
+            if k.endswith(c) and _num(flat[k]) is not None:
+                return _num(flat[k])
+    return None
+
+
+def summary_fields(payload: Mapping[str, Any]) -> dict[str, float | None]:
+    """The few DCGM job-stats figures the method uses, tolerant of how the adapter spelled the keys.
+
+    Percentages stay percentages (0-100); None means the summary did not carry a number for it.
+    """
+    flat = _flatten(payload)
+    return {
+        "sm_util_pct": _pick(flat, "smutilpctavg", "smutilizationavg", "smutilavg", "smutilization", "avgsmutilization",
+                             "smutilpct", "gfxactivityavg", "gfxactivity"),
+        "sm_clock_mhz": _pick(flat, "smclockmhzavg", "smclockavg", "smclockmhz", "smclock", "gfxclockavg"),
+        "power_pct": _pick(flat, "slowdownpowerpct", "slowdownpower", "violationpowerpct", "powerviolationpct", "powerpct",
+                           "slowdownpowerpct", "power"),
+        "thermal_pct": _pick(flat, "slowdownthermalpct", "slowdownthermal", "violationthermalpct", "thermalviolationpct",
+                             "thermalpct", "slowdownthermalpct", "thermal"),
+        "sync_boost_pct": _pick(flat, "slowdownsyncboostpct", "slowdownsyncboost", "violationsyncboostpct", "syncboostpct",
+                                "syncboost"),
+        "board_limit_pct": _pick(flat, "slowdownboardlimitpct", "slowdownboardlimit", "violationboardlimitpct", "boardlimitpct",
+                                 "boardlimit"),
+        "reliability_pct": _pick(flat, "slowdownreliabilitypct", "slowdownreliability", "violationreliabilitypct", "reliabilitypct",
+                                 "reliability"),
+        "processes": _pick(flat, "numprocesses", "noofprocesses", "processes", "processcount"),
+    }
+
+
+def _largest_remainder(total: int, weights: Sequence[float]) -> list[int]:
+    """Split an integer total by weights; leftovers go to the largest fractional parts (ties: first)."""
+    s = math.fsum(weights)
+    if total <= 0 or s <= 0:
+        return [0] * len(weights)
+    raw = [total * w / s for w in weights]
+    base = [int(math.floor(x)) for x in raw]
+    left = total - sum(base)
+    order = sorted(range(len(raw)), key=lambda i: (-(raw[i] - base[i]), i))
+    for i in order[:left]:
+        base[i] += 1
+    return base
+
+
+def attribute_summary(
+    window: tuple[float, float],
+    payload: Mapping[str, Any],
+    *,
+    unknown: Sequence[tuple[float, float, str]] = (),
+    suspended: Sequence[tuple[float, float]] = (),
+    rated_clock_mhz: float | None = None,
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
+) -> DeviceAccount:
+    """Bucket one device from its DCGM job-stats summary alone (fidelity "summary")."""
+    s, e = float(window[0]), float(window[1])
+    e = max(e, s)
+    susp = _union(_clip(suspended, s, e))
+    paid_nh = seconds_to_nh(e - s - _measure(susp))
+    suspended_nh = seconds_to_nh(e - s) - paid_nh
+    portions, _gaps = _gap_portions((s, e), susp, unknown)
+    gap_total = sum(portions.values())
+    covered = max(paid_nh - gap_total, 0)
+    f = summary_fields(payload)
+    buckets = np.zeros(len(BUCKETS), dtype=np.int64)
+    causes = {"field_missing": 0, "no_telemetry": 0}
+    util = f["sm_util_pct"]
+    if util is None:
+        causes["field_missing"] = covered
+    else:
+        act = min(max(util / 100.0, 0.0), 1.0)
+        clk = f["sm_clock_mhz"]
+        ratio = 1.0 if not (clk and rated_clock_mhz) else min(max(clk / rated_clock_mhz, 0.0), 1.0)
+        procs = f["processes"]
+        if act < thresholds.active_min:
+            resident = procs is None and act > 0 or (procs or 0) > 0
+            buckets[B_STARVED if resident else B_IDLE] = covered
+        else:
+            d, thr, under = _largest_remainder(covered, [act * ratio, act * (1 - ratio), 1 - act])
+            buckets[B_DELIVERED] = d
+            buckets[B_UNDER] = under
+            w = [f["thermal_pct"] or 0.0, 0.0, f["power_pct"] or 0.0, f["sync_boost_pct"] or 0.0,
+                 (f["board_limit_pct"] or 0.0) + (f["reliability_pct"] or 0.0)]
+            order = ["thermal", "hw_slowdown", "power_cap", "sync_boost", "other"]
+            if sum(w) <= 0:
+                w = [0, 0, 0, 0, 1.0]
+            for name, part in zip(order, _largest_remainder(thr, w)):
+                buckets[B_THROTTLED[name]] = part
+    buckets[B_UNKNOWN] = causes["field_missing"]
+    buckets, uncovered = _settle(paid_nh, buckets, gap_total)
+    causes = {"field_missing": int(buckets[B_UNKNOWN]), "no_telemetry": uncovered}
+    buckets[B_UNKNOWN] += uncovered + gap_total
+    timeline: list[int] = []
+    if thresholds.timeline_bins and e > s:
+        dom = int(np.argmax(buckets)) if buckets.sum() else B_UNKNOWN
+        timeline = [dom] * thresholds.timeline_bins
+        width = (e - s) / thresholds.timeline_bins
+        edges = s + width * np.arange(thresholds.timeline_bins + 1)
+        sus = _overlap_with(susp, edges[:-1], edges[1:])
+        timeline = [len(BUCKETS) if x > width / 2 else dom for x in sus]
+    return DeviceAccount(paid_nh=paid_nh, buckets=buckets, suspended_nh=suspended_nh, gap_nh=portions,
+                         unknown_causes=causes, fidelity="summary", timeline=timeline)

@@ -1,0 +1,394 @@
+"""The receipt as a pure function of its inputs: run entries, gaps, resolutions, contract, samples.
+
+No database here (``gather.py`` reads the inputs). Same :class:`RunInputs` -> same body -> same hash, in any
+process, from any backend. Hours are integer nanohours until the body is written; money is Decimal until it
+is rounded to cents, once per figure (docs/receipts.md, "Rounding").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..canonical import canonical_json, sha256_hex, ts_to_epoch
+from ..contracts import Contract, select_contract
+from ..entries import ChainedEntry, Kind
+from ..method import (
+    BUCKETS,
+    METHOD_NAME,
+    METHOD_VERSION,
+    THROTTLE_REASONS,
+    DeviceAccount,
+    SampleArrays,
+    Thresholds,
+    attribute_device,
+    attribute_summary,
+    nh_to_hours,
+)
+from ..method.attribution import DEFAULT_THRESHOLDS, seconds_to_nh
+from ..method.skus import SkuRating, match_sku
+
+RECEIPT_VERSION = "1.0"
+CENT = Decimal("0.01")
+NH = Decimal(10) ** 9
+
+
+class ReceiptError(LookupError):
+    """No such job/run, or a run the ledger cannot account (one line for the user)."""
+
+
+@dataclass(frozen=True)
+class RunKey:
+    cluster: str | None
+    job_id: str
+    run: int
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """Everything a receipt depends on, already cut at the as-of sequence."""
+
+    key: RunKey
+    entries: tuple[ChainedEntry, ...]            # the run's own entries (no receipt_issued), seq order
+    gaps: tuple[ChainedEntry, ...] = ()          # unknown_interval entries not keyed to the run but on its devices
+    resolutions: tuple[ChainedEntry, ...] = ()   # gap_resolution entries (any; filtered by gap id)
+    contracts: tuple[ChainedEntry, ...] = ()     # contract_version entries
+    segments: tuple[ChainedEntry, ...] = ()      # telemetry_segment entries whose samples are in `samples`
+    samples: Mapping[str, SampleArrays] = field(default_factory=dict)
+    contract_id: str | None = None
+    open_end: str | None = None  # for a run with no allocation_ended: the end of its latest telemetry
+
+
+@dataclass
+class Receipt:
+    body: dict                                    # the hashed JSON (receipt_hash included)
+    timelines: dict[str, list[int]] = field(default_factory=dict)  # device -> TIMELINE_CODES indices (PDF)
+
+    @property
+    def hash(self) -> str:
+        return self.body["receipt_hash"]
+
+    def canonical(self) -> str:
+        return canonical_json(self.body)
+
+
+# --- the run's frame: window, devices, suspended spans -----------------------------------------------------
+
+@dataclass(frozen=True)
+class RunFrame:
+    start: str | None
+    end: str | None
+    open: bool
+    account: str | None
+    partition: str | None
+    qos: str | None
+    devices: tuple[dict, ...]
+    nodes: tuple[str, ...]
+    suspended: tuple[tuple[float, float], ...]
+
+
+def run_frame(entries: Sequence[ChainedEntry], open_end: str | None = None) -> RunFrame:
+    """Merge per-node allocation entries of one run into its window, devices and suspended spans.
+
+    A run without allocation_ended (still running, or its epilog never ran) is accounted up to the last
+    instant the ledger knows of: its entries' ends, or ``open_end`` (its latest telemetry), whichever is later.
+    """
+    started = [c for c in entries if c.entry.kind == Kind.ALLOCATION_STARTED]
+    ended = [c for c in entries if c.entry.kind == Kind.ALLOCATION_ENDED]
+    start = min((c.entry.ts for c in started), key=ts_to_epoch, default=None)
+    end = max((c.entry.ts for c in ended), key=ts_to_epoch, default=None)
+    is_open = end is None
+    if end is None:  # still running or the epilog never ran: account up to the last thing we know of
+        ends = [ts_to_epoch(c.entry.ts_end or c.entry.ts) for c in entries
+                if c.entry.kind not in (Kind.ADJUSTMENT, Kind.GAP_RESOLUTION)]
+        if open_end is not None:
+            ends.append(ts_to_epoch(open_end))
+        if start is not None and ends:
+            from ..canonical import format_ts
+            end = format_ts(max(max(ends), ts_to_epoch(start)))
+    ctx: dict = {}
+    for c in started:  # first node's record wins, others fill gaps
+        for k, v in c.entry.data.items():
+            ctx.setdefault(k, v)
+    devices: dict[str, dict] = {}
+    for c in entries:
+        if c.entry.kind != Kind.DEVICE_BOUND:
+            continue
+        d = c.entry.data
+        uuid = c.entry.device or d.get("uuid")
+        if uuid is None or uuid in devices:
+            continue
+        devices[uuid] = {"uuid": uuid, "node": c.entry.node or d.get("node"), "index": d.get("index"),
+                         "sku": d.get("sku"), "vendor": d.get("vendor")}
+    nodes = sorted({d["node"] for d in devices.values() if d["node"]} |
+                   {c.entry.node for c in started if c.entry.node})
+    susp = []
+    resumed = sorted(ts_to_epoch(c.entry.ts) for c in entries if c.entry.kind == Kind.ALLOCATION_RESUMED)
+    for c in entries:
+        if c.entry.kind != Kind.ALLOCATION_SUSPENDED:
+            continue
+        a = ts_to_epoch(c.entry.ts)
+        if c.entry.ts_end:
+            b = ts_to_epoch(c.entry.ts_end)
+        else:
+            b = next((r for r in resumed if r >= a), ts_to_epoch(end) if end else a)
+        susp.append((a, b))
+    devs = tuple(sorted(devices.values(), key=lambda d: (str(d["node"]), d["index"] if isinstance(d["index"], int)
+                                                          else 1 << 30, d["uuid"])))
+    return RunFrame(start=start, end=end, open=is_open, account=ctx.get("account"),
+                    partition=ctx.get("partition"), qos=ctx.get("qos"), devices=devs, nodes=tuple(nodes),
+                    suspended=tuple(sorted(susp)))
+
+
+def gap_applies(gap: ChainedEntry, device: Mapping, key: RunKey) -> bool:
+    """Does this unknown_interval cover this device of this run?"""
+    e = gap.entry
+    if e.job_id is not None and (e.job_id != key.job_id or (e.run or 0) != key.run):
+        return False
+    if e.device is not None:
+        return e.device == device["uuid"]
+    if e.node is not None:
+        return e.node == device["node"]
+    return e.job_id is not None  # a whole-run gap; an un-keyed gap with no device or node applies to nothing
+
+
+# --- money -------------------------------------------------------------------------------------------------
+
+def _money(nh_times_rate: Decimal) -> Decimal:
+    return (nh_times_rate / NH).quantize(CENT, rounding=ROUND_HALF_EVEN)
+
+
+def _f(d: Decimal) -> float:
+    return float(d)
+
+
+def _billed_nh(nh: int, gran_s: int, min_s: int, paid_nh: int) -> int:
+    """Round billed time up to the granularity, then apply the minimum (only to runs that held the device)."""
+    if nh <= 0:
+        return 0  # nothing billable (all credited or held): no minimum either
+    units = -((-nh * 3600) // (gran_s * 10**9))  # ceil(nh / granularity_in_nh), integers only
+    rounded = (units * gran_s * 10**9 + 1800) // 3600
+    return max(rounded, seconds_to_nh(min_s)) if paid_nh > 0 else rounded
+
+
+# --- the receipt -------------------------------------------------------------------------------------------
+
+def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None = None,
+                    thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Receipt:
+    key = inputs.key
+    frame = run_frame(inputs.entries, inputs.open_end)
+    if frame.start is None:
+        raise ReceiptError(f"job {key.job_id} run {key.run}: no allocation_started entry in the ledger")
+    w0, w1 = ts_to_epoch(frame.start), ts_to_epoch(frame.end or frame.start)
+    contract, contract_ce = select_contract(inputs.contracts, frame.account, inputs.contract_id)
+
+    all_gaps = sorted({c.seq: c for c in (*inputs.gaps, *(c for c in inputs.entries
+                                                           if c.entry.kind == Kind.UNKNOWN_INTERVAL))}.values(),
+                      key=lambda c: c.seq)
+    gap_ids = {g.entry.entry_id for g in all_gaps}
+    resolutions: dict[str, ChainedEntry] = {}
+    for r in sorted((*inputs.resolutions, *(c for c in inputs.entries if c.entry.kind == Kind.GAP_RESOLUTION)),
+                    key=lambda c: c.seq):
+        gid = r.entry.data.get("gap_id")
+        if gid in gap_ids:
+            resolutions[gid] = r  # the latest resolution of a gap wins
+    summaries: dict[str, ChainedEntry] = {}
+    for c in inputs.entries:
+        if c.entry.kind == Kind.TELEMETRY_SUMMARY and c.entry.device:
+            summaries[c.entry.device] = c  # latest per device
+
+    accounts: list[tuple[dict, SkuRating | None, DeviceAccount]] = []
+    timelines: dict[str, list[int]] = {}
+    for dev in frame.devices:
+        rating = match_sku(dev.get("sku"), sku_table)
+        rated = rating.rated_sm_clock_mhz if rating else None
+        mine = [(ts_to_epoch(g.entry.ts), ts_to_epoch(g.entry.ts_end or g.entry.ts), g.entry.entry_id)
+                for g in all_gaps if gap_applies(g, dev, key)]
+        samples = inputs.samples.get(dev["uuid"])
+        if samples is not None and len(samples):
+            acc = attribute_device((w0, w1), samples, unknown=mine, suspended=frame.suspended,
+                                   rated_clock_mhz=rated, thresholds=thresholds)
+        elif dev["uuid"] in summaries:
+            acc = attribute_summary((w0, w1), summaries[dev["uuid"]].entry.data, unknown=mine,
+                                    suspended=frame.suspended, rated_clock_mhz=rated, thresholds=thresholds)
+        else:
+            acc = attribute_device((w0, w1), None, unknown=mine, suspended=frame.suspended,
+                                   rated_clock_mhz=rated, thresholds=thresholds)
+        accounts.append((dev, rating, acc))
+        timelines[dev["uuid"]] = acc.timeline
+
+    total = np.zeros(len(BUCKETS), dtype=np.int64)
+    paid_nh = suspended_nh = coarse_nh = 0
+    gap_nh: dict[str, int] = {}
+    causes: dict[str, int] = {}
+    for _dev, _r, acc in accounts:
+        total += acc.buckets
+        paid_nh += acc.paid_nh
+        suspended_nh += acc.suspended_nh
+        coarse_nh += acc.coarse_nh
+        for g, v in acc.gap_nh.items():
+            gap_nh[g] = gap_nh.get(g, 0) + v
+        for c, v in acc.unknown_causes.items():
+            causes[c] = causes.get(c, 0) + v
+    assert int(total.sum()) == paid_nh, "accounting identity broken"
+
+    # Unknown intervals and the policy each is billed under.
+    intervals = []
+    gap_policy: dict[str, str] = {}
+    for g in all_gaps:
+        gid = g.entry.entry_id
+        if gid not in gap_nh and g.entry.job_id is None:
+            continue
+        d = g.entry.data
+        res = resolutions.get(gid)
+        policy = res.entry.data.get("resolution") if res else contract.unknown_policy
+        gap_policy[gid] = policy
+        cause = d.get("cause", "unspecified")
+        causes[cause] = causes.get(cause, 0) + gap_nh.get(gid, 0)
+        intervals.append({
+            "id": gid, "device": g.entry.device, "node": g.entry.node, "scope": d.get("scope"),
+            "start": g.entry.ts, "end": g.entry.ts_end, "cause": cause, "detail": d.get("detail"),
+            "gpu_hours": nh_to_hours(gap_nh.get(gid, 0)), "policy": policy,
+            "resolution": None if res is None else {
+                "as": res.entry.data.get("resolution"), "reason": res.entry.data.get("reason"),
+                "by": res.entry.data.get("by"), "entry_id": res.entry.entry_id, "ts": res.entry.ts},
+        })
+
+    # Billing, per device (each device has its own SKU and rate).
+    by_policy = {p: 0 for p in ("charge", "credit", "estimate", "hold")}
+    rates: dict[str, Decimal] = {}
+    cost_nh: dict[str, Decimal] = {k: Decimal(0) for k in ("paid", "delivered", "billed", "suspended",
+                                                            *BUCKETS)}
+    billed_total_nh = 0
+    unattributed_policy = contract.unknown_policy
+    dev_lines = []
+    for dev, rating, acc in accounts:
+        basis = contract.basis_for(rating.key if rating else None)
+        rate = basis.hourly(rating.tdp_w if rating else None)
+        rates[rating.key if rating else "unrated"] = rate
+        unknown_by_policy = {p: 0 for p in by_policy}
+        for gid, v in acc.gap_nh.items():
+            unknown_by_policy[gap_policy.get(gid, unattributed_policy)] += v
+        unattributed = int(acc.buckets[-1]) - sum(acc.gap_nh.values())
+        unknown_by_policy[unattributed_policy] += unattributed
+        for p, v in unknown_by_policy.items():
+            by_policy[p] += v
+        billable = acc.paid_nh - unknown_by_policy["credit"] - unknown_by_policy["hold"]
+        if contract.charge_suspended:
+            billable += acc.suspended_nh
+        billed = _billed_nh(billable, contract.billing_granularity_s, contract.billing_minimum_s, acc.paid_nh)
+        billed_total_nh += billed
+        cost_nh["paid"] += acc.paid_nh * rate
+        cost_nh["billed"] += billed * rate
+        cost_nh["suspended"] += acc.suspended_nh * rate
+        for name, v in zip(BUCKETS, acc.buckets):
+            cost_nh[name] += int(v) * rate
+        dev_lines.append({"uuid": dev["uuid"], "node": dev["node"], "index": dev["index"], "sku": dev["sku"],
+                          "sku_rating": rating.key if rating else None, "fidelity": acc.fidelity,
+                          "gpu_hours": _hours_block(acc.buckets, acc.paid_nh, acc.suspended_nh),
+                          "billed_gpu_hours": nh_to_hours(billed), "rate": str(rate)})
+    fidelities = sorted({acc.fidelity for _d, _r, acc in accounts})
+    fidelity = fidelities[0] if len(fidelities) == 1 else ("mixed" if fidelities else "none")
+
+    paid_cost = _money(cost_nh["paid"])
+    delivered_cost = _money(cost_nh["delivered"])
+    billed_cost = _money(cost_nh["billed"])
+    mean_rate = (sum(rates.values(), Decimal(0)) / len(rates)) if rates else Decimal(0)
+
+    adjustments = []
+    adj_total = Decimal(0)
+    adj_hours_nh = 0
+    for c in inputs.entries:
+        if c.entry.kind != Kind.ADJUSTMENT:
+            continue
+        d = c.entry.data
+        sign = Decimal(1) if d.get("direction") == "debit" else Decimal(-1)
+        if "hours" in d:
+            h = Decimal(str(d["hours"]))
+            amount = (h * mean_rate).quantize(CENT, rounding=ROUND_HALF_EVEN)
+            adj_hours_nh += int(sign) * int((h * NH).to_integral_value(rounding=ROUND_HALF_EVEN))
+        else:
+            h = None
+            amount = Decimal(str(d["amount"])).quantize(CENT)
+        adj_total += sign * amount
+        adjustments.append({"id": c.entry.entry_id, "direction": d.get("direction"),
+                            "gpu_hours": None if h is None else float(h), "amount": _f(amount),
+                            "reason": d.get("reason"), "by": d.get("by"), "ts": c.entry.ts,
+                            "references": d.get("references", [])})
+
+    relevant = [*inputs.entries, *(g for g in inputs.gaps if g.entry.entry_id in gap_policy),
+                *(r for r in resolutions.values()), *inputs.segments,
+                *([contract_ce] if contract_ce is not None else [])]
+    last = max(relevant, key=lambda c: c.seq)
+    est_delivered = 0
+    known = paid_nh - int(total[-1])
+    if by_policy["estimate"] and known > 0:
+        est_delivered = (by_policy["estimate"] * int(total[0]) + known // 2) // known
+
+    body: dict[str, Any] = {
+        "receipt_version": RECEIPT_VERSION,
+        "job": {"cluster": key.cluster, "job_id": key.job_id, "run": key.run, "account": frame.account,
+                "partition": frame.partition, "qos": frame.qos,
+                "devices": [{k: d[k] for k in ("uuid", "node", "index", "sku")} for d in frame.devices]},
+        "window": {"start": frame.start, "end": frame.end},
+        "open": frame.open,  # True: no allocation_ended yet; the window ends at the last thing the ledger knows
+        "contract": {"id": contract.id, "version": contract.version, "entry_id": contract.entry_id,
+                     "currency": contract.currency, "unknown_policy": contract.unknown_policy,
+                     "charge_suspended": contract.charge_suspended,
+                     "billing_granularity_s": contract.billing_granularity_s,
+                     "billing_minimum_s": contract.billing_minimum_s},
+        "method": {"name": METHOD_NAME, "version": METHOD_VERSION, "fidelity": fidelity,
+                   "coarse_signal_gpu_hours": nh_to_hours(coarse_nh),
+                   "thresholds": {"active_min": thresholds.active_min,
+                                  "resident_fb_mib": thresholds.resident_fb_mib}},
+        "gpu_hours": _hours_block(total, paid_nh, suspended_nh),
+        "unknown_by_cause": {k: nh_to_hours(v) for k, v in sorted(causes.items()) if v},
+        "unknown_intervals": intervals,
+        "billing": {
+            "gpu_hours_paid": nh_to_hours(paid_nh),
+            "unknown_gpu_hours_by_policy": {p: nh_to_hours(v) for p, v in by_policy.items()},
+            "estimated_delivered_in_unknown": nh_to_hours(est_delivered),
+            "suspended_charged": contract.charge_suspended,
+            "gpu_hours_billed": nh_to_hours(billed_total_nh),
+        },
+        "devices": dev_lines,
+        "adjustments": adjustments,
+        "cost": {
+            "currency": contract.currency,
+            "rates_per_gpu_hour": {k: str(v) for k, v in sorted(rates.items())},
+            "paid": _f(paid_cost), "delivered": _f(delivered_cost), "lost": _f(paid_cost - delivered_cost),
+            "by_bucket": {name: _f(_money(cost_nh[name])) for name in BUCKETS},
+            "billed_before_adjustments": _f(billed_cost),
+            "adjustments": _f(adj_total),
+            "billed_after_adjustments": _f(billed_cost + adj_total),
+        },
+        "totals": {
+            "before_adjustments": {"gpu_hours": nh_to_hours(billed_total_nh), "amount": _f(billed_cost)},
+            "after_adjustments": {"gpu_hours": nh_to_hours(billed_total_nh + adj_hours_nh),
+                                  "amount": _f(billed_cost + adj_total)},
+        },
+        "ledger": {"through_seq": last.seq, "head_hash": last.hash},
+    }
+    body["receipt_hash"] = receipt_hash(body)
+    return Receipt(body=body, timelines=timelines)
+
+
+def receipt_hash(body: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON of the body without its own hash field."""
+    return "sha256:" + sha256_hex(canonical_json({k: v for k, v in body.items() if k != "receipt_hash"}))
+
+
+def _hours_block(buckets: np.ndarray, paid_nh: int, suspended_nh: int) -> dict:
+    d = {name: int(v) for name, v in zip(BUCKETS, buckets)}
+    return {"paid": nh_to_hours(paid_nh), "delivered": nh_to_hours(d["delivered"]),
+            "underutilized": nh_to_hours(d["underutilized"]), "starved": nh_to_hours(d["starved"]),
+            "idle_held": nh_to_hours(d["idle_held"]), "unknown": nh_to_hours(d["unknown"]),
+            "suspended": nh_to_hours(suspended_nh),
+            "throttled": {r: nh_to_hours(d[f"throttled.{r}"]) for r in THROTTLE_REASONS}}
+
+
+__all__ = ["RECEIPT_VERSION", "Receipt", "ReceiptError", "RunFrame", "RunInputs", "RunKey", "compute_receipt",
+           "gap_applies", "receipt_hash", "run_frame", "Contract"]

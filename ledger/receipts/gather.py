@@ -1,0 +1,155 @@
+"""Reading a receipt's inputs from the ledger, cut at a sequence number (the only I/O of receipts).
+
+Everything read is either keyed to the run (job_id, run) or found by device and time overlap (importer gaps,
+telemetry segments); samples are read only from segments whose entry seq is at or before the cut, so an
+``--as-of`` receipt never sees later telemetry.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Sequence
+
+import numpy as np
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, Engine
+
+from ..canonical import ts_to_epoch
+from ..entries import ChainedEntry, Kind
+from ..method import SampleArrays
+from ..store import ENTRY_COLUMNS, _to_chained, iter_entries
+from .compute import ReceiptError, RunInputs, RunKey, run_frame
+
+SAMPLE_READ_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "tensor_active", "gpu_util",
+                       "sm_clock_mhz", "compute_procs", "fb_used_mib")
+_CHUNK = 500
+
+
+def runs_of_job(conn: Connection, job_id: str, as_of: int | None) -> dict[RunKey, list[ChainedEntry]]:
+    runs: dict[RunKey, list[ChainedEntry]] = defaultdict(list)
+    for ce in iter_entries(conn, job_id=str(job_id), through_seq=as_of):
+        if ce.entry.kind == Kind.RECEIPT_ISSUED:
+            continue  # a receipt never depends on earlier receipts
+        runs[RunKey(ce.entry.cluster, str(job_id), ce.entry.run or 0)].append(ce)
+    return runs
+
+
+def pick_run(runs: dict[RunKey, list[ChainedEntry]], job_id: str, run: int | None,
+             cluster: str | None = None) -> RunKey:
+    keys = [k for k in runs if cluster is None or k.cluster == cluster]
+    if not keys:
+        raise ReceiptError(f"job {job_id}: no entries in the ledger" + (f" for cluster {cluster}" if cluster else ""))
+    clusters = sorted({str(k.cluster) for k in keys})
+    if len(clusters) > 1:
+        raise ReceiptError(f"job {job_id} exists on several clusters ({', '.join(clusters)}); name one with --cluster")
+    if run is None:
+        return max(keys, key=lambda k: k.run)
+    for k in keys:
+        if k.run == run:
+            return k
+    raise ReceiptError(f"job {job_id}: no run {run} (runs: {', '.join(str(k.run) for k in sorted(keys, key=lambda k: k.run))})")
+
+
+def _select(conn: Connection, where: str, params: dict) -> list[ChainedEntry]:
+    sql = text(f"SELECT {', '.join(ENTRY_COLUMNS)} FROM entries WHERE {where} ORDER BY seq")
+    return [_to_chained(r) for r in conn.execute(sql, params)]
+
+
+def _overlapping(conn: Connection, kind: str, start: str, end: str, as_of: int | None, extra: str = "") -> list[ChainedEntry]:
+    """Entries of a kind whose [ts, ts_end] overlaps the window; compared on the seconds prefix (so a
+    fraction of a second of slack), then filtered exactly by the caller."""
+    where = "kind = :kind AND substr(ts, 1, 19) <= :end AND substr(COALESCE(ts_end, ts), 1, 19) >= :start"
+    params = {"kind": kind, "start": start[:19], "end": end[:19]}
+    if as_of is not None:
+        where += " AND seq <= :asof"
+        params["asof"] = as_of
+    return _select(conn, where + extra, params)
+
+
+def gather(engine_or_conn: Engine | Connection, job_id: str, run: int | None = None, *, cluster: str | None = None,
+           as_of: int | None = None, contract_id: str | None = None) -> RunInputs:
+    if isinstance(engine_or_conn, Engine):
+        with engine_or_conn.connect() as conn:
+            return gather(conn, job_id, run, cluster=cluster, as_of=as_of, contract_id=contract_id)
+    conn = engine_or_conn
+    runs = runs_of_job(conn, str(job_id), as_of)
+    key = pick_run(runs, str(job_id), run, cluster)
+    entries = runs[key]
+    frame = run_frame(entries)
+    if frame.start is None:
+        raise ReceiptError(f"job {job_id} run {key.run}: no allocation_started entry in the ledger")
+    open_end = None
+    if frame.open:  # extend an open run to the end of the latest telemetry on its devices
+        uuids0 = {d["uuid"] for d in frame.devices}
+        later = [s for s in _overlapping(conn, Kind.TELEMETRY_SEGMENT, frame.start, "9999-12-31T23:59:59Z", as_of)
+                 if set(s.entry.data.get("devices") or [s.entry.device]) & uuids0]
+        if later:
+            open_end = max((s.entry.ts_end or s.entry.ts for s in later), key=ts_to_epoch)
+            frame = run_frame(entries, open_end)
+    start, end = frame.start, frame.end or frame.start
+    w0, w1 = ts_to_epoch(start), ts_to_epoch(end)
+    uuids = {d["uuid"] for d in frame.devices}
+    nodes = set(frame.nodes)
+    asof_clause = "" if as_of is None else " AND seq <= :asof"
+    asof_param = {} if as_of is None else {"asof": as_of}
+
+    gaps = [g for g in _overlapping(conn, Kind.UNKNOWN_INTERVAL, start, end, as_of, " AND job_id IS NULL")
+            if (g.entry.device in uuids or (g.entry.device is None and g.entry.node in nodes))
+            and ts_to_epoch(g.entry.ts_end or g.entry.ts) > w0 and ts_to_epoch(g.entry.ts) < w1]
+    resolutions = _select(conn, "kind = :k" + asof_clause, {"k": Kind.GAP_RESOLUTION, **asof_param})
+    contracts = _select(conn, "kind = :k" + asof_clause, {"k": Kind.CONTRACT_VERSION, **asof_param})
+    segments = []
+    for seg in _overlapping(conn, Kind.TELEMETRY_SEGMENT, start, end, as_of):
+        devs = set(seg.entry.data.get("devices") or ([seg.entry.device] if seg.entry.device else []))
+        if devs & uuids and ts_to_epoch(seg.entry.ts_end or seg.entry.ts) > w0 and ts_to_epoch(seg.entry.ts) < w1:
+            segments.append(seg)
+    samples = load_sample_arrays(conn, [s.entry.entry_id for s in segments], sorted(uuids), w0, w1)
+    used = {s for s in segments}
+    return RunInputs(key=key, entries=tuple(entries), gaps=tuple(gaps), resolutions=tuple(resolutions),
+                     contracts=tuple(contracts), segments=tuple(sorted(used, key=lambda c: c.seq)),
+                     samples=samples, contract_id=contract_id, open_end=open_end)
+
+
+def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Sequence[str], start: float,
+                       end: float) -> dict[str, SampleArrays]:
+    """Columns of the samples of these segments and devices overlapping [start, end), one array set per device.
+
+    Read through the raw driver cursor in chunks and turned into numpy columns without per-row objects.
+    """
+    if not segment_ids or not devices:
+        return {}
+    parts: dict[str, list[np.ndarray]] = defaultdict(list)
+    raw = conn.connection.driver_connection
+    paramstyle = "%s" if conn.dialect.name == "postgresql" else "?"
+    dev_marks = ",".join([paramstyle] * len(devices))
+    for i in range(0, len(segment_ids), _CHUNK):
+        chunk = list(segment_ids[i:i + _CHUNK])
+        seg_marks = ",".join([paramstyle] * len(chunk))
+        sql = (f"SELECT {', '.join(SAMPLE_READ_COLUMNS)} FROM samples WHERE segment_id IN ({seg_marks}) "
+               f"AND device IN ({dev_marks}) AND t < {paramstyle} AND t + dt > {paramstyle}")
+        cur = raw.cursor()
+        try:
+            cur.execute(sql, [*chunk, *devices, end, start])
+            while True:
+                rows = cur.fetchmany(500_000)
+                if not rows:
+                    break
+                devs = np.array([r[0] for r in rows], dtype=object)
+                vals = np.array([r[1:] for r in rows], dtype=np.float64)  # None -> nan
+                order = np.argsort(devs, kind="stable")
+                devs, vals = devs[order], vals[order]
+                cuts = np.flatnonzero(devs[1:] != devs[:-1]) + 1
+                for lo, hi in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(devs)]])):
+                    parts[str(devs[lo])].append(vals[lo:hi])
+        finally:
+            cur.close()
+    out = {}
+    for dev, chunks in parts.items():
+        v = np.concatenate(chunks)
+        # Sort by t, then every other column: the same order whatever order the backend returned rows in.
+        v = v[np.lexsort(tuple(v[:, j] for j in range(v.shape[1] - 1, -1, -1)))]
+        out[dev] = SampleArrays.from_columns(t=v[:, 0], dt=v[:, 1], reasons=v[:, 2], sm_active=v[:, 3],
+                                             tensor_active=v[:, 4], gpu_util=v[:, 5], sm_clock=v[:, 6],
+                                             procs=v[:, 7], fb_used=v[:, 8])
+    return out
+

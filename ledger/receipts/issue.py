@@ -1,0 +1,192 @@
+"""Issuing receipts (``receipt_issued`` entries), verifying them by replay, and issuing them automatically
+after the epilog's ``allocation_ended`` has been shipped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from sqlalchemy.engine import Engine
+
+from ..canonical import now_ts
+from ..entries import ChainedEntry, Entry, Kind, make_entry
+from ..method import METHOD_NAME, METHOD_VERSION
+from ..ship import after_ship
+from ..store import append, iter_entries
+from ..verify import ChainProblem, VerifyReport, register_check
+from .compute import Receipt, ReceiptError, RunKey, compute_receipt
+from .gather import gather
+
+log = logging.getLogger("ipledger.receipts")
+
+
+@dataclass(frozen=True)
+class IssueResult:
+    receipt: Receipt
+    status: str                   # "issued" (first), "reissued" (changed), "unchanged"
+    entry: Entry | None           # the receipt_issued entry appended (None when unchanged)
+    previous: ChainedEntry | None
+    changes: tuple[str, ...]
+
+
+def issued_entries(engine: Engine, key: RunKey) -> list[ChainedEntry]:
+    return [c for c in iter_entries(engine, kinds=[Kind.RECEIPT_ISSUED], job_id=key.job_id)
+            if c.entry.cluster == key.cluster and (c.entry.run or 0) == key.run]
+
+
+def replay(engine: Engine, issued: ChainedEntry, sku_table: Mapping | None = None) -> Receipt:
+    """Recompute the receipt an issued entry names: same run, same through_seq, same contract."""
+    d = issued.entry.data
+    return compute_receipt(gather(engine, issued.entry.job_id, issued.entry.run or 0, cluster=issued.entry.cluster,
+                                  as_of=d["through_seq"], contract_id=d["contract"]["id"]), sku_table)
+
+
+def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+    else:
+        out[prefix[:-1]] = obj
+    return out
+
+
+def describe_changes(old: Mapping, new: Mapping) -> list[str]:
+    """What a re-issue changed, in a few plain lines (figures, contract, counts of gaps and adjustments)."""
+    lines = []
+    for section in ("gpu_hours", "cost", "totals", "billing", "contract", "window"):
+        a, b = _flat(old.get(section, {})), _flat(new.get(section, {}))
+        for k in sorted(set(a) | set(b)):
+            if a.get(k) != b.get(k):
+                lines.append(f"{section}.{k}: {a.get(k)} -> {b.get(k)}")
+    for section in ("unknown_intervals", "adjustments"):
+        a, b = old.get(section, []), new.get(section, [])
+        if a != b:
+            lines.append(f"{section}: {len(a)} -> {len(b)}"
+                         + (" (resolutions changed)" if section == "unknown_intervals" and len(a) == len(b) else ""))
+    if old.get("ledger", {}).get("through_seq") != new.get("ledger", {}).get("through_seq"):
+        lines.append(f"ledger.through_seq: {old['ledger']['through_seq']} -> {new['ledger']['through_seq']}")
+    return lines
+
+
+def receipt_issued_entry(r: Receipt, previous: ChainedEntry | None, changes: list[str]) -> Entry:
+    b = r.body
+    payload = {"receipt_hash": b["receipt_hash"], "through_seq": b["ledger"]["through_seq"],
+               "head_hash": b["ledger"]["head_hash"],
+               "contract": {"id": b["contract"]["id"], "version": b["contract"]["version"],
+                            "entry_id": b["contract"]["entry_id"]},
+               "method": {"name": METHOD_NAME, "version": METHOD_VERSION},
+               "receipt_version": b["receipt_version"],
+               "previous": None if previous is None else {"entry_id": previous.entry.entry_id,
+                                                          "receipt_hash": previous.entry.data.get("receipt_hash")},
+               "changes": changes,
+               "issued_at": now_ts(),
+               # The receipt itself travels with the entry, so readers (monthly export) need not recompute.
+               "receipt": dict(b)}
+    job = b["job"]
+    return make_entry(Kind.RECEIPT_ISSUED, b["window"]["end"] or b["window"]["start"], payload,
+                      cluster=job["cluster"], job_id=job["job_id"], run=job["run"], source="ipledger.receipt",
+                      source_version=METHOD_VERSION)
+
+
+def issue_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluster: str | None = None,
+                  contract_id: str | None = None, sku_table: Mapping | None = None) -> IssueResult:
+    """Compute the run's receipt at the ledger head and record it, unless the last issued one is identical."""
+    receipt = compute_receipt(gather(engine, job_id, run, cluster=cluster, contract_id=contract_id), sku_table)
+    job = receipt.body["job"]
+    key = RunKey(job["cluster"], job["job_id"], job["run"])
+    prior = issued_entries(engine, key)
+    previous = prior[-1] if prior else None
+    if previous is not None and previous.entry.data.get("receipt_hash") == receipt.hash:
+        return IssueResult(receipt, "unchanged", None, previous, ())
+    changes: list[str] = []
+    if previous is not None:
+        try:
+            changes = describe_changes(replay(engine, previous, sku_table).body, receipt.body)
+        except ReceiptError as exc:  # pragma: no cover - the previous inputs are still in the ledger
+            changes = [f"previous receipt could not be replayed: {exc}"]
+    entry = receipt_issued_entry(receipt, previous, changes)
+    append(engine, [entry])
+    return IssueResult(receipt, "issued" if previous is None else "reissued", entry, previous, tuple(changes))
+
+
+def verify_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluster: str | None = None,
+                   sku_table: Mapping | None = None) -> tuple[bool, ChainedEntry, Receipt]:
+    """Replay the latest issued receipt of the run; True when the recomputed hash equals the recorded one."""
+    from .gather import pick_run, runs_of_job
+
+    with engine.connect() as conn:
+        key = pick_run(runs_of_job(conn, str(job_id), None), str(job_id), run, cluster)
+    prior = issued_entries(engine, key)
+    if not prior:
+        raise ReceiptError(f"job {job_id} run {key.run}: no receipt has been issued (use --issue first)")
+    r = replay(engine, prior[-1], sku_table)
+    return r.hash == prior[-1].entry.data.get("receipt_hash"), prior[-1], r
+
+
+@register_check
+def _check_issued_receipts(engine: Engine, report: VerifyReport) -> list[ChainProblem]:
+    """Every issued receipt recomputes to the hash it recorded."""
+    problems = []
+    for ce in iter_entries(engine, kinds=[Kind.RECEIPT_ISSUED]):
+        try:
+            r = replay(engine, ce)
+        except (ReceiptError, KeyError, ValueError) as exc:
+            problems.append(ChainProblem(ce.seq, ce.entry.entry_id, f"issued receipt cannot be replayed: {exc}"))
+            continue
+        if r.hash != ce.entry.data.get("receipt_hash"):
+            problems.append(ChainProblem(ce.seq, ce.entry.entry_id,
+                                         f"issued receipt {ce.entry.data.get('receipt_hash')} replays as {r.hash}"))
+    return problems
+
+
+# --- automatic receipts ------------------------------------------------------------------------------------
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def write_receipt_files(receipt: Receipt, receipts_dir: str | Path) -> Path:
+    """``DIR/<account>/<cluster>-<job>-<run>.json`` (one directory per account, names made path-safe)."""
+    job = receipt.body["job"]
+    acct = _SAFE.sub("_", str(job.get("account") or "unknown-account"))
+    name = _SAFE.sub("_", f"{job.get('cluster') or 'cluster'}-{job['job_id']}-{job['run']}")
+    d = Path(receipts_dir) / acct
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{name}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(receipt.body, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+@after_ship
+def auto_issue(engine: Engine, shipped: list[Entry]) -> None:
+    """After a shipment: issue receipts for runs whose allocation_ended was in it.
+
+    On when the site config sets ``auto_receipts = true`` or names a ``receipts_dir`` (then the JSON is also
+    written there, a directory per account); ``auto_receipts = false`` turns it off even with a directory.
+    """
+    from .. import config as config_mod
+
+    try:
+        cfg = config_mod.load()
+    except config_mod.ConfigError as exc:
+        log.warning("auto receipts skipped: %s", exc)
+        return
+    enabled = cfg.extra.get("auto_receipts")
+    if enabled is False or (enabled is None and not cfg.receipts_dir):
+        return
+    ended = sorted({(e.cluster, e.job_id, e.run or 0) for e in shipped
+                    if e.kind == Kind.ALLOCATION_ENDED and e.job_id is not None}, key=str)
+    for cluster, job_id, run in ended:
+        try:
+            res = issue_receipt(engine, job_id, run, cluster=cluster)
+            if cfg.receipts_dir:
+                write_receipt_files(res.receipt, cfg.receipts_dir)
+        except Exception as exc:  # noqa: BLE001 - one bad run must not stop the others or the shipper
+            log.warning("auto receipt for job %s run %s failed: %s", job_id, run, exc)
