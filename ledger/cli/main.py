@@ -16,8 +16,6 @@ COMMAND_MODULES = [
     "ledger.cli.contract",
     "ledger.cli.adjust",
     "ledger.cli.demo",
-    "ledger.cli.importers",
-    "ledger.cli.collect",
     "ledger.cli.export",
 ]
 
