@@ -96,7 +96,7 @@ def statement_from_issues(issued: IssuedSet, month: str, tenant: str | None = No
     if tenant is not None and tenant not in issued.tenants:
         known = ", ".join(sorted(issued.tenants)) or "none"
         raise UnknownTenant(f"--tenant {tenant!r}: no issued receipt names this tenant (known: {known})")
-    usage, corrections = select_month(issued.issues, month, grace_s)
+    usage, corrections = select_month(issued.issues, month, issued.close_seq, grace_s)
     if tenant is not None:
         usage = [i for i in usage if i.tenant == tenant]
         corrections = [c for c in corrections if c.new.tenant == tenant]
@@ -129,7 +129,7 @@ def build_statement(engine, month: str, tenant: str | None = None, as_of: int | 
                     progress: Callable[[int, int], None] | None = None) -> Statement:
     """Read the issued receipts through ``as_of`` from the ledger and build the month's statement."""
     month_bounds(month)
-    issued = load_issues(engine, through_seq=as_of, progress=progress)
+    issued = load_issues(engine, through_seq=as_of, progress=progress, grace_s=grace_s)
     return statement_from_issues(issued, month, tenant=tenant, aliaser=aliaser, grace_s=grace_s)
 
 

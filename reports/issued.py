@@ -5,10 +5,13 @@ or the receipt's own keys) that is used as is; if it carries only the hash and `
 is recomputed with the receipts package's public function at that ``through_seq`` (receipts are pure
 functions of the ledger, DESIGN.md principle 5) and its hash compared with the issued one.
 
-Billing rule (pure, :func:`select_month`): a run is billed in the month its window ends (``M``). The
-receipt billed there is the latest issue made before ``M`` closed (the first instant of the next month plus
-``grace_s``), or, if every issue came later, the first one. Every later issue that changes the receipt is a
-**correction** in the month it was issued (never earlier than ``M``): a row with the difference against the
+Billing rule (pure, :func:`select_month`): a run is billed in the month its window ends (``M``). Month
+``M`` *closes* at the first ledger entry recording a fact from after it (the lowest ``seq`` whose ``ts`` is
+at or after the first instant of the next month, plus ``grace_s``): the ledger's own event time is the
+clock, so a simulated or replayed fleet closes its months the same way a live one does, whatever the wall
+clock says. The receipt billed in ``M`` is the latest issue made before ``M`` closed, or, if every issue
+came later, the first one. Every later issue that changes the receipt is a **correction** booked in the
+month that was open when it was issued (never earlier than ``M``): a row with the difference against the
 receipt previously billed, marked ``ChargeClass=Correction`` in FOCUS. A closed month therefore never
 changes silently; ``--as-of SEQ`` reproduces any past export exactly.
 """
@@ -59,12 +62,26 @@ class Issue:
         return _epoch(w.get("start")) if math.isnan(e) else e
 
 
+CloseFn = Callable[[str], "int | None"]
+
+
+def closes_from_issue_times(issues: Iterable[Issue], grace_s: float = 0.0) -> CloseFn:
+    """A close function for issues held in memory: month M closes at the first issue made after it."""
+    its = sorted(((i.issued_at, i.seq) for i in issues if not math.isnan(i.issued_at)), key=lambda x: x[1])
+
+    def close(month: str) -> int | None:
+        b = month_bounds(month)[1].timestamp() + grace_s
+        return min((seq for t, seq in its if t >= b), default=None)
+    return close
+
+
 @dataclass(frozen=True)
 class IssuedSet:
     issues: list[Issue]
     through_seq: int
     head_hash: str
     not_replayed: int = 0
+    close_seq: CloseFn | None = None  # month -> seq at which it closed (None: still open); see module doc
 
     @property
     def tenants(self) -> set[str]:
@@ -86,6 +103,24 @@ def ledger_head(engine, through_seq: int | None) -> tuple[int, str]:  # noqa: AN
     return (0, GENESIS_HASH) if row is None else (int(row[0]), row[1])
 
 
+def ledger_closes(engine, through_seq: int, grace_s: float = 0.0) -> CloseFn:  # noqa: ANN001
+    """Month -> the first seq (<= through_seq) whose entry's ``ts`` is at or after the month's end + grace."""
+    cache: dict[str, int | None] = {}
+
+    def close(month: str) -> int | None:
+        if month not in cache:
+            b = dt.datetime.fromtimestamp(month_bounds(month)[1].timestamp() + grace_s, tz=dt.timezone.utc)
+            # ts is RFC 3339 text; comparing against the boundary without its "Z" orders sub-second
+            # spellings correctly ("...00Z" and "...00.5Z" both sort after "...00").
+            bound = b.strftime("%Y-%m-%dT%H:%M:%S")
+            with engine.connect() as conn:
+                v = conn.execute(text("SELECT MIN(seq) FROM entries WHERE ts >= :b AND seq <= :s"),
+                                 {"b": bound, "s": through_seq}).scalar()
+            cache[month] = None if v is None else int(v)
+        return cache[month]
+    return close
+
+
 def _recompute(engine, pending: list[tuple[Any, dict]]) -> list[tuple[Any, dict, bool]]:  # noqa: ANN001
     """Receipts the issue entries name only by hash: rebuilt from the entries through their ``through_seq``."""
     from ledger import store
@@ -102,14 +137,20 @@ def _recompute(engine, pending: list[tuple[Any, dict]]) -> list[tuple[Any, dict,
         prefix = entries[:bisect.bisect_right(seqs, through)]
         job_id = str(p.get("job_id") or ce.entry.job_id)
         run = p.get("run", ce.entry.run)
-        r = receipts_mod.build_receipt(prefix, job_id, None if run is None else int(run))
+        run = None if run is None else int(run)
+        if hasattr(receipts_mod, "receipt_for"):  # the receipts package's public replay at through_seq
+            contract = (p.get("contract") or {}).get("id")
+            r = receipts_mod.receipt_for(engine, job_id, run, cluster=ce.entry.cluster, as_of=through,
+                                         contract_id=contract).body
+        else:
+            r = receipts_mod.build_receipt(prefix, job_id, run)
         want = p.get("receipt_hash") or p.get("hash")
         out.append((ce, r, want is None or want == r.get("receipt_hash")))
     return out
 
 
 def load_issues(engine, through_seq: int | None = None,  # noqa: ANN001
-                progress: ProgressFn | None = None) -> IssuedSet:
+                progress: ProgressFn | None = None, grace_s: float = 0.0) -> IssuedSet:
     """Every issued receipt through ``through_seq`` (default: the whole ledger), in sequence order."""
     from ledger import store
     from ledger.entries import Kind
@@ -137,7 +178,8 @@ def load_issues(engine, through_seq: int | None = None,  # noqa: ANN001
         issues.append(Issue(ce.seq, issued_at, r, p.get("receipt_hash") or p.get("hash"), replays=ok))
         bad += not ok
     issues.sort(key=lambda i: i.seq)
-    return IssuedSet(issues=issues, through_seq=seq, head_hash=head, not_replayed=bad)
+    return IssuedSet(issues=issues, through_seq=seq, head_hash=head, not_replayed=bad,
+                     close_seq=ledger_closes(engine, seq, grace_s))
 
 
 @dataclass(frozen=True)
@@ -147,30 +189,38 @@ class Correction:
     old: Issue
 
 
-def _plan(issues: Iterable[Issue], grace_s: float) -> tuple[dict, list[Correction]]:
-    """run key -> (billing month, billed issue); and every correction, each with its month."""
+def _plan(issues: Iterable[Issue], close_seq: CloseFn) -> tuple[dict, list[Correction]]:
+    """run key -> (billing month, billed issue); and every correction, each with the month it is booked in."""
     by_run: dict[tuple, list[Issue]] = {}
     for i in issues:
         by_run.setdefault(i.key, []).append(i)
     billed: dict[tuple, tuple[str, Issue]] = {}
     corrections: list[Correction] = []
+
+    def open_month(seq: int, m: str) -> str:
+        """The first month from ``m`` on that had not closed when ``seq`` was recorded."""
+        for _ in range(1200):
+            c = close_seq(m)
+            if c is None or seq < c:
+                return m
+            m = month_of(month_bounds(m)[1].timestamp())
+        return m
+
     for key, its in by_run.items():
         its.sort(key=lambda i: i.seq)
         we = its[0].window_end
         if math.isnan(we):
             continue  # a receipt without any window cannot be placed in a month
         m = month_of(we)
-        close = month_bounds(m)[1].timestamp() + grace_s
-        on_time = [i for i in its if math.isnan(i.issued_at) or i.issued_at < close]
+        close = close_seq(m)
+        on_time = [i for i in its if close is None or i.seq < close]
         base = on_time[-1] if on_time else its[0]
         billed[key] = (m, base)
         prev = base
         later: dict[str, Issue] = {}
         for i in its:
-            if i.seq <= base.seq:
-                continue
-            cm = max(m, month_of(i.issued_at - grace_s)) if not math.isnan(i.issued_at) else m
-            later[cm] = i  # the last issue of each month stands for that month
+            if i.seq > base.seq:
+                later[open_month(i.seq, m)] = i  # the last issue of each month stands for that month
         for cm in sorted(later):
             cur = later[cm]
             if cur.receipt_hash != prev.receipt_hash:
@@ -179,11 +229,16 @@ def _plan(issues: Iterable[Issue], grace_s: float) -> tuple[dict, list[Correctio
     return billed, corrections
 
 
-def select_month(issues: Iterable[Issue], month: str,
+def select_month(issues: Iterable[Issue], month: str, close_seq: CloseFn | None = None,
                  grace_s: float = 0.0) -> tuple[list[Issue], list[Correction]]:
-    """The issues billed as usage in ``month`` and the corrections booked in ``month`` (pure)."""
+    """The issues billed as usage in ``month`` and the corrections booked in ``month`` (pure).
+
+    ``close_seq`` says when each month closed (see the module doc); by default it is derived from the
+    issues' own ``issued_at`` times.
+    """
     month_bounds(month)  # validates
-    billed, corrections = _plan(issues, grace_s)
+    issues = list(issues)
+    billed, corrections = _plan(issues, close_seq or closes_from_issue_times(issues, grace_s))
     usage = sorted((i for m, i in billed.values() if m == month), key=lambda i: i.seq)
     return usage, [c for c in corrections if c.month == month]
 

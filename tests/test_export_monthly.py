@@ -305,3 +305,31 @@ def test_export_help_has_example(runner, cli):
     for args in (["export", "--help"], ["export", "monthly", "--help"]):
         res = runner.invoke(cli, args)
         assert res.exit_code == 0 and "Example:" in res.output
+
+
+def test_a_month_closes_on_ledger_event_time_not_the_wall_clock(sqlite_url, runner, cli):
+    """Re-issue entries carry the run's window end as ts (as the receipts package writes them); October closes
+    when the ledger first records a November fact, so the re-issue after that is a November correction."""
+    from ledger import db as db_mod
+
+    eng = db_mod.make_engine(sqlite_url)
+    r = synthetic.receipt(21, tenant="vision", start=OCT + 86400, hours=3, rate=4.0)
+    end = monthly._epoch(r["window"]["end"])
+    store.append(eng, [issue_entry(r, end)])
+    r_same = dict(r, receipt_hash="sha256:before-close", cost=dict(r["cost"], paid=10.0))
+    store.append(eng, [issue_entry(r_same, end + 60)])  # still October: replaces the first issue
+    store.append(eng, [make_entry(Kind.ALLOCATION_STARTED, NOV + 3600, {"account": "bio"}, cluster="hpc1",
+                                  job_id="22", run=0)])
+    r_late = dict(r, receipt_hash="sha256:after-close", cost=dict(r["cost"], paid=7.0))
+    store.append(eng, [issue_entry(r_late, end + 120)])  # entry ts in October, recorded after the close
+    eng.dispose()
+
+    def billed(month):
+        res = runner.invoke(cli, ["--db", sqlite_url, "export", "monthly", "--month", month, "--format", "json",
+                                  "--out", "-", "--quiet"])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.output)["totals"]
+
+    assert billed("2026-10")["billed"] == 10.0
+    nov = billed("2026-11")
+    assert nov["corrections"] == 1 and nov["billed"] == -3.0
