@@ -1,0 +1,119 @@
+"""The four analysis agents (docs/agents.md): attribution, drift, recommendation, accounting.
+
+Agents are pure functions over a :class:`~ledger.agents.data.Dataset` (entries + samples as of one sequence
+number) returning :class:`~ledger.agents.model.Finding` records. They never act on the fleet; the only thing
+written anywhere is ``finding_recorded`` entries in the ledger (:func:`record`), and operators' verdicts
+(``finding_confirmed`` / ``finding_dismissed``).
+
+Public API::
+
+    analyze(engine, through_seq=None) -> Analysis          # all agents; Analysis.to_json() is §6 "Findings JSON"
+    record(engine, findings) -> AppendResult               # finding_recorded entries (idempotent)
+    verdict(engine, finding_id, confirm: bool, by, note)   # finding_confirmed / finding_dismissed entry
+    recorded_findings(engine) -> list[dict]                 # recorded findings with their status
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy.engine import Engine
+
+from ..canonical import format_ts, now_ts
+from ..entries import Kind, make_entry
+from ..store import append, iter_entries
+from . import accounting, attribution, drift, recommendation
+from .data import Dataset, load
+from .model import Finding
+
+
+@dataclass
+class Analysis:
+    """Everything the agents produced over one dataset; what ``analyze --json`` prints and reports render."""
+
+    findings: list[Finding]
+    account: dict
+    daily: list[dict] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"findings": [f.to_json() for f in self.findings], "account": self.account, "daily": self.daily,
+                "meta": self.meta}
+
+
+def run_agents(ds: Dataset) -> Analysis:
+    drift_f, xid_mask = drift.run(ds)
+    attr_f = attribution.run(ds, xid_mask)
+    acct_f = accounting.findings(ds)
+    base = [*attr_f, *drift_f, *acct_f]
+    recs = recommendation.run(ds, base)
+    findings = sorted([*base, *recs], key=lambda f: (-f.gpu_hours, f.id))
+    account = accounting.account(ds, base)
+    meta = {"through_seq": ds.through_seq, "start": format_ts(ds.start) if ds.end else None,
+            "end": format_ts(ds.end) if ds.end else None, "devices": int(len(ds.devices)),
+            "samples": int(len(ds.samples)), "runs": int(ds.allocs[["cluster", "job_id", "run"]].drop_duplicates()
+                                                            .shape[0]) if len(ds.allocs) else 0,
+            "currency": ds.currency, "cadence_s": ds.cadence}
+    return Analysis(findings=findings, account=account, daily=accounting.daily(ds), meta=meta)
+
+
+def analyze(engine: Engine, through_seq: int | None = None, topology: dict | None = None) -> Analysis:
+    return run_agents(load(engine, through_seq=through_seq, topology=topology))
+
+
+def record(engine: Engine, findings: list[Finding]):  # noqa: ANN201
+    """Record findings as ``finding_recorded`` entries; the same finding recorded twice is one entry."""
+    entries = []
+    for f in findings:
+        j = f.to_json()
+        sc = j["scope"]
+        entries.append(make_entry(Kind.FINDING_RECORDED, f.start, {"finding_id": f.id, "finding": j},
+                                  ts_end=f.end, cluster=sc.get("cluster"), job_id=sc.get("job_id"),
+                                  node=sc.get("node"), device=sc.get("device_uuid"), source=f"agent.{f.agent}"))
+    return append(engine, entries)
+
+
+class UnknownFinding(LookupError):
+    pass
+
+
+def recorded_findings(engine: Engine, since: float | None = None) -> list[dict]:
+    """Findings in the ledger (latest record per id), each with status open / confirmed / dismissed."""
+    found: dict[str, dict] = {}
+    status: dict[str, dict] = {}
+    with engine.connect() as conn:
+        for ce in iter_entries(conn, kinds=[Kind.FINDING_RECORDED, Kind.FINDING_CONFIRMED, Kind.FINDING_DISMISSED]):
+            d = ce.entry.data
+            if ce.entry.kind == Kind.FINDING_RECORDED:
+                found[d["finding_id"]] = dict(d["finding"], recorded_seq=ce.seq)
+            else:
+                status[d.get("finding_id")] = {"status": "confirmed" if ce.entry.kind == Kind.FINDING_CONFIRMED
+                                               else "dismissed", "by": d.get("by"), "note": d.get("note"),
+                                               "at": ce.entry.ts, "seq": ce.seq}
+    out = []
+    from ..canonical import ts_to_epoch
+    for fid, f in found.items():
+        if since is not None and ts_to_epoch(f["end"]) < since:
+            continue
+        f["status"] = status.get(fid, {"status": "open"})
+        out.append(f)
+    out.sort(key=lambda f: (-f["gpu_hours"], f["id"]))
+    return out
+
+
+def verdict(engine: Engine, finding_id: str, confirm: bool, by: str, note: str = ""):  # noqa: ANN201
+    """An operator's verdict on a recorded finding, as a ledger entry."""
+    known = {f["id"]: f for f in recorded_findings(engine)}
+    if finding_id not in known:
+        raise UnknownFinding(f"no recorded finding {finding_id!r} (run `ipledger findings` to record them)")
+    f = known[finding_id]
+    kind = Kind.FINDING_CONFIRMED if confirm else Kind.FINDING_DISMISSED
+    sc = f.get("scope", {})
+    e = make_entry(kind, now_ts(), {"finding_id": finding_id, "by": by, "note": note, "finding_kind": f["kind"]},
+                   cluster=sc.get("cluster"), node=sc.get("node"), device=sc.get("device_uuid"),
+                   job_id=sc.get("job_id"), source="operator")
+    return append(engine, [e])
+
+
+__all__ = ["Analysis", "Finding", "Dataset", "analyze", "run_agents", "load", "record", "verdict",
+           "recorded_findings", "UnknownFinding"]

@@ -1,0 +1,271 @@
+"""Accounting agent: the daily account of paid vs delivered GPU-hours per cluster, tenant, job class
+(partition/QOS) and hour of day; lost work of requeued runs; and ``explain`` — where a scope's GPU-hours went in
+a period, decomposed by bucket and by the causes the other agents found (docs/agents.md, "Accounting").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..canonical import format_ts
+from .common import fmt_h, fmt_ts, price
+from .data import THROTTLE_REASONS, Dataset, bucket_totals, coverage_gaps
+from .model import Evidence, Finding, make_scope
+
+AGENT = "accounting"
+LOSS_CAUSES_ORDER = ("cooling", "power_cap", "drift", "xid", "checkpoint_starved", "starved", "idle_held",
+                     "requeue", "dcgm_host_engine_restart", "collector_down", "scrape_missing", "export_truncated")
+
+
+def _paid_hours(ds: Dataset, mask: pd.Series | None = None, start: float | None = None,
+                end: float | None = None) -> float:
+    al = ds.allocs if mask is None else ds.allocs[mask]
+    if not len(al):
+        return 0.0
+    a = al["start"].to_numpy(float)
+    b = al["end"].to_numpy(float)
+    if start is not None:
+        a = np.maximum(a, start)
+    if end is not None:
+        b = np.minimum(b, end)
+    return float(np.clip(b - a, 0, None).sum() / 3600.0)
+
+
+def requeue_findings(ds: Dataset) -> list[Finding]:
+    out = []
+    al = ds.allocs
+    if not len(al):
+        return out
+    runs = al.groupby(["cluster", "job_id", "run"]).agg(start=("start", "min"), end=("end", "max"),
+                                                        ndev=("device", "nunique"), state=("state", "first"),
+                                                        tenant=("tenant", "first"), node=("node", "first"))
+    pairs = set()
+    for r in ds.requeues:
+        prev = r.get("previous_run", r["run"] - 1 if r["run"] else None)
+        if prev is not None:
+            pairs.add((r["cluster"], r["job_id"], int(prev), r.get("reason", "requeued")))
+    for (cl, job, run), row in runs.iterrows():
+        if str(row["state"] or "").upper() in ("NODE_FAIL", "REQUEUED", "PREEMPTED") and \
+                (cl, job, run + 1) in runs.index:
+            pairs.add((cl, job, int(run), str(row["state"])))
+    for cl, job, prev, reason in sorted(pairs, key=lambda p: (str(p[1]), p[2])):
+        if (cl, job, prev) not in runs.index:
+            continue
+        row = runs.loc[(cl, job, prev)]
+        marks = ds.progress[(ds.progress["job_id"] == job) & (ds.progress["run"] == prev)]["t"]
+        marks = marks[(marks >= row["start"]) & (marks <= row["end"])]
+        last = float(marks.max()) if len(marks) else float(row["start"])
+        hours = (row["end"] - last) / 3600.0 * row["ndev"]
+        s = ds.samples[(ds.samples["job_id"] == job) & (ds.samples["run"] == prev)]
+        rate = price(ds, s, "h") / max(float(s["h"].sum()), 1e-9) if len(s) else ds.rate(row["tenant"], None)
+        ev = (Evidence("progress_marks_in_run", "count", None, float(len(marks)), None,
+                       note=f"last mark {format_ts(last) if len(marks) else 'none (whole run lost)'}"),
+              Evidence("run_paid_gpu_hours", "GPU-h", None, (row["end"] - row["start"]) / 3600.0 * row["ndev"], None),
+              Evidence("work_since_last_checkpoint", "GPU-h", None, hours, None, note=f"ended {reason}"))
+        out.append(Finding(AGENT, "requeue_loss", make_scope(cluster=cl, job_id=job, tenant=row["tenant"],
+                                                             node=row["node"]), float(row["start"]), float(row["end"]),
+                           hours, hours * rate, 0.85 if len(marks) else 0.6, ev,
+                           f"job {job} run {prev} ended {reason} and was requeued; the {fmt_h(hours)} GPU-hours "
+                           f"since its last checkpoint ({fmt_ts(last)}) must be recomputed.", cause="requeue",
+                           level="job", extra=(("run", prev),)))
+    return out
+
+
+def findings(ds: Dataset) -> list[Finding]:
+    return requeue_findings(ds)
+
+
+def account(ds: Dataset, found: list[Finding], sel: pd.Series | None = None, start: float | None = None,
+            end: float | None = None, alloc_mask: pd.Series | None = None) -> dict:
+    """paid / delivered / buckets / by_cause for a slice (default: everything)."""
+    s = ds.samples if sel is None else ds.samples[sel]
+    s = s[s["ai"] >= 0]
+    if start is not None:
+        s = s[(s["t"] >= start) & (s["t"] < end)]
+    paid = _paid_hours(ds, alloc_mask, start, end)
+    b = bucket_totals(s)
+    known = b["delivered"] + sum(b["throttled"].values()) + b["underutilized"] + b["starved"] + b["idle_held"]
+    b["unknown"] = max(paid - known, 0.0)
+    by_cause: dict[str, float] = {}
+    for f in found:
+        if f.agent == "recommendation" or not f.cause or f.cause == "workload":
+            continue
+        by_cause[f.cause] = by_cause.get(f.cause, 0.0) + f.gpu_hours
+    lost = paid - b["delivered"]
+    by_cause["unattributed"] = max(lost - sum(by_cause.values()), 0.0)
+    cost_paid = price(ds, s, "h") + b["unknown"] * (price(ds, s, "h") / max(float(s["h"].sum()), 1e-9) if len(s)
+                                                    else ds.rate(None, None))
+    cost_del = price(ds, s, "h_del")
+    r = lambda x: round(float(x), 4)  # noqa: E731
+    return {"paid": r(paid), "delivered": r(b["delivered"]), "lost": r(lost),
+            "buckets": {"delivered": r(b["delivered"]), "underutilized": r(b["underutilized"]),
+                        "starved": r(b["starved"]), "idle_held": r(b["idle_held"]), "unknown": r(b["unknown"]),
+                        "throttled": {k: r(v) for k, v in b["throttled"].items()}},
+            "by_cause": {k: r(v) for k, v in sorted(by_cause.items(), key=lambda kv: -kv[1])},
+            "currency": ds.currency, "cost": {"paid": round(cost_paid, 2), "delivered": round(cost_del, 2),
+                                              "lost": round(cost_paid - cost_del, 2)}}
+
+
+def daily(ds: Dataset) -> list[dict]:
+    """Rows per (day, cluster, tenant, partition, qos): paid, delivered and each bucket, GPU-hours."""
+    s = ds.samples[ds.samples["ai"] >= 0]
+    if not len(s):
+        return []
+    day = pd.to_datetime(s["t"], unit="s", utc=True).dt.strftime("%Y-%m-%d")
+    keys = [day.rename("day"), s["cluster"].fillna("-"), s["tenant"].fillna("-"), s["partition"].fillna("-"),
+            s["qos"].fillna("-")]
+    cols = {"h": "observed", "h_del": "delivered", "h_under": "underutilized", "h_starved": "starved",
+            "h_idle": "idle_held", "h_thr": "throttled"}
+    g = s.groupby(keys)[list(cols)].sum().rename(columns=cols)
+    cg = coverage_gaps(ds)
+    unk = {}
+    if len(cg):
+        al = ds.allocs.drop_duplicates("device").set_index("device")
+        for r in cg.itertuples():
+            a = ds.allocs[(ds.allocs["device"] == r.device) & (ds.allocs["start"] <= r.start) &
+                          (ds.allocs["end"] >= r.end)]
+            row = a.iloc[0] if len(a) else al.loc[r.device] if r.device in al.index else None
+            if row is None:
+                continue
+            k = (pd.Timestamp(r.start, unit="s", tz="UTC").strftime("%Y-%m-%d"), row["cluster"] or "-",
+                 row["tenant"] or "-", row["partition"] or "-", row["qos"] or "-")
+            unk[k] = unk.get(k, 0.0) + (r.end - r.start) / 3600.0
+    out = []
+    for k, row in g.iterrows():
+        u = unk.get(k, 0.0)
+        d = {"day": k[0], "cluster": k[1], "tenant": k[2], "partition": k[3], "qos": k[4],
+             "paid": round(float(row["observed"]) + u, 4), "unknown": round(u, 4)}
+        d.update({c: round(float(row[c]), 4) for c in ("delivered", "underutilized", "starved", "idle_held",
+                                                       "throttled")})
+        out.append(d)
+    return out
+
+
+def hour_of_day(ds: Dataset) -> list[dict]:
+    s = ds.samples[ds.samples["ai"] >= 0]
+    hour = pd.to_datetime(s["t"], unit="s", utc=True).dt.hour
+    g = s.groupby(hour)[["h", "h_del"]].sum()
+    return [{"hour": int(h), "paid_observed": round(float(r["h"]), 4), "delivered": round(float(r["h_del"]), 4)}
+            for h, r in g.iterrows()]
+
+
+# --- explain ---------------------------------------------------------------------------------------------------
+
+class ExplainError(LookupError):
+    pass
+
+
+def scope_masks(ds: Dataset, kind: str, name: str) -> tuple[pd.Series, pd.Series]:
+    """(sample mask, allocation mask) for node / rack / tenant / job / fleet."""
+    s, al = ds.samples, ds.allocs
+    if kind == "fleet":
+        return pd.Series(True, index=s.index), pd.Series(True, index=al.index)
+    if kind == "node":
+        known = set(ds.devices["node"].dropna())
+        if name not in known:
+            raise ExplainError(f"unknown node {name!r} (known: {', '.join(sorted(known)[:12])})")
+        return s["node"] == name, al["node"] == name
+    if kind == "rack":
+        known = set(ds.devices["rack"].dropna())
+        if name not in known:
+            raise ExplainError(f"unknown rack {name!r} (known: {', '.join(sorted(known)[:12])})")
+        devs = set(ds.devices.index[ds.devices["rack"] == name])
+        return s["rack"] == name, al["device"].isin(devs)
+    if kind == "tenant":
+        known = set(al["tenant"].dropna())
+        if name not in known:
+            raise ExplainError(f"unknown tenant {name!r} (known: {', '.join(sorted(known)[:12])})")
+        return s["tenant"] == name, al["tenant"] == name
+    if kind == "job":
+        if name not in set(al["job_id"].dropna()):
+            raise ExplainError(f"unknown job {name!r}")
+        return s["job_id"] == name, al["job_id"] == name
+    raise ExplainError(f"cannot explain a {kind!r}")
+
+
+def _finding_in_scope(f: Finding, ds: Dataset, kind: str, name: str) -> bool:
+    sc = f.scope_dict()
+    if kind == "fleet":
+        return True
+    if kind == "node":
+        if sc["node"] == name:
+            return True
+        if f.level == "rack" and sc["rack"] is not None:
+            return name in set(ds.devices.loc[ds.devices["rack"] == sc["rack"], "node"])
+        return False
+    if kind == "rack":
+        return sc["rack"] == name or (sc["node"] is not None and
+                                      sc["node"] in set(ds.devices.loc[ds.devices["rack"] == name, "node"]))
+    if kind == "tenant":
+        return sc["tenant"] == name
+    if kind == "job":
+        return sc["job_id"] == name
+    return False
+
+
+def _share_in_scope(f: Finding, ds: Dataset, smask: pd.Series, start: float, end: float) -> float:
+    """The part of a finding's GPU-hours that falls inside this scope and period (by its samples' share)."""
+    sc = f.scope_dict()
+    s = ds.samples
+    fm = (s["t"] >= f.start) & (s["t"] < f.end)
+    if sc["device_uuid"]:
+        fm &= s["device"] == sc["device_uuid"]
+    elif sc["job_id"]:
+        fm &= s["job_id"] == sc["job_id"]
+    elif sc["node"]:
+        fm &= s["node"] == sc["node"]
+    elif sc["rack"]:
+        fm &= s["rack"] == sc["rack"]
+    tot = float(s.loc[fm, "h"].sum()) or float(fm.sum())
+    if tot <= 0:
+        overlap = max(0.0, min(end, f.end) - max(start, f.start)) / max(f.end - f.start, 1.0)
+        return f.gpu_hours * overlap
+    inside = fm & smask & (s["t"] >= start) & (s["t"] < end)
+    part = float(s.loc[inside, "h"].sum()) if float(s.loc[fm, "h"].sum()) else float(inside.sum())
+    return f.gpu_hours * part / tot
+
+
+def explain(ds: Dataset, found: list[Finding], kind: str, name: str | None, start: float, end: float) -> dict:
+    smask, amask = scope_masks(ds, kind, name or "")
+    acct = account(ds, found, sel=smask, start=start, end=end, alloc_mask=amask)
+    causes = []
+    for f in found:
+        if f.agent == "recommendation" or not f.cause or f.end <= start or f.start >= end:
+            continue
+        if not _finding_in_scope(f, ds, kind, name or ""):
+            continue
+        h = _share_in_scope(f, ds, smask, start, end)
+        if h <= 0 and f.gpu_hours > 0:
+            continue
+        causes.append((h, f))
+    causes.sort(key=lambda x: (-x[0], x[1].id))
+    by_cause: dict[str, float] = {}
+    for h, f in causes:
+        if f.cause != "workload":
+            by_cause[f.cause] = by_cause.get(f.cause, 0.0) + h
+    attributed = sum(by_cause.values())
+    lost = acct["lost"]
+    by_cause["underutilized (workload)"] = acct["buckets"]["underutilized"]
+    by_cause["other / unattributed"] = max(lost - attributed - acct["buckets"]["underutilized"], 0.0)
+    recs = [f for f in found if f.agent == "recommendation" and
+            set(dict(f.extra).get("based_on", [])) & {f2.id for _, f2 in causes}]
+    label = "the fleet" if kind == "fleet" else f"{kind} {name}"
+    top = causes[:5]
+    if top:
+        lead = "; ".join(f"{f.cause.replace('_', ' ')} {fmt_h(h)} GPU-h" for h, f in top[:3] if f.cause != "workload")
+        text = (f"{label} was paid for {fmt_h(acct['paid'])} GPU-hours from {fmt_ts(start)} to {fmt_ts(end)} and "
+                f"delivered {fmt_h(acct['delivered'])}; of the {fmt_h(lost)} lost, the largest causes: {lead or 'none'}"
+                f"; the workload itself left {fmt_h(acct['buckets']['underutilized'])} unused.")
+    else:
+        text = (f"{label} was paid for {fmt_h(acct['paid'])} GPU-hours from {fmt_ts(start)} to {fmt_ts(end)} and "
+                f"delivered {fmt_h(acct['delivered'])}; no finding explains the {fmt_h(lost)} lost beyond the "
+                f"workload's own underuse ({fmt_h(acct['buckets']['underutilized'])}).")
+    return {"scope": {"kind": kind, "name": name}, "period": {"start": format_ts(start), "end": format_ts(end)},
+            "account": acct,
+            "by_cause": {k: round(v, 4) for k, v in sorted(by_cause.items(), key=lambda kv: -kv[1])},
+            "findings": [dict(f.to_json(), gpu_hours_in_scope=round(h, 4)) for h, f in top],
+            "recommendations": [f.to_json() for f in recs[:3]], "answer": text}
+
+
+__all__ = ["account", "daily", "hour_of_day", "explain", "findings", "ExplainError", "THROTTLE_REASONS"]

@@ -1,0 +1,383 @@
+"""Attribution agent: turns clock-event reasons, clocks, power, temperatures, activity, memory and scheduler context
+into causes, each priced in GPU-hours and money (docs/agents.md, "Attribution").
+
+- hot because cooling: temperature above the device's own normal *at the same power* (a per-device linear
+  temperature-vs-power model, fitted robustly) and above the other racks' at the same hour -> rack (most of a
+  rack's nodes) or node (one node) facility problem; priced as the thermal-throttle GPU-hours in that window.
+- hot because working: thermal throttling where temperature matches the device's own normal at that power.
+- power cap: most loaded samples of a node carry the SW power-cap reason bit (0x4) -> node-scope finding.
+- cool because starved: a run whose devices hold a resident process while activity collapses below the
+  method's threshold; joined with application progress marks and with other runs starving at the same hours.
+- idle held: allocated devices with no process (XID-induced stalls are left to the drift agent).
+- unknown gaps: every unknown_interval entry, and allocated time with no samples that no entry explains
+  (a whole node silent = collector down).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .common import bda, evidence, fmt_h, fmt_ts, price, windows
+from .data import Dataset, coverage_gaps
+from .model import Evidence, Finding, clamp01, make_scope
+
+AGENT = "attribution"
+HOUR = 3600.0
+COOL_RESID_C = 5.0          # median temperature excess at the same power that counts as "hot"
+COOL_MARGIN_C = 4.0         # ... and by how much it must exceed the other racks at the same hour
+COOL_NODE_FRAC = 0.6        # share of a rack's nodes that must be hot for a rack-scope finding
+PCAP_FRAC = 0.5             # share of a node's loaded samples with the power-cap bit
+STARVED_MIN_H = 0.5         # GPU-hours of starvation before a run gets a finding
+IDLE_MIN_H = 1.0            # GPU-hours idle held ...
+IDLE_MIN_SHARE = 0.10       # ... and share of the run's paid time
+THERMAL = 0                 # index of "thermal" in THROTTLE_REASONS
+POWER_CAP = 1
+
+
+def temperature_residual(s: pd.DataFrame) -> pd.Series:
+    """Temperature minus the device's own normal at that power: temp = b_dev + k * power, k shared by the fleet.
+
+    k is the median of per-device least-squares slopes; b_dev the median of (temp - k*power) over the device's
+    history, so a fault lasting less than half the history does not move the normal.
+    """
+    ok = s["running"] & s["temp"].notna() & s["power"].notna()
+    x, y = s.loc[ok, "power"], s.loc[ok, "temp"]
+    g = pd.DataFrame({"d": s.loc[ok, "device"], "x": x, "y": y, "xy": x * y, "xx": x * x})
+    agg = g.groupby("d").agg(n=("x", "size"), sx=("x", "sum"), sy=("y", "sum"), sxy=("xy", "sum"), sxx=("xx", "sum"))
+    var = agg["sxx"] - agg["sx"] ** 2 / agg["n"]
+    slope = (agg["sxy"] - agg["sx"] * agg["sy"] / agg["n"]) / var.where(var > 0)
+    k = float(np.nanmedian(slope)) if slope.notna().any() else 0.0
+    base = (s["temp"] - k * s["power"]).where(ok)
+    b = base.groupby(s["device"]).transform("median")
+    return (s["temp"] - (b + k * s["power"])).where(ok)
+
+
+def _group_col(ds: Dataset) -> str:
+    return "rack" if ds.samples["rack"].notna().any() else "node"
+
+
+def cooling(ds: Dataset, resid: pd.Series) -> list[Finding]:
+    s = ds.samples
+    gcol = _group_col(ds)
+    f = pd.DataFrame({"t": s["t"], "hb": (s["t"] // HOUR) * HOUR, "grp": s[gcol], "node": s["node"],
+                      "r": resid}).dropna(subset=["r"])
+    if not len(f):
+        return []
+    node_h = f.groupby(["node", "hb"])["r"].median().rename("nr").reset_index()
+    node_grp = s.drop_duplicates("node").set_index("node")[gcol]
+    node_h["grp"] = node_h["node"].map(node_grp)
+    grp_h = f.groupby(["grp", "hb"])["r"].agg(["median", "size"]).reset_index()
+    fleet_h = grp_h.groupby("hb")["median"].agg(list)
+    out: list[Finding] = []
+    rack_flag_hours: dict[str, np.ndarray] = {}
+    if gcol == "rack":
+        others = []
+        for row in grp_h.itertuples():
+            meds = [m for m in fleet_h[row.hb]]
+            rest = [m for m in meds if m != row.median] or [0.0]
+            others.append(float(np.median(rest)))
+        grp_h["others"] = others
+        hot_nodes = node_h.assign(hot=node_h["nr"] >= COOL_MARGIN_C).groupby(["grp", "hb"])["hot"].mean()
+        grp_h["node_frac"] = [hot_nodes.get((g, h), 0.0) for g, h in zip(grp_h["grp"], grp_h["hb"])]
+        flag = (grp_h["median"] >= COOL_RESID_C) & (grp_h["median"] - grp_h["others"] >= COOL_MARGIN_C) & \
+               (grp_h["node_frac"] >= COOL_NODE_FRAC) & (grp_h["size"] >= 4)
+        for rack, g in grp_h[flag].groupby("grp"):
+            rack_flag_hours[rack] = g["hb"].to_numpy()
+            for a, b in windows(g["hb"].to_numpy(), HOUR, 2 * HOUR, 2 * HOUR):
+                out.append(_cool_finding(ds, resid, "rack", rack, a, b, grp_h, g))
+    # a single hot node whose rack is fine
+    node_h["rack_med"] = [0.0] * len(node_h)
+    med_map = grp_h.set_index(["grp", "hb"])["median"]
+    node_h["rack_med"] = [med_map.get((g, h), 0.0) for g, h in zip(node_h["grp"], node_h["hb"])]
+    nflag = (node_h["nr"] >= COOL_RESID_C) & (node_h["nr"] - node_h["rack_med"] >= COOL_MARGIN_C)
+    if gcol == "node":
+        nflag = node_h["nr"] >= COOL_RESID_C + COOL_MARGIN_C
+    for node, g in node_h[nflag].groupby("node"):
+        hrs = g["hb"].to_numpy()
+        rack_hours = rack_flag_hours.get(g["grp"].iloc[0], np.zeros(0))
+        hrs = hrs[~np.isin(hrs, rack_hours)]
+        for a, b in windows(hrs, HOUR, 2 * HOUR, 3 * HOUR):
+            out.append(_cool_finding(ds, resid, "node", node, a, b, grp_h, g))
+    return out
+
+
+def _cool_finding(ds: Dataset, resid: pd.Series, level: str, name: str, a: float, b: float,
+                  grp_h: pd.DataFrame, flagged: pd.DataFrame) -> Finding:
+    s = ds.samples
+    col = "rack" if level == "rack" else "node"
+    inscope = s[col] == name
+    sl = s[inscope].assign(resid=resid[inscope])
+    win = sl[(sl["t"] >= a) & (sl["t"] < b)]
+    loss_rows = win[win["rbucket"] == THERMAL]
+    hours = float(loss_rows["h_thr"].sum())
+    cost = price(ds, loss_rows, "h_thr")
+    others = s[~inscope & s["running"]].assign(resid=resid[~inscope & s["running"]])
+    oth_win = others[(others["t"] >= a) & (others["t"] < b)]
+    loaded = sl[sl["running"] & (sl["act"] >= 0.2)]
+    mres = float(win["resid"].median()) if len(win) else 0.0
+    nodes = sorted(win.loc[win["resid"] > COOL_MARGIN_C, "node"].dropna().unique())
+    ev = (
+        evidence(sl, "resid", "gpu_temp_c_above_own_normal_at_same_power", "degC", a, b,
+                 reference=float(oth_win["resid"].median()) if len(oth_win) else None,
+                 reference_label="other racks/nodes, same hours"),
+        evidence(loaded, "temp", "gpu_temp_c_under_load", "degC", a, b),
+        evidence(loaded, "power", "power_w_under_load", "W", a, b,
+                 reference=float(oth_win.loc[oth_win["act"] >= 0.2, "power"].median()) if len(oth_win) else None,
+                 reference_label="other racks/nodes, same hours"),
+        evidence(loaded, "clk", "sm_clock_mhz_under_load", "MHz", a, b),
+        evidence(loaded.assign(th=(loaded["rbucket"] == THERMAL) & (loaded["h_thr"] > 0)), "th",
+                 "share_of_samples_with_thermal_reason_bit", "fraction", a, b, stat="mean"),
+    )
+    frac = len(nodes) / max(1, sl["node"].nunique())
+    conf = clamp01(0.55 + 0.04 * (mres - COOL_RESID_C) + 0.25 * frac + (0.05 if hours > 1 else 0.0))
+    conf = min(conf, 0.97)
+    where = f"rack {name}" if level == "rack" else f"node {name}"
+    summary = (f"{where} ran {mres:.0f} degC hotter than its own normal at the same power from {fmt_ts(a)} to "
+               f"{fmt_ts(b)} while other racks did not: a cooling problem, costing {fmt_h(hours)} GPU-hours of "
+               f"thermal throttling.")
+    rack = name if level == "rack" else (sl["rack"].dropna().iloc[0] if sl["rack"].notna().any() else None)
+    scope = make_scope(rack=rack, node=name if level == "node" else None)
+    return Finding(AGENT, "hot_because_cooling", scope, a, b, hours, cost, conf, ev, summary, cause="cooling",
+                   level=level, extra=(("nodes", nodes),))
+
+
+def hot_because_working(ds: Dataset, resid: pd.Series, cooling_found: list[Finding]) -> list[Finding]:
+    s = ds.samples
+    th = s[(s["rbucket"] == THERMAL) & (s["h_thr"] > 0)].assign(resid=resid)
+    for f in cooling_found:
+        sc = f.scope_dict()
+        col, name = ("rack", sc["rack"]) if f.level == "rack" else ("node", sc["node"])
+        th = th[~((th[col] == name) & (th["t"] >= f.start) & (th["t"] < f.end))]
+    out = []
+    for dev, g in th.groupby("device"):
+        hours = float(g["h_thr"].sum())
+        if hours < 0.25 or g["resid"].median() > 3.0:
+            continue
+        a, b = float(g["t"].min()), float(g["t"].max() + ds.cadence)
+        full = s[s["device"] == dev].assign(resid=resid[s["device"] == dev])
+        ev = (evidence(full[full["act"] >= 0.2], "power", "power_w_under_load", "W", a, b),
+              evidence(full, "resid", "gpu_temp_c_above_own_normal_at_same_power", "degC", a, b),
+              Evidence("thermal_throttled_samples", "count", None, float(len(g)), None))
+        node = g["node"].iloc[0]
+        out.append(Finding(AGENT, "hot_because_working", make_scope(device_uuid=dev, node=node,
+                           rack=g["rack"].iloc[0]), a, b, hours, price(ds, g, "h_thr"), 0.6, ev,
+                           f"GPU {dev} on {node} throttled for heat {len(g)} times at high power, with temperatures "
+                           f"normal for that power: the workload, not the facility ({fmt_h(hours)} GPU-hours).",
+                           cause="workload", level="device"))
+    return out
+
+
+def power_cap(ds: Dataset) -> list[Finding]:
+    s = ds.samples
+    loaded = s[s["running"] & (s["act"] >= 0.2)]
+    if not len(loaded):
+        return []
+    f = pd.DataFrame({"node": loaded["node"], "hb": (loaded["t"] // HOUR) * HOUR,
+                      "cap": loaded["rbucket"].eq(POWER_CAP) & (loaded["h_thr"] > 0)})
+    nh = f.groupby(["node", "hb"])["cap"].agg(["mean", "size"]).reset_index()
+    out = []
+    for node, g in nh.groupby("node"):
+        flagged = g[(g["mean"] >= PCAP_FRAC) & (g["size"] >= 3)]["hb"].to_numpy()
+        clean = g[(g["mean"] < 0.1)]["hb"].to_numpy()
+        for a, b in windows(flagged, HOUR, 6 * HOUR, HOUR):
+            if ((clean > a) & (clean < b)).sum() > 2:   # loaded clean hours inside: split conservatively
+                pass
+            sl = s[s["node"] == node]
+            win = sl[(sl["t"] >= a) & (sl["t"] < b)]
+            rows = win[win["rbucket"] == POWER_CAP]
+            hours = float(rows["h_thr"].sum())
+            ld = sl[sl["running"] & (sl["act"] >= 0.2)]
+            ev = (evidence(ld.assign(c=(ld["rbucket"] == POWER_CAP) & (ld["h_thr"] > 0)), "c",
+                           "share_of_loaded_samples_with_power_cap_bit_0x4", "fraction", a, b, stat="mean"),
+                  evidence(ld, "power", "power_w_under_load_p95", "W", a, b, stat="p95"),
+                  evidence(ld, "clk", "sm_clock_mhz_under_load", "MHz", a, b,
+                           reference=float(ld["rated"].median()), reference_label="SKU rated SM clock"),
+                  evidence(ld, "act", "sm_active_under_load", "fraction", a, b))
+            ceiling = float(win.loc[win["running"], "power"].quantile(0.99)) if win["running"].any() else None
+            frac = float(g[(g["hb"] >= a) & (g["hb"] < b)]["mean"].mean())
+            conf = clamp01(0.6 + 0.35 * frac)
+            rack = sl["rack"].dropna().iloc[0] if sl["rack"].notna().any() else None
+            out.append(Finding(AGENT, "power_cap", make_scope(node=node, rack=rack), a, b, hours,
+                               price(ds, rows, "h_thr"), min(conf, 0.97), ev,
+                               f"node {node} held its GPUs at a {ceiling:.0f} W power cap from {fmt_ts(a)} to "
+                               f"{fmt_ts(b)}, slowing their clocks under load: {fmt_h(hours)} GPU-hours lost.",
+                               cause="power_cap", level="node", extra=(("power_ceiling_w", round(ceiling or 0, 1)),)))
+    return out
+
+
+def _runs(frame: pd.DataFrame) -> pd.core.groupby.DataFrameGroupBy:
+    return frame.groupby(["cluster", "job_id", "run"], dropna=False)
+
+
+def starved(ds: Dataset) -> list[Finding]:
+    s = ds.samples
+    st = s[s["h_starved"] > 0]
+    if not len(st):
+        return []
+    hours_by_hour = st.groupby((st["t"] // HOUR) * HOUR)["job_id"].nunique()
+    out = []
+    for (cluster, job, run), g in _runs(st):
+        hours = float(g["h_starved"].sum())
+        if hours < STARVED_MIN_H:
+            continue
+        # stretches: consecutive starved samples per device
+        longest = 0
+        for _, d in g.groupby("device"):
+            steps = np.diff(d["t"].to_numpy())
+            run_len, best = 1, 1
+            for x in steps:
+                run_len = run_len + 1 if x <= ds.cadence * 1.01 else 1
+                best = max(best, run_len)
+            longest = max(longest, best)
+        if longest < 2:
+            continue
+        a, b = float(g["t"].min()), float(g["t"].max() + ds.cadence)
+        runs = s[(s["job_id"] == job) & (s["run"] == run) & (s["cluster"] == cluster)]
+        marks = ds.progress[(ds.progress["job_id"] == job) & (ds.progress["run"] == run)]["t"].to_numpy()
+        ends = g.groupby((g["t"].diff() > ds.cadence * 1.01).cumsum())["t"].max().to_numpy() + ds.cadence
+        aligned = float(np.mean([np.any(np.abs(marks - e) <= 2 * ds.cadence) for e in ends])) if len(marks) else 0.0
+        hb = np.unique((g["t"] // HOUR) * HOUR)
+        concurrent = int(hours_by_hour.reindex(hb).max() - 1) if len(hb) else 0
+        cause = "checkpoint_starved" if aligned >= 0.5 else "starved"
+        conf = clamp01(0.55 + 0.25 * aligned + (0.15 if concurrent >= 2 else 0.0))
+        ev = (evidence(runs, "act", "sm_active", "fraction", a, b),
+              evidence(runs, "power", "power_w", "W", a, b),
+              evidence(runs, "fb", "fb_used_mib (process resident)", "MiB", a, b),
+              Evidence("starved_stretches_ending_at_a_progress_mark", "fraction", None, aligned, None,
+                       note=f"{len(marks)} progress marks in this run"),
+              Evidence("other_runs_starved_in_the_same_hours", "count", None, float(concurrent), None))
+        tenant = g["tenant"].iloc[0]
+        what = "checkpoints (starved stretches end at its progress marks)" if aligned >= 0.5 else "data"
+        more = f"; {concurrent} other jobs starved in the same hours (shared storage?)" if concurrent >= 2 else ""
+        out.append(Finding(AGENT, "starved", make_scope(cluster=cluster, job_id=job, tenant=tenant,
+                                                        node=g["node"].iloc[0]), a, b, hours,
+                           price(ds, g, "h_starved"), conf, ev,
+                           f"job {job} (tenant {tenant}) held its GPUs with activity near zero for {fmt_h(hours)} "
+                           f"GPU-hours while waiting on {what}{more}.", cause=cause, level="job",
+                           extra=(("run", int(run)), ("concurrent_runs", concurrent))))
+    return out
+
+
+def idle_held(ds: Dataset, exclude: pd.Series | None = None) -> list[Finding]:
+    s = ds.samples
+    mask = s["h_idle"] > 0
+    if exclude is not None:
+        mask &= ~exclude
+    idle = s[mask]
+    out = []
+    paid = _runs(s[s["ai"] >= 0])["h"].sum()
+    for (cluster, job, run), g in _runs(idle):
+        hours = float(g["h_idle"].sum())
+        total = float(paid.get((cluster, job, run), 0.0))
+        if hours < IDLE_MIN_H or hours < IDLE_MIN_SHARE * total:
+            continue
+        a, b = float(g["t"].min()), float(g["t"].max() + ds.cadence)
+        runs = s[(s["job_id"] == job) & (s["run"] == run) & (s["cluster"] == cluster)]
+        ndev = g["device"].nunique()
+        ev = (evidence(runs, "procs", "compute_processes", "count", a, b),
+              evidence(runs, "act", "sm_active", "fraction", a, b),
+              evidence(runs, "power", "power_w", "W", a, b),
+              evidence(runs, "fb", "fb_used_mib", "MiB", a, b),
+              Evidence("share_of_paid_gpu_hours_idle", "fraction", None, hours / total if total else None, None))
+        tenant = g["tenant"].iloc[0]
+        conf = clamp01(0.7 + 0.25 * min(1.0, hours / max(total, 1e-9)))
+        out.append(Finding(AGENT, "idle_held", make_scope(cluster=cluster, job_id=job, tenant=tenant,
+                                                          node=g["node"].iloc[0]), a, b, hours,
+                           price(ds, g, "h_idle"), conf, ev,
+                           f"job {job} (tenant {tenant}) held {ndev} GPUs with no process on them for "
+                           f"{fmt_h(hours)} GPU-hours ({hours / total:.0%} of what it paid).", cause="idle_held",
+                           level="job", extra=(("run", int(run)),)))
+    return out
+
+
+def _alloc_overlap_hours(ds: Dataset, a: float, b: float, node: str | None, device: str | None) -> float:
+    al = ds.allocs
+    if not len(al):
+        return 0.0
+    m = np.ones(len(al), dtype=bool)
+    if device:
+        m &= (al["device"] == device).to_numpy()
+    elif node:
+        m &= (al["node"] == node).to_numpy()
+    ov = np.clip(np.minimum(al["end"].to_numpy(float), b) - np.maximum(al["start"].to_numpy(float), a), 0, None)
+    return float((ov * m).sum() / 3600.0)
+
+
+def unknown_gaps(ds: Dataset) -> list[Finding]:
+    out = []
+    for g in ds.gaps:
+        hours = _alloc_overlap_hours(ds, g["start"], g["end"], g["node"], g["device"])
+        if hours <= 0 and g["job_id"] is None:
+            continue
+        level = "device" if g["device"] else ("node" if g["node"] else "run")
+        node_s = ds.samples[ds.samples["node"] == g["node"]] if g["node"] else ds.samples.iloc[0:0]
+        ev = (evidence(node_s, "act", "sm_active (node)", "fraction", g["start"], g["end"]),
+              Evidence("unknown_interval_entry", "seconds", None, g["end"] - g["start"], None,
+                       note=f"cause {g['cause']}: {g.get('detail') or ''}".strip()))
+        rack = node_s["rack"].dropna().iloc[0] if len(node_s) and node_s["rack"].notna().any() else None
+        where = f"GPU {g['device']}" if g["device"] else f"node {g['node']}"
+        out.append(Finding(AGENT, "unknown_gap", make_scope(cluster=g["cluster"], node=g["node"],
+                                                            device_uuid=g["device"], job_id=g["job_id"], rack=rack),
+                           g["start"], g["end"], hours, hours * ds.rate(None, _sku(ds, g["node"])), 0.95, ev,
+                           f"{where} has no trustworthy telemetry from {fmt_ts(g['start'])} to {fmt_ts(g['end'])} "
+                           f"({g['cause']}): {fmt_h(hours)} allocated GPU-hours are unknown, held for resolution.",
+                           cause=g["cause"], level=level, extra=(("gap_id", g["id"]),)))
+    # allocated time without samples that no entry explains
+    cg = coverage_gaps(ds)
+    if len(cg):
+        for gp in ds.gaps:
+            m = (cg["start"] < gp["end"]) & (cg["end"] > gp["start"])
+            m &= (cg["device"] == gp["device"]) if gp["device"] else (cg["node"] == gp["node"]) if gp["node"] \
+                else False
+            cg = cg[~m]
+    for node, g in cg.groupby("node"):
+        g = g.sort_values("start")
+        clusters, cur = [], None
+        for r in g.itertuples():
+            if cur and r.start <= cur["end"]:
+                cur["end"] = max(cur["end"], r.end)
+                cur["rows"].append(r)
+            else:
+                cur = {"start": r.start, "end": r.end, "rows": [r]}
+                clusters.append(cur)
+        node_devs = ds.devices.index[ds.devices["node"] == node]
+        for c in clusters:
+            hours = sum((r.end - r.start) for r in c["rows"]) / 3600.0
+            if hours < 0.25:
+                continue
+            devs = {r.device for r in c["rows"]}
+            whole = len(devs) >= max(1, 0.75 * len(node_devs))
+            cause = "collector_down" if whole else "scrape_missing"
+            dev = None if whole else sorted(devs)[0] if len(devs) == 1 else None
+            node_s = ds.samples[ds.samples["node"] == node]
+            ev = (evidence(node_s, "act", "sm_active (node)", "fraction", c["start"], c["end"]),
+                  Evidence("devices_without_samples", "count", 0.0, float(len(devs)), 0.0,
+                           note="no unknown_interval entry covers this span"))
+            rack = node_s["rack"].dropna().iloc[0] if node_s["rack"].notna().any() else None
+            out.append(Finding(AGENT, "unknown_gap", make_scope(node=node, device_uuid=dev, rack=rack),
+                               c["start"], c["end"], hours, hours * ds.rate(None, _sku(ds, node)),
+                               0.85 if whole else 0.6, ev,
+                               f"{'every GPU of' if whole else len(devs)} {'node ' + node if whole else 'GPUs on ' + node}"
+                               f" sent no telemetry from {fmt_ts(c['start'])} to {fmt_ts(c['end'])} while allocated "
+                               f"({'the collector was down' if whole else 'scrapes missing'}): {fmt_h(hours)} "
+                               f"GPU-hours unknown.", cause=cause, level="node" if whole else "device"))
+    return out
+
+
+def _sku(ds: Dataset, node: str | None) -> str | None:
+    d = ds.devices[ds.devices["node"] == node]["sku"].dropna()
+    return d.iloc[0] if len(d) else None
+
+
+def run(ds: Dataset, xid_mask: pd.Series | None = None) -> list[Finding]:
+    """All attribution findings over a dataset."""
+    if not len(ds.samples):
+        return unknown_gaps(ds)
+    resid = temperature_residual(ds.samples)
+    cool = cooling(ds, resid)
+    return [*cool, *hot_because_working(ds, resid, cool), *power_cap(ds), *starved(ds),
+            *idle_held(ds, xid_mask), *unknown_gaps(ds)]
+
+
+__all__ = ["run", "temperature_residual", "bda"]

@@ -1,0 +1,83 @@
+"""Helpers the agents share: before/during/after evidence, window merging, pricing a slice of samples."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .data import Dataset
+from .model import Evidence
+
+DAY = 86400.0
+
+
+def bda(t: np.ndarray, v: np.ndarray, start: float, end: float, stat: str = "median",
+        max_side: float = DAY) -> tuple[float | None, float | None, float | None]:
+    """A statistic of v before [start-L, start), during [start, end) and after [end, end+L); L <= max_side."""
+    side = min(max(end - start, 3600.0), max_side)
+    out = []
+    for a, b in ((start - side, start), (start, end), (end, end + side)):
+        m = (t >= a) & (t < b) & ~np.isnan(v)
+        if not m.any():
+            out.append(None)
+            continue
+        x = v[m]
+        out.append(float({"median": np.median, "mean": np.mean, "max": np.max, "p95": lambda y: np.percentile(y, 95),
+                          "sum": np.sum}[stat](x)))
+    return tuple(out)  # type: ignore[return-value]
+
+
+def evidence(frame: pd.DataFrame, col: str, signal: str, unit: str, start: float, end: float,
+             stat: str = "median", reference: float | None = None, reference_label: str | None = None,
+             note: str = "") -> Evidence:
+    t = frame["t"].to_numpy(float)
+    v = frame[col].to_numpy(float)
+    b, d, a = bda(t, v, start, end, stat)
+    return Evidence(signal, unit, b, d, a, reference, reference_label, note)
+
+
+def windows(flag_t: np.ndarray, width: float, merge_gap: float, min_len: float) -> list[tuple[float, float]]:
+    """Merge flagged bin starts (sorted) into windows; bins closer than merge_gap join; short windows drop."""
+    if len(flag_t) == 0:
+        return []
+    flag_t = np.sort(flag_t)
+    out = []
+    a, b = flag_t[0], flag_t[0] + width
+    for x in flag_t[1:]:
+        if x - b <= merge_gap:
+            b = x + width
+        else:
+            out.append((a, b))
+            a, b = x, x + width
+    out.append((a, b))
+    return [(float(x), float(y)) for x, y in out if y - x >= min_len]
+
+
+def price(ds: Dataset, frame: pd.DataFrame, col: str) -> float:
+    """Money for the GPU-hours in ``col`` of these samples, at each run's tenant and SKU rate."""
+    if not len(frame):
+        return 0.0
+    g = frame.groupby([frame["tenant"].fillna("-"), frame["sku"].fillna("-")], dropna=False)[col].sum()
+    total = 0.0
+    for (ten, sku), hours in g.items():
+        total += hours * ds.rate(None if ten == "-" else ten, None if sku == "-" else sku)
+    return float(total)
+
+
+def rate_for(ds: Dataset, frame: pd.DataFrame) -> float:
+    """A representative price per GPU-hour for a scope (the mean over its samples' rates)."""
+    if not len(frame):
+        return ds.rate(None, None)
+    hours = frame["h"].sum()
+    if hours <= 0:
+        sku = frame["sku"].dropna()
+        return ds.rate(None, sku.iloc[0] if len(sku) else None)
+    return price(ds, frame, "h") / hours
+
+
+def fmt_h(x: float) -> str:
+    return f"{x:,.1f}" if x >= 10 else f"{x:,.2f}"
+
+
+def fmt_ts(t: float) -> str:
+    return pd.Timestamp(t, unit="s", tz="UTC").strftime("%a %d %b %H:%M")

@@ -1,0 +1,289 @@
+"""What every agent reads: the ledger's samples, allocations, gaps and marks as pandas frames, bucketed per sample.
+
+The per-sample buckets use the formulas and thresholds of the attribution method (:mod:`ledger.method`,
+docs/method.md) applied to the whole fleet at once, so an agent's GPU-hours agree with the receipts':
+``delivered = activity x clock ratio``, ``throttled = activity - delivered`` split by clock-event reason,
+``underutilized = 1 - activity`` while working, ``starved`` / ``idle_held`` for near-zero activity with / without
+a resident process. Allocated time with no sample is ``unknown``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+
+from ..canonical import ts_to_epoch
+from ..entries import Kind
+from ..store import iter_entries
+
+try:  # the method is the single source of thresholds and reason precedence
+    from ..method import THROTTLE_REASONS, reason_bucket
+    from ..method.attribution import DEFAULT_THRESHOLDS
+    from ..method.skus import match_sku
+    ACTIVE_MIN = DEFAULT_THRESHOLDS.active_min
+    RESIDENT_FB_MIB = DEFAULT_THRESHOLDS.resident_fb_mib
+except ImportError:  # pragma: no cover - only while the method is being built
+    THROTTLE_REASONS = ("thermal", "power_cap", "hw_slowdown", "sync_boost", "other")
+    ACTIVE_MIN, RESIDENT_FB_MIB = 0.05, 512.0
+    match_sku = None
+
+    def reason_bucket(mask):  # noqa: ANN001, ANN201
+        mask = np.asarray(mask, dtype=np.int64)
+        out = np.full(mask.shape, 4)
+        for i, bits in ((0, 0x60), (2, 0x88), (1, 0x4), (3, 0x10)):
+            out = np.where((out == 4) & (mask >= 0) & ((mask & bits) != 0), i, out)
+        return out
+
+SAMPLE_SQL = ("SELECT device, t, dt, clock_reasons, sm_active, tensor_active, gpu_util, sm_clock_mhz, power_w, "
+              "gpu_temp_c, ecc_sbe_aggregate, ecc_sbe_volatile, row_remap_pending, row_remap_failure, xid, "
+              "fb_used_mib, compute_procs FROM samples")
+DEFAULT_RATE = Decimal("1.00")
+BIT_THERMAL, BIT_POWER = 0x20 | 0x40, 0x4
+
+
+@dataclass
+class Dataset:
+    """Everything the agents look at, as of one ledger sequence number."""
+
+    samples: pd.DataFrame
+    allocs: pd.DataFrame          # one row per (run, device)
+    devices: pd.DataFrame         # index device uuid: node, rack, sku, vendor, rated
+    gaps: list[dict]
+    progress: pd.DataFrame        # job_id, run, t
+    requeues: list[dict]
+    statuses: dict[str, dict]     # finding id -> {"status": confirmed|dismissed, "by", "note", "ts"}
+    recorded: list[dict]          # findings already in the ledger (their payloads)
+    cadence: float
+    start: float
+    end: float
+    through_seq: int
+    currency: str = "USD"
+    rates: dict = field(default_factory=dict)   # (tenant, sku) -> float price per GPU-hour
+
+    def rate(self, tenant: str | None, sku: str | None) -> float:
+        return float(self.rates.get((tenant, sku), self.rates.get((None, sku), float(DEFAULT_RATE))))
+
+
+def _rated(sku: str | None) -> tuple[float | None, str | None]:
+    if match_sku is None or not sku:
+        return None, None
+    r = match_sku(sku)
+    return (r.rated_sm_clock_mhz, r.key) if r else (None, None)
+
+
+def load(engine: Engine, through_seq: int | None = None, topology: dict | None = None) -> Dataset:
+    """Read the ledger into a :class:`Dataset` (entries through ``through_seq``; all samples of those segments)."""
+    starts, ends, bound, gaps, prog, requeues, statuses, recorded, contracts = {}, {}, [], [], [], [], {}, [], []
+    seg_nodes: dict[str, str] = {}
+    seq = 0
+    with engine.connect() as conn:
+        for ce in iter_entries(conn, through_seq=through_seq):
+            e = ce.entry
+            seq = ce.seq
+            key = (e.cluster, e.job_id, e.run or 0)
+            k = e.kind
+            if k == Kind.ALLOCATION_STARTED:
+                starts[key] = (ts_to_epoch(e.ts), e.data)
+            elif k == Kind.ALLOCATION_ENDED:
+                ends[key] = (ts_to_epoch(e.ts), e.data)
+            elif k == Kind.DEVICE_BOUND:
+                d = e.data
+                bound.append({"cluster": e.cluster, "job_id": e.job_id, "run": e.run or 0, "device": e.device,
+                              "node": e.node or d.get("node"), "sku": d.get("sku"), "vendor": d.get("vendor"),
+                              "rack": d.get("rack"), "index": d.get("index")})
+            elif k == Kind.UNKNOWN_INTERVAL and e.ts_end:
+                d = e.data
+                gaps.append({"id": e.entry_id, "start": ts_to_epoch(e.ts), "end": ts_to_epoch(e.ts_end),
+                             "node": e.node, "device": e.device, "cluster": e.cluster, "job_id": e.job_id,
+                             "cause": d.get("cause", "unknown"), "scope": d.get("scope"),
+                             "detail": d.get("detail", "")})
+            elif k == Kind.PROGRESS:
+                prog.append({"job_id": e.job_id, "run": e.run or 0, "t": ts_to_epoch(e.ts)})
+            elif k == Kind.ALLOCATION_REQUEUED:
+                requeues.append({"cluster": e.cluster, "job_id": e.job_id, "run": e.run or 0,
+                                 "t": ts_to_epoch(e.ts), **e.data})
+            elif k in (Kind.FINDING_CONFIRMED, Kind.FINDING_DISMISSED):
+                d = e.data
+                statuses[d.get("finding_id")] = {"status": "confirmed" if k == Kind.FINDING_CONFIRMED else
+                                                 "dismissed", "by": d.get("by"), "note": d.get("note"), "ts": e.ts}
+            elif k == Kind.FINDING_RECORDED:
+                recorded.append(e.data)
+            elif k == Kind.TELEMETRY_SEGMENT and e.node:
+                for dev in e.data.get("devices", []):
+                    seg_nodes.setdefault(dev, e.node)
+            elif k == Kind.CONTRACT_VERSION:
+                contracts.append(ce)
+        s = pd.read_sql_query(text(SAMPLE_SQL), conn)
+    # --- devices ------------------------------------------------------------------------------------------------
+    dev_rows: dict[str, dict] = {}
+    for b in bound:
+        dev_rows.setdefault(b["device"], {}).update({k: v for k, v in b.items() if v is not None and k in
+                                                    ("node", "sku", "vendor", "rack")})
+    for dev in s["device"].unique() if len(s) else []:
+        dev_rows.setdefault(dev, {}).setdefault("node", seg_nodes.get(dev))
+    topology = topology or {}
+    devices = pd.DataFrame.from_dict(dev_rows, orient="index")
+    for col in ("node", "sku", "vendor", "rack"):
+        if col not in devices:
+            devices[col] = None
+    devices["rack"] = [r if r else topology.get(n) for n, r in zip(devices["node"], devices["rack"])]
+    rated, keys = zip(*[_rated(x) for x in devices["sku"]]) if len(devices) else ((), ())
+    devices["rated"] = list(rated)
+    devices["sku_key"] = list(keys)
+    # --- allocations (one row per run and device) -------------------------------------------------------------
+    rows = []
+    for b in bound:
+        key = (b["cluster"], b["job_id"], b["run"])
+        if key not in starts:
+            continue
+        t0, ctx = starts[key]
+        t1, endd = ends.get(key, (None, {}))
+        rows.append({"cluster": key[0], "job_id": key[1], "run": key[2], "device": b["device"], "node": b["node"],
+                     "start": t0, "end": t1, "tenant": ctx.get("account"), "partition": ctx.get("partition"),
+                     "qos": ctx.get("qos"), "state": endd.get("state"), "synthetic": bool(ctx.get("synthetic"))})
+    allocs = pd.DataFrame(rows, columns=["cluster", "job_id", "run", "device", "node", "start", "end", "tenant",
+                                         "partition", "qos", "state", "synthetic"])
+    # --- samples ------------------------------------------------------------------------------------------------
+    s = s.rename(columns={"clock_reasons": "reasons", "sm_active": "sm", "sm_clock_mhz": "clk", "power_w": "power",
+                          "gpu_temp_c": "temp", "ecc_sbe_aggregate": "ecc", "fb_used_mib": "fb",
+                          "compute_procs": "procs", "tensor_active": "tensor"})
+    s = s.sort_values(["device", "t"], kind="stable").reset_index(drop=True)
+    cadence = float(s["dt"].median()) if len(s) else 300.0
+    end_known = s["t"].max() + cadence if len(s) else 0.0
+    if len(allocs):
+        allocs["end"] = allocs["end"].fillna(max(end_known, allocs["start"].max()))
+    start = float(min([s["t"].min()] if len(s) else []) or (allocs["start"].min() if len(allocs) else 0.0))
+    end = float(max([end_known, allocs["end"].max() if len(allocs) else 0.0]))
+    s = _assign(s, allocs)
+    s = s.join(devices[["node", "rack", "sku", "vendor", "rated"]], on="device")
+    _fill_rated(s, devices)
+    _buckets(s)
+    # --- prices -------------------------------------------------------------------------------------------------
+    currency, rates = "USD", {}
+    try:
+        from ..contracts import select_contract
+        from ..method.skus import match_sku as _m
+
+        tenants = set(allocs["tenant"].dropna()) | {None}
+        for ten in tenants:
+            c, _ = select_contract(contracts, ten)
+            currency = c.currency
+            for sku in set(devices["sku"].dropna()):
+                r = _m(sku)
+                basis = c.basis_for(r.key if r else sku)
+                try:
+                    rates[(ten, sku)] = float(basis.hourly(r.tdp_w if r else None))
+                except (AssertionError, ArithmeticError):
+                    pass
+    except ImportError:  # pragma: no cover
+        pass
+    prog_df = pd.DataFrame(prog, columns=["job_id", "run", "t"])
+    return Dataset(samples=s, allocs=allocs, devices=devices, gaps=gaps, progress=prog_df, requeues=requeues,
+                   statuses=statuses, recorded=recorded, cadence=cadence, start=start, end=end, through_seq=seq,
+                   currency=currency, rates=rates)
+
+
+def _assign(s: pd.DataFrame, allocs: pd.DataFrame) -> pd.DataFrame:
+    """Attach the allocation (run) each sample belongs to: sample start within [alloc start, alloc end)."""
+    n = len(s)
+    ai = np.full(n, -1, dtype=np.int64)
+    if n and len(allocs):
+        a = allocs.reset_index(drop=True)
+        for dev, idx in s.groupby("device", sort=False).indices.items():
+            rows = a.index[a["device"] == dev].to_numpy()
+            if not len(rows):
+                continue
+            st = a.loc[rows, "start"].to_numpy(float)
+            en = a.loc[rows, "end"].to_numpy(float)
+            order = np.argsort(st)
+            st, en, rows = st[order], en[order], rows[order]
+            t = s["t"].to_numpy()[idx]
+            k = np.searchsorted(st, t, side="right") - 1
+            ok = (k >= 0) & (t < en[np.clip(k, 0, None)])
+            ai[idx[ok]] = rows[k[ok]]
+    s["ai"] = ai
+    for col in ("job_id", "run", "tenant", "partition", "qos", "cluster"):
+        vals = allocs[col].to_numpy(object) if len(allocs) else np.array([], dtype=object)
+        s[col] = np.where(ai >= 0, vals[np.clip(ai, 0, None)] if len(vals) else None, None)
+    return s
+
+
+def _fill_rated(s: pd.DataFrame, devices: pd.DataFrame) -> None:
+    """A device with no SKU rating gets the 99th percentile of its own loaded clock (documented fallback)."""
+    missing = s["rated"].isna()
+    if missing.any():
+        loaded = s[missing & (s["sm"].fillna(s["gpu_util"]) > 0.3)]
+        p99 = loaded.groupby("device")["clk"].quantile(0.99)
+        s.loc[missing, "rated"] = s.loc[missing, "device"].map(p99)
+        for dev, v in p99.items():
+            if pd.isna(devices.at[dev, "rated"]):
+                devices.at[dev, "rated"] = v
+
+
+def _buckets(s: pd.DataFrame) -> None:
+    """Per-sample GPU-hours in each bucket (only for allocated samples), the method's formulas vectorised."""
+    fine = s["sm"].where(s["sm"].notna(), s["tensor"])
+    act = fine.where(fine.notna(), s["gpu_util"]).to_numpy(float)
+    s["act"] = act
+    missing = np.isnan(act)
+    a = np.clip(np.nan_to_num(act), 0.0, 1.0)
+    clk = s["clk"].to_numpy(float)
+    rated = s["rated"].to_numpy(float)
+    ratio = np.where(np.isnan(clk) | np.isnan(rated), 1.0, np.clip(clk / np.where(rated > 0, rated, 1.0), 0.0, 1.0))
+    s["ratio"] = ratio
+    resident = (np.nan_to_num(s["procs"].to_numpy(float)) > 0) | (np.nan_to_num(s["fb"].to_numpy(float)) >
+                                                                   RESIDENT_FB_MIB)
+    low = ~missing & (a < ACTIVE_MIN)
+    working = ~missing & ~low
+    h = s["dt"].to_numpy(float) / 3600.0 * (s["ai"].to_numpy() >= 0)
+    s["h"] = h
+    s["h_del"] = np.where(working, h * a * ratio, 0.0)
+    s["h_thr"] = np.where(working, h * a * (1.0 - ratio), 0.0)
+    s["h_under"] = np.where(working, h * (1.0 - a), 0.0)
+    s["h_starved"] = np.where(low & resident, h, 0.0)
+    s["h_idle"] = np.where(low & ~resident, h, 0.0)
+    s["h_missing"] = np.where(missing, h, 0.0)
+    reasons = s["reasons"].to_numpy(float)
+    s["rbucket"] = reason_bucket(np.where(np.isnan(reasons), -1, reasons).astype(np.int64))
+    s["running"] = working | (low & resident)
+    s["resident"] = resident
+
+
+def bucket_totals(s: pd.DataFrame) -> dict[str, float]:
+    """Sum the per-sample buckets of a slice of samples (hours)."""
+    out = {"delivered": float(s["h_del"].sum()), "underutilized": float(s["h_under"].sum()),
+           "starved": float(s["h_starved"].sum()), "idle_held": float(s["h_idle"].sum())}
+    thr = s.groupby("rbucket")["h_thr"].sum() if len(s) else pd.Series(dtype=float)
+    out["throttled"] = {name: float(thr.get(i, 0.0)) for i, name in enumerate(THROTTLE_REASONS)}
+    out["unknown_field_missing"] = float(s["h_missing"].sum())
+    return out
+
+
+def coverage_gaps(ds: Dataset) -> pd.DataFrame:
+    """Allocated device time without any sample: rows (device, node, start, end, hours), per contiguous gap."""
+    if not len(ds.allocs):
+        return pd.DataFrame(columns=["device", "node", "start", "end"])
+    out = []
+    step = ds.cadence
+    by_dev = {d: g["t"].to_numpy() for d, g in ds.samples.groupby("device")}
+    for a in ds.allocs.itertuples():
+        t = by_dev.get(a.device, np.zeros(0))
+        t = t[(t >= a.start - step) & (t < a.end)]
+        edges = np.concatenate([[a.start], t + step, ]) if len(t) else np.array([a.start])
+        nexts = np.concatenate([t, [a.end]]) if len(t) else np.array([a.end])
+        # a gap is where the next sample starts more than 1.5 cadences after the previous one ended
+        gap = nexts - edges > 1.5 * step
+        for s0, e0 in zip(edges[gap], nexts[gap]):
+            out.append({"device": a.device, "node": a.node, "start": float(max(s0, a.start)),
+                        "end": float(min(e0, a.end)), "job_id": a.job_id})
+    return pd.DataFrame(out, columns=["device", "node", "start", "end", "job_id"])
+
+
+def payload(obj) -> dict:  # noqa: ANN001
+    return obj if isinstance(obj, dict) else json.loads(obj)

@@ -1,0 +1,255 @@
+"""Drift agent: each device's normal learned from its own history under load, compared with its SKU rating and
+its siblings in the same node (rack when the node has too few), to find the device that has quietly become the
+slow one, with what it costs per day (docs/agents.md, "Drift").
+
+Signals: SM clock under load (6-hour medians; deficit against the siblings' median of the same bin, with the
+device's own noise learned as a MAD over its earliest bins), throughput per watt, temperature at a given power,
+correctable-ECC slope (daily increments, trend and against siblings), row remaps, XID events (meanings from
+``xid_codes.csv``, dcgm-exporter's table of NVIDIA's XID catalogue).
+"""
+
+from __future__ import annotations
+
+import csv
+from functools import lru_cache
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+
+from .common import DAY, evidence, fmt_h, fmt_ts
+from .data import Dataset
+from .model import Evidence, Finding, clamp01, make_scope
+
+AGENT = "drift"
+BIN = 6 * 3600.0
+MIN_DEFICIT = 0.03          # 3 % of rated clock below the siblings: well before a "clock < 85 %" alarm
+NOISE_K = 5.0               # ... and at least 5 robust sigmas of the device's own bin-to-bin noise
+ONSET_K = 2.0
+ECC_LAST2_MIN = 10          # correctable errors in the last two days
+ECC_SIB_FACTOR = 5.0
+XID_STALL_S = 2 * 3600.0    # an XID's consequence: the idle stretch that starts within this time of it
+
+
+@lru_cache(maxsize=1)
+def xid_meanings() -> dict[int, str]:
+    text = resources.files(__package__).joinpath("xid_codes.csv").read_text(encoding="utf-8")
+    return {int(r["xid"]): r["text"] for r in csv.DictReader(text.splitlines())}
+
+
+def xid_events(ds: Dataset) -> pd.DataFrame:
+    """Samples where a new XID shows: non-zero and different from the previous sample (gauge semantics)."""
+    s = ds.samples
+    x = s["xid"].fillna(0.0)
+    prev = x.groupby(s["device"]).shift(1).fillna(0.0)
+    ev = s[(x > 0) & ((x != prev) | (prev == 0))]
+    return ev[["device", "t", "node", "rack", "xid", "job_id", "tenant"]]
+
+
+def xid_stall_mask(ds: Dataset, events: pd.DataFrame | None = None) -> pd.Series:
+    """Idle-held samples that directly follow an XID on the same device (the process died with the error)."""
+    s = ds.samples
+    events = xid_events(ds) if events is None else events
+    mask = np.zeros(len(s), dtype=bool)
+    if not len(events):
+        return pd.Series(mask, index=s.index)
+    idx_by_dev = s.groupby("device").indices
+    t_all = s["t"].to_numpy()
+    idle = (s["h_idle"] > 0).to_numpy()
+    for r in events.itertuples():
+        idx = idx_by_dev[r.device]
+        t = t_all[idx]
+        k = int(np.searchsorted(t, r.t))
+        # the stall starts at the event sample or the next one, and lasts while the device stays idle
+        while k < len(idx) and t[k] < r.t + XID_STALL_S and not idle[idx[k]]:
+            k += 1
+        while k < len(idx) and idle[idx[k]]:
+            mask[idx[k]] = True
+            k += 1
+    return pd.Series(mask, index=s.index)
+
+
+def xid_findings(ds: Dataset, events: pd.DataFrame, stall: pd.Series) -> list[Finding]:
+    out = []
+    s = ds.samples
+    meanings = xid_meanings()
+    for dev, g in events.groupby("device"):
+        codes = sorted({int(c) for c in g["xid"]})
+        st = s[stall & (s["device"] == dev)]
+        hours = float(st["h_idle"].sum())
+        a = float(g["t"].min())
+        b = float(max(g["t"].max() + ds.cadence, st["t"].max() + ds.cadence if len(st) else 0))
+        ds_dev = s[s["device"] == dev]
+        node = g["node"].iloc[0]
+        ev = (Evidence("xid_events", "count", float(((events["device"] == dev) & (events["t"] < a)).sum()),
+                       float(len(g)), 0.0, note="; ".join(f"XID {c}: {meanings.get(c, 'unknown code')}" for c in codes)),
+              evidence(ds_dev, "act", "sm_active", "fraction", a, b),
+              evidence(ds_dev, "procs", "compute_processes", "count", a, b),
+              Evidence("gpu_hours_stalled_after_xid", "GPU-h", None, hours, None))
+        n = len(g)
+        conf = clamp01(0.7 + 0.05 * min(n, 5))
+        text = "; ".join(f"XID {c} ({meanings.get(c, 'unknown')})" for c in codes)
+        from .common import price
+        out.append(Finding(AGENT, "xid", make_scope(device_uuid=dev, node=node, rack=g["rack"].iloc[0]), a, b,
+                           hours, price(ds, st, "h_idle"), conf, ev,
+                           f"GPU {dev} on {node} raised {n} {text} events from {fmt_ts(a)} to {fmt_ts(b)}; its "
+                           f"job's process died each time, losing {fmt_h(hours)} GPU-hours.", cause="xid",
+                           level="device", extra=(("xid_codes", codes), ("events", n))))
+    return out
+
+
+def _bins(ds: Dataset) -> pd.DataFrame:
+    """Median clock ratio under load per device and 6-hour bin, with the siblings' reference for that bin."""
+    s = ds.samples
+    # loaded, and no thermal / power / hardware clock-event reason: what is left is the device itself
+    clean = s["running"] & (s["act"] >= 0.3) & s["clk"].notna() & s["rbucket"].eq(4)
+    ld = s[clean]
+    b = pd.DataFrame({"device": ld["device"], "node": ld["node"], "rack": ld["rack"],
+                      "bin": ((ld["t"] - ds.start) // BIN).astype(int), "ratio": ld["ratio"]})
+    own = b.groupby(["device", "bin"]).agg(ratio=("ratio", "median"), n=("ratio", "size"),
+                                           node=("node", "first"), rack=("rack", "first")).reset_index()
+    own = own[own["n"] >= 6]
+    node_ref = own.groupby(["node", "bin"])["ratio"].agg(["median", "size"])
+    rack_ref = own.groupby(["rack", "bin"])["ratio"].median()
+    refs = []
+    for r in own.itertuples():
+        nr = node_ref.loc[(r.node, r.bin)] if (r.node, r.bin) in node_ref.index else None
+        if nr is not None and nr["size"] >= 4:
+            refs.append(nr["median"])
+        elif pd.notna(r.rack) and (r.rack, r.bin) in rack_ref.index:
+            refs.append(rack_ref.loc[(r.rack, r.bin)])
+        else:
+            refs.append(np.nan)
+    own["ref"] = refs
+    own["deficit"] = own["ref"] - own["ratio"]
+    return own
+
+
+def clock_drift(ds: Dataset) -> dict[str, dict]:
+    """Devices whose clock under load sits below their siblings beyond their own noise: {device: details}."""
+    own = _bins(ds)
+    out = {}
+    for dev, g in own.dropna(subset=["deficit"]).groupby("device"):
+        g = g.sort_values("bin")
+        n_base = max(4, int(len(g) * 0.3))
+        base = g["deficit"].iloc[:n_base]
+        sigma = max(1.4826 * float(np.median(np.abs(base - base.median()))), 0.002)
+        thr = max(MIN_DEFICIT, NOISE_K * sigma)
+        flag = (g["deficit"] >= thr).to_numpy()
+        # the longest stretch of flagged bins; at least two bins (12 hours)
+        best, cur, best_end = 0, 0, -1
+        for i, f in enumerate(flag):
+            cur = cur + 1 if f else 0
+            if cur > best:
+                best, best_end = cur, i
+        if best < 2:
+            continue
+        first = best_end - best + 1
+        onset = first
+        d = g["deficit"].to_numpy()
+        while onset > 0 and d[onset - 1] >= max(0.006, ONSET_K * sigma):
+            onset -= 1
+        bins = g["bin"].to_numpy()
+        out[dev] = {"start": ds.start + bins[onset] * BIN, "flag_start": ds.start + bins[first] * BIN,
+                    "end": min(ds.end, ds.start + (bins[best_end] + 1) * BIN), "sigma": sigma, "threshold": thr,
+                    "max_deficit": float(d[first:best_end + 1].max()), "bins": g, "flagged_bins": best}
+    return out
+
+
+def ecc_trend(ds: Dataset) -> dict[str, dict]:
+    """Devices whose correctable-ECC count is accelerating, against their own past and their siblings."""
+    s = ds.samples[ds.samples["ecc"].notna()]
+    if not len(s):
+        return {}
+    day = ((s["t"] - ds.start) // DAY).astype(int)
+    daily = s.groupby(["device", day])["ecc"].agg(lambda x: float(x.max() - x.min())).unstack(fill_value=0.0)
+    if daily.shape[1] < 3:
+        return {}
+    last2 = daily.iloc[:, -2:].sum(axis=1)
+    nodes = ds.devices["node"].reindex(daily.index)
+    out = {}
+    for dev, v in last2.items():
+        sib = last2[(nodes == nodes[dev]) & (last2.index != dev)]
+        ref = float(sib.median()) if len(sib) else float(last2.median())
+        series = daily.loc[dev].to_numpy()
+        rho = pd.Series(series).rank().corr(pd.Series(np.arange(len(series))).rank()) if series.std() > 0 else 0.0
+        if v >= ECC_LAST2_MIN and v >= ECC_SIB_FACTOR * (ref + 1) and rho >= 0.6:
+            out[dev] = {"last2": float(v), "sibling_last2": ref, "rho": float(rho), "daily": series.tolist()}
+    return out
+
+
+def drift_findings(ds: Dataset) -> list[Finding]:
+    s = ds.samples
+    clocks = clock_drift(ds)
+    ecc = ecc_trend(ds)
+    out = []
+    for dev in sorted(set(clocks) | set(ecc)):
+        c, e = clocks.get(dev), ecc.get(dev)
+        sl = s[s["device"] == dev]
+        node = sl["node"].iloc[0]
+        rack = sl["rack"].iloc[0]
+        if c:
+            a, b = c["start"], c["end"]
+            bins = c["bins"].set_index("bin")["ref"]
+            sbin = ((sl["t"] - ds.start) // BIN).astype(int)
+            ref = sbin.map(bins)
+            work = (sl["h_del"] + sl["h_thr"]) > 0
+            inwin = (sl["t"] >= a) & (sl["t"] < b) & work & ref.notna()
+            loss_h = sl["h"] * sl["act"] * (ref - sl["ratio"])
+            hours = float(loss_h[inwin].sum())
+            last_day = inwin & (sl["t"] >= b - DAY)
+            from .common import price
+            rate = price(ds, sl[inwin], "h") / max(float(sl.loc[inwin, "h"].sum()), 1e-9)
+            per_day = float(loss_h[last_day].sum()) * rate
+        else:
+            a, b = ds.start + (len(e["daily"]) - 2) * DAY, ds.end
+            hours, rate, per_day = 0.0, 0.0, 0.0
+        ld = sl[sl["running"] & (sl["act"] >= 0.3)].assign(
+            ppw=lambda x: x["act"] * x["clk"] / x["power"], tpp=lambda x: x["temp"] / x["power"])
+        sib = s[(s["node"] == node) & (s["device"] != dev) & s["running"] & (s["act"] >= 0.3)]
+        sib_w = sib[(sib["t"] >= a) & (sib["t"] < b)]
+        ev = [evidence(ld, "clk", "sm_clock_mhz_under_load", "MHz", a, b,
+                       reference=float(sib_w["clk"].median()) if len(sib_w) else None,
+                       reference_label="siblings in the node, same window"),
+              evidence(ld, "ppw", "throughput_per_watt (activity x MHz / W)", "MHz/W", a, b,
+                       reference=float((sib_w["act"] * sib_w["clk"] / sib_w["power"]).median()) if len(sib_w) else None,
+                       reference_label="siblings in the node, same window"),
+              evidence(ld, "tpp", "temperature_per_watt", "degC/W", a, b)]
+        day = ((sl["t"] - ds.start) // DAY).astype(int)
+        daily = sl.groupby(day)["ecc"].agg(lambda x: float(x.max() - x.min()))
+        dd = pd.DataFrame({"t": ds.start + daily.index.to_numpy() * DAY, "v": daily.to_numpy()})
+        ev.append(evidence(dd, "v", "ecc_correctable_per_day", "errors/day", a, b,
+                           reference=e["sibling_last2"] / 2 if e else None,
+                           reference_label="siblings' median, last two days"))
+        rr = sl[["row_remap_pending", "row_remap_failure"]].max()
+        if rr.notna().any():
+            ev.append(Evidence("row_remap_pending_or_failure", "flag", None, float(np.nanmax(rr.to_numpy())), None))
+        kind = "ecc_drift" if e else "sibling_divergence"
+        conf = 0.0
+        if c:
+            conf = 0.6 + 0.2 * min(1.0, (c["max_deficit"] - c["threshold"]) / c["threshold"]) + \
+                   0.05 * min(4, c["flagged_bins"] - 1) / 4
+        conf = conf + (0.15 if e and c else 0.6 if e else 0.0)
+        conf = clamp01(min(conf, 0.97))
+        parts = []
+        if c:
+            parts.append(f"has run {c['max_deficit']:.0%} below its siblings' SM clock under load since "
+                         f"{fmt_ts(c['flag_start'])} (drifting from {fmt_ts(a)}), costing {fmt_h(hours)} GPU-hours "
+                         f"so far and about {per_day:,.2f} {ds.currency}/day now")
+        if e:
+            parts.append(f"its correctable ECC errors are accelerating ({e['last2']:.0f} in the last two days vs "
+                         f"{e['sibling_last2']:.0f} for its siblings)")
+        from .common import price as _p  # noqa: F401
+        out.append(Finding(AGENT, kind, make_scope(device_uuid=dev, node=node, rack=rack), a, b, hours,
+                           hours * rate, conf, tuple(ev), f"GPU {dev} on {node} " + "; ".join(parts) + ".",
+                           cause="drift", level="device", extra=(("cost_per_day", round(per_day, 2)),)))
+    return out
+
+
+def run(ds: Dataset) -> tuple[list[Finding], pd.Series]:
+    """Drift and XID findings, and the mask of samples explained by XIDs (for the attribution agent)."""
+    if not len(ds.samples):
+        return [], pd.Series(dtype=bool)
+    events = xid_events(ds)
+    stall = xid_stall_mask(ds, events)
+    return [*drift_findings(ds), *xid_findings(ds, events, stall)], stall
