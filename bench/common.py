@@ -63,7 +63,8 @@ class Figure:
         for t in rows:
             is_floor = t is self.floor
             ratio = "1.00 (floor)" if is_floor else f"{self.ratio(t):.2f}"
-            tgt = "" if is_floor else f"≤ {self.target:g}× {'met' if self.ratio(t) <= self.target else 'NOT met'}"
+            tgt = "" if is_floor or self.target == float("inf") else (
+                f"≤ {self.target:g}× {'met' if self.ratio(t) <= self.target else 'NOT met'}")
             lines.append(f"| {t.label} | {t.median:.4f} | {min(t.runs):.4f} | {max(t.runs):.4f} | {len(t.runs)} "
                          f"| {ratio} | {tgt} |")
         return "\n".join(lines)
