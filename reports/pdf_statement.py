@@ -60,7 +60,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]], numeric: Sequenc
           widths: Sequence[float] | None = None, total_row: bool = False) -> Table:
     """A readable table: bold header repeated on each page, zebra rows, numeric columns right-aligned."""
     data = [list(header)] + [["" if v is None else str(v) for v in r] for r in rows]
-    t = Table(data, colWidths=widths, repeatRows=1)
+    t = Table(data, colWidths=widths, repeatRows=1, hAlign="LEFT")
     st = [("FONT", (0, 0), (-1, 0), "Helvetica-Bold", 7.5), ("FONT", (0, 1), (-1, -1), "Helvetica", 7.5),
           ("LINEBELOW", (0, 0), (-1, 0), 0.6, colors.black), ("VALIGN", (0, 0), (-1, -1), "TOP"),
           ("TOPPADDING", (0, 0), (-1, -1), 1.5), ("BOTTOMPADDING", (0, 0), (-1, -1), 1.5)]

@@ -72,3 +72,58 @@ def receipts(n: int, month: str = "2026-11", seed: int = 0) -> Iterator[dict]:
         yield receipt(100000 + j, tenant=tenant, start=start, hours=hours, n_devices=rng.choice((1, 2, 4, 8)),
                       partition=part, qos=qos, sku=SKUS[j % 2], rate=RATE[tenant], shares=sh,
                       unknown_resolved=bool(j % 2), user=f"user{j % 13}")
+
+
+def analysis(n_devices: int = 4, start: str = "2026-11-10T00:00:00Z", seed: int = 0) -> dict:
+    """A Path B analysis (Findings JSON plus context) for a 24-hour export: one thermal finding with its
+    timelines, an idle-held finding with before/during/after contrasts, a gap, a recommendation."""
+    rng = random.Random(seed)
+    t0 = dt.datetime.fromisoformat(start.replace("Z", "+00:00")).timestamp()
+    devices = [{"uuid": f"GPU-{i:04x}-prospect", "node": f"node{i // 2}", "index": i % 2, "sku": "H100-SXM5-80GB",
+                "vendor": "nvidia", "samples": 1440, "coverage": 1.0 if i else 0.95} for i in range(n_devices)]
+    f0, f1 = t0 + 10 * 3600, t0 + 13 * 3600
+    clock = [[t0 + m * 60, 1980 if not (f0 <= t0 + m * 60 < f1) else 1410 + rng.uniform(-30, 30)]
+             for m in range(8 * 60, 16 * 60)]
+    temp = [[t0 + m * 60, 62 + rng.uniform(-2, 2) if not (f0 <= t0 + m * 60 < f1) else 87 + rng.uniform(-1, 1)]
+            for m in range(8 * 60, 16 * 60)]
+    by_cause = {"thermal": 1.1, "idle_held": 6.0, "underutilized": 9.5, "starved": 0.8, "unknown": 1.2,
+                "power_cap": 0.0}
+    paid = 24.0 * n_devices
+    return {
+        "title": "Where your GPU-hours went: 24 hours on 4 GPUs",
+        "prospect": "Example Lab",
+        "generated_at": _ts(t0 + 86400 + 3600),
+        "sources": [{"kind": "prometheus", "name": "dcgm-export.json", "sha256": "ab" * 32, "samples": 1440 * n_devices,
+                     "start": _ts(t0), "end": _ts(t0 + 86400),
+                     "metrics": ["DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP"]}],
+        "devices": devices,
+        "coverage": {"start": _ts(t0), "end": _ts(t0 + 86400), "fraction": 0.9875,
+                     "gaps": [{"device": devices[0]["uuid"], "start": _ts(t0 + 2 * 3600), "end": _ts(t0 + 3.2 * 3600),
+                               "cause": "scrape_missing"}]},
+        "findings": [
+            {"id": "f-thermal-1", "agent": "attribution", "kind": "thermal_throttle",
+             "scope": {"node": "node0", "device_uuid": devices[1]["uuid"], "rack": None},
+             "start": _ts(f0), "end": _ts(f1), "gpu_hours": 1.1, "cost": 2.31, "confidence": 0.86,
+             "summary": "GPU 1 on node0 ran 29% below its rated clock for 3 hours while at 87 C: cooling, not load.",
+             "evidence": [{"signal": "sm_clock", "unit": "MHz", "points": clock},
+                          {"signal": "gpu_temp", "unit": "C", "points": temp}],
+             "recommendation": {"action": "Check airflow on node0 (rack inlet temperature, fan curve)",
+                                "command": "ipmitool -H node0-bmc sdr type Fan   # read-only check",
+                                "gpu_hours": 1.1, "cost": 2.31, "reversible": True}},
+            {"id": "f-idle-1", "agent": "attribution", "kind": "idle_held",
+             "scope": {"node": "node1", "device_uuid": devices[2]["uuid"]},
+             "start": _ts(t0 + 18 * 3600), "end": _ts(t0 + 24 * 3600), "gpu_hours": 6.0, "cost": 12.6,
+             "confidence": 0.95, "summary": "GPU 2 was held for 6 hours with no process on it.",
+             "evidence": [{"signal": "sm_active", "unit": "%", "before": 71.0, "during": 0.0, "after": None},
+                          "no compute process on the device during the whole span"]},
+        ],
+        "account": {"paid": paid, "delivered": round(paid - sum(by_cause.values()), 6), "by_cause": by_cause,
+                    "currency": "EUR", "cost": {"paid": round(paid * 2.1, 2),
+                                                "delivered": round((paid - sum(by_cause.values())) * 2.1, 2),
+                                                "lost": round(sum(by_cause.values()) * 2.1, 2)}},
+        "recommendations": [{"title": "Release idle allocations after 30 minutes without a process",
+                             "gpu_hours": 6.0, "cost": 12.6, "reversible": True,
+                             "command": "scontrol update JobId=<id> TimeLimit=...   # operator decides",
+                             "finding_ids": ["f-idle-1"]}],
+        "method": {"name": "ipledger-method", "version": "1"},
+    }

@@ -1,0 +1,379 @@
+"""The Path B written analysis: the PDF a prospect receives for a 24-hour telemetry export.
+
+``render(analysis, out_path)`` lays out what was measured (sources, devices, coverage and gaps), the account
+(paid vs delivered by cause), the findings with their evidence charts (signal timelines before, during and
+after each finding), the recommendations priced in GPU-hours, and the method and its limits.
+
+The ``analysis`` dict is the Findings JSON of DESIGN.md §6 plus optional context. Only ``findings`` and
+``account`` are expected; every other key may be missing, and so may any key inside them::
+
+    {
+      "findings": [{"id", "agent", "kind", "scope": {"node", "device_uuid", "rack", "job_id", "tenant", ...},
+                    "start": RFC3339, "end": RFC3339, "gpu_hours": float, "cost": float, "confidence": 0..1,
+                    "summary": "one sentence",
+                    "evidence": [                      # each item is one of:
+                        {"signal": "sm_clock", "unit": "MHz", "points": [[t, v], ...]},   # a timeline
+                        {"signal": "temp", "unit": "C", "before": 61, "during": 88, "after": 63},  # a contrast
+                        "free text"],
+                    "recommendation": {"action", "command", "gpu_hours", "cost", "reversible"}}],   # optional
+      "account": {"paid": float, "delivered": float, "by_cause": {"thermal": h, "idle_held": h, ...},
+                  "currency": "EUR", "cost": {"paid", "delivered", "lost"}},
+      # optional context
+      "title": str, "prospect": str, "generated_at": RFC3339,
+      "sources": [{"kind": "prometheus|dmon|amd-smi|nvidia-smi|...", "name": str, "sha256": str,
+                   "samples": int, "start": RFC3339, "end": RFC3339, "metrics": [str]}],
+      "devices": [{"uuid", "node", "index", "sku", "vendor", "samples": int, "coverage": 0..1}],
+      "coverage": {"start": RFC3339, "end": RFC3339, "fraction": 0..1,
+                   "gaps": [{"device", "start", "end", "cause"}]},
+      "series": {"<finding id or device uuid>": {"<signal>": [[t, v], ...]}},   # timelines for the charts
+      "recommendations": [{"title", "gpu_hours", "cost", "command", "reversible": bool, "finding_ids": [..]}],
+      "method": {"name", "version", "notes"}, "limits": [str]
+    }
+
+Times ``t`` may be RFC 3339 text or epoch seconds. A finding's evidence timeline is taken from its own
+``evidence`` points, else from ``series[finding id]``, else from ``series[device uuid]`` cut to the finding's
+span widened by its own length on each side (before / during / after).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from reportlab.lib.pagesizes import A4
+from reportlab.lib.units import mm
+from reportlab.platypus import KeepTogether, PageBreak, Paragraph, SimpleDocTemplate, Spacer
+from xml.sax.saxutils import escape
+
+from . import charts
+from .pdf_statement import _footer, fmt_hours, fmt_money, fmt_pct, styles, table
+
+MAX_FINDINGS_WITH_CHARTS = 12
+MAX_SERIES_POINTS = 600  # charts are downsampled (every n-th point) beyond this
+CAUSE_LABELS = {"thermal": "throttled: thermal", "power_cap": "throttled: power cap",
+                "hw_slowdown": "throttled: HW slowdown", "sync_boost": "throttled: sync boost",
+                "other": "throttled: other", "underutilized": "underutilized", "starved": "starved",
+                "idle_held": "idle held", "unknown": "unknown (no trustworthy telemetry)"}
+
+
+def _epoch(t: Any) -> float | None:
+    if t is None:
+        return None
+    if isinstance(t, (int, float)):
+        return float(t) / 1000.0 if t > 1e11 else float(t)  # milliseconds (Prometheus/JS) or seconds
+    try:
+        s = str(t).strip()
+        s = s[:-1] + "+00:00" if s.endswith(("Z", "z")) else s
+        v = dt.datetime.fromisoformat(s)
+        return (v if v.tzinfo else v.replace(tzinfo=dt.timezone.utc)).timestamp()
+    except ValueError:
+        return None
+
+
+def _when(t: Any) -> str:
+    e = _epoch(t)
+    return "-" if e is None else dt.datetime.fromtimestamp(e, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def _num(v: Any, default: float = 0.0) -> float:
+    try:
+        f = float(v)
+        return default if math.isnan(f) else f
+    except (TypeError, ValueError):
+        return default
+
+
+def _txt(v: Any) -> str:
+    """Plain text for a table cell."""
+    return "" if v is None else str(v)
+
+
+def _e(v: Any) -> str:
+    """Text escaped for a Paragraph (which parses a little markup)."""
+    return escape(_txt(v))
+
+
+def _points(raw: Any) -> list[tuple[float, float]]:
+    """[[t, v], ...] or [{"t"/"ts"/"time", "v"/"value"}, ...] -> [(epoch, value)], skipping bad points."""
+    out = []
+    for p in raw or []:
+        if isinstance(p, Mapping):
+            t, v = p.get("t", p.get("ts", p.get("time"))), p.get("v", p.get("value"))
+        elif isinstance(p, (list, tuple)) and len(p) >= 2:
+            t, v = p[0], p[1]
+        else:
+            continue
+        e = _epoch(t)
+        try:
+            fv = float(v)
+        except (TypeError, ValueError):
+            continue  # "N/A", "Not Supported": not measured, never drawn as zero
+        if e is not None and not math.isnan(fv):
+            out.append((e, fv))
+    out.sort()
+    if len(out) > MAX_SERIES_POINTS:
+        step = math.ceil(len(out) / MAX_SERIES_POINTS)
+        out = out[::step]
+    return out
+
+
+def _finding_series(f: Mapping, series: Mapping) -> tuple[dict[str, list], dict[str, str], list[tuple]]:
+    """(timelines by signal, units by signal, before/during/after contrasts) for one finding."""
+    lines: dict[str, list] = {}
+    units: dict[str, str] = {}
+    contrasts: list[tuple] = []
+    for ev in f.get("evidence") or []:
+        if not isinstance(ev, Mapping):
+            continue
+        name = str(ev.get("signal") or ev.get("metric") or ev.get("name") or "signal")
+        unit = ev.get("unit")
+        raw = ev.get("points") or ev.get("series") or ev.get("samples")
+        if raw:
+            pts = _points(raw)
+            if pts:
+                lines[name] = pts
+                units[name] = unit or ""
+        if any(k in ev for k in ("before", "during", "after")):
+            contrasts.append((name, ev.get("before"), ev.get("during"), ev.get("after"), unit or ""))
+    if not lines:
+        s0, s1 = _epoch(f.get("start")), _epoch(f.get("end"))
+        src = series.get(str(f.get("id"))) if f.get("id") is not None else None
+        dev = (f.get("scope") or {}).get("device_uuid")
+        if not src and dev:
+            src = series.get(str(dev))
+        for name, raw in (src or {}).items():
+            pts = _points(raw)
+            if s0 is not None and s1 is not None and s1 > s0:
+                pad = max(s1 - s0, 600.0)
+                pts = [p for p in pts if s0 - pad <= p[0] <= s1 + pad]
+            if pts:
+                lines[str(name)] = pts
+    return lines, units, contrasts
+
+
+def _evidence_chart(f: Mapping, lines: dict[str, list], units: dict[str, str]) -> list:
+    """One chart per unit (signals sharing a unit share an axis), x in hours relative to the finding start."""
+    s0, s1 = _epoch(f.get("start")), _epoch(f.get("end"))
+    all_t = [p[0] for v in lines.values() for p in v]
+    origin = s0 if s0 is not None else min(all_t)
+    by_unit: dict[str, dict[str, list]] = {}
+    for name, pts in lines.items():
+        by_unit.setdefault(units.get(name, ""), {})[name] = [((t - origin) / 3600.0, v) for t, v in pts]
+    out = []
+    for unit, sers in list(by_unit.items())[:3]:
+        shade = ((0.0, (s1 - origin) / 3600.0) if s0 is not None and s1 is not None else None)
+        out.append(charts.line_chart(sers, title=f"Evidence: {', '.join(sers)} before, during, after",
+                                     x_unit="hours from the finding's start (shaded: during)",
+                                     y_unit=unit or "value", shade=shade, height=150))
+    return out
+
+
+def _recommendations(analysis: Mapping) -> list[dict]:
+    recs = [dict(r) for r in analysis.get("recommendations") or [] if isinstance(r, Mapping)]
+    for f in analysis.get("findings") or []:
+        r = f.get("recommendation") if isinstance(f, Mapping) else None
+        if isinstance(r, Mapping):
+            recs.append({"title": r.get("action") or r.get("title") or f.get("summary"),
+                         "gpu_hours": r.get("gpu_hours", f.get("gpu_hours")), "cost": r.get("cost", f.get("cost")),
+                         "command": r.get("command"), "reversible": r.get("reversible"),
+                         "finding_ids": [f.get("id")]})
+        elif isinstance(f, Mapping) and f.get("agent") == "recommendation":
+            recs.append({"title": f.get("summary"), "gpu_hours": f.get("gpu_hours"), "cost": f.get("cost"),
+                         "command": (f.get("evidence") or [None])[0] if isinstance((f.get("evidence") or [None])[0],
+                                                                                   str) else None,
+                         "reversible": None, "finding_ids": [f.get("id")]})
+    recs.sort(key=lambda r: -_num(r.get("gpu_hours")))
+    return recs
+
+
+def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
+    """Write the written analysis PDF for ``analysis`` (see the module doc) to ``out_path``."""
+    s = styles()
+    analysis = analysis or {}
+    findings = [f for f in analysis.get("findings") or [] if isinstance(f, Mapping)]
+    findings.sort(key=lambda f: (-_num(f.get("gpu_hours")), str(f.get("id"))))
+    acct = analysis.get("account") or {}
+    cur = acct.get("currency") or (analysis.get("contract") or {}).get("currency") or ""
+    paid, delivered = _num(acct.get("paid")), _num(acct.get("delivered"))
+    by_cause = {str(k): _num(v) for k, v in (acct.get("by_cause") or {}).items()}
+    series = analysis.get("series") or {}
+    story: list = []
+
+    # --- cover
+    story.append(Paragraph(_e(analysis.get("title") or "Where your GPU-hours went: a written analysis"), s["title"]))
+    cov = analysis.get("coverage") or {}
+    devices = [d for d in analysis.get("devices") or [] if isinstance(d, Mapping)]
+    lead = []
+    if analysis.get("prospect"):
+        lead.append(f"Prepared for {_e(analysis['prospect'])}.")
+    if cov.get("start") or cov.get("end"):
+        lead.append(f"Period {_when(cov.get('start'))} to {_when(cov.get('end'))} UTC.")
+    if devices:
+        lead.append(f"{len(devices)} GPU(s) measured.")
+    if analysis.get("generated_at"):
+        lead.append(f"Generated {_when(analysis['generated_at'])} UTC by ipledger.")
+    if lead:
+        story.append(Paragraph(" ".join(lead), s["body"]))
+    story.append(Spacer(1, 6))
+    story.append(Paragraph("The account in one table", s["h1"]))
+    lost = paid - delivered
+    rows = [("Paid (allocated)", fmt_hours(paid), "GPU-hours"), ("Delivered", fmt_hours(delivered), "GPU-hours"),
+            ("Lost (paid - delivered)", fmt_hours(lost), "GPU-hours"),
+            ("Delivered share", fmt_pct(delivered / paid) if paid else "-", "of paid")]
+    cost = acct.get("cost") or {}
+    if cur and isinstance(cost, Mapping):
+        for k in ("paid", "delivered", "lost"):
+            if cost.get(k) is not None:
+                rows.append((f"Cost of {k} hours", fmt_money(_num(cost[k])), cur))
+    story.append(table(["figure", "value", "unit"], rows, numeric=[1], widths=[60 * mm, 35 * mm, 25 * mm]))
+    if findings:
+        top = findings[0]
+        story.append(Spacer(1, 6))
+        story.append(Paragraph(f"<b>Largest finding:</b> {_e(top.get('summary') or top.get('kind'))} "
+                               f"({fmt_hours(_num(top.get('gpu_hours')))} GPU-hours).", s["body"]))
+    else:
+        story.append(Paragraph("No findings: nothing in the data explains a loss with enough confidence.",
+                               s["body"]))
+
+    # --- what was measured
+    story.append(Paragraph("What was measured", s["h1"]))
+    sources = [x for x in analysis.get("sources") or [] if isinstance(x, Mapping)]
+    if sources:
+        story.append(table(["source", "name", "samples", "from (UTC)", "to (UTC)", "sha256"],
+                           [(_txt(x.get("kind")), _txt(x.get("name") or x.get("path"))[:40],
+                             f"{int(_num(x.get('samples', x.get('rows')))):,}", _when(x.get("start")),
+                             _when(x.get("end")), _txt(x.get("sha256"))[:16]) for x in sources], numeric=[2]))
+    else:
+        story.append(Paragraph("The sources were not described in the analysis.", s["small"]))
+    if devices:
+        story.append(Spacer(1, 4))
+        story.append(table(["device", "node", "index", "SKU", "samples", "coverage"],
+                           [(_txt(d.get("uuid"))[:28], _txt(d.get("node")), _txt(d.get("index")), _txt(d.get("sku")),
+                             f"{int(_num(d.get('samples'))):,}" if d.get("samples") is not None else "-",
+                             fmt_pct(_num(d.get("coverage"))) if d.get("coverage") is not None else "-")
+                            for d in devices[:64]], numeric=[2, 4, 5]))
+        if len(devices) > 64:
+            story.append(Paragraph(f"... and {len(devices) - 64} more devices.", s["small"]))
+    gaps = [g for g in cov.get("gaps") or [] if isinstance(g, Mapping)]
+    if cov.get("fraction") is not None:
+        story.append(Paragraph(f"Coverage: {fmt_pct(_num(cov['fraction']))} of device-time has trustworthy "
+                               "telemetry; the rest is accounted as <i>unknown</i>, never interpolated.", s["body"]))
+    if gaps:
+        story.append(Paragraph("Gaps in the data", s["h2"]))
+        story.append(table(["device", "from (UTC)", "to (UTC)", "hours", "cause"],
+                           [(_txt(g.get("device") or "all")[:28], _when(g.get("start")), _when(g.get("end")),
+                             fmt_hours(((_epoch(g.get("end")) or 0) - (_epoch(g.get("start")) or 0)) / 3600.0),
+                             _txt(g.get("cause"))) for g in gaps[:100]], numeric=[3]))
+
+    # --- the account
+    story.append(PageBreak())
+    story.append(Paragraph("The account: paid vs delivered, by cause", s["h1"]))
+    story.append(Paragraph("Every allocated GPU-second falls into exactly one bucket: delivered, throttled (by "
+                           "reason), underutilized, starved, idle held or unknown.", s["body"]))
+    causes = sorted(by_cause.items(), key=lambda kv: -kv[1])
+    crow = [(CAUSE_LABELS.get(k, k), fmt_hours(v), fmt_pct(v / paid) if paid else "-") for k, v in causes]
+    crow.append(("total lost", fmt_hours(sum(by_cause.values())),
+                 fmt_pct(sum(by_cause.values()) / paid) if paid else "-"))
+    story.append(table(["cause", "GPU-hours", "share of paid"], crow, numeric=[1, 2],
+                       widths=[70 * mm, 35 * mm, 30 * mm], total_row=True))
+    story.append(Spacer(1, 4))
+    story.append(charts.hbar_chart([CAUSE_LABELS.get(k, k) for k, _ in causes], [v for _, v in causes],
+                                   title="Lost GPU-hours by cause", unit="GPU-hours"))
+    story.append(charts.bar_chart(["paid", "delivered", "lost"], {"GPU-hours": [paid, delivered, lost]},
+                                  title="Paid, delivered and lost", unit="GPU-hours", height=160))
+
+    # --- findings
+    story.append(PageBreak())
+    story.append(Paragraph(f"Findings ({len(findings)})", s["h1"]))
+    story.append(Paragraph("Each finding carries its confidence and its evidence: the signals before, during "
+                           "and after it. Findings are proposals; an operator confirms or dismisses them.",
+                           s["small"]))
+    if findings:
+        story.append(table(["#", "kind", "where", "from (UTC)", "to (UTC)", "GPU-h", f"cost {cur}".strip(),
+                            "confidence"],
+                           [(i + 1, _txt(f.get("kind")), _scope(f), _when(f.get("start")), _when(f.get("end")),
+                             fmt_hours(_num(f.get("gpu_hours"))),
+                             fmt_money(_num(f.get("cost"))) if f.get("cost") is not None else "-",
+                             fmt_pct(_num(f.get("confidence")))) for i, f in enumerate(findings)],
+                           numeric=[0, 5, 6, 7]))
+    for i, f in enumerate(findings[:MAX_FINDINGS_WITH_CHARTS]):
+        block = [Paragraph(f"{i + 1}. {_e(f.get('kind'))}: {_e(f.get('summary'))}", s["h2"]),
+                 Paragraph(f"{_e(_scope(f))} · {_when(f.get('start'))} to {_when(f.get('end'))} UTC · "
+                           f"{fmt_hours(_num(f.get('gpu_hours')))} GPU-hours · confidence "
+                           f"{fmt_pct(_num(f.get('confidence')))} · agent {_e(f.get('agent'))}", s["small"])]
+        lines, units, contrasts = _finding_series(f, series)
+        if contrasts:
+            block.append(table(["signal", "before", "during", "after", "unit"],
+                               [(_txt(n), _fmt_val(b), _fmt_val(d), _fmt_val(a), _txt(u))
+                                for n, b, d, a, u in contrasts], numeric=[1, 2, 3]))
+        if lines:
+            block.extend(_evidence_chart(f, lines, units))
+        texts = [e for e in f.get("evidence") or [] if isinstance(e, str)]
+        for t in texts[:5]:
+            block.append(Paragraph(f"· {_e(t)}", s["small"]))
+        if not (contrasts or lines or texts):
+            block.append(Paragraph("No evidence series was attached to this finding.", s["small"]))
+        story.append(KeepTogether(block))
+    if len(findings) > MAX_FINDINGS_WITH_CHARTS:
+        story.append(Paragraph(f"The other {len(findings) - MAX_FINDINGS_WITH_CHARTS} findings are listed in the "
+                               "table above; their evidence is in the JSON output.", s["small"]))
+
+    # --- recommendations
+    recs = _recommendations(analysis)
+    story.append(Paragraph("Recommendations, priced in GPU-hours", s["h1"]))
+    if recs:
+        story.append(table(["recommendation", "GPU-h / day recoverable", f"cost {cur}".strip(), "reversible"],
+                           [(_txt(r.get("title"))[:70], fmt_hours(_num(r.get("gpu_hours"))),
+                             fmt_money(_num(r.get("cost"))) if r.get("cost") is not None else "-",
+                             {True: "yes", False: "no"}.get(r.get("reversible"), "-")) for r in recs],
+                           numeric=[1, 2], widths=[95 * mm, 30 * mm, 25 * mm, 20 * mm]))
+        cmds = [r for r in recs if r.get("command")]
+        if cmds:
+            story.append(Paragraph("Commands an operator could run (ipledger never runs them):", s["body"]))
+            for r in cmds:
+                story.append(Paragraph(_e(r["command"]), s["mono"]))
+    else:
+        story.append(Paragraph("No recommendation: the findings do not point at a change with a measurable gain.",
+                               s["body"]))
+
+    # --- method and limits
+    story.append(Paragraph("Method and its limits", s["h1"]))
+    m = analysis.get("method") or {}
+    story.append(Paragraph(
+        f"Method {_e(m.get('name') or 'ipledger')} version {_e(m.get('version') or '-')}. Delivered time is "
+        "device activity (SM/tensor active, or GFX activity on AMD; coarse utilisation only as a lower-confidence "
+        "fallback) multiplied by the ratio of the actual to the rated SM clock. Throttled time is split by the "
+        "clock-event reason bits. Seconds without trustworthy telemetry are reported as unknown with their cause, "
+        "never filled in." + (f" {_e(m.get('notes'))}" if m.get("notes") else ""), s["body"]))
+    limits = list(analysis.get("limits") or []) or [
+        "A 24-hour export is a sample: a finding seen once may be rare; one seen every hour is structural.",
+        "Telemetry is evidence, not an invoice: the allocation (paid) comes from the export's device list and "
+        "time span, not from the scheduler's accounting.",
+        "Gaps in the export are shown as unknown; their real cause cannot be known from the export alone.",
+        "Recommendations are estimates of recoverable GPU-hours under the same workload."]
+    for t in limits:
+        story.append(Paragraph(f"· {_e(t)}", s["body"]))
+
+    doc = SimpleDocTemplate(str(out_path), pagesize=A4, leftMargin=18 * mm, rightMargin=18 * mm,
+                            topMargin=16 * mm, bottomMargin=18 * mm, title="ipledger written analysis",
+                            author="ipledger")
+    foot = _footer(f"ipledger written analysis · paid {fmt_hours(paid)} GPU-h · delivered {fmt_hours(delivered)} GPU-h")
+    doc.build(story, onFirstPage=foot, onLaterPages=foot)
+    return Path(out_path)
+
+
+def _fmt_val(v: Any) -> str:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return _txt(v) if v is not None else "-"
+    return "-" if math.isnan(f) else f"{f:,.2f}"
+
+
+def _scope(f: Mapping) -> str:
+    sc = f.get("scope") or {}
+    parts: Iterable[str] = (f"{k} {sc[k]}" for k in ("cluster", "rack", "node", "device_uuid", "job_id", "tenant")
+                            if sc.get(k))
+    return ", ".join(parts)[:60] or "fleet"

@@ -1,0 +1,81 @@
+"""The Path B written analysis renders (pdftoppm: non-empty pages), pdftotext finds the account's totals, and
+render() survives an analysis that has only the Findings JSON core, or less."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from reports import pathb, synthetic
+from reports.pdf_statement import fmt_hours
+
+
+def pdf_text(path: Path) -> str:
+    if not shutil.which("pdftotext"):
+        pytest.skip("poppler-utils not installed (tests/setup-system.sh installs it)")
+    return subprocess.run(["pdftotext", "-layout", str(path), "-"], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def png_pages(path: Path, out: Path) -> list[Path]:
+    if not shutil.which("pdftoppm"):
+        pytest.skip("poppler-utils not installed (tests/setup-system.sh installs it)")
+    subprocess.run(["pdftoppm", "-png", "-r", "40", str(path), str(out / "page")], check=True)
+    return sorted(out.glob("page*.png"))
+
+
+def non_blank(png: Path) -> bool:
+    """A page with something drawn on it: more than one distinct byte pattern in its pixels."""
+    import zlib
+
+    data = png.read_bytes()
+    # IDAT chunks hold the (compressed) pixels; a blank white page compresses to almost nothing
+    idat = b"".join(data[i + 8:i + 8 + int.from_bytes(data[i:i + 4], "big")]
+                    for i in range(8, len(data) - 8) if data[i + 4:i + 8] == b"IDAT")
+    raw = zlib.decompress(idat)
+    return len(set(raw)) > 2
+
+
+def test_analysis_pdf_renders_and_states_the_account(tmp_path):
+    a = synthetic.analysis()
+    out = pathb.render(a, tmp_path / "analysis.pdf")
+    pages = png_pages(out, tmp_path)
+    assert len(pages) >= 3 and all(non_blank(p) for p in pages)
+    text = pdf_text(out)
+    acct = a["account"]
+    for v in (acct["paid"], acct["delivered"], acct["paid"] - acct["delivered"]):
+        assert fmt_hours(v) in text
+    for f in a["findings"]:
+        assert fmt_hours(f["gpu_hours"]) in text
+    for needle in ("What was measured", "scrape_missing", "Recommendations", "Method and its limits",
+                   "thermal_throttle", "ipledger never runs them", "before, during, after"):
+        assert needle in text, needle
+
+
+@pytest.mark.parametrize("analysis", [
+    {"findings": [], "account": {}},
+    {},
+    {"findings": [{"id": "x", "kind": "xid", "summary": "Xid 79 <fell off the bus> & more", "gpu_hours": "n/a",
+                   "evidence": [{"signal": "power", "points": [["2026-11-10T00:00:00Z", "N/A"], [1.7e12, 300]]}],
+                   "scope": None}],
+     "account": {"paid": 10, "delivered": 4, "by_cause": {"mystery": 6}},
+     "series": {"x": {"temp": [[0, 1]]}}, "devices": [{"uuid": None}], "coverage": {"gaps": [{}]}},
+])
+def test_render_is_robust_to_missing_or_odd_parts(tmp_path, analysis):
+    out = pathb.render(analysis, tmp_path / "a.pdf")
+    assert out.stat().st_size > 1000
+    assert "written analysis" in pdf_text(out).lower() or "GPU-hours" in pdf_text(out)
+
+
+def test_series_fallback_cuts_the_device_timeline_to_the_finding(tmp_path):
+    a = synthetic.analysis()
+    f = a["findings"][0]
+    pts = f["evidence"][0]["points"]
+    f["evidence"] = []
+    a["series"] = {f["scope"]["device_uuid"]: {"sm_clock": [[t - 86400 * 3, v] for t, v in pts] + pts}}
+    lines, _, _ = pathb._finding_series(f, a["series"])
+    s0, s1 = pathb._epoch(f["start"]), pathb._epoch(f["end"])
+    assert lines["sm_clock"] and all(s0 - (s1 - s0) <= t <= s1 + (s1 - s0) for t, _ in lines["sm_clock"])

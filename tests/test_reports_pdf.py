@@ -1,0 +1,63 @@
+"""The monthly statement PDF renders (pdftoppm: non-empty pages) and pdftotext finds the same totals as the JSON
+export; an empty month's PDF says it is empty."""
+
+from __future__ import annotations
+
+import json
+
+from ledger import db as db_mod
+from ledger import store
+from reports import synthetic
+from reports.pdf_statement import fmt_hours, fmt_money
+from tests.test_export_monthly import NOV, issue_entry, nov_receipts
+from tests.test_pathb_pdf import non_blank, pdf_text, png_pages
+
+
+def test_statement_pdf_renders_with_the_json_totals(sqlite_url, runner, cli, tmp_path):
+    eng = db_mod.make_engine(sqlite_url)
+    rs = nov_receipts(30)
+    store.append(eng, [issue_entry(r, NOV + 29 * 86400) for r in rs])
+    eng.dispose()
+    pdf = tmp_path / "nov.pdf"
+    res = runner.invoke(cli, ["--db", sqlite_url, "export", "monthly", "--month", "2026-11", "--format", "pdf",
+                              "--out", str(pdf), "--quiet"])
+    assert res.exit_code == 0, res.output
+    j = json.loads(runner.invoke(cli, ["--db", sqlite_url, "export", "monthly", "--month", "2026-11", "--format",
+                                       "json", "--out", "-", "--quiet"]).output)
+    pages = png_pages(pdf, tmp_path)
+    assert len(pages) >= 3 and all(non_blank(p) for p in pages)
+    text = pdf_text(pdf)
+    t = j["totals"]
+    for v in (t["paid"], t["delivered"], t["lost"], t["unknown_resolved"], t["unknown_pending"]):
+        assert fmt_hours(v) in text, v
+    for v in (t["cost_paid"], t["billed"], t["adjustment_cost"]):
+        assert fmt_money(v) in text, v
+    for tenant in j["tenants"]:
+        assert fmt_money(tenant["billed"]) in text and fmt_hours(tenant["paid"]) in text
+    assert j["ledger"]["head_hash"] in text.replace("\n", "")
+    for needle in ("Paid vs delivered per tenant", "losses by cause", "Hour-of-day profile", "Top runs by lost",
+                   "Unknown intervals", "Adjustments", "How to verify", "GPU-hours", "EUR"):
+        assert needle in text, needle
+
+
+def test_empty_month_pdf_says_so(sqlite_url, runner, cli, tmp_path):
+    pdf = tmp_path / "empty.pdf"
+    res = runner.invoke(cli, ["--db", sqlite_url, "export", "monthly", "--month", "2027-01", "--format", "pdf",
+                              "--out", str(pdf), "--quiet"])
+    assert res.exit_code == 0, res.output
+    pages = png_pages(pdf, tmp_path)
+    assert len(pages) == 1 and non_blank(pages[0])
+    assert "This statement is empty" in pdf_text(pdf)
+
+
+def test_write_statement_for_the_demo(sqlite_url, tmp_path):
+    from reports import write_statement
+
+    eng = db_mod.make_engine(sqlite_url)
+    store.append(eng, [issue_entry(r, NOV + 29 * 86400) for r in synthetic.receipts(8, "2026-11")])
+    paths = write_statement(eng, "2026-11", tmp_path / "out")
+    eng.dispose()
+    assert sorted(p.name for p in paths) == sorted(["statement-2026-11.csv", "statement-2026-11.focus.csv",
+                                                    "statement-2026-11.json", "statement-2026-11.pdf"])
+    assert all(p.stat().st_size > 0 for p in paths)
+    assert json.loads((tmp_path / "out" / "statement-2026-11.json").read_text())["totals"]["runs"] == 8
