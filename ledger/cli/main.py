@@ -16,6 +16,8 @@ COMMAND_MODULES = [
     "ledger.cli.contract",
     "ledger.cli.adjust",
     "ledger.cli.demo",
+    "ledger.cli.importers",
+    "ledger.cli.collect",
     "ledger.cli.export",
 ]
 

@@ -1,0 +1,251 @@
+"""`ipledger import prometheus|dmon|amd-smi|nvidia-smi SOURCE` and `ipledger pathb-command`: Path B inputs."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from datetime import datetime
+from typing import Callable
+
+import click
+
+from ..importers import amdsmi, dmon, nvidia_smi, pipeline, prometheus
+from ..importers.common import Collected, InputError
+from ..importers.dcgm_fields import COLLECT_FIELD_IDS
+from .context import AppContext, UserError, emit_json, pass_app
+
+
+def parse_time(value: str | None, name: str) -> float | None:
+    """Epoch seconds or RFC 3339 (``Z`` allowed; a naive time is read as UTC)."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise UserError(f"{name}: not a time (epoch seconds or RFC 3339): {value!r}") from None
+    if dt.tzinfo is None:
+        from datetime import timezone
+
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+def parse_duration(value: str | None, name: str) -> float | None:
+    """'15', '15s', '500ms', '1m', '1h' -> seconds."""
+    if value is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", value)
+    if not m or float(m.group(1)) <= 0:
+        raise UserError(f"{name}: not a positive duration (e.g. 15s, 500ms, 1m): {value!r}")
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+
+
+def _progress(quiet: bool) -> Callable[[int, int], None] | None:
+    if quiet or not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        sys.stderr.write(f"\ripledger: {done}/{total}")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    return show
+
+
+def _run(app: AppContext, parse: Callable[[], Collected], cluster: str, synthetic: bool, as_json: bool,
+         quiet: bool, span: tuple | None = None, cadence: float | None = None) -> None:
+    engine = app.engine()
+    try:
+        collected = parse()
+    except InputError as exc:
+        raise UserError(str(exc)) from None
+    except OSError as exc:
+        raise UserError(f"{getattr(exc, 'filename', '') or ''}: {exc.strerror or exc}") from None
+    if not collected.series:
+        raise UserError(f"{collected.path}: no telemetry this importer maps (see docs/telemetry.md)")
+    opts = pipeline.ImportOptions(cluster=cluster, synthetic_runs=synthetic, span=span, cadence=cadence)
+    result = pipeline.write(engine, collected, opts, progress=_progress(quiet))
+    if as_json:
+        emit_json(result.to_json())
+        return
+    click.echo(f"imported {result.samples} samples of {result.devices} devices from {collected.source}: "
+               f"{result.segments} segments, {result.unknown_intervals} unknown intervals "
+               f"({result.unknown_seconds / 3600:.2f} device-hours), {result.counter_resets} counter resets, "
+               f"{result.runs} synthetic runs; {result.appended} entries appended, {result.duplicates} already there")
+    for name, reasons in sorted(result.missing.items()):
+        click.echo(f"  not measured: {name}: " + ", ".join(f"{k} x{v}" for k, v in sorted(reasons.items())))
+
+
+def _common(f):  # noqa: ANN001, ANN202
+    f = click.option("--quiet", is_flag=True, help="No progress on stderr.")(f)
+    f = click.option("--json", "as_json", is_flag=True, help="Print the import summary as JSON.")(f)
+    f = click.option("--no-synthetic-runs", is_flag=True,
+                     help="Do not create Path B allocations from labels (or one per node).")(f)
+    f = click.option("--cluster", default="pathb", show_default=True, help="Cluster name of the entries.")(f)
+    return f
+
+
+def _timing(f):  # noqa: ANN001, ANN202
+    f = click.option("--node", help="Host the capture was taken on (else from the metadata line).")(f)
+    f = click.option("--interval", help="Sampling interval of the capture (e.g. 1s, 500ms).")(f)
+    f = click.option("--start", help="Capture start (epoch seconds or RFC 3339).")(f)
+    return f
+
+
+def register(cli: click.Group) -> None:
+    @cli.group("import")
+    def import_group() -> None:
+        """Import Path B telemetry exports into the ledger (samples, gaps, synthetic runs).
+
+        \b
+        Example:
+          ipledger import prometheus export/            # query_range JSON files, a tar/zip, CSV, OpenMetrics
+          ipledger import prometheus --url http://127.0.0.1:9090 --start 2026-01-01T00:00:00Z \\
+              --end 2026-01-02T00:00:00Z --step 15s
+          ipledger import dmon dmon.txt --start 2026-01-01T00:00:00Z --interval 1s --node gpu-07
+        """
+
+    @import_group.command("prometheus")
+    @click.argument("source", nargs=-1, type=click.Path())
+    @click.option("--url", help="Live: a Prometheus base URL (GET /api/v1/query_range only).")
+    @click.option("--start", help="Range start (epoch or RFC 3339); live: required; files: the export's span.")
+    @click.option("--end", help="Range end (inclusive, like query_range).")
+    @click.option("--step", help="Live: query step = the scrape cadence (default 15s).")
+    @click.option("--at", "at", help="Scrape time for exposition files without timestamps.")
+    @_common
+    @pass_app
+    def import_prometheus(app: AppContext, source: tuple[str, ...], url: str | None, start: str | None,
+                          end: str | None, step: str | None, at: str | None, cluster: str, no_synthetic_runs: bool,
+                          as_json: bool, quiet: bool) -> None:
+        """Prometheus / dcgm-exporter data: files (query_range JSON, JSON Lines, dir, tar/zip, long CSV,
+        text exposition / OpenMetrics) or live chunked query_range calls.
+
+        \b
+        Example:
+          ipledger import prometheus dcgm-24h.tar.gz --json
+          ipledger import prometheus --url http://127.0.0.1:9090 --start 1767225600 --end 1767311940 --step 60s
+        """
+        t0, t1 = parse_time(start, "--start"), parse_time(end, "--end")
+        step_s = parse_duration(step, "--step")
+        if url:
+            if source:
+                raise UserError("give either SOURCE files or --url, not both")
+            if t0 is None or t1 is None:
+                raise UserError("--url needs --start and --end")
+            if t1 < t0:
+                raise UserError("--end is before --start")
+            step_s = step_s or 15.0
+            _run(app, lambda: prometheus.fetch(url, t0, t1, step_s, progress=_progress(quiet)), cluster,
+                 not no_synthetic_runs, as_json, quiet)
+            return
+        if not source:
+            raise UserError("give SOURCE files/directories/archives, or --url")
+        span = (t0, t1 + step_s if (t1 is not None and step_s) else t1) if (t0 is not None or t1 is not None) else None
+        at_s = parse_time(at, "--at")
+        _run(app, lambda: prometheus.read(list(source), default_ts=at_s), cluster, not no_synthetic_runs, as_json,
+             quiet, span=span, cadence=step_s)
+
+    def _capture_cmd(name: str, module, helptext: str):  # noqa: ANN001, ANN202
+        @import_group.command(name, help=helptext)
+        @click.argument("source", type=click.Path())
+        @_timing
+        @_common
+        @pass_app
+        def cmd(app: AppContext, source: str, start: str | None, interval: str | None, node: str | None,
+                cluster: str, no_synthetic_runs: bool, as_json: bool, quiet: bool) -> None:
+            t0, iv = parse_time(start, "--start"), parse_duration(interval, "--interval")
+            _run(app, lambda: module.read(source, start=t0, interval=iv, node=node), cluster,
+                 not no_synthetic_runs, as_json, quiet)
+
+        return cmd
+
+    _capture_cmd("dmon", dmon, """A `dcgmi dmon` capture (no timestamps: --start and --interval, or the
+        metadata line `ipledger pathb-command --exporter dcgmi` writes).
+
+        \b
+        Example:
+          ipledger import dmon dmon-gpu07.txt --start 2026-01-01T00:00:00Z --interval 1s --node gpu07
+        """)
+    _capture_cmd("amd-smi", amdsmi, """`amd-smi metric` / `amd-smi monitor` output, plain, --json or --csv.
+
+        \b
+        Example:
+          ipledger import amd-smi monitor.csv --start 2026-01-01T00:00:00Z --interval 10s --node mi300-01
+        """)
+    _capture_cmd("nvidia-smi", nvidia_smi, """`nvidia-smi --query-gpu=... --format=csv` loops or `nvidia-smi -q -x`.
+
+        \b
+        Example:
+          ipledger import nvidia-smi smi.csv --node gpu07
+        """)
+
+    @cli.command("pathb-command")
+    @click.option("--exporter", type=click.Choice(["dcgm-exporter", "dcgmi", "amd-smi", "nvidia-smi"]), required=True)
+    @click.option("--hours", default=24.0, show_default=True, help="Length of the capture.")
+    @click.option("--interval", default="15s", show_default=True, help="Sampling interval.")
+    @click.option("--prometheus-url", default="http://127.0.0.1:9090", show_default=True)
+    def pathb_command(exporter: str, hours: float, interval: str, prometheus_url: str) -> None:
+        """Print the exact commands an operator runs to produce an export `ipledger import` accepts.
+
+        \b
+        Example:
+          ipledger pathb-command --exporter dcgm-exporter --hours 24
+        """
+        click.echo(pathb_commands(exporter, hours, parse_duration(interval, "--interval") or 15.0, prometheus_url))
+
+
+def pathb_commands(exporter: str, hours: float, interval_s: float, url: str) -> str:
+    secs = int(hours * 3600)
+    iv = max(1, int(round(interval_s)))
+    if exporter == "dcgm-exporter":
+        step = max(iv, int(-(-secs // 10_000)))   # stay within 11,000 points per series per call
+        metrics = "DCGM_FI_(PROF_(SM_ACTIVE|SM_OCCUPANCY|PIPE_TENSOR_ACTIVE|DRAM_ACTIVE|GR_ENGINE_ACTIVE)|" \
+                  "DEV_(GPU_UTIL|MEM_COPY_UTIL|SM_CLOCK|MEM_CLOCK|POWER_USAGE|GPU_TEMP|MEMORY_TEMP|" \
+                  "TOTAL_ENERGY_CONSUMPTION|FB_USED|XID_ERRORS|CLOCK_THROTTLE_REASONS|ECC_.*_TOTAL))"
+        q = shlex.quote(f'{{__name__=~"{metrics}"}}')
+        return "\n".join([
+            "# dcgm-exporter via Prometheus: save the last %d h as query_range JSON (one file per call)." % hours,
+            f"PROM={url}",
+            "END=$(date -u +%s); START=$((END - " + str(secs) + "))",
+            "mkdir -p dcgm-export",
+            f"curl -fsS -G \"$PROM/api/v1/query_range\" --data-urlencode query={q} \\",
+            f"     --data-urlencode start=$START --data-urlencode end=$END --data-urlencode step={step}s \\",
+            "     -o dcgm-export/range.json",
+            "tar czf dcgm-export.tar.gz dcgm-export",
+            "# then: ipledger import prometheus dcgm-export.tar.gz   (or live: ipledger import prometheus "
+            f"--url $PROM --start $START --end $END --step {step}s)",
+        ])
+    if exporter == "dcgmi":
+        fields = ",".join(str(f) for f in COLLECT_FIELD_IDS)
+        count = int(secs / iv)
+        return "\n".join([
+            "# dcgmi dmon: %d h at %d s on this node (needs nv-hostengine running)." % (hours, iv),
+            "OUT=dmon-$(hostname)-$(date -u +%Y%m%dT%H%M%SZ).txt",
+            f"{{ echo \"# ipledger: start=$(date -u +%s) interval_ms={iv * 1000} node=$(hostname)\"; "
+            f"dcgmi dmon -e {fields} -d {iv * 1000} -c {count}; }} > \"$OUT\"",
+            "# then: ipledger import dmon \"$OUT\"",
+        ])
+    if exporter == "amd-smi":
+        count = int(secs / iv)
+        return "\n".join([
+            "# amd-smi monitor: %d h at %d s on this node, CSV." % (hours, iv),
+            "OUT=amdsmi-$(hostname)-$(date -u +%Y%m%dT%H%M%SZ).csv",
+            f"{{ echo \"# ipledger: start=$(date -u +%s) interval_ms={iv * 1000} node=$(hostname)\"; "
+            f"amd-smi monitor -p -t -u -m -v -e --csv -w {iv} -i {count}; }} > \"$OUT\"",
+            "# then: ipledger import amd-smi \"$OUT\"",
+        ])
+    count = int(secs / iv)
+    return "\n".join([
+        "# nvidia-smi query loop: %d h at %d s, UTC timestamps." % (hours, iv),
+        "OUT=nvsmi-$(hostname)-$(date -u +%Y%m%dT%H%M%SZ).csv",
+        "TZ=UTC timeout " + str(secs) + " nvidia-smi --query-gpu=timestamp,index,uuid,name,utilization.gpu,"
+        "utilization.memory,power.draw,temperature.gpu,clocks.sm,clocks.mem,memory.used,"
+        f"clocks_event_reasons.active --format=csv -l {iv} > \"$OUT\"",
+        "# then: ipledger import nvidia-smi \"$OUT\" --node $(hostname)",
+    ])

@@ -1,0 +1,289 @@
+"""``amd-smi metric`` and ``amd-smi monitor`` output in its three forms: plain text, ``--json`` and ``--csv``.
+
+Plain ``metric`` is YAML-like (``GPU: N`` blocks, ``SECTION:`` then ``KEY: value unit`` nested by indent) and
+wraps long lists and even a value's unit onto continuation lines; plain ``monitor`` is a table whose cells
+carry units (``0 %``, ``10 W``, ``45 °C``). Everything is flattened to ``section.key`` paths and mapped by
+:data:`METRIC_MAP` / :data:`MONITOR_MAP` (docs/telemetry.md). Per-engine lists (VCN, JPEG, per-XCP busy)
+are not Sample fields and are skipped. Violation/throttle status maps to the NVML clock-event bits:
+PPT (power) -> 0x4 SW power cap, socket thermal -> 0x20 SW thermal, PROCHOT -> 0x8 HW slowdown,
+VR/HBM thermal -> 0x40 HW thermal.
+
+The output has no timestamps unless a record carries one: ``start``/``interval`` (or a
+``# ipledger: start=... interval_ms=... node=...`` line) place the ticks; a tick ends when a GPU repeats.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+
+from .common import Collected, DeviceInfo, InputError, decode_text
+from .dmon import _META, _epoch
+
+PCT = 0.01
+METRIC_MAP = {
+    "usage.gfx_activity": ("gpu_util", PCT), "usage.umc_activity": ("mem_copy_util", PCT),
+    "power.socket_power": ("power_w", 1.0), "power.current_socket_power": ("power_w", 1.0),
+    "power.average_socket_power": ("power_w", 1.0),
+    "temperature.hotspot": ("gpu_temp_c", 1.0), "temperature.mem": ("mem_temp_c", 1.0),
+    "temperature.memory": ("mem_temp_c", 1.0),
+    "clock.gfx_0.clk": ("sm_clock_mhz", 1.0), "clock.gfx.clk": ("sm_clock_mhz", 1.0),
+    "clock.mem_0.clk": ("mem_clock_mhz", 1.0), "clock.mem.clk": ("mem_clock_mhz", 1.0),
+    "energy.total_energy_consumption": ("energy_j", None),
+    "ecc.total_correctable_count": ("ecc_sbe_aggregate", 1.0), "ecc.total_uncorrectable_count": ("ecc_dbe_aggregate", 1.0),
+    "ecc.total_correctable": ("ecc_sbe_aggregate", 1.0), "ecc.total_uncorrectable": ("ecc_dbe_aggregate", 1.0),
+    "mem_usage.used_vram": ("fb_used_mib", 1.0),
+}
+MONITOR_MAP = {
+    "power": ("power_w", 1.0), "power_usage": ("power_w", 1.0), "gpu_t": ("gpu_temp_c", 1.0),
+    "gpu_temp": ("gpu_temp_c", 1.0), "hotspot_temperature": ("gpu_temp_c", 1.0), "mem_t": ("mem_temp_c", 1.0),
+    "mem_temp": ("mem_temp_c", 1.0), "memory_temperature": ("mem_temp_c", 1.0), "gfx_clk": ("sm_clock_mhz", 1.0),
+    "gfx_clock": ("sm_clock_mhz", 1.0), "gfx%": ("gpu_util", PCT), "gfx_util": ("gpu_util", PCT),
+    "mem%": ("mem_copy_util", PCT), "mem_util": ("mem_copy_util", PCT), "mem_clock": ("mem_clock_mhz", 1.0),
+    "mem_clk": ("mem_clock_mhz", 1.0), "vram_used": ("fb_used_mib", 1.0), "single_ecc": ("ecc_sbe_aggregate", 1.0),
+    "double_ecc": ("ecc_dbe_aggregate", 1.0),
+}
+VIOLATION_BITS = {"pviol": 0x4, "tviol": 0x20, "phot_tviol": 0x8, "vr_tviol": 0x40, "hbm_tviol": 0x40,
+                  "ppt": 0x4, "socket_thermal": 0x20, "prochot": 0x8, "vr_thermal": 0x40, "hbm_thermal": 0x40}
+ENERGY_UNITS = {"j": 1.0, "mj": 1e-3, "uj": 1e-6, "µj": 1e-6, "kj": 1e3}
+_CELL = re.compile(r"N/A|-?\d+(?:\.\d+)?(?:\s?(?:%|W|°C|C|MHz|GHz|MB|GB|J|mJ|uJ|mV))?")
+_NUM_UNIT = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(\S+)?\s*$")
+
+
+def _split_value(v) -> tuple[object, str | None]:  # noqa: ANN001
+    """'10 W' -> ('10', 'W'); {'value': 10, 'unit': 'W'} -> (10, 'W'); 'N/A' -> ('N/A', None)."""
+    if isinstance(v, dict) and "value" in v:
+        return v["value"], v.get("unit")
+    if isinstance(v, (int, float)):
+        return v, None
+    s = str(v).strip()
+    m = _NUM_UNIT.match(s)
+    if m:
+        return m.group(1), m.group(2)
+    return s, None
+
+
+class _Ticker:
+    def __init__(self, c: Collected, start: float | None, interval: float | None, node: str) -> None:
+        self.c, self.start, self.interval, self.node = c, start, interval, node
+        self.tick, self.seen = -1, set()
+
+    def time_for(self, gpu: str, place: str, explicit: float | None = None) -> float:
+        if gpu in self.seen or self.tick < 0:
+            self.tick, self.seen = self.tick + 1, set()
+        self.seen.add(gpu)
+        if explicit is not None:
+            return explicit
+        if self.start is None or self.interval is None:
+            raise InputError(self.c.path, "", "amd-smi output has no timestamps: give --start and --interval "
+                                              "(or a '# ipledger: start=... interval_ms=...' line)")
+        return self.start + self.tick * self.interval
+
+    def device(self, gpu: str) -> str:
+        idx = int(gpu) if str(gpu).isdigit() else None
+        return self.c.device(DeviceInfo(device=f"{self.node}/gpu{gpu}", node=self.node, index=idx, vendor="amd"))
+
+
+def _add_flat(c: Collected, dev: str, t: float, flat: dict[str, object], place: str) -> None:
+    mask, known = 0, False
+    have_hotspot = any(k.lower() == "temperature.hotspot" for k in flat)
+    for key, raw in flat.items():
+        k = key.lower()
+        if k == "temperature.edge" and not have_hotspot:
+            k = "temperature.hotspot"
+        spec = METRIC_MAP.get(k)
+        if spec is not None:
+            value, unit = _split_value(raw)
+            scale = spec[1]
+            if scale is None:   # energy: the unit decides
+                scale = ENERGY_UNITS.get((unit or "j").lower(), 1.0)
+            c.add_raw(dev, spec[0], t, value, scale, place=f"{place} {key}")
+            continue
+        m = re.match(r"throttle\.(\w+?)_violation_status$", k)
+        if m and m.group(1) in VIOLATION_BITS:
+            state = str(raw).strip().upper()
+            if state in ("ACTIVE", "NOT ACTIVE", "TRUE", "FALSE"):
+                known = True
+                if state in ("ACTIVE", "TRUE"):
+                    mask |= VIOLATION_BITS[m.group(1)]
+    if known:
+        c.add(dev, "clock_reasons", t, float(mask))
+
+
+def _flatten(obj, prefix: str = "") -> dict[str, object]:  # noqa: ANN001
+    out: dict[str, object] = {}
+    if isinstance(obj, dict) and not ("value" in obj and "unit" in obj):
+        for k, v in obj.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    else:
+        out[prefix] = obj
+    return out
+
+
+def parse_json(text: str, path: str, ticker: _Ticker) -> None:
+    c = ticker.c
+    dec, pos, docs = json.JSONDecoder(), 0, []
+    while pos < len(text):
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos >= len(text):
+            break
+        try:
+            doc, pos = dec.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise InputError(path, f"line {exc.lineno} column {exc.colno}", f"invalid JSON ({exc.msg})") from None
+        docs.append(doc)
+    records = []
+    for d in docs:
+        records.extend(d if isinstance(d, list) else [d])
+    for i, rec in enumerate(records):
+        if isinstance(rec, list):  # watch mode may nest one list per iteration
+            records.extend(rec)
+            continue
+        if not isinstance(rec, dict) or "gpu" not in rec:
+            raise InputError(path, f"record {i}", "expected an object with a \"gpu\" key")
+        gpu = str(rec["gpu"])
+        explicit = rec.get("timestamp")
+        t = ticker.time_for(gpu, f"record {i}", float(explicit) if isinstance(explicit, (int, float)) else None)
+        flat = _flatten({k: v for k, v in rec.items() if k not in ("gpu", "timestamp")})
+        _add_flat(c, ticker.device(gpu), t, flat, f"record {i}")
+
+
+def parse_plain_metric(lines: list[tuple[int, str]], path: str, ticker: _Ticker) -> None:
+    """YAML-like blocks; continuation lines (wrapped lists, a unit alone) are glued to the previous value."""
+    c = ticker.c
+    logical: list[tuple[int, int, str]] = []      # (line no, indent, text)
+    for n, raw in lines:
+        indent = len(raw) - len(raw.lstrip(" "))
+        s = raw.strip()
+        is_key = re.match(r"^[A-Za-z0-9_ %()/-]+:(\s|$)", s) is not None
+        if logical and not is_key:
+            ln, ind, prev = logical[-1]
+            logical[-1] = (ln, ind, prev + " " + s)
+        else:
+            logical.append((n, indent, s))
+    gpu, t, stack, flat, place = None, 0.0, [], {}, ""
+
+    def flush() -> None:
+        if gpu is not None:
+            _add_flat(c, ticker.device(gpu), t, flat, place)
+
+    for n, indent, s in logical:
+        key, _, val = s.partition(":")
+        key, val = key.strip(), val.strip()
+        if key == "GPU" and indent == 0:
+            flush()
+            gpu, flat, stack, place = val, {}, [], f"line {n}"
+            t = ticker.time_for(gpu, place)
+            continue
+        if gpu is None:
+            raise InputError(path, f"line {n}", "value before any 'GPU: N' line")
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if val == "":
+            stack.append((indent, key))
+            continue
+        if val.startswith("["):
+            continue  # per-engine lists are not Sample fields
+        flat[".".join([k for _, k in stack] + [key])] = val
+    flush()
+
+
+def parse_table(lines: list[tuple[int, str]], path: str, ticker: _Ticker) -> None:
+    c = ticker.c
+    header: list[str] | None = None
+    for n, raw in lines:
+        s = raw.strip()
+        if s.split()[0] == "GPU" and not s.split()[1:2] == [":"]:
+            header = [h.lower() for h in s.split()[1:]]
+            continue
+        if header is None:
+            raise InputError(path, f"line {n}", "table row before its header")
+        first, _, rest = s.partition(" ")
+        cells = _CELL.findall(rest)
+        if len(cells) != len(header):
+            raise InputError(path, f"line {n}", f"{len(cells)} values for {len(header)} columns")
+        _add_row(c, ticker, first, dict(zip(header, cells)), f"line {n}")
+
+
+def _add_row(c: Collected, ticker: _Ticker, gpu: str, row: dict[str, str], place: str) -> None:
+    t = ticker.time_for(gpu, place)
+    dev = ticker.device(gpu)
+    mask, known = 0, False
+    for col, cell in row.items():
+        spec = MONITOR_MAP.get(col)
+        value, _unit = _split_value(cell)
+        if spec is not None:
+            c.add_raw(dev, spec[0], t, value, spec[1], place=f"{place} column {col}")
+        elif col in VIOLATION_BITS and value != "N/A":
+            try:
+                known, mask = True, mask | (VIOLATION_BITS[col] if float(value) > 0 else 0)
+            except ValueError:
+                raise InputError(c.path, f"{place} column {col}", f"not a number: {cell!r}") from None
+    if known:
+        c.add(dev, "clock_reasons", t, float(mask))
+
+
+def parse_csv(text: str, path: str, ticker: _Ticker) -> None:
+    reader = csv.reader(io.StringIO(text))
+    header = [h.strip().lower() for h in next(reader)]
+    if "gpu" not in header:
+        raise InputError(path, "line 1", f"wrong columns: no 'gpu' column in {','.join(header)[:100]}")
+    for row in reader:
+        if not row:
+            continue
+        if [x.strip().lower() for x in row] == header:
+            continue
+        if len(row) != len(header):
+            raise InputError(path, f"line {reader.line_num}", f"{len(row)} columns, header has {len(header)}")
+        rec = dict(zip(header, (x.strip() for x in row)))
+        gpu = rec.pop("gpu")
+        rec.pop("timestamp", None)
+        _add_row(ticker.c, ticker, gpu, rec, f"line {reader.line_num}")
+
+
+def parse(text: str, path: str = "<input>", *, start: float | None = None, interval: float | None = None,
+          node: str | None = None) -> Collected:
+    meta: dict[str, str] = {}
+    lines: list[tuple[int, str]] = []
+    for n, raw in enumerate(text.splitlines(), start=1):
+        s = raw.strip()
+        m = _META.match(s)
+        if m:
+            meta.update(kv.split("=", 1) for kv in m.group(1).split() if "=" in kv)
+            continue
+        if not s or s.startswith("$") or s.startswith("amd-smi ") or s == "...":
+            continue
+        lines.append((n, raw.rstrip()))
+    if not lines:
+        raise InputError(path, "", "no amd-smi output")
+    try:
+        start = start if start is not None else (_epoch(meta["start"]) if "start" in meta else None)
+        interval = interval if interval is not None else (
+            float(meta["interval_ms"]) / 1000 if "interval_ms" in meta else None)
+    except ValueError:
+        raise InputError(path, "metadata line", "start/interval_ms not understood") from None
+    c = Collected("amd_smi", path=path, cadence=interval)
+    ticker = _Ticker(c, start, interval, node or meta.get("node") or "unknown-node")
+    first = lines[0][1].strip()
+    if first.startswith(("[", "{")):
+        parse_json("\n".join(s for _, s in lines), path, ticker)
+    elif first.startswith("GPU:"):
+        parse_plain_metric(lines, path, ticker)
+    elif first.lower().startswith("gpu,"):
+        parse_csv("\n".join(s for _, s in lines), path, ticker)
+    elif first.split()[0] == "GPU":
+        parse_table(lines, path, ticker)
+    else:
+        raise InputError(path, f"line {lines[0][0]}", f"not amd-smi metric/monitor output: {first[:60]!r}")
+    if start is not None and interval is not None:
+        c.span = (start, start + (ticker.tick + 1) * interval)
+    return c
+
+
+def read(path: str | Path, **kw) -> Collected:
+    p = Path(path)
+    return parse(decode_text(p.read_bytes(), str(p)), str(p), **kw)

@@ -1,0 +1,167 @@
+"""What every importer produces: devices, compact per-device per-field series, and the allocation contexts.
+
+Values are stored in ``array('d')`` pairs (t, value; NaN = not measured) rather than Python objects, so a
+24-hour, 64-GPU export stays small until the pipeline turns one device at a time into samples. The reason a
+value is missing is kept only for the missing ones.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from ..telemetry.timeline import FIELDS, BadValue, check_range, clean
+from .dcgm_fields import GR_ENGINE_ACTIVE
+
+NAN = float("nan")
+SERIES_FIELDS = frozenset((*FIELDS, GR_ENGINE_ACTIVE))
+
+
+class InputError(ValueError):
+    """Malformed input: one line naming the file, the place in it, and what is wrong."""
+
+    def __init__(self, path: str, place: str, message: str) -> None:
+        self.path, self.place, self.message = path, place, message
+        super().__init__(f"{path}: {place}: {message}" if place else f"{path}: {message}")
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    device: str                    # the Sample.device key: GPU UUID, "UUID/giN" for a MIG instance, else an alias
+    node: str | None = None
+    index: int | None = None
+    uuid: str | None = None
+    sku: str | None = None
+    vendor: str = "nvidia"
+    pci_bus_id: str | None = None
+    mig_profile: str | None = None
+    mig_instance: str | None = None
+    driver: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """Who held a device, as the labels say: a Slurm job (hpc_job) or a Kubernetes pod (tenant = namespace)."""
+
+    kind: str                      # "slurm" | "k8s" | "node" (whole export of one node, no labels)
+    job_id: str
+    tenant: str | None = None
+    detail: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class Collected:
+    source: str                                   # "prometheus", "dcgmi_dmon", "amd_smi", "nvidia_smi", ...
+    path: str = "<input>"
+    source_version: str = ""
+    cadence: float | None = None                  # known cadence (step, -d, --interval); else inferred
+    span: tuple[float | None, float | None] | None = None
+    devices: dict[str, DeviceInfo] = field(default_factory=dict)
+    series: dict[str, dict[str, tuple[array, array]]] = field(default_factory=dict)
+    reasons: dict[str, dict[tuple[float, str], str]] = field(default_factory=dict)
+    contexts: dict[tuple[str, Context], list[float]] = field(default_factory=dict)
+    points: int = 0
+
+    def device(self, info: DeviceInfo) -> str:
+        old = self.devices.get(info.device)
+        if old is None or (old.sku is None and info.sku) or (old.node is None and info.node):
+            self.devices[info.device] = info if old is None else _merge_info(old, info)
+        return info.device
+
+    def add(self, device: str, name: str, t: float, value: float | None, reason: str | None = None) -> None:
+        if name not in SERIES_FIELDS:
+            raise ValueError(f"unknown field {name!r}")
+        ts, vs = self.series.setdefault(device, {}).setdefault(name, (array("d"), array("d")))
+        ts.append(t)
+        vs.append(NAN if value is None else value)
+        if value is None:
+            self.reasons.setdefault(device, {})[(t, name)] = reason or "not_available"
+        self.points += 1
+
+    def add_raw(self, device: str, name: str, t: float, raw: object, scale: float = 1.0, *, place: str = "") -> None:
+        """Clean a raw reading (sentinels, N/A, NaN, negatives), convert units, range-check, store."""
+        try:
+            v, reason = clean(raw, name)
+        except BadValue as exc:
+            raise InputError(self.path, place, f"{name}: {exc}") from None
+        if v is not None:
+            v, reason = check_range(name, v * scale)
+        self.add(device, name, t, v, reason)
+
+    def note_context(self, device: str, ctx: Context, t: float) -> None:
+        span = self.contexts.get((device, ctx))
+        if span is None:
+            self.contexts[(device, ctx)] = [t, t]
+        else:
+            span[0] = min(span[0], t)
+            span[1] = max(span[1], t)
+
+    def device_series(self, device: str) -> dict[str, Iterator[tuple[float, float | None]]]:
+        """The series of one device as the timeline wants them; GR_ENGINE_ACTIVE stands in for a missing GPU_UTIL."""
+        raw = self.series.get(device, {})
+        out = {}
+        for name, (ts, vs) in raw.items():
+            target = name
+            if name == GR_ENGINE_ACTIVE:
+                if "gpu_util" in raw:
+                    continue
+                target = "gpu_util"
+            out[target] = [(t, None if math.isnan(v) else v) for t, v in zip(ts, vs)]
+        return out
+
+    def device_reasons(self, device: str) -> dict[tuple[float, str], str]:
+        r = self.reasons.get(device, {})
+        if "gpu_util" not in self.series.get(device, {}):
+            r = {(t, "gpu_util" if n == GR_ENGINE_ACTIVE else n): why for (t, n), why in r.items()}
+        return r
+
+    def merge(self, other: "Collected") -> None:
+        """Fold another file of the same export into this one (directories, archives, JSON Lines)."""
+        for info in other.devices.values():
+            self.device(info)
+        for dev, fields in other.series.items():
+            mine = self.series.setdefault(dev, {})
+            for name, (ts, vs) in fields.items():
+                if name in mine:
+                    mine[name][0].extend(ts)
+                    mine[name][1].extend(vs)
+                else:
+                    mine[name] = (array("d", ts), array("d", vs))
+        for dev, rs in other.reasons.items():
+            self.reasons.setdefault(dev, {}).update(rs)
+        for key, (a, b) in other.contexts.items():
+            span = self.contexts.get(key)
+            self.contexts[key] = [a, b] if span is None else [min(span[0], a), max(span[1], b)]
+        self.points += other.points
+        if other.span:
+            a, b = other.span
+            if self.span is None:
+                self.span = (a, b)
+            else:
+                sa, sb = self.span
+                self.span = (a if sa is None else (sa if a is None else min(sa, a)),
+                             b if sb is None else (sb if b is None else max(sb, b)))
+        if self.cadence is None:
+            self.cadence = other.cadence
+
+
+def _merge_info(old: DeviceInfo, new: DeviceInfo) -> DeviceInfo:
+    from dataclasses import fields as dc_fields, replace
+
+    changes = {f.name: getattr(new, f.name) for f in dc_fields(old)
+               if getattr(old, f.name) is None and getattr(new, f.name) is not None}
+    return replace(old, **changes)
+
+
+def decode_text(data: bytes, path: str) -> str:
+    """Bytes -> text, refusing binary files with a one-line error."""
+    if not data.strip():
+        raise InputError(path, "", "empty file")
+    if b"\x00" in data[:4096]:
+        raise InputError(path, "byte " + str(data.index(b"\x00")), "binary data, not a text export")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, f"byte {exc.start}", "not UTF-8 text") from None

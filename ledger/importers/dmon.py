@@ -1,0 +1,95 @@
+"""``dcgmi dmon`` captures: header pairs that repeat every 14 ticks, ``N/A``/``N/W``, and no timestamps.
+
+A capture carries no time, so its start and sampling interval come from the caller (``--start``,
+``--interval``) or from a metadata line ``# ipledger: start=<epoch|RFC3339> interval_ms=<ms> node=<host>``
+that ``ipledger pathb-command --exporter dcgmi`` writes at the top. Without them the parser stops with a
+one-line error. One tick = one row per entity; a tick ends when an entity repeats. Shell prompts, the echoed
+command and dcgmi's "dmon was stopped ..." message are skipped. Columns are the dmon short names
+(``ledger/importers/dcgm_fields.py``); unmapped columns are ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+
+from .common import Collected, DeviceInfo, InputError, decode_text
+from .dcgm_fields import BY_DMON
+
+ENTITY_TYPES = ("GPU", "GPU-I", "GPU-CI", "Switch", "CPU", "Core", "Link", "NvSwitch", "CX")
+_META = re.compile(r"#\s*ipledger:\s*(.*)")
+
+
+def _epoch(s: str) -> float:
+    try:
+        return float(s)
+    except ValueError:
+        return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+
+def parse(text: str, path: str = "<input>", *, start: float | None = None, interval: float | None = None,
+          node: str | None = None) -> Collected:
+    """``interval`` in seconds. Returns the collection; raises InputError on anything it cannot place."""
+    meta: dict[str, str] = {}
+    for line in text.splitlines()[:20]:
+        m = _META.match(line.strip())
+        if m:
+            meta.update(kv.split("=", 1) for kv in m.group(1).split() if "=" in kv)
+    try:
+        if start is None and "start" in meta:
+            start = _epoch(meta["start"])
+        if interval is None and "interval_ms" in meta:
+            interval = float(meta["interval_ms"]) / 1000.0
+    except ValueError:
+        raise InputError(path, "metadata line", "start/interval_ms not understood") from None
+    node = node or meta.get("node") or "unknown-node"
+    c = Collected("dcgmi_dmon", path=path, cadence=interval)
+    columns: list[str] | None = None
+    tick, seen = -1, set()
+    rows = 0
+    for n, raw in enumerate(text.splitlines(), start=1):
+        s = raw.strip()
+        if not s or s.startswith("# ipledger") or s.startswith("$") or "dcgmi dmon" in s or s.startswith("[") \
+                or s.startswith("dmon was stopped") or s.startswith("Error"):
+            continue
+        toks = s.split()
+        if toks[0] == "#Entity":
+            columns = toks[1:]
+            continue
+        if toks[0] == "ID":        # the units line under the header
+            continue
+        if toks[0] not in ENTITY_TYPES or len(toks) < 2:
+            raise InputError(path, f"line {n}", f"not a dmon row: {s[:60]!r}")
+        if columns is None:
+            raise InputError(path, f"line {n}", "data row before the #Entity header")
+        values = toks[2:]
+        if len(values) != len(columns):
+            raise InputError(path, f"line {n}", f"{len(values)} values for {len(columns)} columns")
+        if start is None or interval is None:
+            raise InputError(path, "", "dmon output has no timestamps: give --start and --interval "
+                                       "(or a '# ipledger: start=... interval_ms=...' line)")
+        entity = f"{toks[0]} {toks[1]}"
+        if entity in seen or tick < 0:
+            tick += 1
+            seen = set()
+        seen.add(entity)
+        t = start + tick * interval
+        key = f"{node}/gpu{toks[1]}" if toks[0] == "GPU" else f"{node}/{toks[0].lower()}{toks[1]}"
+        index = int(toks[1]) if toks[0] == "GPU" and toks[1].isdigit() else None
+        dev = c.device(DeviceInfo(device=key, node=node, index=index))
+        for col, v in zip(columns, values):
+            spec = BY_DMON.get(col)
+            if spec is not None:
+                c.add_raw(dev, spec.target, t, v, spec.scale, place=f"line {n} column {col}")
+        rows += 1
+    if columns is None:
+        raise InputError(path, "", "no '#Entity' header: not dcgmi dmon output")
+    if start is not None and interval is not None:
+        c.span = (start, start + (tick + 1) * interval)
+    return c
+
+
+def read(path: str | Path, **kw) -> Collected:
+    p = Path(path)
+    return parse(decode_text(p.read_bytes(), str(p)), str(p), **kw)

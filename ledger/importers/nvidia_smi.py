@@ -1,0 +1,197 @@
+"""``nvidia-smi --query-gpu=... --format=csv`` loops and ``nvidia-smi -q -x`` (XML) snapshots or loops.
+
+CSV: the header names the query fields with units in brackets (``utilization.gpu [%]``); values keep their
+units unless ``nounits`` was given; ``[N/A]``/``[Not Supported]`` are not measurements. A ``timestamp``
+column (``YYYY/MM/DD HH:MM:SS.mmm``, read as UTC: run the loop with ``TZ=UTC``) gives the time; without it
+``start`` and ``interval`` are required and a tick ends when a GPU repeats. Repeated header lines (several
+loops appended) are skipped. XML: one ``<nvidia_smi_log>`` document per snapshot, its ``<timestamp>`` the time.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import xml.etree.ElementTree as ET
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .common import Collected, DeviceInfo, InputError, decode_text
+
+# query name -> (Sample field, scale)
+QUERY_FIELDS = {
+    "utilization.gpu": ("gpu_util", 0.01), "utilization.memory": ("mem_copy_util", 0.01),
+    "power.draw": ("power_w", 1.0), "power.draw.instant": ("power_w", 1.0), "power.draw.average": ("power_w", 1.0),
+    "temperature.gpu": ("gpu_temp_c", 1.0), "temperature.memory": ("mem_temp_c", 1.0),
+    "clocks.sm": ("sm_clock_mhz", 1.0), "clocks.current.sm": ("sm_clock_mhz", 1.0),
+    "clocks.mem": ("mem_clock_mhz", 1.0), "clocks.current.memory": ("mem_clock_mhz", 1.0),
+    "memory.used": ("fb_used_mib", 1.0),
+    "clocks_event_reasons.active": ("clock_reasons", 1.0), "clocks_throttle_reasons.active": ("clock_reasons", 1.0),
+    "ecc.errors.corrected.volatile.total": ("ecc_sbe_volatile", 1.0),
+    "ecc.errors.uncorrected.volatile.total": ("ecc_dbe_volatile", 1.0),
+    "ecc.errors.corrected.aggregate.total": ("ecc_sbe_aggregate", 1.0),
+    "ecc.errors.uncorrected.aggregate.total": ("ecc_dbe_aggregate", 1.0),
+    "total_energy_consumption": ("energy_j", 0.001),
+}
+_NAME = re.compile(r"^[a-z][a-z0-9_.]*$")
+
+
+def _is_header(names: list[str]) -> bool:
+    return bool(names) and all(_NAME.match(x) for x in names) and \
+        any("." in x or x in ("timestamp", "index", "uuid", "name") for x in names)
+
+
+_UNIT_TAIL = re.compile(r"^\s*(\S+)\s*(%|W|MHz|MiB|C|mJ|J)?\s*$")
+
+
+def _ts(s: str) -> float:
+    s = s.strip()
+    for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%a %b %d %H:%M:%S %Y"):
+        try:
+            return datetime.strptime(s, fmt).replace(tzinfo=timezone.utc).timestamp()
+        except ValueError:
+            continue
+    return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+
+def _value(s: str) -> str:
+    """'290.28 W' -> '290.28'; '0x0000000000000004' -> '4'; '[N/A]' stays for clean() to explain."""
+    s = s.strip()
+    if s.lower().startswith("0x"):
+        try:
+            return str(int(s, 16))
+        except ValueError:
+            return s
+    m = _UNIT_TAIL.match(s)
+    return m.group(1) if m and not s.startswith("[") else s
+
+
+def parse_csv(text: str, path: str = "<input>", *, start: float | None = None, interval: float | None = None,
+              node: str | None = None) -> Collected:
+    node = node or "unknown-node"
+    c = Collected("nvidia_smi_csv", path=path, cadence=interval)
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith(("$", "#"))]
+    header: list[str] | None = None
+    tick, seen = -1, set()
+    for n, row in enumerate(csv.reader(io.StringIO("\n".join(lines)), skipinitialspace=True), start=1):
+        names = [h.split(" [")[0].strip() for h in row]
+        if _is_header(names):
+            header = names
+            continue
+        if header is None:
+            raise InputError(path, f"line {n}", "no header line (run nvidia-smi without 'noheader')")
+        if len(row) != len(header):
+            raise InputError(path, f"line {n}", f"{len(row)} columns, header has {len(header)}")
+        rec = dict(zip(header, row))
+        idx = rec.get("index")
+        uuid = rec.get("uuid")
+        if "timestamp" in rec:
+            try:
+                t = _ts(rec["timestamp"])
+            except ValueError:
+                raise InputError(path, f"line {n}", f"timestamp: not a time: {rec['timestamp'][:40]!r}") from None
+        else:
+            if start is None or interval is None:
+                raise InputError(path, "", "no timestamp column: give --start and --interval "
+                                           "(or add timestamp to --query-gpu)")
+            ent = uuid or idx or "0"
+            if ent in seen or tick < 0:
+                tick, seen = tick + 1, set()
+            seen.add(ent)
+            t = start + tick * interval
+        key = uuid or f"{node}/gpu{idx if idx is not None else 0}"
+        dev = c.device(DeviceInfo(device=key, node=node, index=int(idx) if idx and idx.isdigit() else None,
+                                  uuid=uuid, sku=rec.get("name"), pci_bus_id=rec.get("pci.bus_id")))
+        for name, raw in rec.items():
+            spec = QUERY_FIELDS.get(name)
+            if spec is not None:
+                c.add_raw(dev, spec[0], t, _value(raw), spec[1], place=f"line {n} column {name}")
+    if header is None:
+        raise InputError(path, "", "no nvidia-smi CSV header found")
+    return c
+
+
+_REASON_BITS = {"gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
+                "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40,
+                "hw_power_brake_slowdown": 0x80, "display_clocks_setting": 0x100}
+_XML_PATHS = (
+    ("utilization/gpu_util", "gpu_util", 0.01), ("utilization/memory_util", "mem_copy_util", 0.01),
+    ("gpu_power_readings/power_draw", "power_w", 1.0), ("power_readings/power_draw", "power_w", 1.0),
+    ("gpu_power_readings/instant_power_draw", "power_w", 1.0),
+    ("temperature/gpu_temp", "gpu_temp_c", 1.0), ("temperature/memory_temp", "mem_temp_c", 1.0),
+    ("clocks/sm_clock", "sm_clock_mhz", 1.0), ("clocks/mem_clock", "mem_clock_mhz", 1.0),
+    ("fb_memory_usage/used", "fb_used_mib", 1.0),
+    ("ecc_errors/volatile/single_bit/total", "ecc_sbe_volatile", 1.0),
+    ("ecc_errors/volatile/double_bit/total", "ecc_dbe_volatile", 1.0),
+    ("ecc_errors/aggregate/single_bit/total", "ecc_sbe_aggregate", 1.0),
+    ("ecc_errors/aggregate/double_bit/total", "ecc_dbe_aggregate", 1.0),
+    ("ecc_errors/volatile/dram_correctable", "ecc_sbe_volatile", 1.0),
+    ("ecc_errors/volatile/dram_uncorrectable", "ecc_dbe_volatile", 1.0),
+    ("ecc_errors/aggregate/dram_correctable", "ecc_sbe_aggregate", 1.0),
+    ("ecc_errors/aggregate/dram_uncorrectable", "ecc_dbe_aggregate", 1.0),
+    ("remapped_rows/remapped_row_pending", "row_remap_pending", 1.0),
+    ("remapped_rows/remapped_row_failure", "row_remap_failure", 1.0),
+)
+
+
+def parse_xml(text: str, path: str = "<input>", *, node: str | None = None) -> Collected:
+    c = Collected("nvidia_smi_xml", path=path)
+    docs = [d for d in re.split(r"(?=<\?xml)", text) if d.strip()]
+    for k, doc in enumerate(docs):
+        try:
+            root = ET.fromstring(doc.strip())
+        except ET.ParseError as exc:
+            line, col = exc.position
+            raise InputError(path, f"document {k + 1} line {line} column {col}", "invalid XML") from None
+        if root.tag != "nvidia_smi_log":
+            raise InputError(path, f"document {k + 1}", f"root <{root.tag}> is not <nvidia_smi_log>")
+        ts_el = root.find("timestamp")
+        if ts_el is None or not (ts_el.text or "").strip():
+            raise InputError(path, f"document {k + 1}", "no <timestamp>")
+        try:
+            t = _ts(ts_el.text)
+        except ValueError:
+            raise InputError(path, f"document {k + 1} <timestamp>", f"not a time: {ts_el.text!r}") from None
+        driver = (root.findtext("driver_version") or "").strip() or None
+        for g in root.findall("gpu"):
+            uuid = (g.findtext("uuid") or "").strip() or None
+            minor = (g.findtext("minor_number") or "").strip()
+            key = uuid or f"{node or 'unknown-node'}/{g.get('id')}"
+            dev = c.device(DeviceInfo(device=key, node=node, index=int(minor) if minor.isdigit() else None,
+                                      uuid=uuid, sku=(g.findtext("product_name") or "").strip() or None,
+                                      pci_bus_id=g.get("id"), driver=driver))
+            for xp, name, scale in _XML_PATHS:
+                el = g.find(xp)
+                if el is not None:
+                    c.add_raw(dev, name, t, _value(el.text or ""), scale, place=f"document {k + 1} <{xp}>")
+            reasons = g.find("clocks_event_reasons")
+            if reasons is None:
+                reasons = g.find("clocks_throttle_reasons")
+            if reasons is not None:
+                mask, known = 0, False
+                for child in reasons:
+                    name = re.sub(r"^clocks_(event|throttle)_reason_", "", child.tag)
+                    state = (child.text or "").strip().lower()
+                    if name in _REASON_BITS and state in ("active", "not active"):
+                        known = True
+                        mask |= _REASON_BITS[name] if state == "active" else 0
+                c.add(dev, "clock_reasons", t, float(mask) if known else None, None if known else "not_available")
+            procs = g.find("processes")
+            if procs is not None:
+                c.add(dev, "compute_procs", t, float(len(procs.findall("process_info"))))
+    if not docs:
+        raise InputError(path, "", "no XML document")
+    return c
+
+
+def parse(text: str, path: str = "<input>", **kw) -> Collected:
+    if text.lstrip().startswith("<"):
+        kw.pop("start", None)
+        kw.pop("interval", None)
+        return parse_xml(text, path, **kw)
+    return parse_csv(text, path, **kw)
+
+
+def read(path: str | Path, **kw) -> Collected:
+    p = Path(path)
+    return parse(decode_text(p.read_bytes(), str(p)), str(p), **kw)

@@ -1,0 +1,362 @@
+"""Prometheus / dcgm-exporter inputs: query_range JSON (files, JSON Lines, directories, tar/zip), the long CSV,
+the text exposition (scrapes, OpenMetrics with timestamps), and live chunked ``query_range`` over HTTP (GET only).
+
+Labels across dcgm-exporter versions: ``UUID``, ``gpu``, ``modelName``, ``pci_bus_id``, ``Hostname`` or
+``hostname`` (else ``instance``), MIG ``GPU_I_ID``/``GPU_I_PROFILE``, ``DCGM_FI_DRIVER_VERSION``; Kubernetes
+``namespace``/``pod``/``container`` (legacy ``pod_namespace``/``pod_name``/``container_name``) and Slurm
+``hpc_job`` (also ``slurm_job_id``/``job_id``) become allocation contexts. Metrics we do not map are ignored.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+import tarfile
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from datetime import datetime
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+from .common import Collected, Context, DeviceInfo, InputError, decode_text
+from .dcgm_fields import BY_NAME
+
+MAX_POINTS_PER_SERIES = 11_000    # Prometheus refuses (end-start)/step above this (web/api/v1/api.go)
+CHUNK_POINTS = 10_000             # what we ask for per call, with margin
+JOB_LABELS = ("hpc_job", "slurm_job_id", "job_id", "slurm_job")
+
+
+def _nonempty(labels: Mapping[str, str], *names: str) -> str | None:
+    for n in names:
+        v = labels.get(n)
+        if v not in (None, ""):
+            return v
+    return None
+
+
+def device_from_labels(labels: Mapping[str, str], c: Collected) -> str:
+    node = _nonempty(labels, "Hostname", "hostname")
+    if node is None and labels.get("instance"):
+        node = labels["instance"].rsplit(":", 1)[0]
+    uuid = _nonempty(labels, "UUID", "uuid")
+    gpu = _nonempty(labels, "gpu")
+    gi = _nonempty(labels, "GPU_I_ID")
+    if uuid:
+        key = uuid if gi is None else f"{uuid}/gi{gi}"
+    else:
+        where = labels.get("instance") or node or "unknown-node"   # the full instance: two exporters, two devices
+        key = f"{where}/gpu{gpu if gpu is not None else '?'}" + (f"/gi{gi}" if gi else "")
+    index = None
+    if gpu is not None:
+        try:
+            index = int(gpu)
+        except ValueError:
+            index = None
+    return c.device(DeviceInfo(device=key, node=node, index=index, uuid=uuid, sku=_nonempty(labels, "modelName"),
+                               pci_bus_id=_nonempty(labels, "pci_bus_id"), mig_profile=_nonempty(labels, "GPU_I_PROFILE"),
+                               mig_instance=gi, driver=_nonempty(labels, "DCGM_FI_DRIVER_VERSION")))
+
+
+def context_from_labels(labels: Mapping[str, str]) -> Context | None:
+    job = _nonempty(labels, *JOB_LABELS)
+    if job is not None:
+        return Context("slurm", job, _nonempty(labels, "account", "slurm_account"))
+    ns = _nonempty(labels, "namespace", "pod_namespace", "exported_namespace")
+    pod = _nonempty(labels, "pod", "pod_name", "exported_pod")
+    if ns and pod:
+        container = _nonempty(labels, "container", "container_name") or ""
+        return Context("k8s", f"{ns}/{pod}", ns, (("container", container),))
+    return None
+
+
+def add_series(c: Collected, labels: Mapping[str, str], points: Iterable, place: str) -> None:
+    """One time series ([t, "value"] pairs) into the collection; unmapped metrics are skipped."""
+    name = labels.get("__name__", "")
+    spec = BY_NAME.get(name)
+    if spec is None:
+        return
+    dev = device_from_labels(labels, c)
+    ctx = context_from_labels(labels)
+    for i, p in enumerate(points):
+        try:
+            t, raw = p
+            t = float(t)
+        except (TypeError, ValueError):
+            raise InputError(c.path, f"{place} point {i}", f"expected [timestamp, \"value\"], got {str(p)[:60]}") from None
+        c.add_raw(dev, spec.target, t, raw, spec.scale, place=f"{place} point {i}")
+        if ctx is not None:
+            c.note_context(dev, ctx, t)
+
+
+def _load_json(text: str, path: str, line_offset: int = 0):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"line {exc.lineno + line_offset} column {exc.colno}", f"invalid JSON ({exc.msg})") from None
+
+
+def _add_response(c: Collected, doc, place: str) -> None:
+    if not isinstance(doc, dict) or "data" not in doc:
+        raise InputError(c.path, place, "not a Prometheus API response (no \"data\")")
+    if doc.get("status", "success") != "success":
+        raise InputError(c.path, place, f"Prometheus error: {doc.get('error', doc.get('status'))}")
+    data = doc["data"]
+    rtype = data.get("resultType") if isinstance(data, dict) else None
+    result = data.get("result") if isinstance(data, dict) else None
+    if rtype not in ("matrix", "vector") or not isinstance(result, list):
+        raise InputError(c.path, place, f"expected resultType matrix or vector, got {rtype!r}")
+    for k, series in enumerate(result):
+        if not isinstance(series, dict) or not isinstance(series.get("metric"), dict):
+            raise InputError(c.path, f"{place} result[{k}]", "series without a \"metric\" object")
+        pts = series.get("values") if rtype == "matrix" else [series.get("value")]
+        if not isinstance(pts, list):
+            raise InputError(c.path, f"{place} result[{k}]", "series without \"values\"")
+        add_series(c, series["metric"], pts, f"{place} result[{k}]".strip())
+
+
+def parse_query_range(text: str, path: str = "<input>") -> Collected:
+    c = Collected("prometheus", path=path)
+    _add_response(c, _load_json(text, path), "")
+    return c
+
+
+def parse_jsonl(text: str, path: str = "<input>") -> Collected:
+    """JSON Lines: one query_range response per line (what a chunked export script appends)."""
+    c = Collected("prometheus", path=path)
+    for n, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            _add_response(c, _load_json(line, path, n - 1), f"line {n}")
+    return c
+
+
+def _parse_ts(s: str) -> float:
+    s = s.strip()
+    try:
+        return float(s)
+    except ValueError:
+        return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+
+def parse_csv(text: str, path: str = "<input>") -> Collected:
+    """Long CSV: ``timestamp,metric|__name__,<label columns>...,value`` (unix seconds or RFC 3339)."""
+    c = Collected("prometheus", path=path)
+    reader = csv.reader(io.StringIO(text))
+    try:
+        header = [h.strip() for h in next(reader)]
+    except StopIteration:
+        raise InputError(path, "", "empty file") from None
+    low = [h.lower() for h in header]
+    ti = next((i for i, h in enumerate(low) if h in ("timestamp", "time", "ts")), None)
+    mi = next((i for i, h in enumerate(low) if h in ("metric", "__name__", "name")), None)
+    vi = next((i for i, h in enumerate(low) if h == "value"), None)
+    if ti is None or mi is None or vi is None:
+        raise InputError(path, "line 1", f"wrong columns: need timestamp, metric (or __name__) and value; got {','.join(header)[:120]}")
+    label_cols = [(i, h) for i, h in enumerate(header) if i not in (ti, mi, vi)]
+    for row in reader:
+        line = reader.line_num
+        if not row or all(not x.strip() for x in row):
+            continue
+        if len(row) != len(header):
+            raise InputError(path, f"line {line}", f"{len(row)} columns, header has {len(header)}")
+        try:
+            t = _parse_ts(row[ti])
+        except ValueError:
+            raise InputError(path, f"line {line}", f"timestamp: not a time: {row[ti][:40]!r}") from None
+        labels = {h: row[i] for i, h in label_cols}
+        labels["__name__"] = row[mi].strip()
+        add_series(c, labels, [(t, row[vi])], f"line {line}")
+    return c
+
+
+_LINE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(\{(.*)\})?\s+(\S+)(?:\s+(\S+))?\s*$')
+_LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+
+
+def _labels(s: str, path: str, place: str) -> dict[str, str]:
+    out, pos = {}, 0
+    s = s.strip()
+    while pos < len(s):
+        m = _LABEL.match(s, pos)
+        if m is None:
+            raise InputError(path, place, f"bad label set near {s[pos:pos + 40]!r}")
+        out[m.group(1)] = m.group(2).replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
+        pos = m.end()
+    return out
+
+
+def parse_exposition(text: str, path: str = "<input>", default_ts: float | None = None) -> Collected:
+    """Prometheus text format / OpenMetrics. OpenMetrics timestamps are seconds, the classic format's are ms.
+
+    A scrape without timestamps needs ``default_ts`` (the scrape time). ``...`` lines (documentation
+    elisions, as in dcgm-exporter's README) are skipped.
+    """
+    c = Collected("prometheus", path=path)
+    openmetrics = "\n# EOF" in "\n" + text
+    for n, line in enumerate(text.splitlines(), start=1):
+        s = line.strip()
+        if not s or s.startswith("#") or s == "...":
+            continue
+        m = _LINE.match(s)
+        if m is None:
+            raise InputError(path, f"line {n}", f"not an exposition line: {s[:60]!r}")
+        labels = _labels(m.group(3) or "", path, f"line {n}")
+        labels["__name__"] = m.group(1)
+        ts_s = m.group(5)
+        if ts_s is None:
+            if default_ts is None:
+                raise InputError(path, f"line {n}", "sample has no timestamp: give the scrape time (--start)")
+            t = default_ts
+        else:
+            try:
+                t = float(ts_s)
+            except ValueError:
+                raise InputError(path, f"line {n}", f"timestamp: not a number: {ts_s[:40]!r}") from None
+            if not openmetrics and t > 1e11:
+                t /= 1000.0
+        add_series(c, labels, [(t, m.group(4))], f"line {n}")
+    return c
+
+
+def sniff(text: str) -> str:
+    body = text.lstrip()
+    head = body[:4096]
+    if head.startswith("{"):
+        nl = body.find("\n")
+        first = (body if nl < 0 else body[:nl]).strip()
+        if first.endswith("}") and nl >= 0 and body[nl:].strip():
+            try:
+                json.loads(first)
+                return "jsonl"
+            except ValueError:
+                pass
+        return "json"
+    first_line = head.split("\n", 1)[0].lower()
+    if "," in first_line and ("timestamp" in first_line or "time" in first_line) and "value" in first_line:
+        return "csv"
+    return "text"
+
+
+def parse(text: str, path: str = "<input>", default_ts: float | None = None) -> Collected:
+    kind = "csv" if path.lower().endswith(".csv") else sniff(text)
+    if kind == "json":
+        return parse_query_range(text, path)
+    if kind == "jsonl":
+        return parse_jsonl(text, path)
+    if kind == "csv":
+        return parse_csv(text, path)
+    return parse_exposition(text, path, default_ts)
+
+
+def _members(path: Path) -> Iterable[tuple[str, bytes]]:
+    if path.is_dir():
+        for p in sorted(q for q in path.rglob("*") if q.is_file()):
+            yield str(p), p.read_bytes()
+    elif tarfile.is_tarfile(path):
+        with tarfile.open(path) as tf:
+            for m in sorted((m for m in tf.getmembers() if m.isfile()), key=lambda m: m.name):
+                f = tf.extractfile(m)
+                if f is not None:
+                    yield f"{path}:{m.name}", f.read()
+    elif zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as zf:
+            for name in sorted(n for n in zf.namelist() if not n.endswith("/")):
+                yield f"{path}:{name}", zf.read(name)
+    else:
+        yield str(path), path.read_bytes()
+
+
+def read(paths: str | Path | Iterable[str | Path], default_ts: float | None = None) -> Collected:
+    """One file, several files, a directory, or a tar/zip of exports, merged into one collection."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    out: Collected | None = None
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise InputError(str(p), "", "no such file or directory")
+        for name, data in _members(p):
+            if name.endswith((".source.txt", ".md")):
+                continue
+            c = parse(decode_text(data, name), name, default_ts)
+            if out is None:
+                out = c
+            else:
+                out.merge(c)
+    if out is None:
+        raise InputError(str(paths), "", "no export files found")
+    return out
+
+
+# --- live: chunked query_range over HTTP ---------------------------------------------------------------------
+
+def _get(url: str, timeout: float) -> dict:
+    req = urllib.request.Request(url, method="GET", headers={"Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (operator-given URL, GET only)
+            body = resp.read()
+    except urllib.error.HTTPError as exc:
+        detail = exc.read()[:300].decode("utf-8", "replace")
+        raise InputError(url.split("?")[0], "", f"HTTP {exc.code}: {detail}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise InputError(url.split("?")[0], "", f"cannot reach Prometheus: {getattr(exc, 'reason', exc)}") from None
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise InputError(url.split("?")[0], "", "response is not JSON") from None
+
+
+def chunks(start: float, end: float, step: float, max_points: int = CHUNK_POINTS) -> list[tuple[float, float]]:
+    """[start, end] (inclusive, like query_range) split so each call returns at most ``max_points`` per series."""
+    if step <= 0 or end < start:
+        raise ValueError("need step > 0 and end >= start")
+    out, s = [], start
+    width = (max_points - 1) * step
+    while s <= end:
+        e = min(end, s + width)
+        out.append((s, e))
+        s = e + step
+    return out
+
+
+def fresh_only(metric: str, step: float) -> str:
+    """Only samples scraped within the last step: Prometheus' 5-minute lookback would otherwise fill holes."""
+    return f"{metric} and (time() - timestamp({metric}) < {step:g})"
+
+
+def fetch(base_url: str, start: float, end: float, step: float, *, metrics: Iterable[str] | None = None,
+          timeout: float = 60.0, progress: Callable[[int, int], None] | None = None) -> Collected:
+    """Live import: for each mapped DCGM metric the server has, chunked query_range calls (GET)."""
+    base = base_url.rstrip("/")
+    if metrics is None:
+        names = _get(f"{base}/api/v1/label/__name__/values", timeout).get("data", [])
+        metrics = sorted(n for n in names if n in BY_NAME)
+    metrics = list(metrics)
+    c = Collected("prometheus", path=base, cadence=step, span=(start, end + step))
+    windows = chunks(start, end, step)
+    total, done = len(metrics) * len(windows), 0
+    for m in metrics:
+        for s, e in windows:
+            q = urllib.parse.urlencode({"query": fresh_only(m, step), "start": f"{s:.3f}", "end": f"{e:.3f}",
+                                        "step": f"{step:g}"})
+            doc = _get(f"{base}/api/v1/query_range?{q}", timeout)
+            sub = Collected("prometheus", path=base)
+            _add_response(sub, doc, f"{m} [{s:.0f},{e:.0f}]")
+            c.merge(sub)
+            done += 1
+            if progress:
+                progress(done, total)
+    c.span = (start, end + step)
+    c.cadence = step
+    return c
+
+
+def is_number(s: str) -> bool:
+    try:
+        return not math.isnan(float(s))
+    except ValueError:
+        return False
