@@ -35,10 +35,15 @@ class Analysis:
     account: dict
     daily: list[dict] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
+    context: dict = field(default_factory=dict)   # optional report context (sources, coverage, title, ...)
 
     def to_json(self) -> dict:
+        recs = [{"title": dict(f.extra).get("action", f.summary), "gpu_hours": round(f.gpu_hours, 3),
+                 "cost": round(f.cost, 2), "command": dict(f.extra).get("command"), "reversible": True,
+                 "finding_ids": dict(f.extra).get("based_on", []), "confidence": round(f.confidence, 3)}
+                for f in self.findings if f.agent == "recommendation"]
         return {"findings": [f.to_json() for f in self.findings], "account": self.account, "daily": self.daily,
-                "meta": self.meta}
+                "meta": self.meta, "recommendations": recs, **self.context}
 
 
 def run_agents(ds: Dataset) -> Analysis:

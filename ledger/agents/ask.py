@@ -1,0 +1,185 @@
+"""Periods and the small question grammar of ``ipledger ask`` (docs/agents.md, "Questions").
+
+Questions (case-insensitive; a trailing "?" is optional)::
+
+    why did SCOPE lose [N] [GPU-hours] [PERIOD]
+    how many GPU-hours did SCOPE (lose|deliver|pay for) [PERIOD]
+    where did the GPU-hours go [PERIOD]
+    what happened (on|to|in) SCOPE [PERIOD]
+
+    SCOPE  := (node|rack|tenant|job) NAME | NAME        (a bare NAME must match exactly one node, rack, tenant or job)
+    PERIOD := this week | last week | today | yesterday | on YYYY-MM-DD | in|during YYYY-Www | in YYYY-MM
+              | between YYYY-MM-DD and YYYY-MM-DD | in the last N days
+
+Relative periods are relative to the ledger's latest data instant (so an answer is reproducible), weeks are ISO
+weeks (Monday 00:00 UTC). Anything else is refused: :class:`CannotAnswer`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from dataclasses import dataclass
+
+UTC = _dt.timezone.utc
+
+
+class CannotAnswer(ValueError):
+    pass
+
+
+class BadPeriod(ValueError):
+    pass
+
+
+def _day(s: str) -> _dt.datetime:
+    try:
+        return _dt.datetime.strptime(s, "%Y-%m-%d").replace(tzinfo=UTC)
+    except ValueError:
+        raise BadPeriod(f"bad date {s!r} (want YYYY-MM-DD)") from None
+
+
+def _week_start(d: _dt.datetime) -> _dt.datetime:
+    d = d.replace(hour=0, minute=0, second=0, microsecond=0)
+    return d - _dt.timedelta(days=d.weekday())
+
+
+def parse_period(text: str | None, data_start: float, data_end: float) -> tuple[float, float, str]:
+    """(start, end, label) for a period expression (also the forms `explain --period` takes)."""
+    if text is None or text.strip().lower() in ("", "all", "everything"):
+        return data_start, data_end, "all data"
+    t = text.strip().lower().replace("_", " ").replace("-week", " week")
+    last = _dt.datetime.fromtimestamp(max(data_end - 1, data_start), tz=UTC)
+    today = last.replace(hour=0, minute=0, second=0, microsecond=0)
+    if t == "this week":
+        a = _week_start(last)
+        return a.timestamp(), (a + _dt.timedelta(days=7)).timestamp(), f"week {a.strftime('%G-W%V')}"
+    if t == "last week":
+        a = _week_start(last) - _dt.timedelta(days=7)
+        return a.timestamp(), (a + _dt.timedelta(days=7)).timestamp(), f"week {a.strftime('%G-W%V')}"
+    if t == "today":
+        return today.timestamp(), (today + _dt.timedelta(days=1)).timestamp(), today.strftime("%Y-%m-%d")
+    if t == "yesterday":
+        a = today - _dt.timedelta(days=1)
+        return a.timestamp(), today.timestamp(), a.strftime("%Y-%m-%d")
+    m = re.fullmatch(r"(?:in )?the last (\d+) days?", t)
+    if m:
+        a = last - _dt.timedelta(days=int(m.group(1)))
+        return a.timestamp(), data_end, f"the last {m.group(1)} days"
+    t = re.sub(r"^(on|in|during) ", "", t)
+    m = re.fullmatch(r"(\d{4})-w(\d{1,2})", t)
+    if m:
+        try:
+            a = _dt.datetime.fromisocalendar(int(m.group(1)), int(m.group(2)), 1).replace(tzinfo=UTC)
+        except ValueError:
+            raise BadPeriod(f"bad ISO week {text!r}") from None
+        return a.timestamp(), (a + _dt.timedelta(days=7)).timestamp(), f"week {m.group(1)}-W{int(m.group(2)):02d}"
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", t):
+        a = _day(t)
+        return a.timestamp(), (a + _dt.timedelta(days=1)).timestamp(), t
+    m = re.fullmatch(r"(\d{4})-(\d{2})", t)
+    if m:
+        y, mo = int(m.group(1)), int(m.group(2))
+        if not 1 <= mo <= 12:
+            raise BadPeriod(f"bad month {text!r}")
+        a = _dt.datetime(y, mo, 1, tzinfo=UTC)
+        b = _dt.datetime(y + (mo == 12), mo % 12 + 1, 1, tzinfo=UTC)
+        return a.timestamp(), b.timestamp(), t
+    m = re.fullmatch(r"(?:between )?(\d{4}-\d{2}-\d{2})(?:\.\.| and )(\d{4}-\d{2}-\d{2})", t)
+    if m:
+        a, b = _day(m.group(1)), _day(m.group(2)) + _dt.timedelta(days=1)
+        if b <= a:
+            raise BadPeriod(f"period {text!r} ends before it starts")
+        return a.timestamp(), b.timestamp(), f"{m.group(1)} to {m.group(2)}"
+    raise BadPeriod(f"cannot read period {text!r} (try 2026-W45, 2026-11-03, 2026-11, "
+                    f"2026-11-02..2026-11-05, this week, last week, today, yesterday)")
+
+
+@dataclass(frozen=True)
+class Question:
+    form: str             # why | how_many | where | what
+    scope_kind: str       # node | rack | tenant | job | fleet
+    name: str | None
+    period: str | None
+    verb: str | None = None
+    claimed: float | None = None
+
+
+_PERIOD = (r"(?P<period>this week|last week|today|yesterday|(?:on|in|during) \d{4}-w\d{1,2}|(?:on|in|during) "
+           r"\d{4}-\d{2}-\d{2}|in \d{4}-\d{2}|between \d{4}-\d{2}-\d{2} and \d{4}-\d{2}-\d{2}|in the last \d+ days?)")
+_SCOPE = r"(?:(?P<kind>node|rack|tenant|job) )?(?P<name>[a-z0-9][a-z0-9_.:-]*)"
+_HOURS = r"(?:gpu[- ]?hours?|hours?|gpuh)"
+FORMS = [
+    ("why", re.compile(rf"why did {_SCOPE} (?P<verb>lose|waste)(?: (?P<n>[\d,]+(?:\.\d+)?))?(?: {_HOURS})?"
+                       rf"(?: {_PERIOD})?")),
+    ("how_many", re.compile(rf"how many {_HOURS} did {_SCOPE} (?P<verb>lose|deliver|pay for|waste)(?: {_PERIOD})?")),
+    ("where", re.compile(rf"where did (?:the|our|all the) {_HOURS} go(?: {_PERIOD})?")),
+    ("what", re.compile(rf"what happened (?:on|to|in|with) {_SCOPE}(?: {_PERIOD})?")),
+]
+
+
+def parse_question(text: str) -> Question:
+    q = " ".join(text.strip().lower().split()).rstrip("?.! ")
+    for form, rx in FORMS:
+        m = rx.fullmatch(q)
+        if not m:
+            continue
+        g = m.groupdict()
+        if g.get("name") in ("the", "our", "it", "we", "they") and not g.get("kind"):
+            continue
+        n = g.get("n")
+        return Question(form=form, scope_kind=g.get("kind") or ("fleet" if form == "where" else "?"),
+                        name=g.get("name"), period=g.get("period"), verb=g.get("verb"),
+                        claimed=float(n.replace(",", "")) if n else None)
+    raise CannotAnswer("I can't answer that. I understand: 'why did SCOPE lose [N GPU-hours] [PERIOD]?', "
+                       "'how many GPU-hours did SCOPE lose|deliver|pay for [PERIOD]?', 'where did the GPU-hours go "
+                       "[PERIOD]?', 'what happened on SCOPE [PERIOD]?' (docs/agents.md)")
+
+
+def resolve_scope(q: Question, nodes: set[str], racks: set[str], tenants: set[str],
+                  jobs: set[str]) -> tuple[str, str | None]:
+    """Match the question's scope name (case-insensitively) against what the ledger knows."""
+    if q.scope_kind == "fleet":
+        return "fleet", None
+    pools = {"node": nodes, "rack": racks, "tenant": tenants, "job": jobs}
+    want = [q.scope_kind] if q.scope_kind in pools else list(pools)
+    hits = []
+    for kind in want:
+        for name in pools[kind]:
+            if name is not None and str(name).lower() == q.name:
+                hits.append((kind, str(name)))
+    if len(hits) == 1:
+        return hits[0]
+    if not hits:
+        raise CannotAnswer(f"I can't answer that: I know no {q.scope_kind if q.scope_kind in pools else 'node, rack, '}"
+                           f"{'' if q.scope_kind in pools else 'tenant or job'} called {q.name!r}.")
+    raise CannotAnswer(f"I can't answer that: {q.name!r} is ambiguous ({', '.join(k for k, _ in hits)}); "
+                       f"say e.g. 'node {q.name}'.")
+
+
+def answer(ds, found, text: str) -> dict:  # noqa: ANN001
+    """Parse, resolve and answer a question with the accounting agent's explanation."""
+    from .accounting import explain
+
+    q = parse_question(text)
+    kind, name = resolve_scope(q, set(ds.devices["node"].dropna()), set(ds.devices["rack"].dropna()),
+                               set(ds.allocs["tenant"].dropna()), set(ds.allocs["job_id"].dropna()))
+    try:
+        start, end, label = parse_period(q.period, ds.start, ds.end)
+    except BadPeriod as exc:
+        raise CannotAnswer(f"I can't answer that: {exc}") from None
+    if end <= ds.start or start >= ds.end:
+        raise CannotAnswer(f"I can't answer that: the ledger has no data in {label}.")
+    ex = explain(ds, found, kind, name, start, end)
+    acct = ex["account"]
+    who = "the fleet" if kind == "fleet" else f"{kind} {name}"
+    if q.form == "how_many":
+        v = {"lose": acct["lost"], "waste": acct["lost"], "deliver": acct["delivered"], "pay for": acct["paid"]}[q.verb]
+        verb = {"lose": "lost", "waste": "lost", "deliver": "delivered", "pay for": "was paid for"}[q.verb]
+        text_out = f"{who} {verb} {v:,.1f} GPU-hours in {label}. " + ex["answer"]
+    elif q.form == "why":
+        claim = f" (you said {q.claimed:,.0f})" if q.claimed is not None else ""
+        text_out = f"{who} lost {acct['lost']:,.1f} GPU-hours in {label}{claim}. " + ex["answer"]
+    else:
+        text_out = ex["answer"]
+    return dict(ex, question=text, form=q.form, period_label=label, answer=text_out)
