@@ -216,3 +216,25 @@ def select_contract(contract_entries: Iterable[ChainedEntry], account: str | Non
     if best is None:
         return DEFAULT_CONTRACT, None
     return contract_from_entry(best), best
+
+
+def record_contract(engine, contract: Contract, ts: str | None = None):  # noqa: ANN001, ANN201
+    """Append a contract_version unless this id+version is already recorded.
+
+    Versions are immutable: the same id and version with different terms is refused (bump the version).
+    Returns (entry, seq, recorded) -- recorded False when the identical version was already there.
+    """
+    from .store import append, iter_entries
+
+    payload = contract.to_payload()
+    for ce in iter_entries(engine, kinds=[Kind.CONTRACT_VERSION]):
+        d = ce.entry.data
+        if str(d.get("id")) == contract.id and str(d.get("version")) == contract.version:
+            if d == payload:
+                return ce.entry, ce.seq, False
+            raise ContractError(f"contract {contract.id} version {contract.version} is already recorded "
+                                f"(seq {ce.seq}) with different terms; give the new terms a new version")
+    entry = contract_entry(contract, ts)
+    res = append(engine, [entry])
+    return entry, res.last_seq, True
+

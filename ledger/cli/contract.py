@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import store
-from ..contracts import DEFAULT_CONTRACT, ContractError, contract_entry, read_contract, select_contract
+from ..contracts import DEFAULT_CONTRACT, ContractError, read_contract, record_contract, select_contract
 from ..entries import Kind
 from .context import AppContext, UserError, emit_json, pass_app
 
@@ -34,18 +34,16 @@ def set_cmd(app: AppContext, file: str, as_json: bool) -> None:
     """
     try:
         contract = read_contract(file)
+        entry, seq, recorded = record_contract(app.engine(), contract)
     except ContractError as exc:
         raise UserError(str(exc)) from None
-    entry = contract_entry(contract)
-    res = store.append(app.engine(), [entry])
-    out = {"id": contract.id, "version": contract.version, "entry_id": entry.entry_id,
-           "seq": res.last_seq, "recorded": res.appended == 1}
+    out = {"id": contract.id, "version": contract.version, "entry_id": entry.entry_id, "seq": seq,
+           "recorded": recorded}
     if as_json:
         emit_json(out)
     else:
         click.echo(f"contract {contract.id} v{contract.version} " +
-                   (f"recorded at seq {res.last_seq}" if res.appended else "already recorded") +
-                   f" ({entry.entry_id})")
+                   ("recorded" if recorded else "already recorded") + f" at seq {seq} ({entry.entry_id})")
 
 
 @contract_group.command("show")
