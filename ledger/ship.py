@@ -52,6 +52,7 @@ def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
     while pos < len(files):
         reads: list[spool.SpoolRead] = []
         entries: list[Entry] = []
+        segments: list[tuple[Entry, list]] = []   # collector segments carry their sample rows beside the entry
         taken = 0
         while pos < len(files) and taken < batch_files and len(entries) < batch_entries:
             path = files[pos]
@@ -63,9 +64,12 @@ def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
                 continue
             bad = list(r.errors)
             file_entries = []
+            file_segments: list[tuple[Entry, list]] = []
             for i, rec in enumerate(r.records):
                 try:
                     file_entries.append(entry_from_record(rec))
+                    if rec.get("samples") is not None:
+                        file_segments.append((file_entries[-1], _sample_rows(rec["samples"])))
                 except (KeyError, ValueError, TypeError) as exc:
                     bad.append(f"{path}: record {i + 1}: {exc}")
             if bad:
@@ -73,11 +77,14 @@ def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
                 continue
             reads.append(r)
             entries.extend(file_entries)
+            segments.extend(file_segments)
             if r.torn is not None:
                 report.torn.append(str(path))
         if reads:
             with write_tx(engine) as conn:
                 result = append_in(conn, entries)
+                if segments:
+                    _write_samples(conn, segments)
             spool.mark_shipped_many(spool_dir, reads)
             report.files += len(reads)
             report.records += len(entries)
@@ -91,3 +98,21 @@ def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
         for fn in _AFTER_SHIP:
             fn(engine, shipped_entries)
     return report
+
+
+def _sample_rows(rows) -> list:  # noqa: ANN001
+    """Check a segment record's embedded rows before anything is written (bad rows fail the file, not the batch)."""
+    from .telemetry.model import SAMPLE_COLUMNS
+
+    if not isinstance(rows, list) or any(not isinstance(r, list) or len(r) != len(SAMPLE_COLUMNS) for r in rows):
+        raise ValueError("segment samples are not rows of the samples table")
+    return rows
+
+
+def _write_samples(conn, segments: list[tuple[Entry, list]]) -> None:  # noqa: ANN001
+    """Insert the rows of collector segments (once per segment; the entry is already appended above)."""
+    from .telemetry.model import Sample
+    from .telemetry.store import write_segment_in
+
+    for entry, rows in segments:
+        write_segment_in(conn, [Sample(*r) for r in rows], entry)

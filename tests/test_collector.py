@@ -1,0 +1,152 @@
+"""The node collector: dmon batches into the spool with embedded rows, ownership from the hooks' spool,
+gaps (in-batch holes and a failing source) recorded instead of dying, and ship -> samples table -> verify."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+from ledger import collector, commands, spool
+from ledger import db as db_mod
+from ledger.entries import Kind, make_entry
+from ledger.ship import ship
+from ledger.store import iter_entries
+from ledger.telemetry.store import load_samples
+
+# A dcgmi stand-in: prints `dcgmi dmon` output in the real layout (header pair, N/A on the first tick,
+# header repeated), COUNT ticks for 2 GPUs; GPU 1 is missing on ticks listed in $DMON_SKIP.
+DCGMI = r'''#!{python}
+import os, sys
+args = sys.argv[1:]
+if os.environ.get("DMON_DOWN"):
+    print("Error: unable to establish a connection to the specified host: localhost", file=sys.stderr)
+    sys.exit(255)
+assert args[0] == "dmon", args
+count = int(args[args.index("-c") + 1])
+skip = {{int(x) for x in os.environ.get("DMON_SKIP", "").split(",") if x}}
+fields = args[args.index("-e") + 1].split(",")
+head = "#Entity    " + " ".join(f"{{'F' + f:<12}}" for f in fields)
+names = {{"1002": "SMACT", "203": "GPUTL", "155": "POWER", "156": "TOTEC"}}
+head = "#Entity    " + "".join(f"{{names.get(f, 'X' + f[-4:]):<13}}" for f in fields)
+for k in range(count):
+    if k % 14 == 0:
+        print(head)
+        print("ID")
+    for g in (0, 1):
+        if g == 1 and k in skip:
+            continue
+        vals = []
+        for f in fields:
+            if k == 0 and f == "1002":
+                vals.append("N/A")
+            elif f == "1002":
+                vals.append(f"{{0.5 + g / 10:.3f}}")
+            elif f == "203":
+                vals.append(str(50 + g))
+            elif f == "155":
+                vals.append("300.000")
+            elif f == "156":
+                vals.append(str(1000000 + 300000 * k))
+            else:
+                vals.append("N/A")
+        print(f"GPU {{g}}      " + "".join(f"{{v:<13}}" for v in vals))
+'''
+
+
+def _standin(tmp_path: Path) -> str:
+    p = tmp_path / "dcgmi"
+    p.write_text(DCGMI.format(python=sys.executable))
+    p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    return str(p)
+
+
+def _hooks_spool(sp: Path) -> None:
+    key = dict(cluster="hpc1", job_id="77", run=0, node="n01")
+    spool.write(sp, [make_entry(Kind.ALLOCATION_STARTED, 1000, {"account": "a"}, **key).to_record(),
+                     make_entry(Kind.DEVICE_BOUND, 1000, {"index": 1, "uuid": "GPU-one", "sku": "H100", "node": "n01"},
+                                device="GPU-one", **key).to_record()], prefix="hook")
+
+
+def test_collect_once_ship_verify(tmp_path, monkeypatch, ledger_url):
+    sp = tmp_path / "spool"
+    _hooks_spool(sp)
+    monkeypatch.setenv("DMON_SKIP", "5,6,7,8,9,10")     # GPU 1 silent for 6 ticks > 3 x cadence
+    cfg = collector.CollectorConfig(spool=str(sp), node="n01", source="dcgmi", interval=1.0, count=20,
+                                    cluster="hpc1", commands={"dcgmi": _standin(tmp_path)})
+    rep = collector.collect_batch(cfg, now=lambda: 5000.0)
+    assert rep.error is None and rep.devices == 2 and rep.gaps == 1
+    assert rep.samples == 20 + 14
+    recs = spool.read(Path(rep.spool_file)).records
+    segs = [r for r in recs if r["kind"] == Kind.TELEMETRY_SEGMENT]
+    gaps = [r for r in recs if r["kind"] == Kind.UNKNOWN_INTERVAL]
+    assert {r["device"] for r in segs} == {"n01/gpu0", "GPU-one"}        # index 1 -> the hooks' UUID
+    owned = next(r for r in segs if r["device"] == "GPU-one")
+    assert json.loads(owned["payload"])["owner"] == {"cluster": "hpc1", "job_id": "77", "run": 0}
+    (gap,) = gaps
+    assert (gap["device"], gap["job_id"], json.loads(gap["payload"])["cause"]) == ("GPU-one", "77", "collector_down")
+    eng = db_mod.make_engine(ledger_url)
+    try:
+        report = ship(eng, sp, run_after=False)
+        assert not report.errors
+        got = load_samples(eng, ["GPU-one"])
+        assert len(got) == 14 and got[0].sm_active is None and got[1].sm_active == 0.6
+        assert got[1].gpu_util == 0.51 and got[1].energy_j == 1300.0
+        from ledger.verify import verify
+
+        assert verify(eng).ok
+        kinds = [ce.entry.kind for ce in iter_entries(eng)]
+        assert kinds.count(Kind.TELEMETRY_SEGMENT) == 2
+    finally:
+        eng.dispose()
+
+
+def test_failing_source_records_a_gap_and_keeps_going(tmp_path, monkeypatch):
+    sp = tmp_path / "spool"
+    monkeypatch.setenv("DMON_DOWN", "1")
+    cfg = collector.CollectorConfig(spool=str(sp), node="n02", source="dcgmi", interval=1.0, count=5,
+                                    commands={"dcgmi": _standin(tmp_path)})
+    reports = []
+    monkeypatch.setattr(collector.time, "sleep", lambda s: None)
+    assert collector.run(cfg, batches=2, on_batch=reports.append) == 2
+    assert all(r.error and r.error.startswith("collector_down") for r in reports)
+    recs = [r for p in spool.pending_files(sp) for r in spool.read(p).records]
+    assert len(recs) == 2 and all(json.loads(r["payload"])["scope"] == "node" for r in recs)
+    # a missing tool is a gap too, not a crash
+    cfg2 = collector.CollectorConfig(spool=str(sp), node="n02", source="dcgmi", count=1,
+                                     commands={"dcgmi": str(tmp_path / "absent")})
+    rep = collector.collect_batch(cfg2)
+    assert rep.error.startswith("collector_down") and rep.gaps == 1
+
+
+def test_collector_runs_only_allowlisted_commands(tmp_path, monkeypatch):
+    seen = []
+    real = commands._SPAWN
+
+    def spy(argv, **kw):
+        seen.append(argv)
+        return real(argv, **kw)
+
+    monkeypatch.setattr(commands, "_SPAWN", spy)
+    cfg = collector.CollectorConfig(spool=str(tmp_path / "s"), node="n", source="dcgmi", count=2,
+                                    commands={"dcgmi": _standin(tmp_path)})
+    collector.collect_batch(cfg)
+    assert len(seen) == 1 and seen[0][1] == "dmon"
+    for argv in seen:
+        commands.check_allowed("dcgmi", argv[1:])
+
+
+def test_collect_cli_once(runner, cli, tmp_path):
+    sp = tmp_path / "spool"
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'spool = "{sp}"\n[commands]\ndcgmi = "{_standin(tmp_path)}"\n')
+    r = runner.invoke(cli, ["--config", str(conf), "collect", "--source", "dcgmi", "--once", "--count", "3",
+                            "--interval", "1s", "--node", "n9", "--json"], env={"IPLEDGER_SPOOL": ""})
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["devices"] == 2 and out["samples"] == 6 and out["error"] is None
+    assert len(spool.pending_files(sp)) == 1
+    unit = (Path(__file__).parent.parent / "slurm" / "ipledger-collector.service").read_text()
+    assert "collect" in unit and "[Install]" in unit and os.path.isabs(unit.split("ExecStart=")[1].split()[0])
