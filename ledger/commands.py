@@ -23,8 +23,10 @@ def _starts(*prefix: str) -> Rule:
 
 
 def _dcgmi_group(args: Sequence[str]) -> bool:
-    # `dcgmi group -l` lists; `-c NAME -a IDS` creates a watch group (DCGM-internal, no GPU state).
-    return len(args) >= 2 and args[0] == "group" and args[1] in ("-l", "--list", "-c", "--create", "-i", "--info")
+    # `dcgmi group -l` lists; `-c NAME -a IDS` creates a watch group (DCGM-internal, no GPU state); `-d ID`
+    # deletes the hooks' own per-job group afterwards (DCGM keeps at most 64 groups; still no GPU state).
+    return len(args) >= 2 and args[0] == "group" and args[1] in ("-l", "--list", "-c", "--create", "-i", "--info",
+                                                                 "-d", "--delete")
 
 
 def _dcgmi_stats(args: Sequence[str]) -> bool:

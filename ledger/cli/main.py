@@ -12,6 +12,7 @@ from .context import AppContext
 # Each module defines register(cli). Kept as names so a broken optional area cannot hide the core commands.
 COMMAND_MODULES = [
     "ledger.cli.core",
+    "ledger.cli.hooks",
     "ledger.cli.receipt",
     "ledger.cli.contract",
     "ledger.cli.adjust",

@@ -1,0 +1,118 @@
+"""`ipledger hook`, `ipledger hooks install`, `ipledger reconcile`: the Slurm side of the ledger."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from .context import AppContext, UserError, emit_json, pass_app
+
+
+@click.command("hook")
+@click.argument("kind", type=click.Choice(["prolog", "epilog"]))
+@pass_app
+def hook_cmd(app: AppContext, kind: str) -> None:
+    """Run the Slurm prolog or epilog logic for the job in the environment (always exits 0).
+
+    This is what the installed hook scripts run, without click; use it to try a hook by hand.
+
+    \b
+    Example:
+      SLURM_JOB_ID=42 SLURM_JOB_GPUS=0,1 SLURMD_NODENAME=n1 ipledger hook prolog
+    """
+    from ..hooks import run
+
+    sys.exit(run(kind, os.environ, app.config_path))
+
+
+@click.group("hooks")
+def hooks_group() -> None:
+    """Install the Slurm prolog/epilog hooks.
+
+    \b
+    Example:
+      ipledger hooks install --dir /etc/slurm/ipledger --config /etc/ipledger/config.toml
+    """
+
+
+@hooks_group.command("install")
+@click.option("--dir", "directory", required=True, metavar="DIR", help="Where to write DIR/prolog and DIR/epilog.")
+@click.option("--config", "config_path", metavar="PATH",
+              help="Site config baked into the scripts (default: the global --config / $IPLEDGER_CONFIG, if any).")
+@click.option("--python", "python", metavar="PATH", help="Interpreter to name (default: this one).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_app
+def install_cmd(app: AppContext, directory: str, config_path: str | None, python: str | None, as_json: bool) -> None:
+    """Write DIR/prolog and DIR/epilog (executable) for slurm.conf's Prolog= and Epilog=.
+
+    The scripts name the interpreter and the config by absolute path and import only the standard library.
+
+    \b
+    Example:
+      ipledger hooks install --dir /etc/slurm/ipledger --config /etc/ipledger/config.toml
+      # slurm.conf: Prolog=/etc/slurm/ipledger/prolog  Epilog=/etc/slurm/ipledger/epilog  PrologFlags=Alloc
+    """
+    from ..hooks.install import install
+
+    cfg = config_path or app.config_path
+    if cfg and not os.path.isfile(cfg):
+        raise UserError(f"{cfg}: config file not found")
+    try:
+        paths = install(directory, cfg, python)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"hooks install: {exc}") from None
+    if as_json:
+        emit_json({"prolog": str(paths[0]), "epilog": str(paths[1]), "config": cfg})
+    else:
+        for p in paths:
+            click.echo(f"wrote {p}")
+        click.echo(f"slurm.conf:\n  Prolog={paths[0]}\n  Epilog={paths[1]}\n  PrologFlags=Alloc")
+
+
+@click.command("reconcile")
+@click.option("--dry-run", is_flag=True, help="Report what would be closed; append nothing.")
+@click.option("--no-ship", is_flag=True, help="Do not ship the local spool first.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_app
+def reconcile_cmd(app: AppContext, dry_run: bool, no_ship: bool, as_json: bool) -> None:
+    """Close runs whose epilog never ran: allocation_ended + unknown interval (cause epilog_missing).
+
+    Ships the local spool first (so epilogs already written are seen), then asks scontrol/sacct about every
+    run that has a start but no end, and closes those the scheduler reports finished or no longer knows.
+
+    \b
+    Example:
+      ipledger reconcile --json
+      ipledger reconcile --dry-run
+    """
+    from .. import store
+    from ..hooks.reconcile import reconcile
+    from ..ship import ship
+
+    engine = app.engine()
+    if not no_ship and os.path.isdir(app.config.spool):
+        ship(engine, app.config.spool)
+    report = reconcile(list(store.iter_entries(engine)), app.config.commands,
+                       timeout=max(app.config.hook_timeout_s, 10.0))
+    appended = 0
+    if report.entries and not dry_run:
+        appended = store.append(engine, report.entries).appended
+    if as_json:
+        emit_json({**report.to_json(), "appended": appended, "dry_run": dry_run})
+    else:
+        for c in report.closed:
+            click.echo(f"{'would close' if dry_run else 'closed'} job {c.job_id} run {c.run}: {c.state} "
+                       f"(end from {c.end_source})")
+        click.echo(f"{report.open_runs} open runs, {len(report.closed)} closed, "
+                   f"{len(report.still_running)} still running")
+    for e in report.errors:
+        click.echo(f"ipledger: {e}", err=True)
+    if report.errors:
+        sys.exit(1)
+
+
+def register(cli: click.Group) -> None:
+    for cmd in (hook_cmd, hooks_group, reconcile_cmd):
+        cli.add_command(cmd)

@@ -1,0 +1,157 @@
+"""What Slurm tells a prolog/epilog about its job: the environment, and ``scontrol show job -d -o`` parsed.
+
+Slurm (22.05, ``PrologFlags=Alloc``) runs the hooks as root on the node with a minimal environment
+(``SLURM_JOB_ID``, ``SLURM_JOB_ACCOUNT``, ``SLURM_JOB_GPUS``, ``CUDA_VISIBLE_DEVICES``, ...; no ``PATH``, no
+``SLURM_JOB_QOS``). Observed quirks handled here: in the epilog of a *requeued* run both
+``SLURM_JOB_RESTART_COUNT`` and ``Restarts=`` already show the next run; ``SLURM_JOB_EXIT_CODE`` is ``0`` for a
+cancelled job while scontrol's ``ExitCode=0:15`` carries the signal; times are local, without a zone.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Mapping
+
+_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
+
+
+def parse_scontrol_oneline(text: str) -> dict[str, str]:
+    """``scontrol show job -d -o ID``: ``Key=Value`` pairs on one line; a value may contain spaces."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    matches = list(_KEY.finditer(line))
+    out: dict[str, str] = {}
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        key = m.group(1)
+        if key not in out:  # the first occurrence is the job's (per-node detail repeats Nodes=, GRES=)
+            out[key] = line[m.end():end].strip()
+    return out
+
+
+def parse_slurm_time(value: str | None) -> float | None:
+    """``2026-11-30T04:28:29`` (local time) -> epoch seconds; ``Unknown``/``None``/``N/A`` -> None."""
+    if not value or value in ("Unknown", "None", "N/A", "(null)"):
+        return None
+    try:
+        return time.mktime(time.strptime(value, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def parse_duration(value: str | None) -> float | None:
+    """``[DD-]HH:MM:SS`` -> seconds."""
+    if not value:
+        return None
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+):(\d+):(\d+)", value.strip())
+    if not m:
+        return None
+    d, h, mi, s = (int(x) if x else 0 for x in m.groups())
+    return float(((d * 24 + h) * 60 + mi) * 60 + s)
+
+
+def parse_index_list(value: str | None) -> list[int]:
+    """``0,1`` / ``0-2,5`` -> [0, 1, 2, 5]; anything else (``NoDevFiles``, empty) -> []."""
+    out: list[int] = []
+    for part in (value or "").split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            continue
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) else lo
+        out.extend(range(lo, hi + 1))
+    return out
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """The parts of scontrol's job record the hooks use."""
+
+    state: str | None
+    restarts: int | None
+    start: float | None
+    end: float | None
+    suspend_time: float | None
+    secs_pre_suspend: float | None
+    run_time: float | None
+    exit_code: int | None
+    exit_signal: int | None
+    qos: str | None
+    tres: str | None
+    nodes: str | None
+    partition: str | None
+    account: str | None
+    raw: Mapping[str, str] = field(default_factory=dict)
+
+    def suspended_total(self) -> float:
+        """Seconds suspended: (end - start) - RunTime (RunTime excludes suspended time)."""
+        if self.start is None or self.end is None or self.run_time is None:
+            return 0.0
+        return max(0.0, (self.end - self.start) - self.run_time)
+
+
+def job_record(fields: Mapping[str, str]) -> JobRecord:
+    def opt(k: str) -> str | None:
+        v = fields.get(k)
+        return None if v in (None, "", "(null)", "N/A") else v
+
+    ec = fields.get("ExitCode", "")
+    m = re.fullmatch(r"(\d+):(\d+)", ec)
+    restarts = fields.get("Restarts")
+    return JobRecord(
+        state=opt("JobState"), restarts=int(restarts) if restarts and restarts.isdigit() else None,
+        start=parse_slurm_time(fields.get("StartTime")), end=parse_slurm_time(fields.get("EndTime")),
+        suspend_time=parse_slurm_time(fields.get("SuspendTime")),
+        secs_pre_suspend=float(fields["SecsPreSuspend"]) if fields.get("SecsPreSuspend", "").isdigit() else None,
+        run_time=parse_duration(fields.get("RunTime")),
+        exit_code=int(m.group(1)) if m else None, exit_signal=int(m.group(2)) if m else None,
+        qos=opt("QOS"), tres=opt("TRES"), nodes=opt("NodeList"), partition=opt("Partition"),
+        account=opt("Account"), raw=dict(fields),
+    )
+
+
+@dataclass(frozen=True)
+class JobEnv:
+    """The job as the hook's environment describes it."""
+
+    job_id: str
+    restart_count: int | None
+    cluster: str | None
+    node: str | None
+    account: str | None
+    user: str | None
+    uid: str | None
+    partition: str | None
+    qos: str | None
+    nodes: str | None
+    gpus: tuple[int, ...]
+    exit_code: int | None
+    exit_signal: int | None
+    context: str | None
+
+
+def job_env(environ: Mapping[str, str]) -> JobEnv | None:
+    """Read the job from Slurm's prolog/epilog environment; None when there is no job id (not run by Slurm)."""
+    job_id = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
+    if not job_id:
+        return None
+    rc = environ.get("SLURM_JOB_RESTART_COUNT")
+    # GPU indices: SLURM_JOB_GPUS (prolog/epilog), else the per-vendor visibility lists Slurm sets from the same gres.
+    gpus_text = (environ.get("SLURM_JOB_GPUS") or environ.get("CUDA_VISIBLE_DEVICES")
+                 or environ.get("GPU_DEVICE_ORDINAL") or environ.get("ROCR_VISIBLE_DEVICES") or "")
+    ec2 = environ.get("SLURM_JOB_EXIT_CODE2", "")
+    m = re.fullmatch(r"(\d+):(\d+)", ec2)
+    ec = environ.get("SLURM_JOB_EXIT_CODE")
+    exit_code = int(m.group(1)) if m else (int(ec) if ec and ec.lstrip("-").isdigit() else None)
+    return JobEnv(
+        job_id=job_id, restart_count=int(rc) if rc and rc.isdigit() else None,
+        cluster=environ.get("SLURM_CLUSTER_NAME"), node=environ.get("SLURMD_NODENAME"),
+        account=environ.get("SLURM_JOB_ACCOUNT"), user=environ.get("SLURM_JOB_USER"),
+        uid=environ.get("SLURM_JOB_UID"), partition=environ.get("SLURM_JOB_PARTITION"),
+        qos=environ.get("SLURM_JOB_QOS"), nodes=environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST"),
+        gpus=tuple(parse_index_list(gpus_text)), exit_code=exit_code,
+        exit_signal=int(m.group(2)) if m else None, context=environ.get("SLURM_SCRIPT_CONTEXT"),
+    )

@@ -1,0 +1,259 @@
+"""AMD device inventory and counter snapshots: ``amd-smi`` JSON / human-output parsers and an amdsmi reader.
+
+The hooks snapshot AMD accumulating counters (energy, ECC totals, violation/throttle accumulators) in the
+prolog and again in the epilog, and record the difference. ``amd-smi ... --json`` nests values as
+``{"value": V, "unit": U}`` objects or plain scalars, and writes ``"N/A"`` where a value is unsupported; the
+human form is YAML-like (``KEY: value unit``, 4-space nesting, ``GPU: n`` blocks). A counter that went down
+between the snapshots (driver reload, reset) is reported as ``counter_reset``, never as a negative or zero use.
+The ``amdsmi`` Python package is used by :func:`amdsmi_snapshot` when importable (never on the hook path).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+# Flattened counter keys (lower-case path) that accumulate over time and may be diffed between snapshots.
+COUNTER_PATTERNS = (
+    r"energy\.(total_energy_consumption|energy_accumulator)$",
+    r"ecc\.total_(correctable|uncorrectable|deferred)_count$",
+    r"throttle\.(accumulation_counter|[a-z_]+_accumulated)$",
+    r"violation_status\.acc_[a-z_]+$",
+)
+NA = {"N/A", "n/a", "NA", "", None}
+
+
+@dataclass(frozen=True)
+class AmdGpu:
+    index: int
+    bdf: str | None
+    uuid: str | None
+    sku: str | None = None
+    missing: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Per GPU index: flattened ``section.key`` -> number, and what was not available."""
+
+    values: Mapping[int, Mapping[str, float]]
+    missing: Mapping[int, Mapping[str, str]]
+
+
+def _unwrap(v: Any) -> Any:
+    if isinstance(v, dict) and "value" in v and set(v) <= {"value", "unit"}:
+        return v["value"]
+    return v
+
+
+def _flatten(obj: Any, prefix: str, out: dict, missing: dict) -> None:
+    obj = _unwrap(obj)
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _flatten(v, f"{prefix}.{k.lower()}" if prefix else k.lower(), out, missing)
+        return
+    if isinstance(obj, list):
+        return  # per-XCP lists are time-series material (importers), not job counters
+    if isinstance(obj, bool):
+        return
+    if isinstance(obj, (int, float)):
+        out[prefix] = float(obj)
+        return
+    if isinstance(obj, str):
+        s = obj.strip()
+        if s in NA:
+            missing[prefix] = "not_available"
+            return
+        m = re.fullmatch(r"(-?[\d.]+)\s*[A-Za-z%°]*", s)
+        if m:
+            try:
+                out[prefix] = float(m.group(1))
+            except ValueError:
+                pass
+
+
+def parse_metric_json(text: str) -> Snapshot:
+    """``amd-smi metric [...] --json`` -> per-GPU flattened numbers (a leading ``$ command`` line is skipped)."""
+    body = text[text.index("[") if "[" in text else 0:]
+    data = json.loads(body)
+    if isinstance(data, dict):
+        data = data.get("gpu_data") or [data]
+    values: dict[int, dict[str, float]] = {}
+    missing: dict[int, dict[str, str]] = {}
+    for item in data:
+        idx = int(_unwrap(item.get("gpu")))
+        v: dict[str, float] = {}
+        m: dict[str, str] = {}
+        _flatten({k: x for k, x in item.items() if k != "gpu"}, "", v, m)
+        values[idx], missing[idx] = v, m
+    return Snapshot(values=values, missing=missing)
+
+
+def parse_metric_text(text: str) -> Snapshot:
+    """The human form (``GPU: 0`` / ``    THROTTLE:`` / ``        KEY: value unit``), wrapped lines tolerated."""
+    values: dict[int, dict[str, float]] = {}
+    missing: dict[int, dict[str, str]] = {}
+    gpu: int | None = None
+    stack: list[tuple[int, str]] = []
+    for ln in text.splitlines():
+        if not ln.strip() or ln.lstrip().startswith("$") or ln.strip() == "...":
+            continue
+        m = re.match(r"GPU:\s*(\d+)\s*$", ln)
+        if m:
+            gpu = int(m.group(1))
+            values.setdefault(gpu, {})
+            missing.setdefault(gpu, {})
+            stack = []
+            continue
+        if gpu is None:
+            continue
+        indent = len(ln) - len(ln.lstrip())
+        s = ln.strip()
+        if ":" not in s:
+            continue  # continuation of a wrapped list value
+        key, val = (x.strip() for x in s.split(":", 1))
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = ".".join([p for _, p in stack] + [key.lower()])
+        if val == "":
+            stack.append((indent, key.lower()))
+            continue
+        if val.startswith("["):
+            continue
+        if val in NA:
+            missing[gpu][path] = "not_available"
+            continue
+        mm = re.fullmatch(r"(-?[\d.]+)\s*[A-Za-z%°]*", val)
+        if mm:
+            values[gpu][path] = float(mm.group(1))
+    return Snapshot(values=values, missing=missing)
+
+
+def counters(snapshot: Snapshot, gpu: int) -> tuple[dict[str, float], dict[str, str]]:
+    """The accumulating counters of one GPU (and the counters that were N/A)."""
+    vals = {k: v for k, v in snapshot.values.get(gpu, {}).items() if any(re.search(p, k) for p in COUNTER_PATTERNS)}
+    miss = {k: c for k, c in snapshot.missing.get(gpu, {}).items() if any(re.search(p, k) for p in COUNTER_PATTERNS)}
+    return vals, miss
+
+
+def counter_delta(before: Mapping[str, float], after: Mapping[str, float],
+                  missing_before: Mapping[str, str] | None = None,
+                  missing_after: Mapping[str, str] | None = None) -> tuple[dict[str, float], dict[str, str]]:
+    """after - before per counter; a counter absent at either end, or that went down, is missing with a cause."""
+    delta: dict[str, float] = {}
+    missing: dict[str, str] = {}
+    for k in sorted(set(before) | set(after) | set(missing_before or {}) | set(missing_after or {})):
+        if k in before and k in after:
+            d = after[k] - before[k]
+            if d < 0:
+                missing[k] = "counter_reset"
+            else:
+                delta[k] = d
+        elif k in (missing_before or {}) or k in (missing_after or {}):
+            missing[k] = (missing_after or {}).get(k) or (missing_before or {}).get(k) or "not_available"
+        else:
+            missing[k] = "absent_at_start" if k not in before else "absent_at_end"
+    return delta, missing
+
+
+def parse_list_json(text: str) -> list[AmdGpu]:
+    """``amd-smi list --json``: ``[{"gpu": 0, "bdf": "...", "uuid": "...", ...}]``."""
+    data = json.loads(text[text.index("["):] if "[" in text else text)
+    gpus = []
+    for item in data:
+        miss = {}
+        vals = {}
+        for k in ("bdf", "uuid"):
+            v = _unwrap(item.get(k))
+            if v in NA:
+                miss[k] = "not_available"
+                vals[k] = None
+            else:
+                vals[k] = str(v)
+        gpus.append(AmdGpu(index=int(_unwrap(item["gpu"])), missing=miss, **vals))
+    return gpus
+
+
+def parse_static_market_names(text: str) -> dict[int, str]:
+    """``amd-smi static --asic --json``: GPU index -> ``asic.market_name`` (the SKU)."""
+    data = json.loads(text[text.index("["):] if "[" in text else text)
+    if isinstance(data, dict):
+        data = data.get("gpu_data") or [data]
+    out = {}
+    for item in data:
+        name = _unwrap((item.get("asic") or {}).get("market_name"))
+        if name not in NA:
+            out[int(_unwrap(item["gpu"]))] = str(name)
+    return out
+
+
+class AmdSmiCli:
+    """Runs ``amd-smi`` through the allowlist."""
+
+    def __init__(self, commands: Mapping[str, str], timeout: float = 5.0, run=None):
+        from .. import commands as _commands
+
+        self._run = run or _commands.run
+        self.commands = commands
+        self.timeout = timeout
+
+    def _call(self, *args: str):
+        return self._run("amd-smi", list(args), commands=self.commands, timeout=self.timeout)
+
+    def inventory(self) -> list[AmdGpu] | str:
+        r = self._call("list", "--json")
+        if not r.ok:
+            return ("timeout" if r.timed_out else "error") + ": " + (r.stderr or r.stdout).strip()[:200]
+        try:
+            gpus = parse_list_json(r.stdout)
+        except (ValueError, KeyError) as exc:
+            return f"unparsed: {exc}"
+        s = self._call("static", "--asic", "--json")
+        names = {}
+        if s.ok:
+            try:
+                names = parse_static_market_names(s.stdout)
+            except (ValueError, KeyError):
+                names = {}
+        return [AmdGpu(g.index, g.bdf, g.uuid, names.get(g.index), g.missing) for g in gpus]
+
+    def counters(self, gpus: list[int]) -> Snapshot | str:
+        args = ["metric"]
+        for g in gpus:
+            args += ["-g", str(g)]
+        r = self._call(*args, "--energy", "--ecc", "--throttle", "--json")
+        if not r.ok:
+            return ("timeout" if r.timed_out else "error") + ": " + (r.stderr or r.stdout).strip()[:200]
+        try:
+            return parse_metric_json(r.stdout)
+        except (ValueError, KeyError, TypeError) as exc:
+            return f"unparsed: {exc}"
+
+
+def amdsmi_snapshot() -> Snapshot:
+    """Counters through the ``amdsmi`` package (raises ImportError when absent); keys as in the JSON form."""
+    import amdsmi  # noqa: PLC0415 - optional, never on the hook path
+
+    amdsmi.amdsmi_init()
+    try:
+        values: dict[int, dict[str, float]] = {}
+        missing: dict[int, dict[str, str]] = {}
+        for i, h in enumerate(amdsmi.amdsmi_get_processor_handles()):
+            v: dict[str, float] = {}
+            m: dict[str, str] = {}
+            for section, fn in (("energy", "amdsmi_get_energy_count"), ("ecc", "amdsmi_get_gpu_total_ecc_count"),
+                                ("violation_status", "amdsmi_get_violation_status")):
+                try:
+                    data = getattr(amdsmi, fn)(h)
+                except Exception as exc:  # noqa: BLE001 - AmdSmiLibraryException and friends
+                    m[section] = f"error: {exc}"
+                    continue
+                if section == "ecc":
+                    data = {f"total_{k}": x for k, x in data.items()}
+                _flatten(data, section, v, m)
+            values[i], missing[i] = v, m
+        return Snapshot(values=values, missing=missing)
+    finally:
+        amdsmi.amdsmi_shut_down()

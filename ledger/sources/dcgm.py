@@ -1,0 +1,377 @@
+"""DCGM job statistics and discovery: parsers for ``dcgmi`` output and a reader that runs ``dcgmi``.
+
+The hooks use DCGM's job statistics (``dcgmi group -c`` + ``dcgmi stats -e/-s`` in the prolog, ``stats -x`` and
+``stats -v -j`` in the epilog). The report is a fixed-width table (80 columns, values cut to 39 characters with
+``...``); blank values are printed as sentinels (``N/A``, ``Not Specified``, ``Not Supported``, ``Not Found``,
+``Insf. Permission``). The parser never turns a sentinel or a cut value into a number: it records the field as
+missing with its cause. Times are ``ctime()`` in the host engine's local time.
+
+``pydcgm`` (shipped with DCGM, not on PyPI) is used by :func:`pydcgm_available` callers when importable; the
+hooks use the CLI, which needs nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Mapping
+
+SENTINELS = {
+    "N/A": "not_available",
+    "Not Specified": "not_specified",
+    "Not Supported": "not_supported",
+    "Not Found": "not_found",
+    "Insf. Permission": "insufficient_permission",
+    "<<<NULL>>>": "null",
+}
+
+# Report row label -> (field name, kind). kind: "int", "float", "stat" (Avg/Max/Min), "time", "text".
+_ROWS = {
+    "Start Time": ("start_time", "time"),
+    "End Time": ("end_time", "time"),
+    "Total Execution Time (sec)": ("execution_time_s", "float"),
+    "No. of Processes": ("processes", "int"),
+    "Energy Consumed (Joules)": ("energy_j", "int"),
+    "Power Usage (Watts)": ("power_w", "stat"),
+    "Max GPU Memory Used (bytes)": ("max_memory_bytes", "int"),
+    "SM Clock (MHz)": ("sm_clock_mhz", "stat"),
+    "Memory Clock (MHz)": ("memory_clock_mhz", "stat"),
+    "SM Utilization (%)": ("sm_util_pct", "stat"),
+    "Memory Utilization (%)": ("memory_util_pct", "stat"),
+    "PCIe Rx Bandwidth (megabytes)": ("pcie_rx_mb", "stat"),
+    "PCIe Tx Bandwidth (megabytes)": ("pcie_tx_mb", "stat"),
+    "Single Bit ECC Errors": ("ecc_sbe", "int"),
+    "Double Bit ECC Errors": ("ecc_dbe", "int"),
+    "PCIe Replay Warnings": ("pcie_replays", "int"),
+    "Critical XID Errors": ("xid_errors", "int"),
+    "Due to - Power (%)": ("slowdown_power_pct", "float"),
+    "- Thermal (%)": ("slowdown_thermal_pct", "float"),
+    "- Reliability (%)": ("slowdown_reliability_pct", "float"),
+    "- Board Limit (%)": ("slowdown_board_limit_pct", "float"),
+    "- Low Utilization (%)": ("slowdown_low_util_pct", "float"),
+    "- Sync Boost (%)": ("slowdown_sync_boost_pct", "float"),
+    "Overall Health": ("health", "text"),
+}
+
+# Fields that are measurements of the device over the job: a block where all of them are missing measured nothing
+# (the MIG case, NVIDIA/DCGM#93: power N/A, energy Not Specified, and zeros that are not measurements).
+MEASUREMENT_FIELDS = ("energy_j", "power_w_avg", "sm_clock_mhz_avg", "sm_util_pct_avg", "memory_util_pct_avg")
+
+
+class DcgmParseError(ValueError):
+    """Output that is not a dcgmi report at all (one line, naming the line)."""
+
+
+@dataclass(frozen=True)
+class GpuJobStats:
+    """One block of a ``dcgmi stats -j`` report: a GPU (``gpu_id``) or the job summary (``gpu_id`` None)."""
+
+    gpu_id: int | None
+    start: float | None  # epoch seconds (local ctime parsed in the local zone)
+    end: float | None
+    values: Mapping[str, object]
+    missing: Mapping[str, str]  # field -> cause (not_supported, truncated, ...)
+    processes: tuple[Mapping[str, object], ...] = ()
+
+    @property
+    def measured_nothing(self) -> bool:
+        return all(f not in self.values for f in MEASUREMENT_FIELDS)
+
+
+@dataclass(frozen=True)
+class JobStatsReport:
+    job_id: str
+    blocks: tuple[GpuJobStats, ...]
+    verbose: bool
+
+
+@dataclass(frozen=True)
+class DcgmError:
+    """What dcgmi said instead of a report, classified: not_found | no_data | connection | error."""
+
+    cause: str
+    message: str
+
+
+@dataclass(frozen=True)
+class DcgmGpu:
+    gpu_id: int
+    name: str | None
+    pci_bus_id: str | None
+    uuid: str | None
+    missing: Mapping[str, str] = field(default_factory=dict)
+
+
+def parse_ctime(text: str) -> float:
+    """``Fri Dec 10 19:40:36 2021`` (local time, day padded with a space) -> epoch seconds."""
+    return time.mktime(time.strptime(" ".join(text.split()), "%a %b %d %H:%M:%S %Y"))
+
+
+def _number(text: str, kind: str) -> float | int:
+    return int(text) if kind == "int" else float(text)
+
+
+def _parse_stat(name: str, value: str, values: dict, missing: dict) -> None:
+    # "Avg: 37.8985, Max: 45.874, Min: 22.999"; a part may be N/A or cut short ("Min: 247...").
+    parts = {}
+    for part in value.split(","):
+        if ":" in part:
+            k, v = part.split(":", 1)
+            parts[k.strip().lower()] = v.strip()
+    if not parts:
+        cause = SENTINELS.get(value.strip(), "unparsed")
+        for k in ("avg", "max", "min"):
+            missing[f"{name}_{k}"] = "truncated" if value.endswith("...") else cause
+        return
+    for k in ("avg", "max", "min"):
+        v = parts.get(k)
+        key = f"{name}_{k}"
+        if v is None:
+            missing[key] = "truncated" if value.endswith("...") else "absent"
+        elif v.endswith("..."):
+            missing[key] = "truncated"
+        elif v in SENTINELS:
+            missing[key] = SENTINELS[v]
+        else:
+            try:
+                values[key] = float(v)
+            except ValueError:
+                missing[key] = "unparsed"
+
+
+def _rows(lines: list[str]):
+    for line in lines:
+        if not line.startswith("|") or line.startswith("|-") or line.startswith("+"):
+            continue
+        cells = line.strip().strip("|").split("|")
+        if len(cells) != 2:
+            continue
+        yield cells[0].strip(), cells[1].strip(), line
+
+
+def _parse_block(header: str, lines: list[str]) -> GpuJobStats:
+    gpu_id = None
+    m = re.match(r"GPU ID:\s*(\d+)", header)
+    if m:
+        gpu_id = int(m.group(1))
+    values: dict[str, object] = {}
+    missing: dict[str, str] = {}
+    processes: list[dict] = []
+    start = end = None
+    in_procs = False
+    for label, value, raw in _rows(lines):
+        if label == "PID":
+            in_procs = True
+            processes.append({"pid": int(value) if value.isdigit() else value})
+            continue
+        if in_procs and label.startswith("Avg "):
+            key = "sm_util_pct" if "SM" in label else "memory_util_pct"
+            processes[-1][key] = float(value) if re.fullmatch(r"[\d.]+", value) else None
+            continue
+        if label.startswith("XID"):
+            values.setdefault("xids", []).append(value)  # type: ignore[union-attr]
+            continue
+        spec = _ROWS.get(label)
+        if spec is None:
+            continue  # per-incident health rows, "Clocks and PCIe Performance", ...
+        in_procs = False
+        name, kind = spec
+        if kind == "stat":
+            _parse_stat(name, value, values, missing)
+            continue
+        if value.endswith("..."):
+            missing[name] = "truncated"
+            continue
+        if value in SENTINELS:
+            missing[name] = SENTINELS[value]
+            continue
+        if kind == "time":
+            if value in ("Has Not Started", "Still Running", "Has not started"):
+                missing[name] = "still_running" if "Running" in value else "not_started"
+                continue
+            try:
+                t = parse_ctime(value)
+            except ValueError:
+                missing[name] = "unparsed"
+                continue
+            if name == "start_time":
+                start = t
+            else:
+                end = t
+            continue
+        if kind == "text":
+            values[name] = value
+            continue
+        try:
+            values[name] = _number(value, kind)
+        except ValueError:
+            missing[name] = "unparsed"
+    return GpuJobStats(gpu_id=gpu_id, start=start, end=end, values=values, missing=missing,
+                       processes=tuple(processes))
+
+
+_ERROR_CAUSES = (
+    ("was not found", "not_found"),
+    ("No data is available", "no_data"),
+    ("not found", "not_found"),
+    ("connection", "connection"),
+    ("connect to", "connection"),
+    ("Host engine", "connection"),
+)
+
+
+def classify_error(text: str) -> DcgmError:
+    msg = next((ln.strip() for ln in text.splitlines() if "rror" in ln), text.strip().splitlines()[0] if text.strip() else "")
+    for needle, cause in _ERROR_CAUSES:
+        if needle.lower() in text.lower():
+            return DcgmError(cause, msg)
+    return DcgmError("error", msg)
+
+
+def parse_stats(text: str) -> JobStatsReport | DcgmError:
+    """Parse ``dcgmi stats [-v] -j ID`` output (prompt lines and ``-x``/``group -d`` chatter around it allowed)."""
+    lines = text.splitlines()
+    job_id = None
+    for ln in lines:
+        m = re.match(r"\s*Successfully retrieved statistics for job:\s*(.*?)\.\s*$", ln)
+        if m:
+            job_id = m.group(1)
+            break
+    if job_id is None:
+        return classify_error(text)
+    blocks: list[GpuJobStats] = []
+    header = None
+    body: list[str] = []
+    for i, ln in enumerate(lines):
+        m = re.match(r"\|\s*(GPU ID:\s*\d+|Summary)\s*\|\s*$", ln)
+        if m:
+            if header is not None:
+                blocks.append(_parse_block(header, body))
+            header, body = m.group(1), []
+            continue
+        if header is not None:
+            body.append(ln)
+    if header is not None:
+        blocks.append(_parse_block(header, body))
+    if not blocks:
+        raise DcgmParseError(f"dcgmi stats report for job {job_id}: no GPU or Summary block")
+    verbose = any(b.gpu_id is not None for b in blocks)
+    return JobStatsReport(job_id=job_id, blocks=tuple(blocks), verbose=verbose)
+
+
+def parse_discovery(text: str) -> list[DcgmGpu]:
+    """``dcgmi discovery -l``: GPU id, name, PCI bus id, UUID (``<<<NULL>>>`` names are missing, not names)."""
+    gpus: list[DcgmGpu] = []
+    cur: dict | None = None
+    for line in text.splitlines():
+        if "NvSwitch" in line or "Switch ID" in line:
+            break
+        m = re.match(r"\|\s*(\d+)\s*\|\s*Name:\s*(.*?)\s*\|\s*$", line)
+        if m:
+            if cur:
+                gpus.append(_gpu(cur))
+            cur = {"gpu_id": int(m.group(1)), "name": m.group(2)}
+            continue
+        m = re.match(r"\|\s*\|\s*(PCI Bus ID|Device UUID):\s*(.*?)\s*\|\s*$", line)
+        if m and cur is not None:
+            cur["pci_bus_id" if m.group(1).startswith("PCI") else "uuid"] = m.group(2)
+    if cur:
+        gpus.append(_gpu(cur))
+    return gpus
+
+
+def _gpu(d: dict) -> DcgmGpu:
+    missing = {}
+    vals = {}
+    for k in ("name", "pci_bus_id", "uuid"):
+        v = d.get(k)
+        if v is None or v in SENTINELS or v == "":
+            missing[k] = SENTINELS.get(v or "", "absent")
+            vals[k] = None
+        else:
+            vals[k] = v
+    return DcgmGpu(gpu_id=d["gpu_id"], missing=missing, **vals)
+
+
+def parse_group_create(text: str) -> int | None:
+    """``Successfully created group "NAME" with a group ID of 23`` -> 23."""
+    m = re.search(r"with a group ID of\s+(\d+)", text)
+    return int(m.group(1)) if m else None
+
+
+def summary_fields(block: GpuJobStats) -> dict:
+    """The payload of a ``telemetry_summary`` for one block: measured values and, separately, what is missing."""
+    return {"values": dict(block.values), "missing": dict(block.missing),
+            "processes": [dict(p) for p in block.processes]}
+
+
+class DcgmiCli:
+    """Runs ``dcgmi`` through the allowlist; every method returns values, never raises on tool failure."""
+
+    def __init__(self, commands: Mapping[str, str], timeout: float = 5.0, run=None):
+        from .. import commands as _commands
+
+        self._run = run or _commands.run
+        self.commands = commands
+        self.timeout = timeout
+
+    def call(self, *args: str):
+        return self._run("dcgmi", list(args), commands=self.commands, timeout=self.timeout)
+
+    def discovery(self) -> list[DcgmGpu] | DcgmError:
+        r = self.call("discovery", "-l")
+        if not r.ok:
+            return DcgmError("timeout" if r.timed_out else classify_error(r.stdout + r.stderr).cause,
+                             (r.stdout + r.stderr).strip()[:300])
+        return parse_discovery(r.stdout)
+
+    def create_group(self, name: str, gpu_ids: list[int]) -> int | DcgmError:
+        r = self.call("group", "-c", name, "-a", ",".join(str(i) for i in gpu_ids))
+        gid = parse_group_create(r.stdout) if r.ok else None
+        if gid is None:
+            return DcgmError("timeout" if r.timed_out else classify_error(r.stdout + r.stderr).cause,
+                             (r.stdout + r.stderr).strip()[:300])
+        return gid
+
+    def _ok(self, r, expect: str) -> DcgmError | None:
+        if r.ok and expect in r.stdout:
+            return None
+        if r.timed_out:
+            return DcgmError("timeout", r.stderr.strip()[:300])
+        return classify_error(r.stdout + "\n" + r.stderr)
+
+    def start_job(self, group_id: int, job_key: str) -> DcgmError | None:
+        err = self._ok(self.call("stats", "-g", str(group_id), "-e"), "Successfully")
+        if err is not None:
+            return err
+        return self._ok(self.call("stats", "-g", str(group_id), "-s", job_key), "Successfully started")
+
+    def stop_job(self, job_key: str) -> DcgmError | None:
+        return self._ok(self.call("stats", "-x", job_key), "Successfully stopped")
+
+    def job_stats(self, job_key: str) -> JobStatsReport | DcgmError:
+        r = self.call("stats", "-v", "-j", job_key)
+        if r.timed_out:
+            return DcgmError("timeout", r.stderr.strip()[:300])
+        try:
+            return parse_stats(r.stdout if r.ok else r.stdout + "\n" + r.stderr)
+        except DcgmParseError as exc:
+            return DcgmError("unparsed", str(exc))
+
+    def remove_job(self, job_key: str) -> None:
+        self.call("stats", "-r", job_key)
+
+    def delete_group(self, group_id: int) -> None:
+        self.call("group", "-d", str(group_id))
+
+
+def pydcgm_available() -> bool:
+    """Whether DCGM's own Python bindings can be imported (DCGM installs them outside site-packages)."""
+    import importlib.util
+    import sys
+
+    for p in ("/usr/local/dcgm/bindings/python3", "/usr/share/datacenter-gpu-manager-4/bindings/python3"):
+        if p not in sys.path:
+            sys.path.append(p)
+    return importlib.util.find_spec("pydcgm") is not None

@@ -1,0 +1,208 @@
+"""NVIDIA device inventory and snapshots: ``nvidia-smi`` CSV / ``-L`` / ``-q`` parsers and an NVML reader.
+
+The hooks map Slurm's GPU indices to UUIDs and SKUs with ``nvidia-smi --query-gpu=... --format=csv,noheader,nounits``
+(standard library only). ``nvidia-ml-py`` (``pynvml``) is used by :func:`nvml_inventory` when importable (the
+collector; never on the hook path). Placeholders (``[N/A]``, ``N/A``, ``[Not Supported]``) become missing
+fields with their cause, never zeros.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+PLACEHOLDERS = {
+    "[N/A]": "not_available", "N/A": "not_available", "[Not Supported]": "not_supported",
+    "Not Supported": "not_supported", "[Unknown Error]": "unknown_error", "[Insufficient Permissions]":
+    "insufficient_permission", "[GPU is lost]": "gpu_lost", "": "absent",
+}
+
+INVENTORY_FIELDS = ("index", "minor_number", "uuid", "name", "pci.bus_id")
+
+
+@dataclass(frozen=True)
+class NvidiaGpu:
+    index: int
+    uuid: str | None
+    name: str | None
+    minor_number: int | None = None
+    pci_bus_id: str | None = None
+    missing: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CsvRows:
+    """``--query-gpu`` CSV: column names (units stripped), unit per column, rows of values (None = missing)."""
+
+    columns: tuple[str, ...]
+    units: Mapping[str, str]
+    rows: tuple[Mapping[str, object], ...]
+    missing: tuple[Mapping[str, str], ...]
+
+
+def _split_header(cell: str) -> tuple[str, str | None]:
+    m = re.match(r"\s*(.*?)\s*\[(.*?)\]\s*$", cell)
+    return (m.group(1), m.group(2)) if m else (cell.strip(), None)
+
+
+def _value(text: str, unit: str | None) -> tuple[object, str | None]:
+    v = text.strip()
+    if v in PLACEHOLDERS:
+        return None, PLACEHOLDERS[v]
+    if unit and v.endswith(" " + unit):  # values keep their unit unless "nounits" was given
+        v = v[: -len(unit) - 1].strip()
+    try:
+        return (int(v) if re.fullmatch(r"-?\d+", v) else float(v)), None
+    except ValueError:
+        return v, None
+
+
+def parse_query_csv(text: str, columns: tuple[str, ...] | None = None) -> CsvRows:
+    """Parse ``nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]``; pass ``columns`` when noheader.
+
+    Lines before the header that are not CSV (a shell prompt such as ``$ kubectl exec ...``) are skipped.
+    """
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    units: dict[str, str] = {}
+    if columns is None:
+        start = next((i for i, ln in enumerate(lines) if not ln.lstrip().startswith(("$", "#")) and "," in ln
+                      and not re.match(r"^\s*\d", ln)), None)
+        if start is None:
+            raise ValueError("nvidia-smi CSV: no header line")
+        names = []
+        for cell in lines[start].split(","):
+            name, unit = _split_header(cell)
+            names.append(name)
+            if unit:
+                units[name] = unit
+        columns = tuple(names)
+        lines = lines[start + 1:]
+    rows, missing = [], []
+    for ln in lines:
+        cells = [c.strip() for c in ln.split(", ")] if ", " in ln else [c.strip() for c in ln.split(",")]
+        if len(cells) != len(columns):
+            raise ValueError(f"nvidia-smi CSV: line {ln!r} has {len(cells)} fields, expected {len(columns)}")
+        row: dict[str, object] = {}
+        miss: dict[str, str] = {}
+        for name, cell in zip(columns, cells):
+            unit = units.get(name)
+            if unit is None and cell.endswith((" %", " W", " MHz", " MiB", " C")):
+                unit = cell.rsplit(" ", 1)[1]
+            val, cause = _value(cell, unit)
+            if cause:
+                miss[name] = cause
+            row[name] = val
+        rows.append(row)
+        missing.append(miss)
+    return CsvRows(columns=tuple(columns), units=units, rows=tuple(rows), missing=tuple(missing))
+
+
+def parse_inventory_csv(text: str) -> list[NvidiaGpu]:
+    """Rows of ``--query-gpu=index,minor_number,uuid,name,pci.bus_id --format=csv,noheader,nounits``."""
+    table = parse_query_csv(text, INVENTORY_FIELDS)
+    gpus = []
+    for row, miss in zip(table.rows, table.missing):
+        gpus.append(NvidiaGpu(index=int(row["index"]),  # type: ignore[arg-type]
+                              minor_number=row["minor_number"] if isinstance(row["minor_number"], int) else None,
+                              uuid=row["uuid"] if isinstance(row["uuid"], str) else None,
+                              name=row["name"] if isinstance(row["name"], str) else None,
+                              pci_bus_id=row["pci.bus_id"] if isinstance(row["pci.bus_id"], str) else None,
+                              missing=dict(miss)))
+    return gpus
+
+
+def parse_list(text: str) -> list[NvidiaGpu]:
+    """``nvidia-smi -L``: ``GPU 0: NAME (UUID: GPU-...)``; indented MIG rows belong to the GPU above (skipped)."""
+    gpus = []
+    for ln in text.splitlines():
+        m = re.match(r"GPU (\d+): (.*) \(UUID: (GPU-[0-9a-fA-F-]+)\)\s*$", ln)
+        if m:
+            gpus.append(NvidiaGpu(index=int(m.group(1)), name=m.group(2).strip(), uuid=m.group(3)))
+    return gpus
+
+
+def parse_clock_event_reasons(text: str) -> list[dict]:
+    """``nvidia-smi -q -d PERFORMANCE``: per GPU, each clock throttle/event reason -> active (bool) or None (N/A)."""
+    gpus: list[dict] = []
+    cur: dict | None = None
+    in_block = False
+    for ln in text.splitlines():
+        m = re.match(r"GPU ([0-9A-Fa-f:.]+)\s*$", ln)
+        if m:
+            cur = {"pci_bus_id": m.group(1), "reasons": {}, "missing": {}}
+            gpus.append(cur)
+            in_block = False
+            continue
+        if cur is None:
+            continue
+        s = ln.strip()
+        if re.match(r"Clocks (Throttle|Event) Reasons\s*(:.*)?$", s):
+            if ":" in s and s.split(":", 1)[1].strip() in PLACEHOLDERS:
+                cur["missing"]["clock_event_reasons"] = PLACEHOLDERS[s.split(":", 1)[1].strip()]
+                in_block = False
+            else:
+                in_block = True
+            continue
+        if in_block and ":" in s:
+            k, v = (x.strip() for x in s.split(":", 1))
+            if v in ("Active", "Not Active"):
+                cur["reasons"][k] = v == "Active"
+            elif v in PLACEHOLDERS:
+                cur["missing"][k] = PLACEHOLDERS[v]
+            else:
+                in_block = False
+        elif in_block and s and ":" not in s:
+            in_block = False
+    return gpus
+
+
+class NvidiaSmiCli:
+    """Runs ``nvidia-smi`` through the allowlist."""
+
+    def __init__(self, commands: Mapping[str, str], timeout: float = 5.0, run=None):
+        from .. import commands as _commands
+
+        self._run = run or _commands.run
+        self.commands = commands
+        self.timeout = timeout
+
+    def inventory(self) -> list[NvidiaGpu] | str:
+        r = self._run("nvidia-smi", ["--query-gpu=" + ",".join(INVENTORY_FIELDS), "--format=csv,noheader,nounits"],
+                      commands=self.commands, timeout=self.timeout)
+        if not r.ok:
+            return ("timeout" if r.timed_out else "error") + ": " + (r.stderr or r.stdout).strip()[:200]
+        try:
+            return parse_inventory_csv(r.stdout)
+        except ValueError as exc:
+            return f"unparsed: {exc}"
+
+
+def nvml_inventory() -> list[NvidiaGpu]:
+    """The same inventory through NVML (``nvidia-ml-py``); raises ImportError when it is not installed."""
+    import pynvml  # noqa: PLC0415 - optional, never on the hook path
+
+    pynvml.nvmlInit()
+    try:
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            miss: dict[str, str] = {}
+
+            def get(fn, key, _h=h, _miss=miss):
+                try:
+                    v = fn(_h)
+                    return v.decode() if isinstance(v, bytes) else v
+                except pynvml.NVMLError as exc:  # e.g. NVML_ERROR_NOT_SUPPORTED
+                    _miss[key] = str(exc)
+                    return None
+
+            pci = get(pynvml.nvmlDeviceGetPciInfo, "pci.bus_id")
+            bus = getattr(pci, "busId", None) if pci is not None else None
+            gpus.append(NvidiaGpu(index=i, uuid=get(pynvml.nvmlDeviceGetUUID, "uuid"),
+                                  name=get(pynvml.nvmlDeviceGetName, "name"),
+                                  minor_number=get(pynvml.nvmlDeviceGetMinorNumber, "minor_number"),
+                                  pci_bus_id=bus.decode() if isinstance(bus, bytes) else bus, missing=miss))
+        return gpus
+    finally:
+        pynvml.nvmlShutdown()

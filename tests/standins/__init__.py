@@ -1,0 +1,93 @@
+"""Stand-in tools for the tests (dcgmi, nvidia-smi, amd-smi, scontrol) and a helper that sets up a site for them.
+
+The executables answer in the real formats and keep state in one directory. Slurm runs hooks with a minimal
+environment (no PATH, no STANDIN_STATE), so :func:`make_site` writes one small wrapper per tool that names the
+absolute interpreter and the state directory, and a site config whose ``[commands]`` point at the wrappers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+TOOLS = ("dcgmi", "nvidia-smi", "amd-smi", "scontrol")
+
+
+@dataclass
+class Site:
+    root: Path
+    state: Path
+    bin: Path
+    spool: Path
+    config: Path
+    gpus: list
+
+    def control(self, **kw) -> None:
+        """Merge settings into the stand-ins' control file (see each stand-in's docstring)."""
+        path = self.state / "control.json"
+        data = json.loads(path.read_text()) if path.exists() else {}
+        data.update(kw)
+        path.write_text(json.dumps(data))
+
+    def clear_control(self) -> None:
+        (self.state / "control.json").write_text("{}")
+
+    def scontrol_record(self, job_id: str, line: str) -> None:
+        d = self.state / "scontrol"
+        d.mkdir(exist_ok=True)
+        (d / f"{job_id}.txt").write_text(line.strip() + "\n")
+
+    def dcgm_calls(self) -> list:
+        p = self.state / "dcgm_calls.json"
+        return json.loads(p.read_text()) if p.exists() else []
+
+
+def fake_uuid(node: str, index: int) -> str:
+    h = hashlib.sha256(f"{node}/{index}".encode()).hexdigest()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def make_site(root: Path, *, node: str = "node1", ngpus: int = 4, tools=("dcgmi", "nvidia-smi", "scontrol"),
+              scontrol_path: str | None = None, db: str | None = None, cluster: str | None = None,
+              hooks: dict | None = None, python: str | None = None) -> Site:
+    root = Path(root)
+    state, bindir, spool = root / "standin-state", root / "bin", root / "spool"
+    for d in (state, bindir, spool):
+        d.mkdir(parents=True, exist_ok=True)
+    gpus = [{"index": i, "minor": i, "uuid": fake_uuid(node, i), "name": "NVIDIA H100 80GB HBM3",
+             "pci": f"00000000:{0x1B + 0x10 * i:02X}:00.0"} for i in range(ngpus)]
+    (state / "gpus.json").write_text(json.dumps({"gpus": gpus}))
+    (state / "amd_gpus.json").write_text(json.dumps({"gpus": [
+        {"index": i, "uuid": f"{i:02x}ff74a1-0000-1000-80e8-{i:012x}", "bdf": f"0000:{0x0c + i:02x}:00.0",
+         "market_name": "AMD Instinct MI300X"} for i in range(ngpus)]}))
+    (state / "control.json").write_text("{}")
+    py = python or sys.executable
+    commands = {}
+    for tool in tools:
+        if tool == "scontrol" and scontrol_path:
+            commands[tool] = scontrol_path
+            continue
+        wrapper = bindir / tool
+        wrapper.write_text(f"#!/bin/sh\nSTANDIN_STATE='{state}' exec '{py}' '{HERE / tool}' \"$@\"\n")
+        wrapper.chmod(0o755)
+        commands[tool] = str(wrapper)
+    lines = [f'spool = "{spool}"']
+    if db:
+        lines.append(f'db = "{db}"')
+    if cluster:
+        lines.append(f'cluster = "{cluster}"')
+    lines.append("hook_timeout_s = 3.0")
+    lines.append("[commands]")
+    lines += [f'"{k}" = "{v}"' for k, v in commands.items()]
+    if hooks:
+        lines.append("[hooks]")
+        for k, v in hooks.items():
+            lines.append(f"{k} = {json.dumps(v)}")
+    config = root / "config.toml"
+    config.write_text("\n".join(lines) + "\n")
+    return Site(root=root, state=state, bin=bindir, spool=spool, config=config, gpus=gpus)

@@ -1,0 +1,292 @@
+"""End to end on a real Slurm: hooks installed by `ipledger hooks install`, real jobs, stand-in DCGM/NVIDIA tools.
+
+One module-scoped scenario submits all jobs at once and drives them (requeue, suspend/resume, cancel, a DCGM
+host-engine restart, a lost epilog) so the suite stays well under a minute; each test then checks one promise
+on the ledger the scenario shipped into.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from ledger import db as db_mod
+from ledger import store
+from ledger.canonical import ts_to_epoch
+from ledger.cli.main import cli as ipledger
+from ledger.hooks.install import install
+from tests import services, slurm_service
+from tests.standins import make_site
+
+pytestmark = pytest.mark.slurm
+
+
+def _wait(cond, timeout=30.0, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            v = cond()
+        except (OSError, ValueError, KeyError):  # a file not written yet, or mid-write
+            v = None
+        if v:
+            return v
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _spool_records(spool: Path) -> list[dict]:
+    out = []
+    for f in sorted(spool.glob("*.jsonl")):
+        out += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    return out
+
+
+def _trace(site) -> list[dict]:
+    p = site.root / "trace.jsonl"
+    return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    root = tmp_path_factory.mktemp("slurm-site")
+    node = socket.gethostname().split(".")[0]
+    site = make_site(root, node=node, ngpus=8, scontrol_path=slurm_service._which("scontrol"),
+                     hooks={"trace": str(root / "trace.jsonl")})
+    paths = install(root / "hooks", str(site.config))
+    s = slurm_service.start(str(paths[0]), str(paths[1]), ngpus=8)
+    old = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(s.conf)  # for `ipledger reconcile`, which runs scontrol from this process
+    yield s, site
+    if old is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = old
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def scenario(slurm, tmp_path_factory, runner_module):
+    s, site = slurm
+    jobs = {
+        "complete": s.sbatch("--gres=gpu:2", "-A", "tenant", "--wrap", "sleep 2"),
+        "requeue": s.sbatch("--gres=gpu:1", "-A", "tenant", "--wrap", "sleep 3"),
+        "suspend": s.sbatch("--gres=gpu:1", "-A", "tenant", "--wrap", "sleep 6"),
+        "cancel": s.sbatch("--gres=gpu:1", "-A", "tenant", "--wrap", "sleep 120"),
+        "restart": s.sbatch("--gres=gpu:1", "-A", "tenant", "--wrap", "sleep 4"),
+        "noepilog": s.sbatch("--gres=gpu:1", "-A", "other", "--wrap", "sleep 1"),
+    }
+    for name in ("requeue", "suspend", "cancel", "restart"):
+        s.wait(jobs[name], states=("RUNNING",), timeout=30)
+    # With PrologFlags=Alloc a job shows RUNNING while its prolog runs; act only once every prolog is done.
+    _wait(lambda: {t["job_id"] for t in _trace(site) if t["hook"] == "prolog"} >= set(jobs.values()),
+          timeout=30, what="every prolog")
+    # DCGM "restarts" once the restart job's stats are being recorded: its record is lost.
+    _wait(lambda: f"{jobs['restart']}.0" in json.loads((site.state / "dcgm.json").read_text())["jobs"],
+          what="DCGM job record of the restart job")
+    site.control(restart_jobs=[f"{jobs['restart']}.0"])
+    s.cmd("scontrol", "suspend", jobs["suspend"])
+    time.sleep(1.0)
+    s.cmd("scontrol", "requeue", jobs["requeue"])
+    s.cmd("scancel", jobs["cancel"])
+    time.sleep(2.0)
+    s.cmd("scontrol", "resume", jobs["suspend"])
+    # Slurm holds a requeued job back ~2 minutes; let it start again now.
+    s.wait(jobs["requeue"], states=("PENDING",), restarts=1, timeout=30)
+    s.cmd("scontrol", "update", f"jobid={jobs['requeue']}", "StartTime=now")
+    for name, jid in jobs.items():
+        s.wait(jid, timeout=60, restarts=1 if name == "requeue" else None)
+    # Epilogs run while the job is COMPLETING; wait until every epilog has traced its exit (the requeued job
+    # has two runs; Slurm may skip the second run's prolog, see test_requeued_job_has_two_runs).
+    _wait(lambda: len([t for t in _trace(site) if t["hook"] == "epilog"]) >= len(jobs) + 1, timeout=30,
+          what="every epilog to finish")
+    # The node died before the "noepilog" job's epilog: its epilog never reached the spool.
+    lost = site.root / "lost-epilog"
+    lost.mkdir()
+    for f in site.spool.glob("*.jsonl"):
+        recs = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+        if any(r["job_id"] == jobs["noepilog"] and r["kind"] != "allocation_started" and r["kind"] != "device_bound"
+               for r in recs):
+            shutil.move(str(f), lost / f.name)
+    db_url = f"sqlite:///{tmp_path_factory.mktemp('ledger') / 'ledger.db'}"
+    r = runner_module.invoke(ipledger, ["--db", db_url, "init"])
+    assert r.exit_code == 0, r.output
+    r = runner_module.invoke(ipledger, ["--db", db_url, "ship", "--spool", str(site.spool), "--json"])
+    assert r.exit_code == 0, r.output
+    engine = db_mod.make_engine(db_url)
+    yield {"jobs": jobs, "db": db_url, "engine": engine, "site": site, "slurm": s}
+    engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def runner_module():
+    from click.testing import CliRunner
+
+    return CliRunner()
+
+
+def _entries(engine, job_id):
+    return [c.entry for c in store.iter_entries(engine, job_id=job_id)]
+
+
+def _by_run(entries):
+    runs = defaultdict(list)
+    for e in entries:
+        runs[e.run].append(e)
+    return runs
+
+
+def test_hooks_exit_zero_and_node_stays_up(scenario):
+    trace = _trace(scenario["site"])
+    assert trace and all(t["ok"] for t in trace), trace
+    assert all(t["elapsed_s"] < 10 for t in trace), [t["elapsed_s"] for t in trace]
+    assert not scenario["slurm"].node_state().startswith(("drain", "down")), scenario["slurm"].node_state()
+
+
+def test_two_gpu_job_has_start_binding_dcgm_summaries_and_end(scenario, runner_module):
+    jid = scenario["jobs"]["complete"]
+    es = _entries(scenario["engine"], jid)
+    kinds = [e.kind for e in es]
+    assert kinds.count("allocation_started") == 1 and kinds.count("allocation_ended") == 1
+    bound = [e for e in es if e.kind == "device_bound"]
+    uuids = {e.device for e in bound}
+    assert len(uuids) == 2 and all(u.startswith("GPU-") for u in uuids)
+    summaries = [e for e in es if e.kind == "telemetry_summary"]
+    assert {e.device for e in summaries} == uuids
+    for e in summaries:
+        assert e.data["source"] == "dcgm_job_stats"
+        assert e.data["values"]["power_w_avg"] > 0 and e.data["values"]["energy_j"] >= 0
+        assert e.data["missing"]["pcie_rx_mb_avg"] == "not_available"  # N/A stays missing, not zero
+    start = next(e for e in es if e.kind == "allocation_started")
+    assert start.data["account"] == "tenant" and start.data["partition"] == "gpu" and start.data["gpus"] == 2
+    end = next(e for e in es if e.kind == "allocation_ended")
+    assert end.data["state"] == "COMPLETED" and end.data["exit_code"] == 0
+    # The only gap a clean job may have is the prolog's own time before the DCGM watch began (the job's tasks
+    # cannot start before the prolog ends with PrologFlags=Alloc); it must end where the DCGM record begins.
+    for g in (e for e in es if e.kind == "unknown_interval"):
+        assert g.data["cause"] == "dcgm_watch_late" and g.ts == start.ts
+        summary = next(e for e in summaries if e.device == g.device)
+        assert g.ts_end == summary.ts and ts_to_epoch(g.ts_end) - ts_to_epoch(g.ts) < 15
+    r = runner_module.invoke(ipledger, ["--db", scenario["db"], "receipt", jid, "--format", "json"])
+    assert r.exit_code == 0, r.output
+    receipt = json.loads(r.output)
+    assert receipt["job"]["account"] == "tenant" and receipt["job"]["partition"] == "gpu"
+    assert {d["uuid"] for d in receipt["job"]["devices"]} == uuids
+    assert receipt["window"]["start"] == start.ts and receipt["window"]["end"] == end.ts
+    assert ts_to_epoch(end.ts) - ts_to_epoch(start.ts) >= 2
+
+
+def test_requeued_job_has_two_runs(scenario):
+    jid = scenario["jobs"]["requeue"]
+    runs = _by_run(_entries(scenario["engine"], jid))
+    assert sorted(runs) == [0, 1]
+    for run, es in runs.items():
+        kinds = [e.kind for e in es]
+        assert kinds.count("allocation_started") == 1 and kinds.count("allocation_ended") == 1, (run, kinds)
+    end0 = next(e for e in runs[0] if e.kind == "allocation_ended")
+    assert end0.data["state"] == "REQUEUED"
+    assert any(e.kind == "allocation_requeued" for e in runs[0])
+    assert next(e for e in runs[1] if e.kind == "allocation_ended").data["state"] == "COMPLETED"
+    start1 = next(e for e in runs[1] if e.kind == "allocation_started")
+    assert ts_to_epoch(start1.ts) >= ts_to_epoch(end0.ts)
+    # slurmd runs the prolog once per job id while the job's credential is cached (~2 min): a run requeued onto
+    # the same node sooner gets no prolog. The epilog then rebuilds the start from scontrol and says what it lacks.
+    prolog_ran = any(e.kind == "telemetry_summary" for e in runs[1])
+    if not prolog_ran:
+        gaps = [e for e in runs[1] if e.kind == "unknown_interval"]
+        assert gaps and all(g.data["cause"] == "prolog_missing" for g in gaps)
+        assert any(e.kind == "hook_error" for e in runs[1])
+
+
+def test_suspended_job_shows_the_suspended_span(scenario):
+    es = _entries(scenario["engine"], scenario["jobs"]["suspend"])
+    sus = [e for e in es if e.kind == "allocation_suspended"]
+    assert len(sus) == 1
+    span = ts_to_epoch(sus[0].ts_end) - ts_to_epoch(sus[0].ts)
+    assert 1.0 <= span <= 8.0 and sus[0].data["exact"] is True
+    start = next(e for e in es if e.kind == "allocation_started")
+    end = next(e for e in es if e.kind == "allocation_ended")
+    assert ts_to_epoch(start.ts) <= ts_to_epoch(sus[0].ts) < ts_to_epoch(sus[0].ts_end) <= ts_to_epoch(end.ts)
+
+
+def test_cancelled_job_is_closed(scenario):
+    es = _entries(scenario["engine"], scenario["jobs"]["cancel"])
+    end = [e for e in es if e.kind == "allocation_ended"]
+    assert len(end) == 1 and end[0].data["signal"] == 15 and end[0].data["state"] in ("SIGNALED", "CANCELLED")
+
+
+def test_dcgm_restart_mid_job_is_an_unknown_interval(scenario):
+    es = _entries(scenario["engine"], scenario["jobs"]["restart"])
+    start = next(e for e in es if e.kind == "allocation_started")
+    end = next(e for e in es if e.kind == "allocation_ended")
+    gaps = [e for e in es if e.kind == "unknown_interval"]
+    bound = {e.device for e in es if e.kind == "device_bound"}
+    assert {g.device for g in gaps} == bound
+    for g in gaps:
+        assert g.data["cause"] == "dcgm_host_engine_restart"
+        assert (g.ts, g.ts_end) == (start.ts, end.ts)  # the whole run: the restarted engine kept nothing
+    assert not [e for e in es if e.kind == "telemetry_summary"], "no summary may stand in for lost data"
+
+
+def test_lost_epilog_is_closed_by_reconcile(scenario, runner_module):
+    jid = scenario["jobs"]["noepilog"]
+    before = _entries(scenario["engine"], jid)
+    assert [e.kind for e in before if e.kind == "allocation_ended"] == []
+    r = runner_module.invoke(ipledger, ["--db", scenario["db"], "--config", str(scenario["site"].config),
+                                        "reconcile", "--no-ship", "--json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.output)
+    assert [c["job_id"] for c in rep["closed"]] == [jid]
+    after = _entries(scenario["engine"], jid)
+    end = [e for e in after if e.kind == "allocation_ended"]
+    assert len(end) == 1 and end[0].data["cause"] == "epilog_missing" and end[0].data["state"] == "COMPLETED"
+    gaps = [e for e in after if e.kind == "unknown_interval"]
+    start = next(e for e in after if e.kind == "allocation_started")
+    assert len(gaps) == 1 and gaps[0].data["cause"] == "epilog_missing"
+    assert gaps[0].ts == start.ts and gaps[0].ts_end == end[0].ts
+    slurm_end = scenario["slurm"].job(jid).get("EndTime")
+    assert end[0].ts.startswith(time.strftime("%Y-%m-%dT%H:%M", time.gmtime(time.mktime(
+        time.strptime(slurm_end, "%Y-%m-%dT%H:%M:%S")))))
+    # A second pass finds nothing left to close.
+    r2 = runner_module.invoke(ipledger, ["--db", scenario["db"], "--config", str(scenario["site"].config),
+                                         "reconcile", "--no-ship", "--json"])
+    assert json.loads(r2.output)["closed"] == []
+
+
+def test_database_down_jobs_finish_and_ship_delivers_exactly_once(scenario, slurm, runner_module, tmp_path):
+    s, site = slurm
+    # The scenario shipped its files already; what is in the spool now is only this test's.
+    closed = f"postgresql+psycopg://postgres@127.0.0.1:{services.free_port()}/x"  # nothing listens there
+    t0 = len(_trace(site))
+    ids = [s.sbatch("--gres=gpu:1", "-A", "tenant", "--wrap", "sleep 1") for _ in range(3)]
+    for j in ids:
+        s.wait(j, timeout=60)
+    _wait(lambda: len(_trace(site)) >= t0 + 6, what="hooks of the db-down jobs")
+    new = _trace(site)[t0:]
+    assert all(t["ok"] and t["elapsed_s"] < 10 for t in new), new
+    records = _spool_records(site.spool)
+    assert {r["job_id"] for r in records} == set(ids)
+    down = runner_module.invoke(ipledger, ["--db", closed, "ship", "--spool", str(site.spool)])
+    assert down.exit_code != 0
+    assert len(_spool_records(site.spool)) == len(records), "nothing may leave the spool while the db is down"
+    url = f"sqlite:///{tmp_path / 'after.db'}"
+    assert runner_module.invoke(ipledger, ["--db", url, "init"]).exit_code == 0
+    up = runner_module.invoke(ipledger, ["--db", url, "ship", "--spool", str(site.spool), "--json"])
+    assert up.exit_code == 0, up.output
+    rep = json.loads(up.output)
+    assert rep["records"] == len(records) and rep["appended"] == len(records)
+    again = json.loads(runner_module.invoke(ipledger, ["--db", url, "ship", "--spool", str(site.spool),
+                                                       "--json"]).output)
+    assert again["records"] == 0
+    eng = db_mod.make_engine(url)
+    try:
+        got = [c.entry.entry_id for c in store.iter_entries(eng)]
+    finally:
+        eng.dispose()
+    assert len(got) == len(set(got)) == len(records)
