@@ -206,7 +206,10 @@ def _fast_target(engine: Engine) -> tuple[str, str] | None:
 
 def verify_chain(engine: Engine, workers: int | None = None) -> VerifyReport:
     """The chain check of :func:`verify`: the fast path when it applies, the reference path otherwise."""
+    import multiprocessing
     import os
+    import threading
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
     from sqlalchemy import text
 
@@ -223,13 +226,17 @@ def verify_chain(engine: Engine, workers: int | None = None) -> VerifyReport:
             jobs = [(target[0], target[1], bounds[i], bounds[i + 1] - 1) for i in range(workers)]
             if workers == 1:
                 results = [_range_job(jobs[0])]
-            else:
-                import multiprocessing
-                from concurrent.futures import ProcessPoolExecutor
-
-                # spawn, not fork: the caller may hold threads and pooled connections
-                with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            elif threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
+                # Worker processes by fork: a single-threaded caller (the CLI) forks safely, and fork starts
+                # in milliseconds without re-running the caller's __main__ (spawn would). Workers open their
+                # own connections and never touch the parent's pooled ones.
+                with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
                     results = list(pool.map(_range_job, jobs))
+            else:
+                # A threaded caller must not fork; threads still overlap the driver's work (SQLite and
+                # psycopg release the GIL while the database produces rows).
+                with ThreadPoolExecutor(workers) as tpool:
+                    results = list(tpool.map(_range_job, jobs))
             ok = all(r.ok for r in results) and results[0].first_prev == GENESIS_HASH and all(
                 results[i].first_prev == results[i - 1].last_hash for i in range(1, len(results)))
             if ok:
