@@ -258,63 +258,100 @@ def _group_sql(keys: list[str]) -> str:
             f"FROM flat GROUP BY {k} ORDER BY {k}")
 
 
-def aggregate(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+GROUP_KEYS = ("tenant", "partition", "qos", "currency")
+
+
+def _for_duckdb(rows: pd.DataFrame) -> pd.DataFrame:
+    """Only the columns the GROUP BYs read (DuckDB scans a pandas frame in place)."""
+    return rows[[*GROUP_KEYS, "row_kind", *SUM_COLUMNS]]
+
+
+def aggregate(rows: pd.DataFrame, keys: list[str], con=None) -> pd.DataFrame:  # noqa: ANN001
     """SUM of every hour and money column GROUP BY ``keys``, in DuckDB (vectorised, no Python per row)."""
     import duckdb
 
-    con = duckdb.connect()
+    own = con is None
+    if own:
+        con = duckdb.connect()
+        con.register("flat", _for_duckdb(rows))
     try:
-        con.register("flat", rows[list(dict.fromkeys([*keys, "row_kind", *SUM_COLUMNS]))])
         out = con.execute(_group_sql(keys)).df()
     finally:
-        con.close()
+        if own:
+            con.close()
     for c in ("runs", "corrections"):
         out[c] = out[c].astype("int64")
+    for k in keys:
+        out[k] = out[k].astype("object").where(out[k].notna(), None)
     return out
 
 
-def hour_profile(rows: pd.DataFrame, keys: tuple[str, ...] = ("tenant", "currency"),
-                 chunk: int = 200_000) -> pd.DataFrame:
+def _group_codes(rows: pd.DataFrame, keys: tuple[str, ...]) -> tuple[np.ndarray, list[tuple]]:
+    """Dense group numbers for ``keys`` (missing values form their own group) and each group's key values."""
+    combined = np.zeros(len(rows), dtype="int64")
+    levels = []
+    for k in keys:
+        codes, uniq = pd.factorize(rows[k], use_na_sentinel=True)
+        codes = codes.astype("int64") + 1  # 0 = missing
+        levels.append(np.concatenate([np.array([None], dtype=object), np.asarray(uniq, dtype=object)]))
+        combined = combined * (len(uniq) + 1) + codes
+    uniq_combined, dense = np.unique(combined, return_inverse=True)
+    labels = []
+    for u in uniq_combined:
+        parts = []
+        for lv in reversed(levels):
+            u, c = divmod(int(u), len(lv))
+            parts.append(lv[c])
+        labels.append(tuple(reversed(parts)))
+    return dense.astype("int64"), labels
+
+
+def hour_profile(rows: pd.DataFrame, keys: tuple[str, ...] = ("tenant", "currency")) -> pd.DataFrame:
     """Paid and delivered GPU-hours by (keys, hour of day UTC), each run spread over its window's hours.
 
     For a window [s, e), the seconds it spends in hour-of-day h are F_h(e) - F_h(s), where
-    F_h(t) = floor(t / 86400) * 3600 + clip(t mod 86400 - 3600 h, 0, 3600) counts the seconds of hour h
-    between the epoch and t. Each run's hours are weighted by that share of its window.
+    F_h(t) = 3600 * day(t) + clip(sec(t) - 3600 h, 0, 3600) counts the seconds of hour h between the epoch
+    and t (day and sec: whole days and seconds since midnight). Each run's hours are weighted by that share
+    of its window; a zero-length window puts its hours in the hour it starts.
+
+    Vectorised in O(rows), not O(rows x 24): with c = weight / (e - s) and k, r the hour and the seconds into
+    the hour of t, sum_i c_i * clip(sec_i - 3600 h, 0, 3600) = 3600 * sum_{k_i > h} c_i + sum_{k_i = h} c_i r_i,
+    which is two bincounts per (group, hour) and a reverse cumulative sum over the hours.
     """
     out_cols = [*keys, "hour", "paid", "delivered"]
     if rows.empty:
         return pd.DataFrame({c: pd.Series(dtype="object" if c in keys else "float64") for c in out_cols})
-    codes, uniques = pd.MultiIndex.from_frame(rows[list(keys)].fillna("")).factorize()
-    hours = np.arange(24, dtype="float64") * 3600.0
-    acc = np.zeros((2, len(uniques), 24))
-    s_all = rows["window_start"].to_numpy(dtype="float64")
-    e_all = rows["window_end"].to_numpy(dtype="float64")
-    e_all = np.where(np.isnan(e_all), s_all, e_all)
-    w_all = rows[["paid", "delivered"]].to_numpy(dtype="float64")
-
-    def cum(t: np.ndarray) -> np.ndarray:
-        day, sec = np.divmod(t, 86400.0)
-        return day[:, None] * 3600.0 + np.clip(sec[:, None] - hours[None, :], 0.0, 3600.0)
-
-    for i in range(0, len(rows), chunk):
-        s, e = s_all[i:i + chunk], e_all[i:i + chunk]
-        span = e - s
-        ok = np.isfinite(s) & (span > 0)
-        frac = np.zeros((len(s), 24))
-        if ok.any():
-            frac[ok] = (cum(e[ok]) - cum(s[ok])) / span[ok, None]
-        # zero-length or timeless windows: their hours go to the hour of the start (or nowhere if unknown)
-        point = np.isfinite(s) & ~ok
+    g, labels = _group_codes(rows, keys)
+    n = len(labels)
+    s = rows["window_start"].to_numpy(dtype="float64")
+    e = rows["window_end"].to_numpy(dtype="float64")
+    e = np.where(np.isnan(e), s, e)
+    ok = ~np.isnan(s)
+    span = e - s
+    timed = ok & (span > 0)
+    point = ok & ~timed
+    result = {}
+    for col in ("paid", "delivered"):
+        w = rows[col].to_numpy(dtype="float64")
+        prof = np.zeros((n, 24))
+        c = np.where(timed, w / np.where(timed, span, 1.0), 0.0)
+        for t, sign in ((e, 1.0), (s, -1.0)):
+            tt = np.where(timed, t, 0.0)
+            day, sec = np.divmod(tt, 86400.0)
+            k = np.minimum((sec // 3600).astype("int64"), 23)
+            r = sec - 3600.0 * k
+            idx = g * 24 + k
+            b = np.bincount(idx, weights=c, minlength=n * 24).reshape(n, 24)
+            rr = np.bincount(idx, weights=c * r, minlength=n * 24).reshape(n, 24)
+            above = np.cumsum(b[:, ::-1], axis=1)[:, ::-1] - b  # sum over k > h
+            daypart = np.bincount(g, weights=c * day, minlength=n) * 3600.0
+            prof += sign * (daypart[:, None] + 3600.0 * above + rr)
         if point.any():
-            frac[point, (np.mod(s[point], 86400.0) // 3600).astype(int)] = 1.0
-        c = codes[i:i + chunk]
-        for j in range(2):
-            np.add.at(acc[j], c, frac * w_all[i:i + chunk, j:j + 1])
-    recs = []
-    for g, key in enumerate(uniques):
-        key = key if isinstance(key, tuple) else (key,)
-        for h in range(24):
-            recs.append((*[k or None for k in key], h, acc[0, g, h], acc[1, g, h]))
+            k0 = np.minimum((np.mod(s[point], 86400.0) // 3600).astype("int64"), 23)
+            prof += np.bincount(g[point] * 24 + k0, weights=w[point], minlength=n * 24).reshape(n, 24)
+        result[col] = prof  # c is GPU-hours per second of window, F differences are seconds
+    recs = [(*labels[i], h, float(result["paid"][i, h]), float(result["delivered"][i, h]))
+            for i in range(n) for h in range(24)]
     return pd.DataFrame(recs, columns=out_cols)
 
 
@@ -330,8 +367,15 @@ class Summary:
 
 def summarise(rows: pd.DataFrame) -> Summary:
     """Aggregate flat rows per (tenant, currency), per (tenant, partition, qos, currency) and per hour."""
-    by_tenant = aggregate(rows, ["tenant", "currency"])
-    by_class = aggregate(rows, ["tenant", "partition", "qos", "currency"])
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        con.register("flat", _for_duckdb(rows))
+        by_tenant = aggregate(rows, ["tenant", "currency"], con)
+        by_class = aggregate(rows, ["tenant", "partition", "qos", "currency"], con)
+    finally:
+        con.close()
     by_hour = hour_profile(rows)
     totals: dict[str, Any] = {"runs": int((rows["row_kind"] == "usage").sum()),
                               "corrections": int((rows["row_kind"] == "correction").sum())}
