@@ -205,21 +205,24 @@ def pathb_commands(exporter: str, hours: float, interval_s: float, url: str) -> 
     iv = max(1, int(round(interval_s)))
     if exporter == "dcgm-exporter":
         step = max(iv, int(-(-secs // 10_000)))   # stay within 11,000 points per series per call
-        metrics = "DCGM_FI_(PROF_(SM_ACTIVE|SM_OCCUPANCY|PIPE_TENSOR_ACTIVE|DRAM_ACTIVE|GR_ENGINE_ACTIVE)|" \
-                  "DEV_(GPU_UTIL|MEM_COPY_UTIL|SM_CLOCK|MEM_CLOCK|POWER_USAGE|GPU_TEMP|MEMORY_TEMP|" \
-                  "TOTAL_ENERGY_CONSUMPTION|FB_USED|XID_ERRORS|CLOCK_THROTTLE_REASONS|ECC_.*_TOTAL))"
-        q = shlex.quote(f'{{__name__=~"{metrics}"}}')
+        from ..importers.dcgm_fields import SPECS
+
+        metrics = " ".join(s.names[0] for s in SPECS)
+        # Only samples scraped within the step: Prometheus' lookback would otherwise paper over holes.
+        query = f"$m and (time() - timestamp($m) < {step})"
         return "\n".join([
-            "# dcgm-exporter via Prometheus: save the last %d h as query_range JSON (one file per call)." % hours,
+            "# dcgm-exporter via Prometheus: the last %g h as query_range JSON, one file per metric." % hours,
             f"PROM={url}",
             "END=$(date -u +%s); START=$((END - " + str(secs) + "))",
             "mkdir -p dcgm-export",
-            f"curl -fsS -G \"$PROM/api/v1/query_range\" --data-urlencode query={q} \\",
-            f"     --data-urlencode start=$START --data-urlencode end=$END --data-urlencode step={step}s \\",
-            "     -o dcgm-export/range.json",
+            f"for m in {metrics}; do",
+            f"  curl -fsS -G \"$PROM/api/v1/query_range\" --data-urlencode \"query={query}\" \\",
+            f"       --data-urlencode start=$START --data-urlencode end=$END --data-urlencode step={step}s \\",
+            "       -o \"dcgm-export/$m.json\"",
+            "done",
             "tar czf dcgm-export.tar.gz dcgm-export",
-            "# then: ipledger import prometheus dcgm-export.tar.gz   (or live: ipledger import prometheus "
-            f"--url $PROM --start $START --end $END --step {step}s)",
+            "# then: ipledger import prometheus dcgm-export.tar.gz --start $START --end $END "
+            f"--step {step}s   (or live: ipledger import prometheus --url $PROM --start $START --end $END --step {step}s)",
         ])
     if exporter == "dcgmi":
         fields = ",".join(str(f) for f in COLLECT_FIELD_IDS)
