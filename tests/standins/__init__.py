@@ -54,7 +54,7 @@ def fake_uuid(node: str, index: int) -> str:
 
 def make_site(root: Path, *, node: str = "node1", ngpus: int = 4, tools=("dcgmi", "nvidia-smi", "scontrol"),
               scontrol_path: str | None = None, db: str | None = None, cluster: str | None = None,
-              hooks: dict | None = None, python: str | None = None) -> Site:
+              hooks: dict | None = None, python: str | None = None, timeout: float = 3.0) -> Site:
     root = Path(root)
     state, bindir, spool = root / "standin-state", root / "bin", root / "spool"
     for d in (state, bindir, spool):
@@ -81,7 +81,7 @@ def make_site(root: Path, *, node: str = "node1", ngpus: int = 4, tools=("dcgmi"
         lines.append(f'db = "{db}"')
     if cluster:
         lines.append(f'cluster = "{cluster}"')
-    lines.append("hook_timeout_s = 3.0")
+    lines.append(f"hook_timeout_s = {timeout}")
     lines.append("[commands]")
     lines += [f'"{k}" = "{v}"' for k, v in commands.items()]
     if hooks:

@@ -1,0 +1,304 @@
+"""The prolog/epilog logic with stand-in tools: what is recorded, every failure mode, the fast path, install."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import ledger
+from ledger import commands
+from ledger.canonical import ts_to_epoch
+from ledger.hooks import run
+from ledger.hooks import install as install_mod
+from tests.standins import make_site
+
+ROOT = Path(ledger.__file__).resolve().parent.parent
+
+
+def slurm_time(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
+
+
+def record(job="77", state="RUNNING", restarts=0, start=None, end=None, exit_code="0:0", run_time="00:00:00",
+           suspend=None, pre=0) -> str:
+    return (f"JobId={job} JobName=wrap UserId=root(0) GroupId=root(0) Account=tenant QOS=normal JobState={state} "
+            f"Reason=None Requeue=1 Restarts={restarts} BatchFlag=1 ExitCode={exit_code} RunTime={run_time} "
+            f"TimeLimit=UNLIMITED SubmitTime={slurm_time(start or time.time())} "
+            f"StartTime={slurm_time(start) if start else 'Unknown'} EndTime={slurm_time(end) if end else 'Unknown'} "
+            f"SuspendTime={slurm_time(suspend) if suspend else 'None'} SecsPreSuspend={pre} Partition=gpu "
+            f"NodeList=node1 TRES=cpu=1,node=1,billing=1 JOB_GRES=gpu:2 Nodes=node1 CPU_IDs=0 GRES=gpu:2(IDX:1-2) "
+            f"WorkDir=/home/alice/my project StdOut=/dev/null")
+
+
+def env(job="77", gpus="1,2", restart=0, **extra) -> dict:
+    e = {"SLURM_JOB_ID": job, "SLURM_JOB_RESTART_COUNT": str(restart), "SLURM_JOB_ACCOUNT": "tenant",
+         "SLURM_JOB_USER": "alice", "SLURM_JOB_UID": "1000", "SLURM_JOB_PARTITION": "gpu",
+         "SLURM_CLUSTER_NAME": "c1", "SLURMD_NODENAME": "node1", "SLURM_JOB_GPUS": gpus,
+         "CUDA_VISIBLE_DEVICES": gpus, "SLURM_SCRIPT_CONTEXT": "prolog_slurmd"}
+    e.update(extra)
+    return e
+
+
+def spooled(site) -> list[dict]:
+    out = []
+    for f in sorted(site.spool.glob("*.jsonl")):
+        for line in f.read_text().splitlines():
+            r = json.loads(line)
+            r["data"] = json.loads(r["payload"])
+            out.append(r)
+    return out
+
+
+def kinds(recs, kind):
+    return [r for r in recs if r["kind"] == kind]
+
+
+@pytest.fixture
+def site(tmp_path):
+    return make_site(tmp_path, hooks={"trace": str(tmp_path / "trace.jsonl")}, timeout=3.0)
+
+
+def prolog_epilog(site, job="77", start=None, end_after=None, between=None, epilog_env=None, end_record=None):
+    start = int(time.time()) if start is None else start
+    site.scontrol_record(job, record(job, start=start))
+    assert run("prolog", env(job), str(site.config)) == 0
+    if between:
+        between()
+    end = max(int(time.time()), start + 2) if end_after is None else start + end_after
+    site.scontrol_record(job, end_record or record(job, state="COMPLETING", start=start, end=end,
+                                                   run_time=f"00:00:{max(end - start, 0):02d}"))
+    assert run("epilog", epilog_env or env(job, SLURM_SCRIPT_CONTEXT="epilog_slurmd"), str(site.config)) == 0
+    return spooled(site)
+
+
+def test_clean_job_records_start_bindings_summaries_end_and_cleans_dcgm(site):
+    recs = prolog_epilog(site)
+    (start,) = kinds(recs, "allocation_started")
+    assert start["data"] == {"account": "tenant", "user": "alice", "partition": "gpu", "qos": "normal",
+                             "nodes": "node1", "gpus": 2, "tres": "cpu=1,node=1,billing=1"}
+    assert (start["cluster"], start["job_id"], start["run"], start["node"]) == ("c1", "77", 0, "node1")
+    bound = kinds(recs, "device_bound")
+    assert [b["data"]["index"] for b in bound] == [1, 2]
+    assert [b["device"] for b in bound] == [site.gpus[1]["uuid"], site.gpus[2]["uuid"]]
+    assert all(b["data"]["sku"] == "NVIDIA H100 80GB HBM3" and b["ts"] == start["ts"] for b in bound)
+    summaries = kinds(recs, "telemetry_summary")
+    assert sorted(s["device"] for s in summaries) == sorted(b["device"] for b in bound)
+    assert {s["data"]["dcgm_gpu_id"] for s in summaries} == {1, 2}
+    for s in summaries:
+        assert s["data"]["values"]["power_w_avg"] > 0 and s["data"]["missing"]["pcie_tx_mb_max"] == "not_available"
+    (end,) = kinds(recs, "allocation_ended")
+    assert end["data"] == {"exit_code": 0, "signal": 0, "state": "COMPLETED"}
+    assert not kinds(recs, "unknown_interval") and not kinds(recs, "hook_error")
+    dcgm = json.loads((site.state / "dcgm.json").read_text())
+    assert dcgm["jobs"] == {} and dcgm["groups"] == {}, "the hooks remove their DCGM job record and group"
+    assert not any(site.spool.glob("hook-state/*.json")), "the epilog removes the prolog's state"
+
+
+def test_dcgm_host_engine_restart_is_an_unknown_interval_over_the_run(site):
+    recs = prolog_epilog(site, between=lambda: site.control(restart=True))
+    (start,), (end,) = kinds(recs, "allocation_started"), kinds(recs, "allocation_ended")
+    gaps = kinds(recs, "unknown_interval")
+    assert sorted(g["device"] for g in gaps) == sorted(b["device"] for b in kinds(recs, "device_bound"))
+    for g in gaps:
+        assert g["data"]["cause"] == "dcgm_host_engine_restart" and g["data"]["scope"] == "device"
+        assert (g["ts"], g["ts_end"]) == (start["ts"], end["ts"])
+    assert not kinds(recs, "telemetry_summary")
+    assert [e["data"]["stage"] for e in kinds(recs, "hook_error")] == ["dcgm stats"]
+
+
+def test_watch_started_late_leaves_exactly_the_uncovered_head(site):
+    recs = prolog_epilog(site, start=int(time.time()) - 30)
+    for s in kinds(recs, "telemetry_summary"):
+        (gap,) = [g for g in kinds(recs, "unknown_interval") if g["device"] == s["device"]]
+        assert gap["data"]["cause"] == "dcgm_watch_late"
+        assert gap["ts"] == kinds(recs, "allocation_started")[0]["ts"] and gap["ts_end"] == s["ts"]
+        assert 25 <= ts_to_epoch(gap["ts_end"]) - ts_to_epoch(gap["ts"]) <= 40
+
+
+@pytest.mark.parametrize("control,cause", [
+    ({"no_data_jobs": ["77.0"]}, "dcgm_no_data"),
+    ({"down": True}, "dcgm_unreachable"),
+])
+def test_dcgm_failures_in_the_epilog(site, control, cause):
+    recs = prolog_epilog(site, between=lambda: site.control(**control))
+    gaps = kinds(recs, "unknown_interval")
+    assert len(gaps) == 2 and {g["data"]["cause"] for g in gaps} == {cause}
+    assert not kinds(recs, "telemetry_summary") and len(kinds(recs, "allocation_ended")) == 1
+
+
+def test_dcgm_never_started_when_the_engine_is_down_at_prolog(site):
+    site.control(down=True)
+    recs = prolog_epilog(site, between=site.clear_control)
+    assert {g["data"]["cause"] for g in kinds(recs, "unknown_interval")} == {"dcgm_watch_not_started"}
+    assert "dcgm start" in {e["data"]["stage"] for e in kinds(recs, "hook_error")}
+    assert len(kinds(recs, "allocation_started")) == 1 and len(kinds(recs, "allocation_ended")) == 1
+
+
+def test_hung_tools_time_out_and_the_hooks_stay_quick(tmp_path):
+    site = make_site(tmp_path, timeout=0.5)
+    site.control(hang_s=5, nvsmi_hang_s=5)
+    t0 = time.time()
+    recs = prolog_epilog(site)
+    assert time.time() - t0 < 8  # each call is cut at the timeout: 4 + 2 calls, well under the 5 s hang each
+    assert len(kinds(recs, "allocation_started")) == 1 and len(kinds(recs, "allocation_ended")) == 1
+    assert {b["device"] for b in kinds(recs, "device_bound")} == {None}  # no UUID could be learnt: not invented
+    assert {g["data"]["cause"] for g in kinds(recs, "unknown_interval")} == {"dcgm_timeout"}
+
+
+def test_requeued_run_keeps_its_own_run_number(site):
+    start = int(time.time())
+    end_rec = record(state="COMPLETING", restarts=1, start=start + 100)  # slurm already shows the next run
+    recs = prolog_epilog(site, start=start, end_record=end_rec,
+                         epilog_env=env(restart=1, SLURM_SCRIPT_CONTEXT="epilog_slurmd"))
+    assert {r["run"] for r in recs} == {0}
+    (end,) = kinds(recs, "allocation_ended")
+    assert end["data"]["state"] == "REQUEUED"
+    assert kinds(recs, "allocation_requeued")[0]["data"] == {"next_run": 1, "reason": "requeued"}
+
+
+def test_suspended_span_from_scontrol(site):
+    start = int(time.time())
+    # Ran 2 s, suspended 3 s (resumed at +5), ran 1 s more: RunTime 3 s of a 6 s allocation.
+    rec = record(state="COMPLETING", start=start, end=start + 6, run_time="00:00:03", suspend=start + 5, pre=2)
+    recs = prolog_epilog(site, start=start, end_record=rec)
+    (sus,) = kinds(recs, "allocation_suspended")
+    assert ts_to_epoch(sus["ts"]) == start + 2 and ts_to_epoch(sus["ts_end"]) == start + 5
+    assert sus["data"] == {"exact": True, "seconds": 3.0, "source": "scontrol"}
+    assert ts_to_epoch(kinds(recs, "allocation_resumed")[0]["ts"]) == start + 5
+
+
+def test_cancelled_job_signal_from_scontrol(site):
+    start = int(time.time())
+    rec = record(state="COMPLETING", start=start, end=start + 1, exit_code="0:15", run_time="00:00:01")
+    recs = prolog_epilog(site, start=start, end_record=rec,
+                         epilog_env=env(SLURM_JOB_EXIT_CODE="0", SLURM_JOB_EXIT_CODE2="0:0"))
+    assert kinds(recs, "allocation_ended")[0]["data"] == {"exit_code": 0, "signal": 15, "state": "SIGNALED"}
+
+
+def test_amd_counters_are_differenced(tmp_path):
+    site = make_site(tmp_path, tools=("amd-smi", "scontrol"))
+    recs = prolog_epilog(site, between=lambda: time.sleep(0.3))
+    bound = kinds(recs, "device_bound")
+    assert [b["data"]["sku"] for b in bound] == ["AMD Instinct MI300X"] * 2
+    assert all(b["data"]["vendor"] == "amd" and b["device"] for b in bound)
+    for s in kinds(recs, "telemetry_summary"):
+        assert s["data"]["source"] == "amdsmi_counters"
+        assert s["data"]["values"]["energy.total_energy_consumption"] > 0
+        assert s["data"]["values"]["ecc.total_correctable_count"] == 0
+        assert s["data"]["missing"]["ecc.total_deferred_count"] == "not_available"
+        assert s["data"]["missing"]["throttle.hbm_thermal_accumulated"] == "not_available"
+    assert not kinds(recs, "unknown_interval")
+
+
+def test_amd_counter_reset_is_missing_not_negative(tmp_path):
+    site = make_site(tmp_path, tools=("amd-smi", "scontrol"))
+    recs = prolog_epilog(site, between=lambda: site.control(amd_reset=True))
+    for s in kinds(recs, "telemetry_summary"):
+        assert s["data"]["missing"]["energy.total_energy_consumption"] == "counter_reset"
+        assert all(v >= 0 for v in s["data"]["values"].values())
+
+
+def test_epilog_without_prolog_rebuilds_the_start(site):
+    start = int(time.time())
+    site.scontrol_record("78", record("78", state="COMPLETING", start=start, end=start + 1, run_time="00:00:01"))
+    assert run("epilog", env("78"), str(site.config)) == 0
+    recs = spooled(site)
+    assert len(kinds(recs, "allocation_started")) == 1 and len(kinds(recs, "device_bound")) == 2
+    assert {g["data"]["cause"] for g in kinds(recs, "unknown_interval")} == {"prolog_missing"}
+    assert "state" in {e["data"]["stage"] for e in kinds(recs, "hook_error")}
+
+
+def test_hooks_always_exit_zero(tmp_path, capsys):
+    assert run("prolog", {}, None) == 0  # not run by Slurm
+    assert run("bogus", env(), None) == 0
+    assert run("prolog", env(), str(tmp_path / "missing.toml")) == 0  # config file missing
+    bad = tmp_path / "spool-is-a-file"
+    bad.write_text("x")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'spool = "{bad}"\n')
+    assert run("prolog", env(), str(cfg)) == 0  # the spool cannot be written
+    err = capsys.readouterr().err
+    assert "no SLURM_JOB_ID" in err and "missing.toml" in err and "prolog failed" in err
+
+
+def test_nothing_outside_the_allowlist_is_executed(site, monkeypatch):
+    seen = []
+    real = commands._SPAWN
+
+    def spy(argv, *a, **kw):
+        seen.append(list(argv))
+        return real(argv, *a, **kw)
+
+    monkeypatch.setattr(commands, "_SPAWN", spy)
+    prolog_epilog(site)
+    cfg_paths = {"dcgmi": str(site.bin / "dcgmi"), "nvidia-smi": str(site.bin / "nvidia-smi"),
+                 "scontrol": str(site.bin / "scontrol")}
+    by_path = {v: k for k, v in cfg_paths.items()}
+    assert seen and all(argv[0] in by_path for argv in seen), seen
+    for argv in seen:
+        commands.check_allowed(by_path[argv[0]], argv[1:])  # raises if not allowlisted
+    assert {by_path[a[0]] for a in seen} == set(cfg_paths)
+
+
+def test_fast_path_imports_only_the_standard_library(site):
+    code = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from ledger.hooks import run
+env = {env()!r}
+run("prolog", env, {str(site.config)!r})
+run("epilog", env, {str(site.config)!r})
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in
+               ("sqlalchemy", "click", "pandas", "numpy", "pyarrow", "duckdb", "alembic", "reportlab", "psycopg"))
+print(heavy)
+"""
+    site.scontrol_record("77", record(start=int(time.time())))
+    p = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60,
+                       env={})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
+    assert len(kinds(spooled(site), "allocation_ended")) == 1
+
+
+def test_install_writes_executable_stdlib_scripts(site, tmp_path, runner, cli):
+    d = tmp_path / "hooks"
+    r = runner.invoke(cli, ["hooks", "install", "--dir", str(d), "--config", str(site.config), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    for kind in ("prolog", "epilog"):
+        p = d / kind
+        assert out[kind] == str(p) and p.stat().st_mode & stat.S_IXUSR
+        text = p.read_text()
+        first = text.splitlines()[0]
+        assert first == f"#!{sys.executable} -IS" and os.path.isabs(first[2:].split()[0])
+        assert repr(str(site.config)) in text and "click" not in text and "@" not in text
+        assert install_mod.template_path(kind).read_text() == install_mod.TEMPLATE.replace(
+            "@KIND_TITLE@", kind.title()).replace("@KIND@", kind)
+    site.scontrol_record("90", record("90", start=int(time.time())))
+    # Slurm's environment is minimal: no PATH, no PYTHONPATH, no virtualenv.
+    for kind in ("prolog", "epilog"):
+        p = subprocess.run([str(d / kind)], env=env("90"), capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+    recs = spooled(site)
+    assert len(kinds(recs, "allocation_started")) == 1 and len(kinds(recs, "allocation_ended")) == 1
+
+
+def test_install_refuses_a_missing_config(tmp_path, runner, cli):
+    r = runner.invoke(cli, ["hooks", "install", "--dir", str(tmp_path / "h"), "--config", str(tmp_path / "no.toml")])
+    assert r.exit_code == 1 and "config file not found" in r.output
+
+
+def test_hook_cli_runs_the_same_logic(site, runner, cli):
+    site.scontrol_record("91", record("91", start=int(time.time())))
+    r = runner.invoke(cli, ["--config", str(site.config), "hook", "prolog"], env=env("91"))
+    assert r.exit_code == 0
+    assert len(kinds(spooled(site), "allocation_started")) == 1
+    r = runner.invoke(cli, ["--config", str(site.config), "hook", "epilog"], env={"SLURM_JOB_ID": ""})
+    assert r.exit_code == 0  # no job: logged, still 0
