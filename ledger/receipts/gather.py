@@ -8,6 +8,8 @@ telemetry segments); samples are read only from segments whose entry seq is at o
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator, Mapping
+from itertools import chain
 from typing import Sequence
 
 import numpy as np
@@ -70,8 +72,12 @@ def gather(engine_or_conn: Engine | Connection, job_id: str, run: int | None = N
            as_of: int | None = None, contract_id: str | None = None) -> RunInputs:
     if isinstance(engine_or_conn, Engine):
         with engine_or_conn.connect() as conn:
-            return gather(conn, job_id, run, cluster=cluster, as_of=as_of, contract_id=contract_id)
-    conn = engine_or_conn
+            return _gather(conn, engine_or_conn, job_id, run, cluster, as_of, contract_id)
+    return _gather(engine_or_conn, None, job_id, run, cluster, as_of, contract_id)
+
+
+def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | None, cluster: str | None,
+            as_of: int | None, contract_id: str | None) -> RunInputs:
     runs = runs_of_job(conn, str(job_id), as_of)
     key = pick_run(runs, str(job_id), run, cluster)
     entries = runs[key]
@@ -103,53 +109,105 @@ def gather(engine_or_conn: Engine | Connection, job_id: str, run: int | None = N
         devs = set(seg.entry.data.get("devices") or ([seg.entry.device] if seg.entry.device else []))
         if devs & uuids and ts_to_epoch(seg.entry.ts_end or seg.entry.ts) > w0 and ts_to_epoch(seg.entry.ts) < w1:
             segments.append(seg)
-    samples = load_sample_arrays(conn, [s.entry.entry_id for s in segments], sorted(uuids), w0, w1)
+    by_device: dict[str, list[str]] = {d["uuid"]: [] for d in frame.devices}
+    for seg in segments:
+        for d in seg.entry.data.get("devices") or [seg.entry.device]:
+            if d in by_device:
+                by_device[d].append(seg.entry.entry_id)
+    if engine is not None:
+        samples: Mapping[str, SampleArrays] = LazySamples(engine, by_device, w0, w1)
+    else:
+        samples = load_sample_arrays(conn, [s.entry.entry_id for s in segments], sorted(uuids), w0, w1)
     used = {s for s in segments}
     return RunInputs(key=key, entries=tuple(entries), gaps=tuple(gaps), resolutions=tuple(resolutions),
                      contracts=tuple(contracts), segments=tuple(sorted(used, key=lambda c: c.seq)),
                      samples=samples, contract_id=contract_id, open_end=open_end)
 
 
+MISSING = -1.0e300  # stands for NULL inside the numeric fetch; mapped back to NaN (never a real reading)
+DEVICE_BATCH = 32
+
+
 def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Sequence[str], start: float,
                        end: float) -> dict[str, SampleArrays]:
     """Columns of the samples of these segments and devices overlapping [start, end), one array set per device.
 
-    Read through the raw driver cursor in chunks and turned into numpy columns without per-row objects.
+    Read through the raw driver cursor in chunks, all-numeric rows (device as a small integer code, NULL as
+    :data:`MISSING`), straight into one float64 buffer: no per-row Python objects are kept.
     """
     if not segment_ids or not devices:
         return {}
-    parts: dict[str, list[np.ndarray]] = defaultdict(list)
+    parts: dict[int, list[np.ndarray]] = defaultdict(list)
     raw = conn.connection.driver_connection
-    paramstyle = "%s" if conn.dialect.name == "postgresql" else "?"
-    dev_marks = ",".join([paramstyle] * len(devices))
+    ph = "%s" if conn.dialect.name == "postgresql" else "?"
+    code = "CASE device " + " ".join(f"WHEN {ph} THEN {i}" for i in range(len(devices))) + " END"
+    cols = ", ".join(f"CAST(COALESCE({c}, {MISSING!r}) AS DOUBLE PRECISION)" for c in SAMPLE_READ_COLUMNS[1:])
+    width = len(SAMPLE_READ_COLUMNS)
+    dev_marks = ",".join([ph] * len(devices))
     for i in range(0, len(segment_ids), _CHUNK):
         chunk = list(segment_ids[i:i + _CHUNK])
-        seg_marks = ",".join([paramstyle] * len(chunk))
-        sql = (f"SELECT {', '.join(SAMPLE_READ_COLUMNS)} FROM samples WHERE segment_id IN ({seg_marks}) "
-               f"AND device IN ({dev_marks}) AND t < {paramstyle} AND t + dt > {paramstyle}")
+        seg_marks = ",".join([ph] * len(chunk))
+        sql = (f"SELECT {code}, {cols} FROM samples WHERE segment_id IN ({seg_marks}) "
+               f"AND device IN ({dev_marks}) AND t < {ph} AND t + dt > {ph}")
         cur = raw.cursor()
         try:
-            cur.execute(sql, [*chunk, *devices, end, start])
+            cur.execute(sql, [*devices, *chunk, *devices, end, start])
             while True:
-                rows = cur.fetchmany(500_000)
+                rows = cur.fetchmany(200_000)
                 if not rows:
                     break
-                devs = np.array([r[0] for r in rows], dtype=object)
-                vals = np.array([r[1:] for r in rows], dtype=np.float64)  # None -> nan
-                order = np.argsort(devs, kind="stable")
-                devs, vals = devs[order], vals[order]
-                cuts = np.flatnonzero(devs[1:] != devs[:-1]) + 1
-                for lo, hi in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(devs)]])):
-                    parts[str(devs[lo])].append(vals[lo:hi])
+                flat = np.fromiter(chain.from_iterable(rows), dtype=np.float64, count=len(rows) * width)
+                v = flat.reshape(len(rows), width)
+                codes = v[:, 0].astype(np.int64)
+                order = np.argsort(codes, kind="stable")
+                v, codes = v[order], codes[order]
+                cuts = np.flatnonzero(codes[1:] != codes[:-1]) + 1
+                for lo, hi in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(codes)]])):
+                    parts[int(codes[lo])].append(v[lo:hi, 1:])
         finally:
             cur.close()
     out = {}
-    for dev, chunks in parts.items():
+    for c, chunks in parts.items():
         v = np.concatenate(chunks)
+        v[v == MISSING] = np.nan
         # Sort by t, then every other column: the same order whatever order the backend returned rows in.
         v = v[np.lexsort(tuple(v[:, j] for j in range(v.shape[1] - 1, -1, -1)))]
-        out[dev] = SampleArrays.from_columns(t=v[:, 0], dt=v[:, 1], reasons=v[:, 2], sm_active=v[:, 3],
-                                             tensor_active=v[:, 4], gpu_util=v[:, 5], sm_clock=v[:, 6],
-                                             procs=v[:, 7], fb_used=v[:, 8])
+        out[devices[c]] = SampleArrays.from_columns(t=v[:, 0], dt=v[:, 1], reasons=v[:, 2], sm_active=v[:, 3],
+                                                    tensor_active=v[:, 4], gpu_util=v[:, 5], sm_clock=v[:, 6],
+                                                    procs=v[:, 7], fb_used=v[:, 8])
     return out
 
+
+class LazySamples(Mapping):
+    """Per-device samples read a batch of devices at a time, in the order the receipt asks for them, so a
+    receipt's memory is bounded by one batch, not by the whole run."""
+
+    def __init__(self, engine: Engine, segments_by_device: Mapping[str, Sequence[str]], start: float, end: float,
+                 batch: int = DEVICE_BATCH) -> None:
+        self._engine = engine
+        self._segs = {d: list(s) for d, s in segments_by_device.items() if s}
+        self._order = list(self._segs)
+        self._pos = {d: i for i, d in enumerate(self._order)}
+        self._start, self._end, self._batch = start, end, batch
+        self._cache: dict[str, SampleArrays] = {}
+        self._loaded: set[str] = set()
+
+    def __getitem__(self, device: str) -> SampleArrays:
+        if device not in self._segs:
+            raise KeyError(device)
+        if device not in self._loaded:
+            i = self._pos[device]
+            batch = self._order[i:i + self._batch]
+            segs = sorted({s for d in batch for s in self._segs[d]})
+            with self._engine.connect() as conn:
+                self._cache = load_sample_arrays(conn, segs, batch, self._start, self._end)
+            self._loaded = set(batch)
+        if device not in self._cache:
+            raise KeyError(device)
+        return self._cache[device]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._order)
+
+    def __len__(self) -> int:
+        return len(self._order)
