@@ -19,7 +19,7 @@ import pandas as pd
 
 from .alias import Aliaser
 from .issued import Correction, Issue, IssuedSet, load_issues, select_month
-from .monthly import (NUMERIC_COLUMNS, SUM_COLUMNS, ExportError, Flat, Summary, cents, flatten, month_bounds,
+from .monthly import (MONEY_COLUMNS, NUMERIC_COLUMNS, SUM_COLUMNS, ExportError, Flat, Summary, cents, flatten, month_bounds,
                       summarise)
 
 STATEMENT_VERSION = "1"
@@ -175,7 +175,7 @@ def long_table(st: Statement) -> pd.DataFrame:
         out[c] = out[c].fillna(0).astype("int64")
     out["hour"] = out["hour"].astype("Int64")
     out["run"] = out["run"].astype("Int64")
-    money = {"cost_paid", "cost_delivered", "cost_lost", "adjustment_cost", "billed"}
+    money = set(MONEY_COLUMNS)
     for c in ("lost", *SUM_COLUMNS):
         out[c] = out[c].astype("float64").round(2 if c in money else HOURS_DECIMALS)
     for c in LONG_KEYS:
@@ -201,7 +201,7 @@ def write_parquet(st: Statement, path: Path) -> None:
 # --- JSON -------------------------------------------------------------------------------------------------------
 
 def _records(df: pd.DataFrame) -> list[dict]:
-    money = {"cost_paid", "cost_delivered", "cost_lost", "adjustment_cost", "billed", "amount"}
+    money = {*MONEY_COLUMNS, "amount"}
     out = []
     for rec in df.to_dict(orient="records"):
         clean = {}
@@ -227,7 +227,7 @@ def top_runs_by_loss(st: Statement, n: int = 10) -> pd.DataFrame:
 
 def to_json(st: Statement) -> dict:
     t = st.summary.totals
-    totals = {k: (cents(v) if k in ("cost_paid", "cost_delivered", "cost_lost", "adjustment_cost", "billed")
+    totals = {k: (cents(v) if k in MONEY_COLUMNS
                   else (round(v, HOURS_DECIMALS) if isinstance(v, float) else v)) for k, v in t.items()}
     totals["lost"] = round(t["paid"] - t["delivered"], HOURS_DECIMALS)
     rows = st.rows
@@ -250,7 +250,7 @@ def to_json(st: Statement) -> dict:
         "unknown_intervals": _records(st.flat.unknowns),
         "adjustments": _records(st.flat.adjustments),
         "corrections": _records(corr[["tenant", "cluster", "job_id", "run", "receipt_hash", "replaces_hash",
-                                      "paid", "delivered", "billed", "currency"]]),
+                                      "paid", "delivered", "billed_gpu_hours", "billed", "currency"]]),
     }
 
 

@@ -99,7 +99,10 @@ X_COLUMNS: tuple[Column, ...] = tuple(Column(n, t, "Custom", True) for n, t in (
     ("x_ThrottledOtherGpuHours", "Decimal"), ("x_UnderutilizedGpuHours", "Decimal"),
     ("x_StarvedGpuHours", "Decimal"), ("x_IdleHeldGpuHours", "Decimal"), ("x_UnknownGpuHours", "Decimal"),
     ("x_UnknownResolvedGpuHours", "Decimal"), ("x_UnknownPendingGpuHours", "Decimal"),
-    ("x_SuspendedGpuHours", "Decimal"), ("x_DeliveredCost", "Decimal"), ("x_LostCost", "Decimal"),
+    ("x_UnknownChargedGpuHours", "Decimal"), ("x_UnknownCreditedGpuHours", "Decimal"),
+    ("x_UnknownEstimatedGpuHours", "Decimal"), ("x_UnknownHeldGpuHours", "Decimal"),
+    ("x_SuspendedGpuHours", "Decimal"), ("x_PaidCost", "Decimal"), ("x_DeliveredCost", "Decimal"),
+    ("x_LostCost", "Decimal"),
     ("x_AdjustmentId", "String"), ("x_AdjustmentReason", "String"), ("x_ReceiptHash", "String"),
     ("x_ReplacesReceiptHash", "String"), ("x_ContractId", "String"), ("x_ContractVersion", "String"),
     ("x_Method", "String"), ("x_LedgerThroughSeq", "Decimal"), ("x_LedgerHeadHash", "String"),
@@ -128,6 +131,8 @@ _BUCKETS = (("x_PaidGpuHours", "paid"), ("x_DeliveredGpuHours", "delivered"),
             ("x_UnderutilizedGpuHours", "underutilized"), ("x_StarvedGpuHours", "starved"),
             ("x_IdleHeldGpuHours", "idle_held"), ("x_UnknownGpuHours", "unknown"),
             ("x_UnknownResolvedGpuHours", "unknown_resolved"), ("x_UnknownPendingGpuHours", "unknown_pending"),
+            ("x_UnknownChargedGpuHours", "unknown_charge"), ("x_UnknownCreditedGpuHours", "unknown_credit"),
+            ("x_UnknownEstimatedGpuHours", "unknown_estimate"), ("x_UnknownHeldGpuHours", "unknown_hold"),
             ("x_SuspendedGpuHours", "suspended"))
 
 
@@ -165,8 +170,9 @@ def focus_table(st: Any, provider: str | None = None) -> pd.DataFrame:  # st: re
             "x_LedgerThroughSeq": st.through_seq, "x_LedgerHeadHash": st.head_hash,
         }
         usage = dict(base)
-        cost = round(float(r["cost_paid"]), 2)
-        rate = _rate(cost, paid)
+        cost = round(float(r["billed_before_adjustments"]), 2)  # after the unknown policy, before adjustments
+        qty = float(r["billed_gpu_hours"])
+        rate = _rate(cost, qty)
         usage.update({
             "ChargeCategory": "Usage", "ChargeClass": "Correction" if correction else None,
             "ChargeFrequency": "Usage-Based",
@@ -176,7 +182,8 @@ def focus_table(st: Any, provider: str | None = None) -> pd.DataFrame:  # st: re
             "BilledCost": cost, "EffectiveCost": cost, "ListCost": cost, "ContractedCost": cost,
             "ContractedUnitPrice": rate, "ListUnitPrice": rate,
             "ConsumedQuantity": paid, "ConsumedUnit": GPU_HOURS_UNIT,
-            "PricingQuantity": paid, "PricingUnit": GPU_HOURS_UNIT, "PricingCategory": "Standard",
+            "PricingQuantity": qty, "PricingUnit": GPU_HOURS_UNIT, "PricingCategory": "Standard",
+            "x_PaidCost": round(float(r["cost_paid"]), 2),
             "x_DeliveredCost": round(float(r["cost_delivered"]), 2), "x_LostCost": round(float(r["cost_lost"]), 2),
         })
         for xc, col in _BUCKETS:

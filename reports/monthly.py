@@ -12,9 +12,14 @@ Rules (docs/reports.md has the full text):
 * The hour-of-day profile (UTC) spreads each run's paid and delivered GPU-hours over the hours of the day
   in proportion to the run's window overlap with each hour (receipts carry no hourly split), so it is a
   profile of *when* hours were held, not a measurement per hour.
-* ``unknown`` is split into ``unknown_resolved`` (intervals that carry a resolution) and
-  ``unknown_pending``; a run-scope interval (no device) counts once per device of the run.
-* ``billed`` = ``cost_paid`` + the receipt's adjustments (credits negative).
+* ``unknown`` is split by the policy it is billed under (``unknown_charge``/``credit``/``estimate``/``hold``,
+  from the receipt's ``billing.unknown_gpu_hours_by_policy``): ``unknown_pending`` is the part on hold
+  (awaiting resolution), ``unknown_resolved`` the rest. Receipts without that block fall back to their
+  intervals: an interval with a ``resolution`` is resolved; a run-scope interval without ``gpu_hours``
+  counts once per device of the run.
+* ``billed_before_adjustments`` is the receipt's ``cost.billed_before_adjustments`` (the billed hours
+  after the unknown policy, priced), ``adjustment_cost`` its signed adjustments (credits negative) and
+  ``billed`` its ``cost.billed_after_adjustments``; receipts without them bill ``cost.paid`` plus adjustments.
 * Correction rows (``row_kind == "correction"``) carry the *difference* between a re-issued receipt and the
   one already billed (see :mod:`reports.issued`); they sum with the usage rows like any other row.
 """
@@ -34,9 +39,11 @@ import pandas as pd
 THROTTLE_CAUSES = ("thermal", "power_cap", "hw_slowdown", "sync_boost", "other")
 LOSS_BUCKETS = tuple(f"throttled_{c}" for c in THROTTLE_CAUSES) + ("underutilized", "starved", "idle_held",
                                                                      "unknown")
-HOUR_COLUMNS = ("paid", "delivered") + LOSS_BUCKETS + ("unknown_resolved", "unknown_pending", "suspended",
-                                                        "adjustment_gpu_hours")
-MONEY_COLUMNS = ("cost_paid", "cost_delivered", "cost_lost", "adjustment_cost", "billed")
+UNKNOWN_POLICIES = ("charge", "credit", "estimate", "hold")
+HOUR_COLUMNS = ("paid", "delivered") + LOSS_BUCKETS + ("unknown_resolved", "unknown_pending") + tuple(
+    f"unknown_{p}" for p in UNKNOWN_POLICIES) + ("suspended", "billed_gpu_hours", "adjustment_gpu_hours")
+MONEY_COLUMNS = ("cost_paid", "cost_delivered", "cost_lost", "billed_before_adjustments", "adjustment_cost",
+                 "billed")
 COUNT_COLUMNS = ("n_devices", "n_unknown_intervals", "n_adjustments")
 NUMERIC_COLUMNS = HOUR_COLUMNS + MONEY_COLUMNS + COUNT_COLUMNS
 TEXT_COLUMNS = ("row_kind", "cluster", "job_id", "tenant", "partition", "qos", "user", "nodes", "sku",
@@ -90,22 +97,32 @@ def _num(v: Any) -> float:
         return 0.0
 
 
+def _adj_sign(a: Mapping[str, Any]) -> float:
+    """Receipts state adjustment amounts unsigned with a ``direction``; credits count negative."""
+    d = a.get("direction")
+    return -1.0 if d == "credit" else 1.0
+
+
 def _adj_amount(a: Mapping[str, Any]) -> float:
     for k in ("amount", "cost", "money"):
         if a.get(k) is not None:
             v = a[k]
-            return _num(v.get("amount") if isinstance(v, Mapping) else v)
+            v = _num(v.get("amount") if isinstance(v, Mapping) else v)
+            return _adj_sign(a) * abs(v) if a.get("direction") else v
     return 0.0
 
 
 def _adj_hours(a: Mapping[str, Any]) -> float:
     for k in ("gpu_hours", "hours"):
         if a.get(k) is not None:
-            return _num(a[k])
+            v = _num(a[k])
+            return _adj_sign(a) * abs(v) if a.get("direction") else v
     return 0.0
 
 
 def _interval_hours(iv: Mapping[str, Any], n_devices: int) -> float:
+    if iv.get("gpu_hours") is not None:
+        return _num(iv["gpu_hours"])
     s, e = _epoch(iv.get("start")), _epoch(iv.get("end"))
     if not (e > s):
         return 0.0
@@ -124,7 +141,7 @@ class Flat:
 
 
 UNKNOWN_COLUMNS = ("cluster", "job_id", "run", "tenant", "id", "device", "node", "start", "end", "cause",
-                   "gpu_hours", "resolution", "row_kind")
+                   "gpu_hours", "policy", "resolution", "row_kind")
 ADJUSTMENT_COLUMNS = ("cluster", "job_id", "run", "tenant", "id", "kind", "gpu_hours", "amount", "currency",
                       "reason", "by", "references", "row_kind")
 
@@ -133,7 +150,7 @@ def _resolution_text(r: Any) -> str | None:
     if r is None:
         return None
     if isinstance(r, Mapping):
-        parts = [str(r.get(k)) for k in ("resolution", "kind", "policy", "outcome") if r.get(k)]
+        parts = [str(r.get(k)) for k in ("as", "resolution", "kind", "policy", "outcome") if r.get(k)]
         return parts[0] if parts else json.dumps(r, sort_keys=True)
     return str(r)
 
@@ -169,8 +186,15 @@ def flatten(receipts: Iterable[Mapping[str, Any]], row_kind: str = "usage") -> F
             if res is not None:
                 resolved += h
             unk.append((*key, tenant, iv.get("id"), iv.get("device"), iv.get("node"), iv.get("start"),
-                        iv.get("end"), iv.get("cause"), h, res, row_kind))
-        resolved = min(resolved, unknown)
+                        iv.get("end"), iv.get("cause"), h, iv.get("policy"), res, row_kind))
+        billing = r.get("billing") or {}
+        by_policy = billing.get("unknown_gpu_hours_by_policy")
+        if isinstance(by_policy, Mapping):
+            pol = {p: _num(by_policy.get(p)) for p in UNKNOWN_POLICIES}
+            resolved = max(unknown - pol["hold"], 0.0)
+        else:
+            resolved = min(resolved, unknown)
+            pol = {"charge": 0.0, "credit": 0.0, "estimate": 0.0, "hold": unknown - resolved}
         adjs = r.get("adjustments") or []
         adj_cost = adj_h = 0.0
         for x in adjs:
@@ -178,10 +202,16 @@ def flatten(receipts: Iterable[Mapping[str, Any]], row_kind: str = "usage") -> F
             adj_cost += amt
             adj_h += hrs
             refs = x.get("references") or x.get("refs")
-            adj.append((*key, tenant, x.get("id"), x.get("kind") or x.get("type"), hrs, amt,
+            adj.append((*key, tenant, x.get("id"), x.get("kind") or x.get("type") or x.get("direction"), hrs, amt,
                         x.get("currency") or currency, x.get("reason"), x.get("by"),
                         json.dumps(refs, sort_keys=True) if refs is not None else None, row_kind))
         cost_paid = _num(cost.get("paid"))
+        before = _num(cost["billed_before_adjustments"]) if cost.get("billed_before_adjustments") is not None \
+            else cost_paid
+        if cost.get("adjustments") is not None and not isinstance(cost.get("adjustments"), (list, dict)):
+            adj_cost = _num(cost["adjustments"])
+        billed = _num(cost["billed_after_adjustments"]) if cost.get("billed_after_adjustments") is not None \
+            else before + adj_cost
         ledger = r.get("ledger") or {}
         a["row_kind"](row_kind)
         a["cluster"](key[0])
@@ -212,13 +242,18 @@ def flatten(receipts: Iterable[Mapping[str, Any]], row_kind: str = "usage") -> F
         a["unknown"](unknown)
         a["unknown_resolved"](resolved)
         a["unknown_pending"](unknown - resolved)
+        for p in UNKNOWN_POLICIES:
+            a[f"unknown_{p}"](pol[p])
         a["suspended"](_num(gh.get("suspended")))
+        a["billed_gpu_hours"](_num(billing["gpu_hours_billed"]) if billing.get("gpu_hours_billed") is not None
+                              else _num(gh.get("paid")))
         a["adjustment_gpu_hours"](adj_h)
         a["cost_paid"](cost_paid)
         a["cost_delivered"](_num(cost.get("delivered")))
         a["cost_lost"](_num(cost.get("lost")))
+        a["billed_before_adjustments"](before)
         a["adjustment_cost"](adj_cost)
-        a["billed"](cost_paid + adj_cost)
+        a["billed"](billed)
         a["n_devices"](n_dev)
         a["n_unknown_intervals"](len(ivs))
         a["n_adjustments"](len(adjs))
@@ -406,3 +441,16 @@ def write_statement(engine, month: str, out_dir: str | Path,  # noqa: ANN001
         write(st, f, p)
         paths.append(p)
     return paths
+
+
+def write_monthly(engine, month: str, path: str | Path, fmt: str | None = None) -> Path:  # noqa: ANN001
+    """Write one statement file; the format follows ``fmt`` or the file name (``.focus.csv``, ``.csv``,
+    ``.parquet``, ``.json``, ``.pdf``). Used by the demo hall."""
+    from .export import build_statement, write
+
+    p = Path(path)
+    if fmt is None:
+        name = p.name.lower()
+        fmt = ("focus" if name.endswith(".focus.csv") else
+               {".csv": "csv", ".parquet": "parquet", ".json": "json", ".pdf": "pdf"}.get(p.suffix.lower(), "csv"))
+    return write(build_statement(engine, month), fmt, p)

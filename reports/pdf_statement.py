@@ -130,11 +130,16 @@ def render(st: Any, out_path: str | Path) -> Path:  # st: reports.export.Stateme
         ("Delivered", fmt_hours(t["delivered"]), "GPU-hours"),
         ("Lost (paid - delivered)", fmt_hours(lost), "GPU-hours"),
         ("Unknown, resolved", fmt_hours(t["unknown_resolved"]), "GPU-hours"),
-        ("Unknown, pending", fmt_hours(t["unknown_pending"]), "GPU-hours"),
+        ("  of which charged", fmt_hours(t["unknown_charge"]), "GPU-hours"),
+        ("  of which credited", fmt_hours(t["unknown_credit"]), "GPU-hours"),
+        ("  of which estimated", fmt_hours(t["unknown_estimate"]), "GPU-hours"),
+        ("Unknown, pending (on hold)", fmt_hours(t["unknown_pending"]), "GPU-hours"),
+        ("Billed hours (after the unknown policy)", fmt_hours(t["billed_gpu_hours"]), "GPU-hours"),
         ("Suspended (beside the identity)", fmt_hours(t["suspended"]), "GPU-hours"),
         ("Cost of paid hours", fmt_money(t["cost_paid"]), cur),
         ("Cost of delivered hours", fmt_money(t["cost_delivered"]), cur),
         ("Cost of lost hours", fmt_money(t["cost_lost"]), cur),
+        ("Billed before adjustments", fmt_money(t["billed_before_adjustments"]), cur),
         ("Adjustments (credits negative)", fmt_money(t["adjustment_cost"]), cur),
         ("Billed (paid + adjustments)", fmt_money(t["billed"]), cur),
     ]
@@ -211,7 +216,8 @@ def render(st: Any, out_path: str | Path) -> Path:  # st: reports.export.Stateme
                            s["body"]))
     if len(un):
         urow = [(r.tenant, f"{r.job_id}/{r.run}", _txt(r.device, "whole run")[:20], _txt(r.start)[:16],
-                 _txt(r.end)[:16], _txt(r.cause), fmt_hours(r.gpu_hours), _txt(r.resolution, "pending"))
+                 _txt(r.end)[:16], _txt(r.cause), fmt_hours(r.gpu_hours),
+                 _txt(r.resolution) or (f"policy: {_txt(r.policy)}" if _txt(r.policy) else "pending"))
                 for r in un.head(MAX_DETAIL_ROWS).itertuples()]
         story.append(table(["tenant", "job/run", "device", "start (UTC)", "end (UTC)", "cause", "GPU-h",
                             "resolution"], urow, numeric=[6]))
