@@ -141,7 +141,7 @@ def render(st: Any, out_path: str | Path) -> Path:  # st: reports.export.Stateme
         ("Cost of lost hours", fmt_money(t["cost_lost"]), cur),
         ("Billed before adjustments", fmt_money(t["billed_before_adjustments"]), cur),
         ("Adjustments (credits negative)", fmt_money(t["adjustment_cost"]), cur),
-        ("Billed (paid + adjustments)", fmt_money(t["billed"]), cur),
+        ("Billed (after adjustments)", fmt_money(t["billed"]), cur),
     ]
     story.append(table(["figure", "value", "unit"], cover, numeric=[1], widths=[70 * mm, 40 * mm, 30 * mm]))
     if st.empty:
