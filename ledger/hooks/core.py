@@ -164,9 +164,10 @@ class Hook:
                     g = next((g for g in got3 if g.index == d["index"]), None)
                     if g is not None:
                         d["uuid"], d["sku"] = g.uuid, g.sku
-        for d in devices:
-            if not d["uuid"]:
-                self.error("devices", f"GPU index {d['index']}: no UUID found")
+        if s.vendor != "none":  # with no GPU tool configured, indices are all there is to record
+            for d in devices:
+                if not d["uuid"]:
+                    self.error("devices", f"GPU index {d['index']}: no UUID found")
         return devices
 
     def amd_snapshot(self, devices: list[dict]) -> dict | str:
