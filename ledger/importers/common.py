@@ -87,7 +87,10 @@ class Collected:
         except BadValue as exc:
             raise InputError(self.path, place, f"{name}: {exc}") from None
         if v is not None:
-            v, reason = check_range(name, v * scale)
+            if scale != 1.0:   # divide by 100 / 1000 rather than multiply by 0.01: 95 % -> 0.95 exactly
+                inv = 1.0 / scale
+                v = v / round(inv) if abs(inv - round(inv)) < 1e-9 else v * scale
+            v, reason = check_range(name, v)
         self.add(device, name, t, v, reason)
 
     def note_context(self, device: str, ctx: Context, t: float) -> None:

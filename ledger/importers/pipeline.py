@@ -156,8 +156,10 @@ def run_entries(c: Collected, spans: dict[str, tuple[float, float, float]], opts
         for d in sorted(devs):
             info = c.devices[d]
             entries.append(make_entry(Kind.DEVICE_BOUND, start, {
-                "index": info.index, "uuid": info.uuid or d, "sku": info.sku, "vendor": info.vendor, "node": info.node,
-                "mig_profile": info.mig_profile, "pci_bus_id": info.pci_bus_id, "synthetic": True},
+                # uuid = the Sample.device key (a MIG instance's "UUID/giN"), so receipts find its samples
+                "index": info.index, "uuid": d, "gpu_uuid": info.uuid, "sku": info.sku, "vendor": info.vendor,
+                "node": info.node, "mig_profile": info.mig_profile, "mig_instance": info.mig_instance,
+                "pci_bus_id": info.pci_bus_id, "synthetic": True},
                 node=info.node, device=d, **key))
         entries.append(make_entry(Kind.ALLOCATION_ENDED, end, {"exit_code": None, "state": "OBSERVED_END",
                                                                 "synthetic": True}, **key))
