@@ -27,8 +27,13 @@ The ``analysis`` dict is the Findings JSON of DESIGN.md §6 plus optional contex
                    "gaps": [{"device", "start", "end", "cause"}]},
       "series": {"<finding id or device uuid>": {"<signal>": [[t, v], ...]}},   # timelines for the charts
       "recommendations": [{"title", "gpu_hours", "cost", "command", "reversible": bool, "finding_ids": [..]}],
-      "method": {"name", "version", "notes"}, "limits": [str]
+      "method": {"name", "version", "notes"}, "limits": [str],
+      "meta": {"start", "end", "devices": int, "samples": int, "cadence_s", "runs", "through_seq", "currency"},
+      "daily": [{"day": "YYYY-MM-DD", "paid": h, "delivered": h, ...}]   # rows are summed per day
     }
+
+``account.buckets`` (``{"delivered", "throttled": {reason: h}, "underutilized", "starved", "idle_held",
+"unknown"}``), when present, is shown as the accounting identity beside ``by_cause``.
 
 Times ``t`` may be RFC 3339 text or epoch seconds. A finding's evidence timeline is taken from its own
 ``evidence`` points, else from ``series[finding id]``, else from ``series[device uuid]`` cut to the finding's
@@ -195,7 +200,8 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
     findings = [f for f in analysis.get("findings") or [] if isinstance(f, Mapping)]
     findings.sort(key=lambda f: (-_num(f.get("gpu_hours")), str(f.get("id"))))
     acct = analysis.get("account") or {}
-    cur = acct.get("currency") or (analysis.get("contract") or {}).get("currency") or ""
+    cur = acct.get("currency") or (analysis.get("contract") or {}).get("currency") or \
+        ((analysis.get("meta") or {}).get("currency") if isinstance(analysis.get("meta"), Mapping) else "") or ""
     paid, delivered = _num(acct.get("paid")), _num(acct.get("delivered"))
     by_cause = {str(k): _num(v) for k, v in (acct.get("by_cause") or {}).items()}
     series = analysis.get("series") or {}
@@ -203,15 +209,21 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
 
     # --- cover
     story.append(Paragraph(_e(analysis.get("title") or "Where your GPU-hours went: a written analysis"), s["title"]))
-    cov = analysis.get("coverage") or {}
-    devices = [d for d in analysis.get("devices") or [] if isinstance(d, Mapping)]
+    cov = dict(analysis.get("coverage") or {})
+    meta = analysis.get("meta") if isinstance(analysis.get("meta"), Mapping) else {}
+    cov.setdefault("start", meta.get("start"))
+    cov.setdefault("end", meta.get("end"))
+    raw_devices = analysis.get("devices")
+    devices = [d for d in raw_devices or [] if isinstance(d, Mapping)] if isinstance(raw_devices, list) else []
+    n_devices = len(devices) or int(_num(meta.get("devices")) or _num(raw_devices if not isinstance(
+        raw_devices, (list, Mapping)) else 0))
     lead = []
     if analysis.get("prospect"):
         lead.append(f"Prepared for {_e(analysis['prospect'])}.")
     if cov.get("start") or cov.get("end"):
         lead.append(f"Period {_when(cov.get('start'))} to {_when(cov.get('end'))} UTC.")
-    if devices:
-        lead.append(f"{len(devices)} GPU(s) measured.")
+    if n_devices:
+        lead.append(f"{n_devices} GPU(s) measured.")
     if analysis.get("generated_at"):
         lead.append(f"Generated {_when(analysis['generated_at'])} UTC by ipledger.")
     if lead:
@@ -245,6 +257,12 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
                            [(_txt(x.get("kind")), _txt(x.get("name") or x.get("path"))[:40],
                              f"{int(_num(x.get('samples', x.get('rows')))):,}", _when(x.get("start")),
                              _when(x.get("end")), _txt(x.get("sha256"))[:16]) for x in sources], numeric=[2]))
+    elif meta:
+        facts = [(label, f"{_num(meta.get(k)):,.0f}" if k != "cadence_s" else f"{_num(meta.get(k)):,.0f} s")
+                 for k, label in (("devices", "GPUs"), ("samples", "telemetry samples"), ("cadence_s", "cadence"),
+                                  ("runs", "job runs"), ("through_seq", "ledger entries read")) if meta.get(k) is not None]
+        facts += [("from (UTC)", _when(meta.get("start"))), ("to (UTC)", _when(meta.get("end")))]
+        story.append(table(["measured", "value"], facts, numeric=[1], widths=[50 * mm, 40 * mm]))
     else:
         story.append(Paragraph("The sources were not described in the analysis.", s["small"]))
     if devices:
@@ -281,8 +299,31 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
     story.append(Spacer(1, 4))
     story.append(charts.hbar_chart([CAUSE_LABELS.get(k, k) for k, _ in causes], [v for _, v in causes],
                                    title="Lost GPU-hours by cause", unit="GPU-hours"))
+    buckets = acct.get("buckets") if isinstance(acct.get("buckets"), Mapping) else None
+    if buckets:
+        brow = []
+        for k, v in buckets.items():
+            if isinstance(v, Mapping):
+                brow += [(CAUSE_LABELS.get(r, f"throttled: {r}"), fmt_hours(_num(h)),
+                          fmt_pct(_num(h) / paid) if paid else "-") for r, h in v.items()]
+            else:
+                brow.append((CAUSE_LABELS.get(k, k), fmt_hours(_num(v)), fmt_pct(_num(v) / paid) if paid else "-"))
+        story.append(Paragraph("The accounting identity: paid = the sum of these buckets", s["h2"]))
+        story.append(table(["bucket", "GPU-hours", "share of paid"], brow, numeric=[1, 2],
+                           widths=[70 * mm, 35 * mm, 30 * mm]))
     story.append(charts.bar_chart(["paid", "delivered", "lost"], {"GPU-hours": [paid, delivered, lost]},
                                   title="Paid, delivered and lost", unit="GPU-hours", height=160))
+    daily: dict[str, list[float]] = {}
+    for row in analysis.get("daily") or []:
+        if isinstance(row, Mapping) and row.get("day"):
+            d = daily.setdefault(str(row["day"])[:10], [0.0, 0.0])
+            d[0] += _num(row.get("paid"))
+            d[1] += _num(row.get("delivered"))
+    if daily:
+        days = sorted(daily)
+        story.append(charts.bar_chart([d[5:] for d in days], {"paid": [daily[d][0] for d in days],
+                                                              "delivered": [daily[d][1] for d in days]},
+                                      title="Paid vs delivered per day (UTC)", unit="GPU-hours", height=170))
 
     # --- findings
     story.append(PageBreak())

@@ -79,3 +79,19 @@ def test_series_fallback_cuts_the_device_timeline_to_the_finding(tmp_path):
     lines, _, _ = pathb._finding_series(f, a["series"])
     s0, s1 = pathb._epoch(f["start"]), pathb._epoch(f["end"])
     assert lines["sm_clock"] and all(s0 - (s1 - s0) <= t <= s1 + (s1 - s0) for t, _ in lines["sm_clock"])
+
+
+def test_agents_shaped_context_meta_daily_and_buckets(tmp_path):
+    a = synthetic.analysis()
+    for k in ("sources", "devices", "coverage"):
+        a.pop(k)
+    a["meta"] = {"start": "2026-11-10T00:00:00Z", "end": "2026-11-11T00:00:00Z", "devices": 4, "samples": 5760,
+                 "cadence_s": 60, "currency": "EUR"}
+    a["daily"] = [{"day": "2026-11-10", "tenant": t, "paid": 48.0, "delivered": 40.0} for t in ("a", "b")]
+    a["account"]["buckets"] = {"delivered": 77.4, "throttled": {"thermal": 1.1, "power_cap": 0.0},
+                               "underutilized": 9.5, "starved": 0.8, "idle_held": 6.0, "unknown": 1.2}
+    out = pathb.render(a, tmp_path / "b.pdf")
+    text = pdf_text(out)
+    assert "4 GPU(s) measured" in text and "5,760" in text
+    assert "accounting identity" in text and fmt_hours(77.4) in text
+    assert "Paid vs delivered per day" in text
