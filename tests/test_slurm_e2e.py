@@ -22,7 +22,7 @@ from ledger import store
 from ledger.canonical import ts_to_epoch
 from ledger.cli.main import cli as ipledger
 from ledger.hooks.install import install
-from tests import services, slurm_service
+from tests import slurm_service
 from tests.standins import make_site
 
 pytestmark = pytest.mark.slurm
@@ -259,24 +259,32 @@ def test_lost_epilog_is_closed_by_reconcile(scenario, runner_module):
     assert json.loads(r2.output)["closed"] == []
 
 
-def test_database_down_jobs_finish_and_ship_delivers_exactly_once(scenario, slurm, runner_module, tmp_path):
+@pytest.mark.postgres
+def test_database_down_jobs_finish_and_ship_delivers_exactly_once(scenario, slurm, runner_module, request):
+    """The real PostgreSQL ledger is stopped while jobs run; after it is restarted, one ship delivers it all."""
     s, site = slurm
-    # The scenario shipped its files already; what is in the spool now is only this test's.
-    closed = f"postgresql+psycopg://postgres@127.0.0.1:{services.free_port()}/x"  # nothing listens there
-    t0 = len(_trace(site))
-    ids = [s.sbatch("--gres=gpu:1", "-A", "tenant", "--wrap", "sleep 1") for _ in range(3)]
-    for j in ids:
-        s.wait(j, timeout=60)
-    _wait(lambda: len(_trace(site)) >= t0 + 6, what="hooks of the db-down jobs")
-    new = _trace(site)[t0:]
-    assert all(t["ok"] and t["elapsed_s"] < 10 for t in new), new
-    records = _spool_records(site.spool)
-    assert {r["job_id"] for r in records} == set(ids)
-    down = runner_module.invoke(ipledger, ["--db", closed, "ship", "--spool", str(site.spool)])
-    assert down.exit_code != 0
-    assert len(_spool_records(site.spool)) == len(records), "nothing may leave the spool while the db is down"
-    url = f"sqlite:///{tmp_path / 'after.db'}"
+    pg = request.getfixturevalue("postgres")
+    url = pg.create_db(f"ipledger_slurm_{os.getpid()}")
     assert runner_module.invoke(ipledger, ["--db", url, "init"]).exit_code == 0
+    pg.pg_ctl("stop")
+    try:
+        # The scenario shipped its files already; what is in the spool now is only this test's.
+        t0 = len(_trace(site))
+        ids = [s.sbatch("--gres=gpu:1", "-A", "tenant", "--wrap", "sleep 1") for _ in range(3)]
+        for j in ids:
+            s.wait(j, timeout=60)
+        _wait(lambda: len(_trace(site)) >= t0 + 6, what="hooks of the db-down jobs")
+        new = _trace(site)[t0:]
+        assert all(t["ok"] and t["elapsed_s"] < 10 for t in new), new
+        assert not s.node_state().startswith(("drain", "down"))
+        records = _spool_records(site.spool)
+        assert {r["job_id"] for r in records} == set(ids)
+        t = time.time()
+        down = runner_module.invoke(ipledger, ["--db", url, "ship", "--spool", str(site.spool)])
+        assert down.exit_code != 0 and time.time() - t < 30
+        assert len(_spool_records(site.spool)) == len(records), "nothing may leave the spool while the db is down"
+    finally:
+        pg.pg_ctl("start")
     up = runner_module.invoke(ipledger, ["--db", url, "ship", "--spool", str(site.spool), "--json"])
     assert up.exit_code == 0, up.output
     rep = json.loads(up.output)
@@ -290,3 +298,4 @@ def test_database_down_jobs_finish_and_ship_delivers_exactly_once(scenario, slur
     finally:
         eng.dispose()
     assert len(got) == len(set(got)) == len(records)
+    assert sorted(got) == sorted({r["entry_id"] for r in records})
