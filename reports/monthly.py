@@ -78,6 +78,13 @@ def _epoch(ts: Any) -> float:
         return float("nan")
     if isinstance(ts, (int, float)):
         return float(ts)
+    try:  # the common spelling, RFC 3339 with "Z" (Python 3.11 parses it directly)
+        return dt.datetime.fromisoformat(ts).timestamp() if ts[-1] == "Z" else _epoch_slow(ts)
+    except (ValueError, TypeError, IndexError):
+        return _epoch_slow(ts)
+
+
+def _epoch_slow(ts: Any) -> float:
     s = str(ts)
     if s.endswith(("Z", "z")):
         s = s[:-1] + "+00:00"
@@ -91,6 +98,8 @@ def _epoch(ts: Any) -> float:
 
 
 def _num(v: Any) -> float:
+    if v.__class__ is float:
+        return v
     try:
         return 0.0 if v is None else float(v)
     except (TypeError, ValueError):
@@ -157,10 +166,10 @@ def _resolution_text(r: Any) -> str | None:
 
 def flatten(receipts: Iterable[Mapping[str, Any]], row_kind: str = "usage") -> Flat:
     """One row per receipt (the columns of ``ROW_COLUMNS``); the only per-receipt Python loop in reports."""
-    cols: dict[str, list] = {c: [] for c in ROW_COLUMNS}
+    out: list[tuple] = []
     unk: list[tuple] = []
     adj: list[tuple] = []
-    a = {c: cols[c].append for c in ROW_COLUMNS}
+    num = _num
     for r in receipts:
         job = r.get("job") or {}
         gh = r.get("gpu_hours") or {}
@@ -177,7 +186,7 @@ def flatten(receipts: Iterable[Mapping[str, Any]], row_kind: str = "usage") -> F
         skus = sorted({d.get("sku") for d in devices if d.get("sku")})
         contract = r.get("contract") or {}
         method = r.get("method") or {}
-        unknown = _num(gh.get("unknown"))
+        unknown = num(gh.get("unknown"))
         resolved = 0.0
         ivs = r.get("unknown_intervals") or []
         for iv in ivs:
@@ -189,8 +198,8 @@ def flatten(receipts: Iterable[Mapping[str, Any]], row_kind: str = "usage") -> F
                         iv.get("end"), iv.get("cause"), h, iv.get("policy"), res, row_kind))
         billing = r.get("billing") or {}
         by_policy = billing.get("unknown_gpu_hours_by_policy")
-        if isinstance(by_policy, Mapping):
-            pol = {p: _num(by_policy.get(p)) for p in UNKNOWN_POLICIES}
+        if isinstance(by_policy, dict):
+            pol = {p: num(by_policy.get(p)) for p in UNKNOWN_POLICIES}
             resolved = max(unknown - pol["hold"], 0.0)
         else:
             resolved = min(resolved, unknown)
@@ -213,51 +222,31 @@ def flatten(receipts: Iterable[Mapping[str, Any]], row_kind: str = "usage") -> F
         billed = _num(cost["billed_after_adjustments"]) if cost.get("billed_after_adjustments") is not None \
             else before + adj_cost
         ledger = r.get("ledger") or {}
-        a["row_kind"](row_kind)
-        a["cluster"](key[0])
-        a["job_id"](key[1])
-        a["run"](key[2])
-        a["tenant"](tenant)
-        a["partition"](job.get("partition"))
-        a["qos"](job.get("qos"))
-        a["user"](job.get("user"))
-        a["nodes"](",".join(nodes) if nodes else None)
-        a["sku"](skus[0] if len(skus) == 1 else ("mixed" if skus else None))
-        a["contract_id"](contract.get("id"))
-        a["contract_version"](None if contract.get("version") is None else str(contract.get("version")))
-        a["method"](f"{method.get('name')}/{method.get('version')}" if method else None)
-        a["receipt_hash"](r.get("receipt_hash"))
-        a["replaces_hash"](r.get("_replaces_hash"))
-        a["currency"](currency)
-        a["through_seq"](int(ledger.get("through_seq") or 0))
-        a["window_start"](_epoch(win.get("start")))
-        a["window_end"](_epoch(win.get("end")))
-        a["paid"](_num(gh.get("paid")))
-        a["delivered"](_num(gh.get("delivered")))
-        for c in THROTTLE_CAUSES:
-            a[f"throttled_{c}"](_num(th.get(c)))
-        a["underutilized"](_num(gh.get("underutilized")))
-        a["starved"](_num(gh.get("starved")))
-        a["idle_held"](_num(gh.get("idle_held")))
-        a["unknown"](unknown)
-        a["unknown_resolved"](resolved)
-        a["unknown_pending"](unknown - resolved)
-        for p in UNKNOWN_POLICIES:
-            a[f"unknown_{p}"](pol[p])
-        a["suspended"](_num(gh.get("suspended")))
-        a["billed_gpu_hours"](_num(billing["gpu_hours_billed"]) if billing.get("gpu_hours_billed") is not None
-                              else _num(gh.get("paid")))
-        a["adjustment_gpu_hours"](adj_h)
-        a["cost_paid"](cost_paid)
-        a["cost_delivered"](_num(cost.get("delivered")))
-        a["cost_lost"](_num(cost.get("lost")))
-        a["billed_before_adjustments"](before)
-        a["adjustment_cost"](adj_cost)
-        a["billed"](billed)
-        a["n_devices"](n_dev)
-        a["n_unknown_intervals"](len(ivs))
-        a["n_adjustments"](len(adjs))
-    rows = pd.DataFrame({c: pd.Series(cols[c], dtype=_dtype(c)) for c in ROW_COLUMNS})
+        paid = num(gh.get("paid"))
+        cv = contract.get("version")
+        gbh = billing.get("gpu_hours_billed")
+        out.append((
+            # TEXT_COLUMNS
+            row_kind, key[0], key[1], tenant, job.get("partition"), job.get("qos"), job.get("user"),
+            ",".join(nodes) if nodes else None, skus[0] if len(skus) == 1 else ("mixed" if skus else None),
+            contract.get("id"), None if cv is None else str(cv),
+            f"{method.get('name')}/{method.get('version')}" if method else None,
+            r.get("receipt_hash"), r.get("_replaces_hash"), currency,
+            # run, through_seq, window
+            key[2], int(ledger.get("through_seq") or 0), _epoch(win.get("start")), _epoch(win.get("end")),
+            # HOUR_COLUMNS
+            paid, num(gh.get("delivered")), num(th.get("thermal")), num(th.get("power_cap")),
+            num(th.get("hw_slowdown")), num(th.get("sync_boost")), num(th.get("other")),
+            num(gh.get("underutilized")), num(gh.get("starved")), num(gh.get("idle_held")), unknown,
+            resolved, unknown - resolved, pol["charge"], pol["credit"], pol["estimate"], pol["hold"],
+            num(gh.get("suspended")), paid if gbh is None else num(gbh), adj_h,
+            # MONEY_COLUMNS
+            cost_paid, num(cost.get("delivered")), num(cost.get("lost")), before, adj_cost, billed,
+            # COUNT_COLUMNS
+            n_dev, len(ivs), len(adjs)))
+    rows = pd.DataFrame.from_records(out, columns=list(ROW_COLUMNS), nrows=len(out)) if out else \
+        pd.DataFrame({c: pd.Series(dtype=_dtype(c)) for c in ROW_COLUMNS})
+    rows = rows.astype({c: _dtype(c) for c in ROW_COLUMNS})
     return Flat(rows=rows, unknowns=pd.DataFrame(unk, columns=list(UNKNOWN_COLUMNS)),
                 adjustments=pd.DataFrame(adj, columns=list(ADJUSTMENT_COLUMNS)))
 
