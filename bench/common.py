@@ -159,8 +159,9 @@ def header() -> str:
 _SECTION_RE = re.compile(r"^## ", re.M)
 
 
-def write_doc(fig: Figure, path: Path = PERF_DOC) -> None:
+def write_doc(fig: Figure, path: Path | None = None) -> None:
     """Replace (or append) this figure's ``## title`` section in docs/performance.md, leaving the others."""
+    path = path or PERF_DOC
     title = fig.title if fig.title.startswith("## ") else f"## {fig.title}"
     body = fig.render().split("\n", 1)[1] if "\n" in fig.render() else ""
     section = f"{title}\n\n{header()}\n{body.rstrip()}\n\n"
@@ -233,3 +234,19 @@ def peak_rss_mib_of_children() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+def run_cli_measured(args: list[str], env: dict | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    """Like :func:`run_cli`, also returning the child's peak resident memory in MiB (its own, via wait4)."""
+    full_env = {**os.environ, **(env or {})}
+    full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+    import tempfile as _tf
+
+    with _tf.TemporaryFile() as out, _tf.TemporaryFile() as err:
+        proc = subprocess.Popen([PY, "-m", "ledger.cli.main", *args], stdout=out, stderr=err, env=full_env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        cp = subprocess.CompletedProcess(proc.args, proc.returncode, out.read().decode(), err.read().decode())
+    return cp, usage.ru_maxrss / 1024

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +32,9 @@ def write(spool_dir: str | os.PathLike, records: Iterable[Mapping], prefix: str 
     """Write records as one new spool file, durably; returns its path."""
     directory = Path(spool_dir)
     directory.mkdir(parents=True, exist_ok=True)
-    name = f"{prefix}-{time.time_ns():020d}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+    # os.uname().nodename is what socket.gethostname() returns, and os.urandom(4).hex() what
+    # secrets.token_hex(4) does, without importing socket and secrets (hmac, random...) on the hook path.
+    name = f"{prefix}-{time.time_ns():020d}-{os.uname().nodename}-{os.getpid()}-{os.urandom(4).hex()}"
     tmp = directory / f"{name}.jsonl.tmp"
     final = directory / f"{name}.jsonl"
     data = "".join(json.dumps(r, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n" for r in records)

@@ -1,0 +1,80 @@
+"""Figure: `ipledger analyze` of a 24-hour, 64-GPU, 12-metric Prometheus export at 15 s, against DuckDB
+reading the same files and summing each metric per device.
+
+The export is what a prospect sends: one `/api/v1/query_range` JSON response per metric (ledger.importers.synth,
+deterministic, dcgm-exporter labels). The subject is the real command (import into a scratch ledger, every
+agent, the Findings JSON); the floor is one DuckDB query over the same files.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from bench.common import FeatureMissing, Figure, main_for, run_cli, timeit
+
+TITLE = "Path B analyze (Prometheus export)"
+FULL_GPUS = 64
+
+
+def floor_query(directory: Path) -> str:
+    return (f"WITH r AS (SELECT unnest(data.result) AS s FROM read_json('{directory}/*.json', "
+            f"maximum_object_size=2000000000)), "
+            f"v AS (SELECT s.metric.UUID AS dev, s.metric.__name__ AS metric, unnest(s.\"values\") AS p FROM r) "
+            f"SELECT dev, metric, count(*), sum(CAST(p[2] AS DOUBLE)) FROM v GROUP BY ALL")
+
+
+def run(scale: float, repeat: int) -> Figure:
+    import duckdb
+
+    try:
+        from ledger.importers import synth
+    except ImportError as exc:
+        raise FeatureMissing(TITLE, f"ledger.importers.synth not importable: {exc}") from None
+    if "analyze" not in run_cli(["--help"]).stdout:
+        raise FeatureMissing(TITLE, "`ipledger analyze` is not there yet")
+    gpus = max(16, int(FULL_GPUS * scale))  # at least two nodes of 8
+    work = Path(tempfile.mkdtemp(prefix="ipledger-bench-analyze-"))
+    try:
+        export = work / "export"
+        files = synth.write_query_range(export, n_gpus=gpus, hours=24, cadence=15, jobs="slurm",
+                                        metrics=synth.DEFAULT_METRICS[:12])
+        size = sum(p.stat().st_size for p in files)
+        q = floor_query(export)
+        out: dict = {}
+
+        def floor() -> None:
+            con = duckdb.connect()
+            out["floor_rows"] = con.execute(q).fetchall()
+            con.close()
+
+        def subject() -> None:
+            out["proc"] = run_cli(["analyze", *map(str, files), "--json"], check=False)
+
+        floor_t = timeit(floor, repeat, label="DuckDB: read the JSON files, sum each metric per device")
+        subject()  # one untimed run first: fail fast with the reason instead of timing a crash
+        if out["proc"].returncode != 0:
+            reason = (out["proc"].stderr.strip().splitlines() or ["no output"])[-1][:300]
+            return Figure(key="analyze", title=TITLE, target=3.0, floor=floor_t, status=f"failed: {reason}",
+                          scale_note=f"{gpus} GPUs × 24 h × 12 metrics at 15 s ({size / 2**20:,.0f} MiB JSON)")
+        subj_t = timeit(subject, repeat, label="`ipledger analyze FILES --json`")
+        findings = json.loads(out["proc"].stdout)
+        if len(out["floor_rows"]) != gpus * 12 or "findings" not in findings:
+            raise RuntimeError("analyze or the floor did not see every device and metric")
+        return Figure(key="analyze", title=TITLE, target=3.0, floor=floor_t, subjects=(subj_t,),
+                      scale_note=f"{gpus} GPUs × 24 h × 12 metrics at 15 s = {gpus * 5760 * 12:,} points in "
+                                 f"{len(files)} query_range files ({size / 2**20:,.0f} MiB); scale {scale:g} "
+                                 f"of {FULL_GPUS} GPUs",
+                      extra={"findings": len(findings["findings"])})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> Figure:
+    return main_for(run, __doc__.splitlines()[0], default_scale=1.0, default_repeat=3, argv=argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Figure: the monthly export over N issued receipts, against a DuckDB GROUP BY over the same receipt rows.
+
+The ledger (SQLite) holds N ``receipt_issued`` entries carrying their receipts (reports.synthetic, DESIGN.md
+§6 shape, every window ending in the month). The subject is `ipledger export monthly --month M --format csv`
+in a fresh interpreter (read the issues, pick what the month bills, flatten, aggregate, write). The floor is
+DuckDB grouping the same receipts' rows (one per receipt: tenant, partition, qos, currency and the hour and
+money columns) by tenant, partition, qos and currency from a Parquet file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import sqlite3
+import tempfile
+from itertools import islice
+from pathlib import Path
+
+from bench.common import FeatureMissing, Figure, main_for, run_cli, timeit
+
+TITLE = "Monthly export over issued receipts"
+FULL_RECEIPTS = 1_000_000
+MONTH = "2026-11"
+HOUR_KEYS = ("paid", "delivered", "underutilized", "starved", "idle_held", "unknown", "suspended")
+
+
+def build_ledger(db_path: Path, n: int) -> tuple[str, Path]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bench.ship_sqlite import _fresh_db
+    from ledger.canonical import ts_to_epoch
+    from ledger.entries import GENESIS_HASH, Kind, chain_hash, make_entry
+    from ledger.store import ENTRY_COLUMNS
+    from reports import synthetic
+
+    url = _fresh_db(db_path)
+    con = sqlite3.connect(db_path, isolation_level=None)
+    con.execute("PRAGMA synchronous=OFF")
+    sql = f"INSERT INTO entries ({', '.join(ENTRY_COLUMNS)}) VALUES ({','.join('?' * len(ENTRY_COLUMNS))})"
+    seq, prev = 0, GENESIS_HASH
+    cols: dict[str, list] = {k: [] for k in ("tenant", "partition", "qos", "currency", *HOUR_KEYS,
+                                              "cost_paid", "cost_delivered", "cost_lost")}
+    it = synthetic.receipts(n, MONTH, seed=8)
+    while True:
+        chunk = list(islice(it, 20_000))
+        if not chunk:
+            break
+        rows = []
+        for r in chunk:
+            j = r["job"]
+            issued_at = ts_to_epoch(r["window"]["end"]) + 60
+            payload = {"receipt_hash": r["receipt_hash"], "through_seq": r["ledger"]["through_seq"],
+                       "issued_at": dt.datetime.fromtimestamp(issued_at, tz=dt.timezone.utc).isoformat(),
+                       "receipt": r}
+            e = make_entry(Kind.RECEIPT_ISSUED, issued_at, payload, cluster=j["cluster"], job_id=j["job_id"],
+                           run=j["run"], source="bench")
+            seq += 1
+            h = chain_hash(seq, e, prev)
+            rows.append((seq, e.entry_id, e.kind, e.ts, e.ts_end, e.recorded_at, e.cluster, e.job_id, e.run,
+                         e.node, e.device, e.payload, e.source, e.source_version, prev, h))
+            prev = h
+            cols["tenant"].append(j["account"])
+            cols["partition"].append(j["partition"])
+            cols["qos"].append(j["qos"])
+            cols["currency"].append(r["cost"]["currency"])
+            for k in HOUR_KEYS:
+                cols[k].append(float(r["gpu_hours"][k]))
+            cols["cost_paid"].append(float(r["cost"]["paid"]))
+            cols["cost_delivered"].append(float(r["cost"]["delivered"]))
+            cols["cost_lost"].append(float(r["cost"]["lost"]))
+        con.execute("BEGIN")
+        con.executemany(sql, rows)
+        con.execute("COMMIT")
+    con.close()
+    parquet = db_path.with_suffix(".parquet")
+    pq.write_table(pa.table(cols), parquet)
+    return url, parquet
+
+
+def run(scale: float, repeat: int) -> Figure:
+    import duckdb
+
+    try:
+        import reports.monthly  # noqa: F401
+        from reports import synthetic  # noqa: F401
+    except ImportError as exc:
+        raise FeatureMissing(TITLE, f"reports.monthly not importable: {exc}") from None
+    n = max(1000, int(FULL_RECEIPTS * scale))
+    work = Path(tempfile.mkdtemp(prefix="ipledger-bench-export-"))
+    try:
+        url, parquet = build_ledger(work / "ledger.db", n)
+        sums = ", ".join(f"sum({c})" for c in (*HOUR_KEYS, "cost_paid", "cost_delivered", "cost_lost"))
+        q = (f"SELECT tenant, partition, qos, currency, count(*), {sums} FROM read_parquet('{parquet}') "
+             f"GROUP BY ALL ORDER BY ALL")
+        out: dict = {}
+
+        def floor() -> None:
+            con = duckdb.connect()
+            out["floor"] = con.execute(q).fetchall()
+            con.close()
+
+        csv_path = work / "statement.csv"
+
+        def subject() -> None:
+            out["proc"] = run_cli(["--db", url, "export", "monthly", "--month", MONTH, "--format", "csv",
+                                   "--out", str(csv_path), "--quiet"])
+
+        floor_t = timeit(floor, repeat, label=f"DuckDB GROUP BY over the {n:,} receipt rows (Parquet)")
+        subj_t = timeit(subject, repeat, label="`ipledger export monthly --format csv`")
+        runs = sum(r[4] for r in out["floor"])
+        if runs != n or not csv_path.exists():
+            raise RuntimeError("export or floor did not cover every receipt")
+        return Figure(key="export", title=TITLE, target=3.0, floor=floor_t, subjects=(subj_t,),
+                      scale_note=f"{n:,} issued receipts (scale {scale:g} of {FULL_RECEIPTS:,}); SQLite ledger "
+                                 f"of {(work / 'ledger.db').stat().st_size / 2**20:,.0f} MiB")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> Figure:
+    return main_for(run, __doc__.splitlines()[0], default_scale=0.02, default_repeat=3, argv=argv)
+
+
+if __name__ == "__main__":
+    main()

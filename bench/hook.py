@@ -1,0 +1,157 @@
+"""Figure: the Slurm prolog/epilog hook's own cost, against a bare `python3 -I -S -c pass`.
+
+The hooks are installed exactly as a site installs them (`ipledger hooks install --dir DIR --config CFG`) and
+run as slurmd runs them: the script by path, Slurm's variables in a minimal environment. "Own cost" is the
+interpreter start, the hook's imports, reading the config and the environment, building the entries and the
+durable spool write, without the time the vendor tools take: for the DCGM variant the tools are instant
+stand-ins, /bin/sh scripts that replay answers recorded once from the test stand-ins (tests/standins), so
+what remains of their cost is a fork+exec of /bin/sh per call (counted against the hook, not excluded).
+Database up and down: the hooks never open the database (spool first, shipped later), so both are measured
+to show exactly that.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.common import ROOT, Figure, main_for, timeit
+
+TITLE = "Hook (prolog/epilog) own cost"
+JOB_ENV = {"SLURM_JOB_ID": "777001", "SLURM_JOB_GPUS": "0,1,2,3", "SLURMD_NODENAME": "node1",
+           "SLURM_CLUSTER_NAME": "hpc1", "SLURM_JOB_ACCOUNT": "acct", "SLURM_JOB_USER": "alice",
+           "SLURM_JOB_UID": "1000", "SLURM_JOB_PARTITION": "gpu", "SLURM_JOB_QOS": "normal",
+           "SLURM_JOB_NODELIST": "node1", "SLURM_JOB_RESTART_COUNT": "0", "SLURM_JOB_EXIT_CODE2": "0:0",
+           "SLURM_SCRIPT_CONTEXT": "epilog_slurmd", "PATH": "/usr/bin:/bin"}
+
+_RECORDER = """#!{py}
+import json, os, subprocess, sys
+p = subprocess.run([{py!r}, {tool!r}, *sys.argv[1:]], capture_output=True, text=True,
+                   env={{**os.environ, "STANDIN_STATE": {state!r}}})
+n = len(os.listdir({rec!r}))
+json.dump({{"args": sys.argv[1:], "out": p.stdout, "err": p.stderr, "rc": p.returncode}},
+          open(os.path.join({rec!r}, f"{{n:04d}}.json"), "w"))
+sys.stdout.write(p.stdout); sys.stderr.write(p.stderr); sys.exit(p.returncode)
+"""
+
+
+def _replay_script(calls: list[dict], outdir: Path, tool: str) -> str:
+    """A /bin/sh stand-in answering each recorded argument list with its recorded output, at once."""
+    lines = ["#!/bin/sh", 'case "$*" in']
+    seen = set()
+    for i, c in enumerate(calls):
+        key = " ".join(c["args"])
+        if key in seen:
+            continue
+        seen.add(key)
+        (outdir / f"{tool}-{i}.out").write_text(c["out"])
+        lines.append(f"  {shlex.quote(key)}) cat {shlex.quote(str(outdir / f'{tool}-{i}.out'))}; exit {c['rc']};;")
+    lines += ["esac", "exit 1", ""]
+    return "\n".join(lines)
+
+
+def _install(site_root: Path, config: Path) -> Path:
+    from bench.common import run_cli
+
+    hooks = site_root / "hooks"
+    run_cli(["hooks", "install", "--dir", str(hooks), "--config", str(config)])
+    return hooks
+
+
+def _instant_tools(root: Path, tools: tuple[str, ...]) -> dict[str, str]:
+    """Record the test stand-ins' answers to one prolog+epilog, then build instant /bin/sh replays of them."""
+    from tests.standins import HERE, make_site
+
+    rec_site = make_site(root / "record", tools=tools)
+    recdir = root / "recorded"
+    for tool in tools:
+        (recdir / tool).mkdir(parents=True)
+        w = rec_site.bin / tool
+        w.write_text(_RECORDER.format(py=sys.executable, tool=str(HERE / tool), state=str(rec_site.state),
+                                      rec=str(recdir / tool)))
+        w.chmod(0o755)
+    hooks = _install(rec_site.root, rec_site.config)
+    env = {**JOB_ENV}
+    for kind in ("prolog", "epilog"):
+        subprocess.run([str(hooks / kind)], env=env, check=True, capture_output=True)
+    replay = {}
+    outdir = root / "replay"
+    outdir.mkdir()
+    for tool in tools:
+        calls = [json.loads(p.read_text()) for p in sorted((recdir / tool).iterdir())]
+        script = outdir / tool
+        script.write_text(_replay_script(calls, outdir, tool))
+        script.chmod(0o755)
+        replay[tool] = str(script)
+    return replay
+
+
+def _site(root: Path, db: str, commands: dict[str, str]) -> tuple[Path, Path]:
+    """A site config (spool, db, commands) and its installed hooks."""
+    root.mkdir(parents=True)
+    spool = root / "spool"
+    lines = [f'spool = "{spool}"', f'db = "{db}"', "hook_timeout_s = 3.0", "[commands]"]
+    lines += [f'"{k}" = "{v}"' for k, v in commands.items()]
+    cfg = root / "config.toml"
+    cfg.write_text("\n".join(lines) + "\n")
+    return _install(root, cfg), spool
+
+
+def run(scale: float, repeat: int) -> Figure:
+    try:
+        import ledger.hooks  # noqa: F401
+        from ledger.hooks import install  # noqa: F401
+    except ImportError as exc:
+        from bench.common import FeatureMissing
+
+        raise FeatureMissing(TITLE, f"ledger.hooks not importable: {exc}") from None
+    reps = max(repeat, int(30 * scale) or 1)
+    work = Path(tempfile.mkdtemp(prefix="ipledger-bench-hook-"))
+    try:
+        instant = _instant_tools(work, ("dcgmi", "nvidia-smi"))
+        db_up = f"sqlite:///{work / 'ledger.db'}"
+        db_down = "postgresql+psycopg://ipledger@127.0.0.1:9/unreachable"
+        variants = {
+            "no vendor tools, DB up": _site(work / "plain-up", db_up, {}),
+            "no vendor tools, DB down": _site(work / "plain-down", db_down, {}),
+            "instant DCGM/nvidia-smi stand-ins, DB up": _site(work / "dcgm-up", db_up, instant),
+            "instant DCGM/nvidia-smi stand-ins, DB down": _site(work / "dcgm-down", db_down, instant),
+        }
+        env = dict(JOB_ENV)
+        floor = timeit(lambda: subprocess.run([sys.executable, "-I", "-S", "-c", "pass"], env=env, check=True),
+                       reps, label="`python3 -I -S -c pass` (same interpreter)")
+        subjects = []
+        for name, (hooks, spool) in variants.items():
+            for kind in ("prolog", "epilog"):
+                def one(kind: str = kind, hooks: Path = hooks) -> None:
+                    subprocess.run([str(hooks / kind)], env=env, check=True, capture_output=True)
+
+                def pre(kind: str = kind, hooks: Path = hooks) -> None:
+                    if kind == "epilog":  # the epilog needs its prolog's state, as on a real node
+                        one("prolog", hooks)
+
+                subjects.append(timeit(one, reps, pre, label=f"{kind}, {name}"))
+            written = sum(1 for p in spool.iterdir() if p.suffix == ".jsonl")
+            if written == 0:
+                raise RuntimeError(f"{name}: the hooks wrote nothing to the spool")
+        interp = os.path.realpath(sys.executable)
+        return Figure(key="hook", title=TITLE, target=2.0, floor=floor, subjects=tuple(subjects),
+                      scale_note=f"{reps} runs each; 4 GPUs; interpreter {interp}; installed scripts run by path",
+                      notes=("The DCGM variants include one /bin/sh fork+exec per tool call (the instant stand-ins);"
+                             " real dcgmi/nvidia-smi take longer, which the budget excludes.",))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> Figure:
+    return main_for(run, __doc__.splitlines()[0], default_scale=1.0, default_repeat=10, argv=argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""Figure: the receipt of a 1,024-GPU, 72-hour run at 10 s cadence, against a DuckDB query summing the same
+samples per device; and the receipt's peak memory (target ≤ 2 GiB).
+
+The ledger (SQLite) holds the run as the hooks and the collector leave it: allocation_started, one
+device_bound per GPU, one sealed telemetry_segment per GPU with its samples in the `samples` table, and
+allocation_ended. The floor is DuckDB over the same samples (the columns a receipt reads) in a Parquet file.
+The subject is `ipledger receipt JOB --format json` in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import tempfile
+from pathlib import Path
+
+from bench.common import FeatureMissing, Figure, Timing, main_for, run_cli_measured, timeit
+
+TITLE = "Receipt of a 1,024-GPU 72-hour run"
+FULL_GPUS = 1024
+HOURS = 72
+CADENCE = 10.0
+T0 = 1_780_000_000.0
+READ_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "tensor_active", "gpu_util", "sm_clock_mhz",
+                "compute_procs", "fb_used_mib")
+
+
+def _device_columns(i: int, n: int):  # noqa: ANN202
+    import numpy as np
+
+    rng = np.random.default_rng(1000 + i)
+    t = T0 + CADENCE * np.arange(n)
+    busy = (np.sin(np.arange(n) / (300 + i % 17)) > -0.6)
+    act = np.where(busy, rng.uniform(0.55, 0.98, n), rng.uniform(0.0, 0.03, n))
+    reasons = np.where(rng.random(n) < 0.03, 0x20, 0).astype(np.int64)
+    clock = np.where(reasons > 0, 1410.0, 1980.0)
+    return t, act, reasons, clock, busy
+
+
+def build_ledger(db_path: Path, gpus: int, hours: float) -> tuple[str, int, Path]:
+    """The run in a fresh SQLite ledger, and the same samples in Parquet; returns (url, rows, parquet)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bench.ship_sqlite import _fresh_db
+    from ledger import db as db_mod
+    from ledger.entries import Kind, make_entry
+    from ledger.store import append
+    from ledger.telemetry.model import SAMPLE_COLUMNS
+    from ledger.telemetry.store import INSERT_COLUMNS, samples_digest
+
+    url = _fresh_db(db_path)
+    n = int(hours * 3600 / CADENCE)
+    key = {"cluster": "hpc1", "job_id": "990001", "run": 0}
+    nodes = [f"gpu-n{j:04d}" for j in range((gpus + 7) // 8)]
+    uuids = [f"GPU-{i:08x}-bench-4000-8000-{i:012x}" for i in range(gpus)]
+    start, end = T0, T0 + n * CADENCE
+    engine = db_mod.make_engine(url)
+    head = [make_entry(Kind.ALLOCATION_STARTED, start, {"account": "physics", "user": "u1", "partition": "gpu",
+                                                        "qos": "normal", "nodes": nodes, "gpus": gpus,
+                                                        "tres": f"gres/gpu={gpus}"},
+                       node=nodes[0], source="hook.prolog", **key)]
+    head += [make_entry(Kind.DEVICE_BOUND, start, {"index": i % 8, "uuid": u, "sku": "NVIDIA H100 80GB HBM3",
+                                                   "vendor": "nvidia", "node": nodes[i // 8]},
+                        device=u, node=nodes[i // 8], source="hook.prolog", **key) for i, u in enumerate(uuids)]
+    append(engine, head)
+    con = sqlite3.connect(db_path, isolation_level=None)
+    con.execute("PRAGMA synchronous=OFF")
+    sql = f"INSERT INTO samples ({', '.join(INSERT_COLUMNS)}) VALUES ({','.join('?' * len(INSERT_COLUMNS))})"
+    writer = None
+    parquet = db_path.with_suffix(".parquet")
+    segs = []
+    idx = {c: SAMPLE_COLUMNS.index(c) for c in READ_COLUMNS}
+    for i, u in enumerate(uuids):
+        t, act, reasons, clock, busy = _device_columns(i, n)
+        cols = {"t": t, "sm_active": act, "tensor_active": act * 0.4, "gpu_util": (act * 1.1).clip(0, 1),
+                "sm_clock_mhz": clock, "compute_procs": busy.astype(float),
+                "fb_used_mib": busy * 70000.0 + 1024.0}
+        rows = []
+        for k in range(n):
+            r = [None] * len(SAMPLE_COLUMNS)
+            r[0], r[1], r[2], r[3] = u, float(t[k]), CADENCE, int(reasons[k])
+            for c, arr in cols.items():
+                if c != "t":
+                    r[idx[c]] = float(arr[k])
+            rows.append(tuple(r))
+        seg = make_entry(Kind.TELEMETRY_SEGMENT, start, {"devices": [u], "rows": n,
+                                                         "samples_sha256": samples_digest(rows),
+                                                         "columns": list(SAMPLE_COLUMNS)},
+                         ts_end=end, node=nodes[i // 8], device=u, cluster="hpc1", source="collector")
+        segs.append(seg)
+        con.execute("BEGIN")
+        con.executemany(sql, [(seg.entry_id, *r) for r in rows])
+        con.execute("COMMIT")
+        table = pa.table({"device": [u] * n, "t": t, "dt": [CADENCE] * n, "clock_reasons": reasons,
+                          **{c: cols[c] for c in READ_COLUMNS[4:]}})
+        if writer is None:
+            writer = pq.ParquetWriter(parquet, table.schema)
+        writer.write_table(table)
+    writer.close()
+    con.close()
+    append(engine, segs)
+    append(engine, [make_entry(Kind.ALLOCATION_ENDED, end, {"exit_code": 0, "state": "COMPLETED"},
+                               node=nodes[0], source="hook.epilog", **key)])
+    engine.dispose()
+    return url, n * gpus, parquet
+
+
+def run(scale: float, repeat: int) -> Figure:
+    import duckdb
+
+    try:
+        from ledger.receipts import receipt_for  # noqa: F401
+    except ImportError as exc:
+        raise FeatureMissing(TITLE, f"ledger.receipts not importable: {exc}") from None
+    gpus = max(8, int(FULL_GPUS * scale))
+    work = Path(tempfile.mkdtemp(prefix="ipledger-bench-receipt-"))
+    try:
+        url, rows, parquet = build_ledger(work / "ledger.db", gpus, HOURS)
+        q = (f"SELECT device, sum(dt), sum(sm_active * dt), sum(tensor_active * dt), sum(gpu_util * dt), "
+             f"sum(sm_clock_mhz * dt), sum(compute_procs), sum(fb_used_mib), count(*) FILTER (clock_reasons > 0) "
+             f"FROM read_parquet('{parquet}') GROUP BY device")
+        out: dict = {}
+
+        def floor() -> None:
+            con = duckdb.connect()
+            out["floor"] = con.execute(q).fetchall()
+            con.close()
+
+        peaks = []
+
+        def subject() -> None:
+            proc, peak = run_cli_measured(["--db", url, "receipt", "990001", "--format", "json"])
+            if proc.returncode != 0:
+                raise RuntimeError(f"ipledger receipt failed: {proc.stderr.strip()[-300:]}")
+            out["receipt"] = json.loads(proc.stdout)
+            peaks.append(peak)
+
+        floor_t = timeit(floor, repeat, label=f"DuckDB: sum the {rows:,} samples per device (Parquet)")
+        subj_t = timeit(subject, repeat, label="`ipledger receipt JOB --format json` (SQLite ledger)")
+        r = out["receipt"]
+        paid = r["gpu_hours"]["paid"]
+        if len(out["floor"]) != gpus or abs(paid - gpus * HOURS) > 1e-6 * gpus * HOURS:
+            raise RuntimeError(f"receipt paid {paid} GPU-h, expected {gpus * HOURS}")
+        peak = max(peaks)
+        return Figure(key="receipt", title=TITLE, target=3.0, floor=floor_t, subjects=(subj_t,),
+                      scale_note=f"{gpus:,} GPUs × {HOURS} h at {CADENCE:g} s = {rows:,} samples "
+                                 f"(scale {scale:g} of {FULL_GPUS:,} GPUs)",
+                      extra={"peak memory of the receipt process": f"{peak:,.0f} MiB (target ≤ 2048 MiB: "
+                                                                   f"{'met' if peak <= 2048 else 'NOT met'})",
+                             "paid GPU-hours on the receipt": f"{paid:,.1f}",
+                             "delivered GPU-hours": f"{r['gpu_hours']['delivered']:,.1f}"})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> Figure:
+    return main_for(run, __doc__.splitlines()[0], default_scale=0.05, default_repeat=3, argv=argv)
+
+
+if __name__ == "__main__":
+    main()

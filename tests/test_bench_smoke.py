@@ -1,0 +1,55 @@
+"""Each benchmark module runs end to end at a tiny scale and reports a figure (correctness, not timing).
+
+Benchmarks are not timed tests: these only prove `make bench` will not crash on a fresh clone and that
+each figure checks its own result (rows shipped, entries verified, receipt paid hours...).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import common
+
+
+def _run(module: str, scale: float, tmp_path, monkeypatch) -> common.Figure:
+    import importlib
+
+    monkeypatch.setattr(common, "PERF_DOC", tmp_path / "performance.md")
+    mod = importlib.import_module(f"bench.{module}")
+    fig = mod.run(scale=scale, repeat=1)
+    common.write_doc(fig, tmp_path / "performance.md")
+    return fig
+
+
+@pytest.mark.parametrize("module,scale", [("ship_sqlite", 0.0005), ("verify", 0.0003)])
+def test_core_figures_run_and_check_themselves(module, scale, tmp_path, monkeypatch):
+    fig = _run(module, scale, tmp_path, monkeypatch)
+    assert fig.status == "ok"
+    assert fig.floor is not None and fig.floor.median > 0
+    assert all(t.median > 0 for t in fig.subjects)
+    doc = (tmp_path / "performance.md").read_text()
+    assert f"## {fig.title}" in doc and "ratio to floor" in doc
+
+
+def test_write_doc_keeps_other_sections(tmp_path):
+    doc = tmp_path / "performance.md"
+    doc.write_text("# Performance\n\nintro\n\n## Accuracy\n\nsomeone else's numbers\n")
+    fig = common.Figure(key="x", title="Some figure", target=2.0, floor=common.Timing("floor", (1.0, 1.0)),
+                        subjects=(common.Timing("subject", (1.5, 1.7)),))
+    common.write_doc(fig, doc)
+    common.write_doc(fig, doc)  # rewriting replaces the section, never duplicates it
+    text = doc.read_text()
+    assert text.count("## Some figure") == 1
+    assert "## Accuracy\n\nsomeone else's numbers" in text
+    assert "| 1.60 | ≤ 2× met |" in text  # median 1.6 / floor 1.0
+
+
+def test_missing_feature_is_reported_not_raised(tmp_path, monkeypatch):
+    monkeypatch.setattr(common, "PERF_DOC", tmp_path / "performance.md")
+
+    def run(scale, repeat):  # noqa: ANN001, ANN202
+        raise common.FeatureMissing("Future figure", "not there yet")
+
+    fig = common.main_for(run, "x", default_scale=1.0, argv=["--scale", "0.1"])
+    assert fig.status == "not available yet"
+    assert "not available yet" in (tmp_path / "performance.md").read_text()
