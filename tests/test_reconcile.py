@@ -80,3 +80,18 @@ def test_reconcile_dry_run_appends_nothing_and_scheduler_errors_exit_1(tmp_path,
                                        "controller (connect failure)' >&2\nexit 1\n")
     r = runner.invoke(cli, ["--db", sqlite_url, "--config", str(site.config), "reconcile"])
     assert r.exit_code == 1 and "job 7: scontrol failed" in r.output
+
+
+def test_open_runs_are_per_node():
+    from ledger.entries import ChainedEntry, make_entry
+    from ledger.hooks.reconcile import open_runs
+
+    def ce(i, kind, node, device=None):
+        e = make_entry(kind, 1_800_000_000 + i, {}, cluster="c", job_id="9", run=0, node=node, device=device)
+        return ChainedEntry(seq=i, entry=e, prev_hash="", hash="")
+
+    es = [ce(1, "allocation_started", "a"), ce(2, "device_bound", "a", "GPU-a"),
+          ce(3, "allocation_started", "b"), ce(4, "device_bound", "b", "GPU-b"),
+          ce(5, "allocation_ended", "a")]
+    (r,) = open_runs(es)
+    assert (r.node, r.devices) == ("b", ["GPU-b"])  # node a's epilog ran; only node b's part is open

@@ -60,7 +60,7 @@ class ReconcileReport:
 
 
 def open_runs(entries: Iterable[ChainedEntry]) -> list[OpenRun]:
-    """Runs with a start and no end, in the order they started."""
+    """Runs with a start and no end, per node (each node of a multi-node job has its own prolog and epilog)."""
     runs: dict[tuple, OpenRun] = {}
     ended: set[tuple] = set()
     devices: dict[tuple, list] = {}
@@ -68,7 +68,7 @@ def open_runs(entries: Iterable[ChainedEntry]) -> list[OpenRun]:
         e = ce.entry
         if e.job_id is None:
             continue
-        key = (e.cluster, e.job_id, e.run or 0)
+        key = (e.cluster, e.job_id, e.run or 0, e.node)
         if e.kind == Kind.ALLOCATION_STARTED and key not in runs:
             runs[key] = OpenRun(e.cluster, e.job_id, e.run or 0, e.node, ts_to_epoch(e.ts))
         elif e.kind == Kind.ALLOCATION_ENDED:
