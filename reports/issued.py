@@ -159,6 +159,11 @@ def load_issues(engine, through_seq: int | None = None,  # noqa: ANN001
     issues: list[Issue] = []
     pending: list[tuple[Any, dict]] = []
     n = 0
+    total = 0
+    if progress:
+        with engine.connect() as conn:
+            total = int(conn.execute(text("SELECT COUNT(*) FROM entries WHERE kind = :k AND seq <= :s"),
+                                     {"k": Kind.RECEIPT_ISSUED, "s": seq}).scalar() or 0)
     for ce in store.iter_entries(engine, through_seq=seq, kinds=[Kind.RECEIPT_ISSUED]):
         p = ce.entry.data
         issued_at = _epoch(p.get("issued_at") or ce.entry.recorded_at or ce.entry.ts)
@@ -170,7 +175,9 @@ def load_issues(engine, through_seq: int | None = None,  # noqa: ANN001
             pending.append((ce, p))
         n += 1
         if progress and n % 1000 == 0:
-            progress(n, 0)
+            progress(n, total)
+    if progress and n:
+        progress(n, total)
     bad = 0
     for ce, r, ok in _recompute(engine, pending):
         p = ce.entry.data
