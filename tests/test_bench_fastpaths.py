@@ -1,0 +1,137 @@
+"""The performance fast paths give exactly the reference results (bench/ made them; these keep them honest).
+
+- format_ts: canonical text skips the strftime round trip; same output and same errors as the slow path.
+- make_entry / entry_from_record: ids computed without dataclasses.replace equal compute_entry_id.
+- verify's fast path (raw rows, SQLite json_array encodings, parallel seq ranges) reports exactly what the
+  reference check_chain reports, for honest ledgers and tampered ones, on both backends.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import text
+
+from ledger import store
+from ledger import verify as verify_mod
+from ledger.canonical import format_ts
+from ledger.entries import Kind, compute_entry_id, entry_from_record, make_entry
+from ledger.verify import check_chain, verify_chain
+
+UTC = dt.timezone.utc
+
+
+def _slow_format_ts(value: str) -> str:
+    """format_ts as it was before the fast path (the reference)."""
+    stripped = value.strip()
+    if stripped.endswith(("Z", "z")):
+        stripped = stripped[:-1] + "+00:00"
+    v = dt.datetime.fromisoformat(stripped)
+    if v.tzinfo is None:
+        raise ValueError("naive")
+    v = v.astimezone(UTC)
+    out = v.strftime("%Y-%m-%dT%H:%M:%S")
+    if v.microsecond:
+        out += f".{v.microsecond:06d}".rstrip("0")
+    return out + "Z"
+
+
+def _same(a, b) -> None:  # noqa: ANN001
+    try:
+        want = a()
+    except ValueError:
+        with pytest.raises(ValueError):
+            b()
+        return
+    assert b() == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.datetimes(min_value=dt.datetime(1000, 1, 1), max_value=dt.datetime(9999, 12, 30),
+                    timezones=st.just(UTC)),
+       st.sampled_from(["Z", "+00:00", "z"]), st.integers(0, 6))
+def test_format_ts_fast_path_matches_reference_on_valid_times(d, suffix, digits):
+    base = d.strftime("%Y-%m-%dT%H:%M:%S")
+    frac = f".{d.microsecond:06d}"[: digits + 1] if digits else ""
+    text_ = base + frac + suffix
+    _same(lambda: _slow_format_ts(text_), lambda: format_ts(text_))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.from_regex(r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,7})?Z\Z"))
+def test_format_ts_fast_path_matches_reference_on_any_canonical_looking_text(text_):
+    _same(lambda: _slow_format_ts(text_), lambda: format_ts(text_))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), st.text(max_size=12) | st.integers() | st.none(), max_size=4),
+       st.text(max_size=10) | st.none(), st.integers(0, 3) | st.none())
+def test_entry_ids_match_compute_entry_id(payload, node, run):
+    e = make_entry(Kind.PROGRESS, 1_700_000_000.5, payload, node=node, run=run, job_id="7", cluster="c")
+    assert e.entry_id == compute_entry_id(e)
+    again = entry_from_record(e.to_record())
+    assert again == e and again.entry_id == compute_entry_id(again)
+
+
+# Payload text that stresses the JSON escaping SQLite's json_array must agree on with canonical_json.
+NASTY = ['quote " backslash \\ slash /', "ctl \x00\x01\x08\x09\x0a\x0c\x0d\x1f\x7f", "é ü 漢字 🎉",
+         "\u2028\u2029 line seps", "", "x" * 3000]
+
+
+def _entries(n: int) -> list:
+    return [make_entry(Kind.PROGRESS, 1_700_000_000 + i, {"i": i, "s": NASTY[i % len(NASTY)], "f": i / 7},
+                       job_id=str(i % 13), node=NASTY[i % len(NASTY)][:20].replace("\x00", "") or None,
+                       run=i % 3)  # PostgreSQL text cannot hold NUL; the JSON payload can (escaped)
+            for i in range(n)]
+
+
+def _tamper(engine, column: str, value, seq: int) -> None:  # noqa: ANN001
+    with engine.begin() as conn:
+        if conn.dialect.name == "sqlite":
+            conn.execute(text("DROP TRIGGER entries_no_update"))
+        else:
+            conn.execute(text("DROP TRIGGER entries_no_update_delete ON entries"))
+        conn.execute(text(f"UPDATE entries SET {column} = :v WHERE seq = :s"), {"v": value, "s": seq})
+
+
+@pytest.fixture
+def fast_everywhere(monkeypatch):
+    monkeypatch.setattr(verify_mod, "FAST_MIN_ENTRIES", 1)
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_fast_verify_equals_reference_on_an_honest_ledger(engine, fast_everywhere, workers):
+    store.append(engine, _entries(300))
+    fast = verify_chain(engine, workers=workers)
+    ref = check_chain(store.iter_entries(engine))
+    assert fast.ok and fast == ref
+
+
+@pytest.mark.parametrize("column,value,seq", [("payload", '{"i":2}', 150), ("kind", "adjustment", 299),
+                                              ("prev_hash", "f" * 64, 101), ("node", "other", 1),
+                                              ("seq", 100_000, 300), ("recorded_at", "2020-01-01T00:00:00Z", 50)])
+def test_fast_verify_reports_the_reference_problem_on_tampering(engine, fast_everywhere, column, value, seq):
+    store.append(engine, _entries(300))
+    _tamper(engine, column, value, seq)
+    fast = verify_chain(engine, workers=3)
+    ref = check_chain(store.iter_entries(engine))
+    assert not fast.ok
+    assert fast == ref
+
+
+def test_fast_verify_in_threads_when_the_caller_is_threaded(engine, fast_everywhere):
+    import threading
+
+    store.append(engine, _entries(200))
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()  # a second live thread: verify must not fork
+    try:
+        fast = verify_chain(engine, workers=2)
+    finally:
+        stop.set()
+        t.join()
+    assert fast.ok and fast == check_chain(store.iter_entries(engine))
