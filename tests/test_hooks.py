@@ -62,7 +62,9 @@ def kinds(recs, kind):
 
 @pytest.fixture
 def site(tmp_path):
-    return make_site(tmp_path, hooks={"trace": str(tmp_path / "trace.jsonl")}, timeout=3.0)
+    # A loaded test machine can take seconds between scontrol's StartTime and `dcgmi stats -s`; the tolerance
+    # keeps that from showing up as a (true but irrelevant) dcgm_watch_late gap in tests about other things.
+    return make_site(tmp_path, hooks={"trace": str(tmp_path / "trace.jsonl"), "gap_tolerance_s": 15.0}, timeout=3.0)
 
 
 def prolog_epilog(site, job="77", start=None, end_after=None, between=None, epilog_env=None, end_record=None):
@@ -114,12 +116,12 @@ def test_dcgm_host_engine_restart_is_an_unknown_interval_over_the_run(site):
 
 
 def test_watch_started_late_leaves_exactly_the_uncovered_head(site):
-    recs = prolog_epilog(site, start=int(time.time()) - 30)
+    recs = prolog_epilog(site, start=int(time.time()) - 60)
     for s in kinds(recs, "telemetry_summary"):
         (gap,) = [g for g in kinds(recs, "unknown_interval") if g["device"] == s["device"]]
         assert gap["data"]["cause"] == "dcgm_watch_late"
         assert gap["ts"] == kinds(recs, "allocation_started")[0]["ts"] and gap["ts_end"] == s["ts"]
-        assert 25 <= ts_to_epoch(gap["ts_end"]) - ts_to_epoch(gap["ts"]) <= 40
+        assert 55 <= ts_to_epoch(gap["ts_end"]) - ts_to_epoch(gap["ts"]) <= 90
 
 
 @pytest.mark.parametrize("control,cause", [
@@ -302,3 +304,24 @@ def test_hook_cli_runs_the_same_logic(site, runner, cli):
     assert len(kinds(spooled(site), "allocation_started")) == 1
     r = runner.invoke(cli, ["--config", str(site.config), "hook", "epilog"], env={"SLURM_JOB_ID": ""})
     assert r.exit_code == 0  # no job: logged, still 0
+
+
+def test_mig_report_is_missing_values_and_an_unknown_interval_not_zeros(site):
+    recs = prolog_epilog(site, between=lambda: (site.control(mig_jobs=["77.0"]), time.sleep(1.5)))
+    summaries = kinds(recs, "telemetry_summary")
+    assert len(summaries) == 2
+    for s in summaries:
+        assert s["data"]["missing"]["energy_j"] == "not_specified"
+        assert s["data"]["missing"]["power_w_avg"] == "not_available"
+        assert "power_w_avg" not in s["data"]["values"] and "energy_j" not in s["data"]["values"]
+        (gap,) = [g for g in kinds(recs, "unknown_interval") if g["device"] == s["device"]]
+        assert gap["data"]["cause"] == "dcgm_no_data" and (gap["ts"], gap["ts_end"]) == (s["ts"], s["ts_end"])
+        assert "energy_j=not_specified" in gap["data"]["detail"]
+
+
+def test_truncated_power_values_are_missing(site):
+    recs = prolog_epilog(site, between=lambda: site.control(long_values=True))
+    for s in kinds(recs, "telemetry_summary"):
+        assert s["data"]["missing"]["power_w_min"] == "truncated"
+        assert s["data"]["values"]["power_w_avg"] > 0
+    assert not kinds(recs, "unknown_interval")  # other measurements remain: no gap, only a missing field
