@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import db as db_mod
@@ -84,10 +85,21 @@ def _reports(engine, out: Path, analysis) -> list[str]:  # noqa: ANN001
     return done
 
 
-def run_demo(out: Path, seed: int = 0, spec: FleetSpec | None = None) -> dict:
+@dataclass
+class Hall:
+    """A built demo hall: its simulation (with ground truth), ledger engine and the agents' analysis."""
+
+    sim: object
+    engine: object
+    analysis: object
+    counts: dict
+    db_path: Path
+
+
+def build_hall(out: Path, seed: int = 0, spec: FleetSpec | None = None) -> Hall:
+    """Simulate and fill a fresh SQLite ledger in ``out``; run the agents and record their findings."""
     from . import agents
 
-    t0 = time.monotonic()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     db_path = out / "ledger.db"
@@ -102,7 +114,18 @@ def run_demo(out: Path, seed: int = 0, spec: FleetSpec | None = None) -> dict:
     sim = simulate(spec, seed)
     engine = db_mod.make_engine(f"sqlite:///{db_path}")
     db_mod.upgrade(engine)
-    counts = write_ledger(engine, sim, spool_dir, extra_entries=_contract_entries())
+    counts = write_ledger(engine, sim, spool_dir, extra_entries=_contract_entries(), issue_receipts=False)
+    analysis = agents.analyze(engine)
+    agents.record(engine, analysis.findings)
+    return Hall(sim, engine, analysis, counts, db_path)
+
+
+def run_demo(out: Path, seed: int = 0, spec: FleetSpec | None = None) -> dict:
+    t0 = time.monotonic()
+    out = Path(out)
+    spec = spec or FleetSpec()
+    hall = build_hall(out, seed, spec)
+    sim, engine, analysis = hall.sim, hall.engine, hall.analysis
     # Path B material: one day of two racks (including the cooling incident) as a Prometheus export
     steps_day = 86400 // spec.cadence_s
     cool = next(f for f in sim.truth["faults"] if f["id"] == "F-cooling")
@@ -111,20 +134,17 @@ def run_demo(out: Path, seed: int = 0, spec: FleetSpec | None = None) -> dict:
     nodes = sorted({d.node for d in sim.devices if d.rack in ("R2", "R3")})
     prom = write_prometheus_export(sim, out / "prometheus-export.json", nodes, start_step, steps_day)
     issued, receipts = _receipts(engine, out, sim)
-    analysis = agents.analyze(engine)
-    agents.record(engine, analysis.findings)
     from .verify import verify
     report = verify(engine)
     (out / "ground-truth.json").write_text(json.dumps(sim.truth, indent=2, sort_keys=True) + "\n")
     (out / "findings.json").write_text(json.dumps(analysis.to_json(), indent=2, sort_keys=True) + "\n")
     reports = _reports(engine, out, analysis)
-    n_entries = 0
     with engine.connect() as conn:
         n_entries = conn.exec_driver_sql("SELECT count(*) FROM entries").scalar()
     engine.dispose()
     found = {f.kind for f in analysis.findings}
-    return {"out": str(out), "ledger": str(db_path), "seed": seed, "devices": len(sim.devices),
-            "jobs": len(sim.jobs), "entries": int(n_entries), "samples": counts["samples"],
+    return {"out": str(out), "ledger": str(hall.db_path), "seed": seed, "devices": len(sim.devices),
+            "jobs": len(sim.jobs), "entries": int(n_entries), "samples": hall.counts["samples"],
             "faults_injected": len(sim.truth["faults"]), "findings": len(analysis.findings),
             "finding_kinds": sorted(found), "verified": report.ok, "ground_truth": str(out / "ground-truth.json"),
             "findings_json": str(out / "findings.json"), "prometheus_export": prom["path"],

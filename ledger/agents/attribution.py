@@ -31,6 +31,7 @@ PCAP_FRAC = 0.5             # share of a node's loaded samples with the power-ca
 STARVED_MIN_H = 0.5         # GPU-hours of starvation before a run gets a finding
 IDLE_MIN_H = 1.0            # GPU-hours idle held ...
 IDLE_MIN_SHARE = 0.10       # ... and share of the run's paid time
+OWN_NORMAL_MIN_S = 3 * 86400  # history needed before a device's own temperature normal is trusted
 THERMAL = 0                 # index of "thermal" in THROTTLE_REASONS
 POWER_CAP = 1
 
@@ -50,6 +51,11 @@ def temperature_residual(s: pd.DataFrame) -> pd.Series:
     k = float(np.nanmedian(slope)) if slope.notna().any() else 0.0
     base = (s["temp"] - k * s["power"]).where(ok)
     b = base.groupby(s["device"]).transform("median")
+    span = float(s["t"].max() - s["t"].min()) if len(s) else 0.0
+    if span < OWN_NORMAL_MIN_S:
+        # too little history to learn a device's own normal (a fault may fill most of it): use the siblings'
+        # (the fleet's median intercept), so a hot rack or node still stands out against the rest
+        b = pd.Series(float(np.nanmedian(b)) if b.notna().any() else 0.0, index=s.index)
     return (s["temp"] - (b + k * s["power"])).where(ok)
 
 
@@ -65,8 +71,11 @@ def cooling(ds: Dataset, resid: pd.Series) -> list[Finding]:
     if not len(f):
         return []
     node_h = f.groupby(["node", "hb"])["r"].median().rename("nr").reset_index()
-    node_grp = s.drop_duplicates("node").set_index("node")[gcol]
-    node_h["grp"] = node_h["node"].map(node_grp)
+    if gcol == "node":
+        node_h["grp"] = node_h["node"]
+    else:
+        node_grp = s.drop_duplicates("node").set_index("node")[gcol]
+        node_h["grp"] = node_h["node"].map(node_grp)
     grp_h = f.groupby(["grp", "hb"])["r"].agg(["median", "size"]).reset_index()
     fleet_h = grp_h.groupby("hb")["median"].agg(list)
     out: list[Finding] = []
@@ -91,8 +100,12 @@ def cooling(ds: Dataset, resid: pd.Series) -> list[Finding]:
     med_map = grp_h.set_index(["grp", "hb"])["median"]
     node_h["rack_med"] = [med_map.get((g, h), 0.0) for g, h in zip(node_h["grp"], node_h["hb"])]
     nflag = (node_h["nr"] >= COOL_RESID_C) & (node_h["nr"] - node_h["rack_med"] >= COOL_MARGIN_C)
-    if gcol == "node":
-        nflag = node_h["nr"] >= COOL_RESID_C + COOL_MARGIN_C
+    if gcol == "node":  # no topology (Path B): compare each node with the other nodes at the same hour
+        tot = node_h.groupby("hb")["nr"].agg(["sum", "size", "median"])
+        node_h["rack_med"] = [tot.at[h, "median"] if tot.at[h, "size"] < 3 else
+                              float(np.median(node_h.loc[(node_h["hb"] == h) & (node_h["node"] != n), "nr"]))
+                              for n, h in zip(node_h["node"], node_h["hb"])]
+        nflag = (node_h["nr"] >= COOL_RESID_C) & (node_h["nr"] - node_h["rack_med"] >= COOL_MARGIN_C)
     for node, g in node_h[nflag].groupby("node"):
         hrs = g["hb"].to_numpy()
         rack_hours = rack_flag_hours.get(g["grp"].iloc[0], np.zeros(0))
@@ -241,9 +254,10 @@ def starved(ds: Dataset) -> list[Finding]:
         concurrent = int(hours_by_hour.reindex(hb).max() - 1) if len(hb) else 0
         cause = "checkpoint_starved" if aligned >= 0.5 else "starved"
         conf = clamp01(0.55 + 0.25 * aligned + (0.15 if concurrent >= 2 else 0.0))
-        ev = (evidence(runs, "act", "sm_active", "fraction", a, b),
-              evidence(runs, "power", "power_w", "W", a, b),
-              evidence(runs, "fb", "fb_used_mib (process resident)", "MiB", a, b),
+        stv = runs["h_starved"] > 0
+        ev = (_masked(runs, stv, "act", "sm_active", "fraction", a, b),
+              _masked(runs, stv, "power", "power_w", "W", a, b),
+              _masked(runs, stv, "fb", "fb_used_mib (process resident)", "MiB", a, b),
               Evidence("starved_stretches_ending_at_a_progress_mark", "fraction", None, aligned, None,
                        note=f"{len(marks)} progress marks in this run"),
               Evidence("other_runs_starved_in_the_same_hours", "count", None, float(concurrent), None))
@@ -257,6 +271,21 @@ def starved(ds: Dataset) -> list[Finding]:
                            f"GPU-hours while waiting on {what}{more}.", cause=cause, level="job",
                            extra=(("run", int(run)), ("concurrent_runs", concurrent))))
     return out
+
+
+def _masked(frame: pd.DataFrame, mask: pd.Series, col: str, signal: str, unit: str, a: float, b: float) -> Evidence:
+    """Median before the window, over the flagged samples inside it ("during"), and after it."""
+    v = frame[col]
+    t = frame["t"]
+    side = min(max(b - a, 3600.0), 86400.0)
+
+    def med(m: pd.Series) -> float | None:
+        x = v[m].dropna()
+        return float(x.median()) if len(x) else None
+
+    return Evidence(signal, unit, med((t >= a - side) & (t < a) & ~mask), med(mask & (t >= a) & (t < b)),
+                    med((t >= b) & (t < b + side) & ~mask),
+                    med(~mask & (t >= a) & (t < b)), "same run, between the flagged samples")
 
 
 def idle_held(ds: Dataset, exclude: pd.Series | None = None) -> list[Finding]:

@@ -56,15 +56,18 @@ def xid_stall_mask(ds: Dataset, events: pd.DataFrame | None = None) -> pd.Series
     idx_by_dev = s.groupby("device").indices
     t_all = s["t"].to_numpy()
     idle = (s["h_idle"] > 0).to_numpy()
+    # no process and no activity, allocated or not: a stall may run on past the end of the job that hit it
+    dead = ~s["running"].to_numpy() & (np.nan_to_num(s["act"].to_numpy(float)) < 0.05)
     for r in events.itertuples():
         idx = idx_by_dev[r.device]
         t = t_all[idx]
         k = int(np.searchsorted(t, r.t))
-        # the stall starts at the event sample or the next one, and lasts while the device stays idle
-        while k < len(idx) and t[k] < r.t + XID_STALL_S and not idle[idx[k]]:
+        # the stall starts at the event sample or soon after, and lasts while the device stays dead;
+        # only its allocated (paid, idle-held) part is counted
+        while k < len(idx) and t[k] < r.t + XID_STALL_S and not dead[idx[k]]:
             k += 1
-        while k < len(idx) and idle[idx[k]]:
-            mask[idx[k]] = True
+        while k < len(idx) and dead[idx[k]]:
+            mask[idx[k]] = idle[idx[k]]
             k += 1
     return pd.Series(mask, index=s.index)
 

@@ -1,4 +1,4 @@
-"""`ipledger demo`: the demo hall, end to end on an embedded SQLite ledger."""
+"""`ipledger demo`: the demo hall — a simulated fleet with injected faults, end to end on an SQLite ledger."""
 
 from __future__ import annotations
 
@@ -11,25 +11,31 @@ from .context import emit_json
 
 @click.command("demo")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("demo-out"),
-              show_default=True, help="Directory for the ledger, receipts and reports.")
+              show_default=True, help="Directory for the ledger, receipts, findings, ground truth and reports.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Simulation seed (deterministic).")
+@click.option("--small", is_flag=True, help="A smaller hall (3 racks of 3 nodes, 5 days): faster.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def demo_cmd(out: Path, seed: int, as_json: bool) -> None:
-    """Run the demo: simulate jobs, ship them into a fresh SQLite ledger, verify, issue receipts.
+def demo_cmd(out: Path, seed: int, small: bool, as_json: bool) -> None:
+    """Run the demo hall: simulate a week of a GPU hall with known faults, fill a ledger, issue receipts, run
+    the agents, and write findings beside the ground truth (docs/demo.md).
 
     \b
     Example:
       ipledger demo --out /tmp/demo
+      ipledger demo --out /tmp/demo --seed 3 --json
+      ipledger --db sqlite:////tmp/demo/ledger.db findings
     """
     from ..demo import run_demo
+    from ..sim import FleetSpec
 
-    summary = run_demo(out, seed=seed)
+    summary = run_demo(out, seed=seed, spec=FleetSpec.small() if small else None)
     if as_json:
         emit_json(summary)
-    else:
-        for k, v in summary.items():
-            click.echo(f"{k}: {v}")
-        click.echo(f"demo output is in {summary['out']}")
+        return
+    for k, v in summary.items():
+        click.echo(f"{k}: {v}")
+    click.echo(f"demo output is in {summary['out']}  (try: ipledger --db sqlite:///{summary['ledger']} "
+               f"ask \"why did rack R3 lose GPU-hours this week?\")")
 
 
 def register(cli: click.Group) -> None:

@@ -199,8 +199,8 @@ def simulate(spec: FleetSpec = FleetSpec(), seed: int = 0) -> Simulation:
     alloc = np.full((D, T), -1, dtype=np.int64)
     for k, j in enumerate(jobs):
         alloc[j.devs, j.start:j.end] = k
-    vision = [j for j in jobs if j.tenant == "vision" and j.end - j.start >= 60 and j.devs[0] not in
-              (xid_dev, drift_dev) and not set(j.devs) & set(outage_node + restart_node)]
+    vision = [j for j in jobs if j.tenant == "vision" and j.end - j.start >= 60 and
+              not set(j.devs) & {xid_dev, drift_dev, *outage_node, *restart_node}]
     for j in vision[:3]:
         j.tags.add("idle_held")
     # --- per-device traits -----------------------------------------------------------------------------------
@@ -233,8 +233,8 @@ def simulate(spec: FleetSpec = FleetSpec(), seed: int = 0) -> Simulation:
         # checkpoints: short dips normally; long stalls while checkpoint storage is slow (climate writes big ones)
         for c in range(j.ckpt_every, L, j.ckpt_every):
             s = j.start + c
-            if j.tenant == "climate" and storage_w[0] <= s < storage_w[1]:
-                n = int(rng.integers(4, 7))
+            n = int(rng.integers(4, 7))
+            if j.tenant == "climate" and storage_w[0] <= s < storage_w[1] and c + n < L:
                 lvl[:, c:c + n] = 0.01
                 starved[np.ix_(j.devs, range(s, min(j.end, s + n)))] = True
                 j.tags.add("starved")
@@ -260,6 +260,7 @@ def simulate(spec: FleetSpec = FleetSpec(), seed: int = 0) -> Simulation:
     xid_stall &= alloc[xid_dev] >= 0
     act[xid_dev, xid_stall] = 0.0
     procs[xid_dev, xid_stall] = 0.0
+    starved &= procs > 0          # a stalled (XID) sample is idle, not starved
     running = procs > 0
 
     # --- power, temperature, clocks -------------------------------------------------------------------------
@@ -305,11 +306,12 @@ def simulate(spec: FleetSpec = FleetSpec(), seed: int = 0) -> Simulation:
 
     # --- requeue: one nlp job's node fails, Slurm requeues it (run 1) --------------------------------------
     cand = [j for j in jobs if j.tenant == "nlp" and j.end - j.start > 100 and not j.tags
-            and j.devs[0] not in (xid_dev, drift_dev) and cool_w[1] < j.start]
+            and not set(j.devs) & {xid_dev, drift_dev} and cool_w[1] < j.start]
     req_truth = None
     if cand:
         j = cand[0]
-        fail = j.start + int((j.end - j.start) * 0.45)
+        mid = j.start + int((j.end - j.start) * 0.45)
+        fail = max([p for p in j.progress if p <= mid], default=j.start) + max(2, j.ckpt_every // 2)
         last_ck = max([p for p in j.progress if p <= fail], default=j.start)
         k = jobs.index(j)
         run1 = Job(job_id=j.job_id, run=1, tenant=j.tenant, partition=j.partition, qos=j.qos, node=j.node,

@@ -1,0 +1,104 @@
+"""Path B in one shot: import a telemetry export into a scratch SQLite ledger and run every agent over it.
+
+:func:`analyze_collected` is the library call behind ``ipledger analyze``; it returns the
+:class:`~ledger.agents.Analysis` whose ``to_json()`` the reports engineer's ``reports.pathb.render`` lays out.
+Nothing is written outside the scratch directory (deleted afterwards unless ``keep`` names a path).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from .. import db as db_mod
+from . import Analysis, analyze
+
+FORMATS = ("prometheus", "dmon", "amd-smi", "nvidia-smi")
+
+
+class PathBError(ValueError):
+    pass
+
+
+def read_source(fmt: str, sources: list[str], **kw):  # noqa: ANN003, ANN201
+    """Parse Path B input with the importers (``ledger.importers``); returns their Collected."""
+    from ..importers import amdsmi, dmon, nvidia_smi, prometheus
+    from ..importers.common import InputError
+
+    try:
+        if fmt == "prometheus":
+            return prometheus.read(sources, default_ts=kw.get("at"))
+        mod = {"dmon": dmon, "amd-smi": amdsmi, "nvidia-smi": nvidia_smi}[fmt]
+        if len(sources) != 1:
+            raise PathBError(f"{fmt}: give exactly one capture file")
+        return mod.read(sources[0], start=kw.get("start"), interval=kw.get("interval"), node=kw.get("node"))
+    except InputError as exc:
+        raise PathBError(str(exc)) from None
+    except OSError as exc:
+        raise PathBError(f"{getattr(exc, 'filename', '') or ''}: {exc.strerror or exc}") from None
+
+
+def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb",  # noqa: ANN001
+                      topology: dict | None = None, sources: list[str] | None = None,
+                      progress: Callable[[int, int], None] | None = None) -> Analysis:
+    from ..importers import pipeline
+
+    if not collected.series:
+        raise PathBError(f"{collected.path}: no telemetry this importer maps (see docs/telemetry.md)")
+    with tempfile.TemporaryDirectory(prefix="ipledger-pathb-") as tmp:
+        db_path = keep if keep is not None else Path(tmp) / "scratch.db"
+        if db_path.exists():
+            db_path.unlink()
+        engine = db_mod.make_engine(f"sqlite:///{db_path}")
+        try:
+            db_mod.upgrade(engine)
+            res = pipeline.write(engine, collected, pipeline.ImportOptions(cluster=cluster), progress=progress)
+            analysis = analyze(engine, topology=topology)
+        finally:
+            engine.dispose()
+    analysis.context = _context(collected, res, analysis, sources or [])
+    return analysis
+
+
+def _context(collected, res, analysis: Analysis, sources: list[str]) -> dict:  # noqa: ANN001
+    src = []
+    for s in sources:
+        p = Path(s)
+        entry = {"kind": "prometheus", "name": p.name}
+        if p.is_file():
+            entry["sha256"] = hashlib.sha256(p.read_bytes()).hexdigest()
+        src.append(entry)
+    covered = sum(d.get("covered_s", 0.0) for d in res.per_device.values())
+    unknown = sum(d.get("unknown_s", 0.0) for d in res.per_device.values())
+    gaps = [{"device": dev, **g} for dev, d in res.per_device.items() for g in d.get("gaps", [])]
+    return {"title": "ipledger Path B analysis", "sources": src or [{"kind": "prometheus",
+                                                                      "name": str(collected.source)}],
+            "import": {"devices": res.devices, "samples": res.samples, "unknown_intervals": res.unknown_intervals,
+                       "missing": res.missing},
+            "devices": [{"uuid": dev, "node": d.get("node"), "samples": d.get("samples"),
+                         "coverage": round(d["covered_s"] / max(d["covered_s"] + d["unknown_s"], 1e-9), 4)}
+                        for dev, d in sorted(res.per_device.items())],
+            "coverage": {"start": analysis.meta.get("start"), "end": analysis.meta.get("end"),
+                         "fraction": round(covered / max(covered + unknown, 1e-9), 4), "gaps": gaps[:200]},
+            "method": _method()}
+
+
+def _method() -> dict:
+    try:
+        from ..method import METHOD_NAME, METHOD_VERSION
+        return {"name": METHOD_NAME, "version": METHOD_VERSION, "notes": "docs/method.md; agents: docs/agents.md"}
+    except ImportError:  # pragma: no cover
+        return {}
+
+
+def render_pdf(analysis: Analysis, out: Path) -> Path:
+    """Hand the analysis to the reports engineer's renderer; a one-line error if it does not exist."""
+    try:
+        from reports import pathb  # type: ignore[attr-defined]
+    except ImportError:
+        raise PathBError("PDF output needs reports.pathb, which this installation lacks") from None
+    if not hasattr(pathb, "render"):
+        raise PathBError("PDF output needs reports.pathb.render, which this installation lacks")
+    return pathb.render(analysis.to_json(), out)

@@ -1,0 +1,287 @@
+"""`ipledger findings | finding confirm|dismiss | explain | ask | analyze`: the agents from the command line.
+
+Each command is a thin layer over one library call in :mod:`ledger.agents` (docs/agents.md).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+
+from .context import AppContext, UserError, emit_json, pass_app
+
+
+def _since(value: str | None) -> float | None:
+    if value is None:
+        return None
+    from ..canonical import ts_to_epoch
+
+    v = value.strip()
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", v):
+        v += "T00:00:00Z"
+    try:
+        return ts_to_epoch(v)
+    except ValueError:
+        raise UserError(f"--since: cannot read {value!r} (want YYYY-MM-DD or RFC 3339 with a zone)") from None
+
+
+def _print_finding(f: dict, status: str | None = None) -> None:
+    sc = f["scope"]
+    where = ", ".join(f"{k}={v}" for k, v in sc.items() if v)
+    st = f" [{status}]" if status else ""
+    click.echo(f"{f['id']}  {f['agent']}/{f['kind']}{st}  {f['gpu_hours']:.2f} GPU-h  conf {f['confidence']:.2f}  "
+               f"{f['start']} .. {f['end']}  ({where})")
+    click.echo(f"    {f['summary']}")
+    if f.get("command"):
+        click.echo(f"    could run (not run): {f['command']}")
+
+
+@click.command("findings")
+@click.option("--since", help="Only findings whose window ends at or after this (YYYY-MM-DD or RFC 3339).")
+@click.option("--refresh/--no-refresh", default=True, show_default=True,
+              help="Run the agents over the ledger first and record new findings (finding_recorded entries).")
+@click.option("--json", "as_json", is_flag=True, help="Print the Findings JSON (DESIGN.md §6).")
+@pass_app
+def findings_cmd(app: AppContext, since: str | None, refresh: bool, as_json: bool) -> None:
+    """List the agents' findings over the ledger, with operators' verdicts.
+
+    \b
+    Example:
+      ipledger findings
+      ipledger findings --since 2026-11-05 --json
+      ipledger findings --no-refresh
+    """
+    from .. import agents
+
+    t = _since(since)
+    engine = app.engine()
+    account = None
+    if refresh:
+        analysis = agents.analyze(engine)
+        agents.record(engine, analysis.findings)
+        account = analysis.account
+    rows = agents.recorded_findings(engine, since=t)
+    if refresh:  # show what the agents find now (older recorded windows stay in the ledger, not in this list)
+        current = {f.id for f in analysis.findings}
+        rows = [r for r in rows if r["id"] in current]
+    if as_json:
+        emit_json({"findings": rows, "account": account if account is not None else {}})
+        return
+    if not rows:
+        click.echo("no findings")
+    for r in rows:
+        _print_finding(r, r["status"]["status"])
+
+
+@click.group("finding")
+def finding_group() -> None:
+    """Confirm or dismiss a recorded finding (an operator's verdict, recorded as a ledger entry).
+
+    \b
+    Example:
+      ipledger finding confirm F1a2b3c4d5e6f7a8 --by alice --note "CRAH-3 fan failed"
+      ipledger finding dismiss F1a2b3c4d5e6f7a8 --by bob --note "planned power test"
+    """
+
+
+def _verdict(app: AppContext, finding_id: str, confirm: bool, by: str, note: str, as_json: bool) -> None:
+    from .. import agents
+
+    try:
+        res = agents.verdict(app.engine(), finding_id, confirm, by, note)
+    except agents.UnknownFinding as exc:
+        raise UserError(str(exc)) from None
+    word = "confirmed" if confirm else "dismissed"
+    if as_json:
+        emit_json({"finding_id": finding_id, "status": word, "by": by, "note": note, "seq": res.last_seq})
+    else:
+        click.echo(f"{finding_id} {word} by {by} (ledger seq {res.last_seq})")
+
+
+@finding_group.command("confirm")
+@click.argument("finding_id")
+@click.option("--by", required=True, help="Who confirms (operator name).")
+@click.option("--note", default="", help="Why.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def confirm_cmd(app: AppContext, finding_id: str, by: str, note: str, as_json: bool) -> None:
+    """Confirm a finding: recommendations use confirmed findings first.
+
+    \b
+    Example:
+      ipledger finding confirm F1a2b3c4d5e6f7a8 --by alice --note "CRAH-3 fan failed"
+    """
+    _verdict(app, finding_id, True, by, note, as_json)
+
+
+@finding_group.command("dismiss")
+@click.argument("finding_id")
+@click.option("--by", required=True, help="Who dismisses (operator name).")
+@click.option("--note", default="", help="Why.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def dismiss_cmd(app: AppContext, finding_id: str, by: str, note: str, as_json: bool) -> None:
+    """Dismiss a finding: it yields no recommendation any more.
+
+    \b
+    Example:
+      ipledger finding dismiss F1a2b3c4d5e6f7a8 --by bob --note "planned power test"
+    """
+    _verdict(app, finding_id, False, by, note, as_json)
+
+
+def _print_explain(ex: dict) -> None:
+    click.echo(ex["answer"])
+    a = ex["account"]
+    click.echo(f"  paid {a['paid']:.1f}  delivered {a['delivered']:.1f}  lost {a['lost']:.1f} GPU-h  "
+               f"({a['cost']['lost']:,.2f} {a['currency']} lost)")
+    for k, v in ex["by_cause"].items():
+        if v > 0.005:
+            click.echo(f"    {k:32s} {v:10.2f} GPU-h")
+    for f in ex["findings"]:
+        click.echo(f"  - {f['id']} {f['kind']} ({f['gpu_hours_in_scope']:.1f} GPU-h here): {f['summary']}")
+        for e in f["evidence"][:3]:
+            click.echo(f"      {e['signal']}: before {e['before']}  during {e['during']}  after {e['after']}"
+                       + (f"  ({e.get('reference_label')}: {e.get('reference')})" if e.get("reference") is not None
+                          else ""))
+    for r in ex.get("recommendations", []):
+        click.echo(f"  next step: {r['summary']}")
+
+
+@click.command("explain")
+@click.option("--node")
+@click.option("--rack")
+@click.option("--tenant")
+@click.option("--job")
+@click.option("--period", default="all", show_default=True,
+              help="2026-W45, 2026-11-03, 2026-11, 2026-11-02..2026-11-05, this-week, last-week, today, yesterday.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def explain_cmd(app: AppContext, node: str | None, rack: str | None, tenant: str | None, job: str | None,
+                period: str, as_json: bool) -> None:
+    """Where the GPU-hours of a node, rack, tenant or job went in a period, by cause, with evidence.
+
+    \b
+    Example:
+      ipledger explain --node D2 --period 2026-W45
+      ipledger explain --rack R3 --period this-week --json
+      ipledger explain --tenant climate --period 2026-11
+    """
+    from .. import agents
+    from ..agents.accounting import ExplainError, explain
+    from ..agents.ask import BadPeriod, parse_period
+
+    given = [(k, v) for k, v in (("node", node), ("rack", rack), ("tenant", tenant), ("job", job)) if v]
+    if len(given) != 1:
+        raise UserError("give exactly one of --node, --rack, --tenant, --job")
+    kind, name = given[0]
+    ds = agents.load(app.engine())
+    if not len(ds.allocs) and not len(ds.samples):
+        raise UserError("the ledger holds no allocations or telemetry to explain")
+    try:
+        start, end, _ = parse_period(period, ds.start, ds.end)
+        ex = explain(ds, agents.run_agents(ds).findings, kind, name, start, end)
+    except (BadPeriod, ExplainError) as exc:
+        raise UserError(str(exc).strip("'\"")) from None
+    if as_json:
+        emit_json(ex)
+    else:
+        _print_explain(ex)
+
+
+@click.command("ask")
+@click.argument("question")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def ask_cmd(app: AppContext, question: str, as_json: bool) -> None:
+    """Answer a question about where GPU-hours went (a small grammar, docs/agents.md); refuses anything else.
+
+    \b
+    Example:
+      ipledger ask "why did D2 lose 400 GPU-hours this week?"
+      ipledger ask "how many GPU-hours did tenant climate lose in 2026-W45?"
+      ipledger ask "where did the GPU-hours go yesterday?"
+      ipledger ask "what happened on rack R3 on 2026-11-04?"
+    """
+    from .. import agents
+    from ..agents.ask import CannotAnswer, answer, parse_question
+
+    try:
+        parse_question(question)  # refuse before touching the database
+        ds = agents.load(app.engine())
+        res = answer(ds, agents.run_agents(ds).findings, question)
+    except CannotAnswer as exc:
+        raise UserError(str(exc)) from None
+    if as_json:
+        emit_json(res)
+    else:
+        _print_explain(res)
+
+
+@click.command("analyze")
+@click.argument("source", nargs=-1, type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["prometheus", "dmon", "amd-smi", "nvidia-smi"]),
+              default="prometheus", show_default=True, help="What SOURCE is.")
+@click.option("--url", help="Live Prometheus base URL instead of files (GET query_range only).")
+@click.option("--start", help="Live / captures: start (epoch or RFC 3339).")
+@click.option("--end", help="Live: end (epoch or RFC 3339).")
+@click.option("--step", help="Live: query step (default 15s); captures: the sampling interval.")
+@click.option("--node", help="Captures: the host the capture was taken on.")
+@click.option("--json", "as_json", is_flag=True, help="Print the Findings JSON (DESIGN.md §6) of the analysis.")
+@click.option("--pdf", "pdf", type=click.Path(dir_okay=False), help="Write the written analysis PDF here.")
+@click.option("--keep-ledger", type=click.Path(dir_okay=False), help="Keep the scratch SQLite ledger at this path.")
+def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str | None, end: str | None,
+                step: str | None, node: str | None, as_json: bool, pdf: str | None, keep_ledger: str | None) -> None:
+    """Path B in one shot: import an export into a scratch ledger and run every agent over it.
+
+    \b
+    Example:
+      ipledger analyze demo-out/prometheus-export.json --json
+      ipledger analyze dcgm-24h.tar.gz --pdf analysis.pdf
+      ipledger analyze --url http://127.0.0.1:9090 --start 2026-11-03T00:00:00Z --end 2026-11-04T00:00:00Z --step 60s
+    """
+    from ..agents.pathb import PathBError, analyze_collected, read_source, render_pdf
+    from .importers import parse_duration, parse_time
+
+    try:
+        if url:
+            if source:
+                raise UserError("give either SOURCE files or --url, not both")
+            t0, t1 = parse_time(start, "--start"), parse_time(end, "--end")
+            if t0 is None or t1 is None:
+                raise UserError("--url needs --start and --end")
+            from ..importers import prometheus
+            from ..importers.common import InputError
+            try:
+                collected = prometheus.fetch(url, t0, t1, parse_duration(step, "--step") or 15.0)
+            except InputError as exc:
+                raise UserError(str(exc)) from None
+        else:
+            if not source:
+                raise UserError("give SOURCE files/directories/archives, or --url")
+            collected = read_source(fmt, list(source), start=parse_time(start, "--start"),
+                                    interval=parse_duration(step, "--step"), node=node)
+        analysis = analyze_collected(collected, keep=Path(keep_ledger) if keep_ledger else None,
+                                     sources=list(source))
+        if pdf:
+            render_pdf(analysis, Path(pdf))
+    except PathBError as exc:
+        raise UserError(str(exc)) from None
+    if as_json:
+        emit_json(analysis.to_json())
+        return
+    a = analysis.account
+    m = analysis.meta
+    click.echo(f"analysed {m['devices']} devices, {m['samples']} samples, {m['start']} .. {m['end']}: paid "
+               f"{a['paid']:.1f} GPU-h, delivered {a['delivered']:.1f}, lost {a['lost']:.1f}")
+    for f in analysis.findings:
+        _print_finding(f.to_json())
+    if pdf:
+        click.echo(f"written analysis: {pdf}")
+
+
+def register(cli: click.Group) -> None:
+    for cmd in (findings_cmd, finding_group, explain_cmd, ask_cmd, analyze_cmd):
+        cli.add_command(cmd)
