@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "ledger.cli.contract",
     "ledger.cli.adjust",
     "ledger.cli.demo",
+    "ledger.cli.agents",
     "ledger.cli.importers",
     "ledger.cli.collect",
     "ledger.cli.export",
