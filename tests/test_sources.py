@@ -214,3 +214,37 @@ def test_blank_sentinels(offset, cause):
     assert dcgm.blank_cause(dcgm.INT32_BLANK + offset, dcgm.INT32_BLANK) == cause
     assert dcgm.blank_cause(dcgm.FP64_BLANK + offset, dcgm.FP64_BLANK) == cause
     assert dcgm.blank_cause(12345, dcgm.INT64_BLANK) is None
+
+
+def test_nvml_inventory_maps_nvml_answers_and_errors(monkeypatch):
+    """nvml_inventory through a pynvml double (same function names and error class as nvidia-ml-py)."""
+    import sys
+    from types import ModuleType, SimpleNamespace
+
+    fake = ModuleType("pynvml")
+
+    class NVMLError(Exception):
+        pass
+
+    calls = []
+    fake.NVMLError = NVMLError
+    fake.nvmlInit = lambda: calls.append("init")
+    fake.nvmlShutdown = lambda: calls.append("shutdown")
+    fake.nvmlDeviceGetCount = lambda: 2
+    fake.nvmlDeviceGetHandleByIndex = lambda i: i
+    fake.nvmlDeviceGetUUID = lambda h: f"GPU-{h}"
+    fake.nvmlDeviceGetName = lambda h: b"NVIDIA H200"  # older bindings return bytes
+
+    def minor(h):
+        if h == 1:
+            raise NVMLError("Not Supported")
+        return 7
+
+    fake.nvmlDeviceGetMinorNumber = minor
+    fake.nvmlDeviceGetPciInfo = lambda h: SimpleNamespace(busId=b"00000000:1B:00.0")
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    gpus = nvml.nvml_inventory()
+    assert [(g.index, g.uuid, g.name, g.minor_number) for g in gpus] == [(0, "GPU-0", "NVIDIA H200", 7),
+                                                                        (1, "GPU-1", "NVIDIA H200", None)]
+    assert gpus[1].missing == {"minor_number": "Not Supported"} and gpus[0].pci_bus_id == "00000000:1B:00.0"
+    assert calls == ["init", "shutdown"]
