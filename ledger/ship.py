@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import multiprocessing
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from sqlalchemy.engine import Engine
 
@@ -37,6 +40,68 @@ class ShipReport:
                 "duplicates": self.duplicates, "torn": self.torn, "errors": self.errors}
 
 
+PARALLEL_MIN_FILES = 1000   # below this, reading in the shipping process is quicker than starting a worker
+_CHUNK_FILES = 250          # files a worker prepares per task
+_AHEAD = 4                  # prepared chunks in flight at most (bounds memory)
+
+
+@dataclass
+class _Prepared:
+    """One spool file read and turned into entries (what a worker process hands back; no raw records)."""
+
+    read: spool.SpoolRead
+    entries: list
+    segments: list
+    errors: list
+
+
+def _prepare_file(path: Path) -> _Prepared | None:
+    try:
+        r = spool.read(path)
+    except FileNotFoundError:  # another shipper took it
+        return None
+    bad = list(r.errors)
+    file_entries: list[Entry] = []
+    file_segments: list[tuple[Entry, list]] = []
+    for i, rec in enumerate(r.records):
+        try:
+            file_entries.append(entry_from_record(rec))
+            if rec.get("samples") is not None:
+                file_segments.append((file_entries[-1], _sample_rows(rec["samples"])))
+        except (KeyError, ValueError, TypeError) as exc:
+            bad.append(f"{path}: record {i + 1}: {exc}")
+    light = spool.SpoolRead(path=r.path, records=[], torn=r.torn, errors=[])
+    return _Prepared(light, file_entries, file_segments, bad)
+
+
+def _prepare_chunk(paths: list[Path]) -> list[_Prepared | None]:
+    return [_prepare_file(p) for p in paths]
+
+
+def _prepared(files: list[Path]) -> Iterator[_Prepared | None]:
+    """Every file prepared, in order. Many files: worker processes read and rebuild entries (the CPU-bound
+    half of shipping: JSON decoding, canonical re-encoding, ids) while this process chains and inserts."""
+    import os
+    import threading
+
+    workers = min((os.cpu_count() or 1) - 1, 3)
+    if (len(files) < PARALLEL_MIN_FILES or workers < 1 or threading.active_count() != 1
+            or "fork" not in multiprocessing.get_all_start_methods()):
+        for p in files:
+            yield _prepare_file(p)
+        return
+    chunks = [files[i:i + _CHUNK_FILES] for i in range(0, len(files), _CHUNK_FILES)]
+    # fork: a single-threaded caller forks safely and in milliseconds; workers only read spool files
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        pending: deque = deque()
+        nxt = 0
+        while nxt < len(chunks) or pending:
+            while nxt < len(chunks) and len(pending) < _AHEAD:
+                pending.append(pool.submit(_prepare_chunk, chunks[nxt]))
+                nxt += 1
+            yield from pending.popleft().result()
+
+
 def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
          progress: Callable[[int, int], None] | None = None, run_after: bool = True,
          batch_entries: int = 50_000) -> ShipReport:
@@ -48,6 +113,7 @@ def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
     report = ShipReport()
     files = spool.pending_files(spool_dir)
     shipped_entries: list[Entry] = []
+    source = _prepared(files)
     pos = 0
     while pos < len(files):
         reads: list[spool.SpoolRead] = []
@@ -55,31 +121,19 @@ def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
         segments: list[tuple[Entry, list]] = []   # collector segments carry their sample rows beside the entry
         taken = 0
         while pos < len(files) and taken < batch_files and len(entries) < batch_entries:
-            path = files[pos]
+            prep = next(source)
             pos += 1
             taken += 1
-            try:
-                r = spool.read(path)
-            except FileNotFoundError:  # another shipper took it
+            if prep is None:
                 continue
-            bad = list(r.errors)
-            file_entries = []
-            file_segments: list[tuple[Entry, list]] = []
-            for i, rec in enumerate(r.records):
-                try:
-                    file_entries.append(entry_from_record(rec))
-                    if rec.get("samples") is not None:
-                        file_segments.append((file_entries[-1], _sample_rows(rec["samples"])))
-                except (KeyError, ValueError, TypeError) as exc:
-                    bad.append(f"{path}: record {i + 1}: {exc}")
-            if bad:
-                report.errors.extend(bad)
+            if prep.errors:
+                report.errors.extend(prep.errors)
                 continue
-            reads.append(r)
-            entries.extend(file_entries)
-            segments.extend(file_segments)
-            if r.torn is not None:
-                report.torn.append(str(path))
+            reads.append(prep.read)
+            entries.extend(prep.entries)
+            segments.extend(prep.segments)
+            if prep.read.torn is not None:
+                report.torn.append(str(prep.read.path))
         if reads:
             with write_tx(engine) as conn:
                 result = append_in(conn, entries)
@@ -94,6 +148,7 @@ def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
                 shipped_entries.extend(entries)
         if progress:
             progress(pos, len(files))
+    source.close()
     if run_after and shipped_entries:
         for fn in _AFTER_SHIP:
             fn(engine, shipped_entries)

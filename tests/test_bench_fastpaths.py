@@ -135,3 +135,36 @@ def test_fast_verify_in_threads_when_the_caller_is_threaded(engine, fast_everywh
         stop.set()
         t.join()
     assert fast.ok and fast == check_chain(store.iter_entries(engine))
+
+
+def test_parallel_ship_equals_serial_ship(tmp_path, monkeypatch):
+    """Worker processes preparing spool files change nothing: same report, same chain, same files left."""
+    from bench import data
+    from ledger import db as db_mod
+    from ledger import ship as ship_mod
+
+    def one(parallel: bool) -> tuple:
+        root = tmp_path / ("par" if parallel else "ser")
+        spool_dir = root / "spool"
+        data.write_spool(spool_dir, 700)
+        (spool_dir / "entries-zz-bad.jsonl").write_text('{"kind": "no_such_kind", "ts": "2026-01-01T00:00:00Z"}\n')
+        (spool_dir / "entries-zz-torn.jsonl").write_text(
+            (spool_dir / "entries-000000000003-bench.jsonl").read_text() + '{"kind": "progr')
+        url = f"sqlite:///{root / 'l.db'}"
+        eng = db_mod.make_engine(url)
+        db_mod.upgrade(eng)
+        monkeypatch.setattr(ship_mod, "PARALLEL_MIN_FILES", 2 if parallel else 10**9)
+        monkeypatch.setattr(ship_mod, "_CHUNK_FILES", 7)
+        rep = ship_mod.ship(eng, spool_dir, batch_files=11, run_after=False).to_json()
+        rows = [(c.seq, c.entry.entry_id, c.hash) for c in store.iter_entries(eng)]
+        left = sorted(p.name for p in spool_dir.iterdir() if p.is_file())
+        eng.dispose()
+        rep["torn"] = [p.replace(str(root), "") for p in rep["torn"]]
+        rep["errors"] = [p.replace(str(root), "") for p in rep["errors"]]
+        return rep, rows, left
+
+    serial, parallel = one(False), one(True)
+    assert serial == parallel
+    rep, rows, left = parallel
+    assert rep["errors"] and rep["torn"] and left == ["entries-zz-bad.jsonl"]
+    assert rep["appended"] == len(rows) and rows[-1][0] == len(rows)
