@@ -145,3 +145,30 @@ def test_receipt_from_imported_pathb_data(runner, cli, tmp_path, sqlite_url):
     assert rec["gpu_hours"]["unknown"] == pytest.approx(1200 / 3600, abs=0.02)
     (gap,) = rec["unknown_intervals"]
     assert gap["cause"] == "scrape_missing" and gap["device"] == synth.gpu_uuid(0, 2)
+
+
+_RAW = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True, width=64).map(repr),
+    st.integers(-10, 10**19).map(str),
+    st.sampled_from(["9223372036854775794", "2147483632", "2147483635", "140737488355328.0", "NaN", "+Inf", "-Inf",
+                     "-0", "95", "100", "0.000001", "1.0000005", "250.5"]),
+    st.integers(2147483630, 2147483640),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(raws=st.lists(_RAW, min_size=1, max_size=30),
+       name=st.sampled_from(["gpu_util", "energy_j", "sm_active", "power_w", "mem_temp_c"]),
+       scale=st.sampled_from([1.0, 0.01, 0.001]))
+def test_vectorised_cleaning_equals_the_per_value_rules(raws, name, scale):
+    from ledger.importers.common import Collected
+
+    fast, slow = Collected("x"), Collected("x")
+    ts = [float(i) for i in range(len(raws))]
+    assert fast.add_raw_many("d", name, ts, raws, scale) is not None
+    for t, r in zip(ts, raws):
+        slow.add_raw("d", name, t, r, scale)
+    (ft, fv), (st_, sv) = fast.series["d"][name], slow.series["d"][name]
+    assert list(ft) == list(st_)
+    assert [None if x != x else x for x in fv] == [None if x != x else x for x in sv]
+    assert fast.reasons.get("d", {}) == slow.reasons.get("d", {})

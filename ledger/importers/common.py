@@ -7,16 +7,21 @@ value is missing is kept only for the missing ones.
 
 from __future__ import annotations
 
-import math
 from array import array
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterator, Sequence
 
-from ..telemetry.timeline import FIELDS, BadValue, check_range, clean
+import numpy as np
+
+from ..telemetry.timeline import (DCGM_FP64_BLANKS, DCGM_INT32_BLANKS, FIELDS, FRACTIONS, _INT64_BLANK_FLOAT,
+                                  BadValue, check_range, clean)
 from .dcgm_fields import GR_ENGINE_ACTIVE
 
 NAN = float("nan")
 SERIES_FIELDS = frozenset((*FIELDS, GR_ENGINE_ACTIVE))
+_REASON_CODES = (None, "nan", "infinite", "dcgm_blank", "negative", "out_of_range")
+_FP64_BLANKS = np.array(sorted(DCGM_FP64_BLANKS))
+_INT32_BLANKS = np.array(sorted(DCGM_INT32_BLANKS), dtype=np.float64)
 
 
 class InputError(ValueError):
@@ -93,6 +98,55 @@ class Collected:
             v, reason = check_range(name, v)
         self.add(device, name, t, v, reason)
 
+    def add_raw_many(self, device: str, name: str, ts: Sequence[float], raws: list,
+                     scale: float = 1.0) -> np.ndarray | None:
+        """Vectorised :meth:`add_raw` for a whole series; the same outcomes value by value (tested).
+
+        Returns the timestamps as an array, or None (and stores nothing) when a value needs the per-value path: text markers such as
+        ``N/A``, or anything numpy does not read as a number; that path then explains or rejects it.
+        """
+        if not set(map(type, raws)) <= {str, float, int}:
+            return None
+        try:
+            v = np.array(raws, dtype=np.float64)
+            t = np.array(ts, dtype=np.float64)
+        except (ValueError, OverflowError, TypeError):
+            return None
+        if v.shape != (len(raws),) or t.shape != v.shape:
+            return None
+        reason = np.zeros(len(v), dtype=np.int8)          # index into _REASON_CODES
+        with np.errstate(invalid="ignore"):
+            nan = np.isnan(v)
+            inf = np.isinf(v)
+            blank = ~nan & ~inf & ((v >= _INT64_BLANK_FLOAT) | np.isin(v, _FP64_BLANKS))
+            if name != "energy_j":
+                blank |= np.isin(v, _INT32_BLANKS)
+            neg = ~nan & ~inf & ~blank & (v < 0)
+            reason[neg] = 4
+            reason[blank] = 3
+            reason[inf] = 2
+            reason[nan] = 1
+            ok = reason == 0
+            if scale != 1.0:
+                inv = 1.0 / scale
+                if abs(inv - round(inv)) < 1e-9:
+                    v = np.where(ok, v / round(inv), v)
+                else:
+                    v = np.where(ok, v * scale, v)
+            if name in FRACTIONS:
+                reason[ok & (v > 1.0 + 1e-6)] = 5
+        bad = reason != 0
+        v[bad] = np.nan
+        store = self.series.setdefault(device, {}).setdefault(name, (array("d"), array("d")))
+        store[0].frombytes(t.tobytes())
+        store[1].frombytes(v.tobytes())
+        if bad.any():
+            rs = self.reasons.setdefault(device, {})
+            for i in np.flatnonzero(bad):
+                rs[(float(t[i]), name)] = _REASON_CODES[reason[i]]
+        self.points += len(v)
+        return t
+
     def note_context(self, device: str, ctx: Context, t: float) -> None:
         span = self.contexts.get((device, ctx))
         if span is None:
@@ -111,8 +165,16 @@ class Collected:
                 if "gpu_util" in raw:
                     continue
                 target = "gpu_util"
-            out[target] = [(t, None if math.isnan(v) else v) for t, v in zip(ts, vs)]
+            out[target] = [(t, v if v == v else None) for t, v in zip(ts, vs)]   # NaN -> None
         return out
+
+    def device_series_names(self, device: str) -> set[str]:
+        """The Sample fields this device has series for (GR_ENGINE_ACTIVE reported as gpu_util)."""
+        names = set(self.series.get(device, {}))
+        if GR_ENGINE_ACTIVE in names:
+            names.discard(GR_ENGINE_ACTIVE)
+            names.add("gpu_util")
+        return names
 
     def device_reasons(self, device: str) -> dict[tuple[float, str], str]:
         r = self.reasons.get(device, {})

@@ -100,6 +100,7 @@ def device_entries(c: Collected, tl: Timeline, opts: ImportOptions) -> list[tupl
                                                 "detail": f"{r.field} went backwards; the delta across it is unknown"},
             ts_end=r.t_after, cluster=opts.cluster, node=info.node, device=tl.device, source=f"import:{c.source}",
             source_version=c.source_version))
+    fields = sorted(c.device_series_names(tl.device))   # what the export has for this device
     out = []
     for w in sorted(set(windows) | set(gaps_by_w)):
         samples = windows.get(w, [])
@@ -115,20 +116,11 @@ def device_entries(c: Collected, tl: Timeline, opts: ImportOptions) -> list[tupl
                 miss[name][why] += 1
         extra = {"source_format": c.source, "cadence_s": tl.cadence, "cadence_source": tl.cadence_source,
                  "tolerance_s": tl.tolerance_s, "missing": miss, "sku": info.sku, "vendor": info.vendor,
-                 "fields": sorted({k for s in samples for k in _present(s)})}
+                 "fields": fields}
         entry = segment_entry(samples, node=info.node, source=f"import:{c.source}", cluster=opts.cluster,
                               source_version=c.source_version, extra=extra)
         out.append((samples, entry, gaps_by_w.get(w, [])))
     return out
-
-
-def _present(s) -> list[str]:  # noqa: ANN001
-    from ..telemetry.model import METRICS
-
-    names = [m for m in METRICS if getattr(s, m) is not None]
-    if s.clock_reasons is not None:
-        names.append("clock_reasons")
-    return names
 
 
 def run_entries(c: Collected, spans: dict[str, tuple[float, float, float]], opts: ImportOptions) -> list[Entry]:

@@ -82,6 +82,15 @@ def add_series(c: Collected, labels: Mapping[str, str], points: Iterable, place:
         return
     dev = device_from_labels(labels, c)
     ctx = context_from_labels(labels)
+    if not isinstance(points, list):
+        points = list(points)
+    if points and set(map(type, points)) <= {list, tuple} and set(map(len, points)) == {2}:
+        tarr = c.add_raw_many(dev, spec.target, [p[0] for p in points], [p[1] for p in points], spec.scale)
+        if tarr is not None:
+            if ctx is not None:
+                c.note_context(dev, ctx, float(tarr.min()))
+                c.note_context(dev, ctx, float(tarr.max()))
+            return
     for i, p in enumerate(points):
         try:
             t, raw = p

@@ -40,17 +40,30 @@ def _norm(row: Sequence) -> tuple:
 _METRIC_GETTERS = tuple(operator.attrgetter(c) for c in SAMPLE_COLUMNS[4:])
 
 
+_ALL_GETTER = operator.attrgetter(*SAMPLE_COLUMNS)
+_FLOAT_OR_NONE = frozenset({float, type(None)})
+
+
 def _row_values(s: Sample) -> tuple:
     """The same values as ``_norm`` over the sample's columns, without the per-column dispatch (hot path)."""
-    cr = s.clock_reasons
+    vals = _ALL_GETTER(s)
+    cr = vals[3]
+    if type(vals[0]) is str and type(vals[1]) is float and type(vals[2]) is float \
+            and (cr is None or type(cr) is int) and set(map(type, vals[4:])) <= _FLOAT_OR_NONE:
+        return vals     # already exactly the normalised form
     return (str(s.device), float(s.t), float(s.dt), None if cr is None else int(cr),
             *[None if v is None else float(v) for v in (g(s) for g in _METRIC_GETTERS)])
 
 
 def samples_digest(rows: Iterable[tuple]) -> str:
     """sha256 over canonical JSON lines of the rows (SAMPLE_COLUMNS order), sorted by (device, t)."""
+    return _digest_normalised([_norm(r) for r in rows])
+
+
+def _digest_normalised(rows: list[tuple]) -> str:
+    """The digest of rows already in ``_norm`` form (segment_entry's rows come from ``_row_values``)."""
     h = hashlib.sha256()
-    for r in sorted((_norm(r) for r in rows), key=lambda r: (r[0], r[1])):
+    for r in sorted(rows, key=operator.itemgetter(0, 1)):
         h.update(canonical_json(list(r)).encode("utf-8"))
         h.update(b"\n")
     return h.hexdigest()
@@ -63,7 +76,7 @@ def segment_entry(samples: Sequence[Sample], *, node: str | None, source: str, s
     devices = sorted({s.device for s in samples})
     start = min(s.t for s in samples)
     end = max(s.t + s.dt for s in samples)
-    payload = {"devices": devices, "rows": len(rows), "samples_sha256": samples_digest(rows),
+    payload = {"devices": devices, "rows": len(rows), "samples_sha256": _digest_normalised(rows),
                "columns": list(SAMPLE_COLUMNS), **(extra or {})}
     return make_entry(Kind.TELEMETRY_SEGMENT, start, payload, ts_end=end, node=node, cluster=cluster,
                       device=devices[0] if len(devices) == 1 else None, source=source,
