@@ -161,8 +161,13 @@ def _overlap_with(spans: Sequence[tuple[float, float]], a: np.ndarray, b: np.nda
     """Vectorised |[a_i, b_i) ∩ spans| via the cumulative measure function of the (disjoint) spans."""
     if not spans or a.shape[0] == 0:
         return np.zeros_like(a)
-    starts = np.array([s for s, _ in spans])
-    ends = np.array([e for _, e in spans])
+    return _overlap_arrays(np.array([x for x, _ in spans]), np.array([y for _, y in spans]), a, b)
+
+
+def _overlap_arrays(starts: np.ndarray, ends: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The same over spans given as sorted, disjoint start/end arrays."""
+    if starts.shape[0] == 0 or a.shape[0] == 0:
+        return np.zeros_like(a)
     cum = np.concatenate([[0.0], np.cumsum(ends - starts)])
 
     def F(x: np.ndarray) -> np.ndarray:
@@ -191,23 +196,38 @@ def _nh(x: np.ndarray) -> np.ndarray:
     return np.rint(x * NH_PER_SECOND).astype(np.int64)
 
 
-def _gap_portions(window: tuple[float, float], suspended: list[tuple[float, float]],
-                  unknown: Sequence[tuple[float, float, str]]) -> tuple[dict[str, int], list[tuple[float, float]]]:
-    """Each gap's exclusive share (earlier gaps in the given order win overlaps), minus suspended time."""
+def _gap_spans(window: tuple[float, float], suspended: list[tuple[float, float]],
+               unknown: Sequence[tuple[float, float, str]]) -> dict[str, list[tuple[float, float]]]:
+    """Each gap's exclusive spans inside the window: minus suspended time, minus what earlier gaps (in the
+    given ledger order) already took, so overlapping gaps are never counted twice."""
     s, e = window
     taken = list(suspended)
-    portions: dict[str, int] = {}
+    spans: dict[str, list[tuple[float, float]]] = {}
     for a, b, gap_id in unknown:
         span = (max(a, s), min(b, e))
+        spans.setdefault(gap_id, [])
         if span[1] <= span[0]:
-            portions.setdefault(gap_id, 0)
             continue
         free = _subtract(span, _union(taken))
-        portions[gap_id] = portions.get(gap_id, 0) + seconds_to_nh(_measure(free))
+        spans[gap_id].extend(free)
         taken.extend(free)
-    gaps = _union([x for a, b, _ in unknown for x in _subtract((max(a, s), min(b, e)), suspended)
-                   if min(b, e) > max(a, s)])
-    return portions, gaps
+    return spans
+
+
+def _gap_portions(window: tuple[float, float], suspended: list[tuple[float, float]],
+                  unknown: Sequence[tuple[float, float, str]],
+                  measured: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict[str, int], list[tuple[float, float]]]:
+    """(nanohours per gap, union of all gap spans). ``measured``: sorted disjoint (starts, ends) of samples
+    that carry a measurement; a gap yields to them (evidence from another source beats a missing one)."""
+    spans = _gap_spans(window, suspended, unknown)
+    portions = {}
+    for gap_id, sp in spans.items():
+        secs = _measure(sp)
+        if measured is not None and sp:
+            secs -= float(_overlap_arrays(measured[0], measured[1], np.array([x for x, _ in sp]),
+                                          np.array([y for _, y in sp])).sum())
+        portions[gap_id] = seconds_to_nh(max(secs, 0.0))
+    return portions, _union([x for sp in spans.values() for x in sp])
 
 
 def _settle(paid_nh: int, buckets: np.ndarray, gap_total: int) -> tuple[np.ndarray, int]:
@@ -251,10 +271,6 @@ def attribute_device(
     susp_s = _measure(susp)
     paid_nh = seconds_to_nh(e - s - susp_s)
     suspended_nh = seconds_to_nh(e - s) - paid_nh
-    portions, gaps = _gap_portions((s, e), susp, unknown)
-    gap_total = sum(portions.values())
-    excluded = _union([*gaps, *susp])
-
     buckets = np.zeros(len(BUCKETS), dtype=np.int64)
     causes: dict[str, int] = {}
     coarse_nh = 0
@@ -268,9 +284,15 @@ def attribute_device(
         a = np.clip(t, s, e)
         b = np.clip(np.minimum(end, nxt), s, e)
         length = np.maximum(b - a, 0.0)
-        covered = np.maximum(length - _overlap_with(excluded, a, b), 0.0)
         act = samples.activity[order]
         missing = np.isnan(act)
+        # A sample with a measured activity beats a gap over the same time (the gap is another source's
+        # missing evidence, e.g. an epilog that never ran); a sample without one yields to the gap's cause.
+        has = ~missing & (length > 0)
+        portions, gaps = _gap_portions((s, e), susp, unknown, (a[has], b[has]))
+        gap_total = sum(portions.values())
+        covered = length - _overlap_with(susp, a, b)
+        covered = np.maximum(np.where(missing, covered - _overlap_with(gaps, a, b), covered), 0.0)
         a_ = np.clip(np.nan_to_num(act), 0.0, 1.0)
         clk = samples.sm_clock[order]
         if rated_clock_mhz:
@@ -310,6 +332,8 @@ def attribute_device(
             per_sample = np.stack([delivered, throttled, under, starved, idle, field_missing])
             timeline = _timeline((s, e), a, b, per_sample, reason, susp, thresholds.timeline_bins)
     else:
+        portions, _gaps = _gap_portions((s, e), susp, unknown)
+        gap_total = sum(portions.values())
         causes = {"field_missing": 0, "no_telemetry": paid_nh - gap_total}
         buckets[B_UNKNOWN] = paid_nh
         if thresholds.timeline_bins and e > s:
