@@ -150,3 +150,97 @@ def test_collect_cli_once(runner, cli, tmp_path):
     assert len(spool.pending_files(sp)) == 1
     unit = (Path(__file__).parent.parent / "slurm" / "ipledger-collector.service").read_text()
     assert "collect" in unit and "[Install]" in unit and os.path.isabs(unit.split("ExecStart=")[1].split()[0])
+
+
+AMDSMI = r'''#!{python}
+import json, sys
+assert sys.argv[1:] == ["metric", "--json"], sys.argv
+print(json.dumps([{{"gpu": g, "usage": {{"gfx_activity": {{"value": 40 + g, "unit": "%"}}, "umc_activity": "N/A"}},
+                   "power": {{"socket_power": {{"value": 300, "unit": "W"}}}},
+                   "energy": {{"total_energy_consumption": {{"value": 1234.5, "unit": "J"}}}}}} for g in (0, 1)]))
+'''
+
+
+def test_amd_smi_source(tmp_path):
+    p = tmp_path / "amd-smi"
+    p.write_text(AMDSMI.format(python=sys.executable))
+    p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    cfg = collector.CollectorConfig(spool=str(tmp_path / "s"), node="mi", source="amd-smi", interval=2.0, count=3,
+                                    commands={"amd-smi": str(p)})
+    rep = collector.collect_batch(cfg, now=lambda: 100.0, sleep=lambda s: None)
+    assert rep.error is None and rep.devices == 2 and rep.samples == 6 and rep.gaps == 0
+    segs = spool.read(Path(rep.spool_file)).records
+    rows = {r["device"]: r["samples"] for r in segs}
+    cols = json.loads(segs[0]["payload"])["columns"]
+    g1 = [dict(zip(cols, row)) for row in rows["mi/gpu1"]]
+    assert [r["t"] for r in g1] == [100.0, 102.0, 104.0] and {r["dt"] for r in g1} == {2.0}
+    assert {r["gpu_util"] for r in g1} == {0.41} and {r["mem_copy_util"] for r in g1} == {None}
+    assert {r["energy_j"] for r in g1} == {1234.5}
+
+
+class _FakeNVML:
+    """Just enough of pynvml for the collector: two GPUs, one NVMLError on an unsupported field."""
+
+    NVML_TEMPERATURE_GPU, NVML_CLOCK_SM, NVML_CLOCK_MEM = 0, 1, 2
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self):
+        self.inits = 0
+
+    def nvmlInit(self):
+        self.inits += 1
+
+    def nvmlDeviceGetCount(self):
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetUUID(self, h):
+        return f"GPU-nv{h}".encode()
+
+    def nvmlDeviceGetName(self, h):
+        return "NVIDIA H200"
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return type("U", (), {"gpu": 90, "memory": 30})()
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return 612_345       # mW
+
+    def nvmlDeviceGetTemperature(self, h, kind):
+        return 55
+
+    def nvmlDeviceGetClockInfo(self, h, kind):
+        return 1980 if kind == self.NVML_CLOCK_SM else 3201
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        return 5_000_000     # mJ
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h):
+        return 0x4
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return type("M", (), {"used": 2 * 1048576})()
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        if h == 1:
+            raise self.NVMLError("Not Supported")
+        return [object()]
+
+
+def test_nvml_source_with_a_fake_binding(tmp_path, monkeypatch):
+    fake = _FakeNVML()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    cfg = collector.CollectorConfig(spool=str(tmp_path / "s"), node="h", source="nvml", interval=1.0, count=2)
+    rep = collector.collect_batch(cfg, now=lambda: 10.0, sleep=lambda s: None)
+    assert rep.error is None and rep.devices == 2 and rep.samples == 4
+    segs = spool.read(Path(rep.spool_file)).records
+    cols = json.loads(segs[0]["payload"])["columns"]
+    by_dev = {r["device"]: [dict(zip(cols, row)) for row in r["samples"]] for r in segs}
+    g0, g1 = by_dev["GPU-nv0"][0], by_dev["GPU-nv1"][0]
+    assert (g0["gpu_util"], g0["power_w"], g0["energy_j"], g0["clock_reasons"]) == (0.9, 612.345, 5000.0, 4)
+    assert (g0["fb_used_mib"], g0["compute_procs"], g1["compute_procs"]) == (2.0, 1.0, None)
+    assert json.loads(segs[1]["payload"])["missing"] == {"compute_procs": {"not_supported": 2}}

@@ -175,3 +175,23 @@ def test_pathb_dmon_recipe_metadata_is_what_the_importer_reads(tmp_path):
     text = ("# ipledger: start=1767225600 interval_ms=1000 node=h\n#Entity SMACT\nID\nGPU 0 0.5\nGPU 0 0.25\n")
     c = dmon.parse(text, "x")
     assert list(c.series["h/gpu0"]["sm_active"][0]) == [1767225600.0, 1767225601.0]
+
+
+def test_progress_only_on_a_tty_and_not_with_quiet(monkeypatch):
+    import io
+
+    from ledger.cli import importers as cli_imp
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(cli_imp.sys, "stderr", io.StringIO())
+    assert cli_imp._progress(quiet=False) is None            # not a terminal: silent
+    tty = Tty()
+    monkeypatch.setattr(cli_imp.sys, "stderr", tty)
+    assert cli_imp._progress(quiet=True) is None             # --quiet
+    show = cli_imp._progress(quiet=False)
+    show(1, 2)
+    show(2, 2)
+    assert tty.getvalue() == "\ripledger: 1/2\ripledger: 2/2\n"
