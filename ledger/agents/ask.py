@@ -157,10 +157,8 @@ def resolve_scope(q: Question, nodes: set[str], racks: set[str], tenants: set[st
                        f"say e.g. 'node {q.name}'.")
 
 
-def answer(ds, found, text: str) -> dict:  # noqa: ANN001
-    """Parse, resolve and answer a question with the accounting agent's explanation."""
-    from .accounting import explain
-
+def prepare(ds, text: str) -> tuple:  # noqa: ANN001
+    """Parse and resolve a question against the ledger, before any agent runs (cheap refusals)."""
     q = parse_question(text)
     kind, name = resolve_scope(q, set(ds.devices["node"].dropna()), set(ds.devices["rack"].dropna()),
                                set(ds.allocs["tenant"].dropna()), set(ds.allocs["job_id"].dropna()))
@@ -170,6 +168,19 @@ def answer(ds, found, text: str) -> dict:  # noqa: ANN001
         raise CannotAnswer(f"I can't answer that: {exc}") from None
     if end <= ds.start or start >= ds.end:
         raise CannotAnswer(f"I can't answer that: the ledger has no data in {label}.")
+    return q, kind, name, start, end, label
+
+
+def answer(ds, found, text: str, prepared: tuple | None = None) -> dict:  # noqa: ANN001
+    """Parse, resolve and answer a question with the accounting agent's explanation.
+
+    ``found`` is the agents' findings, or a callable returning them (run only once the question is understood).
+    """
+    from .accounting import explain
+
+    q, kind, name, start, end, label = prepared or prepare(ds, text)
+    if callable(found):
+        found = found()
     ex = explain(ds, found, kind, name, start, end)
     acct = ex["account"]
     who = "the fleet" if kind == "fleet" else f"{kind} {name}"

@@ -223,12 +223,20 @@ def _runs(frame: pd.DataFrame) -> pd.core.groupby.DataFrameGroupBy:
     return frame.groupby(["cluster", "job_id", "run"], dropna=False)
 
 
+def _run_rows(s: pd.DataFrame):  # noqa: ANN202
+    """(cluster, job, run) -> that run's samples, from one groupby (not a scan per run)."""
+    idx = s[s["ai"] >= 0].groupby(["cluster", "job_id", "run"], dropna=False).indices
+    sub = s[s["ai"] >= 0]
+    return lambda key: sub.iloc[idx[key]] if key in idx else sub.iloc[0:0]
+
+
 def starved(ds: Dataset) -> list[Finding]:
     s = ds.samples
     st = s[s["h_starved"] > 0]
     if not len(st):
         return []
     hours_by_hour = st.groupby((st["t"] // HOUR) * HOUR)["job_id"].nunique()
+    rows_of = _run_rows(s)
     out = []
     for (cluster, job, run), g in _runs(st):
         hours = float(g["h_starved"].sum())
@@ -246,7 +254,7 @@ def starved(ds: Dataset) -> list[Finding]:
         if longest < 2:
             continue
         a, b = float(g["t"].min()), float(g["t"].max() + ds.cadence)
-        runs = s[(s["job_id"] == job) & (s["run"] == run) & (s["cluster"] == cluster)]
+        runs = rows_of((cluster, job, run))
         marks = ds.progress[(ds.progress["job_id"] == job) & (ds.progress["run"] == run)]["t"].to_numpy()
         ends = g.groupby((g["t"].diff() > ds.cadence * 1.01).cumsum())["t"].max().to_numpy() + ds.cadence
         aligned = float(np.mean([np.any(np.abs(marks - e) <= 2 * ds.cadence) for e in ends])) if len(marks) else 0.0
@@ -296,13 +304,14 @@ def idle_held(ds: Dataset, exclude: pd.Series | None = None) -> list[Finding]:
     idle = s[mask]
     out = []
     paid = _runs(s[s["ai"] >= 0])["h"].sum()
+    rows_of = _run_rows(s)
     for (cluster, job, run), g in _runs(idle):
         hours = float(g["h_idle"].sum())
         total = float(paid.get((cluster, job, run), 0.0))
         if hours < IDLE_MIN_H or hours < IDLE_MIN_SHARE * total:
             continue
         a, b = float(g["t"].min()), float(g["t"].max() + ds.cadence)
-        runs = s[(s["job_id"] == job) & (s["run"] == run) & (s["cluster"] == cluster)]
+        runs = rows_of((cluster, job, run))
         ndev = g["device"].nunique()
         ev = (evidence(runs, "procs", "compute_processes", "count", a, b),
               evidence(runs, "act", "sm_active", "fraction", a, b),

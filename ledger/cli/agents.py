@@ -170,7 +170,7 @@ def explain_cmd(app: AppContext, node: str | None, rack: str | None, tenant: str
       ipledger explain --tenant climate --period 2026-11
     """
     from .. import agents
-    from ..agents.accounting import ExplainError, explain
+    from ..agents.accounting import ExplainError, explain, scope_masks
     from ..agents.ask import BadPeriod, parse_period
 
     given = [(k, v) for k, v in (("node", node), ("rack", rack), ("tenant", tenant), ("job", job)) if v]
@@ -182,6 +182,7 @@ def explain_cmd(app: AppContext, node: str | None, rack: str | None, tenant: str
         raise UserError("the ledger holds no allocations or telemetry to explain")
     try:
         start, end, _ = parse_period(period, ds.start, ds.end)
+        scope_masks(ds, kind, name)  # an unknown scope is refused before the agents run
         ex = explain(ds, agents.run_agents(ds).findings, kind, name, start, end)
     except (BadPeriod, ExplainError) as exc:
         raise UserError(str(exc).strip("'\"")) from None
@@ -206,12 +207,12 @@ def ask_cmd(app: AppContext, question: str, as_json: bool) -> None:
       ipledger ask "what happened on rack R3 on 2026-11-04?"
     """
     from .. import agents
-    from ..agents.ask import CannotAnswer, answer, parse_question
+    from ..agents.ask import CannotAnswer, answer, parse_question, prepare
 
     try:
         parse_question(question)  # refuse before touching the database
         ds = agents.load(app.engine())
-        res = answer(ds, agents.run_agents(ds).findings, question)
+        res = answer(ds, lambda: agents.run_agents(ds).findings, question, prepare(ds, question))
     except CannotAnswer as exc:
         raise UserError(str(exc)) from None
     if as_json:

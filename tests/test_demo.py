@@ -1,0 +1,81 @@
+"""`ipledger demo` end to end (small hall): ledger verified, receipts issued, findings beside the ground truth, a
+Prometheus export; then `ipledger findings` and `finding confirm|dismiss` on that ledger through the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ledger.sim.score import score
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    from click.testing import CliRunner
+
+    from ledger.cli.main import cli
+
+    out = tmp_path_factory.mktemp("demo")
+    r = CliRunner().invoke(cli, ["demo", "--out", str(out), "--seed", "3", "--small", "--json"])
+    assert r.exit_code == 0, r.output
+    return out, json.loads(r.output)
+
+
+def test_demo_writes_everything_it_promises(demo):
+    out, summary = demo
+    assert summary["out"] == str(out)
+    assert summary["verified"] is True
+    assert summary["receipts_issued"] == summary["jobs"] and not summary["receipt_errors"]
+    for key in ("ledger", "ground_truth", "findings_json", "prometheus_export"):
+        assert (out / summary[key].split("/")[-1]).exists(), key
+    assert list((out / "receipts").glob("receipt-*.json"))
+    truth = json.loads((out / "ground-truth.json").read_text())
+    found = json.loads((out / "findings.json").read_text())
+    assert {"findings", "account"} <= set(found)
+    assert all(s.recall == 1.0 for s in score(truth, found["findings"]).values())
+    prom = json.loads((out / "prometheus-export.json").read_text())
+    assert prom["status"] == "success" and prom["data"]["resultType"] == "matrix"
+
+
+def test_findings_cli_lists_recorded_findings_and_verdicts(runner, cli, demo):
+    out, _ = demo
+    url = f"sqlite:///{out / 'ledger.db'}"
+    r = runner.invoke(cli, ["--db", url, "findings", "--no-refresh", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)["findings"]
+    assert rows and all(f["status"]["status"] == "open" for f in rows)
+    cool = next(f for f in rows if f["kind"] == "hot_because_cooling")
+    r = runner.invoke(cli, ["--db", url, "finding", "confirm", cool["id"], "--by", "alice", "--note", "CRAH fan"])
+    assert r.exit_code == 0 and "confirmed by alice" in r.output
+    r = runner.invoke(cli, ["--db", url, "findings", "--no-refresh", "--since", "2026-11-01", "--json"])
+    st = {f["id"]: f["status"] for f in json.loads(r.output)["findings"]}
+    assert st[cool["id"]]["status"] == "confirmed" and st[cool["id"]]["by"] == "alice"
+    r = runner.invoke(cli, ["--db", url, "finding", "dismiss", "Fdoesnotexist", "--by", "bob"])
+    assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
+    r = runner.invoke(cli, ["--db", url, "findings", "--since", "yesterday-ish"])
+    assert r.exit_code == 1 and "--since" in r.output
+    r = runner.invoke(cli, ["--db", url, "verify"])
+    assert r.exit_code == 0, r.output
+
+
+def test_findings_refresh_records_nothing_new_on_an_unchanged_ledger(runner, cli, demo):
+    """The demo already recorded its findings; a refresh finds the same ids and appends no new entries."""
+    out, summary = demo
+    url = f"sqlite:///{out / 'ledger.db'}"
+    before = json.loads((out / "findings.json").read_text())["findings"]
+    r = runner.invoke(cli, ["--db", url, "findings", "--json"])
+    assert r.exit_code == 0, r.output
+    assert sorted(f["id"] for f in json.loads(r.output)["findings"]) == sorted(f["id"] for f in before)
+    from ledger import db as db_mod
+    from ledger.store import head
+    eng = db_mod.make_engine(url)
+    with eng.connect() as conn:
+        seq_before = head(conn)[0]
+    eng.dispose()
+    text = runner.invoke(cli, ["--db", url, "findings"])
+    assert "hot_because_cooling" in text.output and "could run (not run)" in text.output
+    eng = db_mod.make_engine(url)
+    with eng.connect() as conn:
+        assert head(conn)[0] == seq_before
+    eng.dispose()
