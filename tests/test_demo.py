@@ -79,3 +79,10 @@ def test_findings_refresh_records_nothing_new_on_an_unchanged_ledger(runner, cli
     with eng.connect() as conn:
         assert head(conn)[0] == seq_before
     eng.dispose()
+
+
+def test_help_has_examples(runner, cli):
+    for cmd in (["demo"], ["findings"], ["finding"], ["finding", "confirm"], ["finding", "dismiss"], ["explain"],
+                ["ask"], ["analyze"]):
+        r = runner.invoke(cli, [*cmd, "--help"])
+        assert r.exit_code == 0 and "Example:" in r.output, cmd
