@@ -130,7 +130,8 @@ def _pg_version() -> str:
         out = subprocess.run([found[0], "--version"], capture_output=True, text=True, timeout=10).stdout
     except OSError:
         return ""
-    return out.strip().split()[-1]
+    m = re.search(r"\d+(?:\.\d+)+", out)
+    return m.group(0) if m else ""
 
 
 def machine() -> str:
@@ -157,6 +158,7 @@ def header() -> str:
 
 
 _SECTION_RE = re.compile(r"^## ", re.M)
+TRAILER = "## Why the targets"  # the hand-written analysis stays last
 
 
 def write_doc(fig: Figure, path: Path | None = None) -> None:
@@ -173,8 +175,9 @@ def write_doc(fig: Figure, path: Path | None = None) -> None:
             sections[i] = section
             break
     else:
-        # keep "## Accuracy" (someone else's) and any notes sections after the figures
-        sections.append(section)
+        # a new figure goes before the closing analysis section, or at the end
+        tail = [i for i, s in enumerate(sections) if s.startswith(TRAILER)]
+        sections.insert(tail[0] if tail else len(sections), section)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(head + "".join(s if s.endswith("\n\n") else s.rstrip("\n") + "\n\n" for s in sections)
                     .rstrip("\n") + "\n", encoding="utf-8")
