@@ -128,3 +128,30 @@ def test_infer_cadence_is_robust_to_holes():
 def test_lone_sample_uses_default_cadence():
     tl = build_timeline("G", {"power_w": [(100.0, 1.0)]})
     assert tl.cadence_source == "default" and tl.samples[0].dt == tl.cadence
+
+
+_series = st.dictionaries(
+    st.sampled_from(["power_w", "energy_j", "clock_reasons", "sm_active", "ecc_dbe_aggregate"]),
+    st.lists(st.tuples(st.integers(0, 3000).map(float),
+                       st.one_of(st.none(), st.integers(0, 50).map(float))), max_size=40),
+    max_size=5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(series=_series, cadence=st.sampled_from([None, 10.0, 60.0]),
+       span=st.one_of(st.none(), st.tuples(st.integers(-100, 500).map(float), st.integers(600, 4000).map(float))))
+def test_array_path_equals_the_per_reading_path(series, cadence, span):
+    """The numpy timeline is the same function as the reference implementation, duplicates included."""
+    import numpy as np
+
+    from ledger.telemetry.timeline import build_timeline_arrays
+
+    arrays = {k: (np.array([t for t, _ in v], dtype=float),
+                  np.array([np.nan if x is None else x for _, x in v], dtype=float)) for k, v in series.items()}
+    a = build_timeline_arrays("G", arrays, cadence=cadence, span=span, edge_cause="export_truncated")
+    b = build_timeline("G", series, cadence=cadence, span=span, edge_cause="export_truncated")
+    assert (a.cadence, a.cadence_source, a.start, a.end) == (b.cadence, b.cadence_source, b.start, b.end)
+    assert a.samples == b.samples
+    assert a.gaps == b.gaps
+    assert a.resets == b.resets
+    assert a.missing == b.missing

@@ -168,6 +168,18 @@ class Collected:
             out[target] = [(t, v if v == v else None) for t, v in zip(ts, vs)]   # NaN -> None
         return out
 
+    def device_arrays(self, device: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Like :meth:`device_series` but as float arrays (NaN = not measured), without copying."""
+        raw = self.series.get(device, {})
+        out = {}
+        for name, (ts, vs) in raw.items():
+            if name == GR_ENGINE_ACTIVE:
+                if "gpu_util" in raw:
+                    continue
+                name = "gpu_util"
+            out[name] = (np.frombuffer(ts, dtype=np.float64), np.frombuffer(vs, dtype=np.float64))
+        return out
+
     def device_series_names(self, device: str) -> set[str]:
         """The Sample fields this device has series for (GR_ENGINE_ACTIVE reported as gpu_util)."""
         names = set(self.series.get(device, {}))

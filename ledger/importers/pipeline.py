@@ -27,7 +27,7 @@ from ..db import write_tx
 from ..entries import Entry, Kind, make_entry
 from ..store import append_in
 from ..telemetry.store import segment_entry, write_segment_in
-from ..telemetry.timeline import TOLERANCE_FACTOR, Timeline, build_timeline
+from ..telemetry.timeline import TOLERANCE_FACTOR, Timeline, build_timeline_arrays
 from .common import Collected, Context
 
 SEGMENT_SECONDS = 6 * 3600.0
@@ -71,7 +71,7 @@ def timeline_for(c: Collected, device: str, opts: ImportOptions) -> Timeline:
     missing: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for (_t, name), reason in c.device_reasons(device).items():
         missing[name][reason] += 1
-    return build_timeline(device, c.device_series(device), cadence=opts.cadence or c.cadence,
+    return build_timeline_arrays(device, c.device_arrays(device), cadence=opts.cadence or c.cadence,
                           span=opts.span or c.span, tolerance_factor=opts.tolerance_factor,
                           gap_cause=opts.gap_cause, edge_cause=opts.edge_cause,
                           missing={k: dict(v) for k, v in missing.items()})

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Iterable, Mapping
 
+import numpy as np
+
 from .model import METRICS, Sample
 
 TOLERANCE_FACTOR = 3.0          # a hole longer than 3 cadences is unknown, not "covered by the last sample"
@@ -186,6 +188,99 @@ def merge_readings(series: Mapping[str, Iterable[tuple[float, float | None]]],
 def _count(missing: dict[str, dict[str, int]], name: str, reason: str, n: int = 1) -> None:
     missing.setdefault(name, {})
     missing[name][reason] = missing[name].get(reason, 0) + n
+
+
+def build_timeline_arrays(device: str, arrays: Mapping[str, tuple], *, cadence: float | None = None,
+                          span: tuple[float | None, float | None] | None = None,
+                          tolerance_factor: float = TOLERANCE_FACTOR, gap_cause: str = "scrape_missing",
+                          edge_cause: str = "scrape_missing", missing: Mapping[str, Mapping[str, int]] | None = None,
+                          default_cadence: float = DEFAULT_CADENCE_S) -> Timeline:
+    """:func:`build_timeline` over columns: ``{field: (times, values)}`` as float arrays, NaN = not measured.
+
+    The same result, computed with numpy when no field repeats an instant; inputs with duplicate instants go
+    through the per-reading path (which resolves them). Importers and the collector call this one.
+    """
+    kw = dict(cadence=cadence, span=span, tolerance_factor=tolerance_factor, gap_cause=gap_cause,
+              edge_cause=edge_cause, missing=missing, default_cadence=default_cadence)
+    cols: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for name, (ts, vs) in arrays.items():
+        if name not in FIELDS:
+            raise ValueError(f"unknown sample field {name!r}")
+        t = np.asarray(ts, dtype=np.float64)
+        v = np.asarray(vs, dtype=np.float64)
+        if len(t) and np.unique(t).size != t.size:
+            series = {n: [(float(a), None if b != b else float(b)) for a, b in zip(*arrays[n])] for n in arrays}
+            return build_timeline(device, series, **kw)
+        cols[name] = (t, v)
+    miss: dict[str, dict[str, int]] = {k: dict(v) for k, v in (missing or {}).items()}
+    start_lim, end_lim = span if span else (None, None)
+    alltimes = np.unique(np.concatenate([t for t, _ in cols.values()])) if cols else np.empty(0)
+    keep = np.ones(alltimes.size, dtype=bool)
+    if start_lim is not None:
+        keep &= alltimes >= start_lim
+    if end_lim is not None:
+        keep &= alltimes < end_lim
+    times = alltimes[keep]
+    if cadence is not None and cadence > 0:
+        cad, cad_src = float(cadence), "given"
+    else:
+        diffs = np.diff(times)
+        diffs = diffs[diffs > 0]
+        cad, cad_src = (float(np.median(diffs)), "inferred") if diffs.size else (float(default_cadence), "default")
+    tol = tolerance_factor * cad
+    n = times.size
+    if n == 0:
+        if start_lim is not None and end_lim is not None and end_lim > start_lim:
+            gap = Gap(device, start_lim, end_lim, edge_cause, "no samples in the span")
+            return Timeline(device, cad, cad_src, tol, start_lim, end_lim, (), (gap,), (), miss)
+        return Timeline(device, cad, cad_src, tol, None, None, (), (), (), miss)
+    gaps: list[Gap] = []
+    t_list = times.tolist()
+    t0 = t_list[0]
+    tl_start = t0
+    if start_lim is not None and t0 - start_lim > tol:
+        gaps.append(Gap(device, start_lim, t0, edge_cause, f"no samples for {t0 - start_lim:.0f}s after the span start"))
+        tl_start = start_lim
+    nxt = np.empty(n)
+    nxt[:-1] = times[1:]
+    nxt[-1] = np.nan if end_lim is None else end_lim
+    step = nxt - times
+    hole = step > tol                       # NaN (no end) compares False
+    dt = np.where(np.isnan(step) | hole, cad, step)
+    for i in np.flatnonzero(hole).tolist():
+        a, b = t_list[i], float(nxt[i])
+        gaps.append(Gap(device, a + cad, b, gap_cause if i + 1 < n else edge_cause,
+                        f"no samples for {b - a:.0f}s (cadence {cad:g}s, tolerance {tol:g}s)"))
+    # Align every field on the union of instants; NaN where the field has no reading.
+    order = list(cols)
+    aligned: dict[str, list] = {}
+    resets: list[tuple[float, int, CounterReset]] = []
+    for k, name in enumerate(order):
+        t, v = cols[name]
+        inside = np.isin(t, times)
+        t, v = t[inside], v[inside]
+        full = np.full(n, np.nan)
+        full[np.searchsorted(times, t)] = v
+        if name in COUNTERS:
+            sel = ~np.isnan(full)
+            ct, cv = times[sel], full[sel]
+            for j in np.flatnonzero(np.diff(cv) < 0).tolist():
+                resets.append((float(ct[j + 1]), k, CounterReset(device, name, float(ct[j]), float(ct[j + 1]),
+                                                                 float(cv[j]), float(cv[j + 1]))))
+        vals = full.tolist()
+        if name == "clock_reasons":
+            aligned[name] = [None if x != x else int(x) for x in vals]
+        else:
+            aligned[name] = [None if x != x else x for x in vals]
+    none_col = [None] * n
+    columns = [aligned.get(c, none_col) for c in ("clock_reasons", *METRICS)]
+    dev_col = [device] * n
+    samples = tuple(map(Sample, dev_col, t_list, dt.tolist(), *columns))
+    last = samples[-1]
+    tl_end = gaps[-1].end if gaps and gaps[-1].end > last.t else last.t + last.dt
+    resets.sort(key=lambda r: (r[0], r[1]))
+    return Timeline(device, cad, cad_src, tol, tl_start, tl_end, samples, tuple(gaps),
+                    tuple(r for _, _, r in resets), miss)
 
 
 def build_timeline(device: str, series: Mapping[str, Iterable[tuple[float, float | None]]], *,
