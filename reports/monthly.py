@@ -389,23 +389,109 @@ class Summary:
     totals: dict = field(default_factory=dict)
 
 
+_SCAN_SQL = """
+WITH w AS (
+  SELECT *, window_start AS s,
+         CASE WHEN window_end IS NULL OR isnan(window_end) THEN window_start ELSE window_end END AS e
+  FROM flat
+), x AS (
+  SELECT *,
+    (s IS NOT NULL AND NOT isnan(s) AND e > s) AS timed,
+    (s IS NOT NULL AND NOT isnan(s) AND NOT (e > s)) AS point,
+    CASE WHEN e > s THEN 1.0 / (e - s) ELSE 0.0 END AS inv,
+    floor(e / 86400) AS de, floor(s / 86400) AS ds,
+    least(CAST(floor((e - floor(e / 86400) * 86400) / 3600) AS INTEGER), 23) AS ke,
+    least(CAST(floor((s - floor(s / 86400) * 86400) / 3600) AS INTEGER), 23) AS ks
+  FROM w
+)
+SELECT tenant, partition, qos, currency,
+  CASE WHEN timed OR point THEN ke ELSE -1 END AS ke, CASE WHEN timed OR point THEN ks ELSE -1 END AS ks,
+  COUNT(*) FILTER (WHERE row_kind = 'usage') AS runs,
+  COUNT(*) FILTER (WHERE row_kind = 'correction') AS corrections,
+  {sums},
+  {hours}
+FROM x GROUP BY ALL
+"""
+
+
+def _scan(rows: pd.DataFrame, con) -> pd.DataFrame:  # noqa: ANN001
+    """One DuckDB pass over the flat rows: sums per (job class, hour index of window end and start).
+
+    Everything the statement aggregates (per class, per tenant, totals, the hour-of-day profile) is derived
+    from this small table, so a month costs one scan whatever its size. For the hour profile each cell also
+    carries, per weight w (paid, delivered) and c = w / (e - s): sum c (``w_c``), sum c * seconds into the
+    hour of e and of s (``w_re``, ``w_rs``), sum c * whole days between s and e (``w_day``) and, for
+    zero-length windows, sum w (``w_pt``); :func:`_hours_from_scan` turns them into hours of the day.
+    """
+    sums = ", ".join(f"SUM({c}) AS {c}" for c in SUM_COLUMNS)
+    hrs = []
+    for w in ("paid", "delivered"):
+        hrs += [f"SUM(CASE WHEN timed THEN {w} * inv ELSE 0 END) AS {w}_c",
+                f"SUM(CASE WHEN timed THEN {w} * inv * (e - de * 86400 - ke * 3600) ELSE 0 END) AS {w}_re",
+                f"SUM(CASE WHEN timed THEN {w} * inv * (s - ds * 86400 - ks * 3600) ELSE 0 END) AS {w}_rs",
+                f"SUM(CASE WHEN timed THEN {w} * inv * (de - ds) ELSE 0 END) AS {w}_day",
+                f"SUM(CASE WHEN point THEN {w} ELSE 0 END) AS {w}_pt"]
+    cols = rows[[*GROUP_KEYS, "row_kind", "window_start", "window_end", *SUM_COLUMNS]]
+    con.register("flat", cols)
+    out = con.execute(_SCAN_SQL.format(sums=sums, hours=", ".join(hrs))).df()
+    for k in GROUP_KEYS:
+        out[k] = out[k].astype("object").where(out[k].notna(), None)
+    return out
+
+
+def _hours_from_scan(scan: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Paid and delivered GPU-hours per (keys, hour of day) from :func:`_scan`'s cells (exact, see
+    :func:`hour_profile` for the formula: F_h(e) - F_h(s) per window, summed linearly per cell)."""
+    out_cols = [*keys, "hour", "paid", "delivered"]
+    if scan.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object" if c in keys else "float64") for c in out_cols})
+    h = np.arange(24)
+    ke = scan["ke"].to_numpy()[:, None]
+    ks = scan["ks"].to_numpy()[:, None]
+    prof = {}
+    for w in ("paid", "delivered"):
+        c = scan[f"{w}_c"].to_numpy()[:, None]
+        term_e = 3600.0 * c * (ke > h) + scan[f"{w}_re"].to_numpy()[:, None] * (ke == h)
+        term_s = 3600.0 * c * (ks > h) + scan[f"{w}_rs"].to_numpy()[:, None] * (ks == h)
+        prof[w] = (3600.0 * scan[f"{w}_day"].to_numpy()[:, None] + term_e - term_s
+                   + scan[f"{w}_pt"].to_numpy()[:, None] * (ks == h))
+    cells = pd.DataFrame({k: np.repeat(scan[k].to_numpy(dtype=object), 24) for k in keys})
+    cells["hour"] = np.tile(h, len(scan))
+    cells["paid"] = prof["paid"].ravel()
+    cells["delivered"] = prof["delivered"].ravel()
+    out = cells.groupby([*keys, "hour"], dropna=False, sort=True)[["paid", "delivered"]].sum().reset_index()
+    for k in keys:
+        out[k] = out[k].astype("object").where(out[k].notna(), None)
+    return out[out_cols]
+
+
+def _rollup(scan: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    cols = ["runs", "corrections", *SUM_COLUMNS]
+    out = scan.groupby(keys, dropna=False, sort=True)[cols].sum().reset_index()
+    for c in ("runs", "corrections"):
+        out[c] = out[c].astype("int64")
+    for k in keys:
+        out[k] = out[k].astype("object").where(out[k].notna(), None)
+    return out[[*keys, *cols]]
+
+
 def summarise(rows: pd.DataFrame) -> Summary:
-    """Aggregate flat rows per (tenant, currency), per (tenant, partition, qos, currency) and per hour."""
+    """Aggregate flat rows per (tenant, currency), per (tenant, partition, qos, currency) and per hour of day:
+    one DuckDB scan (:func:`_scan`), then roll-ups of its small result."""
     import duckdb
 
     con = duckdb.connect()
     try:
-        con.register("flat", _for_duckdb(rows))
-        by_tenant = aggregate(rows, ["tenant", "currency"], con)
-        by_class = aggregate(rows, ["tenant", "partition", "qos", "currency"], con)
+        scan = _scan(rows, con)
     finally:
         con.close()
-    by_hour = hour_profile(rows)
-    totals: dict[str, Any] = {"runs": int((rows["row_kind"] == "usage").sum()),
-                              "corrections": int((rows["row_kind"] == "correction").sum())}
+    by_class = _rollup(scan, ["tenant", "partition", "qos", "currency"])
+    by_tenant = _rollup(scan, ["tenant", "currency"])
+    by_hour = _hours_from_scan(scan, ["tenant", "currency"])
+    totals: dict[str, Any] = {"runs": int(scan["runs"].sum()), "corrections": int(scan["corrections"].sum())}
     for c in SUM_COLUMNS:
-        totals[c] = float(rows[c].sum()) if len(rows) else 0.0
-    totals["currencies"] = sorted({c for c in rows["currency"].dropna().unique()})
+        totals[c] = float(scan[c].sum()) if len(scan) else 0.0
+    totals["currencies"] = sorted({c for c in scan["currency"].dropna().unique()})
     return Summary(by_tenant=by_tenant, by_class=by_class, by_hour=by_hour, totals=totals)
 
 

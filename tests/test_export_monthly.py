@@ -333,3 +333,22 @@ def test_a_month_closes_on_ledger_event_time_not_the_wall_clock(sqlite_url, runn
     assert billed("2026-10")["billed"] == 10.0
     nov = billed("2026-11")
     assert nov["corrections"] == 1 and nov["billed"] == -3.0
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=hs.integers(min_value=0, max_value=10_000), n=hs.integers(min_value=1, max_value=40))
+def test_one_scan_summary_equals_direct_aggregation(seed, n):
+    """summarise() derives everything from one DuckDB scan; it must equal the direct computations."""
+    rows = monthly.flatten(list(synthetic.receipts(n, "2026-11", seed=seed))).rows
+    rows.loc[0, "window_end"] = rows.loc[0, "window_start"]  # a zero-length window
+    s = monthly.summarise(rows)
+    direct = monthly.hour_profile(rows).set_index(["tenant", "currency", "hour"]).sort_index()
+    scan = s.by_hour.set_index(["tenant", "currency", "hour"]).sort_index()
+    assert list(scan.index) == list(direct.index)
+    for c in ("paid", "delivered"):
+        assert scan[c].to_numpy() == pytest.approx(direct[c].to_numpy(), rel=1e-9, abs=1e-6)
+    agg = monthly.aggregate(rows, ["tenant", "partition", "qos", "currency"])
+    assert agg[["tenant", "partition", "qos", "currency", "runs"]].values.tolist() == \
+        s.by_class[["tenant", "partition", "qos", "currency", "runs"]].values.tolist()
+    assert agg["billed"].to_numpy() == pytest.approx(s.by_class["billed"].to_numpy(), abs=1e-6)
+    assert s.totals["paid"] == pytest.approx(rows["paid"].sum())
