@@ -195,8 +195,8 @@ def test_requeued_job_has_two_runs(scenario):
     assert next(e for e in runs[1] if e.kind == "allocation_ended").data["state"] == "COMPLETED"
     start1 = next(e for e in runs[1] if e.kind == "allocation_started")
     assert ts_to_epoch(start1.ts) >= ts_to_epoch(end0.ts)
-    # slurmd runs the prolog once per job id while the job's credential is cached (~2 min): a run requeued onto
-    # the same node sooner gets no prolog. The epilog then rebuilds the start from scontrol and says what it lacks.
+    # slurmd may skip the prolog of a run requeued onto the same node right away ("reissued job credential" in
+    # its log). The epilog then rebuilds the start from scontrol and says what it lacks.
     prolog_ran = any(e.kind == "telemetry_summary" for e in runs[1])
     if not prolog_ran:
         gaps = [e for e in runs[1] if e.kind == "unknown_interval"]
