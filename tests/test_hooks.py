@@ -325,3 +325,39 @@ def test_truncated_power_values_are_missing(site):
         assert s["data"]["missing"]["power_w_min"] == "truncated"
         assert s["data"]["values"]["power_w_avg"] > 0
     assert not kinds(recs, "unknown_interval")  # other measurements remain: no gap, only a missing field
+
+
+# Captured from the Debian slurm-wlm 22.05.8 this suite starts (epilog of a suspended+resumed job).
+REAL_SCONTROL = (
+    "JobId=2 JobName=wrap UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901757 Nice=0 Account=tenant "
+    "QOS=(null) JobState=COMPLETING Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 "
+    "ExitCode=0:0 DerivedExitCode=0:0 RunTime=00:00:03 TimeLimit=UNLIMITED TimeMin=N/A "
+    "SubmitTime=2026-11-30T04:28:37 EligibleTime=2026-11-30T04:28:37 AccrueTime=2026-11-30T04:28:37 "
+    "StartTime=2026-11-30T04:28:38 EndTime=2026-11-30T04:28:44 Deadline=N/A SuspendTime=2026-11-30T04:28:43 "
+    "SecsPreSuspend=2 LastSchedEval=2026-11-30T04:28:38 Scheduler=Main Partition=gpu AllocNode:Sid=localhost:4755 "
+    "ReqNodeList=(null) ExcNodeList=(null) NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 "
+    "ReqB:S:C:T=0:0:*:* TRES=cpu=1,node=1,billing=1 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* "
+    "JOB_GRES=gpu:1   Nodes=vm CPU_IDs=0 Mem=0 GRES= MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 "
+    "Features=(null) DelayBoot=00:00:00 OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) "
+    "Command=(null) WorkDir=/tmp/sx StdErr=/dev/null StdIn=/dev/null StdOut=/dev/null Power= TresPerNode=gres:gpu:1 ")
+
+
+def test_real_scontrol_record_and_suspended_span():
+    from ledger.hooks import slurm
+
+    f = slurm.parse_scontrol_oneline(REAL_SCONTROL)
+    assert f["TRES"] == "cpu=1,node=1,billing=1" and f["AllocNode:Sid"] == "localhost:4755" and f["Power"] == ""
+    rec = slurm.job_record(f)
+    assert (rec.state, rec.restarts, rec.exit_code, rec.exit_signal, rec.qos) == ("COMPLETING", 0, 0, 0, None)
+    assert rec.end - rec.start == 6 and rec.run_time == 3 and rec.suspended_total() == 3
+    # Suspended at start + SecsPreSuspend, resumed at SuspendTime: exactly the 3 s RunTime does not count.
+    assert rec.start + rec.secs_pre_suspend + rec.suspended_total() == rec.suspend_time
+
+
+def test_environment_parsing():
+    from ledger.hooks import slurm
+
+    e = slurm.job_env({"SLURM_JOBID": "12", "ROCR_VISIBLE_DEVICES": "0-2,5", "SLURM_JOB_EXIT_CODE2": "1:0"})
+    assert e.job_id == "12" and e.gpus == (0, 1, 2, 5) and (e.exit_code, e.exit_signal) == (1, 0)
+    assert slurm.job_env({"SLURM_JOB_GPUS": "0"}) is None
+    assert slurm.parse_index_list("NoDevFiles") == [] and slurm.parse_duration("1-02:03:04") == 93784
