@@ -132,3 +132,28 @@ def test_as_of_before_the_telemetry_does_not_see_it(sqlite_url):
         receipt_for(eng, "7001", as_of=0)
     eng.dispose()
     assert UUID in {d["uuid"] for d in full["job"]["devices"]}
+
+
+
+def test_worker_processes_give_the_same_receipt(sqlite_url, monkeypatch):
+    import importlib
+
+    gmod = importlib.import_module("ledger.receipts.gather")
+    eng = db_mod.make_engine(sqlite_url)
+    _noisy_run(eng)
+    here = receipt_for(eng, "8001")  # library default: in-process
+    monkeypatch.setattr(gmod, "PARALLEL_MIN_DEVICES", 2)
+    monkeypatch.setenv("IPLEDGER_RECEIPT_WORKERS", "2")
+    results = []
+    original = gmod.LazySamples.attribute_all
+
+    def spy(self, tasks):
+        out = original(self, tasks)
+        results.append(out)
+        return out
+
+    monkeypatch.setattr(gmod.LazySamples, "attribute_all", spy)
+    there = receipt_for(eng, "8001")
+    eng.dispose()
+    assert results and results[0] is not None and len(results[0]) == 4  # the worker path did the devices
+    assert there.canonical() == here.canonical()

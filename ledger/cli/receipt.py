@@ -9,6 +9,7 @@ import click
 
 from ..method.skus import SkuError, site_table
 from ..receipts import ReceiptError, issue_receipt, receipt_for, render_pdf, render_text, verify_receipt
+from ..receipts.gather import enable_parallel
 from .context import AppContext, UserError, emit_json, pass_app
 
 
@@ -55,6 +56,7 @@ def receipt_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | No
         raise UserError("--as-of cannot be combined with --issue or --verify (they work at the ledger head)")
     engine = app.engine()
     skus = sku_table_for(app)
+    enable_parallel()  # big runs read and attribute their devices in worker processes
     try:
         if verify:
             ok, issued, recomputed = verify_receipt(engine, job_id, run, cluster=cluster, sku_table=skus)

@@ -202,19 +202,33 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
 
     accounts: list[tuple[dict, SkuRating | None, DeviceAccount]] = []
     timelines: dict[str, list[int]] = {}
+    plan = []
     for dev in frame.devices:
         rating = match_sku(dev.get("sku"), sku_table)
         rated = rating.rated_sm_clock_mhz if rating else None
         mine = [(ts_to_epoch(g.entry.ts), ts_to_epoch(g.entry.ts_end or g.entry.ts), g.entry.entry_id)
                 for g in all_gaps if gap_applies(g, dev, key)]
-        samples = inputs.samples.get(dev["uuid"])
-        if samples is not None and len(samples):
-            acc = attribute_device((w0, w1), samples, unknown=mine, suspended=frame.suspended,
-                                   rated_clock_mhz=rated, thresholds=thresholds)
-        elif dev["uuid"] in summaries:
+        plan.append((dev, rating, rated, mine))
+    # Big runs read and attribute their samples in worker processes (same functions, same integers);
+    # a sample source that cannot, or a small run, does it here, one batch of devices at a time.
+    parallel = getattr(inputs.samples, "attribute_all", None)
+    done: dict[str, DeviceAccount | None] = {}
+    if parallel is not None:
+        done = parallel([(dev["uuid"], (w0, w1), mine, frame.suspended, rated, thresholds)
+                         for dev, _r, rated, mine in plan]) or {}
+    for dev, rating, rated, mine in plan:
+        if dev["uuid"] in done:
+            acc = done[dev["uuid"]]
+        else:
+            samples = inputs.samples.get(dev["uuid"])
+            acc = None
+            if samples is not None and len(samples):
+                acc = attribute_device((w0, w1), samples, unknown=mine, suspended=frame.suspended,
+                                       rated_clock_mhz=rated, thresholds=thresholds)
+        if acc is None and dev["uuid"] in summaries:
             acc = attribute_summary((w0, w1), summaries[dev["uuid"]].entry.data, unknown=mine,
                                     suspended=frame.suspended, rated_clock_mhz=rated, thresholds=thresholds)
-        else:
+        elif acc is None:
             acc = attribute_device((w0, w1), None, unknown=mine, suspended=frame.suspended,
                                    rated_clock_mhz=rated, thresholds=thresholds)
         accounts.append((dev, rating, acc))

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from ..canonical import ts_to_epoch
 from ..entries import ChainedEntry, Kind
-from ..method import SampleArrays
+from ..method import DeviceAccount, SampleArrays, attribute_device
 from ..store import ENTRY_COLUMNS, _to_chained, iter_entries
 from .compute import ReceiptError, RunInputs, RunKey, run_frame
 
@@ -124,8 +124,9 @@ def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | Non
                      samples=samples, contract_id=contract_id, open_end=open_end)
 
 
+PARALLEL_MIN_DEVICES = 128
 MISSING = -1.0e300  # stands for NULL inside the numeric fetch; mapped back to NaN (never a real reading)
-DEVICE_BATCH = 32
+DEVICE_BATCH = 16
 
 
 def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Sequence[str], start: float,
@@ -153,7 +154,7 @@ def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Se
         try:
             cur.execute(sql, [*devices, *chunk, *devices, end, start])
             while True:
-                rows = cur.fetchmany(200_000)
+                rows = cur.fetchmany(50_000)
                 if not rows:
                     break
                 flat = np.fromiter(chain.from_iterable(rows), dtype=np.float64, count=len(rows) * width)
@@ -209,5 +210,75 @@ class LazySamples(Mapping):
     def __iter__(self) -> Iterator[str]:
         return iter(self._order)
 
+    def attribute_all(self, tasks: Sequence[tuple]) -> dict[str, DeviceAccount | None] | None:
+        """Read and attribute many devices in worker processes; None when not worth it (small runs, one
+        core, ``IPLEDGER_RECEIPT_WORKERS=1``). Each device's result is computed by the same pure function
+        from the same rows as the in-process path, so the receipt is byte-identical either way."""
+        workers = _workers()
+        mine = [t for t in tasks if t[0] in self._segs]
+        if workers < 2 or len(mine) < PARALLEL_MIN_DEVICES:
+            return None
+        url = self._engine.url.render_as_string(hide_password=False)
+        jobs = []
+        for i in range(0, len(mine), self._batch):
+            batch = mine[i:i + self._batch]
+            segs = sorted({s for t in batch for s in self._segs[t[0]]})
+            jobs.append((url, segs, batch, self._start, self._end))
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        from concurrent.futures.process import BrokenProcessPool
+
+        out: dict[str, DeviceAccount | None] = {}
+        try:
+            # spawn, not fork: the caller may hold threads and pooled connections
+            with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn")) as pool:
+                for part in pool.map(_attribute_batch, jobs):
+                    out.update(part)
+        except BrokenProcessPool:
+            return None  # workers could not start here: the in-process path gives the same receipt
+        return out
+
     def __len__(self) -> int:
         return len(self._order)
+
+
+_PARALLEL = {"enabled": False}
+
+
+def enable_parallel(on: bool = True) -> None:
+    """Let big receipts use worker processes (the CLI turns this on). Off by default for library callers:
+    spawned workers re-import the caller's main module, which a script without a main guard cannot take."""
+    _PARALLEL["enabled"] = on
+
+
+def _workers() -> int:
+    import os
+
+    env = os.environ.get("IPLEDGER_RECEIPT_WORKERS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            return 1
+    return min(os.cpu_count() or 1, 8) if _PARALLEL["enabled"] else 1
+
+
+def _attribute_batch(job: tuple) -> dict[str, DeviceAccount | None]:
+    """Worker: read one batch of devices' samples and attribute each (None = no samples for it)."""
+    from ..db import make_engine
+
+    url, segs, batch, start, end = job
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            arrays = load_sample_arrays(conn, segs, [t[0] for t in batch], start, end)
+    finally:
+        engine.dispose()
+    out: dict[str, DeviceAccount | None] = {}
+    for uuid, window, unknown, suspended, rated, thresholds in batch:
+        sa = arrays.get(uuid)
+        out[uuid] = None if sa is None or not len(sa) else attribute_device(
+            window, sa, unknown=unknown, suspended=suspended, rated_clock_mhz=rated, thresholds=thresholds)
+    return out
+
