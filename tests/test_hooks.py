@@ -361,3 +361,23 @@ def test_environment_parsing():
     assert e.job_id == "12" and e.gpus == (0, 1, 2, 5) and (e.exit_code, e.exit_signal) == (1, 0)
     assert slurm.job_env({"SLURM_JOB_GPUS": "0"}) is None
     assert slurm.parse_index_list("NoDevFiles") == [] and slurm.parse_duration("1-02:03:04") == 93784
+
+
+def test_requeue_seen_from_the_environment_without_scontrol(tmp_path):
+    site = make_site(tmp_path, tools=("dcgmi", "nvidia-smi"))
+    assert run("prolog", env("80"), str(site.config)) == 0
+    assert run("epilog", env("80", restart=1), str(site.config)) == 0
+    recs = spooled(site)
+    assert {r["run"] for r in recs} == {0}
+    assert kinds(recs, "allocation_ended")[0]["data"]["state"] == "REQUEUED"
+
+
+def test_cpu_only_job_records_the_allocation_and_nothing_else(site):
+    site.scontrol_record("81", record("81", start=int(time.time())))
+    e = env("81", gpus="")
+    del e["CUDA_VISIBLE_DEVICES"]
+    assert run("prolog", e, str(site.config)) == 0
+    assert run("epilog", e, str(site.config)) == 0
+    recs = spooled(site)
+    assert sorted(r["kind"] for r in recs) == ["allocation_ended", "allocation_started"]
+    assert kinds(recs, "allocation_started")[0]["data"]["gpus"] == 0 and site.dcgm_calls() == []

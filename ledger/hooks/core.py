@@ -397,12 +397,14 @@ def epilog(h: Hook) -> None:
         _amd_epilog(h, keys, state, devices, start, end)
     if rec is not None:
         _suspensions(h, keys, rec, start)
-    requeued = rec is not None and rec.restarts is not None and rec.restarts > run
-    if requeued:
+    # Slurm already shows the next restart count in a requeued run's epilog (scontrol and the environment).
+    next_run = max([r for r in (rec.restarts if rec else None, h.env.restart_count if state else None)
+                    if r is not None], default=run)
+    if next_run > run:
         status = "REQUEUED"
-        h.add(Kind.ALLOCATION_REQUEUED, end, {"reason": "requeued", "next_run": rec.restarts}, keys)  # type: ignore[union-attr]
+        h.add(Kind.ALLOCATION_REQUEUED, end, {"reason": "requeued", "next_run": next_run}, keys)
     elif rec is not None and rec.state in FINAL_STATES:
-        status = rec.state
+        status = rec.state  # type: ignore[assignment]
     else:
         code = rec.exit_code if rec and rec.exit_code is not None else h.env.exit_code
         sig = rec.exit_signal if rec and rec.exit_signal is not None else h.env.exit_signal
