@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from bench.common import FeatureMissing, Figure, main_for, run_cli, timeit
+from bench.common import FeatureMissing, Figure, main_for, run_cli, timeit_interleaved
 
 TITLE = "Path B analyze (Prometheus export)"
 FULL_GPUS = 64
@@ -53,13 +53,13 @@ def run(scale: float, repeat: int) -> Figure:
         def subject() -> None:
             out["proc"] = run_cli(["analyze", *map(str, files), "--json"], check=False)
 
-        floor_t = timeit(floor, repeat, label="DuckDB: read the JSON files, sum each metric per device")
         subject()  # one untimed run first: fail fast with the reason instead of timing a crash
         if out["proc"].returncode != 0:
             reason = (out["proc"].stderr.strip().splitlines() or ["no output"])[-1][:300]
             return Figure(key="analyze", title=TITLE, target=3.0, floor=floor_t, status=f"failed: {reason}",
                           scale_note=f"{gpus} GPUs × 24 h × 12 metrics at 15 s ({size / 2**20:,.0f} MiB JSON)")
-        subj_t = timeit(subject, repeat, label="`ipledger analyze FILES --json`")
+        floor_t, subj_t = timeit_interleaved([("DuckDB: read the JSON files, sum each metric per device", floor, None),
+                                              ("`ipledger analyze FILES --json`", subject, None)], repeat)
         findings = json.loads(out["proc"].stdout)
         if len(out["floor_rows"]) != gpus * 12 or "findings" not in findings:
             raise RuntimeError("analyze or the floor did not see every device and metric")

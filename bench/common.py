@@ -57,16 +57,17 @@ class Figure:
         return self.status == "ok" and all(self.ratio(t) <= self.target for t in self.subjects)
 
     def table(self) -> str:
-        lines = [f"| measured | median s | min s | max s | runs | ratio to floor | target |",
-                 "|---|---:|---:|---:|---:|---:|---:|"]
+        lines = [f"| measured | median s | min s | max s | runs | ratio to floor (medians) | ratio of minimums "
+                 f"| target |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
         rows = ([self.floor] if self.floor else []) + list(self.subjects)
         for t in rows:
             is_floor = t is self.floor
             ratio = "1.00 (floor)" if is_floor else f"{self.ratio(t):.2f}"
             tgt = "" if is_floor or self.target == float("inf") else (
                 f"≤ {self.target:g}× {'met' if self.ratio(t) <= self.target else 'NOT met'}")
+            rmin = "" if is_floor else f"{min(t.runs) / min(self.floor.runs):.2f}" if self.floor else ""
             lines.append(f"| {t.label} | {t.median:.4f} | {min(t.runs):.4f} | {max(t.runs):.4f} | {len(t.runs)} "
-                         f"| {ratio} | {tgt} |")
+                         f"| {ratio} | {rmin} | {tgt} |")
         return "\n".join(lines)
 
     def render(self) -> str:
@@ -92,6 +93,21 @@ def timeit(fn: Callable[[], object], repeat: int, setup: Callable[[], object] | 
         fn()
         runs.append(time.perf_counter() - t0)
     return Timing(label, tuple(runs))
+
+
+def timeit_interleaved(cases: list[tuple[str, Callable[[], object], Callable[[], object] | None]],
+                       repeat: int) -> list[Timing]:
+    """Time several (label, fn, setup) cases round-robin — floor, subject, floor, subject... — so that a
+    burst of load from other processes on a shared machine hits floor and subject alike."""
+    runs: list[list[float]] = [[] for _ in cases]
+    for _ in range(repeat):
+        for i, (_label, fn, setup) in enumerate(cases):
+            if setup is not None:
+                setup()
+            t0 = time.perf_counter()
+            fn()
+            runs[i].append(time.perf_counter() - t0)
+    return [Timing(label, tuple(r)) for (label, _fn, _setup), r in zip(cases, runs)]
 
 
 def run_cli(args: list[str], env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:

@@ -16,7 +16,7 @@ import tempfile
 from itertools import islice
 from pathlib import Path
 
-from bench.common import FeatureMissing, Figure, main_for, run_cli, timeit
+from bench.common import FeatureMissing, Figure, main_for, run_cli, timeit_interleaved
 
 TITLE = "Monthly export over issued receipts"
 FULL_RECEIPTS = 1_000_000
@@ -106,8 +106,8 @@ def run(scale: float, repeat: int) -> Figure:
             out["proc"] = run_cli(["--db", url, "export", "monthly", "--month", MONTH, "--format", "csv",
                                    "--out", str(csv_path), "--quiet"])
 
-        floor_t = timeit(floor, repeat, label=f"DuckDB GROUP BY over the {n:,} receipt rows (Parquet)")
-        subj_t = timeit(subject, repeat, label="`ipledger export monthly --format csv`")
+        floor_t, subj_t = timeit_interleaved([(f"DuckDB GROUP BY over the {n:,} receipt rows (Parquet)", floor, None),
+                                              ("`ipledger export monthly --format csv`", subject, None)], repeat)
         runs = sum(r[4] for r in out["floor"])
         if runs != n or not csv_path.exists():
             raise RuntimeError("export or floor did not cover every receipt")

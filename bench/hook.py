@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.common import ROOT, Figure, main_for, timeit
+from bench.common import Figure, main_for, timeit_interleaved
 
 TITLE = "Hook (prolog/epilog) own cost"
 JOB_ENV = {"SLURM_JOB_ID": "777001", "SLURM_JOB_GPUS": "0,1,2,3", "SLURMD_NODENAME": "node1",
@@ -124,10 +124,9 @@ def run(scale: float, repeat: int) -> Figure:
             "instant DCGM/nvidia-smi stand-ins, DB down": _site(work / "dcgm-down", db_down, instant),
         }
         env = dict(JOB_ENV)
-        floor = timeit(lambda: subprocess.run([sys.executable, "-I", "-S", "-c", "pass"], env=env, check=True),
-                       reps, label="`python3 -I -S -c pass` (same interpreter)")
-        subjects = []
-        for name, (hooks, spool) in variants.items():
+        cases = [("`python3 -I -S -c pass` (same interpreter)",
+                  lambda: subprocess.run([sys.executable, "-I", "-S", "-c", "pass"], env=env, check=True), None)]
+        for name, (hooks, _spool) in variants.items():
             for kind in ("prolog", "epilog"):
                 def one(kind: str = kind, hooks: Path = hooks) -> None:
                     subprocess.run([str(hooks / kind)], env=env, check=True, capture_output=True)
@@ -136,7 +135,9 @@ def run(scale: float, repeat: int) -> Figure:
                     if kind == "epilog":  # the epilog needs its prolog's state, as on a real node
                         one("prolog", hooks)
 
-                subjects.append(timeit(one, reps, pre, label=f"{kind}, {name}"))
+                cases.append((f"{kind}, {name}", one, pre))
+        floor, *subjects = timeit_interleaved(cases, reps)
+        for name, (_hooks, spool) in variants.items():
             written = sum(1 for p in spool.iterdir() if p.suffix == ".jsonl")
             if written == 0:
                 raise RuntimeError(f"{name}: the hooks wrote nothing to the spool")

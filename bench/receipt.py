@@ -15,7 +15,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from bench.common import FeatureMissing, Figure, Timing, main_for, run_cli_measured, timeit
+from bench.common import FeatureMissing, Figure, Timing, main_for, run_cli_measured, timeit_interleaved
 
 TITLE = "Receipt of a 1,024-GPU 72-hour run"
 FULL_GPUS = 1024
@@ -137,8 +137,8 @@ def run(scale: float, repeat: int) -> Figure:
             out["receipt"] = json.loads(proc.stdout)
             peaks.append(peak)
 
-        floor_t = timeit(floor, repeat, label=f"DuckDB: sum the {rows:,} samples per device (Parquet)")
-        subj_t = timeit(subject, repeat, label="`ipledger receipt JOB --format json` (SQLite ledger)")
+        floor_t, subj_t = timeit_interleaved([(f"DuckDB: sum the {rows:,} samples per device (Parquet)", floor, None),
+                                              ("`ipledger receipt JOB --format json` (SQLite ledger)", subject, None)], repeat)
         r = out["receipt"]
         paid = r["gpu_hours"]["paid"]
         if len(out["floor"]) != gpus or abs(paid - gpus * HOURS) > 1e-6 * gpus * HOURS:

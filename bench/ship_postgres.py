@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from bench import data, pg
-from bench.common import Figure, main_for, run_cli, timeit
+from bench.common import Figure, main_for, run_cli, timeit_interleaved
 from ledger.store import ENTRY_COLUMNS
 
 TITLE = "Ship into PostgreSQL"
@@ -52,8 +52,8 @@ def run(scale: float, repeat: int) -> Figure:
         def subject() -> None:
             run_cli(["--db", state["url"], "ship", "--spool", str(spool_dir), "--quiet"])
 
-        floor_t = timeit(floor, repeat, setup_floor, label=f"raw psycopg COPY, {len(rows):,} rows, one tx")
-        subj_t = timeit(subject, repeat, setup_subject, label=f"`ipledger ship` ({files:,} spool files)")
+        floor_t, subj_t = timeit_interleaved([(f"raw psycopg COPY, {len(rows):,} rows, one tx", floor, setup_floor),
+                                              (f"`ipledger ship` ({files:,} spool files)", subject, setup_subject)], repeat)
         with psycopg.connect(pg.conninfo(state["url"])) as conn:
             got = conn.execute("SELECT COUNT(*), MAX(seq) FROM entries").fetchone()
         if tuple(got) != (len(rows), len(rows)):

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from bench import data
-from bench.common import Figure, main_for, run_cli, timeit
+from bench.common import Figure, main_for, run_cli, timeit_interleaved
 from ledger import db as db_mod
 from ledger.store import ENTRY_COLUMNS
 
@@ -67,8 +67,8 @@ def run(scale: float, repeat: int) -> Figure:
         def subject() -> None:
             run_cli(["--db", state["url"], "ship", "--spool", str(spool_dir), "--quiet"])
 
-        floor_t = timeit(floor, repeat, setup_floor, label=f"raw sqlite3.executemany, {len(rows):,} rows, one tx")
-        subj_t = timeit(subject, repeat, setup_subject, label=f"`ipledger ship` ({files:,} spool files)")
+        floor_t, subj_t = timeit_interleaved([(f"raw sqlite3.executemany, {len(rows):,} rows, one tx", floor, setup_floor),
+                                              (f"`ipledger ship` ({files:,} spool files)", subject, setup_subject)], repeat)
         con = sqlite3.connect(db_path)
         got = con.execute("SELECT COUNT(*), MAX(seq) FROM entries").fetchone()
         con.close()
