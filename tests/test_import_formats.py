@@ -172,3 +172,24 @@ def test_vectorised_cleaning_equals_the_per_value_rules(raws, name, scale):
     assert list(ft) == list(st_)
     assert [None if x != x else x for x in fv] == [None if x != x else x for x in sv]
     assert fast.reasons.get("d", {}) == slow.reasons.get("d", {})
+
+
+_row = st.tuples(st.sampled_from(["GPU-a", "GPU-b", "x,[y", "\u00fc\"q]"]), st.floats(0, 2e9), st.just(15.0),
+                 st.sampled_from([None, 0, 4, 0x40]),
+                 *[st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False)) for _ in range(21)])
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(_row, min_size=1, max_size=25))
+def test_segment_digest_one_shot_encoding_equals_row_by_row(rows):
+    import hashlib
+    import operator
+
+    from ledger.canonical import canonical_json
+    from ledger.telemetry import store
+
+    h = hashlib.sha256()
+    for r in sorted(rows, key=operator.itemgetter(0, 1)):
+        h.update(canonical_json(list(r)).encode("utf-8"))
+        h.update(b"\n")
+    assert store._digest_normalised(rows) == h.hexdigest()
