@@ -59,6 +59,21 @@ def test_analyze_bad_input_is_one_line(runner, cli, tmp_path):
     assert r.exit_code == 1 and "SOURCE" in r.output
 
 
+def test_analyze_a_dmon_capture_with_not_available_fields(runner, cli):
+    """A real `dcgmi dmon` capture whose first rows are N/A (importers' fixture): analysed, nothing invented."""
+    from tests.conftest import FIXTURES
+
+    src = FIXTURES / "pathb" / "dcgmi_dmon_e1001-1008_8gpu_dcgm4.2.3_issue244.txt"
+    r = runner.invoke(cli, ["analyze", "--format", "dmon", str(src), "--start", "2026-11-02T00:00:00Z",
+                            "--step", "1s", "--node", "gpu07", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    acct = out["account"]
+    assert out["meta"]["devices"] == 8
+    assert acct["buckets"]["unknown"] > 0          # the N/A rows stay unknown
+    assert abs(acct["paid"] - acct["delivered"] - acct["lost"]) < 1e-3  # each figure is rounded to 4 places
+
+
 def _openmetrics(doc: dict, path: Path) -> Path:
     lines = []
     by_name: dict[str, list] = {}

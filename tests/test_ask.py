@@ -46,7 +46,7 @@ def test_documented_forms_are_answered(ds_found, question):
     out = answer(ds, found, question)
     acct = out["account"]
     assert acct["paid"] >= acct["delivered"] >= 0
-    assert abs(acct["paid"] - acct["delivered"] - acct["lost"]) < 1e-6
+    assert abs(acct["paid"] - acct["delivered"] - acct["lost"]) < 1e-3  # each figure is rounded to 4 places
     assert out["answer"] and "can't" not in out["answer"]
     if out["form"] == "how_many":
         verb = question.split(" did ")[1]

@@ -153,6 +153,9 @@ def load(engine: Engine, through_seq: int | None = None, topology: dict | None =
     s = s.rename(columns={"clock_reasons": "reasons", "sm_active": "sm", "sm_clock_mhz": "clk", "power_w": "power",
                           "gpu_temp_c": "temp", "ecc_sbe_aggregate": "ecc", "fb_used_mib": "fb",
                           "compute_procs": "procs", "tensor_active": "tensor"})
+    for col in s.columns:  # all-NULL columns come back as object dtype: the agents need floats (NaN = not measured)
+        if col != "device":
+            s[col] = pd.to_numeric(s[col], errors="coerce").astype(float)
     s = s.sort_values(["device", "t"], kind="stable").reset_index(drop=True)
     cadence = float(s["dt"].median()) if len(s) else 300.0
     end_known = s["t"].max() + cadence if len(s) else 0.0

@@ -329,7 +329,7 @@ def simulate(spec: FleetSpec = FleetSpec(), seed: int = 0) -> Simulation:
     running = procs > 0
 
     # --- what the collector recorded ---------------------------------------------------------------------------
-    present = np.ones((D, T), dtype=bool)
+    present = rng.random((D, T)) >= 0.002          # an occasional missed scrape (0.2 %), as real collectors have
     present[np.ix_(restart_node, range(*restart_w))] = False
     present[np.ix_(outage_node, range(*outage_w))] = False
     arrays = {
