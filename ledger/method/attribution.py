@@ -105,7 +105,8 @@ class DeviceAccount:
     unknown_causes: dict[str, int] = field(default_factory=dict)  # unattributed unknown by cause
     fidelity: str = "none"                    # samples | summary | none
     coarse_nh: int = 0                        # nanohours classified from the coarse utilisation signal
-    timeline: list[int] = field(default_factory=list)
+    # per time bin, the share of each TIMELINE_CODES entry (rows sum to 1); drawn as the PDF strip only
+    timeline: np.ndarray | None = None
 
     def as_dict(self) -> dict[str, int]:
         return {name: int(v) for name, v in zip(BUCKETS, self.buckets)}
@@ -274,7 +275,7 @@ def attribute_device(
     buckets = np.zeros(len(BUCKETS), dtype=np.int64)
     causes: dict[str, int] = {}
     coarse_nh = 0
-    timeline: list[int] = []
+    timeline = None
     fidelity = "none"
     if samples is not None and len(samples):
         order = np.argsort(samples.t, kind="stable")
@@ -344,8 +345,8 @@ def attribute_device(
 
 
 def _timeline(window: tuple[float, float], a: np.ndarray, b: np.ndarray, per_sample: np.ndarray,
-              reason: np.ndarray, susp: list[tuple[float, float]], bins: int) -> list[int]:
-    """Dominant bucket per time bin (an index into TIMELINE_CODES), for the PDF strip only."""
+              reason: np.ndarray, susp: list[tuple[float, float]], bins: int) -> np.ndarray:
+    """Share of each bucket (TIMELINE_CODES order) per time bin, (bins, codes) float32, for the PDF strip."""
     s, e = window
     width = (e - s) / bins
     mids = (a + b) / 2.0
@@ -364,7 +365,7 @@ def _timeline(window: tuple[float, float], a: np.ndarray, b: np.ndarray, per_sam
     mat[len(BUCKETS)] = susp_in
     known = mat.sum(axis=0)
     mat[B_UNKNOWN] = np.maximum(width * NH_PER_SECOND - known, 0.0) + np.bincount(idx, weights=fmiss, minlength=bins)
-    return [int(x) for x in np.argmax(mat, axis=0)]
+    return (mat / np.maximum(mat.sum(axis=0), 1e-300)).T.astype(np.float32)
 
 
 # --- summary-only runs (DCGM job stats) --------------------------------------------------------------------
@@ -489,13 +490,15 @@ def attribute_summary(
     buckets, uncovered = _settle(paid_nh, buckets, gap_total)
     causes = {"field_missing": int(buckets[B_UNKNOWN]), "no_telemetry": uncovered}
     buckets[B_UNKNOWN] += uncovered + gap_total
-    timeline: list[int] = []
-    if thresholds.timeline_bins and e > s:
-        dom = int(np.argmax(buckets)) if buckets.sum() else B_UNKNOWN
-        timeline = [dom] * thresholds.timeline_bins
-        width = (e - s) / thresholds.timeline_bins
-        edges = s + width * np.arange(thresholds.timeline_bins + 1)
-        sus = _overlap_with(susp, edges[:-1], edges[1:])
-        timeline = [len(BUCKETS) if x > width / 2 else dom for x in sus]
+    timeline = None
+    if thresholds.timeline_bins and e > s:  # a summary has no time structure: the same shares in every bin
+        bins = thresholds.timeline_bins
+        width = (e - s) / bins
+        edges = s + width * np.arange(bins + 1)
+        sus = _overlap_with(susp, edges[:-1], edges[1:]) / width
+        shares = buckets / buckets.sum() if buckets.sum() else np.eye(len(BUCKETS))[B_UNKNOWN]
+        timeline = np.zeros((bins, len(TIMELINE_CODES)), dtype=np.float32)
+        timeline[:, :len(BUCKETS)] = np.outer(1.0 - sus, shares)
+        timeline[:, len(BUCKETS)] = sus
     return DeviceAccount(paid_nh=paid_nh, buckets=buckets, suspended_nh=suspended_nh, gap_nh=portions,
                          unknown_causes=causes, fidelity="summary", timeline=timeline)

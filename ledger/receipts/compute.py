@@ -8,12 +8,12 @@ is rounded to cents, once per figure (docs/receipts.md, "Rounding").
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal
+from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..canonical import canonical_json, sha256_hex, ts_to_epoch
+from ..canonical import canonical_json, format_ts, sha256_hex, ts_to_epoch
 from ..contracts import Contract, select_contract
 from ..entries import ChainedEntry, Kind
 from ..method import (
@@ -65,7 +65,7 @@ class RunInputs:
 @dataclass
 class Receipt:
     body: dict                                    # the hashed JSON (receipt_hash included)
-    timelines: dict[str, list[int]] = field(default_factory=dict)  # device -> TIMELINE_CODES indices (PDF)
+    timelines: dict[str, Any] = field(default_factory=dict)  # device -> (bins, TIMELINE_CODES) shares (PDF)
 
     @property
     def hash(self) -> str:
@@ -107,7 +107,6 @@ def run_frame(entries: Sequence[ChainedEntry], open_end: str | None = None) -> R
         if open_end is not None:
             ends.append(ts_to_epoch(open_end))
         if start is not None and ends:
-            from ..canonical import format_ts
             end = format_ts(max(max(ends), ts_to_epoch(start)))
     ctx: dict = {}
     for c in started:  # first node's record wins, others fill gaps
@@ -201,7 +200,7 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
             summaries[c.entry.device] = c  # latest per device
 
     accounts: list[tuple[dict, SkuRating | None, DeviceAccount]] = []
-    timelines: dict[str, list[int]] = {}
+    timelines: dict[str, Any] = {}
     plan = []
     for dev in frame.devices:
         rating = match_sku(dev.get("sku"), sku_table)

@@ -124,23 +124,28 @@ def render_pdf(receipts: Sequence[Receipt], path: str | Path) -> Path:
         # timeline strips
         y -= 18
         c.setFont("Helvetica-Bold", 9)
-        c.drawString(40, y, "Per-device timeline (colour = bucket)")
+        c.drawString(40, y, "Per-device timeline (each time slice stacked by bucket)")
         y -= 6
         devs = j["devices"]
         shown = devs[:24]
-        strip_h = 7 if len(shown) > 12 else 10
+        strip_h = 8 if len(shown) > 12 else 14
         x0, x1 = 140, width - 40
         c.setFont("Helvetica", 6.5)
         for d in shown:
             y -= strip_h + 2
-            tl = r.timelines.get(d["uuid"]) or []
+            tl = r.timelines.get(d["uuid"])
             c.setFillColor(colors.black)
             c.drawString(40, y + 1, f"{d['node']}/{d['index']} {str(d['uuid'])[:14]}")
-            if tl:
+            if tl is not None and len(tl):
                 w = (x1 - x0) / len(tl)
-                for i, code in enumerate(tl):
-                    c.setFillColor(colors.HexColor(COLOURS[TIMELINE_CODES[code]]))
-                    c.rect(x0 + i * w, y, w + 0.2, strip_h, stroke=0, fill=1)
+                for i, shares in enumerate(tl):  # each time bin: its buckets stacked by share
+                    yy = y
+                    for code, share in enumerate(shares):
+                        if share <= 0.002:
+                            continue
+                        c.setFillColor(colors.HexColor(COLOURS[TIMELINE_CODES[code]]))
+                        c.rect(x0 + i * w, yy, w + 0.2, strip_h * float(share), stroke=0, fill=1)
+                        yy += strip_h * float(share)
         if len(devs) > len(shown):
             y -= 10
             c.setFillColor(colors.black)
