@@ -96,7 +96,7 @@ def test_clean_job_records_start_bindings_summaries_end_and_cleans_dcgm(site):
     for s in summaries:
         assert s["data"]["values"]["power_w_avg"] > 0 and s["data"]["missing"]["pcie_tx_mb_max"] == "not_available"
     (end,) = kinds(recs, "allocation_ended")
-    assert end["data"] == {"exit_code": 0, "signal": 0, "state": "COMPLETED"}
+    assert end["data"] == {"exit_code": 0, "signal": 0, "state": "COMPLETED", "state_basis": "scontrol.ExitCode"}
     assert not kinds(recs, "unknown_interval") and not kinds(recs, "hook_error")
     dcgm = json.loads((site.state / "dcgm.json").read_text())
     assert dcgm["jobs"] == {} and dcgm["groups"] == {}, "the hooks remove their DCGM job record and group"
@@ -181,7 +181,8 @@ def test_cancelled_job_signal_from_scontrol(site):
     rec = record(state="COMPLETING", start=start, end=start + 1, exit_code="0:15", run_time="00:00:01")
     recs = prolog_epilog(site, start=start, end_record=rec,
                          epilog_env=env(SLURM_JOB_EXIT_CODE="0", SLURM_JOB_EXIT_CODE2="0:0"))
-    assert kinds(recs, "allocation_ended")[0]["data"] == {"exit_code": 0, "signal": 15, "state": "SIGNALED"}
+    assert kinds(recs, "allocation_ended")[0]["data"] == {"exit_code": 0, "signal": 15, "state": "SIGNALED",
+                                                          "state_basis": "scontrol.ExitCode"}
 
 
 def test_amd_counters_are_differenced(tmp_path):

@@ -401,17 +401,21 @@ def epilog(h: Hook) -> None:
     next_run = max([r for r in (rec.restarts if rec else None, h.env.restart_count if state else None)
                     if r is not None], default=run)
     if next_run > run:
-        status = "REQUEUED"
+        status, basis = "REQUEUED", "restart_count"
         h.add(Kind.ALLOCATION_REQUEUED, end, {"reason": "requeued", "next_run": next_run}, keys)
     elif rec is not None and rec.state in FINAL_STATES:
-        status = rec.state  # type: ignore[assignment]
+        status, basis = rec.state, "scontrol.JobState"  # type: ignore[assignment]
     else:
+        # JobState is still COMPLETING here; the exit status decides. It can lag: for a job cancelled moments
+        # ago slurmctld may not have the batch script's exit yet (ExitCode=0:0), so say what the state rests on.
         code = rec.exit_code if rec and rec.exit_code is not None else h.env.exit_code
         sig = rec.exit_signal if rec and rec.exit_signal is not None else h.env.exit_signal
         status = "SIGNALED" if sig else ("FAILED" if code else "COMPLETED")
+        basis = "scontrol.ExitCode" if rec and rec.exit_code is not None else "environment"
     exit_code = rec.exit_code if rec and rec.exit_code is not None else h.env.exit_code
     signal = rec.exit_signal if rec and rec.exit_signal is not None else h.env.exit_signal
-    h.add(Kind.ALLOCATION_ENDED, end, {"exit_code": exit_code, "signal": signal, "state": status}, keys)
+    h.add(Kind.ALLOCATION_ENDED, end, {"exit_code": exit_code, "signal": signal, "state": status,
+                                       "state_basis": basis}, keys)
     for err in h.errors:
         h.add(Kind.HOOK_ERROR, now, {"hook": "epilog", **err}, keys)
     h.write_spool()  # durable before any clean-up
