@@ -26,7 +26,7 @@ from sqlalchemy.engine import Engine
 from ..db import write_tx
 from ..entries import Entry, Kind, make_entry
 from ..store import append_in
-from ..telemetry.store import segment_entry, write_segment_in
+from ..telemetry.store import _row_values, segment_entry_rows, write_segment_rows_in
 from ..telemetry.timeline import TOLERANCE_FACTOR, Timeline, build_timeline_arrays
 from .common import Collected, Context
 
@@ -78,12 +78,13 @@ def timeline_for(c: Collected, device: str, opts: ImportOptions) -> Timeline:
 
 
 def device_entries(c: Collected, tl: Timeline, opts: ImportOptions) -> list[tuple[list, Entry, list[Entry]]]:
-    """The (samples, segment entry, its unknown intervals) batches of one device."""
+    """The (normalised sample rows, segment entry, its unknown intervals) batches of one device."""
     info = c.devices[tl.device]
     reasons = c.device_reasons(tl.device)
     windows: dict[int, list] = defaultdict(list)
-    for s in tl.samples:
-        windows[int(math.floor(s.t / opts.segment_seconds))].append(s)
+    rows = tl.rows or tuple(_row_values(s) for s in tl.samples)
+    for r in rows:
+        windows[int(math.floor(r[1] / opts.segment_seconds))].append(r)
     gaps_by_w: dict[int, list[Entry]] = defaultdict(list)
     for g in tl.gaps:
         w = int(math.floor(g.start / opts.segment_seconds))
@@ -103,12 +104,12 @@ def device_entries(c: Collected, tl: Timeline, opts: ImportOptions) -> list[tupl
     fields = sorted(c.device_series_names(tl.device))   # what the export has for this device
     out = []
     for w in sorted(set(windows) | set(gaps_by_w)):
-        samples = windows.get(w, [])
-        if not samples:
+        seg_rows = windows.get(w, [])
+        if not seg_rows:
             # A window with only a gap: its unknown intervals ride with no segment (nothing to seal).
             out.append(([], None, gaps_by_w[w]))
             continue
-        lo, hi = samples[0].t, samples[-1].t
+        lo, hi = seg_rows[0][1], seg_rows[-1][1]
         miss: dict[str, dict[str, int]] = {}
         for (t, name), why in reasons.items():
             if lo <= t <= hi:
@@ -117,9 +118,9 @@ def device_entries(c: Collected, tl: Timeline, opts: ImportOptions) -> list[tupl
         extra = {"source_format": c.source, "cadence_s": tl.cadence, "cadence_source": tl.cadence_source,
                  "tolerance_s": tl.tolerance_s, "missing": miss, "sku": info.sku, "vendor": info.vendor,
                  "fields": fields}
-        entry = segment_entry(samples, node=info.node, source=f"import:{c.source}", cluster=opts.cluster,
-                              source_version=c.source_version, extra=extra)
-        out.append((samples, entry, gaps_by_w.get(w, [])))
+        entry = segment_entry_rows(seg_rows, node=info.node, source=f"import:{c.source}", cluster=opts.cluster,
+                                   source_version=c.source_version, extra=extra)
+        out.append((seg_rows, entry, gaps_by_w.get(w, [])))
     return out
 
 
@@ -187,7 +188,7 @@ def write(engine: Engine, c: Collected, opts: ImportOptions = ImportOptions(),
                 if entry is None:
                     r = append_in(conn, others)
                 else:
-                    r = write_segment_in(conn, samples, entry, others)
+                    r = write_segment_rows_in(conn, samples, entry, others)
                     res.segments += 1
                 res.appended += r.appended
                 res.duplicates += r.duplicates

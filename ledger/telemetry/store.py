@@ -78,11 +78,17 @@ def _digest_normalised(rows: list[tuple]) -> str:
 def segment_entry(samples: Sequence[Sample], *, node: str | None, source: str, source_version: str = "",
                   cluster: str | None = None, extra: dict | None = None) -> Entry:
     """The sealing entry for one batch (all samples of one device, or of one import, as the caller chooses)."""
-    rows = [_row_values(s) for s in samples]
-    devices = sorted({s.device for s in samples})
-    start = min(s.t for s in samples)
-    end = max(s.t + s.dt for s in samples)
-    payload = {"devices": devices, "rows": len(rows), "samples_sha256": _digest_normalised(rows),
+    return segment_entry_rows([_row_values(s) for s in samples], node=node, source=source,
+                              source_version=source_version, cluster=cluster, extra=extra)
+
+
+def segment_entry_rows(rows: Sequence[tuple], *, node: str | None, source: str, source_version: str = "",
+                       cluster: str | None = None, extra: dict | None = None) -> Entry:
+    """:func:`segment_entry` for rows already in normalised SAMPLE_COLUMNS form (importers build them columnar)."""
+    devices = sorted({r[0] for r in rows})
+    start = min(r[1] for r in rows)
+    end = max(r[1] + r[2] for r in rows)
+    payload = {"devices": devices, "rows": len(rows), "samples_sha256": _digest_normalised(list(rows)),
                "columns": list(SAMPLE_COLUMNS), **(extra or {})}
     return make_entry(Kind.TELEMETRY_SEGMENT, start, payload, ts_end=end, node=node, cluster=cluster,
                       device=devices[0] if len(devices) == 1 else None, source=source,
@@ -92,19 +98,26 @@ def segment_entry(samples: Sequence[Sample], *, node: str | None, source: str, s
 def write_segment_in(conn: Connection, samples: Sequence[Sample], entry: Entry,
                      other_entries: Sequence[Entry] = ()) -> AppendResult:
     """Append the segment entry (plus e.g. its unknown intervals) and, if it is new, its samples."""
+    return write_segment_rows_in(conn, [_row_values(s) for s in samples], entry, other_entries)
+
+
+def write_segment_rows_in(conn: Connection, rows: Sequence[tuple], entry: Entry,
+                          other_entries: Sequence[Entry] = ()) -> AppendResult:
+    """:func:`write_segment_in` for rows already in normalised SAMPLE_COLUMNS form."""
     result = append_in(conn, [entry, *other_entries])
     already = conn.execute(text("SELECT 1 FROM samples WHERE segment_id = :s LIMIT 1"),
                            {"s": entry.entry_id}).first()
-    if already is None and samples:
-        rows = [(entry.entry_id, *_row_values(s)) for s in samples]
+    if already is None and rows:
+        sid = entry.entry_id
         if conn.dialect.name == "postgresql":
             raw = conn.connection.driver_connection
             with raw.cursor() as cur, cur.copy(f"COPY samples ({', '.join(INSERT_COLUMNS)}) FROM STDIN") as cp:
                 for r in rows:
-                    cp.write_row(r)
+                    cp.write_row((sid, *r))
         else:
             marks = ",".join("?" * len(INSERT_COLUMNS))
-            conn.exec_driver_sql(f"INSERT INTO samples ({', '.join(INSERT_COLUMNS)}) VALUES ({marks})", rows)
+            conn.exec_driver_sql(f"INSERT INTO samples ({', '.join(INSERT_COLUMNS)}) VALUES ({marks})",
+                                 [(sid, *r) for r in rows])
     return result
 
 

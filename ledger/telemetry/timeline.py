@@ -141,6 +141,7 @@ class Timeline:
     gaps: tuple[Gap, ...]
     resets: tuple[CounterReset, ...]
     missing: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    rows: tuple = ()    # the samples as normalised SAMPLE_COLUMNS rows (array path only; else empty)
 
     @property
     def covered_s(self) -> float:
@@ -275,12 +276,14 @@ def build_timeline_arrays(device: str, arrays: Mapping[str, tuple], *, cadence: 
     none_col = [None] * n
     columns = [aligned.get(c, none_col) for c in ("clock_reasons", *METRICS)]
     dev_col = [device] * n
-    samples = tuple(map(Sample, dev_col, t_list, dt.tolist(), *columns))
+    dt_list = dt.tolist()
+    samples = tuple(map(Sample, dev_col, t_list, dt_list, *columns))
+    rows = tuple(zip(dev_col, t_list, dt_list, *columns))
     last = samples[-1]
     tl_end = gaps[-1].end if gaps and gaps[-1].end > last.t else last.t + last.dt
     resets.sort(key=lambda r: (r[0], r[1]))
     return Timeline(device, cad, cad_src, tol, tl_start, tl_end, samples, tuple(gaps),
-                    tuple(r for _, _, r in resets), miss)
+                    tuple(r for _, _, r in resets), miss, rows)
 
 
 def build_timeline(device: str, series: Mapping[str, Iterable[tuple[float, float | None]]], *,
