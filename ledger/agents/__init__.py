@@ -52,7 +52,8 @@ def run_agents(ds: Dataset) -> Analysis:
     acct_f = accounting.findings(ds)
     base = [*attr_f, *drift_f, *acct_f]
     recs = recommendation.run(ds, base)
-    findings = sorted([*base, *recs], key=lambda f: (-f.gpu_hours, f.id))
+    # causes by GPU-hours, then the recommendations in their own order (confirmed causes first)
+    findings = sorted(base, key=lambda f: (-f.gpu_hours, f.id)) + recs
     account = accounting.account(ds, base)
     meta = {"through_seq": ds.through_seq, "start": format_ts(ds.start) if ds.end else None,
             "end": format_ts(ds.end) if ds.end else None, "devices": int(len(ds.devices)),

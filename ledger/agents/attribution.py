@@ -146,8 +146,9 @@ def _cool_finding(ds: Dataset, resid: pd.Series, level: str, name: str, a: float
     conf = clamp01(0.55 + 0.04 * (mres - COOL_RESID_C) + 0.25 * frac + (0.05 if hours > 1 else 0.0))
     conf = min(conf, 0.97)
     where = f"rack {name}" if level == "rack" else f"node {name}"
-    summary = (f"{where} ran {mres:.0f} degC hotter than its own normal at the same power from {fmt_ts(a)} to "
-               f"{fmt_ts(b)} while other racks did not: a cooling problem, costing {fmt_h(hours)} GPU-hours of "
+    others_word = "the other racks" if level == "rack" else "its siblings"
+    summary = (f"{where} ran {mres:.0f} degC hotter than its normal at the same power from {fmt_ts(a)} to "
+               f"{fmt_ts(b)} while {others_word} did not: a cooling problem, costing {fmt_h(hours)} GPU-hours of "
                f"thermal throttling.")
     rack = name if level == "rack" else (sl["rack"].dropna().iloc[0] if sl["rack"].notna().any() else None)
     scope = make_scope(rack=rack, node=name if level == "node" else None)
@@ -219,6 +220,10 @@ def power_cap(ds: Dataset) -> list[Finding]:
     return out
 
 
+def _who(job: str, tenant: str | None) -> str:
+    return f"job {job} (tenant {tenant})" if tenant else f"run {job}"
+
+
 def _runs(frame: pd.DataFrame) -> pd.core.groupby.DataFrameGroupBy:
     return frame.groupby(["cluster", "job_id", "run"], dropna=False)
 
@@ -275,7 +280,7 @@ def starved(ds: Dataset) -> list[Finding]:
         out.append(Finding(AGENT, "starved", make_scope(cluster=cluster, job_id=job, tenant=tenant,
                                                         node=g["node"].iloc[0]), a, b, hours,
                            price(ds, g, "h_starved"), conf, ev,
-                           f"job {job} (tenant {tenant}) held its GPUs with activity near zero for {fmt_h(hours)} "
+                           f"{_who(job, tenant)} held its GPUs with activity near zero for {fmt_h(hours)} "
                            f"GPU-hours while waiting on {what}{more}.", cause=cause, level="job",
                            extra=(("run", int(run)), ("concurrent_runs", concurrent))))
     return out
@@ -323,7 +328,7 @@ def idle_held(ds: Dataset, exclude: pd.Series | None = None) -> list[Finding]:
         out.append(Finding(AGENT, "idle_held", make_scope(cluster=cluster, job_id=job, tenant=tenant,
                                                           node=g["node"].iloc[0]), a, b, hours,
                            price(ds, g, "h_idle"), conf, ev,
-                           f"job {job} (tenant {tenant}) held {ndev} GPUs with no process on them for "
+                           f"{_who(job, tenant)} held {ndev} GPUs with no process on them for "
                            f"{fmt_h(hours)} GPU-hours ({hours / total:.0%} of what it paid).", cause="idle_held",
                            level="job", extra=(("run", int(run)),)))
     return out

@@ -87,12 +87,14 @@ def _group_tenant(ds: Dataset, found: list[Finding], kind: str) -> list[Finding]
         jobs = sorted({f.scope_dict()["job_id"] for f in fs})
         conf = clamp01(max(f.confidence for f in fs) * _disc(ds, fs))
         if kind == "idle_held":
-            text = (f"Tell tenant {tenant} their jobs {', '.join(jobs[:5])} held {fmt_h(hours)} idle GPU-hours; "
+            text = (f"Tell {'tenant ' + tenant if tenant != '-' else 'the owners'}: jobs {', '.join(jobs[:5])} "
+                    f"held {fmt_h(hours)} idle GPU-hours; "
                     f"suggest shorter --time limits or releasing GPUs when done.")
             rk = "tell_tenant_idle"
             cmd = f"sacct -j {','.join(jobs[:5])} --format=JobID,Account,Elapsed,AllocTRES,State"
         else:
-            text = (f"Jobs of tenant {tenant} ({', '.join(jobs[:5])}{'...' if len(jobs) > 5 else ''}) starved "
+            whose = f"Jobs of tenant {tenant}" if tenant != "-" else "Runs"
+            text = (f"{whose} ({', '.join(jobs[:5])}{'...' if len(jobs) > 5 else ''}) starved "
                     f"{fmt_h(hours)} GPU-hours waiting on checkpoints: check checkpoint storage throughput and "
                     f"move this job class's checkpoints to faster storage or stagger them.")
             rk = "check_checkpoint_storage"
