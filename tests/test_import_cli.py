@@ -195,3 +195,10 @@ def test_progress_only_on_a_tty_and_not_with_quiet(monkeypatch):
     show(1, 2)
     show(2, 2)
     assert tty.getvalue() == "\ripledger: 1/2\ripledger: 2/2\n"
+
+
+@pytest.mark.parametrize("cmd", [["import"], ["import", "prometheus"], ["import", "dmon"], ["import", "amd-smi"],
+                                 ["import", "nvidia-smi"], ["pathb-command"], ["collect"]])
+def test_every_command_has_help_with_an_example(runner, cli, cmd):
+    r = runner.invoke(cli, [*cmd, "--help"], env=ENV)
+    assert r.exit_code == 0 and "Example:" in r.output and "ipledger " in r.output.split("Example:")[1]
