@@ -72,16 +72,14 @@ def _reports(engine, out: Path, analysis) -> list[str]:  # noqa: ANN001
     except Exception as exc:  # noqa: BLE001
         done.append(f"analysis.pdf failed: {exc}")
     try:
-        from reports import monthly  # type: ignore[attr-defined]
-        fn = getattr(monthly, "write_monthly", None) or getattr(monthly, "export_monthly", None)
-        if fn is not None:
-            p = out / "monthly-2026-11.csv"
-            fn(engine, "2026-11", p)
-            done.append(str(p))
+        from reports.export import build_statement, default_name, write
+        st = build_statement(engine, "2026-11")
+        for fmt in ("csv", "pdf"):
+            done.append(str(write(st, fmt, out / default_name("2026-11", fmt, None))))
     except ImportError:
         pass
     except Exception as exc:  # noqa: BLE001
-        done.append(f"monthly export failed: {exc}")
+        done.append(f"monthly statement failed: {exc}")
     return done
 
 

@@ -60,6 +60,7 @@ def run_agents(ds: Dataset) -> Analysis:
             "samples": int(len(ds.samples)), "runs": int(ds.allocs[["cluster", "job_id", "run"]].drop_duplicates()
                                                             .shape[0]) if len(ds.allocs) else 0,
             "currency": ds.currency, "cadence_s": ds.cadence}
+    meta["hour_of_day"] = accounting.hour_of_day(ds)
     return Analysis(findings=findings, account=account, daily=accounting.daily(ds), meta=meta)
 
 
