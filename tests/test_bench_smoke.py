@@ -53,3 +53,20 @@ def test_missing_feature_is_reported_not_raised(tmp_path, monkeypatch):
     fig = common.main_for(run, "x", default_scale=1.0, argv=["--scale", "0.1"])
     assert fig.status == "not available yet"
     assert "not available yet" in (tmp_path / "performance.md").read_text()
+
+
+@pytest.mark.postgres
+def test_load_pg_shipper_processes_lose_and_duplicate_nothing(postgres):
+    """bench.load_pg's process mode (the 64-shipper figure uses it), small: 4 processes x 3 epilogs."""
+    from bench.load_pg import expected_ids, ledger_tally, run_shippers
+    from ledger import db as db_mod
+
+    url = postgres.create_db("ipledger_load_smoke")
+    eng = db_mod.make_engine(url)
+    db_mod.upgrade(eng)
+    eng.dispose()
+    tally = run_shippers(url, 4, 3, processes=True)
+    got = ledger_tally(url)
+    want = expected_ids(4, 3)
+    assert got["ids"] == want and got["rows"] == len(want) and got["chain_ok"]
+    assert tally["pending"] == 0 and len(tally["latencies"]) == 12
