@@ -193,10 +193,7 @@ def power_cap(ds: Dataset) -> list[Finding]:
     out = []
     for node, g in nh.groupby("node"):
         flagged = g[(g["mean"] >= PCAP_FRAC) & (g["size"] >= 3)]["hb"].to_numpy()
-        clean = g[(g["mean"] < 0.1)]["hb"].to_numpy()
         for a, b in windows(flagged, HOUR, 6 * HOUR, HOUR):
-            if ((clean > a) & (clean < b)).sum() > 2:   # loaded clean hours inside: split conservatively
-                pass
             sl = s[s["node"] == node]
             win = sl[(sl["t"] >= a) & (sl["t"] < b)]
             rows = win[win["rbucket"] == POWER_CAP]

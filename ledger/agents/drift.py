@@ -17,7 +17,7 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
-from .common import DAY, evidence, fmt_h, fmt_ts
+from .common import DAY, evidence, fmt_h, fmt_ts, price
 from .data import Dataset
 from .model import Evidence, Finding, clamp01, make_scope
 
@@ -92,7 +92,6 @@ def xid_findings(ds: Dataset, events: pd.DataFrame, stall: pd.Series) -> list[Fi
         n = len(g)
         conf = clamp01(0.7 + 0.05 * min(n, 5))
         text = "; ".join(f"XID {c} ({meanings.get(c, 'unknown')})" for c in codes)
-        from .common import price
         out.append(Finding(AGENT, "xid", make_scope(device_uuid=dev, node=node, rack=g["rack"].iloc[0]), a, b,
                            hours, price(ds, st, "h_idle"), conf, ev,
                            f"GPU {dev} on {node} raised {n} {text} events from {fmt_ts(a)} to {fmt_ts(b)}; its "
@@ -201,7 +200,6 @@ def drift_findings(ds: Dataset) -> list[Finding]:
             loss_h = sl["h"] * sl["act"] * (ref - sl["ratio"])
             hours = float(loss_h[inwin].sum())
             last_day = inwin & (sl["t"] >= b - DAY)
-            from .common import price
             rate = price(ds, sl[inwin], "h") / max(float(sl.loc[inwin, "h"].sum()), 1e-9)
             per_day = float(loss_h[last_day].sum()) * rate
         else:
@@ -242,7 +240,6 @@ def drift_findings(ds: Dataset) -> list[Finding]:
         if e:
             parts.append(f"its correctable ECC errors are accelerating ({e['last2']:.0f} in the last two days vs "
                          f"{e['sibling_last2']:.0f} for its siblings)")
-        from .common import price as _p  # noqa: F401
         out.append(Finding(AGENT, kind, make_scope(device_uuid=dev, node=node, rack=rack), a, b, hours,
                            hours * rate, conf, tuple(ev), f"GPU {dev} on {node} " + "; ".join(parts) + ".",
                            cause="drift", level="device", extra=(("cost_per_day", round(per_day, 2)),)))
