@@ -169,3 +169,29 @@ def test_all_healthy_noisy_fleet_yields_no_high_confidence_device_finding():
                  through_seq=0)
     found, _ = drift.run(ds)
     assert [f for f in found if f.confidence >= 0.7] == []
+
+
+def test_finding_record_invariants():
+    """Ids depend only on agent, kind, scope and window; confidence outside [0, 1] is refused; JSON has §6 keys."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from ledger.agents.model import Evidence, Finding, make_scope
+
+    @given(st.floats(0, 1), st.floats(0, 1e4), st.text(max_size=20), st.integers(0, 10**6))
+    @settings(max_examples=60, deadline=None)
+    def check(conf, hours, node, start):
+        ev = (Evidence("sm_active", "fraction", 0.9, 0.1, 0.9),)
+        a = Finding("attribution", "idle_held", make_scope(node=node or None), 1.7e9 + start, 1.7e9 + start + 60,
+                    hours, hours * 2, conf, ev, "s.")
+        b = Finding("attribution", "idle_held", make_scope(node=node or None), 1.7e9 + start, 1.7e9 + start + 60,
+                    hours + 1, 0.0, 1 - conf, (), "other.")
+        assert a.id == b.id and a.id.startswith("F")
+        j = a.to_json()
+        assert SECTION6_KEYS <= set(j) and set(j["scope"]) == SCOPE_KEYS
+        assert j["evidence"][0] == {"signal": "sm_active", "unit": "fraction", "before": 0.9, "during": 0.1,
+                                    "after": 0.9}
+
+    check()
+    with pytest.raises(ValueError):
+        Finding("drift", "xid", (), 0.0, 1.0, 0.0, 0.0, 1.5, (), "x.")
