@@ -193,3 +193,13 @@ def test_segment_digest_one_shot_encoding_equals_row_by_row(rows):
         h.update(canonical_json(list(r)).encode("utf-8"))
         h.update(b"\n")
     assert store._digest_normalised(rows) == h.hexdigest()
+
+
+def test_amd_smi_csv_with_its_own_timestamp_column_needs_no_start():
+    text = ("timestamp,gpu,power_usage,gfx,mem,single_bit_ecc\n"
+            "1767225600,0,300,50,10,0\n1767225610,0,310,60,11,0\n")
+    c = amdsmi.parse(text, "ts.csv", node="mi")
+    ts, vs = c.series["mi/gpu0"]["gpu_util"]
+    assert list(ts) == [T0, T0 + 10] and list(vs) == [0.5, 0.6]
+    with pytest.raises(InputError, match="ts.csv: line 2 column timestamp"):
+        amdsmi.parse(text.replace("1767225600", "yesterday"), "ts.csv", node="mi")

@@ -45,6 +45,9 @@ MONITOR_MAP = {
     "mem%": ("mem_copy_util", PCT), "mem_util": ("mem_copy_util", PCT), "mem_clock": ("mem_clock_mhz", 1.0),
     "mem_clk": ("mem_clock_mhz", 1.0), "vram_used": ("fb_used_mib", 1.0), "single_ecc": ("ecc_sbe_aggregate", 1.0),
     "double_ecc": ("ecc_dbe_aggregate", 1.0),
+    # amd-smi's own CSV/JSON keys for the monitor columns (amdsmi_cli: gfx, mem, *_bit_ecc)
+    "gfx": ("gpu_util", PCT), "mem": ("mem_copy_util", PCT), "single_bit_ecc": ("ecc_sbe_aggregate", 1.0),
+    "double_bit_ecc": ("ecc_dbe_aggregate", 1.0), "socket_power": ("power_w", 1.0),
 }
 VIOLATION_BITS = {"pviol": 0x4, "tviol": 0x20, "phot_tviol": 0x8, "vr_tviol": 0x40, "hbm_tviol": 0x40,
                   "ppt": 0x4, "socket_thermal": 0x20, "prochot": 0x8, "vr_thermal": 0x40, "hbm_thermal": 0x40}
@@ -209,8 +212,9 @@ def parse_table(lines: list[tuple[int, str]], path: str, ticker: _Ticker) -> Non
         _add_row(c, ticker, first, dict(zip(header, cells)), f"line {n}")
 
 
-def _add_row(c: Collected, ticker: _Ticker, gpu: str, row: dict[str, str], place: str) -> None:
-    t = ticker.time_for(gpu, place)
+def _add_row(c: Collected, ticker: _Ticker, gpu: str, row: dict[str, str], place: str,
+             explicit: float | None = None) -> None:
+    t = ticker.time_for(gpu, place, explicit)
     dev = ticker.device(gpu)
     mask, known = 0, False
     for col, cell in row.items():
@@ -241,8 +245,14 @@ def parse_csv(text: str, path: str, ticker: _Ticker) -> None:
             raise InputError(path, f"line {reader.line_num}", f"{len(row)} columns, header has {len(header)}")
         rec = dict(zip(header, (x.strip() for x in row)))
         gpu = rec.pop("gpu")
-        rec.pop("timestamp", None)
-        _add_row(ticker.c, ticker, gpu, rec, f"line {reader.line_num}")
+        ts = rec.pop("timestamp", None)
+        explicit = None
+        if ts:
+            try:
+                explicit = _epoch(ts)
+            except ValueError:
+                raise InputError(path, f"line {reader.line_num} column timestamp", f"not a time: {ts[:40]!r}") from None
+        _add_row(ticker.c, ticker, gpu, rec, f"line {reader.line_num}", explicit)
 
 
 def parse(text: str, path: str = "<input>", *, start: float | None = None, interval: float | None = None,
@@ -273,7 +283,7 @@ def parse(text: str, path: str = "<input>", *, start: float | None = None, inter
         parse_json("\n".join(s for _, s in lines), path, ticker)
     elif first.startswith("GPU:"):
         parse_plain_metric(lines, path, ticker)
-    elif first.lower().startswith("gpu,"):
+    elif "," in first and "gpu" in [h.strip().lower() for h in first.split(",")]:
         parse_csv("\n".join(s for _, s in lines), path, ticker)
     elif first.split()[0] == "GPU":
         parse_table(lines, path, ticker)
