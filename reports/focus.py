@@ -114,16 +114,6 @@ _DATETIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 _NUMBER_RE = re.compile(r"^-?\d+(\.\d+)?([eE][-+]?\d+)?$")
 
 
-def _iso(epoch: float | None) -> str | None:
-    if epoch is None or (isinstance(epoch, float) and math.isnan(epoch)):
-        return None
-    return pd.Timestamp(epoch, unit="s", tz="UTC").strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _rate(cost: float, qty: float) -> float | None:
-    return round(cost / qty, 6) if qty and abs(qty) > 1e-12 else None
-
-
 _BUCKETS = (("x_PaidGpuHours", "paid"), ("x_DeliveredGpuHours", "delivered"),
             ("x_ThrottledThermalGpuHours", "throttled_thermal"), ("x_ThrottledPowerCapGpuHours", "throttled_power_cap"),
             ("x_ThrottledHwSlowdownGpuHours", "throttled_hw_slowdown"),
@@ -136,115 +126,178 @@ _BUCKETS = (("x_PaidGpuHours", "paid"), ("x_DeliveredGpuHours", "delivered"),
             ("x_SuspendedGpuHours", "suspended"))
 
 
+def _iso_col(epoch: pd.Series) -> pd.Series:
+    out = pd.to_datetime(epoch, unit="s", utc=True).dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return out.astype(object).where(epoch.notna(), None)
+
+
+def _s(col: pd.Series) -> pd.Series:
+    """A column as text for concatenation (missing values as empty text)."""
+    return col.astype(object).where(col.notna(), "").astype(str)
+
+
+def _base(st: Any, r: pd.DataFrame, provider: str | None) -> pd.DataFrame:
+    """The columns a run's rows share (identity, periods, resource, tenant), one row per row of ``r``."""
+    cluster = r["cluster"].astype(object).where(r["cluster"].notna(), "local").astype(str)
+    prov = cluster if provider is None else pd.Series(provider, index=r.index)
+    start = _iso_col(r["window_start"])
+    end = _iso_col(r["window_end"])
+    run = _s(r["run"])
+    job = _s(r["job_id"])
+    sku_price = r["contract_id"].notna()
+    b = pd.DataFrame(index=r.index)
+    b["BillingAccountId"] = "ipledger:" + cluster
+    b["BillingAccountName"] = cluster
+    b["BillingCurrency"] = r["currency"].astype(object).where(r["currency"].notna(), "XXX")
+    b["BillingPeriodStart"] = st.period_start
+    b["BillingPeriodEnd"] = st.period_end
+    b["ChargePeriodStart"] = start
+    b["ChargePeriodEnd"] = end.where(end.notna(), start)
+    b["InvoiceIssuerName"] = prov
+    b["ProviderName"] = prov
+    b["PublisherName"] = prov
+    b["RegionId"] = None
+    b["RegionName"] = None
+    b["ResourceId"] = cluster + "/" + job + "/" + run
+    b["ResourceName"] = "job " + job + " run " + run
+    b["ResourceType"] = RESOURCE_TYPE
+    b["ServiceCategory"] = SERVICE_CATEGORY
+    b["ServiceName"] = SERVICE_NAME
+    b["ServiceSubcategory"] = SERVICE_SUBCATEGORY
+    b["SkuId"] = r["sku"]
+    b["SkuPriceId"] = (_s(r["contract_id"]) + ":" + _s(r["contract_version"]) + ":" + _s(r["sku"])).where(
+        sku_price, None)
+    b["SubAccountId"] = r["tenant"]
+    b["SubAccountName"] = r["tenant"]
+    b["x_Cluster"] = r["cluster"]
+    b["x_JobId"] = r["job_id"]
+    b["x_Run"] = r["run"]
+    b["x_Partition"] = r["partition"]
+    b["x_Qos"] = r["qos"]
+    b["x_RowKind"] = r["row_kind"]
+    b["x_DeviceCount"] = r["n_devices"]
+    b["x_ReceiptHash"] = r["receipt_hash"]
+    b["x_ReplacesReceiptHash"] = r["replaces_hash"]
+    b["x_ContractId"] = r["contract_id"]
+    b["x_ContractVersion"] = r["contract_version"]
+    b["x_Method"] = r["method"]
+    b["x_LedgerThroughSeq"] = st.through_seq
+    b["x_LedgerHeadHash"] = st.head_hash
+    return b
+
+
+def _tags(r: pd.DataFrame) -> list[str]:
+    """The Tags JSON object per row (keys sorted, provider-prefixed; missing values left out), built with the
+    json module's C string encoder rather than one json.dumps per row."""
+    from json.encoder import encode_basestring_ascii as enc
+
+    keys = ("nodes", "partition", "qos", "user")  # sorted, as json.dumps(sort_keys=True) would write them
+    heads = [enc(f"{TAG_PREFIX}{k}") + ": " for k in keys]
+    cols = [r[k].tolist() for k in keys]
+    out = []
+    for vals in zip(*cols):
+        items = [h + enc(str(v)) for h, v in zip(heads, vals) if v is not None and v == v]
+        out.append("{" + ", ".join(items) + "}")
+    return out
+
+
+def _adjustments(base: pd.DataFrame, amount: pd.Series, hours: pd.Series, adj_id: pd.Series, reason: pd.Series,
+                 correction: bool) -> pd.DataFrame:
+    a = base.copy()
+    amount = amount.astype(float).round(2)
+    credit = amount < 0
+    label = pd.Series("Adjustment", index=a.index).where(~credit, "Credit")
+    a["ChargeCategory"] = label
+    a["ChargeClass"] = "Correction" if correction else None
+    a["ChargeFrequency"] = "One-Time"
+    a["ChargeDescription"] = (label + " on job " + _s(a["x_JobId"]) + " run " + _s(a["x_Run"]) + ": "
+                              + _s(reason).where(reason.notna(), "adjustment") + " ("
+                              + hours.astype(float).map("{:.4f}".format) + " GPU-hours)")
+    for c in ("BilledCost", "EffectiveCost", "ListCost", "ContractedCost"):
+        a[c] = amount
+    for c in ("ConsumedQuantity", "ConsumedUnit", "PricingQuantity", "PricingUnit", "PricingCategory",
+              "ContractedUnitPrice", "ListUnitPrice"):
+        a[c] = None
+    a["x_RowKind"] = "correction" if correction else "adjustment"
+    a["x_AdjustmentId"] = adj_id
+    a["x_AdjustmentReason"] = reason
+    a["Tags"] = json.dumps({f"{TAG_PREFIX}adjustment": True}, sort_keys=True)
+    return a
+
+
 def focus_table(st: Any, provider: str | None = None) -> pd.DataFrame:  # st: reports.export.Statement
-    """The statement's rows in FOCUS 1.1 columns (plus ``x_`` columns), in ``COLUMN_NAMES`` order."""
-    rows = st.rows
-    recs: list[dict] = []
-    for r in rows.to_dict(orient="records"):
+    """The statement's rows in FOCUS 1.1 columns (plus ``x_`` columns), in ``COLUMN_NAMES`` order.
+
+    Column-wise (pandas), so a million-run month costs no per-row Python beyond the Tags JSON.
+    """
+    r = st.rows.reset_index(drop=True)
+    parts: list[pd.DataFrame] = []
+    if len(r):
+        base = _base(st, r, provider)
         correction = r["row_kind"] == "correction"
-        cluster = r["cluster"] or "local"
-        prov = provider or cluster
-        paid = float(r["paid"])
-        base = {
-            "BillingAccountId": f"ipledger:{cluster}", "BillingAccountName": cluster,
-            "BillingCurrency": r["currency"] or "XXX",
-            "BillingPeriodStart": st.period_start, "BillingPeriodEnd": st.period_end,
-            "ChargePeriodStart": _iso(r["window_start"]),
-            "ChargePeriodEnd": _iso(r["window_end"]) or _iso(r["window_start"]),
-            "InvoiceIssuerName": prov, "ProviderName": prov, "PublisherName": prov,
-            "RegionId": None, "RegionName": None,
-            "ResourceId": f"{cluster}/{r['job_id']}/{r['run']}", "ResourceName": f"job {r['job_id']} run {r['run']}",
-            "ResourceType": RESOURCE_TYPE, "ServiceCategory": SERVICE_CATEGORY, "ServiceName": SERVICE_NAME,
-            "ServiceSubcategory": SERVICE_SUBCATEGORY, "SkuId": r["sku"],
-            "SkuPriceId": f"{r['contract_id']}:{r['contract_version']}:{r['sku']}" if r["contract_id"] else None,
-            "SubAccountId": r["tenant"], "SubAccountName": r["tenant"],
-            "Tags": json.dumps({k: v for k, v in ((f"{TAG_PREFIX}partition", r["partition"]),
-                                                  (f"{TAG_PREFIX}qos", r["qos"]),
-                                                  (f"{TAG_PREFIX}user", r["user"]),
-                                                  (f"{TAG_PREFIX}nodes", r["nodes"])) if v is not None},
-                               sort_keys=True),
-            "x_Cluster": r["cluster"], "x_JobId": r["job_id"], "x_Run": r["run"], "x_Partition": r["partition"],
-            "x_Qos": r["qos"], "x_RowKind": r["row_kind"], "x_DeviceCount": r["n_devices"],
-            "x_ReceiptHash": r["receipt_hash"], "x_ReplacesReceiptHash": r["replaces_hash"],
-            "x_ContractId": r["contract_id"], "x_ContractVersion": r["contract_version"], "x_Method": r["method"],
-            "x_LedgerThroughSeq": st.through_seq, "x_LedgerHeadHash": st.head_hash,
-        }
-        usage = dict(base)
-        cost = round(float(r["billed_before_adjustments"]), 2)  # after the unknown policy, before adjustments
-        qty = float(r["billed_gpu_hours"])
-        rate = _rate(cost, qty)
-        usage.update({
-            "ChargeCategory": "Usage", "ChargeClass": "Correction" if correction else None,
-            "ChargeFrequency": "Usage-Based",
-            "ChargeDescription": (("Correction: " if correction else "") +
-                                  f"{r['n_devices']} x {r['sku'] or 'GPU'} allocated to job {r['job_id']} run "
-                                  f"{r['run']}: {paid:.4f} GPU-hours paid, {float(r['delivered']):.4f} delivered"),
-            "BilledCost": cost, "EffectiveCost": cost, "ListCost": cost, "ContractedCost": cost,
-            "ContractedUnitPrice": rate, "ListUnitPrice": rate,
-            "ConsumedQuantity": paid, "ConsumedUnit": GPU_HOURS_UNIT,
-            "PricingQuantity": qty, "PricingUnit": GPU_HOURS_UNIT, "PricingCategory": "Standard",
-            "x_PaidCost": round(float(r["cost_paid"]), 2),
-            "x_DeliveredCost": round(float(r["cost_delivered"]), 2), "x_LostCost": round(float(r["cost_lost"]), 2),
-        })
+        paid = r["paid"].astype(float)
+        cost = r["billed_before_adjustments"].astype(float).round(2)  # after the unknown policy
+        qty = r["billed_gpu_hours"].astype(float)
+        rate = (cost / qty).round(6).where(qty.abs() > 1e-12, None)
+        u = base.copy()
+        u["ChargeCategory"] = "Usage"
+        u["ChargeClass"] = pd.Series(None, index=r.index, dtype=object).where(~correction, "Correction")
+        u["ChargeFrequency"] = "Usage-Based"
+        u["ChargeDescription"] = (pd.Series("", index=r.index).where(~correction, "Correction: ")
+                                  + _s(r["n_devices"]) + " x " + _s(r["sku"]).replace("", "GPU")
+                                  + " allocated to job " + _s(r["job_id"]) + " run " + _s(r["run"]) + ": "
+                                  + paid.map("{:.4f}".format) + " GPU-hours paid, "
+                                  + r["delivered"].astype(float).map("{:.4f}".format) + " delivered")
+        for c in ("BilledCost", "EffectiveCost", "ListCost", "ContractedCost"):
+            u[c] = cost
+        u["ContractedUnitPrice"] = rate
+        u["ListUnitPrice"] = rate
+        u["ConsumedQuantity"] = paid
+        u["ConsumedUnit"] = GPU_HOURS_UNIT
+        u["PricingQuantity"] = qty
+        u["PricingUnit"] = GPU_HOURS_UNIT
+        u["PricingCategory"] = "Standard"
+        u["x_PaidCost"] = r["cost_paid"].astype(float).round(2)
+        u["x_DeliveredCost"] = r["cost_delivered"].astype(float).round(2)
+        u["x_LostCost"] = r["cost_lost"].astype(float).round(2)
         for xc, col in _BUCKETS:
-            usage[xc] = round(float(r[col]), 6)
+            u[xc] = r[col].astype(float).round(6)
+        u["Tags"] = _tags(r)
         # FOCUS: a non-correction Usage row needs a positive ConsumedQuantity. A zero-hour run bills nothing
         # (no row); a zero-hour run that still costs something is booked as an Adjustment.
-        if not correction and paid <= 0:
-            if cost != 0:
-                recs.append(_adjustment_row(base, cost, 0.0, None, "charge without GPU-hours", correction=False))
-        else:
-            recs.append(usage)
-        if correction and abs(float(r["adjustment_cost"])) >= 0.005:
-            amt = round(float(r["adjustment_cost"]), 2)
-            recs.append(_adjustment_row(base, amt, float(r["adjustment_gpu_hours"]), None,
-                                        "change of adjustments on re-issue", correction=True))
-    if len(st.flat.adjustments):
-        keyed = {(r["cluster"], r["job_id"], r["run"]): r for r in rows.to_dict(orient="records")
-                 if r["row_kind"] == "usage"}
-        for a in st.flat.adjustments.to_dict(orient="records"):
-            if a["row_kind"] != "usage":
-                continue  # corrections carry their adjustment delta on one row above
-            r = keyed.get((a["cluster"], a["job_id"], a["run"]))
-            if r is None:
-                continue
-            base = _base_for(st, r, provider)
-            recs.append(_adjustment_row(base, round(float(a["amount"]), 2), float(a["gpu_hours"]), a["id"],
-                                        a["reason"] or a["kind"], correction=False))
-    df = pd.DataFrame(recs, columns=list(COLUMN_NAMES))
-    return df
-
-
-def _base_for(st: Any, r: dict, provider: str | None) -> dict:
-    cluster = r["cluster"] or "local"
-    prov = provider or cluster
-    return {"BillingAccountId": f"ipledger:{cluster}", "BillingAccountName": cluster,
-            "BillingCurrency": r["currency"] or "XXX", "BillingPeriodStart": st.period_start,
-            "BillingPeriodEnd": st.period_end, "ChargePeriodStart": _iso(r["window_start"]),
-            "ChargePeriodEnd": _iso(r["window_end"]) or _iso(r["window_start"]), "InvoiceIssuerName": prov,
-            "ProviderName": prov, "PublisherName": prov, "ResourceId": f"{cluster}/{r['job_id']}/{r['run']}",
-            "ResourceName": f"job {r['job_id']} run {r['run']}", "ResourceType": RESOURCE_TYPE,
-            "ServiceCategory": SERVICE_CATEGORY, "ServiceName": SERVICE_NAME,
-            "ServiceSubcategory": SERVICE_SUBCATEGORY, "SkuId": r["sku"], "SubAccountId": r["tenant"],
-            "SubAccountName": r["tenant"], "x_Cluster": r["cluster"], "x_JobId": r["job_id"], "x_Run": r["run"],
-            "x_Partition": r["partition"], "x_Qos": r["qos"], "x_RowKind": r["row_kind"],
-            "x_ReceiptHash": r["receipt_hash"], "x_LedgerThroughSeq": st.through_seq,
-            "x_LedgerHeadHash": st.head_hash}
-
-
-def _adjustment_row(base: dict, amount: float, hours: float, adj_id: Any, reason: Any, correction: bool) -> dict:
-    row = dict(base)
-    row.update({"ChargeCategory": "Credit" if amount < 0 else "Adjustment",
-                "ChargeClass": "Correction" if correction else None, "ChargeFrequency": "One-Time",
-                "ChargeDescription": f"{'Credit' if amount < 0 else 'Adjustment'} on job {base['x_JobId']} run "
-                                     f"{base['x_Run']}: {reason or 'adjustment'} ({hours:.4f} GPU-hours)",
-                "BilledCost": amount, "EffectiveCost": amount, "ListCost": amount, "ContractedCost": amount,
-                "ConsumedQuantity": None, "ConsumedUnit": None, "PricingQuantity": None, "PricingUnit": None,
-                "PricingCategory": None, "ContractedUnitPrice": None, "ListUnitPrice": None,
-                "x_RowKind": "correction" if correction else "adjustment",
-                "x_AdjustmentId": adj_id, "x_AdjustmentReason": reason,
-                "Tags": json.dumps({f"{TAG_PREFIX}adjustment": True}, sort_keys=True)})
-    return row
+        zero = ~correction & (paid <= 0)
+        parts.append(u[~zero])
+        odd = zero & (cost != 0)
+        if odd.any():
+            parts.append(_adjustments(base[odd], cost[odd], pd.Series(0.0, index=r.index)[odd],
+                                      pd.Series(None, index=r.index, dtype=object)[odd],
+                                      pd.Series("charge without GPU-hours", index=r.index)[odd], correction=False))
+        # corrections carry the change of their adjustments on one row each
+        ca = correction & (r["adjustment_cost"].abs() >= 0.005)
+        if ca.any():
+            parts.append(_adjustments(base[ca], r["adjustment_cost"][ca], r["adjustment_gpu_hours"][ca],
+                                      pd.Series(None, index=r.index, dtype=object)[ca],
+                                      pd.Series("change of adjustments on re-issue", index=r.index)[ca],
+                                      correction=True))
+        adj = st.flat.adjustments
+        adj = adj[adj["row_kind"] == "usage"]
+        if len(adj):
+            key = ["cluster", "job_id", "run"]
+            usage_rows = r[~correction].reset_index(drop=True)
+            ubase = _base(st, usage_rows, provider)
+            ubase[key] = usage_rows[key]
+            m = adj.reset_index(drop=True).merge(ubase, on=key, how="inner", suffixes=("_adj", ""))
+            if len(m):
+                base_cols = [c for c in ubase.columns if c not in key]
+                parts.append(_adjustments(m[base_cols], m["amount"], m["gpu_hours"], m["id"],
+                                          m["reason"].where(m["reason"].notna(), m["kind"]), correction=False))
+    if not parts:
+        return pd.DataFrame(columns=list(COLUMN_NAMES))
+    df = pd.concat(parts, ignore_index=True)
+    for c in COLUMN_NAMES:
+        if c not in df.columns:
+            df[c] = None
+    return df[list(COLUMN_NAMES)]
 
 
 def write_focus(st: Any, path: str | Path, provider: str | None = None) -> None:

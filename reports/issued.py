@@ -67,11 +67,14 @@ CloseFn = Callable[[str], "int | None"]
 
 def closes_from_issue_times(issues: Iterable[Issue], grace_s: float = 0.0) -> CloseFn:
     """A close function for issues held in memory: month M closes at the first issue made after it."""
-    its = sorted(((i.issued_at, i.seq) for i in issues if not math.isnan(i.issued_at)), key=lambda x: x[1])
+    its = [(i.issued_at, i.seq) for i in issues if not math.isnan(i.issued_at)]
+    cache: dict[str, int | None] = {}
 
     def close(month: str) -> int | None:
-        b = month_bounds(month)[1].timestamp() + grace_s
-        return min((seq for t, seq in its if t >= b), default=None)
+        if month not in cache:  # one pass per month, not per issue
+            b = month_bounds(month)[1].timestamp() + grace_s
+            cache[month] = min((seq for t, seq in its if t >= b), default=None)
+        return cache[month]
     return close
 
 
