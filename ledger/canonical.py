@@ -9,7 +9,9 @@ import datetime as _dt
 import hashlib
 import json
 import re
-from typing import Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only (strings here): typing stays off the hook's import path
+    from typing import Any
 
 _UTC = _dt.timezone.utc
 

@@ -11,7 +11,9 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from hashlib import sha256
-from typing import Any, Mapping
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only (strings here): typing stays off the hook's import path
+    from typing import Any, Mapping
 
 from .canonical import _ENCODE, canonical_json, format_ts, sha256_hex
 

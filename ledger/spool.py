@@ -13,7 +13,9 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only (strings here): typing stays off the hook's import path
+    from typing import Iterable, Mapping
 
 SHIPPED_DIR = "shipped"
 TORN_DIR = "torn"
