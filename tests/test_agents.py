@@ -195,3 +195,24 @@ def test_finding_record_invariants():
     check()
     with pytest.raises(ValueError):
         Finding("drift", "xid", (), 0.0, 1.0, 0.0, 0.0, 1.5, (), "x.")
+
+
+def test_row_remap_failure_is_a_device_finding():
+    """A device reporting a row-remap failure gets a high-confidence finding and a drain-and-check step."""
+    import pandas as pd
+
+    from ledger.agents import drift, recommendation
+    from ledger.agents.data import Dataset
+
+    t = [1793577600.0 + 300 * k for k in range(12)]
+    s = pd.DataFrame({"device": "GPU-x", "t": t, "node": "N1", "rack": "R1", "ecc": range(12),
+                      "row_remap_failure": [0.0] * 6 + [1.0] * 6, "row_remap_pending": 0.0})
+    ds = Dataset(samples=s, allocs=pd.DataFrame(), devices=pd.DataFrame(), gaps=[], progress=pd.DataFrame(),
+                 requeues=[], statuses={}, recorded=[], cadence=300.0, start=t[0], end=t[-1] + 300, through_seq=0)
+    found = drift.row_remap_findings(ds)
+    assert [(f.kind, f.scope_dict()["device_uuid"], f.confidence) for f in found] == [("row_remap_failure",
+                                                                                       "GPU-x", 0.9)]
+    ev = found[0].to_json()["evidence"][0]
+    assert (ev["before"], ev["during"]) == (0.0, 1.0)
+    recs = recommendation.run(ds, found)
+    assert recs and "dcgmi diag" in " ".join(dict(recs[0].extra)["read_only_evidence"])

@@ -246,10 +246,34 @@ def drift_findings(ds: Dataset) -> list[Finding]:
     return out
 
 
+def row_remap_findings(ds: Dataset) -> list[Finding]:
+    """A row-remap failure (the device ran out of spare rows) or remaps pending a reset: hardware to look at."""
+    s = ds.samples
+    out = []
+    for col, kind, conf, what in (("row_remap_failure", "row_remap_failure", 0.9,
+                                   "reports a row-remapping failure (no spare rows left): the memory is degrading"),
+                                  ("row_remap_pending", "row_remap_pending", 0.6,
+                                   "has row remaps pending that only a GPU reset applies")):
+        hit = s[s[col].fillna(0) > 0]
+        for dev, g in hit.groupby("device"):
+            if kind == "row_remap_pending" and dev in {f.scope_dict()["device_uuid"] for f in out}:
+                continue
+            a, b = float(g["t"].min()), float(g["t"].max() + ds.cadence)
+            full = s[s["device"] == dev]
+            ev = (evidence(full, col, col, "flag", a, b, stat="max"),
+                  evidence(full.assign(e=full["ecc"].diff()), "e", "ecc_correctable_increments", "count", a, b,
+                           stat="sum"))
+            out.append(Finding(AGENT, kind, make_scope(device_uuid=dev, node=g["node"].iloc[0],
+                                                       rack=g["rack"].iloc[0]), a, b, 0.0, 0.0, conf, ev,
+                               f"GPU {dev} on {g['node'].iloc[0]} {what} (from {fmt_ts(a)}).", cause="drift",
+                               level="device"))
+    return out
+
+
 def run(ds: Dataset) -> tuple[list[Finding], pd.Series]:
     """Drift and XID findings, and the mask of samples explained by XIDs (for the attribution agent)."""
     if not len(ds.samples):
         return [], pd.Series(dtype=bool)
     events = xid_events(ds)
     stall = xid_stall_mask(ds, events)
-    return [*drift_findings(ds), *xid_findings(ds, events, stall)], stall
+    return [*drift_findings(ds), *xid_findings(ds, events, stall), *row_remap_findings(ds)], stall

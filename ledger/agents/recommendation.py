@@ -51,7 +51,7 @@ def _one(ds: Dataset, f: Finding) -> tuple[str, str, list[str], str, tuple] | No
                                                        f"power.default_limit --format=csv"],
                 f"ssh {node} sudo nvidia-smi -pl <power.default_limit>  # reversible: note power.limit first",
                 make_scope(node=node, rack=rack))
-    if f.kind in ("ecc_drift", "sibling_divergence"):
+    if f.kind in ("ecc_drift", "sibling_divergence", "row_remap_failure", "row_remap_pending"):
         return ("drain_and_check_device", f"Drain node {node}, run DCGM diagnostics on GPU {dev}; reseat or RMA it "
                                           f"if they fail.",
                 [f"ssh {node} nvidia-smi -q -d ECC,ROW_REMAPPER,CLOCK -i {dev}", f"ssh {node} dcgmi diag -r 3"],
