@@ -102,7 +102,8 @@ def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | Non
     gaps = [g for g in _overlapping(conn, Kind.UNKNOWN_INTERVAL, start, end, as_of, " AND job_id IS NULL")
             if (g.entry.device in uuids or (g.entry.device is None and g.entry.node in nodes))
             and ts_to_epoch(g.entry.ts_end or g.entry.ts) > w0 and ts_to_epoch(g.entry.ts) < w1]
-    resolutions = _select(conn, "kind = :k" + asof_clause, {"k": Kind.GAP_RESOLUTION, **asof_param})
+    # resolutions keyed to this run come with its entries; un-keyed ones (a gap resolved without --job) here
+    resolutions = _select(conn, "kind = :k AND job_id IS NULL" + asof_clause, {"k": Kind.GAP_RESOLUTION, **asof_param})
     contracts = _select(conn, "kind = :k" + asof_clause, {"k": Kind.CONTRACT_VERSION, **asof_param})
     segments = []
     for seg in _overlapping(conn, Kind.TELEMETRY_SEGMENT, start, end, as_of):
