@@ -15,7 +15,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from bench.common import FeatureMissing, Figure, Timing, main_for, run_cli_measured, timeit_interleaved
+from bench.common import FeatureMissing, Figure, main_for, run_cli_measured, timeit_interleaved
 
 TITLE = "Receipt of a 1,024-GPU 72-hour run"
 FULL_GPUS = 1024
