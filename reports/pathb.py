@@ -255,8 +255,10 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
     if sources:
         story.append(table(["source", "name", "samples", "from (UTC)", "to (UTC)", "sha256"],
                            [(_txt(x.get("kind")), _txt(x.get("name") or x.get("path"))[:40],
-                             f"{int(_num(x.get('samples', x.get('rows')))):,}", _when(x.get("start")),
-                             _when(x.get("end")), _txt(x.get("sha256"))[:16]) for x in sources], numeric=[2]))
+                             _count(x.get("samples", x.get("rows")),
+                                    meta.get("samples") if len(sources) == 1 else None),
+                             _when(x.get("start") or cov.get("start")), _when(x.get("end") or cov.get("end")),
+                             _txt(x.get("sha256"))[:16]) for x in sources], numeric=[2]))
     elif meta:
         facts = [(label, f"{_num(meta.get(k)):,.0f}" if k != "cadence_s" else f"{_num(meta.get(k)):,.0f} s")
                  for k, label in (("devices", "GPUs"), ("samples", "telemetry samples"), ("cadence_s", "cadence"),
@@ -268,7 +270,7 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
     if devices:
         story.append(Spacer(1, 4))
         story.append(table(["device", "node", "index", "SKU", "samples", "coverage"],
-                           [(_txt(d.get("uuid"))[:28], _txt(d.get("node")), _txt(d.get("index")), _txt(d.get("sku")),
+                           [(_txt(d.get("uuid"))[:40], _txt(d.get("node")), _txt(d.get("index")), _txt(d.get("sku")),
                              f"{int(_num(d.get('samples'))):,}" if d.get("samples") is not None else "-",
                              fmt_pct(_num(d.get("coverage"))) if d.get("coverage") is not None else "-")
                             for d in devices[:64]], numeric=[2, 4, 5]))
@@ -403,6 +405,17 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
     foot = _footer(f"ipledger written analysis · paid {fmt_hours(paid)} GPU-h · delivered {fmt_hours(delivered)} GPU-h")
     doc.build(story, onFirstPage=foot, onLaterPages=foot)
     return Path(out_path)
+
+
+def _count(v: Any, fallback: Any = None) -> str:
+    """A count for a table cell; "-" when the analysis does not say (never a made-up 0)."""
+    for x in (v, fallback):
+        if x is not None:
+            try:
+                return f"{int(float(x)):,}"
+            except (TypeError, ValueError):
+                continue
+    return "-"
 
 
 def _fmt_val(v: Any) -> str:
