@@ -194,7 +194,9 @@ def reason_bucket(mask: np.ndarray) -> np.ndarray:
 
 
 def _nh(x: np.ndarray) -> np.ndarray:
-    return np.rint(x * NH_PER_SECOND).astype(np.int64)
+    """Seconds -> whole nanohours, half up: floor(x * NH + 0.5) (a rule SQL can reproduce exactly, unlike
+    numpy's half-to-even rint)."""
+    return np.floor(x * NH_PER_SECOND + 0.5).astype(np.int64)
 
 
 def _gap_spans(window: tuple[float, float], suspended: list[tuple[float, float]],
@@ -273,10 +275,7 @@ def attribute_device(
     paid_nh = seconds_to_nh(e - s - susp_s)
     suspended_nh = seconds_to_nh(e - s) - paid_nh
     buckets = np.zeros(len(BUCKETS), dtype=np.int64)
-    causes: dict[str, int] = {}
-    coarse_nh = 0
     timeline = None
-    fidelity = "none"
     if samples is not None and len(samples):
         order = np.argsort(samples.t, kind="stable")
         t = samples.t[order]
@@ -315,23 +314,14 @@ def attribute_device(
         idle = np.where(low & ~resident, cov, 0)
         field_missing = np.where(missing, cov, 0)
         reason = reason_bucket(samples.reasons[order])
-        buckets[B_DELIVERED] = delivered.sum()
-        for i, name in enumerate(THROTTLE_REASONS):
-            buckets[B_THROTTLED[name]] = throttled[reason == i].sum()
-        buckets[B_UNDER] = under.sum()
-        buckets[B_STARVED] = starved.sum()
-        buckets[B_IDLE] = idle.sum()
-        fm = int(field_missing.sum())
-        coarse_nh = int(np.where(samples.coarse[order] & ~missing, cov, 0).sum())
-        # field_missing is unknown but not a gap: keep it inside the settled vector for the residue step.
-        buckets[B_UNKNOWN] = fm
-        buckets, uncovered = _settle(paid_nh, buckets, gap_total)
-        causes = {"field_missing": int(buckets[B_UNKNOWN]), "no_telemetry": uncovered}
-        buckets[B_UNKNOWN] += uncovered + gap_total
-        fidelity = "samples"
+        sums = {"delivered": int(delivered.sum()), "under": int(under.sum()), "starved": int(starved.sum()),
+                "idle": int(idle.sum()), "field_missing": int(field_missing.sum()),
+                "coarse": int(np.where(samples.coarse[order] & ~missing, cov, 0).sum()),
+                **{f"thr{i}": int(throttled[reason == i].sum()) for i in range(len(THROTTLE_REASONS))}}
         if thresholds.timeline_bins and e > s:
             per_sample = np.stack([delivered, throttled, under, starved, idle, field_missing])
             timeline = _timeline((s, e), a, b, per_sample, reason, susp, thresholds.timeline_bins)
+        return finish_account(paid_nh, suspended_nh, portions, sums, timeline)
     else:
         portions, _gaps = _gap_portions((s, e), susp, unknown)
         gap_total = sum(portions.values())
@@ -341,7 +331,28 @@ def attribute_device(
             timeline = _timeline((s, e), np.zeros(0), np.zeros(0), np.zeros((6, 0), dtype=np.int64),
                                  np.zeros(0, dtype=np.int64), susp, thresholds.timeline_bins)
     return DeviceAccount(paid_nh=paid_nh, buckets=buckets, suspended_nh=suspended_nh, gap_nh=portions,
-                         unknown_causes=causes, fidelity=fidelity, coarse_nh=coarse_nh, timeline=timeline)
+                         unknown_causes=causes, fidelity="none", coarse_nh=0, timeline=timeline)
+
+
+def finish_account(paid_nh: int, suspended_nh: int, portions: dict[str, int], sums: Mapping[str, int],
+                   timeline: np.ndarray | None) -> DeviceAccount:
+    """From a device's integer sums per bucket to its account: settle the rounding residue, split unknown by
+    cause (kept separate so any other way of producing the sums ends exactly alike)."""
+    buckets = np.zeros(len(BUCKETS), dtype=np.int64)
+    buckets[B_DELIVERED] = sums["delivered"]
+    for i, name in enumerate(THROTTLE_REASONS):
+        buckets[B_THROTTLED[name]] = sums[f"thr{i}"]
+    buckets[B_UNDER] = sums["under"]
+    buckets[B_STARVED] = sums["starved"]
+    buckets[B_IDLE] = sums["idle"]
+    # field_missing is unknown but not a gap: it stays inside the settled vector for the residue step.
+    buckets[B_UNKNOWN] = sums["field_missing"]
+    gap_total = sum(portions.values())
+    buckets, uncovered = _settle(paid_nh, buckets, gap_total)
+    causes = {"field_missing": int(buckets[B_UNKNOWN]), "no_telemetry": uncovered}
+    buckets[B_UNKNOWN] += uncovered + gap_total
+    return DeviceAccount(paid_nh=paid_nh, buckets=buckets, suspended_nh=suspended_nh, gap_nh=portions,
+                         unknown_causes=causes, fidelity="samples", coarse_nh=sums["coarse"], timeline=timeline)
 
 
 def _timeline(window: tuple[float, float], a: np.ndarray, b: np.ndarray, per_sample: np.ndarray,
