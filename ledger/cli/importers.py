@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shlex
 import sys
 from datetime import datetime
 from typing import Callable

@@ -72,9 +72,9 @@ def timeline_for(c: Collected, device: str, opts: ImportOptions) -> Timeline:
     for (_t, name), reason in c.device_reasons(device).items():
         missing[name][reason] += 1
     return build_timeline_arrays(device, c.device_arrays(device), cadence=opts.cadence or c.cadence,
-                          span=opts.span or c.span, tolerance_factor=opts.tolerance_factor,
-                          gap_cause=opts.gap_cause, edge_cause=opts.edge_cause,
-                          missing={k: dict(v) for k, v in missing.items()})
+                                 span=opts.span or c.span, tolerance_factor=opts.tolerance_factor,
+                                 gap_cause=opts.gap_cause, edge_cause=opts.edge_cause,
+                                 missing={k: dict(v) for k, v in missing.items()})
 
 
 def device_entries(c: Collected, tl: Timeline, opts: ImportOptions) -> list[tuple[list, Entry, list[Entry]]]:
