@@ -186,7 +186,8 @@ def simulate(spec: FleetSpec = FleetSpec(), seed: int = 0) -> Simulation:
     xid_dev = node_dev(1, npr - 1)[2]              # a GPU in the last node of rack R2
     restart_node = node_dev(0, npr - 1)            # last node of R1: DCGM host engine restart
     outage_node = node_dev(1, 0)                   # node B1: collector down
-    healthy_noisy = [node_dev(0, 0)[3], node_dev(1, 2)[6], node_dev(0, npr - 1)[1]]
+    hot_node = node_dev(0, 0)                      # node A1: its own cooling fails (a rear-door / fan fault)
+    healthy_noisy = [node_dev(0, npr - 1)[4], node_dev(1, 2)[6], node_dev(0, npr - 1)[1]]
     days = spec.days
     cool_w = (_win(min(2, days - 2), 10, spec), _win(min(3, days - 1), 16, spec))
     pcap_w = (_win(1, 6, spec), _win(min(4, days - 1), 18, spec))
@@ -218,6 +219,11 @@ def simulate(spec: FleetSpec = FleetSpec(), seed: int = 0) -> Simulation:
     cool_extra[b - ramp:b] = np.linspace(26.0, 0, ramp)
     inlet_dev = inlet[rack_of]                                      # (D, T)
     inlet_fault = inlet_dev + np.where(rack_of[:, None] == cool_rack, cool_extra[None, :], 0.0)
+    node_w = (_win(days - 2, 8, spec), _win(days - 2, 20, spec))
+    node_extra = np.zeros(T)
+    node_extra[node_w[0]:node_w[1]] = 22.0
+    node_extra[node_w[0]:node_w[0] + 6] = np.linspace(0, 22.0, 6)
+    inlet_fault[hot_node] += node_extra[None, :]
 
     # --- activity and process presence -------------------------------------------------------------------
     act = np.zeros((D, T))
@@ -359,6 +365,11 @@ def simulate(spec: FleetSpec = FleetSpec(), seed: int = 0) -> Simulation:
         faults.append({"id": fid, "cause": cause, "kind": kind, "scope": {"level": level, **scope},
                        "start": start, "end": end, "gpu_hours": round(float(hours), 4)})
 
+    in_node = np.zeros(D, dtype=bool)
+    in_node[hot_node] = True
+    loss_node = np.where(seen & in_node[:, None], act * (ratio_base - ratio_th), 0.0)
+    add("F-cooling-node", "cooling", "hot_because_cooling", "node", loss_node.sum() * h, float(t[node_w[0]]),
+        float(t[node_w[1] - 1] + dt), node=devices[hot_node[0]].node, rack=devices[hot_node[0]].rack)
     in_rack = rack_of == cool_rack
     loss_cool = np.where(seen & in_rack[:, None], act * (ratio_base - ratio_th), 0.0)
     add("F-cooling", "cooling", "hot_because_cooling", "rack", loss_cool.sum() * h,
@@ -399,7 +410,8 @@ def simulate(spec: FleetSpec = FleetSpec(), seed: int = 0) -> Simulation:
         add("F-requeue", "requeue", "requeue_loss", "job", req_truth["lost_steps"] * h * len(j.devs),
             float(t[j.start]), float(t[j.end - 1] + dt), job_id=j.job_id, tenant=j.tenant, node=j.node)
     healthy = sorted({d.uuid for i, d in enumerate(devices)} - {devices[i].uuid for i in
-                     (drift_dev, xid_dev, *pcap_node)} - {d.uuid for d in devices if d.rack == racks[cool_rack]})
+                     (drift_dev, xid_dev, *pcap_node, *hot_node)} - {d.uuid for d in devices
+                                                                      if d.rack == racks[cool_rack]})
     truth = {"seed": seed, "spec": spec.__dict__, "cadence_s": spec.cadence_s, "faults": faults,
              "healthy_devices": healthy,
              "noisy_healthy_devices": [devices[i].uuid for i in healthy_noisy],
