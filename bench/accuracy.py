@@ -69,7 +69,12 @@ def table(rows: list[dict], totals: dict) -> str:
 def write_doc(text: str, path: Path = PERF_DOC) -> None:
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     section = (f"## Accuracy\n\nMeasured by `python -m bench.accuracy` on {stamp}: the agents' findings on the demo "
-               f"hall scored against its ground truth (rules: `ledger/sim/score.py`, docs/agents.md).\n\n{text}\n")
+               f"hall scored against its ground truth (rules: `ledger/sim/score.py`, docs/agents.md, docs/demo.md)."
+               f"\n\n{text}\n\nRead these figures for what they are: the simulator computes its truth with the same "
+               f"per-sample bucket formulas as the method, so the GPU-hours error measures whether the agents put the "
+               f"right samples under the right cause, scope (device / node / rack / job) and window - not whether the "
+               f"method's physics is right. The hall includes decoys the agents must not flag (4x-noisier healthy "
+               f"devices, workload heat, 0.2 % missed scrapes) and a node-scope cooling fault beside the rack one.\n")
     old = path.read_text() if path.exists() else "# Performance\n"
     if re.search(r"^## Accuracy\n", old, flags=re.M):
         new = re.sub(r"^## Accuracy\n.*?(?=^## |\Z)", section + "\n", old, flags=re.M | re.S)
