@@ -50,7 +50,7 @@ def run(scale: float, repeat: int) -> Figure:
             shutil.copytree(pristine, spool_dir)
 
         def subject() -> None:
-            run_cli(["--db", state["url"], "ship", "--spool", str(spool_dir), "--quiet"])
+            run_cli(["--db", state["url"], "ship", "--spool", str(spool_dir), "--quiet", "--no-receipts"])
 
         floor_t, subj_t = timeit_interleaved([(f"raw psycopg COPY, {len(rows):,} rows, one tx", floor, setup_floor),
                                               (f"`ipledger ship` ({files:,} spool files)", subject, setup_subject)], repeat)

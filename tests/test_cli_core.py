@@ -31,7 +31,11 @@ def test_init_ship_verify_receipt_end_to_end(runner, cli, tmp_path, ledger_url):
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["appended"] == 3
     r = runner.invoke(cli, ["--db", ledger_url, "verify"], env=env)
-    assert r.exit_code == 0 and "ok: 3 entries" in r.output
+    # The 3 shipped entries plus the receipt the shipper issued on its own for the ended run.
+    assert r.exit_code == 0 and "ok: 4 entries" in r.output, r.output
+    r = runner.invoke(cli, ["--db", ledger_url, "log", "--json", "--kind", "receipt_issued"], env=env)
+    issued = json.loads(r.output)
+    assert [(e["job_id"], e["seq"]) for e in issued] == [("55", 4)]
     r = runner.invoke(cli, ["--db", ledger_url, "receipt", "55", "--format", "json"], env=env)
     assert r.exit_code == 0, r.output
     rec = json.loads(r.output)

@@ -39,11 +39,14 @@ def init_cmd(app: AppContext, as_json: bool) -> None:
 @click.option("--spool", "spool_dir", metavar="DIR", help="Spool directory (default: $IPLEDGER_SPOOL or config).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress output.")
+@click.option("--no-receipts", is_flag=True,
+              help="Only move entries; do not issue receipts for runs that ended (also IPLEDGER_AUTO_RECEIPTS=0).")
 @pass_app
-def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool) -> None:
+def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool, no_receipts: bool) -> None:
     """Move spooled entries into the ledger (idempotent; safe to run twice or concurrently).
 
-    Files are moved to SPOOL/shipped/ only after their entries are committed.
+    Files are moved to SPOOL/shipped/ only after their entries are committed. Runs whose end was shipped
+    get their receipt issued right after (automatic receipts), unless --no-receipts.
 
     \b
     Example:
@@ -57,7 +60,7 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool)
         if show:
             click.echo(f"\rshipping spool files {done}/{total}", err=True, nl=done == total)
 
-    report = ship_spool(engine, directory, progress=progress)
+    report = ship_spool(engine, directory, progress=progress, run_after=not no_receipts)
     if as_json:
         emit_json(report.to_json())
     else:

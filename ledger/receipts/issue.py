@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,8 +169,9 @@ def write_receipt_files(receipt: Receipt, receipts_dir: str | Path) -> Path:
 def auto_issue(engine: Engine, shipped: list[Entry]) -> None:
     """After a shipment: issue receipts for runs whose allocation_ended was in it.
 
-    On when the site config sets ``auto_receipts = true`` or names a ``receipts_dir`` (then the JSON is also
-    written there, a directory per account); ``auto_receipts = false`` turns it off even with a directory.
+    On by default ("automatic per-job receipts via the epilog": nobody has to ask); with a ``receipts_dir`` in
+    the site config the JSON is also written there, a directory per account; ``auto_receipts = false`` turns
+    it off (e.g. on a shipper that should only move entries).
     """
     from .. import config as config_mod
 
@@ -179,7 +181,7 @@ def auto_issue(engine: Engine, shipped: list[Entry]) -> None:
         log.warning("auto receipts skipped: %s", exc)
         return
     enabled = cfg.extra.get("auto_receipts")
-    if enabled is False or (enabled is None and not cfg.receipts_dir):
+    if enabled is False or os.environ.get("IPLEDGER_AUTO_RECEIPTS", "").strip().lower() in ("0", "false", "no"):
         return
     ended = sorted({(e.cluster, e.job_id, e.run or 0) for e in shipped
                     if e.kind == Kind.ALLOCATION_ENDED and e.job_id is not None}, key=str)
