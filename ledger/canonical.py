@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import re
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (strings here): typing stays off the hook's import path
     from typing import Any
@@ -20,7 +19,18 @@ _UTC = _dt.timezone.utc
 _ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 # Text already in the one canonical spelling (year >= 1000, 1-6 fraction digits without a trailing zero, Z):
 # format_ts would return it unchanged once fromisoformat accepts it, so it skips the strftime round trip.
-_CANONICAL_TS = re.compile(r"[1-9]\d{3}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{0,5}[1-9])?Z")
+# Compiled on first use: ``re`` costs the Slurm hooks ≈ 5 ms to import and they only format numbers.
+_CANONICAL_TS_PATTERN = r"[1-9]\d{3}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{0,5}[1-9])?Z"
+_canonical_ts_fullmatch = None
+
+
+def _canonical_ts_match(value: str):
+    global _canonical_ts_fullmatch
+    if _canonical_ts_fullmatch is None:
+        import re
+
+        _canonical_ts_fullmatch = re.compile(_CANONICAL_TS_PATTERN).fullmatch
+    return _canonical_ts_fullmatch(value)
 _fromisoformat = _dt.datetime.fromisoformat
 
 
@@ -42,7 +52,7 @@ def format_ts(value: "_dt.datetime | float | int | str | None") -> str | None:
     if value is None:
         return None
     if isinstance(value, str):
-        if _CANONICAL_TS.fullmatch(value) is not None:
+        if _canonical_ts_match(value) is not None:
             _fromisoformat(value[:-1] + "+00:00")  # same validation as the slow path (raises ValueError)
             return value
         value = parse_ts(value)

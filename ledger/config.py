@@ -1,48 +1,141 @@
 """Site configuration: one TOML file (``/etc/ipledger/config.toml`` or ``$IPLEDGER_CONFIG``), env overrides.
 
-Standard library only, and no I/O until :func:`load` is called: the hooks read it on their fast path.
+Standard library only, and no I/O until :func:`load` is called: the hooks read it on their fast path, through
+:func:`load_values` (no dataclasses) and a JSON snapshot of the parsed TOML (no tomllib) that is re-made whenever
+the TOML file changes.
 """
 
 from __future__ import annotations
 
 import os
-import tomllib
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Mapping
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing stays off the hook's import path
+    from typing import Mapping
 
 DEFAULT_CONFIG_PATH = "/etc/ipledger/config.toml"
 DEFAULT_DB_PATH = "/var/lib/ipledger/ledger.db"
 DEFAULT_SPOOL = "/var/spool/ipledger"
+# A snapshot of the parsed TOML is made only once the file's mtime is this old: an edit within the same
+# timestamp tick as our read could otherwise leave an identical (mtime, size) key over different bytes; any
+# later write sets a new mtime. ctime is in the key too (mtime set back by hand, e.g. touch -d, still shows).
+SNAPSHOT_SETTLE_S = 2.0
 
 
 class ConfigError(ValueError):
     """A configuration problem, phrased as one line naming the file and the field."""
 
 
-@dataclass(frozen=True)
-class Config:
-    db: str = f"sqlite:///{DEFAULT_DB_PATH}"
-    spool: str = DEFAULT_SPOOL
-    cluster: str | None = None
-    commands: Mapping[str, str] = field(default_factory=dict)
-    receipts_dir: str | None = None
-    hook_timeout_s: float = 5.0
-    path: str | None = None
-    extra: Mapping[str, object] = field(default_factory=dict)
+# Config is a frozen dataclass, defined on first use (module __getattr__): the Slurm hooks read the config with
+# load_values() and never pay for importing dataclasses (and inspect), ≈ 9 ms under python -I -S.
+_CONFIG_CLASS = None
+
+
+def _config_class():
+    global _CONFIG_CLASS
+    if _CONFIG_CLASS is None:
+        from dataclasses import dataclass, field
+
+        @dataclass(frozen=True)
+        class Config:
+            db: str = f"sqlite:///{DEFAULT_DB_PATH}"
+            spool: str = DEFAULT_SPOOL
+            cluster: str | None = None
+            commands: Mapping[str, str] = field(default_factory=dict)
+            receipts_dir: str | None = None
+            hook_timeout_s: float = 5.0
+            path: str | None = None
+            extra: Mapping[str, object] = field(default_factory=dict)
+
+        Config.__module__, Config.__qualname__ = __name__, "Config"
+        _CONFIG_CLASS = Config
+    return _CONFIG_CLASS
+
+
+def __getattr__(name: str):
+    if name == "Config":
+        return _config_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load(path: str | None = None, environ: Mapping[str, str] | None = None) -> Config:
     """Read the config file (if any) and apply ``IPLEDGER_DB``, ``IPLEDGER_SPOOL``, ``IPLEDGER_CLUSTER``."""
+    return _config_class()(**load_values(path, environ))
+
+
+def _path_text(path: str) -> str:
+    """``str(pathlib.Path(path))`` without importing pathlib when the path is already in that form."""
+    parts = path.split("/")
+    if path and "" not in parts[1:] and "." not in parts:
+        return path
+    from pathlib import Path
+
+    return str(Path(path))
+
+
+def _parse_toml(cfg_path: str) -> dict:
+    import tomllib
+
+    try:
+        with open(cfg_path, encoding="utf-8") as f:  # text mode, as Path.read_text: newlines translated
+            return tomllib.loads(f.read())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{cfg_path}: not valid TOML: {exc}") from None
+
+
+def _read_toml(cfg_path: str, st: os.stat_result, snapshot: str | None) -> dict:
+    """The parsed TOML; with ``snapshot`` (a file path) through a JSON copy keyed by the file's identity.
+
+    The key is (path, inode, size, mtime_ns, ctime_ns): any change to the file re-parses it, so the snapshot is
+    never stale. Values JSON cannot carry exactly (TOML dates, inf/nan) are simply not snapshotted.
+    """
+    import json
+
+    key = [os.path.abspath(cfg_path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    if snapshot is not None:
+        try:
+            with open(snapshot, encoding="utf-8") as f:
+                snap = json.load(f)
+            if snap.get("key") == key and isinstance(snap.get("data"), dict):
+                return snap["data"]
+        except (OSError, ValueError, AttributeError):
+            pass
+    data = _parse_toml(cfg_path)
+    if snapshot is not None and _now() - st.st_mtime > SNAPSHOT_SETTLE_S:
+        try:
+            text = json.dumps({"key": key, "data": data}, allow_nan=False, sort_keys=True)
+            tmp = f"{snapshot}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, snapshot)
+        except (OSError, TypeError, ValueError):  # unwritable directory, or a value JSON cannot hold
+            pass
+    return data
+
+
+def _now() -> float:
+    import time
+
+    return time.time()
+
+
+def load_values(path: str | None = None, environ: Mapping[str, str] | None = None, *,
+                snapshot: str | None = None) -> dict:
+    """What :func:`load` puts into :class:`Config`, as a dict of its fields (same checks, same errors).
+
+    ``snapshot``: a file where a JSON copy of the parsed TOML may be kept (the Slurm hooks pass one beside the
+    installed scripts); it is used only while the TOML file's inode, size, mtime and ctime are unchanged.
+    """
     env = os.environ if environ is None else environ
     cfg_path = path or env.get("IPLEDGER_CONFIG") or DEFAULT_CONFIG_PATH
     data: dict = {}
-    p = Path(cfg_path)
-    if p.is_file():
-        try:
-            data = tomllib.loads(p.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{cfg_path}: not valid TOML: {exc}") from None
+    try:
+        st = os.stat(cfg_path)
+    except (OSError, ValueError):
+        st = None
+    is_file = st is not None and (st.st_mode & 0o170000) == 0o100000  # stat.S_ISREG, as Path.is_file()
+    if is_file:
+        data = _read_toml(cfg_path, st, snapshot)  # type: ignore[arg-type]
     elif path or env.get("IPLEDGER_CONFIG"):
         raise ConfigError(f"{cfg_path}: config file not found")
     commands = data.get("commands", {})
@@ -56,14 +149,14 @@ def load(path: str | None = None, environ: Mapping[str, str] | None = None) -> C
         timeout = float(data.get("hook_timeout_s", 5.0))
     except (TypeError, ValueError):
         raise ConfigError(f"{cfg_path}: hook_timeout_s must be a number") from None
-    return Config(
+    return dict(
         db=env.get("IPLEDGER_DB") or data.get("db") or f"sqlite:///{DEFAULT_DB_PATH}",
         spool=env.get("IPLEDGER_SPOOL") or data.get("spool") or DEFAULT_SPOOL,
         cluster=env.get("IPLEDGER_CLUSTER") or data.get("cluster"),
         commands=dict(commands),
         receipts_dir=env.get("IPLEDGER_RECEIPTS_DIR") or data.get("receipts_dir"),
         hook_timeout_s=timeout,
-        path=str(p) if p.is_file() else None,
+        path=_path_text(cfg_path) if is_file else None,
         extra={k: v for k, v in data.items() if k not in known},
     )
 

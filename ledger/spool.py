@@ -11,18 +11,20 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
-from pathlib import Path
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (strings here): typing stays off the hook's import path
+    from pathlib import Path
     from typing import Iterable, Mapping
+
+# The Slurm hooks only call write_records(): pathlib and dataclasses (≈ 10 ms to import under python -I -S)
+# are imported by the functions that need them, and SpoolRead is defined on first use (module __getattr__).
 
 SHIPPED_DIR = "shipped"
 TORN_DIR = "torn"
 STALE_TMP_SECONDS = 300.0
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync_dir(path: str | os.PathLike) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -32,13 +34,20 @@ def _fsync_dir(path: Path) -> None:
 
 def write(spool_dir: str | os.PathLike, records: Iterable[Mapping], prefix: str = "entries") -> Path:
     """Write records as one new spool file, durably; returns its path."""
-    directory = Path(spool_dir)
-    directory.mkdir(parents=True, exist_ok=True)
+    from pathlib import Path
+
+    return Path(write_records(spool_dir, records, prefix))
+
+
+def write_records(spool_dir: str | os.PathLike, records: Iterable[Mapping], prefix: str = "entries") -> str:
+    """:func:`write` returning the path as a string, without importing pathlib (the hooks' fast path)."""
+    directory = os.fspath(spool_dir)
+    os.makedirs(directory, exist_ok=True)
     # os.uname().nodename is what socket.gethostname() returns, and os.urandom(4).hex() what
     # secrets.token_hex(4) does, without importing socket and secrets (hmac, random...) on the hook path.
     name = f"{prefix}-{time.time_ns():020d}-{os.uname().nodename}-{os.getpid()}-{os.urandom(4).hex()}"
-    tmp = directory / f"{name}.jsonl.tmp"
-    final = directory / f"{name}.jsonl"
+    tmp = os.path.join(directory, f"{name}.jsonl.tmp")
+    final = os.path.join(directory, f"{name}.jsonl")
     data = "".join(json.dumps(r, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n" for r in records)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
     try:
@@ -56,6 +65,8 @@ def write(spool_dir: str | os.PathLike, records: Iterable[Mapping], prefix: str 
 
 def pending_files(spool_dir: str | os.PathLike, stale_tmp_seconds: float = STALE_TMP_SECONDS) -> list[Path]:
     """Files ready to ship, oldest first: every ``.jsonl`` and every ``.tmp`` abandoned by a crashed writer."""
+    from pathlib import Path
+
     directory = Path(spool_dir)
     if not directory.is_dir():
         return []
@@ -71,12 +82,30 @@ def pending_files(spool_dir: str | os.PathLike, stale_tmp_seconds: float = STALE
     return sorted(files, key=lambda p: p.name)
 
 
-@dataclass(frozen=True)
-class SpoolRead:
-    path: Path
-    records: list[dict]
-    torn: str | None  # the undecodable tail, if the file ended mid-record
-    errors: list[str]  # "file:line: reason" for undecodable lines that are not the tail
+_SPOOL_READ = None
+
+
+def _spool_read_class():
+    global _SPOOL_READ
+    if _SPOOL_READ is None:
+        from dataclasses import dataclass
+
+        @dataclass(frozen=True)
+        class SpoolRead:
+            path: Path
+            records: list[dict]
+            torn: str | None  # the undecodable tail, if the file ended mid-record
+            errors: list[str]  # "file:line: reason" for undecodable lines that are not the tail
+
+        SpoolRead.__module__, SpoolRead.__qualname__ = __name__, "SpoolRead"
+        _SPOOL_READ = SpoolRead
+    return _SPOOL_READ
+
+
+def __getattr__(name: str):
+    if name == "SpoolRead":
+        return _spool_read_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def parse(text: str, path: Path) -> SpoolRead:
@@ -106,7 +135,7 @@ def parse(text: str, path: Path) -> SpoolRead:
             # A complete JSON object without its newline: the writer died right after it. Keep it.
             pass
         records.append(rec)
-    return SpoolRead(path=path, records=records, torn=torn, errors=errors)
+    return _spool_read_class()(path=path, records=records, torn=torn, errors=errors)
 
 
 def read(path: Path) -> SpoolRead:
@@ -120,6 +149,8 @@ def mark_shipped(spool_dir: str | os.PathLike, read_result: SpoolRead) -> None:
 
 def mark_shipped_many(spool_dir: str | os.PathLike, reads: Iterable[SpoolRead]) -> None:
     """Move many shipped files aside, with one directory fsync for the lot instead of one per file."""
+    from pathlib import Path
+
     directory = Path(spool_dir)
     done = directory / SHIPPED_DIR
     done.mkdir(exist_ok=True)

@@ -16,13 +16,35 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import Any, Mapping
 
 from .. import __version__, spool
-from ..config import Config
-from ..entries import Kind, make_entry
 from . import slurm
+from .records import entry_record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing, dataclasses and ledger.entries stay off the hook's import path
+    from typing import Any, Mapping
+
+
+class Kind:
+    """The entry kinds the hooks write (= ledger.entries.Kind's values; tests/test_hook_fastpath.py checks)."""
+
+    ALLOCATION_STARTED = "allocation_started"
+    ALLOCATION_ENDED = "allocation_ended"
+    ALLOCATION_SUSPENDED = "allocation_suspended"
+    ALLOCATION_RESUMED = "allocation_resumed"
+    ALLOCATION_REQUEUED = "allocation_requeued"
+    DEVICE_BOUND = "device_bound"
+    TELEMETRY_SUMMARY = "telemetry_summary"
+    UNKNOWN_INTERVAL = "unknown_interval"
+    HOOK_ERROR = "hook_error"
+
+
+class SiteConfig:
+    """The site config's fields as :func:`ledger.config.load_values` gives them (what the hooks read of it)."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self.__dict__.update(values)
 
 SOURCE = "hook.slurm"
 DEFAULT_GAP_TOLERANCE_S = 2.0  # ctime and scontrol times have 1 s resolution; a gap this small is no evidence
@@ -47,20 +69,17 @@ def log(msg: str) -> None:
         pass
 
 
-@dataclass
 class HookSettings:
-    """``[hooks]`` in the site config (all optional)."""
+    """``[hooks]`` in the site config (all optional): vendor (nvidia | amd | none), dcgm, scontrol, state_dir,
+    trace, gap_tolerance_s; timeout is the config's hook_timeout_s."""
 
-    vendor: str  # nvidia | amd | none
-    dcgm: bool
-    scontrol: bool
-    state_dir: str
-    trace: str | None
-    gap_tolerance_s: float
-    timeout: float
+    def __init__(self, *, vendor: str, dcgm: bool, scontrol: bool, state_dir: str, trace: str | None,
+                 gap_tolerance_s: float, timeout: float) -> None:
+        self.vendor, self.dcgm, self.scontrol, self.state_dir = vendor, dcgm, scontrol, state_dir
+        self.trace, self.gap_tolerance_s, self.timeout = trace, gap_tolerance_s, timeout
 
     @classmethod
-    def from_config(cls, cfg: Config) -> "HookSettings":
+    def from_config(cls, cfg: SiteConfig) -> "HookSettings":
         h = dict(cfg.extra.get("hooks", {}) or {})
         cmds = cfg.commands
         vendor = h.get("vendor") or ("nvidia" if ("nvidia-smi" in cmds or "dcgmi" in cmds)
@@ -72,13 +91,13 @@ class HookSettings:
                    timeout=float(cfg.hook_timeout_s))
 
 
-@dataclass
 class Hook:
-    cfg: Config
-    settings: HookSettings
-    env: slurm.JobEnv
-    entries: list = field(default_factory=list)
-    errors: list = field(default_factory=list)
+    """One hook run: its config, settings and job, and the spool records and errors it has gathered."""
+
+    def __init__(self, cfg: SiteConfig, settings: HookSettings, env: slurm.JobEnv) -> None:
+        self.cfg, self.settings, self.env = cfg, settings, env
+        self.entries: list[dict] = []  # spool records (entry_record), written by write_spool()
+        self.errors: list[dict] = []
 
     # -- helpers -------------------------------------------------------------------------------------------------
     def keys(self, run: int, cluster: str | None) -> dict[str, Any]:
@@ -87,8 +106,8 @@ class Hook:
 
     def add(self, kind: str, ts: float, payload: Mapping[str, Any], keys: Mapping[str, Any], *,
             ts_end: float | None = None, device: str | None = None, recorded_at: float | None = None) -> None:
-        self.entries.append(make_entry(kind, ts, payload, ts_end=ts_end, device=device,
-                                       recorded_at=recorded_at or time.time(), **keys))
+        self.entries.append(entry_record(kind, ts, payload, ts_end=ts_end, device=device,
+                                         recorded_at=recorded_at or time.time(), **keys))
 
     def error(self, stage: str, message: str) -> None:
         self.errors.append({"stage": stage, "error": message[:500]})
@@ -112,7 +131,7 @@ class Hook:
 
     def write_spool(self) -> None:
         if self.entries:
-            spool.write(self.cfg.spool, [e.to_record() for e in self.entries], prefix="hook")
+            spool.write_records(self.cfg.spool, self.entries, prefix="hook")
             self.entries = []
 
     # -- devices -------------------------------------------------------------------------------------------------
@@ -432,8 +451,11 @@ def epilog(h: Hook) -> None:
         pass
 
 
-def run_hook(kind: str, environ: Mapping[str, str], config_path: str | None) -> int:
-    """Run one hook; always returns 0 (a failing epilog drains the node), logging what went wrong."""
+def run_hook(kind: str, environ: Mapping[str, str], config_path: str | None, snapshot: str | None = None) -> int:
+    """Run one hook; always returns 0 (a failing epilog drains the node), logging what went wrong.
+
+    ``snapshot``: where the parsed site config may be cached (ledger.config.load_values), or None.
+    """
     t0 = time.time()
     ok = True
     h = None
@@ -447,7 +469,7 @@ def run_hook(kind: str, environ: Mapping[str, str], config_path: str | None) -> 
         if env is None:
             log(f"{kind}: no SLURM_JOB_ID in the environment; nothing recorded")
             return 0
-        cfg = config_mod.load(config_path, environ)
+        cfg = SiteConfig(config_mod.load_values(config_path, environ, snapshot=snapshot))
         h = Hook(cfg=cfg, settings=HookSettings.from_config(cfg), env=env)
         (prolog if kind == "prolog" else epilog)(h)
     except BaseException as exc:  # noqa: BLE001 - the hook must exit 0 whatever happened

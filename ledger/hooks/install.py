@@ -21,7 +21,7 @@ import sys
 sys.path.insert(0, "@PACKAGE_ROOT@")
 from ledger.hooks import main  # noqa: E402
 
-sys.exit(main("@KIND@", @CONFIG@))
+sys.exit(main("@KIND@", @CONFIG@, __file__))
 '''
 
 KINDS = ("prolog", "epilog")

@@ -10,18 +10,68 @@ Standard library only.
 
 from __future__ import annotations
 
-import re
 import time
-from dataclasses import dataclass, field
-from typing import Mapping
 
-_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing stays off the hook's import path
+    from typing import Mapping
+
+# ``re`` (≈ 5 ms to import under -I -S) is only needed to parse scontrol's answer, so it is imported there;
+# the environment (every hook run) is parsed with str methods.
+_KEY_PATTERN = r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)="
+
+
+class _Frozen:
+    """A small frozen record (keyword construction, equality, repr) without importing dataclasses/inspect."""
+
+    __slots__ = ()
+    _defaults: dict = {}
+
+    def __init__(self, **kw) -> None:
+        for name in self.__slots__:
+            if name in kw:
+                value = kw.pop(name)
+            elif name in self._defaults:
+                value = self._defaults[name]()
+            else:
+                raise TypeError(f"{type(self).__name__}: missing field {name!r}")
+            object.__setattr__(self, name, value)
+        if kw:
+            raise TypeError(f"{type(self).__name__}: unexpected fields {sorted(kw)}")
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"cannot assign to field {name!r} of a frozen {type(self).__name__}")
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__) + ")"
+
+
+def _two_ints(text: str) -> tuple[int, int] | None:
+    """``"1:15"`` -> (1, 15), exactly what ``re.fullmatch(r"(\\d+):(\\d+)", text)`` accepts, else None."""
+    a, sep, b = text.partition(":")
+    if sep and _digits(a) and _digits(b):
+        return int(a), int(b)
+    return None
+
+
+def _digits(text: str) -> bool:
+    """What ``\\d+`` matches in full: one or more Unicode decimal digits (int() reads all of them)."""
+    return text.isdecimal()
 
 
 def parse_scontrol_oneline(text: str) -> dict[str, str]:
     """``scontrol show job -d -o ID``: ``Key=Value`` pairs on one line; a value may contain spaces."""
+    import re
+
     line = text.strip().splitlines()[0] if text.strip() else ""
-    matches = list(_KEY.finditer(line))
+    matches = list(re.finditer(_KEY_PATTERN, line))
     out: dict[str, str] = {}
     for i, m in enumerate(matches):
         end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
@@ -45,6 +95,8 @@ def parse_duration(value: str | None) -> float | None:
     """``[DD-]HH:MM:SS`` -> seconds."""
     if not value:
         return None
+    import re
+
     m = re.fullmatch(r"(?:(\d+)-)?(\d+):(\d+):(\d+)", value.strip())
     if not m:
         return None
@@ -57,34 +109,21 @@ def parse_index_list(value: str | None) -> list[int]:
     out: list[int] = []
     for part in (value or "").split(","):
         part = part.strip()
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
-        if not m:
+        a, dash, b = part.partition("-")  # what re.fullmatch(r"(\d+)(?:-(\d+))?", part) accepts
+        if not _digits(a) or (dash and not _digits(b)):
             continue
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) else lo
+        lo = int(a)
+        hi = int(b) if dash else lo
         out.extend(range(lo, hi + 1))
     return out
 
 
-@dataclass(frozen=True)
-class JobRecord:
-    """The parts of scontrol's job record the hooks use."""
+class JobRecord(_Frozen):
+    """The parts of scontrol's job record the hooks use (all str/int/float or None; ``raw`` every field)."""
 
-    state: str | None
-    restarts: int | None
-    start: float | None
-    end: float | None
-    suspend_time: float | None
-    secs_pre_suspend: float | None
-    run_time: float | None
-    exit_code: int | None
-    exit_signal: int | None
-    qos: str | None
-    tres: str | None
-    nodes: str | None
-    partition: str | None
-    account: str | None
-    raw: Mapping[str, str] = field(default_factory=dict)
+    __slots__ = ("state", "restarts", "start", "end", "suspend_time", "secs_pre_suspend", "run_time", "exit_code",
+                 "exit_signal", "qos", "tres", "nodes", "partition", "account", "raw")
+    _defaults = {"raw": dict}
 
     def suspended_total(self) -> float:
         """Seconds suspended: (end - start) - RunTime (RunTime excludes suspended time)."""
@@ -98,8 +137,7 @@ def job_record(fields: Mapping[str, str]) -> JobRecord:
         v = fields.get(k)
         return None if v in (None, "", "(null)", "N/A") else v
 
-    ec = fields.get("ExitCode", "")
-    m = re.fullmatch(r"(\d+):(\d+)", ec)
+    m = _two_ints(fields.get("ExitCode", ""))
     restarts = fields.get("Restarts")
     return JobRecord(
         state=opt("JobState"), restarts=int(restarts) if restarts and restarts.isdigit() else None,
@@ -107,30 +145,17 @@ def job_record(fields: Mapping[str, str]) -> JobRecord:
         suspend_time=parse_slurm_time(fields.get("SuspendTime")),
         secs_pre_suspend=float(fields["SecsPreSuspend"]) if fields.get("SecsPreSuspend", "").isdigit() else None,
         run_time=parse_duration(fields.get("RunTime")),
-        exit_code=int(m.group(1)) if m else None, exit_signal=int(m.group(2)) if m else None,
+        exit_code=m[0] if m else None, exit_signal=m[1] if m else None,
         qos=opt("QOS"), tres=opt("TRES"), nodes=opt("NodeList"), partition=opt("Partition"),
         account=opt("Account"), raw=dict(fields),
     )
 
 
-@dataclass(frozen=True)
-class JobEnv:
-    """The job as the hook's environment describes it."""
+class JobEnv(_Frozen):
+    """The job as the hook's environment describes it (``gpus`` a tuple of Slurm's GPU indices)."""
 
-    job_id: str
-    restart_count: int | None
-    cluster: str | None
-    node: str | None
-    account: str | None
-    user: str | None
-    uid: str | None
-    partition: str | None
-    qos: str | None
-    nodes: str | None
-    gpus: tuple[int, ...]
-    exit_code: int | None
-    exit_signal: int | None
-    context: str | None
+    __slots__ = ("job_id", "restart_count", "cluster", "node", "account", "user", "uid", "partition", "qos",
+                 "nodes", "gpus", "exit_code", "exit_signal", "context")
 
 
 def job_env(environ: Mapping[str, str]) -> JobEnv | None:
@@ -142,10 +167,9 @@ def job_env(environ: Mapping[str, str]) -> JobEnv | None:
     # GPU indices: SLURM_JOB_GPUS (prolog/epilog), else the per-vendor visibility lists Slurm sets from the same gres.
     gpus_text = (environ.get("SLURM_JOB_GPUS") or environ.get("CUDA_VISIBLE_DEVICES")
                  or environ.get("GPU_DEVICE_ORDINAL") or environ.get("ROCR_VISIBLE_DEVICES") or "")
-    ec2 = environ.get("SLURM_JOB_EXIT_CODE2", "")
-    m = re.fullmatch(r"(\d+):(\d+)", ec2)
+    m = _two_ints(environ.get("SLURM_JOB_EXIT_CODE2", ""))
     ec = environ.get("SLURM_JOB_EXIT_CODE")
-    exit_code = int(m.group(1)) if m else (int(ec) if ec and ec.lstrip("-").isdigit() else None)
+    exit_code = m[0] if m else (int(ec) if ec and ec.lstrip("-").isdigit() else None)
     return JobEnv(
         job_id=job_id, restart_count=int(rc) if rc and rc.isdigit() else None,
         cluster=environ.get("SLURM_CLUSTER_NAME"), node=environ.get("SLURMD_NODENAME"),
@@ -153,5 +177,5 @@ def job_env(environ: Mapping[str, str]) -> JobEnv | None:
         uid=environ.get("SLURM_JOB_UID"), partition=environ.get("SLURM_JOB_PARTITION"),
         qos=environ.get("SLURM_JOB_QOS"), nodes=environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST"),
         gpus=tuple(parse_index_list(gpus_text)), exit_code=exit_code,
-        exit_signal=int(m.group(2)) if m else None, context=environ.get("SLURM_SCRIPT_CONTEXT"),
+        exit_signal=m[1] if m else None, context=environ.get("SLURM_SCRIPT_CONTEXT"),
     )
