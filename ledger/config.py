@@ -1,7 +1,7 @@
 """Site configuration: one TOML file (``/etc/ipledger/config.toml`` or ``$IPLEDGER_CONFIG``), env overrides.
 
 Standard library only, and no I/O until :func:`load` is called: the hooks read it on their fast path, through
-:func:`load_values` (no dataclasses) and a JSON snapshot of the parsed TOML (no tomllib) that is re-made whenever
+:func:`load_values` (no dataclasses) and a snapshot of the parsed TOML (no tomllib) that is re-made whenever
 the TOML file changes.
 """
 
@@ -84,31 +84,34 @@ def _parse_toml(cfg_path: str) -> dict:
 
 
 def _read_toml(cfg_path: str, st: os.stat_result, snapshot: str | None) -> dict:
-    """The parsed TOML; with ``snapshot`` (a file path) through a JSON copy keyed by the file's identity.
+    """The parsed TOML; with ``snapshot`` (a file path) through a copy keyed by the file's identity.
 
-    The key is (path, inode, size, mtime_ns, ctime_ns): any change to the file re-parses it, so the snapshot is
-    never stale. Values JSON cannot carry exactly (TOML dates, inf/nan) are simply not snapshotted.
+    The key is (path, inode, size, mtime_ns, ctime_ns, Python version): any change to the file re-parses it,
+    so the snapshot is never stale. The copy is in :mod:`marshal` (builtin: no import cost, exact for str,
+    int, float incl. inf/nan, bool, None, lists and tables); values it cannot hold (TOML dates) are simply
+    not snapshotted.
     """
-    import json
+    import marshal
+    import sys
 
-    key = [os.path.abspath(cfg_path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    key = (os.path.abspath(cfg_path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, sys.hexversion)
     if snapshot is not None:
         try:
-            with open(snapshot, encoding="utf-8") as f:
-                snap = json.load(f)
-            if snap.get("key") == key and isinstance(snap.get("data"), dict):
-                return snap["data"]
-        except (OSError, ValueError, AttributeError):
+            with open(snapshot, "rb") as f:
+                snap_key, snap_data = marshal.loads(f.read())
+            if snap_key == key and type(snap_data) is dict:
+                return snap_data
+        except (OSError, ValueError, EOFError, TypeError):
             pass
     data = _parse_toml(cfg_path)
     if snapshot is not None and _now() - st.st_mtime > SNAPSHOT_SETTLE_S:
         try:
-            text = json.dumps({"key": key, "data": data}, allow_nan=False, sort_keys=True)
+            blob = marshal.dumps((key, data))
             tmp = f"{snapshot}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
+            with open(tmp, "wb") as f:
+                f.write(blob)
             os.replace(tmp, snapshot)
-        except (OSError, TypeError, ValueError):  # unwritable directory, or a value JSON cannot hold
+        except (OSError, ValueError):  # unwritable directory, or a value marshal cannot hold
             pass
     return data
 

@@ -8,16 +8,15 @@ its torn last line (if any) is reported, kept aside, and skipped. Standard libra
 
 from __future__ import annotations
 
-import json
 import os
 import time
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (strings here): typing stays off the hook's import path
     from pathlib import Path
-    from typing import Iterable, Mapping
+    from typing import Callable, Iterable, Mapping
 
-# The Slurm hooks only call write_records(): pathlib and dataclasses (≈ 10 ms to import under python -I -S)
-# are imported by the functions that need them, and SpoolRead is defined on first use (module __getattr__).
+# The Slurm hooks only call write_records(): pathlib, dataclasses and json (≈ 20 ms to import under
+# python -I -S, with what they pull in) are imported by the functions that need them, and SpoolRead is defined on first use (module __getattr__).
 
 SHIPPED_DIR = "shipped"
 TORN_DIR = "torn"
@@ -39,8 +38,13 @@ def write(spool_dir: str | os.PathLike, records: Iterable[Mapping], prefix: str 
     return Path(write_records(spool_dir, records, prefix))
 
 
-def write_records(spool_dir: str | os.PathLike, records: Iterable[Mapping], prefix: str = "entries") -> str:
-    """:func:`write` returning the path as a string, without importing pathlib (the hooks' fast path)."""
+def write_records(spool_dir: str | os.PathLike, records: Iterable[Mapping], prefix: str = "entries",
+                  encode: Callable[[Mapping], str] | None = None) -> str:
+    """:func:`write` returning the path as a string, without importing pathlib (the hooks' fast path).
+
+    ``encode``: a function giving exactly ``json.dumps(record, sort_keys=True, separators=(",", ":"),
+    ensure_ascii=False)`` (the hooks pass one that does not import json; a test proves them equal).
+    """
     directory = os.fspath(spool_dir)
     os.makedirs(directory, exist_ok=True)
     # os.uname().nodename is what socket.gethostname() returns, and os.urandom(4).hex() what
@@ -48,7 +52,12 @@ def write_records(spool_dir: str | os.PathLike, records: Iterable[Mapping], pref
     name = f"{prefix}-{time.time_ns():020d}-{os.uname().nodename}-{os.getpid()}-{os.urandom(4).hex()}"
     tmp = os.path.join(directory, f"{name}.jsonl.tmp")
     final = os.path.join(directory, f"{name}.jsonl")
-    data = "".join(json.dumps(r, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n" for r in records)
+    if encode is None:
+        import json
+
+        def encode(r: Mapping) -> str:
+            return json.dumps(r, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    data = "".join(encode(r) + "\n" for r in records)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
     try:
         view = memoryview(data.encode("utf-8"))
@@ -117,6 +126,8 @@ def parse(text: str, path: Path) -> SpoolRead:
     records: list[dict] = []
     errors: list[str] = []
     torn: str | None = None
+    import json
+
     for i, line in enumerate(lines, start=1):
         if not line.strip():
             continue

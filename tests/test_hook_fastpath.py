@@ -6,6 +6,8 @@ site config through a snapshot; each is checked here against the library version
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 import subprocess
@@ -17,6 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger import config, entries
+from ledger.canonical import canonical_json
+from ledger.canonical import format_ts as canonical_format_ts
 from ledger.hooks import core, records, slurm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +50,94 @@ def test_entry_record_is_make_entry_to_record(kind, ts, payload, ts_end, recorde
     assert rec == e.to_record()
     assert list(rec) == list(e.to_record())
     assert rec["entry_id"] == entries.compute_entry_id(e) == entries.entry_from_record(rec).entry_id
+
+
+json_values = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(),
+                                     st.text(max_size=10)),
+                           lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=6), c, max_size=4),
+                           max_leaves=12)
+
+
+def _same(a, b) -> bool:
+    """Equality that counts NaN equal to NaN (json round-trips NaN, == does not)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_lean_json_is_the_json_module(value):
+    assert records.spool_line(value) == json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert records.state_json(value) == json.dumps(value, sort_keys=True)
+    try:
+        expected = canonical_json(value)
+    except ValueError:  # NaN/Infinity are refused alike
+        try:
+            records.canonical_json(value)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("canonical_json must refuse what ledger.canonical refuses")
+    else:
+        assert records.canonical_json(value) == expected
+    text = json.dumps(value)
+    for t in (text, f" \n{text}\t "):
+        assert _same(records.loads(t), json.loads(t))
+
+
+@given(st.text(max_size=12))
+def test_lean_loads_refuses_what_json_refuses(text):
+    try:
+        expected = json.loads(text)
+    except ValueError:
+        try:
+            records.loads(text)
+        except ValueError:
+            return
+        raise AssertionError(f"json.loads refuses {text!r}, records.loads accepted it")
+    assert _same(records.loads(text), expected)
+
+
+def test_lean_json_refuses_what_json_refuses():
+    for bad in ({"a": object()}, [1, {2, 3}]):
+        for lean in (records.spool_line, records.canonical_json):
+            try:
+                lean(bad)
+            except TypeError as exc:
+                assert "is not JSON serializable" in str(exc)
+            else:
+                raise AssertionError("must refuse")
+    cyc: list = []
+    cyc.append(cyc)
+    try:
+        records.spool_line(cyc)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("circular reference must be refused")
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.one_of(st.floats(0, 253402300798), st.integers(0, 253402300798),
+                 st.floats(1.7e9, 1.8e9), st.floats(-1e3, 3e11), st.sampled_from([math.nan, math.inf, -0.0, 253402300798.9999995]),
+                 st.integers(-10, 10).map(lambda k: 1796018000 + k / 1e6 + 5e-7), st.booleans()))
+def test_lean_format_ts_is_canonical(value):
+    try:
+        expected = canonical_format_ts(value)
+    except (ValueError, OverflowError, OSError) as exc:
+        try:
+            records.format_ts(value)
+        except type(exc):
+            return
+        raise AssertionError(f"{value!r}: canonical.format_ts raises {exc!r}, the lean one does not")
+    assert records.format_ts(value) == expected
 
 
 def test_hook_vocabulary_is_the_ledgers():
@@ -125,5 +217,5 @@ def test_installed_hook_imports_no_heavy_stdlib(tmp_path):
     imported = {line.split("|")[-1].strip() for line in p.stderr.splitlines() if line.startswith("import time:")}
     assert "ledger.hooks.core" in imported
     assert not imported & {"dataclasses", "inspect", "typing", "pathlib", "tomllib", "ledger.entries",
-                           "subprocess"}, sorted(imported)
+                           "subprocess", "json", "re", "hashlib", "datetime", "ledger.canonical"}, sorted(imported)
     assert list((tmp_path / "spool").glob("hook-*.jsonl"))

@@ -11,7 +11,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing (≈ 4 ms to import under -I -S) stays off the hook's path
     from typing import Mapping
 
-SNAPSHOT_NAME = ".ipledger-config-snapshot.json"
+SNAPSHOT_NAME = ".ipledger-config-snapshot"
 
 
 def run(kind: str, environ: Mapping[str, str], config_path: str | None, snapshot: str | None = None) -> int:

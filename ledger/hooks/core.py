@@ -12,13 +12,12 @@ not measured. Standard library only.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 
 from .. import __version__, spool
-from . import slurm
+from . import records, slurm
 from .records import entry_record
 
 TYPE_CHECKING = False
@@ -131,7 +130,7 @@ class Hook:
 
     def write_spool(self) -> None:
         if self.entries:
-            spool.write_records(self.cfg.spool, self.entries, prefix="hook")
+            spool.write_records(self.cfg.spool, self.entries, prefix="hook", encode=records.spool_line)
             self.entries = []
 
     # -- devices -------------------------------------------------------------------------------------------------
@@ -205,7 +204,7 @@ class Hook:
 def _load_state(path: str) -> dict | None:
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            return records.loads(f.read())  # = json.load, without importing json (and re)
     except (OSError, ValueError):
         return None
 
@@ -214,7 +213,7 @@ def _save_state(path: str, state: dict) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(state, f, sort_keys=True)
+        f.write(records.state_json(state))  # = json.dump(state, f, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -483,6 +482,8 @@ def run_hook(kind: str, environ: Mapping[str, str], config_path: str | None, sna
     finally:
         if h is not None and h.settings.trace:
             try:
+                import json
+
                 with open(h.settings.trace, "a", encoding="utf-8") as f:
                     f.write(json.dumps({"hook": kind, "job_id": h.env.job_id, "ok": ok, "errors": h.errors,
                                         "elapsed_s": round(time.time() - t0, 4), "pid": os.getpid()}) + "\n")
