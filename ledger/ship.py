@@ -20,6 +20,18 @@ ShipHook = Callable[[Engine, list[Entry]], None]
 _AFTER_SHIP: list[ShipHook] = []
 
 
+# Modules whose import registers after-ship work (automatic receipts); loaded by name when a shipment may
+# need them, so that shipping with run_after=False (and the CLI's start-up) never pays for their imports.
+AFTER_SHIP_MODULES = ["ledger.receipts.issue"]
+
+
+def _load_after_ship() -> None:
+    import importlib
+
+    for name in AFTER_SHIP_MODULES:
+        importlib.import_module(name)
+
+
 def after_ship(fn: ShipHook) -> ShipHook:
     """Register work done off the hook path once entries are in the ledger (e.g. issuing receipts)."""
     _AFTER_SHIP.append(fn)
@@ -112,6 +124,8 @@ def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
     """
     report = ShipReport()
     files = spool.pending_files(spool_dir)
+    if run_after and files:
+        _load_after_ship()
     shipped_entries: list[Entry] = []
     source = _prepared(files)
     pos = 0

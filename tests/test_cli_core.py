@@ -75,11 +75,25 @@ def test_missing_config_file_named_in_error(runner, cli, tmp_path):
     assert r.exit_code == 1 and "nope.toml" in r.output
 
 
+def test_lazy_command_table_matches_what_the_modules_register():
+    from ledger.cli import main
+
+    registered = {}
+    for module in main.COMMAND_MODULES:
+        for name in main.commands_of(module):
+            registered[name] = module
+    assert registered == main.COMMAND_HOMES
+
+
 def test_every_command_has_help_with_an_example(runner, cli):
+    import click
+
     def walk(group, prefix):
-        for name, cmd in group.commands.items():
+        ctx = click.Context(group)
+        for name in group.list_commands(ctx):
+            cmd = group.get_command(ctx, name)
             yield prefix + [name], cmd
-            if hasattr(cmd, "commands"):
+            if isinstance(cmd, click.Group):
                 yield from walk(cmd, prefix + [name])
 
     for argv, cmd in walk(cli, []):

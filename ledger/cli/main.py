@@ -23,8 +23,46 @@ COMMAND_MODULES = [
     "ledger.cli.export",
 ]
 
+# Which module provides each top-level command, so that `ipledger verify` does not pay for importing pandas,
+# reportlab and the agents before it starts (tests/test_cli_core.py checks this table against the modules).
+COMMAND_HOMES = {
+    "init": "ledger.cli.core", "ship": "ledger.cli.core", "verify": "ledger.cli.core", "log": "ledger.cli.core",
+    "hook": "ledger.cli.hooks", "hooks": "ledger.cli.hooks", "reconcile": "ledger.cli.hooks",
+    "receipt": "ledger.cli.receipt", "contract": "ledger.cli.contract",
+    "adjust": "ledger.cli.adjust", "resolve": "ledger.cli.adjust",
+    "demo": "ledger.cli.demo",
+    "findings": "ledger.cli.agents", "finding": "ledger.cli.agents", "explain": "ledger.cli.agents",
+    "ask": "ledger.cli.agents", "analyze": "ledger.cli.agents",
+    "import": "ledger.cli.importers", "pathb-command": "ledger.cli.importers",
+    "collect": "ledger.cli.collect",
+    "export": "ledger.cli.export",
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+
+def commands_of(module_name: str) -> dict[str, click.Command]:
+    """The commands a module registers (imports it)."""
+    scratch = click.Group()
+    importlib.import_module(module_name).register(scratch)
+    return dict(scratch.commands)
+
+
+class LazyGroup(click.Group):
+    """A group that imports a command's module only when that command is asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMAND_HOMES)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands:
+            home = COMMAND_HOMES.get(cmd_name)
+            if home is None:
+                return None
+            for name, cmd in commands_of(home).items():
+                self.commands.setdefault(name, cmd)
+        return self.commands.get(cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--db", "db", metavar="URL", envvar="IPLEDGER_DB",
               help="Ledger database (SQLAlchemy URL or a file path). Default: config file, then "
                    "sqlite:////var/lib/ipledger/ledger.db.")
@@ -43,10 +81,6 @@ def cli(ctx: click.Context, db: str | None, config_path: str | None) -> None:
       ipledger --db ./ledger.db receipt 1234 --format json
     """
     ctx.obj = AppContext(db_option=db, config_path=config_path)
-
-
-for _name in COMMAND_MODULES:
-    importlib.import_module(_name).register(cli)
 
 
 def main() -> None:
