@@ -21,6 +21,6 @@ apt-get update -qq
 # policy-rc.d keeps package scripts from starting system services: the tests start their own servers.
 printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
 trap 'rm -f /usr/sbin/policy-rc.d' EXIT
-apt-get install -y -qq --no-install-recommends $missing >/tmp/ipledger-apt.log 2>&1 || {
+apt-get install -y -qq $missing >/tmp/ipledger-apt.log 2>&1 || {
   tail -30 /tmp/ipledger-apt.log >&2; exit 1; }
 echo "system-deps: installed$missing"
