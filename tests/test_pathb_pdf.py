@@ -10,19 +10,20 @@ from pathlib import Path
 import pytest
 
 from reports import pathb, synthetic
+from tests.services import unavailable
 from reports.pdf_statement import fmt_hours
 
 
 def pdf_text(path: Path) -> str:
     if not shutil.which("pdftotext"):
-        pytest.skip("poppler-utils not installed (tests/setup-system.sh installs it)")
+        unavailable("poppler-utils not installed (tests/setup-system.sh installs it)")
     return subprocess.run(["pdftotext", "-layout", str(path), "-"], check=True, capture_output=True,
                           text=True).stdout
 
 
 def png_pages(path: Path, out: Path) -> list[Path]:
     if not shutil.which("pdftoppm"):
-        pytest.skip("poppler-utils not installed (tests/setup-system.sh installs it)")
+        unavailable("poppler-utils not installed (tests/setup-system.sh installs it)")
     subprocess.run(["pdftoppm", "-png", "-r", "40", str(path), str(out / "page")], check=True)
     return sorted(out.glob("page*.png"))
 
