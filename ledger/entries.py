@@ -16,33 +16,11 @@ if TYPE_CHECKING:  # annotations only (strings here): typing stays off the hook'
     from typing import Any, Mapping
 
 from .canonical import _ENCODE, canonical_json, format_ts, sha256_hex
+from .kinds import Kind
 
 ID_DOMAIN = "ipledger-entry-id-v1"
 HASH_DOMAIN = "ipledger-entry-hash-v1"
 GENESIS_HASH = "0" * 64
-
-
-class Kind:
-    """The entry vocabulary (docs/ledger.md describes each payload)."""
-
-    ALLOCATION_STARTED = "allocation_started"
-    ALLOCATION_ENDED = "allocation_ended"
-    ALLOCATION_SUSPENDED = "allocation_suspended"
-    ALLOCATION_RESUMED = "allocation_resumed"
-    ALLOCATION_REQUEUED = "allocation_requeued"
-    DEVICE_BOUND = "device_bound"
-    TELEMETRY_SUMMARY = "telemetry_summary"
-    TELEMETRY_SEGMENT = "telemetry_segment"
-    UNKNOWN_INTERVAL = "unknown_interval"
-    PROGRESS = "progress"
-    CONTRACT_VERSION = "contract_version"
-    ADJUSTMENT = "adjustment"
-    GAP_RESOLUTION = "gap_resolution"
-    RECEIPT_ISSUED = "receipt_issued"
-    FINDING_RECORDED = "finding_recorded"
-    FINDING_CONFIRMED = "finding_confirmed"
-    FINDING_DISMISSED = "finding_dismissed"
-    HOOK_ERROR = "hook_error"
 
 
 ALL_KINDS = frozenset(v for k, v in vars(Kind).items() if k.isupper())

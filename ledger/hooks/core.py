@@ -17,6 +17,7 @@ import sys
 import time
 
 from .. import __version__, spool
+from ..kinds import Kind
 from . import records, slurm
 from .records import entry_record
 
@@ -25,18 +26,6 @@ if TYPE_CHECKING:  # annotations only: typing, dataclasses and ledger.entries st
     from typing import Any, Mapping
 
 
-class Kind:
-    """The entry kinds the hooks write (= ledger.entries.Kind's values; tests/test_hook_fastpath.py checks)."""
-
-    ALLOCATION_STARTED = "allocation_started"
-    ALLOCATION_ENDED = "allocation_ended"
-    ALLOCATION_SUSPENDED = "allocation_suspended"
-    ALLOCATION_RESUMED = "allocation_resumed"
-    ALLOCATION_REQUEUED = "allocation_requeued"
-    DEVICE_BOUND = "device_bound"
-    TELEMETRY_SUMMARY = "telemetry_summary"
-    UNKNOWN_INTERVAL = "unknown_interval"
-    HOOK_ERROR = "hook_error"
 
 
 class SiteConfig:

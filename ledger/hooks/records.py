@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import time
 
+from ..kinds import Kind
+
 try:  # the digest is the same from either implementation; _sha256 avoids loading OpenSSL (≈ 3 ms)
     from _sha256 import sha256
 except ImportError:  # pragma: no cover - a Python built without it
@@ -29,9 +31,9 @@ if TYPE_CHECKING:  # annotations only: typing stays off the hook's import path
 
 ID_DOMAIN = "ipledger-entry-id-v1"  # = ledger.entries.ID_DOMAIN (a test keeps them equal)
 # The kinds the hooks write (a test checks each is in ledger.entries.ALL_KINDS).
-HOOK_KINDS = frozenset({"allocation_started", "allocation_ended", "allocation_suspended", "allocation_resumed",
-                        "allocation_requeued", "device_bound", "telemetry_summary", "unknown_interval",
-                        "hook_error"})
+HOOK_KINDS = frozenset({Kind.ALLOCATION_STARTED, Kind.ALLOCATION_ENDED, Kind.ALLOCATION_SUSPENDED,
+                        Kind.ALLOCATION_RESUMED, Kind.ALLOCATION_REQUEUED, Kind.DEVICE_BOUND,
+                        Kind.TELEMETRY_SUMMARY, Kind.UNKNOWN_INTERVAL, Kind.HOOK_ERROR})
 
 
 def _not_serializable(o: object) -> None:
