@@ -131,61 +131,55 @@ class RangeResult:
     last_hash: str = ""
 
 
+def _check_range(lo: int, hi: int, rows) -> RangeResult:  # noqa: ANN001
+    """The walk both backends share, over (seq, entry_id, prev_hash, hash, identity text, chain text) rows."""
+    from hashlib import sha256
+
+    expected, first_prev, prev = lo, None, None
+    for seq, eid, ph, h, ident, chain in rows:
+        if seq != expected or (prev is not None and ph != prev):
+            return RangeResult(lo, hi, False)
+        if ("e" + sha256(ident.encode("utf-8")).hexdigest()[:39] != eid
+                or sha256(chain.encode("utf-8")).hexdigest() != h):
+            return RangeResult(lo, hi, False)
+        if first_prev is None:
+            first_prev = ph
+        prev = h
+        expected += 1
+    return RangeResult(lo, hi, expected == hi + 1, first_prev or "", prev or "")
+
+
 def _verify_range_sqlite(path: str, lo: int, hi: int) -> RangeResult:
     import sqlite3
-    from hashlib import sha256
+
+    def rows(cur):  # noqa: ANN001, ANN202 - SQLite's json_array() already built both encodings
+        while batch := cur.fetchmany(_FETCH):
+            yield from batch
 
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        cur = con.execute(_SQLITE_SQL, (lo, hi))
-        expected, first_prev, prev = lo, None, None
-        while True:
-            rows = cur.fetchmany(_FETCH)
-            if not rows:
-                break
-            for seq, eid, ph, h, ident, chain in rows:
-                if seq != expected or (prev is not None and ph != prev):
-                    return RangeResult(lo, hi, False)
-                if ("e" + sha256(ident.encode("utf-8")).hexdigest()[:39] != eid
-                        or sha256(chain.encode("utf-8")).hexdigest() != h):
-                    return RangeResult(lo, hi, False)
-                if first_prev is None:
-                    first_prev = ph
-                prev = h
-                expected += 1
-        return RangeResult(lo, hi, expected == hi + 1, first_prev or "", prev or "")
+        return _check_range(lo, hi, rows(con.execute(_SQLITE_SQL, (lo, hi))))
     finally:
         con.close()
 
 
 def _verify_range_pg(conninfo: str, lo: int, hi: int) -> RangeResult:
-    from hashlib import sha256
-
     import psycopg
 
     from .canonical import _ENCODE
+
+    def rows(cur):  # noqa: ANN001, ANN202 - encodings built here with the prebuilt canonical encoder
+        for (seq, eid, kind, ts, ts_end, rec, cluster, job, run, node, device, payload, source, sv, ph, h) in cur:
+            ident = _ENCODE([ID_DOMAIN, kind, ts, ts_end, cluster, job, run, node, device, payload, source])
+            chain = _ENCODE([HASH_DOMAIN, seq, eid, kind, ts, ts_end, rec, cluster, job, run, node, device,
+                             payload, source, sv, ph])
+            yield seq, eid, ph, h, ident, chain
 
     with psycopg.connect(conninfo) as conn:
         with conn.cursor(name="ipledger_verify") as cur:  # server-side: memory stays flat
             cur.itersize = _FETCH
             cur.execute(_PG_SQL, (lo, hi))
-            expected, first_prev, prev = lo, None, None
-            for (seq, eid, kind, ts, ts_end, rec, cluster, job, run, node, device, payload, source, sv, ph,
-                 h) in cur:
-                if seq != expected or (prev is not None and ph != prev):
-                    return RangeResult(lo, hi, False)
-                ident = _ENCODE([ID_DOMAIN, kind, ts, ts_end, cluster, job, run, node, device, payload, source])
-                if "e" + sha256(ident.encode("utf-8")).hexdigest()[:39] != eid:
-                    return RangeResult(lo, hi, False)
-                chain = _ENCODE([HASH_DOMAIN, seq, eid, kind, ts, ts_end, rec, cluster, job, run, node, device,
-                                 payload, source, sv, ph])
-                if sha256(chain.encode("utf-8")).hexdigest() != h:
-                    return RangeResult(lo, hi, False)
-                if first_prev is None:
-                    first_prev = ph
-                prev = h
-                expected += 1
-    return RangeResult(lo, hi, expected == hi + 1, first_prev or "", prev or "")
+            return _check_range(lo, hi, rows(cur))
 
 
 def _range_job(args: tuple) -> RangeResult:
