@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: venv demo test test-fast system-deps bench clean
+.PHONY: venv demo test test-fast soak system-deps bench clean
 
 venv: $(STAMP)
 
@@ -27,6 +27,10 @@ test: system-deps venv
 
 test-fast: venv
 	$(VENV)/bin/python -m pytest -q -x -m "not slurm and not prometheus"
+
+# The adversarial suite at full size (docs/reliability.md): 100 kill trials, 10,000 inputs per parser.
+soak: system-deps venv
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --soak -m soak
 
 bench: venv
 	$(VENV)/bin/python -m bench

@@ -16,6 +16,23 @@ FIXTURES = Path(__file__).parent / "fixtures"
 _counter = itertools.count()
 
 
+def pytest_addoption(parser):
+    parser.addoption("--soak", action="store_true", default=False,
+                     help="run the adversarial tests at their soak size (docs/reliability.md); also IPLEDGER_SOAK=1")
+
+
+@pytest.fixture(scope="session")
+def soak(request) -> bool:
+    """True for the long variants: `make soak`, `pytest --soak`, or IPLEDGER_SOAK=1."""
+    return bool(request.config.getoption("--soak")) or os.environ.get("IPLEDGER_SOAK", "") in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def trials(soak):
+    """How many trials an adversarial test runs: its `make test` size, or its soak size under --soak."""
+    return lambda quick, full: full if soak else quick
+
+
 @pytest.fixture(scope="session")
 def postgres():
     pg = services.start_postgres()
