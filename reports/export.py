@@ -185,7 +185,9 @@ def long_table(st: Statement) -> pd.DataFrame:
 
 
 def write_csv(st: Statement, path: Path) -> None:
-    long_table(st).to_csv(path, index=False, float_format="%.6f")
+    from .csvwrite import write_csv as write_frame
+
+    write_frame(long_table(st), path)
 
 
 def write_parquet(st: Statement, path: Path) -> None:
