@@ -3,14 +3,15 @@
 Read-only toward the fleet (DESIGN.md §2.6): each program has an allowlist of argument shapes that read
 state (or, for DCGM job statistics, start/stop a *watch*, which changes no GPU setting). Anything else is
 refused before a process is started. Absolute paths come from the site config's ``[commands]`` table.
-Standard library only: the hooks call this on their fast path.
+Standard library only and import-light, as the hooks call this on their fast path: a program is started with
+``os.posix_spawn`` (vfork + exec: no copy of the interpreter's pages) and read through ``select.poll`` with a
+deadline, instead of ``subprocess``, whose imports (signal, threading, selectors, enum) cost more than the
+start of a small tool.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-from dataclasses import dataclass
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing stays off the hooks' import path (shutil too: see resolve())
@@ -53,13 +54,32 @@ class CommandRefused(PermissionError):
     """The program or its arguments are not on the read-only allowlist."""
 
 
-@dataclass(frozen=True)
 class CommandResult:
-    argv: tuple[str, ...]
-    returncode: int
-    stdout: str
-    stderr: str
-    timed_out: bool = False
+    """What a program said: argv, returncode, stdout, stderr (text), timed_out. Immutable; equal by value."""
+
+    __slots__ = ("argv", "returncode", "stdout", "stderr", "timed_out")
+
+    def __init__(self, argv: tuple[str, ...], returncode: int, stdout: str, stderr: str,
+                 timed_out: bool = False) -> None:
+        for name, value in zip(self.__slots__, (tuple(argv), returncode, stdout, stderr, timed_out)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"CommandResult is immutable (cannot set {name})")
+
+    __delattr__ = __setattr__  # type: ignore[assignment]
+
+    def _key(self) -> tuple:
+        return (self.argv, self.returncode, self.stdout, self.stderr, self.timed_out)
+
+    def __eq__(self, other: object) -> bool:
+        return self._key() == other._key() if isinstance(other, CommandResult) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return ("CommandResult(" + ", ".join(f"{n}={v!r}" for n, v in zip(self.__slots__, self._key())) + ")")
 
     @property
     def ok(self) -> bool:
@@ -83,8 +103,102 @@ def resolve(program: str, commands: Mapping[str, str] | None = None) -> str | No
     return shutil.which(program)
 
 
+_SIGKILL = 9  # fixed by POSIX; the signal module would import enum onto the hook path
+_READ = 65536
+
+
+def _decode(data: bytes) -> str:
+    # What subprocess's text mode gave: UTF-8 (the hooks run under a C/UTF-8 locale) with universal newlines.
+    text = data.decode("utf-8", "replace")
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
+def spawn_and_wait(argv: list[str], *, timeout: float, env: Mapping[str, str] | None = None
+                   ) -> tuple[int, str, str, bool]:
+    """Start ``argv`` (stdin /dev/null, stdout and stderr piped), read both until EOF or the deadline, reap it.
+
+    Returns (returncode, stdout, stderr, timed_out); on the deadline the program is killed (SIGKILL) and what
+    it had written so far is kept. A grandchild that keeps a pipe open cannot hold us past the deadline.
+    Raises OSError when the program cannot be started.
+    """
+    import select
+    import time
+
+    out_r, out_w = os.pipe()  # both ends close-on-exec; posix_spawn's dup2 gives the child inheritable 1 and 2
+    err_r, err_w = os.pipe()
+    try:
+        pid = os.posix_spawn(argv[0], argv, os.environ if env is None else env, file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, out_w, 1),
+            (os.POSIX_SPAWN_DUP2, err_w, 2)])
+    except BaseException:
+        for fd in (out_r, err_r):
+            os.close(fd)
+        raise
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    deadline = time.monotonic() + timeout
+    status = None
+    try:
+        poller = select.poll()
+        for fd in chunks:
+            poller.register(fd, select.POLLIN)
+        open_fds = len(chunks)
+        while open_fds and time.monotonic() < deadline:
+            for fd, _event in poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
+                data = os.read(fd, _READ)  # POLLIN or POLLHUP: the read returns data or says EOF
+                if data:
+                    chunks[fd].append(data)
+                else:
+                    poller.unregister(fd)
+                    open_fds -= 1
+        if not open_fds:  # both pipes at EOF: the program has exited or is about to; wait for it, to the deadline
+            status = _wait_until(pid, deadline, select)
+    finally:
+        for fd in chunks:
+            os.close(fd)
+        if status is None:  # past the deadline (or interrupted): kill it and reap it, never leave a zombie
+            try:
+                os.kill(pid, _SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(pid, 0)
+    out = _decode(b"".join(chunks[out_r]))
+    if status is None:
+        return 124, out, "", True
+    return os.waitstatus_to_exitcode(status), out, _decode(b"".join(chunks[err_r])), False
+
+
+def _wait_until(pid: int, deadline: float, select) -> int | None:  # noqa: ANN001 - the select module
+    """The wait status of ``pid`` once it exits, or None if it is still running at ``deadline``."""
+    import time
+
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        return status
+    try:
+        pidfd = os.pidfd_open(pid)  # Linux ≥ 5.3: readable when the process exits
+    except (AttributeError, OSError):
+        while time.monotonic() < deadline:  # elsewhere: poll the wait status
+            time.sleep(0.001)
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status
+        return None
+    try:
+        p = select.poll()
+        p.register(pidfd, select.POLLIN)
+        if not p.poll(max(0.0, deadline - time.monotonic()) * 1000):
+            return None
+    finally:
+        os.close(pidfd)
+    return os.waitpid(pid, 0)[1]
+
+
 # Tests replace this to prove nothing else is executed; production leaves it alone.
-_SPAWN = subprocess.run
+_SPAWN = spawn_and_wait
 
 
 def run(program: str, args: Sequence[str], *, commands: Mapping[str, str] | None = None,
@@ -96,11 +210,9 @@ def run(program: str, args: Sequence[str], *, commands: Mapping[str, str] | None
     if path is None or not os.path.exists(path):
         return CommandResult(argv, 127, "", f"{program}: not installed or not configured")
     try:
-        proc = _SPAWN(list(argv), capture_output=True, text=True, timeout=timeout,
-                      env=dict(env) if env is not None else None, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        return CommandResult(argv, 124, out, f"{program}: timed out after {timeout}s", timed_out=True)
+        code, out, err, timed_out = _SPAWN(list(argv), timeout=timeout, env=dict(env) if env is not None else None)
     except OSError as exc:
         return CommandResult(argv, 126, "", f"{program}: {exc}")
-    return CommandResult(argv, proc.returncode, proc.stdout, proc.stderr)
+    if timed_out:
+        return CommandResult(argv, 124, out, f"{program}: timed out after {timeout}s", timed_out=True)
+    return CommandResult(argv, code, out, err)
