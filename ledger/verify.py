@@ -6,11 +6,11 @@ Pure over the rows it reads; errors are returned as values (:class:`ChainProblem
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from sqlalchemy.engine import Engine
 
-from .entries import GENESIS_HASH, HASH_DOMAIN, ID_DOMAIN, ChainedEntry, chain_hash, compute_entry_id
+from .entries import GENESIS_HASH, HASH_DOMAIN, ID_DOMAIN, ChainedEntry, Entry, chain_hash, compute_entry_id
 from .store import iter_entries
 
 
@@ -40,29 +40,81 @@ class VerifyReport:
                 "problems": [{"seq": p.seq, "entry_id": p.entry_id, "reason": p.reason} for p in self.problems]}
 
 
-def check_chain(rows: Iterable[ChainedEntry]) -> VerifyReport:
-    """Recompute every id, link and hash; stop at the first break (everything after it is unproven)."""
+def check_chain(rows: Iterable[ChainedEntry], anchors: Sequence[Anchor] = ()) -> VerifyReport:
+    """Recompute every id, link and hash; stop at the first break (everything after it is unproven).
+
+    Rows come in stored order (SQLite: the table's own row order, see :func:`_sqlite_table_rows`); the
+    problem names the first *position* that is wrong: a missing entry's seq, not its successor's. An entry
+    whose successor links to the entry before it was inserted, so it is the one named. ``anchors`` are
+    (seq, hash) pairs recorded outside the database (an issued receipt, an earlier verify): only they can
+    show that the newest entries were removed, or the chain rewritten from some point on.
+    """
     expected_prev = GENESIS_HASH
+    before_prev = None          # the hash two entries back: tells an inserted entry from an edited one
     expected_seq = 0
     n = 0
+    wanted = {a.seq for a in anchors}
+    hashes: dict[int, str] = {}
     for ce in rows:
         n += 1
         expected_seq += 1
         e = ce.entry
-        problem = None
-        if ce.seq != expected_seq:
-            problem = f"sequence gap: expected {expected_seq}"
-        elif ce.prev_hash != expected_prev:
-            problem = "prev_hash does not link to the previous entry's hash"
-        elif compute_entry_id(e) != e.entry_id:
-            problem = "content does not match its entry_id"
-        elif chain_hash(ce.seq, e, ce.prev_hash) != ce.hash:
-            problem = "content does not match its hash"
+        named, problem = expected_seq, None
+        try:
+            if ce.seq != expected_seq:
+                problem = (f"entry {expected_seq} is missing or out of place: found seq {ce.seq!r} "
+                           f"({e.entry_id}) in its place")
+            elif ce.prev_hash != expected_prev:
+                if before_prev is not None and ce.prev_hash == before_prev:
+                    named, problem = expected_seq - 1, (f"entry {expected_seq - 1} was inserted: entry "
+                                                        f"{expected_seq} links to entry {expected_seq - 2}")
+                else:
+                    problem = "prev_hash does not link to the previous entry's hash"
+            elif compute_entry_id(e) != e.entry_id:
+                problem = "content does not match its entry_id"
+            elif chain_hash(ce.seq, e, ce.prev_hash) != ce.hash:
+                problem = "content does not match its hash"
+        except (TypeError, ValueError, UnicodeError) as exc:  # a value of the wrong type cannot be hashed
+            problem = f"entry cannot be encoded ({type(exc).__name__}: {exc})"
         if problem:
-            return VerifyReport(entries=n, head_seq=ce.seq, head_hash=ce.hash,
-                                problems=(ChainProblem(ce.seq, e.entry_id, problem),))
-        expected_prev = ce.hash
-    return VerifyReport(entries=n, head_seq=expected_seq, head_hash=expected_prev)
+            return VerifyReport(entries=n, head_seq=named, head_hash=str(ce.hash),
+                                problems=(ChainProblem(named, str(e.entry_id), problem),))
+        if ce.seq in wanted:
+            hashes[ce.seq] = ce.hash
+        before_prev, expected_prev = expected_prev, ce.hash
+    report = VerifyReport(entries=n, head_seq=expected_seq, head_hash=expected_prev)
+    return check_anchors(report, anchors, hashes)
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A (seq, hash) the ledger must still hold, kept outside it: ``SEQ:HASH`` on the command line."""
+
+    seq: int
+    hash: str
+
+    @classmethod
+    def parse(cls, text: str) -> "Anchor":
+        seq, sep, h = text.partition(":")
+        if not sep or not seq.strip().isdigit() or int(seq) < 1 or len(h.strip()) != 64:
+            raise ValueError(f"anchor {text!r}: expected SEQ:HASH (a sequence number and a 64-hex hash)")
+        return cls(int(seq), h.strip().lower())
+
+
+def check_anchors(report: VerifyReport, anchors: Sequence[Anchor], hashes: dict[int, str]) -> VerifyReport:
+    """Compare a clean chain with anchors; ``hashes`` maps seq to hash for the anchored entries present."""
+    for a in sorted(anchors, key=lambda a: a.seq):
+        if a.seq > report.head_seq:
+            missing = report.head_seq + 1
+            problem = ChainProblem(missing, "", f"entry {missing} is missing: the ledger ends at seq "
+                                                f"{report.head_seq} but anchor {a.seq}:{a.hash} is recorded")
+        elif hashes.get(a.seq) != a.hash:
+            problem = ChainProblem(a.seq, "", f"entry {a.seq} has hash {hashes.get(a.seq)} but the anchor "
+                                              f"records {a.hash}: the chain was rewritten at or before it")
+        else:
+            continue
+        return VerifyReport(report.entries, problem.seq, report.head_hash, (problem,))
+    return report
 
 
 ExtraCheck = Callable[[Engine, VerifyReport], list[ChainProblem]]
@@ -79,19 +131,22 @@ def register_check(fn: ExtraCheck) -> ExtraCheck:
 CHECK_MODULES = ["ledger.telemetry.store", "ledger.receipts.issue"]
 
 
-def verify(engine: Engine, chain_only: bool = False, workers: int | None = None) -> VerifyReport:
+def verify(engine: Engine, chain_only: bool = False, workers: int | None = None,
+           anchors: Sequence[Anchor] = ()) -> VerifyReport:
+    """The chain (and anchors), then the registered checks; problems in sequence order, the first bad first."""
     import importlib
 
     for name in CHECK_MODULES:
         importlib.import_module(name)
-    report = verify_chain(engine, workers=workers)
+    report = verify_chain(engine, workers=workers, anchors=anchors)
     if not report.ok or chain_only:
         return report
     problems: list[ChainProblem] = []
     for check in _EXTRA_CHECKS:
         problems.extend(check(engine, report))
     if problems:
-        return VerifyReport(report.entries, report.head_seq, report.head_hash, tuple(problems))
+        return VerifyReport(report.entries, report.head_seq, report.head_hash,
+                            tuple(sorted(problems, key=lambda p: p.seq)))
     return report
 
 
@@ -114,7 +169,7 @@ _SQLITE_SQL = (
     "json_array('" + ID_DOMAIN + "', kind, ts, ts_end, cluster, job_id, run, node, device, payload, source), "
     "json_array('" + HASH_DOMAIN + "', seq, entry_id, kind, ts, ts_end, recorded_at, cluster, job_id, run, "
     "node, device, payload, source, source_version, prev_hash) "
-    "FROM entries WHERE seq BETWEEN ? AND ? ORDER BY seq"
+    "FROM entries WHERE rowid BETWEEN ? AND ? ORDER BY rowid"
 )
 _PG_SQL = ("SELECT seq, entry_id, kind, ts, ts_end, recorded_at, cluster, job_id, run, node, device, payload, "
            "source, source_version, prev_hash, hash FROM entries WHERE seq BETWEEN %s AND %s ORDER BY seq")
@@ -184,7 +239,10 @@ def _verify_range_pg(conninfo: str, lo: int, hi: int) -> RangeResult:
 
 def _range_job(args: tuple) -> RangeResult:
     kind, target, lo, hi = args
-    return (_verify_range_sqlite if kind == "sqlite" else _verify_range_pg)(target, lo, hi)
+    try:
+        return (_verify_range_sqlite if kind == "sqlite" else _verify_range_pg)(target, lo, hi)
+    except Exception:  # noqa: BLE001 - undecodable text, a BLOB where text belongs...: the reference path names it
+        return RangeResult(lo, hi, False)
 
 
 def _fast_target(engine: Engine) -> tuple[str, str] | None:
@@ -198,7 +256,7 @@ def _fast_target(engine: Engine) -> tuple[str, str] | None:
     return None
 
 
-def verify_chain(engine: Engine, workers: int | None = None) -> VerifyReport:
+def verify_chain(engine: Engine, workers: int | None = None, anchors: Sequence[Anchor] = ()) -> VerifyReport:
     """The chain check of :func:`verify`: the fast path when it applies, the reference path otherwise."""
     import multiprocessing
     import os
@@ -210,7 +268,10 @@ def verify_chain(engine: Engine, workers: int | None = None) -> VerifyReport:
     target = _fast_target(engine)
     if target is not None:
         with engine.connect() as conn:
-            lo, hi = conn.execute(text("SELECT MIN(seq), MAX(seq) FROM entries")).one()
+            # SQLite: the table's own rows (rowid == seq in every honest ledger), not the seq index, which a
+            # direct edit of the file can leave disagreeing with the rows.
+            lo, hi = conn.execute(text("SELECT MIN(rowid), MAX(rowid) FROM entries" if target[0] == "sqlite"
+                                       else "SELECT MIN(seq), MAX(seq) FROM entries")).one()
         if lo == 1 and hi is not None and hi >= FAST_MIN_ENTRIES:
             n = int(hi)
             if workers is None:
@@ -234,5 +295,49 @@ def verify_chain(engine: Engine, workers: int | None = None) -> VerifyReport:
             ok = all(r.ok for r in results) and results[0].first_prev == GENESIS_HASH and all(
                 results[i].first_prev == results[i - 1].last_hash for i in range(1, len(results)))
             if ok:
-                return VerifyReport(entries=n, head_seq=n, head_hash=results[-1].last_hash)
-    return check_chain(iter_entries(engine))
+                report = VerifyReport(entries=n, head_seq=n, head_hash=results[-1].last_hash)
+                return check_anchors(report, anchors, _hashes_at(engine, [a.seq for a in anchors]))
+    rows = _sqlite_table_rows(engine) if engine.dialect.name == "sqlite" else iter_entries(engine)
+    return check_chain(rows, anchors)
+
+
+def _hashes_at(engine: Engine, seqs: Sequence[int]) -> dict[int, str]:
+    from sqlalchemy import text
+
+    if not seqs:
+        return {}
+    key = "rowid" if engine.dialect.name == "sqlite" else "seq"
+    with engine.connect() as conn:
+        return {int(s): h for s, h in conn.execute(
+            text(f"SELECT seq, hash FROM entries WHERE {key} IN ({','.join(str(int(s)) for s in seqs)})"))}
+
+
+def _sqlite_table_rows(engine: Engine, batch: int = 10_000) -> Iterable[ChainedEntry]:
+    """Every row of the SQLite entries table in the table's own order (rowid), values as the row holds them.
+
+    Not through the seq index: SQLite reads indexed columns from the index, so an edit of the file that
+    changes a row's seq but not the index would be invisible to ``ORDER BY seq``. Text that is not UTF-8 is
+    decoded with replacement characters, so it cannot hash as the original did and is named, not raised.
+    """
+    from .store import ENTRY_COLUMNS
+
+    raw = engine.raw_connection()
+    try:
+        dbapi = raw.driver_connection
+        dbapi.text_factory = lambda b: b.decode("utf-8", "replace")
+        sql = f"SELECT rowid, {', '.join(ENTRY_COLUMNS)} FROM entries WHERE rowid > ? ORDER BY rowid LIMIT ?"
+        last = 0
+        while True:
+            rows = dbapi.execute(sql, (last, batch)).fetchall()
+            for rowid, seq, eid, kind, ts, ts_end, rec, cluster, job, run, node, device, payload, source, sv, \
+                    ph, h in rows:
+                e = Entry(kind=kind, ts=ts, payload=payload, ts_end=ts_end, recorded_at=rec, cluster=cluster,
+                          job_id=job, run=run, node=node, device=device, source=source, source_version=sv,
+                          entry_id=eid)
+                yield ChainedEntry(seq=seq, entry=e, prev_hash=ph, hash=h)
+            if len(rows) < batch:
+                return
+            last = rows[-1][0]
+    finally:
+        dbapi.text_factory = str
+        raw.close()
