@@ -96,9 +96,10 @@ class Anchor:
     @classmethod
     def parse(cls, text: str) -> "Anchor":
         seq, sep, h = text.partition(":")
-        if not sep or not seq.strip().isdigit() or int(seq) < 1 or len(h.strip()) != 64:
+        h = h.strip().lower()
+        if not sep or not seq.strip().isdigit() or int(seq) < 1 or len(h) != 64 or h.strip("0123456789abcdef"):
             raise ValueError(f"anchor {text!r}: expected SEQ:HASH (a sequence number and a 64-hex hash)")
-        return cls(int(seq), h.strip().lower())
+        return cls(int(seq), h)
 
 
 def check_anchors(report: VerifyReport, anchors: Sequence[Anchor], hashes: dict[int, str]) -> VerifyReport:

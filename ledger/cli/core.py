@@ -77,16 +77,25 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
 @click.command("verify")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--chain-only", is_flag=True, help="Check the hash chain only, not evidence or issued receipts.")
+@click.option("--anchor", "anchors", multiple=True, metavar="SEQ:HASH",
+              help="An entry's hash kept outside the ledger (a receipt's through_seq:head_hash, an earlier "
+                   "verify's head); the ledger must still hold it. Repeatable.")
 @pass_app
-def verify_cmd(app: AppContext, as_json: bool, chain_only: bool) -> None:
+def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[str, ...]) -> None:
     """Walk the hash chain (and replay issued receipts); exit 1 naming the first entry that does not match.
 
     \b
     Example:
       ipledger verify
-      ipledger verify --json
+      ipledger verify --json --anchor 1200:3f5e...c1
     """
-    report = verify_ledger(app.engine(), chain_only=chain_only)
+    from ..verify import Anchor
+
+    try:
+        parsed = [Anchor.parse(a) for a in anchors]
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    report = verify_ledger(app.engine(), chain_only=chain_only, anchors=parsed)
     if as_json:
         emit_json(report.to_json())
     elif report.ok:
