@@ -60,7 +60,11 @@ class ReconcileReport:
 
 
 def open_runs(entries: Iterable[ChainedEntry]) -> list[OpenRun]:
-    """Runs with a start and no end, per node (each node of a multi-node job has its own prolog and epilog)."""
+    """Runs with a start and no end, per node (each node of a multi-node job has its own prolog and epilog).
+
+    An end without a node closes the run on every node. Path B's synthetic runs (payload ``synthetic``) are
+    not Slurm's to judge: the scheduler never heard of ``node:gpu-07``, and they carry their own end anyway.
+    """
     runs: dict[tuple, OpenRun] = {}
     ended: set[tuple] = set()
     devices: dict[tuple, list] = {}
@@ -69,7 +73,7 @@ def open_runs(entries: Iterable[ChainedEntry]) -> list[OpenRun]:
         if e.job_id is None:
             continue
         key = (e.cluster, e.job_id, e.run or 0, e.node)
-        if e.kind == Kind.ALLOCATION_STARTED and key not in runs:
+        if e.kind == Kind.ALLOCATION_STARTED and key not in runs and not e.data.get("synthetic"):
             runs[key] = OpenRun(e.cluster, e.job_id, e.run or 0, e.node, ts_to_epoch(e.ts))
         elif e.kind == Kind.ALLOCATION_ENDED:
             ended.add(key)
@@ -77,7 +81,7 @@ def open_runs(entries: Iterable[ChainedEntry]) -> list[OpenRun]:
             devices.setdefault(key, []).append(e.device)
     out = []
     for key, r in runs.items():
-        if key in ended:
+        if key in ended or key[:3] + (None,) in ended:
             continue
         r.devices = list(dict.fromkeys(devices.get(key, [])))
         out.append(r)
