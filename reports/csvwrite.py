@@ -107,7 +107,7 @@ def _formatter(dtype):  # noqa: ANN001, ANN202
         return lambda col: _float_cells(col.to_numpy())
     if pd.api.types.is_integer_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype):
         return _int_cells
-    if dtype == object:
+    if dtype == object or isinstance(dtype, pd.StringDtype):
         return _text_cells
     return None
 

@@ -152,35 +152,65 @@ def _recompute(engine, pending: list[tuple[Any, dict]]) -> list[tuple[Any, dict,
     return out
 
 
+def _issue_rows(engine, through_seq: int, batch: int = 10_000):  # noqa: ANN001, ANN202
+    """(seq, payload text, recorded_at, ts) of every issue through ``through_seq``, in sequence order, in
+    batches: only the columns the statement reads, without building an entry object per row."""
+    from ledger.entries import Kind
+
+    sql = text("SELECT seq, payload, recorded_at, ts FROM entries WHERE kind = :k AND seq > :after "
+               "AND seq <= :s ORDER BY seq LIMIT :lim")
+    last = 0
+    with engine.connect() as conn:
+        while True:
+            rows = conn.execute(sql, {"k": Kind.RECEIPT_ISSUED, "after": last, "s": through_seq,
+                                      "lim": batch}).fetchall()
+            yield rows
+            if len(rows) < batch:
+                return
+            last = int(rows[-1][0])
+
+
+def _hash_only_entries(engine, through_seq: int, seqs: set[int]) -> list:  # noqa: ANN001
+    """The entries of issues that carry only a receipt's hash (rare: their receipts are recomputed)."""
+    from ledger import store
+    from ledger.entries import Kind
+
+    return [ce for ce in store.iter_entries(engine, through_seq=through_seq, kinds=[Kind.RECEIPT_ISSUED])
+            if ce.seq in seqs]
+
+
 def load_issues(engine, through_seq: int | None = None,  # noqa: ANN001
                 progress: ProgressFn | None = None, grace_s: float = 0.0) -> IssuedSet:
     """Every issued receipt through ``through_seq`` (default: the whole ledger), in sequence order."""
-    from ledger import store
+    import json
+
     from ledger.entries import Kind
 
     seq, head = ledger_head(engine, through_seq)
     issues: list[Issue] = []
-    pending: list[tuple[Any, dict]] = []
+    pending_seqs: set[int] = set()
     n = 0
     total = 0
     if progress:
         with engine.connect() as conn:
             total = int(conn.execute(text("SELECT COUNT(*) FROM entries WHERE kind = :k AND seq <= :s"),
                                      {"k": Kind.RECEIPT_ISSUED, "s": seq}).scalar() or 0)
-    for ce in store.iter_entries(engine, through_seq=seq, kinds=[Kind.RECEIPT_ISSUED]):
-        p = ce.entry.data
-        issued_at = _epoch(p.get("issued_at") or ce.entry.recorded_at or ce.entry.ts)
-        if _is_receipt(p.get("receipt")):
-            issues.append(Issue(ce.seq, issued_at, p["receipt"], p.get("receipt_hash")))
-        elif _is_receipt(p):
-            issues.append(Issue(ce.seq, issued_at, p, p.get("receipt_hash")))
-        else:
-            pending.append((ce, p))
-        n += 1
-        if progress and n % 1000 == 0:
+    loads = json.loads
+    for rows in _issue_rows(engine, seq):
+        for entry_seq, payload, recorded_at, ts in rows:
+            p = loads(payload)
+            issued_at = _epoch(p.get("issued_at") or recorded_at or ts)
+            r = p.get("receipt")
+            if _is_receipt(r):
+                issues.append(Issue(int(entry_seq), issued_at, r, p.get("receipt_hash")))
+            elif _is_receipt(p):
+                issues.append(Issue(int(entry_seq), issued_at, p, p.get("receipt_hash")))
+            else:
+                pending_seqs.add(int(entry_seq))
+        n += len(rows)
+        if progress and rows:
             progress(n, total)
-    if progress and n:
-        progress(n, total)
+    pending = [(ce, ce.entry.data) for ce in _hash_only_entries(engine, seq, pending_seqs)] if pending_seqs else []
     bad = 0
     for ce, r, ok in _recompute(engine, pending):
         p = ce.entry.data

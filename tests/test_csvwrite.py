@@ -34,8 +34,11 @@ def frames(draw) -> pd.DataFrame:  # noqa: ANN001
         "ni": pd.array(draw(st.lists(st.one_of(st.none(), st.integers(-10**6, 10**6)), min_size=n, max_size=n)),
                        dtype="Int64"),
         "g": draw(st.lists(floats, min_size=n, max_size=n)),
+        "s": pd.Series(draw(st.lists(texts, min_size=n, max_size=n)), dtype="string"),
     }
-    return pd.DataFrame({k: (np.array(v, dtype="float64") if k in ("f", "g") else v) for k, v in cols.items()})
+    df = pd.DataFrame({k: (np.array(v, dtype="float64") if k in ("f", "g") else v) for k, v in cols.items()})
+    df["const"] = "2026-11"  # a scalar column: pandas infers its own text dtype
+    return df
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -45,6 +48,26 @@ def test_same_bytes_as_pandas(tmp_path_factory, df):  # noqa: ANN001
     df.to_csv(d / "pandas.csv", index=False, float_format="%.6f")
     csvwrite.write_csv(df, d / "arrow.csv")
     assert (d / "arrow.csv").read_bytes() == (d / "pandas.csv").read_bytes()
+
+
+def test_a_statement_takes_the_arrow_path_and_matches_pandas(tmp_path, monkeypatch):
+    """Every column of a real statement's long table is formatted column-wise (no silent pandas fallback)."""
+    import datetime as dt
+
+    from reports import synthetic
+    from reports.export import long_table, statement_from_issues
+    from reports.issued import Issue, IssuedSet
+
+    rs = list(synthetic.receipts(60, "2026-11", seed=5))
+    at = dt.datetime(2026, 12, 2, tzinfo=dt.timezone.utc).timestamp()
+    issued = IssuedSet(issues=[Issue(i + 1, at, r) for i, r in enumerate(rs)], through_seq=len(rs), head_hash="h")
+    table = long_table(statement_from_issues(issued, "2026-11"))
+    assert all(csvwrite._formatter(t) is not None for t in table.dtypes)
+    monkeypatch.setattr(table, "to_csv", None)  # the arrow path must not need pandas' writer
+    csvwrite.write_csv(table, tmp_path / "arrow.csv")
+    monkeypatch.undo()
+    table.to_csv(tmp_path / "pandas.csv", index=False, float_format="%.6f")
+    assert (tmp_path / "arrow.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes()
 
 
 def test_chunks_and_unsupported_dtypes_still_match(tmp_path, monkeypatch):
