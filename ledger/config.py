@@ -79,7 +79,7 @@ def _parse_toml(cfg_path: str) -> dict:
     try:
         with open(cfg_path, encoding="utf-8") as f:  # text mode, as Path.read_text: newlines translated
             return tomllib.loads(f.read())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # TOMLDecodeError, UnicodeDecodeError, and int()'s digit limit inside tomllib
         raise ConfigError(f"{cfg_path}: not valid TOML: {exc}") from None
 
 

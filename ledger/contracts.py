@@ -182,9 +182,11 @@ def read_contract(path: str | Path) -> Contract:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ContractError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ContractError(f"{p}: byte {exc.start}: not UTF-8 text") from None
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # TOMLDecodeError, and int()'s digit limit inside tomllib
         raise ContractError(f"{p}: not valid TOML: {exc}") from None
     return parse_contract(data, str(p))
 

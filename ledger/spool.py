@@ -72,6 +72,29 @@ def write_records(spool_dir: str | os.PathLike, records: Iterable[Mapping], pref
     return final
 
 
+def shipping_lock(spool_dir: str | os.PathLike):
+    """A context holding an exclusive lock on the spool directory (flock), so shippers of one spool take
+    turns: a second one waits instead of re-reading files the first has committed but not yet moved aside.
+    Writers never take it. A missing directory is not locked (there is nothing to ship)."""
+    import contextlib
+    import fcntl
+
+    @contextlib.contextmanager
+    def held():  # noqa: ANN202
+        try:
+            fd = os.open(spool_dir, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)   # released by the kernel if the shipper dies
+            yield
+        finally:
+            os.close(fd)
+
+    return held()
+
+
 def pending_files(spool_dir: str | os.PathLike, stale_tmp_seconds: float = STALE_TMP_SECONDS) -> list[Path]:
     """Files ready to ship, oldest first: every ``.jsonl`` and every ``.tmp`` abandoned by a crashed writer."""
     from pathlib import Path
@@ -136,7 +159,7 @@ def parse(text: str, path: Path) -> SpoolRead:
             rec = json.loads(line)
             if not isinstance(rec, dict):
                 raise ValueError("not an object")
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deeply
             if last:
                 torn = line
             else:

@@ -62,8 +62,11 @@ def _two_ints(text: str) -> tuple[int, int] | None:
 
 
 def _digits(text: str) -> bool:
-    """What ``\\d+`` matches in full: one or more Unicode decimal digits (int() reads all of them)."""
-    return text.isdecimal()
+    """One to 18 Unicode decimal digits, which int() reads (``\\d``; not ``isdigit``, which also takes ``²``).
+
+    Longer runs are no id, count or code Slurm prints, and int() refuses 4,300 digits and more.
+    """
+    return text.isdecimal() and len(text) <= 18
 
 
 def parse_scontrol_oneline(text: str) -> dict[str, str]:
@@ -97,15 +100,20 @@ def parse_duration(value: str | None) -> float | None:
         return None
     import re
 
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+):(\d+):(\d+)", value.strip())
+    m = re.fullmatch(r"(?:(\d{1,9})-)?(\d{1,9}):(\d{1,9}):(\d{1,9})", value.strip())
     if not m:
         return None
     d, h, mi, s = (int(x) if x else 0 for x in m.groups())
     return float(((d * 24 + h) * 60 + mi) * 60 + s)
 
 
+# No node has this many GPUs: a larger index (a corrupt ``0-99999999999``) is skipped rather than expanded,
+# which would exhaust the hook's memory and time budget.
+MAX_GPU_INDEX = 4095
+
+
 def parse_index_list(value: str | None) -> list[int]:
-    """``0,1`` / ``0-2,5`` -> [0, 1, 2, 5]; anything else (``NoDevFiles``, empty) -> []."""
+    """``0,1`` / ``0-2,5`` -> [0, 1, 2, 5]; anything else (``NoDevFiles``, empty, > MAX_GPU_INDEX) is skipped."""
     out: list[int] = []
     for part in (value or "").split(","):
         part = part.strip()
@@ -114,7 +122,8 @@ def parse_index_list(value: str | None) -> list[int]:
             continue
         lo = int(a)
         hi = int(b) if dash else lo
-        out.extend(range(lo, hi + 1))
+        if hi <= MAX_GPU_INDEX:
+            out.extend(range(lo, hi + 1))
     return out
 
 
@@ -140,10 +149,10 @@ def job_record(fields: Mapping[str, str]) -> JobRecord:
     m = _two_ints(fields.get("ExitCode", ""))
     restarts = fields.get("Restarts")
     return JobRecord(
-        state=opt("JobState"), restarts=int(restarts) if restarts and restarts.isdigit() else None,
+        state=opt("JobState"), restarts=int(restarts) if restarts and _digits(restarts) else None,
         start=parse_slurm_time(fields.get("StartTime")), end=parse_slurm_time(fields.get("EndTime")),
         suspend_time=parse_slurm_time(fields.get("SuspendTime")),
-        secs_pre_suspend=float(fields["SecsPreSuspend"]) if fields.get("SecsPreSuspend", "").isdigit() else None,
+        secs_pre_suspend=float(fields["SecsPreSuspend"]) if _digits(fields.get("SecsPreSuspend", "")) else None,
         run_time=parse_duration(fields.get("RunTime")),
         exit_code=m[0] if m else None, exit_signal=m[1] if m else None,
         qos=opt("QOS"), tres=opt("TRES"), nodes=opt("NodeList"), partition=opt("Partition"),
@@ -169,9 +178,9 @@ def job_env(environ: Mapping[str, str]) -> JobEnv | None:
                  or environ.get("GPU_DEVICE_ORDINAL") or environ.get("ROCR_VISIBLE_DEVICES") or "")
     m = _two_ints(environ.get("SLURM_JOB_EXIT_CODE2", ""))
     ec = environ.get("SLURM_JOB_EXIT_CODE")
-    exit_code = m[0] if m else (int(ec) if ec and ec.lstrip("-").isdigit() else None)
+    exit_code = m[0] if m else (int(ec) if ec and _digits(ec[1:] if ec[0] == "-" else ec) else None)
     return JobEnv(
-        job_id=job_id, restart_count=int(rc) if rc and rc.isdigit() else None,
+        job_id=job_id, restart_count=int(rc) if rc and _digits(rc) else None,
         cluster=environ.get("SLURM_CLUSTER_NAME"), node=environ.get("SLURMD_NODENAME"),
         account=environ.get("SLURM_JOB_ACCOUNT"), user=environ.get("SLURM_JOB_USER"),
         uid=environ.get("SLURM_JOB_UID"), partition=environ.get("SLURM_JOB_PARTITION"),

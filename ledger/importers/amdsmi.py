@@ -14,13 +14,11 @@ The output has no timestamps unless a record carries one: ``start``/``interval``
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import re
 from pathlib import Path
 
-from .common import Collected, DeviceInfo, InputError, decode_text
+from .common import Collected, CsvReader, DeviceInfo, InputError, decode_text
 from .dmon import _META, _epoch
 
 PCT = 0.01
@@ -138,6 +136,9 @@ def parse_json(text: str, path: str, ticker: _Ticker) -> None:
             doc, pos = dec.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
             raise InputError(path, f"line {exc.lineno} column {exc.colno}", f"invalid JSON ({exc.msg})") from None
+        except (RecursionError, ValueError) as exc:  # too deep, or int()'s digit limit on a huge number
+            why = "JSON nested too deeply" if isinstance(exc, RecursionError) else f"invalid JSON ({exc})"
+            raise InputError(path, f"line {text.count(chr(10), 0, pos) + 1}", why) from None
         docs.append(doc)
     records = []
     for d in docs:
@@ -232,7 +233,7 @@ def _add_row(c: Collected, ticker: _Ticker, gpu: str, row: dict[str, str], place
 
 
 def parse_csv(text: str, path: str, ticker: _Ticker) -> None:
-    reader = csv.reader(io.StringIO(text))
+    reader = CsvReader(text, path)
     header = [h.strip().lower() for h in next(reader)]
     if "gpu" not in header:
         raise InputError(path, "line 1", f"wrong columns: no 'gpu' column in {','.join(header)[:100]}")

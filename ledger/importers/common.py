@@ -7,9 +7,11 @@ value is missing is kept only for the missing ones.
 
 from __future__ import annotations
 
+import csv
+import io
 from array import array
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -230,6 +232,27 @@ def _merge_info(old: DeviceInfo, new: DeviceInfo) -> DeviceInfo:
     changes = {f.name: getattr(new, f.name) for f in dc_fields(old)
                if getattr(old, f.name) is None and getattr(new, f.name) is not None}
     return replace(old, **changes)
+
+
+class CsvReader:
+    """``csv.reader`` whose malformed rows (a NUL, a stray quote or carriage return) are InputErrors naming the line."""
+
+    def __init__(self, source: str | Iterable[str], path: str, **fmt) -> None:
+        self.path = path
+        self._reader = csv.reader(io.StringIO(source) if isinstance(source, str) else source, **fmt)
+
+    @property
+    def line_num(self) -> int:
+        return self._reader.line_num
+
+    def __iter__(self) -> "CsvReader":
+        return self
+
+    def __next__(self) -> list[str]:
+        try:
+            return next(self._reader)
+        except csv.Error as exc:
+            raise InputError(self.path, f"line {self._reader.line_num}", f"malformed CSV ({exc})") from None
 
 
 def decode_text(data: bytes, path: str) -> str:

@@ -9,14 +9,12 @@ loops appended) are skipped. XML: one ``<nvidia_smi_log>`` document per snapshot
 
 from __future__ import annotations
 
-import csv
-import io
 import re
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .common import Collected, DeviceInfo, InputError, decode_text
+from .common import Collected, CsvReader, DeviceInfo, InputError, decode_text
 
 # query name -> (Sample field, scale)
 QUERY_FIELDS = {
@@ -73,7 +71,7 @@ def parse_csv(text: str, path: str = "<input>", *, start: float | None = None, i
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith(("$", "#"))]
     header: list[str] | None = None
     tick, seen = -1, set()
-    for n, row in enumerate(csv.reader(io.StringIO("\n".join(lines)), skipinitialspace=True), start=1):
+    for n, row in enumerate(CsvReader("\n".join(lines), path, skipinitialspace=True), start=1):
         names = [h.split(" [")[0].strip() for h in row]
         if _is_header(names):
             header = names

@@ -9,8 +9,6 @@ Labels across dcgm-exporter versions: ``UUID``, ``gpu``, ``modelName``, ``pci_bu
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import re
@@ -23,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from .common import Collected, Context, DeviceInfo, InputError, decode_text
+from .common import Collected, CsvReader, Context, DeviceInfo, InputError, decode_text
 from .dcgm_fields import BY_NAME
 
 MAX_POINTS_PER_SERIES = 11_000    # Prometheus refuses (end-start)/step above this (web/api/v1/api.go)
@@ -107,6 +105,10 @@ def _load_json(text: str, path: str, line_offset: int = 0):
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(path, f"line {exc.lineno + line_offset} column {exc.colno}", f"invalid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise InputError(path, f"line {1 + line_offset}", "JSON nested too deeply for a Prometheus response") from None
+    except ValueError as exc:  # int()'s digit limit on a 4,300-digit number
+        raise InputError(path, f"line {1 + line_offset}", f"invalid JSON ({exc})") from None
 
 
 def _add_response(c: Collected, doc, place: str) -> None:
@@ -154,7 +156,7 @@ def _parse_ts(s: str) -> float:
 def parse_csv(text: str, path: str = "<input>") -> Collected:
     """Long CSV: ``timestamp,metric|__name__,<label columns>...,value`` (unix seconds or RFC 3339)."""
     c = Collected("prometheus", path=path)
-    reader = csv.reader(io.StringIO(text))
+    reader = CsvReader(text, path)
     try:
         header = [h.strip() for h in next(reader)]
     except StopIteration:
@@ -241,7 +243,7 @@ def sniff(text: str) -> str:
             try:
                 json.loads(first)
                 return "jsonl"
-            except ValueError:
+            except (ValueError, RecursionError):
                 pass
         return "json"
     first_line = head.split("\n", 1)[0].lower()
@@ -315,7 +317,7 @@ def _get(url: str, timeout: float) -> dict:
         raise InputError(url.split("?")[0], "", f"cannot reach Prometheus: {getattr(exc, 'reason', exc)}") from None
     try:
         return json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise InputError(url.split("?")[0], "", "response is not JSON") from None
 
 

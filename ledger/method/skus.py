@@ -65,7 +65,7 @@ def site_table(extra: Mapping | None = None, config_dir: str | None = None) -> d
             p = Path(config_dir) / p
         try:
             data = tomllib.loads(p.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+        except (OSError, ValueError) as exc:  # ValueError: TOMLDecodeError, not UTF-8, int()'s digit limit
             raise SkuError(f"{p}: cannot read SKU table: {exc}") from None
         table.update(_merge(table, _parse_raw(data.get("skus", data)), str(p)))
     if isinstance(extra.get("skus"), Mapping):

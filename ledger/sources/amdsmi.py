@@ -74,16 +74,33 @@ def _flatten(obj: Any, prefix: str, out: dict, missing: dict) -> None:
                 pass
 
 
-def parse_metric_json(text: str) -> Snapshot:
-    """``amd-smi metric [...] --json`` -> per-GPU flattened numbers (a leading ``$ command`` line is skipped)."""
-    body = text[text.index("[") if "[" in text else 0:]
-    data = json.loads(body)
+def _records(text: str, what: str) -> list[dict]:
+    """The per-GPU objects of an ``amd-smi ... --json`` answer; ValueError (what the callers catch) on any other shape."""
+    try:
+        data = json.loads(text[text.index("["):] if "[" in text else text)
+    except RecursionError:
+        raise ValueError(f"amd-smi {what} JSON: nested too deeply") from None
     if isinstance(data, dict):
         data = data.get("gpu_data") or [data]
+    if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+        raise ValueError(f"amd-smi {what} JSON: expected a list of per-GPU objects")
+    return data
+
+
+def _gpu_index(item: dict, what: str) -> int:
+    gpu = _unwrap(item.get("gpu"))
+    if isinstance(gpu, bool) or not isinstance(gpu, (int, str)) or not str(gpu).strip().isdecimal() \
+            or len(str(gpu).strip()) > 9:
+        raise ValueError(f"amd-smi {what} JSON: \"gpu\" is not a GPU index: {str(gpu)[:40]!r}")
+    return int(gpu)
+
+
+def parse_metric_json(text: str) -> Snapshot:
+    """``amd-smi metric [...] --json`` -> per-GPU flattened numbers (a leading ``$ command`` line is skipped)."""
     values: dict[int, dict[str, float]] = {}
     missing: dict[int, dict[str, str]] = {}
-    for item in data:
-        idx = int(_unwrap(item.get("gpu")))
+    for item in _records(text, "metric"):
+        idx = _gpu_index(item, "metric")
         v: dict[str, float] = {}
         m: dict[str, str] = {}
         _flatten({k: x for k, x in item.items() if k != "gpu"}, "", v, m)
@@ -160,32 +177,29 @@ def counter_delta(before: Mapping[str, float], after: Mapping[str, float],
 
 def parse_list_json(text: str) -> list[AmdGpu]:
     """``amd-smi list --json``: ``[{"gpu": 0, "bdf": "...", "uuid": "...", ...}]``."""
-    data = json.loads(text[text.index("["):] if "[" in text else text)
     gpus = []
-    for item in data:
+    for item in _records(text, "list"):
         miss = {}
         vals = {}
         for k in ("bdf", "uuid"):
             v = _unwrap(item.get(k))
-            if v in NA:
+            if v is None or (isinstance(v, str) and v in NA):
                 miss[k] = "not_available"
                 vals[k] = None
             else:
                 vals[k] = str(v)
-        gpus.append(AmdGpu(index=int(_unwrap(item["gpu"])), missing=miss, **vals))
+        gpus.append(AmdGpu(index=_gpu_index(item, "list"), missing=miss, **vals))
     return gpus
 
 
 def parse_static_market_names(text: str) -> dict[int, str]:
     """``amd-smi static --asic --json``: GPU index -> ``asic.market_name`` (the SKU)."""
-    data = json.loads(text[text.index("["):] if "[" in text else text)
-    if isinstance(data, dict):
-        data = data.get("gpu_data") or [data]
     out = {}
-    for item in data:
-        name = _unwrap((item.get("asic") or {}).get("market_name"))
-        if name not in NA:
-            out[int(_unwrap(item["gpu"]))] = str(name)
+    for item in _records(text, "static"):
+        asic = item.get("asic")
+        name = _unwrap(asic.get("market_name")) if isinstance(asic, dict) else None
+        if isinstance(name, (str, int, float)) and name not in NA:
+            out[_gpu_index(item, "static")] = str(name)
     return out
 
 

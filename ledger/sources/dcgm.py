@@ -153,7 +153,7 @@ def _rows(lines: list[str]):
 
 def _parse_block(header: str, lines: list[str]) -> GpuJobStats:
     gpu_id = None
-    m = re.match(r"GPU ID:\s*(\d+)", header)
+    m = re.match(r"GPU ID:\s*(\d{1,9})", header)
     if m:
         gpu_id = int(m.group(1))
     values: dict[str, object] = {}
@@ -164,7 +164,7 @@ def _parse_block(header: str, lines: list[str]) -> GpuJobStats:
     for label, value, raw in _rows(lines):
         if label == "PID":
             in_procs = True
-            processes.append({"pid": int(value) if value.isdigit() else value})
+            processes.append({"pid": int(value) if value.isdecimal() and len(value) <= 18 else value})
             continue
         if in_procs and label.startswith("Avg "):
             key = "sm_util_pct" if "SM" in label else "memory_util_pct"
@@ -245,7 +245,7 @@ def parse_stats(text: str) -> JobStatsReport | DcgmError:
     header = None
     body: list[str] = []
     for i, ln in enumerate(lines):
-        m = re.match(r"\|\s*(GPU ID:\s*\d+|Summary)\s*\|\s*$", ln)
+        m = re.match(r"\|\s*(GPU ID:\s*\d{1,9}|Summary)\s*\|\s*$", ln)
         if m:
             if header is not None:
                 blocks.append(_parse_block(header, body))
@@ -268,7 +268,7 @@ def parse_discovery(text: str) -> list[DcgmGpu]:
     for line in text.splitlines():
         if "NvSwitch" in line or "Switch ID" in line:
             break
-        m = re.match(r"\|\s*(\d+)\s*\|\s*Name:\s*(.*?)\s*\|\s*$", line)
+        m = re.match(r"\|\s*(\d{1,9})\s*\|\s*Name:\s*(.*?)\s*\|\s*$", line)
         if m:
             if cur:
                 gpus.append(_gpu(cur))
@@ -297,7 +297,7 @@ def _gpu(d: dict) -> DcgmGpu:
 
 def parse_group_create(text: str) -> int | None:
     """``Successfully created group "NAME" with a group ID of 23`` -> 23."""
-    m = re.search(r"with a group ID of\s+(\d+)", text)
+    m = re.search(r"with a group ID of\s+(\d{1,18})\b", text)
     return int(m.group(1)) if m else None
 
 

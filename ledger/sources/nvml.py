@@ -102,8 +102,10 @@ def parse_inventory_csv(text: str) -> list[NvidiaGpu]:
     """Rows of ``--query-gpu=index,minor_number,uuid,name,pci.bus_id --format=csv,noheader,nounits``."""
     table = parse_query_csv(text, INVENTORY_FIELDS)
     gpus = []
-    for row, miss in zip(table.rows, table.missing):
-        gpus.append(NvidiaGpu(index=int(row["index"]),  # type: ignore[arg-type]
+    for n, (row, miss) in enumerate(zip(table.rows, table.missing), start=1):
+        if not isinstance(row["index"], int):
+            raise ValueError(f"nvidia-smi CSV: row {n}: index is not a number: {row['index']!r}")
+        gpus.append(NvidiaGpu(index=row["index"],
                               minor_number=row["minor_number"] if isinstance(row["minor_number"], int) else None,
                               uuid=row["uuid"] if isinstance(row["uuid"], str) else None,
                               name=row["name"] if isinstance(row["name"], str) else None,
