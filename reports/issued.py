@@ -126,11 +126,11 @@ def ledger_closes(engine, through_seq: int, grace_s: float = 0.0) -> CloseFn:  #
 
 def _recompute(engine, pending: list[tuple[Any, dict]]) -> list[tuple[Any, dict, bool]]:  # noqa: ANN001
     """Receipts the issue entries name only by hash: rebuilt from the entries through their ``through_seq``."""
+    if not pending:  # the usual case: no need to import the receipts package at all
+        return []
     from ledger import store
     from ledger import receipts as receipts_mod
 
-    if not pending:
-        return []
     upto = max(int(p.get("through_seq") or ce.seq) for ce, p in pending)
     entries = list(store.iter_entries(engine, through_seq=upto))
     seqs = [c.seq for c in entries]
