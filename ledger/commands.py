@@ -39,12 +39,39 @@ def _dcgmi_stats(args: Sequence[str]) -> bool:
     return len(args) >= 2 and args[0] == "stats" and all(f in allowed for f in flags)
 
 
+# nvidia-smi and scontrol take their write operations as extra options/words (`nvidia-smi -q -r`,
+# `nvidia-smi --query-gpu=name -pl 300`, `scontrol show job 1 update ...`), so for them every token must be a
+# read's, not just the first ones.
+_NVSMI_FLAGS = {"-q", "--query", "-L", "--list-gpus", "-x", "--xml-format"}
+_NVSMI_VALUED = {"-i", "--id", "-d", "--display"}  # the next token is the value
+_NVSMI_PREFIXES = ("--query-gpu=", "--format=", "--id=", "--display=")
+
+
+def _nvidia_smi_read(args: Sequence[str]) -> bool:
+    queried, i = False, 0
+    while i < len(args):
+        a = args[i]
+        if a in _NVSMI_FLAGS or a.startswith(_NVSMI_PREFIXES):
+            queried = queried or a in ("-q", "--query", "-L", "--list-gpus") or a.startswith("--query-gpu=")
+            i += 1
+        elif a in _NVSMI_VALUED and i + 1 < len(args) and not args[i + 1].startswith("-"):
+            i += 2
+        else:
+            return False
+    return queried
+
+
+def _scontrol_show(args: Sequence[str]) -> bool:
+    words = [a for a in args if a not in ("-o", "--oneliner", "-d", "--details", "--json")]
+    return 2 <= len(words) <= 3 and words[0] == "show" and words[1] in ("job", "jobs", "node", "nodes") and \
+        not any(w.startswith("-") for w in words[2:])
+
+
 ALLOWLIST: Mapping[str, tuple[Rule, ...]] = {
     "dcgmi": (_dcgmi_group, _dcgmi_stats, _starts("discovery", "-l"), _starts("dmon")),
     "amd-smi": (_starts("list"), _starts("static"), _starts("metric"), _starts("monitor"), _starts("version")),
-    "nvidia-smi": (lambda a: any(x.startswith("--query-gpu=") for x in a), _starts("-q"), _starts("-L")),
-    "scontrol": (_starts("show", "job"), _starts("show", "node"), _starts("--json", "show"),
-                 _starts("-o", "show"), _starts("-d", "-o", "show")),
+    "nvidia-smi": (_nvidia_smi_read,),
+    "scontrol": (_scontrol_show,),
     "squeue": (lambda a: "--json" in a or "-o" in a or "--format" in a,),
     "sacct": (lambda a: "--json" in a or "-P" in a or "--parsable2" in a,),
 }
