@@ -13,10 +13,17 @@ Both give the same :class:`JobStatsReport`.
 
 from __future__ import annotations
 
-import re
 import time
-from dataclasses import dataclass, field
-from typing import Mapping
+
+from ..frozen import Frozen
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing stays off the hooks' import path
+    from typing import Mapping
+
+# No ``re`` or ``dataclasses`` at import: the hooks parse ``discovery -l``, ``group -c`` and ``stats -j`` on
+# their fast path, so those parsers use str methods (tests/test_sources.py checks them against the regular
+# expressions they replace); records are :class:`ledger.frozen.Frozen`.
 
 SENTINELS = {
     "N/A": "not_available",
@@ -64,44 +71,50 @@ class DcgmParseError(ValueError):
     """Output that is not a dcgmi report at all (one line, naming the line)."""
 
 
-@dataclass(frozen=True)
-class GpuJobStats:
-    """One block of a ``dcgmi stats -j`` report: a GPU (``gpu_id``) or the job summary (``gpu_id`` None)."""
+class GpuJobStats(Frozen):
+    """One block of a ``dcgmi stats -j`` report: a GPU (``gpu_id``) or the job summary (``gpu_id`` None).
 
+    ``start``/``end``: epoch seconds (local ctime parsed in the local zone) or None; ``values``: field ->
+    number or text; ``missing``: field -> cause (not_supported, truncated, ...); ``processes``: per PID.
+    """
+
+    __slots__ = ("gpu_id", "start", "end", "values", "missing", "processes")
+    _defaults = {"processes": ()}
     gpu_id: int | None
-    start: float | None  # epoch seconds (local ctime parsed in the local zone)
+    start: float | None
     end: float | None
     values: Mapping[str, object]
-    missing: Mapping[str, str]  # field -> cause (not_supported, truncated, ...)
-    processes: tuple[Mapping[str, object], ...] = ()
+    missing: Mapping[str, str]
+    processes: tuple[Mapping[str, object], ...]
 
     @property
     def measured_nothing(self) -> bool:
         return all(f not in self.values for f in MEASUREMENT_FIELDS)
 
 
-@dataclass(frozen=True)
-class JobStatsReport:
+class JobStatsReport(Frozen):
+    __slots__ = ("job_id", "blocks", "verbose")
     job_id: str
     blocks: tuple[GpuJobStats, ...]
     verbose: bool
 
 
-@dataclass(frozen=True)
-class DcgmError:
+class DcgmError(Frozen):
     """What dcgmi said instead of a report, classified: not_found | no_data | connection | error."""
 
+    __slots__ = ("cause", "message")
     cause: str
     message: str
 
 
-@dataclass(frozen=True)
-class DcgmGpu:
+class DcgmGpu(Frozen):
+    __slots__ = ("gpu_id", "name", "pci_bus_id", "uuid", "missing")
+    _defaults = {"missing": dict}
     gpu_id: int
     name: str | None
     pci_bus_id: str | None
     uuid: str | None
-    missing: Mapping[str, str] = field(default_factory=dict)
+    missing: Mapping[str, str]
 
 
 def parse_ctime(text: str) -> float:
