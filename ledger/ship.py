@@ -123,10 +123,20 @@ def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
     enough that the commit's fsync and the chain lock are paid rarely, small enough to keep memory flat.
     """
     report = ShipReport()
+    with spool.shipping_lock(spool_dir):
+        _ship_locked(engine, spool_dir, report, batch_files, progress, run_after, batch_entries)
+    return report
+
+
+def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batch_files: int,
+                 progress: Callable[[int, int], None] | None, run_after: bool, batch_entries: int) -> None:
     files = spool.pending_files(spool_dir)
     if run_after and files:
         _load_after_ship()
     shipped_entries: list[Entry] = []
+    # Files whose entries the after-ship work (automatic receipts) still has to see are moved aside only after
+    # it ran: a shipper killed in between finds them again, and the re-shipment (all duplicates) redoes it.
+    after_pending: list[spool.SpoolRead] = []
     source = _prepared(files)
     pos = 0
     while pos < len(files):
@@ -153,20 +163,23 @@ def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
                 result = append_in(conn, entries)
                 if segments:
                     _write_samples(conn, segments)
-            spool.mark_shipped_many(spool_dir, reads)
             report.files += len(reads)
             report.records += len(entries)
             report.appended += result.appended
             report.duplicates += len(entries) - result.appended
             if run_after and _AFTER_SHIP:
                 shipped_entries.extend(entries)
+                after_pending.extend(reads)
+            else:
+                spool.mark_shipped_many(spool_dir, reads)
         if progress:
             progress(pos, len(files))
     source.close()
     if run_after and shipped_entries:
         for fn in _AFTER_SHIP:
             fn(engine, shipped_entries)
-    return report
+    if after_pending:
+        spool.mark_shipped_many(spool_dir, after_pending)
 
 
 def _sample_rows(rows) -> list:  # noqa: ANN001
