@@ -35,7 +35,8 @@ def _ledger(url):
     try:
         rows = [(ce.seq, ce.entry.entry_id, ce.entry.kind, ce.entry.payload, ce.hash) for ce in iter_entries(eng)]
         with eng.connect() as conn:
-            n = conn.exec_driver_sql("SELECT count(*) FROM samples").scalar()
+            n = conn.exec_driver_sql("SELECT (SELECT count(*) FROM samples) + "
+                                     "(SELECT coalesce(sum(rows), 0) FROM sample_blocks)").scalar()
         return rows, n
     finally:
         eng.dispose()

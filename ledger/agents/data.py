@@ -15,12 +15,12 @@ from decimal import Decimal
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from ..canonical import ts_to_epoch
 from ..entries import Kind
 from ..store import iter_entries
+from ..telemetry.store import read_samples
 
 try:  # the method is the single source of thresholds and reason precedence
     from ..method import THROTTLE_REASONS, reason_bucket
@@ -40,9 +40,9 @@ except ImportError:  # pragma: no cover - only while the method is being built
             out = np.where((out == 4) & (mask >= 0) & ((mask & bits) != 0), i, out)
         return out
 
-SAMPLE_SQL = ("SELECT device, t, dt, clock_reasons, sm_active, tensor_active, gpu_util, sm_clock_mhz, power_w, "
-              "gpu_temp_c, ecc_sbe_aggregate, ecc_sbe_volatile, row_remap_pending, row_remap_failure, xid, "
-              "fb_used_mib, compute_procs FROM samples")
+SAMPLE_READ_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "tensor_active", "gpu_util", "sm_clock_mhz",
+                       "power_w", "gpu_temp_c", "ecc_sbe_aggregate", "ecc_sbe_volatile", "row_remap_pending",
+                       "row_remap_failure", "xid", "fb_used_mib", "compute_procs")
 DEFAULT_RATE = Decimal("1.00")
 BIT_THERMAL, BIT_POWER = 0x20 | 0x40, 0x4
 
@@ -119,7 +119,7 @@ def load(engine: Engine, through_seq: int | None = None, topology: dict | None =
                     seg_nodes.setdefault(dev, e.node)
             elif k == Kind.CONTRACT_VERSION:
                 contracts.append(ce)
-        s = pd.read_sql_query(text(SAMPLE_SQL), conn)
+        s = read_samples(conn, columns=SAMPLE_READ_COLUMNS).to_pandas()
     # --- devices ------------------------------------------------------------------------------------------------
     dev_rows: dict[str, dict] = {}
     for b in bound:

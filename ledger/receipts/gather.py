@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
-from itertools import chain
 from typing import Sequence
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
@@ -20,11 +21,11 @@ from ..canonical import ts_to_epoch
 from ..entries import ChainedEntry, Kind
 from ..method import DeviceAccount, SampleArrays, attribute_device
 from ..store import ENTRY_COLUMNS, _to_chained, iter_entries
+from ..telemetry.store import iter_sample_pieces
 from .compute import ReceiptError, RunInputs, RunKey, run_frame
 
 SAMPLE_READ_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "tensor_active", "gpu_util",
                        "sm_clock_mhz", "compute_procs", "fb_used_mib")
-_CHUNK = 500
 
 
 def runs_of_job(conn: Connection, job_id: str, as_of: int | None) -> dict[RunKey, list[ChainedEntry]]:
@@ -126,7 +127,6 @@ def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | Non
 
 
 PARALLEL_MIN_DEVICES = 128
-MISSING = -1.0e300  # stands for NULL inside the numeric fetch; mapped back to NaN (never a real reading)
 DEVICE_BATCH = 16
 
 
@@ -134,49 +134,32 @@ def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Se
                        end: float) -> dict[str, SampleArrays]:
     """Columns of the samples of these segments and devices overlapping [start, end), one array set per device.
 
-    Read through the raw driver cursor in chunks, all-numeric rows (device as a small integer code, NULL as
-    :data:`MISSING`), straight into one float64 buffer: no per-row Python objects are kept.
+    Read through :func:`ledger.telemetry.store.iter_sample_pieces` (columnar blocks, decompressing only these
+    devices and the receipt's columns; legacy row segments alike) straight into float64 arrays, NULL as NaN:
+    no per-row Python objects.
     """
     if not segment_ids or not devices:
         return {}
-    parts: dict[int, list[np.ndarray]] = defaultdict(list)
-    raw = conn.connection.driver_connection
-    ph = "%s" if conn.dialect.name == "postgresql" else "?"
-    code = "CASE device " + " ".join(f"WHEN {ph} THEN {i}" for i in range(len(devices))) + " END"
-    cols = ", ".join(f"CAST(COALESCE({c}, {MISSING!r}) AS DOUBLE PRECISION)" for c in SAMPLE_READ_COLUMNS[1:])
-    width = len(SAMPLE_READ_COLUMNS)
-    dev_marks = ",".join([ph] * len(devices))
-    for i in range(0, len(segment_ids), _CHUNK):
-        chunk = list(segment_ids[i:i + _CHUNK])
-        seg_marks = ",".join([ph] * len(chunk))
-        sql = (f"SELECT {code}, {cols} FROM samples WHERE segment_id IN ({seg_marks}) "
-               f"AND device IN ({dev_marks}) AND t < {ph} AND t + dt > {ph}")
-        cur = raw.cursor()
-        try:
-            cur.execute(sql, [*devices, *chunk, *devices, end, start])
-            while True:
-                rows = cur.fetchmany(50_000)
-                if not rows:
-                    break
-                flat = np.fromiter(chain.from_iterable(rows), dtype=np.float64, count=len(rows) * width)
-                v = flat.reshape(len(rows), width)
-                codes = v[:, 0].astype(np.int64)
-                order = np.argsort(codes, kind="stable")
-                v, codes = v[order], codes[order]
-                cuts = np.flatnonzero(codes[1:] != codes[:-1]) + 1
-                for lo, hi in zip(np.concatenate([[0], cuts]), np.concatenate([cuts, [len(codes)]])):
-                    parts[int(codes[lo])].append(v[lo:hi, 1:])
-        finally:
-            cur.close()
+    parts: dict[str, list[np.ndarray]] = defaultdict(list)
+    for device, table in iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start, end=end,
+                                            columns=SAMPLE_READ_COLUMNS[1:]):
+        v = np.empty((table.num_rows, table.num_columns), dtype=np.float64)
+        for j, column in enumerate(table.columns):
+            v[:, j] = column.to_numpy().astype(np.float64, copy=False) if column.null_count == 0 else \
+                pc.cast(column, pa.float64()).to_numpy()
+        parts[device].append(v)
     out = {}
-    for c, chunks in parts.items():
-        v = np.concatenate(chunks)
-        v[v == MISSING] = np.nan
-        # Sort by t, then every other column: the same order whatever order the backend returned rows in.
-        v = v[np.lexsort(tuple(v[:, j] for j in range(v.shape[1] - 1, -1, -1)))]
-        out[devices[c]] = SampleArrays.from_columns(t=v[:, 0], dt=v[:, 1], reasons=v[:, 2], sm_active=v[:, 3],
-                                                    tensor_active=v[:, 4], gpu_util=v[:, 5], sm_clock=v[:, 6],
-                                                    procs=v[:, 7], fb_used=v[:, 8])
+    for device in devices:
+        if device not in parts:
+            continue
+        v = parts[device][0] if len(parts[device]) == 1 else np.concatenate(parts[device])
+        t = v[:, 0]
+        if len(t) > 1 and not bool(np.all(t[1:] > t[:-1])):
+            # Sort by t, then every other column: the same order whatever order the segments came in.
+            v = v[np.lexsort(tuple(v[:, j] for j in range(v.shape[1] - 1, -1, -1)))]
+        out[device] = SampleArrays.from_columns(t=v[:, 0], dt=v[:, 1], reasons=v[:, 2], sm_active=v[:, 3],
+                                                tensor_active=v[:, 4], gpu_util=v[:, 5], sm_clock=v[:, 6],
+                                                procs=v[:, 7], fb_used=v[:, 8])
     return out
 
 

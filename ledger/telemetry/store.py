@@ -1,14 +1,17 @@
-"""Telemetry storage: samples in the `samples` side table, each batch sealed by a `telemetry_segment` entry.
+"""Telemetry storage: each batch of samples sealed by a `telemetry_segment` entry and stored as one columnar block.
 
 The segment entry's payload carries the sha256 of the batch's canonical rows, so `ipledger verify` can
-prove the samples a receipt was computed from are the samples that were recorded.
+prove the samples a receipt was computed from are the samples that were recorded. The rows themselves are
+stored as one compressed Arrow block per segment in `sample_blocks` (:mod:`ledger.telemetry.blocks`);
+ledgers written before blocks keep theirs as rows of the `samples` table. :func:`iter_sample_pieces` is the
+one reader of both, used by load_samples, receipts, the agents' dataset and verify.
 """
 
 from __future__ import annotations
 
 import hashlib
 import operator
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
@@ -18,9 +21,10 @@ from ..db import write_tx
 from ..entries import Entry, Kind, make_entry
 from ..store import AppendResult, append_in
 from ..verify import ChainProblem, VerifyReport, register_check
+from . import blocks
 from .model import SAMPLE_COLUMNS, Sample
 
-INSERT_COLUMNS = ("segment_id", *SAMPLE_COLUMNS)
+INSERT_COLUMNS = ("segment_id", *SAMPLE_COLUMNS)  # the legacy `samples` table's columns
 
 
 def _norm(row: Sequence) -> tuple:
@@ -103,22 +107,22 @@ def write_segment_in(conn: Connection, samples: Sequence[Sample], entry: Entry,
 
 def write_segment_rows_in(conn: Connection, rows: Sequence[tuple], entry: Entry,
                           other_entries: Sequence[Entry] = ()) -> AppendResult:
-    """:func:`write_segment_in` for rows already in normalised SAMPLE_COLUMNS form."""
+    """:func:`write_segment_in` for rows already in normalised SAMPLE_COLUMNS form: the rows are stored as
+    one columnar block in `sample_blocks` (a segment already stored, as a block or as legacy rows, is not
+    stored again — at-least-once shipping)."""
     result = append_in(conn, [entry, *other_entries])
-    already = conn.execute(text("SELECT 1 FROM samples WHERE segment_id = :s LIMIT 1"),
-                           {"s": entry.entry_id}).first()
-    if already is None and rows:
-        sid = entry.entry_id
-        if conn.dialect.name == "postgresql":
-            raw = conn.connection.driver_connection
-            with raw.cursor() as cur, cur.copy(f"COPY samples ({', '.join(INSERT_COLUMNS)}) FROM STDIN") as cp:
-                for r in rows:
-                    cp.write_row((sid, *r))
-        else:
-            marks = ",".join("?" * len(INSERT_COLUMNS))
-            conn.exec_driver_sql(f"INSERT INTO samples ({', '.join(INSERT_COLUMNS)}) VALUES ({marks})",
-                                 [(sid, *r) for r in rows])
+    sid = entry.entry_id
+    if rows and not _segment_stored(conn, sid):
+        block = blocks.encode(rows)
+        conn.execute(text("INSERT INTO sample_blocks (segment_id, format, rows, sha256, data) "
+                          "VALUES (:s, :f, :n, :h, :d)"),
+                     {"s": sid, "f": block.format, "n": block.rows, "h": block.sha256, "d": block.data})
     return result
+
+
+def _segment_stored(conn: Connection, segment_id: str) -> bool:
+    return any(conn.execute(text(f"SELECT 1 FROM {table} WHERE segment_id = :s LIMIT 1"), {"s": segment_id}).first()
+               for table in ("sample_blocks", "samples"))
 
 
 def write_segment(engine: Engine, samples: Sequence[Sample], entry: Entry,
@@ -127,28 +131,118 @@ def write_segment(engine: Engine, samples: Sequence[Sample], entry: Entry,
         return write_segment_in(conn, samples, entry, other_entries)
 
 
-def load_samples(engine_or_conn, devices: Sequence[str] | None = None, start: float | None = None,  # noqa: ANN001
-                 end: float | None = None, segment_ids: Sequence[str] | None = None) -> list[Sample]:
-    """Samples overlapping [start, end) for these devices, ordered by (device, t)."""
-    where, params = ["1=1"], {}
+# --- reading ----------------------------------------------------------------------------------------------------
+
+_IN_CHUNK = 500
+
+
+def iter_sample_pieces(conn: Connection, *, segment_ids: Sequence[str] | None = None,
+                       devices: Sequence[str] | None = None, start: float | None = None, end: float | None = None,
+                       columns: Sequence[str] = SAMPLE_COLUMNS, check_blocks: bool = False) -> Iterator[tuple[str, object]]:
+    """The one sample reader: (device, pyarrow.Table of ``columns``) pieces, each one device of one segment
+    (legacy row segments: one device of a chunk of segments) in (device, t) order, for the samples of these
+    segments (all when None) and devices overlapping [start, end).
+
+    Blocks come first, decompressing only the wanted devices and columns; segments without a block are
+    read from the legacy `samples` rows. ``check_blocks`` also proves each block against its stored sha256
+    (raises :class:`~ledger.telemetry.blocks.BlockError`), which verify wants and receipts leave to verify.
+    """
+    if segment_ids is not None and not segment_ids:
+        return
+    cols = list(columns)
+    need = cols + [c for c in ("t", "dt") if c not in cols and (start is not None or end is not None)]
+    found: set[str] = set()
+    for sid, format_, sha, data in _block_rows(conn, segment_ids):
+        found.add(sid)
+        if check_blocks and hashlib.sha256(data).hexdigest() != sha:
+            raise blocks.BlockError(f"sample block of segment {sid} does not match its sha256")
+        for device, table in blocks.decode(format_, data, need, devices):
+            piece = _in_window(table, start, end)
+            if piece.num_rows:
+                yield device, piece.select(cols)
+    legacy = None if segment_ids is None else [s for s in dict.fromkeys(segment_ids) if s not in found]
+    yield from _legacy_pieces(conn, legacy, devices, start, end, cols)
+
+
+def _block_rows(conn: Connection, segment_ids: Sequence[str] | None) -> Iterator[tuple]:
+    sql = "SELECT segment_id, format, sha256, data FROM sample_blocks"
+    if segment_ids is None:
+        yield from conn.execute(text(sql + " ORDER BY segment_id"))
+        return
+    ids = list(dict.fromkeys(segment_ids))
+    for i in range(0, len(ids), _IN_CHUNK):
+        chunk = ids[i:i + _IN_CHUNK]
+        marks = ",".join(f":s{j}" for j in range(len(chunk)))
+        yield from conn.execute(text(f"{sql} WHERE segment_id IN ({marks}) ORDER BY segment_id"),
+                                {f"s{j}": s for j, s in enumerate(chunk)})
+
+
+def _in_window(table, start: float | None, end: float | None):  # noqa: ANN001, ANN202
+    if start is None and end is None:
+        return table
+    import pyarrow.compute as pc
+
+    t = table.column("t")
+    keep = None
+    if start is not None:
+        keep = pc.greater(pc.add(t, table.column("dt")), start)
+    if end is not None:
+        before = pc.less(t, end)
+        keep = before if keep is None else pc.and_(keep, before)
+    return table.filter(keep)
+
+
+def _legacy_pieces(conn: Connection, segment_ids: Sequence[str] | None, devices: Sequence[str] | None,
+                   start: float | None, end: float | None, cols: list[str]) -> Iterator[tuple[str, object]]:
+    """Pieces from segments stored as rows of the `samples` table (ledgers written before sample blocks)."""
+    import pyarrow as pa
+
+    if segment_ids is not None and not segment_ids:
+        return
+    where, params = ["segment_id NOT IN (SELECT segment_id FROM sample_blocks)"], {}
     if devices:
         where.append("device IN (" + ",".join(f":d{i}" for i in range(len(devices))) + ")")
         params.update({f"d{i}": d for i, d in enumerate(devices)})
-    if segment_ids is not None:
-        if not segment_ids:
-            return []
-        where.append("segment_id IN (" + ",".join(f":s{i}" for i in range(len(segment_ids))) + ")")
-        params.update({f"s{i}": s for i, s in enumerate(segment_ids)})
     if start is not None:
         where.append("t + dt > :start")
         params["start"] = start
     if end is not None:
         where.append("t < :end")
         params["end"] = end
-    sql = text(f"SELECT {', '.join(SAMPLE_COLUMNS)} FROM samples WHERE {' AND '.join(where)} ORDER BY device, t")
+    chunks = [None] if segment_ids is None else [segment_ids[i:i + _IN_CHUNK] for i in range(0, len(segment_ids), _IN_CHUNK)]
+    schema = blocks.arrow_schema()
+    for chunk in chunks:
+        cond, p = list(where), dict(params)
+        if chunk is not None:
+            cond.append("segment_id IN (" + ",".join(f":s{i}" for i in range(len(chunk))) + ")")
+            p.update({f"s{i}": s for i, s in enumerate(chunk)})
+        sql = text(f"SELECT {', '.join(SAMPLE_COLUMNS)} FROM samples WHERE {' AND '.join(cond)} ORDER BY device, t")
+        rows = [_norm(r) for r in conn.execute(sql, p)]
+        if not rows:
+            continue
+        table = pa.Table.from_arrays([pa.array(v, type=f.type) for f, v in zip(schema, zip(*rows))], schema=schema)
+        lo = 0
+        for i in range(1, len(rows) + 1):
+            if i == len(rows) or rows[i][0] != rows[lo][0]:
+                yield rows[lo][0], table.slice(lo, i - lo).select(cols)
+                lo = i
 
-    def _q(conn: Connection) -> list[Sample]:
-        return [Sample(*_norm(row)) for row in conn.execute(sql, params)]
+
+def read_samples(engine_or_conn, *, segment_ids: Sequence[str] | None = None,  # noqa: ANN001, ANN201
+                 devices: Sequence[str] | None = None, start: float | None = None, end: float | None = None,
+                 columns: Sequence[str] = SAMPLE_COLUMNS, check_blocks: bool = False):
+    """:func:`iter_sample_pieces` as one pyarrow Table ordered by (device, t) (a stable sort)."""
+    import pyarrow as pa
+
+    def _q(conn: Connection):  # noqa: ANN202
+        pieces = [t for _, t in iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start,
+                                                   end=end, columns=columns, check_blocks=check_blocks)]
+        if not pieces:
+            full = blocks.arrow_schema()
+            return pa.Table.from_arrays([pa.array([], type=full.field(c).type) for c in columns], names=list(columns))
+        table = pa.concat_tables(pieces)
+        keys = [(c, "ascending") for c in ("device", "t") if c in columns]
+        return table.sort_by(keys) if len(pieces) > 1 and keys else table
 
     if isinstance(engine_or_conn, Connection):
         return _q(engine_or_conn)
@@ -156,19 +250,29 @@ def load_samples(engine_or_conn, devices: Sequence[str] | None = None, start: fl
         return _q(conn)
 
 
+def load_samples(engine_or_conn, devices: Sequence[str] | None = None, start: float | None = None,  # noqa: ANN001
+                 end: float | None = None, segment_ids: Sequence[str] | None = None) -> list[Sample]:
+    """Samples overlapping [start, end) for these devices, ordered by (device, t)."""
+    table = read_samples(engine_or_conn, segment_ids=segment_ids, devices=devices, start=start, end=end)
+    return [Sample(*r) for r in blocks.table_rows(table)]
+
+
 @register_check
 def _check_segment_digests(engine: Engine, report: VerifyReport) -> list[ChainProblem]:
-    """Every sealed batch still hashes to what its segment entry recorded."""
+    """Every sealed batch still hashes to what its segment entry recorded (block or legacy rows alike)."""
     from ..store import iter_entries
 
     problems = []
     with engine.connect() as conn:
         for ce in iter_entries(conn, kinds=[Kind.TELEMETRY_SEGMENT]):
             want = ce.entry.data.get("samples_sha256")
-            rows = conn.execute(text(f"SELECT {', '.join(SAMPLE_COLUMNS)} FROM samples WHERE segment_id = :s"),
-                                {"s": ce.entry.entry_id}).fetchall()
-            if rows and samples_digest([tuple(r) for r in rows]) != want:
+            try:
+                table = read_samples(conn, segment_ids=[ce.entry.entry_id], check_blocks=True)
+            except blocks.BlockError as exc:
+                problems.append(ChainProblem(ce.seq, ce.entry.entry_id, str(exc)))
+                continue
+            if table.num_rows and _digest_normalised(blocks.table_rows(table)) != want:
                 problems.append(ChainProblem(ce.seq, ce.entry.entry_id, "samples do not match the segment digest"))
-            elif not rows and ce.entry.data.get("rows"):
+            elif not table.num_rows and ce.entry.data.get("rows"):
                 problems.append(ChainProblem(ce.seq, ce.entry.entry_id, "samples of this segment are missing"))
     return problems

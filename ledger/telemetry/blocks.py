@@ -1,0 +1,110 @@
+"""Columnar sample blocks: one telemetry segment's rows as one compressed Arrow IPC file (pure, no database).
+
+A block stores the same rows the segment entry's ``samples_sha256`` seals (docs/ledger.md, "Sample blocks"):
+rows sorted by (device, t) — the digest's order — one record batch per device so a reader decompresses only
+the devices it asks for, buffers compressed with zstd, and columns that are NULL in every row left out
+(the decoder gives them back as NULL). The device order of the batches is in the schema metadata.
+
+Arrow IPC was chosen over Parquet by measurement (docs/performance.md, "Receipt"): on the bench's samples it
+reads 10 of the 25 columns in ≈ 45 ns/row against Parquet's ≈ 70–80 ns/row, writes 3–5× faster, for
+≈ 25 B/row against 21–31 B/row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import operator
+from dataclasses import dataclass
+from typing import Sequence
+
+from .model import SAMPLE_COLUMNS
+
+FORMAT = "arrow-ipc-zstd/1"
+_DEVICES_KEY = b"ipledger.devices"
+_BY_DEVICE_T = operator.itemgetter(0, 1)
+
+
+class BlockError(ValueError):
+    """A block that cannot be decoded (unknown format, damaged bytes)."""
+
+
+@dataclass(frozen=True)
+class Block:
+    """An encoded block and what the `sample_blocks` row stores beside it."""
+
+    format: str
+    rows: int
+    sha256: str
+    data: bytes
+
+
+def arrow_schema():  # noqa: ANN201 - pyarrow is imported lazily (verify and ship import this module's callers)
+    import pyarrow as pa
+
+    types = {"device": pa.string(), "clock_reasons": pa.int64()}
+    return pa.schema([(c, types.get(c, pa.float64())) for c in SAMPLE_COLUMNS])
+
+
+def encode(rows: Sequence[tuple]) -> Block:
+    """Encode rows in normalised SAMPLE_COLUMNS form (``telemetry.store._norm``) as one block."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    ordered = sorted(rows, key=_BY_DEVICE_T)
+    full = arrow_schema()
+    columns = list(zip(*ordered)) if ordered else [()] * len(SAMPLE_COLUMNS)
+    arrays, fields = [], []
+    for field, values in zip(full, columns):
+        if field.name in ("device", "t", "dt") or any(v is not None for v in values):
+            arrays.append(pa.array(values, type=field.type))
+            fields.append(field)
+    devices, cuts = [], []
+    for i, r in enumerate(ordered):
+        if not devices or r[0] != devices[-1]:
+            devices.append(r[0])
+            cuts.append(i)
+    cuts.append(len(ordered))
+    table = pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata={_DEVICES_KEY: json.dumps(devices)}))
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, table.schema, options=ipc.IpcWriteOptions(compression="zstd")) as writer:
+        for lo, hi in zip(cuts, cuts[1:]):
+            writer.write_table(table.slice(lo, hi - lo))
+    data = sink.getvalue().to_pybytes()
+    return Block(FORMAT, len(ordered), hashlib.sha256(data).hexdigest(), data)
+
+
+def decode(format_: str, data: bytes, columns: Sequence[str] = SAMPLE_COLUMNS,
+           devices: Sequence[str] | None = None) -> list[tuple[str, object]]:
+    """(device, pyarrow.Table of ``columns``) for each device of the block (or only ``devices``), in the
+    block's (device, t) order; only those devices' batches and those columns are decompressed."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    if format_ != FORMAT:
+        raise BlockError(f"unknown sample block format {format_!r}")
+    try:
+        head = ipc.open_file(pa.py_buffer(data))
+        stored = head.schema
+        order = json.loads((stored.metadata or {})[_DEVICES_KEY])
+        present = [c for c in columns if stored.get_field_index(c) >= 0]
+        reader = ipc.open_file(pa.py_buffer(data), options=ipc.IpcReadOptions(
+            included_fields=[stored.get_field_index(c) for c in present]))
+        wanted = None if devices is None else set(devices)
+        full = arrow_schema()
+        out = []
+        for i, device in enumerate(order):
+            if wanted is not None and device not in wanted:
+                continue
+            batch = reader.get_batch(i)
+            arrays = [batch.column(c) if c in present else pa.nulls(batch.num_rows, full.field(c).type)
+                      for c in columns]
+            out.append((device, pa.Table.from_arrays(arrays, names=list(columns))))
+        return out
+    except (pa.ArrowException, KeyError, ValueError, IndexError) as exc:
+        raise BlockError(f"sample block does not decode: {exc}") from None
+
+
+def table_rows(table) -> list[tuple]:  # noqa: ANN001
+    """The rows of a decoded table (all SAMPLE_COLUMNS) as tuples in normalised form."""
+    return list(zip(*(table.column(c).to_pylist() for c in SAMPLE_COLUMNS)))

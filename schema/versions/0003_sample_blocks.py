@@ -1,0 +1,70 @@
+"""The `sample_blocks` table: each telemetry segment's rows as one compressed columnar block.
+
+One row per segment (`segment_id` = the `telemetry_segment` entry's id), written in the same transaction as
+the entry: `format` names the encoding (`arrow-ipc-zstd/1`, ledger/telemetry/blocks.py), `rows` the row
+count, `sha256` the block's own digest (a damaged block is named before it is decoded), `data` the bytes.
+The segment entry's `samples_sha256` over the canonical rows stays the proof; the block is storage of the
+same rows. Append-only like `entries` and `samples` (0001): the same triggers, and the writer role may only
+read and append. Legacy segments stay in `samples` and are read as before.
+
+Revision ID: 0003
+Revises: 0002
+Create Date: 2026-11-30
+"""
+
+from alembic import op
+import sqlalchemy as sa
+
+revision = "0003"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+TABLE = "sample_blocks"
+
+
+def upgrade() -> None:
+    op.create_table(
+        TABLE,
+        sa.Column("segment_id", sa.String(64), primary_key=True),
+        sa.Column("format", sa.String(32), nullable=False),
+        sa.Column("rows", sa.BigInteger, nullable=False),
+        sa.Column("sha256", sa.String(64), nullable=False),
+        sa.Column("data", sa.LargeBinary, nullable=False),
+    )
+    bind = op.get_bind()
+    if bind.dialect.name == "sqlite":
+        for action in ("UPDATE", "DELETE"):
+            op.execute(
+                f"CREATE TRIGGER {TABLE}_no_{action.lower()} BEFORE {action} ON {TABLE} "
+                f"BEGIN SELECT RAISE(ABORT, '{TABLE} is append-only: {action} refused'); END"
+            )
+    elif bind.dialect.name == "postgresql":
+        # The block is already zstd-compressed: store it out of line without TOAST's pglz attempt.
+        op.execute(f"ALTER TABLE {TABLE} ALTER COLUMN data SET STORAGE EXTERNAL")
+        # ipledger_refuse_change() is 0001's trigger function.
+        op.execute(
+            f"CREATE TRIGGER {TABLE}_no_update_delete BEFORE UPDATE OR DELETE ON {TABLE} "
+            f"FOR EACH ROW EXECUTE FUNCTION ipledger_refuse_change()"
+        )
+        op.execute(
+            f"CREATE TRIGGER {TABLE}_no_truncate BEFORE TRUNCATE ON {TABLE} "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION ipledger_refuse_change()"
+        )
+        op.execute(
+            f"""
+            DO $$
+            BEGIN
+              IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'ipledger_writer') THEN
+                REVOKE ALL ON {TABLE} FROM ipledger_writer;
+                GRANT SELECT, INSERT ON {TABLE} TO ipledger_writer;
+              END IF;
+            EXCEPTION WHEN insufficient_privilege THEN
+              RAISE NOTICE 'ipledger: no privilege to grant on {TABLE}; see docs/ledger.md';
+            END $$
+            """
+        )
+
+
+def downgrade() -> None:
+    raise NotImplementedError("the ledger is append-only: migrations are not reversed")

@@ -1,0 +1,213 @@
+"""Columnar sample blocks: rows round-trip exactly, a tampered block is named by verify at its segment's seq,
+ledgers whose segments are legacy `samples` rows still read (and give byte-identical receipts), and the
+block table is append-only — on SQLite and the real PostgreSQL."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import text
+
+from ledger import store
+from ledger.db import write_tx
+from ledger.entries import Kind, make_entry
+from ledger.receipts import receipt_for
+from ledger.receipts.gather import load_sample_arrays
+from ledger.telemetry import blocks
+from ledger.telemetry.model import SAMPLE_COLUMNS, Sample
+from ledger.telemetry.store import (INSERT_COLUMNS, _row_values, load_samples, read_samples, samples_digest,
+                                    segment_entry, write_segment)
+from ledger.verify import verify
+
+_floats = st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False))
+_rows = st.lists(st.tuples(st.sampled_from(["GPU-a", "GPU-b", "GPU-ü]", "MI300X-0"]),
+                           st.floats(0, 2e9, allow_nan=False), st.floats(0.001, 600, allow_nan=False),
+                           st.one_of(st.none(), st.integers(0, 2**63 - 1)),
+                           *[_floats] * (len(SAMPLE_COLUMNS) - 4)), min_size=1, max_size=60)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_rows)
+def test_block_round_trips_rows_exactly_in_digest_order(rows):
+    block = blocks.encode(rows)
+    assert block.rows == len(rows) and block.sha256 == hashlib.sha256(block.data).hexdigest()
+    pieces = blocks.decode(block.format, block.data)
+    back = [r for _, table in pieces for r in blocks.table_rows(table)]
+    assert back == sorted(rows, key=lambda r: (r[0], r[1]))  # values, types, -0.0 and NULLs all kept
+    assert [type(v) for r in back for v in r] == [type(v) for r in sorted(rows, key=lambda r: (r[0], r[1])) for v in r]
+    assert samples_digest(back) == samples_digest(rows)
+    assert [d for d, _ in pieces] == sorted({r[0] for r in rows})
+    one = rows[0][0]
+    # a slice: one device, some columns in an order of the caller's choosing (not the stored order)
+    only = blocks.decode(block.format, block.data, ("power_w", "t", "clock_reasons"), devices=[one])
+    assert [d for d, _ in only] == [one] and only[0][1].column_names == ["power_w", "t", "clock_reasons"]
+    mine = sorted((r for r in rows if r[0] == one), key=lambda r: r[1])
+    power = SAMPLE_COLUMNS.index("power_w")
+    assert list(zip(*(only[0][1].column(i).to_pylist() for i in range(3)))) == [(r[power], r[1], r[3]) for r in mine]
+
+
+def test_decode_refuses_unknown_format_and_damaged_bytes():
+    block = blocks.encode([_row_values(s) for s in _samples(n=3)])
+    with pytest.raises(blocks.BlockError, match="unknown sample block format"):
+        blocks.decode("parquet/9", block.data)
+    with pytest.raises(blocks.BlockError, match="does not decode"):
+        blocks.decode(block.format, block.data[:40])
+
+
+def _samples(dev="GPU-1", n=10, t0=1_760_000_000.0):
+    return [Sample(device=dev, t=t0 + 10 * i, dt=10.0, sm_active=0.5, power_w=300.0 + i,
+                   clock_reasons=0x4 if i % 3 == 0 else 0, fb_used_mib=None if i == 4 else 2048.0)
+            for i in range(n)]
+
+
+def _node_samples():
+    """One node's batch: two devices interleaved, as the collector seals them."""
+    a, b = _samples("GPU-b", 6), _samples("GPU-a", 6, t0=1_760_000_005.0)
+    return [x for pair in zip(a, b) for x in pair]
+
+
+def test_written_as_one_block_and_read_back(engine):
+    s = _node_samples()
+    e = segment_entry(s, node="n1", source="test")
+    write_segment(engine, s, e)
+    write_segment(engine, s, e)  # at-least-once: stored once
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM samples")).scalar() == 0
+        fmt, n = conn.execute(text("SELECT format, rows FROM sample_blocks WHERE segment_id = :s"),
+                              {"s": e.entry_id}).one()
+    assert (fmt, n) == (blocks.FORMAT, len(s))
+    assert load_samples(engine) == sorted(s, key=lambda x: (x.device, x.t))
+    assert load_samples(engine, ["GPU-b"], start=1_760_000_015, end=1_760_000_030) == _samples("GPU-b", 6)[1:3]
+    table = read_samples(engine, segment_ids=[e.entry_id], devices=["GPU-a"], columns=("device", "t"))
+    assert table.column_names == ["device", "t"] and set(table.column("device").to_pylist()) == {"GPU-a"}
+    assert verify(engine).ok
+
+
+def _other_entries(engine):
+    store.append(engine, [make_entry(Kind.PROGRESS, 1_760_000_000 + i, {"step": i}, job_id="1") for i in range(3)])
+
+
+def _drop_block_triggers(conn):
+    if conn.dialect.name == "sqlite":
+        conn.execute(text("DROP TRIGGER sample_blocks_no_update"))
+    else:
+        conn.execute(text("DROP TRIGGER sample_blocks_no_update_delete ON sample_blocks"))
+
+
+def test_tampered_block_is_named_by_verify_at_its_segment_seq(engine):
+    _other_entries(engine)
+    s = _samples()
+    e = segment_entry(s, node="n1", source="test")
+    write_segment(engine, s, e)
+    seq = [ce.seq for ce in store.iter_entries(engine, kinds=[Kind.TELEMETRY_SEGMENT])][0]
+    assert seq == 4
+    # an edit that keeps the block self-consistent (re-encoded, new sha256): only the entry's digest catches it
+    edited = [_row_values(x) for x in s]
+    edited[5] = edited[5][:4] + (0.99,) + edited[5][5:]
+    forged = blocks.encode(edited)
+    with engine.begin() as conn:
+        _drop_block_triggers(conn)
+        conn.execute(text("UPDATE sample_blocks SET data = :d, sha256 = :h"), {"d": forged.data, "h": forged.sha256})
+    report = verify(engine)
+    assert not report.ok and [(p.seq, p.reason) for p in report.problems] == [
+        (seq, "samples do not match the segment digest")]
+    # a damaged block (bytes changed, sha256 not) is named before anything is decoded
+    damaged = forged.data[:100] + bytes([forged.data[100] ^ 1]) + forged.data[101:]
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE sample_blocks SET data = :d"), {"d": damaged})
+    report = verify(engine)
+    assert [(p.seq, p.entry_id) for p in report.problems] == [(seq, e.entry_id)]
+    assert "does not match its sha256" in report.problems[0].reason
+
+
+def test_missing_block_is_named(engine):
+    s = _samples()
+    e = segment_entry(s, node="n1", source="test")
+    write_segment(engine, s, e)
+    with engine.begin() as conn:
+        if conn.dialect.name == "sqlite":
+            conn.execute(text("DROP TRIGGER sample_blocks_no_delete"))
+        else:
+            conn.execute(text("DROP TRIGGER sample_blocks_no_update_delete ON sample_blocks"))
+        conn.execute(text("DELETE FROM sample_blocks"))
+    report = verify(engine)
+    assert [(p.seq, p.reason) for p in report.problems] == [(1, "samples of this segment are missing")]
+
+
+def test_sample_blocks_are_append_only(engine):
+    s = _samples(n=2)
+    write_segment(engine, s, segment_entry(s, node="n1", source="test"))
+    for sql in ("DELETE FROM sample_blocks", "UPDATE sample_blocks SET rows = 0"):
+        with pytest.raises(Exception, match="append-only"):
+            with engine.begin() as conn:
+                conn.execute(text(sql))
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT rows FROM sample_blocks")).scalar() == 2
+
+
+def _write_legacy(engine, samples, entry, others=()):
+    """What ledgers written before sample blocks hold: the segment's rows in the `samples` table."""
+    with write_tx(engine) as conn:
+        store.append_in(conn, [entry, *others])
+        marks = ", ".join(f":c{i}" for i in range(len(INSERT_COLUMNS)))
+        conn.execute(text(f"INSERT INTO samples ({', '.join(INSERT_COLUMNS)}) VALUES ({marks})"),
+                     [{f"c{i}": v for i, v in enumerate((entry.entry_id, *_row_values(x)))} for x in samples])
+
+
+def test_legacy_row_segments_still_read_and_verified(engine):
+    old = _node_samples()
+    old_entry = segment_entry(old, node="n1", source="test")
+    _write_legacy(engine, old, old_entry)
+    new = _samples("GPU-c")
+    write_segment(engine, new, segment_entry(new, node="n2", source="test"))
+    write_segment(engine, old, old_entry)  # re-shipped: already stored as rows, so no block is added
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM sample_blocks")).scalar() == 1
+    everything = sorted(old + new, key=lambda x: (x.device, x.t))
+    assert load_samples(engine) == everything
+    assert load_samples(engine, ["GPU-a", "GPU-c"], start=1_760_000_020) == [
+        x for x in everything if x.device in ("GPU-a", "GPU-c") and x.t + x.dt > 1_760_000_020]
+    assert verify(engine).ok
+    with engine.begin() as conn:
+        if conn.dialect.name == "sqlite":
+            conn.execute(text("DROP TRIGGER samples_no_update"))
+        else:
+            conn.execute(text("DROP TRIGGER samples_no_update_delete ON samples"))
+        conn.execute(text("UPDATE samples SET power_w = 1 WHERE t = 1760000050"))
+    report = verify(engine)
+    assert [(p.seq, p.reason) for p in report.problems] == [(1, "samples do not match the segment digest")]
+
+
+def test_receipt_arrays_and_receipts_identical_from_blocks_and_legacy_rows(ledger_url, tmp_path, monkeypatch):
+    from ledger import db as db_mod
+    import tests.test_receipt_replay as replay
+
+    block_engine = db_mod.make_engine(ledger_url)
+    legacy_url = f"sqlite:///{tmp_path / 'legacy.db'}"
+    legacy_engine = db_mod.make_engine(legacy_url)
+    db_mod.upgrade(legacy_engine)
+    try:
+        uuids = replay._noisy_run(block_engine)
+        monkeypatch.setattr(replay, "write_segment", _write_legacy)
+        assert replay._noisy_run(legacy_engine) == uuids
+        with legacy_engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM sample_blocks")).scalar() == 0
+        segs = [ce.entry.entry_id for ce in store.iter_entries(block_engine, kinds=[Kind.TELEMETRY_SEGMENT])]
+        arrays = []
+        for eng in (block_engine, legacy_engine):
+            with eng.connect() as conn:
+                w0 = replay.START.timestamp() + 300.5  # a window cutting samples at both ends
+                arrays.append(load_sample_arrays(conn, segs, uuids[1:3], w0, w0 + 3000))
+        assert list(arrays[0]) == list(arrays[1]) == uuids[1:3]
+        for u in uuids[1:3]:
+            assert 100 < len(arrays[0][u]) < 300 and arrays[0][u].t[0] < w0 + 10
+            for name in ("t", "dt", "activity", "coarse", "sm_clock", "reasons", "procs", "fb_used"):
+                assert getattr(arrays[0][u], name).tobytes() == getattr(arrays[1][u], name).tobytes(), (u, name)
+        a, b = receipt_for(block_engine, "8001"), receipt_for(legacy_engine, "8001")
+        assert a.canonical() == b.canonical() and a.body["method"]["fidelity"] == "samples"
+    finally:
+        block_engine.dispose()
+        legacy_engine.dispose()
