@@ -16,6 +16,8 @@ from ledger.ship import ship
 from ledger.store import iter_entries
 from ledger.telemetry.store import load_samples
 
+T0 = 1767225600.0  # sample times are refused before 2000 (ledger/importers/common.py EARLIEST_TS)
+
 # A dcgmi stand-in: prints `dcgmi dmon` output in the real layout (header pair, N/A on the first tick,
 # header repeated), COUNT ticks for 2 GPUs; GPU 1 is missing on ticks listed in $DMON_SKIP.
 DCGMI = r'''#!{python}
@@ -76,7 +78,7 @@ def test_collect_once_ship_verify(tmp_path, monkeypatch, ledger_url):
     monkeypatch.setenv("DMON_SKIP", "5,6,7,8,9,10")     # GPU 1 silent for 6 ticks > 3 x cadence
     cfg = collector.CollectorConfig(spool=str(sp), node="n01", source="dcgmi", interval=1.0, count=20,
                                     cluster="hpc1", commands={"dcgmi": _standin(tmp_path)})
-    rep = collector.collect_batch(cfg, now=lambda: 5000.0)
+    rep = collector.collect_batch(cfg, now=lambda: T0)
     assert rep.error is None and rep.devices == 2 and rep.gaps == 1
     assert rep.samples == 20 + 14
     recs = spool.read(Path(rep.spool_file)).records
@@ -167,13 +169,13 @@ def test_amd_smi_source(tmp_path):
     p.chmod(p.stat().st_mode | stat.S_IEXEC)
     cfg = collector.CollectorConfig(spool=str(tmp_path / "s"), node="mi", source="amd-smi", interval=2.0, count=3,
                                     commands={"amd-smi": str(p)})
-    rep = collector.collect_batch(cfg, now=lambda: 100.0, sleep=lambda s: None)
+    rep = collector.collect_batch(cfg, now=lambda: T0 + 100, sleep=lambda s: None)
     assert rep.error is None and rep.devices == 2 and rep.samples == 6 and rep.gaps == 0
     segs = spool.read(Path(rep.spool_file)).records
     rows = {r["device"]: r["samples"] for r in segs}
     cols = json.loads(segs[0]["payload"])["columns"]
     g1 = [dict(zip(cols, row)) for row in rows["mi/gpu1"]]
-    assert [r["t"] for r in g1] == [100.0, 102.0, 104.0] and {r["dt"] for r in g1} == {2.0}
+    assert [r["t"] for r in g1] == [T0 + 100, T0 + 102, T0 + 104] and {r["dt"] for r in g1} == {2.0}
     assert {r["gpu_util"] for r in g1} == {0.41} and {r["mem_copy_util"] for r in g1} == {None}
     assert {r["energy_j"] for r in g1} == {1234.5}
 
@@ -235,7 +237,7 @@ def test_nvml_source_with_a_fake_binding(tmp_path, monkeypatch):
     fake = _FakeNVML()
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     cfg = collector.CollectorConfig(spool=str(tmp_path / "s"), node="h", source="nvml", interval=1.0, count=2)
-    rep = collector.collect_batch(cfg, now=lambda: 10.0, sleep=lambda s: None)
+    rep = collector.collect_batch(cfg, now=lambda: T0 + 10, sleep=lambda s: None)
     assert rep.error is None and rep.devices == 2 and rep.samples == 4
     segs = spool.read(Path(rep.spool_file)).records
     cols = json.loads(segs[0]["payload"])["columns"]

@@ -164,7 +164,7 @@ def test_vectorised_cleaning_equals_the_per_value_rules(raws, name, scale):
     from ledger.importers.common import Collected
 
     fast, slow = Collected("x"), Collected("x")
-    ts = [float(i) for i in range(len(raws))]
+    ts = [T0 + i for i in range(len(raws))]
     assert fast.add_raw_many("d", name, ts, raws, scale) is not None
     for t, r in zip(ts, raws):
         slow.add_raw("d", name, t, r, scale)

@@ -111,7 +111,7 @@ def _add_flat(c: Collected, dev: str, t: float, flat: dict[str, object], place: 
                 if state in ("ACTIVE", "TRUE"):
                     mask |= VIOLATION_BITS[m.group(1)]
     if known:
-        c.add(dev, "clock_reasons", t, float(mask))
+        c.add(dev, "clock_reasons", t, float(mask), place=place)
 
 
 def _flatten(obj, prefix: str = "") -> dict[str, object]:  # noqa: ANN001
@@ -229,7 +229,7 @@ def _add_row(c: Collected, ticker: _Ticker, gpu: str, row: dict[str, str], place
             except ValueError:
                 raise InputError(c.path, f"{place} column {col}", f"not a number: {cell!r}") from None
     if known:
-        c.add(dev, "clock_reasons", t, float(mask))
+        c.add(dev, "clock_reasons", t, float(mask), place=place)
 
 
 def parse_csv(text: str, path: str, ticker: _Ticker) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import time
 from array import array
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Sequence
@@ -24,6 +25,25 @@ SERIES_FIELDS = frozenset((*FIELDS, GR_ENGINE_ACTIVE))
 _REASON_CODES = (None, "nan", "infinite", "dcgm_blank", "negative", "out_of_range")
 _FP64_BLANKS = np.array(sorted(DCGM_FP64_BLANKS))
 _INT32_BLANKS = np.array(sorted(DCGM_INT32_BLANKS), dtype=np.float64)
+
+
+# Telemetry timestamps outside [EARLIEST_TS, this machine's clock + FUTURE_SLACK_S] are refused, naming the
+# file and the point (docs/telemetry.md, "Bad input"): before 2000 is no GPU export but a unit mistake (ms read
+# as s the other way round, a counter, 0), and more than a day ahead is a wrong clock on the exporting host.
+EARLIEST_TS = 946684800.0          # 2000-01-01T00:00:00Z
+FUTURE_SLACK_S = 86400.0
+
+
+def time_problem(t: float, latest: float) -> str | None:
+    """Why ``t`` cannot be a sample time (None when it can)."""
+    if EARLIEST_TS <= t <= latest:
+        return None
+    if t != t or t in (float("inf"), float("-inf")):
+        return f"timestamp is not a finite number: {t!r}"
+    if t < EARLIEST_TS:
+        return f"timestamp {t!r} is before 2000-01-01: not unix seconds (a counter, or a wrong unit?)"
+    return (f"timestamp {t!r} is more than a day after this machine's clock: a wrong clock on the exporting "
+            f"host, or milliseconds where seconds are expected?")
 
 
 class InputError(ValueError):
@@ -70,6 +90,7 @@ class Collected:
     reasons: dict[str, dict[tuple[float, str], str]] = field(default_factory=dict)
     contexts: dict[tuple[str, Context], list[float]] = field(default_factory=dict)
     points: int = 0
+    latest: float = field(default_factory=lambda: time.time() + FUTURE_SLACK_S)   # the last acceptable time
 
     def device(self, info: DeviceInfo) -> str:
         old = self.devices.get(info.device)
@@ -77,9 +98,12 @@ class Collected:
             self.devices[info.device] = info if old is None else _merge_info(old, info)
         return info.device
 
-    def add(self, device: str, name: str, t: float, value: float | None, reason: str | None = None) -> None:
+    def add(self, device: str, name: str, t: float, value: float | None, reason: str | None = None, *,
+            place: str = "") -> None:
         if name not in SERIES_FIELDS:
             raise ValueError(f"unknown field {name!r}")
+        if not EARLIEST_TS <= t <= self.latest:
+            raise InputError(self.path, place, time_problem(t, self.latest) or "")
         ts, vs = self.series.setdefault(device, {}).setdefault(name, (array("d"), array("d")))
         ts.append(t)
         vs.append(NAN if value is None else value)
@@ -98,10 +122,10 @@ class Collected:
                 inv = 1.0 / scale
                 v = v / round(inv) if abs(inv - round(inv)) < 1e-9 else v * scale
             v, reason = check_range(name, v)
-        self.add(device, name, t, v, reason)
+        self.add(device, name, t, v, reason, place=place)
 
     def add_raw_many(self, device: str, name: str, ts: Sequence[float], raws: list,
-                     scale: float = 1.0) -> np.ndarray | None:
+                     scale: float = 1.0, *, place: str = "") -> np.ndarray | None:
         """Vectorised :meth:`add_raw` for a whole series; the same outcomes value by value (tested).
 
         Returns the timestamps as an array, or None (and stores nothing) when a value needs the per-value path: text markers such as
@@ -116,6 +140,11 @@ class Collected:
             return None
         if v.shape != (len(raws),) or t.shape != v.shape:
             return None
+        with np.errstate(invalid="ignore"):
+            bad_time = ~((t >= EARLIEST_TS) & (t <= self.latest))
+        if bad_time.any():
+            i = int(np.flatnonzero(bad_time)[0])
+            raise InputError(self.path, f"{place} point {i}".strip(), time_problem(float(t[i]), self.latest) or "")
         reason = np.zeros(len(v), dtype=np.int8)          # index into _REASON_CODES
         with np.errstate(invalid="ignore"):
             nan = np.isnan(v)

@@ -173,10 +173,12 @@ def parse_xml(text: str, path: str = "<input>", *, node: str | None = None) -> C
                     if name in _REASON_BITS and state in ("active", "not active"):
                         known = True
                         mask |= _REASON_BITS[name] if state == "active" else 0
-                c.add(dev, "clock_reasons", t, float(mask) if known else None, None if known else "not_available")
+                c.add(dev, "clock_reasons", t, float(mask) if known else None, None if known else "not_available",
+                      place=f"document {k + 1}")
             procs = g.find("processes")
             if procs is not None:
-                c.add(dev, "compute_procs", t, float(len(procs.findall("process_info"))))
+                c.add(dev, "compute_procs", t, float(len(procs.findall("process_info"))),
+                      place=f"document {k + 1}")
     if not docs:
         raise InputError(path, "", "no XML document")
     return c

@@ -83,7 +83,8 @@ def add_series(c: Collected, labels: Mapping[str, str], points: Iterable, place:
     if not isinstance(points, list):
         points = list(points)
     if points and set(map(type, points)) <= {list, tuple} and set(map(len, points)) == {2}:
-        tarr = c.add_raw_many(dev, spec.target, [p[0] for p in points], [p[1] for p in points], spec.scale)
+        tarr = c.add_raw_many(dev, spec.target, [p[0] for p in points], [p[1] for p in points], spec.scale,
+                              place=place)
         if tarr is not None:
             if ctx is not None:
                 c.note_context(dev, ctx, float(tarr.min()))
