@@ -162,6 +162,72 @@ def test_env_parsers_match_the_regular_expressions(text):
         assert slurm.parse_index_list(text) == [i for lo, hi in spans for i in range(lo, hi + 1)]
 
 
+# The dcgmi parsers the hooks call read their lines with str methods (no ``re`` on the hook path); each must
+# accept exactly what the regular expression it replaced accepted, and capture the same text.
+_DCGM_PIECES = ["|", " ", "  ", "\t", "\u3000", "GPU ID:", "Summary", "0", "7", "12", "1234567890", "\u0663", "\u00b2",
+                "Name:", "PCI Bus ID:", "Device UUID:", "NVIDIA H100", ".", "_", "x", "-",
+                "Successfully retrieved statistics for job:", "with a group ID of"]
+dcgm_lines = st.one_of(st.lists(st.sampled_from(_DCGM_PIECES), max_size=10).map("".join),
+                       st.text(max_size=20)).filter(lambda s: s.splitlines() in ([s], []))
+
+
+@settings(max_examples=600, deadline=None)
+@given(dcgm_lines)
+def test_dcgm_line_parsers_match_the_regular_expressions(line):
+    from ledger.sources import dcgm
+
+    m = re.match(r"\|\s*(GPU ID:\s*\d{1,9}|Summary)\s*\|\s*$", line)
+    want = None if m is None else (None,) if m.group(1) == "Summary" else (int(m.group(1)[7:].strip()),)
+    assert dcgm.block_header(line) == want
+    m = re.match(r"\s*Successfully retrieved statistics for job:\s*(.*?)\.\s*$", line)
+    assert dcgm.stats_job_id(line) == (m.group(1) if m else None)
+    m = re.match(r"\|\s*(\d{1,9})\s*\|\s*Name:\s*(.*?)\s*\|\s*$", line)
+    assert dcgm.discovery_gpu_row(line) == ((int(m.group(1)), m.group(2)) if m else None)
+    m = re.match(r"\|\s*\|\s*(PCI Bus ID|Device UUID):\s*(.*?)\s*\|\s*$", line)
+    assert dcgm.discovery_detail_row(line) == (
+        ("pci_bus_id" if m.group(1).startswith("PCI") else "uuid", m.group(2)) if m else None)
+    m = re.fullmatch(r"[\d.]+", line)
+    try:
+        want_f = float(line) if m else None
+    except ValueError:
+        want_f = None  # "1.2.3": digits and dots, yet no number (the regex version raised here)
+    assert dcgm._plain_float(line) == want_f
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(dcgm_lines, max_size=4).map("\n".join))
+def test_dcgm_group_id_matches_the_regular_expression(text):
+    from ledger.sources import dcgm
+
+    m = re.search(r"with a group ID of\s+(\d{1,18})\b", text)
+    assert dcgm.parse_group_create(text) == (int(m.group(1)) if m else None)
+
+
+def _outcome(fn, *args):
+    try:
+        return fn(*args)
+    except (ValueError, OverflowError) as exc:
+        return type(exc)
+
+
+_two = st.one_of(st.integers(0, 99).map(str), st.integers(0, 9).map(lambda i: f"0{i}"), st.sampled_from(["", "x", "\u0663"]))
+
+
+@settings(max_examples=600, deadline=None)
+@given(wd=st.sampled_from(["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun", "fri", "Friday", "Xyz"]),
+       mon=st.sampled_from(["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+                            "feb", "February", "Foo"]),
+       day=_two, hh=_two, mm=_two, ss=_two,
+       year=st.one_of(st.integers(1900, 2100).map(str), st.sampled_from(["0999", "99", "20x1", "2000", "1900"])),
+       sep=st.sampled_from([" ", "  ", "\t"]))
+def test_dcgm_ctime_matches_strptime(wd, mon, day, hh, mm, ss, year, sep):
+    from ledger.sources import dcgm
+
+    text = sep.join([wd, mon, day, f"{hh}:{mm}:{ss}", year])
+    reference = _outcome(lambda t: time.mktime(time.strptime(" ".join(t.split()), "%a %b %d %H:%M:%S %Y")), text)
+    assert _outcome(dcgm.parse_ctime, text) == reference
+
+
 def test_job_records_are_frozen_values():
     e = slurm.job_env({"SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "0-1"})
     assert e == slurm.job_env({"SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "0-1"}) and e.gpus == (0, 1)

@@ -117,9 +117,32 @@ class DcgmGpu(Frozen):
     missing: Mapping[str, str]
 
 
+_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
+                                        "Nov", "Dec"), 1)}
+_MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+_ASCII_DIGITS = frozenset("0123456789")
+
+
 def parse_ctime(text: str) -> float:
-    """``Fri Dec 10 19:40:36 2021`` (local time, day padded with a space) -> epoch seconds."""
-    return time.mktime(time.strptime(" ".join(text.split()), "%a %b %d %H:%M:%S %Y"))
+    """``Fri Dec 10 19:40:36 2021`` (local time, day padded with a space) -> epoch seconds.
+
+    The shape dcgmi prints is read directly; anything else goes to ``time.strptime``, which is the reference
+    (it imports ``_strptime`` -> re, locale, calendar, datetime: ≈ 15 ms the epilog should not pay).
+    """
+    norm = " ".join(text.split())
+    parts = norm.split(" ")
+    if len(parts) == 5 and parts[0] in _WEEKDAYS and parts[1] in _MONTHS:
+        day, clock, year = parts[2], parts[3].split(":"), parts[4]
+        fields = [day, *clock, year]
+        if (len(clock) == 3 and len(year) == 4 and all(0 < len(f) <= 4 and set(f) <= _ASCII_DIGITS for f in fields)
+                and all(len(f) <= 2 for f in fields[:4])):
+            d, hh, mm, ss, y = (int(f) for f in fields)
+            mon = _MONTHS[parts[1]]
+            leap = y % 4 == 0 and (y % 100 != 0 or y % 400 == 0)
+            if 1 <= d <= (_MONTH_DAYS[mon - 1] if mon != 2 or leap else 28) and hh < 24 and mm < 60 and ss < 60:
+                return time.mktime((y, mon, d, hh, mm, ss, 0, 1, -1))
+    return time.mktime(time.strptime(norm, "%a %b %d %H:%M:%S %Y"))
 
 
 def _number(text: str, kind: str) -> float | int:
@@ -164,11 +187,7 @@ def _rows(lines: list[str]):
         yield cells[0].strip(), cells[1].strip(), line
 
 
-def _parse_block(header: str, lines: list[str]) -> GpuJobStats:
-    gpu_id = None
-    m = re.match(r"GPU ID:\s*(\d{1,9})", header)
-    if m:
-        gpu_id = int(m.group(1))
+def _parse_block(gpu_id: int | None, lines: list[str]) -> GpuJobStats:
     values: dict[str, object] = {}
     missing: dict[str, str] = {}
     processes: list[dict] = []
@@ -181,7 +200,7 @@ def _parse_block(header: str, lines: list[str]) -> GpuJobStats:
             continue
         if in_procs and label.startswith("Avg "):
             key = "sm_util_pct" if "SM" in label else "memory_util_pct"
-            processes[-1][key] = float(value) if re.fullmatch(r"[\d.]+", value) else None
+            processes[-1][key] = _plain_float(value)
             continue
         if label.startswith("XID"):
             values.setdefault("xids", []).append(value)  # type: ignore[union-attr]
@@ -243,31 +262,77 @@ def classify_error(text: str) -> DcgmError:
     return DcgmError("error", msg)
 
 
+def _plain_float(value: str) -> float | None:
+    """A value of digits and dots only (what ``[\\d.]+`` matches), as a float; None otherwise (``1.2.3`` too)."""
+    if value and all(c == "." or c.isdecimal() for c in value):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _strip_ends(text: str, opening: str, closing: str) -> str | None:
+    """``text`` without ``opening``+whitespace in front and whitespace+``closing``+whitespace behind, or None."""
+    if not text.startswith(opening):
+        return None
+    inner = text[len(opening):].rstrip()
+    if not inner.endswith(closing):
+        return None
+    return inner[: len(inner) - len(closing)].strip()
+
+
+_RETRIEVED = "Successfully retrieved statistics for job:"
+
+
+def stats_job_id(line: str) -> str | None:
+    """The job of ``Successfully retrieved statistics for job: ID.`` (as ``\\s*PREFIX\\s*(.*?)\\.\\s*$`` reads it)."""
+    s = line.lstrip()
+    if not s.startswith(_RETRIEVED):
+        return None
+    rest = s[len(_RETRIEVED):].strip()
+    return rest[:-1] if rest.endswith(".") else None
+
+
+def block_header(line: str) -> tuple[int | None] | None:
+    """``| GPU ID: 0 |`` -> (0,), ``| Summary |`` -> (None,), anything else None
+    (as ``\\|\\s*(GPU ID:\\s*\\d{1,9}|Summary)\\s*\\|\\s*$`` matches)."""
+    inner = _strip_ends(line, "|", "|")
+    if inner is None:
+        return None
+    if inner == "Summary":
+        return (None,)
+    if inner.startswith("GPU ID:"):
+        digits = inner[7:].lstrip()
+        if 0 < len(digits) <= 9 and digits.isdecimal():
+            return (int(digits),)
+    return None
+
+
 def parse_stats(text: str) -> JobStatsReport | DcgmError:
     """Parse ``dcgmi stats [-v] -j ID`` output (prompt lines and ``-x``/``group -d`` chatter around it allowed)."""
     lines = text.splitlines()
     job_id = None
     for ln in lines:
-        m = re.match(r"\s*Successfully retrieved statistics for job:\s*(.*?)\.\s*$", ln)
-        if m:
-            job_id = m.group(1)
+        job_id = stats_job_id(ln)
+        if job_id is not None:
             break
     if job_id is None:
         return classify_error(text)
     blocks: list[GpuJobStats] = []
-    header = None
+    header: tuple[int | None] | None = None
     body: list[str] = []
-    for i, ln in enumerate(lines):
-        m = re.match(r"\|\s*(GPU ID:\s*\d{1,9}|Summary)\s*\|\s*$", ln)
-        if m:
+    for ln in lines:
+        got = block_header(ln)
+        if got is not None:
             if header is not None:
-                blocks.append(_parse_block(header, body))
-            header, body = m.group(1), []
+                blocks.append(_parse_block(header[0], body))
+            header, body = got, []
             continue
         if header is not None:
             body.append(ln)
     if header is not None:
-        blocks.append(_parse_block(header, body))
+        blocks.append(_parse_block(header[0], body))
     if not blocks:
         raise DcgmParseError(f"dcgmi stats report for job {job_id}: no GPU or Summary block")
     verbose = any(b.gpu_id is not None for b in blocks)
@@ -281,18 +346,48 @@ def parse_discovery(text: str) -> list[DcgmGpu]:
     for line in text.splitlines():
         if "NvSwitch" in line or "Switch ID" in line:
             break
-        m = re.match(r"\|\s*(\d{1,9})\s*\|\s*Name:\s*(.*?)\s*\|\s*$", line)
-        if m:
+        got = discovery_gpu_row(line)
+        if got is not None:
             if cur:
                 gpus.append(_gpu(cur))
-            cur = {"gpu_id": int(m.group(1)), "name": m.group(2)}
+            cur = {"gpu_id": got[0], "name": got[1]}
             continue
-        m = re.match(r"\|\s*\|\s*(PCI Bus ID|Device UUID):\s*(.*?)\s*\|\s*$", line)
-        if m and cur is not None:
-            cur["pci_bus_id" if m.group(1).startswith("PCI") else "uuid"] = m.group(2)
+        got2 = discovery_detail_row(line)
+        if got2 is not None and cur is not None:
+            cur[got2[0]] = got2[1]
     if cur:
         gpus.append(_gpu(cur))
     return gpus
+
+
+def discovery_gpu_row(line: str) -> tuple[int, str] | None:
+    """``| 0 | Name: NVIDIA H100 |`` -> (0, name) (as ``\\|\\s*(\\d{1,9})\\s*\\|\\s*Name:\\s*(.*?)\\s*\\|\\s*$``)."""
+    if not line.startswith("|"):
+        return None
+    rest = line[1:].lstrip()
+    n = 0
+    while n < len(rest) and rest[n].isdecimal():
+        n += 1
+    if not 0 < n <= 9:
+        return None
+    name = _strip_ends(rest[n:].lstrip(), "|", "|")
+    if name is None or not name.startswith("Name:"):
+        return None
+    return int(rest[:n]), name[5:].lstrip()
+
+
+def discovery_detail_row(line: str) -> tuple[str, str] | None:
+    """``|   | PCI Bus ID: ... |`` / ``Device UUID: ...`` -> ("pci_bus_id" | "uuid", value)
+    (as ``\\|\\s*\\|\\s*(PCI Bus ID|Device UUID):\\s*(.*?)\\s*\\|\\s*$``)."""
+    if not line.startswith("|"):
+        return None
+    inner = _strip_ends(line[1:].lstrip(), "|", "|")
+    if inner is None:
+        return None
+    for label, key in (("PCI Bus ID:", "pci_bus_id"), ("Device UUID:", "uuid")):
+        if inner.startswith(label):
+            return key, inner[len(label):].lstrip()
+    return None
 
 
 def _gpu(d: dict) -> DcgmGpu:
@@ -310,8 +405,19 @@ def _gpu(d: dict) -> DcgmGpu:
 
 def parse_group_create(text: str) -> int | None:
     """``Successfully created group "NAME" with a group ID of 23`` -> 23."""
-    m = re.search(r"with a group ID of\s+(\d{1,18})\b", text)
-    return int(m.group(1)) if m else None
+    needle = "with a group ID of"
+    at = text.find(needle)
+    while at >= 0:  # the first occurrence followed by whitespace, 1-18 digits and a word boundary
+        rest = text[at + len(needle):]
+        digits = rest.lstrip()
+        n = 0
+        while n < len(digits) and digits[n].isdecimal():
+            n += 1
+        after = digits[n:n + 1]
+        if len(digits) < len(rest) and 0 < n <= 18 and not (after.isalnum() or after == "_"):
+            return int(digits[:n])
+        at = text.find(needle, at + 1)
+    return None
 
 
 def summary_fields(block: GpuJobStats) -> dict:
