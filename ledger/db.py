@@ -11,6 +11,7 @@ from sqlalchemy.engine import Engine
 import schema as _schema_pkg
 
 from .config import normalise_db_url
+from .fsmodes import LEDGER_DIR, LEDGER_FILE, create_file, make_dirs
 
 
 WRITE_OPTION = "ipledger_write"
@@ -24,8 +25,8 @@ def make_engine(url: str) -> Engine:
     url = normalise_db_url(url)
     if url.startswith("sqlite"):
         path = url.split("///", 1)[1] if "///" in url else ""
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        if path and path != ":memory:" and not path.startswith("file:"):
+            _create_private(Path(path.split("?", 1)[0]))
         engine = create_engine(url, connect_args={"timeout": 60})
 
         @event.listens_for(engine, "connect")
@@ -48,6 +49,18 @@ def make_engine(url: str) -> Engine:
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
     return create_engine(url, pool_pre_ping=True)
+
+
+def _create_private(path: Path) -> None:
+    """A new SQLite ledger file (and any directory made for it) readable by its owner only, before SQLite
+    creates it with the umask's mode; SQLite gives its -wal and -shm files the database file's mode."""
+    if path.exists():
+        return  # the site's choice of mode stands
+    make_dirs(path.parent, LEDGER_DIR)
+    try:
+        os.close(create_file(path, LEDGER_FILE))
+    except FileExistsError:
+        pass
 
 
 def _alembic_config(connection):  # noqa: ANN001

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import os
 import time
+
+from .fsmodes import SPOOL_DIR, SPOOL_FILE, create_file, make_dirs
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (strings here): typing stays off the hook's import path
     from pathlib import Path
@@ -46,7 +49,8 @@ def write_records(spool_dir: str | os.PathLike, records: Iterable[Mapping], pref
     ensure_ascii=False)`` (the hooks pass one that does not import json; a test proves them equal).
     """
     directory = os.fspath(spool_dir)
-    os.makedirs(directory, exist_ok=True)
+    if not os.path.isdir(directory):
+        make_dirs(directory, SPOOL_DIR)
     # os.uname().nodename is what socket.gethostname() returns, and os.urandom(4).hex() what
     # secrets.token_hex(4) does, without importing socket and secrets (hmac, random...) on the hook path.
     name = f"{prefix}-{time.time_ns():020d}-{os.uname().nodename}-{os.getpid()}-{os.urandom(4).hex()}"
@@ -58,7 +62,7 @@ def write_records(spool_dir: str | os.PathLike, records: Iterable[Mapping], pref
         def encode(r: Mapping) -> str:
             return json.dumps(r, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     data = "".join(encode(r) + "\n" for r in records)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+    fd = create_file(tmp, SPOOL_FILE)
     try:
         view = memoryview(data.encode("utf-8"))
         while view:
@@ -187,13 +191,16 @@ def mark_shipped_many(spool_dir: str | os.PathLike, reads: Iterable[SpoolRead]) 
 
     directory = Path(spool_dir)
     done = directory / SHIPPED_DIR
-    done.mkdir(exist_ok=True)
+    make_dirs(done, SPOOL_DIR)
     any_torn = False
     for read_result in reads:
         if read_result.torn is not None:
             torn_dir = directory / TORN_DIR
-            torn_dir.mkdir(exist_ok=True)
-            (torn_dir / (read_result.path.name + ".torn")).write_text(read_result.torn + "\n", encoding="utf-8")
+            make_dirs(torn_dir, SPOOL_DIR)
+            fd = create_file(torn_dir / (read_result.path.name + ".torn"), SPOOL_FILE,
+                             os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            with os.fdopen(fd, "w", encoding="utf-8") as torn_file:
+                torn_file.write(read_result.torn + "\n")
             any_torn = True
         target_name = read_result.path.name
         if target_name.endswith(".tmp"):
