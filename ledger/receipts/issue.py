@@ -16,6 +16,7 @@ from sqlalchemy.engine import Engine
 
 from ..canonical import now_ts
 from ..entries import ChainedEntry, Entry, Kind, make_entry
+from ..fsmodes import RECEIPTS_DIR, RECEIPTS_FILE, create_file, make_dirs
 from ..method import METHOD_NAME, METHOD_VERSION
 from ..ship import after_ship
 from ..store import append, iter_entries
@@ -157,10 +158,12 @@ def write_receipt_files(receipt: Receipt, receipts_dir: str | Path) -> Path:
     acct = _SAFE.sub("_", str(job.get("account") or "unknown-account"))
     name = _SAFE.sub("_", f"{job.get('cluster') or 'cluster'}-{job['job_id']}-{job['run']}")
     d = Path(receipts_dir) / acct
-    d.mkdir(parents=True, exist_ok=True)
+    make_dirs(d, RECEIPTS_DIR)  # receipts name users, accounts and nodes: not for every local user
     path = d / f"{name}.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(receipt.body, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    with os.fdopen(create_file(tmp, RECEIPTS_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w",
+                   encoding="utf-8") as f:
+        f.write(json.dumps(receipt.body, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     tmp.replace(path)
     return path
 
