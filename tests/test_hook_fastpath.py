@@ -203,6 +203,13 @@ def test_dcgm_group_id_matches_the_regular_expression(text):
     assert dcgm.parse_group_create(text) == (int(m.group(1)) if m else None)
 
 
+@given(st.text(alphabet="-+0123456789\u0663\u00b2 .x", max_size=8))
+def test_nvidia_smi_integer_cells_match_the_regular_expression(text):
+    from ledger.sources import nvml
+
+    assert nvml.is_integer_text(text) == bool(re.fullmatch(r"-?\d+", text))
+
+
 def _outcome(fn, *args):
     try:
         return fn(*args)
