@@ -39,9 +39,17 @@ def start_cli(args: list[str], env: dict[str, str], log: Path | None = None) -> 
                             start_new_session=True)
 
 
-def kill_after(proc: subprocess.Popen, delay: float) -> tuple[bool, float]:
-    """SIGKILL the process group after ``delay`` seconds. Returns (killed: it was still running, i.e. a real
-    crash; seconds it ran: the delay, or when it finished by itself)."""
+def kill_after(proc: subprocess.Popen, delay: float, ready=None) -> tuple[bool, float]:  # noqa: ANN001
+    """SIGKILL the process group ``delay`` seconds after it started (or after ``ready()`` first returned true:
+    the kill then lands in the work, whatever the start-up took on a loaded machine). Returns (killed: it was
+    still running, i.e. a real crash; seconds it ran since the clock started)."""
+    t0 = time.monotonic()
+    while ready is not None and not ready():
+        if proc.poll() is not None:
+            return False, time.monotonic() - t0
+        if time.monotonic() - t0 > 60:
+            raise AssertionError("the process never got ready")
+        time.sleep(0.005)
     t0 = time.monotonic()
     while time.monotonic() - t0 < delay:
         if proc.poll() is not None:

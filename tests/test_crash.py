@@ -114,3 +114,79 @@ def test_shipper_killed_at_random_postgres(tmp_path, trials, postgres):
         return postgres.url(f"{base}_{tag}")
 
     _shipper_trials(tmp_path, trials(10, 100), new_ledger, "shipper_kill_postgres")
+
+
+def test_collector_killed_at_random_sqlite(tmp_path, trials):
+    """`ipledger collect` killed again and again while writing batches into one spool: the next shipment
+    delivers every batch it had put in place, and every complete record of a batch it was writing when
+    killed (its ``.tmp`` file, once stale), exactly once; a torn tail is set aside, never half-shipped."""
+    from tests.test_collector import _standin
+
+    figs = h.Figures("collector_kill_sqlite")
+    url = h.fresh_sqlite(h.sqlite_template(tmp_path), tmp_path / "ledger.db")
+    sp = tmp_path / "spool"
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'spool = "{sp}"\n[commands]\ndcgmi = "{_standin(tmp_path)}"\n')
+    env = {"IPLEDGER_CONFIG": str(cfg)}
+    args = ["collect", "--source", "dcgmi", "--interval", "10ms", "--count", "20", "--node", "n01"]
+    rng = random.Random(7)
+    want: set[str] = set()
+    for trial in range(trials(10, 100)):
+        proc = h.start_cli(args, env)
+        before = len(list(sp.glob("*.jsonl*")))
+        # a batch every ~0.1 s once started: the kill lands within the first few batches after the first
+        killed, _ = h.kill_after(proc, rng.uniform(0.0, 0.4), ready=lambda: len(list(sp.glob("*.jsonl*"))) > before)
+        assert killed, "the collector runs until stopped"
+        figs.add("trials")
+        figs.add("tmp_files_left", h.age_tmp_files(sp))
+        offered = h.spooled_ids(sp, tmp_too=True)
+        assert all(n == 1 for n in offered.values()), "a batch was written twice"
+        figs.add("batches_in_spool", len(spool.pending_files(sp)))
+        want |= set(offered)
+        report = h.invoke(url, ["ship", "--spool", str(sp), "--quiet", "--json", "--no-receipts"])
+        figs.add("torn_tails_set_aside", len(report["torn"]))
+        assert not report["errors"], report["errors"]
+        t = h.check_ledger(url, want)
+    assert figs.values["batches_in_spool"] > 0 and len(t.ids) == len(want) > 0
+    figs.values.update(entries=len(t.ids), lost=0, duplicated=0)
+    figs.emit()
+
+
+def test_importer_killed_at_random_sqlite(tmp_path, trials):
+    """`ipledger import prometheus` killed mid-import (one transaction): the same import run again gives the
+    ledger exactly what an uninterrupted import gives, samples included."""
+    from ledger.importers import synth
+
+    figs = h.Figures("importer_kill_sqlite")
+    export = tmp_path / "export"
+    synth.write_query_range(export, n_gpus=4, hours=2, cadence=15, jobs="slurm")
+    template = h.sqlite_template(tmp_path)
+    args = ["import", "prometheus", str(export), "--quiet"]
+
+    def writing(db: Path):  # noqa: ANN202 - the import's transaction has begun writing: its WAL grows
+        wal = Path(f"{db}-wal")
+        return lambda: wal.exists() and wal.stat().st_size > 0
+
+    reference = tmp_path / "reference.db"
+    killed, window = h.kill_after(h.start_cli(["--db", h.fresh_sqlite(template, reference), *args], {}), 1e9,
+                                  ready=writing(reference))
+    assert not killed
+    want = set(h.tally(f"sqlite:///{reference}").ids)
+    rng = random.Random(11)
+    for trial in range(trials(10, 100)):
+        db = tmp_path / f"ledger-{trial}.db"
+        url = h.fresh_sqlite(template, db)
+        killed, ran = h.kill_after(h.start_cli(["--db", url, *args], {}), rng.uniform(0, window),
+                                   ready=writing(db))
+        figs.add("trials")
+        figs.add("killed_while_writing" if killed else "finished_before_kill")
+        after_kill = h.tally(url)
+        figs.add("left_partial_import", int(0 < len(after_kill.ids) < len(want)))
+        assert len(after_kill.ids) in (0, len(want)), "an import is all or nothing"
+        h.invoke(url, args)
+        t = h.check_ledger(url, want)
+        figs.add("entries_checked", len(t.ids))
+        for leftover in tmp_path.glob(f"ledger-{trial}.db*"):
+            leftover.unlink()
+    figs.values.update(facts_per_import=len(want), lost=0, duplicated=0, window_s=round(window, 3))
+    figs.emit()
