@@ -40,8 +40,14 @@ FINAL_STATES = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PRE
                 "BOOT_FAIL", "DEADLINE"}
 
 
-def log(msg: str) -> None:
-    """Failures go to stderr (slurmd's log at debug level) and syslog (where operators look)."""
+# ``[hooks] error_log``: a file every log line is also appended to, for nodes where syslog is not read (or not
+# there: without /dev/log Python's syslog drops messages silently). Set by run_hook once the config is read.
+_error_log: str | None = None
+
+
+def log(msg: str, *, loss: bool = False) -> None:
+    """Failures go to stderr (slurmd's log at debug level), syslog (daemon, tag ``ipledger-hook``; LOG_ERR when
+    entries were lost, else LOG_WARNING) and the ``error_log`` file when configured. Never raises."""
     line = f"ipledger-hook: {msg}"
     try:
         sys.stderr.write(line + "\n")
@@ -51,10 +57,24 @@ def log(msg: str) -> None:
     try:
         import syslog
 
-        syslog.openlog("ipledger-hook", 0, syslog.LOG_DAEMON)
-        syslog.syslog(syslog.LOG_WARNING, msg)
+        syslog.openlog("ipledger-hook", syslog.LOG_PID, syslog.LOG_DAEMON)
+        syslog.syslog(syslog.LOG_ERR if loss else syslog.LOG_WARNING, msg)
     except Exception:  # noqa: BLE001
         pass
+    if _error_log:
+        try:  # one write() of a line opened O_APPEND: concurrent hooks never interleave inside a line
+            fd = os.open(_error_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            try:
+                stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                os.write(fd, f"{stamp} {os.uname().nodename} ipledger-hook[{os.getpid()}]: {msg}\n".encode())
+            finally:
+                os.close(fd)
+        except OSError:  # the log may sit on the same full or read-only disk as the spool
+            pass
+
+
+class SpoolWriteFailed(OSError):
+    """The spool could not take the hook's entries (unwritable, full, missing); they are lost and logged."""
 
 
 class HookSettings:
@@ -117,10 +137,25 @@ class Hook:
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in self.env.job_id)
         return os.path.join(self.settings.state_dir, f"{safe}.json")
 
-    def write_spool(self) -> None:
-        if self.entries:
+    def write_spool(self, hook: str) -> None:
+        if not self.entries:
+            return
+        try:
             spool.write_records(self.cfg.spool, self.entries, prefix="hook", encode=records.spool_line)
+        except OSError as exc:
+            counts: dict[str, int] = {}
+            for e in self.entries:
+                counts[e["kind"]] = counts.get(e["kind"], 0) + 1
+            lost = ", ".join(f"{k}×{n}" for k, n in counts.items())
+            then = ("`ipledger reconcile` will close this run with an unknown interval (cause epilog_missing)"
+                    if hook == "epilog" else
+                    "the ledger will only learn of this run if its epilog can write (it then rebuilds the start)")
+            log(f"job {self.env.job_id}: {hook} failed: SPOOL WRITE FAILED in {self.cfg.spool}: {type(exc).__name__}: "
+                f"{exc.strerror or exc}; {len(self.entries)} entries NOT recorded ({lost}); {then}", loss=True)
             self.entries = []
+            self.errors.append({"stage": "spool", "error": f"{type(exc).__name__}: {exc}"[:500]})  # for the trace
+            raise SpoolWriteFailed(exc.errno, str(exc)) from exc
+        self.entries = []
 
     # -- devices -------------------------------------------------------------------------------------------------
     def map_devices(self) -> list[dict]:
@@ -233,7 +268,7 @@ def prolog(h: Hook) -> None:
     keys = h.keys(run, cluster)
     devices = h.map_devices()
     _started_entries(h, keys, start, rec, devices)
-    h.write_spool()  # the allocation is on disk before anything else can go wrong
+    h.write_spool("prolog")  # the allocation is on disk before anything else can go wrong
     state: dict[str, Any] = {"job_id": h.env.job_id, "run": run, "cluster": cluster, "start": start,
                              "devices": devices, "node": h.env.node}
     if h.settings.dcgm and devices:
@@ -266,7 +301,7 @@ def prolog(h: Hook) -> None:
     _save_state(h.state_path(), state)
     for err in h.errors:
         h.add(Kind.HOOK_ERROR, now, {"hook": "prolog", **err}, keys)
-    h.write_spool()
+    h.write_spool("prolog")
 
 
 _DCGM_CAUSES = {"no_data": "dcgm_no_data", "timeout": "dcgm_timeout", "connection": "dcgm_unreachable",
@@ -425,7 +460,7 @@ def epilog(h: Hook) -> None:
                                        "state_basis": basis}, keys)
     for err in h.errors:
         h.add(Kind.HOOK_ERROR, now, {"hook": "epilog", **err}, keys)
-    h.write_spool()  # durable before any clean-up
+    h.write_spool("epilog")  # durable before any clean-up
     if dstate and dstate.get("job_key"):
         from ..sources import dcgm
 
@@ -444,6 +479,8 @@ def run_hook(kind: str, environ: Mapping[str, str], config_path: str | None, sna
 
     ``snapshot``: where the parsed site config may be cached (ledger.config.load_values), or None.
     """
+    global _error_log
+    _error_log = None  # until this run's config says otherwise
     t0 = time.time()
     ok = True
     h = None
@@ -458,16 +495,21 @@ def run_hook(kind: str, environ: Mapping[str, str], config_path: str | None, sna
             log(f"{kind}: no SLURM_JOB_ID in the environment; nothing recorded")
             return 0
         cfg = SiteConfig(config_mod.load_values(config_path, environ, snapshot=snapshot))
+        _error_log = (cfg.extra.get("hooks") or {}).get("error_log") or None
         h = Hook(cfg=cfg, settings=HookSettings.from_config(cfg), env=env)
         (prolog if kind == "prolog" else epilog)(h)
+    except SpoolWriteFailed:
+        ok = False  # logged, with what was lost, where it happened
     except BaseException as exc:  # noqa: BLE001 - the hook must exit 0 whatever happened
         ok = False
         log(f"{kind} failed: {type(exc).__name__}: {exc}")
         if h is not None and h.entries:
             try:
-                h.write_spool()
+                h.write_spool(kind)
+            except SpoolWriteFailed:
+                pass  # logged, with what was lost
             except BaseException as exc2:  # noqa: BLE001
-                log(f"{kind}: spool write failed: {exc2}")
+                log(f"{kind}: spool write failed: {exc2}", loss=True)
     finally:
         if h is not None and h.settings.trace:
             try:

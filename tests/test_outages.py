@@ -1,0 +1,251 @@
+"""Outages (issue 9 point 3): what the ledger keeps when the parts around the hooks fail.
+
+* DCGM hangs: every call is cut at ``hook_timeout_s``; the run gets an ``unknown_interval`` (cause
+  ``dcgm_timeout``) per GPU over exactly the allocation, no summary, and its receipt counts those hours as
+  unknown — never as delivered or idle.
+* The spool cannot be written (unwritable: a non-root hook and mode 000; full: a tiny tmpfs filled up,
+  ENOSPC; RLIMIT_FSIZE 0, EFBIG, which also stands in for "full" where mounting is not allowed): the hook
+  still exits 0, says SPOOL WRITE FAILED with what was lost on stderr and in ``[hooks] error_log``, and
+  ``ipledger reconcile`` later closes the run with an ``epilog_missing`` unknown interval.
+* PostgreSQL stopped in the middle of a burst of jobs on the real Slurm, with a shipper running throughout:
+  the hooks never notice, shipping fails while it is down and leaves the spool alone, and once it is back one
+  ``ipledger ship`` leaves every entry exactly once, ``verify`` passes and every run's receipt balances.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import ledger
+from ledger import db as db_mod
+from ledger import store
+from ledger.canonical import ts_to_epoch
+from ledger.cli.main import cli as ipledger
+from ledger.hooks.install import install
+from tests import services, slurm_service
+from tests.standins import make_site
+
+ROOT = Path(ledger.__file__).resolve().parent.parent
+
+
+def _slurm_time(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
+
+
+def _record(job: str, start: int, end: int | None = None, state: str = "RUNNING") -> str:
+    run_time = f"00:00:{(end or start) - start:02d}"
+    return (f"JobId={job} JobName=wrap UserId=root(0) Account=tenant QOS=normal JobState={state} Restarts=0 "
+            f"ExitCode=0:0 RunTime={run_time} StartTime={_slurm_time(start)} "
+            f"EndTime={_slurm_time(end) if end else 'Unknown'} Partition=gpu NodeList=node1 "
+            f"TRES=cpu=1,node=1,gres/gpu=2")
+
+
+def _env(job: str, gpus: str = "0,1") -> dict:
+    # slurmd's minimal environment: no PATH
+    return {"SLURM_JOB_ID": job, "SLURM_JOB_RESTART_COUNT": "0", "SLURM_JOB_ACCOUNT": "tenant",
+            "SLURM_JOB_USER": "alice", "SLURMD_NODENAME": "node1", "SLURM_CLUSTER_NAME": "c1",
+            "SLURM_JOB_GPUS": gpus, "CUDA_VISIBLE_DEVICES": gpus}
+
+
+def _entries(db: str, job_id: str | None = None) -> list:
+    eng = db_mod.make_engine(db)
+    try:
+        return [c.entry for c in store.iter_entries(eng, job_id=job_id)]
+    finally:
+        eng.dispose()
+
+
+def _cli(runner, *argv: str, ok: bool = True):
+    r = runner.invoke(ipledger, list(argv))
+    if ok:
+        assert r.exit_code == 0, (argv, r.output)
+    return r
+
+
+def assert_balanced(receipt: dict) -> None:
+    """paid = delivered + throttled + underutilized + starved + idle_held + unknown, overall and per device."""
+    def parts(h: dict) -> float:
+        return (h["delivered"] + sum(h["throttled"].values()) + h["underutilized"] + h["starved"] + h["idle_held"]
+                + h["unknown"])
+
+    assert abs(receipt["gpu_hours"]["paid"] - parts(receipt["gpu_hours"])) <= 1e-9, receipt["gpu_hours"]
+    for d in receipt.get("devices", []):
+        assert abs(d["gpu_hours"]["paid"] - parts(d["gpu_hours"])) <= 1e-9, d
+
+
+# --- DCGM hanging ------------------------------------------------------------------------------------------------
+
+def test_hung_dcgm_times_out_and_the_run_is_unknown_not_measured(tmp_path, runner):
+    site = make_site(tmp_path, timeout=0.5, hooks={"trace": str(tmp_path / "trace.jsonl")})
+    site.control(hang_s=30)  # nv-hostengine accepts the connection and never answers; nvidia-smi still works
+    start = int(time.time()) - 4
+    site.scontrol_record("71", _record("71", start))
+    hooks = install(tmp_path / "hooks", str(site.config))
+    t0 = time.time()
+    p = subprocess.run([str(hooks[0])], env=_env("71"), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    end = int(time.time())
+    site.scontrol_record("71", _record("71", start, end, "COMPLETING"))
+    p = subprocess.run([str(hooks[1])], env=_env("71"), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    # Prolog: discovery + group create; epilog: stats -x, -j and the clean-up -r: five calls cut at 0.5 s each.
+    assert time.time() - t0 < 15
+    assert "dcgm" in p.stderr and "timed out" in p.stderr
+    trace = [json.loads(x) for x in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    assert [t["hook"] for t in trace] == ["prolog", "epilog"] and all(t["elapsed_s"] < 6 for t in trace)
+
+    db = f"sqlite:///{tmp_path / 'ledger.db'}"
+    _cli(runner, "--db", db, "init")
+    _cli(runner, "--db", db, "ship", "--spool", str(site.spool))
+    es = _entries(db, "71")
+    bound = sorted(e.device for e in es if e.kind == "device_bound")
+    assert bound == sorted(g["uuid"] for g in site.gpus[:2])  # nvidia-smi answered: the GPUs are known
+    (started,) = [e for e in es if e.kind == "allocation_started"]
+    (ended,) = [e for e in es if e.kind == "allocation_ended"]
+    gaps = [e for e in es if e.kind == "unknown_interval"]
+    assert sorted(g.device for g in gaps) == bound
+    for g in gaps:
+        assert g.data["cause"] == "dcgm_timeout" and (g.ts, g.ts_end) == (started.ts, ended.ts)
+    assert not [e for e in es if e.kind == "telemetry_summary"], "a hung DCGM measured nothing"
+    assert {e.data["stage"] for e in es if e.kind == "hook_error"} >= {"dcgm start", "dcgm stats"}
+    receipt = json.loads(_cli(runner, "--db", db, "receipt", "71", "--format", "json").output)
+    assert_balanced(receipt)
+    hours = receipt["gpu_hours"]
+    assert hours["paid"] > 0 and hours["unknown"] == pytest.approx(hours["paid"]) and hours["delivered"] == 0
+    assert {u["cause"] for u in receipt["unknown_intervals"]} == {"dcgm_timeout"}
+
+
+# --- the spool unwritable or full --------------------------------------------------------------------------------
+
+def _python_for(user: str) -> str | None:
+    """An interpreter ``user`` may run (the test venv may live under /root); the hooks need only the stdlib."""
+    for py in (sys.executable, "/usr/bin/python3"):
+        if os.path.exists(py) and subprocess.run(services.as_user(user, [py, "-I", "-S", "-c", "pass"]),
+                                                 capture_output=True, timeout=30).returncode == 0:
+            return py
+    return None
+
+
+def _mount_tmpfs(path: Path, size_kb: int) -> bool:
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        return False
+    path.mkdir()
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k,mode=0755", "tmpfs", str(path)],
+                          capture_output=True, timeout=30).returncode == 0
+
+
+def _fill(directory: Path) -> None:
+    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+
+
+def _no_file_growth() -> None:  # preexec: every write that extends a file fails with EFBIG instead of SIGXFSZ
+    import resource
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+
+@pytest.fixture
+def world_readable_dir():
+    # pytest's tmp_path is root's 0700 directory; the unwritable case runs the hook as nobody.
+    d = Path(tempfile.mkdtemp(prefix="ipledger-outage-"))
+    os.chmod(d, 0o755)
+    yield d
+    if os.path.ismount(d / "spool-fs"):
+        subprocess.run(["umount", "-l", str(d / "spool-fs")], capture_output=True, timeout=30)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.parametrize("failure", ["unwritable", "full", "rlimit_fsize"])
+def test_spool_failure_exits_zero_logs_loudly_and_reconcile_closes_the_run(failure, world_readable_dir, runner):
+    root = world_readable_dir
+    how = failure
+    spool_dir = root / "spool"
+    if failure == "full" and _mount_tmpfs(root / "spool-fs", 256):
+        spool_dir = root / "spool-fs" / "spool"
+    elif failure == "full":
+        how = "rlimit_fsize"  # no mount allowed here: a file-size limit fails writes the same way (EFBIG)
+    error_log = root / "hook-errors.log"
+    error_log.touch(mode=0o666)
+    os.chmod(error_log, 0o666)
+    site = make_site(root, tools=("nvidia-smi", "scontrol"), hooks={"error_log": str(error_log)})
+    cfg = site.config.read_text().replace(f'spool = "{site.spool}"', f'spool = "{spool_dir}"')
+    site.config.write_text(cfg)
+    user, python, preexec = "root", sys.executable, None
+    if how == "unwritable":
+        user = "nobody" if os.geteuid() == 0 else None
+        python = _python_for(user) if user else sys.executable
+        if python is None:
+            services.unavailable("no Python interpreter the user nobody can run")
+    elif how == "rlimit_fsize":
+        preexec = _no_file_growth
+    hooks = install(root / "hooks", str(site.config), python=python)
+    start = int(time.time()) - 3
+    site.scontrol_record("61", _record("61", start))
+    p = subprocess.run([str(hooks[0])], env=_env("61"), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "SPOOL" not in p.stderr, p.stderr
+    db = f"sqlite:///{root / 'ledger.db'}"
+    _cli(runner, "--db", db, "init")
+    _cli(runner, "--db", db, "ship", "--spool", str(spool_dir))
+    assert len([e for e in _entries(db, "61") if e.kind == "device_bound"]) == 2
+
+    # The spool fails now: the epilog's entries cannot be kept.
+    if how == "unwritable":
+        os.chmod(spool_dir, 0o000)
+    elif how == "full":
+        _fill(spool_dir.parent)
+    end = int(time.time())
+    site.scontrol_record("61", _record("61", start, end, "COMPLETING"))
+    argv = services.as_user(user, [str(hooks[1])]) if user not in (None, "root") else [str(hooks[1])]
+    argv[0] = shutil.which(argv[0]) or argv[0]  # the hook's environment has no PATH
+    p = subprocess.run(argv, env=_env("61"), capture_output=True, text=True, timeout=60, preexec_fn=preexec)
+    assert p.returncode == 0, p.stderr
+    loud = [line for line in p.stderr.splitlines() if "SPOOL WRITE FAILED" in line]
+    assert len(loud) == 1, p.stderr
+    assert all(w in loud[0] for w in ("job 61", "epilog failed", str(spool_dir), "NOT recorded",
+                                      "allocation_ended", "ipledger reconcile")), loud[0]
+    if how != "rlimit_fsize":  # with RLIMIT_FSIZE no file can grow, the error log included: stderr only
+        assert "SPOOL WRITE FAILED" in error_log.read_text() and "job 61" in error_log.read_text()
+
+    # The operator frees the spool; nothing of the epilog was kept, so reconcile has to close the run.
+    if how == "unwritable":
+        os.chmod(spool_dir, 0o750)
+    elif how == "full":
+        (spool_dir.parent / "filler").unlink()
+    assert not list(spool_dir.glob("*.jsonl")), "a failed write must not leave a file that looks complete"
+    site.scontrol_record("61", _record("61", start, end, "COMPLETED"))
+    out = json.loads(_cli(runner, "--db", db, "--config", str(site.config), "reconcile", "--json").output)
+    assert [c["job_id"] for c in out["closed"]] == ["61"]
+    es = _entries(db, "61")
+    (started,) = [e for e in es if e.kind == "allocation_started"]
+    (ended,) = [e for e in es if e.kind == "allocation_ended"]
+    assert ended.data["cause"] == "epilog_missing" and ended.data["state"] == "COMPLETED"
+    assert ts_to_epoch(ended.ts) == end
+    gaps = [e for e in es if e.kind == "unknown_interval"]
+    assert sorted(g.device for g in gaps) == sorted(e.device for e in es if e.kind == "device_bound")
+    assert all(g.data["cause"] == "epilog_missing" and (g.ts, g.ts_end) == (started.ts, ended.ts) for g in gaps)
+    _cli(runner, "--db", db, "verify")
+    receipt = json.loads(_cli(runner, "--db", db, "receipt", "61", "--format", "json").output)
+    assert_balanced(receipt)
+    hours = receipt["gpu_hours"]
+    assert hours["paid"] > 0 and hours["unknown"] == pytest.approx(hours["paid"])
