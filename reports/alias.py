@@ -19,12 +19,19 @@ class AliasError(ValueError):
 
 
 def read_key(path: str | Path) -> bytes:
-    """The key's bytes; a missing or empty key file is a one-line error."""
+    """The key's bytes; a missing, empty or world-accessible key file is a one-line error.
+
+    Anyone holding the key can re-identify every alias by hashing a list of hostnames and users, so a key
+    file every local user may read (or replace) is refused, as ssh refuses such a private key.
+    """
     p = Path(path)
     try:
+        mode = p.stat().st_mode & 0o777
         key = p.read_bytes().rstrip(b"\r\n")
     except OSError as exc:
         raise AliasError(f"{p}: cannot read alias key ({exc.strerror})") from None
+    if mode & 0o007:
+        raise AliasError(f"{p}: alias key is open to every user (mode {mode:04o}); chmod 600 (or 640 for a group)")
     if len(key) < 16:
         raise AliasError(f"{p}: alias key too short ({len(key)} bytes; use at least 16 random bytes)")
     return key

@@ -1,10 +1,13 @@
 """Pseudonymisation: hosts and users become keyed-HMAC aliases, stable within a key, different across keys;
-names never appear in any export written with a key."""
+names never appear in any export written with a key (csv, parquet read back, FOCUS, JSON, the PDF through
+pdftotext), and the key file must not be open to every user. `export monthly` is the only command that takes a
+key; receipts and analyses are site-internal and carry no alias option."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
+import shutil
+import subprocess
 
 from hypothesis import given, settings
 from hypothesis import strategies as hs
@@ -13,6 +16,7 @@ from ledger import db as db_mod
 from ledger import store
 from reports import synthetic
 from reports.alias import Aliaser, read_key
+from tests.services import unavailable
 from tests.test_export_monthly import NOV, issue_entry
 
 
@@ -31,6 +35,7 @@ def test_aliases_are_stable_per_key_and_distinct(name, other):
 def test_key_file_errors_are_one_line(tmp_path):
     short = tmp_path / "short.key"
     short.write_bytes(b"abc\n")
+    short.chmod(0o600)
     for p in (short, tmp_path / "missing.key"):
         try:
             read_key(p)
@@ -40,35 +45,81 @@ def test_key_file_errors_are_one_line(tmp_path):
             raise AssertionError("expected an error")
 
 
-def test_exports_with_a_key_carry_no_host_or_user_names(sqlite_url, runner, cli, tmp_path):
-    rs = [synthetic.receipt(i, tenant="astro", start=NOV + i * 3600, hours=2, user="carol-secret",
-                            node="node-secret-7", shares={"unknown": 0.1}) for i in range(1, 6)]
+SECRET_USER, SECRET_NODES, SECRET_JOB_NAME = "carol-secret", ("node-secret-7", "node-secret-12"), "jobname-secret-x"
+FORMATS = ("csv", "parquet", "focus", "json", "pdf")
+
+
+def _key(tmp_path, mode: int = 0o600):
+    key = tmp_path / "alias.key"
+    key.write_bytes(b"0123456789abcdef0123456789abcdef\n")
+    key.chmod(mode)
+    return key
+
+
+def _export_text(path, fmt: str) -> str:
+    """What a reader of the file sees: text files as text, parquet read back, the PDF through pdftotext."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pandas().to_csv()
+    if fmt == "pdf":
+        if shutil.which("pdftotext") is None:
+            unavailable("pdftotext (poppler-utils) is not installed")
+        return subprocess.run(["pdftotext", "-layout", str(path), "-"], check=True, capture_output=True,
+                              text=True, timeout=60).stdout
+    return path.read_text()
+
+
+def _export(runner, cli, url: str, fmt: str, out, key=None) -> str:
+    argv = ["--db", url, "export", "monthly", "--month", "2026-11", "--format", fmt, "--out", str(out), "--quiet"]
+    res = runner.invoke(cli, argv + (["--alias-key", str(key)] if key else []))
+    assert res.exit_code == 0, res.output
+    return _export_text(out, fmt)
+
+
+def test_exports_with_a_key_carry_no_host_user_or_job_name(sqlite_url, runner, cli, tmp_path):
+    rs = []
+    for i in range(1, 6):
+        r = synthetic.receipt(i, tenant="astro", start=NOV + i * 3600, hours=2, user=SECRET_USER,
+                              node=SECRET_NODES[i % 2], shares={"unknown": 0.1})
+        r["job"]["name"] = SECRET_JOB_NAME  # were a receipt ever to carry the job name, no export may pass it on
+        rs.append(r)
     eng = db_mod.make_engine(sqlite_url)
     store.append(eng, [issue_entry(r, NOV + 20 * 86400) for r in rs])
     eng.dispose()
-    key = tmp_path / "alias.key"
-    key.write_bytes(b"0123456789abcdef0123456789abcdef\n")
-    outs = {}
-    for fmt in ("csv", "focus", "json", "pdf"):
-        out = tmp_path / f"a.{fmt}"
-        res = runner.invoke(cli, ["--db", sqlite_url, "export", "monthly", "--month", "2026-11", "--format", fmt,
-                                  "--out", str(out), "--alias-key", str(key), "--quiet"])
-        assert res.exit_code == 0, res.output
-        outs[fmt] = out
-    for fmt in ("csv", "focus", "json"):
-        text = outs[fmt].read_text()
-        assert "carol-secret" not in text and "node-secret-7" not in text, fmt
+    key = _key(tmp_path)
     alias = Aliaser(read_key(key))
-    assert alias.host("node-secret-7") in outs["csv"].read_text()
-    assert alias.user("carol-secret") in outs["focus"].read_text()
+    secrets = (SECRET_USER, *SECRET_NODES, SECRET_JOB_NAME)
+    for fmt in FORMATS:
+        plain = _export(runner, cli, sqlite_url, fmt, tmp_path / f"plain.{fmt}")
+        aliased = _export(runner, cli, sqlite_url, fmt, tmp_path / f"aliased.{fmt}", key)
+        assert plain.strip() and aliased.strip(), fmt
+        leaked = [s for s in secrets if s in aliased]
+        assert not leaked, f"{fmt} export with --alias-key contains {leaked}"
+        assert SECRET_JOB_NAME not in plain, fmt
+        if fmt in ("csv", "parquet", "focus"):
+            # the per-run formats name users and nodes: without a key the names are there (site-internal),
+            # with it exactly their aliases are, so the grep above is looking where the names would be
+            assert SECRET_USER in plain and all(n in plain for n in SECRET_NODES), fmt
+            assert alias.user(SECRET_USER) in aliased, fmt
+            assert all(alias.host(n) in aliased for n in SECRET_NODES), fmt
+        else:
+            # json and the PDF statement are sums per tenant, class and hour: no per-run names at all
+            assert SECRET_USER not in plain and not any(n in plain for n in SECRET_NODES), fmt
     # the same key gives the same file: aliases are stable
-    again = tmp_path / "b.json"
-    runner.invoke(cli, ["--db", sqlite_url, "export", "monthly", "--month", "2026-11", "--format", "json",
-                        "--out", str(again), "--alias-key", str(key), "--quiet"])
-    assert json.loads(again.read_text()) == json.loads(outs["json"].read_text())
-    # without a key the names are there (site-internal export)
-    res = runner.invoke(cli, ["--db", sqlite_url, "export", "monthly", "--month", "2026-11", "--format", "csv",
-                              "--out", "-", "--quiet"])
-    assert "node-secret-7" in res.output
+    again = _export(runner, cli, sqlite_url, "json", tmp_path / "again.json", key)
+    assert json.loads(again) == json.loads((tmp_path / "aliased.json").read_text())
     # job names, commands and paths are not in receipts, so no column can carry them
-    assert not any(k in outs["json"].read_text() for k in ("job_name", "command", "workdir"))
+    assert not any(k in (tmp_path / "aliased.json").read_text() for k in ("job_name", "command", "workdir"))
+
+
+def test_a_key_file_every_user_can_read_is_refused(sqlite_url, runner, cli, tmp_path):
+    """Whoever holds the key can undo the aliases (hash a list of hostnames), so it is kept like an ssh key."""
+    for mode, ok in ((0o644, False), (0o606, False), (0o602, False), (0o600, True), (0o640, True), (0o400, True)):
+        key = _key(tmp_path, mode)
+        res = runner.invoke(cli, ["--db", sqlite_url, "export", "monthly", "--month", "2026-11", "--format", "csv",
+                                  "--out", str(tmp_path / "x.csv"), "--alias-key", str(key), "--quiet"])
+        if ok:
+            assert res.exit_code == 0, (oct(mode), res.output)
+        else:
+            assert res.exit_code != 0 and str(key) in res.output and f"{mode:04o}" in res.output, oct(mode)
