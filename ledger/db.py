@@ -72,6 +72,21 @@ def _alembic_config(connection):  # noqa: ANN001
     return cfg
 
 
+# Every command checks the schema revision first (require_schema), so the writer role needs to read alembic's
+# own table, which alembic creates outside the migrations; granted on each `ipledger init`, so an existing
+# ledger gets it too. Like the migrations, an owner without the privilege leaves it to the DBA (docs/ledger.md).
+_WRITER_READS_REVISION = """
+DO $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'ipledger_writer') THEN
+    GRANT SELECT ON alembic_version TO ipledger_writer;
+  END IF;
+EXCEPTION WHEN insufficient_privilege THEN
+  RAISE NOTICE 'ipledger: no privilege to grant SELECT on alembic_version; see docs/ledger.md';
+END $$
+"""
+
+
 def upgrade(engine: Engine) -> str:
     """``alembic upgrade head`` on this database; returns the revision it is now at."""
     from alembic import command
@@ -79,6 +94,8 @@ def upgrade(engine: Engine) -> str:
 
     with engine.begin() as conn:
         command.upgrade(_alembic_config(conn), "head")
+        if conn.dialect.name == "postgresql":
+            conn.exec_driver_sql(_WRITER_READS_REVISION)
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision() or ""
 
