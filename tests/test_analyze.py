@@ -104,3 +104,48 @@ def test_analyze_live_prometheus(runner, cli, export, tmp_path):
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     _check(out, cool)
+
+
+def _both_ways(collected, tmp_path: Path) -> tuple[dict, dict]:
+    from ledger.agents.pathb import analyze_collected
+
+    direct = analyze_collected(collected, sources=[]).to_json()
+    via_ledger = analyze_collected(collected, keep=tmp_path / "kept.db", sources=[]).to_json()
+    return direct, via_ledger
+
+
+def test_analysis_without_a_ledger_equals_the_ledger_round_trip(export, tmp_path):
+    """The agents on the parsed export give exactly what they give on the same export imported and read back:
+    findings (ids, evidence, GPU-hours), account, daily figures, meta (sequence number included), import context."""
+    from ledger.importers import prometheus
+
+    path, *_ = export
+    doc = json.loads(path.read_text())
+    series = doc["data"]["result"]
+    first, second = sorted({s["metric"].get("UUID") for s in series})[:2]
+    for s in series:  # a scrape outage on one device, and an energy counter reset on another
+        if s["metric"].get("UUID") == first:
+            del s["values"][100:130]
+        if s["metric"].get("UUID") == second and "ENERGY" in s["metric"]["__name__"]:
+            s["values"][150:] = [[t, str(float(v) - 1e6)] for t, v in s["values"][150:]]
+    holed = tmp_path / "holed.json"
+    holed.write_text(json.dumps(doc))
+    direct, via_ledger = _both_ways(prometheus.read([holed]), tmp_path)
+    assert direct["findings"] and direct["meta"]["through_seq"] > 0
+    assert direct["import"]["unknown_intervals"] > 0
+    assert json.dumps(direct, sort_keys=True) == json.dumps(via_ledger, sort_keys=True)
+
+
+@pytest.mark.parametrize("fmt,name,kw", [
+    ("dmon", "dcgmi_dmon_e1001-1008_8gpu_dcgm4.2.3_issue244.txt", {"start": 1793577600.0, "interval": 1.0,
+                                                                     "node": "gpu07"}),
+    ("prometheus", "metrics_scrape_t4_prof_pod_labels_dcgm_issue191.prom", {"at": 1793577600.0}),
+])
+def test_fixture_captures_analyse_the_same_without_a_ledger(fmt, name, kw, tmp_path):
+    from ledger.agents.pathb import read_source
+    from tests.conftest import FIXTURES
+
+    collected = read_source(fmt, [str(FIXTURES / "pathb" / name)], **kw)
+    direct, via_ledger = _both_ways(collected, tmp_path)
+    assert direct["meta"]["samples"] > 0
+    assert json.dumps(direct, sort_keys=True) == json.dumps(via_ledger, sort_keys=True)

@@ -71,55 +71,82 @@ class Dataset:
 
 
 def _rated(sku: str | None) -> tuple[float | None, str | None]:
-    if match_sku is None or not sku:
+    if match_sku is None or not isinstance(sku, str) or not sku:  # NaN when no label named the model
         return None, None
     r = match_sku(sku)
     return (r.rated_sm_clock_mhz, r.key) if r else (None, None)
 
 
+@dataclass
+class EntryScan:
+    """What :func:`load` takes from the entries, in sequence order (fed one entry at a time by :meth:`add`)."""
+
+    starts: dict = field(default_factory=dict)        # run key -> (start epoch, allocation_started payload)
+    ends: dict = field(default_factory=dict)          # run key -> (end epoch, allocation_ended payload)
+    bound: list = field(default_factory=list)         # device_bound rows
+    gaps: list = field(default_factory=list)
+    prog: list = field(default_factory=list)
+    requeues: list = field(default_factory=list)
+    statuses: dict = field(default_factory=dict)
+    recorded: list = field(default_factory=list)
+    contracts: list = field(default_factory=list)     # contract_version ChainedEntries
+    seg_nodes: dict = field(default_factory=dict)     # device -> node of its first telemetry segment
+    seq: int = 0
+
+    def add(self, ce) -> None:  # noqa: ANN001 - a ChainedEntry
+        e = ce.entry
+        self.seq = ce.seq
+        key = (e.cluster, e.job_id, e.run or 0)
+        k = e.kind
+        if k == Kind.ALLOCATION_STARTED:
+            self.starts[key] = (ts_to_epoch(e.ts), e.data)
+        elif k == Kind.ALLOCATION_ENDED:
+            self.ends[key] = (ts_to_epoch(e.ts), e.data)
+        elif k == Kind.DEVICE_BOUND:
+            d = e.data
+            self.bound.append({"cluster": e.cluster, "job_id": e.job_id, "run": e.run or 0, "device": e.device,
+                               "node": e.node or d.get("node"), "sku": d.get("sku"), "vendor": d.get("vendor"),
+                               "rack": d.get("rack"), "index": d.get("index")})
+        elif k == Kind.UNKNOWN_INTERVAL and e.ts_end:
+            d = e.data
+            self.gaps.append({"id": e.entry_id, "start": ts_to_epoch(e.ts), "end": ts_to_epoch(e.ts_end),
+                              "node": e.node, "device": e.device, "cluster": e.cluster, "job_id": e.job_id,
+                              "cause": d.get("cause", "unknown"), "scope": d.get("scope"),
+                              "detail": d.get("detail", "")})
+        elif k == Kind.PROGRESS:
+            self.prog.append({"job_id": e.job_id, "run": e.run or 0, "t": ts_to_epoch(e.ts)})
+        elif k == Kind.ALLOCATION_REQUEUED:
+            self.requeues.append({"cluster": e.cluster, "job_id": e.job_id, "run": e.run or 0,
+                                  "t": ts_to_epoch(e.ts), **e.data})
+        elif k in (Kind.FINDING_CONFIRMED, Kind.FINDING_DISMISSED):
+            d = e.data
+            self.statuses[d.get("finding_id")] = {"status": "confirmed" if k == Kind.FINDING_CONFIRMED else
+                                                  "dismissed", "by": d.get("by"), "note": d.get("note"), "ts": e.ts}
+        elif k == Kind.FINDING_RECORDED:
+            self.recorded.append(e.data)
+        elif k == Kind.TELEMETRY_SEGMENT and e.node:
+            for dev in e.data.get("devices", []):
+                self.seg_nodes.setdefault(dev, e.node)
+        elif k == Kind.CONTRACT_VERSION:
+            self.contracts.append(ce)
+
+
 def load(engine: Engine, through_seq: int | None = None, topology: dict | None = None) -> Dataset:
     """Read the ledger into a :class:`Dataset` (entries through ``through_seq``; all samples of those segments)."""
-    starts, ends, bound, gaps, prog, requeues, statuses, recorded, contracts = {}, {}, [], [], [], [], {}, [], []
-    seg_nodes: dict[str, str] = {}
-    seq = 0
+    scan = EntryScan()
     with engine.connect() as conn:
         for ce in iter_entries(conn, through_seq=through_seq):
-            e = ce.entry
-            seq = ce.seq
-            key = (e.cluster, e.job_id, e.run or 0)
-            k = e.kind
-            if k == Kind.ALLOCATION_STARTED:
-                starts[key] = (ts_to_epoch(e.ts), e.data)
-            elif k == Kind.ALLOCATION_ENDED:
-                ends[key] = (ts_to_epoch(e.ts), e.data)
-            elif k == Kind.DEVICE_BOUND:
-                d = e.data
-                bound.append({"cluster": e.cluster, "job_id": e.job_id, "run": e.run or 0, "device": e.device,
-                              "node": e.node or d.get("node"), "sku": d.get("sku"), "vendor": d.get("vendor"),
-                              "rack": d.get("rack"), "index": d.get("index")})
-            elif k == Kind.UNKNOWN_INTERVAL and e.ts_end:
-                d = e.data
-                gaps.append({"id": e.entry_id, "start": ts_to_epoch(e.ts), "end": ts_to_epoch(e.ts_end),
-                             "node": e.node, "device": e.device, "cluster": e.cluster, "job_id": e.job_id,
-                             "cause": d.get("cause", "unknown"), "scope": d.get("scope"),
-                             "detail": d.get("detail", "")})
-            elif k == Kind.PROGRESS:
-                prog.append({"job_id": e.job_id, "run": e.run or 0, "t": ts_to_epoch(e.ts)})
-            elif k == Kind.ALLOCATION_REQUEUED:
-                requeues.append({"cluster": e.cluster, "job_id": e.job_id, "run": e.run or 0,
-                                 "t": ts_to_epoch(e.ts), **e.data})
-            elif k in (Kind.FINDING_CONFIRMED, Kind.FINDING_DISMISSED):
-                d = e.data
-                statuses[d.get("finding_id")] = {"status": "confirmed" if k == Kind.FINDING_CONFIRMED else
-                                                 "dismissed", "by": d.get("by"), "note": d.get("note"), "ts": e.ts}
-            elif k == Kind.FINDING_RECORDED:
-                recorded.append(e.data)
-            elif k == Kind.TELEMETRY_SEGMENT and e.node:
-                for dev in e.data.get("devices", []):
-                    seg_nodes.setdefault(dev, e.node)
-            elif k == Kind.CONTRACT_VERSION:
-                contracts.append(ce)
+            scan.add(ce)
         s = read_samples(conn, columns=SAMPLE_READ_COLUMNS).to_pandas()
+    return assemble(scan, s, topology)
+
+
+def assemble(scan: EntryScan, s: pd.DataFrame, topology: dict | None = None) -> Dataset:
+    """The :class:`Dataset` from what the entries said and the samples (SAMPLE_READ_COLUMNS, any order): what
+    :func:`load` does after reading, and what an import analysed without a ledger does with its own parts."""
+    starts, ends, bound, gaps, prog = scan.starts, scan.ends, scan.bound, scan.gaps, scan.prog
+    requeues, statuses, recorded, contracts = scan.requeues, scan.statuses, scan.recorded, scan.contracts
+    seg_nodes, seq = scan.seg_nodes, scan.seq
     # --- devices ------------------------------------------------------------------------------------------------
     dev_rows: dict[str, dict] = {}
     for b in bound:

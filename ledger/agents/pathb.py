@@ -1,19 +1,20 @@
-"""Path B in one shot: import a telemetry export into a scratch SQLite ledger and run every agent over it.
+"""Path B in one shot: run every agent over a telemetry export.
 
 :func:`analyze_collected` is the library call behind ``ipledger analyze``; it returns the
 :class:`~ledger.agents.Analysis` whose ``to_json()`` the reports engineer's ``reports.pathb.render`` lays out.
-Nothing is written outside the scratch directory (deleted afterwards unless ``keep`` names a path).
+By default the agents read the parsed export directly (:mod:`ledger.agents.memory`); with ``keep`` the export
+is imported into a SQLite ledger at that path and the agents read it back (the same analysis, tested).
+Nothing is written anywhere else.
 """
 
 from __future__ import annotations
 
 import hashlib
-import tempfile
 from pathlib import Path
 from typing import Callable
 
 from .. import db as db_mod
-from . import Analysis, analyze
+from . import Analysis, analyze, run_agents
 
 FORMATS = ("prometheus", "dmon", "amd-smi", "nvidia-smi")
 
@@ -47,17 +48,23 @@ def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb
 
     if not collected.series:
         raise PathBError(f"{collected.path}: no telemetry this importer maps (see docs/telemetry.md)")
-    with tempfile.TemporaryDirectory(prefix="ipledger-pathb-") as tmp:
-        db_path = keep if keep is not None else Path(tmp) / "scratch.db"
-        if db_path.exists():
-            db_path.unlink()
-        engine = db_mod.make_engine(f"sqlite:///{db_path}")
-        try:
-            db_mod.upgrade(engine)
-            res = pipeline.write(engine, collected, pipeline.ImportOptions(cluster=cluster), progress=progress)
-            analysis = analyze(engine, topology=topology)
-        finally:
-            engine.dispose()
+    if keep is None:  # no ledger asked for: the agents run on the parsed export directly
+        from .memory import dataset_from_collected
+
+        ds, res = dataset_from_collected(collected, pipeline.ImportOptions(cluster=cluster), topology=topology,
+                                         progress=progress)
+        analysis = run_agents(ds)
+        analysis.context = _context(collected, res, analysis, sources or [])
+        return analysis
+    if keep.exists():
+        keep.unlink()
+    engine = db_mod.make_engine(f"sqlite:///{keep}")
+    try:
+        db_mod.upgrade(engine)
+        res = pipeline.write(engine, collected, pipeline.ImportOptions(cluster=cluster), progress=progress)
+        analysis = analyze(engine, topology=topology)
+    finally:
+        engine.dispose()
     analysis.context = _context(collected, res, analysis, sources or [])
     return analysis
 

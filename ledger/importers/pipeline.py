@@ -77,14 +77,9 @@ def timeline_for(c: Collected, device: str, opts: ImportOptions) -> Timeline:
                                  missing={k: dict(v) for k, v in missing.items()})
 
 
-def device_entries(c: Collected, tl: Timeline, opts: ImportOptions) -> list[tuple[list, Entry, list[Entry]]]:
-    """The (normalised sample rows, segment entry, its unknown intervals) batches of one device."""
+def unknown_entries(c: Collected, tl: Timeline, opts: ImportOptions) -> dict[int, list[Entry]]:
+    """The device's unknown_interval entries (gaps, counter resets) by segment window, in the order they go in."""
     info = c.devices[tl.device]
-    reasons = c.device_reasons(tl.device)
-    windows: dict[int, list] = defaultdict(list)
-    rows = tl.rows or tuple(_row_values(s) for s in tl.samples)
-    for r in rows:
-        windows[int(math.floor(r[1] / opts.segment_seconds))].append(r)
     gaps_by_w: dict[int, list[Entry]] = defaultdict(list)
     for g in tl.gaps:
         w = int(math.floor(g.start / opts.segment_seconds))
@@ -101,6 +96,23 @@ def device_entries(c: Collected, tl: Timeline, opts: ImportOptions) -> list[tupl
                                                 "detail": f"{r.field} went backwards; the delta across it is unknown"},
             ts_end=r.t_after, cluster=opts.cluster, node=info.node, device=tl.device, source=f"import:{c.source}",
             source_version=c.source_version))
+    return gaps_by_w
+
+
+def sample_windows(tl: Timeline, opts: ImportOptions) -> dict[int, list]:
+    """The device's normalised sample rows by segment window."""
+    windows: dict[int, list] = defaultdict(list)
+    for r in tl.rows or tuple(_row_values(s) for s in tl.samples):
+        windows[int(math.floor(r[1] / opts.segment_seconds))].append(r)
+    return windows
+
+
+def device_entries(c: Collected, tl: Timeline, opts: ImportOptions) -> list[tuple[list, Entry, list[Entry]]]:
+    """The (normalised sample rows, segment entry, its unknown intervals) batches of one device."""
+    info = c.devices[tl.device]
+    reasons = c.device_reasons(tl.device)
+    windows = sample_windows(tl, opts)
+    gaps_by_w = unknown_entries(c, tl, opts)
     fields = sorted(c.device_series_names(tl.device))   # what the export has for this device
     out = []
     for w in sorted(set(windows) | set(gaps_by_w)):
@@ -159,6 +171,23 @@ def run_entries(c: Collected, spans: dict[str, tuple[float, float, float]], opts
     return entries
 
 
+def tally(res: ImportResult, c: Collected, tl: Timeline) -> None:
+    """Count one device's timeline into the import result (devices, samples, gaps, missing fields)."""
+    res.devices += 1
+    res.samples += len(tl.samples)
+    res.unknown_intervals += len(tl.gaps)
+    res.unknown_seconds += tl.unknown_s
+    res.counter_resets += len(tl.resets)
+    for name, reasons in tl.missing.items():
+        for why, n in reasons.items():
+            res.missing.setdefault(name, {}).setdefault(why, 0)
+            res.missing[name][why] += n
+    res.per_device[tl.device] = {"node": c.devices[tl.device].node, "samples": len(tl.samples),
+                                 "cadence_s": tl.cadence, "covered_s": round(tl.covered_s, 3),
+                                 "unknown_s": round(tl.unknown_s, 3),
+                                 "gaps": [{"start": g.start, "end": g.end, "cause": g.cause} for g in tl.gaps]}
+
+
 def write(engine: Engine, c: Collected, opts: ImportOptions = ImportOptions(),
           progress: Callable[[int, int], None] | None = None) -> ImportResult:
     """Import a parsed collection in one transaction (idempotent: re-importing appends nothing new)."""
@@ -171,19 +200,7 @@ def write(engine: Engine, c: Collected, opts: ImportOptions = ImportOptions(),
             if tl.start is None:
                 continue
             spans[dev] = (tl.start, tl.end, tl.cadence)
-            res.devices += 1
-            res.samples += len(tl.samples)
-            res.unknown_intervals += len(tl.gaps)
-            res.unknown_seconds += tl.unknown_s
-            res.counter_resets += len(tl.resets)
-            for name, reasons in tl.missing.items():
-                for why, n in reasons.items():
-                    res.missing.setdefault(name, {}).setdefault(why, 0)
-                    res.missing[name][why] += n
-            res.per_device[dev] = {"node": c.devices[dev].node, "samples": len(tl.samples),
-                                   "cadence_s": tl.cadence, "covered_s": round(tl.covered_s, 3),
-                                   "unknown_s": round(tl.unknown_s, 3),
-                                   "gaps": [{"start": g.start, "end": g.end, "cause": g.cause} for g in tl.gaps]}
+            tally(res, c, tl)
             for samples, entry, others in device_entries(c, tl, opts):
                 if entry is None:
                     r = append_in(conn, others)
