@@ -249,3 +249,122 @@ def test_spool_failure_exits_zero_logs_loudly_and_reconcile_closes_the_run(failu
     assert_balanced(receipt)
     hours = receipt["gpu_hours"]
     assert hours["paid"] > 0 and hours["unknown"] == pytest.approx(hours["paid"])
+
+
+# --- PostgreSQL stopped mid-burst on the real Slurm -------------------------------------------------------------
+
+def _wait(cond, timeout: float, what: str):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            v = cond()
+        except (OSError, ValueError):  # a trace line being written
+            v = None
+        if v:
+            return v
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class Shipper(threading.Thread):
+    """``ipledger ship`` in a loop, as the systemd timer runs it: each attempt a fresh process."""
+
+    def __init__(self, url: str, spool: Path) -> None:
+        super().__init__(daemon=True)
+        self.url, self.spool = url, spool
+        self.attempts: list[dict] = []  # {t0, t1, rc, report}
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            t0 = time.time()
+            p = subprocess.run([sys.executable, "-m", "ledger.cli.main", "--db", self.url, "ship", "--spool",
+                                str(self.spool), "--json", "--quiet"], capture_output=True, text=True, timeout=120,
+                               cwd=ROOT)
+            report = json.loads(p.stdout) if p.returncode == 0 else None
+            self.attempts.append({"t0": t0, "t1": time.time(), "rc": p.returncode, "report": report,
+                                  "stderr": p.stderr[-300:]})
+            self.halt.wait(1.0)
+
+    def appended(self) -> int:
+        return sum(a["report"]["appended"] for a in self.attempts if a["report"])
+
+
+def _spool_ids(spool: Path) -> list[str]:
+    """Entry ids of every record the hooks wrote (shipped or not)."""
+    ids = []
+    for f in spool.rglob("*.jsonl"):
+        ids += [json.loads(line)["entry_id"] for line in f.read_text().splitlines() if line.strip()]
+    return ids
+
+
+@pytest.mark.slurm
+@pytest.mark.postgres
+def test_postgres_stopped_mid_burst_leaves_every_entry_exactly_once(tmp_path_factory, runner, trials):
+    n_jobs = trials(20, 60)
+    pg = services.start_postgres()  # private: stopping it disturbs no other test
+    s = shipper = None
+    try:
+        url = pg.create_db("ipledger_outage")
+        _cli(runner, "--db", url, "init")
+        root = tmp_path_factory.mktemp("outage-slurm")
+        # No DCGM here: what is under test is delivery, and the stand-in's process starts would dominate the run.
+        site = make_site(root, node=socket.gethostname().split(".")[0], ngpus=8, tools=("nvidia-smi", "scontrol"),
+                         scontrol_path=slurm_service._which("scontrol"), hooks={"trace": str(root / "trace.jsonl")})
+        prolog, epilog = install(root / "hooks", str(site.config))
+        s = slurm_service.start(str(prolog), str(epilog), ngpus=8)
+
+        def traces() -> list[dict]:
+            p = root / "trace.jsonl"
+            return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+
+        def epilogs() -> set[str]:
+            return {t["job_id"] for t in traces() if t["hook"] == "epilog"}
+
+        shipper = Shipper(url, site.spool)
+        shipper.start()
+        ids = [s.sbatch("--gres=gpu:1", "-A", "tenant", "--wrap", "sleep 1") for _ in range(n_jobs)]
+        _wait(lambda: len(epilogs()) >= n_jobs // 4 and shipper.appended() > 0, 180, "the first shipments")
+        stopped_at = time.time()
+        pg.pg_ctl("stop")
+        try:
+            _wait(lambda: len(epilogs()) >= (3 * n_jobs) // 4 and
+                  any(a["t0"] > stopped_at for a in shipper.attempts), 180, "jobs finishing while the db is down")
+        finally:
+            started_at = time.time()
+            pg.pg_ctl("start")
+        _wait(lambda: epilogs() >= set(ids), 240, "every epilog")
+        shipper.halt.set()
+        shipper.join(timeout=150)
+
+        # The hooks never noticed: all exited 0 within their budget and the node took every job.
+        ts = traces()
+        assert len(ts) == 2 * n_jobs and all(t["ok"] and t["elapsed_s"] < 10 for t in ts), ts
+        assert not s.node_state().startswith(("drain", "down")), s.node_state()
+        # Shipping during the outage failed, and said so; before it, it worked.
+        down = [a for a in shipper.attempts if a["t0"] > stopped_at and a["t1"] < started_at]
+        assert down and all(a["rc"] != 0 for a in down), down
+        assert any(a["rc"] == 0 and a["report"]["appended"] for a in shipper.attempts if a["t1"] < stopped_at)
+
+        final = json.loads(_cli(runner, "--db", url, "ship", "--spool", str(site.spool), "--json").output)
+        again = json.loads(_cli(runner, "--db", url, "ship", "--spool", str(site.spool), "--json").output)
+        assert again["records"] == 0 and not list(site.spool.glob("*.jsonl")), (final, again)
+        written = _spool_ids(site.spool)
+        assert len(written) == len(set(written))
+        entries = _entries(url)
+        facts = [e.entry_id for e in entries if e.kind != "receipt_issued"]
+        assert sorted(facts) == sorted(written), "every entry the hooks wrote, exactly once, nothing else"
+        for job in ids:
+            kinds = [e.kind for e in entries if e.job_id == job and e.kind != "receipt_issued"]
+            assert kinds.count("allocation_started") == 1 and kinds.count("allocation_ended") == 1, (job, kinds)
+        _cli(runner, "--db", url, "verify")  # the chain and every issued receipt's replay
+        issued = [e for e in entries if e.kind == "receipt_issued"]
+        assert sorted(e.job_id for e in issued) == sorted(ids), "one automatic receipt per run"
+        for e in issued:
+            assert_balanced(e.data["receipt"])
+    finally:
+        if shipper is not None:
+            shipper.halt.set()
+        if s is not None:
+            s.stop()
+        pg.stop()
