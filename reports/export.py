@@ -185,9 +185,11 @@ def long_table(st: Statement) -> pd.DataFrame:
 
 
 def write_csv(st: Statement, path: Path) -> None:
+    from ledger.textsafe import neutralise_frame  # names as text, never formulas (OWASP CSV injection)
+
     from .csvwrite import write_csv as write_frame
 
-    write_frame(long_table(st), path)
+    write_frame(neutralise_frame(long_table(st)), path)
 
 
 def write_parquet(st: Statement, path: Path) -> None:

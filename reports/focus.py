@@ -307,7 +307,9 @@ def write_focus(st: Any, path: str | Path, provider: str | None = None) -> None:
     problems = validate(df.head(VALIDATE_ROWS))
     if problems:  # never write a file that claims FOCUS and is not
         raise ValueError(f"FOCUS export invalid: {problems[0]}")
-    df.to_csv(path, index=False)
+    from ledger.textsafe import neutralise_frame  # names as text, never formulas (OWASP CSV injection)
+
+    neutralise_frame(df).to_csv(path, index=False)
 
 
 def _is_number(v: Any) -> bool:

@@ -164,3 +164,57 @@ def test_the_same_job_id_on_two_clusters_is_two_runs(runner, cli, tmp_path, sqli
         rec = json.loads(r.output)
         got[cluster] = (rec["job"]["cluster"], len(rec["job"]["devices"]), round(rec["gpu_hours"]["paid"], 1))
     assert got == {"east": ("east", 4, 4.0), "west": ("west", 2, 4.0)}
+
+
+# --- Unicode and control characters in names ----------------------------------------------------------------------
+
+NASTY = st.text(alphabet=st.sampled_from(list("=+-@\t\r\n\x00\x07\x1b\x7f\x85\u202e\u2066;,\"'|!aé中🙂 ")),
+                min_size=1, max_size=12)
+
+
+@settings(max_examples=4, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(account=NASTY, user=NASTY, job=NASTY.filter(lambda s: s.strip() == s and "\x00" not in s))
+def test_names_are_stored_faithfully_and_shown_escaped(runner, cli, tmp_path_factory, account, user, job):
+    import csv as csv_mod
+
+    from ledger import db as db_mod, store
+    from ledger.entries import Kind, make_entry
+
+    d = tmp_path_factory.mktemp("names")
+    url = f"sqlite:///{d / 'l.db'}"
+    eng = db_mod.make_engine(url)
+    db_mod.upgrade(eng)
+    key = dict(cluster="c1", job_id=job, run=0)
+    store.append(eng, [
+        make_entry(Kind.ALLOCATION_STARTED, T0, {"account": account, "user": user, "job_name": job, "gpus": 1},
+                   node="n1", **key),
+        make_entry(Kind.DEVICE_BOUND, T0, {"index": 0, "uuid": "GPU-a", "sku": "NVIDIA H100 80GB HBM3"},
+                   device="GPU-a", node="n1", **key),
+        make_entry(Kind.ALLOCATION_ENDED, T0 + 3600, {"exit_code": 0, "state": "COMPLETED"}, node="n1", **key)])
+    started = next(e for e in store.iter_entries(eng) if e.entry.kind == Kind.ALLOCATION_STARTED)
+    payload = json.loads(started.entry.payload)
+    assert (payload["account"], payload["user"], started.entry.job_id) == (account, user, job)   # byte for byte
+    r = runner.invoke(cli, ["--db", url, "receipt", job, "--json"], env=ENV)
+    assert r.exit_code == 0 and json.loads(r.output)["job"]["account"] == account   # JSON: exact, escaped by JSON
+    r = runner.invoke(cli, ["--db", url, "receipt", job, "--issue"], env=ENV, color=True)
+    assert r.exit_code == 0, r.output
+    text = r.output
+    assert not any(ch in text for ch in "\x00\x07\x1b\x7f\x85\u202e\u2066\r"), repr(text)
+    assert all(ln.startswith(("GPU receipt", "account", "window", "devices", "contract", "method")) or "\\x" not in ln
+               for ln in text.splitlines()[:6])
+    out = d / "m.csv"
+    r = runner.invoke(cli, ["--db", url, "export", "monthly", "--month", "2026-01", "--out", str(out), "--quiet"],
+                      env=ENV)
+    assert r.exit_code == 0, r.output
+    raw = out.read_text(encoding="utf-8")
+    assert not any(ch in raw for ch in "\x00\x07\x1b\x7f\x85\u202e\u2066\r"), repr(raw)
+    rows = list(csv_mod.reader(raw.splitlines()))
+    assert len(rows) >= 2 and all(len(row) == len(rows[0]) for row in rows)   # no name broke a row
+    for row in rows[1:]:
+        for cell in row:
+            if cell.startswith(("=", "+", "-", "@")):
+                float(cell)            # only numbers may start so (a negative figure); a name never does
+    tenant = rows[1][rows[0].index("tenant")] if rows[1][0] != "total" else rows[2][rows[0].index("tenant")]
+    from ledger.textsafe import csv_cell
+    assert tenant == csv_cell(account)

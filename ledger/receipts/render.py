@@ -95,7 +95,9 @@ def text_lines(r: Receipt) -> list[str]:
                f"{money_str(b['totals']['after_adjustments']['amount']):>16}")
     out += ["", f"receipt {b['receipt_hash']}",
             f"ledger through seq {b['ledger']['through_seq']}  head {b['ledger']['head_hash']}"]
-    return out
+    from ..textsafe import printable  # account/user/job names as the fleet sent them: no control characters shown
+
+    return [printable(line) for line in out]
 
 
 def render_text(r: Receipt) -> str:

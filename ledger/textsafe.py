@@ -1,0 +1,60 @@
+"""Names from the fleet made safe to show: control characters escaped, spreadsheet formulas neutralised.
+
+Account, user and job names reach the ledger from Slurm and export labels as they are, and the ledger keeps
+them byte for byte (they are part of the hashed payloads). Only where they are *shown* do they change:
+
+* :func:`printable` for text on a terminal or in a text file: C0/C1 control characters, DEL, and the Unicode
+  bidirectional overrides (which can make ``abc`` read as ``cba``, CVE-2021-42574) become ``\\xNN`` /
+  ``\\uNNNN`` escapes, so a name cannot move the cursor, recolour the terminal or start a new line.
+* :func:`csv_cell` / :func:`neutralise_frame` for CSV: the same escapes, and a cell that starts with ``=``,
+  ``+``, ``-``, ``@``, tab or carriage return gets a leading ``'`` (OWASP, "CSV Injection"), so a
+  spreadsheet shows it as text instead of evaluating it. Numbers are not text cells and are never touched.
+
+Standard library only (pandas is imported by the caller that has a frame).
+"""
+
+from __future__ import annotations
+
+import re
+
+_BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f" + _BIDI + "]")
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _escape(m: re.Match) -> str:
+    code = ord(m.group(0))
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters and bidi overrides escaped (unchanged when it has none)."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def csv_cell(value: object) -> object:
+    """A text cell safe for a spreadsheet; any other value unchanged."""
+    if not isinstance(value, str):
+        return value
+    return "'" + printable(value) if value.startswith(FORMULA_PREFIXES) else printable(value)
+
+
+def neutralise_frame(df):  # noqa: ANN001, ANN201 - a pandas DataFrame in, a new one out
+    """:func:`csv_cell` on every text column of a DataFrame (vectorised scan; frames without unsafe text are returned as is)."""
+    out = None
+    for col in df.columns:
+        s = df[col]
+        if s.dtype != object and str(s.dtype) not in ("string", "str"):
+            continue
+        try:
+            risky = s.str.contains(_UNSAFE.pattern, regex=True, na=False) | s.str.startswith(FORMULA_PREFIXES, na=False)
+        except AttributeError:  # an object column without any text
+            continue
+        risky = risky.fillna(False).astype(bool)
+        if not risky.any():
+            continue
+        if out is None:
+            out = df.copy()
+        out[col] = s.astype(object)
+        out.loc[risky, col] = [csv_cell(v) for v in s[risky]]
+    return df if out is None else out
