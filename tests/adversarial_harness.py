@@ -213,3 +213,73 @@ class Figures:
     def emit(self) -> None:
         shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in self.values.items()}
         print(f"\nFIGURES {self.name}: " + json.dumps(shown, sort_keys=True), flush=True)
+
+
+def freeze(*procs: subprocess.Popen) -> None:
+    """SIGSTOP the writers' process groups: the files as they stand are what a power cut would leave,
+    plus writes not yet synced (dropped afterwards by the caller)."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+
+
+def kill_frozen(*procs: subprocess.Popen) -> None:
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+            os.killpg(p.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        p.wait(timeout=30)
+
+
+_WAL_HEADER, _FRAME_HEADER = 32, 24
+
+
+def drop_unsynced_wal_tail(wal: Path, rng) -> int:  # noqa: ANN001
+    """Cut a SQLite WAL after its last committed frame at a random byte: a transaction's frames are synced
+    only at its commit (synchronous=FULL), so whatever follows the last commit frame may be lost or torn by a
+    power cut. Returns the bytes dropped."""
+    if not wal.exists() or wal.stat().st_size < _WAL_HEADER:
+        return 0
+    data = wal.read_bytes()
+    page_size = int.from_bytes(data[8:12], "big")
+    salts = data[16:24]
+    end_of_commit = _WAL_HEADER
+    pos = _WAL_HEADER
+    while pos + _FRAME_HEADER + page_size <= len(data):
+        frame = data[pos:pos + _FRAME_HEADER]
+        if frame[8:16] != salts:      # a frame of an earlier WAL generation: not part of this log
+            break
+        pos += _FRAME_HEADER + page_size
+        if int.from_bytes(frame[4:8], "big"):   # "database size after commit": a commit frame
+            end_of_commit = pos
+    cut = rng.randint(end_of_commit, len(data))
+    with open(wal, "r+b") as f:
+        f.truncate(cut)
+    return len(data) - cut
+
+
+def tear_tmp_files(directory: Path, rng) -> int:  # noqa: ANN001
+    """Cut every ``.jsonl.tmp`` (written, not yet fsynced and renamed) at a random byte; returns how many."""
+    n = 0
+    for p in directory.glob("*.jsonl.tmp"):
+        size = p.stat().st_size
+        with open(p, "r+b") as f:
+            f.truncate(rng.randint(0, size))
+        n += 1
+    return n
+
+
+def snapshot(paths: list[Path], into: Path) -> None:
+    """Copy files and directories (a frozen machine's disk) into ``into``; SQLite's -shm is left behind, as
+    a reboot would (it is rebuilt from the WAL)."""
+    into.mkdir(parents=True)
+    for p in paths:
+        if p.is_dir():
+            shutil.copytree(p, into / p.name, ignore=shutil.ignore_patterns("*-shm"))
+        elif p.exists() and not p.name.endswith("-shm"):
+            shutil.copy2(p, into / p.name)
