@@ -45,7 +45,7 @@ from ledger import store
 from ledger import verify as verify_mod
 from ledger.entries import Kind, chain_hash, entry_from_record, make_entry
 from ledger.store import ENTRY_COLUMNS
-from ledger.telemetry.model import Sample
+from ledger.telemetry.model import SAMPLE_COLUMNS, Sample
 from ledger.telemetry.store import segment_entry, write_segment
 
 BASE = dt.datetime(2026, 11, 2, 8, tzinfo=dt.timezone.utc)
@@ -71,24 +71,45 @@ def _honest_entries() -> list[list]:
     return [first, second, third]
 
 
-def _samples() -> list[Sample]:
-    return [Sample("GPU-aaa", BASE.timestamp() + 10 * i, 10.0, clock_reasons=0, power_w=300.0 + i,
+def _samples(device: str = "GPU-aaa") -> list[Sample]:
+    return [Sample(device, BASE.timestamp() + 10 * i, 10.0, clock_reasons=0, power_w=300.0 + i,
                    sm_active=0.5, energy_j=1000.0 * i) for i in range(6)]
 
 
-def build_honest_ledger(url: str) -> tuple[int, str, int]:
-    """The ledger every example starts from: (entries, head hash, the telemetry segment's seq)."""
+@dataclass(frozen=True)
+class Honest:
+    """What the honest ledger holds: entries, head hash, the seq of each telemetry segment by its storage."""
+
+    n: int
+    head: str
+    segments: dict  # "block" (sample_blocks, as written today) and "legacy" (`samples` rows, older ledgers)
+
+
+def build_honest_ledger(url: str) -> Honest:
+    """The ledger every example starts from."""
     eng = db_mod.make_engine(url)
     db_mod.upgrade(eng)
     first, second, third = _honest_entries()
     store.append(eng, first)
     samples = _samples()
-    seg = write_segment(eng, samples, segment_entry(samples, node="n1", source="collector", cluster="c1"))
+    block = write_segment(eng, samples, segment_entry(samples, node="n1", source="collector", cluster="c1"))
     store.append(eng, second)
+    legacy = _write_legacy_segment(eng, _samples("GPU-bbb"))
     store.append(eng, third)
     n, head = store.get_head(eng)
     eng.dispose()
-    return n, head, seg.first_seq
+    return Honest(n, head, {"block": block.first_seq, "legacy": legacy})
+
+
+def _write_legacy_segment(eng, samples: list[Sample]) -> int:  # noqa: ANN001
+    """A segment as ledgers before sample blocks stored it: one `samples` row per sample."""
+    entry = segment_entry(samples, node="n1", source="import.dcgm", cluster="c1")
+    with db_mod.write_tx(eng) as conn:
+        result = store.append_in(conn, [entry])
+        columns = ("segment_id", *SAMPLE_COLUMNS)
+        conn.execute(text(f"INSERT INTO samples ({', '.join(columns)}) VALUES ({', '.join(':' + c for c in columns)})"),
+                     [{"segment_id": entry.entry_id, **{c: getattr(s, c) for c in SAMPLE_COLUMNS}} for s in samples])
+    return result.first_seq
 
 
 # --- the verdict, from the CLI ------------------------------------------------------------------------------
@@ -203,9 +224,9 @@ def byte_flips(draw, values: list[StoredValue]):
 @pytest.fixture(scope="module")
 def honest_sqlite(tmp_path_factory):
     path = tmp_path_factory.mktemp("honest") / "ledger.db"
-    n, head, seg_seq = build_honest_ledger(f"sqlite:///{path}")
+    honest = build_honest_ledger(f"sqlite:///{path}")
     assert not Path(f"{path}-wal").exists() or Path(f"{path}-wal").stat().st_size == 0  # all in the main file
-    return path, n, head, seg_seq
+    return path, honest
 
 
 def _examples(soak: bool, quick: int, full: int) -> settings:
@@ -215,7 +236,8 @@ def _examples(soak: bool, quick: int, full: int) -> settings:
 
 @pytest.mark.soak
 def test_sqlite_any_single_byte_changed_in_the_file_is_caught_at_its_entry(honest_sqlite, tmp_path, soak):
-    path, n, head, _ = honest_sqlite
+    path, honest = honest_sqlite
+    n, head = honest.n, honest.head
     values = [v for v in stored_values(path, "entries") if v.size or v.serial_type in _ZERO_SIZE_SWAPS]
     with sqlite3.connect(path) as con:
         seq_of_rowid = dict(con.execute("SELECT rowid, seq FROM entries"))
@@ -252,7 +274,7 @@ class Backend:
     url: str
     n: int
     head: str
-    seg_seq: int
+    segments: dict
     copy: object  # () -> url of a fresh copy
 
 
@@ -270,21 +292,21 @@ def honest(request, tmp_path_factory):
     if request.param == "sqlite":
         path = tmp_path_factory.mktemp("rows") / "ledger.db"
         url = f"sqlite:///{path}"
-        n, head, seg = build_honest_ledger(url)
+        h = build_honest_ledger(url)
         counter = iter(range(10**6))
 
         def copy() -> str:
             target = path.with_name(f"copy{next(counter)}.db")
             shutil.copy(path, target)
             return f"sqlite:///{target}"
-        yield Backend("sqlite", url, n, head, seg, copy)
+        yield Backend("sqlite", url, h.n, h.head, h.segments, copy)
         return
     import psycopg
 
     pg = request.getfixturevalue("postgres")
     template = f"ipledger_tamper_{os.getpid()}"
     url = pg.create_db(template)
-    n, head, seg = build_honest_ledger(url)
+    h = build_honest_ledger(url)
     counter = iter(range(10**6))
     admin = f"host=127.0.0.1 port={pg.port} user=postgres dbname=postgres"
 
@@ -294,7 +316,7 @@ def honest(request, tmp_path_factory):
             conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
             conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
         return pg.url(name)
-    yield Backend("postgresql", url, n, head, seg, copy)
+    yield Backend("postgresql", url, h.n, h.head, h.segments, copy)
 
 
 def _flip_text(value: str, at: int, xor: int) -> str:
@@ -420,64 +442,95 @@ def test_a_rewritten_chain_is_caught_only_by_an_anchor(honest):
 
 @pytest.mark.soak
 def test_a_changed_sample_is_caught_by_its_segment_digest(honest, soak):
+    """Row level, both storages: one value of one sample changed, the block re-encoded with its own sha256
+    fixed up (so only the segment digest in the chain can tell)."""
     b: Backend = honest
 
-    @_examples(soak, 8, 100)
-    @given(row=st.integers(0, len(_samples()) - 1), column=st.sampled_from(["power_w", "t", "energy_j", "device",
-                                                                              "sm_active", "clock_reasons"]))
-    def run(row, column):
+    @_examples(soak, 10 if b.name == "sqlite" else 6, 200)
+    @given(storage=st.sampled_from(sorted(b.segments)), row=st.integers(0, len(_samples()) - 1),
+           column=st.sampled_from(["device", "t", "dt", "clock_reasons", "power_w", "sm_active", "energy_j",
+                                   "gpu_temp_c"]))
+    def run(storage, row, column):
         url = b.copy()
         eng = db_mod.make_engine(url)
         try:
             with eng.begin() as conn:
                 _drop_triggers(conn)
-                if not _change_one_sample(conn, row, column):
-                    return
+                _change_one_sample(conn, storage, row, column)
         finally:
             eng.dispose()
         out = run_verify(url, (b.n, b.head), fast=False)
-        assert_caught_at(out, b.seg_seq, f"sample {row}.{column}")
+        assert_caught_at(out, b.segments[storage], f"{storage} sample {row}.{column}")
         assert "sample" in out["problems"][0]["reason"]
 
     run()
 
 
-def _change_one_sample(conn, row: int, column: str) -> bool:  # noqa: ANN001
-    """Change one value of one stored sample (legacy `samples` rows; a columnar block, re-encoded with its own
-    sha256 fixed up, where the ledger stores blocks)."""
-    from sqlalchemy import inspect
+def _change_one_sample(conn, storage: str, row: int, column: str) -> None:  # noqa: ANN001
+    if storage == "block":
+        from ledger.telemetry import blocks
 
-    tables = set(inspect(conn).get_table_names())
-    if "sample_blocks" in tables and conn.execute(text("SELECT COUNT(*) FROM sample_blocks")).scalar():
-        import importlib
-
-        blocks = importlib.import_module("ledger.telemetry.blocks")
-        from ledger.telemetry.model import SAMPLE_COLUMNS
-
-        rows = [list(r) for r in sorted((tuple(getattr(s, c) for c in SAMPLE_COLUMNS) for s in _samples()),
-                                        key=lambda r: (r[0], r[1]))]
+        [(segment_id, format_, data)] = conn.execute(text("SELECT segment_id, format, data FROM sample_blocks"))
+        [(_, table)] = blocks.decode(format_, bytes(data))
+        rows = [list(r) for r in blocks.table_rows(table)]
         i = SAMPLE_COLUMNS.index(column)
-        rows[row][i] = rows[row][i] + ("x" if column == "device" else 1)
+        rows[row][i] = rows[row][i] + "x" if column == "device" else (rows[row][i] or 0) + 1
         block = blocks.encode([tuple(r) for r in rows])
-        triggers = (["sample_blocks_no_update", "sample_blocks_no_delete"] if conn.dialect.name == "sqlite"
+        triggers = (["sample_blocks_no_update"] if conn.dialect.name == "sqlite"
                     else ["sample_blocks_no_update_delete ON sample_blocks"])
         for trigger in triggers:
             conn.execute(text(f"DROP TRIGGER IF EXISTS {trigger}"))
-        conn.execute(text("UPDATE sample_blocks SET data = :d, sha256 = :h, rows = :n"),
-                     {"d": block.data, "h": block.sha256, "n": block.rows})
-        return True
-    ids = [r[0] for r in conn.execute(text("SELECT rowid FROM samples ORDER BY device, t" if conn.dialect.name
-                                           == "sqlite" else "SELECT ctid::text FROM samples ORDER BY device, t"))]
-    new = f"{column} || 'x'" if column == "device" else f"{column} + 1"
+        conn.execute(text("UPDATE sample_blocks SET data = :d, sha256 = :h, rows = :n WHERE segment_id = :s"),
+                     {"d": block.data, "h": block.sha256, "n": block.rows, "s": segment_id})
+        return
+    key = "rowid" if conn.dialect.name == "sqlite" else "ctid"
+    ids = [r[0] for r in conn.execute(text(f"SELECT {key} FROM samples ORDER BY device, t"))]
+    new = f"{column} || 'x'" if column == "device" else f"COALESCE({column}, 0) + 1"
     where = "rowid = :r" if conn.dialect.name == "sqlite" else "ctid = CAST(:r AS tid)"
-    conn.execute(text(f"UPDATE samples SET {column} = {new} WHERE {where}"), {"r": ids[row]})
-    return True
+    conn.execute(text(f"UPDATE samples SET {column} = {new} WHERE {where}"), {"r": str(ids[row])
+                                                                              if key == "ctid" else ids[row]})
+
+
+# Stored values a changed byte of which no reader sees: the segment_id key is read through its index (the
+# row's own copy is not consulted, so the samples a reader gets are the sealed ones), and a block's `rows`
+# column is informative only (the decoded block is what is digested).
+_UNREAD = {"sample_blocks": {"segment_id", "rows"}, "samples": {"segment_id"}}
+
+
+@pytest.mark.soak
+def test_sqlite_any_byte_of_stored_samples_changed_in_the_file_is_caught(honest_sqlite, tmp_path, soak):
+    path, honest = honest_sqlite
+    with sqlite3.connect(path) as con:
+        names = {t: [r[1] for r in con.execute(f"PRAGMA table_info({t})")] for t in _UNREAD}
+        segment_of = {t: dict(con.execute(f"SELECT rowid, segment_id FROM {t}")) for t in _UNREAD}
+        seq_of_segment = dict(con.execute("SELECT entry_id, seq FROM entries WHERE kind = 'telemetry_segment'"))
+    con.close()
+    values = [(t, v) for t in _UNREAD for v in stored_values(path, t)
+              if names[t][v.column] not in _UNREAD[t] and (v.size or v.serial_type in _ZERO_SIZE_SWAPS)]
+    assert {t for t, _ in values} == set(_UNREAD)
+    honest_bytes = path.read_bytes()
+
+    @_examples(soak, 40, 1000)
+    @given(table_value=st.sampled_from(values), data=st.data())
+    def run(table_value, data):
+        table, value = table_value
+        _, at, xor, new_type = data.draw(byte_flips([value]))
+        tampered = bytearray(honest_bytes)
+        tampered[at] = tampered[at] ^ xor if xor is not None else new_type
+        copy = tmp_path / "tampered.db"
+        copy.write_bytes(tampered)
+        out = run_verify(f"sqlite:///{copy}", (honest.n, honest.head), fast=False)
+        assert_caught_at(out, seq_of_segment[segment_of[table][value.rowid]],
+                         f"{table}.{names[table][value.column]} of row {value.rowid}, byte {at}")
+
+    run()
 
 
 # --- the installed command ------------------------------------------------------------------------------------
 
 def test_installed_ipledger_verify_exits_1_and_names_the_entry(honest_sqlite, tmp_path):
-    path, n, head, _ = honest_sqlite
+    path, honest = honest_sqlite
+    n, head = honest.n, honest.head
     copy = tmp_path / "t.db"
     shutil.copy(path, copy)
     eng = db_mod.make_engine(f"sqlite:///{copy}")

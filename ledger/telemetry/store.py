@@ -15,6 +15,7 @@ from typing import Iterable, Iterator, Sequence
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 
 from ..canonical import canonical_json
 from ..db import write_tx
@@ -189,7 +190,7 @@ def _in_window(table, start: float | None, end: float | None):  # noqa: ANN001, 
     if end is not None:
         before = pc.less(t, end)
         keep = before if keep is None else pc.and_(keep, before)
-    return table.filter(keep)
+    return table if pc.all(keep).as_py() else table.filter(keep)   # a whole-run read keeps every row: no copy
 
 
 def _legacy_pieces(conn: Connection, segment_ids: Sequence[str] | None, devices: Sequence[str] | None,
@@ -268,10 +269,17 @@ def _check_segment_digests(engine: Engine, report: VerifyReport) -> list[ChainPr
             want = ce.entry.data.get("samples_sha256")
             try:
                 table = read_samples(conn, segment_ids=[ce.entry.entry_id], check_blocks=True)
+                digest = _digest_normalised(blocks.table_rows(table)) if table.num_rows else None
             except blocks.BlockError as exc:
                 problems.append(ChainProblem(ce.seq, ce.entry.entry_id, str(exc)))
                 continue
-            if table.num_rows and _digest_normalised(blocks.table_rows(table)) != want:
+            except (ValueError, TypeError, DBAPIError) as exc:
+                # Stored bytes no honest writer produces (text that is not UTF-8, a NaN sample, a value of
+                # the wrong type): the segment is named instead of verify stopping with a traceback.
+                reason = str(exc).splitlines()[0][:200]
+                problems.append(ChainProblem(ce.seq, ce.entry.entry_id, f"stored samples cannot be read: {reason}"))
+                continue
+            if table.num_rows and digest != want:
                 problems.append(ChainProblem(ce.seq, ce.entry.entry_id, "samples do not match the segment digest"))
             elif not table.num_rows and ce.entry.data.get("rows"):
                 problems.append(ChainProblem(ce.seq, ce.entry.entry_id, "samples of this segment are missing"))
