@@ -251,6 +251,23 @@ def test_spool_failure_exits_zero_logs_loudly_and_reconcile_closes_the_run(failu
     assert hours["paid"] > 0 and hours["unknown"] == pytest.approx(hours["paid"])
 
 
+def test_spool_loss_goes_to_syslog_as_an_error(tmp_path, monkeypatch):
+    import syslog
+
+    from ledger.hooks import run
+
+    sent = []
+    monkeypatch.setattr(syslog, "syslog", lambda priority, msg: sent.append((priority, msg)))
+    blocked = tmp_path / "spool"
+    blocked.write_text("a file where the spool directory should be")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'spool = "{blocked}"\n')
+    assert run("epilog", _env("62"), str(cfg)) == 0
+    losses = [m for p, m in sent if p == syslog.LOG_ERR]
+    assert len(losses) == 1 and "SPOOL WRITE FAILED" in losses[0] and "allocation_ended" in losses[0], sent
+    assert all(p == syslog.LOG_WARNING for p, m in sent if "SPOOL WRITE FAILED" not in m)
+
+
 # --- PostgreSQL stopped mid-burst on the real Slurm -------------------------------------------------------------
 
 def _wait(cond, timeout: float, what: str):
