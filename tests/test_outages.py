@@ -262,9 +262,13 @@ def test_spool_loss_goes_to_syslog_as_an_error(tmp_path, monkeypatch):
     blocked.write_text("a file where the spool directory should be")
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'spool = "{blocked}"\n')
+    assert run("prolog", _env("62"), str(cfg)) == 0
     assert run("epilog", _env("62"), str(cfg)) == 0
-    losses = [m for p, m in sent if p == syslog.LOG_ERR]
-    assert len(losses) == 1 and "SPOOL WRITE FAILED" in losses[0] and "allocation_ended" in losses[0], sent
+    prolog_loss, epilog_loss = [m for p, m in sent if p == syslog.LOG_ERR]
+    assert "prolog failed: SPOOL WRITE FAILED" in prolog_loss and "allocation_started" in prolog_loss
+    assert "its epilog" in prolog_loss  # what could still repair it
+    assert "epilog failed: SPOOL WRITE FAILED" in epilog_loss and "allocation_ended" in epilog_loss
+    assert "ipledger reconcile" in epilog_loss
     assert all(p == syslog.LOG_WARNING for p, m in sent if "SPOOL WRITE FAILED" not in m)
 
 
