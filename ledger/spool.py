@@ -69,8 +69,16 @@ def write_records(spool_dir: str | os.PathLike, records: Iterable[Mapping], pref
             written = os.write(fd, view)
             view = view[written:]
         os.fsync(fd)
-    finally:
+    except OSError:
+        # A write that failed (disk full, file-size limit) is known here, unlike a crash: leave no partial
+        # file for a later ship to half-deliver; the caller reports the whole batch as not written.
         os.close(fd)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    os.close(fd)
     os.rename(tmp, final)
     _fsync_dir(directory)
     return final

@@ -232,7 +232,7 @@ def test_spool_failure_exits_zero_logs_loudly_and_reconcile_closes_the_run(failu
         os.chmod(spool_dir, 0o750)
     elif how == "full":
         (spool_dir.parent / "filler").unlink()
-    assert not list(spool_dir.glob("*.jsonl")), "a failed write must not leave a file that looks complete"
+    assert not list(spool_dir.glob("*.jsonl*")), "a failed write leaves no file, complete-looking or partial"
     site.scontrol_record("61", _record("61", start, end, "COMPLETED"))
     out = json.loads(_cli(runner, "--db", db, "--config", str(site.config), "reconcile", "--json").output)
     assert [c["job_id"] for c in out["closed"]] == ["61"]
