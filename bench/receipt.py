@@ -2,7 +2,7 @@
 samples per device; and the receipt's peak memory (target ≤ 2 GiB).
 
 The ledger (SQLite) holds the run as the hooks and the collector leave it: allocation_started, one
-device_bound per GPU, one sealed telemetry_segment per GPU with its samples in the `samples` table, and
+device_bound per GPU, one sealed telemetry_segment per GPU with its samples as one block in `sample_blocks`, and
 allocation_ended. The floor is DuckDB over the same samples (the columns a receipt reads) in a Parquet file.
 The subject is `ipledger receipt JOB --format json` in a fresh interpreter.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 import tempfile
 from pathlib import Path
 
@@ -48,7 +47,7 @@ def build_ledger(db_path: Path, gpus: int, hours: float) -> tuple[str, int, Path
     from ledger.entries import Kind, make_entry
     from ledger.store import append
     from ledger.telemetry.model import SAMPLE_COLUMNS
-    from ledger.telemetry.store import INSERT_COLUMNS, samples_digest
+    from ledger.telemetry.store import segment_entry_rows, write_segment_rows_in
 
     url = _fresh_db(db_path)
     n = int(hours * 3600 / CADENCE)
@@ -65,42 +64,30 @@ def build_ledger(db_path: Path, gpus: int, hours: float) -> tuple[str, int, Path
                                                    "vendor": "nvidia", "node": nodes[i // 8]},
                         device=u, node=nodes[i // 8], source="hook.prolog", **key) for i, u in enumerate(uuids)]
     append(engine, head)
-    con = sqlite3.connect(db_path, isolation_level=None)
-    con.execute("PRAGMA synchronous=OFF")
-    sql = f"INSERT INTO samples ({', '.join(INSERT_COLUMNS)}) VALUES ({','.join('?' * len(INSERT_COLUMNS))})"
     writer = None
     parquet = db_path.with_suffix(".parquet")
-    segs = []
-    idx = {c: SAMPLE_COLUMNS.index(c) for c in READ_COLUMNS}
+    fast = engine.execution_options(ipledger_write=True)
     for i, u in enumerate(uuids):
         t, act, reasons, clock, busy = _device_columns(i, n)
         cols = {"t": t, "sm_active": act, "tensor_active": act * 0.4, "gpu_util": (act * 1.1).clip(0, 1),
                 "sm_clock_mhz": clock, "compute_procs": busy.astype(float),
                 "fb_used_mib": busy * 70000.0 + 1024.0}
-        rows = []
-        for k in range(n):
-            r = [None] * len(SAMPLE_COLUMNS)
-            r[0], r[1], r[2], r[3] = u, float(t[k]), CADENCE, int(reasons[k])
-            for c, arr in cols.items():
-                if c != "t":
-                    r[idx[c]] = float(arr[k])
-            rows.append(tuple(r))
-        seg = make_entry(Kind.TELEMETRY_SEGMENT, start, {"devices": [u], "rows": n,
-                                                         "samples_sha256": samples_digest(rows),
-                                                         "columns": list(SAMPLE_COLUMNS)},
-                         ts_end=end, node=nodes[i // 8], device=u, cluster="hpc1", source="collector")
-        segs.append(seg)
-        con.execute("BEGIN")
-        con.executemany(sql, [(seg.entry_id, *r) for r in rows])
-        con.execute("COMMIT")
+        # Rows in the normalised form the collector ships (every other metric not measured: NULL).
+        values = [[None] * n for _ in SAMPLE_COLUMNS]
+        values[0], values[1], values[2], values[3] = [u] * n, t.tolist(), [CADENCE] * n, reasons.tolist()
+        for c, arr in cols.items():
+            values[SAMPLE_COLUMNS.index(c)] = arr.tolist()
+        rows = list(zip(*values))
+        # As the collector seals it: one segment entry per GPU, its rows stored by the ledger's own writer.
+        seg = segment_entry_rows(rows, node=nodes[i // 8], source="collector", cluster="hpc1")
+        with fast.begin() as conn:
+            write_segment_rows_in(conn, rows, seg)
         table = pa.table({"device": [u] * n, "t": t, "dt": [CADENCE] * n, "clock_reasons": reasons,
                           **{c: cols[c] for c in READ_COLUMNS[4:]}})
         if writer is None:
             writer = pq.ParquetWriter(parquet, table.schema)
         writer.write_table(table)
     writer.close()
-    con.close()
-    append(engine, segs)
     append(engine, [make_entry(Kind.ALLOCATION_ENDED, end, {"exit_code": 0, "state": "COMPLETED"},
                                node=nodes[0], source="hook.epilog", **key)])
     engine.dispose()
@@ -118,6 +105,7 @@ def run(scale: float, repeat: int) -> Figure:
     work = Path(tempfile.mkdtemp(prefix="ipledger-bench-receipt-"))
     try:
         url, rows, parquet = build_ledger(work / "ledger.db", gpus, HOURS)
+        ledger_bytes = sum(f.stat().st_size for f in work.glob("ledger.db*"))
         q = (f"SELECT device, sum(dt), sum(sm_active * dt), sum(tensor_active * dt), sum(gpu_util * dt), "
              f"sum(sm_clock_mhz * dt), sum(compute_procs), sum(fb_used_mib), count(*) FILTER (clock_reasons > 0) "
              f"FROM read_parquet('{parquet}') GROUP BY device")
@@ -149,6 +137,9 @@ def run(scale: float, repeat: int) -> Figure:
                                  f"(scale {scale:g} of {FULL_GPUS:,} GPUs)",
                       extra={"peak memory of the receipt process": f"{peak:,.0f} MiB (target ≤ 2048 MiB: "
                                                                    f"{'met' if peak <= 2048 else 'NOT met'})",
+                             "ledger size": f"{ledger_bytes / 2**20:,.0f} MiB SQLite = {ledger_bytes / rows:.1f} B "
+                                            f"per sample (sample blocks; Parquet floor file "
+                                            f"{parquet.stat().st_size / rows:.1f} B per sample)",
                              "paid GPU-hours on the receipt": f"{paid:,.1f}",
                              "delivered GPU-hours": f"{r['gpu_hours']['delivered']:,.1f}"})
     finally:

@@ -49,6 +49,23 @@ def test_block_round_trips_rows_exactly_in_digest_order(rows):
     assert list(zip(*(only[0][1].column(i).to_pylist() for i in range(3)))) == [(r[power], r[1], r[3]) for r in mine]
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.floats(allow_nan=False)), max_size=40), st.booleans(),
+       st.integers(0, 10), st.integers(0, 10))
+def test_float_values_equal_pyarrow_conversion(values, as_int, cut_front, cut_back):
+    import numpy as np
+    import pyarrow as pa
+
+    if as_int:
+        values = [None if v is None else int(max(min(v, 2**52), -2**52)) for v in values]
+    arr = pa.array(values, type=pa.int64() if as_int else pa.float64())
+    arr = arr.slice(min(cut_front, len(arr)), max(len(arr) - cut_front - cut_back, 0))  # offsets and NULL bits
+    column = pa.chunked_array([arr, arr], type=arr.type)
+    want = np.array([np.nan if v is None else float(v) for v in arr.to_pylist()] * 2, dtype=np.float64)
+    got = blocks.float_values(column)
+    assert got.dtype == np.float64 and got.tobytes() == want.tobytes()
+
+
 def test_decode_refuses_unknown_format_and_damaged_bytes():
     block = blocks.encode([_row_values(s) for s in _samples(n=3)])
     with pytest.raises(blocks.BlockError, match="unknown sample block format"):

@@ -12,8 +12,6 @@ from collections.abc import Iterator, Mapping
 from typing import Sequence
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
@@ -21,6 +19,7 @@ from ..canonical import ts_to_epoch
 from ..entries import ChainedEntry, Kind
 from ..method import DeviceAccount, SampleArrays, attribute_device
 from ..store import ENTRY_COLUMNS, _to_chained, iter_entries
+from ..telemetry.blocks import float_values
 from ..telemetry.store import iter_sample_pieces
 from .compute import ReceiptError, RunInputs, RunKey, run_frame
 
@@ -140,26 +139,25 @@ def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Se
     """
     if not segment_ids or not devices:
         return {}
-    parts: dict[str, list[np.ndarray]] = defaultdict(list)
+    parts: dict[str, list[list[np.ndarray]]] = defaultdict(list)
     for device, table in iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start, end=end,
                                             columns=SAMPLE_READ_COLUMNS[1:]):
-        v = np.empty((table.num_rows, table.num_columns), dtype=np.float64)
-        for j, column in enumerate(table.columns):
-            v[:, j] = column.to_numpy().astype(np.float64, copy=False) if column.null_count == 0 else \
-                pc.cast(column, pa.float64()).to_numpy()
-        parts[device].append(v)
+        parts[device].append([float_values(c) for c in table.columns])
     out = {}
     for device in devices:
         if device not in parts:
             continue
-        v = parts[device][0] if len(parts[device]) == 1 else np.concatenate(parts[device])
-        t = v[:, 0]
+        pieces = parts.pop(device)
+        cols = pieces[0] if len(pieces) == 1 else [np.concatenate(c) for c in zip(*pieces)]
+        t = cols[0]
         if len(t) > 1 and not bool(np.all(t[1:] > t[:-1])):
             # Sort by t, then every other column: the same order whatever order the segments came in.
-            v = v[np.lexsort(tuple(v[:, j] for j in range(v.shape[1] - 1, -1, -1)))]
-        out[device] = SampleArrays.from_columns(t=v[:, 0], dt=v[:, 1], reasons=v[:, 2], sm_active=v[:, 3],
-                                                tensor_active=v[:, 4], gpu_util=v[:, 5], sm_clock=v[:, 6],
-                                                procs=v[:, 7], fb_used=v[:, 8])
+            order = np.lexsort(tuple(reversed(cols)))
+            cols = [c[order] for c in cols]
+        t, dt, reasons, sm_active, tensor_active, gpu_util, sm_clock, procs, fb_used = cols
+        out[device] = SampleArrays.from_columns(t=t, dt=dt, reasons=reasons, sm_active=sm_active,
+                                                tensor_active=tensor_active, gpu_util=gpu_util, sm_clock=sm_clock,
+                                                procs=procs, fb_used=fb_used)
     return out
 
 

@@ -179,18 +179,25 @@ def _block_rows(conn: Connection, segment_ids: Sequence[str] | None) -> Iterator
 
 
 def _in_window(table, start: float | None, end: float | None):  # noqa: ANN001, ANN202
+    """The rows overlapping [start, end); numpy, not pyarrow.compute (whose scalar handling imports pandas)."""
     if start is None and end is None:
         return table
-    import pyarrow.compute as pc
+    import numpy as np
 
-    t = table.column("t")
-    keep = None
+    t = blocks.float_values(table.column("t"))
+    keep = np.ones(len(t), dtype=bool)
     if start is not None:
-        keep = pc.greater(pc.add(t, table.column("dt")), start)
+        keep &= t + blocks.float_values(table.column("dt")) > start
     if end is not None:
-        before = pc.less(t, end)
-        keep = before if keep is None else pc.and_(keep, before)
-    return table if pc.all(keep).as_py() else table.filter(keep)   # a whole-run read keeps every row: no copy
+        keep &= t < end
+    hits = np.flatnonzero(keep)
+    if len(hits) == len(t):
+        return table  # a whole-run read keeps every row: no copy
+    if not len(hits) or hits[-1] - hits[0] + 1 == len(hits):
+        return table.slice(int(hits[0]) if len(hits) else 0, len(hits))  # rows sorted by t: one run
+    import pyarrow as pa
+
+    return table.filter(pa.array(keep))
 
 
 def _legacy_pieces(conn: Connection, segment_ids: Sequence[str] | None, devices: Sequence[str] | None,
