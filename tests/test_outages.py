@@ -188,7 +188,9 @@ def test_spool_failure_exits_zero_logs_loudly_and_reconcile_closes_the_run(failu
     error_log = root / "hook-errors.log"
     error_log.touch(mode=0o666)
     os.chmod(error_log, 0o666)
-    site = make_site(root, tools=("nvidia-smi", "scontrol"), hooks={"error_log": str(error_log)})
+    # DCGM where the hook runs as root with its files elsewhere (its stand-in keeps state on disk)
+    tools = ("nvidia-smi", "scontrol") + (("dcgmi",) if how == "full" else ())
+    site = make_site(root, tools=tools, hooks={"error_log": str(error_log)})
     cfg = site.config.read_text().replace(f'spool = "{site.spool}"', f'spool = "{spool_dir}"')
     site.config.write_text(cfg)
     user, python, preexec = "root", sys.executable, None
@@ -224,6 +226,9 @@ def test_spool_failure_exits_zero_logs_loudly_and_reconcile_closes_the_run(failu
     assert len(loud) == 1, p.stderr
     assert all(w in loud[0] for w in ("job 61", "epilog failed", str(spool_dir), "NOT recorded",
                                       "allocation_ended", "ipledger reconcile")), loud[0]
+    if how == "full":  # the DCGM record and group are cleaned up all the same (DCGM holds at most 64 groups)
+        dcgm = json.loads((site.state / "dcgm.json").read_text())
+        assert dcgm["groups"] == {} and dcgm["jobs"] == {}, dcgm
     if how != "rlimit_fsize":  # with RLIMIT_FSIZE no file can grow, the error log included: stderr only
         assert "SPOOL WRITE FAILED" in error_log.read_text() and "job 61" in error_log.read_text()
 

@@ -460,18 +460,22 @@ def epilog(h: Hook) -> None:
                                        "state_basis": basis}, keys)
     for err in h.errors:
         h.add(Kind.HOOK_ERROR, now, {"hook": "epilog", **err}, keys)
-    h.write_spool("epilog")  # durable before any clean-up
-    if dstate and dstate.get("job_key"):
-        from ..sources import dcgm
-
-        cli = dcgm.DcgmiCli(h.cfg.commands, h.settings.timeout)
-        cli.remove_job(dstate["job_key"])
-        if dstate.get("group_id") is not None:
-            cli.delete_group(int(dstate["group_id"]))
     try:
-        os.unlink(h.state_path())
-    except OSError:
-        pass
+        h.write_spool("epilog")  # durable before any clean-up
+    finally:
+        # Also after a failed write: nothing reads this DCGM record again, and a group left behind counts
+        # against DCGM's 64, so a full spool must not go on to cost later jobs their telemetry.
+        if dstate and dstate.get("job_key"):
+            from ..sources import dcgm
+
+            cli = dcgm.DcgmiCli(h.cfg.commands, h.settings.timeout)
+            cli.remove_job(dstate["job_key"])
+            if dstate.get("group_id") is not None:
+                cli.delete_group(int(dstate["group_id"]))
+        try:
+            os.unlink(h.state_path())
+        except OSError:
+            pass
 
 
 def run_hook(kind: str, environ: Mapping[str, str], config_path: str | None, snapshot: str | None = None) -> int:
