@@ -17,6 +17,7 @@ import sys
 import time
 
 from .. import __version__, spool
+from ..fsmodes import SPOOL_DIR, SPOOL_FILE, create_file, make_dirs
 from ..kinds import Kind
 from . import records, slurm
 from .records import entry_record
@@ -234,9 +235,11 @@ def _load_state(path: str) -> dict | None:
 
 
 def _save_state(path: str, state: dict) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    # The state names the job's devices and keys: spool modes (docs/ledger.md, "Permissions"), whatever the umask.
+    if not os.path.isdir(os.path.dirname(path)):
+        make_dirs(os.path.dirname(path), SPOOL_DIR)
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with os.fdopen(create_file(tmp, SPOOL_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w", encoding="utf-8") as f:
         f.write(records.state_json(state))  # = json.dump(state, f, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
