@@ -21,8 +21,8 @@ from sqlalchemy import inspect, text
 from ledger import db as db_mod
 from ledger import spool, store
 from ledger.entries import Kind
-from ledger.hooks.core import _save_state
 from ledger.fsmodes import LEDGER_DIR, LEDGER_FILE, RECEIPTS_DIR, RECEIPTS_FILE, SPOOL_DIR, SPOOL_FILE
+from ledger.hooks.core import _save_state
 from ledger.receipts.example import example_entries
 
 
