@@ -12,6 +12,7 @@ import io
 import time
 from array import array
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -282,6 +283,30 @@ class CsvReader:
             return next(self._reader)
         except csv.Error as exc:
             raise InputError(self.path, f"line {self._reader.line_num}", f"malformed CSV ({exc})") from None
+
+
+def read_lines(path: str | Path) -> Iterator[str]:
+    """A text export's lines (without line ends), decoded one at a time: the file is never held whole.
+
+    The same refusals as :func:`decode_text` (empty, NUL bytes in the first 4 KiB, not UTF-8), the last one
+    naming the line. Lines are split on ``\\n`` (a ``\\r`` before it is dropped).
+    """
+    name = str(path)
+    with open(path, "rb") as f:
+        head = f.read(4096)
+        if b"\x00" in head:
+            raise InputError(name, "byte " + str(head.index(b"\x00")), "binary data, not a text export")
+        f.seek(0)
+        blank = True
+        for n, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(name, f"line {n} byte {exc.start + 1}", "not UTF-8 text") from None
+            blank = blank and not line.strip()
+            yield line.rstrip("\r\n")
+        if blank:
+            raise InputError(name, "", "empty file")
 
 
 def decode_text(data: bytes, path: str) -> str:

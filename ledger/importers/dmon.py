@@ -10,11 +10,13 @@ command and dcgmi's "dmon was stopped ..." message are skipped. Columns are the 
 
 from __future__ import annotations
 
+import itertools
 import re
 from datetime import datetime
 from pathlib import Path
+from typing import Iterable
 
-from .common import Collected, DeviceInfo, InputError, decode_text
+from .common import Collected, DeviceInfo, InputError, read_lines
 from .dcgm_fields import BY_DMON
 
 ENTITY_TYPES = ("GPU", "GPU-I", "GPU-CI", "Switch", "CPU", "Core", "Link", "NvSwitch", "CX")
@@ -28,11 +30,16 @@ def _epoch(s: str) -> float:
         return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
 
 
-def parse(text: str, path: str = "<input>", *, start: float | None = None, interval: float | None = None,
-          node: str | None = None) -> Collected:
-    """``interval`` in seconds. Returns the collection; raises InputError on anything it cannot place."""
+def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | None = None,
+          interval: float | None = None, node: str | None = None) -> Collected:
+    """``interval`` in seconds; ``text`` the capture or its lines (streamed: only the samples are kept).
+
+    Returns the collection; raises InputError on anything it cannot place.
+    """
+    lines = iter(text.splitlines() if isinstance(text, str) else text)
+    head = list(itertools.islice(lines, 20))   # the metadata line is at the top
     meta: dict[str, str] = {}
-    for line in text.splitlines()[:20]:
+    for line in head:
         m = _META.match(line.strip())
         if m:
             meta.update(kv.split("=", 1) for kv in m.group(1).split() if "=" in kv)
@@ -48,7 +55,7 @@ def parse(text: str, path: str = "<input>", *, start: float | None = None, inter
     columns: list[str] | None = None
     tick, seen = -1, set()
     rows = 0
-    for n, raw in enumerate(text.splitlines(), start=1):
+    for n, raw in enumerate(itertools.chain(head, lines), start=1):
         s = raw.strip()
         if not s or s.startswith("# ipledger") or s.startswith("$") or "dcgmi dmon" in s or s.startswith("[") \
                 or s.startswith("dmon was stopped") or s.startswith("Error"):
@@ -91,5 +98,4 @@ def parse(text: str, path: str = "<input>", *, start: float | None = None, inter
 
 
 def read(path: str | Path, **kw) -> Collected:
-    p = Path(path)
-    return parse(decode_text(p.read_bytes(), str(p)), str(p), **kw)
+    return parse(read_lines(path), str(path), **kw)
