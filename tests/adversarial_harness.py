@@ -239,12 +239,12 @@ def kill_frozen(*procs: subprocess.Popen) -> None:
 _WAL_HEADER, _FRAME_HEADER = 32, 24
 
 
-def drop_unsynced_wal_tail(wal: Path, rng) -> int:  # noqa: ANN001
+def drop_unsynced_wal_tail(wal: Path, rng) -> tuple[int, int]:  # noqa: ANN001
     """Cut a SQLite WAL after its last committed frame at a random byte: a transaction's frames are synced
     only at its commit (synchronous=FULL), so whatever follows the last commit frame may be lost or torn by a
-    power cut. Returns the bytes dropped."""
+    power cut. Returns (bytes after the last commit, bytes dropped)."""
     if not wal.exists() or wal.stat().st_size < _WAL_HEADER:
-        return 0
+        return 0, 0
     data = wal.read_bytes()
     page_size = int.from_bytes(data[8:12], "big")
     salts = data[16:24]
@@ -260,7 +260,7 @@ def drop_unsynced_wal_tail(wal: Path, rng) -> int:  # noqa: ANN001
     cut = rng.randint(end_of_commit, len(data))
     with open(wal, "r+b") as f:
         f.truncate(cut)
-    return len(data) - cut
+    return len(data) - end_of_commit, len(data) - cut
 
 
 def tear_tmp_files(directory: Path, rng) -> int:  # noqa: ANN001
