@@ -225,22 +225,24 @@ def test_importer_killed_at_random_sqlite(tmp_path, trials):
     figs.emit()
 
 
-_WRITER = """
-import random, sys, time
-from bench.data import job_records
-from ledger import spool
-spool_dir, seed = sys.argv[1], int(sys.argv[2])
-rng = random.Random(seed)
-for j in range(400):   # an epilog's spool write every ~30 ms until the power goes
-    spool.write_records(spool_dir, job_records(rng, seed * 100_000 + j), prefix="hook")
+_HOOKS = """
+import sys, time
+from ledger.hooks import run
+config, seed = sys.argv[1], int(sys.argv[2])
+for j in range(400):   # a job's prolog and epilog (the real hook code, in one interpreter) every ~30 ms
+    job = str(seed * 100_000 + j)
+    for kind in ("prolog", "epilog"):
+        run(kind, {"SLURM_JOB_ID": job, "SLURM_JOB_RESTART_COUNT": "0", "SLURM_JOB_ACCOUNT": "tenant",
+                   "SLURM_JOB_USER": "alice", "SLURM_CLUSTER_NAME": "c1", "SLURMD_NODENAME": "node1",
+                   "SLURM_JOB_GPUS": "0,1", "SLURM_SCRIPT_CONTEXT": kind + "_slurmd"}, config)
     time.sleep(0.03)
 """
 
 
 def test_power_cut_while_shipping_and_spooling_sqlite(tmp_path, trials):
-    """A shipper and a hook-like writer (ledger.spool.write_records, the hooks' write) frozen at a random
-    instant; their disk copied; what was not yet synced dropped (the WAL after its last commit frame, the
-    unrenamed .tmp spool files) at a random byte. On the copy, `ipledger ship` then delivers every
+    """A shipper and the Slurm hooks (prolog + epilog of job after job) frozen at a random instant; their
+    disk copied; what was not yet synced dropped (the WAL after its last commit frame, the unrenamed .tmp
+    spool files) at a random byte. On the copy, `ipledger ship` then delivers every
     acknowledged fact (a spool file renamed into place, pending or already shipped) exactly once, and every
     complete record of a torn .tmp at most once; SQLite recovers and `ipledger verify` passes."""
     import sys
@@ -257,7 +259,9 @@ def test_power_cut_while_shipping_and_spooling_sqlite(tmp_path, trials):
         shutil.copytree(spool_template, sp)
         db = disk / "ledger.db"
         url = h.fresh_sqlite(template, db)
-        writer = subprocess_writer(sys.executable, sp, trial)
+        config = disk / "config.toml"
+        config.write_text(f'spool = "{sp}"\n[hooks]\nvendor = "none"\n')
+        writer = _hooks_writer(sys.executable, config, trial)
         # receipts off: the shipper's time goes to what a cut can tear (the transaction, the moves)
         shipper = h.start_cli(["--db", url, "ship", "--spool", str(sp), "--quiet", "--no-receipts"], {})
         wal = Path(f"{db}-wal")
@@ -288,11 +292,11 @@ def test_power_cut_while_shipping_and_spooling_sqlite(tmp_path, trials):
     figs.emit()
 
 
-def subprocess_writer(python: str, spool_dir: Path, seed: int):  # noqa: ANN201
+def _hooks_writer(python: str, config: Path, seed: int):  # noqa: ANN201
     import subprocess
 
     root = Path(__file__).resolve().parent.parent
-    return subprocess.Popen([python, "-c", _WRITER, str(spool_dir), str(seed)], cwd=root, start_new_session=True,
+    return subprocess.Popen([python, "-c", _HOOKS, str(config), str(seed)], cwd=root, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
