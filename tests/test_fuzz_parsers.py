@@ -4,7 +4,7 @@ Inputs come from scratch (``st.text`` / ``st.binary``) and, far more productive,
 tests/fixtures mutated the way broken exports are broken: byte flips, truncation, duplicated and deleted
 lines, repeated headers, injected ``N/A``/``NaN``/sentinel/odd-digit tokens. Each parser is one
 :class:`Target`: how to call it and which errors it documents. ``make test`` runs a few hundred inputs per
-parser; ``--soak`` (or ``IPLEDGER_SOAK=1``) runs 10,000 mutated inputs per parser (docs/reliability.md).
+parser; ``--soak`` (or ``IPLEDGER_SOAK=1``) runs 10,000 mutated inputs and 2,000 from scratch per parser.
 
 Documented errors: importers raise ``ledger.importers.common.InputError`` (``FILE: PLACE: what``, one line);
 the DCGM report parser returns :class:`DcgmError` or raises :class:`DcgmParseError`; the nvidia-smi and
@@ -33,6 +33,7 @@ from ledger.importers.common import InputError, decode_text
 from ledger.method import skus
 from ledger.sources import amdsmi as amd_src, dcgm, nvml
 
+pytestmark = pytest.mark.soak
 FIX = Path(__file__).parent / "fixtures"
 T0 = synth.DEFAULT_START
 DEADLINE = timedelta(seconds=5)   # per example; the inputs are a few KB, a parse takes milliseconds
@@ -254,8 +255,8 @@ TARGETS = [
 BY_NAME = {t.name: t for t in TARGETS}
 
 
-def _examples(soak: bool, quick: int) -> settings:
-    return settings(max_examples=10_000 if soak else quick, deadline=DEADLINE, derandomize=not soak,
+def _examples(soak: bool, quick: int, full: int = 10_000) -> settings:
+    return settings(max_examples=full if soak else quick, deadline=DEADLINE, derandomize=not soak,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.function_scoped_fixture])
 
@@ -264,7 +265,7 @@ def _examples(soak: bool, quick: int) -> settings:
 def test_mutated_fixtures_give_a_result_or_the_documented_error(name, soak):
     target = BY_NAME[name]
 
-    @_examples(soak, 150)
+    @_examples(soak, 60)
     @given(seed=st.sampled_from(target.seeds), ops=_OPS)
     def run(seed, ops):
         target.check(_mutate(seed, ops))
@@ -276,7 +277,7 @@ def test_mutated_fixtures_give_a_result_or_the_documented_error(name, soak):
 def test_inputs_from_scratch_give_a_result_or_the_documented_error(name, soak):
     target = BY_NAME[name]
 
-    @_examples(soak, 40)
+    @_examples(soak, 20, 2_000)
     @given(text=st.one_of(st.text(max_size=400), st.binary(max_size=400).map(lambda b: b.decode("latin-1")),
                           st.lists(st.sampled_from(INJECT + ("\n", ",", " ", "=", ":", "|", "GPU", "#Entity")),
                                    max_size=40).map("".join)))
@@ -290,7 +291,7 @@ def test_inputs_from_scratch_give_a_result_or_the_documented_error(name, soak):
 def test_binary_input_is_refused_with_the_file_and_byte(name, soak):
     """``read``'s bytes -> text step: NUL bytes and invalid UTF-8 are one-line errors naming the byte."""
 
-    @_examples(soak, 40)
+    @_examples(soak, 20, 2_000)
     @given(data=st.binary(min_size=1, max_size=300))
     def run(data):
         try:
