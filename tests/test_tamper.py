@@ -219,13 +219,26 @@ def stored_values(path: Path, table: str) -> list[StoredValue]:
 _ZERO_SIZE_SWAPS = {0: (8, 9), 8: (0, 9), 9: (0, 8), 12: (13,), 13: (12,)}
 
 
+def _same_size_types(serial_type: int) -> tuple[int, ...]:
+    """Serial types whose value takes as many bytes: the record's layout survives the header byte's change."""
+    if serial_type in _ZERO_SIZE_SWAPS:
+        return _ZERO_SIZE_SWAPS[serial_type]
+    if serial_type in (6, 7):
+        return (13 - serial_type,)  # 8-byte integer <-> float: the same bytes read as the other type
+    if serial_type >= 12:
+        return (serial_type ^ 1,)   # text <-> blob of the same bytes
+    return ()
+
+
 @st.composite
 def byte_flips(draw, values: list[StoredValue]):
-    """One byte of one stored value (or of its header type byte), changed to any other byte value."""
+    """One byte of one stored value changed to any other byte value, or its header type byte changed to a
+    type of the same size (NULL -> 0, text -> blob, ...)."""
     v = draw(st.sampled_from(values))
-    if v.size:
-        return v, v.offset + draw(st.integers(0, v.size - 1)), draw(st.integers(1, 255)), None
-    return v, v.type_offset, None, draw(st.sampled_from(_ZERO_SIZE_SWAPS[v.serial_type]))
+    retype = _same_size_types(v.serial_type) if v.type_offset >= 0 else ()
+    if retype and (not v.size or draw(st.integers(0, 3)) == 0):
+        return v, v.type_offset, None, draw(st.sampled_from(retype))
+    return v, v.offset + draw(st.integers(0, v.size - 1)), draw(st.integers(1, 255)), None
 
 
 @pytest.fixture(scope="module")
