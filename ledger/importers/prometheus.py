@@ -83,12 +83,7 @@ def add_series(c: Collected, labels: Mapping[str, str], points: Iterable, place:
     if not isinstance(points, list):
         points = list(points)
     if points and set(map(type, points)) <= {list, tuple} and set(map(len, points)) == {2}:
-        tarr = c.add_raw_many(dev, spec.target, [p[0] for p in points], [p[1] for p in points], spec.scale,
-                              place=place)
-        if tarr is not None:
-            if ctx is not None:
-                c.note_context(dev, ctx, float(tarr.min()))
-                c.note_context(dev, ctx, float(tarr.max()))
+        if _add_columns(c, dev, ctx, spec, [p[0] for p in points], [p[1] for p in points], place):
             return
     for i, p in enumerate(points):
         try:
@@ -99,6 +94,30 @@ def add_series(c: Collected, labels: Mapping[str, str], points: Iterable, place:
         c.add_raw(dev, spec.target, t, raw, spec.scale, place=f"{place} point {i}")
         if ctx is not None:
             c.note_context(dev, ctx, t)
+
+
+def _add_columns(c: Collected, dev: str, ctx: Context | None, spec, ts: list, raws: list,  # noqa: ANN001
+                 place: str) -> bool:
+    """A whole series at once (False: a value needs the per-value path)."""
+    tarr = c.add_raw_many(dev, spec.target, ts, raws, spec.scale, place=place)
+    if tarr is None:
+        return False
+    if ctx is not None and len(tarr):
+        c.note_context(dev, ctx, float(tarr.min()))
+        c.note_context(dev, ctx, float(tarr.max()))
+    return True
+
+
+def add_series_columns(c: Collected, labels: Mapping[str, str], ts: list[float], values: list[float],
+                       place: str) -> None:
+    """:func:`add_series` for a series already split into float times and values (the columnar reader)."""
+    spec = BY_NAME.get(labels.get("__name__", ""))
+    if spec is None:
+        return
+    dev = device_from_labels(labels, c)
+    ctx = context_from_labels(labels)
+    if ts and not _add_columns(c, dev, ctx, spec, ts, values, place):
+        add_series(c, labels, list(zip(ts, values)), place)
 
 
 def _load_json(text: str, path: str, line_offset: int = 0):
@@ -286,7 +305,9 @@ def read(paths: str | Path | Iterable[str | Path], default_ts: float | None = No
     """One file, several files, a directory, or a tar/zip of exports, merged into one collection."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    out: Collected | None = None
+    from .prometheus_columnar import read_files
+
+    members: list[tuple[str, str, bool]] = []   # (name, text, a file on disk)
     for p in paths:
         p = Path(p)
         if not p.exists():
@@ -294,11 +315,18 @@ def read(paths: str | Path | Iterable[str | Path], default_ts: float | None = No
         for name, data in _members(p):
             if name.endswith((".source.txt", ".md")):
                 continue
-            c = parse(decode_text(data, name), name, default_ts)
-            if out is None:
-                out = c
-            else:
-                out.merge(c)
+            members.append((name, decode_text(data, name), p.is_dir() or name == str(p)))
+    # query_range JSON files on disk: DuckDB reads them all at once; the rest (and any it declines) per value
+    fast = read_files({name: text for name, text, on_disk in members
+                       if on_disk and not name.lower().endswith(".csv") and sniff(text) == "json"},
+                      add_series_columns)
+    out: Collected | None = None
+    for name, text, _ in members:
+        c = fast.get(name) or parse(text, name, default_ts)
+        if out is None:
+            out = c
+        else:
+            out.merge(c)
     if out is None:
         raise InputError(str(paths), "", "no export files found")
     return out
