@@ -318,3 +318,46 @@ def test_huge_exports_are_imported_within_a_memory_bound(tmp_path, soak):
             assert res["exit_code"] == 0, res["error"]
             assert res["devices"] == BIG_GPUS and res["samples"] > 0
             assert res["peak_mb"] <= res["base_mb"] + 250 + 1.5 * size_mb, res
+
+
+# --- clock skew between nodes ---------------------------------------------------------------------------------------
+
+def test_clock_skew_between_nodes_is_flagged_and_the_receipt_still_balances(runner, cli, tmp_path, sqlite_url):
+    """Job 1000 holds GPUs 0-1 on node-00 and 2-3 on node-01; node-01's clock is 5 minutes fast."""
+    skew = 300.0
+    files = synth.write_query_range(tmp_path / "qr", n_gpus=4, hours=1, cadence=15, start=T0, jobs="slurm",
+                                    node_gpus=2)
+    for p in files:
+        doc = json.loads(p.read_text())
+        for series in doc["data"]["result"]:
+            if series["metric"]["Hostname"] == "node-01":
+                series["values"] = [[t + skew, v] for t, v in series["values"]]
+        p.write_text(json.dumps(doc))
+    r = runner.invoke(cli, ["--db", sqlite_url, "import", "prometheus", str(tmp_path / "qr"), "--json", "--quiet"],
+                      env=ENV)
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output[r.output.index("{"):])
+    assert summary["clock_skew"] == {"1000": {"node-01": skew}}
+    assert "node-01's telemetry runs 300 s ahead" in r.output       # the warning (stderr, mixed in by the runner)
+    r = runner.invoke(cli, ["--db", sqlite_url, "receipt", "1000", "--json"], env=ENV)
+    assert r.exit_code == 0, r.output
+    rec = json.loads(r.output)
+    gh = rec["gpu_hours"]
+    parts = gh["delivered"] + sum(gh["throttled"].values()) + gh["underutilized"] + gh["starved"] + \
+        gh["idle_held"] + gh["unknown"]
+    assert abs(gh["paid"] - parts) <= 1e-9                            # the accounting identity holds
+    assert gh["paid"] == pytest.approx(4 * (3600 + skew) / 3600, abs=0.02)   # the allocation spans both clocks
+    assert gh["unknown"] == pytest.approx(4 * skew / 3600, abs=0.02)        # what each node's clock leaves uncovered
+    # a node that merely starts late (one end moved) is not skew
+    assert pipeline.clock_skew(*_two_node_spans(late_start=600.0)) == {}
+    assert pipeline.clock_skew(*_two_node_spans(late_start=600.0, late_end=600.0)) == {"b": 600.0}
+
+
+def _two_node_spans(late_start: float, late_end: float = 0.0):
+    from ledger.importers.common import Collected, DeviceInfo
+
+    c = Collected("x")
+    for d, node in (("d1", "a"), ("d2", "b")):
+        c.device(DeviceInfo(device=d, node=node))
+    spans = {"d1": (T0, T0 + 3600, 15.0), "d2": (T0 + late_start, T0 + 3600 + late_end, 15.0)}
+    return c, ["d1", "d2"], spans, pipeline.ImportOptions()

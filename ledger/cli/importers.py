@@ -70,6 +70,10 @@ def _run(app: AppContext, parse: Callable[[], Collected], cluster: str, syntheti
         raise UserError(f"{collected.path}: no telemetry this importer maps (see docs/telemetry.md)")
     opts = pipeline.ImportOptions(cluster=cluster, synthetic_runs=synthetic, span=span, cadence=cadence)
     result = pipeline.write(engine, collected, opts, progress=_progress(quiet))
+    for job, nodes in sorted(result.clock_skew.items()):
+        for node, ahead in sorted(nodes.items()):
+            click.echo(f"ipledger: warning: {collected.path}: job {job}: {node}'s telemetry runs {ahead:g} s ahead of "
+                       f"the run's first node at both ends: clock skew? (flagged on the run as clock_skew_s)", err=True)
     if as_json:
         emit_json(result.to_json())
         return

@@ -59,12 +59,16 @@ class ImportResult:
     duplicates: int = 0
     missing: dict = field(default_factory=dict)
     per_device: dict = field(default_factory=dict)
+    clock_skew: dict = field(default_factory=dict)   # job id -> {node: seconds ahead of the run's first node}
 
     def to_json(self) -> dict:
-        return {"source": self.source, "devices": self.devices, "samples": self.samples, "segments": self.segments,
-                "unknown_intervals": self.unknown_intervals, "unknown_seconds": round(self.unknown_seconds, 3),
-                "counter_resets": self.counter_resets, "runs": self.runs, "appended": self.appended,
-                "duplicates": self.duplicates, "missing": self.missing, "per_device": self.per_device}
+        out = {"source": self.source, "devices": self.devices, "samples": self.samples, "segments": self.segments,
+               "unknown_intervals": self.unknown_intervals, "unknown_seconds": round(self.unknown_seconds, 3),
+               "counter_resets": self.counter_resets, "runs": self.runs, "appended": self.appended,
+               "duplicates": self.duplicates, "missing": self.missing, "per_device": self.per_device}
+        if self.clock_skew:
+            out["clock_skew"] = self.clock_skew
+        return out
 
 
 def timeline_for(c: Collected, device: str, opts: ImportOptions) -> Timeline:
@@ -136,6 +140,33 @@ def device_entries(c: Collected, tl: Timeline, opts: ImportOptions) -> list[tupl
     return out
 
 
+def clock_skew(c: Collected, devices: list[str], spans: dict[str, tuple[float, float, float]],
+               opts: ImportOptions) -> dict[str, float]:
+    """Nodes of one run whose telemetry is shifted against the earliest node's by the same amount at both ends.
+
+    A node that joined late or left early moves one end only; a wrong clock moves both. Offsets beyond the
+    tolerance (3 cadences) are returned as {node: seconds}; the receipt still balances (the allocation spans
+    all nodes and a device's uncovered part is unknown time), the skew is flagged on the run for a reader.
+    """
+    ends: dict[str, list[float]] = {}
+    tolerance = 0.0
+    for d in devices:
+        a, b, cadence = spans[d]
+        node = c.devices[d].node or "unknown-node"
+        lo_hi = ends.setdefault(node, [a, b])
+        lo_hi[0], lo_hi[1] = min(lo_hi[0], a), max(lo_hi[1], b)
+        tolerance = max(tolerance, opts.tolerance_factor * cadence)
+    if len(ends) < 2:
+        return {}
+    first = min(ends, key=lambda n: (ends[n][0], n))
+    out = {}
+    for node, (a, b) in sorted(ends.items()):
+        ahead_start, ahead_end = a - ends[first][0], b - ends[first][1]
+        if ahead_start > tolerance and abs(ahead_start - ahead_end) <= tolerance:
+            out[node] = round((ahead_start + ahead_end) / 2, 3)
+    return out
+
+
 def run_entries(c: Collected, spans: dict[str, tuple[float, float, float]], opts: ImportOptions) -> list[Entry]:
     """Synthetic Path B allocations from labels (or one per node when there are none)."""
     contexts: dict[Context, dict[str, list[float]]] = defaultdict(dict)
@@ -154,10 +185,14 @@ def run_entries(c: Collected, spans: dict[str, tuple[float, float, float]], opts
         end = max(v[1] for v in devs.values())
         nodes = sorted({c.devices[d].node or "unknown-node" for d in devs})
         key = dict(cluster=opts.cluster, job_id=ctx.job_id, run=0, source=f"import:{c.source}")
-        entries.append(make_entry(Kind.ALLOCATION_STARTED, start, {
-            "account": ctx.tenant, "user": None, "partition": None, "qos": None, "nodes": nodes, "gpus": len(devs),
-            "tres": f"gres/gpu={len(devs)}", "synthetic": True, "basis": ctx.kind, "tenant": ctx.tenant,
-            "labels": dict(ctx.detail)}, node=nodes[0] if len(nodes) == 1 else None, **key))
+        payload = {"account": ctx.tenant, "user": None, "partition": None, "qos": None, "nodes": nodes,
+                   "gpus": len(devs), "tres": f"gres/gpu={len(devs)}", "synthetic": True, "basis": ctx.kind,
+                   "tenant": ctx.tenant, "labels": dict(ctx.detail)}
+        skew = clock_skew(c, sorted(devs), spans, opts)
+        if skew:   # only then: the entries of unskewed runs stay what they were
+            payload["clock_skew_s"] = skew
+        entries.append(make_entry(Kind.ALLOCATION_STARTED, start, payload,
+                                  node=nodes[0] if len(nodes) == 1 else None, **key))
         for d in sorted(devs):
             info = c.devices[d]
             entries.append(make_entry(Kind.DEVICE_BOUND, start, {
@@ -214,6 +249,8 @@ def write(engine: Engine, c: Collected, opts: ImportOptions = ImportOptions(),
         if opts.synthetic_runs and spans:
             runs = run_entries(c, spans, opts)
             res.runs = sum(1 for e in runs if e.kind == Kind.ALLOCATION_STARTED)
+            res.clock_skew = {e.job_id: e.data["clock_skew_s"] for e in runs
+                              if e.kind == Kind.ALLOCATION_STARTED and '"clock_skew_s"' in e.payload}
             r = append_in(conn, runs)
             res.appended += r.appended
             res.duplicates += r.duplicates
