@@ -107,11 +107,12 @@ def _other_entries(engine):
     store.append(engine, [make_entry(Kind.PROGRESS, 1_760_000_000 + i, {"step": i}, job_id="1") for i in range(3)])
 
 
-def _drop_block_triggers(conn):
+def _drop_trigger(conn, table, action):
+    """What an attacker with the schema owner's rights does first: remove the append-only trigger."""
     if conn.dialect.name == "sqlite":
-        conn.execute(text("DROP TRIGGER sample_blocks_no_update"))
+        conn.execute(text(f"DROP TRIGGER {table}_no_{action}"))
     else:
-        conn.execute(text("DROP TRIGGER sample_blocks_no_update_delete ON sample_blocks"))
+        conn.execute(text(f"DROP TRIGGER {table}_no_update_delete ON {table}"))
 
 
 def test_tampered_block_is_named_by_verify_at_its_segment_seq(engine):
@@ -126,7 +127,7 @@ def test_tampered_block_is_named_by_verify_at_its_segment_seq(engine):
     edited[5] = edited[5][:4] + (0.99,) + edited[5][5:]
     forged = blocks.encode(edited)
     with engine.begin() as conn:
-        _drop_block_triggers(conn)
+        _drop_trigger(conn, "sample_blocks", "update")
         conn.execute(text("UPDATE sample_blocks SET data = :d, sha256 = :h"), {"d": forged.data, "h": forged.sha256})
     report = verify(engine)
     assert not report.ok and [(p.seq, p.reason) for p in report.problems] == [
@@ -145,10 +146,7 @@ def test_missing_block_is_named(engine):
     e = segment_entry(s, node="n1", source="test")
     write_segment(engine, s, e)
     with engine.begin() as conn:
-        if conn.dialect.name == "sqlite":
-            conn.execute(text("DROP TRIGGER sample_blocks_no_delete"))
-        else:
-            conn.execute(text("DROP TRIGGER sample_blocks_no_update_delete ON sample_blocks"))
+        _drop_trigger(conn, "sample_blocks", "delete")
         conn.execute(text("DELETE FROM sample_blocks"))
     report = verify(engine)
     assert [(p.seq, p.reason) for p in report.problems] == [(1, "samples of this segment are missing")]
@@ -189,10 +187,7 @@ def test_legacy_row_segments_still_read_and_verified(engine):
         x for x in everything if x.device in ("GPU-a", "GPU-c") and x.t + x.dt > 1_760_000_020]
     assert verify(engine).ok
     with engine.begin() as conn:
-        if conn.dialect.name == "sqlite":
-            conn.execute(text("DROP TRIGGER samples_no_update"))
-        else:
-            conn.execute(text("DROP TRIGGER samples_no_update_delete ON samples"))
+        _drop_trigger(conn, "samples", "update")
         conn.execute(text("UPDATE samples SET power_w = 1 WHERE t = 1760000050"))
     report = verify(engine)
     assert [(p.seq, p.reason) for p in report.problems] == [(1, "samples do not match the segment digest")]
