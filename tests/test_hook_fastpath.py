@@ -292,3 +292,34 @@ def test_installed_hook_imports_no_heavy_stdlib(tmp_path):
     assert not imported & {"dataclasses", "inspect", "typing", "pathlib", "tomllib", "ledger.entries",
                            "subprocess", "json", "re", "hashlib", "datetime", "ledger.canonical"}, sorted(imported)
     assert list((tmp_path / "spool").glob("hook-*.jsonl"))
+
+
+def test_installed_hooks_with_vendor_tools_import_no_heavy_stdlib(tmp_path):
+    """With DCGM and nvidia-smi configured the hooks run five and four tools: still none of subprocess (signal,
+    threading, selectors), dataclasses, typing, re or _strptime (the ctime reader) on their imports, and what
+    they record is complete (devices mapped to UUIDs, DCGM summaries, no hook_error)."""
+    from ledger.hooks import install
+    from tests.standins import make_site
+
+    site = make_site(tmp_path / "site", tools=("dcgmi", "nvidia-smi"))
+    d = tmp_path / "hooks"
+    old = time.time() - 60  # a site's config is old: the hooks read its snapshot, not the TOML (tomllib -> re)
+    os.utime(site.config, (old, old))
+    install.install(d, str(site.config))
+    env = {"SLURM_JOB_ID": "91", "SLURM_JOB_GPUS": "0,1", "SLURMD_NODENAME": "node1", "SLURM_JOB_UID": "0"}
+    for kind in ("prolog", "epilog"):  # an earlier job on the node made the snapshot
+        subprocess.run([str(d / kind)], env={**env, "SLURM_JOB_ID": "90"}, check=True, timeout=60)
+    heavy = {"subprocess", "signal", "threading", "selectors", "dataclasses", "inspect", "typing", "re", "enum",
+             "_strptime", "datetime", "json"}
+    for kind in ("prolog", "epilog"):
+        p = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", str(d / kind)], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and "ipledger-hook" not in p.stderr, p.stderr[-2000:]
+        imported = {ln.split("|")[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")}
+        assert {"ledger.commands", "ledger.sources.dcgm"} <= imported
+        assert not imported & heavy, sorted(imported & heavy)
+    recs = [json.loads(ln) for f in sorted(Path(site.spool).glob("*.jsonl")) for ln in f.read_text().splitlines()]
+    mine = [r for r in recs if r["job_id"] == "91"]
+    kinds = [r["kind"] for r in mine]
+    assert "hook_error" not in kinds and kinds.count("device_bound") == 2 and kinds.count("telemetry_summary") == 2
+    assert all(json.loads(r["payload"])["uuid"] for r in mine if r["kind"] == "device_bound")
