@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from .common import Collected, CsvReader, Context, DeviceInfo, InputError, decode_text
+from .common import Collected, CsvReader, Context, DeviceInfo, InputError, decode_text, read_lines
 from .dcgm_fields import BY_NAME
 
 MAX_POINTS_PER_SERIES = 11_000    # Prometheus refuses (end-start)/step above this (web/api/v1/api.go)
@@ -156,10 +156,15 @@ def parse_query_range(text: str, path: str = "<input>") -> Collected:
     return c
 
 
-def parse_jsonl(text: str, path: str = "<input>") -> Collected:
+def _lines(text: str | Iterable[str]) -> Iterable[str]:
+    """A text's lines, or the lines already read from a file one at a time (:func:`common.read_lines`)."""
+    return text.splitlines() if isinstance(text, str) else text
+
+
+def parse_jsonl(text: str | Iterable[str], path: str = "<input>") -> Collected:
     """JSON Lines: one query_range response per line (what a chunked export script appends)."""
     c = Collected("prometheus", path=path)
-    for n, line in enumerate(text.splitlines(), start=1):
+    for n, line in enumerate(_lines(text), start=1):
         if line.strip():
             _add_response(c, _load_json(line, path, n - 1), f"line {n}")
     return c
@@ -173,10 +178,17 @@ def _parse_ts(s: str) -> float:
         return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
 
 
-def parse_csv(text: str, path: str = "<input>") -> Collected:
-    """Long CSV: ``timestamp,metric|__name__,<label columns>...,value`` (unix seconds or RFC 3339)."""
+CSV_BATCH_ROWS = 50_000
+
+
+def parse_csv(text: str | Iterable[str], path: str = "<input>") -> Collected:
+    """Long CSV: ``timestamp,metric|__name__,<label columns>...,value`` (unix seconds or RFC 3339).
+
+    Rows are gathered per series in batches of :data:`CSV_BATCH_ROWS` and each batch added column-wise; a
+    batch with a value the column path declines is added row by row, so an error names its line.
+    """
     c = Collected("prometheus", path=path)
-    reader = CsvReader(text, path)
+    reader = CsvReader(text if isinstance(text, str) else (ln + "\n" for ln in text), path)
     try:
         header = [h.strip() for h in next(reader)]
     except StopIteration:
@@ -188,6 +200,8 @@ def parse_csv(text: str, path: str = "<input>") -> Collected:
     if ti is None or mi is None or vi is None:
         raise InputError(path, "line 1", f"wrong columns: need timestamp, metric (or __name__) and value; got {','.join(header)[:120]}")
     label_cols = [(i, h) for i, h in enumerate(header) if i not in (ti, mi, vi)]
+    batch: dict[tuple, tuple[list, list, list]] = {}
+    rows = 0
     for row in reader:
         line = reader.line_num
         if not row or all(not x.strip() for x in row):
@@ -198,10 +212,33 @@ def parse_csv(text: str, path: str = "<input>") -> Collected:
             t = _parse_ts(row[ti])
         except ValueError:
             raise InputError(path, f"line {line}", f"timestamp: not a time: {row[ti][:40]!r}") from None
-        labels = {h: row[i] for i, h in label_cols}
-        labels["__name__"] = row[mi].strip()
-        add_series(c, labels, [(t, row[vi])], f"line {line}")
+        name = row[mi].strip()
+        if name not in BY_NAME:
+            continue
+        ts, raws, lines = batch.setdefault((name, *(row[i] for i, _ in label_cols)), ([], [], []))
+        ts.append(t)
+        raws.append(row[vi])
+        lines.append(line)
+        rows += 1
+        if rows >= CSV_BATCH_ROWS:
+            _add_csv_batch(c, batch, label_cols)
+            batch, rows = {}, 0
+    _add_csv_batch(c, batch, label_cols)
     return c
+
+
+def _add_csv_batch(c: Collected, batch: dict[tuple, tuple[list, list, list]], label_cols: list) -> None:
+    for key, (ts, raws, lines) in batch.items():
+        labels = {h: key[k + 1] for k, (_i, h) in enumerate(label_cols)}
+        labels["__name__"] = key[0]
+        dev = device_from_labels(labels, c)
+        try:
+            done = _add_columns(c, dev, context_from_labels(labels), BY_NAME[key[0]], ts, raws, f"line {lines[0]}")
+        except InputError:
+            done = False   # (nothing was stored) row by row below, for the error's own line
+        if not done:
+            for t, raw, line in zip(ts, raws, lines):
+                add_series(c, labels, [(t, raw)], f"line {line}")
 
 
 _LINE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(\{(.*)\})?\s+(\S+)(?:\s+(\S+))?\s*$')
@@ -220,15 +257,17 @@ def _labels(s: str, path: str, place: str) -> dict[str, str]:
     return out
 
 
-def parse_exposition(text: str, path: str = "<input>", default_ts: float | None = None) -> Collected:
+def parse_exposition(text: str | Iterable[str], path: str = "<input>", default_ts: float | None = None,
+                     openmetrics: bool | None = None) -> Collected:
     """Prometheus text format / OpenMetrics. OpenMetrics timestamps are seconds, the classic format's are ms.
 
     A scrape without timestamps needs ``default_ts`` (the scrape time). ``...`` lines (documentation
     elisions, as in dcgm-exporter's README) are skipped.
     """
     c = Collected("prometheus", path=path)
-    openmetrics = "\n# EOF" in "\n" + text
-    for n, line in enumerate(text.splitlines(), start=1):
+    if openmetrics is None:
+        openmetrics = "\n# EOF" in "\n" + text
+    for n, line in enumerate(_lines(text), start=1):
         s = line.strip()
         if not s or s.startswith("#") or s == "...":
             continue
@@ -308,10 +347,15 @@ def read(paths: str | Path | Iterable[str | Path], default_ts: float | None = No
     from .prometheus_columnar import read_files
 
     members: list[tuple[str, str, bool]] = []   # (name, text, a file on disk)
+    streamed: list[Collected] = []
     for p in paths:
         p = Path(p)
         if not p.exists():
             raise InputError(str(p), "", "no such file or directory")
+        c = _stream(p, default_ts)
+        if c is not None:
+            streamed.append(c)
+            continue
         for name, data in _members(p):
             if name.endswith((".source.txt", ".md")):
                 continue
@@ -321,8 +365,7 @@ def read(paths: str | Path | Iterable[str | Path], default_ts: float | None = No
                        if on_disk and not name.lower().endswith(".csv") and sniff(text) == "json"},
                       add_series_columns)
     out: Collected | None = None
-    for name, text, _ in members:
-        c = fast.get(name) or parse(text, name, default_ts)
+    for c in [*(fast.get(name) or parse(text, name, default_ts) for name, text, _ in members), *streamed]:
         if out is None:
             out = c
         else:
@@ -330,6 +373,41 @@ def read(paths: str | Path | Iterable[str | Path], default_ts: float | None = No
     if out is None:
         raise InputError(str(paths), "", "no export files found")
     return out
+
+
+def _stream(p: Path, default_ts: float | None) -> Collected | None:
+    """A single line-oriented export file (long CSV, JSON Lines, text exposition) parsed while it is read, so
+    a file of gigabytes is never held whole; None for anything else (a JSON document, a directory, an archive)."""
+    if not p.is_file() or p.name.endswith((".source.txt", ".md")) or tarfile.is_tarfile(p) or zipfile.is_zipfile(p):
+        return None
+    with open(p, "rb") as f:
+        head = f.read(4096).decode("utf-8", "ignore").lstrip()
+        if head.startswith("{"):
+            # JSON Lines when the first line is a whole object and another follows; found without reading it all
+            f.seek(0)
+            offset = 0
+            while (chunk := f.read(1 << 20)) and b"\n" not in chunk:
+                offset += len(chunk)
+            if not chunk:
+                return None
+            newline = offset + chunk.index(b"\n")
+            f.seek(max(0, newline - 64))
+            around = f.read(newline - max(0, newline - 64) + 4096)
+            first_end, rest = around.split(b"\n", 1) if b"\n" in around else (around, b"")
+            if not first_end.rstrip().endswith(b"}") or not rest.lstrip().startswith(b"{"):
+                return None
+            kind = "jsonl"
+        elif p.name.lower().endswith(".csv") or sniff(head) == "csv":
+            kind = "csv"
+        else:
+            f.seek(max(0, p.stat().st_size - 4096))
+            kind = "openmetrics" if b"# EOF" in f.read() else "text"
+    lines = read_lines(p)
+    if kind == "jsonl":
+        return parse_jsonl(lines, str(p))
+    if kind == "csv":
+        return parse_csv(lines, str(p))
+    return parse_exposition(lines, str(p), default_ts, openmetrics=kind == "openmetrics")
 
 
 # --- live: chunked query_range over HTTP ---------------------------------------------------------------------
