@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import time
 
+from ..frozen import Frozen  # records without dataclasses (≈ 10 ms of imports)
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing stays off the hook's import path
     from typing import Mapping
@@ -19,38 +21,6 @@ if TYPE_CHECKING:  # annotations only: typing stays off the hook's import path
 # ``re`` (≈ 5 ms to import under -I -S) is only needed to parse scontrol's answer, so it is imported there;
 # the environment (every hook run) is parsed with str methods.
 _KEY_PATTERN = r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)="
-
-
-class _Frozen:
-    """A small frozen record (keyword construction, equality, repr) without importing dataclasses/inspect."""
-
-    __slots__ = ()
-    _defaults: dict = {}
-
-    def __init__(self, **kw) -> None:
-        for name in self.__slots__:
-            if name in kw:
-                value = kw.pop(name)
-            elif name in self._defaults:
-                value = self._defaults[name]()
-            else:
-                raise TypeError(f"{type(self).__name__}: missing field {name!r}")
-            object.__setattr__(self, name, value)
-        if kw:
-            raise TypeError(f"{type(self).__name__}: unexpected fields {sorted(kw)}")
-
-    def __setattr__(self, name, value):
-        raise AttributeError(f"cannot assign to field {name!r} of a frozen {type(self).__name__}")
-
-    def __eq__(self, other):
-        if type(other) is not type(self):
-            return NotImplemented
-        return all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__) + ")"
 
 
 def _two_ints(text: str) -> tuple[int, int] | None:
@@ -127,7 +97,7 @@ def parse_index_list(value: str | None) -> list[int]:
     return out
 
 
-class JobRecord(_Frozen):
+class JobRecord(Frozen):
     """The parts of scontrol's job record the hooks use (all str/int/float or None; ``raw`` every field)."""
 
     __slots__ = ("state", "restarts", "start", "end", "suspend_time", "secs_pre_suspend", "run_time", "exit_code",
@@ -160,7 +130,7 @@ def job_record(fields: Mapping[str, str]) -> JobRecord:
     )
 
 
-class JobEnv(_Frozen):
+class JobEnv(Frozen):
     """The job as the hook's environment describes it (``gpus`` a tuple of Slurm's GPU indices)."""
 
     __slots__ = ("job_id", "restart_count", "cluster", "node", "account", "user", "uid", "partition", "qos",
