@@ -65,12 +65,12 @@ def kill_after(proc: subprocess.Popen, delay: float, ready=None) -> tuple[bool, 
     return alive, delay
 
 
-def timed_run(args: list[str], env: dict[str, str]) -> float:
-    """Wall time of one uninterrupted CLI run (the window the kill instants are drawn from)."""
-    t0 = time.perf_counter()
-    proc = start_cli(args, env)
-    assert proc.wait(timeout=120) == 0, f"ipledger {' '.join(args)} failed"
-    return time.perf_counter() - t0
+def holds_flock(path: Path) -> bool:
+    """Whether some process holds a flock on ``path`` (/proc/locks: the shipper's spool lock)."""
+    ino = os.stat(path).st_ino
+    with open("/proc/locks") as f:
+        return any(parts[1] == "FLOCK" and parts[5].rsplit(":", 1)[-1] == str(ino)
+                   for parts in (line.split() for line in f) if len(parts) > 5)
 
 
 def invoke(url: str, args: list[str], **env: str) -> dict | str:
