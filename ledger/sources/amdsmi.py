@@ -10,10 +10,14 @@ The ``amdsmi`` Python package is used by :func:`amdsmi_snapshot` when importable
 
 from __future__ import annotations
 
-import json
+import json  # amd-smi answers in JSON; json's decoder brings re with it, so re stays a plain import here
 import re
-from dataclasses import dataclass, field
-from typing import Any, Mapping
+
+from ..frozen import Frozen
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing and dataclasses stay off the hooks' import path
+    from typing import Any, Mapping
 
 # Flattened counter keys (lower-case path) that accumulate over time and may be diffed between snapshots.
 COUNTER_PATTERNS = (
@@ -25,19 +29,20 @@ COUNTER_PATTERNS = (
 NA = {"N/A", "n/a", "NA", "", None}
 
 
-@dataclass(frozen=True)
-class AmdGpu:
+class AmdGpu(Frozen):
+    __slots__ = ("index", "bdf", "uuid", "sku", "missing")
+    _defaults = {"sku": None, "missing": dict}
     index: int
     bdf: str | None
     uuid: str | None
-    sku: str | None = None
-    missing: Mapping[str, str] = field(default_factory=dict)
+    sku: str | None
+    missing: Mapping[str, str]
 
 
-@dataclass(frozen=True)
-class Snapshot:
+class Snapshot(Frozen):
     """Per GPU index: flattened ``section.key`` -> number, and what was not available."""
 
+    __slots__ = ("values", "missing")
     values: Mapping[int, Mapping[str, float]]
     missing: Mapping[int, Mapping[str, str]]
 
