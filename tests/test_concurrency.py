@@ -181,3 +181,53 @@ def _kinds_and_jobs(url: str) -> list[tuple[str, str]]:
             return [tuple(r) for r in conn.execute(text("SELECT kind, job_id FROM entries"))]
     finally:
         engine.dispose()
+
+
+def test_shippers_sharing_one_spool_take_turns(tmp_path, monkeypatch):
+    """Four shippers on ONE spool (a central shipper over a shared spool, or a timer run overlapping a manual
+    one) while epilogs keep spooling: they take turns on the spool lock, so every fact lands once and no
+    run's receipt is issued twice."""
+    import threading
+
+    from bench.data import job_records
+    from ledger import db as db_mod
+    from ledger.ship import ship
+
+    monkeypatch.setenv("IPLEDGER_AUTO_RECEIPTS", "1")
+    url = h.fresh_sqlite(h.sqlite_template(tmp_path), tmp_path / "ledger.db")
+    sp = tmp_path / "spool"
+    rng = random.Random(3)
+    for j in range(8):
+        spool.write(sp, job_records(rng, j), prefix="hook")
+    errors: list[str] = []
+    go = threading.Event()
+
+    def shipper() -> None:
+        engine = db_mod.make_engine(url)
+        try:
+            go.wait()
+            for _ in range(3):
+                rep = ship(engine, sp)
+                errors.extend(rep.errors)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            engine.dispose()
+
+    def epilogs() -> None:
+        go.wait()
+        for j in range(8, 20):
+            spool.write(sp, job_records(rng, j), prefix="hook")
+            time.sleep(0.01)
+
+    threads = [threading.Thread(target=shipper) for _ in range(4)] + [threading.Thread(target=epilogs)]
+    for t in threads:
+        t.start()
+    go.set()
+    for t in threads:
+        t.join(timeout=GLOBAL_TIMEOUT_S)
+    assert not any(t.is_alive() for t in threads), "a shipper is stuck (deadlock)"
+    assert not errors, errors[:3]
+    h.invoke(url, ["ship", "--spool", str(sp), "--quiet"])
+    t = h.check_ledger(url, set(h.spooled_ids(sp, sp / spool.SHIPPED_DIR)), receipts=True)
+    assert len(t.ended_runs) == 20 and sum(t.receipts.values()) == 20
