@@ -17,6 +17,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from ..textsafe import printable
 from ..telemetry.timeline import (DCGM_FP64_BLANKS, DCGM_INT32_BLANKS, FIELDS, FRACTIONS, _INT64_BLANK_FLOAT,
                                   BadValue, check_range, clean)
 from .dcgm_fields import GR_ENGINE_ACTIVE
@@ -52,7 +53,8 @@ class InputError(ValueError):
 
     def __init__(self, path: str, place: str, message: str) -> None:
         self.path, self.place, self.message = path, place, message
-        super().__init__(f"{path}: {place}: {message}" if place else f"{path}: {message}")
+        # one line whatever the input quoted in it holds (newlines, terminal escapes)
+        super().__init__(printable(f"{path}: {place}: {message}" if place else f"{path}: {message}"))
 
 
 @dataclass(frozen=True, slots=True)
