@@ -15,9 +15,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ..entries import ChainedEntry, Entry, Kind
+from ..entries import ChainedEntry, Entry
 from ..importers.common import Collected
-from ..importers.pipeline import (ImportOptions, ImportResult, run_entries, sample_windows, tally, timeline_for,
+from ..importers.pipeline import (ImportOptions, ImportResult, counted_runs, each_timeline, sample_windows,
                                   unknown_entries)
 from ..telemetry.model import SAMPLE_COLUMNS
 from .data import SAMPLE_READ_COLUMNS, Dataset, EntryScan, assemble
@@ -49,13 +49,13 @@ class _Sequencer:
             self.scan.seg_nodes.setdefault(device, node)
 
 
-def _sample_frame(rows_by_device: list[list[tuple]]) -> pd.DataFrame:
+def _sample_frame(row_batches: list[list[tuple]]) -> pd.DataFrame:
     """SAMPLE_READ_COLUMNS of normalised rows, through Arrow as the ledger's reader hands them to pandas."""
     import pyarrow as pa
 
     at = {c: i for i, c in enumerate(SAMPLE_COLUMNS)}
     parts: dict[str, list] = {c: [] for c in SAMPLE_READ_COLUMNS}
-    for rows in rows_by_device:
+    for rows in row_batches:
         if not rows:
             continue
         cols = list(zip(*rows))
@@ -73,29 +73,18 @@ def dataset_from_collected(c: Collected, opts: ImportOptions = ImportOptions(), 
     res = ImportResult(source=c.source)
     seq = _Sequencer()
     spans: dict[str, tuple] = {}
-    rows_by_device: list[list[tuple]] = []
-    devices = sorted(c.series)
-    for i, dev in enumerate(devices):
-        tl = timeline_for(c, dev, opts)
-        if tl.start is None:
-            continue
-        spans[dev] = (tl.start, tl.end, tl.cadence)
-        tally(res, c, tl)
+    row_batches: list[list[tuple]] = []
+    for tl in each_timeline(c, opts, res, spans, progress):
         windows = sample_windows(tl, opts)
         gaps_by_w = unknown_entries(c, tl, opts)
-        node = c.devices[dev].node
+        node = c.devices[tl.device].node
         for w in sorted(set(windows) | set(gaps_by_w)):
             if windows.get(w):
-                seq.sealed_segment(dev, node)
+                seq.sealed_segment(tl.device, node)
                 res.segments += 1
-                rows_by_device.append(windows[w])
+                row_batches.append(windows[w])
             res.appended += seq.feed(gaps_by_w.get(w, []))
-        if progress:
-            progress(i + 1, len(devices))
-    if opts.synthetic_runs and spans:
-        runs = run_entries(c, spans, opts)
-        res.runs = sum(1 for e in runs if e.kind == Kind.ALLOCATION_STARTED)
-        res.appended += seq.feed(runs)
+    res.appended += seq.feed(counted_runs(res, c, spans, opts))
     res.appended += res.segments
     seq.scan.seq = seq.seq
-    return assemble(seq.scan, _sample_frame(rows_by_device), topology), res
+    return assemble(seq.scan, _sample_frame(row_batches), topology), res

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 from sqlalchemy.engine import Engine
 
@@ -223,19 +223,40 @@ def tally(res: ImportResult, c: Collected, tl: Timeline) -> None:
                                  "gaps": [{"start": g.start, "end": g.end, "cause": g.cause} for g in tl.gaps]}
 
 
+def each_timeline(c: Collected, opts: ImportOptions, res: ImportResult, spans: dict[str, tuple],
+                  progress: Callable[[int, int], None] | None = None) -> Iterator[Timeline]:
+    """Each device's timeline in device order (devices without samples skipped), counted into ``res`` and its
+    span noted in ``spans``; ``progress`` is told after the caller has handled the device."""
+    devices = sorted(c.series)
+    for i, dev in enumerate(devices):
+        tl = timeline_for(c, dev, opts)
+        if tl.start is None:
+            continue
+        spans[dev] = (tl.start, tl.end, tl.cadence)
+        tally(res, c, tl)
+        yield tl
+        if progress:
+            progress(i + 1, len(devices))
+
+
+def counted_runs(res: ImportResult, c: Collected, spans: dict[str, tuple], opts: ImportOptions) -> list[Entry]:
+    """The synthetic run entries (none unless ``opts.synthetic_runs``), counted into ``res`` (runs, clock skew)."""
+    if not (opts.synthetic_runs and spans):
+        return []
+    runs = run_entries(c, spans, opts)
+    res.runs = sum(1 for e in runs if e.kind == Kind.ALLOCATION_STARTED)
+    res.clock_skew = {e.job_id: e.data["clock_skew_s"] for e in runs
+                      if e.kind == Kind.ALLOCATION_STARTED and '"clock_skew_s"' in e.payload}
+    return runs
+
+
 def write(engine: Engine, c: Collected, opts: ImportOptions = ImportOptions(),
           progress: Callable[[int, int], None] | None = None) -> ImportResult:
     """Import a parsed collection in one transaction (idempotent: re-importing appends nothing new)."""
     res = ImportResult(source=c.source)
-    devices = sorted(c.series)
     spans: dict[str, tuple] = {}
     with write_tx(engine) as conn:
-        for i, dev in enumerate(devices):
-            tl = timeline_for(c, dev, opts)
-            if tl.start is None:
-                continue
-            spans[dev] = (tl.start, tl.end, tl.cadence)
-            tally(res, c, tl)
+        for tl in each_timeline(c, opts, res, spans, progress):
             for samples, entry, others in device_entries(c, tl, opts):
                 if entry is None:
                     r = append_in(conn, others)
@@ -244,13 +265,8 @@ def write(engine: Engine, c: Collected, opts: ImportOptions = ImportOptions(),
                     res.segments += 1
                 res.appended += r.appended
                 res.duplicates += r.duplicates
-            if progress:
-                progress(i + 1, len(devices))
-        if opts.synthetic_runs and spans:
-            runs = run_entries(c, spans, opts)
-            res.runs = sum(1 for e in runs if e.kind == Kind.ALLOCATION_STARTED)
-            res.clock_skew = {e.job_id: e.data["clock_skew_s"] for e in runs
-                              if e.kind == Kind.ALLOCATION_STARTED and '"clock_skew_s"' in e.payload}
+        runs = counted_runs(res, c, spans, opts)
+        if runs:
             r = append_in(conn, runs)
             res.appended += r.appended
             res.duplicates += r.duplicates
