@@ -313,3 +313,40 @@ def test_a_gpu_range_cannot_exhaust_memory():
     """``SLURM_JOB_GPUS=0-99999999999`` is not a list of GPUs to build (the hook has a time budget)."""
     assert slurm.parse_index_list("0-99999999999") == []
     assert slurm.parse_index_list("0-3,4-99999999999,7") == [0, 1, 2, 3, 7]
+
+
+# The crashes the fuzzing found, kept as plain cases (each crashed before its fix).
+REGRESSIONS = [
+    ("slurm.scontrol", SCONTROL.replace("Restarts=0", "Restarts=\u00b2")),
+    ("slurm.scontrol", SCONTROL.replace("SecsPreSuspend=2", "SecsPreSuspend=\u00b2")),
+    ("slurm.scontrol", SCONTROL.replace("ExitCode=0:15", "ExitCode=" + "1" * 5000 + ":1")),
+    ("slurm.scontrol", SCONTROL.replace("RunTime=00:00:03", "RunTime=" + "1" * 5000 + ":00:00")),
+    ("slurm.job_env", ENV_SEED.replace("RESTART_COUNT=1", "RESTART_COUNT=\u00b2")),
+    ("slurm.job_env", ENV_SEED.replace("EXIT_CODE=-1", "EXIT_CODE=--1")),
+    ("dcgm.parse_discovery", "| " + "1" * 5000 + " | Name: x |\n"),
+    ("dcgm.parse_stats", "Successfully retrieved statistics for job: 7.\n| Summary |\n| PID | \u00b2 |\n"),
+    ("nvml.parse_inventory_csv", "[N/A], 0, GPU-1, H100, 00000000:18:00.0\n"),
+    ("sources.amdsmi.parse_metric_json", '["x"]'),
+    ("sources.amdsmi.parse_list_json", '[{"bdf": "x"}]'),
+    ("sources.amdsmi.parse_static_market_names", "7"),
+    ("prometheus.parse_csv", SYNTH["csv"].replace("\n", '\n"', 1)),
+    ("prometheus.parse", '{"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {}, '
+                         '"values": [[' + "1" * 5000 + ', "1"]]}]}}'),
+    ("config.load_values", "hook_timeout_s = " + "1" * 5000 + "\n"),
+    ("contracts.read_contract", 'id = "a"\nversion = ' + "1" * 5000 + "\n"),
+    ("skus.site_table", "[skus.X]\ntdp_w = " + "1" * 5000 + "\n"),
+    ("dmon.parse", _read("pathb", "dcgmi_dmon_e1001-1008_8gpu_dcgm4.2.3_issue244.txt").replace("GPU 0 ", "GPU \u00b2 ")),
+    ("nvidia_smi.parse", NV_CSV.replace(", 0, GPU-x", ", \u00b2, GPU-x")),
+    ("amdsmi.parse", AMD_CSV.replace("\n1767225600,0,", "\n1767225600,\u00b2,")),
+]
+
+
+@pytest.mark.parametrize("name,text", REGRESSIONS)
+def test_inputs_that_crashed_a_parser(name, text):
+    BY_NAME[name].check(text)
+
+
+def test_an_error_quoting_the_input_stays_one_line():
+    with pytest.raises(InputError) as exc:
+        prometheus.parse_csv('a,"b\nc",d\n1,2,3\n', PATH)
+    assert "\n" not in str(exc.value) and str(exc.value).startswith(f"{PATH}: line 1: wrong columns")

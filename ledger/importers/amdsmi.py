@@ -18,7 +18,7 @@ import json
 import re
 from pathlib import Path
 
-from .common import Collected, CsvReader, DeviceInfo, InputError, decode_text
+from .common import Collected, CsvReader, DeviceInfo, InputError, decode_text, small_index
 from .dmon import _META, _epoch
 
 PCT = 0.01
@@ -84,7 +84,7 @@ class _Ticker:
         return self.start + self.tick * self.interval
 
     def device(self, gpu: str) -> str:
-        idx = int(gpu) if str(gpu).isdigit() else None
+        idx = small_index(str(gpu))
         return self.c.device(DeviceInfo(device=f"{self.node}/gpu{gpu}", node=self.node, index=idx, vendor="amd"))
 
 

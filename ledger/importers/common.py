@@ -48,6 +48,12 @@ def time_problem(t: float, latest: float) -> str | None:
             f"host, or milliseconds where seconds are expected?")
 
 
+def small_index(text: str) -> int | None:
+    """A GPU/entity index as printed (``0`` .. ``999999999``); None for anything else, ``²`` and ``٣``-runs of
+    thousands of digits included (``str.isdigit`` accepts ``²``, which ``int`` refuses)."""
+    return int(text) if text.isdecimal() and len(text) <= 9 else None
+
+
 class InputError(ValueError):
     """Malformed input: one line naming the file, the place in it, and what is wrong."""
 

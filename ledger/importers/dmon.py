@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterable
 
-from .common import Collected, DeviceInfo, InputError, read_lines
+from .common import Collected, DeviceInfo, InputError, read_lines, small_index
 from .dcgm_fields import BY_DMON
 
 ENTITY_TYPES = ("GPU", "GPU-I", "GPU-CI", "Switch", "CPU", "Core", "Link", "NvSwitch", "CX")
@@ -83,7 +83,7 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
         seen.add(entity)
         t = start + tick * interval
         key = f"{node}/gpu{toks[1]}" if toks[0] == "GPU" else f"{node}/{toks[0].lower()}{toks[1]}"
-        index = int(toks[1]) if toks[0] == "GPU" and toks[1].isdigit() else None
+        index = small_index(toks[1]) if toks[0] == "GPU" else None
         dev = c.device(DeviceInfo(device=key, node=node, index=index))
         for col, v in zip(columns, values):
             spec = BY_DMON.get(col)

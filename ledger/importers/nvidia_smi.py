@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .common import Collected, CsvReader, DeviceInfo, InputError, decode_text
+from .common import Collected, CsvReader, DeviceInfo, InputError, decode_text, small_index
 
 # query name -> (Sample field, scale)
 QUERY_FIELDS = {
@@ -98,7 +98,7 @@ def parse_csv(text: str, path: str = "<input>", *, start: float | None = None, i
             seen.add(ent)
             t = start + tick * interval
         key = uuid or f"{node}/gpu{idx if idx is not None else 0}"
-        dev = c.device(DeviceInfo(device=key, node=node, index=int(idx) if idx and idx.isdigit() else None,
+        dev = c.device(DeviceInfo(device=key, node=node, index=small_index(idx) if idx else None,
                                   uuid=uuid, sku=rec.get("name"), pci_bus_id=rec.get("pci.bus_id")))
         for name, raw in rec.items():
             spec = QUERY_FIELDS.get(name)
@@ -155,7 +155,7 @@ def parse_xml(text: str, path: str = "<input>", *, node: str | None = None) -> C
             uuid = (g.findtext("uuid") or "").strip() or None
             minor = (g.findtext("minor_number") or "").strip()
             key = uuid or f"{node or 'unknown-node'}/{g.get('id')}"
-            dev = c.device(DeviceInfo(device=key, node=node, index=int(minor) if minor.isdigit() else None,
+            dev = c.device(DeviceInfo(device=key, node=node, index=small_index(minor),
                                       uuid=uuid, sku=(g.findtext("product_name") or "").strip() or None,
                                       pci_bus_id=g.get("id"), driver=driver))
             for xp, name, scale in _XML_PATHS:
