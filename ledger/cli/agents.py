@@ -232,10 +232,12 @@ def ask_cmd(app: AppContext, question: str, as_json: bool) -> None:
 @click.option("--node", help="Captures: the host the capture was taken on.")
 @click.option("--json", "as_json", is_flag=True, help="Print the Findings JSON (DESIGN.md §6) of the analysis.")
 @click.option("--pdf", "pdf", type=click.Path(dir_okay=False), help="Write the written analysis PDF here.")
-@click.option("--keep-ledger", type=click.Path(dir_okay=False), help="Keep the scratch SQLite ledger at this path.")
+@click.option("--keep-ledger", type=click.Path(dir_okay=False),
+              help="Also import the export into a SQLite ledger at this path (the agents then read it back; "
+                   "the same analysis). Without it no ledger is written.")
 def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str | None, end: str | None,
                 step: str | None, node: str | None, as_json: bool, pdf: str | None, keep_ledger: str | None) -> None:
-    """Path B in one shot: import an export into a scratch ledger and run every agent over it.
+    """Path B in one shot: run every agent over a telemetry export (nothing is written unless --keep-ledger).
 
     \b
     Example:
