@@ -5,11 +5,16 @@ The ledger (SQLite) holds the run as the hooks and the collector leave it: alloc
 device_bound per GPU, one sealed telemetry_segment per GPU with its samples as one block in `sample_blocks`, and
 allocation_ended. The floor is DuckDB over the same samples (the columns a receipt reads) in a Parquet file.
 The subject is `ipledger receipt JOB --format json` in a fresh interpreter.
+
+Building the full-size ledger takes far longer than the receipt, so it may be kept:
+``IPLEDGER_BENCH_RECEIPT_DIR=/big/disk/receipt`` builds it there once and reuses it while its ``built.json``
+(GPUs, hours, block format) matches.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -18,6 +23,7 @@ from bench.common import FeatureMissing, Figure, main_for, run_cli_measured, tim
 
 TITLE = "Receipt of a 1,024-GPU 72-hour run"
 FULL_GPUS = 1024
+KEEP_ENV = "IPLEDGER_BENCH_RECEIPT_DIR"
 HOURS = 72
 CADENCE = 10.0
 T0 = 1_780_000_000.0
@@ -101,10 +107,22 @@ def run(scale: float, repeat: int) -> Figure:
         from ledger.receipts import receipt_for  # noqa: F401
     except ImportError as exc:
         raise FeatureMissing(TITLE, f"ledger.receipts not importable: {exc}") from None
+    from ledger.telemetry import blocks
+
     gpus = max(8, int(FULL_GPUS * scale))
-    work = Path(tempfile.mkdtemp(prefix="ipledger-bench-receipt-"))
+    keep = os.environ.get(KEEP_ENV)
+    work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="ipledger-bench-receipt-"))
     try:
-        url, rows, parquet = build_ledger(work / "ledger.db", gpus, HOURS)
+        stamp = {"gpus": gpus, "hours": HOURS, "format": blocks.FORMAT, "batch_rows": blocks.BATCH_ROWS}
+        built = work / "built.json"
+        if keep and built.exists() and json.loads(built.read_text()) == stamp:
+            url, rows, parquet = f"sqlite:///{work / 'ledger.db'}", gpus * int(HOURS * 3600 / CADENCE), \
+                work / "ledger.parquet"
+        else:
+            work.mkdir(parents=True, exist_ok=True)
+            built.unlink(missing_ok=True)
+            url, rows, parquet = build_ledger(work / "ledger.db", gpus, HOURS)
+            built.write_text(json.dumps(stamp))
         ledger_bytes = sum(f.stat().st_size for f in work.glob("ledger.db*"))
         q = (f"SELECT device, sum(dt), sum(sm_active * dt), sum(tensor_active * dt), sum(gpu_util * dt), "
              f"sum(sm_clock_mhz * dt), sum(compute_procs), sum(fb_used_mib), count(*) FILTER (clock_reasons > 0) "
@@ -143,7 +161,8 @@ def run(scale: float, repeat: int) -> Figure:
                              "paid GPU-hours on the receipt": f"{paid:,.1f}",
                              "delivered GPU-hours": f"{r['gpu_hours']['delivered']:,.1f}"})
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> Figure:

@@ -1,13 +1,15 @@
 """Columnar sample blocks: one telemetry segment's rows as one compressed Arrow IPC file (pure, no database).
 
 A block stores the same rows the segment entry's ``samples_sha256`` seals (docs/ledger.md, "Sample blocks"):
-rows sorted by (device, t) — the digest's order — one record batch per device so a reader decompresses only
-the devices it asks for, buffers compressed with zstd, and columns that are NULL in every row left out
-(the decoder gives them back as NULL). The device order of the batches is in the schema metadata.
+rows sorted by (device, t) — the digest's order — in record batches of whole devices (one per device once a
+device has :data:`BATCH_ROWS` samples, so a reader decompresses only the devices it asks for), buffers
+lz4-compressed, and columns that are NULL in every row left out (the decoder gives them back as NULL). Where
+each device's rows are (batch, first row, rows) is in the schema metadata.
 
-Arrow IPC was chosen over Parquet by measurement (docs/performance.md, "Receipt"): on the bench's samples it
-reads 10 of the 25 columns in ≈ 45 ns/row against Parquet's ≈ 70–80 ns/row, writes 3–5× faster, for
-≈ 25 B/row against 21–31 B/row.
+Arrow IPC with lz4 was chosen by measurement (docs/performance.md, "Receipt"): on the bench's samples it
+reads the receipt's columns in ≈ 30 ns/row of CPU, against ≈ 65 for IPC with zstd and ≈ 70–80 for Parquet
+(zstd or snappy), writes 3–5× faster than Parquet, and takes ≈ 33 B/row against ≈ 26 (IPC zstd) and 21–36
+(Parquet, by encoding).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from .model import SAMPLE_COLUMNS
 
 FORMAT = "arrow-ipc/1"   # an Arrow IPC file; the codec is recorded in the file (lz4 frame when written here)
 CODEC = "lz4"
-_DEVICES_KEY = b"ipledger.devices"
+_LAYOUT_KEY = b"ipledger.layout"   # [[device, batch, first row in batch, rows], ...]
+BATCH_ROWS = 8192
 _BY_DEVICE_T = operator.itemgetter(0, 1)
 
 
@@ -60,17 +63,25 @@ def encode(rows: Sequence[tuple]) -> Block:
         if field.name in ("device", "t", "dt") or any(v is not None for v in values):
             arrays.append(pa.array(values, type=field.type))
             fields.append(field)
-    devices, cuts = [], []
+    ranges = []  # [device, first row, rows] in (device, t) order
     for i, r in enumerate(ordered):
-        if not devices or r[0] != devices[-1]:
-            devices.append(r[0])
-            cuts.append(i)
-    cuts.append(len(ordered))
-    table = pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata={_DEVICES_KEY: json.dumps(devices)}))
+        if not ranges or r[0] != ranges[-1][0]:
+            ranges.append([r[0], i, 0])
+        ranges[-1][2] += 1
+    # Record batches of whole devices, a new one once the current holds BATCH_ROWS: a long segment gets one
+    # batch per device (a device slice decompresses only its own), a node's short batch gets one in all
+    # (per-batch headers would otherwise outweigh its few hundred samples).
+    layout, bounds = [], []
+    for device, first, n in ranges:
+        if not bounds or bounds[-1][1] - bounds[-1][0] >= BATCH_ROWS:
+            bounds.append([first, first])
+        layout.append([device, len(bounds) - 1, first - bounds[-1][0], n])
+        bounds[-1][1] = first + n
+    table = pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata={_LAYOUT_KEY: json.dumps(layout)}))
     sink = pa.BufferOutputStream()
     with ipc.new_file(sink, table.schema, options=ipc.IpcWriteOptions(compression=CODEC)) as writer:
-        for lo, hi in zip(cuts, cuts[1:]):
-            writer.write_table(table.slice(lo, hi - lo))
+        for lo, hi in bounds:
+            writer.write_table(table.slice(lo, hi - lo), max_chunksize=hi - lo)
     data = sink.getvalue().to_pybytes()
     return Block(FORMAT, len(ordered), hashlib.sha256(data).hexdigest(), data)
 
@@ -87,21 +98,24 @@ def decode(format_: str, data: bytes, columns: Sequence[str] = SAMPLE_COLUMNS,
     try:
         head = ipc.open_file(pa.py_buffer(data))
         stored = head.schema
-        order = json.loads((stored.metadata or {})[_DEVICES_KEY])
+        layout = json.loads((stored.metadata or {})[_LAYOUT_KEY])
         present = [c for c in columns if stored.get_field_index(c) >= 0]
-        # One thread: the buffers of one device are small, and the receipt already reads devices in parallel
+        # One thread: the buffers of one batch are small, and the receipt already reads devices in parallel
         # processes; pyarrow's decompression threads cost several times the work they do here.
         reader = ipc.open_file(pa.py_buffer(data), options=ipc.IpcReadOptions(
             included_fields=[stored.get_field_index(c) for c in present], use_threads=False))
         wanted = None if devices is None else set(devices)
         full = arrow_schema()
-        out = []
-        for i, device in enumerate(order):
+        out, batch, batch_index = [], None, None
+        for device, index, first, n in layout:
             if wanted is not None and device not in wanted:
                 continue
-            batch = reader.get_batch(i)
-            arrays = [batch.column(c) if c in present else pa.nulls(batch.num_rows, full.field(c).type)
-                      for c in columns]
+            if index != batch_index:
+                batch, batch_index = reader.get_batch(index), index
+            if first < 0 or n < 0 or first + n > batch.num_rows:
+                raise BlockError(f"sample block layout out of range for device {device!r}")
+            part = batch.slice(first, n)
+            arrays = [part.column(c) if c in present else pa.nulls(n, full.field(c).type) for c in columns]
             out.append((device, pa.Table.from_arrays(arrays, names=list(columns))))
         return out
     except (pa.ArrowException, KeyError, ValueError, IndexError) as exc:
