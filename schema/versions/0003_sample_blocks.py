@@ -1,7 +1,7 @@
 """The `sample_blocks` table: each telemetry segment's rows as one compressed columnar block.
 
 One row per segment (`segment_id` = the `telemetry_segment` entry's id), written in the same transaction as
-the entry: `format` names the encoding (`arrow-ipc-zstd/1`, ledger/telemetry/blocks.py), `rows` the row
+the entry: `format` names the encoding (`arrow-ipc/1`, ledger/telemetry/blocks.py), `rows` the row
 count, `sha256` the block's own digest (a damaged block is named before it is decoded), `data` the bytes.
 The segment entry's `samples_sha256` over the canonical rows stays the proof; the block is storage of the
 same rows. Append-only like `entries` and `samples` (0001): the same triggers, and the writer role may only
@@ -40,7 +40,7 @@ def upgrade() -> None:
                 f"BEGIN SELECT RAISE(ABORT, '{TABLE} is append-only: {action} refused'); END"
             )
     elif bind.dialect.name == "postgresql":
-        # The block is already zstd-compressed: store it out of line without TOAST's pglz attempt.
+        # The block is already compressed (lz4): store it out of line without TOAST's pglz attempt.
         op.execute(f"ALTER TABLE {TABLE} ALTER COLUMN data SET STORAGE EXTERNAL")
         # ipledger_refuse_change() is 0001's trigger function.
         op.execute(
