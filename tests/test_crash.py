@@ -168,11 +168,12 @@ def test_collector_killed_at_random_sqlite(tmp_path, trials):
     rng = random.Random(7)
     want: set[str] = set()
     for trial in range(trials(10, 100)):
-        proc = h.start_cli(args, env)
+        log = tmp_path / "collector.log"
+        proc = h.start_cli(args, env, log=log)
         before = len(list(sp.glob("*.jsonl*")))
         # a batch every ~0.1 s once started: the kill lands within the first few batches after the first
         killed, _ = h.kill_after(proc, rng.uniform(0.0, 0.4), ready=lambda: len(list(sp.glob("*.jsonl*"))) > before)
-        assert killed, "the collector runs until stopped"
+        assert killed, f"the collector runs until stopped; it exited {proc.returncode}: {log.read_text()[-1500:]}"
         figs.add("trials")
         figs.add("tmp_files_left", h.age_tmp_files(sp))
         offered = h.spooled_ids(sp, tmp_too=True)
