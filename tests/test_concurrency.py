@@ -52,6 +52,7 @@ def test_concurrent_shippers_lose_nothing_and_duplicate_nothing(ledger_url):
 
 
 @pytest.mark.postgres
+@pytest.mark.soak
 def test_eight_node_processes_ship_at_once_into_postgres(postgres, trials):
     """8 shipper processes (fork: separate interpreters, connections and spools, as 8 nodes) at once."""
     url = postgres.create_db(f"ipl_conc_{os.getpid()}")
@@ -102,6 +103,7 @@ def test_eight_ipledger_ship_commands_at_once_into_postgres(postgres, tmp_path):
                                                "wall_s": wall}).emit()
 
 
+@pytest.mark.soak
 def test_200_epilogs_at_once_on_one_node_sqlite(tmp_path, trials):
     """200 jobs end at the same moment on one node: their installed epilog scripts run at once (as slurmd
     starts them), with an `ipledger ship` running through the burst. Every run's entries land exactly once,

@@ -4,7 +4,8 @@ and power cuts simulated by freezing a writer and copying its files mid-write.
 After each kill one more `ipledger ship` (or the same import again) must leave every fact in the ledger exactly
 once (counted by entry_id against the set that had to arrive), the sequence gapless, each segment's samples
 stored once, one receipt per ended run, and `ipledger verify` passing. `make test` runs 10 trials per process
-kind, `--soak` 100 (docs/reliability.md). Each test prints its figures on a ``FIGURES`` line (``pytest -s``).
+kind on SQLite (3 for the shipper on PostgreSQL, 2 power cuts), `--soak` 100 (50 power cuts;
+docs/reliability.md). Each test prints its figures on a ``FIGURES`` line (``pytest -s``).
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ def _shipper_trials(tmp_path: Path, n: int, new_ledger, name: str) -> None:
     figs.emit()
 
 
+@pytest.mark.soak
 def test_shipper_killed_at_random_sqlite(tmp_path, trials):
     template = h.sqlite_template(tmp_path)
     _shipper_trials(tmp_path, trials(10, 100),
@@ -97,6 +99,7 @@ def test_shipper_killed_at_random_sqlite(tmp_path, trials):
 
 
 @pytest.mark.postgres
+@pytest.mark.soak
 def test_shipper_killed_at_random_postgres(tmp_path, trials, postgres):
     import psycopg
 
@@ -116,8 +119,8 @@ def test_shipper_killed_at_random_postgres(tmp_path, trials, postgres):
             conn.execute(f'CREATE DATABASE "{base}_{tag}" TEMPLATE "{base}_tpl"')
         return postgres.url(f"{base}_{tag}")
 
-    # 5 here (the shipper's 10 quick trials run on SQLite above); 100 under --soak
-    _shipper_trials(tmp_path, trials(5, 100), new_ledger, "shipper_kill_postgres")
+    # 3 here (the shipper's 10 quick trials run on SQLite above; the suite's time is shared); 100 under --soak
+    _shipper_trials(tmp_path, trials(3, 100), new_ledger, "shipper_kill_postgres")
 
 
 def test_a_shipper_dying_in_its_after_ship_work_leaves_the_files_for_the_next(tmp_path, sqlite_url, monkeypatch):
@@ -152,6 +155,7 @@ def test_a_shipper_dying_in_its_after_ship_work_leaves_the_files_for_the_next(tm
     assert len(t.receipts) == 3 and not spool.pending_files(sp)
 
 
+@pytest.mark.soak
 def test_collector_killed_at_random_sqlite(tmp_path, trials):
     """`ipledger collect` killed again and again while writing batches into one spool: the next shipment
     delivers every batch it had put in place, and every complete record of a batch it was writing when
@@ -189,6 +193,7 @@ def test_collector_killed_at_random_sqlite(tmp_path, trials):
     figs.emit()
 
 
+@pytest.mark.soak
 def test_importer_killed_at_random_sqlite(tmp_path, trials):
     """`ipledger import prometheus` killed mid-import (one transaction): the same import run again gives the
     ledger exactly what an uninterrupted import gives, samples included."""
@@ -243,6 +248,7 @@ for j in range(400):   # a job's prolog and epilog (the real hook code, in one i
 """
 
 
+@pytest.mark.soak
 def test_power_cut_while_shipping_and_spooling_sqlite(tmp_path, trials):
     """A shipper and the Slurm hooks (prolog + epilog of job after job) frozen at a random instant; their
     disk copied; what was not yet synced dropped (the WAL after its last commit frame, the unrenamed .tmp
@@ -256,7 +262,7 @@ def test_power_cut_while_shipping_and_spooling_sqlite(tmp_path, trials):
     spool_template = tmp_path / "template-spool"
     _job_spool(spool_template, JOBS_PER_TRIAL, seed=3)
     rng = random.Random(42)
-    for trial in range(trials(3, 50)):
+    for trial in range(trials(2, 50)):
         disk = tmp_path / f"disk-{trial}"
         disk.mkdir()
         sp = disk / "spool"
