@@ -73,6 +73,18 @@ def holds_flock(path: Path) -> bool:
                    for parts in (line.split() for line in f) if len(parts) > 5)
 
 
+def committed(url: str):  # noqa: ANN201
+    """A probe (for kill_after's ``ready``) that turns true once the ledger holds any entry: the shipper has
+    committed. Returns (probe, close)."""
+    engine = db_mod.make_engine(url)
+
+    def probe() -> bool:
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT 1 FROM entries LIMIT 1")).first() is not None
+
+    return probe, engine.dispose
+
+
 def invoke(url: str, args: list[str], **env: str) -> dict | str:
     """The CLI in this process (recovery steps: same code as the installed command, without a new interpreter)."""
     from ledger.cli.main import cli

@@ -73,7 +73,14 @@ def _shipper_trials(tmp_path: Path, n: int, new_ledger, name: str) -> None:
         sp = tmp_path / f"spool-{trial}"
         shutil.copytree(template, sp)
         proc = h.start_cli(["--db", url, *args, "--spool", str(sp)], env)
-        killed, _ = h.kill_after(proc, rng.uniform(0, window), ready=lambda: h.holds_flock(sp))  # noqa: B023
+        if trial % 2:   # every other kill after the commit: the receipts and the moves are short but matter
+            probe, close = h.committed(url)
+            try:
+                killed, _ = h.kill_after(proc, rng.uniform(0, 0.5 * window), ready=probe)
+            finally:
+                close()
+        else:
+            killed, _ = h.kill_after(proc, rng.uniform(0, window), ready=lambda: h.holds_flock(sp))  # noqa: B023
         figs.add("trials")
         figs.add("killed" if killed else "finished_before_kill")
         before = h.tally(url)
