@@ -16,7 +16,6 @@ import random
 import subprocess
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
 import time
 from pathlib import Path
 
@@ -84,12 +83,12 @@ def _shipper_trials(tmp_path: Path, n: int, new_ledger, name: str) -> None:
         figs.add("trials")
         figs.add("killed" if killed else "finished_before_kill")
         before = h.tally(url)
-        lost_, dup, unexpected = before.exactly_once(want)
+        _, dup, unexpected = before.exactly_once(want)
         assert dup == 0 and unexpected == 0, f"trial {trial}: the kill itself left duplicates"
         landed = _landing(url, sp)
         figs.add(f"landed_{landed}")
-        if landed == "after_everything":   # the cold calibration run was slower: draw from a shorter window
-            window *= 0.85
+        if landed == "after_everything" and not trial % 2:   # the cold calibration run was slower than this one
+            window = max(0.1, 0.85 * window)
         h.invoke(url, ["ship", "--spool", str(sp), "--quiet"])
         t = h.check_ledger(url, want, receipts=True)
         assert not spool.pending_files(sp), "every spool file was moved aside by the recovery shipment"
