@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ledger.importers import pipeline, synth
-from tests.test_fuzz_parsers import _OPS, _mutate, _read
+from tests.test_fuzz_parsers import _OPS, SYNTH, _mutate, _read
 
 T0 = synth.DEFAULT_START
 ENV = {"IPLEDGER_CONFIG": ""}
@@ -49,7 +49,8 @@ def _seeded_ledger(runner, cli, tmp_path, url: str) -> tuple[str, Path]:
 
 
 SEEDS = {
-    "prometheus": [_read("pathb", "api_v1_query_range_matrix_format_prometheus_docs.json")],
+    "prometheus": [_read("pathb", "api_v1_query_range_matrix_format_prometheus_docs.json"),
+                   *(SYNTH[k] for k in ("csv", "jsonl", "openmetrics"))],
     "dmon": ["# ipledger: start=2026-01-01T00:00:00Z interval_ms=1000 node=n1\n"
              + _read("pathb", "dcgmi_dmon_e1001-1008_8gpu_dcgm4.2.3_issue244.txt")],
     "amd-smi": ["# ipledger: start=1767225600 interval_ms=1000 node=mi\n"
