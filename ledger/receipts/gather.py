@@ -7,7 +7,7 @@ telemetry segments); samples are read only from segments whose entry seq is at o
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterator, Mapping
 from typing import Sequence
 
@@ -193,8 +193,8 @@ class LazySamples(Mapping):
         return iter(self._order)
 
     def attribute_all(self, tasks: Sequence[tuple]) -> dict[str, DeviceAccount | None] | None:
-        """Read and attribute many devices in worker processes; None when not worth it (small runs, one
-        core, ``IPLEDGER_RECEIPT_WORKERS=1``). Each device's result is computed by the same pure function
+        """Read and attribute many devices in worker processes and this one; None when not worth it (small
+        runs, one core, ``IPLEDGER_RECEIPT_WORKERS=1``). Each device's result is computed by the same pure function
         from the same rows as the in-process path, so the receipt is byte-identical either way."""
         workers = _workers()
         mine = [t for t in tasks if t[0] in self._segs]
@@ -207,16 +207,30 @@ class LazySamples(Mapping):
             segs = sorted({s for t in batch for s in self._segs[t[0]]})
             jobs.append((url, segs, batch, self._start, self._end))
         import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
         from concurrent.futures.process import BrokenProcessPool
 
+        # workers - 1 spawned processes and this one: a spawned worker costs an interpreter start and the
+        # imports (≈ 1 CPU-second), so the parent, which would otherwise only wait, takes jobs too. Each worker
+        # keeps two jobs in flight; the parent takes the next one while they run.
+        spawned = min(workers - 1, len(jobs))
+        pending = deque(jobs)
         out: dict[str, DeviceAccount | None] = {}
         try:
             # spawn, not fork: the caller may hold threads and pooled connections
-            with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn")) as pool:
-                for part in pool.map(_attribute_batch, jobs):
-                    out.update(part)
+            with ProcessPoolExecutor(spawned, mp_context=multiprocessing.get_context("spawn")) as pool:
+                running = set()
+                while pending or running:
+                    while pending and len(running) < 2 * spawned:
+                        running.add(pool.submit(_attribute_batch, pending.popleft()))
+                    if pending:
+                        out.update(_attribute_batch(pending.popleft()))
+                    else:
+                        wait(running, return_when=FIRST_COMPLETED)
+                    finished = {f for f in running if f.done()}
+                    for f in finished:
+                        out.update(f.result())
+                    running -= finished
         except BrokenProcessPool:
             return None  # workers could not start here: the in-process path gives the same receipt
         return out
