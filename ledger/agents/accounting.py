@@ -107,12 +107,21 @@ def account(ds: Dataset, found: list[Finding], sel: pd.Series | None = None, sta
                                               "lost": round(cost_paid - cost_del, 2)}}
 
 
+def _day_names(t: pd.Series) -> pd.Series:
+    """"YYYY-MM-DD" (UTC) of each epoch second: formatted once per distinct day, not once per sample."""
+    when = pd.to_datetime(t, unit="s", utc=True)
+    codes, days = pd.factorize(when.dt.normalize())
+    if (codes < 0).any():  # a missing time: the per-sample formatting says what it becomes
+        return when.dt.strftime("%Y-%m-%d")
+    return pd.Series(np.asarray(days.strftime("%Y-%m-%d"), dtype=object)[codes], index=t.index)
+
+
 def daily(ds: Dataset) -> list[dict]:
     """Rows per (day, cluster, tenant, partition, qos): paid, delivered and each bucket, GPU-hours."""
     s = ds.samples[ds.samples["ai"] >= 0]
     if not len(s):
         return []
-    day = pd.to_datetime(s["t"], unit="s", utc=True).dt.strftime("%Y-%m-%d")
+    day = _day_names(s["t"])
     keys = [day.rename("day"), s["cluster"].fillna("-"), s["tenant"].fillna("-"), s["partition"].fillna("-"),
             s["qos"].fillna("-")]
     cols = {"h": "observed", "h_del": "delivered", "h_under": "underutilized", "h_starved": "starved",
