@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-# Order matters: it is the column order of the `samples` table and of the segment digest.
+# Order matters: it is the column order of sample blocks, of the legacy `samples` table and of the segment digest.
 METRICS = (
     "sm_active", "sm_occupancy", "tensor_active", "dram_active", "gpu_util", "mem_copy_util",
     "sm_clock_mhz", "mem_clock_mhz", "power_w", "gpu_temp_c", "mem_temp_c", "energy_j",
