@@ -128,7 +128,8 @@ def _prepared(files: list[Path]) -> Iterator[_Prepared | None]:
         return
     chunks = [files[i:i + _CHUNK_FILES] for i in range(0, len(files), _CHUNK_FILES)]
     # fork: a single-threaded caller forks safely and in milliseconds; workers only read spool files
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                             initializer=spool.forget_inherited_locks) as pool:
         pending: deque = deque()
         nxt = 0
         while nxt < len(chunks) or pending:

@@ -84,6 +84,9 @@ def write_records(spool_dir: str | os.PathLike, records: Iterable[Mapping], pref
     return final
 
 
+_HELD_LOCKS: set[int] = set()   # descriptors of the spool locks this process holds (see forget_inherited_locks)
+
+
 def shipping_lock(spool_dir: str | os.PathLike):
     """A context holding an exclusive lock on the spool directory (flock), so shippers of one spool take
     turns: a second one waits instead of re-reading files the first has committed but not yet moved aside.
@@ -94,17 +97,31 @@ def shipping_lock(spool_dir: str | os.PathLike):
     @contextlib.contextmanager
     def held():  # noqa: ANN202
         try:
-            fd = os.open(spool_dir, os.O_RDONLY | os.O_DIRECTORY)
+            fd = os.open(spool_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:
             yield
             return
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)   # released by the kernel if the shipper dies
+            fcntl.flock(fd, fcntl.LOCK_EX)   # released by the kernel when the last copy of fd is closed
+            _HELD_LOCKS.add(fd)
             yield
         finally:
+            _HELD_LOCKS.discard(fd)
             os.close(fd)
 
     return held()
+
+
+def forget_inherited_locks() -> None:
+    """In a process forked by a shipper (its reading workers): close the inherited copies of the spool lock.
+    An flock lives as long as any copy of its descriptor, so a worker outliving a killed shipper would
+    otherwise keep every later shipper of that spool waiting."""
+    for fd in list(_HELD_LOCKS):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD_LOCKS.clear()
 
 
 def pending_files(spool_dir: str | os.PathLike, stale_tmp_seconds: float = STALE_TMP_SECONDS) -> list[Path]:

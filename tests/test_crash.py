@@ -351,3 +351,45 @@ def test_the_power_cut_model_drops_exactly_the_uncommitted_wal_tail(tmp_path):
     assert copy.execute("SELECT COUNT(*) FROM t").fetchone() == (5,)
     assert copy.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     copy.close()
+
+
+def _recording_chunk(paths):  # noqa: ANN001, ANN202
+    """A shipper worker's task that first notes which directories the worker holds open (runs in the worker)."""
+    from ledger import ship as ship_mod
+
+    fds = os.listdir("/proc/self/fd")
+    held = []
+    for fd in fds:
+        try:
+            held.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    note = Path(os.environ["IPLEDGER_TEST_WORKER_NOTES"]) / f"worker-{os.getpid()}.json"
+    note.write_text(__import__("json").dumps(held))
+    return ship_mod._REAL_PREPARE_CHUNK(paths)
+
+
+def test_shipper_workers_do_not_keep_the_spool_lock(tmp_path, sqlite_url, monkeypatch):
+    """A shipper's forked reading workers close their copy of the spool lock: a worker outliving a killed
+    shipper must not keep the next shipper of that spool waiting forever (flock lives with any copy)."""
+    from ledger import db as db_mod
+    from ledger import ship as ship_mod
+
+    sp = tmp_path / "spool"
+    want = _job_spool(sp, 4, seed=9)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    monkeypatch.setenv("IPLEDGER_TEST_WORKER_NOTES", str(notes))
+    monkeypatch.setattr(ship_mod, "PARALLEL_MIN_FILES", 1)
+    monkeypatch.setattr(ship_mod, "_CHUNK_FILES", 1)
+    monkeypatch.setattr(ship_mod, "_REAL_PREPARE_CHUNK", ship_mod._prepare_chunk, raising=False)
+    monkeypatch.setattr(ship_mod, "_prepare_chunk", _recording_chunk)
+    engine = db_mod.make_engine(sqlite_url)
+    try:
+        assert ship_mod.ship(engine, sp, run_after=False).appended == len(want)
+    finally:
+        engine.dispose()
+    seen = [__import__("json").loads(p.read_text()) for p in notes.iterdir()]
+    assert seen, "the shipment used worker processes"
+    assert all(str(sp) not in held for held in seen), "a worker inherited the spool lock's descriptor"
+    h.check_ledger(sqlite_url, want)
