@@ -92,15 +92,26 @@ def _alias(flat: Flat, aliaser: Aliaser) -> Flat:
 def statement_from_issues(issued: IssuedSet, month: str, tenant: str | None = None,
                           aliaser: Aliaser | None = None, grace_s: float = 0.0) -> Statement:
     """The statement of ``month`` from issued receipts (pure)."""
-    start, end = month_bounds(month)
+    month_bounds(month)
     if tenant is not None and tenant not in issued.tenants:
-        known = ", ".join(sorted(issued.tenants)) or "none"
-        raise UnknownTenant(f"--tenant {tenant!r}: no issued receipt names this tenant (known: {known})")
+        _unknown_tenant(tenant, issued.tenants)
     usage, corrections = select_month(issued.issues, month, issued.close_seq, grace_s)
     if tenant is not None:
         usage = [i for i in usage if i.tenant == tenant]
         corrections = [c for c in corrections if c.new.tenant == tenant]
-    u = flatten([i.receipt for i in usage], "usage")
+    return _statement(month, tenant, aliaser, issued.through_seq, issued.head_hash, issued.not_replayed,
+                      flatten([i.receipt for i in usage], "usage"), corrections)
+
+
+def _unknown_tenant(tenant: str, tenants: set[str]) -> None:
+    known = ", ".join(sorted(tenants)) or "none"
+    raise UnknownTenant(f"--tenant {tenant!r}: no issued receipt names this tenant (known: {known})")
+
+
+def _statement(month: str, tenant: str | None, aliaser: Aliaser | None, through_seq: int,  # noqa: PLR0913
+               head_hash: str, not_replayed: int, u: Flat, corrections: list[Correction]) -> Statement:
+    """The statement from the month's usage rows (in sequence order) and its corrections."""
+    start, end = month_bounds(month)
     c = _correction_flat(corrections)
     flat = Flat(rows=pd.concat([u.rows, c.rows], ignore_index=True) if len(c.rows) else u.rows,
                 unknowns=pd.concat([u.unknowns, c.unknowns], ignore_index=True) if len(c.unknowns)
@@ -111,24 +122,44 @@ def statement_from_issues(issued: IssuedSet, month: str, tenant: str | None = No
     notes = []
     if flat.rows.empty:
         who = f" for tenant {tenant}" if tenant else ""
-        notes.append(f"No issued receipts{who} for runs in {month} (ledger through seq {issued.through_seq}): "
+        notes.append(f"No issued receipts{who} for runs in {month} (ledger through seq {through_seq}): "
                      "this statement is empty.")
-    if issued.not_replayed:
-        notes.append(f"{issued.not_replayed} issued receipt(s) did not replay to their issued hash; "
+    if not_replayed:
+        notes.append(f"{not_replayed} issued receipt(s) did not replay to their issued hash; "
                      "run `ipledger verify`.")
     if len(corrections):
         notes.append(f"{len(corrections)} correction(s) to earlier months' runs are billed in {month}.")
     return Statement(month=month, period_start=start.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                     period_end=end.strftime("%Y-%m-%dT%H:%M:%SZ"), through_seq=issued.through_seq,
-                     head_hash=issued.head_hash, tenant=tenant, aliased=bool(aliaser and aliaser.active),
+                     period_end=end.strftime("%Y-%m-%dT%H:%M:%SZ"), through_seq=through_seq,
+                     head_hash=head_hash, tenant=tenant, aliased=bool(aliaser and aliaser.active),
                      flat=flat, summary=summarise(flat.rows), notes=notes)
 
 
 def build_statement(engine, month: str, tenant: str | None = None, as_of: int | None = None,  # noqa: ANN001
                     aliaser: Aliaser | None = None, grace_s: float = 0.0,
-                    progress: Callable[[int, int], None] | None = None) -> Statement:
-    """Read the issued receipts through ``as_of`` from the ledger and build the month's statement."""
+                    progress: Callable[[int, int], None] | None = None, columnar: bool = True) -> Statement:
+    """Read the issued receipts through ``as_of`` from the ledger and build the month's statement.
+
+    ``columnar`` reads them column-wise (:mod:`reports.issued_columns`, the same statement without a dict per
+    receipt); False, or a ledger with hash-only issues, takes the dict path (:func:`load_issues`)."""
     month_bounds(month)
+    if columnar:
+        from .issued_columns import read_month
+
+        got = read_month(engine, month, through_seq=as_of, progress=progress, grace_s=grace_s)
+        if got is not None:
+            if tenant is not None and tenant not in got.tenants:
+                _unknown_tenant(tenant, got.tenants)
+            u, corrections = got.usage, got.corrections
+            if tenant is not None:
+                keep = (u.rows["tenant"] == tenant).to_numpy(dtype=bool)
+                u = Flat(rows=u.rows[keep].reset_index(drop=True),
+                         unknowns=u.unknowns[(u.unknowns["tenant"] == tenant).to_numpy(dtype=bool)]
+                         .reset_index(drop=True),
+                         adjustments=u.adjustments[(u.adjustments["tenant"] == tenant).to_numpy(dtype=bool)]
+                         .reset_index(drop=True))
+                corrections = [c for c in corrections if c.new.tenant == tenant]
+            return _statement(month, tenant, aliaser, got.through_seq, got.head_hash, 0, u, corrections)
     issued = load_issues(engine, through_seq=as_of, progress=progress, grace_s=grace_s)
     return statement_from_issues(issued, month, tenant=tenant, aliaser=aliaser, grace_s=grace_s)
 
