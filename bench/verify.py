@@ -25,6 +25,7 @@ from pathlib import Path
 from bench import data
 from bench.common import Figure, Timing, main_for, run_cli, timeit
 from bench.ship_sqlite import _fresh_db
+from ledger import db as db_mod
 from ledger.canonical import canonical_json
 from ledger.entries import HASH_DOMAIN, ID_DOMAIN
 from ledger.store import ENTRY_COLUMNS
@@ -68,7 +69,11 @@ def build_ledger(db_path: Path, n: int) -> tuple[str, int]:
         finally:
             con.close()
         if int(want_n) == n and got == (int(rows), int(rows)) and last and last[0] == head:
-            return f"sqlite:///{db_path}", int(rows)
+            url = f"sqlite:///{db_path}"
+            eng = db_mod.make_engine(url)  # a kept ledger follows the schema's later revisions (new tables)
+            db_mod.upgrade(eng)
+            eng.dispose()
+            return url, int(rows)
     sidecar.unlink(missing_ok=True)
     url = _fresh_db(db_path)
     con = sqlite3.connect(db_path, isolation_level=None)
