@@ -180,17 +180,29 @@ def _overlap_arrays(starts: np.ndarray, ends: np.ndarray, a: np.ndarray, b: np.n
     return np.maximum(F(b) - F(a), 0.0)
 
 
+def _reason_table() -> np.ndarray:
+    """THROTTLE_REASONS index for every combination of the six bits REASON_BITS look at (mask >> 2, 0..63),
+    plus entry 64 for an unknown mask: the precedence loop run once, so a sample costs one table look-up."""
+    table = np.full(65, THROTTLE_REASONS.index("other"), dtype=np.int64)
+    for code in range(64):
+        for name, bits in REASON_BITS:
+            if (code << 2) & bits:
+                table[code] = THROTTLE_REASONS.index(name)
+                break
+    return table
+
+
+_REASON_TABLE = _reason_table()
+assert all(bits & ~0xFC == 0 for _name, bits in REASON_BITS), "the table covers bits 0x4..0x80 only"
+
+
 def reason_bucket(mask: np.ndarray) -> np.ndarray:
     """THROTTLE_REASONS index for each clock-event reason bitmask (-1 = unknown mask -> "other")."""
     mask = np.asarray(mask, dtype=np.int64)
-    out = np.full(mask.shape, THROTTLE_REASONS.index("other"), dtype=np.int64)
-    decided = np.zeros(mask.shape, dtype=bool)
-    valid = mask >= 0
-    for name, bits in REASON_BITS:
-        hit = valid & ~decided & ((mask & bits) != 0)
-        out[hit] = THROTTLE_REASONS.index(name)
-        decided |= hit
-    return out
+    code = np.right_shift(mask, 2)
+    np.bitwise_and(code, 63, out=code)
+    code[mask < 0] = 64
+    return _REASON_TABLE[code]
 
 
 def _nh(x: np.ndarray) -> np.ndarray:
@@ -274,64 +286,126 @@ def attribute_device(
     susp_s = _measure(susp)
     paid_nh = seconds_to_nh(e - s - susp_s)
     suspended_nh = seconds_to_nh(e - s) - paid_nh
-    buckets = np.zeros(len(BUCKETS), dtype=np.int64)
-    timeline = None
     if samples is not None and len(samples):
-        order = np.argsort(samples.t, kind="stable")
-        t = samples.t[order]
-        end = t + np.nan_to_num(samples.dt[order])
-        nxt = np.concatenate([t[1:], [np.inf]])
-        a = np.clip(t, s, e)
-        b = np.clip(np.minimum(end, nxt), s, e)
-        length = np.maximum(b - a, 0.0)
-        act = samples.activity[order]
-        missing = np.isnan(act)
-        # A sample with a measured activity beats a gap over the same time (the gap is another source's
-        # missing evidence, e.g. an epilog that never ran); a sample without one yields to the gap's cause.
-        has = ~missing & (length > 0)
-        portions, gaps = _gap_portions((s, e), susp, unknown, (a[has], b[has]))
-        gap_total = sum(portions.values())
-        covered = length - _overlap_with(susp, a, b)
-        covered = np.maximum(np.where(missing, covered - _overlap_with(gaps, a, b), covered), 0.0)
-        a_ = np.clip(np.nan_to_num(act), 0.0, 1.0)
-        clk = samples.sm_clock[order]
-        if rated_clock_mhz:
-            ratio = np.where(np.isnan(clk), 1.0, np.clip(clk / float(rated_clock_mhz), 0.0, 1.0))
-        else:
-            ratio = np.ones_like(a_)
-        procs, fb = samples.procs[order], samples.fb_used[order]
-        resident = (np.nan_to_num(procs) > 0) | (np.nan_to_num(fb) > thresholds.resident_fb_mib)
-        low = ~missing & (a_ < thresholds.active_min)
-        working = ~missing & ~low
-        # Each sample's covered time is rounded to nanohours once; its parts are split from that integer,
-        # so per sample delivered + throttled + underutilized (or starved, idle, missing) == covered exactly.
-        cov = _nh(covered)
-        active = np.where(working, np.minimum(_nh(covered * a_), cov), 0)
-        delivered = np.minimum(_nh(covered * a_ * ratio), active)
-        throttled = active - delivered
-        under = np.where(working, cov - active, 0)
-        starved = np.where(low & resident, cov, 0)
-        idle = np.where(low & ~resident, cov, 0)
-        field_missing = np.where(missing, cov, 0)
-        reason = reason_bucket(samples.reasons[order])
-        sums = {"delivered": int(delivered.sum()), "under": int(under.sum()), "starved": int(starved.sum()),
-                "idle": int(idle.sum()), "field_missing": int(field_missing.sum()),
-                "coarse": int(np.where(samples.coarse[order] & ~missing, cov, 0).sum()),
-                **{f"thr{i}": int(throttled[reason == i].sum()) for i in range(len(THROTTLE_REASONS))}}
-        if thresholds.timeline_bins and e > s:
-            per_sample = np.stack([delivered, throttled, under, starved, idle, field_missing])
-            timeline = _timeline((s, e), a, b, per_sample, reason, susp, thresholds.timeline_bins)
-        return finish_account(paid_nh, suspended_nh, portions, sums, timeline)
-    else:
-        portions, _gaps = _gap_portions((s, e), susp, unknown)
-        gap_total = sum(portions.values())
-        causes = {"field_missing": 0, "no_telemetry": paid_nh - gap_total}
-        buckets[B_UNKNOWN] = paid_nh
-        if thresholds.timeline_bins and e > s:
-            timeline = _timeline((s, e), np.zeros(0), np.zeros(0), np.zeros((6, 0), dtype=np.int64),
-                                 np.zeros(0, dtype=np.int64), susp, thresholds.timeline_bins)
+        return _attribute_samples((s, e), samples, susp, unknown, paid_nh, suspended_nh, rated_clock_mhz,
+                                  thresholds)
+    portions, _gaps = _gap_portions((s, e), susp, unknown)
+    gap_total = sum(portions.values())
+    causes = {"field_missing": 0, "no_telemetry": paid_nh - gap_total}
+    buckets = np.zeros(len(BUCKETS), dtype=np.int64)
+    buckets[B_UNKNOWN] = paid_nh
+    timeline = None
+    if thresholds.timeline_bins and e > s:
+        none = np.zeros(0, dtype=np.int64)
+        timeline = _timeline((s, e), np.zeros(0), np.zeros(0), (none, (none, none, none), none, none, none, none),
+                             susp, thresholds.timeline_bins)
     return DeviceAccount(paid_nh=paid_nh, buckets=buckets, suspended_nh=suspended_nh, gap_nh=portions,
                          unknown_causes=causes, fidelity="none", coarse_nh=0, timeline=timeline)
+
+
+def _attribute_samples(window: tuple[float, float], samples: SampleArrays, susp: list[tuple[float, float]],
+                       unknown: Sequence[tuple[float, float, str]], paid_nh: int, suspended_nh: int,
+                       rated_clock_mhz: float | None, thresholds: Thresholds) -> DeviceAccount:
+    """The per-sample half of :func:`attribute_device`, in as few numpy passes as the formulas allow.
+
+    This is the receipt's hot loop (tens of thousands of samples per device, a thousand devices), so work is
+    done in place and skipped where it cannot change a result (no reordering of ordered samples, no overlap
+    with spans that are absent); every float operation is the one docs/method.md defines, in the same order,
+    so the integers are exactly those of the straightforward formulation
+    (tests/test_attribution_equivalence.py keeps that formulation and compares).
+    """
+    s, e = window
+    t = samples.t
+    # Samples arrive time-ordered from the ledger; a stable sort of ordered times is the identity.
+    ordered = t.shape[0] < 2 or bool(np.all(t[1:] >= t[:-1]))
+    if ordered:
+        def take(x: np.ndarray) -> np.ndarray:
+            return x
+    else:
+        order = np.argsort(t, kind="stable")
+
+        def take(x: np.ndarray) -> np.ndarray:
+            return x[order]
+        t = take(t)
+    dt = take(samples.dt)
+    # A sample lasts dt (none without one) and at most until the next sample starts.
+    b = np.add(t, dt) if np.isfinite(dt).all() else np.add(t, np.nan_to_num(dt))
+    np.minimum(b[:-1], t[1:], out=b[:-1])
+    np.clip(b, s, e, out=b)
+    a = np.clip(t, s, e)
+    covered = np.subtract(b, a)
+    np.maximum(covered, 0.0, out=covered)
+    act = take(samples.activity)
+    present = np.equal(act, act)  # activity measured (not NaN)
+    # A sample with a measured activity beats a gap over the same time (the gap is another source's
+    # missing evidence, e.g. an epilog that never ran); a sample without one yields to the gap's cause.
+    measured = None
+    if unknown:
+        has = present & (covered > 0)
+        measured = (a[has], b[has])
+    portions, gaps = _gap_portions((s, e), susp, unknown, measured)
+    if susp:
+        covered -= _overlap_with(susp, a, b)
+    if gaps:
+        np.subtract(covered, _overlap_with(gaps, a, b), out=covered, where=~present)
+    if susp or gaps:
+        np.maximum(covered, 0.0, out=covered)
+    # Activity clipped to [0, 1], unmeasured as 0 (fmax drops the NaN).
+    activity = np.fmax(act, 0.0)
+    np.fmin(activity, 1.0, out=activity)
+    resident = np.greater(take(samples.procs), 0.0)
+    fb = take(samples.fb_used)
+    if thresholds.resident_fb_mib >= 0:
+        resident |= fb > thresholds.resident_fb_mib
+    else:  # a negative threshold counts unmeasured framebuffer (0) as resident
+        resident |= np.nan_to_num(fb) > thresholds.resident_fb_mib
+    below = activity < thresholds.active_min
+    low = below & present
+    working = np.logical_xor(present, low)  # present and not low
+    # Each sample's covered time is rounded to nanohours once; its parts are split from that integer,
+    # so per sample delivered + throttled + underutilized (or starved, idle, missing) == covered exactly.
+    busy = np.multiply(covered, activity)  # seconds at work, before the clock ratio
+    cov = _nh_inplace(covered)
+    if rated_clock_mhz:
+        ratio = np.divide(take(samples.sm_clock), float(rated_clock_mhz))
+        np.fmin(ratio, 1.0, out=ratio)  # an unmeasured clock (NaN) counts as full speed
+        np.maximum(ratio, 0.0, out=ratio)
+        delivered = _nh_inplace(np.multiply(busy, ratio, out=ratio))
+        active = _nh_inplace(busy)
+    else:  # full speed throughout: delivered starts from the same integers as active
+        active = _nh_inplace(busy)
+        delivered = active.copy()
+    np.minimum(active, cov, out=active)
+    active *= working
+    np.minimum(delivered, active, out=delivered)
+    throttled = np.subtract(active, delivered)
+    under = np.subtract(cov, active)
+    under *= working
+    starved_mask = low & resident
+    starved = cov * starved_mask
+    idle = cov * np.logical_xor(low, starved_mask)
+    field_missing = cov * ~present
+    throttled_at = np.flatnonzero(throttled)  # usually few samples: only these need their reason decoded
+    throttled_nz = throttled[throttled_at]
+    reason_nz = reason_bucket(samples.reasons[throttled_at if ordered else order[throttled_at]])
+    coarse = take(samples.coarse) & present
+    sums = {"delivered": int(delivered.sum()), "under": int(under.sum()), "starved": int(starved.sum()),
+            "idle": int(idle.sum()), "field_missing": int(field_missing.sum()),
+            "coarse": int(cov.sum(where=coarse)),
+            **{f"thr{i}": int(throttled_nz[reason_nz == i].sum()) for i in range(len(THROTTLE_REASONS))}}
+    timeline = None
+    if thresholds.timeline_bins and e > s:
+        timeline = _timeline((s, e), a, b, (delivered, (throttled_at, throttled_nz, reason_nz), under, starved,
+                                            idle, field_missing), susp, thresholds.timeline_bins)
+    return finish_account(paid_nh, suspended_nh, portions, sums, timeline)
+
+
+def _nh_inplace(seconds: np.ndarray) -> np.ndarray:
+    """:func:`_nh` of non-negative (or NaN) seconds, reusing the argument's memory: x * NH + 0.5 is then at
+    least 0.5, where the integer conversion's truncation is the floor, so that pass is left out."""
+    seconds *= NH_PER_SECOND
+    seconds += 0.5
+    return seconds.astype(np.int64)
 
 
 def finish_account(paid_nh: int, suspended_nh: int, portions: dict[str, int], sums: Mapping[str, int],
@@ -355,19 +429,32 @@ def finish_account(paid_nh: int, suspended_nh: int, portions: dict[str, int], su
                          unknown_causes=causes, fidelity="samples", coarse_nh=sums["coarse"], timeline=timeline)
 
 
-def _timeline(window: tuple[float, float], a: np.ndarray, b: np.ndarray, per_sample: np.ndarray,
-              reason: np.ndarray, susp: list[tuple[float, float]], bins: int) -> np.ndarray:
-    """Share of each bucket (TIMELINE_CODES order) per time bin, (bins, codes) float32, for the PDF strip."""
+def _timeline(window: tuple[float, float], a: np.ndarray, b: np.ndarray, per_sample: tuple,
+              susp: list[tuple[float, float]], bins: int) -> np.ndarray:
+    """Share of each bucket (TIMELINE_CODES order) per time bin, (bins, codes) float32, for the PDF strip.
+
+    ``per_sample``: nanohours per sample of delivered, (throttled as sample indices, nanohours, reasons),
+    underutilized, starved, idle_held, field_missing."""
     s, e = window
     width = (e - s) / bins
-    mids = (a + b) / 2.0
-    idx = np.clip(((mids - s) / width).astype(np.int64), 0, bins - 1) if mids.size else np.zeros(0, np.int64)
+    if a.size:
+        mids = np.add(a, b)
+        mids /= 2.0
+        mids -= s
+        mids /= width
+        idx = mids.astype(np.int64)
+        np.clip(idx, 0, bins - 1, out=idx)
+    else:
+        idx = np.zeros(0, np.int64)
     mat = np.zeros((len(TIMELINE_CODES), bins))
-    delivered, throttled, under, starved, idle, fmiss = per_sample
+    delivered, (throttled_at, throttled, reason), under, starved, idle, fmiss = per_sample
     mat[B_DELIVERED] = np.bincount(idx, weights=delivered, minlength=bins)
+    # Throttled time comes as (sample index, nanohours, reason) of the samples that have any: the bins get
+    # the same additions in the same order as from the full arrays, without their zeros.
+    throttled_idx = idx[throttled_at]
     for i, name in enumerate(THROTTLE_REASONS):
         sel = reason == i
-        mat[B_THROTTLED[name]] = np.bincount(idx[sel], weights=throttled[sel], minlength=bins)
+        mat[B_THROTTLED[name]] = np.bincount(throttled_idx[sel], weights=throttled[sel], minlength=bins)
     mat[B_UNDER] = np.bincount(idx, weights=under, minlength=bins)
     mat[B_STARVED] = np.bincount(idx, weights=starved, minlength=bins)
     mat[B_IDLE] = np.bincount(idx, weights=idle, minlength=bins)
@@ -377,6 +464,7 @@ def _timeline(window: tuple[float, float], a: np.ndarray, b: np.ndarray, per_sam
     known = mat.sum(axis=0)
     mat[B_UNKNOWN] = np.maximum(width * NH_PER_SECOND - known, 0.0) + np.bincount(idx, weights=fmiss, minlength=bins)
     return (mat / np.maximum(mat.sum(axis=0), 1e-300)).T.astype(np.float32)
+
 
 
 # --- summary-only runs (DCGM job stats) --------------------------------------------------------------------
