@@ -39,18 +39,39 @@ def csv_cell(value: object) -> object:
     return "'" + printable(value) if value.startswith(FORMULA_PREFIXES) else printable(value)
 
 
+def _risky_cells(column):  # noqa: ANN001, ANN202 - a pandas Series in, a numpy bool array (or None) out
+    """Where :func:`csv_cell` would change a text cell, found column-wise by Arrow's RE2 kernel; None for a
+    column Arrow does not take as text (mixed types, lone surrogates, no text at all), left to pandas."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        arr = pa.array(column.to_numpy(dtype=object), type=pa.string(), from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeError):
+        return None
+    return pc.fill_null(pc.match_substring_regex(arr, _RISKY_RE2), False).to_numpy(zero_copy_only=False)
+
+
+# the same test as _UNSAFE.search(v) or v.startswith(FORMULA_PREFIXES), in RE2 syntax (\t and \r are controls)
+_RISKY_RE2 = "^[=+\\-@]|[\\x00-\\x1f\\x7f-\\x9f" + "".join(f"\\x{{{ord(c):04x}}}" for c in _BIDI) + "]"
+
+
 def neutralise_frame(df):  # noqa: ANN001, ANN201 - a pandas DataFrame in, a new one out
-    """:func:`csv_cell` on every text column of a DataFrame (vectorised scan; frames without unsafe text are returned as is)."""
+    """:func:`csv_cell` on every text column of a DataFrame (column-wise scan; frames without unsafe text are
+    returned as is)."""
     out = None
     for col in df.columns:
         s = df[col]
         if s.dtype != object and str(s.dtype) not in ("string", "str"):
             continue
-        try:
-            risky = s.str.contains(_UNSAFE.pattern, regex=True, na=False) | s.str.startswith(FORMULA_PREFIXES, na=False)
-        except AttributeError:  # an object column without any text
-            continue
-        risky = risky.fillna(False).astype(bool)
+        risky = _risky_cells(s)
+        if risky is None:
+            try:
+                risky = s.str.contains(_UNSAFE.pattern, regex=True, na=False) | s.str.startswith(FORMULA_PREFIXES,
+                                                                                                   na=False)
+            except AttributeError:  # an object column without any text
+                continue
+            risky = risky.fillna(False).astype(bool).to_numpy()
         if not risky.any():
             continue
         if out is None:

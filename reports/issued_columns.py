@@ -35,7 +35,7 @@ _TEXTY = ("VARCHAR", "UBIGINT", "BIGINT")  # written with str(): JSON integers p
 
 # (name, path under the receipt, JSON types accepted besides null/missing). Every field flatten reads.
 _FIELDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("job", "job", _OBJ), ("gh", "gpu_hours", _OBJ), ("th", "gpu_hours.throttled", _OBJ), ("cost", "cost", _OBJ),
+    ("receipt_t", "", _OBJ), ("job", "job", _OBJ), ("gh", "gpu_hours", _OBJ), ("th", "gpu_hours.throttled", _OBJ), ("cost", "cost", _OBJ),
     ("win", "window", _OBJ), ("contract", "contract", _OBJ), ("method", "method", _OBJ),
     ("billing", "billing", _OBJ), ("ledger", "ledger", _OBJ), ("adjs", "adjustments", ("ARRAY",)),
     ("ivs", "unknown_intervals", ("ARRAY",)), ("devices", "job.devices", ("ARRAY",)),
@@ -60,17 +60,21 @@ _FIELDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
                                                                   "BOOLEAN")),
     *((f"pol_{p}", f"billing.unknown_gpu_hours_by_policy.{p}", _NUM) for p in ("charge", "credit", "estimate", "hold")),
 )
+_RESOLUTION_KEYS = ("as", "resolution", "kind", "policy", "outcome")
 _IV_FIELDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("id", "id", _TEXT), ("device", "device", _TEXT), ("node", "node", _TEXT), ("start", "start", _TEXT),
     ("end", "end", _TEXT), ("cause", "cause", _TEXT), ("policy", "policy", _TEXT),
-    ("resolution", "resolution", _TEXT), ("gpu_hours", "gpu_hours", _NUM),
+    ("resolution", "resolution", ("VARCHAR", "OBJECT")), ("gpu_hours", "gpu_hours", _NUM),
+    # a resolution object is shown as its first truthy one of these keys (flatten's _resolution_text)
+    *((f"res_{k}", f"resolution.{k}", _TEXT) for k in _RESOLUTION_KEYS),
 )
+_READ_FURTHER = {"devices", "method", "adjs"}
 _NUMERIC_ALSO = {"cost_adj"}  # a number when it is one (a list or object there is ignored, as flatten does)
 
 
 def _field_sql(fields, source: str, prefix: str) -> tuple[str, str]:  # noqa: ANN001
     """(the SELECT list of each field's value, the condition that every field has an accepted JSON type)."""
-    paths = ", ".join(f"'{prefix}{p}'" for _, p, _ in fields)
+    paths = ", ".join(f"'{prefix}{p}'" if p else f"'{prefix.rstrip('.')}'" for _, p, _ in fields)
     cols, ok = [], []
     for i, (name, _, types) in enumerate(fields, start=1):
         t = f"t[{i}]"
@@ -82,52 +86,61 @@ def _field_sql(fields, source: str, prefix: str) -> tuple[str, str]:  # noqa: AN
                         f"WHEN {t} IN ('UBIGINT', 'BIGINT') THEN CAST(v[{i}] AS DOUBLE) + 0.0 END AS {name}")
         elif types == _INT:
             cols.append(f"CASE WHEN {t} IN ('UBIGINT', 'BIGINT') THEN CAST(v[{i}] AS BIGINT) END AS {name}")
+        elif name == "resolution":  # text, or an object shown by one of its keys (see _interval_sql)
+            cols.append(f"CASE WHEN {t} = 'VARCHAR' THEN v[{i}] END AS resolution_text, {t} AS res_t")
         elif types in (_TEXT, _TEXTY):
             cols.append(f"CASE WHEN {t} <> 'NULL' THEN v[{i}] END AS {name}")
-        else:  # a container: only its JSON type matters
-            cols.append(f"{t} AS {name}")
+        else:  # a container: its JSON type, and its text for the few read further
+            cols.append(f"{t} AS {name}" + (f", v[{i}] AS {name}_json" if name in _READ_FURTHER else ""))
     return (f"json_type({source}, [{paths}]) AS t, json_extract_string({source}, [{paths}]) AS v",
             ", ".join(cols), " AND ".join(ok))
 
 
 def _receipt_sql() -> str:
+    """One row per payload: whether the column reader takes it (``fast``) and every field flatten reads.
+    The payload is parsed twice (types, values); the devices list again, on its own text only."""
     sel, cols, ok = _field_sql(_FIELDS, "payload", "$.receipt.")
-    dev = "'$.receipt.job.devices[*]'"
     return f"""
-    WITH p AS (
-      SELECT i, json_type(payload, '$.receipt') = 'OBJECT' AND json_type(payload, '$.receipt.job') IS NOT NULL
-               AND json_type(payload, '$.receipt.gpu_hours') IS NOT NULL AS is_receipt,
-             {sel},
-             json_type(payload, {dev}) AS dev_t,
-             json_type(payload, '$.receipt.job.devices[*].node') AS node_t,
-             json_type(payload, '$.receipt.job.devices[*].sku') AS sku_t,
-             json_extract_string(payload, '$.receipt.job.devices[*].node') AS node_v,
-             json_extract_string(payload, '$.receipt.job.devices[*].sku') AS sku_v,
-             CASE WHEN json_type(payload, '$.receipt.method') = 'OBJECT'
-                  THEN len(json_keys(payload, '$.receipt.method')) ELSE 0 END AS method_keys
-             , payload
-      FROM batch
+    WITH p AS (SELECT i, {sel} FROM batch),
+    q AS (
+      SELECT i, t AS tt, {cols} FROM p
+    ), r AS (
+      SELECT *, json_type(devices_json, '$[*]') AS dev_t,
+             json_type(devices_json, '$[*].node') AS node_t, json_type(devices_json, '$[*].sku') AS sku_t,
+             json_extract_string(devices_json, '$[*].node') AS node_v,
+             json_extract_string(devices_json, '$[*].sku') AS sku_v
+      FROM q
     )
-    SELECT i, is_receipt AND {ok}
+    SELECT * EXCLUDE (tt, dev_t, node_t, sku_t, node_v, sku_v, devices_json, method_json, adjs_json),
+           receipt_t = 'OBJECT' AND job IS NOT NULL AND gh IS NOT NULL AND {ok.replace("t[", "tt[")}
              AND len(list_filter(dev_t, lambda x: x <> 'OBJECT')) = 0
              AND len(list_filter(node_t, lambda x: x NOT IN ('VARCHAR', 'NULL'))) = 0
              AND len(list_filter(sku_t, lambda x: x NOT IN ('VARCHAR', 'NULL'))) = 0
-             AND coalesce(json_array_length(payload, '$.receipt.adjustments'), 0) = 0 AS fast,
-           {cols}, len(dev_t) AS n_devices, method_keys,
+             AND (adjs IS DISTINCT FROM 'ARRAY' OR adjs_json = '[]') AS fast,
+           coalesce(len(dev_t), 0) AS n_devices,
+           CASE WHEN method = 'OBJECT' AND method_json <> '{{}}' THEN 1 ELSE 0 END AS method_keys,
            list_sort(list_distinct(list_filter(node_v, lambda x: x <> ''))) AS nodes,
            list_sort(list_distinct(list_filter(sku_v, lambda x: x <> ''))) AS skus
-    FROM p
+    FROM r
     """
 
 
 def _interval_sql() -> str:
     sel, cols, ok = _field_sql(_IV_FIELDS, "iv", "$.")
+    first_truthy = "CASE " + " ".join(f"WHEN res_{k} <> '' THEN res_{k}" for k in _RESOLUTION_KEYS) + " END"
     return f"""
     WITH u AS (
       SELECT i, unnest(ivs) AS iv, generate_subscripts(ivs, 1) AS pos
       FROM (SELECT i, json_extract(payload, '$.receipt.unknown_intervals[*]') AS ivs FROM batch WHERE keep)
     ), p AS (SELECT i, pos, json_type(iv) AS iv_t, {sel} FROM u)
-    SELECT i, pos, iv_t = 'OBJECT' AND {ok} AS fast, {cols} FROM p ORDER BY i, pos
+    SELECT i, pos, fast AND (res_t IS DISTINCT FROM 'OBJECT' OR resolution IS NOT NULL) AS fast,
+           * EXCLUDE (i, pos, fast, resolution, resolution_text),
+           CASE WHEN res_t = 'OBJECT' THEN resolution ELSE resolution_text END AS resolution
+    FROM (
+      SELECT i, pos, iv_t = 'OBJECT' AND {ok} AS fast, {cols},
+             CASE WHEN res_t = 'OBJECT' THEN {first_truthy} END AS resolution
+      FROM p)
+    ORDER BY i, pos
     """
 
 
