@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
 
 import schema as _schema_pkg
+import schema.head as _schema_head
 
 from .config import normalise_db_url
 from .fsmodes import LEDGER_DIR, LEDGER_FILE, create_file, make_dirs
@@ -90,33 +92,50 @@ END $$
 def upgrade(engine: Engine) -> str:
     """``alembic upgrade head`` on this database; returns the revision it is now at."""
     from alembic import command
-    from alembic.runtime.migration import MigrationContext
 
     with engine.begin() as conn:
         command.upgrade(_alembic_config(conn), "head")
         if conn.dialect.name == "postgresql":
             conn.exec_driver_sql(_WRITER_READS_REVISION)
-    with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision() or ""
+    return current_revision(engine) or ""
 
 
 def current_revision(engine: Engine) -> str | None:
-    from alembic.runtime.migration import MigrationContext
+    """The schema revision alembic recorded in this database; None where it recorded none (no schema).
 
+    One SELECT on alembic's own table instead of alembic's MigrationContext, so that no command but `init`
+    imports alembic. Connection failures propagate; only a missing table means "no schema"."""
     with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        try:
+            rows = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+        except DBAPIError:
+            conn.rollback()  # PostgreSQL: the failed statement aborted the transaction
+            if not inspect(conn).has_table("alembic_version"):
+                return None
+            raise
+    if len(rows) > 1:
+        raise LedgerError(f"{engine.url.render_as_string(hide_password=True)}: alembic_version holds several "
+                          f"revisions ({', '.join(sorted(rows))}); ipledger's schema has one line of migrations")
+    return rows[0] if rows else None
 
 
 def require_schema(engine: Engine) -> None:
-    """Refuse to work on a database that `ipledger init` has not prepared, with a one-line reason."""
+    """Refuse to work on a database that `ipledger init` has not prepared (or not upgraded to this version's
+    schema), with a one-line reason."""
+    where = engine.url.render_as_string(hide_password=True)
     try:
         rev = current_revision(engine)
+    except LedgerError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any connection failure becomes one line
-        raise LedgerError(f"cannot open ledger database {engine.url.render_as_string(hide_password=True)}: "
-                          f"{str(exc).splitlines()[0]}") from None
+        raise LedgerError(f"cannot open ledger database {where}: {str(exc).splitlines()[0]}") from None
     if rev is None:
-        raise LedgerError(f"{engine.url.render_as_string(hide_password=True)}: no ledger schema here; "
-                          f"run `ipledger init` first")
+        raise LedgerError(f"{where}: no ledger schema here; run `ipledger init` first")
+    # An older schema than this ipledger's is refused; a revision it does not know is a newer ipledger's
+    # (migrations only add), which this one can still read and extend.
+    if rev in _schema_head.REVISIONS and rev != _schema_head.HEAD_REVISION:
+        raise LedgerError(f"{where}: ledger schema is at revision {rev}, this ipledger needs "
+                          f"{_schema_head.HEAD_REVISION}; run `ipledger init` to upgrade it")
 
 
 def dialect(engine: Engine) -> str:
