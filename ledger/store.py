@@ -37,7 +37,8 @@ def head(conn: Connection) -> tuple[int, str]:
     return (0, GENESIS_HASH) if row is None else (int(row[0]), row[1])
 
 
-def _lock_chain(conn: Connection) -> None:
+def lock_chain(conn: Connection) -> None:
+    """Hold the chain's write lock for the rest of the caller's write transaction (re-entrant within it)."""
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _ADVISORY_LOCK_KEY})
     # SQLite: write_tx() began with BEGIN IMMEDIATE, which already holds the write lock.
@@ -75,7 +76,7 @@ def _copy_rows(conn: Connection, rows: list[tuple]) -> None:
 
 def append_in(conn: Connection, entries: Iterable[Entry]) -> AppendResult:
     """Append within the caller's transaction: skip facts already recorded, chain the rest, bulk insert."""
-    _lock_chain(conn)
+    lock_chain(conn)
     unique: dict[str, Entry] = {}
     for e in entries:
         if not e.entry_id:

@@ -19,7 +19,8 @@ from ..entries import ChainedEntry, Entry, Kind, make_entry
 from ..fsmodes import RECEIPTS_DIR, RECEIPTS_FILE, create_file, make_dirs
 from ..method import METHOD_NAME, METHOD_VERSION
 from ..ship import after_ship
-from ..store import append, iter_entries
+from ..db import write_tx
+from ..store import append_in, iter_entries, lock_chain
 from ..verify import ChainProblem, VerifyReport, register_check
 from .compute import Receipt, ReceiptError, RunKey, compute_receipt
 from .gather import gather
@@ -36,8 +37,8 @@ class IssueResult:
     changes: tuple[str, ...]
 
 
-def issued_entries(engine: Engine, key: RunKey) -> list[ChainedEntry]:
-    return [c for c in iter_entries(engine, kinds=[Kind.RECEIPT_ISSUED], job_id=key.job_id)
+def issued_entries(engine_or_conn, key: RunKey) -> list[ChainedEntry]:  # noqa: ANN001
+    return [c for c in iter_entries(engine_or_conn, kinds=[Kind.RECEIPT_ISSUED], job_id=key.job_id)
             if c.entry.cluster == key.cluster and (c.entry.run or 0) == key.run]
 
 
@@ -113,7 +114,14 @@ def issue_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluste
         except ReceiptError as exc:  # pragma: no cover - the previous inputs are still in the ledger
             changes = [f"previous receipt could not be replayed: {exc}"]
     entry = receipt_issued_entry(receipt, previous, changes)
-    append(engine, [entry])
+    with write_tx(engine) as conn:
+        # Look again under the chain lock: another shipper may have issued this very receipt since the read
+        # above, and two issues of one receipt differ only in issued_at, so the ledger would keep both.
+        lock_chain(conn)
+        latest = issued_entries(conn, key)
+        if latest and latest[-1].entry.data.get("receipt_hash") == receipt.hash:
+            return IssueResult(receipt, "unchanged", None, latest[-1], ())
+        append_in(conn, [entry])
     return IssueResult(receipt, "issued" if previous is None else "reissued", entry, previous, tuple(changes))
 
 
