@@ -168,3 +168,19 @@ def test_parallel_ship_equals_serial_ship(tmp_path, monkeypatch):
     rep, rows, left = parallel
     assert rep["errors"] and rep["torn"] and left == ["entries-zz-bad.jsonl"]
     assert rep["appended"] == len(rows) and rows[-1][0] == len(rows)
+
+
+def test_prepared_files_cross_from_workers_unchanged(tmp_path):
+    """What a worker hands back (entries as plain field tuples over the pipe) rebuilds the very same entries."""
+    import pickle
+
+    from bench import data
+    from ledger import ship as ship_mod
+
+    data.write_spool(tmp_path / "spool", 60)
+    for path in sorted((tmp_path / "spool").iterdir()):
+        prep = ship_mod._prepare_file(path)
+        back = pickle.loads(pickle.dumps(prep))
+        assert prep.entries and back.entries == prep.entries and back.read == prep.read
+        assert all(type(e) is type(prep.entries[0]) for e in back.entries)
+        assert back.segments == prep.segments == [] and back.errors == prep.errors
