@@ -323,3 +323,37 @@ def test_installed_hooks_with_vendor_tools_import_no_heavy_stdlib(tmp_path):
     kinds = [r["kind"] for r in mine]
     assert "hook_error" not in kinds and kinds.count("device_bound") == 2 and kinds.count("telemetry_summary") == 2
     assert all(json.loads(r["payload"])["uuid"] for r in mine if r["kind"] == "device_bound")
+
+
+def test_commands_spawn_keeps_what_subprocess_gave(tmp_path):
+    """ledger.commands without subprocess: exit codes, both streams, universal newlines, a deadline that holds
+    even when a grandchild keeps the pipe open (the program itself is killed and reaped), failures as values."""
+    from ledger import commands
+
+    sh = "/bin/sh"
+    assert commands.spawn_and_wait([sh, "-c", "printf 'a\\r\\nb'; echo err >&2; exit 3"], timeout=5) == \
+        (3, "a\nb", "err\n", False)
+    assert commands.spawn_and_wait([sh, "-c", "cat; echo $X"], timeout=5, env={"X": "y"}) == (0, "y\n", "", False)
+    t0 = time.monotonic()
+    code, out, _err, timed_out = commands.spawn_and_wait(
+        [sh, "-c", f"echo started; sleep 30 & echo $! > {tmp_path / 'pid'}; wait"], timeout=0.5)
+    assert (code, out, timed_out) == (124, "started\n", True) and time.monotonic() - t0 < 5
+    os.kill(int((tmp_path / "pid").read_text()), 9)  # the orphaned grandchild is the test's to clean up
+    big = commands.spawn_and_wait([sh, "-c", "head -c 300000 /dev/zero | tr '\\0' x"], timeout=5)[1]
+    assert big == "x" * 300_000  # more than a pipe buffer: both pipes are drained while waiting
+    dcgmi = tmp_path / "dcgmi"
+    dcgmi.write_text("#!/bin/sh\necho \"$@\"\n")
+    dcgmi.chmod(0o755)
+    r = commands.run("dcgmi", ["discovery", "-l"], commands={"dcgmi": str(dcgmi)}, timeout=5)
+    assert r.ok and r.stdout == "discovery -l\n" and r == commands.CommandResult(
+        (str(dcgmi), "discovery", "-l"), 0, "discovery -l\n", "")
+    dcgmi.write_text("not a script\n")
+    r2 = commands.run("dcgmi", ["discovery", "-l"], commands={"dcgmi": str(dcgmi)}, timeout=5)
+    assert (r2.returncode, r2.ok) == (126, False) and "Exec format error" in r2.stderr  # as subprocess raised
+    assert commands.run("dcgmi", ["discovery", "-l"], commands={"dcgmi": str(tmp_path / "absent")}).returncode == 127
+    try:
+        r.returncode = 1  # type: ignore[misc]
+    except AttributeError:
+        pass
+    else:
+        raise AssertionError("CommandResult must be immutable")
