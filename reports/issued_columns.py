@@ -119,8 +119,10 @@ def _receipt_sql() -> str:
              AND (adjs IS DISTINCT FROM 'ARRAY' OR adjs_json = '[]') AS fast,
            coalesce(len(dev_t), 0) AS n_devices,
            CASE WHEN method = 'OBJECT' AND method_json <> '{{}}' THEN 1 ELSE 0 END AS method_keys,
-           list_sort(list_distinct(list_filter(node_v, lambda x: x <> ''))) AS nodes,
-           list_sort(list_distinct(list_filter(sku_v, lambda x: x <> ''))) AS skus
+           nullif(array_to_string(list_sort(list_distinct(list_filter(node_v, lambda x: x <> ''))), ','), '')
+             AS nodes,
+           CASE len(list_distinct(list_filter(sku_v, lambda x: x <> ''))) WHEN 0 THEN NULL
+                WHEN 1 THEN list_distinct(list_filter(sku_v, lambda x: x <> ''))[1] ELSE 'mixed' END AS sku
     FROM r
     """
 
@@ -198,10 +200,6 @@ def _text(v: pd.Series) -> np.ndarray:
     return v.astype(object).where(v.notna(), None).to_numpy(dtype=object)
 
 
-def _listed(v: Any) -> bool:
-    return isinstance(v, (list, np.ndarray)) and len(v) > 0
-
-
 def _pmax0(a: np.ndarray) -> np.ndarray:
     return np.where(0.0 > a, 0.0, a)  # Python's max(a, 0.0): a unless 0.0 is greater (keeps -0.0)
 
@@ -251,14 +249,12 @@ def _flat_rows(d: pd.DataFrame, ivs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
     adj_cost = np.where(d["cost_adj"].notna().to_numpy(), _num(d["cost_adj"]), 0.0)
     billed = np.where(d["after"].notna().to_numpy(), _num(d["after"]), before + adj_cost)
     paid = _num(d["paid"])
-    nodes = d["nodes"].map(lambda v: ",".join(v) if _listed(v) else None)
-    skus = d["skus"].map(lambda v: (v[0] if len(v) == 1 else "mixed") if _listed(v) else None)
     method = (d["method_name"].astype(object).where(d["method_name"].notna(), "None") + "/"
               + d["method_version"].astype(object).where(d["method_version"].notna(), "None"))
     cols: dict[str, Any] = {
         "row_kind": np.full(n, "usage", dtype=object), "cluster": _text(d["cluster"]), "job_id": _text(d["job_id"]),
         "tenant": _text(tenant), "partition": _text(d["partition"]), "qos": _text(d["qos"]), "user": _text(d["user"]),
-        "nodes": _text(nodes), "sku": _text(skus), "contract_id": _text(d["contract_id"]),
+        "nodes": _text(d["nodes"]), "sku": _text(d["sku"]), "contract_id": _text(d["contract_id"]),
         "contract_version": _text(d["contract_version"]),
         "method": np.where(d["method_keys"].to_numpy() > 0, method.to_numpy(dtype=object), None),
         "receipt_hash": _text(d["receipt_hash"]), "replaces_hash": _text(d["replaces_hash"]),
