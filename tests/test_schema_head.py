@@ -76,31 +76,30 @@ def test_schema_check_from_none_to_head_older_and_newer(bare_url: str) -> None:
         engine.dispose()
 
 
-def test_unreadable_database_is_one_line_naming_it(tmp_path: Path) -> None:
-    path = tmp_path / "ledger.db"
-    path.write_bytes(b"this is not an SQLite database, just bytes " * 200)
-    engine = db_mod.make_engine(f"sqlite:///{path}")
+def _refusal(url: str) -> str:
+    """require_schema's one-line refusal of this database."""
+    engine = db_mod.make_engine(url)
     try:
         with pytest.raises(db_mod.LedgerError) as err:
             db_mod.require_schema(engine)
     finally:
         engine.dispose()
-    message = str(err.value)
-    assert message.startswith(f"cannot open ledger database sqlite:///{path}: ") and "\n" not in message
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+def test_unreadable_database_is_one_line_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    path.write_bytes(b"this is not an SQLite database, just bytes " * 200)
+    assert _refusal(f"sqlite:///{path}").startswith(f"cannot open ledger database sqlite:///{path}: ")
 
 
 @pytest.mark.postgres
 def test_unreachable_postgresql_is_one_line_naming_it(postgres) -> None:  # noqa: ANN001
     from tests.services import free_port
 
-    engine = db_mod.make_engine(f"postgresql+psycopg://nobody@127.0.0.1:{free_port()}/none")
-    try:
-        with pytest.raises(db_mod.LedgerError) as err:
-            db_mod.require_schema(engine)
-    finally:
-        engine.dispose()
-    assert str(err.value).startswith("cannot open ledger database postgresql+psycopg://nobody@127.0.0.1:")
-    assert "\n" not in str(err.value)
+    assert _refusal(f"postgresql+psycopg://nobody@127.0.0.1:{free_port()}/none").startswith(
+        "cannot open ledger database postgresql+psycopg://nobody@127.0.0.1:")
 
 
 PROBE = """
