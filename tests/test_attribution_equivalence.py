@@ -158,6 +158,27 @@ def _old_timeline(window: tuple[float, float], a: np.ndarray, b: np.ndarray, per
 
 
 
+
+def _old_from_columns(t, dt, sm_active=None, tensor_active=None, gpu_util=None, sm_clock=None,  # noqa: ANN001
+                      reasons=None, procs=None, fb_used=None) -> SampleArrays:
+    """SampleArrays.from_columns before its shortcut for columns without NaN (verbatim)."""
+    t = np.asarray(t, dtype=np.float64)
+    n = t.shape[0]
+
+    def col(x):  # noqa: ANN001, ANN202
+        return np.full(n, np.nan) if x is None else np.asarray(x, dtype=np.float64)
+
+    sm, ten, gu = col(sm_active), col(tensor_active), col(gpu_util)
+    fine = np.where(np.isnan(sm), ten, sm)
+    act = np.where(np.isnan(fine), gu, fine)
+    coarse = np.isnan(fine) & ~np.isnan(gu)
+    r = np.full(n, -1, dtype=np.int64) if reasons is None else np.where(
+        np.isnan(np.asarray(reasons, dtype=np.float64)), -1, np.nan_to_num(np.asarray(reasons, dtype=np.float64))
+    ).astype(np.int64)
+    return SampleArrays(t=t, dt=col(dt), activity=act, coarse=coarse, sm_clock=col(sm_clock), reasons=r,
+                        procs=col(procs), fb_used=col(fb_used))
+
+
 # --- the comparison -----------------------------------------------------------------------------------------
 
 T0 = 1_780_000_000.0
@@ -175,6 +196,12 @@ def _same(new: DeviceAccount, old: DeviceAccount) -> None:
     if new.timeline is not None:
         assert new.timeline.dtype == old.timeline.dtype
         assert np.array_equal(new.timeline, old.timeline, equal_nan=True)
+
+
+def _same_arrays(new: SampleArrays, old: SampleArrays) -> None:
+    for name in ("t", "dt", "activity", "coarse", "sm_clock", "reasons", "procs", "fb_used"):
+        x, y = getattr(new, name), getattr(old, name)
+        assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), name
 
 
 def _column(draw, n: int, values) -> np.ndarray:  # noqa: ANN001
@@ -216,9 +243,11 @@ def cases(draw):  # noqa: ANN001, ANN201
         "procs": _column(draw, m, st.integers(-1, 3).map(float)),
         "fb_used": _column(draw, m, st.sampled_from([0.0, 511.0, 512.0, 513.0, 70000.0])),
     }
-    for name in ("reasons",):  # NaN = not measured; infinities are not bitmasks
-        columns[name] = np.where(np.isinf(columns[name]), np.nan, columns[name])
-    samples = SampleArrays.from_columns(t=t, **columns)
+    if draw(st.booleans()):  # SM activity measured throughout (from_columns' shortcut)
+        columns["sm_active"] = np.nan_to_num(columns["sm_active"], nan=0.5)
+    with np.errstate(invalid="ignore"):  # an infinite reason mask cast to int64, as before
+        samples = SampleArrays.from_columns(t=t, **columns)
+        _same_arrays(samples, _old_from_columns(t=t, **columns))
     if draw(st.booleans()):  # the coarse flag set directly, also where it cannot arise from the columns
         coarse = np.array(draw(st.lists(st.booleans(), min_size=m, max_size=m)), dtype=bool)
         samples = SampleArrays(**{**samples.__dict__, "coarse": coarse})
