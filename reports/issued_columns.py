@@ -405,6 +405,12 @@ def read_month(engine, month: str, through_seq: int | None = None,  # noqa: ANN0
     return _finish(engine, month, seq_head, head, index, flats, unks, lo_t, hi_t)
 
 
+def _rows_in(frame: pd.DataFrame, seqs: np.ndarray) -> pd.DataFrame:
+    """The rows of ``frame`` whose ``_seq`` is one of ``seqs`` (the frame itself when all are)."""
+    keep = np.isin(frame["_seq"].to_numpy(), seqs)
+    return frame if keep.all() else frame[keep]
+
+
 def _finish(engine, month, seq_head, head, index, flats, unks, lo_t, hi_t) -> MonthRead:  # noqa: ANN001, PLR0913
     """Plan which issue each run bills: single-issue runs from the index, the rest by the dict path."""
     idx = pd.concat(index, ignore_index=True) if index else pd.DataFrame(
@@ -420,13 +426,14 @@ def _finish(engine, month, seq_head, head, index, flats, unks, lo_t, hi_t) -> Mo
     for entry_seq, payload, recorded_at, ts in _rows_by_seq(engine, [int(s) for s in slow_seqs]):
         issues.append(_issue(entry_seq, json.loads(payload), recorded_at, ts))
     usage_d, corrections = select_month(issues, month, ledger_closes(engine, seq_head))
-    fast_seqs = set(idx["seq"].to_numpy()[fast & ~repeated & in_month].tolist())
-    parts = [f[f["_seq"].isin(fast_seqs)] for f in flats]
+    fast_seqs = idx["seq"].to_numpy()[fast & ~repeated & in_month]
+    parts = [_rows_in(f, fast_seqs) for f in flats]
     d_flat = flatten([i.receipt for i in usage_d], "usage")
     d_rows = d_flat.rows.assign(_seq=np.array([i.seq for i in usage_d], dtype="int64"))
     rows = pd.concat([*parts, d_rows], ignore_index=True) if parts else d_rows
-    rows = rows.sort_values("_seq", kind="stable").reset_index(drop=True)
-    u_parts = [u[u["_seq"].isin(fast_seqs)] for u in unks]
+    if not rows["_seq"].is_monotonic_increasing:  # batches come in sequence order; the dict path's rows not
+        rows = rows.sort_values("_seq", kind="stable").reset_index(drop=True)
+    u_parts = [_rows_in(u, fast_seqs) for u in unks]
     unknowns = d_flat.unknowns
     if any(len(u) for u in u_parts):
         d_unk = d_flat.unknowns.assign(_seq=np.repeat(d_rows["_seq"].to_numpy(),
@@ -434,6 +441,8 @@ def _finish(engine, month, seq_head, head, index, flats, unks, lo_t, hi_t) -> Mo
         unknowns = pd.concat([*u_parts, d_unk], ignore_index=True).sort_values("_seq", kind="stable")
         unknowns = unknowns.drop(columns="_seq").reset_index(drop=True)
     seqs = rows.pop("_seq").to_numpy()
-    rows = rows.astype({c: _dtype(c) for c in ROW_COLUMNS})
+    wrong = {c: _dtype(c) for c in ROW_COLUMNS if str(rows[c].dtype) != _dtype(c)}
+    if wrong:  # e.g. an empty part; copying a million rows only when a column needs it
+        rows = rows.astype(wrong)
     return MonthRead(usage=Flat(rows=rows, unknowns=unknowns, adjustments=d_flat.adjustments), usage_seqs=seqs,
                      corrections=corrections, through_seq=seq_head, head_hash=head, tenants=tenants)
