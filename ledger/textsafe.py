@@ -10,7 +10,8 @@ them byte for byte (they are part of the hashed payloads). Only where they are *
   ``+``, ``-``, ``@``, tab or carriage return gets a leading ``'`` (OWASP, "CSV Injection"), so a
   spreadsheet shows it as text instead of evaluating it. Numbers are not text cells and are never touched.
 
-Standard library only (pandas is imported by the caller that has a frame).
+Standard library at import time; :func:`neutralise_frame` (called with a pandas frame) imports pyarrow for its
+column scan.
 """
 
 from __future__ import annotations

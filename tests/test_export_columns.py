@@ -112,13 +112,24 @@ def _outputs(eng, month, tenant, as_of, columnar, tmp_path):  # noqa: ANN001, AN
     return out
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
-@given(seed=hs.integers(min_value=0, max_value=10_000), n=hs.integers(min_value=0, max_value=40),
-       month=hs.sampled_from(["2026-10", "2026-11", "2026-12", "2027-01"]),
-       tenant=hs.sampled_from([None, "astro", "bio"]), cut=hs.sampled_from([None, 0.5]))
-def test_columnar_reader_equals_dict_path(tmp_path_factory, seed, n, month, tenant, cut):
-    tmp_path = tmp_path_factory.mktemp("cols")
+@hs.composite
+def ledgers(draw):  # noqa: ANN001, ANN201
+    return (draw(hs.integers(min_value=0, max_value=10_000)), draw(hs.integers(min_value=0, max_value=40)),
+            draw(hs.sampled_from(["2026-10", "2026-11", "2026-12", "2027-01"])),
+            draw(hs.sampled_from([None, "astro", "bio"])), draw(hs.sampled_from([None, 0.5])))
+
+
+def test_columnar_reader_equals_dict_path(tmp_path_factory, soak):  # noqa: ANN001
+    """``make test`` draws 8 ledgers (about 10 s here); ``--soak`` / IPLEDGER_SOAK=1 draws 200."""
+    @settings(max_examples=200 if soak else 8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(ledgers())
+    def run(case) -> None:  # noqa: ANN001
+        _compare(tmp_path_factory.mktemp("cols"), *case)
+
+    run()
+
+
+def _compare(tmp_path, seed, n, month, tenant, cut) -> None:  # noqa: ANN001, PLR0913
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     eng = db_mod.make_engine(url)
     db_mod.upgrade(eng)
@@ -134,10 +145,11 @@ def test_columnar_reader_equals_dict_path(tmp_path_factory, seed, n, month, tena
             _outputs(eng, month, tenant, as_of, True, tmp_path)
         assert str(got_exc.value) == str(exc)
         return
+    finally:
+        eng.dispose()
     got = _outputs(eng, month, tenant, as_of, True, tmp_path)
     for k in want:
         assert got[k] == want[k], k
-    eng.dispose()
 
 
 def test_plain_receipts_never_take_the_dict_path(tmp_path, monkeypatch):
