@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import operator
 from collections import deque
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -114,8 +112,10 @@ def _prepare_chunk(paths: list[Path]) -> list[_Prepared | None]:
 def _prepared(files: list[Path]) -> Iterator[_Prepared | None]:
     """Every file prepared, in order. Many files: worker processes read and rebuild entries (the CPU-bound
     half of shipping: JSON decoding, canonical re-encoding, ids) while this process chains and inserts."""
+    import multiprocessing  # here, not at the top: every receipt imports this module (after_ship)
     import os
     import threading
+    from concurrent.futures import ProcessPoolExecutor
 
     # The shipping process does about half the per-entry work of a worker (chain, insert), so on 2 cores two
     # workers plus the shipper keep both busy; one worker would leave a core idle while the shipper waits.
