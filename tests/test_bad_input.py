@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from ledger.importers import pipeline, synth
 from tests.test_fuzz_parsers import _OPS, SYNTH, _mutate, _read
@@ -177,6 +177,7 @@ NASTY = st.text(alphabet=st.sampled_from(list("=+-@\t\r\n\x00\x07\x1b\x7f\x85\u2
 @settings(max_examples=4, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(account=NASTY, user=NASTY, job=NASTY.filter(lambda s: s.strip() == s and "\x00" not in s))
+@example(account="=cmd|' /C calc'!A0", user="@u", job="-;")   # a job id that looks like an option
 def test_names_are_stored_faithfully_and_shown_escaped(runner, cli, tmp_path_factory, account, user, job):
     import csv as csv_mod
 
@@ -197,9 +198,9 @@ def test_names_are_stored_faithfully_and_shown_escaped(runner, cli, tmp_path_fac
     started = next(e for e in store.iter_entries(eng) if e.entry.kind == Kind.ALLOCATION_STARTED)
     payload = json.loads(started.entry.payload)
     assert (payload["account"], payload["user"], started.entry.job_id) == (account, user, job)   # byte for byte
-    r = runner.invoke(cli, ["--db", url, "receipt", job, "--json"], env=ENV)
+    r = runner.invoke(cli, ["--db", url, "receipt", "--json", "--", job], env=ENV)
     assert r.exit_code == 0 and json.loads(r.output)["job"]["account"] == account   # JSON: exact, escaped by JSON
-    r = runner.invoke(cli, ["--db", url, "receipt", job, "--issue"], env=ENV, color=True)
+    r = runner.invoke(cli, ["--db", url, "receipt", "--issue", "--", job], env=ENV, color=True)
     assert r.exit_code == 0, r.output
     text = r.output
     assert not any(ch in text for ch in "\x00\x07\x1b\x7f\x85\u202e\u2066\r"), repr(text)
