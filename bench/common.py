@@ -249,23 +249,26 @@ class FeatureMissing(Exception):
         self.reason = reason
 
 
-def peak_rss_mib_of_children() -> float:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+# Started from a small interpreter, not from this (large) bench process: Linux carries the exec'ing parent's
+# memory high-water mark into the child's ru_maxrss (vfork/fork then exec), so a child started directly from
+# here would report at least the bench process's own peak.
+_MEASURE = ("import os, sys\n"
+            "pid = os.posix_spawn(sys.argv[2], sys.argv[2:], os.environ)\n"
+            "_, status, usage = os.wait4(pid, 0)\n"
+            "open(sys.argv[1], 'w').write(str(usage.ru_maxrss))\n"
+            "sys.exit(os.waitstatus_to_exitcode(status))\n")
 
 
 def run_cli_measured(args: list[str], env: dict | None = None) -> tuple[subprocess.CompletedProcess, float]:
-    """Like :func:`run_cli`, also returning the child's peak resident memory in MiB (its own, via wait4)."""
+    """Like :func:`run_cli`, also returning the command's own peak resident memory in MiB."""
     full_env = {**os.environ, **(env or {})}
     full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
     import tempfile as _tf
 
-    with _tf.TemporaryFile() as out, _tf.TemporaryFile() as err:
-        proc = subprocess.Popen([PY, "-m", "ledger.cli.main", *args], stdout=out, stderr=err, env=full_env)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        cp = subprocess.CompletedProcess(proc.args, proc.returncode, out.read().decode(), err.read().decode())
-    return cp, usage.ru_maxrss / 1024
+    with _tf.TemporaryDirectory() as d:
+        rss_file = os.path.join(d, "maxrss")
+        argv = [PY, "-I", "-S", "-c", _MEASURE, rss_file, PY, "-m", "ledger.cli.main", *args]
+        cp = subprocess.run(argv, capture_output=True, text=True, env=full_env)
+        with open(rss_file) as f:
+            maxrss_kib = int(f.read())
+    return cp, maxrss_kib / 1024
