@@ -5,7 +5,7 @@
 (:mod:`ledger.sources`) declare their records on :class:`Frozen` instead: fields in ``__slots__`` (their
 order is the positional order), defaults in ``_defaults`` (a value, or a zero-argument callable for mutable
 ones, like ``field(default_factory=...)``), keyword or positional construction, value equality, hash,
-a dataclass-style repr, and no assignment after construction. Standard library only, no imports.
+a dataclass-style repr, pickling and copying, and no assignment after construction. Standard library only, no imports.
 """
 
 
@@ -39,6 +39,10 @@ class Frozen:
 
     def __delattr__(self, name):
         raise AttributeError(f"cannot delete field {name!r} of a frozen {type(self).__name__}")
+
+    def __reduce__(self):
+        # pickle and copy would restore the slots one by one through __setattr__, which refuses: rebuild instead
+        return (type(self), self._values())
 
     def _values(self) -> tuple:
         return tuple(getattr(self, n) for n in self.__slots__)

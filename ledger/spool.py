@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 
+from .frozen import Frozen
 from .fsmodes import SPOOL_DIR, SPOOL_FILE, create_file, make_dirs
 
 TYPE_CHECKING = False
@@ -19,7 +20,7 @@ if TYPE_CHECKING:  # annotations only (strings here): typing stays off the hook'
     from typing import Callable, Iterable, Mapping
 
 # The Slurm hooks only call write_records(): pathlib, dataclasses and json (≈ 20 ms to import under
-# python -I -S, with what they pull in) are imported by the functions that need them, and SpoolRead is defined on first use (module __getattr__).
+# python -I -S, with what they pull in) are imported by the functions that need them; SpoolRead is Frozen, not a dataclass.
 
 SHIPPED_DIR = "shipped"
 TORN_DIR = "torn"
@@ -143,30 +144,12 @@ def pending_files(spool_dir: str | os.PathLike, stale_tmp_seconds: float = STALE
     return sorted(files, key=lambda p: p.name)
 
 
-_SPOOL_READ = None
-
-
-def _spool_read_class():
-    global _SPOOL_READ
-    if _SPOOL_READ is None:
-        from dataclasses import dataclass
-
-        @dataclass(frozen=True)
-        class SpoolRead:
-            path: Path
-            records: list[dict]
-            torn: str | None  # the undecodable tail, if the file ended mid-record
-            errors: list[str]  # "file:line: reason" for undecodable lines that are not the tail
-
-        SpoolRead.__module__, SpoolRead.__qualname__ = __name__, "SpoolRead"
-        _SPOOL_READ = SpoolRead
-    return _SPOOL_READ
-
-
-def __getattr__(name: str):
-    if name == "SpoolRead":
-        return _spool_read_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+class SpoolRead(Frozen):
+    __slots__ = ("path", "records", "torn", "errors")
+    path: Path
+    records: list[dict]
+    torn: str | None  # the undecodable tail, if the file ended mid-record
+    errors: list[str]  # "file:line: reason" for undecodable lines that are not the tail
 
 
 def parse(text: str, path: Path) -> SpoolRead:
@@ -198,7 +181,7 @@ def parse(text: str, path: Path) -> SpoolRead:
             # A complete JSON object without its newline: the writer died right after it. Keep it.
             pass
         records.append(rec)
-    return _spool_read_class()(path=path, records=records, torn=torn, errors=errors)
+    return SpoolRead(path=path, records=records, torn=torn, errors=errors)
 
 
 def read(path: Path) -> SpoolRead:

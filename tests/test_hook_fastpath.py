@@ -357,3 +357,23 @@ def test_commands_spawn_keeps_what_subprocess_gave(tmp_path):
         pass
     else:
         raise AssertionError("CommandResult must be immutable")
+
+
+def test_frozen_records_pickle_and_copy_like_frozen_dataclasses(tmp_path):
+    """Config and SpoolRead are Frozen (no dataclasses on the hook path); ship's workers pickle SpoolRead."""
+    import copy
+    import pickle
+    from pathlib import Path
+
+    import pytest
+
+    from ledger import config, spool
+
+    cfg = config.Config(db="sqlite:///x.db", commands={"dcgmi": "/usr/bin/dcgmi"})
+    read = spool.SpoolRead(path=Path(tmp_path / "a.jsonl"), records=[{"k": 1}], torn=None, errors=[])
+    for value in (cfg, read):
+        assert pickle.loads(pickle.dumps(value)) == value
+        assert copy.deepcopy(value) == value and copy.copy(value) == value
+    assert cfg.spool == config.DEFAULT_SPOOL and cfg.extra == {} and cfg.hook_timeout_s == 5.0
+    with pytest.raises(AttributeError):
+        cfg.db = "other"
