@@ -26,14 +26,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing, dataclasses and ledger.entries stay off the hook's import path
     from typing import Any, Mapping
 
-
-
-
-class SiteConfig:
-    """The site config's fields as :func:`ledger.config.load_values` gives them (what the hooks read of it)."""
-
-    def __init__(self, values: Mapping[str, Any]) -> None:
-        self.__dict__.update(values)
+    from ..config import Config
 
 SOURCE = "hook.slurm"
 DEFAULT_GAP_TOLERANCE_S = 2.0  # ctime and scontrol times have 1 s resolution; a gap this small is no evidence
@@ -88,7 +81,7 @@ class HookSettings:
         self.trace, self.gap_tolerance_s, self.timeout = trace, gap_tolerance_s, timeout
 
     @classmethod
-    def from_config(cls, cfg: SiteConfig) -> "HookSettings":
+    def from_config(cls, cfg: Config) -> "HookSettings":
         h = dict(cfg.extra.get("hooks", {}) or {})
         cmds = cfg.commands
         vendor = h.get("vendor") or ("nvidia" if ("nvidia-smi" in cmds or "dcgmi" in cmds)
@@ -103,7 +96,7 @@ class HookSettings:
 class Hook:
     """One hook run: its config, settings and job, and the spool records and errors it has gathered."""
 
-    def __init__(self, cfg: SiteConfig, settings: HookSettings, env: slurm.JobEnv) -> None:
+    def __init__(self, cfg: Config, settings: HookSettings, env: slurm.JobEnv) -> None:
         self.cfg, self.settings, self.env = cfg, settings, env
         self.entries: list[dict] = []  # spool records (entry_record), written by write_spool()
         self.errors: list[dict] = []
@@ -501,7 +494,7 @@ def run_hook(kind: str, environ: Mapping[str, str], config_path: str | None, sna
         if env is None:
             log(f"{kind}: no SLURM_JOB_ID in the environment; nothing recorded")
             return 0
-        cfg = SiteConfig(config_mod.load_values(config_path, environ, snapshot=snapshot))
+        cfg = config_mod.Config(**config_mod.load_values(config_path, environ, snapshot=snapshot))
         _error_log = (cfg.extra.get("hooks") or {}).get("error_log") or None
         h = Hook(cfg=cfg, settings=HookSettings.from_config(cfg), env=env)
         (prolog if kind == "prolog" else epilog)(h)
