@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 
+from .frozen import Frozen
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing stays off the hooks' import path (shutil too: see resolve())
     from typing import Callable, Mapping, Sequence
@@ -81,32 +83,16 @@ class CommandRefused(PermissionError):
     """The program or its arguments are not on the read-only allowlist."""
 
 
-class CommandResult:
-    """What a program said: argv, returncode, stdout, stderr (text), timed_out. Immutable; equal by value."""
+class CommandResult(Frozen):
+    """What a program said: argv (a tuple), returncode, stdout, stderr (text), timed_out. Immutable; equal by value."""
 
     __slots__ = ("argv", "returncode", "stdout", "stderr", "timed_out")
-
-    def __init__(self, argv: tuple[str, ...], returncode: int, stdout: str, stderr: str,
-                 timed_out: bool = False) -> None:
-        for name, value in zip(self.__slots__, (tuple(argv), returncode, stdout, stderr, timed_out)):
-            object.__setattr__(self, name, value)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"CommandResult is immutable (cannot set {name})")
-
-    __delattr__ = __setattr__  # type: ignore[assignment]
-
-    def _key(self) -> tuple:
-        return (self.argv, self.returncode, self.stdout, self.stderr, self.timed_out)
-
-    def __eq__(self, other: object) -> bool:
-        return self._key() == other._key() if isinstance(other, CommandResult) else NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        return ("CommandResult(" + ", ".join(f"{n}={v!r}" for n, v in zip(self.__slots__, self._key())) + ")")
+    _defaults = {"timed_out": False}
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool
 
     @property
     def ok(self) -> bool:
