@@ -88,8 +88,10 @@ def test_nvidia_smi_csv_loop_with_timestamps_and_repeated_header():
     assert list(ts) == [T0, T0 + 1] and list(vs) == [0.0, 4.0]
     assert list(c.series["GPU-x"]["gpu_util"][1]) == [0.97, 0.95]
     assert c.reasons["GPU-x"][(T0, "mem_temp_c")] == "not_available"
-    with pytest.raises(InputError, match=r"smi.csv: line 3 column power.draw: power_w: not a number"):
-        nvidia_smi.parse(hdr + "\n" + rows[1] + "\n" + rows[2].replace("70.00 W", "lots"), "smi.csv")
+    # an unreadable value is missing with its cause and a warning naming the place, never zero, never fatal
+    bad = nvidia_smi.parse(hdr + "\n" + rows[1] + "\n" + rows[2].replace("70.00 W", "lots"), "smi.csv")
+    assert bad.reasons["GPU-y"][(T0, "power_w")] == "unreadable"
+    assert any("smi.csv: line 3 column power.draw: power_w: not a number: 'lots'" in w for w in bad.warnings)
 
 
 def test_amd_smi_csv_and_monitor_table_with_units():

@@ -83,6 +83,12 @@ def _run(app: AppContext, parse: Callable[[], Collected], cluster: str, syntheti
                f"{result.runs} synthetic runs; {result.appended} entries appended, {result.duplicates} already there")
     for name, reasons in sorted(result.missing.items()):
         click.echo(f"  not measured: {name}: " + ", ".join(f"{k} x{v}" for k, v in sorted(reasons.items())))
+    if collected.skipped:
+        click.echo("  skipped lines: " + ", ".join(f"{k} x{v}" for k, v in sorted(collected.skipped.items())))
+    if collected.unmapped:
+        click.echo("  not mapped: " + ", ".join(f"{k} x{v}" for k, v in sorted(collected.unmapped.items())))
+    for w in collected.warnings:
+        click.echo(f"  warning: {w}")
 
 
 def _common(f):  # noqa: ANN001, ANN202

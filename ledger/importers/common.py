@@ -8,6 +8,7 @@ value is missing is kept only for the missing ones.
 from __future__ import annotations
 
 import csv
+import re
 import io
 import time
 from array import array
@@ -24,7 +25,11 @@ from .dcgm_fields import GR_ENGINE_ACTIVE
 
 NAN = float("nan")
 SERIES_FIELDS = frozenset((*FIELDS, GR_ENGINE_ACTIVE))
-_REASON_CODES = (None, "nan", "infinite", "dcgm_blank", "negative", "out_of_range")
+_REASON_CODES = (None, "nan", "infinite", "dcgm_blank", "negative", "out_of_range", "zero_unsupported")
+MAX_EXAMPLES = 20
+# Readings an exporter prints as 0 when the part has no such sensor (memory temperature without an HBM sensor,
+# dcgm-exporter on GDDR parts): no powered GPU's memory is at 0 °C, so 0 there is "not supported", not a value.
+ZERO_MEANS_UNSUPPORTED = frozenset({"mem_temp_c"})
 _FP64_BLANKS = np.array(sorted(DCGM_FP64_BLANKS))
 _INT32_BLANKS = np.array(sorted(DCGM_INT32_BLANKS), dtype=np.float64)
 
@@ -75,6 +80,7 @@ class DeviceInfo:
     mig_profile: str | None = None
     mig_instance: str | None = None
     driver: str | None = None
+    partitioned: bool = False      # a GPU in MIG mode: its instances are the devices, it is never billed itself
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +106,43 @@ class Collected:
     contexts: dict[tuple[str, Context], list[float]] = field(default_factory=dict)
     points: int = 0
     latest: float = field(default_factory=lambda: time.time() + FUTURE_SLACK_S)   # the last acceptable time
+    # What the input policy did (docs/telemetry.md, "Real input"): lines skipped by reason, source fields
+    # mapped (name -> Sample field) and not mapped (name -> count), and one-line warnings.
+    skipped: dict[str, int] = field(default_factory=dict)
+    skipped_examples: list[str] = field(default_factory=list)
+    mapped: dict[str, str] = field(default_factory=dict)
+    unmapped: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     def device(self, info: DeviceInfo) -> str:
         old = self.devices.get(info.device)
         if old is None or (old.sku is None and info.sku) or (old.node is None and info.node):
             self.devices[info.device] = info if old is None else _merge_info(old, info)
         return info.device
+
+    def skip(self, place: str, reason: str, text: str = "") -> None:
+        """Count a line the policy skips (terminal noise, a banner, an unreadable line); keep a few examples."""
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+        if len(self.skipped_examples) < MAX_EXAMPLES:
+            self.skipped_examples.append(printable(f"{place}: {reason}: {text[:80]!r}" if text else f"{place}: {reason}"))
+
+    def note_mapped(self, name: str, target: str) -> None:
+        self.mapped.setdefault(name, target)
+
+    def note_unmapped(self, name: str) -> None:
+        self.unmapped[name] = self.unmapped.get(name, 0) + 1
+
+    def warn(self, message: str) -> None:
+        if len(self.warnings) < MAX_EXAMPLES:
+            self.warnings.append(printable(message))
+        elif len(self.warnings) == MAX_EXAMPLES:
+            self.warnings.append("(further warnings not shown)")
+
+    def report(self) -> dict:
+        """The import report's input half: mapped and unmapped fields, skipped lines, warnings."""
+        return {"mapped_fields": dict(sorted(self.mapped.items())), "unmapped_fields": dict(sorted(self.unmapped.items())),
+                "skipped_lines": dict(sorted(self.skipped.items())), "skipped_examples": list(self.skipped_examples),
+                "warnings": list(self.warnings)}
 
     def add(self, device: str, name: str, t: float, value: float | None, reason: str | None = None, *,
             place: str = "") -> None:
@@ -125,7 +162,11 @@ class Collected:
         try:
             v, reason = clean(raw, name)
         except BadValue as exc:
-            raise InputError(self.path, place, f"{name}: {exc}") from None
+            # An unreadable value is missing with its cause, never zero, and never the end of the import.
+            self.warn(f"{self.path}: {place}: {name}: {exc}: stored as missing (unreadable)")
+            v, reason = None, "unreadable"
+        if v == 0.0 and name in ZERO_MEANS_UNSUPPORTED:
+            v, reason = None, "zero_unsupported"
         if v is not None:
             if scale != 1.0:   # divide by 100 / 1000 rather than multiply by 0.01: 95 % -> 0.95 exactly
                 inv = 1.0 / scale
@@ -175,6 +216,8 @@ class Collected:
                     v = np.where(ok, v * scale, v)
             if name in FRACTIONS:
                 reason[ok & (v > 1.0 + 1e-6)] = 5
+            if name in ZERO_MEANS_UNSUPPORTED:
+                reason[ok & (v == 0.0)] = 6
         bad = reason != 0
         v[bad] = np.nan
         store = self.series.setdefault(device, {}).setdefault(name, (array("d"), array("d")))
@@ -252,6 +295,15 @@ class Collected:
             span = self.contexts.get(key)
             self.contexts[key] = [a, b] if span is None else [min(span[0], a), max(span[1], b)]
         self.points += other.points
+        for k, n in other.skipped.items():
+            self.skipped[k] = self.skipped.get(k, 0) + n
+        self.skipped_examples.extend(other.skipped_examples[:max(0, MAX_EXAMPLES - len(self.skipped_examples))])
+        for k, v in other.mapped.items():
+            self.mapped.setdefault(k, v)
+        for k, n in other.unmapped.items():
+            self.unmapped[k] = self.unmapped.get(k, 0) + n
+        for w in other.warnings:
+            self.warn(w)
         if other.span:
             a, b = other.span
             if self.span is None:
@@ -327,3 +379,24 @@ def decode_text(data: bytes, path: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(path, f"byte {exc.start}", "not UTF-8 text") from None
+
+
+# Terminal and shell noise around a saved capture (docs/telemetry.md, "Real input"): skipped and counted, never
+# read as data. Each pattern is anchored on what the tool or shell prints, so a data row cannot match one.
+_NOISE = (
+    ("interrupt", re.compile(r"^\^[CZ\\]$")),
+    ("shell_prompt", re.compile(r"^(\$|#|>|%)\s+\S|^\[[^\]\s]+@[^\]]+\][#$]|^[\w.-]+@[\w.-]+:[^\s]*[#$]")),
+    ("kubectl_port_forward", re.compile(r"^(Handling connection for \d+|Forwarding from \S+ -> \d+)$")),
+    ("kubectl_message", re.compile(r"^(E|W|I)\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+\.go:\d+\]|^error: |^Defaulted container ")),
+    ("tool_banner", re.compile(r"^(AMDSMI Tool: |amd-smi |ROCm version|NVIDIA-SMI |dcgmi version|Version\s*:)")),
+    ("tool_stopped", re.compile(r"^dmon was stopped due to receiving a signal|^Terminated$|^Killed$")),
+    ("elision", re.compile(r"^(\.\.\.|…)$")),
+)
+
+
+def noise_reason(line: str) -> str | None:
+    """Why ``line`` (stripped) is terminal noise rather than output of the tool; None when it may be data."""
+    for reason, pattern in _NOISE:
+        if pattern.search(line):
+            return reason
+    return None

@@ -3,8 +3,10 @@
 A capture carries no time, so its start and sampling interval come from the caller (``--start``,
 ``--interval``) or from a metadata line ``# ipledger: start=<epoch|RFC3339> interval_ms=<ms> node=<host>``
 that ``ipledger pathb-command --exporter dcgmi`` writes at the top. Without them the parser stops with a
-one-line error. One tick = one row per entity; a tick ends when an entity repeats. Shell prompts, the echoed
-command and dcgmi's "dmon was stopped ..." message are skipped. Columns are the dmon short names
+one-line error. One tick = one row per entity; a tick ends when an entity repeats. Terminal noise (shell
+prompts, the echoed command, ``^C``, dcgmi's "dmon was stopped ..." message, kubectl lines) and any other line
+that is not a row are skipped and counted (``Collected.skipped``); the capture is refused only when it has no
+row at all. Columns are the dmon short names
 (``ledger/importers/dcgm_fields.py``); unmapped columns are ignored.
 """
 
@@ -16,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterable
 
-from .common import Collected, DeviceInfo, InputError, read_lines, small_index
+from .common import Collected, DeviceInfo, InputError, noise_reason, read_lines, small_index
 from .dcgm_fields import BY_DMON
 
 ENTITY_TYPES = ("GPU", "GPU-I", "GPU-CI", "Switch", "CPU", "Core", "Link", "NvSwitch", "CX")
@@ -55,24 +57,37 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
     columns: list[str] | None = None
     tick, seen = -1, set()
     rows = 0
+    first_bad: tuple[int, str] | None = None
     for n, raw in enumerate(itertools.chain(head, lines), start=1):
         s = raw.strip()
-        if not s or s.startswith("# ipledger") or s.startswith("$") or "dcgmi dmon" in s or s.startswith("[") \
-                or s.startswith("dmon was stopped") or s.startswith("Error"):
+        if not s or s.startswith("# ipledger"):
             continue
         toks = s.split()
         if toks[0] == "#Entity":
             columns = toks[1:]
+            for col in columns:
+                spec = BY_DMON.get(col)
+                if spec is None:
+                    c.note_unmapped(col)
+                else:
+                    c.note_mapped(col, spec.target)
             continue
         if toks[0] == "ID":        # the units line under the header
             continue
-        if toks[0] not in ENTITY_TYPES or len(toks) < 2:
-            raise InputError(path, f"line {n}", f"not a dmon row: {s[:60]!r}")
-        if columns is None:
-            raise InputError(path, f"line {n}", "data row before the #Entity header")
+        noise = noise_reason(s)
+        if noise is not None or s.startswith("Error") or "dcgmi dmon" in s:
+            c.skip(f"line {n}", noise or "tool_message", s)
+            continue
+        if toks[0] not in ENTITY_TYPES or len(toks) < 2 or (columns is not None and len(toks) - 2 != len(columns)):
+            # a line that is neither noise we know nor a row: skipped and counted; the file is refused only
+            # when nothing in it is readable (below), naming the first such line
+            c.skip(f"line {n}", "not_a_dmon_row", s)
+            first_bad = first_bad or (n, s)
+            continue
+        if columns is None:   # a capture cut mid-stream: its rows have no column names until the header repeats
+            c.skip(f"line {n}", "row_before_header", s)
+            continue
         values = toks[2:]
-        if len(values) != len(columns):
-            raise InputError(path, f"line {n}", f"{len(values)} values for {len(columns)} columns")
         if start is None or interval is None:
             raise InputError(path, "", "dmon output has no timestamps: give --start and --interval "
                                        "(or a '# ipledger: start=... interval_ms=...' line)")
@@ -90,6 +105,9 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
             if spec is not None:
                 c.add_raw(dev, spec.target, t, v, spec.scale, place=f"line {n} column {col}")
         rows += 1
+    if rows == 0 and first_bad is not None:
+        raise InputError(path, f"line {first_bad[0]}", f"expected a dmon row ('GPU <id> <values>' under an "
+                                                       f"#Entity header), got {first_bad[1][:60]!r}")
     if columns is None:
         raise InputError(path, "", "no '#Entity' header: not dcgmi dmon output")
     if start is not None and interval is not None:

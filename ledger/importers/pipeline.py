@@ -60,6 +60,7 @@ class ImportResult:
     missing: dict = field(default_factory=dict)
     per_device: dict = field(default_factory=dict)
     clock_skew: dict = field(default_factory=dict)   # job id -> {node: seconds ahead of the run's first node}
+    input_report: dict = field(default_factory=dict)  # Collected.report(): mapped/unmapped fields, skipped lines
 
     def to_json(self) -> dict:
         out = {"source": self.source, "devices": self.devices, "samples": self.samples, "segments": self.segments,
@@ -68,6 +69,7 @@ class ImportResult:
                "duplicates": self.duplicates, "missing": self.missing, "per_device": self.per_device}
         if self.clock_skew:
             out["clock_skew"] = self.clock_skew
+        out.update(self.input_report)
         return out
 
 
@@ -167,14 +169,25 @@ def clock_skew(c: Collected, devices: list[str], spans: dict[str, tuple[float, f
     return out
 
 
+def billable_devices(c: Collected) -> set[str]:
+    """Devices a run may hold: a GPU partitioned into MIG instances is not one (its instances are), so its
+    own series (power, temperature) stay evidence but are never bound to a run and never billed."""
+    parents = {i.uuid for i in c.devices.values() if i.mig_instance is not None and i.uuid}
+    return {d for d, i in c.devices.items()
+            if not i.partitioned and not (i.mig_instance is None and i.uuid in parents)}
+
+
 def run_entries(c: Collected, spans: dict[str, tuple[float, float, float]], opts: ImportOptions) -> list[Entry]:
     """Synthetic Path B allocations from labels (or one per node when there are none)."""
+    billable = billable_devices(c)
     contexts: dict[Context, dict[str, list[float]]] = defaultdict(dict)
     for (dev, ctx), (a, b) in c.contexts.items():
-        if dev in spans:
+        if dev in spans and dev in billable:
             contexts[ctx][dev] = [a, min(b + spans[dev][2], spans[dev][1])]
     if not contexts:
         for dev, sp in spans.items():
+            if dev not in billable:
+                continue
             node = c.devices[dev].node or "unknown-node"
             ctx = Context("node", f"node:{node}", None)
             contexts[ctx][dev] = [sp[0], sp[1]]
@@ -253,7 +266,7 @@ def counted_runs(res: ImportResult, c: Collected, spans: dict[str, tuple], opts:
 def write(engine: Engine, c: Collected, opts: ImportOptions = ImportOptions(),
           progress: Callable[[int, int], None] | None = None) -> ImportResult:
     """Import a parsed collection in one transaction (idempotent: re-importing appends nothing new)."""
-    res = ImportResult(source=c.source)
+    res = ImportResult(source=c.source, input_report=c.report())
     spans: dict[str, tuple] = {}
     with write_tx(engine) as conn:
         for tl in each_timeline(c, opts, res, spans, progress):

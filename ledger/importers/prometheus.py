@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-from .common import Collected, CsvReader, Context, DeviceInfo, InputError, decode_text, read_lines
+from .common import Collected, CsvReader, Context, DeviceInfo, InputError, decode_text, noise_reason, read_lines
 from .dcgm_fields import BY_NAME
 
 MAX_POINTS_PER_SERIES = 11_000    # Prometheus refuses (end-start)/step above this (web/api/v1/api.go)
@@ -77,7 +77,9 @@ def add_series(c: Collected, labels: Mapping[str, str], points: Iterable, place:
     name = labels.get("__name__", "")
     spec = BY_NAME.get(name)
     if spec is None:
+        c.note_unmapped(name)
         return
+    c.note_mapped(name, spec.target)
     dev = device_from_labels(labels, c)
     ctx = context_from_labels(labels)
     if not isinstance(points, list):
@@ -113,7 +115,9 @@ def add_series_columns(c: Collected, labels: Mapping[str, str], ts: list[float],
     """:func:`add_series` for a series already split into float times and values (the columnar reader)."""
     spec = BY_NAME.get(labels.get("__name__", ""))
     if spec is None:
+        c.note_unmapped(labels.get("__name__", ""))
         return
+    c.note_mapped(labels["__name__"], spec.target)
     dev = device_from_labels(labels, c)
     ctx = context_from_labels(labels)
     if ts and not _add_columns(c, dev, ctx, spec, ts, values, place):
@@ -267,28 +271,46 @@ def parse_exposition(text: str | Iterable[str], path: str = "<input>", default_t
     c = Collected("prometheus", path=path)
     if openmetrics is None:
         openmetrics = "\n# EOF" in "\n" + text
+    first_bad: tuple[int, str] | None = None
     for n, line in enumerate(_lines(text), start=1):
         s = line.strip()
-        if not s or s.startswith("#") or s == "...":
+        if not s or s.startswith("#"):
             continue
         m = _LINE.match(s)
+        noise = noise_reason(s)
+        if noise is not None and (m is None or noise != "shell_prompt"):
+            c.skip(f"line {n}", noise, s)
+            continue
         if m is None:
-            raise InputError(path, f"line {n}", f"not an exposition line: {s[:60]!r}")
-        labels = _labels(m.group(3) or "", path, f"line {n}")
+            c.skip(f"line {n}", "not_an_exposition_line", s)
+            first_bad = first_bad or (n, s)
+            continue
+        try:
+            labels = _labels(m.group(3) or "", path, f"line {n}")
+        except InputError:
+            c.skip(f"line {n}", "bad_label_set", s)
+            first_bad = first_bad or (n, s)
+            continue
         labels["__name__"] = m.group(1)
         ts_s = m.group(5)
         if ts_s is None:
             if default_ts is None:
-                raise InputError(path, f"line {n}", "sample has no timestamp: give the scrape time (--start)")
+                raise InputError(path, f"line {n}", "sample has no timestamp: a scrape without timestamps needs "
+                                                    "its scrape time (--at, epoch seconds or RFC 3339)")
             t = default_ts
         else:
             try:
                 t = float(ts_s)
             except ValueError:
-                raise InputError(path, f"line {n}", f"timestamp: not a number: {ts_s[:40]!r}") from None
+                c.skip(f"line {n}", "bad_timestamp", s)
+                first_bad = first_bad or (n, s)
+                continue
             if not openmetrics and t > 1e11:
                 t /= 1000.0
         add_series(c, labels, [(t, m.group(4))], f"line {n}")
+    if c.points == 0 and not c.unmapped and first_bad is not None:
+        raise InputError(path, f"line {first_bad[0]}", f"expected an exposition line (metric{{labels}} value "
+                                                       f"[timestamp]), got {first_bad[1][:60]!r}")
     return c
 
 
@@ -311,7 +333,32 @@ def sniff(text: str) -> str:
     return "text"
 
 
+def _blank_noise_head(text: str) -> tuple[str, list[tuple[int, str, str]]]:
+    """Terminal noise before the export (kubectl's "Handling connection for 9090", a prompt) blanked out, so line
+    numbers stay true; returns the text and the (line, reason, text) of what was blanked."""
+    lines = text.split("\n")
+    gone = []
+    for i, ln in enumerate(lines):
+        s = ln.strip()
+        if not s:
+            continue
+        why = noise_reason(s)
+        if why is None or s.startswith("#"):
+            break
+        gone.append((i + 1, why, s))
+        lines[i] = ""
+    return ("\n".join(lines), gone) if gone else (text, gone)
+
+
 def parse(text: str, path: str = "<input>", default_ts: float | None = None) -> Collected:
+    text, gone = _blank_noise_head(text)
+    c = _parse_kind(text, path, default_ts)
+    for n, why, s in gone:
+        c.skip(f"line {n}", why, s)
+    return c
+
+
+def _parse_kind(text: str, path: str, default_ts: float | None) -> Collected:
     kind = "csv" if path.lower().endswith(".csv") else sniff(text)
     if kind == "json":
         return parse_query_range(text, path)
@@ -382,6 +429,8 @@ def _stream(p: Path, default_ts: float | None) -> Collected | None:
         return None
     with open(p, "rb") as f:
         head = f.read(4096).decode("utf-8", "ignore").lstrip()
+        if _blank_noise_head(head)[1]:
+            return None   # noise before the export: read whole, where parse() blanks it out
         if head.startswith("{"):
             # JSON Lines when the first line is a whole object and another follows; found without reading it all
             f.seek(0)

@@ -1,0 +1,142 @@
+"""The conformance corpus (tests/fixtures/real/): every real capture imports, with concrete values read from it.
+
+One test per capture; each defect of issue 14 reproduced on a capture of the same shape. Captures come from
+public repositories' fixtures, issue threads and vendor documentation; each has a ``.source.txt`` saying where
+it came from, which version, and what was trimmed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from ledger.importers import amdsmi, dmon, nvidia_smi, prometheus
+from ledger.importers.common import InputError, noise_reason
+from ledger.importers.dcgm_fields import GR_ENGINE_ACTIVE as GRACT
+
+R = Path(__file__).parent / "fixtures" / "real"
+T0 = 1_767_225_600.0
+
+
+def vals(c, device, field):
+    return [None if math.isnan(v) else v for v in c.series[device][field][1]]
+
+
+def text(*parts):
+    return (R.joinpath(*parts)).read_text(encoding="utf-8")
+
+
+def test_the_corpus_has_thirty_captures_each_with_its_source():
+    data = [p for p in R.rglob("*") if p.is_file() and not p.name.endswith("source.txt")
+            and not p.name.endswith("SOURCE.txt")]
+    assert len(data) >= 30, len(data)
+    for p in data:
+        assert p.with_name(p.name + ".source.txt").exists(), p
+
+
+# --- nvidia-smi -q -x, four driver generations ---------------------------------------------------------------
+
+def test_xml_a100_mig_driver510_instances_are_devices_and_parent_is_partitioned():
+    c = nvidia_smi.read(R / "nvidia_smi_xml" / "a100_sxm4_mig_driver510.xml")
+    parent = "GPU-27b94a00-ed54-5c24-b1fd-1054085de32a"
+    assert sorted(c.devices) == [parent, parent + "/gi1", parent + "/gi2"]
+    assert c.devices[parent].partitioned and c.source_version == "driver 510.47.03"
+    assert [c.devices[f"{parent}/gi{g}"].mig_profile for g in (1, 2)] == ["3g.20gb", "3g.20gb"]   # 42 SMs, 19968 MiB
+    assert vals(c, parent, "power_w") == [66.92] and vals(c, parent, "mem_temp_c") == [44.0]
+    assert vals(c, parent, "gpu_util") == [None]               # N/A under MIG: missing, not 0
+    assert vals(c, parent, "clock_reasons") == [0.0]           # "Not Active\n   " with a line break inside
+    assert vals(c, parent + "/gi1", "fb_used_mib") == [19.0]
+    assert "row_remap_pending" not in c.series[parent]         # <remapped_rows>N/A</remapped_rows>: no children
+
+
+def test_xml_a100_80gb_driver535_four_1g_instances_event_reasons_and_gpu_power_readings():
+    c = nvidia_smi.read(R / "nvidia_smi_xml" / "a100_sxm4_80gb_4x1g_driver535.xml")
+    parent = "GPU-513536b6-7d19-9063-b049-1e69664bb298"
+    assert [c.devices[f"{parent}/gi{g}"].mig_profile for g in (3, 4, 5, 6)] == ["1g.20gb"] * 4
+    assert vals(c, parent, "power_w") == [67.03]               # gpu_power_readings/power_draw (v12)
+    assert vals(c, parent, "ecc_dbe_aggregate") == [0.0]        # dram_uncorrectable (v11+)
+    assert c.reasons[parent][(c.series[parent]["gpu_util"][0][0], "gpu_util")] == "not_available"
+
+
+def test_xml_driver575_yes_no_deprecated_and_instant_power_only():
+    # Defect 1: 'row_remap_pending: not a number: No' refused the whole file.
+    c = nvidia_smi.read(R / "nvidia_smi_xml" / "rtx4070_laptop_driver575.xml")
+    d = "GPU-529b3263-c96d-b557-bc75-697f04917eda"
+    assert vals(c, d, "row_remap_pending") == [0.0] and vals(c, d, "row_remap_failure") == [0.0]
+    assert vals(c, d, "power_w") == [11.26]                   # instant_power_draw; no <power_draw> at all
+    assert vals(c, d, "gpu_util") == [0.3] and vals(c, d, "sm_clock_mhz") == [675.0]
+    assert vals(c, d, "clock_reasons") == [1.0]               # gpu_idle Active
+    assert vals(c, d, "compute_procs") == [0.0]               # two graphics (type G) processes, no compute
+    assert vals(c, d, "mem_temp_c") == [None] and c.warnings == []
+
+
+def test_xml_driver580_without_timestamp_needs_start_and_reads_instant_power():
+    with pytest.raises(InputError, match=r"document 1: no <timestamp>: give --start"):
+        nvidia_smi.read(R / "nvidia_smi_xml" / "rtx_pro_6000_blackwell_driver580.xml")
+    c = nvidia_smi.read(R / "nvidia_smi_xml" / "rtx_pro_6000_blackwell_driver580.xml", start=T0)
+    d = "GPU-11111111-2222-3333-4444-555555555555"
+    assert vals(c, d, "power_w") == [66.84] and vals(c, d, "gpu_temp_c") == [37.0]   # " 66.84 W ", " 37 C "
+    assert vals(c, d, "mem_temp_c") == [None] and c.reasons[d][(T0, "mem_temp_c")] == "not_available"
+
+
+def test_xml_yes_no_on_a_pending_remap_reads_as_one():
+    xml = text("nvidia_smi_xml", "rtx4070_laptop_driver575.xml").replace(
+        "<remapped_row_pending>No</remapped_row_pending>", "<remapped_row_pending>Yes</remapped_row_pending>")
+    c = nvidia_smi.parse(xml, "x.xml")
+    assert vals(c, "GPU-529b3263-c96d-b557-bc75-697f04917eda", "row_remap_pending") == [1.0]
+
+
+# --- terminal noise ------------------------------------------------------------------------------------------
+
+def test_dmon_issue244_capture_with_prompt_stop_message_and_ctrl_c():
+    # Defect 2: a saved dmon capture ends with ^C and "dmon was stopped ..." (this one also starts with it).
+    raw = text("dcgmi_dmon", "dcgmi_dmon_e1001-1008_8gpu_dcgm4.2.3_issue244.txt") + "^C\ndmon was stopped due to receiving a signal\n"
+    c = dmon.parse(raw, "dmon.txt", start=T0, interval=1.0, node="n1")
+    assert len(c.devices) == 8
+    assert vals(c, "n1/gpu0", GRACT)[:2] == [None, 0.888]      # GRACT, N/A on the first tick
+    assert c.skipped["interrupt"] == 1 and c.skipped["tool_stopped"] == 2 and c.skipped["shell_prompt"] >= 1
+    assert c.mapped["GRACT"] == GRACT and c.mapped["SMACT"] == "sm_active"
+
+
+def test_dmon_with_nothing_readable_is_refused_naming_the_line():
+    with pytest.raises(InputError, match=r"d.txt: line 2: expected a dmon row"):
+        dmon.parse("#Entity GRACT\nhello world\n", "d.txt", start=T0, interval=1.0)
+
+
+def test_scrape_behind_kubectl_port_forward_imports_and_counts_the_noise():
+    raw = ("Forwarding from 127.0.0.1:9400 -> 9400\nHandling connection for 9400\n"
+           + text("dcgm_exporter", "l40s_pods_openshift_dcgm226.prom"))
+    c = prometheus.parse(raw, "scrape.prom", default_ts=T0)
+    assert c.skipped == {"kubectl_port_forward": 2}
+    assert vals(c, "GPU-585834da-79ca-0599-5140-4ffdb131ae93", GRACT) == [0.0]
+
+
+def test_scrape_without_timestamps_names_the_option_that_works():
+    # Defect 7a: the hint said --start, but only --at works for a scrape.
+    with pytest.raises(InputError, match=r"--at"):
+        prometheus.parse(text("dcgm_exporter", "l40s_pods_openshift_dcgm226.prom"), "s.prom")
+
+
+@pytest.mark.parametrize("line,why", [("^C", "interrupt"), ("Handling connection for 9400", "kubectl_port_forward"),
+                                      ("[root@b76d14397 sanmu]# dcgmi dmon -e 1001", "shell_prompt"),
+                                      ("AMDSMI Tool: 24.6.2+2b02a07 | AMDSMI Library version: 24.6.2.0", "tool_banner"),
+                                      ("GPU 0      0.888        N/A", None), ("  0  126 W     40 °C", None),
+                                      ('DCGM_FI_DEV_GPU_UTIL{gpu="0"} 5', None)])
+def test_noise_is_recognised_and_data_never_is(line, why):
+    assert noise_reason(line) == why
+
+
+# --- zeros that mean "no sensor" -------------------------------------------------------------------------------
+
+def test_exporter_zero_memory_temperature_is_missing_not_zero_degrees():
+    # Defect 7b: memory temperature 0 on a part without an HBM sensor was stored as 0 °C.
+    raw = text("dcgm_exporter", "v100_no_labels_gpumontools189.prom").replace(
+        'DCGM_FI_DEV_MEMORY_TEMP{gpu="1",UUID="GPU-08abd178-8a91-05c5-6a52-1ab4a05bcdaf",device="nvidia1"} 54',
+        'DCGM_FI_DEV_MEMORY_TEMP{gpu="1",UUID="GPU-08abd178-8a91-05c5-6a52-1ab4a05bcdaf",device="nvidia1"} 0')
+    c = prometheus.parse(raw, "s.prom", default_ts=T0)
+    d = "GPU-08abd178-8a91-05c5-6a52-1ab4a05bcdaf"
+    assert vals(c, d, "mem_temp_c") == [None] and c.reasons[d][(T0, "mem_temp_c")] == "zero_unsupported"
+    assert vals(c, d, "gpu_temp_c") == [56.0] and vals(c, d, "power_w") == [167.362]
