@@ -140,3 +140,75 @@ def test_exporter_zero_memory_temperature_is_missing_not_zero_degrees():
     d = "GPU-08abd178-8a91-05c5-6a52-1ab4a05bcdaf"
     assert vals(c, d, "mem_temp_c") == [None] and c.reasons[d][(T0, "mem_temp_c")] == "zero_unsupported"
     assert vals(c, d, "gpu_temp_c") == [56.0] and vals(c, d, "power_w") == [167.362]
+
+
+# --- MIG accounting -------------------------------------------------------------------------------------------
+
+PARENT = "GPU-265c9814-6156-355b-e589-ff2064894f16"
+ENV = {"IPLEDGER_CONFIG": ""}
+
+
+def _mig_node_export(path: Path, hours: float = 1.0, cadence: int = 60) -> None:
+    """One A100 80GB partitioned 3g + 2g + 1g + 1g, label sets as dcgm-exporter writes them (issue 317/512
+    captures): three slices held by pods, one 1g idle; the parent's own series carry a pod's labels too (the
+    worst case: they must still never bill)."""
+    base = ('gpu="0",UUID="%s",device="nvidia0",modelName="NVIDIA A100-SXM4-80GB",Hostname="mig-node-1"' % PARENT)
+    slices = {"1": ("3g.40gb", 'container="trainer",namespace="team-a",pod="train-3g"'),
+              "5": ("2g.20gb", 'container="infer",namespace="team-b",pod="infer-2g"'),
+              "13": ("1g.10gb", 'container="nb",namespace="team-a",pod="notebook-1g"'),
+              "14": ("1g.10gb", None)}
+    lines = []
+    for k in range(int(hours * 3600 / cadence) + 1):
+        t = T0 + k * cadence
+        lines.append(f'DCGM_FI_DEV_POWER_USAGE{{{base},container="trainer",namespace="team-a",pod="train-3g"}} 250 {t:.0f}')
+        for gi, (profile, pod) in slices.items():
+            labels = f'{base},GPU_I_PROFILE="{profile}",GPU_I_ID="{gi}"' + (f",{pod}" if pod else "")
+            lines.append(f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{labels}}} 0.5 {t:.0f}")
+    path.write_text("\n".join(lines) + "\n# EOF\n", encoding="utf-8")
+
+
+def test_mig_node_bills_exactly_the_slices_in_use_and_never_the_parent(runner, cli, tmp_path, sqlite_url):
+    src = tmp_path / "mig.om"
+    _mig_node_export(src)
+    r = runner.invoke(cli, ["--db", sqlite_url, "import", "prometheus", str(src), "--json", "--quiet"], env=ENV)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["runs"] == 3 and out["devices"] == 5          # parent + 4 slices stored; 3 runs (idle 1g has none)
+    contract = tmp_path / "c.toml"
+    contract.write_text('id = "mig"\nversion = "1"\ncurrency = "EUR"\n[skus.A100-SXM4-80GB]\n'
+                        'rate_per_gpu_hour = "7.00"\n', encoding="utf-8")
+    assert runner.invoke(cli, ["--db", sqlite_url, "contract", "set", str(contract)], env=ENV).exit_code == 0
+    costs, bound = {}, set()
+    for job, share in (("team-a/train-3g", "3/7"), ("team-b/infer-2g", "2/7"), ("team-a/notebook-1g", "1/7")):
+        r = runner.invoke(cli, ["--db", sqlite_url, "receipt", job, "--cluster", "pathb", "--format", "json"], env=ENV)
+        assert r.exit_code == 0, r.output
+        rc = json.loads(r.output)
+        (dev,) = rc["devices"]
+        bound.add(dev["uuid"])
+        assert dev["mig"]["gpu_uuid"] == PARENT and dev["mig"]["share"] == share
+        gh = rc["gpu_hours"]                                   # the identity, exact
+        parts = (gh["delivered"] + gh["underutilized"] + gh["starved"] + gh["idle_held"] + gh["unknown"]
+                 + sum(gh["throttled"].values()))
+        assert abs(gh["paid"] - parts) < 1e-9
+        n, d = map(int, share.split("/"))
+        assert rc["cost"]["paid"] == pytest.approx(round(gh["paid"] * 7.0 * n / d, 2), abs=0.011)
+        costs[job] = rc["cost"]["paid"]
+        assert rc["job"]["account"] == job.split("/")[0]
+    assert PARENT not in bound and f"{PARENT}/gi14" not in bound
+    assert bound == {f"{PARENT}/gi1", f"{PARENT}/gi5", f"{PARENT}/gi13"}
+    # 6 of 7 slices held for the same window: 6/7 of the whole GPU's price, the parent adds nothing
+    paid_h = json.loads(runner.invoke(cli, ["--db", sqlite_url, "receipt", "team-a/train-3g", "--cluster", "pathb",
+                                            "--format", "json"], env=ENV).output)["gpu_hours"]["paid"]
+    assert sum(costs.values()) == pytest.approx(6.0 * paid_h, abs=0.03)
+
+
+@pytest.mark.parametrize("profile,sku,share", [("1g.10gb", "NVIDIA A100-SXM4-80GB", "1/7"),
+                                               ("7g.80gb", "NVIDIA H100 80GB HBM3", "1"),
+                                               ("3g.71gb", "NVIDIA H200", "3/7"), ("1g.6gb", "NVIDIA A30", "1/4"),
+                                               ("1g.10gb+me", "NVIDIA H100 80GB HBM3", "1/7"),
+                                               ("2g.20gb", "Tesla T4", None), ("big", "NVIDIA A100", None)])
+def test_mig_share_table(profile, sku, share):
+    from ledger.method.mig import mig_share
+
+    got = mig_share(profile, sku)
+    assert (None if got is None else str(got)) == share

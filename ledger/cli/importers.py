@@ -57,8 +57,20 @@ def _progress(quiet: bool) -> Callable[[int, int], None] | None:
     return show
 
 
+def parse_tenants(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """``--tenant LABEL_VALUE=TENANT`` options -> the site's mapping (a namespace or account -> its tenant)."""
+    out = []
+    for v in values:
+        key, sep, tenant = v.partition("=")
+        if not sep or not key or not tenant:
+            raise UserError(f"--tenant: expected LABEL_VALUE=TENANT (e.g. ml-prod=team-ml), got {v!r}")
+        out.append((key, tenant))
+    return tuple(sorted(out))
+
+
 def _run(app: AppContext, parse: Callable[[], Collected], cluster: str, synthetic: bool, as_json: bool,
-         quiet: bool, span: tuple | None = None, cadence: float | None = None) -> None:
+         quiet: bool, span: tuple | None = None, cadence: float | None = None,
+         tenants: tuple[tuple[str, str], ...] = ()) -> None:
     engine = app.engine()
     try:
         collected = parse()
@@ -68,7 +80,8 @@ def _run(app: AppContext, parse: Callable[[], Collected], cluster: str, syntheti
         raise UserError(f"{getattr(exc, 'filename', '') or ''}: {exc.strerror or exc}") from None
     if not collected.series:
         raise UserError(f"{collected.path}: no telemetry this importer maps (see docs/telemetry.md)")
-    opts = pipeline.ImportOptions(cluster=cluster, synthetic_runs=synthetic, span=span, cadence=cadence)
+    opts = pipeline.ImportOptions(cluster=cluster, synthetic_runs=synthetic, span=span, cadence=cadence,
+                                  tenants=tenants)
     result = pipeline.write(engine, collected, opts, progress=_progress(quiet))
     for job, nodes in sorted(result.clock_skew.items()):
         for node, ahead in sorted(nodes.items()):
@@ -97,6 +110,8 @@ def _common(f):  # noqa: ANN001, ANN202
     f = click.option("--no-synthetic-runs", is_flag=True,
                      help="Do not create Path B allocations from labels (or one per node).")(f)
     f = click.option("--cluster", default="pathb", show_default=True, help="Cluster name of the entries.")(f)
+    f = click.option("--tenant", "tenant", multiple=True, metavar="VALUE=TENANT",
+                     help="Site mapping: a namespace or Slurm account label value -> the tenant it bills (repeatable).")(f)
     return f
 
 
@@ -130,8 +145,8 @@ def register(cli: click.Group) -> None:
     @_common
     @pass_app
     def import_prometheus(app: AppContext, source: tuple[str, ...], url: str | None, start: str | None,
-                          end: str | None, step: str | None, at: str | None, cluster: str, no_synthetic_runs: bool,
-                          as_json: bool, quiet: bool) -> None:
+                          end: str | None, step: str | None, at: str | None, cluster: str, tenant: tuple[str, ...],
+                          no_synthetic_runs: bool, as_json: bool, quiet: bool) -> None:
         """Prometheus / dcgm-exporter data: files (query_range JSON, JSON Lines, dir, tar/zip, long CSV,
         text exposition / OpenMetrics) or live chunked query_range calls.
 
@@ -151,14 +166,14 @@ def register(cli: click.Group) -> None:
                 raise UserError("--end is before --start")
             step_s = step_s or 15.0
             _run(app, lambda: prometheus.fetch(url, t0, t1, step_s, progress=_progress(quiet)), cluster,
-                 not no_synthetic_runs, as_json, quiet)
+                 not no_synthetic_runs, as_json, quiet, tenants=parse_tenants(tenant))
             return
         if not source:
             raise UserError("give SOURCE files/directories/archives, or --url")
         span = (t0, t1 + step_s if (t1 is not None and step_s) else t1) if (t0 is not None or t1 is not None) else None
         at_s = parse_time(at, "--at")
         _run(app, lambda: prometheus.read(list(source), default_ts=at_s), cluster, not no_synthetic_runs, as_json,
-             quiet, span=span, cadence=step_s)
+             quiet, span=span, cadence=step_s, tenants=parse_tenants(tenant))
 
     def _capture_cmd(name: str, module, helptext: str):  # noqa: ANN001, ANN202
         @import_group.command(name, help=helptext)
@@ -167,10 +182,10 @@ def register(cli: click.Group) -> None:
         @_common
         @pass_app
         def cmd(app: AppContext, source: str, start: str | None, interval: str | None, node: str | None,
-                cluster: str, no_synthetic_runs: bool, as_json: bool, quiet: bool) -> None:
+                cluster: str, tenant: tuple[str, ...], no_synthetic_runs: bool, as_json: bool, quiet: bool) -> None:
             t0, iv = parse_time(start, "--start"), parse_duration(interval, "--interval")
             _run(app, lambda: module.read(source, start=t0, interval=iv, node=node), cluster,
-                 not no_synthetic_runs, as_json, quiet)
+                 not no_synthetic_runs, as_json, quiet, tenants=parse_tenants(tenant))
 
         return cmd
 

@@ -43,6 +43,8 @@ class ImportOptions:
     edge_cause: str = "export_truncated"
     tolerance_factor: float = TOLERANCE_FACTOR
     segment_seconds: float = SEGMENT_SECONDS
+    # the site's mapping of an identity label value (a namespace, a Slurm account) to the tenant it bills
+    tenants: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -192,15 +194,17 @@ def run_entries(c: Collected, spans: dict[str, tuple[float, float, float]], opts
             ctx = Context("node", f"node:{node}", None)
             contexts[ctx][dev] = [sp[0], sp[1]]
     entries: list[Entry] = []
+    tenant_of = dict(opts.tenants)
     for ctx in sorted(contexts, key=lambda x: (x.kind, x.job_id, x.tenant or "")):
         devs = contexts[ctx]
+        tenant = tenant_of.get(ctx.tenant, ctx.tenant) if ctx.tenant is not None else None
         start = min(v[0] for v in devs.values())
         end = max(v[1] for v in devs.values())
         nodes = sorted({c.devices[d].node or "unknown-node" for d in devs})
         key = dict(cluster=opts.cluster, job_id=ctx.job_id, run=0, source=f"import:{c.source}")
-        payload = {"account": ctx.tenant, "user": None, "partition": None, "qos": None, "nodes": nodes,
+        payload = {"account": tenant, "user": None, "partition": None, "qos": None, "nodes": nodes,
                    "gpus": len(devs), "tres": f"gres/gpu={len(devs)}", "synthetic": True, "basis": ctx.kind,
-                   "tenant": ctx.tenant, "labels": dict(ctx.detail)}
+                   "tenant": tenant, "labels": dict(ctx.detail)}
         skew = clock_skew(c, sorted(devs), spans, opts)
         if skew:   # only then: the entries of unskewed runs stay what they were
             payload["clock_skew_s"] = skew

@@ -37,10 +37,31 @@ def _nonempty(labels: Mapping[str, str], *names: str) -> str | None:
     return None
 
 
+# The exporter's own pod, as the target labels of a Kubernetes scrape name it (ServiceMonitor / pod role):
+# nvidia-dcgm-exporter-57pvc, dcgm-exporter-x2k9p, gpu-operator's container nvidia-dcgm-exporter.
+_EXPORTER = re.compile(r"(^|-)dcgm-exporter(-|$)")
+
+
+def _is_exporter(pod: str | None, container: str | None) -> bool:
+    return bool(pod and _EXPORTER.search(pod)) or bool(container and _EXPORTER.search(container))
+
+
+def node_from_labels(labels: Mapping[str, str]) -> str | None:
+    """The GPU's node: dcgm-exporter's Hostname, unless that is the exporter pod's own name (no hostNetwork),
+    then a node label a relabel rule added, else the scrape target's host."""
+    host = _nonempty(labels, "Hostname", "hostname")
+    if host is not None and not _EXPORTER.search(host):
+        return host
+    node = _nonempty(labels, "node", "kubernetes_node", "exported_node", "nodename")
+    if node is not None:
+        return node
+    if host is not None:
+        return host
+    return labels["instance"].rsplit(":", 1)[0] if labels.get("instance") else None
+
+
 def device_from_labels(labels: Mapping[str, str], c: Collected) -> str:
-    node = _nonempty(labels, "Hostname", "hostname")
-    if node is None and labels.get("instance"):
-        node = labels["instance"].rsplit(":", 1)[0]
+    node = node_from_labels(labels)
     uuid = _nonempty(labels, "UUID", "uuid")
     gpu = _nonempty(labels, "gpu")
     gi = _nonempty(labels, "GPU_I_ID")
@@ -60,15 +81,36 @@ def device_from_labels(labels: Mapping[str, str], c: Collected) -> str:
                                mig_instance=gi, driver=_nonempty(labels, "DCGM_FI_DRIVER_VERSION")))
 
 
+def workload_from_labels(labels: Mapping[str, str]) -> tuple[str | None, str | None, str | None]:
+    """(namespace, pod, container) of the workload on the GPU, or Nones (docs/telemetry.md, "Workload identity").
+
+    dcgm-exporter's pod mapping writes the workload's namespace/pod/container. When Prometheus scrapes the
+    exporter through Kubernetes discovery it attaches the exporter pod's own namespace/pod/container as target
+    labels; with honor_labels false the workload's labels are then renamed exported_*. So exported_* always win;
+    plain labels are the workload's only when they do not name the exporter itself.
+    """
+    ns = _nonempty(labels, "exported_namespace")
+    pod = _nonempty(labels, "exported_pod")
+    if ns and pod:
+        return ns, pod, _nonempty(labels, "exported_container")
+    ns = _nonempty(labels, "namespace", "pod_namespace")
+    pod = _nonempty(labels, "pod", "pod_name")
+    container = _nonempty(labels, "container", "container_name")
+    if not (ns and pod) or _is_exporter(pod, container):
+        return None, None, None
+    return ns, pod, container
+
+
 def context_from_labels(labels: Mapping[str, str]) -> Context | None:
+    """Who held the device: a Slurm job (hpc_job; tenant = its account label, else the workload's namespace) or a
+    Kubernetes workload (job id namespace/pod, tenant = namespace); None for an idle GPU or the exporter itself."""
+    ns, pod, container = workload_from_labels(labels)
     job = _nonempty(labels, *JOB_LABELS)
     if job is not None:
-        return Context("slurm", job, _nonempty(labels, "account", "slurm_account"))
-    ns = _nonempty(labels, "namespace", "pod_namespace", "exported_namespace")
-    pod = _nonempty(labels, "pod", "pod_name", "exported_pod")
+        return Context("slurm", job, _nonempty(labels, "account", "slurm_account") or ns,
+                       (("namespace", ns),) if ns else ())
     if ns and pod:
-        container = _nonempty(labels, "container", "container_name") or ""
-        return Context("k8s", f"{ns}/{pod}", ns, (("container", container),))
+        return Context("k8s", f"{ns}/{pod}", ns, (("container", container or ""),))
     return None
 
 

@@ -29,6 +29,7 @@ from ..method import (
     nh_to_hours,
 )
 from ..method.attribution import DEFAULT_THRESHOLDS, seconds_to_nh
+from ..method.mig import mig_share
 from ..method.skus import SkuRating, match_sku
 
 RECEIPT_VERSION = "1.0"
@@ -121,7 +122,8 @@ def run_frame(entries: Sequence[ChainedEntry], open_end: str | None = None) -> R
         if uuid is None or uuid in devices:
             continue
         devices[uuid] = {"uuid": uuid, "node": c.entry.node or d.get("node"), "index": d.get("index"),
-                         "sku": d.get("sku"), "vendor": d.get("vendor")}
+                         "sku": d.get("sku"), "vendor": d.get("vendor"), "mig_profile": d.get("mig_profile"),
+                         "mig_instance": d.get("mig_instance"), "gpu_uuid": d.get("gpu_uuid")}
     nodes = sorted({d["node"] for d in devices.values() if d["node"]} |
                    {c.entry.node for c in started if c.entry.node})
     susp = []
@@ -279,9 +281,8 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
     unattributed_policy = contract.unknown_policy
     dev_lines = []
     for dev, rating, acc in accounts:
-        basis = contract.basis_for(rating.key if rating else None)
-        rate = basis.hourly(rating.tdp_w if rating else None)
-        rates[rating.key if rating else "unrated"] = rate
+        rate, rate_key, mig = _device_rate(contract, rating, dev)
+        rates[rate_key] = rate
         unknown_by_policy = {p: 0 for p in by_policy}
         for gid, v in acc.gap_nh.items():
             unknown_by_policy[gap_policy.get(gid, unattributed_policy)] += v
@@ -299,10 +300,13 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         cost_nh["suspended"] += acc.suspended_nh * rate
         for name, v in zip(BUCKETS, acc.buckets):
             cost_nh[name] += int(v) * rate
-        dev_lines.append({"uuid": dev["uuid"], "node": dev["node"], "index": dev["index"], "sku": dev["sku"],
-                          "sku_rating": rating.key if rating else None, "fidelity": acc.fidelity,
-                          "gpu_hours": _hours_block(acc.buckets, acc.paid_nh, acc.suspended_nh),
-                          "billed_gpu_hours": nh_to_hours(billed), "rate": str(rate)})
+        line = {"uuid": dev["uuid"], "node": dev["node"], "index": dev["index"], "sku": dev["sku"],
+                "sku_rating": rating.key if rating else None, "fidelity": acc.fidelity,
+                "gpu_hours": _hours_block(acc.buckets, acc.paid_nh, acc.suspended_nh),
+                "billed_gpu_hours": nh_to_hours(billed), "rate": str(rate)}
+        if mig is not None:   # only MIG slices carry it, so whole-GPU receipts keep their bytes and hashes
+            line["mig"] = mig
+        dev_lines.append(line)
     fidelities = sorted({acc.fidelity for _d, _r, acc in accounts})
     fidelity = fidelities[0] if len(fidelities) == 1 else ("mixed" if fidelities else "none")
 
@@ -387,6 +391,33 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
     }
     body["receipt_hash"] = receipt_hash(body)
     return Receipt(body=body, timelines=timelines)
+
+
+def _device_rate(contract: Any, rating: SkuRating | None, dev: Mapping) -> tuple[Decimal, str, dict | None]:
+    """(hourly rate, its key in the receipt's rate table, the MIG slice it names or None) for one device.
+
+    A MIG instance pays the contract's price for its profile when the contract names one
+    (``<SKU key>/<profile>``), else the whole GPU's rate times the fraction its profile holds
+    (method.mig.mig_share); a profile the table does not know is billed as a whole GPU, and says so.
+    """
+    key = rating.key if rating else None
+    profile = dev.get("mig_profile")
+    if not profile:
+        return contract.basis_for(key).hourly(rating.tdp_w if rating else None), key or "unrated", None
+    share = mig_share(profile, dev.get("sku"))
+    mig = {"gpu_uuid": dev.get("gpu_uuid"), "gpu_instance": dev.get("mig_instance"), "profile": profile,
+           "share": None if share is None else f"{share.numerator}/{share.denominator}"}
+    priced = contract.skus.get(f"{key}/{profile}") if key else None
+    if priced is not None:
+        mig["priced_as"] = "contract profile"
+        return priced.hourly(rating.tdp_w if rating else None), f"{key}/{profile}", mig
+    whole = contract.basis_for(key).hourly(rating.tdp_w if rating else None)
+    if share is None:
+        mig["priced_as"] = "whole GPU (profile not in the MIG table)"
+        return whole, key or "unrated", mig
+    mig["priced_as"] = "share of the whole GPU's rate"
+    rate = (whole * share.numerator / share.denominator).quantize(Decimal("1e-12"), rounding=ROUND_HALF_EVEN)
+    return rate, f"{key or 'unrated'}/{profile}", mig
 
 
 def receipt_hash(body: Mapping[str, Any]) -> str:
