@@ -212,3 +212,88 @@ def test_mig_share_table(profile, sku, share):
 
     got = mig_share(profile, sku)
     assert (None if got is None else str(got)) == share
+
+
+# --- workload identity from Prometheus labels -------------------------------------------------------------------
+
+def _runs(sqlite_url: str) -> dict[str, dict]:
+    import sqlite3
+
+    con = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"))
+    rows = con.execute("SELECT job_id, payload FROM entries WHERE kind = 'allocation_started'").fetchall()
+    bound = con.execute("SELECT job_id, device FROM entries WHERE kind = 'device_bound'").fetchall()
+    con.close()
+    out = {job: {**json.loads(p), "devices": set()} for job, p in rows}
+    for job, dev in bound:
+        out[job]["devices"].add(dev)
+    return out
+
+
+def test_path_b_multi_namespace_response_gives_runs_for_workloads_only(runner, cli, tmp_path, sqlite_url):
+    # Defect 3: the exporter's own namespace/pod became the tenant (idle GPUs billed to gpu-operator), and the
+    # workload's exported_* labels were ignored.
+    src = R / "prometheus" / "query_vector_multi_namespace_gpu_operator.json"
+    r = runner.invoke(cli, ["--db", sqlite_url, "import", "prometheus", str(src), "--json", "--quiet",
+                            "--tenant", "redacted=vision-team"], env=ENV)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["devices"] == 6
+    runs = _runs(sqlite_url)
+    assert sorted(runs) == ["model-playground-stg/text-embedding-predictor-00008-deployment-57946f6c67-vdtjl",
+                            "model-playground-stg/tts-predictor-00011-deployment-5554f75554-8j8pl",
+                            "redacted/tensorflow-0"]
+    assert all("gpu-operator" not in j and "dcgm-exporter" not in j for j in runs)
+    assert runs["redacted/tensorflow-0"]["account"] == "vision-team"          # the site mapping
+    assert runs["redacted/tensorflow-0"]["devices"] == {"GPU-585834da-79ca-0599-5140-4ffdb131ae93",
+                                                        "GPU-8f8001ff-73ba-2e83-3cdc-4156ae4f3912"}
+    tts = runs["model-playground-stg/tts-predictor-00011-deployment-5554f75554-8j8pl"]
+    assert tts["account"] == "model-playground-stg" and tts["labels"] == {"container": "kserve-container"}
+    assert tts["devices"] == {"GPU-58e8f5ea-13cc-013a-d88f-2bcf5ae8bc77/gi9"}
+
+
+def _labels(line: str) -> dict[str, str]:
+    body = line.strip()
+    name, _, rest = body.partition("{")
+    return {"__name__": name, **prometheus._labels(rest.rsplit("}", 1)[0], "x", "line 1")}
+
+
+EXP = 'namespace="gpu-operator",pod="nvidia-dcgm-exporter-x8k2p",container="nvidia-dcgm-exporter"'
+# label set (besides UUID/gpu) -> (run job id, tenant) or None; the same rows are docs/telemetry.md's table
+IDENTITY_TABLE = [
+    ('namespace="ml",pod="train-0",container="c"', ("ml/train-0", "ml")),
+    ('namespace="",pod="",container=""', None),
+    (EXP, None),
+    (EXP + ',exported_namespace="ml",exported_pod="train-0",exported_container="c"', ("ml/train-0", "ml")),
+    ('pod_namespace="ml",pod_name="train-0",container_name="c"', ("ml/train-0", "ml")),
+    ('hpc_job="4242"', ("4242", None)),
+    ('hpc_job="4242",namespace="physics",pod="slurm-4242",container="c"', ("4242", "physics")),
+    ('hpc_job="4242",' + EXP + ',exported_namespace="physics",exported_pod="p",exported_container="c"',
+     ("4242", "physics")),
+    ('hpc_job="4242",' + EXP, ("4242", None)),
+    ('hpc_job="4242",account="astro",namespace="physics",pod="p"', ("4242", "astro")),
+    ('instance="nvidia-dcgm-exporter.gpu-operator:9400",job="dcgm-nvidia-gpu-operator"', None),
+]
+
+
+@pytest.mark.parametrize("extra,expected", IDENTITY_TABLE)
+def test_identity_table_row(extra, expected):
+    labels = _labels('DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-1",' + extra + "}")
+    ctx = prometheus.context_from_labels(labels)
+    assert (None if ctx is None else (ctx.job_id, ctx.tenant)) == expected
+
+
+def test_identity_from_real_stored_series_target_labels_only_and_exporter_hostname():
+    c = prometheus.Collected("prometheus")
+    only_target = _labels(text("prometheus", "target_labels_only_dcgm277.txt"))
+    assert prometheus.context_from_labels(only_target) is None
+    dev = prometheus.device_from_labels(only_target, c)
+    assert c.devices[dev].node == "node-1" and c.devices[dev].sku == "Quadro RTX 6000"
+    aks = _labels(text("prometheus", "exporter_pod_hostname_gpuoperator472.txt"))
+    dev = prometheus.device_from_labels(aks, c)            # Hostname is the exporter pod: the node label wins
+    assert c.devices[dev].node == "aks-gpunp-66230965-vmss000000"
+    assert prometheus.context_from_labels(aks) is None
+
+
+def test_empty_vector_response_is_refused_truthfully(runner, cli, tmp_path, sqlite_url):
+    src = R / "prometheus" / "empty_vector_eks_gpuoperator983.json"
+    r = runner.invoke(cli, ["--db", sqlite_url, "import", "prometheus", str(src)], env=ENV)
+    assert r.exit_code == 1 and "no telemetry this importer maps" in r.output and str(src) in r.output
