@@ -297,3 +297,87 @@ def test_empty_vector_response_is_refused_truthfully(runner, cli, tmp_path, sqli
     src = R / "prometheus" / "empty_vector_eks_gpuoperator983.json"
     r = runner.invoke(cli, ["--db", sqlite_url, "import", "prometheus", str(src)], env=ENV)
     assert r.exit_code == 1 and "no telemetry this importer maps" in r.output and str(src) in r.output
+
+
+# --- AMD: amd-smi across ROCm 6.x --------------------------------------------------------------------------------
+
+def amd(name, **kw):
+    return amdsmi.read(R / "amd_smi" / name, start=T0, interval=1.0, node="n", **kw)
+
+
+def test_amd_metric_text_radeon_rocm63():
+    c = amd("metric_text_radeon_rocm63_powerjoular67.txt")
+    assert vals(c, "n/gpu0", "gpu_util") == [0.0] and vals(c, "n/gpu0", "mem_copy_util") == [0.01]
+    assert vals(c, "n/gpu0", "power_w") == [20.0] and vals(c, "n/gpu0", "sm_clock_mhz") == [14.0]   # GFX_0 CLK
+    assert c.skipped == {"shell_prompt": 1}
+
+
+def test_amd_metric_json_value_unit_objects_w7700():
+    c = amd("metric_json_w7700_usage_beszel737.json")
+    assert vals(c, "n/gpu0", "gpu_util") == [0.42] and vals(c, "n/gpu0", "mem_copy_util") == [0.01]
+
+
+def test_amd_monitor_putm_8gpu():
+    c = amd("monitor_putm_8gpu_mi300x_rocmblog.txt")
+    assert len(c.devices) == 8
+    assert vals(c, "n/gpu1", "power_w") == [143.0] and vals(c, "n/gpu1", "gpu_util") == [0.13]
+    assert vals(c, "n/gpu3", "mem_clock_mhz") == [913.0] and vals(c, "n/gpu7", "mem_temp_c") == [37.0]
+
+
+def test_amd_monitor_behind_a_version_banner_in_kubectl_logs():
+    c = amd("monitor_ptum_kubectl_logs_banner_rocm622.txt")
+    assert c.skipped == {"tool_banner": 1}
+    assert vals(c, "n/gpu0", "power_w") == [126.0] and vals(c, "n/gpu0", "sm_clock_mhz") == [182.0]
+
+
+def test_amd_monitor_all_columns_with_throttle_word_and_na_bandwidth():
+    c = amd("monitor_full_columns_throttle_rocm64.txt")
+    assert vals(c, "n/gpu0", "gpu_util") == [0.84] and vals(c, "n/gpu0", "fb_used_mib") == [227.0]
+    assert vals(c, "n/gpu0", "ecc_dbe_aggregate") == [0.0]
+    assert {"throttle", "pcie_bw", "enc_util"} <= set(c.unmapped)     # reported, not fatal
+
+
+def test_amd_monitor_cpx_partitions_are_sixteen_devices():
+    c = amd("monitor_ptv_cpx_partitions_changelog.txt")
+    assert len(c.devices) == 16 and vals(c, "n/gpu15", "power_w") == [219.0]
+    assert c.unmapped == {"vram_total": 1}
+
+
+def test_amd_changelog_blocks_throttle_violation_usage_power():
+    thr = amd("changelog_L0034_amd_smi_metric_throttle.txt")
+    assert vals(thr, "n/gpu1", "clock_reasons") == [0.0] and thr.skipped == {"shell_prompt": 1, "elision": 1}
+    vio = amd("changelog_L0079_amd_smi_monitor_violation.txt")
+    assert len(vio.devices) == 16
+    usage = amd("changelog_L0107_amd_smi_metric_usage.txt")      # per-XCP lists skipped, GFX_ACTIVITY read
+    assert vals(usage, "n/gpu1", "gpu_util") == [0.0]
+    power = amd("changelog_L1635_amd_smi_metric_p_json.txt")
+    assert vals(power, "n/gpu0", "power_w") == [10.0]
+
+
+def test_amd_metric_csv_names_of_rocm6_and_per_xcd_clocks():
+    # Defect 5: gfx_activity, umc_activity, gfx_N_clk, mem_0_clk were silently dropped (only power landed).
+    header = ("timestamp,gpu,gfx_activity,umc_activity,mm_activity,gfx_busy_inst_xcp_0,socket_power,"
+              "gfx_0_clk,gfx_1_clk,gfx_2_clk,gfx_3_clk,mem_0_clk,edge,hotspot,mem")
+    csv_text = header + "\n1767225600,0,95,80,N/A,\"[95, 94]\",700,2100,2090,N/A,2110,1300,N/A,78,60\n"
+    c = amdsmi.parse(csv_text, "m.csv", node="n")
+    d = "n/gpu0"
+    assert vals(c, d, "gpu_util") == [0.95] and vals(c, d, "mem_copy_util") == [0.8]
+    assert vals(c, d, "sm_clock_mhz") == [2100.0]            # mean of the readable XCD clocks
+    assert vals(c, d, "mem_clock_mhz") == [1300.0] and vals(c, d, "gpu_temp_c") == [78.0]
+    assert vals(c, d, "mem_temp_c") == [60.0] and vals(c, d, "power_w") == [700.0]
+    assert "gfx_busy_inst_xcp_0" in c.unmapped
+
+
+def test_amd_ecc_blocks_are_summed_for_the_drift_agent():
+    doc = json.dumps([{"gpu": 0, "ecc_blocks": {"UMC": {"correctable_count": 3, "uncorrectable_count": 0},
+                                                "SDMA": {"correctable_count": 1, "uncorrectable_count": 1}}}])
+    c = amdsmi.parse(doc, "ecc.json", start=T0, interval=1.0, node="n")
+    assert vals(c, "n/gpu0", "ecc_sbe_aggregate") == [4.0] and vals(c, "n/gpu0", "ecc_dbe_aggregate") == [1.0]
+
+
+def test_amd_monitor_with_process_table_counts_and_skips_it():
+    raw = text("amd_smi", "monitor_putm_8gpu_mi300x_rocmblog.txt").splitlines()[:4]
+    raw += ["", "PROCESS INFO:", "GPU  NAME    PID   GTT_MEM  CPU_MEM  VRAM_MEM  MEM_USAGE",
+            "  0  python  1234  2.1 MB   1.0 MB   10.2 GB   10.3 GB"]
+    c = amdsmi.parse("\n".join(raw), "q.txt", start=T0, interval=1.0, node="n")
+    assert len(c.devices) == 2 and c.skipped["process_table"] == 1 and c.skipped["not_a_table_row"] == 1

@@ -18,7 +18,7 @@ import json
 import re
 from pathlib import Path
 
-from .common import Collected, CsvReader, DeviceInfo, InputError, decode_text, small_index
+from .common import Collected, CsvReader, DeviceInfo, InputError, decode_text, noise_reason, small_index
 from .dmon import _META, _epoch
 
 PCT = 0.01
@@ -28,7 +28,7 @@ METRIC_MAP = {
     "power.average_socket_power": ("power_w", 1.0),
     "temperature.hotspot": ("gpu_temp_c", 1.0), "temperature.mem": ("mem_temp_c", 1.0),
     "temperature.memory": ("mem_temp_c", 1.0),
-    "clock.gfx_0.clk": ("sm_clock_mhz", 1.0), "clock.gfx.clk": ("sm_clock_mhz", 1.0),
+    "clock.gfx.clk": ("sm_clock_mhz", 1.0),
     "clock.mem_0.clk": ("mem_clock_mhz", 1.0), "clock.mem.clk": ("mem_clock_mhz", 1.0),
     "energy.total_energy_consumption": ("energy_j", None),
     "ecc.total_correctable_count": ("ecc_sbe_aggregate", 1.0), "ecc.total_uncorrectable_count": ("ecc_dbe_aggregate", 1.0),
@@ -50,7 +50,18 @@ MONITOR_MAP = {
 VIOLATION_BITS = {"pviol": 0x4, "tviol": 0x20, "phot_tviol": 0x8, "vr_tviol": 0x40, "hbm_tviol": 0x40,
                   "ppt": 0x4, "socket_thermal": 0x20, "prochot": 0x8, "vr_thermal": 0x40, "hbm_thermal": 0x40}
 ENERGY_UNITS = {"j": 1.0, "mj": 1e-3, "uj": 1e-6, "µj": 1e-6, "kj": 1e3}
-_CELL = re.compile(r"N/A|-?\d+(?:\.\d+)?(?:\s?(?:%|W|°C|C|MHz|GHz|MB|GB|J|mJ|uJ|mV))?")
+_CELL = re.compile(r"N/A(?:\s?Mb/s)?|-?\d+(?:\.\d+)?(?:\s?(?:%|W|°C|C|MHz|GHz|MB|GB|J|mJ|uJ|mV|Mb/s))?|[A-Z][A-Z_]+")
+# `amd-smi metric --csv` flattens the metric sections into bare column names (ROCm 6.2-6.4 and 7.x): usage,
+# power, per-XCD clocks, temperatures by sensor. "mem" is the memory temperature there, but memory utilisation
+# in `amd-smi monitor --csv`, so the metric CSV has its own map (chosen by its columns).
+METRIC_CSV_MAP = {
+    "gfx_activity": ("gpu_util", PCT), "umc_activity": ("mem_copy_util", PCT), "socket_power": ("power_w", 1.0),
+    "current_socket_power": ("power_w", 1.0), "average_socket_power": ("power_w", 1.0),
+    "mem_0_clk": ("mem_clock_mhz", 1.0), "hotspot": ("gpu_temp_c", 1.0), "mem": ("mem_temp_c", 1.0),
+    "used_vram": ("fb_used_mib", 1.0), "total_correctable_count": ("ecc_sbe_aggregate", 1.0),
+    "total_uncorrectable_count": ("ecc_dbe_aggregate", 1.0),
+}
+_GFX_CLK = re.compile(r"^(?:clock\.)?gfx_(\d+)[._]clk$")
 _NUM_UNIT = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(\S+)?\s*$")
 
 
@@ -90,6 +101,13 @@ class _Ticker:
 
 def _add_flat(c: Collected, dev: str, t: float, flat: dict[str, object], place: str) -> None:
     mask, known = 0, False
+    clocks = [(k, v) for k, v in flat.items() if _GFX_CLK.match(k.lower())]
+    if clocks:
+        _add_gfx_clocks(c, dev, t, clocks, place)
+    ecc = _ecc_blocks(flat)
+    if ecc:
+        for name, total in ecc.items():
+            c.add(dev, name, t, total, place=f"{place} ecc blocks")
     have_hotspot = any(k.lower() == "temperature.hotspot" for k in flat)
     for key, raw in flat.items():
         k = key.lower()
@@ -112,6 +130,29 @@ def _add_flat(c: Collected, dev: str, t: float, flat: dict[str, object], place: 
                     mask |= VIOLATION_BITS[m.group(1)]
     if known:
         c.add(dev, "clock_reasons", t, float(mask), place=place)
+
+
+_ECC_BLOCK = re.compile(r"^ecc_blocks?\.[^.]+\.(correctable|uncorrectable)(?:_count)?$")
+
+
+def _ecc_blocks(flat: dict[str, object]) -> dict[str, float]:
+    """``amd-smi metric --ecc-block``: per-block (UMC, SDMA, GFX, ...) counts, summed into the device totals the
+    drift agent reads, unless the output also carries the totals (``ecc.total_*``)."""
+    if any(k.lower().startswith("ecc.total_") for k in flat):
+        return {}
+    sums: dict[str, float] = {}
+    for key, raw in flat.items():
+        m = _ECC_BLOCK.match(key.lower())
+        if m is None:
+            continue
+        value, _unit = _split_value(raw)
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            continue
+        name = "ecc_sbe_aggregate" if m.group(1) == "correctable" else "ecc_dbe_aggregate"
+        sums[name] = sums.get(name, 0.0) + v
+    return sums
 
 
 def _flatten(obj, prefix: str = "") -> dict[str, object]:  # noqa: ANN001
@@ -197,29 +238,54 @@ def parse_plain_metric(lines: list[tuple[int, str]], path: str, ticker: _Ticker)
 
 
 def parse_table(lines: list[tuple[int, str]], path: str, ticker: _Ticker) -> None:
+    """``amd-smi monitor`` tables. A second table under a process header (``monitor -q``) is the process list:
+    its rows count compute processes per GPU; anything else that is not a row is skipped and counted."""
     c = ticker.c
     header: list[str] | None = None
+    procs: dict[str, int] | None = None
+    rows = 0
     for n, raw in lines:
         s = raw.strip()
-        if s.split()[0] == "GPU" and not s.split()[1:2] == [":"]:
-            header = [h.lower() for h in s.split()[1:]]
+        toks = s.split()
+        if toks[0] == "GPU" and toks[1:2] != [":"]:
+            cols = [h.lower() for h in toks[1:]]
+            if "pid" in cols:         # monitor -q: the process table that follows the metrics
+                procs = {}
+            else:
+                header, procs = cols, None
+                for col in header:
+                    if col in MONITOR_MAP:
+                        c.note_mapped(col, MONITOR_MAP[col][0])
+                    elif col not in VIOLATION_BITS:
+                        c.note_unmapped(col)
             continue
-        if header is None:
-            raise InputError(path, f"line {n}", "table row before its header")
+        if procs is not None:
+            if toks[0].isdecimal():
+                procs[toks[0]] = procs.get(toks[0], 0) + 1
+            c.skip(f"line {n}", "process_table", s)
+            continue
         first, _, rest = s.partition(" ")
         cells = _CELL.findall(rest)
-        if len(cells) != len(header):
-            raise InputError(path, f"line {n}", f"{len(cells)} values for {len(header)} columns")
+        if header is None or not first.isdecimal() or len(cells) != len(header):
+            c.skip(f"line {n}", "not_a_table_row", s)
+            continue
         _add_row(c, ticker, first, dict(zip(header, cells)), f"line {n}")
+        rows += 1
+    if rows == 0:
+        raise InputError(path, f"line {lines[0][0]}", "expected an amd-smi monitor table (a 'GPU ...' header, then one "
+                                                     "row per GPU)")
 
 
 def _add_row(c: Collected, ticker: _Ticker, gpu: str, row: dict[str, str], place: str,
-             explicit: float | None = None) -> None:
+             explicit: float | None = None, names: dict = MONITOR_MAP) -> None:
     t = ticker.time_for(gpu, place, explicit)
     dev = ticker.device(gpu)
     mask, known = 0, False
+    clocks = [(col, cell) for col, cell in row.items() if _GFX_CLK.match(col)]
+    if clocks:
+        _add_gfx_clocks(c, dev, t, clocks, place)
     for col, cell in row.items():
-        spec = MONITOR_MAP.get(col)
+        spec = names.get(col)
         value, _unit = _split_value(cell)
         if spec is not None:
             c.add_raw(dev, spec[0], t, value, spec[1], place=f"{place} column {col}")
@@ -232,11 +298,36 @@ def _add_row(c: Collected, ticker: _Ticker, gpu: str, row: dict[str, str], place
         c.add(dev, "clock_reasons", t, float(mask), place=place)
 
 
+def _add_gfx_clocks(c: Collected, dev: str, t: float, clocks: list[tuple[str, object]], place: str) -> None:
+    """MI300-class parts report one GFX clock per XCD (gfx_0_clk .. gfx_7_clk): the SM-clock equivalent is
+    their mean over the readable ones; none readable is missing."""
+    got = []
+    for col, cell in clocks:
+        value, _unit = _split_value(cell)
+        try:
+            got.append(float(value))
+        except (TypeError, ValueError):
+            continue
+        c.note_mapped(col, "sm_clock_mhz")
+    if got:
+        c.add_raw(dev, "sm_clock_mhz", t, sum(got) / len(got), place=f"{place} gfx clocks")
+    else:
+        c.add(dev, "sm_clock_mhz", t, None, "not_available", place=place)
+
+
 def parse_csv(text: str, path: str, ticker: _Ticker) -> None:
     reader = CsvReader(text, path)
     header = [h.strip().lower() for h in next(reader)]
     if "gpu" not in header:
         raise InputError(path, "line 1", f"wrong columns: no 'gpu' column in {','.join(header)[:100]}")
+    metric = bool({"gfx_activity", "hotspot", "edge", "socket_power"} & set(header)) or \
+        any(_GFX_CLK.match(h) for h in header)
+    names = METRIC_CSV_MAP if metric else MONITOR_MAP
+    for h in header:
+        if h in names:
+            ticker.c.note_mapped(h, names[h][0])
+        elif h not in ("gpu", "timestamp") and not _GFX_CLK.match(h) and h not in VIOLATION_BITS:
+            ticker.c.note_unmapped(h)
     for row in reader:
         if not row:
             continue
@@ -253,20 +344,25 @@ def parse_csv(text: str, path: str, ticker: _Ticker) -> None:
                 explicit = _epoch(ts)
             except ValueError:
                 raise InputError(path, f"line {reader.line_num} column timestamp", f"not a time: {ts[:40]!r}") from None
-        _add_row(ticker.c, ticker, gpu, rec, f"line {reader.line_num}", explicit)
+        _add_row(ticker.c, ticker, gpu, rec, f"line {reader.line_num}", explicit, names)
 
 
 def parse(text: str, path: str = "<input>", *, start: float | None = None, interval: float | None = None,
           node: str | None = None) -> Collected:
     meta: dict[str, str] = {}
     lines: list[tuple[int, str]] = []
+    noise: list[tuple[int, str, str]] = []
     for n, raw in enumerate(text.splitlines(), start=1):
         s = raw.strip()
         m = _META.match(s)
         if m:
             meta.update(kv.split("=", 1) for kv in m.group(1).split() if "=" in kv)
             continue
-        if not s or s.startswith("$") or s.startswith("amd-smi ") or s == "...":
+        if not s:
+            continue
+        why = noise_reason(s)
+        if why is not None:
+            noise.append((n, why, s))
             continue
         lines.append((n, raw.rstrip()))
     if not lines:
@@ -278,6 +374,8 @@ def parse(text: str, path: str = "<input>", *, start: float | None = None, inter
     except ValueError:
         raise InputError(path, "metadata line", "start/interval_ms not understood") from None
     c = Collected("amd_smi", path=path, cadence=interval)
+    for n, why, s in noise:
+        c.skip(f"line {n}", why, s)
     ticker = _Ticker(c, start, interval, node or meta.get("node") or "unknown-node")
     first = lines[0][1].strip()
     if first.startswith(("[", "{")):
