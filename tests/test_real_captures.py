@@ -381,3 +381,106 @@ def test_amd_monitor_with_process_table_counts_and_skips_it():
             "  0  python  1234  2.1 MB   1.0 MB   10.2 GB   10.3 GB"]
     c = amdsmi.parse("\n".join(raw), "q.txt", start=T0, interval=1.0, node="n")
     assert len(c.devices) == 2 and c.skipped["process_table"] == 1 and c.skipped["not_a_table_row"] == 1
+
+
+# --- dcgmi stats -------------------------------------------------------------------------------------------------
+
+def test_dcgmi_stats_verbose_one_gpu_uberprof():
+    from ledger.sources import dcgm
+
+    rep = dcgm.parse_stats(text("dcgmi_stats", "dcgmi_stats_x_then_v_j_1gpu_uberprof.txt"))
+    assert rep.job_id == "232" and rep.verbose
+    (gpu,) = rep.blocks
+    assert gpu.gpu_id == 0 and gpu.values["execution_time_s"] == 47.57
+    assert gpu.missing["slowdown_reliability_pct"] == "not_supported"
+
+
+def test_dcgmi_stats_summary_on_mig_a100():
+    from ledger.sources import dcgm
+
+    rep = dcgm.parse_stats(text("dcgmi_stats", "dcgmi_stats_j_summary_mig_a100_dcgm_issue93.txt"))
+    assert rep.job_id == "952404" and not rep.verbose
+    assert rep.blocks[0].values["execution_time_s"] == 6391.9
+    assert rep.blocks[0].missing["energy_j"] == "not_specified"
+
+
+def test_dcgmi_stats_file_with_two_jobs_is_split_by_job():
+    # Defect 6a: two reports in one file were merged under the first job id.
+    from ledger.sources import dcgm
+
+    both = (text("dcgmi_stats", "dcgmi_stats_x_then_v_j_1gpu_uberprof.txt") + "\n"
+            + text("dcgmi_stats", "dcgmi_stats_j_summary_mig_a100_dcgm_issue93.txt"))
+    reps = dcgm.parse_stats_reports(both)
+    assert [(r.job_id, len(r.blocks), r.blocks[0].gpu_id) for r in reps] == [("232", 1, 0), ("952404", 1, None)]
+    with pytest.raises(dcgm.DcgmParseError, match=r"2 job reports \(232, 952404\)"):
+        dcgm.parse_stats(both)
+
+
+def test_dcgmi_stats_table_without_its_header_line_is_refused_truthfully():
+    # Defect 6b: the error message was a data row ("| Single Bit ECC Errors | 0 |").
+    from ledger.sources import dcgm
+
+    headless = "\n".join(ln for ln in text("dcgmi_stats", "dcgmi_stats_x_then_v_j_1gpu_uberprof.txt").splitlines()
+                         if "Successfully retrieved" not in ln)
+    with pytest.raises(dcgm.DcgmParseError, match=r"without its 'Successfully retrieved statistics for job") as exc:
+        dcgm.parse_stats(headless)
+    assert "|" not in str(exc.value)
+    assert dcgm.parse_stats("Error: Unable to get job statistics. Return: No data is available.\n").cause == "no_data"
+
+
+# --- nvidia-smi CSV and -L ----------------------------------------------------------------------------------------
+
+def test_nvidia_smi_csv_one_line_from_kubectl_exec():
+    c = nvidia_smi.read(R / "nvidia_smi_csv" / "nvidia_smi_query_gpu_csv_1line_h100_aicr.txt", start=T0,
+                        interval=1.0, node="n")
+    (d,) = c.devices
+    assert vals(c, d, "gpu_util") == [1.0] and vals(c, d, "power_w") == [290.28] and vals(c, d, "mem_copy_util") == [0.0]
+
+
+def test_nvidia_smi_list_of_h100_with_a_mig_device():
+    from ledger.sources import nvml
+
+    gpus = nvml.parse_list(text("nvidia_smi_csv", "nvidia_smi_L_4xh100_mig_dcgm_issue229.txt"))
+    assert [g.index for g in gpus] == [0, 1, 2, 3] and gpus[3].uuid == "GPU-5ea04b20-4cc3-4d84-0bb2-e4143be8e874"
+    migs = nvml.parse_mig_list(text("nvidia_smi_csv", "nvidia_smi_L_4xh100_mig_dcgm_issue229.txt"))
+    assert [(m.parent_uuid, m.profile, m.device, m.uuid) for m in migs] == [
+        ("GPU-5ea04b20-4cc3-4d84-0bb2-e4143be8e874", "2g.20gb", 0, "MIG-55d07ceb-ef71-58e0-87c2-0477d96fa03f")]
+
+
+# --- prometheus docs matrix, scrapes of several exporter generations ----------------------------------------------
+
+def test_dcgm_exporter_scrapes_of_several_generations():
+    t4 = prometheus.read(R / "dcgm_exporter" / "metrics_scrape_t4_prof_pod_labels_dcgm_issue191.prom", default_ts=T0)
+    assert len(t4.devices) == 2
+    v100 = prometheus.parse(text("dcgm_exporter", "v100_no_labels_gpumontools189.prom"), "v.prom", default_ts=T0)
+    d = "GPU-08abd178-8a91-05c5-6a52-1ab4a05bcdaf"
+    assert vals(v100, d, "sm_clock_mhz") == [1380.0] and vals(v100, d, "energy_j") == [129931554.972]
+    assert v100.devices[d].sku is None and "DCGM_FI_PROF_PCIE_TX_BYTES" in v100.unmapped
+    empty = prometheus.parse(text("dcgm_exporter", "empty_pod_labels_gpumontools138.prom"), "e.prom", default_ts=T0)
+    assert empty.contexts == {}                               # namespace="" pod="": no workload, no tenant
+    assert vals(empty, "GPU-6bf47ca9-ad3e-15db-beed-1079a7d74116", "gpu_util") == [0.44]
+    a30 = prometheus.parse(text("dcgm_exporter", "a30_mig_1g6gb_issue317.prom"), "a.prom", default_ts=T0)
+    assert sorted(a30.devices)[:2] == ["GPU-265c9814-6156-355b-e589-ff2064894f16/gi3",
+                                       "GPU-265c9814-6156-355b-e589-ff2064894f16/gi4"]
+    assert {i.mig_profile for i in a30.devices.values()} == {"1g.6gb"}
+    h100 = prometheus.parse(text("dcgm_exporter", "h100_mig_1g10gb_pods_issue512.prom"), "h.prom", default_ts=T0)
+    assert sorted(ctx.job_id for _d, ctx in h100.contexts) == [
+        "model-playground-stg/text-embedding-predictor-00008-deployment-57946f6c67-vdtjl",
+        "model-playground-stg/tts-predictor-00011-deployment-5554f75554-8j8pl"]
+    doc = prometheus.read(R / "prometheus" / "api_v1_query_range_matrix_format_prometheus_docs.json")
+    assert doc.points == 0 and doc.unmapped                   # the docs' example metric is not a GPU metric
+
+
+def test_import_json_report_names_mapped_unmapped_skipped_and_warnings(runner, cli, tmp_path, sqlite_url):
+    src = tmp_path / "scrape.prom"
+    src.write_text("Handling connection for 9400\n" + text("dcgm_exporter", "v100_no_labels_gpumontools189.prom")
+                   .replace("} 1380", "} 13x0"), encoding="utf-8")
+    r = runner.invoke(cli, ["--db", sqlite_url, "import", "prometheus", str(src), "--at", str(T0), "--json",
+                            "--quiet"], env=ENV)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["skipped_lines"] == {"kubectl_port_forward": 1}
+    assert out["mapped_fields"]["DCGM_FI_DEV_POWER_USAGE"] == "power_w"
+    assert out["unmapped_fields"]["DCGM_FI_PROF_PCIE_RX_BYTES"] == 1
+    assert out["missing"]["sm_clock_mhz"] == {"unreadable": 1}
+    assert any("not a number: '13x0'" in w for w in out["warnings"])

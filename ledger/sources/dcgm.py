@@ -310,15 +310,46 @@ def block_header(line: str) -> tuple[int | None] | None:
 
 
 def parse_stats(text: str) -> JobStatsReport | DcgmError:
-    """Parse ``dcgmi stats [-v] -j ID`` output (prompt lines and ``-x``/``group -d`` chatter around it allowed)."""
+    """Parse ``dcgmi stats [-v] -j ID`` output (prompt lines and ``-x``/``group -d`` chatter around it allowed).
+
+    One report: a text holding reports of several jobs is refused (:func:`parse_stats_reports` splits it), and a
+    table without its "Successfully retrieved statistics for job: ID." line is refused as such (its job is
+    unknown), never classified as a dcgmi error whose message is one of its rows.
+    """
+    reports = parse_stats_reports(text)
+    if isinstance(reports, DcgmError):
+        return reports
+    if len(reports) > 1:
+        raise DcgmParseError(f"dcgmi stats output holds {len(reports)} job reports "
+                             f"({', '.join(r.job_id for r in reports)}): split them (parse_stats_reports)")
+    return reports[0]
+
+
+def parse_stats_reports(text: str) -> list[JobStatsReport] | DcgmError:
+    """Every job report in ``text`` (a file several ``dcgmi stats -v -j`` runs were appended to), split at each
+    "Successfully retrieved statistics for job: ID." line, in file order."""
     lines = text.splitlines()
-    job_id = None
-    for ln in lines:
-        job_id = stats_job_id(ln)
-        if job_id is not None:
-            break
-    if job_id is None:
+    starts = [(i, job) for i, ln in enumerate(lines) if (job := stats_job_id(ln)) is not None]
+    if not starts:
+        if any(block_header(ln) is not None for ln in lines) or any(_row_label(ln) in _ROWS for ln in lines):
+            raise DcgmParseError("a dcgmi stats table without its 'Successfully retrieved statistics for job: ID.' "
+                                 "line: the job it belongs to is unknown")
         return classify_error(text)
+    out = []
+    for k, (i, job_id) in enumerate(starts):
+        end = starts[k + 1][0] if k + 1 < len(starts) else len(lines)
+        out.append(_parse_report(job_id, lines[i + 1:end]))
+    return out
+
+
+def _row_label(line: str) -> str | None:
+    """The label cell of a ``| label | value |`` row, stripped; None for anything else."""
+    if not line.startswith("|") or line.count("|") < 3:
+        return None
+    return line.split("|")[1].strip()
+
+
+def _parse_report(job_id: str, lines: list[str]) -> JobStatsReport:
     blocks: list[GpuJobStats] = []
     header: tuple[int | None] | None = None
     body: list[str] = []

@@ -141,6 +141,34 @@ def parse_list(text: str) -> list[NvidiaGpu]:
     return gpus
 
 
+class MigDevice(Frozen):
+    """A MIG device as ``nvidia-smi -L`` lists it under its parent GPU."""
+
+    __slots__ = ("parent_uuid", "parent_index", "profile", "device", "uuid")
+    parent_uuid: str
+    parent_index: int
+    profile: str
+    device: int
+    uuid: str
+
+
+def parse_mig_list(text: str) -> list[MigDevice]:
+    """``nvidia-smi -L``'s indented ``MIG 2g.20gb Device 0: (UUID: MIG-...)`` rows, each with its parent GPU."""
+    import re
+
+    out, parent = [], None
+    for ln in text.splitlines():
+        m = re.match(r"GPU (\d+): .* \(UUID: (GPU-[0-9a-fA-F-]+)\)\s*$", ln)
+        if m:
+            parent = (m.group(2), int(m.group(1)))
+            continue
+        m = re.match(r"\s+MIG\s+(\S+)\s+Device\s+(\d+):\s+\(UUID:\s+(MIG-[0-9a-fA-F-]+)\)\s*$", ln)
+        if m and parent is not None:
+            out.append(MigDevice(parent_uuid=parent[0], parent_index=parent[1], profile=m.group(1),
+                                 device=int(m.group(2)), uuid=m.group(3)))
+    return out
+
+
 def parse_clock_event_reasons(text: str) -> list[dict]:
     """``nvidia-smi -q -d PERFORMANCE``: per GPU, each clock throttle/event reason -> active (bool) or None (N/A)."""
     import re
