@@ -484,3 +484,18 @@ def test_import_json_report_names_mapped_unmapped_skipped_and_warnings(runner, c
     assert out["unmapped_fields"]["DCGM_FI_PROF_PCIE_RX_BYTES"] == 1
     assert out["missing"]["sm_clock_mhz"] == {"unreadable": 1}
     assert any("not a number: '13x0'" in w for w in out["warnings"])
+
+
+def test_docs_quirk_and_identity_tables_name_tests_that_exist():
+    import re
+
+    doc = (Path(__file__).parent.parent / "docs" / "telemetry.md").read_text(encoding="utf-8")
+    here = Path(__file__).read_text(encoding="utf-8")
+    quirks = doc[doc.index("### 5.4"):doc.index("## 6.")]
+    named = set(re.findall(r"`(test_[a-z0-9_]+?)(?:_…)?`", quirks))
+    assert len(named) >= 25
+    for name in named:
+        assert re.search(rf"def {name}\w*\(", here), name
+    identity = doc[doc.index("### 5.2"):doc.index("### 5.3")]
+    rows = [ln for ln in identity.splitlines() if ln.startswith("| `") or ln.startswith("| `EXP`")]
+    assert len(rows) == len(IDENTITY_TABLE)
