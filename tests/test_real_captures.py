@@ -499,3 +499,64 @@ def test_docs_quirk_and_identity_tables_name_tests_that_exist():
     identity = doc[doc.index("### 5.2"):doc.index("### 5.3")]
     rows = [ln for ln in identity.splitlines() if ln.startswith("| `") or ln.startswith("| `EXP`")]
     assert len(rows) == len(IDENTITY_TABLE)
+
+
+def test_dmon_mig_capture_of_the_dcgm_user_guide_old_header_and_gpu_instances():
+    c = dmon.read(R / "dcgmi_dmon" / "dmon_mig_a100_2x3g_gract_tenso_dcgm_userguide.txt", start=T0, interval=1.0,
+                  node="n")
+    assert sorted(c.devices) == ["n/gpu-i0", "n/gpu-i1", "n/gpu0"]        # "# Entity" with a space, "Id"
+    assert c.devices["n/gpu0"].partitioned and c.devices["n/gpu-i1"].mig_instance == "1"
+    assert vals(c, "n/gpu0", GRACT)[3] == 0.845 and vals(c, "n/gpu-i0", GRACT)[3] == 0.986
+    assert len(vals(c, "n/gpu-i1", "tensor_active")) == 10
+    assert any("does not name MIG profiles" in w for w in c.warnings)
+
+
+def test_dmon_mig_capture_root_prompt_and_indented_header():
+    c = dmon.read(R / "dcgmi_dmon" / "dmon_mig_gract_smact_zhihu.txt", start=T0, interval=1.0, node="n")
+    assert vals(c, "n/gpu-i1", "sm_active") == [0.75] and vals(c, "n/gpu-i1", "dram_active") == [0.8]
+    assert vals(c, "n/gpu0", "sm_occupancy") == [0.364] and c.skipped == {"shell_prompt": 1}
+
+
+def test_nvidia_smi_noheader_loop_is_refused_truthfully():
+    with pytest.raises(InputError, match=r"line 1: no header line \(run nvidia-smi without 'noheader'\)"):
+        nvidia_smi.read(R / "nvidia_smi_csv" / "gpu_usage_noheader_a100_driver545_omniopt.csv")
+    header = ("timestamp, name, pci.bus_id, driver_version, pstate, pcie.link.gen.max, pcie.link.gen.current, "
+              "temperature.gpu, utilization.gpu [%], utilization.memory [%], memory.total [MiB], memory.free [MiB], "
+              "memory.used [MiB]\n")
+    c = nvidia_smi.parse(header + text("nvidia_smi_csv", "gpu_usage_noheader_a100_driver545_omniopt.csv"), "g.csv",
+                         node="slurm-n1")
+    assert sorted(c.devices) == ["slurm-n1/00000000:0B:00.0", "slurm-n1/00000000:3B:00.0", "slurm-n1/00000000:8B:00.0"]
+    assert c.devices["slurm-n1/00000000:3B:00.0"].sku == "NVIDIA A100-SXM4-40GB"   # no index/uuid: the bus id
+    assert vals(c, "slurm-n1/00000000:8B:00.0", "fb_used_mib") == [4.0]
+
+
+def test_one_scrape_of_a_partitioned_a100_bills_the_slice_not_the_gpu(runner, cli, tmp_path, sqlite_url):
+    # Defect 4: parent and 1g.5gb instance bound as whole GPUs in one run (0.0167 GPU-hours for one 30 s scrape).
+    base = 'gpu="0",UUID="%s",device="nvidia0",modelName="NVIDIA A100-SXM4-40GB",Hostname="n1",' % PARENT
+    pod = 'container="c",namespace="ml",pod="p"'
+    src = tmp_path / "one.prom"
+    src.write_text(f"DCGM_FI_DEV_POWER_USAGE{{{base}{pod}}} 250.5\n"
+                   f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{base}GPU_I_PROFILE="1g.5gb",GPU_I_ID="7",{pod}}} 0.9\n',
+                   encoding="utf-8")
+    r = runner.invoke(cli, ["--db", sqlite_url, "import", "prometheus", str(src), "--at", str(T0), "--json",
+                            "--quiet"], env=ENV)
+    assert r.exit_code == 0, r.output
+    runs = _runs(sqlite_url)
+    assert runs["ml/p"]["devices"] == {f"{PARENT}/gi7"}
+    rc = json.loads(runner.invoke(cli, ["--db", sqlite_url, "receipt", "ml/p", "--cluster", "pathb", "--format",
+                                        "json"], env=ENV).output)
+    assert rc["gpu_hours"]["paid"] == pytest.approx(30 / 3600)               # one slice, one 30 s scrape
+    assert rc["devices"][0]["mig"]["share"] == "1/7"
+
+
+def test_path_b_hpc_job_runs_carry_the_namespace_as_account(runner, cli, tmp_path, sqlite_url):
+    # Issue 16 depends on it: Path B runs of Slurm jobs must carry the tenant.
+    base = 'gpu="0",UUID="GPU-1",modelName="NVIDIA H100 80GB HBM3",Hostname="n1",'
+    src = tmp_path / "hpc.prom"
+    src.write_text(f'DCGM_FI_DEV_GPU_UTIL{{{base}hpc_job="4242",{EXP},exported_namespace="physics",'
+                   f'exported_pod="slurm-4242",exported_container="c"}} 77\n', encoding="utf-8")
+    r = runner.invoke(cli, ["--db", sqlite_url, "import", "prometheus", str(src), "--at", str(T0), "--quiet",
+                            "--tenant", "physics=dept-physics"], env=ENV)
+    assert r.exit_code == 0, r.output
+    runs = _runs(sqlite_url)
+    assert list(runs) == ["4242"] and runs["4242"]["account"] == "dept-physics" and runs["4242"]["basis"] == "slurm"

@@ -7,13 +7,15 @@ one-line error. One tick = one row per entity; a tick ends when an entity repeat
 prompts, the echoed command, ``^C``, dcgmi's "dmon was stopped ..." message, kubectl lines) and any other line
 that is not a row are skipped and counted (``Collected.skipped``); the capture is refused only when it has no
 row at all. Columns are the dmon short names
-(``ledger/importers/dcgm_fields.py``); unmapped columns are ignored.
+(``ledger/importers/dcgm_fields.py``); unmapped columns are reported (``Collected.unmapped``). ``GPU-I`` rows are
+MIG instances: in a capture of one GPU that GPU is their partitioned parent.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Iterable
@@ -63,8 +65,8 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
         if not s or s.startswith("# ipledger"):
             continue
         toks = s.split()
-        if toks[0] == "#Entity":
-            columns = toks[1:]
+        if toks[0] == "#Entity" or toks[:2] == ["#", "Entity"]:   # DCGM 3.x+ / older "# Entity"
+            columns = toks[1:] if toks[0] == "#Entity" else toks[2:]
             for col in columns:
                 spec = BY_DMON.get(col)
                 if spec is None:
@@ -72,7 +74,7 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
                 else:
                     c.note_mapped(col, spec.target)
             continue
-        if toks[0] == "ID":        # the units line under the header
+        if toks[0].upper() == "ID" and len(toks) == 1:   # the units line under the header ("ID", older "Id")
             continue
         noise = noise_reason(s)
         if noise is not None or s.startswith("Error") or "dcgmi dmon" in s:
@@ -99,7 +101,8 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
         t = start + tick * interval
         key = f"{node}/gpu{toks[1]}" if toks[0] == "GPU" else f"{node}/{toks[0].lower()}{toks[1]}"
         index = small_index(toks[1]) if toks[0] == "GPU" else None
-        dev = c.device(DeviceInfo(device=key, node=node, index=index))
+        dev = c.device(DeviceInfo(device=key, node=node, index=index,
+                                  mig_instance=toks[1] if toks[0] == "GPU-I" else None))
         for col, v in zip(columns, values):
             spec = BY_DMON.get(col)
             if spec is not None:
@@ -110,9 +113,26 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
                                                        f"#Entity header), got {first_bad[1][:60]!r}")
     if columns is None:
         raise InputError(path, "", "no '#Entity' header: not dcgmi dmon output")
+    _mark_mig_parent(c)
     if start is not None and interval is not None:
         c.span = (start, start + (tick + 1) * interval)
     return c
+
+
+def _mark_mig_parent(c: Collected) -> None:
+    """GPU instances (``GPU-I n``, DCGM's own numbering) in a capture of one GPU make that GPU their partitioned
+    parent, never billed itself. dmon names no profile, so the instances' shares are unknown: said in a warning."""
+    instances = [d for d, i in c.devices.items() if i.mig_instance is not None]
+    if not instances:
+        return
+    gpus = [d for d, i in c.devices.items() if i.mig_instance is None and "/gpu" in d and "/gpu-" not in d]
+    if len(gpus) == 1:
+        c.devices[gpus[0]] = replace(c.devices[gpus[0]], partitioned=True)
+    else:
+        c.warn(f"{c.path}: {len(instances)} GPU instances in a capture of {len(gpus)} GPUs: which GPU is their parent "
+               f"is not in dmon output, so every GPU is accounted as a whole GPU")
+    c.warn(f"{c.path}: dmon does not name MIG profiles: the {len(instances)} GPU instances are billed as whole GPUs "
+           f"(receipts say priced_as whole GPU); import dcgm-exporter or nvidia-smi -q -x for the profiles")
 
 
 def read(path: str | Path, **kw) -> Collected:

@@ -93,12 +93,14 @@ def parse_csv(text: str, path: str = "<input>", *, start: float | None = None, i
             if start is None or interval is None:
                 raise InputError(path, "", "no timestamp column: give --start and --interval "
                                            "(or add timestamp to --query-gpu)")
-            ent = uuid or idx or "0"
+            ent = uuid or idx or rec.get("pci.bus_id") or "0"
             if ent in seen or tick < 0:
                 tick, seen = tick + 1, set()
             seen.add(ent)
             t = start + tick * interval
-        key = uuid or f"{node}/gpu{idx if idx is not None else 0}"
+        bus = rec.get("pci.bus_id")
+        # without uuid or index, the PCI bus id still tells GPUs apart (a loop of name,pci.bus_id,... only)
+        key = uuid or (f"{node}/gpu{idx}" if idx is not None else (f"{node}/{bus}" if bus else f"{node}/gpu0"))
         dev = c.device(DeviceInfo(device=key, node=node, index=small_index(idx) if idx else None,
                                   uuid=uuid, sku=rec.get("name"), pci_bus_id=rec.get("pci.bus_id")))
         for name, raw in rec.items():
