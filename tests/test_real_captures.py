@@ -560,3 +560,12 @@ def test_path_b_hpc_job_runs_carry_the_namespace_as_account(runner, cli, tmp_pat
     assert r.exit_code == 0, r.output
     runs = _runs(sqlite_url)
     assert list(runs) == ["4242"] and runs["4242"]["account"] == "dept-physics" and runs["4242"]["basis"] == "slurm"
+
+
+def test_xml_tesla_t4_driver515_power_readings_and_throttle_reasons_of_schema_v11():
+    c = nvidia_smi.read(R / "nvidia_smi_xml" / "tesla_t4_driver515.xml")
+    d = "GPU-d37e67a5-91dd-3774-a5cb-99096249601a"
+    assert c.devices[d].sku == "Tesla T4" and not c.devices[d].partitioned
+    assert vals(c, d, "power_w") == [26.78] and vals(c, d, "sm_clock_mhz") == [585.0]
+    assert vals(c, d, "fb_used_mib") == [1032.0] and vals(c, d, "clock_reasons") == [0.0]
+    assert vals(c, d, "mem_temp_c") == [None] and "compute_procs" not in c.series[d]   # no <processes> element
