@@ -569,3 +569,32 @@ def test_xml_tesla_t4_driver515_power_readings_and_throttle_reasons_of_schema_v1
     assert vals(c, d, "power_w") == [26.78] and vals(c, d, "sm_clock_mhz") == [585.0]
     assert vals(c, d, "fb_used_mib") == [1032.0] and vals(c, d, "clock_reasons") == [0.0]
     assert vals(c, d, "mem_temp_c") == [None] and "compute_procs" not in c.series[d]   # no <processes> element
+
+
+def test_nvml_mig_devices_map_like_dcgm_exporter_and_nvidia_smi():
+    """NVML's MIG enumeration (a stand-in following pynvml's API) gives the same instance keys and profiles."""
+    from types import SimpleNamespace
+
+    from ledger.sources import nvml
+
+    class NVMLError(Exception):
+        pass
+
+    parent = SimpleNamespace(uuid=PARENT, mig=(1, 1), slots={0: ("MIG-a", 1, 3, 40192), 2: ("MIG-b", 13, 1, 9856)})
+    plain = SimpleNamespace(uuid="GPU-plain", mig=None, slots={})
+    fake = SimpleNamespace(
+        NVMLError=NVMLError, NVML_DEVICE_MIG_ENABLE=1, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 2, nvmlDeviceGetHandleByIndex=lambda i: (parent, plain)[i],
+        nvmlDeviceGetMigMode=lambda h: h.mig if h.mig else (_ for _ in ()).throw(NVMLError("Not Supported")),
+        nvmlDeviceGetUUID=lambda h: h.uuid.encode() if hasattr(h, "uuid") else h[0],
+        nvmlDeviceGetMaxMigDeviceCount=lambda h: 7,
+        nvmlDeviceGetMigDeviceHandleByIndex=lambda h, k: h.slots[k] if k in h.slots else (_ for _ in ()).throw(
+            NVMLError("Not Found")),
+        nvmlDeviceGetGpuInstanceId=lambda m: m[1],
+        nvmlDeviceGetAttributes=lambda m: SimpleNamespace(gpuInstanceSliceCount=m[2], memorySizeMB=m[3]))
+    migs = nvml.nvml_mig_devices(fake)
+    assert [(m.parent_uuid, m.gpu_instance, m.profile, m.uuid) for m in migs] == [
+        (PARENT, 1, "3g.40gb", "MIG-a"), (PARENT, 13, "1g.10gb", "MIG-b")]
+    from ledger.method.mig import mig_share
+
+    assert [str(mig_share(m.profile, "NVIDIA A100-SXM4-80GB")) for m in migs] == ["3/7", "1/7"]

@@ -9,6 +9,7 @@ loops appended) are skipped. XML: one ``<nvidia_smi_log>`` document per snapshot
 
 from __future__ import annotations
 
+import math
 import re
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
@@ -194,7 +195,7 @@ def _mig_profile(sku: str | None, sms: str | None, fb_total: str | None) -> str 
     mib = _value(fb_total or "")
     if per is None or not count or count % per or not mib.replace(".", "", 1).isdecimal():
         return None
-    return f"{count // per}g.{round(float(mib) / 1024)}gb"
+    return f"{count // per}g.{math.ceil(float(mib) / 1024)}gb"   # GiB rounded up, as NVIDIA names profiles
 
 
 def parse_xml(text: str, path: str = "<input>", *, node: str | None = None, start: float | None = None,

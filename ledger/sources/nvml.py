@@ -142,14 +142,18 @@ def parse_list(text: str) -> list[NvidiaGpu]:
 
 
 class MigDevice(Frozen):
-    """A MIG device as ``nvidia-smi -L`` lists it under its parent GPU."""
+    """A MIG device under its parent GPU, as ``nvidia-smi -L`` lists it or NVML enumerates it. ``gpu_instance``
+    (the GI id that keys the device ``<parent UUID>/gi<id>``, as dcgm-exporter's ``GPU_I_ID``) is known from
+    NVML only; ``-L`` prints a per-parent device number instead."""
 
-    __slots__ = ("parent_uuid", "parent_index", "profile", "device", "uuid")
+    __slots__ = ("parent_uuid", "parent_index", "profile", "device", "uuid", "gpu_instance")
+    _defaults = {"gpu_instance": None}
     parent_uuid: str
     parent_index: int
-    profile: str
+    profile: str | None
     device: int
-    uuid: str
+    uuid: str | None
+    gpu_instance: int | None
 
 
 def parse_mig_list(text: str) -> list[MigDevice]:
@@ -255,3 +259,52 @@ def nvml_inventory() -> list[NvidiaGpu]:
         return gpus
     finally:
         pynvml.nvmlShutdown()
+
+
+def nvml_mig_devices(nvml) -> list[MigDevice]:  # noqa: ANN001 - the pynvml module, passed in (tests pass a stand-in)
+    """The MIG devices of every GPU in MIG mode, through NVML: GPU instance id, UUID and the profile, named
+    ``<slices>g.<GiB rounded up>gb`` from the instance's ``gpuInstanceSliceCount`` and ``memorySizeMB`` (nvmlDeviceGetAttributes).
+    A value NVML refuses is None (the instance is still listed); GPUs not in MIG mode contribute nothing."""
+    nvml.nvmlInit()
+    try:
+        out = []
+        for i in range(nvml.nvmlDeviceGetCount()):
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            try:
+                current, _pending = nvml.nvmlDeviceGetMigMode(h)
+            except nvml.NVMLError:   # not MIG-capable
+                continue
+            if current != getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1):
+                continue
+            parent = _text(nvml.nvmlDeviceGetUUID(h))
+            for k in range(nvml.nvmlDeviceGetMaxMigDeviceCount(h)):
+                try:
+                    m = nvml.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+                except nvml.NVMLError:   # an empty slot
+                    continue
+                out.append(MigDevice(parent_uuid=parent, parent_index=i, profile=_mig_profile(nvml, m), device=k,
+                                     uuid=_nvml_or_none(nvml, nvml.nvmlDeviceGetUUID, m),
+                                     gpu_instance=_nvml_or_none(nvml, nvml.nvmlDeviceGetGpuInstanceId, m)))
+        return out
+    finally:
+        nvml.nvmlShutdown()
+
+
+def _text(v):  # noqa: ANN001, ANN202
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _nvml_or_none(nvml, fn, handle):  # noqa: ANN001, ANN202
+    try:
+        return _text(fn(handle))
+    except nvml.NVMLError:
+        return None
+
+
+def _mig_profile(nvml, handle) -> str | None:  # noqa: ANN001
+    attrs = _nvml_or_none(nvml, nvml.nvmlDeviceGetAttributes, handle)
+    slices = getattr(attrs, "gpuInstanceSliceCount", None)
+    mb = getattr(attrs, "memorySizeMB", None)
+    if not slices or not mb:
+        return None
+    return f"{slices}g.{-(-int(mb) // 1024)}gb"   # GiB rounded up, as NVIDIA names profiles (40192 MiB: 3g.40gb)
