@@ -598,3 +598,21 @@ def test_nvml_mig_devices_map_like_dcgm_exporter_and_nvidia_smi():
     from ledger.method.mig import mig_share
 
     assert [str(mig_share(m.profile, "NVIDIA A100-SXM4-80GB")) for m in migs] == ["3/7", "1/7"]
+
+
+def test_a_contract_may_price_a_mig_profile_directly(runner, cli, tmp_path, sqlite_url):
+    src = tmp_path / "mig.om"
+    _mig_node_export(src, hours=0.5)
+    assert runner.invoke(cli, ["--db", sqlite_url, "import", "prometheus", str(src), "--quiet"], env=ENV).exit_code == 0
+    contract = tmp_path / "c.toml"
+    contract.write_text('id = "mig"\nversion = "2"\n[skus.A100-SXM4-80GB]\nrate_per_gpu_hour = "7.00"\n'
+                        '[skus."A100-SXM4-80GB/1g.10gb"]\nrate_per_gpu_hour = "1.50"\n', encoding="utf-8")
+    r = runner.invoke(cli, ["--db", sqlite_url, "contract", "set", str(contract)], env=ENV)
+    assert r.exit_code == 0, r.output
+    one = json.loads(runner.invoke(cli, ["--db", sqlite_url, "receipt", "team-a/notebook-1g", "--cluster", "pathb",
+                                         "--format", "json"], env=ENV).output)
+    (dev,) = one["devices"]
+    assert dev["rate"] == "1.50" and dev["mig"]["priced_as"] == "contract profile"
+    three = json.loads(runner.invoke(cli, ["--db", sqlite_url, "receipt", "team-a/train-3g", "--cluster", "pathb",
+                                           "--format", "json"], env=ENV).output)
+    assert three["devices"][0]["rate"] == "3.000000000000" and three["devices"][0]["mig"]["share"] == "3/7"
