@@ -121,12 +121,18 @@ def test_scrape_without_timestamps_names_the_option_that_works():
 
 
 @pytest.mark.parametrize("line,why", [("^C", "interrupt"), ("Handling connection for 9400", "kubectl_port_forward"),
+                                      ("Forwarding from 127.0.0.1:9400 -> 9400", "kubectl_port_forward"),
+                                      ("dmon was stopped due to receiving a signal", "tool_stopped"),
+                                      ("Terminated", "tool_stopped"), ("...", "elision"),
+                                      ("$ curl -s localhost:9400/metrics", "shell_prompt"),
                                       ("[root@b76d14397 sanmu]# dcgmi dmon -e 1001", "shell_prompt"),
                                       ("AMDSMI Tool: 24.6.2+2b02a07 | AMDSMI Library version: 24.6.2.0", "tool_banner"),
                                       ("GPU 0      0.888        N/A", None), ("  0  126 W     40 °C", None),
                                       ('DCGM_FI_DEV_GPU_UTIL{gpu="0"} 5', None)])
 def test_noise_is_recognised_and_data_never_is(line, why):
     assert noise_reason(line) == why
+    if why is not None:     # the exposition reader asks only about lines without the shape of a sample
+        assert prometheus._LINE.match(line) is None
 
 
 # --- zeros that mean "no sensor" -------------------------------------------------------------------------------

@@ -66,8 +66,9 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
             continue
         toks = s.split()
         if toks[0] == "#Entity" or toks[:2] == ["#", "Entity"]:   # DCGM 3.x+ / older "# Entity"
+            first_header = columns is None
             columns = toks[1:] if toks[0] == "#Entity" else toks[2:]
-            for col in columns:
+            for col in columns if first_header else ():   # the header repeats every 14 ticks: report it once
                 spec = BY_DMON.get(col)
                 if spec is None:
                     c.note_unmapped(col)
@@ -76,11 +77,11 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
             continue
         if toks[0].upper() == "ID" and len(toks) == 1:   # the units line under the header ("ID", older "Id")
             continue
-        noise = noise_reason(s)
-        if noise is not None or s.startswith("Error") or "dcgmi dmon" in s:
-            c.skip(f"line {n}", noise or "tool_message", s)
-            continue
         if toks[0] not in ENTITY_TYPES or len(toks) < 2 or (columns is not None and len(toks) - 2 != len(columns)):
+            noise = noise_reason(s)   # only for lines that are not rows: the common path stays a dict lookup
+            if noise is not None or s.startswith("Error") or "dcgmi dmon" in s:
+                c.skip(f"line {n}", noise or "tool_message", s)
+                continue
             # a line that is neither noise we know nor a row: skipped and counted; the file is refused only
             # when nothing in it is readable (below), naming the first such line
             c.skip(f"line {n}", "not_a_dmon_row", s)

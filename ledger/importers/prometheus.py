@@ -319,13 +319,11 @@ def parse_exposition(text: str | Iterable[str], path: str = "<input>", default_t
         if not s or s.startswith("#"):
             continue
         m = _LINE.match(s)
-        noise = noise_reason(s)
-        if noise is not None and (m is None or noise != "shell_prompt"):
-            c.skip(f"line {n}", noise, s)
-            continue
-        if m is None:
-            c.skip(f"line {n}", "not_an_exposition_line", s)
-            first_bad = first_bad or (n, s)
+        if m is None:   # only then can it be noise: no noise line has the shape of a sample (tested)
+            noise = noise_reason(s)
+            c.skip(f"line {n}", noise or "not_an_exposition_line", s)
+            if noise is None:
+                first_bad = first_bad or (n, s)
             continue
         try:
             labels = _labels(m.group(3) or "", path, f"line {n}")
