@@ -622,3 +622,11 @@ def test_a_contract_may_price_a_mig_profile_directly(runner, cli, tmp_path, sqli
     three = json.loads(runner.invoke(cli, ["--db", sqlite_url, "receipt", "team-a/train-3g", "--cluster", "pathb",
                                            "--format", "json"], env=ENV).output)
     assert three["devices"][0]["rate"] == "3.000000000000" and three["devices"][0]["mig"]["share"] == "3/7"
+
+
+def test_query_response_saved_behind_kubectl_port_forward_reads_from_a_file(tmp_path):
+    src = tmp_path / "q.json"
+    src.write_text("Forwarding from 127.0.0.1:9090 -> 9090\nHandling connection for 9090\n"
+                   + text("prometheus", "query_vector_multi_namespace_gpu_operator.json"), encoding="utf-8")
+    c = prometheus.read(src)
+    assert c.skipped == {"kubectl_port_forward": 2} and len(c.devices) == 6

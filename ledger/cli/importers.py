@@ -153,6 +153,7 @@ def register(cli: click.Group) -> None:
         \b
         Example:
           ipledger import prometheus dcgm-24h.tar.gz --json
+          ipledger import prometheus query.json --tenant ml-prod=team-ml --tenant physics=dept-physics
           ipledger import prometheus --url http://127.0.0.1:9090 --start 1767225600 --end 1767311940 --step 60s
         """
         t0, t1 = parse_time(start, "--start"), parse_time(end, "--end")

@@ -3,8 +3,10 @@
 Plain ``metric`` is YAML-like (``GPU: N`` blocks, ``SECTION:`` then ``KEY: value unit`` nested by indent) and
 wraps long lists and even a value's unit onto continuation lines; plain ``monitor`` is a table whose cells
 carry units (``0 %``, ``10 W``, ``45 °C``). Everything is flattened to ``section.key`` paths and mapped by
-:data:`METRIC_MAP` / :data:`MONITOR_MAP` (docs/telemetry.md). Per-engine lists (VCN, JPEG, per-XCP busy)
-are not Sample fields and are skipped. Violation/throttle status maps to the NVML clock-event bits:
+:data:`METRIC_MAP` / :data:`MONITOR_MAP`; ``metric --csv`` columns by :data:`METRIC_CSV_MAP` (docs/telemetry.md).
+Per-XCD GFX clocks (``gfx_0_clk`` .. ``gfx_7_clk``) are averaged; ``metric --ecc-block`` counts are summed per
+device. Per-engine lists (VCN, JPEG, per-XCP busy) are not Sample fields: skipped (plain) or reported unmapped.
+A version banner, prompts and the ``monitor -q`` process table are skipped and counted. Violation/throttle status maps to the NVML clock-event bits:
 PPT (power) -> 0x4 SW power cap, socket thermal -> 0x20 SW thermal, PROCHOT -> 0x8 HW slowdown,
 VR/HBM thermal -> 0x40 HW thermal.
 

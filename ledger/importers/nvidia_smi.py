@@ -4,7 +4,10 @@ CSV: the header names the query fields with units in brackets (``utilization.gpu
 units unless ``nounits`` was given; ``[N/A]``/``[Not Supported]`` are not measurements. A ``timestamp``
 column (``YYYY/MM/DD HH:MM:SS.mmm``, read as UTC: run the loop with ``TZ=UTC``) gives the time; without it
 ``start`` and ``interval`` are required and a tick ends when a GPU repeats. Repeated header lines (several
-loops appended) are skipped. XML: one ``<nvidia_smi_log>`` document per snapshot, its ``<timestamp>`` the time.
+loops appended) are skipped. XML: one ``<nvidia_smi_log>`` document per snapshot, its ``<timestamp>`` the time
+(else ``start``); each field is read from the first readable of the elements driver generations have used
+(:data:`_XML_FIELDS`); ``Yes``/``No`` are 1/0; MIG instances (``<mig_devices>``) are devices of their own and their
+parent is marked partitioned.
 """
 
 from __future__ import annotations

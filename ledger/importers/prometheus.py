@@ -2,9 +2,11 @@
 the text exposition (scrapes, OpenMetrics with timestamps), and live chunked ``query_range`` over HTTP (GET only).
 
 Labels across dcgm-exporter versions: ``UUID``, ``gpu``, ``modelName``, ``pci_bus_id``, ``Hostname`` or
-``hostname`` (else ``instance``), MIG ``GPU_I_ID``/``GPU_I_PROFILE``, ``DCGM_FI_DRIVER_VERSION``; Kubernetes
-``namespace``/``pod``/``container`` (legacy ``pod_namespace``/``pod_name``/``container_name``) and Slurm
-``hpc_job`` (also ``slurm_job_id``/``job_id``) become allocation contexts. Metrics we do not map are ignored.
+``hostname`` (else a ``node`` label or ``instance``), MIG ``GPU_I_ID``/``GPU_I_PROFILE``, ``DCGM_FI_DRIVER_VERSION``.
+The workload on a device (docs/telemetry.md, "Workload identity") comes from ``exported_*`` or Kubernetes
+``namespace``/``pod``/``container`` labels that do not name the exporter itself (legacy ``pod_namespace``/
+``pod_name``/``container_name``) and Slurm ``hpc_job`` (also ``slurm_job_id``/``job_id``). Metrics we do not map
+are reported as unmapped; terminal noise around a saved scrape is skipped and counted.
 """
 
 from __future__ import annotations
