@@ -362,16 +362,19 @@ def test_amd_changelog_blocks_throttle_violation_usage_power():
 
 def test_amd_metric_csv_names_of_rocm6_and_per_xcd_clocks():
     # Defect 5: gfx_activity, umc_activity, gfx_N_clk, mem_0_clk were silently dropped (only power landed).
-    header = ("timestamp,gpu,gfx_activity,umc_activity,mm_activity,gfx_busy_inst_xcp_0,socket_power,"
-              "gfx_0_clk,gfx_1_clk,gfx_2_clk,gfx_3_clk,mem_0_clk,edge,hotspot,mem")
-    csv_text = header + "\n1767225600,0,95,80,N/A,\"[95, 94]\",700,2100,2090,N/A,2110,1300,N/A,78,60\n"
-    c = amdsmi.parse(csv_text, "m.csv", node="n")
+    header = text("amd_smi", "metric_csv_watch_header_mi355x_amdsmi26.csv").strip()     # the real header
+    row = "1767225600,0,95,80,N/A,\"['N/A', 'N/A']\",\"['N/A', 'N/A']\",\"[95, 94]\",\"[0, 0]\",\"[0, 0]\",700,N/A,N/A,N/A,N/A,ENABLED,2100,1300,N/A,78,60"
+    c = amdsmi.parse(header + "\n" + row + "\n", "m.csv", node="n")
     d = "n/gpu0"
     assert vals(c, d, "gpu_util") == [0.95] and vals(c, d, "mem_copy_util") == [0.8]
-    assert vals(c, d, "sm_clock_mhz") == [2100.0]            # mean of the readable XCD clocks
-    assert vals(c, d, "mem_clock_mhz") == [1300.0] and vals(c, d, "gpu_temp_c") == [78.0]
-    assert vals(c, d, "mem_temp_c") == [60.0] and vals(c, d, "power_w") == [700.0]
-    assert "gfx_busy_inst_xcp_0" in c.unmapped
+    assert vals(c, d, "sm_clock_mhz") == [2100.0] and vals(c, d, "mem_clock_mhz") == [1300.0]
+    assert vals(c, d, "gpu_temp_c") == [78.0] and vals(c, d, "mem_temp_c") == [60.0]   # "mem" is a temperature here
+    assert vals(c, d, "power_w") == [700.0]
+    assert {"gfx_busy_inst_xcp_0", "throttle_status", "edge"} <= set(c.unmapped)
+    # several XCD clocks (MI300: gfx_0_clk .. gfx_7_clk): the mean of the readable ones
+    xcd = amdsmi.parse("gpu,gfx_0_clk,gfx_1_clk,gfx_2_clk,gfx_3_clk\n0,2100,2090,N/A,2110\n", "x.csv", start=T0,
+                       interval=1.0, node="n")
+    assert vals(xcd, d, "sm_clock_mhz") == [2100.0]
 
 
 def test_amd_ecc_blocks_are_summed_for_the_drift_agent():
