@@ -460,7 +460,13 @@ def test_nvidia_smi_list_of_h100_with_a_mig_device():
 
 def test_dcgm_exporter_scrapes_of_several_generations():
     t4 = prometheus.read(R / "dcgm_exporter" / "metrics_scrape_t4_prof_pod_labels_dcgm_issue191.prom", default_ts=T0)
-    assert len(t4.devices) == 2
+    assert len(t4.devices) == 2 and vals(t4, "GPU-84412445-5790-0b3f-f714-da8aa3b2c0b0", "sm_occupancy") == [0.0]
+    assert [ctx.job_id for _d, ctx in t4.contexts] == ["default/triton-84d57987c9-kks4k"]
+    docs = prometheus.read(R / "dcgm_exporter" / "metrics_scrape_readme_quickstart_sentinel_nvidia_docs.prom",
+                           default_ts=T0)
+    q = "GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52"
+    assert vals(docs, q, "sm_clock_mhz") == [139.0] and docs.reasons[q][(T0, "mem_temp_c")] == "dcgm_blank"
+    assert docs.skipped == {"elision": 2}
     v100 = prometheus.parse(text("dcgm_exporter", "v100_no_labels_gpumontools189.prom"), "v.prom", default_ts=T0)
     d = "GPU-08abd178-8a91-05c5-6a52-1ab4a05bcdaf"
     assert vals(v100, d, "sm_clock_mhz") == [1380.0] and vals(v100, d, "energy_j") == [129931554.972]
