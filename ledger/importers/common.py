@@ -8,8 +8,8 @@ value is missing is kept only for the missing ones.
 from __future__ import annotations
 
 import csv
-import re
 import io
+import re
 import time
 from array import array
 from dataclasses import dataclass, field
