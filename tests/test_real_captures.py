@@ -384,12 +384,18 @@ def test_amd_ecc_blocks_are_summed_for_the_drift_agent():
     assert vals(c, "n/gpu0", "ecc_sbe_aggregate") == [4.0] and vals(c, "n/gpu0", "ecc_dbe_aggregate") == [1.0]
 
 
-def test_amd_monitor_with_process_table_counts_and_skips_it():
-    raw = text("amd_smi", "monitor_putm_8gpu_mi300x_rocmblog.txt").splitlines()[:4]
-    raw += ["", "PROCESS INFO:", "GPU  NAME    PID   GTT_MEM  CPU_MEM  VRAM_MEM  MEM_USAGE",
-            "  0  python  1234  2.1 MB   1.0 MB   10.2 GB   10.3 GB"]
-    c = amdsmi.parse("\n".join(raw), "q.txt", start=T0, interval=1.0, node="n")
-    assert len(c.devices) == 2 and c.skipped["process_table"] == 1 and c.skipped["not_a_table_row"] == 1
+def test_amd_monitor_q_with_its_process_table_rocm620():
+    # Defect 5: `amd-smi monitor -q` (with its appended process table) was refused.
+    c = amd("monitor_q_process_table_rocm620_changelog.txt")
+    assert vals(c, "n/gpu0", "power_w") == [199.0] and vals(c, "n/gpu0", "gpu_temp_c") == [103.0]
+    assert vals(c, "n/gpu0", "gpu_util") == [0.99] and vals(c, "n/gpu0", "fb_used_mib") == [1235.0]
+    assert vals(c, "n/gpu0", "compute_procs") == [1.0]                  # rvs, PID 1564865
+    assert c.skipped == {"shell_prompt": 1, "not_a_table_row": 1, "process_table": 1}   # "PROCESS INFO:" line
+    # a second GPU with no process row has 0 processes, not "unknown"
+    raw = text("amd_smi", "monitor_q_process_table_rocm620_changelog.txt").splitlines()
+    two = amdsmi.parse("\n".join(raw[:3] + [raw[2].replace("  0  199 W", "  1  120 W", 1)] + raw[3:]), "q.txt",
+                       start=T0, interval=1.0, node="n")
+    assert vals(two, "n/gpu1", "compute_procs") == [0.0] and vals(two, "n/gpu0", "compute_procs") == [1.0]
 
 
 # --- dcgmi stats -------------------------------------------------------------------------------------------------

@@ -240,12 +240,21 @@ def parse_plain_metric(lines: list[tuple[int, str]], path: str, ticker: _Ticker)
 
 
 def parse_table(lines: list[tuple[int, str]], path: str, ticker: _Ticker) -> None:
-    """``amd-smi monitor`` tables. A second table under a process header (``monitor -q``) is the process list:
-    its rows count compute processes per GPU; anything else that is not a row is skipped and counted."""
+    """``amd-smi monitor`` tables. The process table ``monitor -q`` appends under ``PROCESS INFO:`` gives each GPU
+    of the rows above it its count of processes (``compute_procs``, 0 for a GPU with no row); anything else that
+    is not a row is skipped and counted."""
     c = ticker.c
     header: list[str] | None = None
     procs: dict[str, int] | None = None
+    tick: dict[str, tuple[str, float]] = {}      # GPU -> (place, time) of its metric row since the last table
     rows = 0
+
+    def flush() -> None:
+        if procs is not None:
+            for gpu, (place, t) in tick.items():
+                c.add(ticker.device(gpu), "compute_procs", t, float(procs.get(gpu, 0)), place=place)
+            tick.clear()
+
     for n, raw in lines:
         s = raw.strip()
         toks = s.split()
@@ -253,7 +262,9 @@ def parse_table(lines: list[tuple[int, str]], path: str, ticker: _Ticker) -> Non
             cols = [h.lower() for h in toks[1:]]
             if "pid" in cols:         # monitor -q: the process table that follows the metrics
                 procs = {}
+                c.note_mapped("process table", "compute_procs")
             else:
+                flush()
                 header, procs = cols, None
                 for col in header:
                     if col in MONITOR_MAP:
@@ -261,9 +272,8 @@ def parse_table(lines: list[tuple[int, str]], path: str, ticker: _Ticker) -> Non
                     elif col not in VIOLATION_BITS:
                         c.note_unmapped(col)
             continue
-        if procs is not None:
-            if toks[0].isdecimal():
-                procs[toks[0]] = procs.get(toks[0], 0) + 1
+        if procs is not None and toks[0].isdecimal() and len(toks) > 2 and toks[2].isdecimal():
+            procs[toks[0]] = procs.get(toks[0], 0) + 1      # GPU, NAME, PID, ...
             c.skip(f"line {n}", "process_table", s)
             continue
         first, _, rest = s.partition(" ")
@@ -271,15 +281,19 @@ def parse_table(lines: list[tuple[int, str]], path: str, ticker: _Ticker) -> Non
         if header is None or not first.isdecimal() or len(cells) != len(header):
             c.skip(f"line {n}", "not_a_table_row", s)
             continue
-        _add_row(c, ticker, first, dict(zip(header, cells)), f"line {n}")
+        flush()
+        procs = None
+        tick[first] = (f"line {n}", _add_row(c, ticker, first, dict(zip(header, cells)), f"line {n}"))
         rows += 1
+    flush()
     if rows == 0:
         raise InputError(path, f"line {lines[0][0]}", "expected an amd-smi monitor table (a 'GPU ...' header, then one "
                                                      "row per GPU)")
 
 
 def _add_row(c: Collected, ticker: _Ticker, gpu: str, row: dict[str, str], place: str,
-             explicit: float | None = None, names: dict = MONITOR_MAP) -> None:
+             explicit: float | None = None, names: dict = MONITOR_MAP) -> float:
+    """One GPU's row; returns its sample time."""
     t = ticker.time_for(gpu, place, explicit)
     dev = ticker.device(gpu)
     mask, known = 0, False
@@ -294,10 +308,11 @@ def _add_row(c: Collected, ticker: _Ticker, gpu: str, row: dict[str, str], place
         elif col in VIOLATION_BITS and value != "N/A":
             try:
                 known, mask = True, mask | (VIOLATION_BITS[col] if float(value) > 0 else 0)
-            except ValueError:
-                raise InputError(c.path, f"{place} column {col}", f"not a number: {cell!r}") from None
+            except ValueError:   # unreadable: this bit is unknown, and the report says so
+                c.warn(f"{c.path}: {place} column {col}: not a number: {cell!r}: violation status unknown")
     if known:
         c.add(dev, "clock_reasons", t, float(mask), place=place)
+    return t
 
 
 def _add_gfx_clocks(c: Collected, dev: str, t: float, clocks: list[tuple[str, object]], place: str) -> None:
