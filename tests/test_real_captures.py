@@ -378,8 +378,11 @@ def test_amd_metric_csv_names_of_rocm6_and_per_xcd_clocks():
 
 
 def test_amd_ecc_blocks_are_summed_for_the_drift_agent():
-    doc = json.dumps([{"gpu": 0, "ecc_blocks": {"UMC": {"correctable_count": 3, "uncorrectable_count": 0},
-                                                "SDMA": {"correctable_count": 1, "uncorrectable_count": 1}}}])
+    # the shape of `amd-smi metric --json` ECC blocks (no real capture found; counts may be strings)
+    doc = json.dumps([{"gpu": 0, "ecc_blocks": {"UMC": {"correctable_count": "3", "uncorrectable_count": 0,
+                                                        "deferred_count": 0},
+                                                "SDMA": {"correctable_count": 1, "uncorrectable_count": 1,
+                                                         "deferred_count": 0}}}])
     c = amdsmi.parse(doc, "ecc.json", start=T0, interval=1.0, node="n")
     assert vals(c, "n/gpu0", "ecc_sbe_aggregate") == [4.0] and vals(c, "n/gpu0", "ecc_dbe_aggregate") == [1.0]
 
