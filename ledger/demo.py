@@ -112,7 +112,7 @@ def build_hall(out: Path, seed: int = 0, spec: FleetSpec | None = None) -> Hall:
     sim = simulate(spec, seed)
     engine = db_mod.make_engine(f"sqlite:///{db_path}")
     db_mod.upgrade(engine)
-    counts = write_ledger(engine, sim, spool_dir, extra_entries=_contract_entries(), issue_receipts=False)
+    counts = write_ledger(engine, sim, spool_dir, extra_entries=_contract_entries())
     analysis = agents.analyze(engine)
     agents.record(engine, analysis.findings)
     return Hall(sim, engine, analysis, counts, db_path)
@@ -132,8 +132,9 @@ def run_demo(out: Path, seed: int = 0, spec: FleetSpec | None = None) -> dict:
     nodes = sorted({d.node for d in sim.devices if d.rack in ("R2", "R3")})
     prom = write_prometheus_export(sim, out / "prometheus-export.json", nodes, start_step, steps_day)
     issued, receipts = _receipts(engine, out, sim)
+    from .receipts.auto import verify_checks
     from .verify import verify
-    report = verify(engine)
+    report = verify(engine, checks=verify_checks())
     (out / "ground-truth.json").write_text(json.dumps(sim.truth, indent=2, sort_keys=True) + "\n")
     (out / "findings.json").write_text(json.dumps(analysis.to_json(), indent=2, sort_keys=True) + "\n")
     reports = _reports(engine, out, analysis)

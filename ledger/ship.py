@@ -7,7 +7,7 @@ import operator
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from sqlalchemy.engine import Engine
 
@@ -16,26 +16,9 @@ from .db import write_tx
 from .entries import Entry, entry_from_record
 from .store import append_in
 
-ShipHook = Callable[[Engine, list[Entry]], None]
-_AFTER_SHIP: list[ShipHook] = []
-
-
-# Modules whose import registers after-ship work (automatic receipts); loaded by name when a shipment may
-# need them, so that shipping with run_after=False (and the CLI's start-up) never pays for their imports.
-AFTER_SHIP_MODULES = ["ledger.receipts.issue"]
-
-
-def _load_after_ship() -> None:
-    import importlib
-
-    for name in AFTER_SHIP_MODULES:
-        importlib.import_module(name)
-
-
-def after_ship(fn: ShipHook) -> ShipHook:
-    """Register work done off the hook path once entries are in the ledger (e.g. issuing receipts)."""
-    _AFTER_SHIP.append(fn)
-    return fn
+# A step run once a shipment's entries are in the ledger (e.g. issuing the receipts of runs that ended); it
+# returns the problems it met, one line each, which the ship report carries.
+ShipHook = Callable[[Engine, list[Entry]], list[str]]
 
 
 @dataclass
@@ -46,10 +29,12 @@ class ShipReport:
     duplicates: int = 0
     torn: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    after_errors: list[str] = field(default_factory=list)   # what the after-ship steps could not do
 
     def to_json(self) -> dict:
         return {"files": self.files, "records": self.records, "appended": self.appended,
-                "duplicates": self.duplicates, "torn": self.torn, "errors": self.errors}
+                "duplicates": self.duplicates, "torn": self.torn, "errors": self.errors,
+                "after_errors": self.after_errors}
 
 
 # SQLite's page cache while shipping (negative: KiB), instead of its 2 MiB default: inserting into the
@@ -112,7 +97,7 @@ def _prepare_chunk(paths: list[Path]) -> list[_Prepared | None]:
 def _prepared(files: list[Path]) -> Iterator[_Prepared | None]:
     """Every file prepared, in order. Many files: worker processes read and rebuild entries (the CPU-bound
     half of shipping: JSON decoding, canonical re-encoding, ids) while this process chains and inserts."""
-    import multiprocessing  # here, not at the top: every receipt imports this module (after_ship)
+    import multiprocessing  # here, not at the top: only a big shipment uses it
     import os
     import threading
     from concurrent.futures import ProcessPoolExecutor
@@ -141,23 +126,26 @@ def _prepared(files: list[Path]) -> Iterator[_Prepared | None]:
 
 def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
          progress: Callable[[int, int], None] | None = None, run_after: bool = True,
-         batch_entries: int = 50_000) -> ShipReport:
+         batch_entries: int = 50_000, after: Sequence[ShipHook] = ()) -> ShipReport:
     """Ship every pending spool file; files whose records fail to decode are left in place and reported.
+
+    ``after``: the steps run, in order, over the shipped entries once they are committed (skipped with
+    ``run_after=False``); what they report goes into ``after_errors``.
 
     One transaction per batch (at most ``batch_files`` files or about ``batch_entries`` entries): large
     enough that the commit's fsync and the chain lock are paid rarely, small enough to keep memory flat.
     """
     report = ShipReport()
     with spool.shipping_lock(spool_dir):
-        _ship_locked(engine, spool_dir, report, batch_files, progress, run_after, batch_entries)
+        _ship_locked(engine, spool_dir, report, batch_files, progress, tuple(after) if run_after else (),
+                     batch_entries)
     return report
 
 
 def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batch_files: int,
-                 progress: Callable[[int, int], None] | None, run_after: bool, batch_entries: int) -> None:
+                 progress: Callable[[int, int], None] | None, after: tuple[ShipHook, ...],
+                 batch_entries: int) -> None:
     files = spool.pending_files(spool_dir)
-    if run_after and files:
-        _load_after_ship()
     shipped_entries: list[Entry] = []
     # Files whose entries the after-ship work (automatic receipts) still has to see are moved aside only after
     # it ran: a shipper killed in between finds them again, and the re-shipment (all duplicates) redoes it.
@@ -194,7 +182,7 @@ def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batc
             report.records += len(entries)
             report.appended += result.appended
             report.duplicates += len(entries) - result.appended
-            if run_after and _AFTER_SHIP:
+            if after:
                 shipped_entries.extend(entries)
                 after_pending.extend(reads)
             else:
@@ -202,9 +190,9 @@ def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batc
         if progress:
             progress(pos, len(files))
     source.close()
-    if run_after and shipped_entries:
-        for fn in _AFTER_SHIP:
-            fn(engine, shipped_entries)
+    if shipped_entries:
+        for step in after:
+            report.after_errors.extend(step(engine, shipped_entries))
     if after_pending:
         spool.mark_shipped_many(spool_dir, after_pending)
 

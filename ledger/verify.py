@@ -118,32 +118,19 @@ def check_anchors(report: VerifyReport, anchors: Sequence[Anchor], hashes: dict[
     return report
 
 
+# A check beyond the chain (telemetry evidence, issued receipts): the caller passes the ones it wants, bound
+# to its site (ledger.receipts.auto.verify_checks), so verify itself depends on nothing above it.
 ExtraCheck = Callable[[Engine, VerifyReport], list[ChainProblem]]
-_EXTRA_CHECKS: list[ExtraCheck] = []
-
-
-def register_check(fn: ExtraCheck) -> ExtraCheck:
-    """Other modules (telemetry evidence digests, issued receipts) add their checks to `ipledger verify`."""
-    _EXTRA_CHECKS.append(fn)
-    return fn
-
-
-# Modules whose import registers a check (kept as names: verify must not import the world at load time).
-CHECK_MODULES = ["ledger.telemetry.store", "ledger.receipts.issue"]
 
 
 def verify(engine: Engine, chain_only: bool = False, workers: int | None = None,
-           anchors: Sequence[Anchor] = ()) -> VerifyReport:
-    """The chain (and anchors), then the registered checks; problems in sequence order, the first bad first."""
-    import importlib
-
-    for name in CHECK_MODULES:
-        importlib.import_module(name)
+           anchors: Sequence[Anchor] = (), checks: Sequence[ExtraCheck] = ()) -> VerifyReport:
+    """The chain (and anchors), then ``checks``; problems in sequence order, the first bad first."""
     report = verify_chain(engine, workers=workers, anchors=anchors)
     if not report.ok or chain_only:
         return report
     problems: list[ChainProblem] = []
-    for check in _EXTRA_CHECKS:
+    for check in checks:
         problems.extend(check(engine, report))
     if problems:
         return VerifyReport(report.entries, report.head_seq, report.head_hash,

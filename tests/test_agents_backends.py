@@ -23,7 +23,7 @@ def test_same_findings_on_every_backend(ledger_url, sim, tmp_path):
 
     eng = db_mod.make_engine(ledger_url)
     try:
-        write_ledger(eng, sim, tmp_path / "spool", issue_receipts=False)
+        write_ledger(eng, sim, tmp_path / "spool")
         a = agents.analyze(eng)
     finally:
         eng.dispose()

@@ -192,11 +192,14 @@ def test_shippers_sharing_one_spool_take_turns(tmp_path, monkeypatch):
 
     from bench.data import job_records
     from ledger import db as db_mod
+    from ledger.receipts.auto import after_ship_steps
     from ledger.ship import ship
+    from ledger.site import Site
 
     monkeypatch.setenv("IPLEDGER_AUTO_RECEIPTS", "1")
     url = h.fresh_sqlite(h.sqlite_template(tmp_path), tmp_path / "ledger.db")
     sp = tmp_path / "spool"
+    receipts = after_ship_steps(Site(db=url, spool=str(sp)))
     rng = random.Random(3)
     for j in range(8):
         spool.write(sp, job_records(rng, j), prefix="hook")
@@ -208,8 +211,8 @@ def test_shippers_sharing_one_spool_take_turns(tmp_path, monkeypatch):
         try:
             go.wait()
             for _ in range(3):
-                rep = ship(engine, sp)
-                errors.extend(rep.errors)
+                rep = ship(engine, sp, after=receipts)
+                errors.extend(rep.errors + rep.after_errors)
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(f"{type(exc).__name__}: {exc}")
         finally:

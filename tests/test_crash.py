@@ -136,24 +136,23 @@ def test_a_shipper_dying_in_its_after_ship_work_leaves_the_files_for_the_next(tm
     of those runs were never issued."""
     from ledger import db as db_mod
     from ledger import ship as ship_mod
+    from ledger.receipts.auto import after_ship_steps
+    from ledger.site import Site
 
     sp = tmp_path / "spool"
     want = _job_spool(sp, 3, seed=5)
-    ship_mod._load_after_ship()
+    receipts = after_ship_steps(Site(db=sqlite_url, spool=str(sp)))
 
     def power_fails(engine, entries):  # noqa: ANN001, ANN202
         raise KeyboardInterrupt("the shipper died here")
 
-    monkeypatch.setattr(ship_mod, "_AFTER_SHIP", [power_fails, *ship_mod._AFTER_SHIP])
-    monkeypatch.setenv("IPLEDGER_AUTO_RECEIPTS", "1")
     engine = db_mod.make_engine(sqlite_url)
     try:
         with pytest.raises(KeyboardInterrupt):
-            ship_mod.ship(engine, sp)
+            ship_mod.ship(engine, sp, after=[power_fails, *receipts])
         assert h.tally(sqlite_url).ids.keys() == want, "the entries were committed before the crash"
         assert len(spool.pending_files(sp)) == 4, "the files stay until the after-ship work is done"
-        monkeypatch.setattr(ship_mod, "_AFTER_SHIP", ship_mod._AFTER_SHIP[1:])
-        rep = ship_mod.ship(engine, sp)
+        rep = ship_mod.ship(engine, sp, after=receipts)
         assert (rep.appended, rep.duplicates) == (0, len(want))
     finally:
         engine.dispose()

@@ -21,6 +21,7 @@ from ledger.telemetry import blocks
 from ledger.telemetry.model import SAMPLE_COLUMNS, Sample
 from ledger.telemetry.store import (INSERT_COLUMNS, _row_values, load_samples, read_samples, samples_digest,
                                     segment_entry, write_segment)
+from ledger.receipts.auto import verify_checks
 from ledger.verify import verify
 
 _floats = st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False))
@@ -102,7 +103,7 @@ def test_written_as_one_block_and_read_back(engine):
     assert load_samples(engine, ["GPU-b"], start=1_760_000_015, end=1_760_000_030) == _samples("GPU-b", 6)[1:3]
     table = read_samples(engine, segment_ids=[e.entry_id], devices=["GPU-a"], columns=("device", "t"))
     assert table.column_names == ["device", "t"] and set(table.column("device").to_pylist()) == {"GPU-a"}
-    assert verify(engine).ok
+    assert verify(engine, checks=verify_checks()).ok
 
 
 def _other_entries(engine):
@@ -131,14 +132,14 @@ def test_tampered_block_is_named_by_verify_at_its_segment_seq(engine):
     with engine.begin() as conn:
         _drop_trigger(conn, "sample_blocks", "update")
         conn.execute(text("UPDATE sample_blocks SET data = :d, sha256 = :h"), {"d": forged.data, "h": forged.sha256})
-    report = verify(engine)
+    report = verify(engine, checks=verify_checks())
     assert not report.ok and [(p.seq, p.reason) for p in report.problems] == [
         (seq, "samples do not match the segment digest")]
     # a damaged block (bytes changed, sha256 not) is named before anything is decoded
     damaged = forged.data[:100] + bytes([forged.data[100] ^ 1]) + forged.data[101:]
     with engine.begin() as conn:
         conn.execute(text("UPDATE sample_blocks SET data = :d"), {"d": damaged})
-    report = verify(engine)
+    report = verify(engine, checks=verify_checks())
     assert [(p.seq, p.entry_id) for p in report.problems] == [(seq, e.entry_id)]
     assert "does not match its sha256" in report.problems[0].reason
 
@@ -150,7 +151,7 @@ def test_missing_block_is_named(engine):
     with engine.begin() as conn:
         _drop_trigger(conn, "sample_blocks", "delete")
         conn.execute(text("DELETE FROM sample_blocks"))
-    report = verify(engine)
+    report = verify(engine, checks=verify_checks())
     assert [(p.seq, p.reason) for p in report.problems] == [(1, "samples of this segment are missing")]
 
 
@@ -187,11 +188,11 @@ def test_legacy_row_segments_still_read_and_verified(engine):
     assert load_samples(engine) == everything
     assert load_samples(engine, ["GPU-a", "GPU-c"], start=1_760_000_020) == [
         x for x in everything if x.device in ("GPU-a", "GPU-c") and x.t + x.dt > 1_760_000_020]
-    assert verify(engine).ok
+    assert verify(engine, checks=verify_checks()).ok
     with engine.begin() as conn:
         _drop_trigger(conn, "samples", "update")
         conn.execute(text("UPDATE samples SET power_w = 1 WHERE t = 1760000050"))
-    report = verify(engine)
+    report = verify(engine, checks=verify_checks())
     assert [(p.seq, p.reason) for p in report.problems] == [(1, "samples do not match the segment digest")]
 
 

@@ -11,6 +11,8 @@ import click
 
 from .. import config as config_mod
 from ..db import LedgerError, make_engine, require_schema
+from ..method.skus import SkuError
+from ..site import Site, site_from_config
 
 
 class UserError(click.ClickException):
@@ -25,6 +27,7 @@ class AppContext:
     db_option: str | None = None
     config_path: str | None = None
     _config: config_mod.Config | None = None
+    _site: Site | None = None
     _engine: Any = None
     _checked: bool = False
     extras: dict = field(default_factory=dict)
@@ -37,6 +40,17 @@ class AppContext:
             except config_mod.ConfigError as exc:
                 raise UserError(str(exc)) from None
         return self._config
+
+    @property
+    def site(self) -> Site:
+        """The site this command works for, built once from --config (and --db): every command passes it on."""
+        if self._site is None:
+            try:
+                # the CLI is a main program, so big receipts may start worker processes
+                self._site = site_from_config(self.config, db=self.db_option, parallel_receipts=True)
+            except SkuError as exc:
+                raise UserError(str(exc)) from None
+        return self._site
 
     @property
     def db_url(self) -> str:

@@ -52,15 +52,21 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
     Example:
       IPLEDGER_SPOOL=/var/spool/ipledger ipledger ship --json
     """
-    directory = spool_dir or app.config.spool
+    site = app.site
+    directory = spool_dir or site.spool
     engine = app.engine()
+    after: list = []
+    if not no_receipts and site.auto_receipts:
+        from ..receipts.auto import after_ship_steps  # here: shipping alone need not import the receipts
+
+        after = after_ship_steps(site)
     show = (not quiet) and (not as_json) and sys.stderr.isatty()
 
     def progress(done: int, total: int) -> None:
         if show:
             click.echo(f"\rshipping spool files {done}/{total}", err=True, nl=done == total)
 
-    report = ship_spool(engine, directory, progress=progress, run_after=not no_receipts)
+    report = ship_spool(engine, directory, progress=progress, after=after)
     if as_json:
         emit_json(report.to_json())
     else:
@@ -68,9 +74,9 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
                    f"{report.duplicates} already in the ledger")
         for t in report.torn:
             click.echo(f"warning: {t}: torn last line set aside in {directory}/torn/", err=True)
-    for err in report.errors:
+    for err in report.errors + report.after_errors:
         click.echo(f"ipledger: {err}", err=True)
-    if report.errors:
+    if report.errors or report.after_errors:
         sys.exit(1)
 
 
@@ -89,13 +95,14 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
       ipledger verify
       ipledger verify --json --anchor 1200:3f5e...c1
     """
+    from ..receipts.auto import verify_checks
     from ..verify import Anchor
 
     try:
         parsed = [Anchor.parse(a) for a in anchors]
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    report = verify_ledger(app.engine(), chain_only=chain_only, anchors=parsed)
+    report = verify_ledger(app.engine(), chain_only=chain_only, anchors=parsed, checks=verify_checks(app.site))
     if as_json:
         emit_json(report.to_json())
     elif report.ok:

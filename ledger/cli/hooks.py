@@ -89,11 +89,12 @@ def reconcile_cmd(app: AppContext, dry_run: bool, no_ship: bool, as_json: bool) 
     """
     from .. import store
     from ..hooks.reconcile import reconcile
+    from ..receipts.auto import after_ship_steps
     from ..ship import ship
 
     engine = app.engine()
     if not no_ship and os.path.isdir(app.config.spool):
-        ship(engine, app.config.spool)
+        ship(engine, app.config.spool, after=after_ship_steps(app.site))
     report = reconcile(list(store.iter_entries(engine)), app.config.commands,
                        timeout=max(app.config.hook_timeout_s, 10.0))
     appended = 0

@@ -7,19 +7,9 @@ from pathlib import Path
 
 import click
 
-from ..method.skus import SkuError, site_table
 from ..receipts import ReceiptError, issue_receipt, receipt_for, render_pdf, render_text, verify_receipt
 from ..receipts.gather import enable_parallel
 from .context import AppContext, UserError, emit_json, pass_app
-
-
-def sku_table_for(app: AppContext):  # noqa: ANN201
-    """The SKU table with the site's overrides ([skus] / skus_file in the config)."""
-    try:
-        cfg = app.config
-        return site_table(cfg.extra, str(Path(cfg.path).parent) if cfg.path else None)
-    except SkuError as exc:
-        raise UserError(str(exc)) from None
 
 
 @click.command("receipt")
@@ -55,8 +45,8 @@ def receipt_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | No
     if (verify or issue) and as_of is not None:
         raise UserError("--as-of cannot be combined with --issue or --verify (they work at the ledger head)")
     engine = app.engine()
-    skus = sku_table_for(app)
-    enable_parallel()  # big runs read and attribute their devices in worker processes
+    skus = app.site.sku_table
+    enable_parallel(app.site.parallel_receipts)  # big runs read and attribute their devices in worker processes
     try:
         if verify:
             ok, issued, recomputed = verify_receipt(engine, job_id, run, cluster=cluster, sku_table=skus)

@@ -5,7 +5,7 @@ Public API (other areas build on these; docs/receipts.md describes the JSON)::
     from ledger.receipts import receipt_for, issue_receipt, verify_receipt, render_text, render_pdf
 
     r = receipt_for(engine, "4242", run=None, cluster=None, as_of=None, contract_id=None)  # -> Receipt
-    r.body            # the receipt JSON (dict), DESIGN.md §6 keys and more; r.hash == r.body["receipt_hash"]
+    r.body            # the receipt JSON (dict), docs/receipts.md keys; r.hash == r.body["receipt_hash"]
     r.canonical()     # canonical JSON text (what receipt_hash is taken over, minus the hash field)
     render_text(r)    # terminal layout;  render_pdf([r, ...], "out.pdf")  # one page per run
     res = issue_receipt(engine, "4242", run=0)   # records receipt_issued; res.status issued|reissued|unchanged
@@ -18,8 +18,8 @@ Public API (other areas build on these; docs/receipts.md describes the JSON)::
     build_receipt(entries, job_id, run=None)          # from an in-memory list of ChainedEntry (no samples);
                                                       # returns the body dict (kept for the demo)
 
-Importing this package registers the ``after_ship`` hook that issues receipts for runs whose
-``allocation_ended`` was just shipped, and the ``ipledger verify`` check that replays every issued receipt.
+Issuing receipts after a shipment, and the ``ipledger verify`` check that replays every issued receipt, are
+:mod:`ledger.receipts.auto`, bound to a :class:`ledger.site.Site` (its SKU table and receipts directory).
 Errors the user can fix raise :class:`ReceiptError` (one line).
 """
 

@@ -1,11 +1,12 @@
-"""Issuing receipts (``receipt_issued`` entries), verifying them by replay, and issuing them automatically
-after the epilog's ``allocation_ended`` has been shipped.
+"""Issuing receipts (``receipt_issued`` entries), verifying them by replay, and writing a receipt's JSON file.
+
+Issuing them automatically after a shipment, and replaying them all in ``ipledger verify``, is
+:mod:`ledger.receipts.auto` (bound to the site's settings).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 from dataclasses import dataclass
@@ -18,14 +19,10 @@ from ..canonical import now_ts
 from ..entries import ChainedEntry, Entry, Kind, make_entry
 from ..fsmodes import RECEIPTS_DIR, RECEIPTS_FILE, create_file, make_dirs
 from ..method import METHOD_NAME, METHOD_VERSION
-from ..ship import after_ship
 from ..db import write_tx
 from ..store import append_in, iter_entries, lock_chain
-from ..verify import ChainProblem, VerifyReport, register_check
 from .compute import Receipt, ReceiptError, RunKey, compute_receipt
 from .gather import gather
-
-log = logging.getLogger("ipledger.receipts")
 
 
 @dataclass(frozen=True)
@@ -139,24 +136,6 @@ def verify_receipt(engine: Engine, job_id: str, run: int | None = None, *, clust
     return r.hash == prior[-1].entry.data.get("receipt_hash"), prior[-1], r
 
 
-@register_check
-def _check_issued_receipts(engine: Engine, report: VerifyReport) -> list[ChainProblem]:
-    """Every issued receipt recomputes to the hash it recorded."""
-    problems = []
-    for ce in iter_entries(engine, kinds=[Kind.RECEIPT_ISSUED]):
-        try:
-            r = replay(engine, ce)
-        except (ReceiptError, KeyError, ValueError) as exc:
-            problems.append(ChainProblem(ce.seq, ce.entry.entry_id, f"issued receipt cannot be replayed: {exc}"))
-            continue
-        if r.hash != ce.entry.data.get("receipt_hash"):
-            problems.append(ChainProblem(ce.seq, ce.entry.entry_id,
-                                         f"issued receipt {ce.entry.data.get('receipt_hash')} replays as {r.hash}"))
-    return problems
-
-
-# --- automatic receipts ------------------------------------------------------------------------------------
-
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -174,32 +153,3 @@ def write_receipt_files(receipt: Receipt, receipts_dir: str | Path) -> Path:
         f.write(json.dumps(receipt.body, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     tmp.replace(path)
     return path
-
-
-@after_ship
-def auto_issue(engine: Engine, shipped: list[Entry]) -> None:
-    """After a shipment: issue receipts for runs whose allocation_ended was in it.
-
-    On by default ("automatic per-job receipts via the epilog": nobody has to ask); with a ``receipts_dir`` in
-    the site config the JSON is also written there, a directory per account; ``auto_receipts = false`` turns
-    it off (e.g. on a shipper that should only move entries).
-    """
-    from .. import config as config_mod
-
-    try:
-        cfg = config_mod.load()
-    except config_mod.ConfigError as exc:
-        log.warning("auto receipts skipped: %s", exc)
-        return
-    enabled = cfg.extra.get("auto_receipts")
-    if enabled is False or os.environ.get("IPLEDGER_AUTO_RECEIPTS", "").strip().lower() in ("0", "false", "no"):
-        return
-    ended = sorted({(e.cluster, e.job_id, e.run or 0) for e in shipped
-                    if e.kind == Kind.ALLOCATION_ENDED and e.job_id is not None}, key=str)
-    for cluster, job_id, run in ended:
-        try:
-            res = issue_receipt(engine, job_id, run, cluster=cluster)
-            if cfg.receipts_dir:
-                write_receipt_files(res.receipt, cfg.receipts_dir)
-        except Exception as exc:  # noqa: BLE001 - one bad run must not stop the others or the shipper
-            log.warning("auto receipt for job %s run %s failed: %s", job_id, run, exc)

@@ -70,8 +70,7 @@ def _samples(sim: Simulation, devs: list[int], a: int, b: int) -> list[Sample]:
     return out
 
 
-def write_ledger(engine, sim: Simulation, spool_dir: Path, extra_entries=(),  # noqa: ANN001
-                 issue_receipts: bool = True) -> dict:
+def write_ledger(engine, sim: Simulation, spool_dir: Path, extra_entries=()) -> dict:  # noqa: ANN001
     """Fill a ledger with the simulation; returns counts."""
     nodes: dict[str, list[int]] = {}
     for i, d in enumerate(sim.devices):
@@ -96,11 +95,11 @@ def write_ledger(engine, sim: Simulation, spool_dir: Path, extra_entries=(),  # 
             write_segment(engine, ss, seg, others)
             segments += 1
             samples += len(ss)
-    # the hooks' records ship last, as epilogs do after the job's telemetry was collected; `ship` runs its
-    # after_ship hooks (receipts for the runs whose allocation_ended arrived) unless issue_receipts is False
+    # the hooks' records ship last, as epilogs do after the job's telemetry was collected (receipts are the
+    # caller's to issue: no after-ship steps here)
     recs = scheduler_records(sim) + [e.to_record() for e in extra_entries]
     spool.write(spool_dir, recs, prefix="demo-hooks")
-    rep = ship(engine, spool_dir, run_after=issue_receipts)
+    rep = ship(engine, spool_dir)
     if rep.errors:
         raise RuntimeError(f"demo spool did not ship: {rep.errors[0]}")
     return {"entries_shipped": rep.appended, "segments": segments, "samples": samples}

@@ -21,7 +21,7 @@ from ..canonical import canonical_json
 from ..db import write_tx
 from ..entries import Entry, Kind, make_entry
 from ..store import AppendResult, append_in
-from ..verify import ChainProblem, VerifyReport, register_check
+from ..verify import ChainProblem, VerifyReport
 from . import blocks
 from .model import SAMPLE_COLUMNS, Sample
 
@@ -265,8 +265,7 @@ def load_samples(engine_or_conn, devices: Sequence[str] | None = None, start: fl
     return [Sample(*r) for r in blocks.table_rows(table)]
 
 
-@register_check
-def _check_segment_digests(engine: Engine, report: VerifyReport) -> list[ChainProblem]:
+def check_segment_digests(engine: Engine, report: VerifyReport) -> list[ChainProblem]:
     """Every sealed batch still hashes to what its segment entry recorded (block or legacy rows alike)."""
     from ..store import iter_entries
 

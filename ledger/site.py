@@ -1,0 +1,49 @@
+"""The site: every setting the ledger's work depends on, read once from the configuration and passed down.
+
+A :class:`Site` is built by :func:`site_from_config` where the configuration is read (the CLI, the demo, a
+script) and handed to shipping, issuing and verifying, so that two paths computing one receipt cannot price
+it under different SKU tables, and ``ipledger --config X`` governs everything the command does. Nothing
+below the caller looks the configuration up again.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from .config import Config, normalise_db_url
+from .method.skus import SkuRating, builtin_table, site_table
+
+
+@dataclass(frozen=True)
+class Site:
+    """One site's settings. ``sku_table`` already holds the site's ``[skus]`` / ``skus_file`` overrides."""
+
+    db: str
+    spool: str
+    cluster: str | None = None
+    sku_table: Mapping[str, SkuRating] = field(default_factory=builtin_table)
+    receipts_dir: str | None = None
+    auto_receipts: bool = True         # issue a run's receipt once its allocation_ended is shipped
+    parallel_receipts: bool = False    # big receipts may use worker processes (needs a main guard in scripts)
+
+
+_OFF = ("0", "false", "no")
+
+
+def site_from_config(cfg: Config, *, db: str | None = None, environ: Mapping[str, str] | None = None,
+                     parallel_receipts: bool = False) -> Site:
+    """The site a loaded :class:`~ledger.config.Config` describes; ``db`` (a URL or path) overrides its database.
+
+    ``IPLEDGER_AUTO_RECEIPTS=0`` (or ``auto_receipts = false`` in the file) turns automatic receipts off.
+    Raises :class:`~ledger.method.skus.SkuError` (one line naming the file) for a bad SKU override.
+    """
+    env = os.environ if environ is None else environ
+    auto = cfg.extra.get("auto_receipts", True) is not False
+    if env.get("IPLEDGER_AUTO_RECEIPTS", "").strip().lower() in _OFF:
+        auto = False
+    return Site(db=normalise_db_url(db or cfg.db), spool=cfg.spool, cluster=cfg.cluster,
+                sku_table=site_table(cfg.extra, str(Path(cfg.path).parent) if cfg.path else None),
+                receipts_dir=cfg.receipts_dir, auto_receipts=auto, parallel_receipts=parallel_receipts)
