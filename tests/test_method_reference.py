@@ -1,0 +1,64 @@
+"""The vectorised attribution equals the method as written: ``ledger.method.reference``, one sample at a time.
+
+hypothesis draws the same nasty devices as tests/test_attribution_equivalence.py (NaN in every column, gaps
+and overlaps, unsorted and duplicated times, infinities, zero-length windows, suspended spans, unknown
+intervals, odd thresholds), finite sample times only (a NaN time is refused by the reference); every
+integer of the account must match.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, assume, given, settings
+
+from ledger.method import DeviceAccount, SampleArrays, attribute_device
+from ledger.method.attribution import THROTTLE_REASONS, reason_bucket
+from ledger.method.reference import attribute_device_reference, reason_of
+from ledger.receipts.example import BLOCKS, EXPECTED_HOURS, START, example_entries
+from tests.test_attribution_equivalence import cases
+
+
+def _same_figures(fast: DeviceAccount, ref: DeviceAccount) -> None:
+    assert (fast.paid_nh, fast.suspended_nh) == (ref.paid_nh, ref.suspended_nh)
+    assert fast.buckets.tolist() == ref.buckets.tolist()
+    assert fast.gap_nh == ref.gap_nh and fast.unknown_causes == ref.unknown_causes
+    assert (fast.fidelity, fast.coarse_nh) == (ref.fidelity, ref.coarse_nh)
+    assert ref.paid_nh == int(ref.buckets.sum())
+
+
+def test_vectorised_attribution_equals_the_reference(soak) -> None:  # noqa: ANN001
+    """``make test`` draws 120 cases (a few seconds); ``--soak`` / IPLEDGER_SOAK=1 draws 5,000."""
+    @settings(max_examples=5_000 if soak else 120, deadline=None, derandomize=not soak,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(cases())
+    def run(case) -> None:  # noqa: ANN001
+        window, samples, suspended, unknown, rated, thresholds = case
+        assume(not np.isnan(samples.t).any())
+        kw = {"unknown": unknown, "suspended": suspended, "rated_clock_mhz": rated, "thresholds": thresholds}
+        with np.errstate(all="ignore"):
+            _same_figures(attribute_device(window, samples, **kw), attribute_device_reference(window, samples, **kw))
+
+    run()
+
+
+def test_reference_on_the_worked_example_of_the_document() -> None:
+    """docs/method.md's worked example, through the reference alone, gives its hand-computed hours."""
+    _entries, samples, spans = example_entries()
+    t0 = START.timestamp()
+    window = (t0, t0 + 36.0 * sum(b[1] for b in BLOCKS))
+    kw = {"unknown": [(t0 + spans["H"][0], t0 + spans["H"][1], "H")],
+          "suspended": [(t0 + spans["I"][0], t0 + spans["I"][1])], "rated_clock_mhz": 1980.0}
+    arrays = SampleArrays.from_samples(samples)
+    ref = attribute_device_reference(window, arrays, **kw)
+    _same_figures(attribute_device(window, arrays, **kw), ref)
+    want = {"delivered": EXPECTED_HOURS["delivered"], "underutilized": EXPECTED_HOURS["underutilized"],
+            "starved": EXPECTED_HOURS["starved"], "idle_held": EXPECTED_HOURS["idle_held"],
+            "unknown": EXPECTED_HOURS["unknown"],
+            **{f"throttled.{k}": v for k, v in EXPECTED_HOURS["throttled"].items()}}
+    assert {k: v / 1e9 for k, v in ref.as_dict().items()} == want
+    assert (ref.paid_nh / 1e9, ref.suspended_nh / 1e9) == (EXPECTED_HOURS["paid"], EXPECTED_HOURS["suspended"])
+
+
+def test_reason_precedence_is_the_table() -> None:
+    masks = np.arange(-2, 0x200, dtype=np.int64)
+    assert [THROTTLE_REASONS[i] for i in reason_bucket(masks)] == [reason_of(int(m)) for m in masks]
