@@ -1,7 +1,7 @@
 """Figure: the monthly export over N issued receipts, against a DuckDB GROUP BY over the same receipt rows.
 
-The ledger (SQLite) holds N ``receipt_issued`` entries carrying their receipts (reports.synthetic, DESIGN.md
-§6 shape, every window ending in the month). The subject is `ipledger export monthly --month M --format csv`
+The ledger (SQLite) holds N ``receipt_issued`` entries carrying their receipts (reports.synthetic, the
+receipt shape of docs/receipts.md, every window ending in the month). The subject is `ipledger export monthly --month M --format csv`
 in a fresh interpreter (read the issues, pick what the month bills, flatten, aggregate, write). The floor is
 DuckDB grouping the same receipts' rows (one per receipt: tenant, partition, qos, currency and the hour and
 money columns) by tenant, partition, qos and currency from a Parquet file.

@@ -1,6 +1,6 @@
 """Every external program ipledger may run, and the only function that runs one.
 
-Read-only toward the fleet (DESIGN.md §2.6): each program has an allowlist of argument shapes that read
+Read-only toward the fleet (docs/slurm.md, tests/test_readonly.py): each program has an allowlist of argument shapes that read
 state (or, for DCGM job statistics, start/stop a *watch*, which changes no GPU setting). Anything else is
 refused before a process is started. Absolute paths come from the site config's ``[commands]`` table.
 Standard library only and import-light, as the hooks call this on their fast path: a program is started with

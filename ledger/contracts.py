@@ -94,9 +94,6 @@ class Contract:
             return self.skus["default"]
         return CostBasis(rate_per_gpu_hour=Decimal(0))
 
-    def applies_to(self, account: str | None) -> bool:
-        return not self.accounts or (account is not None and account in self.accounts)
-
     def to_payload(self) -> dict:
         return {"id": self.id, "version": self.version, "currency": self.currency, "accounts": list(self.accounts),
                 "billing_granularity_s": self.billing_granularity_s, "billing_minimum_s": self.billing_minimum_s,

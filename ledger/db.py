@@ -142,11 +142,6 @@ def dialect(engine: Engine) -> str:
     return engine.dialect.name
 
 
-def ping(engine: Engine) -> None:
-    with engine.connect() as conn:
-        conn.execute(text("SELECT 1"))
-
-
 def write_tx(engine: Engine):  # noqa: ANN201
     """A transaction that may extend the chain (takes SQLite's write lock at BEGIN)."""
     return engine.execution_options(**{WRITE_OPTION: True}).begin()

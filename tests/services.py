@@ -1,4 +1,4 @@
-"""Real servers for the integration tests (DESIGN.md §5): started here, as root, on 127.0.0.1 only.
+"""Real servers for the integration tests (no mocks of the real parts): started here, as root, on 127.0.0.1 only.
 
 In CI (``CI=true``) a server that cannot start is a test *failure*; elsewhere the tests that need it skip
 with the reason. Each starter returns a handle with ``stop()``.

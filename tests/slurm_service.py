@@ -1,4 +1,4 @@
-"""A real single-node Slurm for the tests (DESIGN.md §5): munged, slurmctld and slurmd from Debian's slurm-wlm.
+"""A real single-node Slurm for the tests (no mock scheduler): munged, slurmctld and slurmd from Debian's slurm-wlm.
 
 Everything is private to a temp dir: munge key and socket, slurm.conf/gres.conf, state and spool dirs, pid and
 log files, and fake GPUs made as character devices (``mknod DIR/nvidiaN c 195 N``) listed in gres.conf, so

@@ -1,4 +1,4 @@
-"""Read-only toward the fleet (DESIGN.md §2.6, issue 9 point 6).
+"""Read-only toward the fleet: ipledger reads the scheduler and the GPUs, it never changes them.
 
 Three layers, each able to fail on its own:
 

@@ -48,7 +48,7 @@ def test_json_matches_the_hand_computed_example(runner, cli, example_db):
     assert rec["totals"] == {"before_adjustments": {"gpu_hours": 0.8, "amount": 1.6},
                              "after_adjustments": {"gpu_hours": 0.75, "amount": 1.5}}
     assert rec["receipt_hash"].startswith("sha256:") and len(rec["receipt_hash"]) == 71
-    # DESIGN.md §6 keys
+    # the receipt's documented top-level keys (docs/receipts.md)
     for k in ("receipt_version", "receipt_hash", "job", "window", "contract", "method", "gpu_hours", "cost",
               "unknown_intervals", "adjustments", "ledger"):
         assert k in rec

@@ -42,7 +42,7 @@ def _print_finding(f: dict, status: str | None = None) -> None:
 @click.option("--since", help="Only findings whose window ends at or after this (YYYY-MM-DD or RFC 3339).")
 @click.option("--refresh/--no-refresh", default=True, show_default=True,
               help="Run the agents over the ledger first and record new findings (finding_recorded entries).")
-@click.option("--json", "as_json", is_flag=True, help="Print the Findings JSON (DESIGN.md §6).")
+@click.option("--json", "as_json", is_flag=True, help="Print the Findings JSON (docs/agents.md).")
 @pass_app
 def findings_cmd(app: AppContext, since: str | None, refresh: bool, as_json: bool) -> None:
     """List the agents' findings over the ledger, with operators' verdicts.
@@ -230,7 +230,7 @@ def ask_cmd(app: AppContext, question: str, as_json: bool) -> None:
 @click.option("--end", help="Live: end (epoch or RFC 3339).")
 @click.option("--step", help="Live: query step (default 15s); captures: the sampling interval.")
 @click.option("--node", help="Captures: the host the capture was taken on.")
-@click.option("--json", "as_json", is_flag=True, help="Print the Findings JSON (DESIGN.md §6) of the analysis.")
+@click.option("--json", "as_json", is_flag=True, help="Print the Findings JSON (docs/agents.md) of the analysis.")
 @click.option("--pdf", "pdf", type=click.Path(dir_okay=False), help="Write the written analysis PDF here.")
 @click.option("--keep-ledger", type=click.Path(dir_okay=False),
               help="Also import the export into a SQLite ledger at this path (the agents then read it back; "

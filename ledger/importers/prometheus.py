@@ -12,7 +12,6 @@ are reported as unmapped; terminal noise around a saved scrape is skipped and co
 from __future__ import annotations
 
 import json
-import math
 import re
 import tarfile
 import urllib.error
@@ -562,10 +561,3 @@ def fetch(base_url: str, start: float, end: float, step: float, *, metrics: Iter
     c.span = (start, end + step)
     c.cadence = step
     return c
-
-
-def is_number(s: str) -> bool:
-    try:
-        return not math.isnan(float(s))
-    except ValueError:
-        return False

@@ -6,9 +6,8 @@ The hooks use DCGM's job statistics (``dcgmi group -c`` + ``dcgmi stats -e/-s`` 
 ``Insf. Permission``). The parser never turns a sentinel or a cut value into a number: it records the field as
 missing with its cause. Times are ``ctime()`` in the host engine's local time.
 
-``pydcgm`` (shipped with DCGM, not on PyPI) is used through :class:`PydcgmJobStats` when importable (the
-collector and other long-running callers); the hooks use the CLI, which needs nothing but the standard library.
-Both give the same :class:`JobStatsReport`.
+The hooks use the CLI, which needs nothing but the standard library. :func:`job_info_to_report` turns the
+job statistics of DCGM's own Python bindings (``c_dcgmJobInfo_v3``) into the same :class:`JobStatsReport`.
 """
 
 from __future__ import annotations
@@ -595,59 +594,3 @@ def job_info_to_report(job_key: str, info) -> JobStatsReport:
     """A ``c_dcgmJobInfo_v3`` -> :class:`JobStatsReport` (one block per GPU, like ``dcgmi stats -v -j``)."""
     blocks = [usage_to_stats(g, int(g.gpuId)) for g in list(info.gpus)[: int(info.numGpus)]]
     return JobStatsReport(job_id=job_key, blocks=tuple(blocks), verbose=True)
-
-
-class PydcgmJobStats:
-    """Job statistics through DCGM's Python bindings (``pydcgm``), for callers off the hook path.
-
-    Mirrors :class:`DcgmiCli`'s job methods; DCGM errors come back as :class:`DcgmError` values.
-    """
-
-    def __init__(self, host: str = "localhost"):
-        if not pydcgm_available():
-            raise ImportError("pydcgm (DCGM's Python bindings) is not importable")
-        import dcgm_structs  # noqa: PLC0415
-        import pydcgm  # noqa: PLC0415
-
-        self._structs = dcgm_structs
-        self._handle = pydcgm.DcgmHandle(ipAddress=host)
-        self._pydcgm = pydcgm
-
-    def _err(self, exc: Exception) -> DcgmError:
-        text = str(exc)
-        cause = classify_error(text).cause
-        if "NO_DATA" in text.upper() or "No data" in text:
-            cause = "no_data"
-        return DcgmError(cause, text[:300])
-
-    def start_job(self, gpu_ids: list[int], job_key: str, update_us: int = 30_000_000,
-                  max_keep_age_s: float = 3600.0) -> int | DcgmError:
-        try:
-            group = self._pydcgm.DcgmGroup(self._handle, groupName=f"ipledger-{job_key}",
-                                           groupType=self._structs.DCGM_GROUP_EMPTY)
-            for g in gpu_ids:
-                group.AddGpu(g)
-            group.stats.WatchJobFields(update_us, max_keep_age_s, 0)
-            group.stats.StartJobStats(job_key)
-            return group.GetId()
-        except Exception as exc:  # noqa: BLE001 - DCGMError_* subclasses
-            return self._err(exc)
-
-    def stop_and_read(self, group_id: int, job_key: str) -> JobStatsReport | DcgmError:
-        try:
-            group = self._pydcgm.DcgmGroup(self._handle, groupId=group_id)
-            group.stats.StopJobStats(job_key)
-            return job_info_to_report(job_key, group.stats.GetJobStats(job_key))
-        except Exception as exc:  # noqa: BLE001
-            return self._err(exc)
-
-
-def pydcgm_available() -> bool:
-    """Whether DCGM's own Python bindings can be imported (DCGM installs them outside site-packages)."""
-    import importlib.util
-    import sys
-
-    for p in ("/usr/local/dcgm/bindings/python3", "/usr/share/datacenter-gpu-manager-4/bindings/python3"):
-        if p not in sys.path:
-            sys.path.append(p)
-    return importlib.util.find_spec("pydcgm") is not None
