@@ -177,3 +177,25 @@ def test_fast_path_misuse_and_unavailable_spool(tmp_path):
 def test_mark_help_has_an_example():
     r = CliRunner().invoke(cli, ["mark", "--help"])
     assert r.exit_code == 0 and "Example:" in r.output and "ipledger mark checkpoint" in r.output
+
+
+def test_installed_mark_imports_only_light_stdlib(tmp_path):
+    """The installed script's path: no click, database, json, re, typing or dataclasses (bench/mark.py times it)."""
+    import sys
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'spool = "{tmp_path / "spool"}"\n')
+    old = time.time() - 60
+    os.utime(cfg, (old, old))
+    mark = install(tmp_path / "hooks", str(cfg))[2]
+    env = {"SLURM_JOB_ID": "12", "PATH": "/usr/bin:/bin"}
+    subprocess.run([str(mark), "step", "--step", "1"], env=env, check=True)  # makes the config snapshot
+    p = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", str(mark), "checkpoint", "--note", "n"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    imported = {ln.split("|")[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")}
+    assert "ledger.marks" in imported
+    heavy = {"click", "sqlalchemy", "json", "re", "typing", "dataclasses", "datetime", "pathlib", "subprocess",
+             "tomllib", "ledger.entries", "ledger.canonical"}
+    assert not imported & heavy, sorted(imported & heavy)
+    assert len(list((tmp_path / "spool").glob("mark-*.jsonl"))) == 2
