@@ -78,6 +78,14 @@ def seconds(parts: Sequence[tuple[float, float]]) -> float:
     return sum(b - a for a, b in parts)
 
 
+def lost_since_checkpoint(saved: Sequence[float], window: tuple[float, float], n_devices: int,
+                          suspended: Sequence[tuple[float, float]] = ()) -> tuple[float | None, int]:
+    """(the last saved mark inside the window, or None for the start; device-nanohours paid after it)."""
+    w0, w1 = window
+    frm = max((t for t in saved if w0 <= t <= w1), default=None)
+    return frm, n_devices * seconds_to_nh(seconds(minus((w0 if frm is None else frm, w1), suspended)))
+
+
 def progress_block(entries: Sequence[ChainedEntry], window: tuple[float, float], n_devices: int,
                    suspended: Sequence[tuple[float, float]], credit_provider_failures: bool
                    ) -> tuple[dict[str, Any], tuple[float, float] | None]:
@@ -103,12 +111,12 @@ def progress_block(entries: Sequence[ChainedEntry], window: tuple[float, float],
         return block, None
     saved = [m for m in marks if m["kind"] in SAVED]
     since = saved[-1] if saved else None
-    frm = since["t"] if since else w0
-    lost = minus((frm, w1), suspended)
+    frm, lost_nh = lost_since_checkpoint([m["t"] for m in saved], window, n_devices, suspended)
+    frm = w0 if frm is None else frm
     cause = provider_failure(state, entries)
     credited = cause is not None and credit_provider_failures
     block["lost_since_checkpoint"] = {
-        "gpu_hours": nh_to_hours(n_devices * seconds_to_nh(seconds(lost))),
+        "gpu_hours": nh_to_hours(lost_nh),
         "from": since["ts"] if since else format_ts(w0), "from_basis": since["kind"] if since else "start",
         "to": format_ts(w1), "provider_failure": cause, "billed_as": "credit" if credited else "charge",
     }
