@@ -58,3 +58,24 @@ def test_explain_job_lists_the_marks_in_its_timeline(ledger_url):
     assert [t["detail"] for t in tl if t["event"] == "checkpoint"] == ["step 10", "step 20"]
     text = CliRunner().invoke(cli, ["--db", ledger_url, "explain", "--job", "88"]).output
     assert "timeline:" in text and "checkpoint" in text and "NODE_FAIL" in text
+
+
+def test_monthly_statement_sums_credited_failure_losses(ledger_url, tmp_path):
+    contract = tmp_path / "c.toml"
+    contract.write_text('id = "k"\nversion = "1"\nunknown_policy = "charge"\nprovider_failure_loss = "credit"\n'
+                        '[skus.default]\nrate_per_gpu_hour = "2.00"\n')
+    runner = CliRunner()
+    assert runner.invoke(cli, ["--db", ledger_url, "contract", "set", str(contract)]).exit_code == 0
+    from ledger.receipts import issue_receipt
+
+    eng = db_mod.make_engine(ledger_url)
+    for run in (0, 1):
+        issue_receipt(eng, "88", run=run)
+    eng.dispose()
+    r = runner.invoke(cli, ["--db", ledger_url, "receipt", "88", "--run", "0", "--format", "json"])
+    credited = json.loads(r.output)["billing"]["lost_since_checkpoint_credited"]
+    assert credited == pytest.approx(2 * 400 / 3600, abs=1e-9)
+    r = runner.invoke(cli, ["--db", ledger_url, "export", "monthly", "--month", "2025-12", "--format", "json",
+                            "--out", "-", "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["totals"]["failure_loss_credited"] == pytest.approx(credited, abs=1e-6)
