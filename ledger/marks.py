@@ -126,8 +126,6 @@ def _settings(environ: Mapping[str, str], config_path: str | None, snapshot: str
     except OSError:  # e.g. /etc/ipledger/config.toml readable by root alone
         values = {"spool": environ.get("IPLEDGER_SPOOL") or config_mod.DEFAULT_SPOOL,
                   "cluster": environ.get("IPLEDGER_CLUSTER"), "extra": {}}
-    except config_mod.ConfigError as exc:
-        raise MarkError(str(exc)) from None
     hooks = values["extra"].get("hooks")
     drop = environ.get("IPLEDGER_DROP") or drop_dir_for(values["spool"], hooks if isinstance(hooks, dict) else None)
     return values["spool"], values["cluster"] or environ.get("SLURM_CLUSTER_NAME"), drop
@@ -167,7 +165,15 @@ def mark(kind: str, *, step: int | str | None = None, note: str | None = None, a
     ts = _epoch(at)
     fields = {"kind": kind, "step": _step(step), "note": _note(note)}
     check_job_id(job_id)
-    spool, cluster, drop = _settings(env, config_path, snapshot)
+    from .config import ConfigError
+
+    try:
+        spool, cluster, drop = _settings(env, config_path, snapshot)
+    except ConfigError as exc:  # the site's config, not the caller, is wrong: the job goes on
+        if strict:
+            raise MarkUnavailable(22, f"{kind} mark NOT recorded: {exc}") from None
+        _log(f"job {job_id} run {run_no}: {kind} mark NOT recorded: {exc}")
+        return None
     node = env.get("SLURMD_NODENAME") or os.uname().nodename
     try:
         if _may_write_spool(spool):

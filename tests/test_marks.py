@@ -172,6 +172,11 @@ def test_fast_path_misuse_and_unavailable_spool(tmp_path):
     (tmp_path / "file").write_text("")
     assert marks.main(["checkpoint", "--job", "9", "--config", str(cfg)]) == 0
     assert marks.main(["checkpoint", "--job", "9", "--config", str(cfg), "--strict"]) == 1
+    # a broken site config is the site's problem, not the job's
+    bad = tmp_path / "bad.toml"
+    bad.write_text("spool = [unclosed\n")
+    assert marks.main(["checkpoint", "--job", "9", "--config", str(bad)]) == 0
+    assert marks.main(["checkpoint", "--job", "9", "--config", str(bad), "--strict"]) == 1
 
 
 def test_mark_help_has_an_example():

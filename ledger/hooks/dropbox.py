@@ -67,6 +67,8 @@ def prepare_dir(drop_dir: str, job_id: str, uid: int | None) -> str | None:
     """Make ``drop_dir/job_id`` (0700, owned by ``uid``); returns an error text, or None when done."""
     if uid is None:
         return "no SLURM_JOB_UID in the environment"
+    if not os.path.isabs(drop_dir):
+        return f"[hooks] drop_dir {drop_dir!r} is not an absolute path"
     if not (job_id.isdecimal() and len(job_id) <= 18):
         return f"job id {job_id!r} is not decimal"
     if not os.path.isdir(drop_dir):
