@@ -79,3 +79,21 @@ def test_monthly_statement_sums_credited_failure_losses(ledger_url, tmp_path):
                             "--out", "-", "--quiet"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["totals"]["failure_loss_credited"] == pytest.approx(credited, abs=1e-6)
+
+
+def test_pdf_receipt_has_the_progress_lines(ledger_url, tmp_path):
+    import shutil
+    import subprocess
+
+    from tests.services import unavailable
+
+    if shutil.which("pdftotext") is None:
+        unavailable("pdftotext (poppler-utils) is not installed")
+    out = tmp_path / "r.pdf"
+    r = CliRunner().invoke(cli, ["--db", ledger_url, "receipt", "88", "--run", "0", "--format", "pdf",
+                                 "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    text = subprocess.run(["pdftotext", "-layout", str(out), "-"], check=True, capture_output=True, text=True,
+                          timeout=60).stdout
+    assert "Application progress" in text and "end state NODE_FAIL" in text
+    assert "lost since last checkpoint 0.222222 h" in text
