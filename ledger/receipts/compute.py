@@ -32,7 +32,7 @@ from ..method.attribution import DEFAULT_THRESHOLDS, seconds_to_nh
 from ..method.skus import SkuRating, match_sku
 from .progress import minus, progress_block, seconds
 
-RECEIPT_VERSION = "1.0"
+RECEIPT_VERSION = "1.1"  # 1.1: the progress block, provider_failure_loss, lost_since_checkpoint_credited
 CENT = Decimal("0.01")
 NH = Decimal(10) ** 9
 
