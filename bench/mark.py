@@ -24,7 +24,7 @@ JOB_ENV = {"SLURM_JOB_ID": "777001", "SLURM_RESTART_COUNT": "0", "SLURMD_NODENAM
 
 
 def run(scale: float, repeat: int) -> Figure:
-    from ledger.hooks.install import install
+    from ledger.hooks.install import install, mark_path
 
     reps = max(repeat, int(30 * scale) or 1)
     work = Path(tempfile.mkdtemp(prefix="ipledger-bench-mark-"))
@@ -34,7 +34,8 @@ def run(scale: float, repeat: int) -> Figure:
         cfg.write_text(f'spool = "{spool}"\ncluster = "hpc1"\n')
         old = time.time() - 60  # a site's config is older than its jobs: read through the snapshot, not tomllib
         os.utime(cfg, (old, old))
-        mark = install(work / "hooks", str(cfg))[2]
+        install(work / "hooks", str(cfg))
+        mark = mark_path(work / "hooks")
         console = Path(sys.executable).parent / "ipledger"
         env = dict(JOB_ENV)
         argv = ["checkpoint", "--step", "1200", "--note", "epoch 3"]

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from ledger import hooks, marks
 from ledger.cli.main import cli
-from ledger.hooks.install import install
+from ledger.hooks.install import install, mark_path
 from tests import services
 from tests.standins import make_site
 
@@ -38,8 +38,8 @@ def site():
     root = Path(tempfile.mkdtemp(prefix="ipledger-marks-", dir="/tmp"))
     os.chmod(root, 0o711)
     s = make_site(root, tools=(), hooks={"drop_dir": str(root / "drop"), "max_marks": 50})
-    scripts = install(root / "hooks", str(s.config), python=SYSTEM_PY)
-    yield s, Path(scripts[2]), root / "drop"
+    install(root / "hooks", str(s.config), python=SYSTEM_PY)
+    yield s, mark_path(root / "hooks"), root / "drop"
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -192,7 +192,8 @@ def test_installed_mark_imports_only_light_stdlib(tmp_path):
     cfg.write_text(f'spool = "{tmp_path / "spool"}"\n')
     old = time.time() - 60
     os.utime(cfg, (old, old))
-    mark = install(tmp_path / "hooks", str(cfg))[2]
+    install(tmp_path / "hooks", str(cfg))
+    mark = mark_path(tmp_path / "hooks")
     env = {"SLURM_JOB_ID": "12", "PATH": "/usr/bin:/bin"}
     subprocess.run([str(mark), "step", "--step", "1"], env=env, check=True)  # makes the config snapshot
     p = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", str(mark), "checkpoint", "--note", "n"],

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from ledger.canonical import ts_to_epoch
 from ledger.cli.main import cli as ipledger
-from ledger.hooks.install import install
+from ledger.hooks.install import install, mark_path
 from tests import services, slurm_service
 from tests.standins import make_site
 
@@ -64,7 +64,7 @@ def cluster():
                      hooks={"trace": str(root / "trace.jsonl"), "drop_dir": str(root / "drop")})
     scripts = install(root / "hooks", str(site.config), python=SYSTEM_PY)
     s = slurm_service.start(str(scripts[0]), str(scripts[1]), ngpus=4)
-    yield s, site, Path(scripts[2])
+    yield s, site, mark_path(root / "hooks")
     s.stop()
     shutil.rmtree(root, ignore_errors=True)
 

@@ -54,13 +54,13 @@ def install_cmd(app: AppContext, directory: str, config_path: str | None, python
       ipledger hooks install --dir /etc/slurm/ipledger --config /etc/ipledger/config.toml
       # slurm.conf: Prolog=/etc/slurm/ipledger/prolog  Epilog=/etc/slurm/ipledger/epilog  PrologFlags=Alloc
     """
-    from ..hooks.install import install
+    from ..hooks.install import install, mark_path
 
     cfg = config_path or app.config_path
     if cfg and not os.path.isfile(cfg):
         raise UserError(f"{cfg}: config file not found")
     try:
-        paths = install(directory, cfg, python)
+        paths = [*install(directory, cfg, python), mark_path(directory)]
     except (OSError, ValueError) as exc:
         raise UserError(f"hooks install: {exc}") from None
     if as_json:

@@ -69,7 +69,8 @@ def render(kind: str, python: str, config_path: str | None) -> str:
 
 
 def install(directory: str | os.PathLike, config_path: str | None = None, python: str | None = None) -> list[Path]:
-    """Write DIR/prolog, DIR/epilog and DIR/mark (mode 0755, atomically) and return their paths."""
+    """Write DIR/prolog, DIR/epilog and DIR/mark (mode 0755, atomically); returns the prolog's and the epilog's
+    paths (the mark script is :func:`mark_path` of DIR)."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     py = python or sys.executable
@@ -82,4 +83,9 @@ def install(directory: str | os.PathLike, config_path: str | None = None, python
         os.chmod(tmp, 0o755)
         os.replace(tmp, target)
         written.append(target)
-    return written
+    return written[:len(KINDS)]
+
+
+def mark_path(directory: str | os.PathLike) -> Path:
+    """The ``mark`` script :func:`install` writes into DIR, for job scripts (docs/progress.md)."""
+    return Path(directory) / "mark"
