@@ -91,6 +91,10 @@ def test_node_fail_receipt_shows_marks_and_credited_loss_since_checkpoint(cluste
     drop = site.root / "drop" / jid / "marks.jsonl"
     _wait(lambda: len(drop.read_text().splitlines()) >= 2, 30, "the job's second checkpoint mark")
     assert os.stat(drop).st_uid == 65534 and not list(site.spool.glob("mark-*"))
+    # another user (daemon) cannot mark this job, even naming it
+    other = subprocess.run([str(mark), "checkpoint", "--job", jid, "--strict"], env={"PATH": "/usr/bin:/bin"},
+                           capture_output=True, text=True, timeout=30, user=1, group=1, extra_groups=[])
+    assert other.returncode == 1 and "Permission denied" in other.stderr, other.stderr
     time.sleep(3.0)  # work done after the last checkpoint, lost when the node goes
     s.cmd("scontrol", "update", f"nodename={s.node}", "state=down", "reason=ipledger-test")
     try:
