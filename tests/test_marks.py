@@ -205,3 +205,19 @@ def test_installed_mark_imports_only_light_stdlib(tmp_path):
              "tomllib", "ledger.entries", "ledger.canonical"}
     assert not imported & heavy, sorted(imported & heavy)
     assert len(list((tmp_path / "spool").glob("mark-*.jsonl"))) == 2
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o644])
+def test_config_snapshot_is_no_more_readable_than_the_config(tmp_path, mode):
+    """The hooks' parsed-config snapshot (which the mark script also reads) copies a config that may hold the
+    database password: it must not be readable by anyone the config itself is not readable by."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'spool = "{tmp_path / "spool"}"\ndb = "postgresql+psycopg://u:secret@h/db"\n')
+    os.chmod(cfg, mode)
+    old = time.time() - 60
+    os.utime(cfg, (old, old))
+    install(tmp_path / "hooks", str(cfg))
+    subprocess.run([str(mark_path(tmp_path / "hooks")), "step", "--job", "3"], env={"PATH": "/usr/bin:/bin"},
+                   check=True)
+    snap = tmp_path / "hooks" / ".ipledger-config-snapshot"
+    assert snap.exists() and snap.stat().st_mode & 0o777 == mode & 0o644
