@@ -56,6 +56,7 @@ _FIELDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("cost_paid", "cost.paid", _NUM), ("cost_delivered", "cost.delivered", _NUM), ("cost_lost", "cost.lost", _NUM),
     ("before", "cost.billed_before_adjustments", _NUM), ("cost_adj", "cost.adjustments", _NUM + ("ARRAY", "OBJECT")),
     ("after", "cost.billed_after_adjustments", _NUM), ("gbh", "billing.gpu_hours_billed", _NUM),
+    ("flc", "billing.lost_since_checkpoint_credited", _NUM),
     ("by_policy", "billing.unknown_gpu_hours_by_policy", _OBJ + ("ARRAY", "VARCHAR", "DOUBLE", "UBIGINT", "BIGINT",
                                                                   "BOOLEAN")),
     *((f"pol_{p}", f"billing.unknown_gpu_hours_by_policy.{p}", _NUM) for p in ("charge", "credit", "estimate", "hold")),
@@ -268,7 +269,7 @@ def _flat_rows(d: pd.DataFrame, ivs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
         "unknown_charge": charge, "unknown_credit": credit, "unknown_estimate": estimate, "unknown_hold": hold,
         "suspended": _num(d["suspended"]),
         "billed_gpu_hours": np.where(d["gbh"].notna().to_numpy(), _num(d["gbh"]), paid),
-        "adjustment_gpu_hours": zero, "cost_paid": cost_paid, "cost_delivered": _num(d["cost_delivered"]),
+        "adjustment_gpu_hours": zero, "failure_loss_credited": _num(d["flc"]), "cost_paid": cost_paid, "cost_delivered": _num(d["cost_delivered"]),
         "cost_lost": _num(d["cost_lost"]), "billed_before_adjustments": before, "adjustment_cost": adj_cost,
         "billed": billed, "n_devices": n_dev, "n_unknown_intervals": n_ivs, "n_adjustments": np.zeros(n, dtype="int64"),
     }

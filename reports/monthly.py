@@ -41,7 +41,8 @@ LOSS_BUCKETS = tuple(f"throttled_{c}" for c in THROTTLE_CAUSES) + ("underutilize
                                                                      "unknown")
 UNKNOWN_POLICIES = ("charge", "credit", "estimate", "hold")
 HOUR_COLUMNS = ("paid", "delivered") + LOSS_BUCKETS + ("unknown_resolved", "unknown_pending") + tuple(
-    f"unknown_{p}" for p in UNKNOWN_POLICIES) + ("suspended", "billed_gpu_hours", "adjustment_gpu_hours")
+    f"unknown_{p}" for p in UNKNOWN_POLICIES) + ("suspended", "billed_gpu_hours", "adjustment_gpu_hours",
+                                                "failure_loss_credited")
 MONEY_COLUMNS = ("cost_paid", "cost_delivered", "cost_lost", "billed_before_adjustments", "adjustment_cost",
                  "billed")
 COUNT_COLUMNS = ("n_devices", "n_unknown_intervals", "n_adjustments")
@@ -240,6 +241,7 @@ def flatten(receipts: Iterable[Mapping[str, Any]], row_kind: str = "usage") -> F
             num(gh.get("underutilized")), num(gh.get("starved")), num(gh.get("idle_held")), unknown,
             resolved, unknown - resolved, pol["charge"], pol["credit"], pol["estimate"], pol["hold"],
             num(gh.get("suspended")), paid if gbh is None else num(gbh), adj_h,
+            num(billing.get("lost_since_checkpoint_credited")),  # receipt progress: provider-failure loss credited
             # MONEY_COLUMNS
             cost_paid, num(cost.get("delivered")), num(cost.get("lost")), before, adj_cost, billed,
             # COUNT_COLUMNS

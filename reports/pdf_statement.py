@@ -135,6 +135,7 @@ def render(st: Any, out_path: str | Path) -> Path:  # st: reports.export.Stateme
         ("  of which estimated", fmt_hours(t["unknown_estimate"]), "GPU-hours"),
         ("Unknown, pending (on hold)", fmt_hours(t["unknown_pending"]), "GPU-hours"),
         ("Billed hours (after the unknown policy)", fmt_hours(t["billed_gpu_hours"]), "GPU-hours"),
+        ("  credited: work lost to provider failures", fmt_hours(t.get("failure_loss_credited", 0.0)), "GPU-hours"),
         ("Suspended (beside the identity)", fmt_hours(t["suspended"]), "GPU-hours"),
         ("Cost of paid hours", fmt_money(t["cost_paid"]), cur),
         ("Cost of delivered hours", fmt_money(t["cost_delivered"]), cur),

@@ -45,7 +45,7 @@ def hooks_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_app
 def install_cmd(app: AppContext, directory: str, config_path: str | None, python: str | None, as_json: bool) -> None:
-    """Write DIR/prolog and DIR/epilog (executable) for slurm.conf's Prolog= and Epilog=.
+    """Write DIR/prolog and DIR/epilog (executable) for slurm.conf's Prolog= and Epilog=, and DIR/mark for jobs.
 
     The scripts name the interpreter and the config by absolute path and import only the standard library.
 
@@ -54,21 +54,22 @@ def install_cmd(app: AppContext, directory: str, config_path: str | None, python
       ipledger hooks install --dir /etc/slurm/ipledger --config /etc/ipledger/config.toml
       # slurm.conf: Prolog=/etc/slurm/ipledger/prolog  Epilog=/etc/slurm/ipledger/epilog  PrologFlags=Alloc
     """
-    from ..hooks.install import install
+    from ..hooks.install import install, mark_path
 
     cfg = config_path or app.config_path
     if cfg and not os.path.isfile(cfg):
         raise UserError(f"{cfg}: config file not found")
     try:
-        paths = install(directory, cfg, python)
+        paths = [*install(directory, cfg, python), mark_path(directory)]
     except (OSError, ValueError) as exc:
         raise UserError(f"hooks install: {exc}") from None
     if as_json:
-        emit_json({"prolog": str(paths[0]), "epilog": str(paths[1]), "config": cfg})
+        emit_json({"prolog": str(paths[0]), "epilog": str(paths[1]), "mark": str(paths[2]), "config": cfg})
     else:
         for p in paths:
             click.echo(f"wrote {p}")
         click.echo(f"slurm.conf:\n  Prolog={paths[0]}\n  Epilog={paths[1]}\n  PrologFlags=Alloc")
+        click.echo(f"jobs mark progress with: {paths[2]} checkpoint --step N  (docs/progress.md)")
 
 
 @click.command("reconcile")

@@ -19,7 +19,7 @@ import time
 from .. import __version__, spool
 from ..fsmodes import SPOOL_DIR, SPOOL_FILE, create_file, make_dirs
 from ..kinds import Kind
-from . import records, slurm
+from . import dropbox, records, slurm
 from .records import entry_record
 
 TYPE_CHECKING = False
@@ -265,6 +265,7 @@ def prolog(h: Hook) -> None:
     devices = h.map_devices()
     _started_entries(h, keys, start, rec, devices)
     h.write_spool("prolog")  # the allocation is on disk before anything else can go wrong
+    dropbox.prepare(h)  # the job's user may leave progress marks there (ledger.hooks.dropbox)
     state: dict[str, Any] = {"job_id": h.env.job_id, "run": run, "cluster": cluster, "start": start,
                              "devices": devices, "node": h.env.node}
     if h.settings.dcgm and devices:
@@ -454,6 +455,7 @@ def epilog(h: Hook) -> None:
     signal = rec.exit_signal if rec and rec.exit_signal is not None else h.env.exit_signal
     h.add(Kind.ALLOCATION_ENDED, end, {"exit_code": exit_code, "signal": signal, "state": status,
                                        "state_basis": basis}, keys)
+    dropbox.collect(h, keys, start, end)  # the run's progress marks from its drop place
     for err in h.errors:
         h.add(Kind.HOOK_ERROR, now, {"hook": "epilog", **err}, keys)
     try:

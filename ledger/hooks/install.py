@@ -26,6 +26,18 @@ sys.exit(main("@KIND@", @CONFIG@, __file__))
 
 KINDS = ("prolog", "epilog")
 
+# DIR/mark: `ipledger mark` for job scripts, on the same isolated fast start (ledger.marks; docs/progress.md).
+MARK_TEMPLATE = '''#!@PYTHON@ -IS
+# ipledger progress marks, installed by `ipledger hooks install --dir DIR`; in a job: DIR/mark checkpoint --step N
+# Standard library only, isolated interpreter (-I -S); it never fails the job unless given --strict.
+import sys
+
+sys.path.insert(0, "@PACKAGE_ROOT@")
+from ledger.marks import main  # noqa: E402
+
+sys.exit(main(sys.argv[1:], @CONFIG@, __file__))
+'''
+
 
 def package_root() -> str:
     import ledger
@@ -46,26 +58,34 @@ def template(kind: str) -> str:
 
 
 def render(kind: str, python: str, config_path: str | None) -> str:
+    """The script for ``kind`` (prolog, epilog or mark) with the interpreter, package root and config filled in."""
     if not os.path.isabs(python):
         raise ValueError(f"interpreter must be an absolute path, got {python!r}")
     if config_path is not None and not os.path.isabs(config_path):
         raise ValueError(f"config path must be absolute, got {config_path!r}")
-    return (template(kind).replace("@PYTHON@", python).replace("@PACKAGE_ROOT@", package_root())
+    text = MARK_TEMPLATE if kind == "mark" else template(kind)
+    return (text.replace("@PYTHON@", python).replace("@PACKAGE_ROOT@", package_root())
             .replace("@CONFIG@", repr(config_path)))
 
 
 def install(directory: str | os.PathLike, config_path: str | None = None, python: str | None = None) -> list[Path]:
-    """Write DIR/prolog and DIR/epilog (mode 0755, atomically) and return their paths."""
+    """Write DIR/prolog, DIR/epilog and DIR/mark (mode 0755, atomically); returns the prolog's and the epilog's
+    paths (the mark script is :func:`mark_path` of DIR)."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     py = python or sys.executable
     cfg = os.path.abspath(config_path) if config_path else None
     written = []
-    for kind in KINDS:
+    for kind in (*KINDS, "mark"):
         target = d / kind
         tmp = d / f".{kind}.tmp"
         tmp.write_text(render(kind, py, cfg), encoding="utf-8")
         os.chmod(tmp, 0o755)
         os.replace(tmp, target)
         written.append(target)
-    return written
+    return written[:len(KINDS)]
+
+
+def mark_path(directory: str | os.PathLike) -> Path:
+    """The ``mark`` script :func:`install` writes into DIR, for job scripts (docs/progress.md)."""
+    return Path(directory) / "mark"
