@@ -103,9 +103,12 @@ def reconcile_cmd(app: AppContext, dry_run: bool, no_ship: bool, as_json: bool) 
     from ..hooks.reconcile import reconcile
     from ..ship import ship
 
+    from ..hooks.accounting import AccountingSettings
+
     engine = app.engine()
+    acct = AccountingSettings.from_config(app.config)
     if not no_ship and os.path.isdir(app.config.spool):
-        ship(engine, app.config.spool)
+        ship(engine, app.config.spool, enrich=acct.enricher() if acct else None)
     report = reconcile(list(store.iter_entries(engine)), app.config.commands,
                        timeout=max(app.config.hook_timeout_s, 10.0))
     appended = 0

@@ -30,6 +30,7 @@ from ..method import (
 )
 from ..method.attribution import DEFAULT_THRESHOLDS, seconds_to_nh
 from ..method.skus import SkuRating, match_sku
+from ..hooks.accounting import run_accounting
 
 RECEIPT_VERSION = "1.0"
 CENT = Decimal("0.01")
@@ -385,6 +386,9 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         },
         "ledger": {"through_seq": last.seq, "head_hash": last.hash},
     }
+    accounting = run_accounting(c.entry for c in inputs.entries)
+    if accounting is not None:  # runs the Slurm hooks recorded: the accounting record, or what still waits for it
+        body["job"]["accounting"] = accounting
     body["receipt_hash"] = receipt_hash(body)
     return Receipt(body=body, timelines=timelines)
 

@@ -1,4 +1,4 @@
-"""Stand-in tools for the tests (dcgmi, nvidia-smi, amd-smi, scontrol) and a helper that sets up a site for them.
+"""Stand-in tools for the tests (dcgmi, nvidia-smi, amd-smi, scontrol, sacct) and a helper that sets up a site for them.
 
 The executables answer in the real formats and keep state in one directory. Slurm runs hooks with a minimal
 environment (no PATH, no STANDIN_STATE), so :func:`make_site` writes one small wrapper per tool that names the
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-TOOLS = ("dcgmi", "nvidia-smi", "amd-smi", "scontrol")
+TOOLS = ("dcgmi", "nvidia-smi", "amd-smi", "scontrol", "sacct")
 
 
 @dataclass
@@ -41,6 +41,15 @@ class Site:
         d = self.state / "scontrol"
         d.mkdir(exist_ok=True)
         (d / f"{job_id}.txt").write_text(line.strip() + "\n")
+
+    def sacct_record(self, job_id: str, lines: list[str]) -> None:
+        d = self.state / "sacct"
+        d.mkdir(exist_ok=True)
+        (d / f"{job_id}.txt").write_text("".join(line + "\n" for line in lines))
+
+    def sacct_calls(self) -> list:
+        p = self.state / "sacct_calls.jsonl"
+        return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
 
     def dcgm_calls(self) -> list:
         p = self.state / "dcgm_calls.json"
