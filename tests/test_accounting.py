@@ -165,3 +165,15 @@ def test_end_state_prefers_the_database_then_the_controller():
     assert accounting.end_state([end("hook.slurm", "COMPLETED", "n1"), end("hook.slurmctld", "FAILED")]) == \
         ("FAILED", "hook.slurmctld")
     assert accounting.end_state([]) == (None, None)
+
+
+def test_a_real_sacct_capture_gives_each_run_its_record():
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "fixtures" / "sacct" / "requeue_cancel.txt").read_text()
+    runs = accounting.runs_of(accounting.parse(text))
+    assert sorted(runs) == [("1", 0), ("1", 1), ("2", 0)]
+    assert (runs[("1", 0)].state, runs[("1", 1)].state, runs[("2", 0)].state) == ("REQUEUED", "COMPLETED",
+                                                                                  "CANCELLED")
+    assert runs[("1", 0)].end <= runs[("1", 1)].start and runs[("2", 0)].time_limit_s is None
+    assert all(r.state in accounting.RUN_FINAL and r.qos == "normal" and r.account == "tenant" for r in runs.values())

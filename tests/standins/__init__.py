@@ -63,7 +63,8 @@ def fake_uuid(node: str, index: int) -> str:
 
 def make_site(root: Path, *, node: str = "node1", ngpus: int = 4, tools=("dcgmi", "nvidia-smi", "scontrol"),
               scontrol_path: str | None = None, db: str | None = None, cluster: str | None = None,
-              hooks: dict | None = None, python: str | None = None, timeout: float = 3.0) -> Site:
+              hooks: dict | None = None, python: str | None = None, timeout: float = 3.0,
+              extra_commands: dict | None = None) -> Site:
     root = Path(root)
     state, bindir, spool = root / "standin-state", root / "bin", root / "spool"
     for d in (state, bindir, spool):
@@ -85,6 +86,7 @@ def make_site(root: Path, *, node: str = "node1", ngpus: int = 4, tools=("dcgmi"
         wrapper.write_text(f"#!/bin/sh\nSTANDIN_STATE='{state}' exec '{py}' '{HERE / tool}' \"$@\"\n")
         wrapper.chmod(0o755)
         commands[tool] = str(wrapper)
+    commands.update(extra_commands or {})
     lines = [f'spool = "{spool}"']
     if db:
         lines.append(f'db = "{db}"')
