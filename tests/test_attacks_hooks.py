@@ -21,6 +21,8 @@ import pytest
 from ledger.hooks import slurm
 from ledger.hooks.install import install
 from tests.standins import make_site
+from tests.test_hooks import kinds as _kinds
+from tests.test_hooks import spooled as _records
 
 
 def _env(job: str = "61", gpus: str = "0,1", **extra) -> dict:
@@ -29,20 +31,6 @@ def _env(job: str = "61", gpus: str = "0,1", **extra) -> dict:
          "SLURM_JOB_PARTITION": "gpu", "SLURM_JOB_GPUS": gpus, "SLURM_JOB_EXIT_CODE2": "0:0"}
     e.update(extra)
     return e
-
-
-def _records(site) -> list[dict]:
-    out = []
-    for f in sorted(site.spool.glob("*.jsonl")):
-        for line in f.read_text(encoding="utf-8").splitlines():
-            r = json.loads(line)
-            r["data"] = json.loads(r["payload"])
-            out.append(r)
-    return out
-
-
-def _kinds(recs, kind):
-    return [r for r in recs if r["kind"] == kind]
 
 
 def _hooks(site, tmp_path):

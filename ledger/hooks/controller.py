@@ -72,14 +72,7 @@ def epilog(h: core.Hook) -> None:
         h.error("state", "no prolog_slurmctld state for this job (PrologSlurmctld not set, or its state was lost)")
     cluster = (state or {}).get("cluster") or h.cfg.cluster or h.env.cluster
     keys = _keys(h, run, cluster)
-    status, basis, next_run = core.end_state(h.env, run, state is not None)
-    if next_run is not None:
-        h.add(Kind.ALLOCATION_REQUEUED, now, {"reason": "requeued", "next_run": next_run}, keys)
-    ended: dict[str, Any] = {"exit_code": h.env.exit_code, "signal": h.env.exit_signal, "state": status,
-                             "state_basis": basis, "scope": "job"}
-    if h.env.derived_exit_code is not None:
-        ended["derived_exit_code"] = h.env.derived_exit_code
-    h.add(Kind.ALLOCATION_ENDED, now, ended, keys)
+    core.record_end(h, keys, now, run, state is not None, scope="job")
     for err in h.errors:
         h.add(Kind.HOOK_ERROR, now, {"hook": "epilog_slurmctld", **err}, keys)
     try:

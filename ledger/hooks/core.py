@@ -537,6 +537,19 @@ def end_state(env: slurm.JobEnv, run: int, has_state: bool) -> tuple[str, str, i
     return state, "environment", None
 
 
+def record_end(h: Hook, keys: dict, end: float, run: int, has_state: bool, **extra: Any) -> None:
+    """``allocation_requeued`` (when Slurm already counts the next run) and ``allocation_ended`` as the
+    environment shows the end; ``extra`` joins the end's payload."""
+    status, basis, next_run = end_state(h.env, run, has_state)
+    if next_run is not None:
+        h.add(Kind.ALLOCATION_REQUEUED, end, {"reason": "requeued", "next_run": next_run}, keys)
+    ended: dict[str, Any] = {"exit_code": h.env.exit_code, "signal": h.env.exit_signal, "state": status,
+                             "state_basis": basis, **extra}
+    if h.env.derived_exit_code is not None:
+        ended["derived_exit_code"] = h.env.derived_exit_code
+    h.add(Kind.ALLOCATION_ENDED, end, ended, keys)
+
+
 def epilog(h: Hook) -> None:
     now = time.time()
     name = state_name(h.env.job_id)
@@ -573,14 +586,7 @@ def epilog(h: Hook) -> None:
         dstate = None
     if h.settings.vendor == "amd" and devices:
         _amd_epilog(h, keys, state, devices, start, end)
-    status, basis, next_run = end_state(h.env, run, state is not None)
-    if next_run is not None:
-        h.add(Kind.ALLOCATION_REQUEUED, end, {"reason": "requeued", "next_run": next_run}, keys)
-    ended: dict[str, Any] = {"exit_code": h.env.exit_code, "signal": h.env.exit_signal, "state": status,
-                             "state_basis": basis}
-    if h.env.derived_exit_code is not None:
-        ended["derived_exit_code"] = h.env.derived_exit_code
-    h.add(Kind.ALLOCATION_ENDED, end, ended, keys)
+    record_end(h, keys, end, run, state is not None)
     for err in h.errors:
         h.add(Kind.HOOK_ERROR, now, {"hook": "epilog", **err}, keys)
     try:
