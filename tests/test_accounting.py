@@ -106,35 +106,35 @@ def test_a_thousand_runs_cost_one_accounting_query_per_batch(site, sqlite_url, r
     assert again["accounting"]["pending"] == 0 and again["accounting"]["calls"] == 0 and len(site.sacct_calls()) == 3
 
 
-def test_accounting_database_down_nothing_lost_retried_and_the_receipt_says_pending(site, sqlite_url, runner, cli):
+def test_accounting_database_down_nothing_lost_retried_and_the_receipt_says_pending(site, ledger_url, runner, cli):
     start = time.time() - 120
     spool.write_records(site.spool, node_run("42", start=start, end=start + 60, state="SIGNALED"), prefix="hook",
                         encode=spool_line)
     site.sacct_record("42", [sacct_line("42", "CANCELLED by 0", start=int(start), end=int(start) + 60,
                                         exit_code="0:15", suspended="00:00:07", qos="high")])
     site.control(sacct_down=True)
-    assert runner.invoke(cli, ["--db", sqlite_url, "init"]).exit_code == 0
-    r = ship(runner, cli, site, sqlite_url)
+    assert runner.invoke(cli, ["--db", ledger_url, "init"]).exit_code == 0
+    r = ship(runner, cli, site, ledger_url)
     assert r.exit_code == 0, r.output  # the node's entries are shipped all the same
     rep = json.loads(r.stdout)
     assert rep["appended"] == 3 and rep["accounting"]["error"].startswith("sacct: ")
     assert "Connection refused" in rep["accounting"]["error"] and rep["accounting"]["still_pending"] == ["42.0"]
     assert "accounting pending for 1 runs" in r.stderr
-    assert not [e for e in entries(sqlite_url, "42") if e.source == "sacct"]
-    receipt = json.loads(runner.invoke(cli, ["--db", sqlite_url, "receipt", "42", "--format", "json"]).output)
+    assert not [e for e in entries(ledger_url, "42") if e.source == "sacct"]
+    receipt = json.loads(runner.invoke(cli, ["--db", ledger_url, "receipt", "42", "--format", "json"]).output)
     assert receipt["job"]["accounting"] == {"pending": list(accounting.ACCOUNTING_FIELDS)}
     assert receipt["job"]["qos"] is None  # unknown, not guessed
 
     site.control(sacct_down=False)  # slurmdbd is back: the next shipment (with an empty spool) catches up
-    rep2 = json.loads(ship(runner, cli, site, sqlite_url).output)
+    rep2 = json.loads(ship(runner, cli, site, ledger_url).output)
     assert rep2["files"] == 0 and rep2["accounting"]["recorded"] == 1 and rep2["accounting"]["error"] is None
-    es = entries(sqlite_url, "42")
+    es = entries(ledger_url, "42")
     (end,) = [e for e in es if e.kind == "allocation_ended" and e.source == "sacct"]
     assert end.data["state"] == "CANCELLED" and end.data["signal"] == 15 and end.node is None
     (sus,) = [e for e in es if e.kind == "allocation_suspended"]
     assert sus.data["seconds"] == 7 and sus.data["exact"] is False
     assert accounting.end_state(es) == ("CANCELLED", "sacct")
-    receipt = json.loads(runner.invoke(cli, ["--db", sqlite_url, "receipt", "42", "--format", "json"]).output)
+    receipt = json.loads(runner.invoke(cli, ["--db", ledger_url, "receipt", "42", "--format", "json"]).output)
     assert receipt["job"]["accounting"] == {"source": "sacct", "state": "CANCELLED"}
     assert receipt["job"]["qos"] == "high"  # filled in from the accounting record
     assert ts_to_epoch(receipt["window"]["start"]) <= start + 1

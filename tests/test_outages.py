@@ -351,7 +351,7 @@ def test_postgres_stopped_mid_burst_leaves_every_entry_exactly_once(tmp_path_fac
         # No DCGM here: what is under test is delivery, and the stand-in's process starts would dominate the run.
         site = make_site(root, node=socket.gethostname().split(".")[0], ngpus=8, tools=("nvidia-smi", "scontrol"),
                          scontrol_path=slurm_service._which("scontrol"), hooks={"trace": str(root / "trace.jsonl")})
-        prolog, epilog = install(root / "hooks", str(site.config))
+        prolog, epilog = install(root / "hooks", str(site.config))[:2]  # the node hooks
         s = slurm_service.start(str(prolog), str(epilog), ngpus=8)
 
         def traces() -> list[dict]:

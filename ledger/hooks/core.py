@@ -50,6 +50,9 @@ FINAL_STATES = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PRE
                 "BOOT_FAIL", "DEADLINE"}  # reconcile's test of a job record (off the hook path)
 
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
 # ``[hooks] error_log``: a file every log line is also appended to, for nodes where syslog is not read (or not
 # there: without /dev/log Python's syslog drops messages silently). Set by run_hook once the config is read.
 _error_log: str | None = None
@@ -91,7 +94,7 @@ def log(msg: str, *, loss: bool = False) -> None:
         pass
     if _error_log:
         try:  # one write() of a line opened O_APPEND: concurrent hooks never interleave inside a line
-            fd = os.open(_error_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            fd = os.open(_error_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o640)
             try:
                 stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 os.write(fd, f"{stamp} {os.uname().nodename} ipledger-hook[{os.getpid()}]: {msg}\n".encode())
@@ -286,8 +289,6 @@ def index_key(node: str | None, index: int) -> str:
 # -- the hook state: one small file per job, between the prolog and the epilog ---------------------------------
 # Opened only relative to the state directory's descriptor, O_NOFOLLOW, never through a symlink: the hooks run
 # as root, and whoever can write the spool could otherwise plant `hook-state/<job>.json.tmp` -> /etc/... .
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
 def state_name(job_id: str) -> str:
