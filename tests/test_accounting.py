@@ -177,3 +177,8 @@ def test_a_real_sacct_capture_gives_each_run_its_record():
                                                                                   "CANCELLED")
     assert runs[("1", 0)].end <= runs[("1", 1)].start and runs[("2", 0)].time_limit_s is None
     assert all(r.state in accounting.RUN_FINAL and r.qos == "normal" and r.account == "tenant" for r in runs.values())
+
+
+def test_only_slurm_job_ids_reach_sacct_command_line():
+    assert all(accounting.is_job_id(j) for j in ("1", "123456789", "12_3", "12+1"))
+    assert not any(accounting.is_job_id(j) for j in ("", "-X", "1,2", "1 2", "--format=x", "٣", "1_", "a1", "9" * 40))

@@ -137,23 +137,30 @@ def runs_of(records: Iterable[AcctRecord]) -> dict[tuple[str, int], AcctRecord]:
 
 
 def pending_runs(engine, since: float) -> list[RunKey]:  # noqa: ANN001 - a SQLAlchemy engine
-    """Runs with an end from a hook or reconcile since ``since`` and no accounting record yet (one indexed
-    query over allocation_ended entries)."""
+    """Runs with an end from a hook or reconcile since ``since`` and no accounting record yet: one query, over
+    the (kind, ts) index for the ends and the (cluster, job_id, run) index for their accounting records."""
     from sqlalchemy import text
 
     from ..canonical import format_ts
 
-    rows = []
+    sql = text("""
+        SELECT DISTINCT e.cluster, e.job_id, e.run FROM entries e
+        WHERE e.kind = :k AND e.ts >= :since AND e.source <> :src AND e.job_id IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM entries a
+                          WHERE a.kind = :k AND a.source = :src AND a.job_id = e.job_id
+                            AND (a.cluster = e.cluster OR (a.cluster IS NULL AND e.cluster IS NULL))
+                            AND COALESCE(a.run, 0) = COALESCE(e.run, 0))""")
     with engine.connect() as conn:
-        rows = conn.execute(text("SELECT cluster, job_id, run, source FROM entries WHERE kind = :k AND ts >= :since"),
-                            {"k": Kind.ALLOCATION_ENDED, "since": format_ts(since)}).fetchall()
-    ended, done = set(), set()
-    for cluster, job_id, run, source in rows:
-        if job_id is None:
-            continue
-        key = RunKey(cluster, str(job_id), int(run or 0))
-        (done if source == SOURCE else ended).add(key)
-    return sorted(ended - done, key=lambda k: (str(k.cluster), k.job_id, k.run))
+        rows = conn.execute(sql, {"k": Kind.ALLOCATION_ENDED, "since": format_ts(since), "src": SOURCE}).fetchall()
+    keys = {RunKey(cluster, str(job_id), int(run or 0)) for cluster, job_id, run in rows if is_job_id(str(job_id))}
+    return sorted(keys, key=lambda k: (str(k.cluster), k.job_id, k.run))
+
+
+def is_job_id(text: str) -> bool:
+    """A Slurm job id as sacct takes it (``123``, an array task's raw id, ``123_4``, ``123+1``): the ids come
+    from spool records, and only these are put on sacct's command line."""
+    head, sep, rest = text.partition("_") if "_" in text else text.partition("+")
+    return len(text) <= 32 and all(p.isdigit() and p.isascii() for p in ((head, rest) if sep else (head,)))
 
 
 def query(job_ids: Sequence[str], cmds: Mapping[str, str], timeout: float) -> tuple[list[AcctRecord], str | None]:
