@@ -231,6 +231,15 @@ def test_a_symlink_at_the_hook_state_temp_file_is_not_followed(tmp_path):
     assert [(e["run"], e["cluster"]) for e in ended] == [(0, "c1")]
     assert forged.exists() and json.loads(forged.read_text())["run"] == 7  # the epilog's unlink took the link
 
+    # A regular state file written by another user (whoever can write the spool) is not believed either.
+    _run(hooks[0], _env(job="63"))
+    forged_state = state_dir / "63.json"
+    forged_state.write_text(json.dumps({"run": 9, "start": 0, "devices": [], "cluster": "evil"}))
+    os.chown(forged_state, 65534, 65534)  # nobody
+    _run(hooks[1], _env(job="63"))
+    ended = _kinds([r for r in _records(site) if r["job_id"] == "63"], "allocation_ended")
+    assert [(e["run"], e["cluster"]) for e in ended] == [(0, "c1")]
+
     # The whole state directory a symlink: refused (the prolog still records the allocation).
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -28,7 +28,7 @@ import sys
 import time
 
 from .. import __version__, spool
-from ..fsmodes import SPOOL_DIR, SPOOL_FILE, create_file, make_dirs
+from ..fsmodes import SPOOL_DIR, SPOOL_FILE, make_dirs
 from ..kinds import Kind
 from . import records, slurm
 from ..frozen import Frozen
@@ -310,7 +310,9 @@ def _load_state(state_dir: str, name: str) -> dict | None:
         fd = os.open(name, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
         try:
             st = os.fstat(fd)
-            if (st.st_mode & 0o170000) != 0o100000 or st.st_size > 1 << 20:  # a regular file of sane size
+            # A regular file of sane size, written by this hook's own user: whoever else can write the spool
+            # could otherwise hand the epilog a run number, a start and devices of their choosing.
+            if (st.st_mode & 0o170000) != 0o100000 or st.st_size > 1 << 20 or st.st_uid != os.geteuid():
                 return None
             data = os.read(fd, st.st_size + 1)
         finally:
