@@ -17,7 +17,8 @@ $(STAMP): pyproject.toml
 demo: venv
 	$(VENV)/bin/ipledger demo --out demo-out
 
-# Installs (as root) and checks the Debian packages the integration tests start: slurm-wlm, munge,
+# Installs (as root) and checks the Debian packages the integration tests start: slurm-wlm, munge, slurmdbd,
+# mariadb-server (real Slurm accounting storage),
 # postgresql, prometheus, poppler-utils. The tests themselves start the servers on 127.0.0.1.
 system-deps:
 	bash tests/setup-system.sh

@@ -17,6 +17,9 @@ from .entries import Entry, entry_from_record
 from .store import append_in
 
 ShipHook = Callable[[Engine, list[Entry]], None]
+# Work between appending and the after-ship hooks that adds entries of its own (the accounting database's
+# record of the runs that ended: ledger.hooks.accounting); returns what it appended and a report.
+Enricher = Callable[[Engine], "tuple[list[Entry], dict]"]
 _AFTER_SHIP: list[ShipHook] = []
 
 
@@ -46,10 +49,14 @@ class ShipReport:
     duplicates: int = 0
     torn: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    accounting: dict | None = None  # the enricher's report, when one ran
 
     def to_json(self) -> dict:
-        return {"files": self.files, "records": self.records, "appended": self.appended,
-                "duplicates": self.duplicates, "torn": self.torn, "errors": self.errors}
+        out = {"files": self.files, "records": self.records, "appended": self.appended,
+               "duplicates": self.duplicates, "torn": self.torn, "errors": self.errors}
+        if self.accounting is not None:
+            out["accounting"] = self.accounting
+        return out
 
 
 # SQLite's page cache while shipping (negative: KiB), instead of its 2 MiB default: inserting into the
@@ -141,20 +148,22 @@ def _prepared(files: list[Path]) -> Iterator[_Prepared | None]:
 
 def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
          progress: Callable[[int, int], None] | None = None, run_after: bool = True,
-         batch_entries: int = 50_000) -> ShipReport:
+         batch_entries: int = 50_000, enrich: Enricher | None = None) -> ShipReport:
     """Ship every pending spool file; files whose records fail to decode are left in place and reported.
 
     One transaction per batch (at most ``batch_files`` files or about ``batch_entries`` entries): large
     enough that the commit's fsync and the chain lock are paid rarely, small enough to keep memory flat.
+    ``enrich`` runs after the spool's entries are in and before the after-ship work, which sees its entries.
     """
     report = ShipReport()
     with spool.shipping_lock(spool_dir):
-        _ship_locked(engine, spool_dir, report, batch_files, progress, run_after, batch_entries)
+        _ship_locked(engine, spool_dir, report, batch_files, progress, run_after, batch_entries, enrich)
     return report
 
 
 def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batch_files: int,
-                 progress: Callable[[int, int], None] | None, run_after: bool, batch_entries: int) -> None:
+                 progress: Callable[[int, int], None] | None, run_after: bool, batch_entries: int,
+                 enrich: Enricher | None = None) -> None:
     files = spool.pending_files(spool_dir)
     if run_after and files:
         _load_after_ship()
@@ -202,6 +211,11 @@ def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batc
         if progress:
             progress(pos, len(files))
     source.close()
+    if enrich is not None:
+        added, report.accounting = enrich(engine)
+        if run_after and added:
+            _load_after_ship()
+            shipped_entries.extend(added)
     if run_after and shipped_entries:
         for fn in _AFTER_SHIP:
             fn(engine, shipped_entries)

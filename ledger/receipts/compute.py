@@ -31,6 +31,7 @@ from ..method import (
 from ..method.attribution import DEFAULT_THRESHOLDS, seconds_to_nh
 from ..method.mig import mig_share
 from ..method.skus import SkuRating, match_sku
+from ..hooks.accounting import run_accounting
 from .progress import minus, progress_block, seconds
 
 RECEIPT_VERSION = "1.1"  # 1.1: the progress block, provider_failure_loss, lost_since_checkpoint_credited
@@ -404,6 +405,9 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         },
         "ledger": {"through_seq": last.seq, "head_hash": last.hash},
     }
+    accounting = run_accounting(c.entry for c in inputs.entries)
+    if accounting is not None:  # runs the Slurm hooks recorded: the accounting record, or what still waits for it
+        body["job"]["accounting"] = accounting
     body["receipt_hash"] = receipt_hash(body)
     return Receipt(body=body, timelines=timelines)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ..hooks.accounting import end_state as accounting_end_state
 from ..canonical import format_ts, ts_to_epoch
 from ..entries import ChainedEntry, Kind
 from ..method import nh_to_hours
@@ -23,15 +24,14 @@ MAX_LISTED_OUTPUTS = 20                        # accepted outputs listed on the 
 
 
 def end_state(entries: Sequence[ChainedEntry]) -> str | None:
-    """How the run ended, as the ledger has it: the latest ``allocation_ended`` state (the epilog's, or
-    reconcile's when the epilog never ran), ``REQUEUED`` when a requeue was recorded; None while it runs.
-    The one place the receipt reads the end state, so a richer record of it only needs to change this."""
+    """How the run ended, as the ledger has it: the final state by the most authoritative source (the accounting
+    database's, else the controller's epilog's, else a node's or reconcile's: ``ledger.hooks.accounting``),
+    ``REQUEUED`` when a requeue was recorded; None while it runs. The one place the receipt reads the end state."""
     requeued = any(c.entry.kind == Kind.ALLOCATION_REQUEUED for c in entries)
-    ended = [c for c in entries if c.entry.kind == Kind.ALLOCATION_ENDED]
-    if not ended:
+    state, _source = accounting_end_state(c.entry for c in entries)
+    if not state:
         return "REQUEUED" if requeued else None
-    state = max(ended, key=lambda c: c.seq).entry.data.get("state")
-    return "REQUEUED" if requeued and state not in PROVIDER_FAILURE_STATES else (str(state) if state else None)
+    return "REQUEUED" if requeued and state not in PROVIDER_FAILURE_STATES else str(state)
 
 
 def provider_failure(state: str | None, entries: Sequence[ChainedEntry]) -> str | None:
