@@ -60,10 +60,13 @@ def cluster():
     root = Path(tempfile.mkdtemp(prefix="ipledger-progress-", dir="/tmp"))
     os.chmod(root, 0o711)  # the job's user passes through to the drop place and the mark script
     node = socket.gethostname().split(".")[0]
+    # The final state (NODE_FAIL) is the accounting database's: no hook runs a Slurm command, so the shipper's
+    # sacct (real slurmdbd) says how the run ended.
     site = make_site(root, node=node, ngpus=4, scontrol_path=slurm_service._which("scontrol"),
-                     hooks={"trace": str(root / "trace.jsonl"), "drop_dir": str(root / "drop")})
+                     hooks={"trace": str(root / "trace.jsonl"), "drop_dir": str(root / "drop")},
+                     extra_commands={"sacct": slurm_service._which("sacct")})
     scripts = install(root / "hooks", str(site.config), python=SYSTEM_PY)
-    s = slurm_service.start(str(scripts[0]), str(scripts[1]), ngpus=4)
+    s = slurm_service.start(str(scripts[0]), str(scripts[1]), ngpus=4, accounting=True)
     yield s, site, mark_path(root / "hooks")
     s.stop()
     shutil.rmtree(root, ignore_errors=True)
@@ -109,10 +112,15 @@ def test_node_fail_receipt_shows_marks_and_credited_loss_since_checkpoint(cluste
     contract = tmp_path / "acme.toml"
     contract.write_text(CONTRACT)
     env = {"SLURM_CONF": str(s.conf)}
-    for argv in (["init"], ["contract", "set", str(contract)], ["ship", "--spool", str(site.spool)],
+    for argv in (["init"], ["contract", "set", str(contract)],
+                 ["--config", str(site.config), "ship", "--spool", str(site.spool)],
                  ["--config", str(site.config), "reconcile", "--json"]):
         r = runner.invoke(ipledger, ["--db", db, *argv], env=env)
         assert r.exit_code == 0, (argv, r.output)
+    # slurmctld hands the finished job to slurmdbd asynchronously: ship again until sacct has the run.
+    ship = ["--db", db, "--config", str(site.config), "ship", "--spool", str(site.spool), "--json"]
+    _wait(lambda: json.loads(runner.invoke(ipledger, ship, env=env).stdout)["accounting"]["still_pending_count"]
+          == 0, 60, "the accounting record of the failed job")
     r = runner.invoke(ipledger, ["--db", db, "receipt", jid, "--format", "json"])
     assert r.exit_code == 0, r.output
     receipt = json.loads(r.output)
