@@ -164,8 +164,9 @@ def test_plain_receipts_never_take_the_dict_path(tmp_path, monkeypatch):
                                                                           "receipt": r},
                                   cluster="hpc1", job_id=r["job"]["job_id"], run=0) for r in rs])
     seen: list[int] = []
-    real = issued_columns.flatten
-    monkeypatch.setattr(issued_columns, "flatten", lambda receipts, kind: seen.append(len(receipts)) or real(receipts, kind))
+    real = issued_columns.flatten_issues
+    monkeypatch.setattr(issued_columns, "flatten_issues",
+                        lambda issues, kind: seen.append(len(issues)) or real(issues, kind))
     got = issued_columns.read_month(eng, "2026-11")
     assert seen == [0]
     assert len(got.usage.rows) == 300 and list(got.usage_seqs) == sorted(got.usage_seqs)
