@@ -212,7 +212,7 @@ def _pmin(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _placement(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """:func:`reports.periods.placement` over arrays: the last paid instant, or the start."""
-    return np.where(end > start, np.nextafter(end, -np.inf), np.where(np.isnan(start), end, start))
+    return np.where(end > start, np.maximum(start, end - 1e-6), np.where(np.isnan(start), end, start))
 
 
 def _month_index(t: np.ndarray) -> np.ndarray:

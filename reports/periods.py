@@ -58,8 +58,8 @@ def placement(start: float, end: float) -> float:
     or its start when it is empty or has no end. NaN when it has neither."""
     if math.isnan(end) or not end > start:
         return start if not math.isnan(start) else end
-    # the month (or day) containing the last paid instant is the one whose start is before ``end``
-    return math.nextafter(end, -math.inf)
+    # the last microsecond of the window (the clock's resolution: datetime rounds finer values)
+    return max(start, end - 1e-6)
 
 
 def billing_month(start: float, end: float) -> str | None:
@@ -111,6 +111,8 @@ def split_nano(value: float, weights: list[int]) -> list[float]:
     earlier part): the parts' nano-units sum exactly to the value's."""
     if value != value or value in (math.inf, -math.inf):
         return [value] + [0.0] * (len(weights) - 1)
+    if not sum(weights):  # no seconds anywhere: all of it in the first part
+        weights = [1] + [0] * (len(weights) - 1)
     n = int(round(value * NANO))
     sign = -1 if n < 0 else 1
     n = abs(n)
