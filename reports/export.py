@@ -293,8 +293,9 @@ def write_json(st: Statement, path: Path) -> None:
     path.write_text(json.dumps(to_json(st), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
-def write(st: Statement, fmt: str, path: str | Path) -> Path:
-    """Write ``st`` as ``fmt`` (one of FORMATS) to ``path``."""
+def write(st: Statement, fmt: str, path: str | Path, invoice_scheme: str | None = None) -> Path:
+    """Write ``st`` as ``fmt`` (one of FORMATS) to ``path``; ``invoice_scheme`` is the site's FOCUS
+    InvoiceId scheme (default ``{cluster}-{YYYY-MM}-{tenant}``)."""
     p = Path(path)
     if fmt == "csv":
         write_csv(st, p)
@@ -303,9 +304,9 @@ def write(st: Statement, fmt: str, path: str | Path) -> Path:
     elif fmt == "json":
         write_json(st, p)
     elif fmt == "focus":
-        from .focus import write_focus
+        from .focus import DEFAULT_INVOICE_SCHEME, write_focus
 
-        write_focus(st, p)
+        write_focus(st, p, invoice_scheme=invoice_scheme or DEFAULT_INVOICE_SCHEME)
     elif fmt == "pdf":
         from .pdf_statement import render
 

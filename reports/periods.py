@@ -106,23 +106,27 @@ def _weights(spans: list[tuple[float, float]]) -> list[int]:
     return w
 
 
-def split_nano(value: float, weights: list[int]) -> list[float]:
-    """``value`` in whole nano-units, split in proportion to ``weights`` by largest remainder (ties to the
-    earlier part): the parts' nano-units sum exactly to the value's."""
-    if value != value or value in (math.inf, -math.inf):
-        return [value] + [0.0] * (len(weights) - 1)
-    if not sum(weights):  # no seconds anywhere: all of it in the first part
+def split_int(n: int, weights: list[int]) -> list[int]:
+    """The integer ``n`` split in proportion to ``weights`` by largest remainder (ties to the earlier part):
+    the parts sum to ``n`` exactly; zero weights everywhere put it all in the first part."""
+    if not sum(weights):
         weights = [1] + [0] * (len(weights) - 1)
-    n = int(round(value * NANO))
     sign = -1 if n < 0 else 1
     n = abs(n)
     total = sum(weights)
     base = [n * w // total for w in weights]
-    rem = n - sum(base)
     order = sorted(range(len(weights)), key=lambda k: (-(n * weights[k] % total), k))
-    for k in order[:rem]:
+    for k in order[:n - sum(base)]:
         base[k] += 1
-    return [sign * b / NANO for b in base]
+    return [sign * b for b in base]
+
+
+def split_nano(value: float, weights: list[int]) -> list[float]:
+    """``value`` in whole nano-units split by :func:`split_int`: the parts' nano-units sum exactly to the
+    value's."""
+    if value != value or value in (math.inf, -math.inf):
+        return [value] + [0.0] * (len(weights) - 1)
+    return [b / NANO for b in split_int(int(round(value * NANO)), weights)]
 
 
 def part_spans(start: float, end: float, rule: str, is_open: bool = False) -> list[tuple[str, float, float]]:
