@@ -109,3 +109,50 @@ def test_issue_refuses_bad_arguments_in_one_line(args, why, runner, cli, sqlite_
 def test_issue_help_has_an_example(runner, cli):
     res = _invoke(runner, cli, "issue", "--help")
     assert "ipledger issue --all" in res.output
+
+
+def test_open_run_is_issued_as_accrued_usage_then_corrected_when_it_closes(sqlite_url, runner, cli):
+    """A run open across the month end: `issue --open` bills its usage so far in both months; its close
+    re-issues it, and the statements correct the months whose parts changed."""
+    from ledger import db as db_mod
+    from ledger import store
+    from ledger.entries import Kind, make_entry
+    from ledger.telemetry.model import Sample
+    from ledger.telemetry.store import segment_entry, write_segment
+
+    eng = db_mod.make_engine(sqlite_url)
+    key = dict(cluster="hpc1", job_id="77", run=0)
+    t0 = NOV30 + 22 * 3600  # Nov 30 22:00
+    store.append(eng, [make_entry(Kind.ALLOCATION_STARTED, t0, {"account": "astro"}, node="n1", **key),
+                       make_entry(Kind.DEVICE_BOUND, t0, {"index": 0, "sku": "NVIDIA H100 80GB HBM3"},
+                                  device="GPU-77", node="n1", **key)])
+
+    def telemetry(a: float, b: float) -> None:
+        s = [Sample(device="GPU-77", t=t, dt=60.0, clock_reasons=0, sm_active=0.8, gpu_util=0.9,
+                    sm_clock_mhz=1980.0, compute_procs=1.0, fb_used_mib=4e4) for t in range(int(a), int(b), 60)]
+        write_segment(eng, s, segment_entry(s, node="n1", source="test"))
+
+    telemetry(t0, t0 + 4 * 3600)  # telemetry through Dec 1 02:00, the run still open
+    db = ["--db", sqlite_url]
+    assert json.loads(_invoke(runner, cli, *db, "issue", "--all", "--json").output)["runs"] == 0
+    first = json.loads(_invoke(runner, cli, *db, "issue", "--month", "2026-11", "--open", "--json").output)
+    assert first["issued"] == 1
+
+    def paid(month: str) -> tuple[float, int]:
+        """(astro's paid GPU-hours, correction rows) of the month's statement."""
+        j = json.loads(_invoke(runner, cli, *db, "export", "monthly", "--month", month, "--format", "json",
+                               "--out", "-", "--quiet").output)
+        return sum(r["paid"] for r in j["tenants"] if r["tenant"] == "astro"), j["totals"]["corrections"]
+
+    assert paid("2026-11")[0] == pytest.approx(2.0, abs=0.02)  # accrued: Nov 30 22:00-24:00
+    assert paid("2026-12")[0] == pytest.approx(2.0, abs=0.02)  # Dec 1 00:00-02:00 so far
+    telemetry(t0 + 4 * 3600, t0 + 6 * 3600)
+    store.append(eng, [make_entry(Kind.ALLOCATION_ENDED, t0 + 6 * 3600, {"exit_code": 0}, node="n1", **key)])
+    again = json.loads(_invoke(runner, cli, *db, "issue", "--all", "--json").output)
+    assert again["reissued"] == 1
+    # November had closed when the run ended: it keeps its accrued part; the parts of both months changed,
+    # so December carries December's new part and a correction of November's
+    (nov, _), (dec, dec_corrections) = paid("2026-11"), paid("2026-12")
+    assert nov == pytest.approx(2.0, abs=0.02) and dec_corrections >= 1
+    assert nov + dec == pytest.approx(6.0, abs=0.02)
+    eng.dispose()
