@@ -179,7 +179,7 @@ def by_day(rows: pd.DataFrame) -> pd.DataFrame:
     split in nanohours and money in cents (largest remainder), in proportion to the window's seconds in
     each day, so the day rows sum exactly to the row; each day row's window is its day's part."""
     from .monthly import MONEY_COLUMNS, SUM_COLUMNS
-    from .periods import days_spanned, split_int, split_nano
+    from .periods import days_spanned, split_int, split_nano, weights_of
 
     if rows.empty:
         return rows
@@ -195,7 +195,7 @@ def by_day(rows: pd.DataFrame) -> pd.DataFrame:
     for k in multi:
         row = rows.iloc[k].to_dict()
         days = days_spanned(s[k], e[k])
-        w = [max(int(round((hi - lo) * 1000)), 0) for lo, hi in days]
+        w = weights_of(days)
         parts = {}
         for c in SUM_COLUMNS:
             v = float(row[c])

@@ -89,7 +89,7 @@ class Issue:
             return Share(None)
         if len(spans) == 1:
             return Share(k, (spans[k][1], spans[k][2]))
-        return Share(k, (spans[k][1], spans[k][2]), tuple(periods._weights([(lo, hi) for _, lo, hi in spans])))
+        return Share(k, (spans[k][1], spans[k][2]), tuple(periods.weights_of([(lo, hi) for _, lo, hi in spans])))
 
     def as_part(self, month: str) -> "Issue":
         return Issue(self.seq, self.issued_at, self.receipt, self.issued_hash, self.replays, month)

@@ -98,7 +98,7 @@ def days_spanned(lo: float, hi: float) -> list[tuple[float, float]]:
     return out
 
 
-def _weights(spans: list[tuple[float, float]]) -> list[int]:
+def weights_of(spans: list[tuple[float, float]]) -> list[int]:
     """Integer weights (milliseconds) of each span; a window without length puts everything in its first."""
     w = [max(int(round((hi - lo) * 1000)), 0) for lo, hi in spans]
     if not sum(w):

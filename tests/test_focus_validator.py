@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-import pytest
 
 from ledger import store
 from reports import focus, synthetic
