@@ -258,13 +258,15 @@ def _dtype(col: str) -> str:
 def in_month(rows: pd.DataFrame, month: str) -> pd.Series:
     """Rows whose window's last paid instant is in ``month`` (half-open; windows without an end: their start)."""
     start, end = month_bounds(month)
-    t = pd.Series([periods.placement(s, e) for s, e in zip(rows["window_start"], rows["window_end"])],
-                  index=rows.index, dtype="float64")
+    s, e = rows["window_start"], rows["window_end"]
+    # periods.placement, column-wise: the last paid microsecond, or the start of an empty/end-less window
+    t = (e - 1e-6).clip(lower=s).where(e > s, s.where(s.notna(), e))
     return (t >= start.timestamp()) & (t < end.timestamp())
 
 
 def monthly_rows(receipts: Iterable[Mapping[str, Any]], month: str) -> pd.DataFrame:
-    """The flat rows of the receipts whose run belongs to ``month`` (pure; the benchmark's entry point)."""
+    """The flat rows of the receipts whose last paid instant is in ``month``, whole (pure). The statement
+    itself bills parts of receipts by the period rule (:func:`reports.issued.select_month`)."""
     rows = flatten(receipts).rows
     return rows[in_month(rows, month)].reset_index(drop=True)
 
