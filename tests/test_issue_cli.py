@@ -156,3 +156,16 @@ def test_open_run_is_issued_as_accrued_usage_then_corrected_when_it_closes(sqlit
     assert nov == pytest.approx(2.0, abs=0.02) and dec_corrections >= 1
     assert nov + dec == pytest.approx(6.0, abs=0.02)
     eng.dispose()
+
+
+def test_a_broken_site_config_skips_the_imports_receipts_with_a_warning(tmp_path, runner, cli, monkeypatch):
+    bad = tmp_path / "config.toml"
+    bad.write_text("auto_receipts = [\n")
+    monkeypatch.setenv("IPLEDGER_CONFIG", str(bad))
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    _invoke(runner, cli, "--db", url, "init")
+    res = _invoke(runner, cli, "--db", url, "import", "prometheus", str(write_export(tmp_path / "export")),
+                  "--quiet")
+    assert "warning: receipts not issued" in res.output and str(bad) in res.output
+    monkeypatch.delenv("IPLEDGER_CONFIG")
+    assert json.loads(_invoke(runner, cli, "--db", url, "issue", "--all", "--json").output)["issued"] == 2

@@ -98,10 +98,15 @@ def _issue_closed(app: AppContext, engine, after_seq: int):  # noqa: ANN001, ANN
     from ..receipts.issue import auto_receipts_enabled, issue_runs, runs_to_issue
     from .receipt import sku_table_for
 
-    if not auto_receipts_enabled(app.config.extra):
+    try:  # the import itself is done: a broken site config skips the receipts, as after `ship`
+        extra, skus = app.config.extra, sku_table_for(app)
+    except UserError as exc:
+        click.echo(f"ipledger: warning: receipts not issued: {exc.message}", err=True)
+        return None
+    if not auto_receipts_enabled(extra):
         return None
     keys = runs_to_issue(engine, after_seq=after_seq)
-    return issue_runs(engine, keys, sku_table=sku_table_for(app)) if keys else None
+    return issue_runs(engine, keys, sku_table=skus) if keys else None
 
 
 def _common(f):  # noqa: ANN001, ANN202
