@@ -241,6 +241,8 @@ def issue_runs(engine: Engine, keys: Iterable[RunKey], *, sku_table: Mapping | N
             res = issue_receipt(engine, key.job_id, key.run, cluster=key.cluster, sku_table=sku_table)
         except ReceiptError as exc:
             out.failed.append((key, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - one bad run must not stop the others (as auto_issue)
+            out.failed.append((key, f"{type(exc).__name__}: {exc}"))
         else:
             setattr(out, res.status, getattr(out, res.status) + 1)
         if progress:
