@@ -74,6 +74,11 @@ def _oddity(r: dict, rng: random.Random) -> dict:
     elif k == 10:
         j["partition"] = "=HYPERLINK(\"x\")"  # neutralised in CSV the same way either path
         j["user"] = "ev\u202eil"
+    elif k == 11:  # a run across the month's start (billed in two months, in parts), or an open run's receipt
+        start = dt.datetime.fromisoformat(r["window"]["end"].replace("Z", "+00:00")).replace(day=1, hour=0,
+                                                                                           minute=0, second=0)
+        r["window"]["start"] = _iso(start.timestamp() - rng.choice([1, 3600, 5 * 86400]))
+        r["open"] = rng.random() < 0.3
     return r
 
 
