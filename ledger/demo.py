@@ -74,7 +74,7 @@ def _reports(engine, out: Path, analysis) -> list[str]:  # noqa: ANN001
     try:
         from reports.export import build_statement, default_name, write
         st = build_statement(engine, "2026-11")
-        for fmt in ("csv", "pdf"):
+        for fmt in ("csv", "focus", "pdf"):
             done.append(str(write(st, fmt, out / default_name("2026-11", fmt, None))))
     except ImportError:
         pass

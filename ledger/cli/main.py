@@ -29,7 +29,7 @@ COMMAND_MODULES = [
 COMMAND_HOMES = {
     "init": "ledger.cli.core", "ship": "ledger.cli.core", "verify": "ledger.cli.core", "log": "ledger.cli.core",
     "hook": "ledger.cli.hooks", "hooks": "ledger.cli.hooks", "reconcile": "ledger.cli.hooks",
-    "receipt": "ledger.cli.receipt", "contract": "ledger.cli.contract",
+    "receipt": "ledger.cli.receipt", "issue": "ledger.cli.receipt", "contract": "ledger.cli.contract",
     "adjust": "ledger.cli.adjust", "resolve": "ledger.cli.adjust",
     "demo": "ledger.cli.demo",
     "findings": "ledger.cli.agents", "finding": "ledger.cli.agents", "explain": "ledger.cli.agents",

@@ -370,7 +370,9 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
                      "charge_suspended": contract.charge_suspended,
                      "billing_granularity_s": contract.billing_granularity_s,
                      "billing_minimum_s": contract.billing_minimum_s,
-                     "provider_failure_loss": contract.provider_failure_loss},
+                     "provider_failure_loss": contract.provider_failure_loss,
+                     # only when not the default, so receipts under default terms keep their hashes
+                     **({"period_rule": contract.period_rule} if contract.period_rule != "split" else {})},
         "method": {"name": METHOD_NAME, "version": METHOD_VERSION, "fidelity": fidelity,
                    "coarse_signal_gpu_hours": nh_to_hours(coarse_nh),
                    "thresholds": {"active_min": thresholds.active_min,
