@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: venv demo test test-fast soak system-deps bench clean
+.PHONY: venv demo test test-fast soak system-deps focus-validator bench clean
 
 venv: $(STAMP)
 
@@ -17,12 +17,18 @@ $(STAMP): pyproject.toml
 demo: venv
 	$(VENV)/bin/ipledger demo --out demo-out
 
-# Installs (as root) and checks the Debian packages the integration tests start: slurm-wlm, munge,
+# Installs (as root) and checks the Debian packages the integration tests start: slurm-wlm, munge, slurmdbd,
+# mariadb-server (real Slurm accounting storage),
 # postgresql, prometheus, poppler-utils. The tests themselves start the servers on 127.0.0.1.
 system-deps:
 	bash tests/setup-system.sh
 
-test: system-deps venv
+# The FinOps Foundation's focus-validator (Python >= 3.12, kept out of ipledger's dependencies) in .focus-venv;
+# without such a Python the FOCUS validator tests skip (and fail under CI=true).
+focus-validator:
+	$(PYTHON) tests/focus_validator.py
+
+test: system-deps venv focus-validator
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
 
 test-fast: venv
@@ -36,4 +42,4 @@ bench: venv
 	$(VENV)/bin/python -m bench
 
 clean:
-	rm -rf $(VENV) demo-out .pytest_cache
+	rm -rf $(VENV) .focus-venv demo-out .pytest_cache

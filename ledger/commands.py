@@ -84,15 +84,17 @@ class CommandRefused(PermissionError):
 
 
 class CommandResult(Frozen):
-    """What a program said: argv (a tuple), returncode, stdout, stderr (text), timed_out. Immutable; equal by value."""
+    """What a program said: argv (a tuple), returncode, stdout, stderr (text), timed_out, truncated. Immutable;
+    equal by value."""
 
-    __slots__ = ("argv", "returncode", "stdout", "stderr", "timed_out")
-    _defaults = {"timed_out": False}
+    __slots__ = ("argv", "returncode", "stdout", "stderr", "timed_out", "truncated")
+    _defaults = {"timed_out": False, "truncated": False}
     argv: tuple[str, ...]
     returncode: int
     stdout: str
     stderr: str
     timed_out: bool
+    truncated: bool  # the program wrote more than the cap allowed and was killed; stdout is its first bytes
 
     @property
     def ok(self) -> bool:
@@ -118,6 +120,9 @@ def resolve(program: str, commands: Mapping[str, str] | None = None) -> str | No
 
 _SIGKILL = 9  # fixed by POSIX; the signal module would import enum onto the hook path
 _READ = 65536
+# What one program may write (stdout and stderr together) before it is killed: far above any read-only answer
+# ipledger asks for (`nvidia-smi -q -x` on 8 GPUs is ~0.3 MB), far below what would strain a node's memory.
+MAX_OUTPUT = 16 << 20
 
 
 def _decode(data: bytes) -> str:
@@ -126,13 +131,25 @@ def _decode(data: bytes) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
-def spawn_and_wait(argv: list[str], *, timeout: float, env: Mapping[str, str] | None = None
-                   ) -> tuple[int, str, str, bool]:
+def _kill_group(pid: int) -> None:
+    """SIGKILL the program's whole process group (it leads its own), so no grandchild outlives the deadline."""
+    for kill, target in ((os.killpg, pid), (os.kill, pid)):
+        try:
+            kill(target, _SIGKILL)
+            return
+        except (ProcessLookupError, PermissionError):
+            continue
+
+
+def spawn_and_wait(argv: list[str], *, timeout: float, env: Mapping[str, str] | None = None,
+                   max_output: int = MAX_OUTPUT) -> tuple[int, str, str, bool, bool]:
     """Start ``argv`` (stdin /dev/null, stdout and stderr piped), read both until EOF or the deadline, reap it.
 
-    Returns (returncode, stdout, stderr, timed_out); on the deadline the program is killed (SIGKILL) and what
-    it had written so far is kept. A grandchild that keeps a pipe open cannot hold us past the deadline.
-    Raises OSError when the program cannot be started.
+    Returns (returncode, stdout, stderr, timed_out, truncated). The program leads a process group of its own;
+    on the deadline, or once it has written more than ``max_output`` bytes, the whole group is killed
+    (SIGKILL: grandchildren too) and what it had written so far is kept (at most ``max_output`` bytes).
+    A grandchild that keeps a pipe open cannot hold us past the deadline. Raises OSError when the program
+    cannot be started.
     """
     import select
     import time
@@ -140,7 +157,7 @@ def spawn_and_wait(argv: list[str], *, timeout: float, env: Mapping[str, str] | 
     out_r, out_w = os.pipe()  # both ends close-on-exec; posix_spawn's dup2 gives the child inheritable 1 and 2
     err_r, err_w = os.pipe()
     try:
-        pid = os.posix_spawn(argv[0], argv, os.environ if env is None else env, file_actions=[
+        pid = os.posix_spawn(argv[0], argv, os.environ if env is None else env, setpgroup=0, file_actions=[
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
             (os.POSIX_SPAWN_DUP2, out_w, 1),
             (os.POSIX_SPAWN_DUP2, err_w, 2)])
@@ -154,16 +171,24 @@ def spawn_and_wait(argv: list[str], *, timeout: float, env: Mapping[str, str] | 
     chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
     deadline = time.monotonic() + timeout
     status = None
+    total = 0
+    truncated = False
     try:
         poller = select.poll()
         for fd in chunks:
             poller.register(fd, select.POLLIN)
         open_fds = len(chunks)
-        while open_fds and time.monotonic() < deadline:
+        while open_fds and not truncated and time.monotonic() < deadline:
             for fd, _event in poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
-                data = os.read(fd, _READ)  # POLLIN or POLLHUP: the read returns data or says EOF
+                data = os.read(fd, min(_READ, max_output - total + 1))  # POLLIN or POLLHUP: data, or EOF
                 if data:
+                    total += len(data)
+                    if total > max_output:
+                        data = data[: len(data) - (total - max_output)]
+                        truncated = True
                     chunks[fd].append(data)
+                    if truncated:
+                        break
                 else:
                     poller.unregister(fd)
                     open_fds -= 1
@@ -172,16 +197,15 @@ def spawn_and_wait(argv: list[str], *, timeout: float, env: Mapping[str, str] | 
     finally:
         for fd in chunks:
             os.close(fd)
-        if status is None:  # past the deadline (or interrupted): kill it and reap it, never leave a zombie
-            try:
-                os.kill(pid, _SIGKILL)
-            except ProcessLookupError:
-                pass
+        if status is None:  # past the deadline, too much output (or interrupted): kill the group, reap the program
+            _kill_group(pid)
             os.waitpid(pid, 0)
     out = _decode(b"".join(chunks[out_r]))
+    if truncated:
+        return 125, out, f"output exceeded {max_output} bytes; killed", False, True
     if status is None:
-        return 124, out, "", True
-    return os.waitstatus_to_exitcode(status), out, _decode(b"".join(chunks[err_r])), False
+        return 124, out, "", True, False
+    return os.waitstatus_to_exitcode(status), out, _decode(b"".join(chunks[err_r])), False, False
 
 
 def _wait_until(pid: int, deadline: float, select) -> int | None:  # noqa: ANN001 - the select module
@@ -215,17 +239,21 @@ _SPAWN = spawn_and_wait
 
 
 def run(program: str, args: Sequence[str], *, commands: Mapping[str, str] | None = None,
-        timeout: float = 10.0, env: Mapping[str, str] | None = None) -> CommandResult:
-    """Run an allowlisted, read-only program with a timeout; failures come back as values, never hang."""
+        timeout: float = 10.0, env: Mapping[str, str] | None = None, max_output: int = MAX_OUTPUT) -> CommandResult:
+    """Run an allowlisted, read-only program with a timeout and an output cap; failures come back as values
+    (``timed_out``, ``truncated``), never hang and never fill memory."""
     check_allowed(program, args)
     path = resolve(program, commands)
     argv = (path or program, *args)
     if path is None or not os.path.exists(path):
         return CommandResult(argv, 127, "", f"{program}: not installed or not configured")
     try:
-        code, out, err, timed_out = _SPAWN(list(argv), timeout=timeout, env=dict(env) if env is not None else None)
+        code, out, err, timed_out, truncated = _SPAWN(list(argv), timeout=timeout, max_output=max_output,
+                                                      env=dict(env) if env is not None else None)
     except OSError as exc:
         return CommandResult(argv, 126, "", f"{program}: {exc}")
+    if truncated:
+        return CommandResult(argv, code, out, f"{program}: output_truncated: {err}", truncated=True)
     if timed_out:
         return CommandResult(argv, 124, out, f"{program}: timed out after {timeout}s", timed_out=True)
     return CommandResult(argv, code, out, err)

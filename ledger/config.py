@@ -94,7 +94,12 @@ def _read_toml(cfg_path: str, st: os.stat_result, snapshot: str | None) -> dict:
         try:
             blob = marshal.dumps((key, data))
             tmp = f"{snapshot}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as f:
+            # The copy is exactly as readable as the file it copies (a 0600 config may hold the db password),
+            # whatever the umask; `ipledger mark` run by a job's user reads it only where the config allows.
+            mode = st.st_mode & 0o644
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+            with os.fdopen(fd, "wb") as f:
+                os.fchmod(fd, mode)
                 f.write(blob)
             os.replace(tmp, snapshot)
         except (OSError, ValueError):  # unwritable directory, or a value marshal cannot hold

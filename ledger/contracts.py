@@ -14,6 +14,10 @@ File format::
     billing_minimum_s = 0         # ... and is at least this per device (default 0)
     charge_suspended = false      # bill suspended time too (default false)
     unknown_policy = "hold"       # charge | credit | estimate | hold (default hold)
+    provider_failure_loss = "charge"  # credit | charge: device-time since the last checkpoint of a run the
+                                  # provider's failure ended (NODE_FAIL, a critical XID) (default charge)
+    period_rule = "split"         # split: usage billed in the months its seconds were paid (default);
+                                  # end: the whole receipt in the month the run ended (invoice on completion)
     effective_from = "2026-11-01T00:00:00Z"   # optional; the entry's ts (default: when it is set)
 
     [skus.H100-SXM5-80GB]         # a key of the SKU table, or "default"
@@ -38,6 +42,8 @@ from .canonical import now_ts
 from .entries import ChainedEntry, Entry, Kind, make_entry
 
 POLICIES = ("charge", "credit", "estimate", "hold")
+LOSS_POLICIES = ("charge", "credit")
+PERIOD_RULES = ("split", "end")
 HOURS_PER_YEAR = Decimal(8760)
 
 
@@ -83,6 +89,8 @@ class Contract:
     billing_minimum_s: int = 0
     charge_suspended: bool = False
     unknown_policy: str = "hold"
+    provider_failure_loss: str = "charge"
+    period_rule: str = "split"
     skus: Mapping[str, CostBasis] = field(default_factory=dict)
     effective_from: str | None = None
     entry_id: str | None = None  # the contract_version entry it came from (None = the built-in default)
@@ -98,7 +106,11 @@ class Contract:
         return {"id": self.id, "version": self.version, "currency": self.currency, "accounts": list(self.accounts),
                 "billing_granularity_s": self.billing_granularity_s, "billing_minimum_s": self.billing_minimum_s,
                 "charge_suspended": self.charge_suspended, "unknown_policy": self.unknown_policy,
-                "skus": {k: v.to_json() for k, v in sorted(self.skus.items())}}
+                **({"period_rule": self.period_rule} if self.period_rule != "split" else {}),
+                "skus": {k: v.to_json() for k, v in sorted(self.skus.items())},
+                # only when set: contract versions recorded before the option keep their exact payload
+                **({"provider_failure_loss": self.provider_failure_loss}
+                   if self.provider_failure_loss != "charge" else {})}
 
 
 DEFAULT_CONTRACT = Contract(
@@ -128,6 +140,12 @@ def parse_contract(data: Mapping[str, Any], origin: str = "contract") -> Contrac
     policy = data.get("unknown_policy", "hold")
     if policy not in POLICIES:
         raise ContractError(f"{origin}: unknown_policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    loss = data.get("provider_failure_loss", "charge")
+    if loss not in LOSS_POLICIES:
+        raise ContractError(f"{origin}: provider_failure_loss must be one of {', '.join(LOSS_POLICIES)}, got {loss!r}")
+    rule = data.get("period_rule", "split")
+    if rule not in PERIOD_RULES:
+        raise ContractError(f"{origin}: period_rule must be one of {', '.join(PERIOD_RULES)}, got {rule!r}")
     skus_raw = data.get("skus", {})
     if not isinstance(skus_raw, Mapping):
         raise ContractError(f"{origin}: [skus] must be a table of SKU tables")
@@ -169,7 +187,8 @@ def parse_contract(data: Mapping[str, Any], origin: str = "contract") -> Contrac
         accounts=tuple(str(a) for a in accounts),
         billing_granularity_s=int(data.get("billing_granularity_s", 1)),
         billing_minimum_s=int(data.get("billing_minimum_s", 0)),
-        charge_suspended=bool(data.get("charge_suspended", False)), unknown_policy=policy, skus=skus,
+        charge_suspended=bool(data.get("charge_suspended", False)), unknown_policy=policy, period_rule=rule,
+        skus=skus, provider_failure_loss=loss,
         effective_from=data.get("effective_from"))
 
 

@@ -68,7 +68,7 @@ def _reports(engine, out: Path, analysis) -> list[str]:  # noqa: ANN001
         done.append(f"analysis.pdf failed: {exc}")
     try:
         st = build_statement(engine, "2026-11")
-        for fmt in ("csv", "pdf"):
+        for fmt in ("csv", "focus", "pdf"):
             done.append(str(write(st, fmt, out / default_name("2026-11", fmt, None))))
     except Exception as exc:  # noqa: BLE001
         done.append(f"monthly statement failed: {exc}")

@@ -19,6 +19,9 @@ from .store import append_in
 # A step run once a shipment's entries are in the ledger (e.g. issuing the receipts of runs that ended); it
 # returns the problems it met, one line each, which the ship report carries.
 ShipHook = Callable[[Engine, list[Entry]], list[str]]
+# Work between appending and the after-ship steps that adds entries of its own (the accounting database's
+# record of the runs that ended: ledger.hooks.accounting); returns what it appended and a report.
+Enricher = Callable[[Engine], "tuple[list[Entry], dict]"]
 
 
 @dataclass
@@ -30,11 +33,15 @@ class ShipReport:
     torn: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     after_errors: list[str] = field(default_factory=list)   # what the after-ship steps could not do
+    accounting: dict | None = None  # the enricher's report, when one ran
 
     def to_json(self) -> dict:
-        return {"files": self.files, "records": self.records, "appended": self.appended,
-                "duplicates": self.duplicates, "torn": self.torn, "errors": self.errors,
-                "after_errors": self.after_errors}
+        out = {"files": self.files, "records": self.records, "appended": self.appended,
+               "duplicates": self.duplicates, "torn": self.torn, "errors": self.errors,
+               "after_errors": self.after_errors}
+        if self.accounting is not None:
+            out["accounting"] = self.accounting
+        return out
 
 
 # SQLite's page cache while shipping (negative: KiB), instead of its 2 MiB default: inserting into the
@@ -126,7 +133,7 @@ def _prepared(files: list[Path]) -> Iterator[_Prepared | None]:
 
 def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
          progress: Callable[[int, int], None] | None = None, run_after: bool = True,
-         batch_entries: int = 50_000, after: Sequence[ShipHook] = ()) -> ShipReport:
+         batch_entries: int = 50_000, after: Sequence[ShipHook] = (), enrich: Enricher | None = None) -> ShipReport:
     """Ship every pending spool file; files whose records fail to decode are left in place and reported.
 
     ``after``: the steps run, in order, over the shipped entries once they are committed (skipped with
@@ -134,17 +141,18 @@ def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
 
     One transaction per batch (at most ``batch_files`` files or about ``batch_entries`` entries): large
     enough that the commit's fsync and the chain lock are paid rarely, small enough to keep memory flat.
+    ``enrich`` runs after the spool's entries are in and before the after-ship work, which sees its entries.
     """
     report = ShipReport()
     with spool.shipping_lock(spool_dir):
         _ship_locked(engine, spool_dir, report, batch_files, progress, tuple(after) if run_after else (),
-                     batch_entries)
+                     batch_entries, enrich)
     return report
 
 
 def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batch_files: int,
                  progress: Callable[[int, int], None] | None, after: tuple[ShipHook, ...],
-                 batch_entries: int) -> None:
+                 batch_entries: int, enrich: Enricher | None = None) -> None:
     files = spool.pending_files(spool_dir)
     shipped_entries: list[Entry] = []
     # Files whose entries the after-ship work (automatic receipts) still has to see are moved aside only after
@@ -190,6 +198,10 @@ def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batc
         if progress:
             progress(pos, len(files))
     source.close()
+    if enrich is not None:
+        added, report.accounting = enrich(engine)
+        if after and added:
+            shipped_entries.extend(added)
     if shipped_entries:
         for step in after:
             report.after_errors.extend(step(engine, shipped_entries))

@@ -157,3 +157,33 @@ def line_chart(series: dict[str, Sequence[tuple[float, float]]], *, title: str, 
     if len(series) > 1:
         _legend(d, list(series), width, height - 8)
     return d
+
+
+def split_bar(parts: Sequence[tuple[str, float]], *, title: str, unit: str, width: float = 460,
+              height: float = 130) -> Drawing:
+    """Where the paid hours went: one bar as long as the paid total, cut into its buckets in order
+    (delivered first), with a legend naming each bucket, its value and its share."""
+    total = sum(max(float(v), 0.0) for _, v in parts)
+    if total <= 0:
+        return _empty(width, height, title)
+    d = Drawing(width, height)
+    d.add(String(0, height - 12, f"{title} ({total:,.2f} {unit} = 100 %)", fontName=FONT + "-Bold", fontSize=10))
+    bar_y, bar_h = height - 44, 22
+    x = 0.0
+    shown = [(lab, max(float(v), 0.0), PALETTE[i % len(PALETTE)]) for i, (lab, v) in enumerate(parts)]
+    for lab, v, col in shown:
+        w = width * v / total
+        if w > 0:
+            d.add(Rect(x, bar_y, w, bar_h, fillColor=col, strokeColor=colors.white, strokeWidth=0.3))
+            if w > 34:
+                d.add(String(x + w / 2, bar_y + 8, f"{100 * v / total:.0f} %", fontName=FONT, fontSize=7,
+                             textAnchor="middle", fillColor=colors.white))
+        x += w
+    # legend: two columns under the bar, every bucket with its hours and share (zero ones too: none hidden)
+    col_w, row_h = width / 2, 10
+    for i, (lab, v, col) in enumerate(shown):
+        cx, cy = (i % 2) * col_w, bar_y - 14 - (i // 2) * row_h
+        d.add(Rect(cx, cy, 7, 7, fillColor=col, strokeColor=None))
+        d.add(String(cx + 10, cy, f"{lab}: {v:,.2f} {unit} ({100 * v / total:.1f} %)", fontName=FONT,
+                     fontSize=7))
+    return d

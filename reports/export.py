@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from .alias import Aliaser
-from .issued import Correction, Issue, IssuedSet, load_issues, select_month
+from .issued import Correction, Issue, IssuedSet, flatten_issues, load_issues, select_month
 from .monthly import (MONEY_COLUMNS, NUMERIC_COLUMNS, SUM_COLUMNS, ExportError, Flat, Summary, cents, flatten, month_bounds,
                       summarise)
 
@@ -59,8 +59,8 @@ def _correction_flat(corrections: list[Correction]) -> Flat:
     """Rows carrying (new - previously billed) for every numeric column; detail lines that are new."""
     if not corrections:
         return flatten([], row_kind="correction")
-    new = flatten([dict(c.new.receipt, _replaces_hash=c.old.receipt_hash) for c in corrections], "correction")
-    old = flatten([c.old.receipt for c in corrections], "correction")
+    new = flatten_issues([c.new for c in corrections], "correction", [c.old.receipt_hash for c in corrections])
+    old = flatten_issues([c.old for c in corrections], "correction")
     rows = new.rows.copy()
     for col in NUMERIC_COLUMNS:
         if col != "n_devices":
@@ -100,7 +100,7 @@ def statement_from_issues(issued: IssuedSet, month: str, tenant: str | None = No
         usage = [i for i in usage if i.tenant == tenant]
         corrections = [c for c in corrections if c.new.tenant == tenant]
     return _statement(month, tenant, aliaser, issued.through_seq, issued.head_hash, issued.not_replayed,
-                      flatten([i.receipt for i in usage], "usage"), corrections)
+                      flatten_issues(usage, "usage"), corrections)
 
 
 def _unknown_tenant(tenant: str, tenants: set[str]) -> None:
@@ -293,8 +293,9 @@ def write_json(st: Statement, path: Path) -> None:
     path.write_text(json.dumps(to_json(st), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
-def write(st: Statement, fmt: str, path: str | Path) -> Path:
-    """Write ``st`` as ``fmt`` (one of FORMATS) to ``path``."""
+def write(st: Statement, fmt: str, path: str | Path, invoice_scheme: str | None = None) -> Path:
+    """Write ``st`` as ``fmt`` (one of FORMATS) to ``path``; ``invoice_scheme`` is the site's FOCUS
+    InvoiceId scheme (default ``{cluster}-{YYYY-MM}-{tenant}``)."""
     p = Path(path)
     if fmt == "csv":
         write_csv(st, p)
@@ -303,9 +304,9 @@ def write(st: Statement, fmt: str, path: str | Path) -> Path:
     elif fmt == "json":
         write_json(st, p)
     elif fmt == "focus":
-        from .focus import write_focus
+        from .focus import DEFAULT_INVOICE_SCHEME, write_focus
 
-        write_focus(st, p)
+        write_focus(st, p, invoice_scheme=invoice_scheme or DEFAULT_INVOICE_SCHEME)
     elif fmt == "pdf":
         from .pdf_statement import render
 

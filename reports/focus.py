@@ -1,13 +1,18 @@
-"""The FinOps FOCUS export: a month's statement as a FOCUS 1.1 cost-and-usage CSV, the column spec and a
+"""The FinOps FOCUS export: a month's statement as a FOCUS 1.2 cost-and-usage CSV, the column spec and a
 validator.
 
-One row per billed run (``ChargeCategory=Usage``), one per adjustment line of a run (``Credit`` when
+One row per billed run and charge period (``ChargeCategory=Usage``; a charge period is a UTC day, and a run
+across midnight has one row per day, its figures split exactly: :func:`by_day`), one per adjustment line of a run (``Credit`` when
 negative, else ``Adjustment``), and, for receipts re-issued after their month closed, rows carrying the
 difference with ``ChargeClass=Correction``. Quantities are GPU-hours. ipledger's own columns carry the
 ``x_`` prefix (FOCUS's rule for custom columns). docs/focus.md maps every column.
 
-FOCUS version: 1.1 (FinOps Open Cost and Usage Specification, column definitions as published by the FOCUS
-project). Feature levels: ``Mandatory`` columns are always present; the ``Conditional`` and
+Every row carries an ``InvoiceId`` from a site-configurable scheme (:func:`invoice_id`, default
+``{cluster}-{YYYY-MM}-{tenant}``): a tenant's charges of one cluster and month make one invoice.
+
+FOCUS version: 1.2 (FinOps Open Cost and Usage Specification, column definitions as published by the FOCUS
+project; the FinOps Foundation's ``focus-validator`` 2.2.1 passes the files, tests/test_focus_validator.py).
+Feature levels: ``Mandatory`` columns are always present; the ``Conditional`` and
 ``Recommended`` columns ipledger can fill are present too.
 """
 
@@ -20,9 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-FOCUS_VERSION = "1.1"
+FOCUS_VERSION = "1.2"
+DEFAULT_INVOICE_SCHEME = "{cluster}-{YYYY-MM}-{tenant}"
+INVOICE_FIELDS = ("cluster", "YYYY-MM", "YYYY", "MM", "tenant")
 GPU_HOURS_UNIT = "GPU-Hours"
 SERVICE_NAME = "GPU allocation"
 SERVICE_CATEGORY = "Compute"
@@ -67,6 +75,7 @@ FOCUS_COLUMNS: tuple[Column, ...] = (
     Column("ContractedCost", "Decimal", "Mandatory", False),
     Column("ContractedUnitPrice", "Decimal", "Conditional", True),
     Column("EffectiveCost", "Decimal", "Mandatory", False),
+    Column("InvoiceId", "String", "Recommended", True),
     Column("InvoiceIssuerName", "String", "Mandatory", False),
     Column("ListCost", "Decimal", "Mandatory", False),
     Column("ListUnitPrice", "Decimal", "Conditional", True),
@@ -136,7 +145,76 @@ def _s(col: pd.Series) -> pd.Series:
     return col.astype(object).where(col.notna(), "").astype(str)
 
 
-def _base(st: Any, r: pd.DataFrame, provider: str | None) -> pd.DataFrame:
+class InvoiceSchemeError(ValueError):
+    """A site's InvoiceId scheme with an unknown field (one line, naming the config field)."""
+
+
+def check_invoice_scheme(scheme: str) -> str:
+    """The scheme itself when every ``{field}`` in it is one of :data:`INVOICE_FIELDS`."""
+    for f in re.findall(r"\{([^{}]*)\}", scheme):
+        if f not in INVOICE_FIELDS:
+            raise InvoiceSchemeError(f"focus.invoice_id: unknown field {{{f}}} in {scheme!r} "
+                                     f"(fields: {', '.join('{' + x + '}' for x in INVOICE_FIELDS)})")
+    if not scheme.strip():
+        raise InvoiceSchemeError("focus.invoice_id: empty scheme")
+    return scheme
+
+
+def _ascii_id(v: Any) -> str:
+    """A value as InvoiceId text: ASCII only (FOCUS), reversibly (percent-encoded UTF-8)."""
+    from urllib.parse import quote
+
+    return quote(str(v), safe="-._~:@") if v is not None and v == v else "unassigned"
+
+
+def invoice_id(scheme: str, month: str, cluster: Any, tenant: Any) -> str:
+    """``scheme`` filled for one invoice: one per (cluster, tenant, month) with the default scheme."""
+    values = {"cluster": _ascii_id(cluster), "YYYY-MM": month, "YYYY": month[:4], "MM": month[5:7],
+              "tenant": _ascii_id(tenant)}
+    return re.sub(r"\{([^{}]*)\}", lambda m: values[m.group(1)], check_invoice_scheme(scheme))
+
+
+def by_day(rows: pd.DataFrame) -> pd.DataFrame:
+    """The statement's rows with each one whose window spans UTC days replaced by one row per day: hours
+    split in nanohours and money in cents (largest remainder), in proportion to the window's seconds in
+    each day, so the day rows sum exactly to the row; each day row's window is its day's part."""
+    from .monthly import MONEY_COLUMNS, SUM_COLUMNS
+    from .periods import days_spanned, split_int, split_nano, weights_of
+
+    if rows.empty:
+        return rows
+    s = rows["window_start"].to_numpy(dtype="float64")
+    e = rows["window_end"].to_numpy(dtype="float64")
+    last = np.where(e > s, np.maximum(s, e - 1e-6), s)
+    multi = np.flatnonzero(np.floor(s / 86400.0) != np.floor(last / 86400.0))
+    if not len(multi):
+        return rows
+    money = set(MONEY_COLUMNS)
+    out: list[dict] = []
+    at: list[int] = []
+    for k in multi:
+        row = rows.iloc[k].to_dict()
+        days = days_spanned(s[k], e[k])
+        w = weights_of(days)
+        parts = {}
+        for c in SUM_COLUMNS:
+            v = float(row[c])
+            parts[c] = ([x / 100.0 for x in split_int(round(v * 100), w)] if c in money
+                        else split_nano(v, w))
+        for j, (lo, hi) in enumerate(days):
+            out.append({**row, **{c: parts[c][j] for c in SUM_COLUMNS}, "window_start": lo, "window_end": hi})
+            at.append(k)
+    keep = np.ones(len(rows), dtype=bool)
+    keep[multi] = False
+    extra = pd.DataFrame(out, columns=rows.columns).astype(rows.dtypes.to_dict())
+    order = np.concatenate([np.flatnonzero(keep), np.asarray(at, dtype="int64")])
+    both = pd.concat([rows[keep], extra], ignore_index=True)
+    # in statement order, a split row's days in place of it
+    return both.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
+
+
+def _base(st: Any, r: pd.DataFrame, provider: str | None,
+          invoice_scheme: str = DEFAULT_INVOICE_SCHEME) -> pd.DataFrame:
     """The columns a run's rows share (identity, periods, resource, tenant), one row per row of ``r``."""
     cluster = r["cluster"].astype(object).where(r["cluster"].notna(), "local").astype(str)
     prov = cluster if provider is None else pd.Series(provider, index=r.index)
@@ -153,6 +231,7 @@ def _base(st: Any, r: pd.DataFrame, provider: str | None) -> pd.DataFrame:
     b["BillingPeriodEnd"] = st.period_end
     b["ChargePeriodStart"] = start
     b["ChargePeriodEnd"] = end.where(end.notna(), start)
+    b["InvoiceId"] = [invoice_id(invoice_scheme, st.month, c, t) for c, t in zip(r["cluster"], r["tenant"])]
     b["InvoiceIssuerName"] = prov
     b["ProviderName"] = prov
     b["PublisherName"] = prov
@@ -225,15 +304,17 @@ def _adjustments(base: pd.DataFrame, amount: pd.Series, hours: pd.Series, adj_id
     return a
 
 
-def focus_table(st: Any, provider: str | None = None) -> pd.DataFrame:  # st: reports.export.Statement
-    """The statement's rows in FOCUS 1.1 columns (plus ``x_`` columns), in ``COLUMN_NAMES`` order.
+def focus_table(st: Any, provider: str | None = None,  # st: reports.export.Statement
+                invoice_scheme: str = DEFAULT_INVOICE_SCHEME) -> pd.DataFrame:
+    """The statement's rows in FOCUS 1.2 columns (plus ``x_`` columns), in ``COLUMN_NAMES`` order.
 
-    Column-wise (pandas), so a million-run month costs no per-row Python beyond the Tags JSON.
+    Column-wise (pandas), so a million-run month costs no per-row Python beyond the Tags JSON and the
+    InvoiceId, and the day split of the rows that cross midnight.
     """
-    r = st.rows.reset_index(drop=True)
+    r = by_day(st.rows.reset_index(drop=True))
     parts: list[pd.DataFrame] = []
     if len(r):
-        base = _base(st, r, provider)
+        base = _base(st, r, provider, invoice_scheme)
         correction = r["row_kind"] == "correction"
         paid = r["paid"].astype(float)
         cost = r["billed_before_adjustments"].astype(float).round(2)  # after the unknown policy
@@ -283,8 +364,9 @@ def focus_table(st: Any, provider: str | None = None) -> pd.DataFrame:  # st: re
         adj = adj[adj["row_kind"] == "usage"]
         if len(adj):
             key = ["cluster", "job_id", "run"]
-            usage_rows = r[~correction].reset_index(drop=True)
-            ubase = _base(st, usage_rows, provider)
+            # a run's adjustment lines are charged once, on its last charge period
+            usage_rows = r[~correction].drop_duplicates(key, keep="last").reset_index(drop=True)
+            ubase = _base(st, usage_rows, provider, invoice_scheme)
             ubase[key] = usage_rows[key]
             m = adj.reset_index(drop=True).merge(ubase, on=key, how="inner", suffixes=("_adj", ""))
             if len(m):
@@ -300,8 +382,9 @@ def focus_table(st: Any, provider: str | None = None) -> pd.DataFrame:  # st: re
     return df[list(COLUMN_NAMES)]
 
 
-def write_focus(st: Any, path: str | Path, provider: str | None = None) -> None:
-    df = focus_table(st, provider)
+def write_focus(st: Any, path: str | Path, provider: str | None = None,
+                invoice_scheme: str = DEFAULT_INVOICE_SCHEME) -> None:
+    df = focus_table(st, provider, invoice_scheme)
     # Every row comes from the same code path: validating the first rows (and every column) catches a
     # broken mapping without a per-row Python pass over a million-run month.
     problems = validate(df.head(VALIDATE_ROWS))

@@ -5,15 +5,18 @@ or the receipt's own keys) that is used as is; if it carries only the hash and `
 is recomputed with the receipts package's public function at that ``through_seq`` (receipts are pure
 functions of the ledger, DESIGN.md principle 5) and its hash compared with the issued one.
 
-Billing rule (pure, :func:`select_month`): a run is billed in the month its window ends (``M``). Month
-``M`` *closes* at the first ledger entry recording a fact from after it (the lowest ``seq`` whose ``ts`` is
-at or after the first instant of the next month, plus ``grace_s``): the ledger's own event time is the
-clock, so a simulated or replayed fleet closes its months the same way a live one does, whatever the wall
-clock says. The receipt billed in ``M`` is the latest issue made before ``M`` closed, or, if every issue
-came later, the first one. Every later issue that changes the receipt is a **correction** booked in the
-month that was open when it was issued (never earlier than ``M``): a row with the difference against the
-receipt previously billed, marked ``ChargeClass=Correction`` in FOCUS. A closed month therefore never
-changes silently; ``--as-of SEQ`` reproduces any past export exactly.
+Billing rule (pure, :func:`select_month`): periods are half-open and a receipt is billed in the months of its
+parts (:mod:`reports.periods`: under the default ``split`` rule every month its window overlaps, each with
+its share; under ``end`` the month of its last paid instant). Month ``M`` *closes* at the first ledger
+entry recording a fact from after it (the lowest ``seq`` whose ``ts`` is at or after the first instant of the
+next month, plus ``grace_s``): the ledger's own event time is the clock, so a simulated or replayed fleet
+closes its months the same way a live one does, whatever the wall clock says. The part billed in ``M`` is
+that of the latest issue made before ``M`` closed, or, if every issue came later, of the first one (an
+open run's receipt issued during the month is its usage accrued so far). Every later issue that changes
+the receipt is a **correction** of ``M``'s part, booked in the month that was open when it was issued
+(never earlier than ``M``): a row with the difference between its part of ``M`` and the part billed
+before, marked ``ChargeClass=Correction`` in FOCUS. A closed month therefore never changes silently;
+``--as-of SEQ`` reproduces any past export exactly.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from sqlalchemy import text
 
-from .monthly import _epoch, month_bounds, month_of
+from . import periods
+from .monthly import SUM_COLUMNS, Flat, _epoch, flatten, month_bounds, month_of
 
 ProgressFn = Callable[[int, int], None]
 
@@ -40,6 +44,7 @@ class Issue:
     receipt: Mapping[str, Any]
     issued_hash: str | None = None
     replays: bool = True  # False when a recomputed receipt's hash differs from the issued one
+    part: str | None = None  # the month whose part of the receipt this issue stands for (None: all of it)
 
     @property
     def key(self) -> tuple:
@@ -56,10 +61,56 @@ class Issue:
         return j.get("account") or j.get("namespace") or j.get("tenant")
 
     @property
+    def window_start(self) -> float:
+        return _epoch((self.receipt.get("window") or {}).get("start"))
+
+    @property
     def window_end(self) -> float:
-        w = self.receipt.get("window") or {}
-        e = _epoch(w.get("end"))
-        return _epoch(w.get("start")) if math.isnan(e) else e
+        """The window's end (its start when it has none)."""
+        e = _epoch((self.receipt.get("window") or {}).get("end"))
+        return self.window_start if math.isnan(e) else e
+
+    @property
+    def period_rule(self) -> str:
+        rule = (self.receipt.get("contract") or {}).get("period_rule")
+        return rule if rule in periods.PERIOD_RULES else periods.DEFAULT_PERIOD_RULE
+
+    @property
+    def parts(self) -> list[tuple[str, float, float]]:
+        """``(month, lo, hi)`` of each month this receipt is billed in (see :mod:`reports.periods`)."""
+        return periods.part_spans(self.window_start, self.window_end, self.period_rule,
+                                  bool(self.receipt.get("open")))
+
+    def share(self, month: str) -> "Share":
+        """This receipt's part of ``month``: the whole, a weighted part, or nothing."""
+        spans = self.parts
+        k = next((n for n, (m, _, _) in enumerate(spans) if m == month), None)
+        if k is None:
+            return Share(None)
+        if len(spans) == 1:
+            return Share(k, (spans[k][1], spans[k][2]))
+        return Share(k, (spans[k][1], spans[k][2]), tuple(periods.weights_of([(lo, hi) for _, lo, hi in spans])))
+
+    def as_part(self, month: str) -> "Issue":
+        return Issue(self.seq, self.issued_at, self.receipt, self.issued_hash, self.replays, month)
+
+
+@dataclass(frozen=True)
+class Share:
+    """Which part of a receipt a row carries: ``index`` None = nothing; ``weights`` empty = all of it."""
+
+    index: int | None
+    span: tuple[float, float] | None = None
+    weights: tuple[int, ...] = ()
+
+    def of(self, value: float) -> float:
+        if self.index is None:
+            return 0.0
+        return value if not self.weights else periods.split_nano(value, list(self.weights))[self.index]
+
+    @property
+    def whole(self) -> bool:
+        return self.index is not None and not self.weights
 
 
 CloseFn = Callable[[str], "int | None"]
@@ -230,11 +281,12 @@ class Correction:
 
 
 def _plan(issues: Iterable[Issue], close_seq: CloseFn) -> tuple[dict, list[Correction]]:
-    """run key -> (billing month, billed issue); and every correction, each with the month it is booked in."""
+    """(run key, month) -> the issue whose part of that month is billed there; and every correction, each
+    with the month it is booked in (its ``new``/``old`` issues stand for their part of the corrected month)."""
     by_run: dict[tuple, list[Issue]] = {}
     for i in issues:
         by_run.setdefault(i.key, []).append(i)
-    billed: dict[tuple, tuple[str, Issue]] = {}
+    billed: dict[tuple, Issue] = {}
     corrections: list[Correction] = []
 
     def open_month(seq: int, m: str) -> str:
@@ -248,24 +300,23 @@ def _plan(issues: Iterable[Issue], close_seq: CloseFn) -> tuple[dict, list[Corre
 
     for key, its in by_run.items():
         its.sort(key=lambda i: i.seq)
-        we = its[0].window_end
-        if math.isnan(we):
-            continue  # a receipt without any window cannot be placed in a month
-        m = month_of(we)
-        close = close_seq(m)
-        on_time = [i for i in its if close is None or i.seq < close]
-        base = on_time[-1] if on_time else its[0]
-        billed[key] = (m, base)
-        prev = base
-        later: dict[str, Issue] = {}
-        for i in its:
-            if i.seq > base.seq:
-                later[open_month(i.seq, m)] = i  # the last issue of each month stands for that month
-        for cm in sorted(later):
-            cur = later[cm]
-            if cur.receipt_hash != prev.receipt_hash:
-                corrections.append(Correction(cm, cur, prev))
-                prev = cur
+        months = sorted({m for i in its for m, _, _ in i.parts})
+        for m in months:
+            close = close_seq(m)
+            on_time = [i for i in its if close is None or i.seq < close]
+            base = on_time[-1] if on_time else its[0]
+            billed[(key, m)] = base.as_part(m)
+            prev = base
+            later: dict[str, Issue] = {}
+            for i in its:
+                if i.seq > base.seq:
+                    later[open_month(i.seq, m)] = i  # the last issue of each month stands for that month
+            for cm in sorted(later):
+                cur = later[cm]
+                if cur.receipt_hash != prev.receipt_hash and (cur.share(m).index is not None
+                                                              or prev.share(m).index is not None):
+                    corrections.append(Correction(cm, cur.as_part(m), prev.as_part(m)))
+                    prev = cur
     return billed, corrections
 
 
@@ -279,8 +330,57 @@ def select_month(issues: Iterable[Issue], month: str, close_seq: CloseFn | None 
     month_bounds(month)  # validates
     issues = list(issues)
     billed, corrections = _plan(issues, close_seq or closes_from_issue_times(issues, grace_s))
-    usage = sorted((i for m, i in billed.values() if m == month), key=lambda i: i.seq)
+    usage = sorted((i for (_, m), i in billed.items() if m == month and i.share(m).index is not None),
+                   key=lambda i: i.seq)
     return usage, [c for c in corrections if c.month == month]
+
+
+def flatten_issues(issues: list[Issue], row_kind: str = "usage",
+                   replaces: list[str | None] | None = None) -> Flat:
+    """:func:`reports.monthly.flatten` of the issues' receipts, each row carrying only its issue's part of
+    the month it stands for (``Issue.part``); ``replaces`` fills ``replaces_hash`` row by row."""
+    receipts = [i.receipt if not replaces or replaces[k] is None else dict(i.receipt, _replaces_hash=replaces[k])
+                for k, i in enumerate(issues)]
+    flat = flatten(receipts, row_kind)
+    return apply_shares(flat, [None if i.part is None else i.share(i.part) for i in issues])
+
+
+def apply_shares(flat: Flat, shares: list[Share | None]) -> Flat:
+    """Scale each row's hours and money to its share (exact nano-unit parts), clamp its window to the part's
+    span, scale its adjustment lines alike and keep the unknown intervals that overlap the span."""
+    if all(s is None or s.whole for s in shares):
+        return flat
+    import numpy as np
+
+    rows = flat.rows.copy()
+    adjs = flat.adjustments.copy()
+    unks = flat.unknowns
+    adj_row = np.repeat(np.arange(len(rows)), rows["n_adjustments"].to_numpy())
+    unk_row = np.repeat(np.arange(len(rows)), rows["n_unknown_intervals"].to_numpy())
+    keep_unk = np.ones(len(unks), dtype=bool)
+    cols = [rows.columns.get_loc(c) for c in SUM_COLUMNS]
+    for k, sh in enumerate(shares):
+        if sh is None or sh.whole:
+            continue
+        rows.iloc[k, cols] = [sh.of(float(v)) for v in rows.iloc[k, cols]]
+        for c in ("gpu_hours", "amount"):
+            at = np.flatnonzero(adj_row == k)
+            adjs.loc[adjs.index[at], c] = [sh.of(float(v)) if v == v and v is not None else v
+                                           for v in adjs[c].iloc[at]]
+        mine = unk_row == k
+        if sh.span is None:
+            keep_unk[mine] = False
+            continue
+        lo, hi = sh.span
+        rows.iloc[k, rows.columns.get_loc("window_start")] = lo
+        rows.iloc[k, rows.columns.get_loc("window_end")] = hi
+        for j in np.flatnonzero(mine):
+            s, e = _epoch(unks["start"].iat[j]), _epoch(unks["end"].iat[j])
+            keep_unk[j] = math.isnan(s) or math.isnan(e) or (s < hi and e > lo) or (s == e and lo <= s < hi)
+    if not keep_unk.all():
+        rows["n_unknown_intervals"] = np.bincount(unk_row[keep_unk], minlength=len(rows)).astype("int64")
+        unks = unks[keep_unk].reset_index(drop=True)
+    return Flat(rows=rows, unknowns=unks, adjustments=adjs)
 
 
 def now_epoch() -> float:

@@ -16,6 +16,7 @@ and the flat rows of the month's single-issue runs.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,8 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import bindparam, text
 
-from .issued import Correction, Issue, _is_receipt, ledger_closes, ledger_head, select_month
+from . import periods
+from .issued import Correction, Issue, _is_receipt, flatten_issues, ledger_closes, ledger_head, select_month
 from .monthly import (ROW_COLUMNS, TEXT_COLUMNS, UNKNOWN_COLUMNS, Flat, _dtype, _epoch, flatten, month_bounds)
 
 BATCH = 20_000
@@ -45,7 +47,7 @@ _FIELDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("contract_version", "contract.version", _TEXTY), ("method_name", "method.name", _TEXTY),
     ("method_version", "method.version", _TEXTY), ("receipt_hash", "receipt_hash", _TEXT),
     ("replaces_hash", "_replaces_hash", _TEXT), ("currency", "cost.currency", _TEXT),
-    ("start", "window.start", _TEXT), ("end", "window.end", _TEXT),
+    ("start", "window.start", _TEXT), ("end", "window.end", _TEXT), ("open_", "open", ("BOOLEAN",)),
     ("run", "job.run", _INT), ("through_seq", "ledger.through_seq", _INT),
     ("paid", "gpu_hours.paid", _NUM), ("delivered", "gpu_hours.delivered", _NUM),
     ("underutilized", "gpu_hours.underutilized", _NUM), ("starved", "gpu_hours.starved", _NUM),
@@ -56,6 +58,7 @@ _FIELDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("cost_paid", "cost.paid", _NUM), ("cost_delivered", "cost.delivered", _NUM), ("cost_lost", "cost.lost", _NUM),
     ("before", "cost.billed_before_adjustments", _NUM), ("cost_adj", "cost.adjustments", _NUM + ("ARRAY", "OBJECT")),
     ("after", "cost.billed_after_adjustments", _NUM), ("gbh", "billing.gpu_hours_billed", _NUM),
+    ("flc", "billing.lost_since_checkpoint_credited", _NUM),
     ("by_policy", "billing.unknown_gpu_hours_by_policy", _OBJ + ("ARRAY", "VARCHAR", "DOUBLE", "UBIGINT", "BIGINT",
                                                                   "BOOLEAN")),
     *((f"pol_{p}", f"billing.unknown_gpu_hours_by_policy.{p}", _NUM) for p in ("charge", "credit", "estimate", "hold")),
@@ -88,7 +91,7 @@ def _field_sql(fields, source: str, prefix: str) -> tuple[str, str]:  # noqa: AN
             cols.append(f"CASE WHEN {t} IN ('UBIGINT', 'BIGINT') THEN CAST(v[{i}] AS BIGINT) END AS {name}")
         elif name == "resolution":  # text, or an object shown by one of its keys (see _interval_sql)
             cols.append(f"CASE WHEN {t} = 'VARCHAR' THEN v[{i}] END AS resolution_text, {t} AS res_t")
-        elif types in (_TEXT, _TEXTY):
+        elif types in (_TEXT, _TEXTY, ("BOOLEAN",)):
             cols.append(f"CASE WHEN {t} <> 'NULL' THEN v[{i}] END AS {name}")
         else:  # a container: its JSON type, and its text for the few read further
             cols.append(f"{t} AS {name}" + (f", v[{i}] AS {name}_json" if name in _READ_FURTHER else ""))
@@ -208,6 +211,27 @@ def _pmin(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(b < a, b, a)  # Python's min(a, b): a unless b is smaller
 
 
+def _placement(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """:func:`reports.periods.placement` over arrays: the last paid instant, or the start."""
+    return np.where(end > start, np.maximum(start, end - 1e-6), np.where(np.isnan(start), end, start))
+
+
+def _month_index(t: np.ndarray) -> np.ndarray:
+    d = pd.to_datetime(pd.Series(t, dtype="float64"), unit="s", utc=True)
+    return (d.dt.year * 12 + d.dt.month).to_numpy(dtype="float64", na_value=np.nan)
+
+
+def _multi_part(f: pd.DataFrame) -> np.ndarray:
+    """Which of the receipts in ``f`` are open or whose window spans more than one month."""
+    start, odd_start = _epochs(f["start"])
+    end, odd_end = _epochs(f["end"])
+    place = _placement(start, end)
+    a, b = _month_index(np.where(np.isnan(start), place, start)), _month_index(place)
+    spans = (a != b) & ~(np.isnan(a) & np.isnan(b))
+    # odd timestamp spellings are parsed by the dict path, which also places them
+    return spans | odd_start | odd_end | (f["open_"] == "true").fillna(False).to_numpy(dtype=bool)
+
+
 def _flat_rows(d: pd.DataFrame, ivs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """flatten()'s rows and unknown-interval lines for the fast receipts in ``d`` (no adjustment lines)."""
     n = len(d)
@@ -268,7 +292,7 @@ def _flat_rows(d: pd.DataFrame, ivs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
         "unknown_charge": charge, "unknown_credit": credit, "unknown_estimate": estimate, "unknown_hold": hold,
         "suspended": _num(d["suspended"]),
         "billed_gpu_hours": np.where(d["gbh"].notna().to_numpy(), _num(d["gbh"]), paid),
-        "adjustment_gpu_hours": zero, "cost_paid": cost_paid, "cost_delivered": _num(d["cost_delivered"]),
+        "adjustment_gpu_hours": zero, "failure_loss_credited": _num(d["flc"]), "cost_paid": cost_paid, "cost_delivered": _num(d["cost_delivered"]),
         "cost_lost": _num(d["cost_lost"]), "billed_before_adjustments": before, "adjustment_cost": adj_cost,
         "billed": billed, "n_devices": n_dev, "n_unknown_intervals": n_ivs, "n_adjustments": np.zeros(n, dtype="int64"),
     }
@@ -348,9 +372,13 @@ def read_month(engine, month: str, through_seq: int | None = None,  # noqa: ANN0
             except duckdb.Error:  # not JSON DuckDB reads (NaN, ...): every row of the batch by the dict path
                 d = pd.DataFrame({"i": np.arange(len(rows)), "fast": False})
             d = d.sort_values("i", kind="stable").reset_index(drop=True)
-            fast = d["fast"].fillna(False).to_numpy(dtype=bool)
+            fast = d["fast"].fillna(False).to_numpy(dtype=bool).copy()
+            if fast.any():
+                # receipts billed in more than one month, or open runs' (accrued, or not yet billed): the dict path
+                f = d[fast]
+                fast[np.flatnonzero(fast)[_multi_part(f)]] = False
             idx = pd.DataFrame({"seq": seqs, "fast": fast, "cluster": None, "job_id": None, "run": 0,
-                                "tenant": None, "wend": np.nan})
+                                "tenant": None, "wend": np.nan, "wlo": np.nan})
             if fast.any():
                 f = d[fast]
                 end, end_slow = _epochs(f["end"])
@@ -361,12 +389,13 @@ def read_month(engine, month: str, through_seq: int | None = None,  # noqa: ANN0
                 need_start = np.isnan(end) & start_slow
                 for k in np.flatnonzero(need_start):
                     start[k] = _epoch(f["start"].iat[k])
-                wend = np.where(np.isnan(end), start, end)
+                wend = _placement(start, end)
                 idx.loc[fast, "cluster"] = _text(f["cluster"])
                 idx.loc[fast, "job_id"] = f["job_id"].astype(object).where(f["job_id"].notna(), "None").to_numpy()
                 idx.loc[fast, "run"] = f["run"].fillna(0).to_numpy(dtype="int64")
                 idx.loc[fast, "tenant"] = _text(_or(f["account"], f["namespace"], f["tenant_"]))
                 idx.loc[fast, "wend"] = wend
+                idx.loc[fast, "wlo"] = wend
                 here = (wend >= lo_t) & (wend < hi_t)
                 if here.any():
                     m = f[here]
@@ -392,8 +421,10 @@ def read_month(engine, month: str, through_seq: int | None = None,  # noqa: ANN0
                 if issue is None:
                     return None  # a receipt named by hash alone: recomputed by the dict path
                 key = issue.key
-                idx.loc[k, ["cluster", "job_id", "run", "tenant", "wend"]] = [key[0], key[1], key[2], issue.tenant,
-                                                                             issue.window_end]
+                lo = issue.window_start
+                place = periods.placement(lo, issue.window_end)
+                idx.loc[k, ["cluster", "job_id", "run", "tenant", "wend", "wlo"]] = [
+                    key[0], key[1], key[2], issue.tenant, place, place if math.isnan(lo) else lo]
             index.append(idx)
             done += len(rows)
             if progress:
@@ -415,20 +446,21 @@ def _finish(engine, month, seq_head, head, index, flats, unks, lo_t, hi_t) -> Mo
     """Plan which issue each run bills: single-issue runs from the index, the rest by the dict path."""
     idx = pd.concat(index, ignore_index=True) if index else pd.DataFrame(
         {"seq": pd.Series(dtype="int64"), "fast": pd.Series(dtype=bool), "cluster": None, "job_id": None, "run": 0,
-         "tenant": None, "wend": pd.Series(dtype="float64")})
+         "tenant": None, "wend": pd.Series(dtype="float64"), "wlo": pd.Series(dtype="float64")})
     tenants = {t for t in idx["tenant"] if t}
     repeated = idx.duplicated(["cluster", "job_id", "run"], keep=False).to_numpy(dtype=bool)
     wend = idx["wend"].to_numpy(dtype="float64")
     fast = idx["fast"].to_numpy(dtype=bool)
     in_month = (wend >= lo_t) & (wend < hi_t)
-    slow_seqs = idx["seq"].to_numpy()[repeated | (~fast & in_month)]
+    overlaps = in_month | ((idx["wlo"].to_numpy(dtype="float64") < hi_t) & (wend >= lo_t))
+    slow_seqs = idx["seq"].to_numpy()[repeated | (~fast & overlaps)]
     issues = []
     for entry_seq, payload, recorded_at, ts in _rows_by_seq(engine, [int(s) for s in slow_seqs]):
         issues.append(_issue(entry_seq, json.loads(payload), recorded_at, ts))
     usage_d, corrections = select_month(issues, month, ledger_closes(engine, seq_head))
     fast_seqs = idx["seq"].to_numpy()[fast & ~repeated & in_month]
     parts = [_rows_in(f, fast_seqs) for f in flats]
-    d_flat = flatten([i.receipt for i in usage_d], "usage")
+    d_flat = flatten_issues(usage_d, "usage")
     d_rows = d_flat.rows.assign(_seq=np.array([i.seq for i in usage_d], dtype="int64"))
     rows = pd.concat([*parts, d_rows], ignore_index=True) if parts else d_rows
     if not rows["_seq"].is_monotonic_increasing:  # batches come in sequence order; the dict path's rows not

@@ -8,7 +8,9 @@ from telemetry: every number is a sum of issued receipts, so the export reconcil
 
 Rules (docs/reports.md has the full text):
 
-* A run belongs to the month in which its window **ends** (UTC). Open windows use their start.
+* Periods are half-open ``[start, end)`` in UTC. Under the default period rule (``split``) a receipt is
+  allocated to every month its window overlaps, in proportion to its seconds there, exact to the nanohour
+  (:mod:`reports.periods`); under ``end`` it belongs to the month of its last paid instant.
 * The hour-of-day profile (UTC) spreads each run's paid and delivered GPU-hours over the hours of the day
   in proportion to the run's window overlap with each hour (receipts carry no hourly split), so it is a
   profile of *when* hours were held, not a measurement per hour.
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -36,12 +37,16 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from . import periods
+from .periods import month_of  # noqa: F401 - re-exported for callers
+
 THROTTLE_CAUSES = ("thermal", "power_cap", "hw_slowdown", "sync_boost", "other")
 LOSS_BUCKETS = tuple(f"throttled_{c}" for c in THROTTLE_CAUSES) + ("underutilized", "starved", "idle_held",
                                                                      "unknown")
 UNKNOWN_POLICIES = ("charge", "credit", "estimate", "hold")
 HOUR_COLUMNS = ("paid", "delivered") + LOSS_BUCKETS + ("unknown_resolved", "unknown_pending") + tuple(
-    f"unknown_{p}" for p in UNKNOWN_POLICIES) + ("suspended", "billed_gpu_hours", "adjustment_gpu_hours")
+    f"unknown_{p}" for p in UNKNOWN_POLICIES) + ("suspended", "billed_gpu_hours", "adjustment_gpu_hours",
+                                                "failure_loss_credited")
 MONEY_COLUMNS = ("cost_paid", "cost_delivered", "cost_lost", "billed_before_adjustments", "adjustment_cost",
                  "billed")
 COUNT_COLUMNS = ("n_devices", "n_unknown_intervals", "n_adjustments")
@@ -50,7 +55,6 @@ TEXT_COLUMNS = ("row_kind", "cluster", "job_id", "tenant", "partition", "qos", "
                 "contract_id", "contract_version", "method", "receipt_hash", "replaces_hash", "currency")
 ROW_COLUMNS = TEXT_COLUMNS + ("run", "through_seq", "window_start", "window_end") + NUMERIC_COLUMNS
 SUM_COLUMNS = HOUR_COLUMNS + MONEY_COLUMNS
-MONTH_RE = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 _UTC = dt.timezone.utc
 
 
@@ -59,18 +63,11 @@ class ExportError(ValueError):
 
 
 def month_bounds(month: str) -> tuple[dt.datetime, dt.datetime]:
-    """[first instant, first instant of the next month) in UTC for ``YYYY-MM``."""
-    m = MONTH_RE.match(month or "")
-    if not m:
-        raise ExportError(f"--month {month!r}: expected YYYY-MM, e.g. 2026-11")
-    y, mo = int(m.group(1)), int(m.group(2))
-    start = dt.datetime(y, mo, 1, tzinfo=_UTC)
-    end = dt.datetime(y + (mo == 12), mo % 12 + 1, 1, tzinfo=_UTC)
-    return start, end
-
-
-def month_of(epoch: float) -> str:
-    return dt.datetime.fromtimestamp(epoch, tz=_UTC).strftime("%Y-%m")
+    """[first instant, first instant of the next month) in UTC for ``YYYY-MM`` (see :mod:`reports.periods`)."""
+    try:
+        return periods.month_bounds(month)
+    except periods.PeriodError as exc:
+        raise ExportError(str(exc)) from None
 
 
 def _epoch(ts: Any) -> float:
@@ -240,6 +237,7 @@ def flatten(receipts: Iterable[Mapping[str, Any]], row_kind: str = "usage") -> F
             num(gh.get("underutilized")), num(gh.get("starved")), num(gh.get("idle_held")), unknown,
             resolved, unknown - resolved, pol["charge"], pol["credit"], pol["estimate"], pol["hold"],
             num(gh.get("suspended")), paid if gbh is None else num(gbh), adj_h,
+            num(billing.get("lost_since_checkpoint_credited")),  # receipt progress: provider-failure loss credited
             # MONEY_COLUMNS
             cost_paid, num(cost.get("delivered")), num(cost.get("lost")), before, adj_cost, billed,
             # COUNT_COLUMNS
@@ -260,14 +258,17 @@ def _dtype(col: str) -> str:
 
 
 def in_month(rows: pd.DataFrame, month: str) -> pd.Series:
-    """Rows whose window ends in ``month`` (open windows: whose start does)."""
+    """Rows whose window's last paid instant is in ``month`` (half-open; windows without an end: their start)."""
     start, end = month_bounds(month)
-    t = rows["window_end"].where(rows["window_end"].notna(), rows["window_start"])
+    s, e = rows["window_start"], rows["window_end"]
+    # periods.placement, column-wise: the last paid microsecond, or the start of an empty/end-less window
+    t = (e - 1e-6).clip(lower=s).where(e > s, s.where(s.notna(), e))
     return (t >= start.timestamp()) & (t < end.timestamp())
 
 
 def monthly_rows(receipts: Iterable[Mapping[str, Any]], month: str) -> pd.DataFrame:
-    """The flat rows of the receipts whose run belongs to ``month`` (pure; the benchmark's entry point)."""
+    """The flat rows of the receipts whose last paid instant is in ``month``, whole (pure). The statement
+    itself bills parts of receipts by the period rule (:func:`reports.issued.select_month`)."""
     rows = flatten(receipts).rows
     return rows[in_month(rows, month)].reset_index(drop=True)
 

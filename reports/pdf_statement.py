@@ -1,6 +1,8 @@
-"""The monthly statement as a PDF (reportlab): cover with the month's totals, paid vs delivered per tenant,
-losses by cause, job classes, hour-of-day profile, top runs by loss, unknown intervals and their
-resolution, adjustments and corrections, and the ledger hash needed to verify it.
+"""The monthly statement as a PDF (reportlab). Page 1 is what a budget owner reads first: where the month's
+paid GPU-hours went (a bar split by bucket, delivered first), cost by tenant, and the top losses with their
+causes. Then one page per tenant (its split, its figures, its top losses), then the month's figures,
+paid vs delivered per tenant, losses by cause, job classes, hour-of-day profile, top runs by loss, unknown
+intervals and their resolution, adjustments and corrections, and the ledger hash needed to verify it.
 
 Numbers are right-aligned, every figure names its unit (GPU-hours, the contract's currency). The layout is
 shared with the Path B analysis through :func:`table` and :func:`styles`.
@@ -100,6 +102,75 @@ def _ts(epoch: float) -> str:
     return dt.datetime.fromtimestamp(float(epoch), tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
+TOP_LOSSES = 8
+
+
+def _figures(t: Any, cur: str) -> list[tuple[str, str, str]]:
+    """The month's (or a tenant's) figures: hours, unknown by policy, cost, billed."""
+    lost = t["paid"] - t["delivered"]
+    runs = f"{int(t['runs']):,}"
+    return [
+        ("Runs billed", runs, "runs"),
+        ("Corrections to earlier months", f"{int(t['corrections']):,}", "rows"),
+        ("Paid", fmt_hours(t["paid"]), "GPU-hours"),
+        ("Delivered", fmt_hours(t["delivered"]), "GPU-hours"),
+        ("Lost (paid - delivered)", fmt_hours(lost), "GPU-hours"),
+        ("Unknown, resolved", fmt_hours(t["unknown_resolved"]), "GPU-hours"),
+        ("  of which charged", fmt_hours(t["unknown_charge"]), "GPU-hours"),
+        ("  of which credited", fmt_hours(t["unknown_credit"]), "GPU-hours"),
+        ("  of which estimated", fmt_hours(t["unknown_estimate"]), "GPU-hours"),
+        ("Unknown, pending (on hold)", fmt_hours(t["unknown_pending"]), "GPU-hours"),
+        ("Billed hours (after the unknown policy)", fmt_hours(t["billed_gpu_hours"]), "GPU-hours"),
+        ("  credited: work lost to provider failures", fmt_hours(t.get("failure_loss_credited", 0.0)), "GPU-hours"),
+        ("Suspended (beside the identity)", fmt_hours(t["suspended"]), "GPU-hours"),
+        ("Cost of paid hours", fmt_money(t["cost_paid"]), cur),
+        ("Cost of delivered hours", fmt_money(t["cost_delivered"]), cur),
+        ("Cost of lost hours", fmt_money(t["cost_lost"]), cur),
+        ("Billed before adjustments", fmt_money(t["billed_before_adjustments"]), cur),
+        ("Adjustments (credits negative)", fmt_money(t["adjustment_cost"]), cur),
+        ("Billed (after adjustments)", fmt_money(t["billed"]), cur),
+    ]
+
+
+def _split(t: Any) -> list[tuple[str, float]]:
+    """Paid hours as delivered plus every loss bucket (the accounting identity), for the split chart."""
+    return [("delivered", float(t["delivered"]))] + [(BUCKET_LABELS[b], float(t[b])) for b in LOSS_BUCKETS]
+
+
+def _tenant_rows(bt: pd.DataFrame, t: Any, cur: str) -> list[tuple]:
+    rows = [(_txt(r.tenant, "-"), f"{int(r.runs):,}", fmt_hours(r.paid), fmt_hours(r.delivered),
+             fmt_pct(r.delivered / r.paid if r.paid else 0), fmt_money(r.cost_lost), fmt_money(r.billed))
+            for r in bt.sort_values("billed", ascending=False, kind="stable").itertuples()]
+    rows.append(("all tenants", f"{t['runs']:,}", fmt_hours(t["paid"]), fmt_hours(t["delivered"]),
+                 fmt_pct(t["delivered"] / t["paid"] if t["paid"] else 0), fmt_money(t["cost_lost"]),
+                 fmt_money(t["billed"])))
+    return rows
+
+
+def _per_tenant(bt: pd.DataFrame) -> list[tuple[Any, dict]]:
+    """(tenant, its figures) per tenant and currency, as the by-tenant summary holds them."""
+    return [(None if r["tenant"] is None or r["tenant"] != r["tenant"] else r["tenant"], r)
+            for r in bt.to_dict(orient="records")]
+
+
+def _losses_table(rows: pd.DataFrame, cur: str, n: int):  # noqa: ANN202
+    """The runs that lost most GPU-hours, each with its largest cause and that cause's hours."""
+    r = rows[rows["row_kind"] == "usage"]
+    if r.empty:
+        return Paragraph("No runs billed.", styles()["body"])
+    lost = r["paid"] - r["delivered"]
+    top = r.assign(lost=lost).sort_values(["lost", "job_id"], ascending=[False, True], kind="stable").head(n)
+    causes = top[list(LOSS_BUCKETS)].astype(float)
+    main = causes.idxmax(axis=1)
+    out = []
+    for (_, x), cause in zip(top.iterrows(), main):
+        out.append((_txt(x["tenant"], "-"), f"{x['job_id']}/{x['run']}", fmt_hours(x["paid"]), fmt_hours(x["lost"]),
+                    BUCKET_LABELS[cause] if x["lost"] > 0 else "-", fmt_hours(x[cause]) if x["lost"] > 0 else "-",
+                    fmt_money(x["cost_lost"])))
+    return table(["tenant", "job/run", "paid GPU-h", "lost GPU-h", "main cause", "cause GPU-h", f"lost ({cur})"],
+                 out, numeric=[2, 3, 5, 6])
+
+
 def render(st: Any, out_path: str | Path) -> Path:  # st: reports.export.Statement
     """Write the statement PDF to ``out_path``."""
     from .export import top_runs_by_loss
@@ -120,40 +191,40 @@ def render(st: Any, out_path: str | Path) -> Path:  # st: reports.export.Stateme
         story.append(Paragraph("Hostnames and users are pseudonymised (keyed HMAC-SHA256 aliases).", s["small"]))
     for n in st.notes:
         story.append(Paragraph(f"<b>{n}</b>", s["body"]))
-    story.append(Spacer(1, 6))
-    story.append(Paragraph("Totals for the month", s["h1"]))
-    lost = t["paid"] - t["delivered"]
-    cover = [
-        ("Runs billed", f"{t['runs']:,}", "runs"),
-        ("Corrections to earlier months", f"{t['corrections']:,}", "rows"),
-        ("Paid", fmt_hours(t["paid"]), "GPU-hours"),
-        ("Delivered", fmt_hours(t["delivered"]), "GPU-hours"),
-        ("Lost (paid - delivered)", fmt_hours(lost), "GPU-hours"),
-        ("Unknown, resolved", fmt_hours(t["unknown_resolved"]), "GPU-hours"),
-        ("  of which charged", fmt_hours(t["unknown_charge"]), "GPU-hours"),
-        ("  of which credited", fmt_hours(t["unknown_credit"]), "GPU-hours"),
-        ("  of which estimated", fmt_hours(t["unknown_estimate"]), "GPU-hours"),
-        ("Unknown, pending (on hold)", fmt_hours(t["unknown_pending"]), "GPU-hours"),
-        ("Billed hours (after the unknown policy)", fmt_hours(t["billed_gpu_hours"]), "GPU-hours"),
-        ("Suspended (beside the identity)", fmt_hours(t["suspended"]), "GPU-hours"),
-        ("Cost of paid hours", fmt_money(t["cost_paid"]), cur),
-        ("Cost of delivered hours", fmt_money(t["cost_delivered"]), cur),
-        ("Cost of lost hours", fmt_money(t["cost_lost"]), cur),
-        ("Billed before adjustments", fmt_money(t["billed_before_adjustments"]), cur),
-        ("Adjustments (credits negative)", fmt_money(t["adjustment_cost"]), cur),
-        ("Billed (after adjustments)", fmt_money(t["billed"]), cur),
-    ]
-    story.append(table(["figure", "value", "unit"], cover, numeric=[1], widths=[70 * mm, 40 * mm, 30 * mm]))
+    cover = _figures(t, cur)
     if st.empty:
+        story.append(Spacer(1, 6))
+        story.append(table(["figure", "value", "unit"], cover, numeric=[1], widths=[70 * mm, 40 * mm, 30 * mm]))
         story.append(Spacer(1, 8))
         story.append(Paragraph("This statement is empty: no issued receipt bills a run in this month.", s["h2"]))
         _build(st, story, out_path)
         return Path(out_path)
 
-    # --- per tenant
-    story.append(PageBreak())
-    story.append(Paragraph("Paid vs delivered per tenant", s["h1"]))
+    # --- page 1: where the money went
+    story.append(Paragraph("Where the paid GPU-hours went", s["h1"]))
+    story.append(charts.split_bar(_split(t), title="Paid GPU-hours by bucket", unit="GPU-hours"))
+    story.append(Paragraph("Cost by tenant", s["h1"]))
     bt = st.summary.by_tenant
+    story.append(table(["tenant", "runs", "paid GPU-h", "delivered GPU-h", "delivered %", f"lost ({cur})",
+                        f"billed ({cur})"], _tenant_rows(bt, t, cur), numeric=range(1, 7), total_row=True))
+    story.append(Paragraph("Top losses and their causes", s["h1"]))
+    story.append(_losses_table(st.rows, cur, n=TOP_LOSSES))
+    for tenant, tt in _per_tenant(bt):
+        story.append(PageBreak())
+        story.append(Paragraph(f"Tenant {_txt(tenant, 'without a tenant')}", s["h1"]))
+        story.append(charts.split_bar(_split(tt), title=f"{_txt(tenant, 'no tenant')}: paid GPU-hours by bucket",
+                                      unit="GPU-hours"))
+        story.append(table(["figure", "value", "unit"], _figures(tt, _txt(tt.get("currency"), cur)), numeric=[1],
+                           widths=[70 * mm, 40 * mm, 30 * mm]))
+        story.append(Paragraph("Top losses and their causes", s["h2"]))
+        mine = st.rows[(st.rows["tenant"] == tenant) if tenant is not None else st.rows["tenant"].isna()]
+        story.append(_losses_table(mine, cur, n=TOP_LOSSES))
+    story.append(PageBreak())
+    story.append(Paragraph("Figures for the month", s["h1"]))
+    story.append(table(["figure", "value", "unit"], cover, numeric=[1], widths=[70 * mm, 40 * mm, 30 * mm]))
+
+    # --- per tenant
+    story.append(Paragraph("Paid vs delivered per tenant", s["h1"]))
     rows = [(r.tenant, r.currency, f"{int(r.runs):,}", fmt_hours(r.paid), fmt_hours(r.delivered),
              fmt_pct(r.delivered / r.paid if r.paid else 0), fmt_hours(r.unknown), fmt_money(r.adjustment_cost),
              fmt_money(r.billed)) for r in bt.itertuples()]

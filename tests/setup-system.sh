@@ -1,8 +1,8 @@
 #!/bin/bash
-# Install the Debian packages the integration tests run for real (DESIGN.md §5). Idempotent.
+# Install the Debian packages the integration tests run for real (no mocks of the real parts). Idempotent.
 # As root it installs what is missing; as another user it only reports what is missing.
 set -euo pipefail
-PKGS="slurm-wlm munge postgresql prometheus poppler-utils sqlite3"
+PKGS="slurm-wlm munge postgresql prometheus poppler-utils sqlite3 slurmdbd mariadb-server"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -184,7 +184,7 @@ def _kinds_and_jobs(url: str) -> list[tuple[str, str]]:
         engine.dispose()
 
 
-def test_shippers_sharing_one_spool_take_turns(tmp_path, monkeypatch):
+def test_shippers_sharing_one_spool_take_turns(tmp_path):
     """Four shippers on ONE spool (a central shipper over a shared spool, or a timer run overlapping a manual
     one) while epilogs keep spooling: they take turns on the spool lock, so every fact lands once and no
     run's receipt is issued twice."""
@@ -196,7 +196,6 @@ def test_shippers_sharing_one_spool_take_turns(tmp_path, monkeypatch):
     from ledger.ship import ship
     from ledger.site import Site
 
-    monkeypatch.setenv("IPLEDGER_AUTO_RECEIPTS", "1")
     url = h.fresh_sqlite(h.sqlite_template(tmp_path), tmp_path / "ledger.db")
     sp = tmp_path / "spool"
     receipts = after_ship_steps(Site(db=url, spool=str(sp)))

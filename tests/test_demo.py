@@ -86,3 +86,17 @@ def test_help_has_examples(runner, cli):
                 ["ask"], ["analyze"]):
         r = runner.invoke(cli, [*cmd, "--help"])
         assert r.exit_code == 0 and "Example:" in r.output, cmd
+
+
+def test_demo_statement_passes_the_focus_validator(demo):
+    """The FinOps Foundation's focus-validator (FOCUS 1.2) finds no failure in the demo's statement."""
+    from tests.focus_validator import Unavailable, validate
+    from tests.services import unavailable
+
+    out, _ = demo
+    try:
+        v = validate(out / "statement-2026-11.focus.csv")
+    except Unavailable as exc:
+        unavailable(str(exc))
+    assert v.failed == [], v.summary()
+    assert len(v.passed) >= 130 and "InvoiceId-C-000-O" in v.passed, v.summary()

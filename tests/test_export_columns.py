@@ -74,6 +74,11 @@ def _oddity(r: dict, rng: random.Random) -> dict:
     elif k == 10:
         j["partition"] = "=HYPERLINK(\"x\")"  # neutralised in CSV the same way either path
         j["user"] = "ev\u202eil"
+    elif k == 11:  # a run across the month's start (billed in two months, in parts), or an open run's receipt
+        start = dt.datetime.fromisoformat(r["window"]["end"].replace("Z", "+00:00")).replace(day=1, hour=0,
+                                                                                           minute=0, second=0)
+        r["window"]["start"] = _iso(start.timestamp() - rng.choice([1, 3600, 5 * 86400]))
+        r["open"] = rng.random() < 0.3
     return r
 
 
@@ -164,8 +169,9 @@ def test_plain_receipts_never_take_the_dict_path(tmp_path, monkeypatch):
                                                                           "receipt": r},
                                   cluster="hpc1", job_id=r["job"]["job_id"], run=0) for r in rs])
     seen: list[int] = []
-    real = issued_columns.flatten
-    monkeypatch.setattr(issued_columns, "flatten", lambda receipts, kind: seen.append(len(receipts)) or real(receipts, kind))
+    real = issued_columns.flatten_issues
+    monkeypatch.setattr(issued_columns, "flatten_issues",
+                        lambda issues, kind: seen.append(len(issues)) or real(issues, kind))
     got = issued_columns.read_month(eng, "2026-11")
     assert seen == [0]
     assert len(got.usage.rows) == 300 and list(got.usage_seqs) == sorted(got.usage_seqs)

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ledger import config as config_mod, contracts, spool
-from ledger.hooks import slurm
+from ledger.hooks import accounting, slurm
 from ledger.importers import amdsmi, dmon, nvidia_smi, prometheus, synth
 from ledger.importers.common import InputError, decode_text
 from ledger.method import skus
@@ -251,6 +251,8 @@ TARGETS = [
     Target("slurm.scontrol", _scontrol, (), (SCONTROL,)),
     Target("slurm.job_env", _environ, (), (ENV_SEED,)),
     Target("slurm.parse_index_list", slurm.parse_index_list, (), ("0-3,5,7-7", "NoDevFiles")),
+    Target("accounting.parse (sacct)", lambda t: accounting.runs_of(accounting.parse(t)), (),
+           (_read("sacct", "requeue_cancel.txt"),)),
     Target("config.load_values", _in_file(_config, ".toml"), (config_mod.ConfigError,), (CONFIG,)),
     Target("contracts.read_contract", _in_file(contracts.read_contract, ".toml"), (contracts.ContractError,),
            (CONTRACT,)),
@@ -315,8 +317,8 @@ def test_deeply_nested_json_is_an_error_not_a_recursion_crash(text):
 
 def test_a_gpu_range_cannot_exhaust_memory():
     """``SLURM_JOB_GPUS=0-99999999999`` is not a list of GPUs to build (the hook has a time budget)."""
-    assert slurm.parse_index_list("0-99999999999") == []
-    assert slurm.parse_index_list("0-3,4-99999999999,7") == [0, 1, 2, 3, 7]
+    assert slurm.parse_index_list("0-99999999999")[0] == []
+    assert slurm.parse_index_list("0-3,4-99999999999,7")[0] == [0, 1, 2, 3, 7]
 
 
 # The crashes the fuzzing found, kept as plain cases (each crashed before its fix).

@@ -230,7 +230,7 @@ def test_spool_failure_exits_zero_logs_loudly_and_reconcile_closes_the_run(failu
         os.chmod(spool_dir, 0o000)
     elif how == "full":
         _fill(spool_dir.parent)
-    end = int(time.time())
+    end = int(time.time()) + 2  # at or after the prolog's own clock, which is the run's start
     site.scontrol_record("61", _record("61", start, end, "COMPLETING"))
     argv = services.as_user(user, [str(hooks[1])]) if user not in (None, "root") else [str(hooks[1])]
     argv[0] = shutil.which(argv[0]) or argv[0]  # the hook's environment has no PATH
@@ -351,7 +351,7 @@ def test_postgres_stopped_mid_burst_leaves_every_entry_exactly_once(tmp_path_fac
         # No DCGM here: what is under test is delivery, and the stand-in's process starts would dominate the run.
         site = make_site(root, node=socket.gethostname().split(".")[0], ngpus=8, tools=("nvidia-smi", "scontrol"),
                          scontrol_path=slurm_service._which("scontrol"), hooks={"trace": str(root / "trace.jsonl")})
-        prolog, epilog = install(root / "hooks", str(site.config))
+        prolog, epilog = install(root / "hooks", str(site.config))[:2]  # the node hooks
         s = slurm_service.start(str(prolog), str(epilog), ngpus=8)
 
         def traces() -> list[dict]:

@@ -53,11 +53,12 @@ def test_live_import_equals_file_import(prom, runner, cli, tmp_path):
         db_mod.upgrade(eng)
         eng.dispose()
     base = ["--start", str(START), "--end", str(end), "--step", "60s", "--json", "--quiet"]
+    # automatic receipts off: an issued receipt records when it was issued, and this compares the imports
     r_live = runner.invoke(cli, ["--db", urls["live"], "import", "prometheus", "--url", prom.url, *base],
-                           env={"IPLEDGER_CONFIG": ""})
+                           env={"IPLEDGER_CONFIG": "", "IPLEDGER_AUTO_RECEIPTS": "0"})
     assert r_live.exit_code == 0, r_live.output
     r_files = runner.invoke(cli, ["--db", urls["files"], "import", "prometheus", str(files), *base],
-                            env={"IPLEDGER_CONFIG": ""})
+                            env={"IPLEDGER_CONFIG": "", "IPLEDGER_AUTO_RECEIPTS": "0"})
     assert r_files.exit_code == 0, r_files.output
     live, files_out = json.loads(r_live.output), json.loads(r_files.output)
     assert live["devices"] == 16 and live["samples"] == 16 * 1440 - 20

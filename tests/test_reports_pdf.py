@@ -13,17 +13,21 @@ from tests.test_export_monthly import NOV, issue_entry, nov_receipts
 from tests.test_pathb_pdf import non_blank, pdf_text, png_pages
 
 
-def test_statement_pdf_renders_with_the_json_totals(sqlite_url, runner, cli, tmp_path):
+def _pdf_and_json(receipts, sqlite_url, runner, cli, tmp_path):  # noqa: ANN001, ANN202
+    """Issue ``receipts`` in November, then export the month as PDF (a file) and JSON (parsed)."""
     eng = db_mod.make_engine(sqlite_url)
-    rs = nov_receipts(30)
-    store.append(eng, [issue_entry(r, NOV + 29 * 86400) for r in rs])
+    store.append(eng, [issue_entry(r, NOV + 29 * 86400) for r in receipts])
     eng.dispose()
     pdf = tmp_path / "nov.pdf"
     res = runner.invoke(cli, ["--db", sqlite_url, "export", "monthly", "--month", "2026-11", "--format", "pdf",
                               "--out", str(pdf), "--quiet"])
     assert res.exit_code == 0, res.output
-    j = json.loads(runner.invoke(cli, ["--db", sqlite_url, "export", "monthly", "--month", "2026-11", "--format",
-                                       "json", "--out", "-", "--quiet"]).output)
+    return pdf, json.loads(runner.invoke(cli, ["--db", sqlite_url, "export", "monthly", "--month", "2026-11",
+                                               "--format", "json", "--out", "-", "--quiet"]).output)
+
+
+def test_statement_pdf_renders_with_the_json_totals(sqlite_url, runner, cli, tmp_path):
+    pdf, j = _pdf_and_json(nov_receipts(30), sqlite_url, runner, cli, tmp_path)
     pages = png_pages(pdf, tmp_path)
     assert len(pages) >= 3 and all(non_blank(p) for p in pages)
     text = pdf_text(pdf)
@@ -61,3 +65,26 @@ def test_write_statement_for_the_demo(sqlite_url, tmp_path):
                                                     "statement-2026-11.json", "statement-2026-11.pdf"])
     assert all(p.stat().st_size > 0 for p in paths)
     assert json.loads((tmp_path / "out" / "statement-2026-11.json").read_text())["totals"]["runs"] == 8
+
+
+def test_first_page_shows_where_the_money_went_then_a_page_per_tenant(sqlite_url, runner, cli, tmp_path):
+    rs = [synthetic.receipt(i, tenant=t, start=NOV + i * 3600, hours=5, rate=2.0,
+                            shares={"idle_held": 0.1 * (i % 3), "thermal": 0.05 * (i % 2)})
+          for i, t in enumerate(["astro", "bio", "astro", "climate", "bio", "astro"])]
+    pdf, j = _pdf_and_json(rs, sqlite_url, runner, cli, tmp_path)
+    pages = pdf_text(pdf).split("\f")
+    first = pages[0]
+    t = j["totals"]
+    # the paid -> delivered split: the paid total, delivered and every nonzero bucket with its hours
+    assert f"{fmt_hours(t['paid'])} GPU-hours = 100 %" in first
+    assert f"delivered: {fmt_hours(t['delivered'])} GPU-hours" in first
+    assert f"idle held: {fmt_hours(t['idle_held'])} GPU-hours" in first
+    assert f"throttled: thermal: {fmt_hours(t['throttled_thermal'])} GPU-hours" in first
+    # cost by tenant, and the top losses named by their main cause
+    for tenant in j["tenants"]:
+        assert tenant["tenant"] in first and fmt_money(tenant["billed"]) in first
+    assert "Top losses and their causes" in first and "idle held" in first.split("Top losses")[1]
+    # then one page per tenant with its own split
+    for tenant in j["tenants"]:
+        page = next(p for p in pages if f"Tenant {tenant['tenant']}" in p)
+        assert f"{fmt_hours(tenant['paid'])} GPU-hours = 100 %" in page

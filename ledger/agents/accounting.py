@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 
 from ..canonical import format_ts
+from ..method import nh_to_hours
+from ..receipts.progress import SAVED, lost_since_checkpoint
 from .common import fmt_h, fmt_ts, price
 from .data import THROTTLE_REASONS, Dataset, bucket_totals, coverage_gaps
 from .model import Evidence, Finding, make_scope
@@ -53,16 +55,19 @@ def requeue_findings(ds: Dataset) -> list[Finding]:
         if (cl, job, prev) not in runs.index:
             continue
         row = runs.loc[(cl, job, prev)]
-        marks = ds.progress[(ds.progress["job_id"] == job) & (ds.progress["run"] == prev)]["t"]
+        prog = ds.progress
+        marks = prog[(prog["job_id"] == job) & (prog["run"] == prev) & prog["kind"].isin(SAVED)]["t"]
         marks = marks[(marks >= row["start"]) & (marks <= row["end"])]
-        last = float(marks.max()) if len(marks) else float(row["start"])
-        hours = (row["end"] - last) / 3600.0 * row["ndev"]
+        # the receipt's lost_since_checkpoint, computed by the same function
+        frm, lost_nh = lost_since_checkpoint(marks.tolist(), (float(row["start"]), float(row["end"])), int(row["ndev"]))
+        last = float(row["start"]) if frm is None else frm
+        hours = nh_to_hours(lost_nh)
         s = ds.samples[(ds.samples["job_id"] == job) & (ds.samples["run"] == prev)]
         rate = price(ds, s, "h") / max(float(s["h"].sum()), 1e-9) if len(s) else ds.rate(row["tenant"], None)
         ev = (Evidence("progress_marks_in_run", "count", None, float(len(marks)), None,
                        note=f"last mark {format_ts(last) if len(marks) else 'none (whole run lost)'}"),
               Evidence("run_paid_gpu_hours", "GPU-h", None, (row["end"] - row["start"]) / 3600.0 * row["ndev"], None),
-              Evidence("work_since_last_checkpoint", "GPU-h", None, hours, None, note=f"ended {reason}"))
+              Evidence("lost_since_checkpoint", "GPU-h", None, hours, None, note=f"ended {reason}"))
         out.append(Finding(AGENT, "requeue_loss", make_scope(cluster=cl, job_id=job, tenant=row["tenant"],
                                                              node=row["node"]), float(row["start"]), float(row["end"]),
                            hours, hours * rate, 0.85 if len(marks) else 0.6, ev,
@@ -270,11 +275,37 @@ def explain(ds: Dataset, found: list[Finding], kind: str, name: str | None, star
         text = (f"{label} was paid for {fmt_h(acct['paid'])} GPU-hours from {fmt_ts(start)} to {fmt_ts(end)} and "
                 f"delivered {fmt_h(acct['delivered'])}; no finding explains the {fmt_h(lost)} lost beyond the "
                 f"workload's own underuse ({fmt_h(acct['buckets']['underutilized'])}).")
-    return {"scope": {"kind": kind, "name": name}, "period": {"start": format_ts(start), "end": format_ts(end)},
-            "account": acct,
+    out = {"scope": {"kind": kind, "name": name}, "period": {"start": format_ts(start), "end": format_ts(end)},
+           "account": acct,
             "by_cause": {k: round(v, 4) for k, v in sorted(by_cause.items(), key=lambda kv: -kv[1])},
             "findings": [dict(f.to_json(), gpu_hours_in_scope=round(h, 4)) for h, f in top],
-            "recommendations": [f.to_json() for f in recs[:3]], "answer": text}
+           "recommendations": [f.to_json() for f in recs[:3]], "answer": text}
+    if kind == "job":
+        out["timeline"] = job_timeline(ds, found, name or "", start, end)
+    return out
 
 
-__all__ = ["account", "daily", "hour_of_day", "explain", "findings", "ExplainError", "THROTTLE_REASONS"]
+def job_timeline(ds: Dataset, found: list[Finding], job: str, start: float, end: float) -> list[dict]:
+    """A job's runs in time order: each start and end (with its state), the application's progress marks, and
+    what a failure cost since the last checkpoint (requeue_loss findings)."""
+    events: list[tuple[float, int, dict]] = []
+    al = ds.allocs[ds.allocs["job_id"] == job]
+    for run, g in al.groupby("run"):
+        a, b = float(g["start"].min()), float(g["end"].max())
+        events.append((a, 0, {"run": int(run), "event": "start", "detail": f"{g['device'].nunique()} devices"}))
+        events.append((b, 2, {"run": int(run), "event": "end", "detail": str(g["state"].iloc[0] or "running")}))
+    pr = ds.progress[ds.progress["job_id"] == job]
+    for m in pr.itertuples(index=False):
+        detail = " ".join(x for x in (f"step {m.step}" if m.step is not None and m.step == m.step else "",
+                                      str(m.note) if isinstance(m.note, str) else "") if x)
+        events.append((float(m.t), 1, {"run": int(m.run), "event": m.kind, "detail": detail}))
+    for f in found:
+        if f.kind == "requeue_loss" and f.scope_dict().get("job_id") == job:
+            last = next((e.note for e in f.evidence if e.signal == "progress_marks_in_run"), "")
+            events.append((f.end, 3, {"run": int(dict(f.extra).get("run", 0)), "event": "lost_since_checkpoint",
+                                      "detail": f"{fmt_h(f.gpu_hours)} GPU-h ({last})"}))
+    return [{"t": format_ts(t), **e} for t, _o, e in sorted(events, key=lambda x: (x[0], x[1]))
+            if start <= t <= end]
+
+
+__all__ = ["account", "daily", "hour_of_day", "explain", "findings", "job_timeline", "ExplainError", "THROTTLE_REASONS"]

@@ -257,7 +257,9 @@ def starved(ds: Dataset) -> list[Finding]:
             continue
         a, b = float(g["t"].min()), float(g["t"].max() + ds.cadence)
         runs = rows_of((cluster, job, run))
-        marks = ds.progress[(ds.progress["job_id"] == job) & (ds.progress["run"] == run)]["t"].to_numpy()
+        prog = ds.progress
+        # the application's checkpoint marks (ipledger mark checkpoint); a step or an output is no checkpoint
+        marks = prog[(prog["job_id"] == job) & (prog["run"] == run) & (prog["kind"] == "checkpoint")]["t"].to_numpy()
         ends = g.groupby((g["t"].diff() > ds.cadence * 1.01).cumsum())["t"].max().to_numpy() + ds.cadence
         aligned = float(np.mean([np.any(np.abs(marks - e) <= 2 * ds.cadence) for e in ends])) if len(marks) else 0.0
         hb = np.unique((g["t"] // HOUR) * HOUR)
@@ -269,7 +271,7 @@ def starved(ds: Dataset) -> list[Finding]:
               _masked(runs, stv, "power", "power_w", "W", a, b),
               _masked(runs, stv, "fb", "fb_used_mib (process resident)", "MiB", a, b),
               Evidence("starved_stretches_ending_at_a_progress_mark", "fraction", None, aligned, None,
-                       note=f"{len(marks)} progress marks in this run"),
+                       note=f"{len(marks)} checkpoint marks in this run"),
               Evidence("other_runs_starved_in_the_same_hours", "count", None, float(concurrent), None))
         tenant = g["tenant"].iloc[0]
         what = "checkpoints (starved stretches end at its progress marks)" if aligned >= 0.5 else "data"

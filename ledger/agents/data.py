@@ -47,6 +47,9 @@ DEFAULT_RATE = Decimal("1.00")
 BIT_THERMAL, BIT_POWER = 0x20 | 0x40, 0x4
 
 
+PROGRESS_COLUMNS = ("job_id", "run", "t", "kind", "step", "note")
+
+
 @dataclass
 class Dataset:
     """Everything the agents look at, as of one ledger sequence number."""
@@ -55,7 +58,7 @@ class Dataset:
     allocs: pd.DataFrame          # one row per (run, device)
     devices: pd.DataFrame         # index device uuid: node, rack, sku, vendor, rated
     gaps: list[dict]
-    progress: pd.DataFrame        # job_id, run, t
+    progress: pd.DataFrame        # job_id, run, t, kind (checkpoint | output | step), step, note
     requeues: list[dict]
     statuses: dict[str, dict]     # finding id -> {"status": confirmed|dismissed, "by", "note", "ts"}
     recorded: list[dict]          # findings already in the ledger (their payloads)
@@ -114,7 +117,9 @@ class EntryScan:
                               "cause": d.get("cause", "unknown"), "scope": d.get("scope"),
                               "detail": d.get("detail", "")})
         elif k == Kind.PROGRESS:
-            self.prog.append({"job_id": e.job_id, "run": e.run or 0, "t": ts_to_epoch(e.ts)})
+            d = e.data
+            self.prog.append({"job_id": e.job_id, "run": e.run or 0, "t": ts_to_epoch(e.ts),
+                              "kind": d.get("kind") or "checkpoint", "step": d.get("step"), "note": d.get("note")})
         elif k == Kind.ALLOCATION_REQUEUED:
             self.requeues.append({"cluster": e.cluster, "job_id": e.job_id, "run": e.run or 0,
                                   "t": ts_to_epoch(e.ts), **e.data})
@@ -188,7 +193,7 @@ def assemble(scan: EntryScan, s: pd.DataFrame, topology: dict | None = None) -> 
     end_known = s["t"].max() + cadence if len(s) else 0.0
     if len(allocs):
         allocs["end"] = allocs["end"].fillna(max(end_known, allocs["start"].max()))
-    start = float(min([s["t"].min()] if len(s) else []) or (allocs["start"].min() if len(allocs) else 0.0))
+    start = float(min([s["t"].min()] if len(s) else [], default=0.0) or (allocs["start"].min() if len(allocs) else 0.0))
     end = float(max([end_known, allocs["end"].max() if len(allocs) else 0.0]))
     s = _assign(s, allocs)
     s = s.join(devices[["node", "rack", "sku", "vendor", "rated"]], on="device")
@@ -213,7 +218,7 @@ def assemble(scan: EntryScan, s: pd.DataFrame, topology: dict | None = None) -> 
                     pass
     except ImportError:  # pragma: no cover
         pass
-    prog_df = pd.DataFrame(prog, columns=["job_id", "run", "t"])
+    prog_df = pd.DataFrame(prog, columns=list(PROGRESS_COLUMNS))
     return Dataset(samples=s, allocs=allocs, devices=devices, gaps=gaps, progress=prog_df, requeues=requeues,
                    statuses=statuses, recorded=recorded, cadence=cadence, start=start, end=end, through_seq=seq,
                    currency=currency, rates=rates)

@@ -148,6 +148,10 @@ def _print_explain(ex: dict) -> None:
                           else ""))
     for r in ex.get("recommendations", []):
         click.echo(f"  next step: {r['summary']}")
+    if ex.get("timeline"):
+        click.echo("  timeline:")
+        for t in ex["timeline"]:
+            click.echo(f"    {t['t']}  run {t['run']}  {t['event']:<22} {t['detail']}")
 
 
 @click.command("explain")
@@ -168,6 +172,7 @@ def explain_cmd(app: AppContext, node: str | None, rack: str | None, tenant: str
       ipledger explain --node D2 --period 2026-W45
       ipledger explain --rack R3 --period this-week --json
       ipledger explain --tenant climate --period 2026-11
+      ipledger explain --job 4242          # with the job's timeline: runs, progress marks, lost work
     """
     from .. import agents
     from ..agents.accounting import ExplainError, explain, scope_masks

@@ -45,8 +45,10 @@ def init_cmd(app: AppContext, as_json: bool) -> None:
 def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool, no_receipts: bool) -> None:
     """Move spooled entries into the ledger (idempotent; safe to run twice or concurrently).
 
-    Files are moved to SPOOL/shipped/ only after their entries are committed. Runs whose end was shipped
-    get their receipt issued right after (automatic receipts), unless --no-receipts.
+    Files are moved to SPOOL/shipped/ only after their entries are committed. Where the site config names
+    `sacct`, runs that ended get their accounting record (QOS, TRES, suspensions, final state) in one sacct call
+    per batch of runs; if the accounting database is down they stay pending and are asked again next time.
+    Runs whose end was shipped get their receipt issued right after (automatic receipts), unless --no-receipts.
 
     \b
     Example:
@@ -66,7 +68,11 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
         if show:
             click.echo(f"\rshipping spool files {done}/{total}", err=True, nl=done == total)
 
-    report = ship_spool(engine, directory, progress=progress, after=after)
+    from ..hooks.accounting import AccountingSettings
+
+    acct = AccountingSettings.from_config(app.config)
+    report = ship_spool(engine, directory, progress=progress, after=after,
+                        enrich=acct.enricher() if acct else None)
     if as_json:
         emit_json(report.to_json())
     else:
@@ -74,6 +80,10 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
                    f"{report.duplicates} already in the ledger")
         for t in report.torn:
             click.echo(f"warning: {t}: torn last line set aside in {directory}/torn/", err=True)
+    acc = report.accounting
+    if acc and acc["error"]:  # shipping itself succeeded; these runs are asked again at the next shipment
+        click.echo(f"ipledger: accounting pending for {acc['still_pending_count']} runs (retried at the next "
+                   f"ship): {acc['error']}", err=True)
     for err in report.errors + report.after_errors:
         click.echo(f"ipledger: {err}", err=True)
     if report.errors or report.after_errors:

@@ -27,7 +27,7 @@ def export_group() -> None:
 @click.option("--month", required=True, metavar="YYYY-MM", help="Calendar month (UTC) whose runs are billed.")
 @click.option("--tenant", default=None, metavar="T", help="Only this tenant (Slurm account / namespace).")
 @click.option("--format", "fmt", type=click.Choice(["csv", "parquet", "focus", "json", "pdf"]), default="csv",
-              show_default=True, help="csv/parquet: the long table; focus: FinOps FOCUS 1.1 CSV; pdf: statement.")
+              show_default=True, help="csv/parquet: the long table; focus: FinOps FOCUS 1.2 CSV; pdf: statement.")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Output file (default statement-MONTH[-TENANT].EXT; '-' writes csv/focus/json to stdout).")
 @click.option("--as-of", "as_of", type=click.IntRange(min=0), default=None, metavar="SEQ",
@@ -54,6 +54,7 @@ def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: 
       ipledger export monthly --month 2026-10 --as-of 18234 --format json --out -
     """
     from reports.alias import AliasError, Aliaser, read_key
+    from reports.focus import DEFAULT_INVOICE_SCHEME, InvoiceSchemeError, check_invoice_scheme
     from reports.export import build_statement, default_name, to_json, write
     from reports.monthly import ExportError, cents
     from reports.progress import Progress
@@ -62,6 +63,13 @@ def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: 
         aliaser = Aliaser(read_key(alias_key) if alias_key else None)
     except AliasError as exc:
         raise UserError(str(exc)) from None
+    focus_cfg = app.config.extra.get("focus") if fmt == "focus" else None
+    scheme = focus_cfg.get("invoice_id", DEFAULT_INVOICE_SCHEME) if isinstance(focus_cfg, dict) \
+        else DEFAULT_INVOICE_SCHEME
+    try:
+        check_invoice_scheme(str(scheme))
+    except InvoiceSchemeError as exc:
+        raise UserError(f"{app.config.path or 'config'}: {exc}") from None
     bar = Progress(f"export {month}", quiet=quiet)
     try:
         st = build_statement(app.engine(), month, tenant=tenant, as_of=as_of, aliaser=aliaser, progress=bar)
@@ -78,11 +86,11 @@ def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: 
 
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d) / "out"
-            write(st, fmt, tmp)
+            write(st, fmt, tmp, invoice_scheme=scheme)
             sys.stdout.write(tmp.read_text())
         return
     try:
-        write(st, fmt, path)
+        write(st, fmt, path, invoice_scheme=scheme)
     except OSError as exc:
         raise UserError(f"{path}: cannot write ({exc.strerror})") from None
     t = st.summary.totals

@@ -11,10 +11,10 @@ from .context import AppContext, UserError, emit_json, pass_app
 
 
 @click.command("hook")
-@click.argument("kind", type=click.Choice(["prolog", "epilog"]))
+@click.argument("kind", type=click.Choice(["prolog", "epilog", "prolog_slurmctld", "epilog_slurmctld"]))
 @pass_app
 def hook_cmd(app: AppContext, kind: str) -> None:
-    """Run the Slurm prolog or epilog logic for the job in the environment (always exits 0).
+    """Run a Slurm hook (node prolog/epilog, or the controller's) for the job in the environment (exits 0).
 
     This is what the installed hook scripts run, without click; use it to try a hook by hand.
 
@@ -38,37 +38,51 @@ def hooks_group() -> None:
 
 
 @hooks_group.command("install")
-@click.option("--dir", "directory", required=True, metavar="DIR", help="Where to write DIR/prolog and DIR/epilog.")
+@click.option("--dir", "directory", required=True, metavar="DIR",
+              help="Where to write DIR/prolog, DIR/epilog, DIR/prolog_slurmctld and DIR/epilog_slurmctld.")
 @click.option("--config", "config_path", metavar="PATH",
               help="Site config baked into the scripts (default: the global --config / $IPLEDGER_CONFIG, if any).")
 @click.option("--python", "python", metavar="PATH", help="Interpreter to name (default: this one).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_app
 def install_cmd(app: AppContext, directory: str, config_path: str | None, python: str | None, as_json: bool) -> None:
-    """Write DIR/prolog and DIR/epilog (executable) for slurm.conf's Prolog= and Epilog=.
+    """Write the four hook scripts (executable) for slurm.conf's Prolog=, Epilog=, PrologSlurmctld= and
+    EpilogSlurmctld=, and DIR/mark for jobs. None of them runs a Slurm command.
 
     The scripts name the interpreter and the config by absolute path and import only the standard library.
 
     \b
     Example:
       ipledger hooks install --dir /etc/slurm/ipledger --config /etc/ipledger/config.toml
-      # slurm.conf: Prolog=/etc/slurm/ipledger/prolog  Epilog=/etc/slurm/ipledger/epilog  PrologFlags=Alloc
     """
-    from ..hooks.install import install
+    from ..hooks.core import checked_timeout
+    from ..hooks.install import TITLES, install, mark_path
 
     cfg = config_path or app.config_path
     if cfg and not os.path.isfile(cfg):
         raise UserError(f"{cfg}: config file not found")
+    if cfg:
+        from .. import config as config_mod
+
+        try:
+            loaded = config_mod.load(cfg)
+        except config_mod.ConfigError as exc:
+            raise UserError(str(exc)) from None
+        note = checked_timeout(loaded.hook_timeout_s)[1]
+        if note:
+            raise UserError(f"{cfg}: {note.split(';')[0]}")
     try:
-        paths = install(directory, cfg, python)
+        paths = [*install(directory, cfg, python), mark_path(directory)]
     except (OSError, ValueError) as exc:
         raise UserError(f"hooks install: {exc}") from None
     if as_json:
-        emit_json({"prolog": str(paths[0]), "epilog": str(paths[1]), "config": cfg})
+        emit_json({**{p.name: str(p) for p in paths}, "config": cfg})
     else:
         for p in paths:
             click.echo(f"wrote {p}")
-        click.echo(f"slurm.conf:\n  Prolog={paths[0]}\n  Epilog={paths[1]}\n  PrologFlags=Alloc")
+        click.echo("slurm.conf:\n" + "".join(f"  {TITLES[p.name]}={p}\n" for p in paths if p.name in TITLES)
+                   + "  PrologFlags=Alloc")
+        click.echo(f"jobs mark progress with: {paths[-1]} checkpoint --step N  (docs/progress.md)")
 
 
 @click.command("reconcile")
@@ -92,9 +106,12 @@ def reconcile_cmd(app: AppContext, dry_run: bool, no_ship: bool, as_json: bool) 
     from ..receipts.auto import after_ship_steps
     from ..ship import ship
 
+    from ..hooks.accounting import AccountingSettings
+
     engine = app.engine()
+    acct = AccountingSettings.from_config(app.config)
     if not no_ship and os.path.isdir(app.config.spool):
-        ship(engine, app.config.spool, after=after_ship_steps(app.site))
+        ship(engine, app.config.spool, after=after_ship_steps(app.site), enrich=acct.enricher() if acct else None)
     report = reconcile(list(store.iter_entries(engine)), app.config.commands,
                        timeout=max(app.config.hook_timeout_s, 10.0))
     appended = 0

@@ -82,14 +82,21 @@ def _run(app: AppContext, parse: Callable[[], Collected], cluster: str, syntheti
         raise UserError(f"{collected.path}: no telemetry this importer maps (see docs/telemetry.md)")
     opts = pipeline.ImportOptions(cluster=cluster, synthetic_runs=synthetic, span=span, cadence=cadence,
                                   tenants=tenants)
+    from ..store import get_head
+
+    before = get_head(engine)[0]
     result = pipeline.write(engine, collected, opts, progress=_progress(quiet))
+    receipts = _issue_closed(app, engine, before)
     for job, nodes in sorted(result.clock_skew.items()):
         for node, ahead in sorted(nodes.items()):
             click.echo(f"ipledger: warning: {collected.path}: job {job}: {node}'s telemetry runs {ahead:g} s ahead of "
                        f"the run's first node at both ends: clock skew? (flagged on the run as clock_skew_s)", err=True)
     if as_json:
-        emit_json(result.to_json())
+        emit_json({**result.to_json(), **({"receipts": receipts.to_json()} if receipts else {})})
         return
+    if receipts:
+        click.echo(f"receipts of the {receipts.runs} runs the import closed: {receipts.issued} issued, "
+                   f"{receipts.reissued} re-issued, {receipts.unchanged} unchanged, {len(receipts.failed)} failed")
     click.echo(f"imported {result.samples} samples of {result.devices} devices from {collected.source}: "
                f"{result.segments} segments, {result.unknown_intervals} unknown intervals "
                f"({result.unknown_seconds / 3600:.2f} device-hours), {result.counter_resets} counter resets, "
@@ -102,6 +109,22 @@ def _run(app: AppContext, parse: Callable[[], Collected], cluster: str, syntheti
         click.echo("  not mapped: " + ", ".join(f"{k} x{v}" for k, v in sorted(collected.unmapped.items())))
     for w in collected.warnings:
         click.echo(f"  warning: {w}")
+
+
+def _issue_closed(app: AppContext, engine, after_seq: int):  # noqa: ANN001, ANN202
+    """Issue the receipts of the runs this import closed (as `ship` does for the epilog's), unless the site
+    turned automatic receipts off; None when off or when the import closed no run."""
+    from ..receipts.issue import issue_runs, runs_to_issue
+
+    try:  # the import itself is done: a broken site config skips the receipts
+        site = app.site
+    except UserError as exc:
+        click.echo(f"ipledger: warning: receipts not issued: {exc.message}", err=True)
+        return None
+    if not site.auto_receipts:
+        return None
+    keys = runs_to_issue(engine, after_seq=after_seq)
+    return issue_runs(engine, keys, sku_table=site.sku_table) if keys else None
 
 
 def _common(f):  # noqa: ANN001, ANN202

@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "ledger.cli.importers",
     "ledger.cli.collect",
     "ledger.cli.export",
+    "ledger.cli.mark",
 ]
 
 # Which module provides each top-level command, so that `ipledger verify` does not pay for importing pandas,
@@ -28,7 +29,7 @@ COMMAND_MODULES = [
 COMMAND_HOMES = {
     "init": "ledger.cli.core", "ship": "ledger.cli.core", "verify": "ledger.cli.core", "log": "ledger.cli.core",
     "hook": "ledger.cli.hooks", "hooks": "ledger.cli.hooks", "reconcile": "ledger.cli.hooks",
-    "receipt": "ledger.cli.receipt", "contract": "ledger.cli.contract",
+    "receipt": "ledger.cli.receipt", "issue": "ledger.cli.receipt", "contract": "ledger.cli.contract",
     "adjust": "ledger.cli.adjust", "resolve": "ledger.cli.adjust",
     "demo": "ledger.cli.demo",
     "findings": "ledger.cli.agents", "finding": "ledger.cli.agents", "explain": "ledger.cli.agents",
@@ -36,6 +37,7 @@ COMMAND_HOMES = {
     "import": "ledger.cli.importers", "pathb-command": "ledger.cli.importers",
     "collect": "ledger.cli.collect",
     "export": "ledger.cli.export",
+    "mark": "ledger.cli.mark",
 }
 
 

@@ -1,4 +1,5 @@
-"""`ipledger receipt`: one run's account of paid vs delivered GPU-hours (text, JSON or PDF), issue and verify."""
+"""`ipledger receipt`: one run's account of paid vs delivered GPU-hours (text, JSON or PDF), issue and verify;
+`ipledger issue`: issue the receipts of every closed run (of a month) in bulk."""
 
 from __future__ import annotations
 
@@ -92,5 +93,59 @@ def receipt_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | No
         click.echo(line, err=(fmt == "json" and not out))
 
 
+@click.command("issue")
+@click.option("--month", default=None, metavar="YYYY-MM", help="Only runs whose window overlaps this month (UTC).")
+@click.option("--all", "all_runs", is_flag=True, help="Every closed run in the ledger.")
+@click.option("--open", "include_open", is_flag=True,
+              help="Also runs still open: their receipts are the usage accrued so far.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was issued as JSON.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@pass_app
+def issue_cmd(app: AppContext, month: str | None, all_runs: bool, include_open: bool, as_json: bool,
+              quiet: bool) -> None:
+    """Issue (or re-issue where changed) the receipt of every closed run, so statements can sum them.
+
+    Idempotent: a run whose receipt is unchanged since its last issue gets no new entry, so running it
+    twice issues nothing the second time. A run that cannot be computed is reported and skipped; the exit
+    status is then 1.
+
+    \b
+    Example:
+      ipledger issue --all
+      ipledger issue --month 2026-11 --json
+      ipledger issue --month 2026-12 --open
+    """
+    from reports.periods import PeriodError, month_bounds
+    from reports.progress import Progress
+
+    from ..receipts.issue import issue_runs, runs_to_issue
+
+    if all_runs == (month is not None):
+        raise UserError("name exactly one of --month YYYY-MM or --all")
+    if month is not None:
+        try:
+            month_bounds(month)
+        except PeriodError as exc:
+            raise UserError(str(exc)) from None
+    engine = app.engine()
+    skus = app.site.sku_table
+    keys = runs_to_issue(engine, month, include_open)
+    bar = Progress(f"issue {month or 'all'}", quiet=quiet)
+    try:
+        res = issue_runs(engine, keys, sku_table=skus, progress=bar)
+    finally:
+        bar.close()
+    if as_json:
+        emit_json({"month": month, **res.to_json()})
+    else:
+        for key, why in res.failed:
+            click.echo(f"failed: job {key.job_id} run {key.run} ({key.cluster}): {why}", err=True)
+        click.echo(f"{res.runs} runs: {res.issued} issued, {res.reissued} re-issued, {res.unchanged} unchanged, "
+                   f"{len(res.failed)} failed")
+    if res.failed:
+        raise SystemExit(1)
+
+
 def register(cli: click.Group) -> None:
     cli.add_command(receipt_cmd)
+    cli.add_command(issue_cmd)

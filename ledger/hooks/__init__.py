@@ -1,6 +1,8 @@
-"""Slurm prolog/epilog hooks on a fast path: standard library only, always exit 0, spool first.
+"""Slurm hooks on a fast path: standard library only, always exit 0, spool first, no Slurm command.
 
-``run(kind, environ, config_path)`` is the one entry point: the installed scripts (``ipledger hooks install``),
+Four kinds: ``prolog`` and ``epilog`` (slurmd, every node; :mod:`.core`), ``prolog_slurmctld`` and
+``epilog_slurmctld`` (slurmctld, once per job; :mod:`.controller`). ``run(kind, environ, config_path)`` is the
+one entry point: the installed scripts (``ipledger hooks install``),
 ``ipledger hook prolog|epilog`` and the benchmark all call it. Nothing here imports SQLAlchemy, click or pandas;
 the interpreter can run it under ``python -I -S`` with only the package root on ``sys.path``.
 """
@@ -15,7 +17,7 @@ SNAPSHOT_NAME = ".ipledger-config-snapshot"
 
 
 def run(kind: str, environ: Mapping[str, str], config_path: str | None, snapshot: str | None = None) -> int:
-    """Run the ``prolog`` or ``epilog`` hook for the job in ``environ``; returns 0 whatever happened.
+    """Run the hook ``kind`` for the job in ``environ``; returns 0 whatever happened.
 
     ``snapshot``: a file where the parsed site config may be cached (re-parsed whenever the TOML changes).
     """

@@ -5,6 +5,17 @@ touches DCGM; the epilog gathers what it can, writes everything to the spool in 
 cleans DCGM's job record and group (also when that write failed: nothing would read the record again). Neither ever talks to the ledger database: shipping is ``ipledger ship``
 (a systemd timer, docs/slurm.md), so a database that is down cannot slow a hook or make it fail.
 
+Neither ever runs a Slurm command (Slurm's Prolog and Epilog Guide: they "should not call Slurm commands"):
+the job is what Slurm hands the hook in its environment, the devices what the local GPU tools say. What the
+environment lacks (QOS, TRES, suspensions, the final state) comes from the accounting database at ship time
+(:mod:`ledger.hooks.accounting`), and the job-level start and end from the controller's hooks
+(:mod:`ledger.hooks.controller`).
+
+Bounded whatever the node does: one deadline (``hook_timeout_s``) for all the tools a hook runs, each tool
+killed with its whole process group at the deadline or once it has written ``MAX_TOOL_OUTPUT`` bytes, at most
+:data:`ledger.hooks.slurm.MAX_GPUS` devices, environment bytes that are not UTF-8 kept as escapes, log lines
+escaped, the hook state opened relative to its directory and never through a symlink.
+
 Every failure becomes a value: a ``hook_error`` entry and/or an ``unknown_interval`` with its cause over
 exactly the span that is not covered, plus a line on stderr/syslog. Nothing is ever recorded as zero that was
 not measured. Standard library only.
@@ -17,9 +28,10 @@ import sys
 import time
 
 from .. import __version__, spool
-from ..fsmodes import SPOOL_DIR, SPOOL_FILE, create_file, make_dirs
+from ..fsmodes import SPOOL_DIR, SPOOL_FILE, make_dirs
 from ..kinds import Kind
-from . import records, slurm
+from . import dropbox, records, slurm
+from ..frozen import Frozen
 from .records import entry_record
 
 TYPE_CHECKING = False
@@ -29,19 +41,44 @@ if TYPE_CHECKING:  # annotations only: typing, dataclasses and ledger.entries st
     from ..config import Config
 
 SOURCE = "hook.slurm"
-DEFAULT_GAP_TOLERANCE_S = 2.0  # ctime and scontrol times have 1 s resolution; a gap this small is no evidence
+DEFAULT_GAP_TOLERANCE_S = 2.0  # DCGM's job times have 1 s resolution; a gap this small is no evidence
+DEFAULT_TIMEOUT_S = 5.0       # used when hook_timeout_s is not a finite number of seconds in (0, MAX_TIMEOUT_S]
+MAX_TIMEOUT_S = 300.0         # slurmd's own PrologEpilogTimeout default is 65 535 s; a hook must end long before
+MIN_CALL_S = 0.05             # a call that starts after the deadline still gets this long (to fail quickly)
+MAX_TOOL_OUTPUT = 4 << 20     # bytes one tool may write in a hook; `nvidia-smi -q -x` on 8 GPUs is ~0.3 MB
 FINAL_STATES = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
-                "BOOT_FAIL", "DEADLINE"}
+                "BOOT_FAIL", "DEADLINE"}  # reconcile's test of a job record (off the hook path)
 
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 # ``[hooks] error_log``: a file every log line is also appended to, for nodes where syslog is not read (or not
 # there: without /dev/log Python's syslog drops messages silently). Set by run_hook once the config is read.
 _error_log: str | None = None
 
 
+def escape_line(text: str) -> str:
+    """One log line: control characters (newlines included), DEL and undecodable bytes become ``\\xNN``, so
+    a job id or a tool's output can never start a line of its own in a log."""
+    if text.isprintable():
+        return text
+    out = []
+    for c in text:
+        o = ord(c)
+        if c.isprintable():
+            out.append(c)
+        elif 0xDC80 <= o <= 0xDCFF:  # a byte that was not UTF-8, as Python keeps it (surrogateescape)
+            out.append(f"\\x{o - 0xDC00:02x}")
+        else:
+            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}")
+    return "".join(out)
+
+
 def log(msg: str, *, loss: bool = False) -> None:
     """Failures go to stderr (slurmd's log at debug level), syslog (daemon, tag ``ipledger-hook``; LOG_ERR when
     entries were lost, else LOG_WARNING) and the ``error_log`` file when configured. Never raises."""
+    msg = escape_line(msg)
     line = f"ipledger-hook: {msg}"
     try:
         sys.stderr.write(line + "\n")
@@ -57,7 +94,7 @@ def log(msg: str, *, loss: bool = False) -> None:
         pass
     if _error_log:
         try:  # one write() of a line opened O_APPEND: concurrent hooks never interleave inside a line
-            fd = os.open(_error_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            fd = os.open(_error_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o640)
             try:
                 stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 os.write(fd, f"{stamp} {os.uname().nodename} ipledger-hook[{os.getpid()}]: {msg}\n".encode())
@@ -71,14 +108,12 @@ class SpoolWriteFailed(OSError):
     """The spool could not take the hook's entries (unwritable, full, missing); they are lost and logged."""
 
 
-class HookSettings:
-    """``[hooks]`` in the site config (all optional): vendor (nvidia | amd | none), dcgm, scontrol, state_dir,
-    trace, gap_tolerance_s; timeout is the config's hook_timeout_s."""
+class HookSettings(Frozen):
+    """``[hooks]`` in the site config (all optional): vendor (nvidia | amd | none), dcgm, state_dir, trace,
+    gap_tolerance_s, error_log; ``timeout`` is the config's hook_timeout_s, the whole hook's budget for tools
+    (``timeout_note`` says why a configured value was not used)."""
 
-    def __init__(self, *, vendor: str, dcgm: bool, scontrol: bool, state_dir: str, trace: str | None,
-                 gap_tolerance_s: float, timeout: float) -> None:
-        self.vendor, self.dcgm, self.scontrol, self.state_dir = vendor, dcgm, scontrol, state_dir
-        self.trace, self.gap_tolerance_s, self.timeout = trace, gap_tolerance_s, timeout
+    __slots__ = ("vendor", "dcgm", "state_dir", "trace", "gap_tolerance_s", "timeout", "timeout_note")
 
     @classmethod
     def from_config(cls, cfg: Config) -> "HookSettings":
@@ -86,20 +121,39 @@ class HookSettings:
         cmds = cfg.commands
         vendor = h.get("vendor") or ("nvidia" if ("nvidia-smi" in cmds or "dcgmi" in cmds)
                                      else "amd" if "amd-smi" in cmds else "none")
+        timeout, note = checked_timeout(cfg.hook_timeout_s)
         return cls(vendor=vendor, dcgm=bool(h.get("dcgm", "dcgmi" in cmds)) and vendor == "nvidia",
-                   scontrol=bool(h.get("scontrol", "scontrol" in cmds)),
                    state_dir=h.get("state_dir") or os.path.join(cfg.spool, "hook-state"),
                    trace=h.get("trace"), gap_tolerance_s=float(h.get("gap_tolerance_s", DEFAULT_GAP_TOLERANCE_S)),
-                   timeout=float(cfg.hook_timeout_s))
+                   timeout=timeout, timeout_note=note)
+
+
+def checked_timeout(value: object) -> tuple[float, str | None]:
+    """hook_timeout_s as a usable budget: ``inf``, ``nan``, ≤ 0 or above MAX_TIMEOUT_S would make the hook
+    wait for ever or not at all, so DEFAULT_TIMEOUT_S is used instead, with the reason."""
+    try:
+        t = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        t = float("nan")
+    if t == t and 0 < t <= MAX_TIMEOUT_S:  # t == t: not NaN; the bounds exclude ±inf
+        return t, None
+    return DEFAULT_TIMEOUT_S, (f"hook_timeout_s = {value!r} is not a number of seconds in (0, {MAX_TIMEOUT_S:g}]; "
+                               f"used {DEFAULT_TIMEOUT_S:g}")
 
 
 class Hook:
-    """One hook run: its config, settings and job, and the spool records and errors it has gathered."""
+    """One hook run: its config, settings and job, the deadline its tools share, and the spool records and
+    errors it has gathered."""
 
-    def __init__(self, cfg: Config, settings: HookSettings, env: slurm.JobEnv) -> None:
-        self.cfg, self.settings, self.env = cfg, settings, env
+    def __init__(self, cfg: Config, settings: HookSettings, env: slurm.JobEnv, kind: str = "") -> None:
+        self.cfg, self.settings, self.env, self.kind = cfg, settings, env, kind
         self.entries: list[dict] = []  # spool records (entry_record), written by write_spool()
         self.errors: list[dict] = []
+        self.deadline = time.monotonic() + settings.timeout
+        if settings.timeout_note:
+            self.error("config", settings.timeout_note)
+        for note in env.notes:
+            self.error("environment", note)
 
     # -- helpers -------------------------------------------------------------------------------------------------
     def keys(self, run: int, cluster: str | None) -> dict[str, Any]:
@@ -115,21 +169,23 @@ class Hook:
         self.errors.append({"stage": stage, "error": message[:500]})
         log(f"job {self.env.job_id}: {stage}: {message[:300]}")
 
-    def scontrol(self) -> slurm.JobRecord | None:
-        if not self.settings.scontrol:
-            return None
+    def left(self) -> float:
+        """Seconds the next tool may run: what is left of the hook's one deadline (a little once it passed,
+        so a call still fails as a value rather than not being made)."""
+        return max(MIN_CALL_S, self.deadline - time.monotonic())
+
+    def run_tool(self, program: str, args: list[str]):  # noqa: ANN201 - a ledger.commands.CommandResult
+        """What the vendor CLI classes call: ledger.commands.run under the hook's deadline and output cap."""
         from .. import commands
 
-        r = commands.run("scontrol", ["show", "job", "-d", "-o", self.env.job_id], commands=self.cfg.commands,
-                         timeout=self.settings.timeout)
-        if not r.ok:
-            self.error("scontrol", ("timed out" if r.timed_out else (r.stderr or r.stdout).strip()) or "failed")
-            return None
-        return slurm.job_record(slurm.parse_scontrol_oneline(r.stdout))
+        return commands.run(program, args, commands=self.cfg.commands, timeout=self.left(),
+                            max_output=MAX_TOOL_OUTPUT)
 
-    def state_path(self) -> str:
-        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in self.env.job_id)
-        return os.path.join(self.settings.state_dir, f"{safe}.json")
+    def tool(self, cls):  # noqa: ANN001, ANN201 - NvidiaSmiCli / DcgmiCli / AmdSmiCli
+        return cls(self.cfg.commands, self.settings.timeout, run=self._bounded_run)
+
+    def _bounded_run(self, program: str, args: list, **_kw):  # noqa: ANN003, ANN201
+        return self.run_tool(program, list(args))
 
     def write_spool(self, hook: str) -> None:
         if not self.entries:
@@ -153,7 +209,9 @@ class Hook:
 
     # -- devices -------------------------------------------------------------------------------------------------
     def map_devices(self) -> list[dict]:
-        """Slurm's GPU indices -> {index, uuid, sku, vendor, dcgm_id}; what cannot be mapped keeps uuid None."""
+        """Slurm's GPU indices -> {index, uuid, sku, vendor, dcgm_id, key}; ``key`` is the entries' device: the
+        UUID, or ``index:NODE:I`` when a GPU tool was configured and could not name it (the allocation still
+        holds the GPU: it is bound by index, and the epilog marks its time unknown)."""
         idx = list(self.env.gpus)
         if not idx:
             return []
@@ -165,14 +223,14 @@ class Hook:
 
             inv: list = []
             if "nvidia-smi" in self.cfg.commands:
-                got = nvml.NvidiaSmiCli(self.cfg.commands, s.timeout).inventory()
+                got = self.tool(nvml.NvidiaSmiCli).inventory()
                 if isinstance(got, str):
                     self.error("nvidia-smi", got)
                 else:
                     inv = got
             disc: list = []
             if s.dcgm:
-                got2 = dcgm.DcgmiCli(self.cfg.commands, s.timeout).discovery()
+                got2 = self.tool(dcgm.DcgmiCli).discovery()
                 if isinstance(got2, dcgm.DcgmError):
                     self.error("dcgmi discovery", f"{got2.cause}: {got2.message}")
                 else:
@@ -192,7 +250,7 @@ class Hook:
         elif s.vendor == "amd":
             from ..sources import amdsmi
 
-            got3 = amdsmi.AmdSmiCli(self.cfg.commands, s.timeout).inventory()
+            got3 = self.tool(amdsmi.AmdSmiCli).inventory()
             if isinstance(got3, str):
                 self.error("amd-smi list", got3)
             else:
@@ -200,16 +258,20 @@ class Hook:
                     g = next((g for g in got3 if g.index == d["index"]), None)
                     if g is not None:
                         d["uuid"], d["sku"] = g.uuid, g.sku
-        if s.vendor != "none":  # with no GPU tool configured, indices are all there is to record
-            for d in devices:
-                if not d["uuid"]:
-                    self.error("devices", f"GPU index {d['index']}: no UUID found")
+        unnamed = []
+        for d in devices:
+            d["key"] = d["uuid"]
+            if not d["uuid"] and s.vendor != "none":  # with no GPU tool configured, indices are all there is
+                d["key"] = index_key(self.env.node, d["index"])
+                unnamed.append(str(d["index"]))
+        if unnamed:
+            self.error("devices", f"GPU index {', '.join(unnamed)}: no UUID found; bound by index, time unknown")
         return devices
 
     def amd_snapshot(self, devices: list[dict]) -> dict | str:
         from ..sources import amdsmi
 
-        snap = amdsmi.AmdSmiCli(self.cfg.commands, self.settings.timeout).counters([d["index"] for d in devices])
+        snap = self.tool(amdsmi.AmdSmiCli).counters([d["index"] for d in devices])
         if isinstance(snap, str):
             return snap
         out = {}
@@ -219,58 +281,122 @@ class Hook:
         return out
 
 
-def _load_state(path: str) -> dict | None:
+def index_key(node: str | None, index: int) -> str:
+    """The device key of a GPU whose UUID could not be read: unique on its node, never mistaken for a UUID."""
+    return f"index:{node or '?'}:{index}"
+
+
+# -- the hook state: one small file per job, between the prolog and the epilog ---------------------------------
+# Opened only relative to the state directory's descriptor, O_NOFOLLOW, never through a symlink: the hooks run
+# as root, and whoever can write the spool could otherwise plant `hook-state/<job>.json.tmp` -> /etc/... .
+
+
+def state_name(job_id: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in job_id)[:200] + ".json"
+
+
+def _state_dir_fd(path: str, create: bool) -> int:
+    if create and not os.path.lexists(path):
+        make_dirs(path, SPOOL_DIR)
+    return os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW)
+
+
+def _load_state(state_dir: str, name: str) -> dict | None:
     try:
-        with open(path, encoding="utf-8") as f:
-            return records.loads(f.read())  # = json.load, without importing json (and re)
+        dfd = _state_dir_fd(state_dir, create=False)
+    except OSError:
+        return None
+    try:
+        fd = os.open(name, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
+        try:
+            st = os.fstat(fd)
+            # A regular file of sane size, written by this hook's own user: whoever else can write the spool
+            # could otherwise hand the epilog a run number, a start and devices of their choosing.
+            if (st.st_mode & 0o170000) != 0o100000 or st.st_size > 1 << 20 or st.st_uid != os.geteuid():
+                return None
+            data = os.read(fd, st.st_size + 1)
+        finally:
+            os.close(fd)
+        state = records.loads(data.decode("utf-8"))  # = json.loads, without importing json (and re)
+        return state if isinstance(state, dict) else None
     except (OSError, ValueError):
         return None
+    finally:
+        os.close(dfd)
 
 
-def _save_state(path: str, state: dict) -> None:
+def _save_state(state_dir: str, name: str, state: dict) -> None:
     # The state names the job's devices and keys: spool modes (docs/ledger.md, "Permissions"), whatever the umask.
-    if not os.path.isdir(os.path.dirname(path)):
-        make_dirs(os.path.dirname(path), SPOOL_DIR)
-    tmp = path + ".tmp"
-    with os.fdopen(create_file(tmp, SPOOL_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w", encoding="utf-8") as f:
-        f.write(records.state_json(state))  # = json.dump(state, f, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    dfd = _state_dir_fd(state_dir, create=True)
+    try:
+        tmp = name + ".tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW
+        try:
+            fd = os.open(tmp, flags, SPOOL_FILE, dir_fd=dfd)
+        except FileExistsError:  # a stale temp file, or something planted there: unlink the name (never its target)
+            os.unlink(tmp, dir_fd=dfd)
+            fd = os.open(tmp, flags, SPOOL_FILE, dir_fd=dfd)
+        try:
+            os.fchmod(fd, SPOOL_FILE)
+            data = memoryview(records.state_json(state).encode("utf-8"))  # = json.dumps(state, sort_keys=True)
+            while data:
+                data = data[os.write(fd, data):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    finally:
+        os.close(dfd)
+
+
+def _drop_state(state_dir: str, name: str) -> None:
+    try:
+        dfd = _state_dir_fd(state_dir, create=False)
+    except OSError:
+        return
+    try:
+        os.unlink(name, dir_fd=dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
 
 
 def dcgm_job_key(job_id: str, run: int) -> str:
     return f"{job_id}.{run}"
 
 
-def _started_entries(h: Hook, keys: dict, start: float, rec: slurm.JobRecord | None, devices: list[dict]) -> None:
+def _started_entries(h: Hook, keys: dict, start: float, devices: list[dict]) -> None:
     e = h.env
-    h.add(Kind.ALLOCATION_STARTED, start, {
-        "account": e.account or (rec.account if rec else None), "user": e.user,
-        "partition": e.partition or (rec.partition if rec else None),
-        "qos": e.qos or (rec.qos if rec else None), "nodes": e.nodes or (rec.nodes if rec else None),
-        "gpus": len(devices), "tres": rec.tres if rec else None}, keys)
+    # Only what Slurm handed the hook; QOS, TRES and time limits come from accounting at ship time (absent here,
+    # not null, so that the job-level record fills them in).
+    payload = {"account": e.account, "user": e.user, "partition": e.partition, "nodes": e.nodes,
+               "gpus": len(devices)}
+    if e.qos:
+        payload["qos"] = e.qos
+    if e.constraints:
+        payload["constraints"] = e.constraints
+    h.add(Kind.ALLOCATION_STARTED, start, payload, keys)
     for d in devices:
         h.add(Kind.DEVICE_BOUND, start, {"index": d["index"], "uuid": d["uuid"], "sku": d["sku"],
-                                          "vendor": d["vendor"], "node": e.node}, keys, device=d["uuid"])
+                                          "vendor": d["vendor"], "node": e.node}, keys, device=d.get("key", d["uuid"]))
 
 
 def prolog(h: Hook) -> None:
     now = time.time()
-    rec = h.scontrol()
-    run = h.env.restart_count if h.env.restart_count is not None else (rec.restarts if rec and rec.restarts else 0)
+    run = h.env.restart_count or 0
     cluster = h.cfg.cluster or h.env.cluster
-    start = rec.start if rec and rec.start and rec.start <= now + 5 else now
     keys = h.keys(run, cluster)
     devices = h.map_devices()
-    _started_entries(h, keys, start, rec, devices)
+    _started_entries(h, keys, now, devices)
     h.write_spool("prolog")  # the allocation is on disk before anything else can go wrong
-    state: dict[str, Any] = {"job_id": h.env.job_id, "run": run, "cluster": cluster, "start": start,
+    dropbox.prepare(h)  # the job's user may leave progress marks there (ledger.hooks.dropbox)
+    state: dict[str, Any] = {"job_id": h.env.job_id, "run": run, "cluster": cluster, "start": now,
                              "devices": devices, "node": h.env.node}
     if h.settings.dcgm and devices:
         from ..sources import dcgm
 
-        cli = dcgm.DcgmiCli(h.cfg.commands, h.settings.timeout)
+        cli = h.tool(dcgm.DcgmiCli)
         key = dcgm_job_key(h.env.job_id, run)
         st: dict[str, Any] = {"job_key": key, "started": False}
         gid = cli.create_group(f"ipledger-{key}", [d["dcgm_id"] for d in devices])
@@ -294,11 +420,16 @@ def prolog(h: Hook) -> None:
         else:
             state["amd_before"] = snap
             state["amd_before_ts"] = time.time()
-    _save_state(h.state_path(), state)
+    try:
+        _save_state(h.settings.state_dir, state_name(h.env.job_id), state)
+    except OSError as exc:  # the epilog then records the run from the environment, with prolog_missing
+        h.error("state", f"hook state not saved in {h.settings.state_dir}: {type(exc).__name__}: {exc}")
     for err in h.errors:
         h.add(Kind.HOOK_ERROR, now, {"hook": "prolog", **err}, keys)
     h.write_spool("prolog")
 
+
+KINDS = ("prolog", "epilog", "prolog_slurmctld", "epilog_slurmctld")
 
 _DCGM_CAUSES = {"no_data": "dcgm_no_data", "timeout": "dcgm_timeout", "connection": "dcgm_unreachable",
                 "unparsed": "dcgm_unparsed"}
@@ -311,10 +442,15 @@ def _gap(h: Hook, keys: dict, a: float, b: float, cause: str, detail: str, devic
               ts_end=b, device=device)
 
 
+def _dev(d: dict) -> str | None:
+    """A device's key in entries (state written before keys existed has only the UUID)."""
+    return d.get("key", d.get("uuid"))
+
+
 def _dcgm_epilog(h: Hook, keys: dict, state: dict | None, devices: list[dict], start: float, end: float) -> dict | None:
     from ..sources import dcgm
 
-    cli = dcgm.DcgmiCli(h.cfg.commands, h.settings.timeout)
+    cli = h.tool(dcgm.DcgmiCli)
     st = (state or {}).get("dcgm") or {}
     key = st.get("job_key") or dcgm_job_key(h.env.job_id, keys["run"])
     stop_err = cli.stop_job(key)
@@ -335,14 +471,14 @@ def _dcgm_epilog(h: Hook, keys: dict, state: dict | None, devices: list[dict], s
         detail = err.message or st.get("error", "")
         h.error("dcgm stats", f"{cause}: {detail}")
         for d in devices:
-            _gap(h, keys, start, end, cause, detail, d["uuid"])
+            _gap(h, keys, start, end, cause, detail, _dev(d))
         return st
     by_id = {b.gpu_id: b for b in report.blocks if b.gpu_id is not None}
     for d in devices:
         block = by_id.get(d.get("dcgm_id", d["index"]))
         if block is None:
             _gap(h, keys, start, end, "dcgm_device_missing",
-                 f"dcgmi stats -v -j {key}: no block for GPU ID {d.get('dcgm_id')}", d["uuid"])
+                 f"dcgmi stats -v -j {key}: no block for GPU ID {d.get('dcgm_id')}", _dev(d))
             continue
         a = max(start, block.start) if block.start else start
         b = min(end, block.end) if block.end else end
@@ -350,20 +486,20 @@ def _dcgm_epilog(h: Hook, keys: dict, state: dict | None, devices: list[dict], s
             a, b = start, end
         payload = {"source": "dcgm_job_stats", "dcgm_gpu_id": block.gpu_id, "dcgm_job": key,
                    **dcgm.summary_fields(block)}
-        h.add(Kind.TELEMETRY_SUMMARY, a, payload, keys, ts_end=b, device=d["uuid"])
+        h.add(Kind.TELEMETRY_SUMMARY, a, payload, keys, ts_end=b, device=_dev(d))
         if block.start is None:
-            _gap(h, keys, start, end, "dcgm_no_data", "report has no Start Time", d["uuid"])
+            _gap(h, keys, start, end, "dcgm_no_data", "report has no Start Time", _dev(d))
         else:
             if block.start - start > tol:
                 _gap(h, keys, start, min(block.start, end), "dcgm_watch_late",
-                     "DCGM job stats began after the allocation", d["uuid"])
+                     "DCGM job stats began after the allocation", _dev(d))
             if block.end is not None and end - block.end > tol:
                 _gap(h, keys, max(block.end, start), end, "dcgm_stopped_early",
-                     "DCGM job stats ended before the allocation", d["uuid"])
+                     "DCGM job stats ended before the allocation", _dev(d))
         if block.measured_nothing:
             _gap(h, keys, a, b, "dcgm_no_data",
                  "no measured value (power, energy, clocks, utilisation all missing: "
-                 + ", ".join(f"{k}={v}" for k, v in sorted(block.missing.items())[:6]) + ")", d["uuid"])
+                 + ", ".join(f"{k}={v}" for k, v in sorted(block.missing.items())[:6]) + ")", _dev(d))
     return st
 
 
@@ -376,84 +512,86 @@ def _amd_epilog(h: Hook, keys: dict, state: dict | None, devices: list[dict], st
         h.error("amd-smi counters", after)
         for d in devices:
             _gap(h, keys, start, end, "amdsmi_timeout" if after.startswith("timeout") else "amdsmi_error", after,
-                 d["uuid"])
+                 _dev(d))
         return
     for d in devices:
         b = (before or {}).get(str(d["index"]))
         if b is None:
-            _gap(h, keys, start, end, "amdsmi_no_baseline", "no prolog counter snapshot", d["uuid"])
+            _gap(h, keys, start, end, "amdsmi_no_baseline", "no prolog counter snapshot", _dev(d))
             continue
         a = after[str(d["index"])]
         delta, missing = amdsmi.counter_delta(b["values"], a["values"], b["missing"], a["missing"])
         h.add(Kind.TELEMETRY_SUMMARY, (state or {}).get("amd_before_ts", start),
               {"source": "amdsmi_counters", "values": delta, "missing": missing}, keys, ts_end=end,
-              device=d["uuid"])
+              device=_dev(d))
         if not delta:
-            _gap(h, keys, start, end, "amdsmi_no_data", "no counter could be differenced", d["uuid"])
+            _gap(h, keys, start, end, "amdsmi_no_data", "no counter could be differenced", _dev(d))
 
 
-def _suspensions(h: Hook, keys: dict, rec: slurm.JobRecord, start: float) -> None:
-    total = rec.suspended_total()
-    resumed = rec.suspend_time
-    if total < 1 or resumed is None:
-        return
-    began = start + (rec.secs_pre_suspend or 0.0)
-    exact = abs((resumed - began) - total) <= 1.0
-    if not exact:  # several suspend/resume cycles: Slurm keeps only the last resume and the total
-        began = resumed - total
-    h.add(Kind.ALLOCATION_SUSPENDED, began, {"seconds": total, "exact": exact, "source": "scontrol"}, keys,
-          ts_end=resumed)
-    h.add(Kind.ALLOCATION_RESUMED, resumed, {"source": "scontrol"}, keys)
+def end_state(env: slurm.JobEnv, run: int, has_state: bool) -> tuple[str, str, int | None]:
+    """(state, basis, next run) as the node's environment shows them. Slurm shows the next restart count in a
+    requeued run's epilog already; otherwise the exit status decides. The final word (CANCELLED, TIMEOUT,
+    OUT_OF_MEMORY, ...) is the accounting database's, recorded at ship time with source ``sacct``."""
+    nxt = env.restart_count if has_state else None
+    if nxt is not None and nxt > run:
+        return "REQUEUED", "restart_count", nxt
+    if env.exit_code is None and env.exit_signal is None:
+        return "UNKNOWN", "environment", None
+    state = "SIGNALED" if env.exit_signal else ("FAILED" if env.exit_code else "COMPLETED")
+    return state, "environment", None
+
+
+def record_end(h: Hook, keys: dict, end: float, run: int, has_state: bool, **extra: Any) -> None:
+    """``allocation_requeued`` (when Slurm already counts the next run) and ``allocation_ended`` as the
+    environment shows the end; ``extra`` joins the end's payload."""
+    status, basis, next_run = end_state(h.env, run, has_state)
+    if next_run is not None:
+        h.add(Kind.ALLOCATION_REQUEUED, end, {"reason": "requeued", "next_run": next_run}, keys)
+    ended: dict[str, Any] = {"exit_code": h.env.exit_code, "signal": h.env.exit_signal, "state": status,
+                             "state_basis": basis, **extra}
+    if h.env.derived_exit_code is not None:
+        ended["derived_exit_code"] = h.env.derived_exit_code
+    h.add(Kind.ALLOCATION_ENDED, end, ended, keys)
 
 
 def epilog(h: Hook) -> None:
     now = time.time()
-    state = _load_state(h.state_path())
-    rec = h.scontrol()
-    if state is not None:
-        run = int(state["run"])  # the epilog of a requeued run already sees the next restart count
+    name = state_name(h.env.job_id)
+    state = _load_state(h.settings.state_dir, name)
+    if state is not None and isinstance(state.get("run"), int):
+        run = state["run"]  # the epilog of a requeued run already sees the next restart count
     else:
-        run = h.env.restart_count if h.env.restart_count is not None else ((rec.restarts or 0) if rec else 0)
+        state = None
+        run = h.env.restart_count or 0
         h.error("state", "no prolog state for this job on this node (prolog did not run, or its state was lost)")
-    cluster = (state or {}).get("cluster") or h.cfg.cluster or h.env.cluster
+    cluster = state.get("cluster") if state else None
+    cluster = cluster or h.cfg.cluster or h.env.cluster
     keys = h.keys(run, cluster)
-    end = rec.end if rec and rec.end and rec.end <= now + 5 else now
-    start = (state or {}).get("start") or (rec.start if rec and rec.start and rec.start <= end else None)
-    devices = (state or {}).get("devices")
-    if devices is None:
+    end = now
+    start = state.get("start") if state else None
+    devices = state.get("devices") if state else None
+    if not isinstance(devices, list):
         devices = h.map_devices()
-    if state is None and start is not None:
-        _started_entries(h, keys, start, rec, devices)
-    if start is None:
+    if state is None:
+        # The start is the controller's (PrologSlurmctld) or the accounting database's; this node only knows
+        # what it held, and that nothing was measured on it before now.
+        for d in devices:
+            h.add(Kind.DEVICE_BOUND, end, {"index": d["index"], "uuid": d["uuid"], "sku": d["sku"],
+                                            "vendor": d["vendor"], "node": h.env.node}, keys, device=_dev(d))
+    if not isinstance(start, (int, float)):
         start = end
-        _gap(h, keys, end, end, "allocation_start_unknown", "", None, scope="run")
+    for d in devices:
+        if d.get("uuid") is None and _dev(d):
+            _gap(h, keys, start, end, "device_uuid_unknown",
+                 f"GPU index {d['index']}: its UUID could not be read at prolog time; its time is unknown", _dev(d))
     if h.settings.dcgm and devices:
         dstate = _dcgm_epilog(h, keys, state, devices, start, end)
     else:
         dstate = None
     if h.settings.vendor == "amd" and devices:
         _amd_epilog(h, keys, state, devices, start, end)
-    if rec is not None:
-        _suspensions(h, keys, rec, start)
-    # Slurm already shows the next restart count in a requeued run's epilog (scontrol and the environment).
-    next_run = max([r for r in (rec.restarts if rec else None, h.env.restart_count if state else None)
-                    if r is not None], default=run)
-    if next_run > run:
-        status, basis = "REQUEUED", "restart_count"
-        h.add(Kind.ALLOCATION_REQUEUED, end, {"reason": "requeued", "next_run": next_run}, keys)
-    elif rec is not None and rec.state in FINAL_STATES:
-        status, basis = rec.state, "scontrol.JobState"  # type: ignore[assignment]
-    else:
-        # JobState is still COMPLETING here; the exit status decides. It can lag: for a job cancelled moments
-        # ago slurmctld may not have the batch script's exit yet (ExitCode=0:0), so say what the state rests on.
-        code = rec.exit_code if rec and rec.exit_code is not None else h.env.exit_code
-        sig = rec.exit_signal if rec and rec.exit_signal is not None else h.env.exit_signal
-        status = "SIGNALED" if sig else ("FAILED" if code else "COMPLETED")
-        basis = "scontrol.ExitCode" if rec and rec.exit_code is not None else "environment"
-    exit_code = rec.exit_code if rec and rec.exit_code is not None else h.env.exit_code
-    signal = rec.exit_signal if rec and rec.exit_signal is not None else h.env.exit_signal
-    h.add(Kind.ALLOCATION_ENDED, end, {"exit_code": exit_code, "signal": signal, "state": status,
-                                       "state_basis": basis}, keys)
+    record_end(h, keys, end, run, state is not None)
+    dropbox.collect(h, keys, start, end)  # the run's progress marks from its drop place
     for err in h.errors:
         h.add(Kind.HOOK_ERROR, now, {"hook": "epilog", **err}, keys)
     try:
@@ -464,14 +602,11 @@ def epilog(h: Hook) -> None:
         if dstate and dstate.get("job_key"):
             from ..sources import dcgm
 
-            cli = dcgm.DcgmiCli(h.cfg.commands, h.settings.timeout)
+            cli = h.tool(dcgm.DcgmiCli)
             cli.remove_job(dstate["job_key"])
-            if dstate.get("group_id") is not None:
-                cli.delete_group(int(dstate["group_id"]))
-        try:
-            os.unlink(h.state_path())
-        except OSError:
-            pass
+            if isinstance(dstate.get("group_id"), int):
+                cli.delete_group(dstate["group_id"])
+        _drop_state(h.settings.state_dir, name)
 
 
 def run_hook(kind: str, environ: Mapping[str, str], config_path: str | None, snapshot: str | None = None) -> int:
@@ -487,8 +622,8 @@ def run_hook(kind: str, environ: Mapping[str, str], config_path: str | None, sna
     try:
         from .. import config as config_mod
 
-        if kind not in ("prolog", "epilog"):
-            log(f"unknown hook kind {kind!r} (expected prolog or epilog)")
+        if kind not in KINDS:
+            log(f"unknown hook kind {kind!r} (expected one of {', '.join(KINDS)})")
             return 0
         env = slurm.job_env(environ)
         if env is None:
@@ -496,8 +631,13 @@ def run_hook(kind: str, environ: Mapping[str, str], config_path: str | None, sna
             return 0
         cfg = config_mod.Config(**config_mod.load_values(config_path, environ, snapshot=snapshot))
         _error_log = (cfg.extra.get("hooks") or {}).get("error_log") or None
-        h = Hook(cfg=cfg, settings=HookSettings.from_config(cfg), env=env)
-        (prolog if kind == "prolog" else epilog)(h)
+        h = Hook(cfg=cfg, settings=HookSettings.from_config(cfg), env=env, kind=kind)
+        if kind in ("prolog", "epilog"):
+            (prolog if kind == "prolog" else epilog)(h)
+        else:
+            from . import controller
+
+            controller.run(h)
     except SpoolWriteFailed:
         ok = False  # logged, with what was lost, where it happened
     except BaseException as exc:  # noqa: BLE001 - the hook must exit 0 whatever happened
@@ -517,6 +657,7 @@ def run_hook(kind: str, environ: Mapping[str, str], config_path: str | None, sna
 
                 with open(h.settings.trace, "a", encoding="utf-8") as f:
                     f.write(json.dumps({"hook": kind, "job_id": h.env.job_id, "ok": ok, "errors": h.errors,
+                                        "context": h.env.context,
                                         "elapsed_s": round(time.time() - t0, 4), "pid": os.getpid()}) + "\n")
             except OSError:
                 pass

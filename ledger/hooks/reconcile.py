@@ -23,6 +23,7 @@ from . import slurm
 from .core import FINAL_STATES
 
 SOURCE = "reconcile"
+JOB_LEVEL_SOURCES = frozenset({"hook.slurmctld", "sacct"})  # job-level entries (node null); see open_runs
 
 
 @dataclass
@@ -62,8 +63,11 @@ class ReconcileReport:
 def open_runs(entries: Iterable[ChainedEntry]) -> list[OpenRun]:
     """Runs with a start and no end, per node (each node of a multi-node job has its own prolog and epilog).
 
-    An end without a node closes the run on every node. Path B's synthetic runs (payload ``synthetic``) are
-    not Slurm's to judge: the scheduler never heard of ``node:gpu-07``, and they carry their own end anyway.
+    An end without a node closes the run on every node, except the job-level ones from the controller's hooks
+    and the accounting database: they say the job ended, not that a node's epilog recorded what it measured.
+    Job-level starts are not reconcile's (no node lost anything; the accounting database closes them). Path
+    B's synthetic runs (payload ``synthetic``) are not Slurm's to judge: the scheduler never heard of
+    ``node:gpu-07``, and they carry their own end anyway.
     """
     runs: dict[tuple, OpenRun] = {}
     ended: set[tuple] = set()
@@ -73,6 +77,8 @@ def open_runs(entries: Iterable[ChainedEntry]) -> list[OpenRun]:
         if e.job_id is None:
             continue
         key = (e.cluster, e.job_id, e.run or 0, e.node)
+        if e.source in JOB_LEVEL_SOURCES:
+            continue
         if e.kind == Kind.ALLOCATION_STARTED and key not in runs and not e.data.get("synthetic"):
             runs[key] = OpenRun(e.cluster, e.job_id, e.run or 0, e.node, ts_to_epoch(e.ts))
         elif e.kind == Kind.ALLOCATION_ENDED:

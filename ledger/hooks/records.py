@@ -33,7 +33,7 @@ ID_DOMAIN = "ipledger-entry-id-v1"  # = ledger.entries.ID_DOMAIN (a test keeps t
 # The kinds the hooks write (a test checks each is in ledger.entries.ALL_KINDS).
 HOOK_KINDS = frozenset({Kind.ALLOCATION_STARTED, Kind.ALLOCATION_ENDED, Kind.ALLOCATION_SUSPENDED,
                         Kind.ALLOCATION_RESUMED, Kind.ALLOCATION_REQUEUED, Kind.DEVICE_BOUND,
-                        Kind.TELEMETRY_SUMMARY, Kind.UNKNOWN_INTERVAL, Kind.HOOK_ERROR})
+                        Kind.TELEMETRY_SUMMARY, Kind.UNKNOWN_INTERVAL, Kind.HOOK_ERROR, Kind.PROGRESS})
 
 
 def _not_serializable(o: object) -> None:

@@ -77,14 +77,23 @@ def parse_duration(value: str | None) -> float | None:
     return float(((d * 24 + h) * 60 + mi) * 60 + s)
 
 
-# No node has this many GPUs: a larger index (a corrupt ``0-99999999999``) is skipped rather than expanded,
-# which would exhaust the hook's memory and time budget.
+# No node has this many GPUs: a larger index (a corrupt ``0-99999999999``) is skipped rather than expanded.
 MAX_GPU_INDEX = 4095
+# The most distinct GPUs one job may hold on one node, from any variable: beyond it the list is cut (and the
+# hook says so). Each range is bounded by MAX_GPU_INDEX and duplicates count once, so 14 KB of ``0-4095``
+# costs one pass over the text, never a 3 GB spool file.
+MAX_GPUS = 256
 
 
-def parse_index_list(value: str | None) -> list[int]:
-    """``0,1`` / ``0-2,5`` -> [0, 1, 2, 5]; anything else (``NoDevFiles``, empty, > MAX_GPU_INDEX) is skipped."""
-    out: list[int] = []
+def parse_index_list(value: str | None, cap: int = MAX_GPUS) -> tuple[list[int], str | None]:
+    """``0,1`` / ``0-2,5`` -> ([0, 1, 2, 5], None): sorted distinct indices, and why anything was left out.
+
+    Anything that is no index or range (``NoDevFiles``, empty) is skipped silently, as Slurm writes it for a
+    job without GPUs; an index above MAX_GPU_INDEX or a list of more than ``cap`` distinct GPUs is cut, with
+    the reason returned.
+    """
+    seen: set[int] = set()
+    note = None
     for part in (value or "").split(","):
         part = part.strip()
         a, dash, b = part.partition("-")  # what re.fullmatch(r"(\d+)(?:-(\d+))?", part) accepts
@@ -92,9 +101,26 @@ def parse_index_list(value: str | None) -> list[int]:
             continue
         lo = int(a)
         hi = int(b) if dash else lo
-        if hi <= MAX_GPU_INDEX:
-            out.extend(range(lo, hi + 1))
-    return out
+        if hi > MAX_GPU_INDEX:
+            note = f"GPU index above {MAX_GPU_INDEX} skipped ({part[:40]})"
+            continue
+        for i in range(lo, hi + 1):
+            if len(seen) >= cap and i not in seen:
+                return sorted(seen), f"more than {cap} GPUs listed; the list was cut at {cap}"
+            seen.add(i)
+    return sorted(seen), note
+
+
+def clean_text(value: str | None) -> tuple[str | None, bool]:
+    """An environment value as text that encodes to UTF-8: bytes that were not UTF-8 (which Python keeps as
+    surrogate escapes) become ``\\xNN``, so the record is kept and says what was there; True if escaped."""
+    if value is None:
+        return None, False
+    try:
+        value.encode("utf-8")
+        return value, False
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"), True
 
 
 class JobRecord(Frozen):
@@ -131,30 +157,52 @@ def job_record(fields: Mapping[str, str]) -> JobRecord:
 
 
 class JobEnv(Frozen):
-    """The job as the hook's environment describes it (``gpus`` a tuple of Slurm's GPU indices)."""
+    """The job as the hook's environment describes it (``gpus`` a tuple of Slurm's GPU indices; ``notes`` what
+    could not be taken as it was: escaped bytes, a cut GPU list)."""
 
     __slots__ = ("job_id", "restart_count", "cluster", "node", "account", "user", "uid", "partition", "qos",
-                 "nodes", "gpus", "exit_code", "exit_signal", "context")
+                 "nodes", "gpus", "exit_code", "exit_signal", "derived_exit_code", "context", "constraints",
+                 "job_name", "group", "notes")
+
+
+# Variable per field; the first one set wins (SLURM_JOBID: older releases).
+_TEXT = {"job_id": ("SLURM_JOB_ID", "SLURM_JOBID"), "cluster": ("SLURM_CLUSTER_NAME",),
+         "node": ("SLURMD_NODENAME",), "account": ("SLURM_JOB_ACCOUNT",), "user": ("SLURM_JOB_USER",),
+         "uid": ("SLURM_JOB_UID",), "partition": ("SLURM_JOB_PARTITION",), "qos": ("SLURM_JOB_QOS",),
+         "nodes": ("SLURM_JOB_NODELIST", "SLURM_NODELIST"), "context": ("SLURM_SCRIPT_CONTEXT",),
+         "constraints": ("SLURM_JOB_CONSTRAINTS",), "job_name": ("SLURM_JOB_NAME",),
+         "group": ("SLURM_JOB_GROUP",)}
+# GPU indices: SLURM_JOB_GPUS (prolog/epilog), else the per-vendor visibility lists Slurm sets from the same gres.
+_GPU_VARS = ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES")
+
+
+def _exit_pair(text: str | None, plain: str | None) -> tuple[int | None, int | None]:
+    """``SLURM_JOB_EXIT_CODE2``-style ``code:signal``, else a plain (possibly negative) ``code``."""
+    m = _two_ints(text or "")
+    if m:
+        return m
+    if plain and _digits(plain[1:] if plain[0] == "-" else plain):
+        return int(plain), None
+    return None, None
 
 
 def job_env(environ: Mapping[str, str]) -> JobEnv | None:
     """Read the job from Slurm's prolog/epilog environment; None when there is no job id (not run by Slurm)."""
-    job_id = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
-    if not job_id:
+    vals: dict = {}
+    notes: list[str] = []
+    for field, names in _TEXT.items():
+        raw = next((environ[n] for n in names if environ.get(n)), None)
+        vals[field], escaped = clean_text(raw)
+        if escaped:
+            notes.append(f"{names[0]} is not UTF-8; kept with \\xNN escapes")
+    if not vals["job_id"]:
         return None
+    gpus_text = next((environ[n] for n in _GPU_VARS if environ.get(n)), "")
+    gpus, cut = parse_index_list(gpus_text)
+    if cut:
+        notes.append(cut)
     rc = environ.get("SLURM_JOB_RESTART_COUNT")
-    # GPU indices: SLURM_JOB_GPUS (prolog/epilog), else the per-vendor visibility lists Slurm sets from the same gres.
-    gpus_text = (environ.get("SLURM_JOB_GPUS") or environ.get("CUDA_VISIBLE_DEVICES")
-                 or environ.get("GPU_DEVICE_ORDINAL") or environ.get("ROCR_VISIBLE_DEVICES") or "")
-    m = _two_ints(environ.get("SLURM_JOB_EXIT_CODE2", ""))
-    ec = environ.get("SLURM_JOB_EXIT_CODE")
-    exit_code = m[0] if m else (int(ec) if ec and _digits(ec[1:] if ec[0] == "-" else ec) else None)
-    return JobEnv(
-        job_id=job_id, restart_count=int(rc) if rc and _digits(rc) else None,
-        cluster=environ.get("SLURM_CLUSTER_NAME"), node=environ.get("SLURMD_NODENAME"),
-        account=environ.get("SLURM_JOB_ACCOUNT"), user=environ.get("SLURM_JOB_USER"),
-        uid=environ.get("SLURM_JOB_UID"), partition=environ.get("SLURM_JOB_PARTITION"),
-        qos=environ.get("SLURM_JOB_QOS"), nodes=environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST"),
-        gpus=tuple(parse_index_list(gpus_text)), exit_code=exit_code,
-        exit_signal=m[1] if m else None, context=environ.get("SLURM_SCRIPT_CONTEXT"),
-    )
+    code, sig = _exit_pair(environ.get("SLURM_JOB_EXIT_CODE2"), environ.get("SLURM_JOB_EXIT_CODE"))
+    derived, _dsig = _exit_pair(environ.get("SLURM_JOB_DERIVED_EC"), None)
+    return JobEnv(restart_count=int(rc) if rc and _digits(rc) else None, gpus=tuple(gpus), exit_code=code,
+                  exit_signal=sig, derived_exit_code=derived, notes=tuple(notes), **vals)

@@ -31,8 +31,10 @@ from ..method import (
 from ..method.attribution import DEFAULT_THRESHOLDS, seconds_to_nh
 from ..method.mig import mig_share
 from ..method.skus import SkuRating, match_sku
+from ..hooks.accounting import run_accounting
+from .progress import minus, progress_block, seconds
 
-RECEIPT_VERSION = "1.0"
+RECEIPT_VERSION = "1.1"  # 1.1: the progress block, provider_failure_loss, lost_since_checkpoint_credited
 CENT = Decimal("0.01")
 NH = Decimal(10) ** 9
 
@@ -249,6 +251,8 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         for c, v in acc.unknown_causes.items():
             causes[c] = causes.get(c, 0) + v
     assert int(total.sum()) == paid_nh, "accounting identity broken"
+    progress, credited_span = progress_block(inputs.entries, (w0, w1), len(frame.devices), frame.suspended,
+                                             contract.provider_failure_loss == "credit")
 
     # Unknown intervals and the policy each is billed under.
     intervals = []
@@ -278,6 +282,8 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
     cost_nh: dict[str, Decimal] = {k: Decimal(0) for k in ("paid", "delivered", "billed", "suspended",
                                                             *BUCKETS)}
     billed_total_nh = 0
+    lost_credited_nh = 0
+    gaps_of = {dev["uuid"]: mine for dev, _r, _rated, mine in plan}
     unattributed_policy = contract.unknown_policy
     dev_lines = []
     for dev, rating, acc in accounts:
@@ -293,6 +299,13 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         billable = acc.paid_nh - unknown_by_policy["credit"] - unknown_by_policy["hold"]
         if contract.charge_suspended:
             billable += acc.suspended_nh
+        if credited_span is not None:  # work lost to the provider's failure, less what is already unbilled
+            not_billed = [(a, b) for a, b, gid in gaps_of[dev["uuid"]]
+                          if gap_policy.get(gid, unattributed_policy) in ("credit", "hold")]
+            lost_nh = min(seconds_to_nh(seconds(minus(credited_span, [*frame.suspended, *not_billed]))),
+                          max(billable, 0))
+            billable -= lost_nh
+            lost_credited_nh += lost_nh
         billed = _billed_nh(billable, contract.billing_granularity_s, contract.billing_minimum_s, acc.paid_nh)
         billed_total_nh += billed
         cost_nh["paid"] += acc.paid_nh * rate
@@ -356,7 +369,10 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
                      "currency": contract.currency, "unknown_policy": contract.unknown_policy,
                      "charge_suspended": contract.charge_suspended,
                      "billing_granularity_s": contract.billing_granularity_s,
-                     "billing_minimum_s": contract.billing_minimum_s},
+                     "billing_minimum_s": contract.billing_minimum_s,
+                     "provider_failure_loss": contract.provider_failure_loss,
+                     # only when not the default, so receipts under default terms keep their hashes
+                     **({"period_rule": contract.period_rule} if contract.period_rule != "split" else {})},
         "method": {"name": METHOD_NAME, "version": METHOD_VERSION, "fidelity": fidelity,
                    "coarse_signal_gpu_hours": nh_to_hours(coarse_nh),
                    "thresholds": {"active_min": thresholds.active_min,
@@ -364,11 +380,13 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         "gpu_hours": _hours_block(total, paid_nh, suspended_nh),
         "unknown_by_cause": {k: nh_to_hours(v) for k, v in sorted(causes.items()) if v},
         "unknown_intervals": intervals,
+        "progress": progress,
         "billing": {
             "gpu_hours_paid": nh_to_hours(paid_nh),
             "unknown_gpu_hours_by_policy": {p: nh_to_hours(v) for p, v in by_policy.items()},
             "estimated_delivered_in_unknown": nh_to_hours(est_delivered),
             "suspended_charged": contract.charge_suspended,
+            "lost_since_checkpoint_credited": nh_to_hours(lost_credited_nh),
             "gpu_hours_billed": nh_to_hours(billed_total_nh),
         },
         "devices": dev_lines,
@@ -389,6 +407,9 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         },
         "ledger": {"through_seq": last.seq, "head_hash": last.hash},
     }
+    accounting = run_accounting(c.entry for c in inputs.entries)
+    if accounting is not None:  # runs the Slurm hooks recorded: the accounting record, or what still waits for it
+        body["job"]["accounting"] = accounting
     body["receipt_hash"] = receipt_hash(body)
     return Receipt(body=body, timelines=timelines)
 

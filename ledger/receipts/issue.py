@@ -1,4 +1,5 @@
-"""Issuing receipts (``receipt_issued`` entries), verifying them by replay, and writing a receipt's JSON file.
+"""Issuing receipts (``receipt_issued`` entries), verifying them by replay, issuing them in bulk
+(``ipledger issue``), and writing a receipt's JSON file.
 
 Issuing them automatically after a shipment, and replaying them all in ``ipledger verify``, is
 :mod:`ledger.receipts.auto` (bound to the site's settings).
@@ -9,13 +10,14 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from ..canonical import now_ts
+from ..canonical import now_ts, ts_to_epoch
 from ..entries import ChainedEntry, Entry, Kind, make_entry
 from ..fsmodes import RECEIPTS_DIR, RECEIPTS_FILE, create_file, make_dirs
 from ..method import METHOD_NAME, METHOD_VERSION
@@ -134,6 +136,99 @@ def verify_receipt(engine: Engine, job_id: str, run: int | None = None, *, clust
         raise ReceiptError(f"job {job_id} run {key.run}: no receipt has been issued (use --issue first)")
     r = replay(engine, prior[-1], sku_table)
     return r.hash == prior[-1].entry.data.get("receipt_hash"), prior[-1], r
+
+
+# --- bulk issuing ------------------------------------------------------------------------------------------
+
+@dataclass
+class IssueSummary:
+    """What a bulk issue did: counts per outcome, and every run that failed with its one-line reason."""
+
+    issued: int = 0
+    reissued: int = 0
+    unchanged: int = 0
+    failed: list[tuple[RunKey, str]] = field(default_factory=list)
+
+    @property
+    def runs(self) -> int:
+        return self.issued + self.reissued + self.unchanged + len(self.failed)
+
+    def to_json(self) -> dict:
+        return {"runs": self.runs, "issued": self.issued, "reissued": self.reissued, "unchanged": self.unchanged,
+                "failed": [{"cluster": k.cluster, "job_id": k.job_id, "run": k.run, "error": e}
+                           for k, e in self.failed]}
+
+
+@dataclass(frozen=True)
+class RunSpan:
+    key: RunKey
+    start: float
+    end: float | None  # None: no allocation_ended yet (open)
+
+
+def run_spans(engine: Engine, after_seq: int = 0) -> list[RunSpan]:
+    """Every run with an ``allocation_started`` (its first start, its last end), in (cluster, job, run)
+    order; with ``after_seq``, only runs that have an entry after that sequence number."""
+    sql = text("SELECT cluster, job_id, run, kind, ts, seq FROM entries WHERE kind IN (:s, :e) "
+               "AND job_id IS NOT NULL")
+    starts: dict[RunKey, float] = {}
+    ends: dict[RunKey, float] = {}
+    touched: set[RunKey] = set()
+    with engine.connect() as conn:
+        for cluster, job_id, run, kind, ts, seq in conn.execute(
+                sql, {"s": Kind.ALLOCATION_STARTED, "e": Kind.ALLOCATION_ENDED}):
+            key = RunKey(cluster, str(job_id), int(run or 0))
+            t = ts_to_epoch(ts)
+            if seq > after_seq:
+                touched.add(key)
+            if kind == Kind.ALLOCATION_STARTED:
+                starts[key] = min(t, starts.get(key, t))
+            else:
+                ends[key] = max(t, ends.get(key, t))
+    keys = sorted((k for k in starts if not after_seq or k in touched),
+                  key=lambda k: (str(k.cluster), k.job_id, k.run))
+    return [RunSpan(k, starts[k], ends.get(k)) for k in keys]
+
+
+def runs_to_issue(engine: Engine, month: str | None = None, include_open: bool = False,
+                  after_seq: int = 0) -> list[RunKey]:
+    """Closed runs (and open ones with ``include_open``) whose window ``[start, end)`` overlaps ``month``
+    (every month when None; an open run's window runs to now)."""
+    from reports.periods import month_bounds
+
+    lo = hi = None
+    if month is not None:
+        lo, hi = (b.timestamp() for b in month_bounds(month))
+    out = []
+    for sp in run_spans(engine, after_seq):
+        if sp.end is None and not include_open:
+            continue
+        if lo is not None:
+            end = sp.end if sp.end is not None else float("inf")
+            if not (sp.start < hi and (end > lo or (end == sp.start and sp.start >= lo))):
+                continue
+        out.append(sp.key)
+    return out
+
+
+def issue_runs(engine: Engine, keys: Iterable[RunKey], *, sku_table: Mapping | None = None,
+               progress: Callable[[int, int], None] | None = None) -> IssueSummary:
+    """Issue (or re-issue where changed) the receipt of each run; a run that cannot be computed is counted
+    as failed with its reason and does not stop the others. Idempotent: a second pass issues nothing."""
+    keys = list(keys)
+    out = IssueSummary()
+    for n, key in enumerate(keys, start=1):
+        try:
+            res = issue_receipt(engine, key.job_id, key.run, cluster=key.cluster, sku_table=sku_table)
+        except ReceiptError as exc:
+            out.failed.append((key, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - one bad run must not stop the others (as auto_issue)
+            out.failed.append((key, f"{type(exc).__name__}: {exc}"))
+        else:
+            setattr(out, res.status, getattr(out, res.status) + 1)
+        if progress:
+            progress(n, len(keys))
+    return out
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")

@@ -46,6 +46,29 @@ def line_hours(body: dict, key: str) -> float:
     return gh[key]
 
 
+def progress_lines(body: dict) -> list[str]:
+    """The application's progress beside the identity: marks, end state, work lost since the last checkpoint."""
+    p = body.get("progress")
+    if not p:
+        return []
+    m = p["marks"]
+    out = [f"Progress  end state {p['end_state'] or 'running'}; {m['count']} marks: {m['checkpoint']} checkpoints, "
+           f"{m['output']} accepted outputs, {m['step']} steps" + (f"; last step {p['last_step']}"
+                                                                    if p["last_step"] is not None else "")]
+    if p["last_checkpoint"]:
+        out.append(f"  checkpoints {p['first_checkpoint']} .. {p['last_checkpoint']}")
+    for o in p["accepted_outputs"][-3:]:
+        out.append(f"  output {o['ts']}" + (f" step {o['step']}" if o["step"] is not None else "")
+                   + (f" {o['note']}" if o["note"] else ""))
+    lost = p["lost_since_checkpoint"]
+    if lost:
+        why = f", the provider's failure ({lost['provider_failure']})" if lost["provider_failure"] else ""
+        out.append(f"  lost since last checkpoint {hours_str(lost['gpu_hours'])} h  {lost['from']} .. {lost['to']}"
+                   f"  (from {lost['from_basis']}{why}): "
+                   + {"credit": "credited", "charge": "charged"}.get(lost["billed_as"], lost["billed_as"]))
+    return out
+
+
 def text_lines(r: Receipt) -> list[str]:
     b = r.body
     j, c, cost = b["job"], b["contract"], b["cost"]
@@ -73,6 +96,8 @@ def text_lines(r: Receipt) -> list[str]:
         f"{'Lost (paid - delivered)':<28}{'':>16}{money_str(cost['lost']):>16}",
         "",
     ]
+    if b.get("progress"):
+        out += [*progress_lines(b), ""]
     if b["unknown_intervals"]:
         out.append("Unknown intervals")
         for u in b["unknown_intervals"]:
@@ -196,6 +221,14 @@ def render_pdf(receipts: Sequence[Receipt], path: str | Path) -> Path:
         if len(b["unknown_intervals"]) > 12:
             y -= 10
             c.drawString(40, y, f"... {len(b['unknown_intervals']) - 12} more (see the JSON receipt)")
+        # application progress
+        y -= 18
+        c.setFont("Helvetica-Bold", 9)
+        c.drawString(40, y, "Application progress")
+        c.setFont("Helvetica", 7.5)
+        for line in progress_lines(b):
+            y -= 10
+            c.drawString(40, y, line.strip()[:150])
         # adjustments and totals
         y -= 18
         c.setFont("Helvetica-Bold", 9)

@@ -1,4 +1,4 @@
-"""Stand-in tools for the tests (dcgmi, nvidia-smi, amd-smi, scontrol) and a helper that sets up a site for them.
+"""Stand-in tools for the tests (dcgmi, nvidia-smi, amd-smi, scontrol, sacct) and a helper that sets up a site for them.
 
 The executables answer in the real formats and keep state in one directory. Slurm runs hooks with a minimal
 environment (no PATH, no STANDIN_STATE), so :func:`make_site` writes one small wrapper per tool that names the
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-TOOLS = ("dcgmi", "nvidia-smi", "amd-smi", "scontrol")
+TOOLS = ("dcgmi", "nvidia-smi", "amd-smi", "scontrol", "sacct")
 
 
 @dataclass
@@ -42,6 +42,15 @@ class Site:
         d.mkdir(exist_ok=True)
         (d / f"{job_id}.txt").write_text(line.strip() + "\n")
 
+    def sacct_record(self, job_id: str, lines: list[str]) -> None:
+        d = self.state / "sacct"
+        d.mkdir(exist_ok=True)
+        (d / f"{job_id}.txt").write_text("".join(line + "\n" for line in lines))
+
+    def sacct_calls(self) -> list:
+        p = self.state / "sacct_calls.jsonl"
+        return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+
     def dcgm_calls(self) -> list:
         p = self.state / "dcgm_calls.json"
         return json.loads(p.read_text()) if p.exists() else []
@@ -54,7 +63,8 @@ def fake_uuid(node: str, index: int) -> str:
 
 def make_site(root: Path, *, node: str = "node1", ngpus: int = 4, tools=("dcgmi", "nvidia-smi", "scontrol"),
               scontrol_path: str | None = None, db: str | None = None, cluster: str | None = None,
-              hooks: dict | None = None, python: str | None = None, timeout: float = 3.0) -> Site:
+              hooks: dict | None = None, python: str | None = None, timeout: float = 3.0,
+              extra_commands: dict | None = None) -> Site:
     root = Path(root)
     state, bindir, spool = root / "standin-state", root / "bin", root / "spool"
     for d in (state, bindir, spool):
@@ -76,6 +86,7 @@ def make_site(root: Path, *, node: str = "node1", ngpus: int = 4, tools=("dcgmi"
         wrapper.write_text(f"#!/bin/sh\nSTANDIN_STATE='{state}' exec '{py}' '{HERE / tool}' \"$@\"\n")
         wrapper.chmod(0o755)
         commands[tool] = str(wrapper)
+    commands.update(extra_commands or {})
     lines = [f'spool = "{spool}"']
     if db:
         lines.append(f'db = "{db}"')

@@ -1,0 +1,123 @@
+"""The receipt's ``progress`` block: the run's marks, how it ended, and what a failure cost since the last one.
+
+Pure: from the run's entries and frame. ``lost_since_checkpoint`` is the paid device-time between the last
+checkpoint or accepted output (else the start) and the end of a run that did not complete: work the
+application had done but not saved, so a rerun pays for it again. It sits beside the accounting identity (those
+seconds stay in their buckets); the contract's ``provider_failure_loss`` says whether it is credited when the
+run ended by the provider's failure (:data:`PROVIDER_FAILURE_STATES`, or a critical XID on one of its devices),
+and it is charged otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..hooks.accounting import end_state as accounting_end_state
+from ..canonical import format_ts, ts_to_epoch
+from ..entries import ChainedEntry, Kind
+from ..method import nh_to_hours
+from ..method.attribution import seconds_to_nh
+
+SAVED = ("checkpoint", "output")               # marks after which the work done so far survives a failure
+PROVIDER_FAILURE_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
+MAX_LISTED_OUTPUTS = 20                        # accepted outputs listed on the receipt (all are counted)
+
+
+def end_state(entries: Sequence[ChainedEntry]) -> str | None:
+    """How the run ended, as the ledger has it: the final state by the most authoritative source (the accounting
+    database's, else the controller's epilog's, else a node's or reconcile's: ``ledger.hooks.accounting``),
+    ``REQUEUED`` when a requeue was recorded; None while it runs. The one place the receipt reads the end state."""
+    requeued = any(c.entry.kind == Kind.ALLOCATION_REQUEUED for c in entries)
+    state, _source = accounting_end_state(c.entry for c in entries)
+    if not state:
+        return "REQUEUED" if requeued else None
+    return "REQUEUED" if requeued and state not in PROVIDER_FAILURE_STATES else str(state)
+
+
+def provider_failure(state: str | None, entries: Sequence[ChainedEntry]) -> str | None:
+    """The provider's failure that ended the run (the state, or ``xid``), or None."""
+    if state in PROVIDER_FAILURE_STATES:
+        return state
+    if state not in (None, "COMPLETED"):
+        for c in entries:
+            if c.entry.kind == Kind.TELEMETRY_SUMMARY and (c.entry.data.get("xid_errors") or 0) > 0:
+                return "xid"
+    return None
+
+
+def marks_of(entries: Sequence[ChainedEntry]) -> list[dict]:
+    """The run's progress marks in time order: ``{"ts", "t", "kind", "step", "note"}``."""
+    out = []
+    for c in entries:
+        if c.entry.kind != Kind.PROGRESS:
+            continue
+        d = c.entry.data
+        out.append({"ts": c.entry.ts, "t": ts_to_epoch(c.entry.ts), "kind": d.get("kind") or "checkpoint",
+                    "step": d.get("step"), "note": d.get("note")})
+    return sorted(out, key=lambda m: (m["t"], m["kind"]))
+
+
+def minus(span: tuple[float, float], cuts: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """``span`` without the parts inside any of ``cuts`` (half-open intervals)."""
+    parts = [span]
+    for a, b in sorted(cuts):
+        nxt = []
+        for x, y in parts:
+            if b <= x or a >= y:
+                nxt.append((x, y))
+                continue
+            if a > x:
+                nxt.append((x, a))
+            if b < y:
+                nxt.append((b, y))
+        parts = nxt
+    return parts
+
+
+def seconds(parts: Sequence[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in parts)
+
+
+def lost_since_checkpoint(saved: Sequence[float], window: tuple[float, float], n_devices: int,
+                          suspended: Sequence[tuple[float, float]] = ()) -> tuple[float | None, int]:
+    """(the last saved mark inside the window, or None for the start; device-nanohours paid after it)."""
+    w0, w1 = window
+    frm = max((t for t in saved if w0 <= t <= w1), default=None)
+    return frm, n_devices * seconds_to_nh(seconds(minus((w0 if frm is None else frm, w1), suspended)))
+
+
+def progress_block(entries: Sequence[ChainedEntry], window: tuple[float, float], n_devices: int,
+                   suspended: Sequence[tuple[float, float]], credit_provider_failures: bool
+                   ) -> tuple[dict[str, Any], tuple[float, float] | None]:
+    """The receipt's ``progress`` block, and the lost span [from, to) when it is credited (else None)."""
+    w0, w1 = window
+    marks = [m for m in marks_of(entries) if w0 <= m["t"] <= w1]
+    counts = {k: sum(1 for m in marks if m["kind"] == k) for k in ("checkpoint", "output", "step")}
+    checkpoints = [m for m in marks if m["kind"] == "checkpoint"]
+    outputs = [m for m in marks if m["kind"] == "output"]
+    steps = [m["step"] for m in marks if m["step"] is not None]
+    state = end_state(entries)
+    block: dict[str, Any] = {
+        "marks": {"count": len(marks), **counts},
+        "first_checkpoint": checkpoints[0]["ts"] if checkpoints else None,
+        "last_checkpoint": checkpoints[-1]["ts"] if checkpoints else None,
+        "last_step": max(steps) if steps else None,
+        "accepted_outputs": [{"ts": m["ts"], "step": m["step"], "note": m["note"]}
+                             for m in outputs[-MAX_LISTED_OUTPUTS:]],
+        "end_state": state,
+        "lost_since_checkpoint": None,
+    }
+    if state is None or state == "COMPLETED":
+        return block, None
+    saved = [m for m in marks if m["kind"] in SAVED]
+    since = saved[-1] if saved else None
+    frm, lost_nh = lost_since_checkpoint([m["t"] for m in saved], window, n_devices, suspended)
+    frm = w0 if frm is None else frm
+    cause = provider_failure(state, entries)
+    credited = cause is not None and credit_provider_failures
+    block["lost_since_checkpoint"] = {
+        "gpu_hours": nh_to_hours(lost_nh),
+        "from": since["ts"] if since else format_ts(w0), "from_basis": since["kind"] if since else "start",
+        "to": format_ts(w1), "provider_failure": cause, "billed_as": "credit" if credited else "charge",
+    }
+    return block, ((frm, w1) if credited else None)
