@@ -27,23 +27,31 @@ class Site:
     sku_table: Mapping[str, SkuRating] = field(default_factory=builtin_table)
     receipts_dir: str | None = None
     auto_receipts: bool = True         # issue a run's receipt once its allocation_ended is shipped
-    parallel_receipts: bool = False    # big receipts may use worker processes (needs a main guard in scripts)
+    receipt_workers: int = 1           # processes a big receipt may use (>1 needs a main guard in scripts)
 
 
 _OFF = ("0", "false", "no")
 
 
 def site_from_config(cfg: Config, *, db: str | None = None, environ: Mapping[str, str] | None = None,
-                     parallel_receipts: bool = False) -> Site:
+                     main_program: bool = False) -> Site:
     """The site a loaded :class:`~ledger.config.Config` describes; ``db`` (a URL or path) overrides its database.
 
     ``IPLEDGER_AUTO_RECEIPTS=0`` (or ``auto_receipts = false`` in the file) turns automatic receipts off.
-    Raises :class:`~ledger.method.skus.SkuError` (one line naming the file) for a bad SKU override.
+    Receipt workers: ``IPLEDGER_RECEIPT_WORKERS=N``, else one per core up to 8 for a ``main_program`` (the CLI,
+    whose spawned workers can re-import it), else 1. Raises :class:`~ledger.method.skus.SkuError` (one line
+    naming the file) for a bad SKU override.
     """
     env = os.environ if environ is None else environ
     auto = cfg.extra.get("auto_receipts", True) is not False
     if env.get("IPLEDGER_AUTO_RECEIPTS", "").strip().lower() in _OFF:
         auto = False
+    workers = min(os.cpu_count() or 1, 8) if main_program else 1
+    if env.get("IPLEDGER_RECEIPT_WORKERS"):
+        try:
+            workers = max(1, int(env["IPLEDGER_RECEIPT_WORKERS"]))
+        except ValueError:
+            workers = 1
     return Site(db=normalise_db_url(db or cfg.db), spool=cfg.spool, cluster=cfg.cluster,
                 sku_table=site_table(cfg.extra, str(Path(cfg.path).parent) if cfg.path else None),
-                receipts_dir=cfg.receipts_dir, auto_receipts=auto, parallel_receipts=parallel_receipts)
+                receipts_dir=cfg.receipts_dir, auto_receipts=auto, receipt_workers=workers)

@@ -143,7 +143,6 @@ def test_worker_processes_give_the_same_receipt(sqlite_url, monkeypatch):
     _noisy_run(eng)
     here = receipt_for(eng, "8001")  # library default: in-process
     monkeypatch.setattr(gmod, "PARALLEL_MIN_DEVICES", 2)
-    monkeypatch.setenv("IPLEDGER_RECEIPT_WORKERS", "2")
     results = []
     original = gmod.LazySamples.attribute_all
 
@@ -153,7 +152,7 @@ def test_worker_processes_give_the_same_receipt(sqlite_url, monkeypatch):
         return out
 
     monkeypatch.setattr(gmod.LazySamples, "attribute_all", spy)
-    there = receipt_for(eng, "8001")
+    there = receipt_for(eng, "8001", workers=2)
     eng.dispose()
     assert results and results[0] is not None and len(results[0]) == 4  # the worker path did the devices
     assert there.canonical() == here.canonical()

@@ -106,3 +106,13 @@ def test_automatic_receipts_off_by_config_or_environment(tmp_path):
     assert site_from_config(plain, environ={}).auto_receipts
     assert not site_from_config(plain, environ={"IPLEDGER_AUTO_RECEIPTS": "0"}).auto_receipts
     assert Site(db="sqlite://", spool=str(tmp_path)).sku_table == builtin_table()
+
+
+def test_receipt_workers_are_the_sites_policy(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("", encoding="utf-8")
+    plain = load(str(cfg), {})
+    assert site_from_config(plain, environ={}).receipt_workers == 1, "a library caller stays in-process"
+    assert site_from_config(plain, environ={"IPLEDGER_RECEIPT_WORKERS": "3"}).receipt_workers == 3
+    assert site_from_config(plain, environ={"IPLEDGER_RECEIPT_WORKERS": "1"}, main_program=True).receipt_workers == 1
+    assert 1 <= site_from_config(plain, environ={}, main_program=True).receipt_workers <= 8

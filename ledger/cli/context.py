@@ -47,7 +47,7 @@ class AppContext:
         if self._site is None:
             try:
                 # the CLI is a main program, so big receipts may start worker processes
-                self._site = site_from_config(self.config, db=self.db_option, parallel_receipts=True)
+                self._site = site_from_config(self.config, db=self.db_option, main_program=True)
             except SkuError as exc:
                 raise UserError(str(exc)) from None
         return self._site

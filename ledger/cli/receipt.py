@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 
 from ..receipts import ReceiptError, issue_receipt, receipt_for, render_pdf, render_text, verify_receipt
-from ..receipts.gather import enable_parallel
 from .context import AppContext, UserError, emit_json, pass_app
 
 
@@ -46,11 +45,12 @@ def receipt_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | No
     if (verify or issue) and as_of is not None:
         raise UserError("--as-of cannot be combined with --issue or --verify (they work at the ledger head)")
     engine = app.engine()
-    skus = app.site.sku_table
-    enable_parallel(app.site.parallel_receipts)  # big runs read and attribute their devices in worker processes
+    # big runs read and attribute their devices in the site's worker processes
+    skus, workers = app.site.sku_table, app.site.receipt_workers
     try:
         if verify:
-            ok, issued, recomputed = verify_receipt(engine, job_id, run, cluster=cluster, sku_table=skus)
+            ok, issued, recomputed = verify_receipt(engine, job_id, run, cluster=cluster, sku_table=skus,
+                                                    workers=workers)
             rec = issued.entry.data
             if fmt == "json":
                 emit_json({"ok": ok, "issued_hash": rec.get("receipt_hash"), "recomputed_hash": recomputed.hash,
@@ -63,13 +63,14 @@ def receipt_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | No
             return
         status_lines: list[str] = []
         if issue:
-            res = issue_receipt(engine, job_id, run, cluster=cluster, contract_id=contract_id, sku_table=skus)
+            res = issue_receipt(engine, job_id, run, cluster=cluster, contract_id=contract_id, sku_table=skus,
+                                workers=workers)
             r = res.receipt
             status_lines.append(f"{res.status}: {r.hash}")
             status_lines += [f"  changed {c}" for c in res.changes]
         else:
             r = receipt_for(engine, job_id, run, cluster=cluster, as_of=as_of, contract_id=contract_id,
-                            sku_table=skus)
+                            sku_table=skus, workers=workers)
     except ReceiptError as exc:
         raise UserError(str(exc)) from None
     if fmt == "pdf":

@@ -42,10 +42,11 @@ __all__ = ["RECEIPT_VERSION", "Receipt", "ReceiptError", "RunInputs", "RunKey", 
 
 
 def receipt_for(engine: Engine, job_id: str, run: int | None = None, *, cluster: str | None = None,
-                as_of: int | None = None, contract_id: str | None = None, sku_table=None) -> Receipt:  # noqa: ANN001
+                as_of: int | None = None, contract_id: str | None = None, sku_table=None,  # noqa: ANN001
+                workers: int = 1) -> Receipt:
     """The receipt of one run as the ledger stands at ``as_of`` (default: now)."""
     return compute_receipt(gather(engine, str(job_id), run, cluster=cluster, as_of=as_of,
-                                  contract_id=contract_id), sku_table)
+                                  contract_id=contract_id, workers=workers), sku_table)
 
 
 def runs_of(entries: Iterable[ChainedEntry], job_id: str) -> dict[tuple[str | None, int], list[ChainedEntry]]:

@@ -69,15 +69,17 @@ def _overlapping(conn: Connection, kind: str, start: str, end: str, as_of: int |
 
 
 def gather(engine_or_conn: Engine | Connection, job_id: str, run: int | None = None, *, cluster: str | None = None,
-           as_of: int | None = None, contract_id: str | None = None) -> RunInputs:
+           as_of: int | None = None, contract_id: str | None = None, workers: int = 1) -> RunInputs:
+    """The run's inputs. ``workers`` > 1 lets a big run (an engine, not a connection) read and attribute its
+    devices in that many processes (spawned: a script needs the ``if __name__ == "__main__"`` guard)."""
     if isinstance(engine_or_conn, Engine):
         with engine_or_conn.connect() as conn:
-            return _gather(conn, engine_or_conn, job_id, run, cluster, as_of, contract_id)
-    return _gather(engine_or_conn, None, job_id, run, cluster, as_of, contract_id)
+            return _gather(conn, engine_or_conn, job_id, run, cluster, as_of, contract_id, workers)
+    return _gather(engine_or_conn, None, job_id, run, cluster, as_of, contract_id, workers)
 
 
 def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | None, cluster: str | None,
-            as_of: int | None, contract_id: str | None) -> RunInputs:
+            as_of: int | None, contract_id: str | None, workers: int = 1) -> RunInputs:
     runs = runs_of_job(conn, str(job_id), as_of)
     key = pick_run(runs, str(job_id), run, cluster)
     entries = runs[key]
@@ -116,7 +118,7 @@ def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | Non
             if d in by_device:
                 by_device[d].append(seg.entry.entry_id)
     if engine is not None:
-        samples: Mapping[str, SampleArrays] = LazySamples(engine, by_device, w0, w1)
+        samples: Mapping[str, SampleArrays] = LazySamples(engine, by_device, w0, w1, workers=workers)
     else:
         samples = load_sample_arrays(conn, [s.entry.entry_id for s in segments], sorted(uuids), w0, w1)
     used = {s for s in segments}
@@ -166,8 +168,9 @@ class LazySamples(Mapping):
     receipt's memory is bounded by one batch, not by the whole run."""
 
     def __init__(self, engine: Engine, segments_by_device: Mapping[str, Sequence[str]], start: float, end: float,
-                 batch: int = DEVICE_BATCH) -> None:
+                 batch: int = DEVICE_BATCH, workers: int = 1) -> None:
         self._engine = engine
+        self._workers = workers
         self._segs = {d: list(s) for d, s in segments_by_device.items() if s}
         self._order = list(self._segs)
         self._pos = {d: i for i, d in enumerate(self._order)}
@@ -194,9 +197,9 @@ class LazySamples(Mapping):
 
     def attribute_all(self, tasks: Sequence[tuple]) -> dict[str, DeviceAccount | None] | None:
         """Read and attribute many devices in worker processes and this one; None when not worth it (small
-        runs, one core, ``IPLEDGER_RECEIPT_WORKERS=1``). Each device's result is computed by the same pure function
+        runs, one worker). Each device's result is computed by the same pure function
         from the same rows as the in-process path, so the receipt is byte-identical either way."""
-        workers = _workers()
+        workers = self._workers
         mine = [t for t in tasks if t[0] in self._segs]
         if workers < 2 or len(mine) < PARALLEL_MIN_DEVICES:
             return None
@@ -237,27 +240,6 @@ class LazySamples(Mapping):
 
     def __len__(self) -> int:
         return len(self._order)
-
-
-_PARALLEL = {"enabled": False}
-
-
-def enable_parallel(on: bool = True) -> None:
-    """Let big receipts use worker processes (the CLI turns this on). Off by default for library callers:
-    spawned workers re-import the caller's main module, which a script without a main guard cannot take."""
-    _PARALLEL["enabled"] = on
-
-
-def _workers() -> int:
-    import os
-
-    env = os.environ.get("IPLEDGER_RECEIPT_WORKERS")
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            return 1
-    return min(os.cpu_count() or 1, 8) if _PARALLEL["enabled"] else 1
 
 
 def _attribute_batch(job: tuple) -> dict[str, DeviceAccount | None]:

@@ -41,11 +41,11 @@ def issued_entries(engine_or_conn, key: RunKey) -> list[ChainedEntry]:  # noqa: 
             if c.entry.cluster == key.cluster and (c.entry.run or 0) == key.run]
 
 
-def replay(engine: Engine, issued: ChainedEntry, sku_table: Mapping | None = None) -> Receipt:
+def replay(engine: Engine, issued: ChainedEntry, sku_table: Mapping | None = None, workers: int = 1) -> Receipt:
     """Recompute the receipt an issued entry names: same run, same through_seq, same contract."""
     d = issued.entry.data
     return compute_receipt(gather(engine, issued.entry.job_id, issued.entry.run or 0, cluster=issued.entry.cluster,
-                                  as_of=d["through_seq"], contract_id=d["contract"]["id"]), sku_table)
+                                  as_of=d["through_seq"], contract_id=d["contract"]["id"], workers=workers), sku_table)
 
 
 def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -97,9 +97,10 @@ def receipt_issued_entry(r: Receipt, previous: ChainedEntry | None, changes: lis
 
 
 def issue_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluster: str | None = None,
-                  contract_id: str | None = None, sku_table: Mapping | None = None) -> IssueResult:
+                  contract_id: str | None = None, sku_table: Mapping | None = None, workers: int = 1) -> IssueResult:
     """Compute the run's receipt at the ledger head and record it, unless the last issued one is identical."""
-    receipt = compute_receipt(gather(engine, job_id, run, cluster=cluster, contract_id=contract_id), sku_table)
+    receipt = compute_receipt(gather(engine, job_id, run, cluster=cluster, contract_id=contract_id, workers=workers),
+                              sku_table)
     job = receipt.body["job"]
     key = RunKey(job["cluster"], job["job_id"], job["run"])
     prior = issued_entries(engine, key)
@@ -109,7 +110,7 @@ def issue_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluste
     changes: list[str] = []
     if previous is not None:
         try:
-            changes = describe_changes(replay(engine, previous, sku_table).body, receipt.body)
+            changes = describe_changes(replay(engine, previous, sku_table, workers).body, receipt.body)
         except ReceiptError as exc:  # pragma: no cover - the previous inputs are still in the ledger
             changes = [f"previous receipt could not be replayed: {exc}"]
     entry = receipt_issued_entry(receipt, previous, changes)
@@ -125,7 +126,7 @@ def issue_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluste
 
 
 def verify_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluster: str | None = None,
-                   sku_table: Mapping | None = None) -> tuple[bool, ChainedEntry, Receipt]:
+                   sku_table: Mapping | None = None, workers: int = 1) -> tuple[bool, ChainedEntry, Receipt]:
     """Replay the latest issued receipt of the run; True when the recomputed hash equals the recorded one."""
     from .gather import pick_run, runs_of_job
 
@@ -134,7 +135,7 @@ def verify_receipt(engine: Engine, job_id: str, run: int | None = None, *, clust
     prior = issued_entries(engine, key)
     if not prior:
         raise ReceiptError(f"job {job_id} run {key.run}: no receipt has been issued (use --issue first)")
-    r = replay(engine, prior[-1], sku_table)
+    r = replay(engine, prior[-1], sku_table, workers)
     return r.hash == prior[-1].entry.data.get("receipt_hash"), prior[-1], r
 
 
