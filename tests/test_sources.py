@@ -174,48 +174,6 @@ def test_list_json():
     assert g[0].uuid.startswith("00ff74a1") and g[1].uuid is None and g[1].missing == {"uuid": "not_available"}
 
 
-def _usage_double(text_block: dcgm.GpuJobStats):
-    """A stand-in c_dcgmGpuUsageInfo_t (dcgm_structs field names) holding the uberprof sample's values."""
-    from types import SimpleNamespace as NS
-
-    def s(avg, mx, mn):
-        return NS(average=avg, maxValue=mx, minValue=mn)
-
-    blank64_na, unsupported64 = dcgm.INT64_BLANK, dcgm.INT64_BLANK + 2
-    start_us = int(text_block.start * 1e6) + 200_000
-    return NS(gpuId=0, energyConsumed=0, powerUsage=s(37.8985, 45.874, 22.999),
-              pcieRxBandwidth=s(blank64_na, blank64_na, blank64_na),
-              pcieTxBandwidth=s(blank64_na, blank64_na, blank64_na), pcieReplays=0,
-              startTime=start_us, endTime=start_us + 47_570_000, smUtilization=s(0, 0, 0),
-              memoryUtilization=s(0, 0, 0), eccSingleBit=0, eccDoubleBit=0, memoryClock=s(877, 877, 877),
-              smClock=s(1312, 1312, 1312), numXidCriticalErrors=0, numComputePids=1,
-              computePids=[NS(pid=10140, smUtil=6.0, memUtil=1.0)] + [NS(pid=0, smUtil=0.0, memUtil=0.0)] * 15,
-              maxGpuMemoryUsed=2628780032, powerViolationTime=0, thermalViolationTime=0,
-              reliabilityViolationTime=unsupported64, boardLimitViolationTime=unsupported64,
-              lowUtilizationTime=unsupported64, syncBoostTime=0)
-
-
-def test_pydcgm_structs_give_the_same_record_as_the_cli():
-    (text,) = dcgm.parse_stats(read("dcgmi_stats", "dcgmi_stats_x_then_v_j_1gpu_uberprof.txt")).blocks
-    from types import SimpleNamespace as NS
-
-    info = NS(numGpus=1, gpus=[_usage_double(text)])
-    (b,) = dcgm.job_info_to_report("232", info).blocks
-    assert b.gpu_id == 0 and b.processes == text.processes
-    skip = {"health"}
-    assert {k: v for k, v in text.values.items() if k not in skip} == b.values
-    assert b.missing == {k: ("not_specified" if v == "not_available" else v) for k, v in text.missing.items()}
-    assert b.end - b.start == pytest.approx(47.57)
-
-
-@pytest.mark.parametrize("offset,cause", [(0, "not_specified"), (1, "not_found"), (2, "not_supported"),
-                                          (3, "insufficient_permission")])
-def test_blank_sentinels(offset, cause):
-    assert dcgm.blank_cause(dcgm.INT32_BLANK + offset, dcgm.INT32_BLANK) == cause
-    assert dcgm.blank_cause(dcgm.FP64_BLANK + offset, dcgm.FP64_BLANK) == cause
-    assert dcgm.blank_cause(12345, dcgm.INT64_BLANK) is None
-
-
 def test_nvml_inventory_maps_nvml_answers_and_errors(monkeypatch):
     """nvml_inventory through a pynvml double (same function names and error class as nvidia-ml-py)."""
     import sys

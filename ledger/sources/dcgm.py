@@ -6,8 +6,7 @@ The hooks use DCGM's job statistics (``dcgmi group -c`` + ``dcgmi stats -e/-s`` 
 ``Insf. Permission``). The parser never turns a sentinel or a cut value into a number: it records the field as
 missing with its cause. Times are ``ctime()`` in the host engine's local time.
 
-The hooks use the CLI, which needs nothing but the standard library. :func:`job_info_to_report` turns the
-job statistics of DCGM's own Python bindings (``c_dcgmJobInfo_v3``) into the same :class:`JobStatsReport`.
+The hooks use the CLI, which needs nothing but the standard library.
 """
 
 from __future__ import annotations
@@ -514,83 +513,3 @@ class DcgmiCli:
 
     def delete_group(self, group_id: int) -> None:
         self.call("group", "-d", str(group_id))
-
-
-# DCGM's blank sentinels (dcgm_structs/dcgmvalue): BLANK, then NOT_FOUND, NOT_SUPPORTED, NOT_PERMISSIONED above it.
-INT32_BLANK = 0x7FFFFFF0
-INT64_BLANK = 0x7FFFFFFFFFFFFFF0
-FP64_BLANK = 140737488355328.0
-_BLANK_CAUSES = ("not_specified", "not_found", "not_supported", "insufficient_permission")
-
-
-def blank_cause(value: float, blank: float) -> str | None:
-    """None for a real value; the sentinel's meaning for DCGM's blank values."""
-    if value < blank:
-        return None
-    off = int(value - blank)
-    return _BLANK_CAUSES[off] if 0 <= off < len(_BLANK_CAUSES) else "not_specified"
-
-
-def usage_to_stats(u, gpu_id: int | None) -> GpuJobStats:
-    """A ``c_dcgmGpuUsageInfo_t`` (pydcgm's job stats per GPU, or the summary) -> the same record the CLI gives."""
-    values: dict[str, object] = {}
-    missing: dict[str, str] = {}
-
-    def scalar(name: str, v, blank: float, scale: float = 1.0, kind=int) -> None:
-        cause = blank_cause(v, blank)
-        if cause:
-            missing[name] = cause
-        else:
-            values[name] = kind(v / scale) if kind is int else v / scale
-
-    def summary(name: str, s, blank: float, scale: float = 1.0) -> None:
-        for k, attr in (("avg", "average"), ("max", "maxValue"), ("min", "minValue")):
-            v = getattr(s, attr)
-            cause = blank_cause(v, blank)
-            if cause:
-                missing[f"{name}_{k}"] = cause
-            else:
-                values[f"{name}_{k}"] = float(v) / scale
-
-    start = None if blank_cause(u.startTime, INT64_BLANK) or not u.startTime else u.startTime / 1e6
-    end = None if blank_cause(u.endTime, INT64_BLANK) or not u.endTime else u.endTime / 1e6
-    if start is None:
-        missing["start_time"] = "not_started"
-    if end is None:
-        missing["end_time"] = "still_running"
-    scalar("energy_j", u.energyConsumed, INT64_BLANK, 1000.0)  # mJ, dcgmi prints mJ // 1000
-    summary("power_w", u.powerUsage, FP64_BLANK)
-    summary("pcie_rx_mb", u.pcieRxBandwidth, INT64_BLANK, 1e6)
-    summary("pcie_tx_mb", u.pcieTxBandwidth, INT64_BLANK, 1e6)
-    summary("sm_util_pct", u.smUtilization, INT32_BLANK)
-    summary("memory_util_pct", u.memoryUtilization, INT32_BLANK)
-    summary("sm_clock_mhz", u.smClock, INT32_BLANK)
-    summary("memory_clock_mhz", u.memoryClock, INT32_BLANK)
-    scalar("max_memory_bytes", u.maxGpuMemoryUsed, INT64_BLANK)
-    scalar("ecc_sbe", u.eccSingleBit, INT32_BLANK)
-    scalar("ecc_dbe", u.eccDoubleBit, INT32_BLANK)
-    scalar("pcie_replays", u.pcieReplays, INT64_BLANK)
-    scalar("xid_errors", u.numXidCriticalErrors, INT32_BLANK)
-    total_us = (u.endTime - u.startTime) if start is not None and end is not None else 0
-    for name, attr in (("power", "powerViolationTime"), ("thermal", "thermalViolationTime"),
-                       ("reliability", "reliabilityViolationTime"), ("board_limit", "boardLimitViolationTime"),
-                       ("low_util", "lowUtilizationTime"), ("sync_boost", "syncBoostTime")):
-        v = getattr(u, attr)
-        cause = blank_cause(v, INT64_BLANK)
-        if cause or total_us <= 0:
-            missing[f"slowdown_{name}_pct"] = cause or "no_duration"
-        else:
-            values[f"slowdown_{name}_pct"] = (v * 10000 // total_us) / 100  # as dcgmi computes it
-    if start is not None and end is not None:
-        values["execution_time_s"] = round((u.endTime - u.startTime) / 1e6, 2)
-    procs = tuple({"pid": p.pid, "sm_util_pct": None if blank_cause(p.smUtil, INT32_BLANK) else float(p.smUtil),
-                   "memory_util_pct": None if blank_cause(p.memUtil, INT32_BLANK) else float(p.memUtil)}
-                  for p in list(u.computePids)[: max(0, int(u.numComputePids))])
-    values["processes"] = len(procs)
-    return GpuJobStats(gpu_id=gpu_id, start=start, end=end, values=values, missing=missing, processes=procs)
-
-
-def job_info_to_report(job_key: str, info) -> JobStatsReport:
-    """A ``c_dcgmJobInfo_v3`` -> :class:`JobStatsReport` (one block per GPU, like ``dcgmi stats -v -j``)."""
-    blocks = [usage_to_stats(g, int(g.gpuId)) for g in list(info.gpus)[: int(info.numGpus)]]
-    return JobStatsReport(job_id=job_key, blocks=tuple(blocks), verbose=True)
