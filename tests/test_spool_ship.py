@@ -62,15 +62,20 @@ def test_fresh_tmp_file_is_left_for_its_writer(engine, tmp_path):
     assert rep.files == 0 and (sp / "entries-writing.jsonl.tmp").exists()
 
 
-def test_bad_record_keeps_file_in_spool_and_reports_it(engine, tmp_path):
+def test_bad_record_is_refused_and_recorded_and_the_rest_ships(engine, tmp_path):
     sp = tmp_path / "spool"
     bad = sp / "entries-bad.jsonl"
     sp.mkdir()
-    bad.write_text(json.dumps({"kind": "no_such_kind", "ts": "2026-01-01T00:00:00Z"}) + "\n")
+    good = _records(1)[0]
+    bad.write_text(json.dumps({"kind": "no_such_kind", "ts": "2026-01-01T00:00:00Z"}) + "\n" + json.dumps(good) + "\n")
     spool.write(sp, _records(2))
     rep = ship(engine, sp)
-    assert rep.appended == 2
-    assert bad.exists() and "no_such_kind" in rep.errors[0]
+    assert not bad.exists() and "no_such_kind" in rep.refused[0] and not rep.errors
+    kinds = [c.kind for c in store.iter_entries(engine)]
+    assert kinds.count(Kind.PROGRESS) == 2 and kinds.count(Kind.EVIDENCE_REFUSED) == 1
+    note = json.loads((sp / "quarantine" / "entries-bad.jsonl.refused").read_text())
+    assert note["line"] == 1 and "no_such_kind" in note["reason"] and "no_such_kind" in note["text"]
+    assert verify(engine).ok
 
 
 def test_parse_distinguishes_inner_garbage_from_torn_tail(tmp_path):

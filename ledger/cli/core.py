@@ -10,6 +10,7 @@ from .. import db as db_mod
 from .. import store
 from ..ship import ship as ship_spool
 from ..verify import verify as verify_ledger
+from ..textsafe import printable
 from .context import AppContext, UserError, emit_json, pass_app
 
 
@@ -46,7 +47,9 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
     """Move spooled entries into the ledger (idempotent; safe to run twice or concurrently).
 
     Files are moved to SPOOL/shipped/ only after their entries are committed. Runs whose end was shipped
-    get their receipt issued right after (automatic receipts), unless --no-receipts.
+    get their receipt issued right after (automatic receipts), unless --no-receipts. A line that fails its
+    checks (or an operator-only kind) is refused, noted in SPOOL/quarantine/ and recorded as evidence_refused;
+    the rest ships (docs/security.md).
 
     \b
     Example:
@@ -60,7 +63,12 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
         if show:
             click.echo(f"\rshipping spool files {done}/{total}", err=True, nl=done == total)
 
-    report = ship_spool(engine, directory, progress=progress, run_after=not no_receipts)
+    from ..spool import UnsafeSpool
+
+    try:
+        report = ship_spool(engine, directory, progress=progress, run_after=not no_receipts)
+    except UnsafeSpool as exc:
+        raise UserError(str(exc)) from None
     if as_json:
         emit_json(report.to_json())
     else:
@@ -68,6 +76,10 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
                    f"{report.duplicates} already in the ledger")
         for t in report.torn:
             click.echo(f"warning: {t}: torn last line set aside in {directory}/torn/", err=True)
+        for r in report.refused:
+            click.echo(f"warning: refused {printable(r)} (noted in {directory}/quarantine/)", err=True)
+        for q in report.quarantined:
+            click.echo(f"warning: quarantined unread: {printable(q)}", err=True)
     for err in report.errors:
         click.echo(f"ipledger: {err}", err=True)
     if report.errors:

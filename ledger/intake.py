@@ -1,0 +1,266 @@
+"""Spool records as untrusted input: every field checked before it is chained, or the record refused with a reason.
+
+The spool is written by the Slurm hooks (root), the node collector (its own user) and whatever else can write
+to that directory; the shipper (often root) must not take any of it on trust (docs/security.md). A record
+becomes an :class:`~ledger.entries.Entry` only if
+
+* its kind is an *observation* (:data:`SPOOL_KINDS`): adjustments, contract versions, resolutions, issued
+  receipts and finding verdicts come only through the CLI's own write path, never from a spool;
+* its ``source`` is not one the CLI reserves for itself (``ipledger.*``, ``agent.*``, ``operator``, ``cli``);
+* every key field has its type (text or null; ``run`` a small non-negative integer; ``job_id`` text or a
+  non-negative integer), every text is valid Unicode that encodes as UTF-8 and is bounded in length;
+* every time parses, is timezone-aware and lies in a sane range (:data:`EARLIEST`..:data:`LATEST`), and an
+  interval does not end before it starts;
+* the payload is a JSON object, bounded in size and depth, every number finite, and the fields receipts read
+  have their types (:data:`_PAYLOAD_TYPES`);
+* a segment's embedded sample rows have the samples table's shape and types, and hash to the digest its
+  payload records (so a bad segment cannot make ``verify`` fail on an honest ledger later).
+
+:func:`check_record` is pure: a record in, an Entry (and its checked sample rows) out, or :class:`Refused`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Mapping
+
+from .canonical import format_ts, ts_to_epoch
+from .entries import ALL_KINDS, Entry, entry_from_record
+from .kinds import Kind
+
+# What a spool may hold: observations. Everything else in the vocabulary is an operator's (or the ledger's own)
+# decision, recorded by the CLI straight into the ledger.
+SPOOL_KINDS = frozenset({
+    Kind.ALLOCATION_STARTED, Kind.ALLOCATION_ENDED, Kind.ALLOCATION_SUSPENDED, Kind.ALLOCATION_RESUMED,
+    Kind.ALLOCATION_REQUEUED, Kind.DEVICE_BOUND, Kind.TELEMETRY_SUMMARY, Kind.TELEMETRY_SEGMENT,
+    Kind.UNKNOWN_INTERVAL, Kind.PROGRESS, Kind.HOOK_ERROR,
+})
+RESERVED_SOURCE_PREFIXES = ("ipledger.", "agent.")   # and "operator", "cli": the CLI's own sources
+
+EARLIEST = 946_684_800.0      # 2000-01-01T00:00:00Z: no GPU job this ledger accounts ran before it
+LATEST = 4_102_444_800.0      # 2100-01-01T00:00:00Z: a bound that needs no clock (the pure checks)
+MAX_AHEAD_S = 86_400.0        # how far past the shipper's clock a time may lie (node clock skew)
+MAX_TEXT = 1024               # characters in a key field (job ids, node names, device UUIDs)
+MAX_PAYLOAD = 1 << 20         # bytes of canonical payload JSON
+MAX_DEPTH = 16
+MAX_INT = 1 << 63
+MAX_RUN = 1 << 31
+_TEXT_FIELDS = ("cluster", "node", "device", "source", "source_version")
+_TIME_FIELDS = ("ts", "ts_end", "recorded_at")
+
+# Payload fields receipts and views read, and the types they take (None is always allowed).
+_PAYLOAD_TYPES: dict[str, dict[str, tuple]] = {
+    Kind.ALLOCATION_STARTED: {"account": (str,), "partition": (str,), "qos": (str,), "user": (str,)},
+    Kind.DEVICE_BOUND: {"uuid": (str,), "node": (str,), "index": (int,), "sku": (str,), "vendor": (str,)},
+    Kind.UNKNOWN_INTERVAL: {"cause": (str,), "scope": (str,)},
+    Kind.TELEMETRY_SEGMENT: {"devices": (list,), "rows": (int,), "samples_sha256": (str,)},
+}
+
+
+class Refused(ValueError):
+    """A record the shipper will not chain; the message is the one-line reason (field named)."""
+
+
+def _text(name: str, v: Any) -> None:
+    if v is None:
+        return
+    if type(v) is not str:
+        raise Refused(f"{name}: expected text or null, got {type(v).__name__}")
+    if len(v) > MAX_TEXT:
+        raise Refused(f"{name}: longer than {MAX_TEXT} characters")
+    _utf8(name, v)
+
+
+def _utf8(name: str, v: str) -> None:
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate from a \udXXX escape: not text any database stores as such
+        raise Refused(f"{name}: not valid Unicode (lone surrogate)") from None
+
+
+def _time(name: str, v: Any, latest: float = LATEST) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+        raise Refused(f"{name}: expected an RFC 3339 time, got {type(v).__name__}")
+    try:
+        t = ts_to_epoch(v) if isinstance(v, str) else float(v)
+        if isinstance(v, str):
+            format_ts(v)
+    except (ValueError, OverflowError, OSError, TypeError) as exc:
+        raise Refused(f"{name}: not a time ({str(exc)[:80]})") from None
+    if not math.isfinite(t) or not EARLIEST <= t < latest:
+        raise Refused(f"{name}: {str(v)[:40]} is before 2000 or more than a day ahead of the shipper's clock")
+    return t
+
+
+def _json_value(name: str, v: Any, depth: int = 0) -> None:
+    """Finite numbers, valid text, bounded depth, throughout a payload."""
+    if depth > MAX_DEPTH:
+        raise Refused(f"{name}: nested deeper than {MAX_DEPTH}")
+    t = type(v)
+    if t is float:
+        if not math.isfinite(v):
+            raise Refused(f"{name}: {v} is not a finite number")
+    elif t is int:
+        if not -MAX_INT <= v < MAX_INT:
+            raise Refused(f"{name}: integer out of range")
+    elif t is str:
+        _utf8(name, v)
+    elif t is dict:
+        for k, x in v.items():
+            _utf8(f"{name} key", k)
+            _json_value(f"{name}.{k}"[:120], x, depth + 1)
+    elif t is list:
+        for i, x in enumerate(v):
+            _json_value(f"{name}[{i}]", x, depth + 1)
+    elif v is not None and t is not bool:
+        raise Refused(f"{name}: {t.__name__} is not a JSON value")
+
+
+def _refuse_constant(c: str) -> None:
+    raise Refused(f"payload: {c} is not a finite number")
+
+
+def _payload(kind: str, raw: Any) -> dict:
+    if isinstance(raw, str):
+        if len(raw) > MAX_PAYLOAD:
+            raise Refused(f"payload: larger than {MAX_PAYLOAD} bytes")
+        try:
+            raw = json.loads(raw, parse_constant=_refuse_constant)
+        except (ValueError, RecursionError) as exc:
+            if isinstance(exc, Refused):
+                raise
+            raise Refused(f"payload: not JSON ({str(exc)[:80]})") from None
+    if raw is None:
+        raw = {}
+    if type(raw) is not dict:
+        raise Refused(f"payload: expected an object, got {type(raw).__name__}")
+    _json_value("payload", raw)
+    for key, types in _PAYLOAD_TYPES.get(kind, {}).items():
+        v = raw.get(key)
+        if v is not None and (type(v) not in types):
+            raise Refused(f"payload.{key}: expected {types[0].__name__}, got {type(v).__name__}")
+    if kind == Kind.DEVICE_BOUND and raw.get("index") is not None and not 0 <= raw["index"] < MAX_RUN:
+        raise Refused("payload.index: out of range")
+    return raw
+
+
+def check_record(rec: Any, now: float | None = None) -> tuple[Entry, list | None]:
+    """The entry a spool record stands for, and its checked sample rows (segments only); :class:`Refused`
+    when any field fails (the reason names it). ``now``: the shipper's clock (times more than
+    :data:`MAX_AHEAD_S` past it are refused); None checks against :data:`LATEST` only."""
+    latest = LATEST if now is None else min(LATEST, now + MAX_AHEAD_S)
+    if type(rec) is not dict:
+        raise Refused(f"record: expected an object, got {type(rec).__name__}")
+    kind = rec.get("kind")
+    if type(kind) is not str:
+        raise Refused("kind: missing or not text")
+    if kind not in SPOOL_KINDS:
+        if kind in ALL_KINDS:
+            raise Refused(f"kind: {kind!r} is not an observation; it is recorded only through the ipledger CLI")
+        raise Refused(f"kind: {kind[:40]!r} is not an entry kind")
+    for name in _TEXT_FIELDS:
+        _text(name, rec.get(name))
+    source = rec.get("source") or ""
+    if source in ("operator", "cli") or source.startswith(RESERVED_SOURCE_PREFIXES):
+        raise Refused(f"source: {source[:40]!r} is reserved for the ipledger CLI")
+    job_id = rec.get("job_id")
+    if type(job_id) is int:
+        if not 0 <= job_id < MAX_INT:
+            raise Refused("job_id: integer out of range")
+    else:
+        _text("job_id", job_id)
+    run = rec.get("run")
+    if run is not None and (type(run) is not int or not 0 <= run < MAX_RUN):
+        raise Refused(f"run: expected a non-negative integer below 2^31, got {str(run)[:40]}")
+    if "ts" not in rec:
+        raise Refused("ts: missing")
+    times = {name: _time(name, rec.get(name), latest) for name in _TIME_FIELDS}
+    if times["ts"] is None:
+        raise Refused("ts: missing")
+    if times["ts_end"] is not None and times["ts_end"] < times["ts"]:
+        raise Refused("ts_end: before ts")
+    payload = _payload(kind, rec.get("payload"))
+    try:
+        entry = entry_from_record({**rec, "payload": payload})
+    except (KeyError, ValueError, TypeError) as exc:  # what the checks above missed is still a refusal
+        raise Refused(f"record: {str(exc)[:120]}") from None
+    if len(entry.payload) > MAX_PAYLOAD:
+        raise Refused(f"payload: larger than {MAX_PAYLOAD} bytes")
+    rows = rec.get("samples")
+    if kind == Kind.TELEMETRY_SEGMENT or rows is not None:
+        rows = _segment_rows(kind, payload, rows, latest)
+    return entry, rows
+
+
+def _segment_rows(kind: str, payload: Mapping, rows: Any, latest: float) -> list | None:
+    """Embedded rows checked cell by cell and against the digest the segment entry seals."""
+    from .telemetry.model import SAMPLE_COLUMNS
+    from .telemetry.store import samples_digest
+
+    if rows is None:
+        return None   # a segment whose samples were stored by other means (an importer's file)
+    if kind != Kind.TELEMETRY_SEGMENT:
+        raise Refused(f"samples: only a telemetry_segment carries sample rows, not {kind}")
+    if type(rows) is not list:
+        raise Refused("samples: expected rows of the samples table")
+    width = len(SAMPLE_COLUMNS)
+    for i, r in enumerate(rows):
+        if type(r) is not list or len(r) != width:
+            raise Refused(f"samples[{i}]: expected a row of {width} values")
+        if type(r[0]) is not str:
+            raise Refused(f"samples[{i}].device: expected text")
+        _utf8(f"samples[{i}].device", r[0])
+        for name, v in zip(SAMPLE_COLUMNS[1:], r[1:]):
+            if v is None and name not in ("t", "dt"):
+                continue
+            if type(v) not in (int, float) or not math.isfinite(v) or abs(v) >= MAX_INT:
+                raise Refused(f"samples[{i}].{name}: expected a finite number, got {str(v)[:40]}")
+            if name == "clock_reasons" and (type(v) is not int or v < 0):
+                raise Refused(f"samples[{i}].clock_reasons: expected a non-negative integer")
+        if not EARLIEST <= r[1] < latest:
+            raise Refused(f"samples[{i}].t: before 2000 or more than a day ahead of the shipper's clock")
+        if not 0 <= r[2] < 86_400 * 366:
+            raise Refused(f"samples[{i}].dt: out of range")
+    if rows and samples_digest(rows) != payload.get("samples_sha256"):
+        raise Refused("samples: rows do not hash to the segment's samples_sha256")
+    if payload.get("rows") is not None and payload.get("rows") != len(rows):
+        raise Refused("samples: row count differs from the segment's rows")
+    return rows
+
+
+def sound_time(v: Any, now: float | None = None) -> str | None:
+    """``v`` as a canonical time if it passes the checks, else None (for keying a refusal, never raises)."""
+    try:
+        return None if _time("t", v, LATEST if now is None else min(LATEST, now + MAX_AHEAD_S)) is None \
+            else format_ts(v)
+    except Refused:
+        return None
+
+
+def sound_key(rec: Mapping) -> dict:
+    """The key fields of a refused record that pass their own checks (cluster, job_id, run, node, device),
+    so its refusal can be shown on the run it names; unsound ones are left out."""
+    out: dict = {}
+    for name in ("cluster", "node", "device"):
+        try:
+            _text(name, rec.get(name))
+            out[name] = rec.get(name)
+        except Refused:
+            pass
+    job_id = rec.get("job_id")
+    if (type(job_id) is int and 0 <= job_id < MAX_INT) or (type(job_id) is str and _ok_text(job_id)):
+        out["job_id"] = str(job_id)
+        run = rec.get("run")
+        out["run"] = run if type(run) is int and 0 <= run < MAX_RUN else 0
+    return out
+
+
+def _ok_text(v: str) -> bool:
+    try:
+        _text("t", v)
+        return True
+    except Refused:
+        return False
