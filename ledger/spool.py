@@ -14,7 +14,7 @@ import stat
 import time
 
 from .frozen import Frozen
-from .fsmodes import SPOOL_DIR, SPOOL_FILE, create_file, make_dirs
+from .fsmodes import SPOOL_DIR, SPOOL_FILE, UnsafePath, create_file, make_dirs, open_subdir, write_beside
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (strings here): typing stays off the hook's import path
@@ -140,8 +140,7 @@ def check_spool_dir(spool_dir: str | os.PathLike) -> None:
                           f"(mode {st.st_mode & 0o7777:o}); refusing to ship from it (chmod o-w)")
 
 
-class UnsafeSpool(RuntimeError):
-    """The spool itself (or one of its subdirectories) is not what ipledger made: one line, nothing shipped."""
+UnsafeSpool = UnsafePath  # the spool (or one of its subdirectories) is not what ipledger made: nothing shipped
 
 
 class UnsafeFile(ValueError):
@@ -273,46 +272,6 @@ def read(path: Path) -> SpoolRead:
     return parse_bytes(b"".join(chunks), path)
 
 
-def open_subdir(dir_fd: int, name: str, mode: int = SPOOL_DIR) -> int:
-    """A subdirectory of the spool (shipped, torn, quarantine) as a descriptor, made with ``mode`` if missing;
-    a symbolic link or anything else in its place is refused (:class:`UnsafeSpool`), never followed."""
-    try:
-        os.mkdir(name, mode, dir_fd=dir_fd)
-        os.chmod(name, mode, dir_fd=dir_fd, follow_symlinks=False)
-    except FileExistsError:
-        pass
-    except NotImplementedError:  # chmod without following links is not offered everywhere: set it by fd below
-        pass
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise UnsafeSpool(f"spool subdirectory {name!r} is not a directory (a symbolic link?); refusing "
-                              f"to write through it") from None
-        raise
-    return fd
-
-
-def write_beside(dir_fd: int, name: str, data: bytes, mode: int = SPOOL_FILE) -> None:
-    """Write ``name`` in the directory ``dir_fd`` as a new file (a unique temporary name, O_EXCL|O_NOFOLLOW,
-    fsynced, then renamed over ``name``): whatever stood at ``name`` (a planted symbolic link) is replaced,
-    never opened."""
-    tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
-    try:
-        os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp, dir_fd=dir_fd)
-        raise
-    os.close(fd)
-    os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-
-
 def mark_shipped(spool_dir: str | os.PathLike, read_result: SpoolRead) -> None:
     """Move a shipped file aside (only ever called after the ledger committed its entries)."""
     mark_shipped_many(spool_dir, [read_result])
@@ -331,7 +290,7 @@ class _Subdirs:
 
     def __call__(self, name: str) -> int:
         if name not in self.subs:
-            self.subs[name] = open_subdir(self.fd, name)
+            self.subs[name] = open_subdir(self.fd, name, SPOOL_DIR)
         return self.subs[name]
 
     def sync_and_close(self, sync: bool = True) -> None:
@@ -365,9 +324,10 @@ def quarantine(spool_dir: str | os.PathLike, reads: Iterable[SpoolRead],
             name = r.path.name
             lines = "".join(json.dumps({"file": name, "line": n, "reason": why, "text": raw}, sort_keys=True,
                                        ensure_ascii=True) + "\n" for n, why, raw in r.refused)
-            write_beside(q, name + ".refused", lines.encode("utf-8"))
+            write_beside(q, name + ".refused", lines.encode("utf-8"), SPOOL_FILE)
         for name, reason in files:
-            write_beside(q, name + ".reason", (json.dumps({"reason": reason}, ensure_ascii=True) + "\n").encode())
+            write_beside(q, name + ".reason", (json.dumps({"reason": reason}, ensure_ascii=True) + "\n").encode(),
+                         SPOOL_FILE)
             try:
                 os.rename(name, name, src_dir_fd=d.fd, dst_dir_fd=q)
             except FileNotFoundError:
@@ -388,7 +348,8 @@ def mark_shipped_many(spool_dir: str | os.PathLike, reads: Iterable[SpoolRead]) 
         for read_result in reads:
             name = read_result.path.name
             if read_result.torn is not None:
-                write_beside(d(TORN_DIR), name + ".torn", (read_result.torn + "\n").encode("utf-8", "surrogatepass"))
+                write_beside(d(TORN_DIR), name + ".torn", (read_result.torn + "\n").encode("utf-8", "surrogatepass"),
+                             SPOOL_FILE)
             try:
                 os.rename(name, _target_name(name), src_dir_fd=d.fd, dst_dir_fd=d(SHIPPED_DIR))
             except FileNotFoundError:  # a concurrent shipper committed and moved it first: nothing left to do

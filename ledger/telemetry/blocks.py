@@ -122,7 +122,7 @@ def decode(format_: str, data: bytes, columns: Sequence[str] = SAMPLE_COLUMNS,
             arrays = [part.column(c) if c in present else pa.nulls(n, full.field(c).type) for c in columns]
             out.append((device, pa.Table.from_arrays(arrays, names=list(columns))))
         return out
-    except (pa.ArrowException, KeyError, ValueError, IndexError) as exc:
+    except (pa.ArrowException, OSError, KeyError, ValueError, IndexError, TypeError) as exc:  # LZ4: OSError
         raise BlockError(f"sample block does not decode: {exc}") from None
 
 
