@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .context import AppContext, UserError, emit_json, pass_app
+from .context import SEQ, AppContext, UserError, emit_json, pass_app
 
 
 @click.group("export")
@@ -30,7 +30,7 @@ def export_group() -> None:
               show_default=True, help="csv/parquet: the long table; focus: FinOps FOCUS 1.1 CSV; pdf: statement.")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Output file (default statement-MONTH[-TENANT].EXT; '-' writes csv/focus/json to stdout).")
-@click.option("--as-of", "as_of", type=click.IntRange(min=0), default=None, metavar="SEQ",
+@click.option("--as-of", "as_of", type=SEQ, default=None, metavar="SEQ",
               help="As the ledger stood at SEQ: reproduces an export made then.")
 @click.option("--alias-key", "alias_key", type=click.Path(dir_okay=False, path_type=Path), default=None,
               metavar="FILE", help="Replace hostnames and users by keyed-HMAC aliases (key read from FILE).")

@@ -10,7 +10,7 @@ import click
 from ..method.skus import SkuError, site_table
 from ..receipts import ReceiptError, issue_receipt, receipt_for, render_pdf, render_text, verify_receipt
 from ..receipts.gather import enable_parallel
-from .context import AppContext, UserError, emit_json, pass_app
+from .context import RUN, SEQ, AppContext, UserError, emit_json, pass_app
 
 
 def sku_table_for(app: AppContext):  # noqa: ANN201
@@ -24,13 +24,13 @@ def sku_table_for(app: AppContext):  # noqa: ANN201
 
 @click.command("receipt")
 @click.argument("job_id")
-@click.option("--run", "run", type=int, default=None, help="Restart count (default: the latest run).")
+@click.option("--run", "run", type=RUN, default=None, help="Restart count (default: the latest run).")
 @click.option("--cluster", default=None, help="Cluster name, when the job id exists on several.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "pdf"]), default="text", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
               help="Write to this file (required for --format pdf).")
-@click.option("--as-of", "as_of", type=int, default=None, metavar="SEQ", help="As the ledger stood at SEQ.")
+@click.option("--as-of", "as_of", type=SEQ, default=None, metavar="SEQ", help="As the ledger stood at SEQ.")
 @click.option("--contract", "contract_id", default=None, metavar="ID",
               help="Price under this contract id (default: latest applicable contract_version).")
 @click.option("--verify", "verify", is_flag=True, help="Recompute the issued receipt and compare hashes.")
