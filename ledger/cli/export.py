@@ -58,6 +58,8 @@ def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: 
     from reports.monthly import ExportError, cents
     from reports.progress import Progress
 
+    from ..safeout import OutputError, output_file
+
     try:
         aliaser = Aliaser(read_key(alias_key) if alias_key else None)
     except AliasError as exc:
@@ -82,9 +84,11 @@ def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: 
             sys.stdout.write(tmp.read_text())
         return
     try:
-        write(st, fmt, path)
-    except OSError as exc:
-        raise UserError(f"{path}: cannot write ({exc.strerror})") from None
+        with output_file(path) as tmp:  # the target is replaced only by a complete file, never truncated
+            write(st, fmt, tmp)
+    except (OSError, OutputError) as exc:
+        raise UserError(str(exc) if isinstance(exc, OutputError) else f"{path}: cannot write ({exc.strerror})") \
+            from None
     t = st.summary.totals
     summary = {"month": month, "format": fmt, "out": str(path), "tenant": tenant, "empty": st.empty,
                "runs": t["runs"], "corrections": t["corrections"], "paid_gpu_hours": round(t["paid"], 6),
