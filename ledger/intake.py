@@ -241,24 +241,22 @@ def sound_time(v: Any, now: float | None = None) -> str | None:
 
 
 def sound_key(rec: Mapping) -> dict:
-    """The key fields of a refused record that pass their own checks (cluster, job_id, run, node, device),
-    so its refusal can be shown on the run it names; unsound ones are left out."""
+    """The key fields of a refused record, so its refusal can be shown on the run it names: node and device
+    each where sound, and the run key (cluster, job_id, run) only when all three are (a partial key would
+    name a run that does not exist)."""
     out: dict = {}
-    for name in ("cluster", "node", "device"):
-        try:
-            _text(name, rec.get(name))
+    for name in ("node", "device"):
+        if rec.get(name) is None or _ok_text(rec.get(name)):
             out[name] = rec.get(name)
-        except Refused:
-            pass
-    job_id = rec.get("job_id")
-    if (type(job_id) is int and 0 <= job_id < MAX_INT) or (type(job_id) is str and _ok_text(job_id)):
-        out["job_id"] = str(job_id)
-        run = rec.get("run")
-        out["run"] = run if type(run) is int and 0 <= run < MAX_RUN else 0
+    job_id, run, cluster = rec.get("job_id"), rec.get("run"), rec.get("cluster")
+    job_ok = (type(job_id) is int and 0 <= job_id < MAX_INT) or (type(job_id) is str and _ok_text(job_id))
+    run_ok = run is None or (type(run) is int and 0 <= run < MAX_RUN)
+    if job_ok and run_ok and (cluster is None or _ok_text(cluster)):
+        out.update(cluster=cluster, job_id=str(job_id), run=run or 0)
     return out
 
 
-def _ok_text(v: str) -> bool:
+def _ok_text(v: Any) -> bool:
     try:
         _text("t", v)
         return True

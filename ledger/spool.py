@@ -290,7 +290,13 @@ class _Subdirs:
 
     def __call__(self, name: str) -> int:
         if name not in self.subs:
-            self.subs[name] = open_subdir(self.fd, name, SPOOL_DIR)
+            try:
+                self.subs[name] = open_subdir(self.fd, name, SPOOL_DIR)
+            except UnsafePath:
+                # Something planted in its place (a symbolic link to elsewhere): renamed aside within the
+                # spool (a rename never follows it), and a fresh directory made, so shipping goes on.
+                os.rename(name, f"{name}.unsafe-{time.time_ns()}", src_dir_fd=self.fd, dst_dir_fd=self.fd)
+                self.subs[name] = open_subdir(self.fd, name, SPOOL_DIR)
         return self.subs[name]
 
     def sync_and_close(self, sync: bool = True) -> None:
