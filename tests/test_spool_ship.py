@@ -82,3 +82,26 @@ def test_parse_distinguishes_inner_garbage_from_torn_tail(tmp_path):
     r = spool.parse('{"a":1}\nnot json\n{"b":2}\n{"c"', tmp_path / "x")
     assert r.records == [{"a": 1}, {"b": 2}]
     assert r.torn == '{"c"' and len(r.errors) == 1 and ":2:" in r.errors[0]
+
+
+def test_after_ship_work_is_handed_only_the_ends_of_runs(engine, tmp_path, monkeypatch):
+    """Memory stays flat: across batches the shipper keeps only what the after-ship work reads (the runs
+    that ended), not every shipped entry; the files still move aside only after that work ran."""
+    import ledger.ship as ship_mod
+
+    sp = tmp_path / "spool"
+    for job in ("1", "2", "3"):
+        spool.write(sp, [*_records(50, job), make_entry(Kind.ALLOCATION_ENDED, 1_760_000_100, {"state": "COMPLETED"},
+                                                        cluster="c", job_id=job, run=0).to_record()])
+    seen: list = []
+
+    def hook(_engine, shipped):
+        assert len(list(sp.glob("*.jsonl"))) == 3, "files stay until the after-ship work is done"
+        seen.extend(shipped)
+
+    monkeypatch.setattr(ship_mod, "_AFTER_SHIP", [hook])
+    monkeypatch.setattr(ship_mod, "AFTER_SHIP_MODULES", [])
+    rep = ship(engine, sp, batch_files=1)
+    assert rep.appended == 153
+    assert sorted(e.job_id for e in seen) == ["1", "2", "3"] and {e.kind for e in seen} == {Kind.ALLOCATION_ENDED}
+    assert not list(sp.glob("*.jsonl"))
