@@ -494,3 +494,10 @@ def test_random_damage_is_named_at_its_first_bad_seq(small_ledger, tmp_path_fact
 
 def _decoded(data: bytes) -> list:
     return [(d, blocks.table_rows(t)) for d, t in blocks.decode(blocks.FORMAT, data)]
+
+
+def test_deep_verify_passes_an_honest_ledger_on_both_backends(engine):
+    """``--deep`` on an honest ledger: ok, and on PostgreSQL amcheck really ran (no "unavailable" note)."""
+    load_example(engine)
+    report = verify(engine, deep=True)
+    assert report.ok and report.notes == (), (report.problems, report.notes)
