@@ -11,7 +11,7 @@ becomes an :class:`~ledger.entries.Entry` only if
   non-negative integer), every text is valid Unicode that encodes as UTF-8 and is bounded in length;
 * every time parses, is timezone-aware and lies in a sane range (:data:`EARLIEST`..:data:`LATEST`), and an
   interval does not end before it starts;
-* the payload is a JSON object, bounded in size and depth, every number finite, and the fields receipts read
+* the payload is a JSON object, bounded in size, every number finite, and the fields receipts read
   have their types (:data:`_PAYLOAD_TYPES`);
 * a segment's embedded sample rows have the samples table's shape and types, and hash to the digest its
   payload records (so a bad segment cannot make ``verify`` fail on an honest ledger later).
@@ -25,8 +25,8 @@ import json
 import math
 from typing import Any, Mapping
 
-from .canonical import format_ts, ts_to_epoch
-from .entries import ALL_KINDS, Entry, entry_from_record
+from .canonical import _canonical_ts_match, _fromisoformat, canonical_json, format_ts, ts_to_epoch
+from .entries import ALL_KINDS, Entry, _entry_id_of
 from .kinds import Kind
 
 # What a spool may hold: observations. Everything else in the vocabulary is an operator's (or the ledger's own)
@@ -43,7 +43,6 @@ LATEST = 4_102_444_800.0      # 2100-01-01T00:00:00Z: a bound that needs no cloc
 MAX_AHEAD_S = 86_400.0        # how far past the shipper's clock a time may lie (node clock skew)
 MAX_TEXT = 1024               # characters in a key field (job ids, node names, device UUIDs)
 MAX_PAYLOAD = 1 << 20         # bytes of canonical payload JSON
-MAX_DEPTH = 16
 MAX_INT = 1 << 63
 MAX_RUN = 1 << 31
 _TEXT_FIELDS = ("cluster", "node", "device", "source", "source_version")
@@ -79,78 +78,71 @@ def _utf8(name: str, v: str) -> None:
         raise Refused(f"{name}: not valid Unicode (lone surrogate)") from None
 
 
-def _time(name: str, v: Any, latest: float = LATEST) -> float | None:
+def _time(name: str, v: Any, latest: float = LATEST) -> tuple[str, float] | None:
+    """(canonical text, epoch seconds) of a time field, or None when absent; :class:`Refused` otherwise."""
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (str, int, float)):
         raise Refused(f"{name}: expected an RFC 3339 time, got {type(v).__name__}")
     try:
-        t = ts_to_epoch(v) if isinstance(v, str) else float(v)
-        if isinstance(v, str):
-            format_ts(v)
+        if type(v) is str and _canonical_ts_match(v) is not None:  # the writers' spelling: one parse
+            t = _fromisoformat(v[:-1] + "+00:00").timestamp()
+            text = v
+        else:
+            t = ts_to_epoch(v) if isinstance(v, str) else float(v)
+            if not math.isfinite(t):
+                raise ValueError("not finite")
+            text = format_ts(v)
     except (ValueError, OverflowError, OSError, TypeError) as exc:
         raise Refused(f"{name}: not a time ({str(exc)[:80]})") from None
-    if not math.isfinite(t) or not EARLIEST <= t < latest:
+    if not EARLIEST <= t < latest:
         raise Refused(f"{name}: {str(v)[:40]} is before 2000 or more than a day ahead of the shipper's clock")
-    return t
-
-
-def _json_value(name: str, v: Any, depth: int = 0) -> None:
-    """Finite numbers, valid text, bounded depth, throughout a payload."""
-    if depth > MAX_DEPTH:
-        raise Refused(f"{name}: nested deeper than {MAX_DEPTH}")
-    t = type(v)
-    if t is float:
-        if not math.isfinite(v):
-            raise Refused(f"{name}: {v} is not a finite number")
-    elif t is int:
-        if not -MAX_INT <= v < MAX_INT:
-            raise Refused(f"{name}: integer out of range")
-    elif t is str:
-        _utf8(name, v)
-    elif t is dict:
-        for k, x in v.items():
-            _utf8(f"{name} key", k)
-            _json_value(f"{name}.{k}"[:120], x, depth + 1)
-    elif t is list:
-        for i, x in enumerate(v):
-            _json_value(f"{name}[{i}]", x, depth + 1)
-    elif v is not None and t is not bool:
-        raise Refused(f"{name}: {t.__name__} is not a JSON value")
+    return text, t
 
 
 def _refuse_constant(c: str) -> None:
     raise Refused(f"payload: {c} is not a finite number")
 
 
-def _payload(kind: str, raw: Any) -> dict:
+def _payload(kind: str, raw: Any) -> tuple[dict, str]:
+    """The payload object and its canonical text (which refuses NaN and Infinity)."""
     if isinstance(raw, str):
         if len(raw) > MAX_PAYLOAD:
             raise Refused(f"payload: larger than {MAX_PAYLOAD} bytes")
         try:
             raw = json.loads(raw, parse_constant=_refuse_constant)
+        except Refused:
+            raise
         except (ValueError, RecursionError) as exc:
-            if isinstance(exc, Refused):
-                raise
             raise Refused(f"payload: not JSON ({str(exc)[:80]})") from None
     if raw is None:
         raw = {}
     if type(raw) is not dict:
         raise Refused(f"payload: expected an object, got {type(raw).__name__}")
-    _json_value("payload", raw)
     for key, types in _PAYLOAD_TYPES.get(kind, {}).items():
         v = raw.get(key)
         if v is not None and (type(v) not in types):
             raise Refused(f"payload.{key}: expected {types[0].__name__}, got {type(v).__name__}")
     if kind == Kind.DEVICE_BOUND and raw.get("index") is not None and not 0 <= raw["index"] < MAX_RUN:
         raise Refused("payload.index: out of range")
-    return raw
+    try:
+        text = canonical_json(raw)
+    except ValueError as exc:  # allow_nan=False: a NaN or an infinity anywhere in it
+        raise Refused(f"payload: {str(exc)[:80]}") from None
+    except RecursionError:
+        raise Refused("payload: nested too deeply") from None
+    if len(text) > MAX_PAYLOAD:
+        raise Refused(f"payload: larger than {MAX_PAYLOAD} bytes")
+    return raw, text
 
 
 def check_record(rec: Any, now: float | None = None) -> tuple[Entry, list | None]:
     """The entry a spool record stands for, and its checked sample rows (segments only); :class:`Refused`
     when any field fails (the reason names it). ``now``: the shipper's clock (times more than
-    :data:`MAX_AHEAD_S` past it are refused); None checks against :data:`LATEST` only."""
+    :data:`MAX_AHEAD_S` past it are refused); None checks against :data:`LATEST` only.
+
+    The entry is the one :func:`ledger.entries.entry_from_record` builds from a sound record (same fields,
+    same id), built here from the already checked values instead of parsing them twice."""
     latest = LATEST if now is None else min(LATEST, now + MAX_AHEAD_S)
     if type(rec) is not dict:
         raise Refused(f"record: expected an object, got {type(rec).__name__}")
@@ -161,35 +153,38 @@ def check_record(rec: Any, now: float | None = None) -> tuple[Entry, list | None
         if kind in ALL_KINDS:
             raise Refused(f"kind: {kind!r} is not an observation; it is recorded only through the ipledger CLI")
         raise Refused(f"kind: {kind[:40]!r} is not an entry kind")
+    get = rec.get
     for name in _TEXT_FIELDS:
-        _text(name, rec.get(name))
-    source = rec.get("source") or ""
+        _text(name, get(name))
+    source = get("source") or ""
     if source in ("operator", "cli") or source.startswith(RESERVED_SOURCE_PREFIXES):
         raise Refused(f"source: {source[:40]!r} is reserved for the ipledger CLI")
-    job_id = rec.get("job_id")
+    job_id = get("job_id")
     if type(job_id) is int:
         if not 0 <= job_id < MAX_INT:
             raise Refused("job_id: integer out of range")
+        job_id = str(job_id)
     else:
         _text("job_id", job_id)
-    run = rec.get("run")
+    run = get("run")
     if run is not None and (type(run) is not int or not 0 <= run < MAX_RUN):
         raise Refused(f"run: expected a non-negative integer below 2^31, got {str(run)[:40]}")
-    if "ts" not in rec:
+    ts = _time("ts", get("ts"), latest)
+    if ts is None:
         raise Refused("ts: missing")
-    times = {name: _time(name, rec.get(name), latest) for name in _TIME_FIELDS}
-    if times["ts"] is None:
-        raise Refused("ts: missing")
-    if times["ts_end"] is not None and times["ts_end"] < times["ts"]:
+    ts_end = _time("ts_end", get("ts_end"), latest)
+    recorded = _time("recorded_at", get("recorded_at"), latest)
+    if ts_end is not None and ts_end[1] < ts[1]:
         raise Refused("ts_end: before ts")
-    payload = _payload(kind, rec.get("payload"))
+    payload, payload_text = _payload(kind, get("payload"))
+    fields = (kind, ts[0], payload_text, None if ts_end is None else ts_end[0],
+              None if recorded is None else recorded[0], get("cluster"), job_id, run, get("node"), get("device"),
+              source or "ipledger", get("source_version") or "")
     try:
-        entry = entry_from_record({**rec, "payload": payload})
-    except (KeyError, ValueError, TypeError) as exc:  # what the checks above missed is still a refusal
-        raise Refused(f"record: {str(exc)[:120]}") from None
-    if len(entry.payload) > MAX_PAYLOAD:
-        raise Refused(f"payload: larger than {MAX_PAYLOAD} bytes")
-    rows = rec.get("samples")
+        entry = Entry(*fields, _entry_id_of(fields))
+    except UnicodeEncodeError:  # a lone surrogate inside the payload
+        raise Refused("payload: not valid Unicode (lone surrogate)") from None
+    rows = get("samples")
     if kind == Kind.TELEMETRY_SEGMENT or rows is not None:
         rows = _segment_rows(kind, payload, rows, latest)
     return entry, rows
@@ -234,8 +229,8 @@ def _segment_rows(kind: str, payload: Mapping, rows: Any, latest: float) -> list
 def sound_time(v: Any, now: float | None = None) -> str | None:
     """``v`` as a canonical time if it passes the checks, else None (for keying a refusal, never raises)."""
     try:
-        return None if _time("t", v, LATEST if now is None else min(LATEST, now + MAX_AHEAD_S)) is None \
-            else format_ts(v)
+        t = _time("t", v, LATEST if now is None else min(LATEST, now + MAX_AHEAD_S))
+        return None if t is None else t[0]
     except Refused:
         return None
 

@@ -7,8 +7,11 @@ import os
 import shutil
 import time
 
-from ledger import spool, store
-from ledger.entries import Kind, make_entry
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger import intake, spool, store
+from ledger.entries import Kind, entry_from_record, make_entry
 from ledger.ship import ship
 from ledger.verify import verify
 
@@ -105,3 +108,27 @@ def test_after_ship_work_is_handed_only_the_ends_of_runs(engine, tmp_path, monke
     assert rep.appended == 153
     assert sorted(e.job_id for e in seen) == ["1", "2", "3"] and {e.kind for e in seen} == {Kind.ALLOCATION_ENDED}
     assert not list(sp.glob("*.jsonl"))
+
+
+_TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**62, 2**62) | st.floats(allow_nan=False,
+                     allow_infinity=False) | _TEXT,
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+                     max_leaves=8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(kind=st.sampled_from(sorted(intake.SPOOL_KINDS - {Kind.TELEMETRY_SEGMENT, Kind.DEVICE_BOUND,
+                                                            Kind.ALLOCATION_STARTED, Kind.UNKNOWN_INTERVAL})),
+       ts=st.floats(1e9, 1.7e9), span=st.none() | st.floats(0, 1e6), payload=st.dictionaries(_TEXT, _JSON, max_size=4),
+       cluster=st.none() | _TEXT, job=st.none() | _TEXT | st.integers(0, 2**40), run=st.none() | st.integers(0, 99),
+       node=st.none() | _TEXT, device=st.none() | _TEXT)
+def test_a_sound_record_is_accepted_as_exactly_the_entry_it_stands_for(kind, ts, span, payload, cluster, job, run,
+                                                                       node, device):
+    """The intake checks take every honest writer's record, and build the very entry (same id) that
+    entry_from_record rebuilds from it: checking costs no fact."""
+    rec = make_entry(kind, ts, payload, ts_end=None if span is None else ts + span, recorded_at=ts, cluster=cluster,
+                     job_id=job, run=run, node=node, device=device, source="hook.slurm").to_record()
+    rec = json.loads(json.dumps(rec))
+    entry, rows = intake.check_record(rec, now=1.8e9)
+    assert entry == entry_from_record(rec) and rows is None
