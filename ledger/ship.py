@@ -52,13 +52,30 @@ class ShipReport:
     duplicates: int = 0
     torn: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    refused: list[str] = field(default_factory=list)      # "file:line: reason" per refused line
-    quarantined: list[str] = field(default_factory=list)  # "file: reason" per file refused unread
+    # "file:line: reason" per refused line and "file: reason" per file refused unread: the first REPORT_MAX
+    # of each; the totals count all of them, however many a hostile spool holds
+    refused: list[str] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
+    refused_total: int = 0
+    quarantined_total: int = 0
 
     def to_json(self) -> dict:
         return {"files": self.files, "records": self.records, "appended": self.appended,
                 "duplicates": self.duplicates, "torn": self.torn, "errors": self.errors,
-                "refused": self.refused, "quarantined": self.quarantined}
+                "refused": self.refused, "quarantined": self.quarantined, "refused_total": self.refused_total,
+                "quarantined_total": self.quarantined_total}
+
+    def note_refused(self, lines: list[str], file_reason: str | None) -> None:
+        """Count refusals; keep the first REPORT_MAX of each in the report (its memory stays bounded)."""
+        self.refused_total += len(lines)
+        self.refused.extend(lines[:max(0, REPORT_MAX - len(self.refused))])
+        if file_reason is not None:
+            self.quarantined_total += 1
+            if len(self.quarantined) < REPORT_MAX:
+                self.quarantined.append(file_reason)
+
+
+REPORT_MAX = 1000
 
 
 # SQLite's page cache while shipping (negative: KiB), instead of its 2 MiB default: inserting into the
@@ -250,10 +267,9 @@ def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batc
             if prep is None:
                 continue
             entries.extend(prep.entries)
-            report.refused.extend(prep.errors)
+            report.note_refused(prep.errors, prep.quarantine)
             if prep.quarantine is not None:
                 quarantined.append((prep.read.path.name, prep.quarantine))
-                report.quarantined.append(prep.quarantine)
                 continue
             reads.append(prep.read)
             segments.extend(prep.segments)

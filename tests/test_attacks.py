@@ -241,7 +241,7 @@ with open(os.path.join(SPOOL, "collector-0002.jsonl"), "w") as f:
     r = _ship(runner, cli, sqlite_url, sp)
     assert r.exit_code == 0, r.output
     rep = json.loads(r.output)
-    assert len(rep["refused"]) == len(BAD_LINES), rep["refused"]
+    assert len(rep["refused"]) == rep["refused_total"] == len(BAD_LINES), rep["refused"]
     assert rep["files"] == 2 and not rep["errors"] and not list(sp.glob("*.jsonl"))
     assert any("not UTF-8" in x for x in rep["refused"])
     steps = sorted(c.entry.data["step"] for c in store.iter_entries(eng, kinds=[Kind.PROGRESS]))

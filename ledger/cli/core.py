@@ -80,6 +80,9 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
             click.echo(f"warning: refused {printable(r)} (noted in {directory}/quarantine/)", err=True)
         for q in report.quarantined:
             click.echo(f"warning: quarantined unread: {printable(q)}", err=True)
+        more = report.refused_total - len(report.refused) + report.quarantined_total - len(report.quarantined)
+        if more:
+            click.echo(f"warning: {more} more refusals, noted in {directory}/quarantine/", err=True)
     for err in report.errors:
         click.echo(f"ipledger: {err}", err=True)
     if report.errors:
