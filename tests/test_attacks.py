@@ -501,3 +501,28 @@ def test_deep_verify_passes_an_honest_ledger_on_both_backends(engine):
     load_example(engine)
     report = verify(engine, deep=True)
     assert report.ok and report.notes == (), (report.problems, report.notes)
+
+
+def test_out_refuses_what_is_not_a_regular_file_and_replaces_whole(tmp_path):
+    """The one --out helper: links, FIFOs and directories refused before anything is written (the link's
+    target untouched); a writer that fails leaves the old file and no temporary; success replaces it whole."""
+    from ledger.safeout import OutputError, output_file, write_output
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (tmp_path / "link").symlink_to(victim)
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    for name in ("link", "fifo", "dir"):
+        with pytest.raises(OutputError, match=name):
+            write_output(tmp_path / name, "x")
+    assert victim.read_text() == "keep"
+    with pytest.raises(RuntimeError):
+        with output_file(victim) as tmp:
+            tmp.write_text("half")
+            raise RuntimeError("renderer failed")
+    assert victim.read_text() == "keep" and sorted(p.name for p in tmp_path.iterdir()) == ["dir", "fifo", "link",
+                                                                                          "victim"]
+    victim.chmod(0o600)
+    write_output(victim, "new")
+    assert victim.read_text() == "new" and (victim.stat().st_mode & 0o777) == 0o600
