@@ -526,3 +526,58 @@ def test_out_refuses_what_is_not_a_regular_file_and_replaces_whole(tmp_path):
     victim.chmod(0o600)
     write_output(victim, "new")
     assert victim.read_text() == "new" and (victim.stat().st_mode & 0o777) == 0o600
+
+
+_TXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
+_ANY = st.recursive(st.none() | st.booleans() | st.integers(-2**62, 2**62) | _TXT
+                    | st.floats(allow_nan=False, allow_infinity=False),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TXT, inner, max_size=3),
+                    max_leaves=6)
+
+
+@st.composite
+def _observation(draw) -> dict:
+    from ledger.receipts.example import _at
+
+    kind = draw(st.sampled_from([Kind.ALLOCATION_STARTED, Kind.DEVICE_BOUND, Kind.TELEMETRY_SUMMARY,
+                                 Kind.ALLOCATION_SUSPENDED, Kind.ALLOCATION_RESUMED, Kind.UNKNOWN_INTERVAL,
+                                 Kind.PROGRESS, Kind.HOOK_ERROR, Kind.ALLOCATION_REQUEUED]))
+    a = draw(st.integers(-600, 4200))
+    b = draw(st.none() | st.integers(a, 4200))
+    payload = draw(st.dictionaries(st.sampled_from(["account", "partition", "qos", "index", "uuid", "sku", "cause",
+                                                    "scope", "values", "seconds", "sm_util_pct", "x"]) | _TXT,
+                                   _ANY, max_size=5))
+    device = draw(st.sampled_from([UUID, None, "GPU-other"]))
+    return make_entry(kind, _at(a), {}, ts_end=None if b is None else _at(b), device=device, node="gpu-a01",
+                      source="hook.slurm", **KEY).to_record() | {"payload": payload}
+
+
+@pytest.fixture(scope="module")
+def example_ledger(tmp_path_factory) -> Path:
+    db = tmp_path_factory.mktemp("example") / "ledger.db"
+    eng = db_mod.make_engine(f"sqlite:///{db}")
+    db_mod.upgrade(eng)
+    load_example(eng)
+    eng.dispose()
+    return db
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=st.lists(_observation(), min_size=1, max_size=6))
+def test_whatever_a_spool_writer_ships_the_receipt_still_computes(example_ledger, tmp_path_factory, records):
+    """Observations a spool writer may send, with payloads of any JSON shape: each is accepted or refused,
+    and the run's receipt is computed all the same (the accounting identity holds; nothing raises)."""
+    from ledger.ship import ship
+
+    work = tmp_path_factory.mktemp("obs")
+    shutil.copy(example_ledger, work / "ledger.db")
+    spool.write(work / "spool", records)
+    eng = db_mod.make_engine(f"sqlite:///{work / 'ledger.db'}")
+    try:
+        rep = ship(eng, work / "spool", run_after=False)
+        assert rep.files == 1 and not rep.errors
+        body = receipt_for(eng, KEY["job_id"], cluster=KEY["cluster"]).body
+        assert body["gpu_hours"]["paid"] >= 0
+        assert verify(eng).ok
+    finally:
+        eng.dispose()
