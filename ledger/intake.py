@@ -190,13 +190,15 @@ def check_record(rec: Any, now: float | None = None) -> tuple[Entry, list | None
     return entry, rows
 
 
-def _segment_rows(kind: str, payload: Mapping, rows: Any, latest: float) -> list | None:
+def _segment_rows(kind: str, payload: Mapping, rows: Any, latest: float) -> list:
     """Embedded rows checked cell by cell and against the digest the segment entry seals."""
     from .telemetry.model import SAMPLE_COLUMNS
     from .telemetry.store import samples_digest
 
-    if rows is None:
-        return None   # a segment whose samples were stored by other means (an importer's file)
+    if kind == Kind.TELEMETRY_SEGMENT and not rows:
+        # a segment entry seals rows that ship with it; one without them would be a segment whose samples
+        # are missing, which verify reports on the ledger for ever after
+        raise Refused("samples: a telemetry_segment from a spool carries its sample rows")
     if kind != Kind.TELEMETRY_SEGMENT:
         raise Refused(f"samples: only a telemetry_segment carries sample rows, not {kind}")
     if type(rows) is not list:
@@ -219,9 +221,9 @@ def _segment_rows(kind: str, payload: Mapping, rows: Any, latest: float) -> list
             raise Refused(f"samples[{i}].t: before 2000 or more than a day ahead of the shipper's clock")
         if not 0 <= r[2] < 86_400 * 366:
             raise Refused(f"samples[{i}].dt: out of range")
-    if rows and samples_digest(rows) != payload.get("samples_sha256"):
+    if samples_digest(rows) != payload.get("samples_sha256"):
         raise Refused("samples: rows do not hash to the segment's samples_sha256")
-    if payload.get("rows") is not None and payload.get("rows") != len(rows):
+    if payload.get("rows") != len(rows):
         raise Refused("samples: row count differs from the segment's rows")
     return rows
 

@@ -219,7 +219,8 @@ BAD_LINES = [
     _line(Kind.PROGRESS, node="\udc80bad"),
     _line(Kind.DEVICE_BOUND, device="GPU-x", payload={"index": "zero", "uuid": "GPU-x"}),
     _line(Kind.TELEMETRY_SEGMENT, payload={"samples_sha256": "0" * 64, "rows": 1, "devices": ["d"]},
-          samples=[["d", 1.79e9, 1.0, 0] + [None] * 20]),
+          samples=[["d", 1.79e9, 1.0, 0] + [None] * 21]),
+    _line(Kind.TELEMETRY_SEGMENT, payload={"samples_sha256": "0" * 64, "rows": 5, "devices": ["d"]}),
     '{"kind": "progress", "ts": "2026-11-02T09:00:00Z", "node": "n\xff"}',   # made non-UTF-8 below
     "[1, 2, 3]",
     "not json at all",
