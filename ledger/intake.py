@@ -68,6 +68,8 @@ def _text(name: str, v: Any) -> None:
         raise Refused(f"{name}: expected text or null, got {type(v).__name__}")
     if len(v) > MAX_TEXT:
         raise Refused(f"{name}: longer than {MAX_TEXT} characters")
+    if "\x00" in v:  # PostgreSQL text cannot hold NUL: the whole batch would fail to insert, every time
+        raise Refused(f"{name}: contains a NUL character")
     _utf8(name, v)
 
 
@@ -209,7 +211,7 @@ def _segment_rows(kind: str, payload: Mapping, rows: Any, latest: float) -> list
             raise Refused(f"samples[{i}]: expected a row of {width} values")
         if type(r[0]) is not str:
             raise Refused(f"samples[{i}].device: expected text")
-        _utf8(f"samples[{i}].device", r[0])
+        _text(f"samples[{i}].device", r[0])
         for name, v in zip(SAMPLE_COLUMNS[1:], r[1:]):
             if v is None and name not in ("t", "dt"):
                 continue

@@ -217,6 +217,7 @@ BAD_LINES = [
     _line(Kind.PROGRESS, payload='{"x": Infinity}'),
     _line(Kind.PROGRESS, payload=[1, 2]),
     _line(Kind.PROGRESS, node="\udc80bad"),
+    _line(Kind.PROGRESS, node="n\x00ul"),
     _line(Kind.DEVICE_BOUND, device="GPU-x", payload={"index": "zero", "uuid": "GPU-x"}),
     _line(Kind.TELEMETRY_SEGMENT, payload={"samples_sha256": "0" * 64, "rows": 1, "devices": ["d"]},
           samples=[["d", 1.79e9, 1.0, 0] + [None] * 21]),

@@ -132,3 +132,18 @@ def test_a_sound_record_is_accepted_as_exactly_the_entry_it_stands_for(kind, ts,
     rec = json.loads(json.dumps(rec))
     entry, rows = intake.check_record(rec, now=1.8e9)
     assert entry == entry_from_record(rec) and rows is None
+
+
+def test_text_a_database_cannot_store_is_refused_not_a_stuck_batch(engine, tmp_path):
+    """A NUL in a key field would fail PostgreSQL's insert of the whole batch on every ship; it is refused,
+    and the rest (a NUL inside a payload string, which JSON escapes, included) ships on both backends."""
+    sp = tmp_path / "spool"
+    recs = _records(2)
+    recs.append({**_records(1, job="8")[0], "node": "n\x00"})
+    recs.append(make_entry(Kind.PROGRESS, 1_760_000_000, {"note": "a\x00b"}, cluster="c", job_id="9").to_record())
+    spool.write(sp, recs)
+    rep = ship(engine, sp)
+    assert rep.refused_total == 1 and "NUL" in rep.refused[0] and not rep.errors
+    kinds = [c.kind for c in store.iter_entries(engine)]
+    assert kinds.count(Kind.PROGRESS) == 3 and kinds.count(Kind.EVIDENCE_REFUSED) == 1
+    assert not list(sp.glob("*.jsonl")) and verify(engine).ok
