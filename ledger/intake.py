@@ -8,7 +8,8 @@ becomes an :class:`~ledger.entries.Entry` only if
   receipts and finding verdicts come only through the CLI's own write path, never from a spool;
 * its ``source`` is not one the CLI reserves for itself (``ipledger.*``, ``agent.*``, ``operator``, ``cli``);
 * every key field has its type (text or null; ``run`` a small non-negative integer; ``job_id`` text or a
-  non-negative integer), every text is valid Unicode that encodes as UTF-8 and is bounded in length;
+  non-negative integer), every text is valid Unicode that encodes as UTF-8, without NUL, and fits its
+  column (:data:`MAX_TEXT`);
 * every time parses, is timezone-aware and lies in a sane range (:data:`EARLIEST`..:data:`LATEST`), and an
   interval does not end before it starts;
 * the payload is a JSON object, bounded in size, every number finite, and the fields receipts read
@@ -41,7 +42,10 @@ RESERVED_SOURCE_PREFIXES = ("ipledger.", "agent.")   # and "operator", "cli": th
 EARLIEST = 946_684_800.0      # 2000-01-01T00:00:00Z: no GPU job this ledger accounts ran before it
 LATEST = 4_102_444_800.0      # 2100-01-01T00:00:00Z: a bound that needs no clock (the pure checks)
 MAX_AHEAD_S = 86_400.0        # how far past the shipper's clock a time may lie (node clock skew)
-MAX_TEXT = 1024               # characters in a key field (job ids, node names, device UUIDs)
+# Characters a key field may hold: the widths of the entries table's columns (schema/versions/0001), which
+# PostgreSQL enforces; a longer value would fail its whole batch's insert on every ship.
+MAX_TEXT = {"cluster": 128, "job_id": 128, "node": 256, "device": 128, "source": 128, "source_version": 64}
+MAX_DEVICE_LABEL = 1024       # a sample row's device (stored inside the block, not in a column)
 MAX_PAYLOAD = 1 << 20         # bytes of canonical payload JSON
 MAX_INT = 1 << 63
 MAX_RUN = 1 << 31
@@ -66,8 +70,9 @@ def _text(name: str, v: Any) -> None:
         return
     if type(v) is not str:
         raise Refused(f"{name}: expected text or null, got {type(v).__name__}")
-    if len(v) > MAX_TEXT:
-        raise Refused(f"{name}: longer than {MAX_TEXT} characters")
+    limit = MAX_TEXT.get(name, MAX_DEVICE_LABEL)
+    if len(v) > limit:
+        raise Refused(f"{name}: longer than {limit} characters")
     if "\x00" in v:  # PostgreSQL text cannot hold NUL: the whole batch would fail to insert, every time
         raise Refused(f"{name}: contains a NUL character")
     _utf8(name, v)
@@ -245,19 +250,20 @@ def sound_key(rec: Mapping) -> dict:
     name a run that does not exist)."""
     out: dict = {}
     for name in ("node", "device"):
-        if rec.get(name) is None or _ok_text(rec.get(name)):
+        if rec.get(name) is None or _ok_text(name, rec.get(name)):
             out[name] = rec.get(name)
     job_id, run, cluster = rec.get("job_id"), rec.get("run"), rec.get("cluster")
-    job_ok = (type(job_id) is int and 0 <= job_id < MAX_INT) or (type(job_id) is str and _ok_text(job_id))
+    job_ok = (type(job_id) is int and 0 <= job_id < MAX_INT) or (type(job_id) is str
+                                                                  and _ok_text("job_id", job_id))
     run_ok = run is None or (type(run) is int and 0 <= run < MAX_RUN)
-    if job_ok and run_ok and (cluster is None or _ok_text(cluster)):
+    if job_ok and run_ok and (cluster is None or _ok_text("cluster", cluster)):
         out.update(cluster=cluster, job_id=str(job_id), run=run or 0)
     return out
 
 
-def _ok_text(v: Any) -> bool:
+def _ok_text(name: str, v: Any) -> bool:
     try:
-        _text("t", v)
+        _text(name, v)
         return True
     except Refused:
         return False

@@ -111,6 +111,7 @@ def test_after_ship_work_is_handed_only_the_ends_of_runs(engine, tmp_path, monke
 
 
 _TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)
+_KEY = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=20)
 _JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**62, 2**62) | st.floats(allow_nan=False,
                      allow_infinity=False) | _TEXT,
                      lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
@@ -121,12 +122,13 @@ _JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**62, 2**62) | st
 @given(kind=st.sampled_from(sorted(intake.SPOOL_KINDS - {Kind.TELEMETRY_SEGMENT, Kind.DEVICE_BOUND,
                                                             Kind.ALLOCATION_STARTED, Kind.UNKNOWN_INTERVAL})),
        ts=st.floats(1e9, 1.7e9), span=st.none() | st.floats(0, 1e6), payload=st.dictionaries(_TEXT, _JSON, max_size=4),
-       cluster=st.none() | _TEXT, job=st.none() | _TEXT | st.integers(0, 2**40), run=st.none() | st.integers(0, 99),
-       node=st.none() | _TEXT, device=st.none() | _TEXT)
+       cluster=st.none() | _KEY, job=st.none() | _KEY | st.integers(0, 2**40), run=st.none() | st.integers(0, 99),
+       node=st.none() | _KEY, device=st.none() | _KEY)
 def test_a_sound_record_is_accepted_as_exactly_the_entry_it_stands_for(kind, ts, span, payload, cluster, job, run,
                                                                        node, device):
-    """The intake checks take every honest writer's record, and build the very entry (same id) that
-    entry_from_record rebuilds from it: checking costs no fact."""
+    """The intake checks take every honest writer's record (key fields fit their columns and hold no NUL: a
+    writer's names come from C strings), and build the very entry (same id) that entry_from_record rebuilds
+    from it: checking costs no fact."""
     rec = make_entry(kind, ts, payload, ts_end=None if span is None else ts + span, recorded_at=ts, cluster=cluster,
                      job_id=job, run=run, node=node, device=device, source="hook.slurm").to_record()
     rec = json.loads(json.dumps(rec))
@@ -135,15 +137,18 @@ def test_a_sound_record_is_accepted_as_exactly_the_entry_it_stands_for(kind, ts,
 
 
 def test_text_a_database_cannot_store_is_refused_not_a_stuck_batch(engine, tmp_path):
-    """A NUL in a key field would fail PostgreSQL's insert of the whole batch on every ship; it is refused,
+    """A NUL in a key field, or a value wider than its column, would fail PostgreSQL's insert of the whole
+    batch on every ship; they are refused,
     and the rest (a NUL inside a payload string, which JSON escapes, included) ships on both backends."""
     sp = tmp_path / "spool"
     recs = _records(2)
     recs.append({**_records(1, job="8")[0], "node": "n\x00"})
+    recs.append({**_records(1, job="8")[0], "cluster": "c" * 129})   # wider than its column
     recs.append(make_entry(Kind.PROGRESS, 1_760_000_000, {"note": "a\x00b"}, cluster="c", job_id="9").to_record())
     spool.write(sp, recs)
     rep = ship(engine, sp)
-    assert rep.refused_total == 1 and "NUL" in rep.refused[0] and not rep.errors
+    assert rep.refused_total == 2 and "NUL" in rep.refused[0] and "longer than 128" in rep.refused[1]
+    assert not rep.errors
     kinds = [c.kind for c in store.iter_entries(engine)]
-    assert kinds.count(Kind.PROGRESS) == 3 and kinds.count(Kind.EVIDENCE_REFUSED) == 1
+    assert kinds.count(Kind.PROGRESS) == 3 and kinds.count(Kind.EVIDENCE_REFUSED) == 2
     assert not list(sp.glob("*.jsonl")) and verify(engine).ok
