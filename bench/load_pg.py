@@ -3,7 +3,7 @@ shipment, and the count that proves no entry was lost or duplicated and the chai
 
 Each shipper is a node: its own spool directory and its own database connection. It plays epilogs: write one
 job run's records durably to its spool (spool.write), then ship (the latency measured). Every epilog also
-carries one fact that every node records identically (a shared contract_version entry: same content, same
+carries one fact that every node records identically (a shared progress entry: same content, same
 entry_id), so concurrent shippers race to record the same fact; and every few epilogs a shipped file is put
 back in the spool (a crash after commit, before the file was moved), so at-least-once delivery is exercised.
 
@@ -31,11 +31,14 @@ FULL_EPILOGS = 40  # per shipper
 def epilog_records(shipper: int, epilog: int) -> list[dict]:
     """What node ``shipper``'s epilog number ``epilog`` spools (deterministic)."""
     rng = random.Random(shipper * 1_000_003 + epilog)
-    recs = data.job_records(rng, shipper * 100_000 + epilog)
-    recs.append({"kind": "contract_version", "ts": "2026-06-01T00:00:00Z", "ts_end": None, "recorded_at": None,
+    # job numbers close together: a job's times grow with its number, and the shipper refuses times more
+    # than a day ahead of its clock (docs/security.md)
+    recs = data.job_records(rng, shipper * 1_000 + epilog)
+    # an observation (a spool may hold nothing else, docs/security.md) that every node records identically
+    recs.append({"kind": "progress", "ts": "2026-06-01T00:00:00Z", "ts_end": None, "recorded_at": None,
                  "cluster": "hpc1", "job_id": None, "run": None, "node": None, "device": None,
                  "source": "bench", "source_version": "1",
-                 "payload": {"contract": "shared", "version": epilog % 5}})
+                 "payload": {"shared": "fact", "version": epilog % 5}})
     return recs
 
 

@@ -14,6 +14,13 @@ from .canonical import now_ts
 from .entries import ChainedEntry, Entry, Kind, make_entry
 
 RESOLUTIONS = ("charge", "credit", "estimate")
+# Absolute ceilings, before any run is looked at: beyond them a figure is a typo (or an attack on the
+# receipts' arithmetic), not an adjustment. The per-run bound is :func:`check_bound`'s.
+MAX_HOURS = Decimal(10) ** 9
+MAX_AMOUNT = Decimal(10) ** 12
+# An adjustment is at most the run's paid GPU-hours (or paid cost) times this; above 1, since a fee (a debit
+# for support time) can exceed the usage. Sites set max_adjustment_factor in their config.
+DEFAULT_MAX_FACTOR = 10.0
 _HOURS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*h\s*$", re.IGNORECASE)
 
 
@@ -33,9 +40,23 @@ def parse_quantity(text: str) -> tuple[str, Decimal]:
         raise AdjustmentError(f"quantity {text!r}: expected hours like 2.5h or an amount like 120.00") from None
     if not value.is_finite() or value <= 0:
         raise AdjustmentError(f"quantity {text!r}: must be a positive number")
+    if value > (MAX_HOURS if kind == "hours" else MAX_AMOUNT):
+        raise AdjustmentError(f"quantity {text[:40]!r}: larger than any run could be adjusted by")
     if kind == "amount" and value != value.quantize(Decimal("0.01")):
         raise AdjustmentError(f"quantity {text!r}: an amount has at most 2 decimals")
     return kind, value
+
+
+def check_bound(quantity: str, paid_hours: float, paid_cost: float, factor: float) -> None:
+    """Refuse an adjustment larger than ``factor`` times what the run was paid (GPU-hours for ``2.5h``, money
+    for an amount): the site's ``max_adjustment_factor``, so a mistyped figure cannot make a bill absurd."""
+    kind, value = parse_quantity(quantity)
+    paid = Decimal(repr(paid_hours if kind == "hours" else paid_cost))
+    limit = paid * Decimal(repr(factor))
+    if value > limit:
+        unit = "GPU-hours" if kind == "hours" else "in the contract's currency"
+        raise AdjustmentError(f"quantity {quantity!r}: more than {factor:g} x the run's paid {paid} {unit} "
+                              f"(max_adjustment_factor in the site config)")
 
 
 def adjustment_entry(*, cluster: str | None, job_id: str, run: int, direction: str, quantity: str,

@@ -70,14 +70,24 @@ def owners(spool_dir: str, node: str | None = None, max_files: int = 5000) -> di
     bound: dict[str, dict] = {}
     ended: set[tuple] = set()
     for p in files:
-        for rec in spool.read(p).records:
+        try:
+            recs = spool.read(p).records
+        except (FileNotFoundError, spool.UnsafeFile):  # moved by a shipper meanwhile, or not a writer's file
+            continue
+        for rec in recs:
             kind = rec.get("kind")
-            key = (rec.get("cluster"), rec.get("job_id"), rec.get("run"))
-            if kind == Kind.DEVICE_BOUND and rec.get("device"):
+            key = tuple(v if isinstance(v, (str, int, type(None))) else repr(v)
+                        for v in (rec.get("cluster"), rec.get("job_id"), rec.get("run")))
+            if kind == Kind.DEVICE_BOUND and rec.get("device") and isinstance(rec.get("device"), str):
                 if node and rec.get("node") not in (None, node):
                     continue
                 payload = rec.get("payload")
-                data = json.loads(payload) if isinstance(payload, str) else (payload or {})
+                try:
+                    data = json.loads(payload) if isinstance(payload, str) else (payload or {})
+                except ValueError:
+                    continue
+                if not isinstance(data, dict):
+                    continue
                 bound[rec["device"]] = {"cluster": key[0], "job_id": key[1], "run": key[2],
                                         "uuid": data.get("uuid") or rec["device"], "index": data.get("index"),
                                         "sku": data.get("sku")}

@@ -24,3 +24,4 @@ class Kind:
     FINDING_CONFIRMED = "finding_confirmed"
     FINDING_DISMISSED = "finding_dismissed"
     HOOK_ERROR = "hook_error"
+    EVIDENCE_REFUSED = "evidence_refused"   # written by the shipper: a spool line or file it would not chain

@@ -11,9 +11,9 @@ from typing import Callable, Iterator, Sequence
 
 from sqlalchemy.engine import Engine
 
-from . import spool
+from . import intake, spool
 from .db import write_tx
-from .entries import Entry, entry_from_record
+from .entries import Entry, Kind
 from .store import append_in
 
 # A step run once a shipment's entries are in the ledger (e.g. issuing the receipts of runs that ended); it
@@ -22,6 +22,11 @@ ShipHook = Callable[[Engine, list[Entry]], list[str]]
 # Work between appending and the after-ship steps that adds entries of its own (the accounting database's
 # record of the runs that ended: ledger.hooks.accounting); returns what it appended and a report.
 Enricher = Callable[[Engine], "tuple[list[Entry], dict]"]
+
+
+# The kinds the after-ship steps are handed (the automatic receipts look for runs that ended); the rest of a
+# shipment is not kept in memory for them.
+AFTER_SHIP_KINDS = frozenset({Kind.ALLOCATION_ENDED})
 
 
 @dataclass
@@ -34,14 +39,34 @@ class ShipReport:
     errors: list[str] = field(default_factory=list)
     after_errors: list[str] = field(default_factory=list)   # what the after-ship steps could not do
     accounting: dict | None = None  # the enricher's report, when one ran
+    # "file:line: reason" per refused line and "file: reason" per file refused unread: the first REPORT_MAX
+    # of each; the totals count all of them, however many a hostile spool holds
+    refused: list[str] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
+    refused_total: int = 0
+    quarantined_total: int = 0
 
     def to_json(self) -> dict:
         out = {"files": self.files, "records": self.records, "appended": self.appended,
                "duplicates": self.duplicates, "torn": self.torn, "errors": self.errors,
-               "after_errors": self.after_errors}
+               "after_errors": self.after_errors,
+               "refused": self.refused, "quarantined": self.quarantined, "refused_total": self.refused_total,
+               "quarantined_total": self.quarantined_total}
         if self.accounting is not None:
             out["accounting"] = self.accounting
         return out
+
+    def note_refused(self, lines: list[str], file_reason: str | None) -> None:
+        """Count refusals; keep the first REPORT_MAX of each in the report (its memory stays bounded)."""
+        self.refused_total += len(lines)
+        self.refused.extend(lines[:max(0, REPORT_MAX - len(self.refused))])
+        if file_reason is not None:
+            self.quarantined_total += 1
+            if len(self.quarantined) < REPORT_MAX:
+                self.quarantined.append(file_reason)
+
+
+REPORT_MAX = 1000
 
 
 # SQLite's page cache while shipping (negative: KiB), instead of its 2 MiB default: inserting into the
@@ -60,14 +85,15 @@ class _Prepared:
     read: spool.SpoolRead
     entries: list
     segments: list
-    errors: list
+    errors: list               # "file:line: reason" of refused lines (the file still ships)
+    quarantine: str | None = None   # the reason the whole file is refused unread
 
     def __reduce__(self):  # noqa: ANN204
         # Crossing from a worker: each Entry as the plain tuple of its fields (pickling a slotted dataclass
         # costs ≈ 30 µs per entry both ways; a tuple of str/int a few), rebuilt by _unpickle_prepared.
         entries = self.entries
-        if self.segments:  # segments refer to their Entry objects: keep those exact objects
-            return (_Prepared, (self.read, entries, self.segments, self.errors))
+        if self.segments or self.quarantine:  # segments refer to their Entry objects: keep those exact objects
+            return (_Prepared, (self.read, entries, self.segments, self.errors, self.quarantine))
         return (_unpickle_prepared, (self.read, [astuple_entry(e) for e in entries], self.errors))
 
 
@@ -79,22 +105,81 @@ def _unpickle_prepared(read: spool.SpoolRead, fields: list, errors: list) -> _Pr
 
 
 def _prepare_file(path: Path) -> _Prepared | None:
+    """One spool file read and checked record by record (:mod:`ledger.intake`): what passes becomes entries,
+    each refusal an ``evidence_refused`` entry (and, where it names a run and a time, an unknown interval on
+    that run), a file that is not a writer's plain file is refused unread. Never raises for bad content."""
     try:
         r = spool.read(path)
     except FileNotFoundError:  # another shipper took it
         return None
-    bad = list(r.errors)
+    except spool.UnsafeFile as exc:
+        light = spool.SpoolRead(path=path, records=[], torn=None, errors=[])
+        return _Prepared(light, refusal_entries(path, None, str(exc), None, _mtime(path)), [], [], str(exc))
+    import time
+
+    now = time.time()
+    refused = list(r.refused)
     file_entries: list[Entry] = []
     file_segments: list[tuple[Entry, list]] = []
-    for i, rec in enumerate(r.records):
+    for line, rec in zip(r.lines, r.records):
         try:
-            file_entries.append(entry_from_record(rec))
-            if rec.get("samples") is not None:
-                file_segments.append((file_entries[-1], _sample_rows(rec["samples"])))
-        except (KeyError, ValueError, TypeError) as exc:
-            bad.append(f"{path}: record {i + 1}: {exc}")
-    light = spool.SpoolRead(path=r.path, records=[], torn=r.torn, errors=[])
-    return _Prepared(light, file_entries, file_segments, bad)
+            entry, rows = intake.check_record(rec, now)
+        except intake.Refused as exc:
+            refused.append((line, str(exc), _escaped(rec)))
+            file_entries.extend(refusal_entries(path, line, str(exc), rec, _mtime(path), now))
+            continue
+        file_entries.append(entry)
+        if rows is not None:
+            file_segments.append((entry, rows))
+    for line, reason, _text in r.refused:  # lines that were not even JSON
+        file_entries.extend(refusal_entries(path, line, reason, None, _mtime(path)))
+    light = spool.SpoolRead(path=r.path, records=[], torn=r.torn, errors=[], refused=refused)
+    return _Prepared(light, file_entries, file_segments, [f"{path}:{n}: {why}" for n, why, _ in refused])
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.lstat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _escaped(rec: object) -> str:
+    import json
+
+    return json.dumps(rec, ensure_ascii=True, sort_keys=True, default=repr)[:spool.MAX_QUARANTINED_LINE]
+
+
+SHIP_SOURCE = "ipledger.ship"
+
+
+def refusal_entries(path: Path, line: int | None, reason: str, rec: object, mtime: float,
+                    now: float | None = None) -> list[Entry]:
+    """The entries that record a refusal: ``evidence_refused`` (what, where, why), keyed to the run the record
+    names where those fields are themselves sound; for a refused observation that names a run and a sane
+    time, also an ``unknown_interval`` on that run with cause ``evidence_refused`` (a receipt shows the
+    refused evidence as unknown, with the reason, instead of silently lacking it)."""
+    from .canonical import format_ts, ts_to_epoch
+    from .entries import make_entry
+
+    rec = rec if isinstance(rec, dict) else {}
+    key = intake.sound_key(rec)
+    when = intake.sound_time(rec.get("ts"), now) or intake.sound_time(rec.get("recorded_at"), now)
+    if when is None:
+        when = mtime if intake.EARLIEST <= mtime < intake.LATEST else intake.EARLIEST
+    claimed = rec.get("kind")
+    payload = {"file": path.name, "line": line, "reason": reason,
+               "claimed_kind": claimed[:64] if isinstance(claimed, str) else None}
+    refusal = make_entry(Kind.EVIDENCE_REFUSED, when, payload, source=SHIP_SOURCE, **key)
+    out = [refusal]
+    end = intake.sound_time(rec.get("ts_end"), now)
+    if claimed in intake.SPOOL_KINDS and key.get("job_id") is not None and intake.sound_time(rec.get("ts"), now):
+        gap = {"cause": "evidence_refused", "scope": "device" if key.get("device") else "run", "detail": reason,
+               "refused": refusal.entry_id}
+        later = end is not None and ts_to_epoch(end) >= ts_to_epoch(format_ts(when))
+        out.append(make_entry(Kind.UNKNOWN_INTERVAL, when, gap, ts_end=end if later else when,
+                              source=SHIP_SOURCE, **key))
+    return out
 
 
 def _prepare_chunk(paths: list[Path]) -> list[_Prepared | None]:
@@ -134,9 +219,12 @@ def _prepared(files: list[Path]) -> Iterator[_Prepared | None]:
 def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
          progress: Callable[[int, int], None] | None = None, run_after: bool = True,
          batch_entries: int = 50_000, after: Sequence[ShipHook] = (), enrich: Enricher | None = None) -> ShipReport:
-    """Ship every pending spool file; files whose records fail to decode are left in place and reported.
+    """Ship every pending spool file. Lines that fail their checks (:mod:`ledger.intake`) are refused, noted
+    in ``quarantine/`` and recorded as ``evidence_refused`` entries; the rest of their file ships. Files that
+    are not a writer's plain files are moved to ``quarantine/`` unread. Nothing in a spool can stop it.
 
-    ``after``: the steps run, in order, over the shipped entries once they are committed (skipped with
+    ``after``: the steps run, in order, over the shipped entries of the kinds in :data:`AFTER_SHIP_KINDS` once
+    they are committed (skipped with
     ``run_after=False``); what they report goes into ``after_errors``.
 
     One transaction per batch (at most ``batch_files`` files or about ``batch_entries`` entries): large
@@ -153,15 +241,18 @@ def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
 def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batch_files: int,
                  progress: Callable[[int, int], None] | None, after: tuple[ShipHook, ...],
                  batch_entries: int, enrich: Enricher | None = None) -> None:
+    spool.check_spool_dir(spool_dir)
     files = spool.pending_files(spool_dir)
+    # Only what the after-ship steps read (runs that ended) is kept across batches, not every shipped entry,
+    # so memory stays flat however big the spool. Files they still have to see are moved aside only after
+    # they ran: a shipper killed in between finds them again, and the re-shipment (all duplicates) redoes it.
     shipped_entries: list[Entry] = []
-    # Files whose entries the after-ship work (automatic receipts) still has to see are moved aside only after
-    # it ran: a shipper killed in between finds them again, and the re-shipment (all duplicates) redoes it.
     after_pending: list[spool.SpoolRead] = []
     source = _prepared(files)
     pos = 0
     while pos < len(files):
         reads: list[spool.SpoolRead] = []
+        quarantined: list[tuple[str, str]] = []
         entries: list[Entry] = []
         segments: list[tuple[Entry, list]] = []   # collector segments carry their sample rows beside the entry
         taken = 0
@@ -171,15 +262,16 @@ def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batc
             taken += 1
             if prep is None:
                 continue
-            if prep.errors:
-                report.errors.extend(prep.errors)
+            entries.extend(prep.entries)
+            report.note_refused(prep.errors, prep.quarantine)
+            if prep.quarantine is not None:
+                quarantined.append((prep.read.path.name, prep.quarantine))
                 continue
             reads.append(prep.read)
-            entries.extend(prep.entries)
             segments.extend(prep.segments)
             if prep.read.torn is not None:
                 report.torn.append(str(prep.read.path))
-        if reads:
+        if reads or quarantined:
             with write_tx(engine) as conn:
                 if conn.dialect.name == "sqlite":
                     conn.exec_driver_sql(f"PRAGMA cache_size={_SQLITE_CACHE_KIB}")
@@ -190,9 +282,10 @@ def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batc
             report.records += len(entries)
             report.appended += result.appended
             report.duplicates += len(entries) - result.appended
+            spool.quarantine(spool_dir, reads, quarantined)
             if after:
-                shipped_entries.extend(entries)
-                after_pending.extend(reads)
+                shipped_entries.extend(e for e in entries if e.kind in AFTER_SHIP_KINDS)
+                after_pending.extend(spool.SpoolRead(path=r.path, records=[], torn=r.torn, errors=[]) for r in reads)
             else:
                 spool.mark_shipped_many(spool_dir, reads)
         if progress:
@@ -207,15 +300,6 @@ def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batc
             report.after_errors.extend(step(engine, shipped_entries))
     if after_pending:
         spool.mark_shipped_many(spool_dir, after_pending)
-
-
-def _sample_rows(rows) -> list:  # noqa: ANN001
-    """Check a segment record's embedded rows before anything is written (bad rows fail the file, not the batch)."""
-    from .telemetry.model import SAMPLE_COLUMNS
-
-    if not isinstance(rows, list) or any(not isinstance(r, list) or len(r) != len(SAMPLE_COLUMNS) for r in rows):
-        raise ValueError("segment samples are not rows of the samples table")
-    return rows
 
 
 def _write_samples(conn, segments: list[tuple[Entry, list]]) -> None:  # noqa: ANN001

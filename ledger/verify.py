@@ -21,6 +21,8 @@ class ChainProblem:
     reason: str
 
     def __str__(self) -> str:
+        if not self.entry_id:   # an index or database problem: no single entry to name, or only its seq
+            return f"entry seq {self.seq}: {self.reason}" if self.seq else self.reason
         return f"entry seq {self.seq} ({self.entry_id}): {self.reason}"
 
 
@@ -30,6 +32,7 @@ class VerifyReport:
     head_seq: int
     head_hash: str
     problems: tuple[ChainProblem, ...] = field(default_factory=tuple)
+    notes: tuple[str, ...] = ()   # what could not be checked (e.g. --deep without amcheck), never a failure
 
     @property
     def ok(self) -> bool:
@@ -37,7 +40,8 @@ class VerifyReport:
 
     def to_json(self) -> dict:
         return {"ok": self.ok, "entries": self.entries, "head_seq": self.head_seq, "head_hash": self.head_hash,
-                "problems": [{"seq": p.seq, "entry_id": p.entry_id, "reason": p.reason} for p in self.problems]}
+                "problems": [{"seq": p.seq, "entry_id": p.entry_id, "reason": p.reason} for p in self.problems],
+                "notes": list(self.notes)}
 
 
 def check_chain(rows: Iterable[ChainedEntry], anchors: Sequence[Anchor] = ()) -> VerifyReport:
@@ -124,18 +128,80 @@ ExtraCheck = Callable[[Engine, VerifyReport], list[ChainProblem]]
 
 
 def verify(engine: Engine, chain_only: bool = False, workers: int | None = None,
-           anchors: Sequence[Anchor] = (), checks: Sequence[ExtraCheck] = ()) -> VerifyReport:
-    """The chain (and anchors), then ``checks``; problems in sequence order, the first bad first."""
+           anchors: Sequence[Anchor] = (), deep: bool = False, checks: Sequence[ExtraCheck] = ()) -> VerifyReport:
+    """The chain (and anchors), then ``checks``; problems in sequence order, the first bad first.
+
+    ``deep`` adds the database's own consistency check of tables against their indexes (SQLite's
+    ``PRAGMA integrity_check``, PostgreSQL's amcheck): the chain is read from the table's rows, but receipts
+    find entries through indexes, so an index edited to hide a row changes a receipt without touching the
+    chain. Run first, so an index problem is reported even when the chain check stops at a bad entry."""
+    index_problems, notes = deep_check(engine) if deep else ([], [])
     report = verify_chain(engine, workers=workers, anchors=anchors)
-    if not report.ok or chain_only:
-        return report
-    problems: list[ChainProblem] = []
-    for check in checks:
-        problems.extend(check(engine, report))
-    if problems:
+    problems: list[ChainProblem] = list(report.problems)
+    if report.ok and not chain_only:
+        for check in checks:
+            problems.extend(check(engine, report))
+    problems.extend(index_problems)
+    if problems or notes:
         return VerifyReport(report.entries, report.head_seq, report.head_hash,
-                            tuple(sorted(problems, key=lambda p: p.seq)))
+                            tuple(sorted(problems, key=lambda p: p.seq)), tuple(notes))
     return report
+
+
+LEDGER_TABLES = ("entries", "sample_blocks", "samples")
+
+
+def deep_check(engine: Engine) -> tuple[list[ChainProblem], list[str]]:
+    """Index-against-table consistency: (problems, notes on what could not be checked)."""
+    import re
+
+    from sqlalchemy import text
+
+    problems: list[ChainProblem] = []
+    notes: list[str] = []
+    with engine.connect() as conn:
+        if conn.dialect.name == "sqlite":
+            for (line,) in conn.exec_driver_sql("PRAGMA integrity_check"):
+                if line == "ok":
+                    continue
+                m = re.search(r"\brow (\d+) missing from index|\browid (\d+)", line)
+                seq = int(m.group(1) or m.group(2)) if m else 0
+                problems.append(ChainProblem(seq, "", f"database integrity: {line}"))
+            for table in LEDGER_TABLES:
+                for row in conn.exec_driver_sql(f"PRAGMA index_list({table})"):
+                    if row[4]:  # partial: an index that leaves rows out on purpose hides them from readers
+                        problems.append(ChainProblem(0, "", f"database integrity: index {row[1]} on {table} is "
+                                                            f"partial; ipledger creates none"))
+        elif conn.dialect.name == "postgresql":
+            try:
+                conn.execute(text("CREATE EXTENSION IF NOT EXISTS amcheck"))
+                conn.commit()
+            except Exception as exc:  # noqa: BLE001 - no privilege or no contrib package: say so, do not fail
+                conn.rollback()
+                notes.append(f"--deep: amcheck unavailable ({(str(exc).splitlines() or ['?'])[0][:160]}); "
+                             f"indexes not checked")
+                return problems, notes
+            rows = conn.execute(text(
+                "SELECT c.relname, i.indexrelid, i.indpred IS NOT NULL FROM pg_index i "
+                "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid "
+                "JOIN pg_am a ON a.oid = c.relam "
+                "WHERE t.relname = ANY(:tables) AND a.amname = 'btree' AND t.relnamespace = "
+                "(SELECT oid FROM pg_namespace WHERE nspname = current_schema())"),
+                {"tables": list(LEDGER_TABLES)}).all()
+            for name, oid, partial in rows:
+                if partial:
+                    problems.append(ChainProblem(0, "", f"database integrity: index {name} is partial; "
+                                                        f"ipledger creates none"))
+                    continue
+                try:
+                    conn.execute(text("SELECT bt_index_check(:oid, true)"), {"oid": oid})
+                except Exception as exc:  # noqa: BLE001 - amcheck reports corruption as an error
+                    conn.rollback()
+                    problems.append(ChainProblem(0, "", f"database integrity: index {name}: "
+                                                        f"{(str(exc).splitlines() or ['?'])[0][:200]}"))
+        else:
+            notes.append(f"--deep: no index check for {conn.dialect.name}")
+    return problems, notes
 
 
 # --- the fast path -------------------------------------------------------------------------------------------

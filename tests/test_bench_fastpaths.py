@@ -160,13 +160,13 @@ def test_parallel_ship_equals_serial_ship(tmp_path, monkeypatch):
         left = sorted(p.name for p in spool_dir.iterdir() if p.is_file())
         eng.dispose()
         rep["torn"] = [p.replace(str(root), "") for p in rep["torn"]]
-        rep["errors"] = [p.replace(str(root), "") for p in rep["errors"]]
+        rep["refused"] = [p.replace(str(root), "") for p in rep["refused"]]
         return rep, rows, left
 
     serial, parallel = one(False), one(True)
     assert serial == parallel
     rep, rows, left = parallel
-    assert rep["errors"] and rep["torn"] and left == ["entries-zz-bad.jsonl"]
+    assert rep["refused"] and rep["torn"] and not rep["errors"] and left == []
     assert rep["appended"] == len(rows) and rows[-1][0] == len(rows)
 
 

@@ -72,15 +72,12 @@ def test_issue_all_is_idempotent_and_the_november_statement_has_the_gpu_hours(im
 
 
 def test_november_statement_has_each_namespace_as_a_tenant(imported, runner, cli):
-    """Tenants come from the ``namespace`` label on ``hpc_job`` runs (the importers' side of this is
-    issue 14's work: until it lands, runs built from ``hpc_job`` carry no account)."""
+    """Tenants come from the ``namespace`` label on ``hpc_job`` runs."""
     url = imported
     _invoke(runner, cli, "--db", url, "issue", "--all", "--quiet")
     nov = json.loads(_invoke(runner, cli, "--db", url, "export", "monthly", "--month", "2026-11", "--format",
                              "json", "--out", "-", "--quiet").output)
     by_tenant = {t["tenant"]: t for t in nov["tenants"]}
-    if set(by_tenant) == {None}:
-        pytest.xfail("runs built from hpc_job carry no tenant yet (namespace as tenant: issue 14)")
     assert set(by_tenant) == {"astro", "bio"}
     for t in by_tenant.values():
         assert t["runs"] == 1 and t["paid"] == pytest.approx(4 * 24, rel=0.01)

@@ -5,16 +5,17 @@ from __future__ import annotations
 import click
 
 from .. import store
-from ..adjustments import RESOLUTIONS, AdjustmentError, adjustment_entry, resolution_entry
+from ..adjustments import (DEFAULT_MAX_FACTOR, RESOLUTIONS, AdjustmentError, adjustment_entry, check_bound,
+                           resolution_entry)
 from ..entries import Kind
 from ..receipts import ReceiptError
 from ..receipts.gather import pick_run, runs_of_job
-from .context import AppContext, UserError, emit_json, pass_app
+from .context import RUN, AppContext, UserError, emit_json, pass_app
 
 
 @click.command("adjust")
 @click.argument("job_id")
-@click.option("--run", "run", type=int, default=None, help="Restart count (default: the latest run).")
+@click.option("--run", "run", type=RUN, default=None, help="Restart count (default: the latest run).")
 @click.option("--cluster", default=None, help="Cluster name, when the job id exists on several.")
 @click.option("--credit", "credit", metavar="HOURS|AMOUNT", default=None, help="Credit, e.g. 2.5h or 120.00.")
 @click.option("--debit", "debit", metavar="HOURS|AMOUNT", default=None, help="Debit, e.g. 1h or 40.00.")
@@ -38,6 +39,8 @@ def adjust_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | Non
     try:
         with engine.connect() as conn:
             key = pick_run(runs_of_job(conn, job_id, None), job_id, run, cluster)
+        quantity = credit or debit or ""
+        check_bound(quantity, *_paid(engine, key), _factor(app))
         entry = adjustment_entry(cluster=key.cluster, job_id=key.job_id, run=key.run,
                                  direction="credit" if credit else "debit", quantity=credit or debit or "",
                                  reason=reason, by=by, references=list(refs))
@@ -52,6 +55,23 @@ def adjust_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | Non
         click.echo(f"adjustment {entry.entry_id} recorded at seq {res.last_seq} for job {key.job_id} run {key.run}")
 
 
+def _paid(engine, key) -> tuple[float, float]:  # noqa: ANN001
+    """The run's paid GPU-hours and paid cost, from its receipt at the ledger head."""
+    from ..receipts import compute_receipt
+    from ..receipts.gather import gather
+
+    body = compute_receipt(gather(engine, key.job_id, key.run, cluster=key.cluster)).body
+    return float(body["gpu_hours"]["paid"]), float(body["cost"]["paid"])
+
+
+def _factor(app: AppContext) -> float:
+    raw = app.config.extra.get("max_adjustment_factor", DEFAULT_MAX_FACTOR)
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 < raw < 1e6:
+        raise UserError(f"{app.config.path or 'site config'}: max_adjustment_factor: expected a number between "
+                        f"0 and 1e6, got {raw!r}")
+    return float(raw)
+
+
 @click.command("resolve")
 @click.argument("gap_id")
 @click.option("--as", "as_", type=click.Choice(list(RESOLUTIONS)), required=True,
@@ -59,7 +79,7 @@ def adjust_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | Non
 @click.option("--reason", required=True, help="Why (shown on the receipt).")
 @click.option("--by", "by", required=True, help="Who decided it.")
 @click.option("--job", "job_id", default=None, help="Job the resolution is for, when the gap names no job.")
-@click.option("--run", "run", type=int, default=None, help="Run, with --job (default: latest).")
+@click.option("--run", "run", type=RUN, default=None, help="Run, with --job (default: latest).")
 @click.option("--json", "as_json", is_flag=True, help="Print the recorded entry as JSON.")
 @pass_app
 def resolve_cmd(app: AppContext, gap_id: str, as_: str, reason: str, by: str, job_id: str | None,

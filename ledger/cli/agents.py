@@ -251,6 +251,7 @@ def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str |
       ipledger analyze --url http://127.0.0.1:9090 --start 2026-11-03T00:00:00Z --end 2026-11-04T00:00:00Z --step 60s
     """
     from ..agents.pathb import PathBError, analyze_collected, read_source, render_pdf
+    from ..safeout import OutputError, output_file
     from .importers import parse_duration, parse_time
 
     try:
@@ -274,8 +275,9 @@ def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str |
         analysis = analyze_collected(collected, keep=Path(keep_ledger) if keep_ledger else None,
                                      sources=list(source))
         if pdf:
-            render_pdf(analysis, Path(pdf))
-    except PathBError as exc:
+            with output_file(pdf) as tmp:
+                render_pdf(analysis, tmp)
+    except (PathBError, OutputError) as exc:
         raise UserError(str(exc)) from None
     if as_json:
         emit_json(analysis.to_json())

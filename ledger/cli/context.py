@@ -70,6 +70,11 @@ class AppContext:
 
 pass_app = click.make_pass_decorator(AppContext)
 
+# Bounds of the integers the ledger stores (a seq is a 64-bit integer in both databases, a run a restart
+# count): a value outside them is a one-line usage error, not an overflow deep in the database driver.
+SEQ = click.IntRange(0, 2**63 - 1)
+RUN = click.IntRange(0, 2**31 - 1)
+
 
 def emit_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")

@@ -7,7 +7,7 @@ import click
 from .. import store
 from ..contracts import DEFAULT_CONTRACT, ContractError, read_contract, record_contract, select_contract
 from ..entries import Kind
-from .context import AppContext, UserError, emit_json, pass_app
+from .context import SEQ, AppContext, UserError, emit_json, pass_app
 
 
 @click.group("contract")
@@ -49,7 +49,7 @@ def set_cmd(app: AppContext, file: str, as_json: bool) -> None:
 @contract_group.command("show")
 @click.option("--account", default=None, help="The contract that applies to this Slurm account.")
 @click.option("--id", "contract_id", default=None, help="The latest version of this contract id.")
-@click.option("--as-of", "as_of", type=int, default=None, metavar="SEQ", help="As the ledger stood at SEQ.")
+@click.option("--as-of", "as_of", type=SEQ, default=None, metavar="SEQ", help="As the ledger stood at SEQ.")
 @click.option("--json", "as_json", is_flag=True, help="Print the contract as JSON.")
 @pass_app
 def show_cmd(app: AppContext, account: str | None, contract_id: str | None, as_of: int | None,

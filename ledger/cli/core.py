@@ -10,7 +10,8 @@ from .. import db as db_mod
 from .. import store
 from ..ship import ship as ship_spool
 from ..verify import verify as verify_ledger
-from .context import AppContext, UserError, emit_json, pass_app
+from ..textsafe import printable
+from .context import SEQ, AppContext, UserError, emit_json, pass_app
 
 
 @click.command("init")
@@ -49,6 +50,8 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
     `sacct`, runs that ended get their accounting record (QOS, TRES, suspensions, final state) in one sacct call
     per batch of runs; if the accounting database is down they stay pending and are asked again next time.
     Runs whose end was shipped get their receipt issued right after (automatic receipts), unless --no-receipts.
+    A line that fails its checks (or an operator-only kind) is refused, noted in SPOOL/quarantine/ and
+    recorded as evidence_refused; the rest ships (docs/security.md).
 
     \b
     Example:
@@ -69,10 +72,14 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
             click.echo(f"\rshipping spool files {done}/{total}", err=True, nl=done == total)
 
     from ..hooks.accounting import AccountingSettings
+    from ..spool import UnsafeSpool
 
     acct = AccountingSettings.from_config(app.config)
-    report = ship_spool(engine, directory, progress=progress, after=after,
-                        enrich=acct.enricher() if acct else None)
+    try:
+        report = ship_spool(engine, directory, progress=progress, after=after,
+                            enrich=acct.enricher() if acct else None)
+    except UnsafeSpool as exc:
+        raise UserError(str(exc)) from None
     if as_json:
         emit_json(report.to_json())
     else:
@@ -80,6 +87,13 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
                    f"{report.duplicates} already in the ledger")
         for t in report.torn:
             click.echo(f"warning: {t}: torn last line set aside in {directory}/torn/", err=True)
+        for r in report.refused:
+            click.echo(f"warning: refused {printable(r)} (noted in {directory}/quarantine/)", err=True)
+        for q in report.quarantined:
+            click.echo(f"warning: quarantined unread: {printable(q)}", err=True)
+        more = report.refused_total - len(report.refused) + report.quarantined_total - len(report.quarantined)
+        if more:
+            click.echo(f"warning: {more} more refusals, noted in {directory}/quarantine/", err=True)
     acc = report.accounting
     if acc and acc["error"]:  # shipping itself succeeded; these runs are asked again at the next shipment
         click.echo(f"ipledger: accounting pending for {acc['still_pending_count']} runs (retried at the next "
@@ -96,14 +110,18 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
 @click.option("--anchor", "anchors", multiple=True, metavar="SEQ:HASH",
               help="An entry's hash kept outside the ledger (a receipt's through_seq:head_hash, an earlier "
                    "verify's head); the ledger must still hold it. Repeatable.")
+@click.option("--deep", is_flag=True,
+              help="Also check the database's indexes against its tables (SQLite integrity_check, PostgreSQL "
+                   "amcheck): finds an index edited to hide rows from receipts. Slower.")
 @pass_app
-def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[str, ...]) -> None:
+def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[str, ...], deep: bool) -> None:
     """Walk the hash chain (and replay issued receipts); exit 1 naming the first entry that does not match.
 
     \b
     Example:
       ipledger verify
       ipledger verify --json --anchor 1200:3f5e...c1
+      ipledger verify --deep
     """
     from ..receipts.auto import verify_checks
     from ..verify import Anchor
@@ -112,13 +130,16 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
         parsed = [Anchor.parse(a) for a in anchors]
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    report = verify_ledger(app.engine(), chain_only=chain_only, anchors=parsed, checks=verify_checks(app.site))
+    report = verify_ledger(app.engine(), chain_only=chain_only, anchors=parsed, deep=deep,
+                          checks=verify_checks(app.site))
     if as_json:
         emit_json(report.to_json())
     elif report.ok:
         click.echo(f"ok: {report.entries} entries, head seq {report.head_seq} hash {report.head_hash}")
+    for n in report.notes:
+        click.echo(f"warning: {printable(n)}", err=True)
     for p in report.problems:
-        click.echo(f"ipledger: verify failed: {p}", err=True)
+        click.echo(f"ipledger: verify failed: {printable(str(p))}", err=True)
     if not report.ok:
         sys.exit(1)
 
@@ -126,8 +147,8 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
 @click.command("log")
 @click.option("--job", "job_id", help="Only this job's entries.")
 @click.option("--kind", "kinds", multiple=True, help="Only entries of this kind (repeatable).")
-@click.option("--since-seq", type=int, default=0, help="Only entries after this sequence number.")
-@click.option("--limit", type=int, default=100, show_default=True)
+@click.option("--since-seq", type=SEQ, default=0, help="Only entries after this sequence number.")
+@click.option("--limit", type=click.IntRange(0, 2**31 - 1), default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the entries as JSON.")
 @pass_app
 def log_cmd(app: AppContext, job_id: str | None, kinds: tuple[str, ...], since_seq: int, limit: int,

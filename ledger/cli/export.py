@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .context import AppContext, UserError, emit_json, pass_app
+from .context import SEQ, AppContext, UserError, emit_json, pass_app
 
 
 @click.group("export")
@@ -30,7 +30,7 @@ def export_group() -> None:
               show_default=True, help="csv/parquet: the long table; focus: FinOps FOCUS 1.2 CSV; pdf: statement.")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Output file (default statement-MONTH[-TENANT].EXT; '-' writes csv/focus/json to stdout).")
-@click.option("--as-of", "as_of", type=click.IntRange(min=0), default=None, metavar="SEQ",
+@click.option("--as-of", "as_of", type=SEQ, default=None, metavar="SEQ",
               help="As the ledger stood at SEQ: reproduces an export made then.")
 @click.option("--alias-key", "alias_key", type=click.Path(dir_okay=False, path_type=Path), default=None,
               metavar="FILE", help="Replace hostnames and users by keyed-HMAC aliases (key read from FILE).")
@@ -58,6 +58,8 @@ def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: 
     from reports.export import build_statement, default_name, to_json, write
     from reports.monthly import ExportError, cents
     from reports.progress import Progress
+
+    from ..safeout import OutputError, output_file
 
     try:
         aliaser = Aliaser(read_key(alias_key) if alias_key else None)
@@ -90,9 +92,11 @@ def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: 
             sys.stdout.write(tmp.read_text())
         return
     try:
-        write(st, fmt, path, invoice_scheme=scheme)
-    except OSError as exc:
-        raise UserError(f"{path}: cannot write ({exc.strerror})") from None
+        with output_file(path) as tmp:  # the target is replaced only by a complete file, never truncated
+            write(st, fmt, tmp, invoice_scheme=scheme)
+    except (OSError, OutputError) as exc:
+        raise UserError(str(exc) if isinstance(exc, OutputError) else f"{path}: cannot write ({exc.strerror})") \
+            from None
     t = st.summary.totals
     summary = {"month": month, "format": fmt, "out": str(path), "tenant": tenant, "empty": st.empty,
                "runs": t["runs"], "corrections": t["corrections"], "paid_gpu_hours": round(t["paid"], 6),

@@ -4,23 +4,24 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
 from ..receipts import ReceiptError, issue_receipt, receipt_for, render_pdf, render_text, verify_receipt
-from .context import AppContext, UserError, emit_json, pass_app
+from ..safeout import OutputError, output_file, write_output
+from .context import RUN, SEQ, AppContext, UserError, emit_json, pass_app
 
 
 @click.command("receipt")
 @click.argument("job_id")
-@click.option("--run", "run", type=int, default=None, help="Restart count (default: the latest run).")
+@click.option("--run", "run", type=RUN, default=None, help="Restart count (default: the latest run).")
 @click.option("--cluster", default=None, help="Cluster name, when the job id exists on several.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "pdf"]), default="text", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
-              help="Write to this file (required for --format pdf).")
-@click.option("--as-of", "as_of", type=int, default=None, metavar="SEQ", help="As the ledger stood at SEQ.")
+              help="Write to this file (required for --format pdf; replaced only once the write succeeded; "
+                   "- for standard output).")
+@click.option("--as-of", "as_of", type=SEQ, default=None, metavar="SEQ", help="As the ledger stood at SEQ.")
 @click.option("--contract", "contract_id", default=None, metavar="ID",
               help="Price under this contract id (default: latest applicable contract_version).")
 @click.option("--verify", "verify", is_flag=True, help="Recompute the issued receipt and compare hashes.")
@@ -40,8 +41,8 @@ def receipt_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | No
     """
     if as_json:
         fmt = "json"
-    if fmt == "pdf" and not out:
-        raise UserError("--format pdf needs --out PATH")
+    if fmt == "pdf" and (not out or out == "-"):
+        raise UserError("--format pdf needs --out PATH (a file, not standard output)")
     if (verify or issue) and as_of is not None:
         raise UserError("--as-of cannot be combined with --issue or --verify (they work at the ledger head)")
     engine = app.engine()
@@ -73,23 +74,26 @@ def receipt_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | No
                             sku_table=skus, workers=workers)
     except ReceiptError as exc:
         raise UserError(str(exc)) from None
-    if fmt == "pdf":
-        render_pdf([r], out)  # type: ignore[arg-type]
-        click.echo(f"wrote {out}")
-    elif fmt == "json":
-        if out:
-            Path(out).write_text(json.dumps(r.body, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
-                                 encoding="utf-8")
+    try:
+        if fmt == "pdf":
+            with output_file(out) as tmp:  # type: ignore[arg-type]
+                render_pdf([r], tmp)
             click.echo(f"wrote {out}")
+        elif fmt == "json":
+            if out and out != "-":
+                write_output(out, json.dumps(r.body, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+                click.echo(f"wrote {out}")
+            else:
+                emit_json(r.body)
         else:
-            emit_json(r.body)
-    else:
-        text = render_text(r)
-        if out:
-            Path(out).write_text(text, encoding="utf-8")
-            click.echo(f"wrote {out}")
-        else:
-            click.echo(text, nl=False)
+            text = render_text(r)
+            if out and out != "-":
+                write_output(out, text)
+                click.echo(f"wrote {out}")
+            else:
+                click.echo(text, nl=False)
+    except OutputError as exc:
+        raise UserError(str(exc)) from None
     for line in status_lines:
         click.echo(line, err=(fmt == "json" and not out))
 

@@ -106,7 +106,7 @@ def run_frame(entries: Sequence[ChainedEntry], open_end: str | None = None) -> R
     is_open = end is None
     if end is None:  # still running or the epilog never ran: account up to the last thing we know of
         ends = [ts_to_epoch(c.entry.ts_end or c.entry.ts) for c in entries
-                if c.entry.kind not in (Kind.ADJUSTMENT, Kind.GAP_RESOLUTION)]
+                if c.entry.kind not in (Kind.ADJUSTMENT, Kind.GAP_RESOLUTION, Kind.EVIDENCE_REFUSED)]
         if open_end is not None:
             ends.append(ts_to_epoch(open_end))
         if start is not None and ends:

@@ -30,8 +30,8 @@ SAMPLE_READ_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "tenso
 def runs_of_job(conn: Connection, job_id: str, as_of: int | None) -> dict[RunKey, list[ChainedEntry]]:
     runs: dict[RunKey, list[ChainedEntry]] = defaultdict(list)
     for ce in iter_entries(conn, job_id=str(job_id), through_seq=as_of):
-        if ce.entry.kind == Kind.RECEIPT_ISSUED:
-            continue  # a receipt never depends on earlier receipts
+        if ce.entry.kind in (Kind.RECEIPT_ISSUED, Kind.EVIDENCE_REFUSED):
+            continue  # a receipt never depends on earlier receipts; a refusal's key is the refused record's
         runs[RunKey(ce.entry.cluster, str(job_id), ce.entry.run or 0)].append(ce)
     return runs
 

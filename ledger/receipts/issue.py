@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 
 from ..canonical import now_ts, ts_to_epoch
 from ..entries import ChainedEntry, Entry, Kind, make_entry
-from ..fsmodes import RECEIPTS_DIR, RECEIPTS_FILE, create_file, make_dirs
+from ..fsmodes import RECEIPTS_DIR, RECEIPTS_FILE, make_dirs, open_subdir, write_beside
 from ..method import METHOD_NAME, METHOD_VERSION
 from ..db import write_tx
 from ..store import append_in, iter_entries, lock_chain
@@ -235,17 +235,31 @@ def issue_runs(engine: Engine, keys: Iterable[RunKey], *, sku_table: Mapping | N
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+def safe_name(text: str) -> str:
+    """A file name from a name in the ledger: only [A-Za-z0-9._-], never empty, never starting with a dot
+    (so never ``.`` or ``..``), bounded in length."""
+    name = _SAFE.sub("_", text)[:120]
+    return "_" + name[1:] if not name or name.startswith(".") else name
+
+
 def write_receipt_files(receipt: Receipt, receipts_dir: str | Path) -> Path:
-    """``DIR/<account>/<cluster>-<job>-<run>.json`` (one directory per account, names made path-safe)."""
+    """``DIR/<account>/<cluster>-<job>-<run>.json`` (one directory per account, names made path-safe).
+
+    The names come from the ledger (an account is whatever Slurm said), so they are made safe, and every
+    open is relative to a directory descriptor without following links: a link planted in the receipts
+    directory cannot turn a root shipper's write into a write elsewhere."""
     job = receipt.body["job"]
-    acct = _SAFE.sub("_", str(job.get("account") or "unknown-account"))
-    name = _SAFE.sub("_", f"{job.get('cluster') or 'cluster'}-{job['job_id']}-{job['run']}")
-    d = Path(receipts_dir) / acct
-    make_dirs(d, RECEIPTS_DIR)  # receipts name users, accounts and nodes: not for every local user
-    path = d / f"{name}.json"
-    tmp = path.with_suffix(".json.tmp")
-    with os.fdopen(create_file(tmp, RECEIPTS_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w",
-                   encoding="utf-8") as f:
-        f.write(json.dumps(receipt.body, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-    tmp.replace(path)
-    return path
+    acct = safe_name(str(job.get("account") or "unknown-account"))
+    name = safe_name(f"{job.get('cluster') or 'cluster'}-{job['job_id']}-{job['run']}") + ".json"
+    make_dirs(receipts_dir, RECEIPTS_DIR)  # receipts name users, accounts and nodes: not for every local user
+    top = os.open(receipts_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        sub = open_subdir(top, acct, RECEIPTS_DIR)
+        try:
+            data = json.dumps(receipt.body, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+            write_beside(sub, name, data.encode("utf-8"), RECEIPTS_FILE)
+        finally:
+            os.close(sub)
+    finally:
+        os.close(top)
+    return Path(receipts_dir) / acct / name

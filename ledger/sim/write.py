@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import spool
+from .. import spool, store
 from ..entries import Kind, make_entry
 from ..ship import ship
 from ..telemetry.model import Sample
@@ -97,11 +97,14 @@ def write_ledger(engine, sim: Simulation, spool_dir: Path, extra_entries=()) -> 
             samples += len(ss)
     # the hooks' records ship last, as epilogs do after the job's telemetry was collected (receipts are the
     # caller's to issue: no after-ship steps here)
-    recs = scheduler_records(sim) + [e.to_record() for e in extra_entries]
-    spool.write(spool_dir, recs, prefix="demo-hooks")
+    # extra entries (the demo's contract) are an operator's: recorded the way the CLI records them, since a
+    # spool may hold observations only (docs/security.md)
+    if extra_entries:
+        store.append(engine, list(extra_entries))
+    spool.write(spool_dir, scheduler_records(sim), prefix="demo-hooks")
     rep = ship(engine, spool_dir)
-    if rep.errors:
-        raise RuntimeError(f"demo spool did not ship: {rep.errors[0]}")
+    if rep.errors or rep.refused or rep.quarantined:
+        raise RuntimeError(f"demo spool did not ship: {(rep.errors + rep.refused + rep.quarantined)[0]}")
     return {"entries_shipped": rep.appended, "segments": segments, "samples": samples}
 
 

@@ -100,6 +100,10 @@ def decode(format_: str, data: bytes, columns: Sequence[str] = SAMPLE_COLUMNS,
         stored = head.schema
         layout = json.loads((stored.metadata or {})[_LAYOUT_KEY])
         present = [c for c in columns if stored.get_field_index(c) >= 0]
+        full = arrow_schema()
+        for c in present:  # a damaged schema (a double read as a half float) is not a block this reads
+            if stored.field(c).type != full.field(c).type:
+                raise BlockError(f"sample block column {c!r} is {stored.field(c).type}, not {full.field(c).type}")
         # One thread: the buffers of one batch are small, and the receipt already reads devices in parallel
         # processes; pyarrow's decompression threads cost several times the work they do here.
         # The system allocator, not pyarrow's default mimalloc pool: a receipt decodes a batch, drops it and
@@ -109,20 +113,23 @@ def decode(format_: str, data: bytes, columns: Sequence[str] = SAMPLE_COLUMNS,
             included_fields=[stored.get_field_index(c) for c in present], use_threads=False),
             memory_pool=pa.system_memory_pool())
         wanted = None if devices is None else set(devices)
-        full = arrow_schema()
         out, batch, batch_index = [], None, None
         for device, index, first, n in layout:
             if wanted is not None and device not in wanted:
                 continue
             if index != batch_index:
                 batch, batch_index = reader.get_batch(index), index
+                # Arrow's IPC reader trusts the buffers it is given; a damaged block (its stored sha256 fixed
+                # up) could otherwise make a reader index past them and crash the process. Buffer sizes are
+                # checked always (cheap); offsets and UTF-8 of the text column, where it is read, in full.
+                batch.validate(full="device" in present)
             if first < 0 or n < 0 or first + n > batch.num_rows:
                 raise BlockError(f"sample block layout out of range for device {device!r}")
             part = batch.slice(first, n)
             arrays = [part.column(c) if c in present else pa.nulls(n, full.field(c).type) for c in columns]
             out.append((device, pa.Table.from_arrays(arrays, names=list(columns))))
         return out
-    except (pa.ArrowException, KeyError, ValueError, IndexError) as exc:
+    except (pa.ArrowException, OSError, KeyError, ValueError, IndexError, TypeError) as exc:  # LZ4: OSError
         raise BlockError(f"sample block does not decode: {exc}") from None
 
 

@@ -158,11 +158,25 @@ def iter_sample_pieces(conn: Connection, *, segment_ids: Sequence[str] | None = 
         if check_blocks and hashlib.sha256(data).hexdigest() != sha:
             raise blocks.BlockError(f"sample block of segment {sid} does not match its sha256")
         for device, table in blocks.decode(format_, data, need, devices):
+            if check_blocks:
+                _check_label(sid, device, table)
             piece = _in_window(table, start, end)
             if piece.num_rows:
                 yield device, piece.select(cols)
     legacy = None if segment_ids is None else [s for s in dict.fromkeys(segment_ids) if s not in found]
     yield from _legacy_pieces(conn, legacy, devices, start, end, cols)
+
+
+def _check_label(segment_id: str, device: str, table) -> None:  # noqa: ANN001
+    """A block's layout names the device of each range, and readers pick ranges by that label: it must be
+    the device every row of the range holds, or a reader would take one device's samples for another's
+    (the segment digest alone covers the rows, not the labels)."""
+    if "device" not in table.column_names:
+        return
+    found = table.column("device").unique().to_pylist()
+    if any(v != device for v in found):
+        raise blocks.BlockError(f"sample block of segment {segment_id}: its layout labels rows of "
+                                f"{sorted(map(str, found))[:3]} as device {device!r}")
 
 
 def _block_rows(conn: Connection, segment_ids: Sequence[str] | None) -> Iterator[tuple]:
@@ -279,10 +293,10 @@ def check_segment_digests(engine: Engine, report: VerifyReport) -> list[ChainPro
             except blocks.BlockError as exc:
                 problems.append(ChainProblem(ce.seq, ce.entry.entry_id, str(exc)))
                 continue
-            except (ValueError, TypeError, DBAPIError) as exc:
+            except Exception as exc:  # noqa: BLE001 - any decode failure (LZ4, Arrow, driver) is a named problem
                 # Stored bytes no honest writer produces (text that is not UTF-8, a NaN sample, a value of
                 # the wrong type): the segment is named instead of verify stopping with a traceback.
-                reason = str(exc).splitlines()[0][:200]
+                reason = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
                 problems.append(ChainProblem(ce.seq, ce.entry.entry_id, f"stored samples cannot be read: {reason}"))
                 continue
             if table.num_rows and digest != want:
