@@ -25,6 +25,7 @@ from ledger import db as db_mod
 from ledger import spool, store
 from ledger.entries import Kind, make_entry
 from ledger.receipts import receipt_for
+from ledger.receipts.auto import verify_checks
 from ledger.receipts.example import KEY, UUID, load_example
 from ledger.telemetry import blocks
 from ledger.verify import verify
@@ -440,7 +441,7 @@ TEXT_COLUMNS = ("entry_id", "kind", "ts", "payload", "source", "hash", "prev_has
 def _verify_never_raises(db: Path, deep: bool = False):
     eng = db_mod.make_engine(f"sqlite:///{db}")
     try:
-        return verify(eng, deep=deep)
+        return verify(eng, deep=deep, checks=verify_checks())
     finally:
         eng.dispose()
 
@@ -503,7 +504,7 @@ def _decoded(data: bytes) -> list:
 def test_deep_verify_passes_an_honest_ledger_on_both_backends(engine):
     """``--deep`` on an honest ledger: ok, and on PostgreSQL amcheck really ran (no "unavailable" note)."""
     load_example(engine)
-    report = verify(engine, deep=True)
+    report = verify(engine, deep=True, checks=verify_checks())
     assert report.ok and report.notes == (), (report.problems, report.notes)
 
 

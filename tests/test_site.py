@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from ledger import db as db_mod
-from ledger import spool
+from ledger import spool, store
 from ledger.config import load
 from ledger.contracts import contract_entry, parse_contract
 from ledger.entries import Kind, make_entry
@@ -27,11 +27,19 @@ SITE_TDP_W = 350.0  # the built-in H100-SXM5-80GB row says 700 W
 def _spool_job(sp, job: str = "81") -> None:
     key = dict(cluster="c1", job_id=job, run=0, node="n01")
     spool.write(sp, [
-        contract_entry(parse_contract(CONTRACT, "test contract"), "2026-10-01T00:00:00Z").to_record(),
         make_entry(Kind.ALLOCATION_STARTED, "2026-11-01T10:00:00Z", {"account": "acme/physics"}, **key).to_record(),
         make_entry(Kind.DEVICE_BOUND, "2026-11-01T10:00:00Z", {"index": 0, "sku": "H100-SXM5-80GB"},
                    device="GPU-aaa", **key).to_record(),
         make_entry(Kind.ALLOCATION_ENDED, "2026-11-01T12:00:00Z", {"exit_code": 0}, **key).to_record()])
+
+
+def _record_contract(url: str) -> None:
+    """The site's contract, recorded as an operator does (a spool carries observations only)."""
+    engine = db_mod.make_engine(url)
+    try:
+        store.append(engine, [contract_entry(parse_contract(CONTRACT, "test contract"), "2026-10-01T00:00:00Z")])
+    finally:
+        engine.dispose()
 
 
 def _site_config(tmp_path, receipts_dir) -> tuple:  # noqa: ANN001
@@ -49,6 +57,7 @@ def test_config_x_governs_ship_automatic_receipts_issue_and_verify(runner, cli, 
     env = {"IPLEDGER_CONFIG": "", "IPLEDGER_DB": "", "IPLEDGER_SPOOL": "", "IPLEDGER_RECEIPTS_DIR": "",
            "IPLEDGER_AUTO_RECEIPTS": ""}
     assert runner.invoke(cli, ["--config", str(cfg), "init"], env=env).exit_code == 0
+    _record_contract(url)
     _spool_job(sp)
     r = runner.invoke(cli, ["--config", str(cfg), "ship", "--json"], env=env)
     assert r.exit_code == 0, r.output
@@ -86,11 +95,12 @@ def test_a_failed_automatic_receipt_fails_ship_and_says_why(runner, cli, tmp_pat
     cfg, url, sp = _site_config(tmp_path, blocker)
     env = {"IPLEDGER_CONFIG": "", "IPLEDGER_DB": "", "IPLEDGER_SPOOL": "", "IPLEDGER_AUTO_RECEIPTS": ""}
     assert runner.invoke(cli, ["--config", str(cfg), "init"], env=env).exit_code == 0
+    _record_contract(url)
     _spool_job(sp, "82")
     r = runner.invoke(cli, ["--config", str(cfg), "ship", "--json"], env=env)
     assert r.exit_code == 1
     report = json.loads(r.stdout)
-    assert report["appended"] == 4, "the entries are in the ledger all the same"
+    assert report["appended"] == 3, "the entries are in the ledger all the same"
     assert len(report["after_errors"]) == 1 and "job 82 run 0" in report["after_errors"][0]
     assert "ipledger: automatic receipt for job 82 run 0" in r.stderr and str(blocker) in r.stderr
     assert not spool.pending_files(sp)
