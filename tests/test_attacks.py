@@ -404,7 +404,7 @@ def test_cli_bad_values_are_one_line_errors_and_out_never_damages_its_target(run
     target.write_bytes(b"last month's statement")
     import reports.export as export_mod
 
-    def failing(st, fmt, path):  # noqa: ANN001
+    def failing(st, fmt, path, **_kw):  # noqa: ANN001, ANN003
         Path(path).write_bytes(b"half")
         raise OSError(28, "No space left on device")
 
