@@ -21,7 +21,6 @@ before, marked ``ChargeClass=Correction`` in FOCUS. A closed month therefore nev
 
 from __future__ import annotations
 
-import bisect
 import datetime as dt
 import math
 from dataclasses import dataclass
@@ -179,25 +178,16 @@ def _recompute(engine, pending: list[tuple[Any, dict]]) -> list[tuple[Any, dict,
     """Receipts the issue entries name only by hash: rebuilt from the entries through their ``through_seq``."""
     if not pending:  # the usual case: no need to import the receipts package at all
         return []
-    from ledger import store
-    from ledger import receipts as receipts_mod
+    from ledger.receipts import receipt_for
 
-    upto = max(int(p.get("through_seq") or ce.seq) for ce, p in pending)
-    entries = list(store.iter_entries(engine, through_seq=upto))
-    seqs = [c.seq for c in entries]
     out = []
     for ce, p in pending:
         through = int(p.get("through_seq") or ce.seq)
-        prefix = entries[:bisect.bisect_right(seqs, through)]
         job_id = str(p.get("job_id") or ce.entry.job_id)
         run = p.get("run", ce.entry.run)
-        run = None if run is None else int(run)
-        if hasattr(receipts_mod, "receipt_for"):  # the receipts package's public replay at through_seq
-            contract = (p.get("contract") or {}).get("id")
-            r = receipts_mod.receipt_for(engine, job_id, run, cluster=ce.entry.cluster, as_of=through,
-                                         contract_id=contract).body
-        else:
-            r = receipts_mod.build_receipt(prefix, job_id, run)
+        contract = (p.get("contract") or {}).get("id")
+        r = receipt_for(engine, job_id, None if run is None else int(run), cluster=ce.entry.cluster, as_of=through,
+                        contract_id=contract).body
         want = p.get("receipt_hash") or p.get("hash")
         out.append((ce, r, want is None or want == r.get("receipt_hash")))
     return out
