@@ -273,6 +273,18 @@ def _settle(paid_nh: int, buckets: np.ndarray, gap_total: int) -> tuple[np.ndarr
     return buckets, rest
 
 
+def paid_window(window: tuple[float, float], suspended: Sequence[tuple[float, float]]
+                ) -> tuple[float, float, list[tuple[float, float]], int, int]:
+    """(start, end, suspended spans inside the window merged, paid nanohours, suspended nanohours): paid is the
+    window minus its suspended time (a window that ends before it starts is empty)."""
+    s, e = float(window[0]), float(window[1])
+    if e < s:
+        e = s
+    susp = _union(_clip(suspended, s, e))
+    paid_nh = seconds_to_nh(e - s - _measure(susp))
+    return s, e, susp, paid_nh, seconds_to_nh(e - s) - paid_nh
+
+
 def attribute_device(
     window: tuple[float, float],
     samples: SampleArrays | None = None,
@@ -287,13 +299,7 @@ def attribute_device(
     ``unknown`` are (start, end, gap_id) spans of unknown_interval entries that apply to this device, in
     ledger order; ``suspended`` are suspended spans (reported beside the buckets, not inside them).
     """
-    s, e = float(window[0]), float(window[1])
-    if e < s:
-        e = s
-    susp = _union(_clip(suspended, s, e))
-    susp_s = _measure(susp)
-    paid_nh = seconds_to_nh(e - s - susp_s)
-    suspended_nh = seconds_to_nh(e - s) - paid_nh
+    s, e, susp, paid_nh, suspended_nh = paid_window(window, suspended)
     if samples is not None and len(samples):
         return _attribute_samples((s, e), samples, susp, unknown, paid_nh, suspended_nh, rated_clock_mhz,
                                   thresholds)

@@ -27,12 +27,9 @@ from .attribution import (
     DeviceAccount,
     SampleArrays,
     Thresholds,
-    _clip,
     _gap_portions,
-    _measure,
-    _union,
     finish_account,
-    seconds_to_nh,
+    paid_window,
 )
 
 _FLOAT_MAX = float(np.finfo(np.float64).max)
@@ -92,12 +89,7 @@ def attribute_device_reference(
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
 ) -> DeviceAccount:
     """One device's allocated window [start, end) in integer nanohours per bucket (no timeline strip)."""
-    s, e = float(window[0]), float(window[1])
-    if e < s:
-        e = s
-    susp = _union(_clip(suspended, s, e))
-    paid_nh = seconds_to_nh(e - s - _measure(susp))   # paid = window minus suspended time
-    suspended_nh = seconds_to_nh(e - s) - paid_nh
+    s, e, susp, paid_nh, suspended_nh = paid_window(window, suspended)   # paid = window minus suspended time
 
     if samples is None or not len(samples):
         portions, _ = _gap_portions((s, e), susp, unknown)
