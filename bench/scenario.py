@@ -123,7 +123,7 @@ def generate(seed: int, nodes: int = 8, gpus: int = 8, hours: float = 24.0, cade
     place = {c: node_names[order[i % nodes]] for i, c in enumerate(
         ["cooling", "collector_outage", "starved_loader", "starved_checkpoint", "power_cap", "idle_held",
          "drift", "ecc"])}
-    place["xid"] = place["power_cap"]        # a different device of the power-capped node
+    place["xid"] = place["ecc"]     # a different device of that node (an ECC counter runs on, loaded or not)
     win = {"cooling": _window(rng, steps, cadence, 5, 9), "collector_outage": _window(rng, steps, cadence, 0.5, 1.5),
            "power_cap": _window(rng, steps, cadence, 8, 13, 1.0), "idle_held": _window(rng, steps, cadence, 3, 5),
            "xid": _window(rng, steps, cadence, 6, 10, 4.0), "drift": _window(rng, steps, cadence, 9, 12, 8.0),
@@ -190,9 +190,7 @@ def generate(seed: int, nodes: int = 8, gpus: int = 8, hours: float = 24.0, cade
     r_t[cd, sl(win["cooling"])] *= d_r
     # power cap: one device's limit
     pc_dev = dev_of_node[place["power_cap"]][int(rng.integers(0, gpus))]
-    while pc_dev == xid_dev:
-        pc_dev = dev_of_node[place["power_cap"]][int(rng.integers(0, gpus))]
-    limit = rng.uniform(280, 380)
+    limit = rng.uniform(250, 330)   # a board set to well under half its 700 W (nvidia-smi -pl), demand above it
     p_limit[pc_dev, sl(win["power_cap"])] = limit
     # drift: the clock a device sustains slides down
     dr_dev = dev_of_node[place["drift"]][int(rng.integers(0, gpus))]
@@ -279,6 +277,8 @@ def generate(seed: int, nodes: int = 8, gpus: int = 8, hours: float = 24.0, cade
     rate_h = np.where(rng.random(n) < 0.25, rng.uniform(0.5, 2.0, n), rng.uniform(0.0, 0.2, n))  # steady trickles
     lam = np.repeat(rate_h[:, None] * cadence / HOUR, steps, axis=1)
     ecc_dev = dev_of_node[place["ecc"]][int(rng.integers(0, gpus))]
+    while ecc_dev == xid_dev:
+        ecc_dev = dev_of_node[place["ecc"]][int(rng.integers(0, gpus))]
     a, _ = win["ecc"]
     tau = rng.uniform(1.5, 2.5) * HOUR
     lam[ecc_dev, a:] += 0.5 * np.exp((t[a:] - t[a]) / tau) * cadence / HOUR

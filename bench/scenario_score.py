@@ -3,7 +3,9 @@
 A fault is found when a finding of an expected kind, at confidence >= 0.5, names its scope (the device for a
 device-scale fault, the job for a job-scale one, the node for a node-scale one) and overlaps its window. Its
 estimated GPU-hours are the sum over those findings; the error is |estimate - truth| / truth (faults whose truth is
-zero GPU-hours, such as accelerating ECC, are scored for recall only). A *false finding on a healthy device* is a
+zero GPU-hours, such as accelerating ECC, are scored for recall only; below ``ERR_FLOOR_H`` the error is taken
+against that floor, since a relative error on a few GPU-minutes, say a cooling fault on a lightly loaded node, says
+nothing). A *false finding on a healthy device* is a
 finding at confidence >= 0.7 whose devices (its device, its job's devices, or its node's devices) include no device
 any fault touched.
 """
@@ -20,6 +22,7 @@ KINDS = {"cooling": ("hot_because_cooling",), "power_cap": ("power_cap",), "idle
 SCOPE = {"cooling": "node", "collector_outage": "node", "starved": "job", "idle_held": "job",
          "power_cap": "device", "drift": "device", "ecc": "device", "xid": "device"}
 FOUND_MIN_CONF, FALSE_MIN_CONF = 0.5, 0.7
+ERR_FLOOR_H = 0.25
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,7 @@ class FaultScore:
 
     @property
     def error(self) -> float | None:
-        return abs(self.found_h - self.truth_h) / self.truth_h if self.truth_h > 0 else None
+        return abs(self.found_h - self.truth_h) / max(self.truth_h, ERR_FLOOR_H) if self.truth_h > 0 else None
 
 
 def _t(v) -> float:  # noqa: ANN001

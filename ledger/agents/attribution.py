@@ -27,10 +27,12 @@ HOUR = 3600.0
 COOL_RESID_C = 5.0          # median temperature excess at the same power that counts as "hot"
 COOL_MARGIN_C = 4.0         # ... and by how much it must exceed the other racks at the same hour
 COOL_NODE_FRAC = 0.6        # share of a rack's nodes that must be hot for a rack-scope finding
-PCAP_FRAC = 0.5             # share of a node's loaded samples with the power-cap bit
+PCAP_FRAC = 0.5             # share of a node's (or one device's) loaded samples with the power-cap bit
+PCAP_DEVICE_MIN_H = 0.25    # GPU-hours a single capped device must lose to be a finding of its own
 STARVED_MIN_H = 0.5         # GPU-hours of starvation before a run gets a finding
 IDLE_MIN_H = 1.0            # GPU-hours idle held ...
-IDLE_MIN_SHARE = 0.10       # ... and share of the run's paid time
+IDLE_MIN_SHARE = 0.10       # ... and share of the run's paid time,
+IDLE_ABS_H = 2.0            # ... or this many GPU-hours whatever the share (one idle GPU of a big, long job)
 OWN_NORMAL_MIN_S = 3 * 86400  # history needed before a device's own temperature normal is trusted
 THERMAL = 0                 # index of "thermal" in THROTTLE_REASONS
 POWER_CAP = 1
@@ -182,39 +184,74 @@ def hot_because_working(ds: Dataset, resid: pd.Series, cooling_found: list[Findi
     return out
 
 
+def _capped_hours(loaded: pd.DataFrame, key: str) -> pd.DataFrame:
+    """Per (key, hour): the share of loaded samples carrying the SW power-cap bit, and how many there were."""
+    f = pd.DataFrame({key: loaded[key], "hb": (loaded["t"] // HOUR) * HOUR,
+                      "cap": loaded["rbucket"].eq(POWER_CAP) & (loaded["h_thr"] > 0)})
+    return f.groupby([key, "hb"])["cap"].agg(["mean", "size"]).reset_index()
+
+
+def _edges(rows: pd.DataFrame, a: float, b: float, cadence: float) -> tuple[float, float]:
+    """A window of whole flagged hours tightened (or widened, by up to an hour) to its first and last capped
+    sample, so a cap that starts or ends mid-hour is counted whole and the window says when it held."""
+    cap = rows[(rows["rbucket"] == POWER_CAP) & (rows["h_thr"] > 0) & (rows["t"] >= a - HOUR) & (rows["t"] < b + HOUR)]
+    if not len(cap):
+        return a, b
+    return float(cap["t"].min()), float(cap["t"].max() + cadence)
+
+
 def power_cap(ds: Dataset) -> list[Finding]:
+    """Node scale when most of a node's loaded samples are capped; device scale for one capped GPU of a node
+    (a misset limit on one board) when its loss passes an absolute floor."""
     s = ds.samples
     loaded = s[s["running"] & (s["act"] >= 0.2)]
     if not len(loaded):
         return []
-    f = pd.DataFrame({"node": loaded["node"], "hb": (loaded["t"] // HOUR) * HOUR,
-                      "cap": loaded["rbucket"].eq(POWER_CAP) & (loaded["h_thr"] > 0)})
-    nh = f.groupby(["node", "hb"])["cap"].agg(["mean", "size"]).reset_index()
     out = []
-    for node, g in nh.groupby("node"):
+    node_windows: dict[str, list[tuple[float, float]]] = {}
+    for node, g in _capped_hours(loaded, "node").groupby("node"):
         flagged = g[(g["mean"] >= PCAP_FRAC) & (g["size"] >= 3)]["hb"].to_numpy()
         for a, b in windows(flagged, HOUR, 6 * HOUR, HOUR):
-            sl = s[s["node"] == node]
-            win = sl[(sl["t"] >= a) & (sl["t"] < b)]
-            rows = win[win["rbucket"] == POWER_CAP]
-            hours = float(rows["h_thr"].sum())
-            ld = sl[sl["running"] & (sl["act"] >= 0.2)]
-            ev = (evidence(ld.assign(c=(ld["rbucket"] == POWER_CAP) & (ld["h_thr"] > 0)), "c",
-                           "share_of_loaded_samples_with_power_cap_bit_0x4", "fraction", a, b, stat="mean"),
-                  evidence(ld, "power", "power_w_under_load_p95", "W", a, b, stat="p95"),
-                  evidence(ld, "clk", "sm_clock_mhz_under_load", "MHz", a, b,
-                           reference=float(ld["rated"].median()), reference_label="SKU rated SM clock"),
-                  evidence(ld, "act", "sm_active_under_load", "fraction", a, b))
-            ceiling = float(win.loc[win["running"], "power"].quantile(0.99)) if win["running"].any() else None
+            node_windows.setdefault(node, []).append((a, b))
             frac = float(g[(g["hb"] >= a) & (g["hb"] < b)]["mean"].mean())
-            conf = clamp01(0.6 + 0.35 * frac)
-            rack = sl["rack"].dropna().iloc[0] if sl["rack"].notna().any() else None
-            out.append(Finding(AGENT, "power_cap", make_scope(node=node, rack=rack), a, b, hours,
-                               price(ds, rows, "h_thr"), min(conf, 0.97), ev,
-                               f"node {node} held its GPUs at a {ceiling:.0f} W power cap from {fmt_ts(a)} to "
-                               f"{fmt_ts(b)}, slowing their clocks under load: {fmt_h(hours)} GPU-hours lost.",
-                               cause="power_cap", level="node", extra=(("power_ceiling_w", round(ceiling or 0, 1)),)))
+            out.append(_cap_finding(ds, "node", node, s[s["node"] == node], a, b, frac))
+    for dev, g in _capped_hours(loaded, "device").groupby("device"):
+        flagged = g[(g["mean"] >= PCAP_FRAC) & (g["size"] >= 3)]["hb"].to_numpy()
+        sl = s[s["device"] == dev]
+        node = sl["node"].iloc[0]
+        for a, b in windows(flagged, HOUR, 6 * HOUR, HOUR):
+            if any(a < nb and b > na for na, nb in node_windows.get(node, [])):
+                continue   # the node's finding covers it
+            a, b = _edges(sl, a, b, ds.cadence)
+            f = _cap_finding(ds, "device", dev, sl, a, b, float(g[(g["hb"] >= a - HOUR) & (g["hb"] < b)]["mean"].mean()))
+            if f.gpu_hours >= PCAP_DEVICE_MIN_H:
+                out.append(f)
     return out
+
+
+def _cap_finding(ds: Dataset, level: str, name: str, sl: pd.DataFrame, a: float, b: float, frac: float) -> Finding:
+    win = sl[(sl["t"] >= a) & (sl["t"] < b)]
+    rows = win[win["rbucket"] == POWER_CAP]
+    hours = float(rows["h_thr"].sum())
+    ld = sl[sl["running"] & (sl["act"] >= 0.2)]
+    ev = (evidence(ld.assign(c=(ld["rbucket"] == POWER_CAP) & (ld["h_thr"] > 0)), "c",
+                   "share_of_loaded_samples_with_power_cap_bit_0x4", "fraction", a, b, stat="mean"),
+          evidence(ld, "power", "power_w_under_load_p95", "W", a, b, stat="p95"),
+          evidence(ld, "clk", "sm_clock_mhz_under_load", "MHz", a, b,
+                   reference=float(ld["rated"].median()), reference_label="SKU rated SM clock"),
+          evidence(ld, "act", "sm_active_under_load", "fraction", a, b))
+    ceiling = float(win.loc[win["running"], "power"].quantile(0.99)) if win["running"].any() else 0.0
+    conf = min(clamp01(0.6 + 0.35 * frac), 0.97)
+    rack = sl["rack"].dropna().iloc[0] if sl["rack"].notna().any() else None
+    node = sl["node"].iloc[0]
+    if level == "node":
+        scope, what = make_scope(node=node, rack=rack), f"node {node} held its GPUs"
+    else:
+        scope, what = make_scope(node=node, rack=rack, device_uuid=name), f"GPU {name} on {node} was held"
+    return Finding(AGENT, "power_cap", scope, a, b, hours, price(ds, rows, "h_thr"), conf, ev,
+                   f"{what} at a {ceiling:.0f} W power cap from {fmt_ts(a)} to {fmt_ts(b)}, slowing "
+                   f"{'their' if level == 'node' else 'its'} clocks under load: {fmt_h(hours)} GPU-hours lost.",
+                   cause="power_cap", level=level, extra=(("power_ceiling_w", round(ceiling, 1)),))
 
 
 def _who(job: str, tenant: str | None) -> str:
@@ -310,11 +347,12 @@ def idle_held(ds: Dataset, exclude: pd.Series | None = None) -> list[Finding]:
     for (cluster, job, run), g in _runs(idle):
         hours = float(g["h_idle"].sum())
         total = float(paid.get((cluster, job, run), 0.0))
-        if hours < IDLE_MIN_H or hours < IDLE_MIN_SHARE * total:
+        if hours < IDLE_MIN_H or (hours < IDLE_MIN_SHARE * total and hours < IDLE_ABS_H):
             continue
         a, b = float(g["t"].min()), float(g["t"].max() + ds.cadence)
         runs = rows_of((cluster, job, run))
         ndev = g["device"].nunique()
+        one = g["device"].iloc[0] if ndev == 1 else None   # one GPU of the job: name it
         ev = (evidence(runs, "procs", "compute_processes", "count", a, b),
               evidence(runs, "act", "sm_active", "fraction", a, b),
               evidence(runs, "power", "power_w", "W", a, b),
@@ -323,9 +361,10 @@ def idle_held(ds: Dataset, exclude: pd.Series | None = None) -> list[Finding]:
         tenant = g["tenant"].iloc[0]
         conf = clamp01(0.7 + 0.25 * min(1.0, hours / max(total, 1e-9)))
         out.append(Finding(AGENT, "idle_held", make_scope(cluster=cluster, job_id=job, tenant=tenant,
-                                                          node=g["node"].iloc[0]), a, b, hours,
+                                                          node=g["node"].iloc[0], device_uuid=one), a, b, hours,
                            price(ds, g, "h_idle"), conf, ev,
-                           f"{_who(job, tenant)} held {ndev} GPUs with no process on them for "
+                           f"{_who(job, tenant)} held {'GPU ' + one if one else f'{ndev} GPUs'} with no process on "
+                           f"{'it' if one else 'them'} for "
                            f"{fmt_h(hours)} GPU-hours ({hours / total:.0%} of what it paid).", cause="idle_held",
                            level="job", extra=(("run", int(run)),)))
     return out
