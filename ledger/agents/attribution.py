@@ -33,7 +33,8 @@ STARVED_MIN_H = 0.5         # GPU-hours of starvation before a run gets a findin
 IDLE_MIN_H = 1.0            # GPU-hours idle held ...
 IDLE_MIN_SHARE = 0.10       # ... and share of the run's paid time,
 IDLE_ABS_H = 2.0            # ... or this many GPU-hours whatever the share (one idle GPU of a big, long job)
-OWN_NORMAL_MIN_S = 3 * 86400  # history needed before a device's own temperature normal is trusted
+OWN_NORMAL_Q = 0.2          # a device's normal: this quantile of its hourly (temp - k * power) medians ...
+OWN_NORMAL_CAP_C = 3.0      # ... at most this far above the fleet's median normal
 THERMAL = 0                 # index of "thermal" in THROTTLE_REASONS
 POWER_CAP = 1
 
@@ -41,23 +42,31 @@ POWER_CAP = 1
 def temperature_residual(s: pd.DataFrame) -> pd.Series:
     """Temperature minus the device's own normal at that power: temp = b_dev + k * power, k shared by the fleet.
 
-    k is the median of per-device least-squares slopes; b_dev the median of (temp - k*power) over the device's
-    history, so a fault lasting less than half the history does not move the normal.
+    One rule for a 24-hour export and a week of ledger, so that both decide cooling vs working alike:
+
+    - k is the pooled slope of temperature on power *within* each device-hour (both demeaned per device-hour), over
+      samples without a thermal reason bit: how a device's temperature follows its own power from minute to minute,
+      which a cooling failure (a shift of the whole hour) does not bend;
+    - b_dev is a low quantile (OWN_NORMAL_Q) of the device's hourly medians of (temp - k * power): its normal holds
+      while a fault covers less than most of its history, where a median needs half;
+    - a device hot for (nearly) all of its history would make that its normal: b_dev is capped at the fleet's
+      median normal + OWN_NORMAL_CAP_C, so it still stands out against its siblings and the other racks.
     """
     ok = s["running"] & s["temp"].notna() & s["power"].notna()
-    x, y = s.loc[ok, "power"], s.loc[ok, "temp"]
-    g = pd.DataFrame({"d": s.loc[ok, "device"], "x": x, "y": y, "xy": x * y, "xx": x * x})
-    agg = g.groupby("d").agg(n=("x", "size"), sx=("x", "sum"), sy=("y", "sum"), sxy=("xy", "sum"), sxx=("xx", "sum"))
-    var = agg["sxx"] - agg["sx"] ** 2 / agg["n"]
-    slope = (agg["sxy"] - agg["sx"] * agg["sy"] / agg["n"]) / var.where(var > 0)
-    k = float(np.nanmedian(slope)) if slope.notna().any() else 0.0
+    hb = (s["t"] // HOUR).where(ok)
+    fit = ok & s["rbucket"].ne(THERMAL)
+    x, y = s["power"].where(fit), s["temp"].where(fit)
+    keys = [s["device"], hb]
+    dx = x - x.groupby(keys).transform("mean")
+    dy = y - y.groupby(keys).transform("mean")
+    sxx = float((dx * dx).sum())
+    k = float((dx * dy).sum()) / sxx if sxx > 0 else 0.0
     base = (s["temp"] - k * s["power"]).where(ok)
-    b = base.groupby(s["device"]).transform("median")
-    span = float(s["t"].max() - s["t"].min()) if len(s) else 0.0
-    if span < OWN_NORMAL_MIN_S:
-        # too little history to learn a device's own normal (a fault may fill most of it): use the siblings'
-        # (the fleet's median intercept), so a hot rack or node still stands out against the rest
-        b = pd.Series(float(np.nanmedian(b)) if b.notna().any() else 0.0, index=s.index)
+    hourly = base.groupby(keys).median()
+    own = hourly.groupby(level=0).quantile(OWN_NORMAL_Q)
+    fleet = float(own.median()) if len(own) else 0.0
+    own = own.clip(upper=fleet + OWN_NORMAL_CAP_C)
+    b = s["device"].map(own).fillna(fleet)
     return (s["temp"] - (b + k * s["power"])).where(ok)
 
 
