@@ -182,15 +182,15 @@ def answer(ds, found, text: str, prepared: tuple | None = None) -> dict:  # noqa
     if callable(found):
         found = found()
     ex = explain(ds, found, kind, name, start, end)
-    acct = ex["account"]
+    tab = ex["table"]   # the shown figures: an answer never restates a number differently from its table
     who = "the fleet" if kind == "fleet" else f"{kind} {name}"
     if q.form == "how_many":
-        v = {"lose": acct["lost"], "waste": acct["lost"], "deliver": acct["delivered"], "pay for": acct["paid"]}[q.verb]
+        v = {"lose": tab["lost"], "waste": tab["lost"], "deliver": tab["delivered"], "pay for": tab["paid"]}[q.verb]
         verb = {"lose": "lost", "waste": "lost", "deliver": "delivered", "pay for": "was paid for"}[q.verb]
         text_out = f"{who} {verb} {v:,.1f} GPU-hours in {label}. " + ex["answer"]
     elif q.form == "why":
         claim = f" (you said {q.claimed:,.0f})" if q.claimed is not None else ""
-        text_out = f"{who} lost {acct['lost']:,.1f} GPU-hours in {label}{claim}. " + ex["answer"]
+        text_out = f"{who} lost {tab['lost']:,.1f} GPU-hours in {label}{claim}. " + ex["answer"]
     else:
         text_out = ex["answer"]
     return dict(ex, question=text, form=q.form, period_label=label, answer=text_out)

@@ -134,12 +134,11 @@ def dismiss_cmd(app: AppContext, finding_id: str, by: str, note: str, as_json: b
 
 def _print_explain(ex: dict) -> None:
     click.echo(ex["answer"])
-    a = ex["account"]
-    click.echo(f"  paid {a['paid']:.1f}  delivered {a['delivered']:.1f}  lost {a['lost']:.1f} GPU-h  "
+    t, a = ex["table"], ex["account"]
+    click.echo(f"  paid {t['paid']:,.1f}  delivered {t['delivered']:,.1f}  lost {t['lost']:,.1f} GPU-h  "
                f"({a['cost']['lost']:,.2f} {a['currency']} lost)")
-    for k, v in ex["by_cause"].items():
-        if v > 0.005:
-            click.echo(f"    {k:32s} {v:10.2f} GPU-h")
+    for ln in t["lines"]:
+        click.echo(f"    {ln['cause']:32s} {ln['gpu_hours']:10,.1f} GPU-h")
     for f in ex["findings"]:
         click.echo(f"  - {f['id']} {f['kind']} ({f['gpu_hours_in_scope']:.1f} GPU-h here): {f['summary']}")
         for e in f["evidence"][:3]:
