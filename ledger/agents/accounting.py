@@ -392,5 +392,54 @@ def headline(label: str, start: float, end: float, table: dict, top: int = 3) ->
     return head + f"no finding explains any beyond the workload's own underuse ({under:,.{DISPLAY_DP}f})."
 
 
+# --- per-entity figures: the daily/weekly account and rankings ------------------------------------------------
+
+ENTITY_COLS = {"tenant": "tenant", "job": "job_id", "node": "node", "rack": "rack"}
+
+
+def per_entity(ds: Dataset, by: str, start: float, end: float) -> pd.DataFrame:
+    """Paid, delivered and lost GPU-hours per tenant / job / node / rack in [start, end): paid from the
+    allocations' overlap with the period, delivered from the samples (the same figures :func:`account` gives one
+    scope at a time). Index: the entity; rows sorted by lost, largest first."""
+    col = ENTITY_COLS[by]
+    al = ds.allocs
+    if by == "rack":
+        al = al.assign(rack=al["device"].map(ds.devices["rack"]))
+    ov = np.clip(np.minimum(al["end"].to_numpy(float), end) - np.maximum(al["start"].to_numpy(float), start), 0, None)
+    paid = pd.Series(ov / 3600.0, index=al.index).groupby(al[col].fillna("-")).sum()
+    s = ds.samples
+    m = (s["ai"] >= 0) & (s["t"] >= start) & (s["t"] < end)
+    delivered = s.loc[m, "h_del"].groupby(s.loc[m, col].fillna("-")).sum()
+    out = pd.DataFrame({"paid": paid}).join(delivered.rename("delivered"), how="outer").fillna(0.0)
+    out = out[out["paid"] > 0]
+    out["lost"] = out["paid"] - out["delivered"]
+    return out.sort_values(["lost", "paid"], ascending=False)
+
+
+def period_account(ds: Dataset, found: list[Finding], start: float, end: float, label: str) -> dict:
+    """The daily (or weekly) account: one row per tenant (paid, delivered, lost, each rounded once), totals the
+    sums of the shown rows, the loss lines of the whole fleet beneath (a rounding line where they miss the shown
+    total), and a headline from those totals."""
+    ent = per_entity(ds, "tenant", start, end).sort_index()
+    rows = [{"tenant": t, "paid": round(r.paid, DISPLAY_DP), "delivered": round(r.delivered, DISPLAY_DP),
+             "lost": round(round(r.paid, DISPLAY_DP) - round(r.delivered, DISPLAY_DP), DISPLAY_DP)}
+            for t, r in ent.iterrows()]
+    tot = {k: round(sum(r[k] for r in rows), DISPLAY_DP) for k in ("paid", "delivered", "lost")}
+    acct = account(ds, found, start=start, end=end)
+    lines, _ = loss_partition(ds, found, None, start, end, acct["paid"])
+    shown, lost = shown_lines(lines, tot["lost"])
+    util = tot["delivered"] / tot["paid"] if tot["paid"] else 0.0
+    top = [f"{k.replace('_', ' ')} {v:,.{DISPLAY_DP}f}" for k, v in shown
+           if k not in (WORKLOAD_LINE, OTHER_LINE, UNKNOWN_LINE, "rounding")][:3]
+    text = (f"{label}: paid {tot['paid']:,.{DISPLAY_DP}f} GPU-hours, delivered {tot['delivered']:,.{DISPLAY_DP}f} "
+            f"({util:.0%}), lost {tot['lost']:,.{DISPLAY_DP}f}" + (f"; largest causes {'; '.join(top)}." if top else "."))
+    return {"period": {"label": label, "start": format_ts(start), "end": format_ts(end)}, "tenants": rows,
+            "total": tot, "table": {"paid": tot["paid"], "delivered": tot["delivered"], "lost": lost,
+                                    "lines": [{"cause": k, "gpu_hours": v} for k, v in shown]},
+            "by_cause": {k: round(v, 4) for k, v in lines.items()}, "currency": ds.currency,
+            "cost": acct["cost"], "answer": text}
+
+
 __all__ = ["account", "daily", "hour_of_day", "explain", "findings", "loss_partition", "loss_table", "headline",
+           "per_entity", "period_account",
            "ExplainError", "THROTTLE_REASONS"]

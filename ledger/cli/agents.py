@@ -204,6 +204,10 @@ def ask_cmd(app: AppContext, question: str, as_json: bool) -> None:
       ipledger ask "how many GPU-hours did tenant climate lose in 2026-W45?"
       ipledger ask "where did the GPU-hours go yesterday?"
       ipledger ask "what happened on rack R3 on 2026-11-04?"
+      ipledger ask "which jobs wasted the most GPU-hours this week?"
+      ipledger ask "how much did cooling cost us this week?"
+      ipledger ask "what was the utilization of R3 on Wednesday?"
+      ipledger ask "why is B2 slow?"
     """
     from .. import agents
     from ..agents.ask import CannotAnswer, answer, parse_question, prepare
@@ -216,8 +220,62 @@ def ask_cmd(app: AppContext, question: str, as_json: bool) -> None:
         raise UserError(str(exc)) from None
     if as_json:
         emit_json(res)
+    elif res["form"] == "rank":
+        click.echo(res["answer"])
+        by = res["by"]
+        click.echo(f"  {by:24s} {'paid':>10s} {'delivered':>10s} {'lost':>10s}  GPU-h")
+        for r in res["ranking"]:
+            click.echo(f"  {r[by]:24s} {r['paid']:10,.1f} {r['delivered']:10,.1f} {r['lost']:10,.1f}")
     else:
         _print_explain(res)
+
+
+@click.command("account")
+@click.option("--day", help="A UTC day: 2026-11-04, today, yesterday.")
+@click.option("--week", help="An ISO week: 2026-W45, this-week, last-week.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def account_cmd(app: AppContext, day: str | None, week: str | None, as_json: bool) -> None:
+    """The daily (or weekly) account: paid, delivered and lost GPU-hours per tenant, totals, and the loss by cause.
+
+    \b
+    Example:
+      ipledger account --day 2026-11-04
+      ipledger account --week 2026-W45 --json
+    """
+    from .. import agents
+    from ..agents.accounting import period_account
+    from ..agents.ask import BadPeriod, parse_period
+
+    if bool(day) == bool(week):
+        raise UserError("give exactly one of --day, --week")
+    ds = agents.load(app.engine())
+    if not len(ds.allocs):
+        raise UserError("the ledger holds no allocations to account for")
+    text = day or week
+    if week and not re.fullmatch(r"\d{4}-[wW]\d{1,2}|this-week|last-week", week.strip()):
+        raise UserError(f"--week: cannot read {week!r} (want 2026-W45, this-week or last-week)")
+    if day and not re.fullmatch(r"\d{4}-\d{2}-\d{2}|today|yesterday", day.strip()):
+        raise UserError(f"--day: cannot read {day!r} (want 2026-11-04, today or yesterday)")
+    try:
+        start, end, label = parse_period(text, ds.start, ds.end)
+    except BadPeriod as exc:
+        raise UserError(str(exc)) from None
+    if end <= ds.start or start >= ds.end:
+        raise UserError(f"the ledger has no data in {label}")
+    res = period_account(ds, agents.run_agents(ds).findings, start, end, label)
+    if as_json:
+        emit_json(res)
+        return
+    click.echo(res["answer"])
+    click.echo(f"  {'tenant':24s} {'paid':>10s} {'delivered':>10s} {'lost':>10s}  GPU-h")
+    for r in res["tenants"]:
+        click.echo(f"  {str(r['tenant']):24s} {r['paid']:10,.1f} {r['delivered']:10,.1f} {r['lost']:10,.1f}")
+    t = res["total"]
+    click.echo(f"  {'total':24s} {t['paid']:10,.1f} {t['delivered']:10,.1f} {t['lost']:10,.1f}")
+    click.echo("  lost by cause:")
+    for ln in res["table"]["lines"]:
+        click.echo(f"    {ln['cause']:32s} {ln['gpu_hours']:10,.1f} GPU-h")
 
 
 @click.command("analyze")
@@ -285,5 +343,5 @@ def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str |
 
 
 def register(cli: click.Group) -> None:
-    for cmd in (findings_cmd, finding_group, explain_cmd, ask_cmd, analyze_cmd):
+    for cmd in (findings_cmd, finding_group, explain_cmd, ask_cmd, account_cmd, analyze_cmd):
         cli.add_command(cmd)

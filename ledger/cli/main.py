@@ -32,7 +32,7 @@ COMMAND_HOMES = {
     "adjust": "ledger.cli.adjust", "resolve": "ledger.cli.adjust",
     "demo": "ledger.cli.demo",
     "findings": "ledger.cli.agents", "finding": "ledger.cli.agents", "explain": "ledger.cli.agents",
-    "ask": "ledger.cli.agents", "analyze": "ledger.cli.agents",
+    "ask": "ledger.cli.agents", "account": "ledger.cli.agents", "analyze": "ledger.cli.agents",
     "import": "ledger.cli.importers", "pathb-command": "ledger.cli.importers",
     "collect": "ledger.cli.collect",
     "export": "ledger.cli.export",
