@@ -39,11 +39,21 @@ class Analysis:
 
     def to_json(self) -> dict:
         recs = [{"title": dict(f.extra).get("action", f.summary), "gpu_hours": round(f.gpu_hours, 3),
+                 "gpu_hours_per_week": dict(f.extra).get("gpu_hours_per_week"),
                  "cost": round(f.cost, 2), "command": dict(f.extra).get("command"), "reversible": True,
                  "finding_ids": dict(f.extra).get("based_on", []), "confidence": round(f.confidence, 3)}
                 for f in self.findings if f.agent == "recommendation"]
         return {"findings": [f.to_json() for f in self.findings], "account": self.account, "daily": self.daily,
-                "meta": self.meta, "recommendations": recs, **self.context}
+                "meta": self.meta, "recommendations": recs, "method": method_info(), **self.context}
+
+
+def method_info() -> dict:
+    """The method's name and version, for whatever renders an analysis (a PDF states what produced it)."""
+    try:
+        from ..method import METHOD_NAME, METHOD_VERSION
+        return {"name": METHOD_NAME, "version": METHOD_VERSION, "notes": "docs/method.md; agents: docs/agents.md"}
+    except ImportError:  # pragma: no cover - only while the method is being built
+        return {}
 
 
 def run_agents(ds: Dataset) -> Analysis:

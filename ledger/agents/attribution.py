@@ -392,25 +392,49 @@ def _alloc_overlap_hours(ds: Dataset, a: float, b: float, node: str | None, devi
     return float((ov * m).sum() / 3600.0)
 
 
+def _whole_node_gaps(ds: Dataset) -> list[list[dict]]:
+    """The unknown-interval entries grouped into one per silent node: device entries of the same node over the
+    same span (to the minute) that cover most of its devices are one outage (the collector or exporter), not one
+    gap per GPU; every other entry is a group of its own."""
+    groups: dict[tuple, list[dict]] = {}
+    for g in ds.gaps:
+        key = (g["node"], round(g["start"] / 60), round(g["end"] / 60), g["cause"]) if g["device"] else (g["id"],)
+        groups.setdefault(key, []).append(g)
+    out = []
+    for key, gs in groups.items():
+        n_dev = int((ds.devices["node"] == gs[0]["node"]).sum()) if gs[0]["node"] else 0
+        if len(key) > 1 and len(gs) >= 2 and len(gs) >= 0.75 * n_dev:
+            out.append(gs)
+        else:
+            out.extend([g] for g in gs)
+    return out
+
+
 def unknown_gaps(ds: Dataset) -> list[Finding]:
     out = []
-    for g in ds.gaps:
-        hours = _alloc_overlap_hours(ds, g["start"], g["end"], g["node"], g["device"])
+    for gs in _whole_node_gaps(ds):
+        g = gs[0]
+        whole = len(gs) > 1
+        hours = sum(_alloc_overlap_hours(ds, x["start"], x["end"], x["node"], x["device"]) for x in gs)
         if hours <= 0 and g["job_id"] is None:
             continue
-        level = "device" if g["device"] else ("node" if g["node"] else "run")
+        cause = "collector_down" if whole and g["cause"] in ("scrape_missing", "no_telemetry", "unknown") else g["cause"]
+        level = "node" if whole else "device" if g["device"] else ("node" if g["node"] else "run")
         node_s = ds.samples[ds.samples["node"] == g["node"]] if g["node"] else ds.samples.iloc[0:0]
         ev = (evidence(node_s, "act", "sm_active (node)", "fraction", g["start"], g["end"]),
               Evidence("unknown_interval_entry", "seconds", None, g["end"] - g["start"], None,
-                       note=f"cause {g['cause']}: {g.get('detail') or ''}".strip()))
+                       note=f"cause {g['cause']}: {g.get('detail') or ''}".strip()
+                       + (f"; {len(gs)} devices silent together" if whole else "")))
         rack = node_s["rack"].dropna().iloc[0] if len(node_s) and node_s["rack"].notna().any() else None
-        where = f"GPU {g['device']}" if g["device"] else f"node {g['node']}"
+        device = None if whole else g["device"]
+        where = f"every GPU of node {g['node']}" if whole else f"GPU {g['device']}" if g["device"] else f"node {g['node']}"
         out.append(Finding(AGENT, "unknown_gap", make_scope(cluster=g["cluster"], node=g["node"],
-                                                            device_uuid=g["device"], job_id=g["job_id"], rack=rack),
+                                                            device_uuid=device, job_id=g["job_id"], rack=rack),
                            g["start"], g["end"], hours, hours * ds.rate(None, _sku(ds, g["node"])), 0.95, ev,
                            f"{where} has no trustworthy telemetry from {fmt_ts(g['start'])} to {fmt_ts(g['end'])} "
-                           f"({g['cause']}): {fmt_h(hours)} allocated GPU-hours are unknown, held for resolution.",
-                           cause=g["cause"], level=level, extra=(("gap_id", g["id"]),)))
+                           f"({cause}): {fmt_h(hours)} allocated GPU-hours are unknown, held for resolution.",
+                           cause=cause, level=level,
+                           extra=(("gap_id", g["id"]),) + ((("gap_ids", [x["id"] for x in gs]),) if whole else ())))
     # allocated time without samples that no entry explains
     cg = coverage_gaps(ds)
     if len(cg):
