@@ -142,18 +142,12 @@ def _bins(ds: Dataset) -> pd.DataFrame:
     own = b.groupby(["device", "bin"]).agg(ratio=("ratio", "median"), n=("ratio", "size"),
                                            node=("node", "first"), rack=("rack", "first")).reset_index()
     own = own[own["n"] >= 6]
-    node_ref = own.groupby(["node", "bin"])["ratio"].agg(["median", "size"])
-    rack_ref = own.groupby(["rack", "bin"])["ratio"].median()
-    refs = []
-    for r in own.itertuples():
-        nr = node_ref.loc[(r.node, r.bin)] if (r.node, r.bin) in node_ref.index else None
-        if nr is not None and nr["size"] >= 4:
-            refs.append(nr["median"])
-        elif pd.notna(r.rack) and (r.rack, r.bin) in rack_ref.index:
-            refs.append(rack_ref.loc[(r.rack, r.bin)])
-        else:
-            refs.append(np.nan)
-    own["ref"] = refs
+    node_ref = own.groupby(["node", "bin"])["ratio"].agg(node_med="median", node_n="size").reset_index()
+    rack_ref = own.groupby(["rack", "bin"])["ratio"].median().rename("rack_med").reset_index()
+    own = own.merge(node_ref, on=["node", "bin"], how="left").merge(rack_ref, on=["rack", "bin"], how="left")
+    # the node's median when it has at least 4 devices with data in that bin, else the rack's
+    own["ref"] = np.where(own["node_n"] >= 4, own["node_med"], own["rack_med"])
+    own = own.drop(columns=["node_med", "node_n", "rack_med"])
     own["deficit"] = own["ref"] - own["ratio"]
     return own
 
