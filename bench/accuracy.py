@@ -126,8 +126,8 @@ def table(rows: list[dict], totals: dict) -> str:
 
 INDEPENDENT_NOTE = (
     "Each seed draws a 64-GPU hall (8 nodes x 8 H100) with one of each fault placed at random: a node's inlet "
-    "temperature and thermal resistance raised (cooling), one GPU of eight under a lowered power limit, one GPU of a "
-    "4-GPU job idle but held for hours, a data-loader job stalling every ~20 minutes and a job stalling at hourly "
+    "temperature and thermal resistance raised (cooling; in some seeds two or three nodes at once), one GPU of "
+    "eight under a lowered power limit, one GPU of a 4-GPU job idle but held for hours, a data-loader job stalling every ~20 minutes and a job stalling at hourly "
     "checkpoints, a GPU whose sustainable clock slides 6-10 %, a GPU whose correctable-ECC rate doubles every 1-2 h, "
     "an XID 79 followed by hours of silence, and a collector outage; clocks, power and temperature follow from a "
     "power and thermal model, and the truth from the injected parameters (`bench/scenario.py`, which imports "

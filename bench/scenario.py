@@ -182,9 +182,11 @@ def generate(seed: int, nodes: int = 8, gpus: int = 8, hours: float = 24.0, cade
     faults: list[Fault] = []
     sl = lambda w: slice(w[0], w[1])           # noqa: E731
 
-    # cooling: the node's inlet rises, its airflow drops
-    cn = place["cooling"]
-    cd = dev_of_node[cn]
+    # cooling: the node's inlet rises, its airflow drops; in some seeds the same failure hits up to two more
+    # nodes (a rack's row of them), so that "the other nodes at the same hour" are partly hot too
+    others = [x for x in node_names if x != place["cooling"]]
+    cool_nodes = [place["cooling"], *(str(x) for x in rng.choice(others, size=int(rng.integers(0, 3)), replace=False))]
+    cd = [d for nd in cool_nodes for d in dev_of_node[nd]]
     d_in, d_r = rng.uniform(22, 28), rng.uniform(1.5, 1.8)
     inlet_t[cd, sl(win["cooling"])] += d_in
     r_t[cd, sl(win["cooling"])] *= d_r
@@ -253,11 +255,6 @@ def generate(seed: int, nodes: int = 8, gpus: int = 8, hours: float = 24.0, cade
     def lost(mask: np.ndarray, ff: np.ndarray) -> float:
         return float((act * (1 - ff) * mask).sum() * cadence / HOUR)
 
-    wmask = np.zeros((n, steps), dtype=bool)
-    wmask[cd, sl(win["cooling"])] = True
-    faults.append(Fault("cooling", cn, float(t[win["cooling"][0]]), float(t[win["cooling"][1]]),
-                        lost(wmask & hot, f), devices=tuple(uuids[d] for d in cd),
-                        params={"inlet_rise_c": round(d_in, 1), "thermal_resistance_factor": round(d_r, 2)}))
     pm = np.zeros((n, steps), dtype=bool)
     pm[pc_dev, sl(win["power_cap"])] = True
     faults.append(Fault("power_cap", place["power_cap"], float(t[win["power_cap"][0]]),
@@ -299,6 +296,13 @@ def generate(seed: int, nodes: int = 8, gpus: int = 8, hours: float = 24.0, cade
     faults.append(Fault("collector_outage", place["collector_outage"], float(t[oa]), float(t[ob]),
                         float(alloc[on, oa:ob].sum()) * cadence / HOUR, devices=tuple(uuids[d] for d in on)))
 
+    for nd in cool_nodes:   # what was observed of it: a sample the collector lost is unknown, not cooling
+        wmask = np.zeros((n, steps), dtype=bool)
+        wmask[dev_of_node[nd], sl(win["cooling"])] = True
+        faults.append(Fault("cooling", nd, float(t[win["cooling"][0]]), float(t[win["cooling"][1]]),
+                            lost(wmask & hot & present, f), devices=tuple(uuids[d] for d in dev_of_node[nd]),
+                            params={"inlet_rise_c": round(d_in, 1), "thermal_resistance_factor": round(d_r, 2),
+                                    "nodes_hit": len(cool_nodes)}))
     arrays = {"act": act, "clock": clock, "power": power, "temp": temp, "reasons": reasons.astype(float),
               "fb": fb, "ecc": ecc, "xid": xid}
     return Scenario(seed, t, cadence, node_names, uuids, node_of, arrays, job, job_names, present, faults, jobs)

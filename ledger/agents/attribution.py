@@ -107,22 +107,27 @@ def cooling(ds: Dataset, resid: pd.Series) -> list[Finding]:
             for a, b in windows(g["hb"].to_numpy(), HOUR, 2 * HOUR, 2 * HOUR):
                 out.append(_cool_finding(ds, resid, "rack", rack, a, b, grp_h, g))
     # a single hot node whose rack is fine
-    node_h["rack_med"] = [0.0] * len(node_h)
     med_map = grp_h.set_index(["grp", "hb"])["median"]
-    node_h["rack_med"] = [med_map.get((g, h), 0.0) for g, h in zip(node_h["grp"], node_h["hb"])]
-    nflag = (node_h["nr"] >= COOL_RESID_C) & (node_h["nr"] - node_h["rack_med"] >= COOL_MARGIN_C)
+    node_h["rack_med"] = med_map.reindex(pd.MultiIndex.from_arrays([node_h["grp"], node_h["hb"]])).fillna(0.0).to_numpy()
     if gcol == "node":  # no topology (Path B): compare each node with the other nodes at the same hour
-        tot = node_h.groupby("hb")["nr"].agg(["sum", "size", "median"])
-        node_h["rack_med"] = [tot.at[h, "median"] if tot.at[h, "size"] < 3 else
-                              float(np.median(node_h.loc[(node_h["hb"] == h) & (node_h["node"] != n), "nr"]))
-                              for n, h in zip(node_h["node"], node_h["hb"])]
-        nflag = (node_h["nr"] >= COOL_RESID_C) & (node_h["nr"] - node_h["rack_med"] >= COOL_MARGIN_C)
+        node_h["rack_med"] = _others_median(node_h)
+    nflag = (node_h["nr"] >= COOL_RESID_C) & (node_h["nr"] - node_h["rack_med"] >= COOL_MARGIN_C)
     for node, g in node_h[nflag].groupby("node"):
         hrs = g["hb"].to_numpy()
         rack_hours = rack_flag_hours.get(g["grp"].iloc[0], np.zeros(0))
         hrs = hrs[~np.isin(hrs, rack_hours)]
-        for a, b in windows(hrs, HOUR, 2 * HOUR, 3 * HOUR):
+        for a, b in windows(hrs, HOUR, 2 * HOUR, 2 * HOUR):
             out.append(_cool_finding(ds, resid, "node", node, a, b, grp_h, g))
+    return out
+
+
+def _others_median(node_h: pd.DataFrame) -> np.ndarray:
+    """Per node-hour: the median of the *other* nodes' residuals that hour (all of them when fewer than 3)."""
+    out = np.zeros(len(node_h))
+    nr = node_h["nr"].to_numpy(float)
+    for idx in node_h.groupby("hb").indices.values():
+        v = nr[idx]
+        out[idx] = np.median(v) if len(v) < 3 else [np.median(np.delete(v, i)) for i in range(len(v))]
     return out
 
 
@@ -224,9 +229,12 @@ def power_cap(ds: Dataset) -> list[Finding]:
             node_windows.setdefault(node, []).append((a, b))
             frac = float(g[(g["hb"] >= a) & (g["hb"] < b)]["mean"].mean())
             out.append(_cap_finding(ds, "node", node, s[s["node"] == node], a, b, frac))
-    for dev, g in _capped_hours(loaded, "device").groupby("device"):
-        flagged = g[(g["mean"] >= PCAP_FRAC) & (g["size"] >= 3)]["hb"].to_numpy()
-        sl = s[s["device"] == dev]
+    dh = _capped_hours(loaded, "device")
+    dh = dh[(dh["mean"] >= PCAP_FRAC) & (dh["size"] >= 3)]
+    rows_of = s.groupby("device").indices if len(dh) else {}
+    for dev, g in dh.groupby("device"):
+        flagged = g["hb"].to_numpy()
+        sl = s.iloc[rows_of[dev]]
         node = sl["node"].iloc[0]
         for a, b in windows(flagged, HOUR, 6 * HOUR, HOUR):
             if any(a < nb and b > na for na, nb in node_windows.get(node, [])):
@@ -290,16 +298,7 @@ def starved(ds: Dataset) -> list[Finding]:
         hours = float(g["h_starved"].sum())
         if hours < STARVED_MIN_H:
             continue
-        # stretches: consecutive starved samples per device
-        longest = 0
-        for _, d in g.groupby("device"):
-            steps = np.diff(d["t"].to_numpy())
-            run_len, best = 1, 1
-            for x in steps:
-                run_len = run_len + 1 if x <= ds.cadence * 1.01 else 1
-                best = max(best, run_len)
-            longest = max(longest, best)
-        if longest < 2:
+        if _longest_stretch(g, ds.cadence) < 2:   # consecutive starved samples on one device
             continue
         a, b = float(g["t"].min()), float(g["t"].max() + ds.cadence)
         runs = rows_of((cluster, job, run))
@@ -327,6 +326,17 @@ def starved(ds: Dataset) -> list[Finding]:
                            f"GPU-hours while waiting on {what}{more}.", cause=cause, level="job",
                            extra=(("run", int(run)), ("concurrent_runs", concurrent))))
     return out
+
+
+def _longest_stretch(g: pd.DataFrame, cadence: float) -> int:
+    """The most consecutive samples (one cadence apart) of one device in ``g``."""
+    g = g.sort_values(["device", "t"])
+    t = g["t"].to_numpy(float)
+    dev = g["device"].to_numpy()
+    brk = np.ones(len(t), dtype=bool)
+    brk[1:] = (np.diff(t) > cadence * 1.01) | (dev[1:] != dev[:-1])
+    ids = np.cumsum(brk)
+    return int(np.bincount(ids).max()) if len(t) else 0
 
 
 def _masked(frame: pd.DataFrame, mask: pd.Series, col: str, signal: str, unit: str, a: float, b: float) -> Evidence:

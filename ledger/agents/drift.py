@@ -259,7 +259,8 @@ def drift_findings(ds: Dataset) -> list[Finding]:
             sbin = ((sl["t"] - ds.start) // bin_seconds(ds)).astype(int)
             ref = sbin.map(bins)
             work = (sl["h_del"] + sl["h_thr"]) > 0
-            inwin = (sl["t"] >= a) & (sl["t"] < b) & work & ref.notna()
+            # samples with no clock-event reason: a thermal or power-capped sample is another cause's loss
+            inwin = (sl["t"] >= a) & (sl["t"] < b) & work & ref.notna() & sl["rbucket"].eq(4)
             loss_h = sl["h"] * sl["act"] * (ref - sl["ratio"])
             hours = float(loss_h[inwin].sum())
             last_day = inwin & (sl["t"] >= b - DAY)
