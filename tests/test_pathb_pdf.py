@@ -130,3 +130,28 @@ def test_written_analysis_of_a_real_export_lists_each_step_once_in_full(tmp_path
     assert sum(acct["by_cause"].values()) == pytest.approx(acct["paid"] - acct["delivered"], abs=1e-3)
     assert fmt_hours(sum(acct["by_cause"].values())) in text
     assert "export's device list" in flat
+
+
+def test_report_analysis_of_a_ledger_period(tmp_path):
+    """`ipledger report analysis --period` writes the analysis of a ledger period, in the ledger's own words."""
+    import json
+
+    from click.testing import CliRunner
+
+    from ledger.cli.main import cli
+    from tests.test_agents import small_hall
+
+    hall, _ = small_hall()
+    out = tmp_path / "w45.pdf"
+    r = CliRunner().invoke(cli, ["--db", f"sqlite:///{hall.db_path}", "report", "analysis", "--period", "2026-11-04",
+                                 "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["meta"]["start"] == "2026-11-04T00:00:00Z" and doc["meta"]["end"] == "2026-11-05T00:00:00Z"
+    assert all(f["start"] < "2026-11-05" and f["end"] > "2026-11-04" for f in doc["findings"])
+    acct = doc["account"]
+    assert sum(acct["by_cause"].values()) == pytest.approx(acct["paid"] - acct["delivered"], abs=1e-3)
+    flat = " ".join(pdf_text(out).split())
+    assert "2026-11-04" in flat and "scheduler's allocation recorded in the ledger" in flat
+    assert "export's device list" not in flat
+    assert fmt_hours(sum(acct["by_cause"].values())) in flat

@@ -74,6 +74,20 @@ def run_agents(ds: Dataset) -> Analysis:
     return Analysis(findings=findings, account=account, daily=accounting.daily(ds), meta=meta)
 
 
+def period_analysis(ds: Dataset, analysis: Analysis, start: float, end: float, label: str) -> dict:
+    """The analysis of one period of a ledger, as ``reports.pathb.render`` takes it: the findings overlapping the
+    period (and the recommendations based on them), the period's account (its loss lines from the same
+    partition), its daily rows, and a title naming the period."""
+    keep = [f for f in analysis.findings if f.agent != "recommendation" and f.start < end and f.end > start]
+    ids = {f.id for f in keep}
+    recs = [f for f in analysis.findings if f.agent == "recommendation" and set(dict(f.extra).get("based_on", [])) & ids]
+    sub = Analysis(findings=keep + recs, account=accounting.account(ds, keep, start=start, end=end),
+                   daily=[r for r in analysis.daily if format_ts(start)[:10] <= r["day"] < format_ts(end)[:10]],
+                   meta=dict(analysis.meta, start=format_ts(max(start, ds.start)), end=format_ts(min(end, ds.end))),
+                   context={"title": f"Where the GPU-hours went: {label}", "path": "ledger"})
+    return sub.to_json()
+
+
 def analyze(engine: Engine, through_seq: int | None = None, topology: dict | None = None) -> Analysis:
     return run_agents(load(engine, through_seq=through_seq, topology=topology))
 

@@ -278,6 +278,52 @@ def account_cmd(app: AppContext, day: str | None, week: str | None, as_json: boo
         click.echo(f"    {ln['cause']:32s} {ln['gpu_hours']:10,.1f} GPU-h")
 
 
+@click.group("report")
+def report_group() -> None:
+    """Written reports built from the ledger."""
+
+
+@report_group.command("analysis")
+@click.option("--period", default="all", show_default=True,
+              help="2026-W45, 2026-11-03, 2026-11, 2026-11-02..2026-11-05, this-week, last-week, today, yesterday.")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="The PDF to write.")
+@click.option("--json", "as_json", is_flag=True, help="Also print the analysis JSON the PDF was made from.")
+@pass_app
+def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool) -> None:
+    """The written analysis (PDF) of a period of the ledger: its account, findings and recommendations.
+
+    \b
+    Example:
+      ipledger report analysis --period 2026-W45 --out analysis-w45.pdf
+    """
+    from .. import agents
+    from ..agents.ask import BadPeriod, parse_period
+    from ..agents.pathb import PathBError
+
+    ds = agents.load(app.engine())
+    if not len(ds.allocs) and not len(ds.samples):
+        raise UserError("the ledger holds no allocations or telemetry to analyse")
+    try:
+        start, end, label = parse_period(period, ds.start, ds.end)
+    except BadPeriod as exc:
+        raise UserError(str(exc)) from None
+    if end <= ds.start or start >= ds.end:
+        raise UserError(f"the ledger has no data in {label}")
+    doc = agents.period_analysis(ds, agents.run_agents(ds), start, end, label)
+    try:
+        from reports import pathb
+    except ImportError:
+        raise UserError("PDF output needs reports.pathb, which this installation lacks") from None
+    try:
+        pathb.render(doc, Path(out))
+    except (OSError, PathBError) as exc:
+        raise UserError(f"{out}: {exc}") from None
+    if as_json:
+        emit_json(doc)
+    else:
+        click.echo(f"written analysis of {label}: {out}")
+
+
 @click.command("analyze")
 @click.argument("source", nargs=-1, type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(["prometheus", "dmon", "amd-smi", "nvidia-smi"]),
@@ -343,5 +389,5 @@ def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str |
 
 
 def register(cli: click.Group) -> None:
-    for cmd in (findings_cmd, finding_group, explain_cmd, ask_cmd, account_cmd, analyze_cmd):
+    for cmd in (findings_cmd, finding_group, explain_cmd, ask_cmd, account_cmd, analyze_cmd, report_group):
         cli.add_command(cmd)

@@ -33,6 +33,7 @@ COMMAND_HOMES = {
     "demo": "ledger.cli.demo",
     "findings": "ledger.cli.agents", "finding": "ledger.cli.agents", "explain": "ledger.cli.agents",
     "ask": "ledger.cli.agents", "account": "ledger.cli.agents", "analyze": "ledger.cli.agents",
+    "report": "ledger.cli.agents",
     "import": "ledger.cli.importers", "pathb-command": "ledger.cli.importers",
     "collect": "ledger.cli.collect",
     "export": "ledger.cli.export",
