@@ -111,3 +111,14 @@ def test_receipt_cost_column_adds_up_to_paid(ds_found):
         seen_rounding += any(ln.startswith("Rounding") for ln in lines)
         assert round(sum(rows), 2) == paid, (job, rows, paid)
     assert seen_rounding   # the case the rounding line exists for does occur
+
+
+def test_a_jobs_explanation_covers_the_job_not_the_week(ds_found):
+    from ledger.canonical import format_ts
+
+    ds, found = ds_found
+    job = ds.allocs["job_id"].iloc[len(ds.allocs) // 2]
+    al = ds.allocs[ds.allocs["job_id"] == job]
+    ex = explain(ds, found, "job", job, ds.start, ds.end)
+    assert ex["period"] == {"start": format_ts(float(al["start"].min())), "end": format_ts(float(al["end"].max()))}
+    check_headline(ex)
