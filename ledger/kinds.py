@@ -24,3 +24,4 @@ class Kind:
     FINDING_CONFIRMED = "finding_confirmed"
     FINDING_DISMISSED = "finding_dismissed"
     HOOK_ERROR = "hook_error"
+    TREE_HEAD = "tree_head"  # a signed Merkle tree head (ipledger checkpoint; docs/proofs.md)
