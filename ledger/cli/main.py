@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "ledger.cli.importers",
     "ledger.cli.collect",
     "ledger.cli.export",
+    "ledger.cli.proofs",
 ]
 
 # Which module provides each top-level command, so that `ipledger verify` does not pay for importing pandas,
@@ -36,6 +37,7 @@ COMMAND_HOMES = {
     "import": "ledger.cli.importers", "pathb-command": "ledger.cli.importers",
     "collect": "ledger.cli.collect",
     "export": "ledger.cli.export",
+    "keygen": "ledger.cli.proofs", "checkpoint": "ledger.cli.proofs", "consistency": "ledger.cli.proofs",
 }
 
 
