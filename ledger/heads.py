@@ -153,11 +153,10 @@ def recorded_heads(engine_or_conn: Engine | Connection) -> Iterator[tuple[int, d
         yield ce.seq, ce.entry.data
 
 
-def latest_head(conn: Connection, through_seq: int | None = None) -> dict | None:
-    """The newest recorded signed head (without its public key), at or before ``through_seq``."""
+def latest_head(conn: Connection) -> dict | None:
+    """The newest recorded signed head (without its public key)."""
     last = None
-    for _seq, data in recorded_heads(conn) if through_seq is None else (
-            (c.seq, c.entry.data) for c in iter_entries(conn, kinds=[Kind.TREE_HEAD], through_seq=through_seq)):
+    for _seq, data in recorded_heads(conn):
         last = data
     return None if last is None else {k: v for k, v in last.items() if k != "public_key"}
 
@@ -247,3 +246,9 @@ def tree_problems(engine: Engine, entries: int) -> list[ChainProblem]:
 def _check_tree(engine: Engine, report: VerifyReport) -> list[ChainProblem]:
     """The Merkle tree over the entries, and every signed head recorded in the ledger."""
     return tree_problems(engine, report.entries)
+
+
+def tree_head_at(conn: Connection, through_seq: int) -> dict:
+    """What an issued receipt names: the tree at its cut (size and root) and the newest signed head then."""
+    return {"tree_size": through_seq, "root_hash": merkle.root_at(conn, through_seq).hex(),
+            "signed": latest_head(conn)}

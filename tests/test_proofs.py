@@ -243,3 +243,17 @@ def test_cli_help_has_examples(runner, cli):
         res = runner.invoke(cli, [cmd, "--help"])
         assert res.exit_code == 0 and "Example" in res.output
     assert "--proof" in runner.invoke(cli, ["receipt", "--help"]).output
+
+
+def test_an_issued_receipt_names_its_tree_head(example, runner, cli):
+    assert invoke(runner, cli, example["url"], "receipt", JOB, "--issue").exit_code == 0
+    engine = db_mod.make_engine(example["url"])
+    from ledger.store import iter_entries
+
+    issued = [c for c in iter_entries(engine, kinds=[Kind.RECEIPT_ISSUED])][-1].entry.data
+    named = issued["tree_head"]
+    assert named["signed"] == json.loads(example["head"].read_text())
+    assert named["tree_size"] == issued["through_seq"]
+    with engine.connect() as conn:
+        assert named["root_hash"] == merkle.root_at(conn, issued["through_seq"]).hex()
+    engine.dispose()
