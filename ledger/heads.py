@@ -191,45 +191,58 @@ _LEVEL_SQL = f"SELECT idx, hash FROM {merkle.TABLE} WHERE level = :lv AND idx >=
 _BATCH = 20_000
 
 
-def _level_rows(conn: Connection, level: int) -> Iterator[tuple[int, str]]:
+def _level_rows(conn: Connection, level: int) -> Iterator[tuple[int, bytes]]:
     lo = 0
     while True:
         rows = conn.execute(text(_LEVEL_SQL), {"lv": level, "lo": lo, "n": _BATCH}).fetchall()
-        yield from ((int(i), h) for i, h in rows)
+        yield from ((int(i), bytes(h)) for i, h in rows)
         if len(rows) < _BATCH:
             return
         lo = int(rows[-1][0]) + 1
 
 
+def _pairs(hashes: Iterator[bytes]) -> Iterator[bytes]:
+    for left in hashes:
+        yield node_hash(left, next(hashes))
+
+
+def _groups(hashes: Iterator[bytes], size: int) -> Iterator[bytes]:
+    """The subtree hash of each complete run of ``size`` (a power of two) leaf hashes."""
+    while True:
+        run = [h for _i, h in zip(range(size), hashes)]
+        if len(run) < size:
+            return
+        yield merkle.perfect_hash(run)
+
+
 def tree_problems(engine: Engine, entries: int) -> list[ChainProblem]:
-    """Every stored subtree hash recomputed: leaves from the (already verified) entries, each level from the
-    one below; then every recorded head's root and signature. Streams, so memory stays flat."""
+    """Every stored subtree hash recomputed: the lowest stored level from the leaves of the (already verified)
+    entries, each level above from the one below; then every recorded head's root and signature. Streams,
+    so memory stays flat."""
     problems: list[ChainProblem] = []
     with engine.connect() as conn, engine.connect() as conn2:
-        size = merkle.tree_size(conn)
+        size = merkle.tree_size(conn, entries)
         if size != entries:
-            return [ChainProblem(min(size, entries) + 1, "", f"{merkle.TABLE} covers {size} entries but the chain "
-                                                             f"holds {entries}")]
-        stored = _level_rows(conn2, 0)
-        for ce in iter_entries(conn):
-            idx, h = next(stored, (None, None))
-            if idx != ce.seq - 1 or h != merkle.leaf_hash(merkle.leaf_bytes(ce)).hex():
-                return [ChainProblem(ce.seq, ce.entry_id, f"{merkle.TABLE}: leaf {ce.seq - 1} is not this entry's "
-                                                          f"leaf hash")]
-        level, count = 1, entries // 2
+            return [ChainProblem(size + 1, "", f"{merkle.TABLE} covers {size} entries but the chain holds {entries}")]
+        leaves = (merkle.leaf_hash(merkle.leaf_bytes(ce)) for ce in iter_entries(conn))
+        below: Iterator[bytes] = _groups(leaves, 1 << (merkle.STORED_LEVEL - 1))
+        level, count = merkle.STORED_LEVEL, entries >> merkle.STORED_LEVEL
         while count:
-            below, here = _level_rows(conn, level - 1), _level_rows(conn2, level)
-            for i in range(count):
-                (_a, left), (_b, right) = next(below), next(below)
+            here = _level_rows(conn2, level)
+            for i, want in zip(range(count), _pairs(below)):
                 idx, h = next(here, (None, None))
-                if idx != i or h != node_hash(bytes.fromhex(left), bytes.fromhex(right)).hex():
+                if idx != i or h != want:
                     first = (i << level) + 1
                     return [ChainProblem(first, "", f"{merkle.TABLE}: subtree (level {level}, index {i}) over "
                                                     f"entries {first}..{(i + 1) << level} does not hash its children")]
             if next(here, None) is not None:
                 return [ChainProblem(entries, "", f"{merkle.TABLE}: level {level} holds more subtrees than "
                                                   f"{entries} entries make")]
+            below = (h for _i, h in _level_rows(conn, level))
             level, count = level + 1, count // 2
+        if next(_level_rows(conn2, level), None) is not None:
+            return [ChainProblem(entries, "", f"{merkle.TABLE}: level {level} holds subtrees {entries} entries "
+                                              f"do not make")]
         for seq, data in recorded_heads(conn):
             try:
                 key = load_public_key(str(data.get("public_key", "")).encode(), f"tree_head entry {seq}")

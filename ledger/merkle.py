@@ -3,10 +3,12 @@
 Leaf ``i`` is entry ``seq = i + 1``; its bytes are the entry's canonical chain encoding
 (:func:`ledger.entries.hash_fields`, the very bytes whose SHA-256 is the entry's chain ``hash``), so the leaf
 hash is SHA-256(0x00 ‖ those bytes). The table ``merkle_nodes`` (schema/versions/0004_merkle.py) holds every
-*complete* subtree: row (level, idx) is the hash of leaves [idx·2^level, (idx+1)·2^level). Appending a leaf
-adds its row and one row per subtree it completes (two rows per entry on average), found from the frontier
-(the ≤ 64 complete subtrees the current size decomposes into), so the tree is never rebuilt. Any root,
-inclusion proof or consistency proof of any earlier size is a handful of those rows.
+*complete* subtree of 2^STORED_LEVEL (16) leaves or more: row (level, idx) is the hash of leaves
+[idx·2^level, (idx+1)·2^level). Smaller subtrees are recomputed from at most 16 entry rows when a proof
+needs them, which keeps the tree at one row per 8 entries and its upkeep cheap on the shipping path.
+Appending entries adds one row per stored subtree they complete, found from the frontier (the ≤ 64
+complete subtrees the current size decomposes into), so the tree is never rebuilt. Any root, inclusion
+proof or consistency proof of any earlier size is a handful of rows.
 
 Hashing and proof checking are :mod:`ledger.proofcheck`'s, the file a tenant runs, so both sides agree.
 """
@@ -24,6 +26,7 @@ from .entries import ChainedEntry, hash_fields
 from .proofcheck import leaf_hash, node_hash
 
 TABLE = "merkle_nodes"
+STORED_LEVEL = 4  # subtrees of 16 leaves and up are stored; smaller ones are hashed from the entries
 Key = tuple[int, int]  # (level, idx)
 _FETCH = 50_000
 
@@ -108,14 +111,69 @@ def _keys_of(ranges: Iterable[tuple[int, int]]) -> set[Key]:
 
 # --- storage ---------------------------------------------------------------------------------------------------
 
-def tree_size(conn: Connection) -> int:
-    return int(conn.execute(text(f"SELECT COALESCE(MAX(idx) + 1, 0) FROM {TABLE} WHERE level = 0")).scalar_one())
+def perfect_hash(leaf_hashes: Sequence[bytes]) -> bytes:
+    """MTH of a power-of-two run of leaf hashes."""
+    level = list(leaf_hashes)
+    while len(level) > 1:
+        level = [node_hash(level[i], level[i + 1]) for i in range(0, len(level), 2)]
+    return level[0]
+
+
+def _present(conn: Connection, size: int) -> bool:
+    try:
+        fetch_nodes(conn, [k for k in frontier_keys(size) if k[0] >= STORED_LEVEL])
+    except TreeError:
+        return False
+    return True
+
+
+def tree_size(conn: Connection, chain_size: int | None = None) -> int:
+    """How many of the chain's entries the stored tree covers: ``chain_size`` (default: the chain's length)
+    unless a writer that predates the tree appended entries without it. Stored subtrees only ever cover a
+    prefix of the chain, so the largest size whose frontier is stored is found by bisection."""
+    if chain_size is None:
+        chain_size = int(conn.execute(text("SELECT COALESCE(MAX(seq), 0) FROM entries")).scalar_one())
+    if _present(conn, chain_size):
+        return chain_size
+    lo, hi = 0, chain_size  # frontier of lo is stored, of hi is not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _present(conn, mid) else (lo, mid)
+    return lo
+
+
+def _leaves(conn: Connection, indices: Sequence[int]) -> dict[Key, bytes]:
+    """Leaf hashes recomputed from the entries rows (leaf i is seq i + 1)."""
+    from .store import ENTRY_COLUMNS, _to_chained
+
+    out: dict[Key, bytes] = {}
+    cols = ", ".join(ENTRY_COLUMNS)
+    pg = conn.dialect.name == "postgresql"
+    for i in range(0, len(indices), _FETCH):
+        seqs = [m + 1 for m in indices[i:i + _FETCH]]
+        if pg:
+            rows = conn.execute(text(f"SELECT {cols} FROM entries WHERE seq = ANY(:s)"), {"s": seqs})
+        else:
+            rows = conn.execute(text(f"SELECT {cols} FROM entries WHERE seq IN (SELECT value FROM json_each(:s))"),
+                                {"s": json.dumps(seqs)})
+        for row in rows:
+            ce = _to_chained(row)
+            out[(0, ce.seq - 1)] = leaf_hash(leaf_bytes(ce))
+    return out
 
 
 def fetch_nodes(conn: Connection, keys: Iterable[Key]) -> dict[Key, bytes]:
-    """Stored hashes of these subtrees, one round trip per 50,000 keys; a missing one raises TreeError."""
+    """Hashes of these subtrees (stored ones, and small ones from the entries), one round trip per 50,000
+    keys; a missing one raises TreeError."""
     want = sorted(set(keys))
+    small = [k for k in want if k[0] < STORED_LEVEL]
+    leaves = _leaves(conn, sorted({i for lv, idx in small for i in range(idx << lv, (idx + 1) << lv)}))
     out: dict[Key, bytes] = {}
+    for lv, idx in small:
+        run = [leaves.get((0, i)) for i in range(idx << lv, (idx + 1) << lv)]
+        if None not in run:
+            out[(lv, idx)] = perfect_hash(run)  # type: ignore[arg-type]
+    want = [k for k in want if k[0] >= STORED_LEVEL]
     pg = conn.dialect.name == "postgresql"
     for i in range(0, len(want), _FETCH):
         chunk = want[i:i + _FETCH]
@@ -130,14 +188,14 @@ def fetch_nodes(conn: Connection, keys: Iterable[Key]) -> dict[Key, bytes]:
                 f"ON m.level = json_extract(j.value, '$[0]') AND m.idx = json_extract(j.value, '$[1]')",
                 (json.dumps(chunk),))
         for level, idx, h in rows:
-            out[(int(level), int(idx))] = bytes.fromhex(h)
-    missing = [k for k in want if k not in out]
+            out[(int(level), int(idx))] = bytes(h)
+    missing = [k for k in sorted(set(keys)) if k not in out]
     if missing:
         raise TreeError(f"{TABLE}: subtree (level {missing[0][0]}, index {missing[0][1]}) is missing")
     return out
 
 
-def _insert(conn: Connection, rows: list[tuple[int, int, str]]) -> None:
+def _insert(conn: Connection, rows: list[tuple[int, int, bytes]]) -> None:
     if not rows:
         return
     if conn.dialect.name == "postgresql":
@@ -157,16 +215,22 @@ def extend(conn: Connection, size: int, leaves: Sequence[bytes]) -> int:
         return size
     frontier = {level: h for (level, _i), h in zip(frontier_keys(size),
                                                    _ordered(fetch_nodes(conn, frontier_keys(size)), size))}
-    rows: list[tuple[int, int, str]] = []
+    rows: list[tuple[int, int, bytes]] = []
+    leaf0, node0 = sha256(b"\x00"), sha256(b"\x01")  # leaf_hash / node_hash inlined: the shipping hot path
     for data in leaves:
-        carry = leaf_hash(data)
-        rows.append((0, size, carry.hex()))
+        h = leaf0.copy()
+        h.update(data)
+        carry = h.digest()
         level, idx = 0, size
         while idx & 1:
-            carry = node_hash(frontier.pop(level), carry)
+            h = node0.copy()
+            h.update(frontier.pop(level))
+            h.update(carry)
+            carry = h.digest()
             idx >>= 1
             level += 1
-            rows.append((level, idx, carry.hex()))
+            if level >= STORED_LEVEL:
+                rows.append((level, idx, carry))
         frontier[level] = carry
         size += 1
     _insert(conn, rows)
@@ -182,9 +246,7 @@ def sync(conn: Connection, through_seq: int) -> int:
     existed, or by a writer that predates it); returns the size. A tree longer than the chain is refused."""
     from .store import iter_entries
 
-    size = tree_size(conn)
-    if size > through_seq:
-        raise TreeError(f"{TABLE} holds {size} leaves but the chain has {through_seq} entries at this point")
+    size = tree_size(conn, through_seq)
     batch: list[bytes] = []
     for ce in iter_entries(conn, after_seq=size, through_seq=through_seq):
         batch.append(leaf_bytes(ce))
@@ -195,11 +257,12 @@ def sync(conn: Connection, through_seq: int) -> int:
 
 
 def on_append(conn: Connection, first_seq: int, leaves: Sequence[bytes]) -> None:
-    """The append path's hook (ledger.store.append_in): leaves of entries first_seq, first_seq + 1, ..."""
-    size = tree_size(conn)
-    if size != first_seq - 1:
-        size = sync(conn, first_seq - 1)
-    extend(conn, size, leaves)
+    """The append path's hook (ledger.store.append_in): leaves of entries first_seq, first_seq + 1, ...
+    Only a tree that lags the chain (entries appended by a writer that predates it) is caught up first."""
+    try:
+        extend(conn, first_seq - 1, leaves)
+    except TreeError:
+        extend(conn, sync(conn, first_seq - 1), leaves)
 
 
 # --- roots and proofs ------------------------------------------------------------------------------------------

@@ -71,15 +71,15 @@ def test_proofs_from_stored_subtrees_match_the_rfc_definition(size, data):
 
 
 def test_tree_is_extended_on_every_append_and_matches_a_rebuild(engine):
-    for batch in (1, 2, 5, 1, 8, 13, 1):
+    for batch in (1, 2, 5, 1, 8, 13, 1, 17, 33, 3):
         store.append(engine, entries(batch, start=store.count(engine)))
         leaves = ledger_leaves(engine)
         size, root = merkle.current_root(engine)
         assert size == len(leaves) and root == mth(leaves)
     with engine.connect() as conn:
-        # stored rows: every complete subtree, nothing else (two rows per leaf, less the frontier's share)
+        # stored rows: every complete subtree of 16 leaves and up, nothing else (about one per 8 entries)
         rows = conn.execute(text("SELECT COUNT(*) FROM merkle_nodes")).scalar_one()
-        assert rows == sum(len(leaves) >> level for level in range(len(leaves).bit_length()))
+        assert rows == sum(len(leaves) >> level for level in range(merkle.STORED_LEVEL, len(leaves).bit_length()))
         for size in range(1, len(leaves) + 1):
             assert merkle.root_at(conn, size) == mth(leaves[:size])
         proofs = merkle.inclusion_proofs(conn, range(len(leaves)), len(leaves))
@@ -104,6 +104,33 @@ def test_leaf_bytes_are_the_chain_encoding(engine):
         assert hashlib.sha256(merkle.leaf_bytes(ce)).hexdigest() == ce.hash == chain_hash(ce.seq, ce.entry, ce.prev_hash)
 
 
+def _raw_append(engine, batch, after: int, prev: str) -> str:  # noqa: ANN001
+    """Entries written as a writer that predates the tree would: chained, no tree rows."""
+    rows = []
+    for seq, e in enumerate(batch, start=after + 1):
+        h = chain_hash(seq, e, prev)
+        rows.append(store._row(seq, e, prev, h))
+        prev = h
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"INSERT INTO entries ({', '.join(store.ENTRY_COLUMNS)}) VALUES "
+                             f"({','.join('?' * len(store.ENTRY_COLUMNS))})", rows)
+    return prev
+
+
+def test_entries_written_without_the_tree_are_caught_up(sqlite_url):
+    engine = db_mod.make_engine(sqlite_url)
+    res = store.append(engine, entries(40))
+    _raw_append(engine, entries(30, start=40), 40, res.head_hash)
+    with engine.connect() as conn:
+        assert merkle.tree_size(conn) == 47  # 40 built; the stored frontier of 47 (32 + 15) is that of 40
+    report = verify(engine)
+    assert not report.ok and "covers 47 entries" in report.problems[0].reason
+    store.append(engine, entries(2, start=70))
+    assert merkle.current_root(engine) == (72, mth(ledger_leaves(engine)))
+    assert verify(engine).ok
+    engine.dispose()
+
+
 def test_migration_builds_the_tree_of_an_existing_ledger(tmp_path):
     """A ledger at 0003 (no tree) holding entries: `ipledger init` (upgrade) builds the tree once."""
     from alembic import command
@@ -112,30 +139,22 @@ def test_migration_builds_the_tree_of_an_existing_ledger(tmp_path):
     engine = db_mod.make_engine(url)
     with engine.begin() as conn:
         command.upgrade(db_mod._alembic_config(conn), "0003")
-    prev, rows = "0" * 64, []
-    for seq, e in enumerate(entries(11), start=1):
-        h = chain_hash(seq, e, prev)
-        rows.append(store._row(seq, e, prev, h))
-        prev = h
-    with engine.begin() as conn:
-        conn.exec_driver_sql(f"INSERT INTO entries ({', '.join(store.ENTRY_COLUMNS)}) VALUES "
-                             f"({','.join('?' * len(store.ENTRY_COLUMNS))})", rows)
+    _raw_append(engine, entries(41), 0, "0" * 64)
     db_mod.upgrade(engine)
-    assert merkle.current_root(engine) == (11, mth(ledger_leaves(engine)))
-    store.append(engine, entries(3, start=11))
-    assert merkle.current_root(engine) == (14, mth(ledger_leaves(engine)))
+    assert merkle.current_root(engine) == (41, mth(ledger_leaves(engine)))
+    store.append(engine, entries(3, start=41))
+    assert merkle.current_root(engine) == (44, mth(ledger_leaves(engine)))
     assert verify(engine).ok
     engine.dispose()
 
 
-@pytest.mark.parametrize("target", ["leaf", "node"])
-def test_verify_names_a_stored_subtree_that_was_rewritten(sqlite_url, target):
+@pytest.mark.parametrize("level,idx", [(4, 2), (5, 1), (6, 0)])
+def test_verify_names_a_stored_subtree_that_was_rewritten(sqlite_url, level, idx):
     engine = db_mod.make_engine(sqlite_url)
-    store.append(engine, entries(12))
-    level, idx = (0, 5) if target == "leaf" else (2, 1)
+    store.append(engine, entries(70))
     with engine.begin() as conn:  # an attacker with the file: triggers dropped, one row rewritten
         conn.exec_driver_sql("DROP TRIGGER merkle_nodes_no_update")
-        conn.exec_driver_sql("UPDATE merkle_nodes SET hash = ? WHERE level = ? AND idx = ?", ("ab" * 32, level, idx))
+        conn.exec_driver_sql("UPDATE merkle_nodes SET hash = ? WHERE level = ? AND idx = ?", (b"\xab" * 32, level, idx))
     report = verify(engine)
     assert not report.ok
     assert "merkle_nodes" in report.problems[0].reason
@@ -145,8 +164,8 @@ def test_verify_names_a_stored_subtree_that_was_rewritten(sqlite_url, target):
 
 def test_nodes_are_append_only(sqlite_url):
     engine = db_mod.make_engine(sqlite_url)
-    store.append(engine, entries(4))
-    for sql in ("UPDATE merkle_nodes SET hash = 'x'", "DELETE FROM merkle_nodes"):
+    store.append(engine, entries(20))
+    for sql in ("UPDATE merkle_nodes SET hash = x'00'", "DELETE FROM merkle_nodes"):
         with pytest.raises(Exception, match="append-only"):
             with engine.begin() as conn:
                 conn.exec_driver_sql(sql)

@@ -1,6 +1,8 @@
 """The `merkle_nodes` table: the ledger's RFC 9162 Merkle tree, one row per complete subtree (ledger/merkle.py).
 
-Row (level, idx) is the hash (hex) of leaves [idx * 2^level, (idx + 1) * 2^level); leaf i is entry seq i + 1.
+Row (level, idx), level >= 1, is the SHA-256 (32 bytes) of leaves [idx * 2^level, (idx + 1) * 2^level); leaf i
+is entry seq i + 1, and leaves are recomputed from the entries rather than stored. On SQLite the table is
+WITHOUT ROWID (one B-tree keyed by (level, idx)), so each entry costs about one small row.
 Rows are only ever added, in the transaction that appends the entries they cover, so the table is
 append-only like `entries` (0001's triggers and grants). A ledger that already holds entries gets its tree
 built here, once, from them; from then on the append path extends it.
@@ -26,7 +28,8 @@ def upgrade() -> None:
         TABLE,
         sa.Column("level", sa.SmallInteger, primary_key=True, autoincrement=False),
         sa.Column("idx", sa.BigInteger, primary_key=True, autoincrement=False),
-        sa.Column("hash", sa.String(64), nullable=False),
+        sa.Column("hash", sa.LargeBinary(32), nullable=False),
+        sqlite_with_rowid=False,
     )
     bind = op.get_bind()
     if bind.dialect.name == "sqlite":
