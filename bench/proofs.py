@@ -78,10 +78,7 @@ def _proof_part(work: Path, gpus: int, repeat: int) -> tuple[Timing, Timing, Tim
 
 
 def _ship_part(work: Path, scale: float, repeat: int) -> tuple[Timing, Timing, Timing, int]:
-    import sqlite3
-
-    from bench.ship_sqlite import _fresh_db
-    from ledger.store import ENTRY_COLUMNS
+    from bench.ship_sqlite import _fresh_db, raw_insert
 
     n = max(100, int(SHIP_FULL_ENTRIES * scale))
     pristine = work / "spool-pristine"
@@ -97,14 +94,7 @@ def _ship_part(work: Path, scale: float, repeat: int) -> tuple[Timing, Timing, T
         shutil.copytree(pristine, spool_dir)
 
     def floor() -> None:
-        con = sqlite3.connect(db_path, isolation_level=None)
-        con.execute("PRAGMA journal_mode=WAL")
-        con.execute("PRAGMA synchronous=FULL")
-        con.execute("BEGIN IMMEDIATE")
-        con.executemany(f"INSERT INTO entries ({', '.join(ENTRY_COLUMNS)}) VALUES "
-                        f"({','.join('?' * len(ENTRY_COLUMNS))})", rows)
-        con.execute("COMMIT")
-        con.close()
+        raw_insert(db_path, rows)
 
     def ship(no_tree: bool) -> None:
         args = ["--db", state["url"], "ship", "--spool", str(spool_dir), "--quiet", "--no-receipts"]
