@@ -1025,6 +1025,18 @@ def _site_skus(raw: Any) -> dict[str, tuple]:
     return out
 
 
+def _malformed_as_failure(check: Callable[[bytes, Any], dict]) -> Callable[[bytes, Any], dict]:
+    """A value of an unexpected type deep in a document is a failed check too, named, never a traceback."""
+    def wrapped(raw: bytes, public_key: Any) -> dict:
+        try:
+            return check(raw, public_key)
+        except (TypeError, KeyError, ValueError, AttributeError, IndexError, ArithmeticError, RecursionError) as exc:
+            raise Failure(f"malformed content ({type(exc).__name__}: {exc})") from None
+    wrapped.__doc__ = check.__doc__
+    return wrapped
+
+
+@_malformed_as_failure
 def verify_bundle(raw: bytes, public_key: Any) -> dict:
     """Every check of a proof bundle; returns a summary (receipt hash, head, counts) or raises Failure."""
     try:
@@ -1089,6 +1101,7 @@ def verify_bundle(raw: bytes, public_key: Any) -> dict:
             "entries": len(entries), "segments": len(samples), "site_skus": sorted(site_skus)}
 
 
+@_malformed_as_failure
 def verify_consistency(raw: bytes, public_key: Any) -> dict:
     """Both heads verify under the key and the proof shows the new tree extends the old one."""
     try:

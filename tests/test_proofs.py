@@ -257,3 +257,14 @@ def test_an_issued_receipt_names_its_tree_head(example, runner, cli):
     with engine.connect() as conn:
         assert named["root_hash"] == merkle.root_at(conn, issued["through_seq"]).hex()
     engine.dispose()
+
+
+def test_malformed_content_is_a_named_failure_not_a_traceback(example):
+    key = pc.load_public_key(example["pub"].read_bytes())
+    bundle = json.loads(example["bundle"].read_text())
+    sid = next(iter(bundle["samples"]))
+    bundle["samples"][sid][0][1] = "not a time"
+    with pytest.raises(pc.Failure):
+        pc.verify_bundle((pc.canonical_json(bundle) + "\n").encode(), key)
+    with pytest.raises(pc.Failure):
+        pc.verify_consistency(b'{"format": "ipledger-consistency/1", "old_head": 1, "new_head": 2, "proof": []}', key)
