@@ -51,7 +51,8 @@ def site_ratings(sku_table: Mapping[str, SkuRating] | None) -> dict:
 
 
 def _segment_rows(conn: Connection, seg: ChainedEntry) -> list[list]:
-    rows = sorted(blocks.table_rows(read_samples(conn, segment_ids=[seg.entry.entry_id])), key=operator.itemgetter(0, 1))
+    table = read_samples(conn, segment_ids=[seg.entry.entry_id])
+    rows = sorted(blocks.table_rows(table), key=operator.itemgetter(0, 1))
     if rows and samples_digest(rows) != seg.entry.data.get("samples_sha256"):
         raise HeadError(f"the samples of segment {seg.entry.entry_id} (entry {seg.seq}) do not match its digest; "
                         f"run `ipledger verify`")

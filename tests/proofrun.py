@@ -62,7 +62,8 @@ def build(engine, seed: int) -> dict:  # noqa: ANN001
                        device=u, node=nodes[i], source="hook.prolog", **key) for i, u in enumerate(uuids)]
     closed = rng.random() < 0.8
     if closed:
-        run.append(make_entry(Kind.ALLOCATION_ENDED, t0 + dur, {"exit_code": 0}, node="n0", source="hook.epilog", **key))
+        run.append(make_entry(Kind.ALLOCATION_ENDED, t0 + dur, {"exit_code": 0}, node="n0", source="hook.epilog",
+                              **key))
     if rng.random() < 0.3:
         a = t0 + rng.uniform(0, dur / 2)
         run.append(make_entry(Kind.ALLOCATION_SUSPENDED, a, {}, ts_end=a + rng.uniform(10, dur / 3), node="n0",

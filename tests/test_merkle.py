@@ -101,7 +101,8 @@ def test_duplicates_add_no_leaves(engine):
 def test_leaf_bytes_are_the_chain_encoding(engine):
     store.append(engine, entries(3))
     for ce in store.iter_entries(engine):
-        assert hashlib.sha256(merkle.leaf_bytes(ce)).hexdigest() == ce.hash == chain_hash(ce.seq, ce.entry, ce.prev_hash)
+        digest = hashlib.sha256(merkle.leaf_bytes(ce)).hexdigest()
+        assert digest == ce.hash == chain_hash(ce.seq, ce.entry, ce.prev_hash)
 
 
 def _raw_append(engine, batch, after: int, prev: str) -> str:  # noqa: ANN001

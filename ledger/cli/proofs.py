@@ -11,7 +11,7 @@ import click
 from ..heads import HeadError, checkpoint, consistency, keygen, load_private_key, read_head
 from ..merkle import TreeError
 from ..proofcheck import Failure
-from .context import AppContext, UserError, emit_json, pass_app
+from .context import AppContext, UserError, pass_app
 
 
 def _write_json(doc: dict, out: str | None) -> None:
