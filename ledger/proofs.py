@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import operator
 from pathlib import Path
-from typing import Any, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 
@@ -59,6 +60,25 @@ def _segment_rows(conn: Connection, seg: ChainedEntry) -> list[list]:
     return [list(r) for r in rows]
 
 
+class SegmentRows(Mapping):
+    """A bundle's ``samples``: segment id -> rows, read from the ledger only when written, one segment at a
+    time, so a bundle of a wide run never holds all its rows in memory."""
+
+    def __init__(self, engine: Engine, segments: Mapping[str, ChainedEntry]) -> None:
+        self._engine, self._segments = engine, dict(segments)
+
+    def __getitem__(self, segment_id: str) -> list[list]:
+        seg = self._segments[segment_id]
+        with self._engine.connect() as conn:
+            return _segment_rows(conn, seg)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._segments))
+
+    def __len__(self) -> int:
+        return len(self._segments)
+
+
 def build_bundle(engine: Engine, job_id: str, run: int | None, signed_head: Mapping[str, Any], *,
                  cluster: str | None = None, public_key: Any = None,
                  sku_table: Mapping[str, SkuRating] | None = None) -> dict:
@@ -67,7 +87,8 @@ def build_bundle(engine: Engine, job_id: str, run: int | None, signed_head: Mapp
         key = public_key if public_key is not None else recorded_public_key(conn, str(signed_head.get("log_id")))
         check_head_against_ledger(conn, signed_head, key, "head")
         size = int(signed_head["tree_size"])
-        inputs = gather(conn, str(job_id), run, cluster=cluster, as_of=size)
+        # the engine, not this connection: samples are then read a batch of devices at a time (bounded memory)
+        inputs = gather(engine, str(job_id), run, cluster=cluster, as_of=size)
         receipt = compute_receipt(inputs, sku_table)
         frame = run_frame(inputs.entries, inputs.open_end)
         _contract, contract_ce = select_contract(inputs.contracts, frame.account, None)
@@ -86,10 +107,7 @@ def build_bundle(engine: Engine, job_id: str, run: int | None, signed_head: Mapp
             chosen[ce.seq] = ce
         ordered = [chosen[s] for s in sorted(chosen)]
         proofs = merkle.inclusion_proofs(conn, [ce.seq - 1 for ce in ordered], size)
-        samples = {}
-        for seg in sorted({s.seq: s for s in segments}.values(), key=lambda c: c.seq):
-            if seg.entry.data.get("rows"):
-                samples[seg.entry.entry_id] = _segment_rows(conn, seg)
+    samples = SegmentRows(engine, {s.entry.entry_id: s for s in segments if s.entry.data.get("rows")})
     return {
         "format": BUNDLE_FORMAT,
         "head": dict(signed_head),
@@ -102,8 +120,23 @@ def build_bundle(engine: Engine, job_id: str, run: int | None, signed_head: Mapp
     }
 
 
+def bundle_chunks(bundle: Mapping[str, Any]) -> Iterator[str]:
+    """The bundle's canonical JSON and a newline, the only spelling proofcheck.py accepts, in pieces: the
+    samples (the last key in sorted order) one segment at a time."""
+    head = canonical_json({k: v for k, v in bundle.items() if k != "samples"})
+    yield head[:-1] + ',"samples":{'
+    for i, (sid, rows) in enumerate(bundle["samples"].items()):
+        yield ("," if i else "") + canonical_json(sid) + ":" + canonical_json(rows)
+    yield "}}\n"
+
+
+def bundle_bytes(bundle: Mapping[str, Any]) -> bytes:
+    return "".join(bundle_chunks(bundle)).encode("utf-8")
+
+
 def write_bundle(bundle: Mapping[str, Any], out: str | Path) -> Path:
-    """Canonical JSON and a newline: the only spelling proofcheck.py accepts."""
     p = Path(out)
-    p.write_text(canonical_json(bundle) + "\n", encoding="utf-8")
+    with p.open("w", encoding="utf-8") as f:
+        for chunk in bundle_chunks(bundle):
+            f.write(chunk)
     return p

@@ -72,7 +72,7 @@ def test_a_bundle_carries_every_entry_its_receipt_needs(tmp_path_factory, seed):
     """The bundle's selection of entries (run, gaps, resolutions, contract, segments, an open run's latest
     telemetry) is enough: the verifier, given only those, recomputes the ledger's receipt."""
     from ledger import heads
-    from ledger.proofs import build_bundle
+    from ledger.proofs import build_bundle, bundle_bytes
 
     d = tmp_path_factory.mktemp("bundle")
     engine = db_mod.make_engine(f"sqlite:///{d / 'ledger.db'}")
@@ -82,6 +82,6 @@ def test_a_bundle_carries_every_entry_its_receipt_needs(tmp_path_factory, seed):
     key = heads.load_private_key(d / "k")
     head = heads.checkpoint(engine, key)
     bundle = build_bundle(engine, proofrun.JOB, drawn["key"]["run"], head)
-    result = pc.verify_bundle((pc.canonical_json(bundle) + "\n").encode(), key.public_key())
+    result = pc.verify_bundle(bundle_bytes(bundle), key.public_key())
     assert result["receipt_hash"] == receipt_for(engine, proofrun.JOB, drawn["key"]["run"]).hash
     engine.dispose()

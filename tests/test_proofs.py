@@ -272,7 +272,7 @@ def test_malformed_content_is_a_named_failure_not_a_traceback(example):
 
 def test_bundles_and_heads_on_each_backend(engine, tmp_path):
     """The same bundle checks on SQLite and PostgreSQL (the tree's reads and writes differ per backend)."""
-    from ledger.proofs import build_bundle
+    from ledger.proofs import build_bundle, bundle_bytes
     from ledger.receipts import receipt_for
 
     load_example(engine)
@@ -281,7 +281,7 @@ def test_bundles_and_heads_on_each_backend(engine, tmp_path):
     key = heads.load_private_key(tmp_path / "k")
     head = heads.checkpoint(engine, key)
     bundle = build_bundle(engine, JOB, None, head)
-    raw = (pc.canonical_json(bundle) + "\n").encode()
+    raw = bundle_bytes(bundle)
     assert pc.verify_bundle(raw, key.public_key())["receipt_hash"] == receipt_for(engine, JOB).hash
     from ledger.verify import verify
 
