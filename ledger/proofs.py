@@ -9,8 +9,8 @@ method's version (docs/proofs.md, "Bundle format"). It is written in canonical J
 from __future__ import annotations
 
 import operator
-from pathlib import Path
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
