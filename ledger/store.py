@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from hashlib import sha256
 from typing import Iterable, Iterator, Sequence
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
-
-from hashlib import sha256
 
 from . import merkle
 from .db import write_tx
