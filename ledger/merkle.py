@@ -213,8 +213,9 @@ def extend(conn: Connection, size: int, leaves: Sequence[bytes]) -> int:
     returns the new size. Reads only the frontier and writes only the new rows."""
     if not leaves:
         return size
-    frontier = {level: h for (level, _i), h in zip(frontier_keys(size),
-                                                   _ordered(fetch_nodes(conn, frontier_keys(size)), size))}
+    keys = frontier_keys(size)
+    nodes = fetch_nodes(conn, keys)
+    frontier = {level: nodes[(level, i)] for level, i in keys}
     rows: list[tuple[int, int, bytes]] = []
     leaf0, node0 = sha256(b"\x00"), sha256(b"\x01")  # leaf_hash / node_hash inlined: the shipping hot path
     for data in leaves:
@@ -237,13 +238,9 @@ def extend(conn: Connection, size: int, leaves: Sequence[bytes]) -> int:
     return size
 
 
-def _ordered(nodes: dict[Key, bytes], size: int) -> list[bytes]:
-    return [nodes[k] for k in frontier_keys(size)]
-
-
 def sync(conn: Connection, through_seq: int) -> int:
     """Bring the tree up to entry ``through_seq`` from the entries table (a ledger written before the tree
-    existed, or by a writer that predates it); returns the size. A tree longer than the chain is refused."""
+    existed, or by a writer that predates it); returns the size."""
     from .store import iter_entries
 
     size = tree_size(conn, through_seq)
