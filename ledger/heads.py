@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection, Engine
 from . import merkle
 from .canonical import format_ts, now_ts
 from .db import write_tx
-from .entries import Entry, Kind, make_entry
+from .entries import HASH_DOMAIN, Entry, Kind, make_entry
 from .fsmodes import create_file
 from .proofcheck import (
     CONSISTENCY_FORMAT,
@@ -215,7 +215,34 @@ def _groups(hashes: Iterator[bytes], size: int) -> Iterator[bytes]:
         yield merkle.perfect_hash(run)
 
 
-def tree_problems(engine: Engine, entries: int) -> list[ChainProblem]:
+# SQLite builds each entry's chain encoding itself (json_array writes canonical JSON for the ledger's column
+# types, as verify's fast path relies on); a subtree that then fails to match is recomputed the reference way
+# before it is reported, so a divergent encoding can only cost time, never a false problem.
+_SQLITE_LEAVES = ("SELECT CAST(json_array('" + HASH_DOMAIN + "', seq, entry_id, kind, ts, ts_end, recorded_at, "
+                  "cluster, job_id, run, node, device, payload, source, source_version, prev_hash) AS BLOB) "
+                  "FROM entries WHERE seq > :lo ORDER BY seq LIMIT :n")
+
+
+def _leaf_hashes(engine: Engine, conn: Connection, reference: bool = False) -> Iterator[bytes]:
+    """Every entry's leaf hash, in seq order, streamed."""
+    if reference or engine.dialect.name != "sqlite":
+        yield from (merkle.leaf_hash(merkle.leaf_bytes(ce)) for ce in iter_entries(conn))
+        return
+    from hashlib import sha256
+
+    leaf0, lo = sha256(b"\x00"), 0
+    while True:
+        rows = conn.execute(text(_SQLITE_LEAVES), {"lo": lo, "n": _BATCH}).fetchall()
+        for (blob,) in rows:
+            h = leaf0.copy()
+            h.update(blob)
+            yield h.digest()
+        if len(rows) < _BATCH:
+            return
+        lo += len(rows)
+
+
+def tree_problems(engine: Engine, entries: int, reference: bool = False) -> list[ChainProblem]:
     """Every stored subtree hash recomputed: the lowest stored level from the leaves of the (already verified)
     entries, each level above from the one below; then every recorded head's root and signature. Streams,
     so memory stays flat."""
@@ -224,7 +251,7 @@ def tree_problems(engine: Engine, entries: int) -> list[ChainProblem]:
         size = merkle.tree_size(conn, entries)
         if size != entries:
             return [ChainProblem(size + 1, "", f"{merkle.TABLE} covers {size} entries but the chain holds {entries}")]
-        leaves = (merkle.leaf_hash(merkle.leaf_bytes(ce)) for ce in iter_entries(conn))
+        leaves = _leaf_hashes(engine, conn, reference)
         below: Iterator[bytes] = _groups(leaves, 1 << (merkle.STORED_LEVEL - 1))
         level, count = merkle.STORED_LEVEL, entries >> merkle.STORED_LEVEL
         while count:
@@ -232,6 +259,8 @@ def tree_problems(engine: Engine, entries: int) -> list[ChainProblem]:
             for i, want in zip(range(count), _pairs(below)):
                 idx, h = next(here, (None, None))
                 if idx != i or h != want:
+                    if not reference:  # the reference encoding decides what is reported
+                        return tree_problems(engine, entries, reference=True)
                     first = (i << level) + 1
                     return [ChainProblem(first, "", f"{merkle.TABLE}: subtree (level {level}, index {i}) over "
                                                     f"entries {first}..{(i + 1) << level} does not hash its children")]
