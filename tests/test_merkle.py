@@ -171,3 +171,23 @@ def test_nodes_are_append_only(sqlite_url):
             with engine.begin() as conn:
                 conn.exec_driver_sql(sql)
     engine.dispose()
+
+
+def test_verify_checks_a_big_tree_in_worker_processes(sqlite_url, monkeypatch):
+    """The leaf-heavy part of the tree check runs in forked workers on a big SQLite ledger (threshold lowered
+    here); a rewritten subtree is still named, by the reference path."""
+    from ledger import heads
+
+    monkeypatch.setattr(heads, "PARALLEL_MIN_ENTRIES", 1000)
+    engine = db_mod.make_engine(sqlite_url)
+    for start in range(0, 3000, 700):
+        store.append(engine, entries(min(700, 3000 - start), start=start))
+    assert heads._lowest_level_parallel(engine, 3000 >> merkle.STORED_LEVEL) is True
+    assert verify(engine).ok
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP TRIGGER merkle_nodes_no_update")
+        conn.exec_driver_sql("UPDATE merkle_nodes SET hash = ? WHERE level = 4 AND idx = 100", (b"\x01" * 32,))
+    assert heads._lowest_level_parallel(engine, 3000 >> merkle.STORED_LEVEL) is False
+    report = verify(engine)
+    assert not report.ok and report.problems[0].seq == 1601
+    engine.dispose()
