@@ -1,8 +1,8 @@
 """The `merkle_nodes` table: the ledger's RFC 9162 Merkle tree, one row per complete subtree (ledger/merkle.py).
 
-Row (level, idx), level >= 1, is the SHA-256 (32 bytes) of leaves [idx * 2^level, (idx + 1) * 2^level); leaf i
-is entry seq i + 1, and leaves are recomputed from the entries rather than stored. On SQLite the table is
-WITHOUT ROWID (one B-tree keyed by (level, idx)), so each entry costs about one small row.
+Row (level, idx), level >= 4, is the SHA-256 (32 bytes) of leaves [idx * 2^level, (idx + 1) * 2^level); leaf i
+is entry seq i + 1. Smaller subtrees are hashed from the entries when needed (ledger.merkle.STORED_LEVEL), so
+the table holds about one row per 8 entries. On SQLite it is WITHOUT ROWID (one B-tree keyed by (level, idx)).
 Rows are only ever added, in the transaction that appends the entries they cover, so the table is
 append-only like `entries` (0001's triggers and grants). A ledger that already holds entries gets its tree
 built here, once, from them; from then on the append path extends it.
