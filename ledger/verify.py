@@ -133,7 +133,7 @@ def register_check(fn: ExtraCheck) -> ExtraCheck:
 
 
 # Modules whose import registers a check (kept as names: verify must not import the world at load time).
-CHECK_MODULES = ["ledger.telemetry.store", "ledger.receipts.issue"]
+CHECK_MODULES = ["ledger.telemetry.store", "ledger.receipts.issue", "ledger.heads"]
 
 
 def verify(engine: Engine, chain_only: bool = False, workers: int | None = None,

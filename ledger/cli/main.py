@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "ledger.cli.collect",
     "ledger.cli.export",
     "ledger.cli.mark",
+    "ledger.cli.proofs",
 ]
 
 # Which module provides each top-level command, so that `ipledger verify` does not pay for importing pandas,
@@ -39,6 +40,7 @@ COMMAND_HOMES = {
     "collect": "ledger.cli.collect",
     "export": "ledger.cli.export",
     "mark": "ledger.cli.mark",
+    "keygen": "ledger.cli.proofs", "checkpoint": "ledger.cli.proofs", "consistency": "ledger.cli.proofs",
 }
 
 
