@@ -4,4 +4,4 @@
 ``--repeat N``, ``--no-write``; or ``IPLEDGER_BENCH_SCALE``).
 """
 
-FIGURES = ["hook", "mark", "ship_sqlite", "ship_postgres", "analyze", "receipt", "export", "verify", "load_pg"]
+FIGURES = ["hook", "mark", "ship_sqlite", "ship_postgres", "analyze", "receipt", "export", "verify", "load_pg", "proofs"]

@@ -35,6 +35,20 @@ def _fresh_db(path: Path) -> str:
     return url
 
 
+def raw_insert(db_path: Path, rows: list[tuple], cache_kib: int | None = None) -> None:
+    """The floor: the very rows the ledger ends up holding, by sqlite3.executemany in one transaction."""
+    con = sqlite3.connect(db_path, isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=FULL")
+    if cache_kib is not None:
+        con.execute(f"PRAGMA cache_size={cache_kib}")
+    con.execute("BEGIN IMMEDIATE")
+    con.executemany(f"INSERT INTO entries ({', '.join(ENTRY_COLUMNS)}) VALUES "
+                    f"({','.join('?' * len(ENTRY_COLUMNS))})", rows)
+    con.execute("COMMIT")
+    con.close()
+
+
 def run(scale: float, repeat: int) -> Figure:
     n = max(100, int(FULL_ENTRIES * scale))
     work = Path(tempfile.mkdtemp(prefix="ipledger-bench-ship-"))
@@ -50,16 +64,7 @@ def run(scale: float, repeat: int) -> Figure:
             state["url"] = _fresh_db(db_path)
 
         def floor(cache_kib: int | None = None) -> None:
-            con = sqlite3.connect(db_path, isolation_level=None)
-            con.execute("PRAGMA journal_mode=WAL")
-            con.execute("PRAGMA synchronous=FULL")
-            if cache_kib is not None:
-                con.execute(f"PRAGMA cache_size={cache_kib}")
-            con.execute("BEGIN IMMEDIATE")
-            con.executemany(f"INSERT INTO entries ({', '.join(ENTRY_COLUMNS)}) VALUES "
-                            f"({','.join('?' * len(ENTRY_COLUMNS))})", rows)
-            con.execute("COMMIT")
-            con.close()
+            raw_insert(db_path, rows, cache_kib)
 
         def setup_subject() -> None:
             state["url"] = _fresh_db(db_path)

@@ -90,6 +90,12 @@ def build_ledger(db_path: Path, n: int) -> tuple[str, int]:
         con.execute("COMMIT")
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     con.close()
+    from ledger import merkle
+
+    eng = db_mod.make_engine(url)
+    with db_mod.write_tx(eng) as conn:  # the Merkle tree, as the append path keeps it (verify checks it)
+        merkle.sync(conn, total)
+    eng.dispose()
     sidecar.write_text(f"{n} {total} {head}\n")
     return url, total
 

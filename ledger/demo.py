@@ -110,19 +110,24 @@ def build_hall(out: Path, seed: int = 0, spec: FleetSpec | None = None) -> Hall:
     return Hall(sim, engine, analysis, counts, db_path)
 
 
+def write_pathb_export(sim, path: Path) -> dict:  # noqa: ANN001 - a Simulation
+    """Path B material: one day of two racks (R2, R3; the cooling incident starts 6 h in) as a Prometheus export."""
+    spec = sim.spec
+    steps_day = 86400 // spec.cadence_s
+    cool = next(f for f in sim.truth["faults"] if f["id"] == "F-cooling")
+    start_step = max(0, int((cool["start"] - sim.t[0]) // spec.cadence_s) - steps_day // 4)
+    start_step = min(start_step, len(sim.t) - steps_day)
+    nodes = sorted({d.node for d in sim.devices if d.rack in ("R2", "R3")})
+    return write_prometheus_export(sim, path, nodes, start_step, steps_day)
+
+
 def run_demo(out: Path, seed: int = 0, spec: FleetSpec | None = None) -> dict:
     t0 = time.monotonic()
     out = Path(out)
     spec = spec or FleetSpec()
     hall = build_hall(out, seed, spec)
     sim, engine, analysis = hall.sim, hall.engine, hall.analysis
-    # Path B material: one day of two racks (including the cooling incident) as a Prometheus export
-    steps_day = 86400 // spec.cadence_s
-    cool = next(f for f in sim.truth["faults"] if f["id"] == "F-cooling")
-    start_step = max(0, int((cool["start"] - sim.t[0]) // spec.cadence_s) - steps_day // 4)
-    start_step = min(start_step, len(sim.t) - steps_day)
-    nodes = sorted({d.node for d in sim.devices if d.rack in ("R2", "R3")})
-    prom = write_prometheus_export(sim, out / "prometheus-export.json", nodes, start_step, steps_day)
+    prom = write_pathb_export(sim, out / "prometheus-export.json")
     issued, receipts = _receipts(engine, out, sim)
     from .receipts.auto import verify_checks
     from .verify import verify

@@ -25,3 +25,4 @@ class Kind:
     FINDING_DISMISSED = "finding_dismissed"
     HOOK_ERROR = "hook_error"
     EVIDENCE_REFUSED = "evidence_refused"   # written by the shipper: a spool line or file it would not chain
+    TREE_HEAD = "tree_head"  # a signed Merkle tree head (ipledger checkpoint; docs/proofs.md)

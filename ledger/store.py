@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from hashlib import sha256
 from typing import Iterable, Iterator, Sequence
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
+from . import merkle
 from .db import write_tx
-from .entries import GENESIS_HASH, ChainedEntry, Entry, chain_hash
+from .entries import GENESIS_HASH, ChainedEntry, Entry, hash_fields
 
 ENTRY_COLUMNS = ("seq", "entry_id", "kind", "ts", "ts_end", "recorded_at", "cluster", "job_id", "run", "node",
                  "device", "payload", "source", "source_version", "prev_hash", "hash")
@@ -88,12 +90,15 @@ def append_in(conn: Connection, entries: Iterable[Entry]) -> AppendResult:
     seq, prev = head(conn)
     first = None
     rows = []
+    leaves = []  # each entry's chain encoding is also its Merkle leaf (ledger/merkle.py)
     for entry_id in ids:
         if entry_id in existing:
             continue
         e = unique[entry_id]
         seq += 1
-        h = chain_hash(seq, e, prev)
+        encoded = hash_fields(seq, e, prev).encode("utf-8")
+        h = sha256(encoded).hexdigest()
+        leaves.append(encoded)
         rows.append(_row(seq, e, prev, h))
         prev = h
         first = seq if first is None else first
@@ -103,6 +108,7 @@ def append_in(conn: Connection, entries: Iterable[Entry]) -> AppendResult:
         else:
             marks = ",".join("?" * len(ENTRY_COLUMNS))
             conn.exec_driver_sql(f"INSERT INTO entries ({', '.join(ENTRY_COLUMNS)}) VALUES ({marks})", rows)
+        merkle.on_append(conn, first, leaves)  # type: ignore[arg-type]
     return AppendResult(appended=len(rows), duplicates=len(existing) + batch_dupes,
                         first_seq=first, last_seq=seq if rows else None, head_hash=prev)
 

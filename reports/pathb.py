@@ -60,7 +60,9 @@ MAX_SERIES_POINTS = 600  # charts are downsampled (every n-th point) beyond this
 CAUSE_LABELS = {"thermal": "throttled: thermal", "power_cap": "throttled: power cap",
                 "hw_slowdown": "throttled: HW slowdown", "sync_boost": "throttled: sync boost",
                 "other": "throttled: other", "underutilized": "underutilized", "starved": "starved",
-                "idle_held": "idle held", "unknown": "unknown (no trustworthy telemetry)"}
+                "idle_held": "idle held", "unknown": "unknown (no trustworthy telemetry)",
+                "cooling": "cooling (thermal throttling)", "checkpoint_starved": "starved at checkpoints",
+                "xid": "XID errors", "drift": "slow device (drift)"}
 
 
 def _epoch(t: Any) -> float | None:
@@ -176,7 +178,12 @@ def _evidence_chart(f: Mapping, lines: dict[str, list], units: dict[str, str]) -
 
 
 def _recommendations(analysis: Mapping) -> list[dict]:
+    """The recommendations, each once: the ``recommendations`` list, else the ones carried by findings (the agents
+    put each in both places; listing both printed every step twice)."""
     recs = [dict(r) for r in analysis.get("recommendations") or [] if isinstance(r, Mapping)]
+    if recs:
+        recs.sort(key=lambda r: -_num(r.get("gpu_hours_per_week", r.get("gpu_hours"))))
+        return recs
     for f in analysis.get("findings") or []:
         r = f.get("recommendation") if isinstance(f, Mapping) else None
         if isinstance(r, Mapping):
@@ -197,7 +204,8 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
     """Write the written analysis PDF for ``analysis`` (see the module doc) to ``out_path``."""
     s = styles()
     analysis = analysis or {}
-    findings = [f for f in analysis.get("findings") or [] if isinstance(f, Mapping)]
+    findings = [f for f in analysis.get("findings") or [] if isinstance(f, Mapping)
+                and f.get("agent") != "recommendation"]
     findings.sort(key=lambda f: (-_num(f.get("gpu_hours")), str(f.get("id"))))
     acct = analysis.get("account") or {}
     cur = acct.get("currency") or (analysis.get("contract") or {}).get("currency") or \
@@ -367,8 +375,11 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
     recs = _recommendations(analysis)
     story.append(Paragraph("Recommendations, priced in GPU-hours", s["h1"]))
     if recs:
-        story.append(table(["recommendation", "GPU-h / day recoverable", f"cost {cur}".strip(), "reversible"],
-                           [(_txt(r.get("title"))[:70], fmt_hours(_num(r.get("gpu_hours"))),
+        weekly = any(r.get("gpu_hours_per_week") is not None for r in recs)
+        story.append(table(["recommendation", "GPU-h / week recoverable" if weekly else "GPU-h recoverable",
+                            f"cost {cur}".strip(), "reversible"],
+                           [(_wrap(r.get("title"), 62), fmt_hours(_num(r.get("gpu_hours_per_week")
+                                                                       if weekly else r.get("gpu_hours"))),
                              fmt_money(_num(r.get("cost"))) if r.get("cost") is not None else "-",
                              {True: "yes", False: "no"}.get(r.get("reversible"), "-")) for r in recs],
                            numeric=[1, 2], widths=[95 * mm, 30 * mm, 25 * mm, 20 * mm]))
@@ -390,12 +401,17 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
         "fallback) multiplied by the ratio of the actual to the rated SM clock. Throttled time is split by the "
         "clock-event reason bits. Seconds without trustworthy telemetry are reported as unknown with their cause, "
         "never filled in." + (f" {_e(m.get('notes'))}" if m.get("notes") else ""), s["body"]))
-    limits = list(analysis.get("limits") or []) or [
+    path_b = analysis.get("path") == "B" or bool(analysis.get("sources"))
+    limits = list(analysis.get("limits") or []) or ([
         "A 24-hour export is a sample: a finding seen once may be rare; one seen every hour is structural.",
         "Telemetry is evidence, not an invoice: the allocation (paid) comes from the export's device list and "
         "time span, not from the scheduler's accounting.",
         "Gaps in the export are shown as unknown; their real cause cannot be known from the export alone.",
-        "Recommendations are estimates of recoverable GPU-hours under the same workload."]
+        "Recommendations are estimates of recoverable GPU-hours under the same workload."] if path_b else [
+        "Paid time is the scheduler's allocation recorded in the ledger (prolog / epilog), per device.",
+        "Telemetry is evidence, not an invoice: delivered and lost time are measured from it; allocated time "
+        "without trustworthy telemetry is unknown, held for resolution under the contract.",
+        "Recommendations are estimates of recoverable GPU-hours per week under the same workload."])
     for t in limits:
         story.append(Paragraph(f"· {_e(t)}", s["body"]))
 
@@ -405,6 +421,13 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
     foot = _footer(f"ipledger written analysis · paid {fmt_hours(paid)} GPU-h · delivered {fmt_hours(delivered)} GPU-h")
     doc.build(story, onFirstPage=foot, onLaterPages=foot)
     return Path(out_path)
+
+
+def _wrap(v: Any, width: int) -> str:
+    """Whole text for a table cell, broken into lines (a cell never wraps by itself, and cutting lost words)."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(_txt(v), width)) or "-"
 
 
 def _count(v: Any, fallback: Any = None) -> str:

@@ -51,7 +51,7 @@ def test_documented_forms_are_answered(ds_found, question):
     if out["form"] == "how_many":
         verb = question.split(" did ")[1]
         key = "delivered" if "deliver" in verb else "paid" if "pay for" in verb else "lost"
-        assert f"{acct[key]:,.1f} GPU-hours" in out["answer"]
+        assert f"{out['table'][key]:,.1f} GPU-hours" in out["answer"]   # the shown figure, not a re-rounding
     if "400" in question:
         assert "(you said 400)" in out["answer"]
 
@@ -138,3 +138,92 @@ def test_parser_never_guesses(text):
     except CannotAnswer:
         return
     assert q.form in ("why", "how_many", "where", "what")
+
+
+# --- the question families: one test each, through the CLI, checked against the ledger's own figures -----------
+
+def _ask(runner, cli, url, q):  # noqa: ANN001, ANN202
+    r = runner.invoke(cli, ["--db", url, "ask", q, "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+def test_family_ranking(runner, cli, hall_db, ds_found):
+    from ledger.agents.accounting import account, scope_masks
+
+    url, _, _ = hall_db
+    out = _ask(runner, cli, url, "which jobs wasted the most GPU-hours this week?")
+    rows = out["ranking"]
+    assert out["form"] == "rank" and out["by"] == "job" and 1 <= len(rows) <= 10
+    assert [r["lost"] for r in rows] == sorted((r["lost"] for r in rows), reverse=True)
+    # the top job's figure is the job's own account for the week
+    ds, found = ds_found
+    smask, amask = scope_masks(ds, "job", rows[0]["job"])
+    acct = account(ds, found, sel=smask, start=WEEK0, end=WEEK0 + 7 * 86400, alloc_mask=amask)
+    assert rows[0]["paid"] == round(acct["paid"], 1) and rows[0]["delivered"] == round(acct["delivered"], 1)
+    assert f"{rows[0]['job']} {rows[0]['lost']:,.1f}" in out["answer"]
+    out = _ask(runner, cli, url, "which tenants lost the most GPU-hours this week?")
+    assert {r["tenant"] for r in out["ranking"]} <= set(ds.allocs["tenant"])
+
+
+def test_family_cost(runner, cli, hall_db):
+    url, _, _ = hall_db
+    out = _ask(runner, cli, url, "how much did cooling cost us this week?")
+    m = out["money"]
+    line = next(ln for ln in out["table"]["lines"] if ln["cause"] == "cooling")
+    assert m["cause"] == "cooling" and m["gpu_hours"] == line["gpu_hours"] > 0
+    rate = out["account"]["cost"]["paid"] / out["account"]["paid"]
+    assert m["amount"] == pytest.approx(out["by_cause"]["cooling"] * rate, abs=0.01)
+    assert f"{m['amount']:,.2f} USD" in out["answer"]
+    out = _ask(runner, cli, url, "how much did tenant vision cost us this week?")
+    assert out["money"]["paid"] == pytest.approx(out["account"]["cost"]["paid"], abs=0.005)
+
+
+def test_family_delivered_totals(runner, cli, hall_db):
+    url, _, _ = hall_db
+    out = _ask(runner, cli, url, "how many GPU-hours did the cluster deliver this week")
+    assert out["scope"] == {"kind": "fleet", "name": None}
+    assert out["answer"].startswith(f"the fleet delivered {out['table']['delivered']:,.1f} GPU-hours")
+
+
+def test_family_utilisation_of_a_scope_at_a_time(runner, cli, hall_db):
+    url, _, _ = hall_db
+    out = _ask(runner, cli, url, "what was the utilization of R3 on Wednesday?")
+    assert out["scope"] == {"kind": "rack", "name": "R3"}
+    assert out["period"]["start"] == "2026-11-04T00:00:00Z" and out["period"]["end"] == "2026-11-05T00:00:00Z"
+    t = out["table"]
+    assert f"was {t['delivered'] / t['paid']:.0%}" in out["answer"]
+
+
+def test_family_why_is_x_slow(runner, cli, hall_db):
+    url, _, _ = hall_db
+    out = _ask(runner, cli, url, "why is B2 slow?")
+    assert out["form"] == "slow" and out["scope"] == {"kind": "node", "name": "B2"}
+    assert any(f["kind"] in ("sibling_divergence", "ecc_drift") for f in out["findings"])   # B2 hosts the drift
+    out = _ask(runner, cli, url, "why did vision lose so much?")
+    assert out["scope"] == {"kind": "tenant", "name": "vision"} and out["by_cause"]["idle_held"] > 0
+
+
+def test_refusal_says_what_can_be_asked(runner, cli, hall_db):
+    url, _, _ = hall_db
+    r = runner.invoke(cli, ["--db", url, "ask", "what is the meaning of life?"])
+    assert r.exit_code == 1 and "I can answer:" in r.output and "which jobs" in r.output
+
+
+def test_account_day_and_week(runner, cli, hall_db):
+    url, _, _ = hall_db
+    for args in (["--day", "2026-11-04"], ["--week", "2026-W45"]):
+        r = runner.invoke(cli, ["--db", url, "account", *args, "--json"])
+        assert r.exit_code == 0, r.output
+        out = json.loads(r.output)
+        rows, tot = out["tenants"], out["total"]
+        for k in ("paid", "delivered", "lost"):
+            assert round(sum(x[k] for x in rows), 1) == tot[k]        # totals are sums of the shown rows
+        assert round(sum(ln["gpu_hours"] for ln in out["table"]["lines"]), 1) == tot["lost"]
+        assert f"paid {tot['paid']:,.1f} GPU-hours" in out["answer"]
+    r = runner.invoke(cli, ["--db", url, "account", "--day", "2026-11-04"])
+    assert r.exit_code == 0 and "lost by cause" in r.output
+    r = runner.invoke(cli, ["--db", url, "account", "--week", "2026-13-99"])
+    assert r.exit_code != 0 and len(r.output.strip().splitlines()) == 1
+    r = runner.invoke(cli, ["--db", url, "account"])
+    assert r.exit_code != 0 and "--day" in r.output

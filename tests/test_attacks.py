@@ -174,6 +174,7 @@ def test_operator_only_kinds_from_a_spool_are_refused(runner, cli, sqlite_url, w
         _line(Kind.GAP_RESOLUTION, payload={"gap_id": "e0", "resolution": "credit"}),
         _line(Kind.FINDING_CONFIRMED, payload={"finding": "f"}),
         _line(Kind.EVIDENCE_REFUSED, payload={"reason": "forged"}),
+        _line(Kind.TREE_HEAD, source="ipledger.checkpoint", payload={"tree_size": 1, "root_hash": "00"}),
         _line(Kind.PROGRESS, source="ipledger.adjust"),   # an observation claiming the CLI's source
         # a final state claiming the accounting database's authority (which outranks every hook's view)
         _line(Kind.ALLOCATION_ENDED, source="sacct", payload={"state": "NODE_FAIL"}),
@@ -188,7 +189,7 @@ with open(os.path.join(SPOOL, "hook-0001.jsonl"), "w") as f:
     assert r.exit_code == 0, r.output
     rep = json.loads(r.output)
     assert len(rep["refused"]) == len(forged)
-    assert sum("recorded only through the ipledger CLI" in x for x in rep["refused"]) == 6
+    assert sum("recorded only through the ipledger CLI" in x for x in rep["refused"]) == 7
     kinds = [c.kind for c in store.iter_entries(eng)]
     for k in (Kind.ADJUSTMENT, Kind.CONTRACT_VERSION, Kind.RECEIPT_ISSUED, Kind.GAP_RESOLUTION,
               Kind.FINDING_CONFIRMED):

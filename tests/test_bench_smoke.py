@@ -21,7 +21,8 @@ def _run(module: str, scale: float, tmp_path, monkeypatch) -> common.Figure:
     return fig
 
 
-@pytest.mark.parametrize("module,scale", [("ship_sqlite", 0.0005), ("verify", 0.0003), ("mark", 0.03)])
+@pytest.mark.parametrize("module,scale", [("ship_sqlite", 0.0005), ("verify", 0.0003), ("mark", 0.03),
+                                          ("proofs", 0.0005)])
 def test_core_figures_run_and_check_themselves(module, scale, tmp_path, monkeypatch):
     fig = _run(module, scale, tmp_path, monkeypatch)
     assert fig.status == "ok"

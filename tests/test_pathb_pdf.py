@@ -96,3 +96,62 @@ def test_agents_shaped_context_meta_daily_and_buckets(tmp_path):
     assert "4 GPU(s) measured" in text and "5,760" in text
     assert "accounting identity" in text and fmt_hours(77.4) in text
     assert "Paid vs delivered per day" in text
+
+
+def test_written_analysis_of_a_real_export_lists_each_step_once_in_full(tmp_path):
+    """analyze --pdf on an export: each recommendation once and whole, weekly figures under a weekly heading, the
+    method's version, the devices' SKU, the account's lines adding up to the lost total, Path B's own limits."""
+    import json
+    import re
+
+    from click.testing import CliRunner
+
+    from bench.scenario import generate, write_export
+    from ledger.cli.main import cli
+
+    path = write_export(generate(2, nodes=8, hours=24.0, cadence=60.0), tmp_path / "export.json")
+    r = CliRunner().invoke(cli, ["analyze", str(path), "--json", "--pdf", str(tmp_path / "a.pdf")])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output[:r.output.rindex("}") + 1])
+    text = pdf_text(tmp_path / "a.pdf")
+    flat = " ".join(text.split())
+    recs = out["recommendations"]
+    assert recs
+    section = flat[flat.index("Recommendations, priced in GPU-hours"):flat.index("Method and its limits")]
+    for rec in recs:
+        words = rec["title"].split()
+        # once (its opening), and whole (its closing words; the layout interleaves the other columns)
+        assert section.count(" ".join(words[:3])) == 1, rec["title"]
+        assert " ".join(words[-3:]) in section, rec["title"]
+    assert "GPU-h / week recoverable" in text and "GPU-h / day" not in text
+    assert re.search(r"version \d+\.\d+", flat) and "version -." not in flat
+    assert "H100" in text
+    acct = out["account"]
+    assert sum(acct["by_cause"].values()) == pytest.approx(acct["paid"] - acct["delivered"], abs=1e-3)
+    assert fmt_hours(sum(acct["by_cause"].values())) in text
+    assert "export's device list" in flat
+
+
+def test_report_analysis_of_a_ledger_period(tmp_path):
+    """`ipledger report analysis --period` writes the analysis of a ledger period, in the ledger's own words."""
+    import json
+
+    from click.testing import CliRunner
+
+    from ledger.cli.main import cli
+    from tests.test_agents import small_hall
+
+    hall, _ = small_hall()
+    out = tmp_path / "w45.pdf"
+    r = CliRunner().invoke(cli, ["--db", f"sqlite:///{hall.db_path}", "report", "analysis", "--period", "2026-11-04",
+                                 "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["meta"]["start"] == "2026-11-04T00:00:00Z" and doc["meta"]["end"] == "2026-11-05T00:00:00Z"
+    assert all(f["start"] < "2026-11-05" and f["end"] > "2026-11-04" for f in doc["findings"])
+    acct = doc["account"]
+    assert sum(acct["by_cause"].values()) == pytest.approx(acct["paid"] - acct["delivered"], abs=1e-3)
+    flat = " ".join(pdf_text(out).split())
+    assert "2026-11-04" in flat and "scheduler's allocation recorded in the ledger" in flat
+    assert "export's device list" not in flat
+    assert fmt_hours(sum(acct["by_cause"].values())) in flat

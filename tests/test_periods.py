@@ -60,9 +60,10 @@ def test_month_errors_are_one_line(month, why, runner, cli, sqlite_url):
 def test_split_parts_sum_exactly_to_the_nanohour(value, weights):
     parts = periods.split_nano(value, weights)
     assert sum(round(p * periods.NANO) for p in parts) == round(value * periods.NANO)
-    if sum(weights):  # each part within one nano-unit of its exact share
+    if sum(weights):  # each part within 1.5 nano-units of its exact share: the value itself is rounded to
+        # whole nano-units (half a unit, spread by weight), then the largest remainder moves a part by < 1 unit
         for p, w in zip(parts, weights):
-            assert abs(p - value * w / sum(weights)) <= 1.0 / periods.NANO + abs(value) * 1e-15
+            assert abs(p - value * w / sum(weights)) <= 1.5 / periods.NANO + abs(value) * 1e-15
 
 
 def _long_run(rule: str | None = None, **kw) -> dict:

@@ -39,11 +39,21 @@ class Analysis:
 
     def to_json(self) -> dict:
         recs = [{"title": dict(f.extra).get("action", f.summary), "gpu_hours": round(f.gpu_hours, 3),
+                 "gpu_hours_per_week": dict(f.extra).get("gpu_hours_per_week"),
                  "cost": round(f.cost, 2), "command": dict(f.extra).get("command"), "reversible": True,
                  "finding_ids": dict(f.extra).get("based_on", []), "confidence": round(f.confidence, 3)}
                 for f in self.findings if f.agent == "recommendation"]
         return {"findings": [f.to_json() for f in self.findings], "account": self.account, "daily": self.daily,
-                "meta": self.meta, "recommendations": recs, **self.context}
+                "meta": self.meta, "recommendations": recs, "method": method_info(), **self.context}
+
+
+def method_info() -> dict:
+    """The method's name and version, for whatever renders an analysis (a PDF states what produced it)."""
+    try:
+        from ..method import METHOD_NAME, METHOD_VERSION
+        return {"name": METHOD_NAME, "version": METHOD_VERSION, "notes": "docs/method.md; agents: docs/agents.md"}
+    except ImportError:  # pragma: no cover - only while the method is being built
+        return {}
 
 
 def run_agents(ds: Dataset) -> Analysis:
@@ -62,6 +72,20 @@ def run_agents(ds: Dataset) -> Analysis:
             "currency": ds.currency, "cadence_s": ds.cadence}
     meta["hour_of_day"] = accounting.hour_of_day(ds)
     return Analysis(findings=findings, account=account, daily=accounting.daily(ds), meta=meta)
+
+
+def period_analysis(ds: Dataset, analysis: Analysis, start: float, end: float, label: str) -> dict:
+    """The analysis of one period of a ledger, as ``reports.pathb.render`` takes it: the findings overlapping the
+    period (and the recommendations based on them), the period's account (its loss lines from the same
+    partition), its daily rows, and a title naming the period."""
+    keep = [f for f in analysis.findings if f.agent != "recommendation" and f.start < end and f.end > start]
+    ids = {f.id for f in keep}
+    recs = [f for f in analysis.findings if f.agent == "recommendation" and set(dict(f.extra).get("based_on", [])) & ids]
+    sub = Analysis(findings=keep + recs, account=accounting.account(ds, keep, start=start, end=end),
+                   daily=[r for r in analysis.daily if format_ts(start)[:10] <= r["day"] < format_ts(end)[:10]],
+                   meta=dict(analysis.meta, start=format_ts(max(start, ds.start)), end=format_ts(min(end, ds.end))),
+                   context={"title": f"Where the GPU-hours went: {label}", "path": "ledger"})
+    return sub.to_json()
 
 
 def analyze(engine: Engine, through_seq: int | None = None, topology: dict | None = None) -> Analysis:

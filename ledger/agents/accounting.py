@@ -81,6 +81,117 @@ def findings(ds: Dataset) -> list[Finding]:
     return requeue_findings(ds)
 
 
+# --- one accounting: every lost GPU-hour of a slice under exactly one line -------------------------------------
+
+# which per-sample bucket each cause can claim: thermal / power-cap / other-reason throttling, starved, idle held
+_CLAIMS = {"cooling": ("thr", 0), "power_cap": ("thr", 1), "drift": ("thr", 4), "checkpoint_starved": ("starved", None),
+           "starved": ("starved", None), "xid": ("idle", None), "idle_held": ("idle", None)}
+WORKLOAD_LINE, OTHER_LINE, UNKNOWN_LINE = "underutilized (workload)", "other / unattributed", "unknown (no finding)"
+DISPLAY_DP = 1   # GPU-hours are shown to one decimal; lines are rounded once, totals are sums of shown lines
+
+
+def _finding_mask(ds: Dataset, f: Finding) -> np.ndarray:
+    s = ds.samples
+    sc = f.scope_dict()
+    m = ((s["t"] >= f.start) & (s["t"] < f.end)).to_numpy()
+    for key, col in (("device_uuid", "device"), ("job_id", "job_id"), ("node", "node"), ("rack", "rack")):
+        if sc.get(key):
+            return m & (s[col] == sc[key]).to_numpy()
+    return m
+
+
+def loss_partition(ds: Dataset, found: list[Finding], sel: pd.Series | None = None, start: float | None = None,
+                   end: float | None = None, paid: float | None = None) -> tuple[dict[str, float], dict[str, float]]:
+    """The lost GPU-hours (paid - delivered) of a slice split so that each hour is under exactly one line.
+
+    Each sample's lost part (throttled, starved or idle held) goes to the first finding, in cause order, whose scope
+    and window hold the sample and whose cause explains that bucket (cooling: thermal throttling; power cap:
+    power-cap throttling; drift: throttling with no reason bit; starved / checkpoint: starved; XID, idle held:
+    idle held); what no finding claims is ``other / unattributed``; the workload's own underuse is its own line;
+    allocated time without samples goes to the unknown-interval findings over it (by their overlap), the rest
+    ``unknown (no finding)``. Returns (lines, GPU-hours per finding id inside the slice); the lines sum to
+    paid - delivered. ``requeue`` (delivered work redone) is not a part of it."""
+    s = ds.samples
+    n = len(s)
+    keep = (s["ai"] >= 0).to_numpy().copy()
+    if sel is not None:
+        keep &= sel.to_numpy()
+    if start is not None:
+        keep &= ((s["t"] >= start) & (s["t"] < end)).to_numpy()
+    label = np.full(n, -1, dtype=np.int64)
+    buckets = {"thr": s["h_thr"].to_numpy(float), "starved": s["h_starved"].to_numpy(float),
+               "idle": s["h_idle"].to_numpy(float)}
+    rb = s["rbucket"].to_numpy()
+    order = {c: i for i, c in enumerate(LOSS_CAUSES_ORDER)}
+    claimers = sorted((f for f in found if f.agent != "recommendation" and f.cause in _CLAIMS),
+                      key=lambda f: (order.get(f.cause, 99), -f.confidence, f.id))
+    per_finding: dict[str, float] = {}
+    lines: dict[str, float] = {}
+    for k, f in enumerate(claimers):
+        col, reason = _CLAIMS[f.cause]
+        m = keep & (label < 0) & (buckets[col] > 0) & _finding_mask(ds, f)
+        if reason is not None:
+            m &= rb == reason
+        label[m] = k
+        h = float(buckets[col][m].sum())
+        per_finding[f.id] = h
+        lines[f.cause] = lines.get(f.cause, 0.0) + h
+    loss = (buckets["thr"] + buckets["starved"] + buckets["idle"]) * keep
+    other = float(loss[label < 0].sum())
+    sl = s[keep]
+    observed = float(sl["h"].sum())
+    under = float(sl["h_under"].sum())
+    missing = float(sl["h_missing"].sum())   # samples without an activity reading
+    unknown = max((paid if paid is not None else observed) - observed, 0.0) + missing
+    gap_total = 0.0
+    gaps = []
+    for f in found:
+        if f.agent == "recommendation" or f.kind != "unknown_gap" or f.gpu_hours <= 0:
+            continue
+        a, b = max(f.start, start if start is not None else f.start), min(f.end, end if end is not None else f.end)
+        if b <= a:
+            continue
+        share = f.gpu_hours * (b - a) / max(f.end - f.start, 1e-9)
+        if sel is not None:
+            share *= _scope_share(ds, f, sel)
+        if share > 0:
+            gaps.append((f, share))
+            gap_total += share
+    scale = min(1.0, unknown / gap_total) if gap_total > 0 else 0.0
+    for f, share in gaps:
+        per_finding[f.id] = share * scale
+        lines[f.cause] = lines.get(f.cause, 0.0) + share * scale
+    out = {k: v for k, v in sorted(lines.items(), key=lambda kv: -kv[1])}
+    out[WORKLOAD_LINE] = under
+    out[OTHER_LINE] = other
+    out[UNKNOWN_LINE] = max(unknown - gap_total * scale, 0.0)
+    return out, per_finding
+
+
+def _scope_share(ds: Dataset, f: Finding, sel: pd.Series) -> float:
+    """The fraction of a gap finding's devices that the selection covers (a node gap seen from a job or tenant)."""
+    sc = f.scope_dict()
+    s = ds.samples
+    devs = [sc["device_uuid"]] if sc.get("device_uuid") else list(ds.devices.index[ds.devices["node"] == sc.get("node")])
+    if not devs:
+        return 1.0
+    win = (s["t"] >= f.start - 3600) & (s["t"] < f.end + 3600) & s["device"].isin(devs)
+    if not win.any():
+        return 1.0 if sel.all() else 0.0
+    return float((win & sel).sum()) / float(win.sum())
+
+
+def shown_lines(lines: dict[str, float], lost: float, dp: int = DISPLAY_DP) -> tuple[list[tuple[str, float]], float]:
+    """Lines as displayed (each rounded once) with a rounding line where their sum misses the rounded total;
+    returns (lines, total) with total == the sum of the shown lines."""
+    shown = [(k, round(v, dp)) for k, v in lines.items() if round(v, dp) != 0]
+    total = round(lost, dp)
+    diff = round(total - sum(v for _, v in shown), dp)
+    if diff:
+        shown.append(("rounding", diff))
+    return shown, round(sum(v for _, v in shown), dp)
+
+
 def account(ds: Dataset, found: list[Finding], sel: pd.Series | None = None, start: float | None = None,
             end: float | None = None, alloc_mask: pd.Series | None = None) -> dict:
     """paid / delivered / buckets / by_cause for a slice (default: everything)."""
@@ -92,13 +203,8 @@ def account(ds: Dataset, found: list[Finding], sel: pd.Series | None = None, sta
     b = bucket_totals(s)
     known = b["delivered"] + sum(b["throttled"].values()) + b["underutilized"] + b["starved"] + b["idle_held"]
     b["unknown"] = max(paid - known, 0.0)
-    by_cause: dict[str, float] = {}
-    for f in found:
-        if f.agent == "recommendation" or not f.cause or f.cause == "workload":
-            continue
-        by_cause[f.cause] = by_cause.get(f.cause, 0.0) + f.gpu_hours
     lost = paid - b["delivered"]
-    by_cause["unattributed"] = max(lost - sum(by_cause.values()), 0.0)
+    by_cause, _ = loss_partition(ds, found, sel, start, end, paid)
     cost_paid = price(ds, s, "h") + b["unknown"] * (price(ds, s, "h") / max(float(s["h"].sum()), 1e-9) if len(s)
                                                     else ds.rate(None, None))
     cost_del = price(ds, s, "h_del")
@@ -241,45 +347,35 @@ def _share_in_scope(f: Finding, ds: Dataset, smask: pd.Series, start: float, end
 
 
 def explain(ds: Dataset, found: list[Finding], kind: str, name: str | None, start: float, end: float) -> dict:
+    """Where a scope's GPU-hours went in a period: the account, the loss split into lines that add up
+    (:func:`loss_partition`), the findings in scope with their GPU-hours inside it, the next steps, and a
+    headline written from the lines it heads. A job's period is clipped to the job's own allocation."""
     smask, amask = scope_masks(ds, kind, name or "")
+    if kind == "job" and amask.any():
+        al = ds.allocs[amask]
+        start, end = max(start, float(al["start"].min())), min(end, float(al["end"].max()))
     acct = account(ds, found, sel=smask, start=start, end=end, alloc_mask=amask)
+    lines, per_finding = loss_partition(ds, found, smask, start, end, acct["paid"])
     causes = []
     for f in found:
         if f.agent == "recommendation" or not f.cause or f.end <= start or f.start >= end:
             continue
         if not _finding_in_scope(f, ds, kind, name or ""):
             continue
-        h = _share_in_scope(f, ds, smask, start, end)
+        h = per_finding[f.id] if f.id in per_finding else _share_in_scope(f, ds, smask, start, end)
         if h <= 0 and f.gpu_hours > 0:
             continue
         causes.append((h, f))
     causes.sort(key=lambda x: (-x[0], x[1].id))
-    by_cause: dict[str, float] = {}
-    for h, f in causes:
-        if f.cause != "workload":
-            by_cause[f.cause] = by_cause.get(f.cause, 0.0) + h
-    attributed = sum(by_cause.values())
-    lost = acct["lost"]
-    by_cause["underutilized (workload)"] = acct["buckets"]["underutilized"]
-    by_cause["other / unattributed"] = max(lost - attributed - acct["buckets"]["underutilized"], 0.0)
     recs = [f for f in found if f.agent == "recommendation" and
             set(dict(f.extra).get("based_on", [])) & {f2.id for _, f2 in causes}]
+    table = loss_table(acct, lines)
     label = "the fleet" if kind == "fleet" else f"{kind} {name}"
-    top = causes[:5]
-    if top:
-        lead = "; ".join(f"{f.cause.replace('_', ' ')} {fmt_h(h)} GPU-h" for h, f in top[:3] if f.cause != "workload")
-        text = (f"{label} was paid for {fmt_h(acct['paid'])} GPU-hours from {fmt_ts(start)} to {fmt_ts(end)} and "
-                f"delivered {fmt_h(acct['delivered'])}; of the {fmt_h(lost)} lost, the largest causes: {lead or 'none'}"
-                f"; the workload itself left {fmt_h(acct['buckets']['underutilized'])} unused.")
-    else:
-        text = (f"{label} was paid for {fmt_h(acct['paid'])} GPU-hours from {fmt_ts(start)} to {fmt_ts(end)} and "
-                f"delivered {fmt_h(acct['delivered'])}; no finding explains the {fmt_h(lost)} lost beyond the "
-                f"workload's own underuse ({fmt_h(acct['buckets']['underutilized'])}).")
     out = {"scope": {"kind": kind, "name": name}, "period": {"start": format_ts(start), "end": format_ts(end)},
-           "account": acct,
-            "by_cause": {k: round(v, 4) for k, v in sorted(by_cause.items(), key=lambda kv: -kv[1])},
-            "findings": [dict(f.to_json(), gpu_hours_in_scope=round(h, 4)) for h, f in top],
-           "recommendations": [f.to_json() for f in recs[:3]], "answer": text}
+           "account": acct, "by_cause": {k: round(v, 4) for k, v in lines.items()}, "table": table,
+           "findings": [dict(f.to_json(), gpu_hours_in_scope=round(h, 4)) for h, f in causes[:5]],
+           "recommendations": [f.to_json() for f in recs[:3]],
+           "answer": headline(label, start, end, table)}
     if kind == "job":
         out["timeline"] = job_timeline(ds, found, name or "", start, end)
     return out
@@ -308,4 +404,73 @@ def job_timeline(ds: Dataset, found: list[Finding], job: str, start: float, end:
             if start <= t <= end]
 
 
-__all__ = ["account", "daily", "hour_of_day", "explain", "findings", "job_timeline", "ExplainError", "THROTTLE_REASONS"]
+def loss_table(acct: dict, lines: dict[str, float]) -> dict:
+    """What a reader sees: paid, delivered and the loss lines, each rounded once, the lost total their sum."""
+    shown, total = shown_lines(lines, round(acct["paid"], DISPLAY_DP) - round(acct["delivered"], DISPLAY_DP))
+    return {"paid": round(acct["paid"], DISPLAY_DP), "delivered": round(acct["delivered"], DISPLAY_DP),
+            "lost": total, "lines": [{"cause": k, "gpu_hours": v} for k, v in shown]}
+
+
+def headline(label: str, start: float, end: float, table: dict, top: int = 3) -> str:
+    """One sentence made of the table's own shown figures (never recomputed)."""
+    causes = [ln for ln in table["lines"] if ln["cause"] not in (WORKLOAD_LINE, OTHER_LINE, UNKNOWN_LINE, "rounding")]
+    under = next((ln["gpu_hours"] for ln in table["lines"] if ln["cause"] == WORKLOAD_LINE), 0.0)
+    head = (f"{label} was paid for {table['paid']:,.{DISPLAY_DP}f} GPU-hours from {fmt_ts(start)} to {fmt_ts(end)} "
+            f"and delivered {table['delivered']:,.{DISPLAY_DP}f}; of the {table['lost']:,.{DISPLAY_DP}f} lost, ")
+    if causes:
+        lead = "; ".join(f"{ln['cause'].replace('_', ' ')} {ln['gpu_hours']:,.{DISPLAY_DP}f}" for ln in causes[:top])
+        return head + f"the largest causes: {lead}; the workload itself left {under:,.{DISPLAY_DP}f} unused."
+    return head + f"no finding explains any beyond the workload's own underuse ({under:,.{DISPLAY_DP}f})."
+
+
+# --- per-entity figures: the daily/weekly account and rankings ------------------------------------------------
+
+ENTITY_COLS = {"tenant": "tenant", "job": "job_id", "node": "node", "rack": "rack"}
+
+
+def per_entity(ds: Dataset, by: str, start: float, end: float) -> pd.DataFrame:
+    """Paid, delivered and lost GPU-hours per tenant / job / node / rack in [start, end): paid from the
+    allocations' overlap with the period, delivered from the samples (the same figures :func:`account` gives one
+    scope at a time). Index: the entity; rows sorted by lost, largest first."""
+    col = ENTITY_COLS[by]
+    al = ds.allocs
+    if by == "rack":
+        al = al.assign(rack=al["device"].map(ds.devices["rack"]))
+    ov = np.clip(np.minimum(al["end"].to_numpy(float), end) - np.maximum(al["start"].to_numpy(float), start), 0, None)
+    paid = pd.Series(ov / 3600.0, index=al.index).groupby(al[col].fillna("-")).sum()
+    s = ds.samples
+    m = (s["ai"] >= 0) & (s["t"] >= start) & (s["t"] < end)
+    delivered = s.loc[m, "h_del"].groupby(s.loc[m, col].fillna("-")).sum()
+    out = pd.DataFrame({"paid": paid}).join(delivered.rename("delivered"), how="outer").fillna(0.0)
+    out = out[out["paid"] > 0]
+    out["lost"] = out["paid"] - out["delivered"]
+    return out.sort_values(["lost", "paid"], ascending=False)
+
+
+def period_account(ds: Dataset, found: list[Finding], start: float, end: float, label: str) -> dict:
+    """The daily (or weekly) account: one row per tenant (paid, delivered, lost, each rounded once), totals the
+    sums of the shown rows, the loss lines of the whole fleet beneath (a rounding line where they miss the shown
+    total), and a headline from those totals."""
+    ent = per_entity(ds, "tenant", start, end).sort_index()
+    rows = [{"tenant": t, "paid": round(r.paid, DISPLAY_DP), "delivered": round(r.delivered, DISPLAY_DP),
+             "lost": round(round(r.paid, DISPLAY_DP) - round(r.delivered, DISPLAY_DP), DISPLAY_DP)}
+            for t, r in ent.iterrows()]
+    tot = {k: round(sum(r[k] for r in rows), DISPLAY_DP) for k in ("paid", "delivered", "lost")}
+    acct = account(ds, found, start=start, end=end)
+    lines, _ = loss_partition(ds, found, None, start, end, acct["paid"])
+    shown, lost = shown_lines(lines, tot["lost"])
+    util = tot["delivered"] / tot["paid"] if tot["paid"] else 0.0
+    top = [f"{k.replace('_', ' ')} {v:,.{DISPLAY_DP}f}" for k, v in shown
+           if k not in (WORKLOAD_LINE, OTHER_LINE, UNKNOWN_LINE, "rounding")][:3]
+    text = (f"{label}: paid {tot['paid']:,.{DISPLAY_DP}f} GPU-hours, delivered {tot['delivered']:,.{DISPLAY_DP}f} "
+            f"({util:.0%}), lost {tot['lost']:,.{DISPLAY_DP}f}" + (f"; largest causes {'; '.join(top)}." if top else "."))
+    return {"period": {"label": label, "start": format_ts(start), "end": format_ts(end)}, "tenants": rows,
+            "total": tot, "table": {"paid": tot["paid"], "delivered": tot["delivered"], "lost": lost,
+                                    "lines": [{"cause": k, "gpu_hours": v} for k, v in shown]},
+            "by_cause": {k: round(v, 4) for k, v in lines.items()}, "currency": ds.currency,
+            "cost": acct["cost"], "answer": text}
+
+
+__all__ = ["account", "daily", "hour_of_day", "explain", "findings", "job_timeline", "loss_partition", "loss_table",
+           "headline", "per_entity", "period_account",
+           "ExplainError", "THROTTLE_REASONS"]

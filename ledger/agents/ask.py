@@ -2,17 +2,22 @@
 
 Questions (case-insensitive; a trailing "?" is optional)::
 
-    why did SCOPE lose [N] [GPU-hours] [PERIOD]
-    how many GPU-hours did SCOPE (lose|deliver|pay for) [PERIOD]
+    why did SCOPE lose [N | so much] [GPU-hours] [PERIOD]
+    why is SCOPE slow [PERIOD]
+    how many GPU-hours did SCOPE (lose|deliver|pay for) [PERIOD]       SCOPE may be "the cluster", "the fleet", "we"
     where did the GPU-hours go [PERIOD]
     what happened (on|to|in) SCOPE [PERIOD]
+    which (jobs|tenants|nodes|racks) (lost|wasted|delivered|paid for) the most [GPU-hours] [PERIOD]
+    how much did (CAUSE|SCOPE) cost [us] [PERIOD]                      CAUSE: cooling, power cap, idle held, ...
+    what was the utili[sz]ation of SCOPE [PERIOD]
 
     SCOPE  := (node|rack|tenant|job) NAME | NAME        (a bare NAME must match exactly one node, rack, tenant or job)
-    PERIOD := this week | last week | today | yesterday | on YYYY-MM-DD | in|during YYYY-Www | in YYYY-MM
-              | between YYYY-MM-DD and YYYY-MM-DD | in the last N days
+    PERIOD := this week | last week | today | yesterday | on YYYY-MM-DD | on MONDAY..SUNDAY | in|during YYYY-Www
+              | in YYYY-MM | between YYYY-MM-DD and YYYY-MM-DD | in the last N days
 
 Relative periods are relative to the ledger's latest data instant (so an answer is reproducible), weeks are ISO
-weeks (Monday 00:00 UTC). Anything else is refused: :class:`CannotAnswer`.
+weeks (Monday 00:00 UTC); a weekday is that day of the latest data's week (the week before when it lies after
+the data). Anything else is refused with what can be asked: :class:`CannotAnswer`.
 """
 
 from __future__ import annotations
@@ -22,6 +27,13 @@ import re
 from dataclasses import dataclass
 
 UTC = _dt.timezone.utc
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+CAUSES = {"cooling": "cooling", "the cooling": "cooling", "power caps": "power_cap", "power cap": "power_cap",
+          "the power cap": "power_cap", "idle held gpus": "idle_held", "idle held": "idle_held", "idle gpus": "idle_held",
+          "idle time": "idle_held", "starvation": "starved", "starved jobs": "starved", "checkpoints": "checkpoint_starved",
+          "checkpointing": "checkpoint_starved", "drift": "drift", "xids": "xid", "xid": "xid", "xid errors": "xid",
+          "unknown time": "unknown (no finding)", "underutilization": "underutilized (workload)"}
+FLEET_WORDS = ("the cluster", "the fleet", "we", "everyone", "all jobs", "the hall", "our gpus", "the gpus")
 
 
 class CannotAnswer(ValueError):
@@ -62,6 +74,12 @@ def parse_period(text: str | None, data_start: float, data_end: float) -> tuple[
     if t == "yesterday":
         a = today - _dt.timedelta(days=1)
         return a.timestamp(), today.timestamp(), a.strftime("%Y-%m-%d")
+    wd = re.sub(r"^on ", "", t)
+    if wd in WEEKDAYS:
+        a = _week_start(last) + _dt.timedelta(days=WEEKDAYS.index(wd))
+        if a > today:
+            a -= _dt.timedelta(days=7)
+        return a.timestamp(), (a + _dt.timedelta(days=1)).timestamp(), f"{wd.capitalize()} {a.strftime('%Y-%m-%d')}"
     m = re.fullmatch(r"(?:in )?the last (\d+) days?", t)
     if m:
         a = last - _dt.timedelta(days=int(m.group(1)))
@@ -95,6 +113,14 @@ def parse_period(text: str | None, data_start: float, data_end: float) -> tuple[
                     f"2026-11-02..2026-11-05, this week, last week, today, yesterday)")
 
 
+REFUSAL = ("I can't answer that. I can answer: why did SCOPE lose [N] GPU-hours [PERIOD]; why is SCOPE slow "
+           "[PERIOD]; how many GPU-hours did SCOPE|the cluster lose|deliver|pay for [PERIOD]; where did the GPU-hours go "
+           "[PERIOD]; what happened on SCOPE [PERIOD]; which jobs|tenants|nodes|racks lost|delivered the most "
+           "GPU-hours [PERIOD]; how much did cooling|power cap|idle held|SCOPE cost us [PERIOD]; what was the "
+           "utilization of SCOPE [PERIOD]. SCOPE is node|rack|tenant|job NAME; PERIOD e.g. this week, yesterday, "
+           "on wednesday, on 2026-11-04, in 2026-W45 (docs/agents.md)")
+
+
 @dataclass(frozen=True)
 class Question:
     form: str             # why | how_many | where | what
@@ -106,13 +132,25 @@ class Question:
 
 
 _PERIOD = (r"(?P<period>this week|last week|today|yesterday|(?:on|in|during) \d{4}-w\d{1,2}|(?:on|in|during) "
-           r"\d{4}-\d{2}-\d{2}|in \d{4}-\d{2}|between \d{4}-\d{2}-\d{2} and \d{4}-\d{2}-\d{2}|in the last \d+ days?)")
+           r"\d{4}-\d{2}-\d{2}|in \d{4}-\d{2}|between \d{4}-\d{2}-\d{2} and \d{4}-\d{2}-\d{2}|in the last \d+ days?"
+           r"|on (?:" + "|".join(WEEKDAYS) + r"))")
 _SCOPE = r"(?:(?P<kind>node|rack|tenant|job) )?(?P<name>[a-z0-9][a-z0-9_.:-]*)"
 _HOURS = r"(?:gpu[- ]?hours?|hours?|gpuh)"
+_FLEET = r"(?P<fleet>" + "|".join(FLEET_WORDS) + r")"
+_ENTITIES = r"(?P<entity>jobs?|tenants?|nodes?|racks?|accounts?)"
 FORMS = [
-    ("why", re.compile(rf"why did {_SCOPE} (?P<verb>lose|waste)(?: (?P<n>[\d,]+(?:\.\d+)?))?(?: {_HOURS})?"
-                       rf"(?: {_PERIOD})?")),
+    ("why", re.compile(rf"why did {_SCOPE} (?P<verb>lose|waste)(?: (?P<n>[\d,]+(?:\.\d+)?)| so much| so many| that much)?"
+                       rf"(?: {_HOURS})?(?: {_PERIOD})?")),
+    ("slow", re.compile(rf"why (?:is|was) {_SCOPE} (?:so )?slow(?:er)?(?: {_PERIOD})?")),
+    ("how_many", re.compile(rf"how many {_HOURS} did {_FLEET} (?P<verb>lose|deliver|pay for|waste)(?: {_PERIOD})?")),
     ("how_many", re.compile(rf"how many {_HOURS} did {_SCOPE} (?P<verb>lose|deliver|pay for|waste)(?: {_PERIOD})?")),
+    ("rank", re.compile(rf"(?:which|what) {_ENTITIES} (?P<verb>lost|wasted|delivered|paid for|used) the most"
+                        rf"(?: {_HOURS})?(?: {_PERIOD})?")),
+    ("cost", re.compile(rf"how much did (?P<cause>{'|'.join(sorted(CAUSES, key=len, reverse=True))}) cost(?: us)?"
+                        rf"(?: {_PERIOD})?")),
+    ("cost", re.compile(rf"how much did {_SCOPE} cost(?: us)?(?: {_PERIOD})?")),
+    ("util", re.compile(rf"what (?:was|is) the (?:gpu )?utili[sz]ation (?:of|on|in) {_SCOPE}(?: {_PERIOD})?")),
+    ("util", re.compile(rf"what (?:was|is) the (?:gpu )?utili[sz]ation(?: of {_FLEET})?(?: {_PERIOD})?")),
     ("where", re.compile(rf"where did (?:the|our|all the) {_HOURS} go(?: {_PERIOD})?")),
     ("what", re.compile(rf"what happened (?:on|to|in|with) {_SCOPE}(?: {_PERIOD})?")),
 ]
@@ -128,12 +166,13 @@ def parse_question(text: str) -> Question:
         if g.get("name") in ("the", "our", "it", "we", "they") and not g.get("kind"):
             continue
         n = g.get("n")
-        return Question(form=form, scope_kind=g.get("kind") or ("fleet" if form == "where" else "?"),
-                        name=g.get("name"), period=g.get("period"), verb=g.get("verb"),
+        fleet = form in ("where", "rank") or g.get("fleet") is not None or g.get("cause") is not None or \
+            (form == "util" and g.get("name") is None)
+        return Question(form=form, scope_kind=g.get("kind") or ("fleet" if fleet else "?"),
+                        name=None if fleet else g.get("name"), period=g.get("period"),
+                        verb=g.get("entity") if form == "rank" else (g.get("verb") or g.get("cause")),
                         claimed=float(n.replace(",", "")) if n else None)
-    raise CannotAnswer("I can't answer that. I understand: 'why did SCOPE lose [N GPU-hours] [PERIOD]?', "
-                       "'how many GPU-hours did SCOPE lose|deliver|pay for [PERIOD]?', 'where did the GPU-hours go "
-                       "[PERIOD]?', 'what happened on SCOPE [PERIOD]?' (docs/agents.md)")
+    raise CannotAnswer(REFUSAL)
 
 
 def resolve_scope(q: Question, nodes: set[str], racks: set[str], tenants: set[str],
@@ -172,7 +211,8 @@ def prepare(ds, text: str) -> tuple:  # noqa: ANN001
 
 
 def answer(ds, found, text: str, prepared: tuple | None = None) -> dict:  # noqa: ANN001
-    """Parse, resolve and answer a question with the accounting agent's explanation.
+    """Parse, resolve and answer a question with the accounting agent's explanation (one table behind each answer:
+    the sentence restates its shown figures, never recomputes them).
 
     ``found`` is the agents' findings, or a callable returning them (run only once the question is understood).
     """
@@ -181,16 +221,75 @@ def answer(ds, found, text: str, prepared: tuple | None = None) -> dict:  # noqa
     q, kind, name, start, end, label = prepared or prepare(ds, text)
     if callable(found):
         found = found()
+    if q.form == "rank":
+        return _rank(ds, q, start, end, label, text)
     ex = explain(ds, found, kind, name, start, end)
-    acct = ex["account"]
+    tab = ex["table"]   # the shown figures: an answer never restates a number differently from its table
     who = "the fleet" if kind == "fleet" else f"{kind} {name}"
+    util = tab["delivered"] / tab["paid"] if tab["paid"] else 0.0
     if q.form == "how_many":
-        v = {"lose": acct["lost"], "waste": acct["lost"], "deliver": acct["delivered"], "pay for": acct["paid"]}[q.verb]
+        v = {"lose": tab["lost"], "waste": tab["lost"], "deliver": tab["delivered"], "pay for": tab["paid"]}[q.verb]
         verb = {"lose": "lost", "waste": "lost", "deliver": "delivered", "pay for": "was paid for"}[q.verb]
         text_out = f"{who} {verb} {v:,.1f} GPU-hours in {label}. " + ex["answer"]
     elif q.form == "why":
         claim = f" (you said {q.claimed:,.0f})" if q.claimed is not None else ""
-        text_out = f"{who} lost {acct['lost']:,.1f} GPU-hours in {label}{claim}. " + ex["answer"]
+        text_out = f"{who} lost {tab['lost']:,.1f} GPU-hours in {label}{claim}. " + ex["answer"]
+    elif q.form == "slow":
+        text_out = (f"{who} delivered {tab['delivered']:,.1f} of the {tab['paid']:,.1f} GPU-hours paid in {label} "
+                    f"({util:.0%} of its rated work). " + ex["answer"])
+    elif q.form == "util":
+        text_out = (f"The utilization of {who} in {label} was {util:.0%}: {tab['delivered']:,.1f} GPU-hours "
+                    f"delivered of {tab['paid']:,.1f} paid (delivered = activity x clock against the SKU rating). "
+                    + ex["answer"])
+    elif q.form == "cost":
+        text_out, money = _cost(ds, ex, q, who, label)
+        ex = dict(ex, money=money)
     else:
         text_out = ex["answer"]
     return dict(ex, question=text, form=q.form, period_label=label, answer=text_out)
+
+
+def _money(x: float) -> float:
+    """Money rounded once, to the cent, half to even (the receipts' rule)."""
+    from decimal import ROUND_HALF_EVEN, Decimal
+
+    return float(Decimal(repr(x)).quantize(Decimal("0.01"), rounding=ROUND_HALF_EVEN))
+
+
+def _cost(ds, ex: dict, q: Question, who: str, label: str) -> tuple[str, dict]:  # noqa: ANN001
+    """A cause's line (or a scope's paid hours) priced at the scope's mean rate: one figure, rounded once."""
+    acct = ex["account"]
+    rate = acct["cost"]["paid"] / acct["paid"] if acct["paid"] else ds.rate(None, None)
+    if q.scope_kind == "fleet" and q.verb in CAUSES:
+        cause = CAUSES[q.verb]
+        line = next((ln for ln in ex["table"]["lines"] if ln["cause"] == cause), {"gpu_hours": 0.0})
+        hours = ex["by_cause"].get(cause, 0.0)
+        amount = _money(hours * rate)
+        what = cause.replace("_", " ")
+        return (f"{what.capitalize()} cost the fleet {line['gpu_hours']:,.1f} GPU-hours in {label}, "
+                f"{amount:,.2f} {ds.currency} at {rate:,.2f} {ds.currency} per GPU-hour. " + ex["answer"],
+                {"cause": cause, "gpu_hours": line["gpu_hours"], "amount": amount, "currency": ds.currency})
+    paid_cost, lost_cost = _money(acct["cost"]["paid"]), _money(acct["cost"]["lost"])
+    return (f"{who} cost {paid_cost:,.2f} {ds.currency} for {ex['table']['paid']:,.1f} GPU-hours in {label}, of "
+            f"which {lost_cost:,.2f} {ds.currency} paid for work not delivered. " + ex["answer"],
+            {"paid": paid_cost, "lost": lost_cost, "currency": ds.currency})
+
+
+def _rank(ds, q: Question, start: float, end: float, label: str, text: str) -> dict:  # noqa: ANN001
+    """The top ten tenants / jobs / nodes / racks by lost (or delivered, or paid) GPU-hours in the period."""
+    from .accounting import per_entity
+
+    by = {"jobs": "job", "job": "job", "tenants": "tenant", "tenant": "tenant", "accounts": "tenant",
+          "account": "tenant", "nodes": "node", "node": "node", "racks": "rack", "rack": "rack"}[q.verb]
+    col = {"lost": "lost", "wasted": "lost", "delivered": "delivered", "used": "delivered", "paid for": "paid"}
+    m = re.search(r"(lost|wasted|delivered|used|paid for) the most", text.lower())
+    key = col[m.group(1)] if m else "lost"
+    ent = per_entity(ds, by, start, end).sort_values(key, ascending=False).head(10)
+    rows = [{by: str(k), "paid": round(r.paid, 1), "delivered": round(r.delivered, 1),
+             "lost": round(round(r.paid, 1) - round(r.delivered, 1), 1)} for k, r in ent.iterrows()]
+    if not rows:
+        raise CannotAnswer(f"I can't answer that: no {by}s held GPUs in {label}.")
+    word = {"lost": "lost", "delivered": "delivered", "paid": "paid for"}[key]
+    top = "; ".join(f"{r[by]} {r[key]:,.1f}" for r in rows[:3])
+    return {"question": text, "form": "rank", "period_label": label, "ranking": rows, "by": by, "key": key,
+            "table": {"rows": rows}, "answer": f"The {by}s that {word} the most GPU-hours in {label}: {top}."}

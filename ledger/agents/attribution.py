@@ -27,11 +27,14 @@ HOUR = 3600.0
 COOL_RESID_C = 5.0          # median temperature excess at the same power that counts as "hot"
 COOL_MARGIN_C = 4.0         # ... and by how much it must exceed the other racks at the same hour
 COOL_NODE_FRAC = 0.6        # share of a rack's nodes that must be hot for a rack-scope finding
-PCAP_FRAC = 0.5             # share of a node's loaded samples with the power-cap bit
+PCAP_FRAC = 0.5             # share of a node's (or one device's) loaded samples with the power-cap bit
+PCAP_DEVICE_MIN_H = 0.25    # GPU-hours a single capped device must lose to be a finding of its own
 STARVED_MIN_H = 0.5         # GPU-hours of starvation before a run gets a finding
 IDLE_MIN_H = 1.0            # GPU-hours idle held ...
-IDLE_MIN_SHARE = 0.10       # ... and share of the run's paid time
-OWN_NORMAL_MIN_S = 3 * 86400  # history needed before a device's own temperature normal is trusted
+IDLE_MIN_SHARE = 0.10       # ... and share of the run's paid time,
+IDLE_ABS_H = 2.0            # ... or this many GPU-hours whatever the share (one idle GPU of a big, long job)
+OWN_NORMAL_Q = 0.2          # a device's normal: this quantile of its hourly (temp - k * power) medians ...
+OWN_NORMAL_CAP_C = 3.0      # ... at most this far above the fleet's median normal
 THERMAL = 0                 # index of "thermal" in THROTTLE_REASONS
 POWER_CAP = 1
 
@@ -39,23 +42,31 @@ POWER_CAP = 1
 def temperature_residual(s: pd.DataFrame) -> pd.Series:
     """Temperature minus the device's own normal at that power: temp = b_dev + k * power, k shared by the fleet.
 
-    k is the median of per-device least-squares slopes; b_dev the median of (temp - k*power) over the device's
-    history, so a fault lasting less than half the history does not move the normal.
+    One rule for a 24-hour export and a week of ledger, so that both decide cooling vs working alike:
+
+    - k is the pooled slope of temperature on power *within* each device-hour (both demeaned per device-hour), over
+      samples without a thermal reason bit: how a device's temperature follows its own power from minute to minute,
+      which a cooling failure (a shift of the whole hour) does not bend;
+    - b_dev is a low quantile (OWN_NORMAL_Q) of the device's hourly medians of (temp - k * power): its normal holds
+      while a fault covers less than most of its history, where a median needs half;
+    - a device hot for (nearly) all of its history would make that its normal: b_dev is capped at the fleet's
+      median normal + OWN_NORMAL_CAP_C, so it still stands out against its siblings and the other racks.
     """
     ok = s["running"] & s["temp"].notna() & s["power"].notna()
-    x, y = s.loc[ok, "power"], s.loc[ok, "temp"]
-    g = pd.DataFrame({"d": s.loc[ok, "device"], "x": x, "y": y, "xy": x * y, "xx": x * x})
-    agg = g.groupby("d").agg(n=("x", "size"), sx=("x", "sum"), sy=("y", "sum"), sxy=("xy", "sum"), sxx=("xx", "sum"))
-    var = agg["sxx"] - agg["sx"] ** 2 / agg["n"]
-    slope = (agg["sxy"] - agg["sx"] * agg["sy"] / agg["n"]) / var.where(var > 0)
-    k = float(np.nanmedian(slope)) if slope.notna().any() else 0.0
+    hb = (s["t"] // HOUR).where(ok)
+    fit = ok & s["rbucket"].ne(THERMAL)
+    x, y = s["power"].where(fit), s["temp"].where(fit)
+    keys = [s["device"], hb]
+    dx = x - x.groupby(keys).transform("mean")
+    dy = y - y.groupby(keys).transform("mean")
+    sxx = float((dx * dx).sum())
+    k = float((dx * dy).sum()) / sxx if sxx > 0 else 0.0
     base = (s["temp"] - k * s["power"]).where(ok)
-    b = base.groupby(s["device"]).transform("median")
-    span = float(s["t"].max() - s["t"].min()) if len(s) else 0.0
-    if span < OWN_NORMAL_MIN_S:
-        # too little history to learn a device's own normal (a fault may fill most of it): use the siblings'
-        # (the fleet's median intercept), so a hot rack or node still stands out against the rest
-        b = pd.Series(float(np.nanmedian(b)) if b.notna().any() else 0.0, index=s.index)
+    hourly = base.groupby(keys).median()
+    own = hourly.groupby(level=0).quantile(OWN_NORMAL_Q)
+    fleet = float(own.median()) if len(own) else 0.0
+    own = own.clip(upper=fleet + OWN_NORMAL_CAP_C)
+    b = s["device"].map(own).fillna(fleet)
     return (s["temp"] - (b + k * s["power"])).where(ok)
 
 
@@ -96,22 +107,27 @@ def cooling(ds: Dataset, resid: pd.Series) -> list[Finding]:
             for a, b in windows(g["hb"].to_numpy(), HOUR, 2 * HOUR, 2 * HOUR):
                 out.append(_cool_finding(ds, resid, "rack", rack, a, b, grp_h, g))
     # a single hot node whose rack is fine
-    node_h["rack_med"] = [0.0] * len(node_h)
     med_map = grp_h.set_index(["grp", "hb"])["median"]
-    node_h["rack_med"] = [med_map.get((g, h), 0.0) for g, h in zip(node_h["grp"], node_h["hb"])]
-    nflag = (node_h["nr"] >= COOL_RESID_C) & (node_h["nr"] - node_h["rack_med"] >= COOL_MARGIN_C)
+    node_h["rack_med"] = med_map.reindex(pd.MultiIndex.from_arrays([node_h["grp"], node_h["hb"]])).fillna(0.0).to_numpy()
     if gcol == "node":  # no topology (Path B): compare each node with the other nodes at the same hour
-        tot = node_h.groupby("hb")["nr"].agg(["sum", "size", "median"])
-        node_h["rack_med"] = [tot.at[h, "median"] if tot.at[h, "size"] < 3 else
-                              float(np.median(node_h.loc[(node_h["hb"] == h) & (node_h["node"] != n), "nr"]))
-                              for n, h in zip(node_h["node"], node_h["hb"])]
-        nflag = (node_h["nr"] >= COOL_RESID_C) & (node_h["nr"] - node_h["rack_med"] >= COOL_MARGIN_C)
+        node_h["rack_med"] = _others_median(node_h)
+    nflag = (node_h["nr"] >= COOL_RESID_C) & (node_h["nr"] - node_h["rack_med"] >= COOL_MARGIN_C)
     for node, g in node_h[nflag].groupby("node"):
         hrs = g["hb"].to_numpy()
         rack_hours = rack_flag_hours.get(g["grp"].iloc[0], np.zeros(0))
         hrs = hrs[~np.isin(hrs, rack_hours)]
-        for a, b in windows(hrs, HOUR, 2 * HOUR, 3 * HOUR):
+        for a, b in windows(hrs, HOUR, 2 * HOUR, 2 * HOUR):
             out.append(_cool_finding(ds, resid, "node", node, a, b, grp_h, g))
+    return out
+
+
+def _others_median(node_h: pd.DataFrame) -> np.ndarray:
+    """Per node-hour: the median of the *other* nodes' residuals that hour (all of them when fewer than 3)."""
+    out = np.zeros(len(node_h))
+    nr = node_h["nr"].to_numpy(float)
+    for idx in node_h.groupby("hb").indices.values():
+        v = nr[idx]
+        out[idx] = np.median(v) if len(v) < 3 else [np.median(np.delete(v, i)) for i in range(len(v))]
     return out
 
 
@@ -182,39 +198,77 @@ def hot_because_working(ds: Dataset, resid: pd.Series, cooling_found: list[Findi
     return out
 
 
+def _capped_hours(loaded: pd.DataFrame, key: str) -> pd.DataFrame:
+    """Per (key, hour): the share of loaded samples carrying the SW power-cap bit, and how many there were."""
+    f = pd.DataFrame({key: loaded[key], "hb": (loaded["t"] // HOUR) * HOUR,
+                      "cap": loaded["rbucket"].eq(POWER_CAP) & (loaded["h_thr"] > 0)})
+    return f.groupby([key, "hb"])["cap"].agg(["mean", "size"]).reset_index()
+
+
+def _edges(rows: pd.DataFrame, a: float, b: float, cadence: float) -> tuple[float, float]:
+    """A window of whole flagged hours tightened (or widened, by up to an hour) to its first and last capped
+    sample, so a cap that starts or ends mid-hour is counted whole and the window says when it held."""
+    cap = rows[(rows["rbucket"] == POWER_CAP) & (rows["h_thr"] > 0) & (rows["t"] >= a - HOUR) & (rows["t"] < b + HOUR)]
+    if not len(cap):
+        return a, b
+    return float(cap["t"].min()), float(cap["t"].max() + cadence)
+
+
 def power_cap(ds: Dataset) -> list[Finding]:
+    """Node scale when most of a node's loaded samples are capped; device scale for one capped GPU of a node
+    (a misset limit on one board) when its loss passes an absolute floor."""
     s = ds.samples
     loaded = s[s["running"] & (s["act"] >= 0.2)]
     if not len(loaded):
         return []
-    f = pd.DataFrame({"node": loaded["node"], "hb": (loaded["t"] // HOUR) * HOUR,
-                      "cap": loaded["rbucket"].eq(POWER_CAP) & (loaded["h_thr"] > 0)})
-    nh = f.groupby(["node", "hb"])["cap"].agg(["mean", "size"]).reset_index()
     out = []
-    for node, g in nh.groupby("node"):
+    node_windows: dict[str, list[tuple[float, float]]] = {}
+    for node, g in _capped_hours(loaded, "node").groupby("node"):
         flagged = g[(g["mean"] >= PCAP_FRAC) & (g["size"] >= 3)]["hb"].to_numpy()
         for a, b in windows(flagged, HOUR, 6 * HOUR, HOUR):
-            sl = s[s["node"] == node]
-            win = sl[(sl["t"] >= a) & (sl["t"] < b)]
-            rows = win[win["rbucket"] == POWER_CAP]
-            hours = float(rows["h_thr"].sum())
-            ld = sl[sl["running"] & (sl["act"] >= 0.2)]
-            ev = (evidence(ld.assign(c=(ld["rbucket"] == POWER_CAP) & (ld["h_thr"] > 0)), "c",
-                           "share_of_loaded_samples_with_power_cap_bit_0x4", "fraction", a, b, stat="mean"),
-                  evidence(ld, "power", "power_w_under_load_p95", "W", a, b, stat="p95"),
-                  evidence(ld, "clk", "sm_clock_mhz_under_load", "MHz", a, b,
-                           reference=float(ld["rated"].median()), reference_label="SKU rated SM clock"),
-                  evidence(ld, "act", "sm_active_under_load", "fraction", a, b))
-            ceiling = float(win.loc[win["running"], "power"].quantile(0.99)) if win["running"].any() else None
+            node_windows.setdefault(node, []).append((a, b))
             frac = float(g[(g["hb"] >= a) & (g["hb"] < b)]["mean"].mean())
-            conf = clamp01(0.6 + 0.35 * frac)
-            rack = sl["rack"].dropna().iloc[0] if sl["rack"].notna().any() else None
-            out.append(Finding(AGENT, "power_cap", make_scope(node=node, rack=rack), a, b, hours,
-                               price(ds, rows, "h_thr"), min(conf, 0.97), ev,
-                               f"node {node} held its GPUs at a {ceiling:.0f} W power cap from {fmt_ts(a)} to "
-                               f"{fmt_ts(b)}, slowing their clocks under load: {fmt_h(hours)} GPU-hours lost.",
-                               cause="power_cap", level="node", extra=(("power_ceiling_w", round(ceiling or 0, 1)),)))
+            out.append(_cap_finding(ds, "node", node, s[s["node"] == node], a, b, frac))
+    dh = _capped_hours(loaded, "device")
+    dh = dh[(dh["mean"] >= PCAP_FRAC) & (dh["size"] >= 3)]
+    rows_of = s.groupby("device").indices if len(dh) else {}
+    for dev, g in dh.groupby("device"):
+        flagged = g["hb"].to_numpy()
+        sl = s.iloc[rows_of[dev]]
+        node = sl["node"].iloc[0]
+        for a, b in windows(flagged, HOUR, 6 * HOUR, HOUR):
+            if any(a < nb and b > na for na, nb in node_windows.get(node, [])):
+                continue   # the node's finding covers it
+            a, b = _edges(sl, a, b, ds.cadence)
+            f = _cap_finding(ds, "device", dev, sl, a, b, float(g[(g["hb"] >= a - HOUR) & (g["hb"] < b)]["mean"].mean()))
+            if f.gpu_hours >= PCAP_DEVICE_MIN_H:
+                out.append(f)
     return out
+
+
+def _cap_finding(ds: Dataset, level: str, name: str, sl: pd.DataFrame, a: float, b: float, frac: float) -> Finding:
+    win = sl[(sl["t"] >= a) & (sl["t"] < b)]
+    rows = win[win["rbucket"] == POWER_CAP]
+    hours = float(rows["h_thr"].sum())
+    ld = sl[sl["running"] & (sl["act"] >= 0.2)]
+    ev = (evidence(ld.assign(c=(ld["rbucket"] == POWER_CAP) & (ld["h_thr"] > 0)), "c",
+                   "share_of_loaded_samples_with_power_cap_bit_0x4", "fraction", a, b, stat="mean"),
+          evidence(ld, "power", "power_w_under_load_p95", "W", a, b, stat="p95"),
+          evidence(ld, "clk", "sm_clock_mhz_under_load", "MHz", a, b,
+                   reference=float(ld["rated"].median()), reference_label="SKU rated SM clock"),
+          evidence(ld, "act", "sm_active_under_load", "fraction", a, b))
+    ceiling = float(win.loc[win["running"], "power"].quantile(0.99)) if win["running"].any() else 0.0
+    conf = min(clamp01(0.6 + 0.35 * frac), 0.97)
+    rack = sl["rack"].dropna().iloc[0] if sl["rack"].notna().any() else None
+    node = sl["node"].iloc[0]
+    if level == "node":
+        scope, what = make_scope(node=node, rack=rack), f"node {node} held its GPUs"
+    else:
+        scope, what = make_scope(node=node, rack=rack, device_uuid=name), f"GPU {name} on {node} was held"
+    return Finding(AGENT, "power_cap", scope, a, b, hours, price(ds, rows, "h_thr"), conf, ev,
+                   f"{what} at a {ceiling:.0f} W power cap from {fmt_ts(a)} to {fmt_ts(b)}, slowing "
+                   f"{'their' if level == 'node' else 'its'} clocks under load: {fmt_h(hours)} GPU-hours lost.",
+                   cause="power_cap", level=level, extra=(("power_ceiling_w", round(ceiling, 1)),))
 
 
 def _who(job: str, tenant: str | None) -> str:
@@ -244,16 +298,7 @@ def starved(ds: Dataset) -> list[Finding]:
         hours = float(g["h_starved"].sum())
         if hours < STARVED_MIN_H:
             continue
-        # stretches: consecutive starved samples per device
-        longest = 0
-        for _, d in g.groupby("device"):
-            steps = np.diff(d["t"].to_numpy())
-            run_len, best = 1, 1
-            for x in steps:
-                run_len = run_len + 1 if x <= ds.cadence * 1.01 else 1
-                best = max(best, run_len)
-            longest = max(longest, best)
-        if longest < 2:
+        if _longest_stretch(g, ds.cadence) < 2:   # consecutive starved samples on one device
             continue
         a, b = float(g["t"].min()), float(g["t"].max() + ds.cadence)
         runs = rows_of((cluster, job, run))
@@ -285,6 +330,17 @@ def starved(ds: Dataset) -> list[Finding]:
     return out
 
 
+def _longest_stretch(g: pd.DataFrame, cadence: float) -> int:
+    """The most consecutive samples (one cadence apart) of one device in ``g``."""
+    g = g.sort_values(["device", "t"])
+    t = g["t"].to_numpy(float)
+    dev = g["device"].to_numpy()
+    brk = np.ones(len(t), dtype=bool)
+    brk[1:] = (np.diff(t) > cadence * 1.01) | (dev[1:] != dev[:-1])
+    ids = np.cumsum(brk)
+    return int(np.bincount(ids).max()) if len(t) else 0
+
+
 def _masked(frame: pd.DataFrame, mask: pd.Series, col: str, signal: str, unit: str, a: float, b: float) -> Evidence:
     """Median before the window, over the flagged samples inside it ("during"), and after it."""
     v = frame[col]
@@ -312,11 +368,12 @@ def idle_held(ds: Dataset, exclude: pd.Series | None = None) -> list[Finding]:
     for (cluster, job, run), g in _runs(idle):
         hours = float(g["h_idle"].sum())
         total = float(paid.get((cluster, job, run), 0.0))
-        if hours < IDLE_MIN_H or hours < IDLE_MIN_SHARE * total:
+        if hours < IDLE_MIN_H or (hours < IDLE_MIN_SHARE * total and hours < IDLE_ABS_H):
             continue
         a, b = float(g["t"].min()), float(g["t"].max() + ds.cadence)
         runs = rows_of((cluster, job, run))
         ndev = g["device"].nunique()
+        one = g["device"].iloc[0] if ndev == 1 else None   # one GPU of the job: name it
         ev = (evidence(runs, "procs", "compute_processes", "count", a, b),
               evidence(runs, "act", "sm_active", "fraction", a, b),
               evidence(runs, "power", "power_w", "W", a, b),
@@ -325,9 +382,10 @@ def idle_held(ds: Dataset, exclude: pd.Series | None = None) -> list[Finding]:
         tenant = g["tenant"].iloc[0]
         conf = clamp01(0.7 + 0.25 * min(1.0, hours / max(total, 1e-9)))
         out.append(Finding(AGENT, "idle_held", make_scope(cluster=cluster, job_id=job, tenant=tenant,
-                                                          node=g["node"].iloc[0]), a, b, hours,
+                                                          node=g["node"].iloc[0], device_uuid=one), a, b, hours,
                            price(ds, g, "h_idle"), conf, ev,
-                           f"{_who(job, tenant)} held {ndev} GPUs with no process on them for "
+                           f"{_who(job, tenant)} held {'GPU ' + one if one else f'{ndev} GPUs'} with no process on "
+                           f"{'it' if one else 'them'} for "
                            f"{fmt_h(hours)} GPU-hours ({hours / total:.0%} of what it paid).", cause="idle_held",
                            level="job", extra=(("run", int(run)),)))
     return out
@@ -346,25 +404,49 @@ def _alloc_overlap_hours(ds: Dataset, a: float, b: float, node: str | None, devi
     return float((ov * m).sum() / 3600.0)
 
 
+def _whole_node_gaps(ds: Dataset) -> list[list[dict]]:
+    """The unknown-interval entries grouped into one per silent node: device entries of the same node over the
+    same span (to the minute) that cover most of its devices are one outage (the collector or exporter), not one
+    gap per GPU; every other entry is a group of its own."""
+    groups: dict[tuple, list[dict]] = {}
+    for g in ds.gaps:
+        key = (g["node"], round(g["start"] / 60), round(g["end"] / 60), g["cause"]) if g["device"] else (g["id"],)
+        groups.setdefault(key, []).append(g)
+    out = []
+    for key, gs in groups.items():
+        n_dev = int((ds.devices["node"] == gs[0]["node"]).sum()) if gs[0]["node"] else 0
+        if len(key) > 1 and len(gs) >= 2 and len(gs) >= 0.75 * n_dev:
+            out.append(gs)
+        else:
+            out.extend([g] for g in gs)
+    return out
+
+
 def unknown_gaps(ds: Dataset) -> list[Finding]:
     out = []
-    for g in ds.gaps:
-        hours = _alloc_overlap_hours(ds, g["start"], g["end"], g["node"], g["device"])
+    for gs in _whole_node_gaps(ds):
+        g = gs[0]
+        whole = len(gs) > 1
+        hours = sum(_alloc_overlap_hours(ds, x["start"], x["end"], x["node"], x["device"]) for x in gs)
         if hours <= 0 and g["job_id"] is None:
             continue
-        level = "device" if g["device"] else ("node" if g["node"] else "run")
+        cause = "collector_down" if whole and g["cause"] in ("scrape_missing", "no_telemetry", "unknown") else g["cause"]
+        level = "node" if whole else "device" if g["device"] else ("node" if g["node"] else "run")
         node_s = ds.samples[ds.samples["node"] == g["node"]] if g["node"] else ds.samples.iloc[0:0]
         ev = (evidence(node_s, "act", "sm_active (node)", "fraction", g["start"], g["end"]),
               Evidence("unknown_interval_entry", "seconds", None, g["end"] - g["start"], None,
-                       note=f"cause {g['cause']}: {g.get('detail') or ''}".strip()))
+                       note=f"cause {g['cause']}: {g.get('detail') or ''}".strip()
+                       + (f"; {len(gs)} devices silent together" if whole else "")))
         rack = node_s["rack"].dropna().iloc[0] if len(node_s) and node_s["rack"].notna().any() else None
-        where = f"GPU {g['device']}" if g["device"] else f"node {g['node']}"
+        device = None if whole else g["device"]
+        where = f"every GPU of node {g['node']}" if whole else f"GPU {g['device']}" if g["device"] else f"node {g['node']}"
         out.append(Finding(AGENT, "unknown_gap", make_scope(cluster=g["cluster"], node=g["node"],
-                                                            device_uuid=g["device"], job_id=g["job_id"], rack=rack),
+                                                            device_uuid=device, job_id=g["job_id"], rack=rack),
                            g["start"], g["end"], hours, hours * ds.rate(None, _sku(ds, g["node"])), 0.95, ev,
                            f"{where} has no trustworthy telemetry from {fmt_ts(g['start'])} to {fmt_ts(g['end'])} "
-                           f"({g['cause']}): {fmt_h(hours)} allocated GPU-hours are unknown, held for resolution.",
-                           cause=g["cause"], level=level, extra=(("gap_id", g["id"]),)))
+                           f"({cause}): {fmt_h(hours)} allocated GPU-hours are unknown, held for resolution.",
+                           cause=cause, level=level,
+                           extra=(("gap_id", g["id"]),) + ((("gap_ids", [x["id"] for x in gs]),) if whole else ())))
     # allocated time without samples that no entry explains
     cg = coverage_gaps(ds)
     if len(cg):

@@ -9,6 +9,7 @@ from .data import Dataset
 from .model import Evidence
 
 DAY = 86400.0
+HOUR = 3600.0
 
 
 def bda(t: np.ndarray, v: np.ndarray, start: float, end: float, stat: str = "median",

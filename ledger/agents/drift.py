@@ -17,17 +17,22 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
-from .common import DAY, evidence, fmt_h, fmt_ts, price
+from .common import DAY, HOUR, evidence, fmt_h, fmt_ts, price
 from .data import Dataset
 from .model import Evidence, Finding, clamp01, make_scope
 
 AGENT = "drift"
 BIN = 6 * 3600.0
+SHORT_BIN = 3600.0          # bins on an export shorter than SHORT_SPAN: a 24-hour Path B file has 24 of them
+SHORT_SPAN = 3 * 86400.0
 MIN_DEFICIT = 0.03          # 3 % of rated clock below the siblings: well before a "clock < 85 %" alarm
 NOISE_K = 5.0               # ... and at least 5 robust sigmas of the device's own bin-to-bin noise
 ONSET_K = 2.0
 ECC_LAST2_MIN = 10          # correctable errors in the last two days
 ECC_SIB_FACTOR = 5.0
+ECC_HOUR_MIN = 5            # correctable errors in one hour that can count as a flagged hour ...
+ECC_HOUR_FACTOR = 5.0       # ... at 5x (siblings' median that hour + 1) and 5x (the device's earlier hours + 1)
+ECC_HOURS = 3               # flagged hours needed, with a rising trend (Spearman rho >= 0.6 from the first)
 XID_STALL_S = 2 * 3600.0    # an XID's consequence: the idle stretch that starts within this time of it
 
 
@@ -72,32 +77,58 @@ def xid_stall_mask(ds: Dataset, events: pd.DataFrame | None = None) -> pd.Series
     return pd.Series(mask, index=s.index)
 
 
+def silent_after(ds: Dataset, times: np.ndarray, events: np.ndarray) -> list[tuple[float, float]]:
+    """The stretches a device sent nothing right after each event (fallen off the bus, lost until reset):
+    from one cadence after the event's sample to its next sample, or to the end of the data."""
+    out = []
+    for te in events:
+        k = int(np.searchsorted(times, te, side="right"))
+        nxt = float(times[k]) if k < len(times) else ds.end
+        if nxt - te > 2 * ds.cadence:
+            out.append((float(te + ds.cadence), nxt))
+    return out
+
+
 def xid_findings(ds: Dataset, events: pd.DataFrame, stall: pd.Series) -> list[Finding]:
+    """Per device: its XID events, priced as the allocated idle stall after them plus the device-hours it was
+    silent after them (capacity lost whether or not a job still held it)."""
     out = []
     s = ds.samples
     meanings = xid_meanings()
     for dev, g in events.groupby("device"):
         codes = sorted({int(c) for c in g["xid"]})
         st = s[stall & (s["device"] == dev)]
-        hours = float(st["h_idle"].sum())
-        a = float(g["t"].min())
-        b = float(max(g["t"].max() + ds.cadence, st["t"].max() + ds.cadence if len(st) else 0))
         ds_dev = s[s["device"] == dev]
+        silent = silent_after(ds, np.sort(ds_dev["t"].to_numpy(float)), g["t"].to_numpy(float))
+        silent_h = sum(y - x for x, y in silent) / 3600.0
+        hours = float(st["h_idle"].sum()) + silent_h
+        a = float(g["t"].min())
+        b = float(max(g["t"].max() + ds.cadence, st["t"].max() + ds.cadence if len(st) else 0,
+                      max((y for _, y in silent), default=0.0)))
         node = g["node"].iloc[0]
         ev = (Evidence("xid_events", "count", float(((events["device"] == dev) & (events["t"] < a)).sum()),
                        float(len(g)), 0.0, note="; ".join(f"XID {c}: {meanings.get(c, 'unknown code')}" for c in codes)),
               evidence(ds_dev, "act", "sm_active", "fraction", a, b),
               evidence(ds_dev, "procs", "compute_processes", "count", a, b),
-              Evidence("gpu_hours_stalled_after_xid", "GPU-h", None, hours, None))
+              Evidence("gpu_hours_stalled_after_xid", "GPU-h", None, float(st["h_idle"].sum()), None),
+              Evidence("hours_silent_after_xid", "h", None, silent_h, None,
+                       note="no telemetry from the device until it came back (or the data ended)"))
         n = len(g)
         conf = clamp01(0.7 + 0.05 * min(n, 5))
         text = "; ".join(f"XID {c} ({meanings.get(c, 'unknown')})" for c in codes)
+        lost = (f"then sent nothing for {fmt_h(silent_h)} hours" if silent_h else "its job's process died each time")
+        cost = price(ds, st, "h_idle") + silent_h * ds.rate(g["tenant"].iloc[0], ds.devices["sku"].get(dev))
         out.append(Finding(AGENT, "xid", make_scope(device_uuid=dev, node=node, rack=g["rack"].iloc[0]), a, b,
-                           hours, price(ds, st, "h_idle"), conf, ev,
-                           f"GPU {dev} on {node} raised {n} {text} events from {fmt_ts(a)} to {fmt_ts(b)}; its "
-                           f"job's process died each time, losing {fmt_h(hours)} GPU-hours.", cause="xid",
+                           hours, cost, conf, ev,
+                           f"GPU {dev} on {node} raised {n} {text} events from {fmt_ts(a)}; it {lost}, losing "
+                           f"{fmt_h(hours)} GPU-hours.", cause="xid",
                            level="device", extra=(("xid_codes", codes), ("events", n))))
     return out
+
+
+def bin_seconds(ds: Dataset) -> float:
+    """6-hour bins over days of history; hourly ones over a short export, so a day holds a baseline and a trend."""
+    return BIN if ds.end - ds.start >= SHORT_SPAN else SHORT_BIN
 
 
 def _bins(ds: Dataset) -> pd.DataFrame:
@@ -107,22 +138,16 @@ def _bins(ds: Dataset) -> pd.DataFrame:
     clean = s["running"] & (s["act"] >= 0.3) & s["clk"].notna() & s["rbucket"].eq(4)
     ld = s[clean]
     b = pd.DataFrame({"device": ld["device"], "node": ld["node"], "rack": ld["rack"],
-                      "bin": ((ld["t"] - ds.start) // BIN).astype(int), "ratio": ld["ratio"]})
+                      "bin": ((ld["t"] - ds.start) // bin_seconds(ds)).astype(int), "ratio": ld["ratio"]})
     own = b.groupby(["device", "bin"]).agg(ratio=("ratio", "median"), n=("ratio", "size"),
                                            node=("node", "first"), rack=("rack", "first")).reset_index()
     own = own[own["n"] >= 6]
-    node_ref = own.groupby(["node", "bin"])["ratio"].agg(["median", "size"])
-    rack_ref = own.groupby(["rack", "bin"])["ratio"].median()
-    refs = []
-    for r in own.itertuples():
-        nr = node_ref.loc[(r.node, r.bin)] if (r.node, r.bin) in node_ref.index else None
-        if nr is not None and nr["size"] >= 4:
-            refs.append(nr["median"])
-        elif pd.notna(r.rack) and (r.rack, r.bin) in rack_ref.index:
-            refs.append(rack_ref.loc[(r.rack, r.bin)])
-        else:
-            refs.append(np.nan)
-    own["ref"] = refs
+    node_ref = own.groupby(["node", "bin"])["ratio"].agg(node_med="median", node_n="size").reset_index()
+    rack_ref = own.groupby(["rack", "bin"])["ratio"].median().rename("rack_med").reset_index()
+    own = own.merge(node_ref, on=["node", "bin"], how="left").merge(rack_ref, on=["rack", "bin"], how="left")
+    # the node's median when it has at least 4 devices with data in that bin, else the rack's
+    own["ref"] = np.where(own["node_n"] >= 4, own["node_med"], own["rack_med"])
+    own = own.drop(columns=["node_med", "node_n", "rack_med"])
     own["deficit"] = own["ref"] - own["ratio"]
     return own
 
@@ -152,31 +177,69 @@ def clock_drift(ds: Dataset) -> dict[str, dict]:
         while onset > 0 and d[onset - 1] >= max(0.006, ONSET_K * sigma):
             onset -= 1
         bins = g["bin"].to_numpy()
-        out[dev] = {"start": ds.start + bins[onset] * BIN, "flag_start": ds.start + bins[first] * BIN,
-                    "end": min(ds.end, ds.start + (bins[best_end] + 1) * BIN), "sigma": sigma, "threshold": thr,
+        width = bin_seconds(ds)
+        out[dev] = {"start": ds.start + bins[onset] * width, "flag_start": ds.start + bins[first] * width,
+                    "end": min(ds.end, ds.start + (bins[best_end] + 1) * width), "sigma": sigma, "threshold": thr,
                     "max_deficit": float(d[first:best_end + 1].max()), "bins": g, "flagged_bins": best}
     return out
 
 
+def _increments(s: pd.DataFrame, width: float, start: float) -> pd.DataFrame:
+    """Correctable-ECC increments per device (rows) and bin of ``width`` seconds (columns)."""
+    b = ((s["t"] - start) // width).astype(int)
+    return s.groupby(["device", b])["ecc"].agg(lambda x: float(x.max() - x.min())).unstack(fill_value=0.0)
+
+
+def _rho(series: np.ndarray) -> float:
+    if len(series) < 3 or series.std() == 0:
+        return 0.0
+    return float(pd.Series(series).rank().corr(pd.Series(np.arange(len(series))).rank()))
+
+
 def ecc_trend(ds: Dataset) -> dict[str, dict]:
-    """Devices whose correctable-ECC count is accelerating, against their own past and their siblings."""
+    """Devices whose correctable-ECC count is accelerating, against their own past and their siblings: over days
+    (the last two days against the siblings') and within a day (hours against the device's earlier hours and the
+    siblings' same hour). Each: start, count, sibling reference, rho, per-bin series and its unit."""
     s = ds.samples[ds.samples["ecc"].notna()]
     if not len(s):
         return {}
-    day = ((s["t"] - ds.start) // DAY).astype(int)
-    daily = s.groupby(["device", day])["ecc"].agg(lambda x: float(x.max() - x.min())).unstack(fill_value=0.0)
-    if daily.shape[1] < 3:
-        return {}
-    last2 = daily.iloc[:, -2:].sum(axis=1)
-    nodes = ds.devices["node"].reindex(daily.index)
-    out = {}
-    for dev, v in last2.items():
-        sib = last2[(nodes == nodes[dev]) & (last2.index != dev)]
-        ref = float(sib.median()) if len(sib) else float(last2.median())
-        series = daily.loc[dev].to_numpy()
-        rho = pd.Series(series).rank().corr(pd.Series(np.arange(len(series))).rank()) if series.std() > 0 else 0.0
-        if v >= ECC_LAST2_MIN and v >= ECC_SIB_FACTOR * (ref + 1) and rho >= 0.6:
-            out[dev] = {"last2": float(v), "sibling_last2": ref, "rho": float(rho), "daily": series.tolist()}
+    nodes = ds.devices["node"]
+    out: dict[str, dict] = {}
+    daily = _increments(s, DAY, ds.start)
+    if daily.shape[1] >= 3:
+        last2 = daily.iloc[:, -2:].sum(axis=1)
+        for dev, v in last2.items():
+            sib = last2[(nodes.reindex(last2.index) == nodes.get(dev)) & (last2.index != dev)]
+            ref = float(sib.median()) if len(sib) else float(last2.median())
+            series = daily.loc[dev].to_numpy()
+            rho = _rho(series)
+            if v >= ECC_LAST2_MIN and v >= ECC_SIB_FACTOR * (ref + 1) and rho >= 0.6:
+                out[dev] = {"start": ds.start + (daily.shape[1] - 2) * DAY, "count": float(v), "sibling": ref,
+                            "rho": rho, "series": series.tolist(), "unit": "day", "span": "the last two days"}
+    hourly = _increments(s, HOUR, ds.start)
+    if hourly.shape[1] < 4:
+        return out
+    node_of = nodes.reindex(hourly.index)
+    for node in node_of.dropna().unique():
+        block = hourly[node_of == node]
+        for dev in block.index:
+            if dev in out:
+                continue
+            row = block.loc[dev].to_numpy()
+            sib = block.drop(index=dev)
+            sib_med = sib.median(axis=0).to_numpy() if len(sib) else np.zeros_like(row)
+            earlier = np.array([np.median(row[:k]) if k else 0.0 for k in range(len(row))])
+            flag = (row >= ECC_HOUR_MIN) & (row >= ECC_HOUR_FACTOR * (sib_med + 1)) & \
+                   (row >= ECC_HOUR_FACTOR * (earlier + 1))
+            if flag.sum() < ECC_HOURS:
+                continue
+            first = int(np.argmax(flag))
+            rho = _rho(row[max(0, first - 2):])
+            if rho < 0.6:
+                continue
+            out[dev] = {"start": ds.start + block.columns[first] * HOUR, "count": float(row[first:].sum()),
+                        "sibling": float(sib_med[first:].sum()), "rho": rho, "series": row.tolist(), "unit": "hour",
+                        "span": f"the {len(row) - first} hours since it began"}
     return out
 
 
@@ -193,17 +256,18 @@ def drift_findings(ds: Dataset) -> list[Finding]:
         if c:
             a, b = c["start"], c["end"]
             bins = c["bins"].set_index("bin")["ref"]
-            sbin = ((sl["t"] - ds.start) // BIN).astype(int)
+            sbin = ((sl["t"] - ds.start) // bin_seconds(ds)).astype(int)
             ref = sbin.map(bins)
             work = (sl["h_del"] + sl["h_thr"]) > 0
-            inwin = (sl["t"] >= a) & (sl["t"] < b) & work & ref.notna()
+            # samples with no clock-event reason: a thermal or power-capped sample is another cause's loss
+            inwin = (sl["t"] >= a) & (sl["t"] < b) & work & ref.notna() & sl["rbucket"].eq(4)
             loss_h = sl["h"] * sl["act"] * (ref - sl["ratio"])
             hours = float(loss_h[inwin].sum())
             last_day = inwin & (sl["t"] >= b - DAY)
             rate = price(ds, sl[inwin], "h") / max(float(sl.loc[inwin, "h"].sum()), 1e-9)
             per_day = float(loss_h[last_day].sum()) * rate
         else:
-            a, b = ds.start + (len(e["daily"]) - 2) * DAY, ds.end
+            a, b = e["start"], ds.end
             hours, rate, per_day = 0.0, 0.0, 0.0
         ld = sl[sl["running"] & (sl["act"] >= 0.3)].assign(
             ppw=lambda x: x["act"] * x["clk"] / x["power"], tpp=lambda x: x["temp"] / x["power"])
@@ -216,12 +280,12 @@ def drift_findings(ds: Dataset) -> list[Finding]:
                        reference=float((sib_w["act"] * sib_w["clk"] / sib_w["power"]).median()) if len(sib_w) else None,
                        reference_label="siblings in the node, same window"),
               evidence(ld, "tpp", "temperature_per_watt", "degC/W", a, b)]
-        day = ((sl["t"] - ds.start) // DAY).astype(int)
-        daily = sl.groupby(day)["ecc"].agg(lambda x: float(x.max() - x.min()))
-        dd = pd.DataFrame({"t": ds.start + daily.index.to_numpy() * DAY, "v": daily.to_numpy()})
-        ev.append(evidence(dd, "v", "ecc_correctable_per_day", "errors/day", a, b,
-                           reference=e["sibling_last2"] / 2 if e else None,
-                           reference_label="siblings' median, last two days"))
+        width, unit = (HOUR, "hour") if e and e["unit"] == "hour" else (DAY, "day")
+        per = sl.groupby(((sl["t"] - ds.start) // width).astype(int))["ecc"].agg(lambda x: float(x.max() - x.min()))
+        dd = pd.DataFrame({"t": ds.start + per.index.to_numpy() * width, "v": per.to_numpy()})
+        ev.append(evidence(dd, "v", f"ecc_correctable_per_{unit}", f"errors/{unit}", a, b,
+                           reference=e["sibling"] / max(1.0, (b - a) / width) if e else None,
+                           reference_label=f"siblings' median per {unit}, same window"))
         rr = sl[["row_remap_pending", "row_remap_failure"]].max()
         if rr.notna().any():
             ev.append(Evidence("row_remap_pending_or_failure", "flag", None, float(np.nanmax(rr.to_numpy())), None))
@@ -238,8 +302,8 @@ def drift_findings(ds: Dataset) -> list[Finding]:
                          f"{fmt_ts(c['flag_start'])} (drifting from {fmt_ts(a)}), costing {fmt_h(hours)} GPU-hours "
                          f"so far and about {per_day:,.2f} {ds.currency}/day now")
         if e:
-            parts.append(f"its correctable ECC errors are accelerating ({e['last2']:.0f} in the last two days vs "
-                         f"{e['sibling_last2']:.0f} for its siblings)")
+            parts.append(f"its correctable ECC errors are accelerating ({e['count']:.0f} in {e['span']} vs "
+                         f"{e['sibling']:.0f} for its siblings)")
         out.append(Finding(AGENT, kind, make_scope(device_uuid=dev, node=node, rack=rack), a, b, hours,
                            hours * rate, conf, tuple(ev), f"GPU {dev} on {node} " + "; ".join(parts) + ".",
                            cause="drift", level="device", extra=(("cost_per_day", round(per_day, 2)),)))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import db as db_mod
-from . import Analysis, analyze, run_agents
+from . import Analysis, analyze, method_info, run_agents
 
 FORMATS = ("prometheus", "dmon", "amd-smi", "nvidia-smi")
 
@@ -85,19 +85,13 @@ def _context(collected, res, analysis: Analysis, sources: list[str]) -> dict:  #
             "import": {"devices": res.devices, "samples": res.samples, "unknown_intervals": res.unknown_intervals,
                        "missing": res.missing},
             "devices": [{"uuid": dev, "node": d.get("node"), "samples": d.get("samples"),
+                         "sku": getattr(collected.devices.get(dev), "sku", None),
+                         "index": getattr(collected.devices.get(dev), "index", None),
                          "coverage": round(d["covered_s"] / max(d["covered_s"] + d["unknown_s"], 1e-9), 4)}
                         for dev, d in sorted(res.per_device.items())],
             "coverage": {"start": analysis.meta.get("start"), "end": analysis.meta.get("end"),
                          "fraction": round(covered / max(covered + unknown, 1e-9), 4), "gaps": gaps[:200]},
-            "method": _method()}
-
-
-def _method() -> dict:
-    try:
-        from ..method import METHOD_NAME, METHOD_VERSION
-        return {"name": METHOD_NAME, "version": METHOD_VERSION, "notes": "docs/method.md; agents: docs/agents.md"}
-    except ImportError:  # pragma: no cover
-        return {}
+            "method": method_info(), "path": "B"}
 
 
 def render_pdf(analysis: Analysis, out: Path) -> Path:

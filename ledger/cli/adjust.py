@@ -84,32 +84,49 @@ def _factor(app: AppContext) -> float:
 @pass_app
 def resolve_cmd(app: AppContext, gap_id: str, as_: str, reason: str, by: str, job_id: str | None,
                 run: int | None, as_json: bool) -> None:
-    """Resolve an unknown interval (GAP_ID = its entry id) as charge, credit or estimate.
+    """Resolve an unknown interval as charge, credit or estimate. GAP_ID is the unknown_interval entry's id, or
+    the id of an unknown_gap finding (`ipledger findings`): then every interval that finding stands for.
 
     \b
     Example:
       ipledger resolve e3f1c0... --as credit --reason "host engine restart, our fault" --by ops
+      ipledger resolve F3a9c0d1e2f4a5b6 --as credit --reason "collector outage, ours" --by ops
     """
     engine = app.engine()
-    gap = next((c for c in store.iter_entries(engine, kinds=[Kind.UNKNOWN_INTERVAL]) if c.entry.entry_id == gap_id),
-               None)
-    if gap is None:
-        raise UserError(f"no unknown_interval entry with id {gap_id}")
+    gaps = {c.entry.entry_id: c for c in store.iter_entries(engine, kinds=[Kind.UNKNOWN_INTERVAL])}
+    targets = [gaps[gap_id]] if gap_id in gaps else _gaps_of_finding(engine, gap_id, gaps)
     job = None
     try:
         if job_id is not None:
             with engine.connect() as conn:
                 k = pick_run(runs_of_job(conn, job_id, None), job_id, run)
             job = (k.cluster, k.job_id, k.run)
-        entry = resolution_entry(gap, resolution=as_, reason=reason, by=by, job=job)
+        entries = [resolution_entry(g, resolution=as_, reason=reason, by=by, job=job) for g in targets]
     except (ReceiptError, AdjustmentError) as exc:
         raise UserError(str(exc)) from None
-    res = store.append(engine, [entry])
-    out = {"entry_id": entry.entry_id, "seq": res.last_seq, "gap_id": gap_id, "resolution": as_}
+    res = store.append(engine, entries)
+    out = {"entry_id": entries[0].entry_id, "seq": res.last_seq, "gap_id": targets[0].entry.entry_id,
+           "resolution": as_, "resolved": [{"gap_id": g.entry.entry_id, "entry_id": e.entry_id}
+                                            for g, e in zip(targets, entries)]}
     if as_json:
         emit_json(out)
     else:
-        click.echo(f"gap {gap_id} resolved as {as_}: entry {entry.entry_id} at seq {res.last_seq}")
+        for g, e in zip(targets, entries):
+            click.echo(f"gap {g.entry.entry_id} resolved as {as_}: entry {e.entry_id} at seq {res.last_seq}")
+
+
+def _gaps_of_finding(engine, finding_id: str, gaps: dict) -> list:  # noqa: ANN001
+    """The unknown_interval entries an unknown_gap finding stands for (its ``gap_ids``, else its ``gap_id``)."""
+    from ..agents import recorded_findings
+
+    f = next((x for x in recorded_findings(engine) if x["id"] == finding_id), None)
+    if f is None:
+        raise UserError(f"no unknown_interval entry with id {finding_id} (nor a recorded finding)")
+    ids = f.get("gap_ids") or ([f["gap_id"]] if f.get("gap_id") else [])
+    found = [gaps[i] for i in ids if i in gaps]
+    if not found:
+        raise UserError(f"finding {finding_id} ({f['kind']}) names no unknown_interval entry to resolve")
+    return found
 
 
 def register(cli: click.Group) -> None:

@@ -134,12 +134,11 @@ def dismiss_cmd(app: AppContext, finding_id: str, by: str, note: str, as_json: b
 
 def _print_explain(ex: dict) -> None:
     click.echo(ex["answer"])
-    a = ex["account"]
-    click.echo(f"  paid {a['paid']:.1f}  delivered {a['delivered']:.1f}  lost {a['lost']:.1f} GPU-h  "
+    t, a = ex["table"], ex["account"]
+    click.echo(f"  paid {t['paid']:,.1f}  delivered {t['delivered']:,.1f}  lost {t['lost']:,.1f} GPU-h  "
                f"({a['cost']['lost']:,.2f} {a['currency']} lost)")
-    for k, v in ex["by_cause"].items():
-        if v > 0.005:
-            click.echo(f"    {k:32s} {v:10.2f} GPU-h")
+    for ln in t["lines"]:
+        click.echo(f"    {ln['cause']:32s} {ln['gpu_hours']:10,.1f} GPU-h")
     for f in ex["findings"]:
         click.echo(f"  - {f['id']} {f['kind']} ({f['gpu_hours_in_scope']:.1f} GPU-h here): {f['summary']}")
         for e in f["evidence"][:3]:
@@ -210,6 +209,10 @@ def ask_cmd(app: AppContext, question: str, as_json: bool) -> None:
       ipledger ask "how many GPU-hours did tenant climate lose in 2026-W45?"
       ipledger ask "where did the GPU-hours go yesterday?"
       ipledger ask "what happened on rack R3 on 2026-11-04?"
+      ipledger ask "which jobs wasted the most GPU-hours this week?"
+      ipledger ask "how much did cooling cost us this week?"
+      ipledger ask "what was the utilization of R3 on Wednesday?"
+      ipledger ask "why is B2 slow?"
     """
     from .. import agents
     from ..agents.ask import CannotAnswer, answer, parse_question, prepare
@@ -222,8 +225,108 @@ def ask_cmd(app: AppContext, question: str, as_json: bool) -> None:
         raise UserError(str(exc)) from None
     if as_json:
         emit_json(res)
+    elif res["form"] == "rank":
+        click.echo(res["answer"])
+        by = res["by"]
+        click.echo(f"  {by:24s} {'paid':>10s} {'delivered':>10s} {'lost':>10s}  GPU-h")
+        for r in res["ranking"]:
+            click.echo(f"  {r[by]:24s} {r['paid']:10,.1f} {r['delivered']:10,.1f} {r['lost']:10,.1f}")
     else:
         _print_explain(res)
+
+
+@click.command("account")
+@click.option("--day", help="A UTC day: 2026-11-04, today, yesterday.")
+@click.option("--week", help="An ISO week: 2026-W45, this-week, last-week.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def account_cmd(app: AppContext, day: str | None, week: str | None, as_json: bool) -> None:
+    """The daily (or weekly) account: paid, delivered and lost GPU-hours per tenant, totals, and the loss by cause.
+
+    \b
+    Example:
+      ipledger account --day 2026-11-04
+      ipledger account --week 2026-W45 --json
+    """
+    from .. import agents
+    from ..agents.accounting import period_account
+    from ..agents.ask import BadPeriod, parse_period
+
+    if bool(day) == bool(week):
+        raise UserError("give exactly one of --day, --week")
+    ds = agents.load(app.engine())
+    if not len(ds.allocs):
+        raise UserError("the ledger holds no allocations to account for")
+    text = day or week
+    if week and not re.fullmatch(r"\d{4}-[wW]\d{1,2}|this-week|last-week", week.strip()):
+        raise UserError(f"--week: cannot read {week!r} (want 2026-W45, this-week or last-week)")
+    if day and not re.fullmatch(r"\d{4}-\d{2}-\d{2}|today|yesterday", day.strip()):
+        raise UserError(f"--day: cannot read {day!r} (want 2026-11-04, today or yesterday)")
+    try:
+        start, end, label = parse_period(text, ds.start, ds.end)
+    except BadPeriod as exc:
+        raise UserError(str(exc)) from None
+    if end <= ds.start or start >= ds.end:
+        raise UserError(f"the ledger has no data in {label}")
+    res = period_account(ds, agents.run_agents(ds).findings, start, end, label)
+    if as_json:
+        emit_json(res)
+        return
+    click.echo(res["answer"])
+    click.echo(f"  {'tenant':24s} {'paid':>10s} {'delivered':>10s} {'lost':>10s}  GPU-h")
+    for r in res["tenants"]:
+        click.echo(f"  {str(r['tenant']):24s} {r['paid']:10,.1f} {r['delivered']:10,.1f} {r['lost']:10,.1f}")
+    t = res["total"]
+    click.echo(f"  {'total':24s} {t['paid']:10,.1f} {t['delivered']:10,.1f} {t['lost']:10,.1f}")
+    click.echo("  lost by cause:")
+    for ln in res["table"]["lines"]:
+        click.echo(f"    {ln['cause']:32s} {ln['gpu_hours']:10,.1f} GPU-h")
+
+
+@click.group("report")
+def report_group() -> None:
+    """Written reports built from the ledger."""
+
+
+@report_group.command("analysis")
+@click.option("--period", default="all", show_default=True,
+              help="2026-W45, 2026-11-03, 2026-11, 2026-11-02..2026-11-05, this-week, last-week, today, yesterday.")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="The PDF to write.")
+@click.option("--json", "as_json", is_flag=True, help="Also print the analysis JSON the PDF was made from.")
+@pass_app
+def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool) -> None:
+    """The written analysis (PDF) of a period of the ledger: its account, findings and recommendations.
+
+    \b
+    Example:
+      ipledger report analysis --period 2026-W45 --out analysis-w45.pdf
+    """
+    from .. import agents
+    from ..agents.ask import BadPeriod, parse_period
+    from ..agents.pathb import PathBError
+
+    ds = agents.load(app.engine())
+    if not len(ds.allocs) and not len(ds.samples):
+        raise UserError("the ledger holds no allocations or telemetry to analyse")
+    try:
+        start, end, label = parse_period(period, ds.start, ds.end)
+    except BadPeriod as exc:
+        raise UserError(str(exc)) from None
+    if end <= ds.start or start >= ds.end:
+        raise UserError(f"the ledger has no data in {label}")
+    doc = agents.period_analysis(ds, agents.run_agents(ds), start, end, label)
+    try:
+        from reports import pathb
+    except ImportError:
+        raise UserError("PDF output needs reports.pathb, which this installation lacks") from None
+    try:
+        pathb.render(doc, Path(out))
+    except (OSError, PathBError) as exc:
+        raise UserError(f"{out}: {exc}") from None
+    if as_json:
+        emit_json(doc)
+    else:
+        click.echo(f"written analysis of {label}: {out}")
 
 
 @click.command("analyze")
@@ -293,5 +396,5 @@ def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str |
 
 
 def register(cli: click.Group) -> None:
-    for cmd in (findings_cmd, finding_group, explain_cmd, ask_cmd, analyze_cmd):
+    for cmd in (findings_cmd, finding_group, explain_cmd, ask_cmd, account_cmd, analyze_cmd, report_group):
         cli.add_command(cmd)

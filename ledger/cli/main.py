@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "ledger.cli.collect",
     "ledger.cli.export",
     "ledger.cli.mark",
+    "ledger.cli.proofs",
 ]
 
 # Which module provides each top-level command, so that `ipledger verify` does not pay for importing pandas,
@@ -33,11 +34,13 @@ COMMAND_HOMES = {
     "adjust": "ledger.cli.adjust", "resolve": "ledger.cli.adjust",
     "demo": "ledger.cli.demo",
     "findings": "ledger.cli.agents", "finding": "ledger.cli.agents", "explain": "ledger.cli.agents",
-    "ask": "ledger.cli.agents", "analyze": "ledger.cli.agents",
+    "ask": "ledger.cli.agents", "account": "ledger.cli.agents", "analyze": "ledger.cli.agents",
+    "report": "ledger.cli.agents",
     "import": "ledger.cli.importers", "pathb-command": "ledger.cli.importers",
     "collect": "ledger.cli.collect",
     "export": "ledger.cli.export",
     "mark": "ledger.cli.mark",
+    "keygen": "ledger.cli.proofs", "checkpoint": "ledger.cli.proofs", "consistency": "ledger.cli.proofs",
 }
 
 

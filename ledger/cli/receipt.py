@@ -26,9 +26,14 @@ from .context import RUN, SEQ, AppContext, UserError, emit_json, pass_app
               help="Price under this contract id (default: latest applicable contract_version).")
 @click.option("--verify", "verify", is_flag=True, help="Recompute the issued receipt and compare hashes.")
 @click.option("--issue", "issue", is_flag=True, help="Record a receipt_issued entry (a re-issue says what changed).")
+@click.option("--proof", "proof", is_flag=True,
+              help="Write a proof bundle (with --head and --out) that ipledger-verify checks offline.")
+@click.option("--head", "head_path", type=click.Path(dir_okay=False), default=None,
+              help="With --proof: the signed tree head (ipledger checkpoint) the bundle is made under.")
 @pass_app
 def receipt_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | None, fmt: str, as_json: bool,
-                out: str | None, as_of: int | None, contract_id: str | None, verify: bool, issue: bool) -> None:
+                out: str | None, as_of: int | None, contract_id: str | None, verify: bool, issue: bool,
+                proof: bool, head_path: str | None) -> None:
     """Print the receipt of one job run: where every paid GPU-hour went, priced under the contract.
 
     \b
@@ -38,7 +43,11 @@ def receipt_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | No
       ipledger receipt 4242 --format pdf --out receipt-4242.pdf
       ipledger receipt 4242 --issue
       ipledger receipt 4242 --verify
+      ipledger receipt 4242 --proof --head head.json --out bundle.json
     """
+    if proof:
+        _proof_bundle(app, job_id, run, cluster, head_path, out, (as_of, contract_id, verify, issue))
+        return
     if as_json:
         fmt = "json"
     if fmt == "pdf" and (not out or out == "-"):
@@ -149,6 +158,28 @@ def issue_cmd(app: AppContext, month: str | None, all_runs: bool, include_open: 
                    f"{len(res.failed)} failed")
     if res.failed:
         raise SystemExit(1)
+
+
+def _proof_bundle(app: AppContext, job_id: str, run: int | None, cluster: str | None, head_path: str | None,
+                  out: str | None, others: tuple) -> None:
+    from ..heads import HeadError, read_head
+    from ..merkle import TreeError
+    from ..proofcheck import Failure
+    from ..proofs import build_bundle, write_bundle
+
+    if not head_path or not out:
+        raise UserError("--proof needs --head HEAD.json and --out BUNDLE.json")
+    if any(o not in (None, False) for o in others):
+        raise UserError("--proof cannot be combined with --as-of, --contract, --verify or --issue "
+                        "(the bundle is the receipt as the ledger stood at the signed head)")
+    try:
+        bundle = build_bundle(app.engine(), job_id, run, read_head(head_path), cluster=cluster,
+                              sku_table=sku_table_for(app))
+    except (ReceiptError, HeadError, Failure, TreeError) as exc:
+        raise UserError(str(exc)) from None
+    write_bundle(bundle, out)
+    click.echo(f"wrote {out}: receipt {bundle['receipt']['receipt_hash']}, {len(bundle['entries'])} entries "
+               f"under the head of {bundle['head']['tree_size']} entries")
 
 
 def register(cli: click.Group) -> None:

@@ -12,6 +12,7 @@ from functools import partial
 from sqlalchemy.engine import Engine
 
 from ..entries import Entry, Kind
+from ..heads import check_tree
 from ..site import Site
 from ..store import iter_entries
 from ..telemetry.store import check_segment_digests
@@ -64,6 +65,7 @@ def check_issued_receipts(engine: Engine, report: VerifyReport, site: Site | Non
 
 
 def verify_checks(site: Site | None = None) -> tuple[ExtraCheck, ...]:
-    """The checks ``ipledger verify`` runs after the chain: telemetry evidence, then issued receipts replayed
-    under ``site``'s SKU table (None: the built-in table, for a ledger with no site overrides)."""
-    return (check_segment_digests, partial(check_issued_receipts, site=site))
+    """The checks ``ipledger verify`` runs after the chain: telemetry evidence, issued receipts replayed under
+    ``site``'s SKU table (None: the built-in table, for a ledger with no site overrides), then the Merkle tree
+    and the signed heads recorded in the ledger."""
+    return (check_segment_digests, partial(check_issued_receipts, site=site), check_tree)

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
+from .. import heads
 from ..canonical import now_ts, ts_to_epoch
 from ..entries import ChainedEntry, Entry, Kind, make_entry
 from ..fsmodes import RECEIPTS_DIR, RECEIPTS_FILE, make_dirs, open_subdir, write_beside
@@ -76,7 +77,8 @@ def describe_changes(old: Mapping, new: Mapping) -> list[str]:
     return lines
 
 
-def receipt_issued_entry(r: Receipt, previous: ChainedEntry | None, changes: list[str]) -> Entry:
+def receipt_issued_entry(r: Receipt, previous: ChainedEntry | None, changes: list[str],
+                         tree_head: dict | None = None) -> Entry:
     b = r.body
     payload = {"receipt_hash": b["receipt_hash"], "through_seq": b["ledger"]["through_seq"],
                "head_hash": b["ledger"]["head_hash"],
@@ -88,6 +90,8 @@ def receipt_issued_entry(r: Receipt, previous: ChainedEntry | None, changes: lis
                                                           "receipt_hash": previous.entry.data.get("receipt_hash")},
                "changes": changes,
                "issued_at": now_ts(),
+               # The Merkle tree at the receipt's cut and the newest signed head (docs/proofs.md).
+               "tree_head": tree_head,
                # The receipt itself travels with the entry, so readers (monthly export) need not recompute.
                "receipt": dict(b)}
     job = b["job"]
@@ -113,7 +117,9 @@ def issue_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluste
             changes = describe_changes(replay(engine, previous, sku_table, workers).body, receipt.body)
         except ReceiptError as exc:  # pragma: no cover - the previous inputs are still in the ledger
             changes = [f"previous receipt could not be replayed: {exc}"]
-    entry = receipt_issued_entry(receipt, previous, changes)
+    with engine.connect() as conn:
+        tree_head = heads.tree_head_at(conn, receipt.body["ledger"]["through_seq"])
+    entry = receipt_issued_entry(receipt, previous, changes, tree_head)
     with write_tx(engine) as conn:
         # Look again under the chain lock: another shipper may have issued this very receipt since the read
         # above, and two issues of one receipt differ only in issued_at, so the ledger would keep both.

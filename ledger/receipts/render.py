@@ -69,6 +69,14 @@ def progress_lines(body: dict) -> list[str]:
     return out
 
 
+def rounding_cents(body: dict) -> float:
+    """What the cost column's lines (each rounded to the cent once) miss of Paid (rounded once from the exact
+    total): shown as its own line so the column adds up to the Paid it heads."""
+    cost = body["cost"]
+    lines = sum(round(cost["by_bucket"][key], 2) for key, _ in LINE_ORDER)
+    return round(cost["paid"] - lines, 2)
+
+
 def text_lines(r: Receipt) -> list[str]:
     b = r.body
     j, c, cost = b["job"], b["contract"], b["cost"]
@@ -88,6 +96,8 @@ def text_lines(r: Receipt) -> list[str]:
     ]
     for key, label in LINE_ORDER:
         out.append(f"{label:<28}{hours_str(line_hours(b, key)):>16}{money_str(cost['by_bucket'][key]):>16}")
+    if rounding_cents(b):
+        out.append(f"{'Rounding (cents)':<28}{'':>16}{money_str(rounding_cents(b)):>16}")
     out += [
         "-" * 60,
         f"{'Paid':<28}{hours_str(b['gpu_hours']['paid']):>16}{money_str(cost['paid']):>16}",
@@ -196,6 +206,8 @@ def render_pdf(receipts: Sequence[Receipt], path: str | Path) -> Path:
         c.drawRightString(430, y, f"Cost {cost['currency']}")
         c.setFont("Helvetica", 8.5)
         rows = [(label, hours_str(line_hours(b, key)), money_str(cost["by_bucket"][key])) for key, label in LINE_ORDER]
+        if rounding_cents(b):
+            rows.append(("Rounding (cents)", "", money_str(rounding_cents(b))))
         rows += [("Paid", hours_str(b["gpu_hours"]["paid"]), money_str(cost["paid"])),
                  ("Suspended (beside)", hours_str(b["gpu_hours"]["suspended"]), ""),
                  ("Delivered value", "", money_str(cost["delivered"])),

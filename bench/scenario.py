@@ -1,0 +1,354 @@
+"""An independent fault generator: a 24-hour dcgm-exporter export of a small GPU hall with physically modelled
+faults, and the truth computed from the injected parameters (``python -m bench.scenario --seed 3 --out DIR``).
+
+Nothing here comes from ``ledger.method`` or ``ledger.agents`` (a test checks the imports): the demo hall's truth
+is computed with the method's own bucket formulas, so scoring the agents against it cannot show that the method is
+right. Here each device follows a small physical model instead:
+
+- power  ``P = P_IDLE + P_DYN * activity * f**2`` with ``f`` the SM clock as a fraction of the 1,980 MHz maximum
+  (H100 SXM datasheet); a power limit below the demand lowers ``f`` until ``P`` meets it (reason bit 0x4);
+- temperature ``T = inlet + r * P``, with ``r`` the device's thermal resistance (°C/W); above the slowdown
+  temperature the clock drops until ``T`` meets it (reason bit 0x20). A cooling failure raises the node's inlet and
+  its ``r`` (lost airflow);
+- stalls (a data loader, checkpoints) drop activity to ~0 while the process stays resident (framebuffer used);
+- silicon drift lowers the clock a device sustains under load, with no reason bit;
+- a correctable-ECC counter whose rate grows exponentially within hours;
+- an XID 79 ("fallen off the bus"): the job dies, the device stops reporting for hours;
+- a collector outage: a node reports nothing for a while, its jobs still running;
+- an idle-held device: one GPU of a 4-GPU job with no process for hours.
+
+Placement (which node, device, job and hour) is drawn per seed; healthy devices beside them carry their own noise
+(a few 4x noisier than the rest, a steady trickle of correctable ECC errors on some). The truth of each fault is
+the GPU-hours the injected parameters cost: Σ activity × (1 − f) × dt for clock losses, stalled / idle / silent
+device-time for the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+F_MAX_MHZ = 1980.0          # H100 SXM max SM clock (nvidia-smi -q "Max Clocks SM")
+P_IDLE, P_DYN = 70.0, 580.0  # W: an H100 SXM idles near 70 W and draws up to its 700 W limit flat out
+T_SLOWDOWN = 85.0           # °C where the driver starts pulling clocks (GPU slowdown temperature, H100 class)
+MODEL = "NVIDIA H100 80GB HBM3"
+T0 = 1_793_577_600.0        # 2026-11-02 00:00 UTC
+HOUR = 3600.0
+BIT_POWER, BIT_THERMAL = 0x4, 0x20
+
+
+@dataclass
+class Fault:
+    """One injected fault: what, where, when, and its true cost in GPU-hours."""
+
+    cause: str                  # cooling | power_cap | idle_held | starved | drift | ecc | xid | collector_outage
+    node: str
+    start: float
+    end: float
+    gpu_hours: float = 0.0
+    device: str | None = None   # UUID, for device-scale faults
+    job: str | None = None
+    devices: tuple[str, ...] = ()   # every device the fault touches (for "healthy device" scoring)
+    params: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"cause": self.cause, "node": self.node, "device": self.device, "job": self.job,
+                "start": self.start, "end": self.end, "gpu_hours": round(self.gpu_hours, 4),
+                "devices": list(self.devices), "params": self.params}
+
+
+@dataclass
+class Scenario:
+    """The generated hall: per-device arrays (devices × steps), job labels, presence, and the faults."""
+
+    seed: int
+    t: np.ndarray
+    cadence: float
+    nodes: list[str]
+    uuids: list[str]
+    node_of: list[str]
+    arrays: dict[str, np.ndarray]
+    job: np.ndarray             # job index per (device, step), -1 = unallocated
+    job_names: list[str]
+    present: np.ndarray         # bool (device, step): a sample was scraped
+    faults: list[Fault]
+    jobs: dict[str, tuple[str, ...]] = field(default_factory=dict)   # job name -> its devices
+
+    def truth(self) -> dict:
+        return {"seed": self.seed, "start": float(self.t[0]), "end": float(self.t[-1] + self.cadence),
+                "cadence": self.cadence, "devices": dict(zip(self.uuids, self.node_of)),
+                "jobs": {j: list(d) for j, d in self.jobs.items()}, "faults": [f.to_json() for f in self.faults]}
+
+
+def _lanes(rng: np.random.Generator, steps: int, cadence: float, protect: list[tuple[int, int]],
+           min_h: float = 4.0, max_h: float = 11.0) -> list[tuple[int, int]]:
+    """Job intervals (start, end steps) on one lane: random lengths and short gaps, no boundary inside ``protect``."""
+    out, k = [], int(rng.uniform(0, 15 * 60) / cadence)
+    while k < steps - int(HOUR / cadence):
+        end = k + int(rng.uniform(min_h, max_h) * HOUR / cadence)
+        for a, b in protect:
+            if a - int(1800 / cadence) <= end <= b + int(1800 / cadence):
+                end = b + int(rng.uniform(0.6, 2.0) * HOUR / cadence)
+        end = min(end, steps)
+        out.append((k, end))
+        k = end + int(rng.uniform(3, 20) * 60 / cadence)
+    return out
+
+
+def _window(rng: np.random.Generator, steps: int, cadence: float, lo_h: float, hi_h: float,
+            earliest_h: float = 2.0) -> tuple[int, int]:
+    dur = int(rng.uniform(lo_h, hi_h) * HOUR / cadence)
+    a = int(rng.uniform(earliest_h * HOUR / cadence, steps - dur - int(2 * HOUR / cadence)))
+    return a, a + dur
+
+
+def generate(seed: int, nodes: int = 8, gpus: int = 8, hours: float = 24.0, cadence: float = 30.0) -> Scenario:
+    rng = np.random.default_rng(seed)
+    steps = int(hours * HOUR / cadence)
+    t = T0 + np.arange(steps) * cadence
+    node_names = [f"gpu-{rng.integers(100, 999)}-{i:02d}" for i in range(nodes)]
+    n = nodes * gpus
+    uuids = [f"GPU-{rng.integers(0, 2**32):08x}-{i:04x}-4{rng.integers(0, 4096):03x}-a000-{rng.integers(0, 2**48):012x}"
+             for i in range(n)]
+    node_of = [node_names[i // gpus] for i in range(n)]
+    dev_of_node = {nd: list(range(k * gpus, (k + 1) * gpus)) for k, nd in enumerate(node_names)}
+
+    # --- placement, drawn per seed: each node-scale or job-scale fault on its own node --------------------------
+    order = list(rng.permutation(nodes))
+    place = {c: node_names[order[i % nodes]] for i, c in enumerate(
+        ["cooling", "collector_outage", "starved_loader", "starved_checkpoint", "power_cap", "idle_held",
+         "drift", "ecc"])}
+    place["xid"] = place["ecc"]     # a different device of that node (an ECC counter runs on, loaded or not)
+    win = {"cooling": _window(rng, steps, cadence, 5, 9), "collector_outage": _window(rng, steps, cadence, 0.5, 1.5),
+           "power_cap": _window(rng, steps, cadence, 8, 13, 1.0), "idle_held": _window(rng, steps, cadence, 3, 5),
+           "xid": _window(rng, steps, cadence, 6, 10, 4.0), "drift": _window(rng, steps, cadence, 9, 12, 8.0),
+           "ecc": _window(rng, steps, cadence, 6, 9, 8.0)}
+
+    # --- schedule: per node one lane of 8-GPU jobs or two lanes of 4-GPU jobs ----------------------------------
+    job = np.full((n, steps), -1, dtype=np.int32)
+    job_names: list[str] = []
+    jobs: dict[str, tuple[str, ...]] = {}
+    lane_jobs: dict[tuple[str, int], list[int]] = {}
+    xid_dev = dev_of_node[place["xid"]][int(rng.integers(0, gpus))]
+    for nd in node_names:
+        two = nd == place["idle_held"] or (nd != place["xid"] and rng.random() < 0.4)
+        lanes = [dev_of_node[nd][:gpus // 2], dev_of_node[nd][gpus // 2:]] if two else [dev_of_node[nd]]
+        protect = [win[c] for c in win if place.get(c) == nd and c not in ("xid",)]
+        for li, devs in enumerate(lanes):
+            prot = list(protect)
+            if nd == place["xid"]:
+                prot = [p for p in prot] + [(win["xid"][0] - int(2 * HOUR / cadence), win["xid"][0])]
+            ivs = _lanes(rng, steps, cadence, prot)
+            for a, b in ivs:
+                if nd == place["xid"] and a < win["xid"][1] and b > win["xid"][0]:
+                    if a >= win["xid"][0]:
+                        continue                          # the lane waits for the lost device to come back
+                    b = win["xid"][0] + 1                  # the job dies with the XID
+                j = len(job_names)
+                name = str(400000 + seed * 1000 + j)
+                job_names.append(name)
+                jobs[name] = tuple(uuids[d] for d in devs)
+                lane_jobs.setdefault((nd, li), []).append(j)
+                job[devs, a:b] = j
+            if nd == place["xid"]:   # after the device returns, jobs resume on the lane
+                k = win["xid"][1] + int(rng.uniform(10, 30) * 60 / cadence)
+                if k < steps - int(HOUR / cadence):
+                    j = len(job_names)
+                    name = str(400000 + seed * 1000 + j)
+                    job_names.append(name)
+                    jobs[name] = tuple(uuids[d] for d in devs)
+                    job[devs, k:] = j
+
+    alloc = job >= 0
+    # --- healthy physics ----------------------------------------------------------------------------------------
+    job_level = rng.uniform(0.55, 0.92, size=max(1, len(job_names)))
+    noise = np.full(n, 0.03)
+    noisy = rng.choice(n, size=3, replace=False)
+    noise[noisy] = 0.12
+    act = np.where(alloc, job_level[np.maximum(job, 0)] + rng.normal(0, 1, (n, steps)) * noise[:, None], 0.0)
+    act = np.where(alloc, np.clip(act, 0.3, 1.0), 0.0)
+    fb = np.where(alloc, rng.uniform(30_000, 70_000, n)[:, None] + rng.normal(0, 200, (n, steps)), 0.0)
+    r_th = rng.normal(0.055, 0.003, n)
+    inlet = np.array([rng.normal(24, 0.7) for _ in node_names])
+    inlet_t = np.repeat(inlet, gpus)[:, None] + 0.8 * np.sin(2 * np.pi * (t - T0) / 86400.0)[None, :]
+    r_t = np.repeat(r_th[:, None], steps, axis=1)
+    f_cap = np.ones((n, steps))               # the clock each device can sustain (drift lowers it)
+    p_limit = np.full((n, steps), 700.0)
+    faults: list[Fault] = []
+    sl = lambda w: slice(w[0], w[1])           # noqa: E731
+
+    # cooling: the node's inlet rises, its airflow drops; in some seeds the same failure hits up to two more
+    # nodes (a rack's row of them), so that "the other nodes at the same hour" are partly hot too
+    others = [x for x in node_names if x != place["cooling"]]
+    cool_nodes = [place["cooling"], *(str(x) for x in rng.choice(others, size=int(rng.integers(0, 3)), replace=False))]
+    cd = [d for nd in cool_nodes for d in dev_of_node[nd]]
+    d_in, d_r = rng.uniform(22, 28), rng.uniform(1.5, 1.8)
+    inlet_t[cd, sl(win["cooling"])] += d_in
+    r_t[cd, sl(win["cooling"])] *= d_r
+    # power cap: one device's limit
+    pc_dev = dev_of_node[place["power_cap"]][int(rng.integers(0, gpus))]
+    limit = rng.uniform(250, 330)   # a board set to well under half its 700 W (nvidia-smi -pl), demand above it
+    p_limit[pc_dev, sl(win["power_cap"])] = limit
+    # drift: the clock a device sustains slides down
+    dr_dev = dev_of_node[place["drift"]][int(rng.integers(0, gpus))]
+    a, b = win["drift"]
+    dmax = rng.uniform(0.06, 0.10)
+    ramp = np.clip((np.arange(steps) - a) / (3 * HOUR / cadence), 0, 1)
+    f_cap[dr_dev, a:] = 1.0 - dmax * ramp[a:]
+    win["drift"] = (a, steps)
+
+    # stalls: a data loader that starves every ~20 minutes, checkpoints every hour
+    stall = np.zeros((n, steps), dtype=bool)
+    for cause, every_min, lo, hi in (("starved_loader", 20, 3, 6), ("starved_checkpoint", 60, 8, 12)):
+        nd = place[cause]
+        cands = [j for (nn, _), js in lane_jobs.items() if nn == nd for j in js]
+        j = max(cands, key=lambda j: int((job == j).sum()))
+        devs = np.nonzero((job == j).any(axis=1))[0]
+        cols = np.nonzero((job[devs[0]] == j))[0]
+        k = cols[0] + int(rng.uniform(5, every_min) * 60 / cadence)
+        while k < cols[-1]:
+            ln = int(rng.uniform(lo, hi) * 60 / cadence)
+            stall[devs, k:min(k + ln, cols[-1] + 1)] = True
+            k += ln + int(rng.normal(every_min, every_min / 10) * 60 / cadence)
+        h = float(stall[devs][:, cols].sum()) * cadence / HOUR
+        name = job_names[j]
+        faults.append(Fault("starved", nd, float(t[cols[0]]), float(t[cols[-1]] + cadence), h, job=name,
+                            devices=jobs[name], params={"kind": cause.split("_")[1], "every_min": every_min}))
+    act = np.where(stall, rng.uniform(0.0, 0.02, (n, steps)), act)
+
+    # idle held: one GPU of a 4-GPU job without a process for hours
+    idl_node = place["idle_held"]
+    a, b = win["idle_held"]
+    cands = [d for d in dev_of_node[idl_node] if job[d, a] >= 0 and job[d, a] == job[d, b - 1]]
+    idle_dev = cands[int(rng.integers(0, len(cands)))] if cands else dev_of_node[idl_node][0]
+    idle = np.zeros((n, steps), dtype=bool)
+    idle[idle_dev, a:b] = alloc[idle_dev, a:b]
+    act = np.where(idle, 0.0, act)
+    fb = np.where(idle, 0.0, fb)
+
+    # --- clocks, power, temperature from the physics -------------------------------------------------------------
+    running = alloc & ~idle
+    f = np.minimum(f_cap, 1.0)
+    demand = P_IDLE + P_DYN * act * f ** 2
+    reasons = np.zeros((n, steps), dtype=np.int64)
+    capped = running & (demand > p_limit)
+    f = np.where(capped, np.sqrt(np.clip((p_limit - P_IDLE) / (P_DYN * np.maximum(act, 1e-6)), 0, 1)), f)
+    reasons |= np.where(capped, BIT_POWER, 0)
+    power = P_IDLE + P_DYN * act * f ** 2
+    temp = inlet_t + r_t * power
+    hot = running & (temp > T_SLOWDOWN)
+    f_hot = np.sqrt(np.clip(((T_SLOWDOWN - inlet_t) / r_t - P_IDLE) / (P_DYN * np.maximum(act, 1e-6)), 0.05, 1))
+    f = np.where(hot, np.minimum(f, f_hot), f)
+    reasons |= np.where(hot, BIT_THERMAL, 0)
+    power = P_IDLE + P_DYN * act * f ** 2
+    temp = inlet_t + r_t * power
+    clock_noise = np.abs(rng.normal(0, 6, (n, steps)))
+    clock = np.where(running, f * F_MAX_MHZ - clock_noise, 345.0)
+    power = power + rng.normal(0, 8, (n, steps))
+    temp = temp + rng.normal(0, 0.6, (n, steps))
+
+    def lost(mask: np.ndarray, ff: np.ndarray) -> float:
+        return float((act * (1 - ff) * mask).sum() * cadence / HOUR)
+
+    pm = np.zeros((n, steps), dtype=bool)
+    pm[pc_dev, sl(win["power_cap"])] = True
+    faults.append(Fault("power_cap", place["power_cap"], float(t[win["power_cap"][0]]),
+                        float(t[win["power_cap"][1]]), lost(pm & capped & ~hot, f), device=uuids[pc_dev],
+                        devices=(uuids[pc_dev],), params={"limit_w": round(limit)}))
+    dm = np.zeros((n, steps), dtype=bool)
+    dm[dr_dev, win["drift"][0]:] = True
+    faults.append(Fault("drift", place["drift"], float(t[win["drift"][0]]), float(t[-1] + cadence),
+                        lost(dm & running & ~capped & ~hot, f_cap), device=uuids[dr_dev], devices=(uuids[dr_dev],),
+                        params={"clock_loss": round(dmax, 3)}))
+    faults.append(Fault("idle_held", idl_node, float(t[win["idle_held"][0]]), float(t[win["idle_held"][1]]),
+                        float(idle.sum()) * cadence / HOUR, device=uuids[idle_dev],
+                        job=job_names[job[idle_dev, win["idle_held"][0]]], devices=(uuids[idle_dev],)))
+
+    # --- counters and events ------------------------------------------------------------------------------------
+    base = rng.integers(0, 60, n).astype(float)
+    rate_h = np.where(rng.random(n) < 0.25, rng.uniform(0.5, 2.0, n), rng.uniform(0.0, 0.2, n))  # steady trickles
+    lam = np.repeat(rate_h[:, None] * cadence / HOUR, steps, axis=1)
+    ecc_dev = dev_of_node[place["ecc"]][int(rng.integers(0, gpus))]
+    while ecc_dev == xid_dev:
+        ecc_dev = dev_of_node[place["ecc"]][int(rng.integers(0, gpus))]
+    a, _ = win["ecc"]
+    tau = rng.uniform(1.5, 2.5) * HOUR
+    lam[ecc_dev, a:] += 0.5 * np.exp((t[a:] - t[a]) / tau) * cadence / HOUR
+    lam = np.minimum(lam, 400 * cadence / HOUR)
+    ecc = base[:, None] + np.cumsum(rng.poisson(lam), axis=1)
+    faults.append(Fault("ecc", place["ecc"], float(t[a]), float(t[-1] + cadence), 0.0, device=uuids[ecc_dev],
+                        devices=(uuids[ecc_dev],), params={"doubling_h": round(tau * math.log(2) / HOUR, 2)}))
+    xid = np.zeros((n, steps))
+    present = np.ones((n, steps), dtype=bool)
+    xa, xb = win["xid"]
+    xid[xid_dev, xa] = 79
+    present[xid_dev, xa + 1:xb] = False
+    faults.append(Fault("xid", place["xid"], float(t[xa]), float(t[xb]), (xb - xa - 1) * cadence / HOUR,
+                        device=uuids[xid_dev], devices=(uuids[xid_dev],), params={"xid": 79}))
+    oa, ob = win["collector_outage"]
+    on = dev_of_node[place["collector_outage"]]
+    present[on, oa:ob] = False
+    faults.append(Fault("collector_outage", place["collector_outage"], float(t[oa]), float(t[ob]),
+                        float(alloc[on, oa:ob].sum()) * cadence / HOUR, devices=tuple(uuids[d] for d in on)))
+
+    for nd in cool_nodes:   # what was observed of it: a sample the collector lost is unknown, not cooling
+        wmask = np.zeros((n, steps), dtype=bool)
+        wmask[dev_of_node[nd], sl(win["cooling"])] = True
+        faults.append(Fault("cooling", nd, float(t[win["cooling"][0]]), float(t[win["cooling"][1]]),
+                            lost(wmask & hot & present, f), devices=tuple(uuids[d] for d in dev_of_node[nd]),
+                            params={"inlet_rise_c": round(d_in, 1), "thermal_resistance_factor": round(d_r, 2),
+                                    "nodes_hit": len(cool_nodes)}))
+    arrays = {"act": act, "clock": clock, "power": power, "temp": temp, "reasons": reasons.astype(float),
+              "fb": fb, "ecc": ecc, "xid": xid}
+    return Scenario(seed, t, cadence, node_names, uuids, node_of, arrays, job, job_names, present, faults, jobs)
+
+
+METRICS = (("DCGM_FI_PROF_SM_ACTIVE", "act", "{:.4f}"), ("DCGM_FI_DEV_SM_CLOCK", "clock", "{:.0f}"),
+           ("DCGM_FI_DEV_POWER_USAGE", "power", "{:.2f}"), ("DCGM_FI_DEV_GPU_TEMP", "temp", "{:.0f}"),
+           ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "reasons", "{:.0f}"), ("DCGM_FI_DEV_FB_USED", "fb", "{:.0f}"),
+           ("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "ecc", "{:.0f}"), ("DCGM_FI_DEV_XID_ERRORS", "xid", "{:.0f}"))
+
+
+def write_export(sc: Scenario, path: Path) -> Path:
+    """A Prometheus ``/api/v1/query_range`` matrix as dcgm-exporter with ``hpc_job`` labels would give it: one
+    series per device, metric and job (and one for the device's unallocated time)."""
+    result = []
+    for i, uuid in enumerate(sc.uuids):
+        base = {"gpu": str(i % 8), "UUID": uuid, "device": f"nvidia{i % 8}", "modelName": MODEL,
+                "Hostname": sc.node_of[i], "job": "dcgm-exporter", "instance": f"{sc.node_of[i]}:9400"}
+        jrow = sc.job[i]
+        for jid in np.unique(jrow):
+            sel = (jrow == jid) & sc.present[i]
+            if not sel.any():
+                continue
+            labels = dict(base, hpc_job=sc.job_names[jid]) if jid >= 0 else base
+            ts = sc.t[sel].tolist()
+            for name, key, fmt in METRICS:
+                vals = sc.arrays[key][i, sel].tolist()
+                result.append({"metric": {"__name__": name, **labels},
+                               "values": [[tt, fmt.format(v)] for tt, v in zip(ts, vals)]})
+    path.write_text(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}},
+                               separators=(",", ":")) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, required=True, help="directory for export.json and truth.json")
+    a = ap.parse_args(argv)
+    a.out.mkdir(parents=True, exist_ok=True)
+    sc = generate(a.seed)
+    write_export(sc, a.out / "export.json")
+    (a.out / "truth.json").write_text(json.dumps(sc.truth(), indent=1) + "\n")
+    print(f"{a.out / 'export.json'}: {len(sc.uuids)} GPUs, {len(sc.faults)} faults")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1166 @@
+"""Offline verifier of ipledger proofs: a tenant checks a receipt without the operator's database.
+
+One file, the standard library and ``cryptography`` only, so a tenant can copy it alone into any Python 3.11+
+environment (docs/proofs.md)::
+
+    python proofcheck.py bundle.json --pubkey site.pub              # a receipt bundle
+    python proofcheck.py --consistency c.json --pubkey site.pub     # two signed tree heads of one log
+
+A bundle is checked in this order, and the first thing that fails is named (exit status 1):
+
+1. the bundle is in its one canonical spelling (so no byte of it can change unnoticed);
+2. the signed tree head verifies under the public key the tenant holds, and names that key's log;
+3. every bundled entry is included in that tree (RFC 9162 inclusion proof from its leaf hash);
+4. every bundled block of samples hashes to the digest its (included) telemetry segment entry sealed;
+5. the receipt recomputed from those entries and samples with the reference implementation of the method
+   below is exactly the bundled receipt, and its hash is printed.
+
+The ledger itself uses the hashing, proof and signature functions of this module (``ledger.merkle``), so the
+operator's and the tenant's code cannot drift apart; the reference method is deliberately a second,
+plain-Python implementation of docs/method.md (no numpy), and tests compare it with the ledger's.
+This module never imports ``ledger``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import math
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+BUNDLE_FORMAT = "ipledger-proof-bundle/1"
+CONSISTENCY_FORMAT = "ipledger-consistency/1"
+HEAD_FORMAT = "ipledger-tree-head/1"
+HEAD_DOMAIN = b"ipledger-tree-head-v1\n"  # signed bytes = this prefix + canonical JSON of the four head fields
+HEAD_FIELDS = ("log_id", "root_hash", "timestamp", "tree_size")
+HASH_DOMAIN = "ipledger-entry-hash-v1"
+
+
+class Failure(Exception):
+    """A check that did not hold; its text names what failed."""
+
+
+# --- canonical JSON (the one byte form every hash is taken over; same as ledger/canonical.py) ----------------
+
+_ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
+def canonical_json(obj: Any) -> str:
+    return _ENCODE(obj)
+
+
+def sha256_hex(data: str | bytes) -> str:
+    return hashlib.sha256(data.encode("utf-8") if isinstance(data, str) else data).hexdigest()
+
+
+# --- RFC 9162 Merkle tree hashing and proofs -----------------------------------------------------------------
+
+def leaf_hash(data: bytes) -> bytes:
+    """RFC 9162 §2.1.1: SHA-256(0x00 || leaf bytes)."""
+    return hashlib.sha256(b"\x00" + data).digest()
+
+
+def node_hash(left: bytes, right: bytes) -> bytes:
+    """RFC 9162 §2.1.1: SHA-256(0x01 || left || right)."""
+    return hashlib.sha256(b"\x01" + left + right).digest()
+
+
+def root_from_inclusion(index: int, size: int, leaf: bytes, path: Sequence[bytes]) -> bytes:
+    """RFC 9162 §2.1.3.2: the root an inclusion proof leads to (raises Failure on a malformed proof)."""
+    if not 0 <= index < size:
+        raise Failure(f"leaf index {index} is outside a tree of size {size}")
+    fn, sn, r = index, size - 1, leaf
+    for p in path:
+        if sn == 0:
+            raise Failure("inclusion proof is longer than the tree is deep")
+        if fn & 1 or fn == sn:
+            r = node_hash(p, r)
+            while not fn & 1 and fn != 0:
+                fn >>= 1
+                sn >>= 1
+        else:
+            r = node_hash(r, p)
+        fn >>= 1
+        sn >>= 1
+    if sn != 0:
+        raise Failure("inclusion proof is shorter than the tree is deep")
+    return r
+
+
+def check_consistency(old_size: int, new_size: int, old_root: bytes, new_root: bytes,
+                      proof: Sequence[bytes]) -> None:
+    """RFC 9162 §2.1.4.2: the tree of ``new_size`` extends the tree of ``old_size`` (raises Failure)."""
+    if old_size > new_size:
+        raise Failure(f"old tree size {old_size} is larger than new tree size {new_size}")
+    if old_size == new_size:
+        if proof or old_root != new_root:
+            raise Failure("two heads of the same size with different roots: the log forked")
+        return
+    if old_size == 0:
+        return  # every tree extends the empty one
+    if not proof:
+        raise Failure("empty consistency proof")
+    path = list(proof)
+    if old_size & (old_size - 1) == 0:
+        path.insert(0, old_root)
+    fn, sn = old_size - 1, new_size - 1
+    while fn & 1:
+        fn >>= 1
+        sn >>= 1
+    fr = sr = path[0]
+    for c in path[1:]:
+        if sn == 0:
+            raise Failure("consistency proof is longer than the tree is deep")
+        if fn & 1 or fn == sn:
+            fr = node_hash(c, fr)
+            sr = node_hash(c, sr)
+            while not fn & 1 and fn != 0:
+                fn >>= 1
+                sn >>= 1
+        else:
+            sr = node_hash(sr, c)
+        fn >>= 1
+        sn >>= 1
+    if sn != 0:
+        raise Failure("consistency proof is shorter than the tree is deep")
+    if fr != old_root:
+        raise Failure(f"the old head's root does not follow from the proof: entries at or before "
+                      f"{old_size} were removed or rewritten")
+    if sr != new_root:
+        raise Failure("the new head's root does not follow from the proof")
+
+
+def _hex32(value: Any, where: str) -> bytes:
+    if not isinstance(value, str) or len(value) != 64 or value != value.lower():
+        raise Failure(f"{where}: expected 64 lowercase hex digits")
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        raise Failure(f"{where}: expected 64 lowercase hex digits") from None
+
+
+# --- signed tree heads ---------------------------------------------------------------------------------------
+
+def head_message(head: Mapping[str, Any]) -> bytes:
+    """The bytes a tree head's signature is over."""
+    return HEAD_DOMAIN + canonical_json({k: head[k] for k in HEAD_FIELDS}).encode("utf-8")
+
+
+def log_id_of(public_key: Any) -> str:
+    """A log's id: SHA-256 of its public key's raw 32 bytes (Ed25519), hex."""
+    from cryptography.hazmat.primitives import serialization
+
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return sha256_hex(raw)
+
+
+def load_public_key(pem: bytes, where: str = "public key") -> Any:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+    try:
+        key = load_pem_public_key(pem)
+    except ValueError as exc:
+        raise Failure(f"{where}: not a PEM public key ({exc})") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise Failure(f"{where}: not an Ed25519 public key")
+    return key
+
+
+def check_head(head: Any, public_key: Any, where: str = "head") -> tuple[int, bytes]:
+    """A signed tree head's (tree_size, root) once its shape, log id and signature hold."""
+    from cryptography.exceptions import InvalidSignature
+
+    if not isinstance(head, dict):
+        raise Failure(f"{where}: not a JSON object")
+    want = {"format", "algorithm", "signature", *HEAD_FIELDS}
+    if set(head) != want:
+        raise Failure(f"{where}: fields {sorted(head)} are not the head's fields {sorted(want)}")
+    if head["format"] != HEAD_FORMAT or head["algorithm"] != "ed25519":
+        raise Failure(f"{where}: format {head['format']!r} / algorithm {head['algorithm']!r} not understood")
+    size = head["tree_size"]
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise Failure(f"{where}.tree_size: expected a whole number")
+    root = _hex32(head["root_hash"], f"{where}.root_hash")
+    if not isinstance(head["timestamp"], str):
+        raise Failure(f"{where}.timestamp: expected RFC 3339 text")
+    if head["log_id"] != log_id_of(public_key):
+        raise Failure(f"{where}.log_id: the head is of log {head['log_id']}, not of the public key given "
+                      f"({log_id_of(public_key)})")
+    try:
+        sig = base64.b64decode(head["signature"], validate=True)
+    except (ValueError, TypeError):
+        raise Failure(f"{where}.signature: not base64") from None
+    if not isinstance(head["signature"], str) or base64.b64encode(sig).decode() != head["signature"]:
+        raise Failure(f"{where}.signature: not in canonical base64")
+    try:
+        public_key.verify(sig, head_message(head))
+    except InvalidSignature:
+        raise Failure(f"{where}: the signature does not verify under the public key") from None
+    return size, root
+
+
+# --- bundled entries -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Entry:
+    """A ledger entry as its leaf bytes spell it (the ledger's canonical chain encoding)."""
+
+    seq: int
+    entry_id: str
+    kind: str
+    ts: str
+    ts_end: str | None
+    recorded_at: str | None
+    cluster: str | None
+    job_id: str | None
+    run: int | None
+    node: str | None
+    device: str | None
+    payload: str
+    source: str
+    source_version: str
+    prev_hash: str
+    hash: str
+
+    @property
+    def data(self) -> dict:
+        return json.loads(self.payload)
+
+
+def parse_leaf(text: str, where: str) -> Entry:
+    """An entry from its leaf text, once the text is the canonical encoding of a well-formed entry whose
+    entry_id is the one its content gives."""
+    try:
+        f = json.loads(text)
+    except ValueError:
+        raise Failure(f"{where}: leaf is not JSON") from None
+    if not isinstance(f, list) or len(f) != 16 or f[0] != HASH_DOMAIN:
+        raise Failure(f"{where}: leaf is not an ipledger entry encoding")
+    if canonical_json(f) != text:
+        raise Failure(f"{where}: leaf is not in canonical form")
+    _, seq, eid, kind, ts, ts_end, rec, cluster, job_id, run, node, device, payload, source, sv, prev = f
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1 or not isinstance(payload, str):
+        raise Failure(f"{where}: leaf has no valid seq or payload")
+    ident = ["ipledger-entry-id-v1", kind, ts, ts_end, cluster, job_id, run, node, device, payload, source]
+    if "e" + sha256_hex(canonical_json(ident))[:39] != eid:
+        raise Failure(f"{where}: entry_id {eid} does not match the entry's content")
+    return Entry(seq, eid, kind, ts, ts_end, rec, cluster, job_id, run, node, device, payload, source, sv, prev,
+                 sha256_hex(text))
+
+
+# --- the reference method: "ipledger-attribution" 1.0.0, receipt 1.0 (docs/method.md, docs/receipts.md) ------
+# Plain Python over the same IEEE-754 doubles, in the same order of operations as the ledger's vectorised
+# implementation, so every integer (nanohour) comes out identical.
+
+METHOD_NAME, METHOD_VERSION, RECEIPT_VERSION = "ipledger-attribution", "1.0.0", "1.0"
+NH_PER_SECOND = 1e9 / 3600.0
+ACTIVE_MIN, RESIDENT_FB_MIB = 0.05, 512.0
+THROTTLE_REASONS = ("thermal", "power_cap", "hw_slowdown", "sync_boost", "other")
+BUCKETS = ("delivered", *(f"throttled.{r}" for r in THROTTLE_REASONS), "underutilized", "starved",
+           "idle_held", "unknown")
+B_DELIVERED, B_UNDER, B_STARVED, B_IDLE, B_UNKNOWN = 0, 6, 7, 8, 9
+B_THROTTLED = {r: 1 + i for i, r in enumerate(THROTTLE_REASONS)}
+REASON_BITS = (("thermal", 0x20 | 0x40), ("hw_slowdown", 0x8 | 0x80), ("power_cap", 0x4), ("sync_boost", 0x10))
+SAMPLE_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "sm_occupancy", "tensor_active",
+                  "dram_active", "gpu_util", "mem_copy_util", "sm_clock_mhz", "mem_clock_mhz", "power_w",
+                  "gpu_temp_c", "mem_temp_c", "energy_j", "ecc_sbe_volatile", "ecc_dbe_volatile",
+                  "ecc_sbe_aggregate", "ecc_dbe_aggregate", "row_remap_pending", "row_remap_failure", "xid",
+                  "fb_used_mib", "compute_procs")
+# The method's SKU ratings (ledger/method/skus.toml): key -> (rated SM clock MHz, TDP W, match patterns).
+SKUS: dict[str, tuple[float, float, tuple[str, ...]]] = {
+    "A100-SXM4-40GB": (1410.0, 400.0, ("A100-SXM4-40GB", "A100 SXM4 40GB", "A100-SXM-40GB")),
+    "A100-SXM4-80GB": (1410.0, 400.0, ("A100-SXM4-80GB", "A100 SXM4 80GB", "A100-SXM-80GB", "A100 80GB")),
+    "H100-SXM5-80GB": (1980.0, 700.0, ("H100 80GB HBM3", "H100-SXM5", "H100 SXM5", "H100 SXM", "H100-SXM")),
+    "H100-PCIE-80GB": (1755.0, 350.0, ("H100 PCIe", "H100-PCIE", "H100 NVL")),
+    "H200-141GB": (1980.0, 700.0, ("H200",)),
+    "B200-180GB": (1965.0, 1000.0, ("B200",)),
+    "GB200": (2062.0, 1200.0, ("GB200",)),
+    "L40S": (2520.0, 350.0, ("L40S",)),
+    "MI250X": (1700.0, 560.0, ("MI250X",)),
+    "MI300X": (2100.0, 750.0, ("MI300X",)),
+    "MI325X": (2100.0, 1000.0, ("MI325X",)),
+}
+
+
+def to_epoch(ts: str) -> float:
+    s = ts.strip()
+    if s.endswith(("Z", "z")):
+        s = s[:-1] + "+00:00"
+    value = datetime.fromisoformat(s)
+    if value.tzinfo is None:
+        raise Failure(f"timestamp without a timezone: {ts!r}")
+    return value.astimezone(timezone.utc).timestamp()
+
+
+def format_ts(epoch: float) -> str:
+    value = datetime.fromtimestamp(epoch, tz=timezone.utc)
+    out = value.strftime("%Y-%m-%dT%H:%M:%S")
+    if value.microsecond:
+        out += f".{value.microsecond:06d}".rstrip("0")
+    return out + "Z"
+
+
+def to_nh(seconds: float) -> int:
+    return int(round(seconds * NH_PER_SECOND))
+
+
+def hours(nh: int) -> float:
+    return int(nh) / 1e9
+
+
+def np_sum(xs: Sequence[float]) -> float:
+    """numpy's pairwise summation of float64, step for step (the ledger sums a few overlaps this way)."""
+    n = len(xs)
+    if n < 8:
+        r = 0.0
+        for x in xs:
+            r += x
+        return r
+    if n <= 128:
+        acc = list(xs[:8])
+        i = 8
+        while i < n - n % 8:
+            for j in range(8):
+                acc[j] += xs[i + j]
+            i += 8
+        r = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+        for x in xs[i:]:
+            r += x
+        return r
+    half = n // 2
+    half -= half % 8
+    return np_sum(xs[:half]) + np_sum(xs[half:])
+
+
+def union(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for a, b in sorted((a, b) for a, b in spans if b > a):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def subtract(span: tuple[float, float], minus: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    a, b = span
+    out, cur = [], a
+    for x, y in minus:
+        if y <= cur or x >= b:
+            continue
+        if x > cur:
+            out.append((cur, x))
+        cur = max(cur, y)
+        if cur >= b:
+            break
+    if cur < b:
+        out.append((cur, b))
+    return out
+
+
+class Spans:
+    """Sorted disjoint spans and their cumulative measure: |[a, b) ∩ spans| as the ledger computes it."""
+
+    def __init__(self, starts: Sequence[float], ends: Sequence[float]) -> None:
+        import bisect
+
+        self.starts, self.ends, self._right = list(starts), list(ends), bisect.bisect_right
+        self.cum = [0.0]
+        for x, y in zip(self.starts, self.ends):
+            self.cum.append(self.cum[-1] + (y - x))
+
+    def _f(self, x: float) -> float:
+        i = self._right(self.starts, x)
+        j = max(i - 1, 0)
+        inside = min(max(x - self.starts[j], 0.0), self.ends[j] - self.starts[j]) if i > 0 else 0.0
+        return self.cum[j] + inside
+
+    def overlap(self, a: float, b: float) -> float:
+        if not self.starts:
+            return 0.0
+        return max(self._f(b) - self._f(a), 0.0)
+
+
+def gap_portions(window: tuple[float, float], susp: list[tuple[float, float]],
+                 unknown: Sequence[tuple[float, float, str]],
+                 measured: Spans | None = None) -> tuple[dict[str, int], list[tuple[float, float]]]:
+    s, e = window
+    taken = list(susp)
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for a, b, gid in unknown:
+        span = (max(a, s), min(b, e))
+        spans.setdefault(gid, [])
+        if span[1] <= span[0]:
+            continue
+        free = subtract(span, union(taken))
+        spans[gid].extend(free)
+        taken.extend(free)
+    portions = {}
+    for gid, sp in spans.items():
+        secs = math.fsum(b - a for a, b in sp)
+        if measured is not None and sp:
+            secs -= np_sum([measured.overlap(a, b) for a, b in sp])
+        portions[gid] = to_nh(max(secs, 0.0))
+    return portions, union([x for sp in spans.values() for x in sp])
+
+
+def settle(paid_nh: int, buckets: list[int], gap_total: int) -> tuple[list[int], int]:
+    rest = paid_nh - sum(buckets) - gap_total
+    if rest < 0:
+        buckets = list(buckets)
+        while rest < 0:
+            k = max(range(len(buckets)), key=lambda i: (buckets[i], -i))
+            take = min(-rest, buckets[k])
+            if take == 0:
+                break
+            buckets[k] -= take
+            rest += take
+        rest = max(rest, 0)
+    return buckets, rest
+
+
+@dataclass
+class Account:
+    paid_nh: int
+    buckets: list[int]
+    suspended_nh: int
+    gap_nh: dict[str, int]
+    causes: dict[str, int]
+    fidelity: str
+    coarse_nh: int = 0
+
+
+def _finish(paid_nh: int, suspended_nh: int, portions: dict[str, int], buckets: list[int], fidelity: str,
+            coarse_nh: int = 0) -> Account:
+    gap_total = sum(portions.values())
+    buckets, uncovered = settle(paid_nh, buckets, gap_total)
+    causes = {"field_missing": buckets[B_UNKNOWN], "no_telemetry": uncovered}
+    buckets[B_UNKNOWN] += uncovered + gap_total
+    return Account(paid_nh, buckets, suspended_nh, portions, causes, fidelity, coarse_nh)
+
+
+def _frame(window: tuple[float, float], suspended: Sequence[tuple[float, float]]):  # noqa: ANN202
+    s, e = float(window[0]), float(window[1])
+    e = max(e, s)
+    susp = union((max(a, s), min(b, e)) for a, b in suspended if min(b, e) > max(a, s))
+    paid_nh = to_nh(e - s - math.fsum(b - a for a, b in susp))
+    return s, e, susp, paid_nh, to_nh(e - s) - paid_nh
+
+
+def reason_index(mask: int) -> int:
+    if mask < 0:
+        return THROTTLE_REASONS.index("other")
+    code = (mask >> 2) & 63
+    for name, bits in REASON_BITS:
+        if (code << 2) & bits:
+            return THROTTLE_REASONS.index(name)
+    return THROTTLE_REASONS.index("other")
+
+
+def attribute_samples(window: tuple[float, float], rows: Sequence[Sequence], unknown: Sequence[tuple],
+                      suspended: Sequence[tuple[float, float]], rated: float | None) -> Account:
+    """One device's buckets from its samples (rows in SAMPLE_COLUMNS order, sorted, None = not measured)."""
+    s, e, susp, paid_nh, suspended_nh = _frame(window, suspended)
+    if not rows:
+        portions, _ = gap_portions((s, e), susp, unknown)
+        buckets = [0] * len(BUCKETS)
+        buckets[B_UNKNOWN] = paid_nh
+        return Account(paid_nh, buckets, suspended_nh, portions,
+                       {"field_missing": 0, "no_telemetry": paid_nh - sum(portions.values())}, "none")
+    col = {name: i for i, name in enumerate(SAMPLE_COLUMNS)}
+    nan = float("nan")
+
+    def get(r: Sequence, name: str) -> float:
+        v = r[col[name]]
+        return nan if v is None else float(v)
+
+    t = [get(r, "t") for r in rows]
+    n = len(t)
+    b = [t[i] + (0.0 if rows[i][col["dt"]] is None else float(rows[i][col["dt"]])) for i in range(n)]
+    for i in range(n - 1):
+        b[i] = min(b[i], t[i + 1])
+    b = [min(max(x, s), e) for x in b]
+    a = [min(max(x, s), e) for x in t]
+    covered = [max(y - x, 0.0) for x, y in zip(a, b)]
+    act, coarse = [], []
+    for r in rows:
+        sm, ten, gu = get(r, "sm_active"), get(r, "tensor_active"), get(r, "gpu_util")
+        fine = ten if sm != sm else sm
+        act.append(gu if fine != fine else fine)
+        coarse.append(fine != fine and gu == gu)
+    present = [x == x for x in act]
+    measured = None
+    if unknown:
+        has = [i for i in range(n) if present[i] and covered[i] > 0]
+        measured = Spans([a[i] for i in has], [b[i] for i in has])
+    portions, gaps = gap_portions((s, e), susp, unknown, measured)
+    if susp:
+        sp = Spans([x for x, _ in susp], [y for _, y in susp])
+        covered = [c - sp.overlap(x, y) for c, x, y in zip(covered, a, b)]
+    if gaps:
+        gp = Spans([x for x, _ in gaps], [y for _, y in gaps])
+        covered = [c if present[i] else c - gp.overlap(a[i], b[i]) for i, c in enumerate(covered)]
+    if susp or gaps:
+        covered = [max(c, 0.0) for c in covered]
+    sums = [0] * len(BUCKETS)
+    coarse_nh = 0
+    for i, r in enumerate(rows):
+        activity = min(max(act[i], 0.0), 1.0) if present[i] else 0.0
+        procs, fb = get(r, "compute_procs"), get(r, "fb_used_mib")
+        resident = procs > 0.0 or fb > RESIDENT_FB_MIB
+        low = present[i] and activity < ACTIVE_MIN
+        working = present[i] and not low
+        busy = covered[i] * activity
+        cov = int(covered[i] * NH_PER_SECOND + 0.5)
+        active = int(busy * NH_PER_SECOND + 0.5)
+        if rated:
+            clock = get(r, "sm_clock_mhz")
+            ratio = clock / float(rated)
+            ratio = max(1.0 if ratio != ratio else min(ratio, 1.0), 0.0)
+            delivered = int(busy * ratio * NH_PER_SECOND + 0.5)
+        else:
+            delivered = active
+        active = min(active, cov) if working else 0
+        delivered = min(delivered, active)
+        if active - delivered:
+            mask = r[col["clock_reasons"]]
+            sums[B_THROTTLED[THROTTLE_REASONS[reason_index(-1 if mask is None else int(mask))]]] += active - delivered
+        sums[B_DELIVERED] += delivered
+        if working:
+            sums[B_UNDER] += cov - active
+        if low:
+            sums[B_STARVED if resident else B_IDLE] += cov
+        if not present[i]:
+            sums[B_UNKNOWN] += cov
+        elif coarse[i]:
+            coarse_nh += cov
+    return _finish(paid_nh, suspended_nh, portions, sums, "samples", coarse_nh)
+
+
+def _flatten(d: Mapping, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = prefix + "".join(ch for ch in str(k).lower() if ch.isalnum())
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or v is None or not isinstance(v, (int, float)):
+        return None
+    return float(v) if math.isfinite(v) else None
+
+
+def _pick(flat: Mapping[str, Any], *candidates: str) -> float | None:
+    for c in candidates:
+        if c in flat and _num(flat[c]) is not None:
+            return _num(flat[c])
+    for c in candidates:
+        for k in sorted(flat):
+            if k.endswith(c) and _num(flat[k]) is not None:
+                return _num(flat[k])
+    return None
+
+
+def summary_fields(payload: Mapping[str, Any]) -> dict[str, float | None]:
+    flat = _flatten(payload)
+    return {
+        "util": _pick(flat, "smutilpctavg", "smutilizationavg", "smutilavg", "smutilization", "avgsmutilization",
+                      "smutilpct", "gfxactivityavg", "gfxactivity"),
+        "clock": _pick(flat, "smclockmhzavg", "smclockavg", "smclockmhz", "smclock", "gfxclockavg"),
+        "power": _pick(flat, "slowdownpowerpct", "slowdownpower", "violationpowerpct", "powerviolationpct",
+                       "powerpct", "power"),
+        "thermal": _pick(flat, "slowdownthermalpct", "slowdownthermal", "violationthermalpct",
+                         "thermalviolationpct", "thermalpct", "thermal"),
+        "sync_boost": _pick(flat, "slowdownsyncboostpct", "slowdownsyncboost", "violationsyncboostpct",
+                            "syncboostpct", "syncboost"),
+        "board": _pick(flat, "slowdownboardlimitpct", "slowdownboardlimit", "violationboardlimitpct",
+                       "boardlimitpct", "boardlimit"),
+        "reliability": _pick(flat, "slowdownreliabilitypct", "slowdownreliability", "violationreliabilitypct",
+                             "reliabilitypct", "reliability"),
+        "processes": _pick(flat, "numprocesses", "noofprocesses", "processes", "processcount"),
+    }
+
+
+def largest_remainder(total: int, weights: Sequence[float]) -> list[int]:
+    s = math.fsum(weights)
+    if total <= 0 or s <= 0:
+        return [0] * len(weights)
+    raw = [total * w / s for w in weights]
+    base = [int(math.floor(x)) for x in raw]
+    order = sorted(range(len(raw)), key=lambda i: (-(raw[i] - base[i]), i))
+    for i in order[:total - sum(base)]:
+        base[i] += 1
+    return base
+
+
+def attribute_summary(window: tuple[float, float], payload: Mapping[str, Any], unknown: Sequence[tuple],
+                      suspended: Sequence[tuple[float, float]], rated: float | None) -> Account:
+    """One device's buckets from its DCGM job-stats summary alone."""
+    s, e, susp, paid_nh, suspended_nh = _frame(window, suspended)
+    portions, _ = gap_portions((s, e), susp, unknown)
+    covered = max(paid_nh - sum(portions.values()), 0)
+    f = summary_fields(payload)
+    buckets = [0] * len(BUCKETS)
+    if f["util"] is None:
+        buckets[B_UNKNOWN] = covered
+    else:
+        act = min(max(f["util"] / 100.0, 0.0), 1.0)
+        clk = f["clock"]
+        ratio = 1.0 if not (clk and rated) else min(max(clk / rated, 0.0), 1.0)
+        procs = f["processes"]
+        if act < ACTIVE_MIN:
+            resident = procs is None and act > 0 or (procs or 0) > 0
+            buckets[B_STARVED if resident else B_IDLE] = covered
+        else:
+            d, thr, under = largest_remainder(covered, [act * ratio, act * (1 - ratio), 1 - act])
+            buckets[B_DELIVERED], buckets[B_UNDER] = d, under
+            w = [f["thermal"] or 0.0, 0.0, f["power"] or 0.0, f["sync_boost"] or 0.0,
+                 (f["board"] or 0.0) + (f["reliability"] or 0.0)]
+            if sum(w) <= 0:
+                w = [0, 0, 0, 0, 1.0]
+            for name, part in zip(["thermal", "hw_slowdown", "power_cap", "sync_boost", "other"],
+                                  largest_remainder(thr, w)):
+                buckets[B_THROTTLED[name]] = part
+    return _finish(paid_nh, suspended_nh, portions, buckets, "summary")
+
+
+def match_sku(name: str | None, table: Mapping[str, tuple]) -> str | None:
+    if not name:
+        return None
+    if name in table:
+        return name
+    low, best = name.lower(), None
+    for key in sorted(table):
+        for pat in (key, *table[key][2]):
+            if pat and pat.lower() in low and (best is None or len(pat) > best[0]):
+                best = (len(pat), key)
+    return None if best is None else best[1]
+
+
+# --- contracts and money ------------------------------------------------------------------------------------
+
+CENT, NH, HOURS_PER_YEAR = Decimal("0.01"), Decimal(10) ** 9, Decimal(8760)
+DEFAULT_CONTRACT = {"id": "ipledger-default", "version": "1", "currency": "USD", "accounts": [],
+                    "billing_granularity_s": 1, "billing_minimum_s": 0, "charge_suspended": False,
+                    "unknown_policy": "hold", "skus": {"default": {"rate_per_gpu_hour": "1.00"}}}
+
+
+def hourly(basis: Mapping[str, Any], tdp_w: float | None) -> Decimal:
+    if "rate_per_gpu_hour" in basis:
+        return Decimal(str(basis["rate_per_gpu_hour"]))
+    price, years = Decimal(str(basis["capex_price"])), Decimal(str(basis["capex_years"]))
+    residual = Decimal(str(basis.get("capex_residual", 0)))
+    amort = (price - residual) / (years * HOURS_PER_YEAR)
+    energy = (Decimal(str(tdp_w or 0)) / Decimal(1000) * Decimal(str(basis.get("pue", 1)))
+              * Decimal(str(basis.get("energy_price_per_kwh", 0))))
+    return amort + energy
+
+
+def basis_for(contract: Mapping[str, Any], key: str | None) -> Mapping[str, Any]:
+    skus = contract.get("skus") or {}
+    if key and key in skus:
+        return skus[key]
+    return skus.get("default", {"rate_per_gpu_hour": "0"})
+
+
+def money(x: Decimal) -> Decimal:
+    return (x / NH).quantize(CENT, rounding=ROUND_HALF_EVEN)
+
+
+def billed_nh(nh: int, gran_s: int, min_s: int, paid_nh: int) -> int:
+    if nh <= 0:
+        return 0
+    units = -((-nh * 3600) // (gran_s * 10**9))
+    rounded = (units * gran_s * 10**9 + 1800) // 3600
+    return max(rounded, to_nh(min_s)) if paid_nh > 0 else rounded
+
+
+# --- the receipt -------------------------------------------------------------------------------------------
+
+def _hours_block(b: Sequence[int], paid_nh: int, suspended_nh: int) -> dict:
+    d = dict(zip(BUCKETS, b))
+    return {"paid": hours(paid_nh), "delivered": hours(d["delivered"]), "underutilized": hours(d["underutilized"]),
+            "starved": hours(d["starved"]), "idle_held": hours(d["idle_held"]), "unknown": hours(d["unknown"]),
+            "suspended": hours(suspended_nh),
+            "throttled": {r: hours(d[f"throttled.{r}"]) for r in THROTTLE_REASONS}}
+
+
+@dataclass
+class Frame:
+    start: str | None
+    end: str | None
+    open: bool
+    ctx: dict
+    devices: list[dict]
+    nodes: list[str]
+    suspended: list[tuple[float, float]]
+
+
+def run_frame(entries: Sequence[Entry], open_end: str | None = None) -> Frame:
+    started = [c for c in entries if c.kind == "allocation_started"]
+    ended = [c for c in entries if c.kind == "allocation_ended"]
+    start = min((c.ts for c in started), key=to_epoch, default=None)
+    end = max((c.ts for c in ended), key=to_epoch, default=None)
+    is_open = end is None
+    if end is None:
+        ends = [to_epoch(c.ts_end or c.ts) for c in entries if c.kind not in ("adjustment", "gap_resolution")]
+        if open_end is not None:
+            ends.append(to_epoch(open_end))
+        if start is not None and ends:
+            end = format_ts(max(max(ends), to_epoch(start)))
+    ctx: dict = {}
+    for c in started:
+        for k, v in c.data.items():
+            ctx.setdefault(k, v)
+    devices: dict[str, dict] = {}
+    for c in entries:
+        if c.kind != "device_bound":
+            continue
+        d = c.data
+        uuid = c.device or d.get("uuid")
+        if uuid is None or uuid in devices:
+            continue
+        devices[uuid] = {"uuid": uuid, "node": c.node or d.get("node"), "index": d.get("index"), "sku": d.get("sku")}
+    nodes = sorted({d["node"] for d in devices.values() if d["node"]} | {c.node for c in started if c.node})
+    resumed = sorted(to_epoch(c.ts) for c in entries if c.kind == "allocation_resumed")
+    susp = []
+    for c in entries:
+        if c.kind == "allocation_suspended":
+            a = to_epoch(c.ts)
+            b = to_epoch(c.ts_end) if c.ts_end else next((r for r in resumed if r >= a), to_epoch(end) if end else a)
+            susp.append((a, b))
+    devs = sorted(devices.values(), key=lambda d: (str(d["node"]), d["index"] if isinstance(d["index"], int)
+                                                     else 1 << 30, d["uuid"]))
+    return Frame(start, end, is_open, ctx, devs, nodes, sorted(susp))
+
+
+def gap_applies(gap: Entry, device: Mapping, job_id: str, run: int) -> bool:
+    if gap.job_id is not None and (gap.job_id != job_id or (gap.run or 0) != run):
+        return False
+    if gap.device is not None:
+        return gap.device == device["uuid"]
+    if gap.node is not None:
+        return gap.node == device["node"]
+    return gap.job_id is not None
+
+
+def _prefix_overlap(e: Entry, start: str, end: str) -> bool:
+    """The ledger's coarse window test (seconds prefix of the text), refined by callers in epoch seconds."""
+    return e.ts[:19] <= end[:19] and (e.ts_end or e.ts)[:19] >= start[:19]
+
+
+def _seg_devices(e: Entry) -> list:
+    return e.data.get("devices") or ([e.device] if e.device else [])
+
+
+def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Sequence]], job: Mapping[str, Any],
+                    site_skus: Mapping[str, tuple]) -> dict:
+    """The receipt body of run (cluster, job_id, run) from the ledger's entries (any superset of those it
+    depends on, all at or before the head) and the rows of its telemetry segments."""
+    cluster, job_id, run = job["cluster"], job["job_id"], job["run"]
+    table = {**SKUS, **site_skus}
+    ordered = sorted(entries, key=lambda c: c.seq)
+    mine = [c for c in ordered if c.job_id == job_id and c.cluster == cluster and (c.run or 0) == run
+            and c.kind != "receipt_issued"]
+    frame = run_frame(mine)
+    if frame.start is None:
+        raise Failure(f"job {job_id} run {run}: no allocation_started entry among the bundled entries")
+    segs_all = [c for c in ordered if c.kind == "telemetry_segment"]
+    open_end = None
+    if frame.open:
+        uuids0 = {d["uuid"] for d in frame.devices}
+        later = [s for s in segs_all if _prefix_overlap(s, frame.start, "9999-12-31T23:59:59Z")
+                 and set(s.data.get("devices") or [s.device]) & uuids0]
+        if later:
+            open_end = max((s.ts_end or s.ts for s in later), key=to_epoch)
+            frame = run_frame(mine, open_end)
+    start, end = frame.start, frame.end or frame.start
+    w0, w1 = to_epoch(start), to_epoch(end)
+    uuids, nodes = {d["uuid"] for d in frame.devices}, set(frame.nodes)
+
+    def in_window(e: Entry) -> bool:
+        return _prefix_overlap(e, start, end) and to_epoch(e.ts_end or e.ts) > w0 and to_epoch(e.ts) < w1
+
+    gaps = [g for g in ordered if g.kind == "unknown_interval" and g.job_id is None and in_window(g)
+            and (g.device in uuids or (g.device is None and g.node in nodes))]
+    resolutions_in = [c for c in ordered if c.kind == "gap_resolution" and c.job_id is None]
+    contracts = [c for c in ordered if c.kind == "contract_version"]
+    segments = [s for s in segs_all if in_window(s) and set(_seg_devices(s)) & uuids]
+
+    # The contract: the latest contract_version that applies to the run's account.
+    account = frame.ctx.get("account")
+    chosen = None
+    for c in contracts:
+        accounts = c.data.get("accounts") or []
+        if accounts and account not in accounts:
+            continue
+        if chosen is None or c.seq > chosen.seq:
+            chosen = c
+    contract = DEFAULT_CONTRACT if chosen is None else chosen.data
+
+    all_gaps = sorted({c.seq: c for c in (*gaps, *(c for c in mine if c.kind == "unknown_interval"))}.values(),
+                      key=lambda c: c.seq)
+    gap_ids = {g.entry_id for g in all_gaps}
+    resolutions: dict[str, Entry] = {}
+    for r in sorted((*resolutions_in, *(c for c in mine if c.kind == "gap_resolution")), key=lambda c: c.seq):
+        gid = r.data.get("gap_id")
+        if gid in gap_ids:
+            resolutions[gid] = r
+    summaries = {c.device: c for c in mine if c.kind == "telemetry_summary" and c.device}
+
+    # Each device's samples: every row of its segments inside the window, in (t, then every column) order.
+    rows_of: dict[str, list] = {}
+    seg_ids = {s.entry_id for s in segments}
+    for sid in sorted(seg_ids):
+        for r in samples.get(sid, ()):
+            if r[0] in uuids and r[2] is not None and r[1] + r[2] > w0 and r[1] < w1:
+                rows_of.setdefault(r[0], []).append(r)
+    cols = [SAMPLE_COLUMNS.index(c) for c in ("t", "dt", "clock_reasons", "sm_active", "tensor_active",
+                                               "gpu_util", "sm_clock_mhz", "compute_procs", "fb_used_mib")]
+
+    def order(r: Sequence) -> tuple:
+        return tuple((1, 0.0) if r[i] is None else (0, float(r[i])) for i in cols)
+
+    accounts = []
+    for dev in frame.devices:
+        key = match_sku(dev.get("sku"), table)
+        rated = table[key][0] if key else None
+        spans = [(to_epoch(g.ts), to_epoch(g.ts_end or g.ts), g.entry_id) for g in all_gaps
+                 if gap_applies(g, dev, job_id, run)]
+        rows = sorted(rows_of.get(dev["uuid"], []), key=order)
+        if rows:
+            acc = attribute_samples((w0, w1), rows, spans, frame.suspended, rated)
+        elif dev["uuid"] in summaries:
+            acc = attribute_summary((w0, w1), summaries[dev["uuid"]].data, spans, frame.suspended, rated)
+        else:
+            acc = attribute_samples((w0, w1), [], spans, frame.suspended, rated)
+        accounts.append((dev, key, acc))
+
+    total = [0] * len(BUCKETS)
+    paid_nh = suspended_nh = coarse_nh = 0
+    gap_nh: dict[str, int] = {}
+    causes: dict[str, int] = {}
+    for _d, _k, acc in accounts:
+        total = [x + y for x, y in zip(total, acc.buckets)]
+        paid_nh += acc.paid_nh
+        suspended_nh += acc.suspended_nh
+        coarse_nh += acc.coarse_nh
+        for g, v in acc.gap_nh.items():
+            gap_nh[g] = gap_nh.get(g, 0) + v
+        for c, v in acc.causes.items():
+            causes[c] = causes.get(c, 0) + v
+
+    intervals, gap_policy = [], {}
+    for g in all_gaps:
+        gid = g.entry_id
+        if gid not in gap_nh and g.job_id is None:
+            continue
+        d = g.data
+        res = resolutions.get(gid)
+        policy = res.data.get("resolution") if res else contract["unknown_policy"]
+        gap_policy[gid] = policy
+        cause = d.get("cause", "unspecified")
+        causes[cause] = causes.get(cause, 0) + gap_nh.get(gid, 0)
+        intervals.append({
+            "id": gid, "device": g.device, "node": g.node, "scope": d.get("scope"), "start": g.ts, "end": g.ts_end,
+            "cause": cause, "detail": d.get("detail"), "gpu_hours": hours(gap_nh.get(gid, 0)), "policy": policy,
+            "resolution": None if res is None else {
+                "as": res.data.get("resolution"), "reason": res.data.get("reason"), "by": res.data.get("by"),
+                "entry_id": res.entry_id, "ts": res.ts},
+        })
+
+    by_policy = {p: 0 for p in ("charge", "credit", "estimate", "hold")}
+    rates: dict[str, Decimal] = {}
+    cost = {k: Decimal(0) for k in ("paid", "billed", "suspended", *BUCKETS)}
+    billed_total = 0
+    default_policy = contract["unknown_policy"]
+    dev_lines = []
+    for dev, key, acc in accounts:
+        rate = hourly(basis_for(contract, key), table[key][1] if key else None)
+        rates[key or "unrated"] = rate
+        unknown_by = {p: 0 for p in by_policy}
+        for gid, v in acc.gap_nh.items():
+            unknown_by[gap_policy.get(gid, default_policy)] += v
+        unknown_by[default_policy] += acc.buckets[-1] - sum(acc.gap_nh.values())
+        for p, v in unknown_by.items():
+            by_policy[p] += v
+        billable = acc.paid_nh - unknown_by["credit"] - unknown_by["hold"]
+        if contract["charge_suspended"]:
+            billable += acc.suspended_nh
+        billed = billed_nh(billable, contract["billing_granularity_s"], contract["billing_minimum_s"], acc.paid_nh)
+        billed_total += billed
+        cost["paid"] += acc.paid_nh * rate
+        cost["billed"] += billed * rate
+        cost["suspended"] += acc.suspended_nh * rate
+        for name, v in zip(BUCKETS, acc.buckets):
+            cost[name] += v * rate
+        dev_lines.append({"uuid": dev["uuid"], "node": dev["node"], "index": dev["index"], "sku": dev["sku"],
+                          "sku_rating": key, "fidelity": acc.fidelity,
+                          "gpu_hours": _hours_block(acc.buckets, acc.paid_nh, acc.suspended_nh),
+                          "billed_gpu_hours": hours(billed), "rate": str(rate)})
+    fidelities = sorted({acc.fidelity for _d, _k, acc in accounts})
+    fidelity = fidelities[0] if len(fidelities) == 1 else ("mixed" if fidelities else "none")
+    paid_cost, delivered_cost, billed_cost = money(cost["paid"]), money(cost["delivered"]), money(cost["billed"])
+    mean_rate = (sum(rates.values(), Decimal(0)) / len(rates)) if rates else Decimal(0)
+
+    adjustments, adj_total, adj_nh = [], Decimal(0), 0
+    for c in mine:
+        if c.kind != "adjustment":
+            continue
+        d = c.data
+        sign = Decimal(1) if d.get("direction") == "debit" else Decimal(-1)
+        if "hours" in d:
+            h = Decimal(str(d["hours"]))
+            amount = (h * mean_rate).quantize(CENT, rounding=ROUND_HALF_EVEN)
+            adj_nh += int(sign) * int((h * NH).to_integral_value(rounding=ROUND_HALF_EVEN))
+        else:
+            h = None
+            amount = Decimal(str(d["amount"])).quantize(CENT)
+        adj_total += sign * amount
+        adjustments.append({"id": c.entry_id, "direction": d.get("direction"),
+                            "gpu_hours": None if h is None else float(h), "amount": float(amount),
+                            "reason": d.get("reason"), "by": d.get("by"), "ts": c.ts,
+                            "references": d.get("references", [])})
+
+    relevant = [*mine, *(g for g in gaps if g.entry_id in gap_policy), *resolutions.values(), *segments,
+                *([chosen] if chosen is not None else [])]
+    last = max(relevant, key=lambda c: c.seq)
+    est = 0
+    known = paid_nh - total[-1]
+    if by_policy["estimate"] and known > 0:
+        est = (by_policy["estimate"] * total[0] + known // 2) // known
+
+    body: dict[str, Any] = {
+        "receipt_version": RECEIPT_VERSION,
+        "job": {"cluster": cluster, "job_id": job_id, "run": run, "account": account,
+                "partition": frame.ctx.get("partition"), "qos": frame.ctx.get("qos"),
+                "devices": [{k: d[k] for k in ("uuid", "node", "index", "sku")} for d in frame.devices]},
+        "window": {"start": frame.start, "end": frame.end},
+        "open": frame.open,
+        "contract": {"id": str(contract["id"]), "version": str(contract["version"]),
+                     "entry_id": None if chosen is None else chosen.entry_id,
+                     "currency": contract["currency"], "unknown_policy": contract["unknown_policy"],
+                     "charge_suspended": contract["charge_suspended"],
+                     "billing_granularity_s": contract["billing_granularity_s"],
+                     "billing_minimum_s": contract["billing_minimum_s"]},
+        "method": {"name": METHOD_NAME, "version": METHOD_VERSION, "fidelity": fidelity,
+                   "coarse_signal_gpu_hours": hours(coarse_nh),
+                   "thresholds": {"active_min": ACTIVE_MIN, "resident_fb_mib": RESIDENT_FB_MIB}},
+        "gpu_hours": _hours_block(total, paid_nh, suspended_nh),
+        "unknown_by_cause": {k: hours(v) for k, v in sorted(causes.items()) if v},
+        "unknown_intervals": intervals,
+        "billing": {"gpu_hours_paid": hours(paid_nh),
+                    "unknown_gpu_hours_by_policy": {p: hours(v) for p, v in by_policy.items()},
+                    "estimated_delivered_in_unknown": hours(est),
+                    "suspended_charged": contract["charge_suspended"],
+                    "gpu_hours_billed": hours(billed_total)},
+        "devices": dev_lines,
+        "adjustments": adjustments,
+        "cost": {"currency": contract["currency"],
+                 "rates_per_gpu_hour": {k: str(v) for k, v in sorted(rates.items())},
+                 "paid": float(paid_cost), "delivered": float(delivered_cost),
+                 "lost": float(paid_cost - delivered_cost),
+                 "by_bucket": {name: float(money(cost[name])) for name in BUCKETS},
+                 "billed_before_adjustments": float(billed_cost), "adjustments": float(adj_total),
+                 "billed_after_adjustments": float(billed_cost + adj_total)},
+        "totals": {"before_adjustments": {"gpu_hours": hours(billed_total), "amount": float(billed_cost)},
+                   "after_adjustments": {"gpu_hours": hours(billed_total + adj_nh),
+                                         "amount": float(billed_cost + adj_total)}},
+        "ledger": {"through_seq": last.seq, "head_hash": last.hash},
+    }
+    body["receipt_hash"] = receipt_hash(body)
+    return body
+
+
+def receipt_hash(body: Mapping[str, Any]) -> str:
+    return "sha256:" + sha256_hex(canonical_json({k: v for k, v in body.items() if k != "receipt_hash"}))
+
+
+# --- checking a bundle ---------------------------------------------------------------------------------------
+
+BUNDLE_KEYS = {"format", "head", "method", "receipt", "entries", "samples"}
+
+
+def samples_digest(rows: Sequence[Sequence]) -> str:
+    """The digest a telemetry_segment entry seals: canonical JSON lines of its rows, sorted by (device, t)."""
+    h = hashlib.sha256()
+    for r in rows:
+        h.update(canonical_json(list(r)).encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> str:
+    """The first key path at which two JSON values differ (for naming what failed)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b or canonical_json(a[k]) != canonical_json(b[k]):
+                return first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else k)
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if canonical_json(x) != canonical_json(y):
+                return first_difference(x, y, f"{path}[{i}]")
+    return f"{path or '(top)'}: bundled {json.dumps(b)[:120]}, recomputed {json.dumps(a)[:120]}"
+
+
+def _site_skus(raw: Any) -> dict[str, tuple]:
+    if not isinstance(raw, dict):
+        raise Failure("method.site_skus: expected an object")
+    out = {}
+    for key, row in raw.items():
+        if not isinstance(row, dict) or set(row) != {"rated_sm_clock_mhz", "tdp_w", "match"}:
+            raise Failure(f"method.site_skus.{key}: expected rated_sm_clock_mhz, tdp_w and match")
+        out[key] = (row["rated_sm_clock_mhz"], row["tdp_w"], tuple(row["match"]))
+    return out
+
+
+def _malformed_as_failure(check: Callable[[bytes, Any], dict]) -> Callable[[bytes, Any], dict]:
+    """A value of an unexpected type deep in a document is a failed check too, named, never a traceback."""
+    def wrapped(raw: bytes, public_key: Any) -> dict:
+        try:
+            return check(raw, public_key)
+        except (TypeError, KeyError, ValueError, AttributeError, IndexError, ArithmeticError, RecursionError) as exc:
+            raise Failure(f"malformed content ({type(exc).__name__}: {exc})") from None
+    wrapped.__doc__ = check.__doc__
+    return wrapped
+
+
+@_malformed_as_failure
+def verify_bundle(raw: bytes, public_key: Any) -> dict:
+    """Every check of a proof bundle; returns a summary (receipt hash, head, counts) or raises Failure."""
+    try:
+        bundle = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise Failure(f"bundle: not JSON ({exc})") from None
+    if not isinstance(bundle, dict) or set(bundle) != BUNDLE_KEYS or bundle["format"] != BUNDLE_FORMAT:
+        raise Failure(f"bundle: not an {BUNDLE_FORMAT} bundle")
+    if (canonical_json(bundle) + "\n").encode("utf-8") != raw:
+        raise Failure("bundle: not in canonical form (its bytes were changed after it was written)")
+    size, root = check_head(bundle["head"], public_key, "head")
+    method = bundle["method"]
+    if not isinstance(method, dict) or set(method) != {"name", "version", "receipt_version", "site_skus"} or (
+            method["name"], method["version"], method["receipt_version"]) != (METHOD_NAME, METHOD_VERSION,
+                                                                              RECEIPT_VERSION):
+        raise Failure(f"method: this verifier implements {METHOD_NAME} {METHOD_VERSION} (receipt "
+                      f"{RECEIPT_VERSION}) only")
+    site_skus = _site_skus(method["site_skus"])
+    entries: list[Entry] = []
+    if not isinstance(bundle["entries"], list) or not bundle["entries"]:
+        raise Failure("entries: expected a non-empty list")
+    for i, item in enumerate(bundle["entries"]):
+        where = f"entries[{i}]"
+        if not isinstance(item, dict) or set(item) != {"leaf", "proof"} or not isinstance(item["leaf"], str) \
+                or not isinstance(item["proof"], list):
+            raise Failure(f"{where}: expected leaf and proof")
+        e = parse_leaf(item["leaf"], where)
+        path = [_hex32(p, f"{where}.proof[{j}]") for j, p in enumerate(item["proof"])]
+        if e.seq > size:
+            raise Failure(f"{where}: entry {e.seq} is after the signed head (tree size {size})")
+        if root_from_inclusion(e.seq - 1, size, leaf_hash(item["leaf"].encode("utf-8")), path) != root:
+            raise Failure(f"{where}: entry {e.seq} ({e.entry_id}) is not included in the signed tree")
+        if entries and e.seq <= entries[-1].seq:
+            raise Failure(f"{where}: entries are not in sequence order")
+        entries.append(e)
+    by_id = {e.entry_id: e for e in entries}
+    samples = bundle["samples"]
+    if not isinstance(samples, dict):
+        raise Failure("samples: expected an object of segment id -> rows")
+    for sid, rows in samples.items():
+        seg = by_id.get(sid)
+        if seg is None or seg.kind != "telemetry_segment":
+            raise Failure(f"samples.{sid}: no bundled telemetry_segment entry seals these rows")
+        if not isinstance(rows, list) or any(not isinstance(r, list) or len(r) != len(SAMPLE_COLUMNS) for r in rows):
+            raise Failure(f"samples.{sid}: expected rows of {len(SAMPLE_COLUMNS)} values")
+        if any((rows[i][0], rows[i][1]) > (rows[i + 1][0], rows[i + 1][1]) for i in range(len(rows) - 1)):
+            raise Failure(f"samples.{sid}: rows are not in (device, t) order")
+        if samples_digest(rows) != seg.data.get("samples_sha256"):
+            raise Failure(f"samples.{sid}: rows do not hash to the digest entry {seg.seq} sealed")
+    for e in entries:
+        if e.kind == "telemetry_segment" and e.data.get("rows") and e.entry_id not in samples:
+            raise Failure(f"samples: the rows of segment {e.entry_id} (entry {e.seq}) are missing")
+    claimed = bundle["receipt"]
+    if not isinstance(claimed, dict) or not isinstance(claimed.get("job"), dict):
+        raise Failure("receipt: expected a receipt object")
+    recomputed = compute_receipt(entries, samples, claimed["job"], site_skus)
+    if canonical_json(recomputed) != canonical_json(claimed):
+        raise Failure("receipt: the bundled receipt is not what its entries give: "
+                      + first_difference(recomputed, claimed))
+    return {"receipt_hash": recomputed["receipt_hash"], "tree_size": size, "root_hash": root.hex(),
+            "log_id": bundle["head"]["log_id"], "timestamp": bundle["head"]["timestamp"],
+            "entries": len(entries), "segments": len(samples), "site_skus": sorted(site_skus)}
+
+
+@_malformed_as_failure
+def verify_consistency(raw: bytes, public_key: Any) -> dict:
+    """Both heads verify under the key and the proof shows the new tree extends the old one."""
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise Failure(f"consistency file: not JSON ({exc})") from None
+    if not isinstance(doc, dict) or set(doc) != {"format", "old_head", "new_head", "proof"} \
+            or doc["format"] != CONSISTENCY_FORMAT or not isinstance(doc["proof"], list):
+        raise Failure(f"consistency file: not an {CONSISTENCY_FORMAT} document")
+    old_size, old_root = check_head(doc["old_head"], public_key, "old_head")
+    new_size, new_root = check_head(doc["new_head"], public_key, "new_head")
+    proof = [_hex32(p, f"proof[{i}]") for i, p in enumerate(doc["proof"])]
+    check_consistency(old_size, new_size, old_root, new_root, proof)
+    return {"old_tree_size": old_size, "new_tree_size": new_size, "old_root": old_root.hex(),
+            "new_root": new_root.hex(), "log_id": doc["new_head"]["log_id"]}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: exit 0 and print the receipt hash (or the consistency summary), else exit 1 naming
+    what failed."""
+    parser = argparse.ArgumentParser(
+        prog="ipledger-verify",
+        description="Check an ipledger proof bundle (or a consistency proof) offline against the site's public key.",
+        epilog="Examples:\n  ipledger-verify bundle.json --pubkey site.pub\n"
+               "  ipledger-verify --consistency c.json --pubkey site.pub",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("bundle", nargs="?", help="a proof bundle (ipledger receipt JOB --proof)")
+    parser.add_argument("--consistency", metavar="FILE", help="a consistency proof (ipledger consistency)")
+    parser.add_argument("--pubkey", required=True, metavar="KEY.pub", help="the site's Ed25519 public key (PEM)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args(argv)
+    if bool(args.bundle) == bool(args.consistency):
+        parser.error("give a BUNDLE or --consistency FILE (one of them)")
+    target = args.consistency or args.bundle
+    try:
+        try:
+            with open(args.pubkey, "rb") as f:
+                key = load_public_key(f.read(), args.pubkey)
+            with open(target, "rb") as f:
+                raw = f.read()
+        except OSError as exc:
+            raise Failure(f"{exc.filename}: cannot read: {exc.strerror}") from None
+        result = verify_consistency(raw, key) if args.consistency else verify_bundle(raw, key)
+    except Failure as exc:
+        print(f"FAILED: {target}: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"ok": True, **result}, sort_keys=True))
+    elif args.consistency:
+        print(f"OK: head of {result['new_tree_size']} entries extends head of {result['old_tree_size']} "
+              f"(log {result['log_id']})")
+    else:
+        print(result["receipt_hash"])
+        print(f"OK: {result['entries']} entries included in the tree of {result['tree_size']} signed "
+              f"{result['timestamp']} (log {result['log_id']}); receipt recomputed"
+              + (f"; site SKU ratings used: {', '.join(result['site_skus'])}" if result["site_skus"] else ""),
+              file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Random job runs for the proof tests: every kind of input a receipt reads, drawn from one seed.
+
+A run has 1-3 devices (rated, unrated and unknown SKUs), each with sealed samples (missing values, repeated
+instants, short and zero durations, every clock-event reason), a DCGM summary, or nothing; un-keyed and run-keyed
+unknown intervals, some resolved; suspensions; an open or closed window; a contract (rental or capex,
+granularity, minimum) or the default; adjustments in hours and in money.
+"""
+
+from __future__ import annotations
+
+import random
+
+from ledger.adjustments import adjustment_entry
+from ledger.contracts import contract_entry, parse_contract
+from ledger.entries import Kind, make_entry
+from ledger.store import append
+from ledger.telemetry.model import SAMPLE_COLUMNS
+from ledger.telemetry.store import segment_entry_rows, write_segment_rows_in
+from ledger.db import write_tx
+
+JOB = "8100"
+SKUS = ["NVIDIA H100 80GB HBM3", "AMD Instinct MI300X", "Acme Tensor 9", None, "NVIDIA A100-SXM4-80GB"]
+REASONS = [0, 0, 0x20, 0x4, 0x8, 0x10, 0x2, 0x44, 0x80, None]
+
+
+def _maybe(rng: random.Random, value, p: float = 0.1):  # noqa: ANN001, ANN202
+    return None if rng.random() < p else value
+
+
+def _rows(rng: random.Random, uuid: str, t0: float, dur: float) -> list[tuple]:
+    cadence = rng.choice([5.0, 10.0, 36.0, 60.0, 7.5])
+    t = t0 - rng.uniform(0, 2 * cadence)
+    rows = []
+    while t < t0 + dur + cadence:
+        act = rng.choice([rng.uniform(0, 1), rng.uniform(0, 0.06), 1.0, 1.2, 0.0])
+        row = {c: None for c in SAMPLE_COLUMNS}
+        row.update(device=uuid, t=round(t, 3), dt=rng.choice([cadence] * 8 + [cadence / 2, 0.0]),
+                   clock_reasons=rng.choice(REASONS), sm_active=_maybe(rng, act, 0.15),
+                   tensor_active=_maybe(rng, act * 0.4, 0.5), gpu_util=_maybe(rng, min(1.0, act * 1.1), 0.3),
+                   sm_clock_mhz=_maybe(rng, rng.choice([1980.0, 1410.0, 990.0, 2300.0, 1700.5]), 0.1),
+                   compute_procs=_maybe(rng, float(rng.choice([0, 1, 2])), 0.2),
+                   fb_used_mib=_maybe(rng, rng.choice([0.0, 600.0, 20480.0]), 0.2), power_w=300.0)
+        rows.append(tuple(row[c] for c in SAMPLE_COLUMNS))
+        if rng.random() < 0.03:
+            rows.append(rows[-1])  # the same instant twice
+        t += cadence * rng.choice([1, 1, 1, 1, 0.5, 3])
+    return rows
+
+
+def build(engine, seed: int) -> dict:  # noqa: ANN001
+    """Write one random run (job 8100) and some unrelated entries into the ledger; returns what was drawn."""
+    rng = random.Random(seed)
+    t0 = 1_780_000_000 + rng.choice([0.0, 0.25, 17.5])
+    dur = rng.uniform(300, 4 * 3600)
+    key = {"cluster": "hpc1", "job_id": JOB, "run": rng.choice([0, 0, 1])}
+    account = rng.choice(["physics", "bio"])
+    uuids = [f"GPU-{seed:08x}-{i:04d}" for i in range(rng.randint(1, 3))]
+    nodes = [f"n{i % 2}" for i in range(len(uuids))]
+    run = [make_entry(Kind.ALLOCATION_STARTED, t0, {"account": account, "partition": "gpu", "qos": "normal"},
+                      node="n0", source="hook.prolog", **key)]
+    run += [make_entry(Kind.DEVICE_BOUND, t0, {"index": i, "uuid": u, "sku": rng.choice(SKUS), "node": nodes[i]},
+                       device=u, node=nodes[i], source="hook.prolog", **key) for i, u in enumerate(uuids)]
+    closed = rng.random() < 0.8
+    if closed:
+        run.append(make_entry(Kind.ALLOCATION_ENDED, t0 + dur, {"exit_code": 0}, node="n0", source="hook.epilog",
+                              **key))
+    if rng.random() < 0.3:
+        a = t0 + rng.uniform(0, dur / 2)
+        run.append(make_entry(Kind.ALLOCATION_SUSPENDED, a, {}, ts_end=a + rng.uniform(10, dur / 3), node="n0",
+                              source="hook", **key))
+    if rng.random() < 0.2:
+        a = t0 + rng.uniform(dur / 2, dur)
+        run.append(make_entry(Kind.ALLOCATION_SUSPENDED, a, {}, node="n0", source="hook", **key))
+        run.append(make_entry(Kind.ALLOCATION_RESUMED, a + rng.uniform(5, 200), {}, node="n0", source="hook", **key))
+    gaps = []
+    for _ in range(rng.randint(0, 3)):
+        a = t0 + rng.uniform(-600, dur)
+        b = a + rng.uniform(1, dur / 2)
+        i = rng.randrange(len(uuids))
+        keyed = rng.random() < 0.4
+        gaps.append(make_entry(Kind.UNKNOWN_INTERVAL, a, {"cause": rng.choice(["collector_down", "epilog_missing"]),
+                                                          "scope": "device"}, ts_end=b,
+                               device=rng.choice([uuids[i], None]), node=nodes[i], source="collector",
+                               **(key if keyed else {"cluster": "hpc1"})))
+    append(engine, run + gaps)
+    for i, u in enumerate(uuids):
+        mode = rng.choice(["samples", "samples", "samples", "summary", "none"])
+        if mode == "samples":
+            rows = _rows(rng, u, t0, dur)
+            cut = rng.randrange(len(rows) + 1) if rng.random() < 0.5 else len(rows)
+            for part in (rows[:cut], rows[cut:]):
+                if part:
+                    with write_tx(engine) as conn:
+                        write_segment_rows_in(conn, part, segment_entry_rows(part, node=nodes[i], source="collector"))
+        elif mode == "summary":
+            payload = {"sm_util_pct_avg": rng.choice([rng.uniform(0, 100), 2.0, None]),
+                       "sm_clock_mhz_avg": rng.choice([1500.0, None]), "slowdown_thermal_pct": rng.uniform(0, 30),
+                       "num_processes": rng.choice([0, 1, None])}
+            append(engine, [make_entry(Kind.TELEMETRY_SUMMARY, t0 + dur, payload, device=u, node=nodes[i],
+                                       source="hook.epilog", **key)])
+    later = []
+    for g in gaps:
+        if rng.random() < 0.5:
+            later.append(make_entry(Kind.GAP_RESOLUTION, t0 + dur + 60, {
+                "gap_id": g.entry_id, "resolution": rng.choice(["charge", "credit", "estimate", "hold"]),
+                "reason": "agreed", "by": "ops"}, source="ipledger.resolve"))
+    if rng.random() < 0.7:
+        terms = {"id": "c1", "version": str(rng.randint(1, 3)), "currency": "EUR",
+                 "unknown_policy": rng.choice(["charge", "credit", "estimate", "hold"]),
+                 "billing_granularity_s": rng.choice([1, 60, 3600]), "billing_minimum_s": rng.choice([0, 600]),
+                 "charge_suspended": rng.random() < 0.3, "accounts": rng.choice([[], [account], ["other"]]),
+                 "skus": {"default": {"rate_per_gpu_hour": "2.50"},
+                          "MI300X": {"capex_price": "24000", "capex_years": 4, "capex_residual": "2000",
+                                     "energy_price_per_kwh": "0.11", "pue": 1.3}}}
+        later.append(contract_entry(parse_contract(terms), ts="2026-01-01T00:00:00Z"))
+    for _ in range(rng.randint(0, 2)):
+        later.append(adjustment_entry(direction=rng.choice(["credit", "debit"]),
+                                      quantity=rng.choice(["0.05h", "1.5h", "12.34"]), reason="goodwill",
+                                      by="ops", ts=t0 + dur, **key))
+    # unrelated entries: another job on other devices
+    later.append(make_entry(Kind.ALLOCATION_STARTED, t0, {"account": "x"}, cluster="hpc1", job_id="9999", run=0))
+    append(engine, later)
+    return {"key": key, "uuids": uuids, "closed": closed}

@@ -1,0 +1,87 @@
+"""proofcheck.py's plain-Python reference of the method gives exactly the ledger's receipt, byte for byte.
+
+The ledger computes with numpy (vectorised, reordered for speed); the tenant's verifier recomputes with the
+standard library. Random runs (tests/proofrun.py) exercise every input a receipt reads; the reference is
+given *all* of the ledger's entries, so it also has to select a run's inputs as the ledger does.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ledger import db as db_mod
+from ledger import proofcheck as pc
+from ledger.canonical import canonical_json
+from ledger.entries import Kind, hash_fields
+from ledger.method.skus import builtin_table
+from ledger.proofs import _segment_rows
+from ledger.receipts import receipt_for
+from ledger.receipts.example import KEY, load_example
+from ledger.store import iter_entries
+from tests import proofrun
+
+
+def reference_receipt(engine, job: dict) -> dict:  # noqa: ANN001
+    entries, samples = [], {}
+    with engine.connect() as conn:
+        for ce in iter_entries(conn):
+            entries.append(pc.parse_leaf(hash_fields(ce.seq, ce.entry, ce.prev_hash), f"seq {ce.seq}"))
+            if ce.entry.kind == Kind.TELEMETRY_SEGMENT:
+                samples[ce.entry.entry_id] = _segment_rows(conn, ce)
+    return pc.compute_receipt(entries, samples, job, {})
+
+
+def test_the_worked_example(sqlite_url):
+    engine = db_mod.make_engine(sqlite_url)
+    load_example(engine)
+    body = receipt_for(engine, KEY["job_id"]).body
+    assert canonical_json(reference_receipt(engine, body["job"])) == canonical_json(body)
+    engine.dispose()
+
+
+@given(st.integers(0, 2**32))
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_random_runs(tmp_path_factory, seed):
+    url = f"sqlite:///{tmp_path_factory.mktemp('run') / 'ledger.db'}"
+    engine = db_mod.make_engine(url)
+    db_mod.upgrade(engine)
+    drawn = proofrun.build(engine, seed)
+    body = receipt_for(engine, proofrun.JOB, drawn["key"]["run"]).body
+    mine = reference_receipt(engine, body["job"])
+    assert canonical_json(mine) == canonical_json(body), pc.first_difference(mine, body)
+    engine.dispose()
+
+
+def test_the_reference_sku_table_is_the_methods():
+    assert {k: (r.rated_sm_clock_mhz, r.tdp_w, r.match) for k, r in builtin_table().items()} == pc.SKUS
+
+
+def test_np_sum_is_numpys_pairwise_sum():
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 7, 8, 9, 100, 128, 129, 300, 1000):
+        xs = rng.random(n) * 10.0 ** rng.integers(-6, 16, n)
+        assert pc.np_sum([float(x) for x in xs]) == float(xs.sum())
+
+
+@given(st.integers(0, 2**32))
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_bundle_carries_every_entry_its_receipt_needs(tmp_path_factory, seed):
+    """The bundle's selection of entries (run, gaps, resolutions, contract, segments, an open run's latest
+    telemetry) is enough: the verifier, given only those, recomputes the ledger's receipt."""
+    from ledger import heads
+    from ledger.proofs import build_bundle, bundle_bytes
+
+    d = tmp_path_factory.mktemp("bundle")
+    engine = db_mod.make_engine(f"sqlite:///{d / 'ledger.db'}")
+    db_mod.upgrade(engine)
+    drawn = proofrun.build(engine, seed)
+    heads.keygen(d / "k")
+    key = heads.load_private_key(d / "k")
+    head = heads.checkpoint(engine, key)
+    bundle = build_bundle(engine, proofrun.JOB, drawn["key"]["run"], head)
+    result = pc.verify_bundle(bundle_bytes(bundle), key.public_key())
+    assert result["receipt_hash"] == receipt_for(engine, proofrun.JOB, drawn["key"]["run"]).hash
+    engine.dispose()
