@@ -174,7 +174,7 @@ def _proof_bundle(app: AppContext, job_id: str, run: int | None, cluster: str | 
                         "(the bundle is the receipt as the ledger stood at the signed head)")
     try:
         bundle = build_bundle(app.engine(), job_id, run, read_head(head_path), cluster=cluster,
-                              sku_table=sku_table_for(app))
+                              sku_table=app.site.sku_table)
     except (ReceiptError, HeadError, Failure, TreeError) as exc:
         raise UserError(str(exc)) from None
     write_bundle(bundle, out)
