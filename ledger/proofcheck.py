@@ -13,7 +13,9 @@ A bundle is checked in this order, and the first thing that fails is named (exit
 3. every bundled entry is included in that tree (RFC 9162 inclusion proof from its leaf hash);
 4. every bundled block of samples hashes to the digest its (included) telemetry segment entry sealed;
 5. the receipt recomputed from those entries and samples with the reference implementation of the method
-   below is exactly the bundled receipt, and its hash is printed.
+   below (method ``ipledger-attribution`` 1.0.0, receipt 1.1: buckets, unknown intervals, progress marks and
+   the lost work a provider's failure credits, the run's accounting state, MIG slice pricing, billing) is
+   exactly the bundled receipt, and its hash is printed.
 
 The ledger itself uses the hashing, proof and signature functions of this module (``ledger.merkle``), so the
 operator's and the tenant's code cannot drift apart; the reference method is deliberately a second,
