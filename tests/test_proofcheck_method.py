@@ -43,7 +43,7 @@ def test_the_worked_example(sqlite_url):
 
 
 @given(st.integers(0, 2**32))
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_random_runs(tmp_path_factory, seed):
     url = f"sqlite:///{tmp_path_factory.mktemp('run') / 'ledger.db'}"
     engine = db_mod.make_engine(url)
@@ -117,7 +117,7 @@ def test_np_sum_is_numpys_pairwise_sum():
 
 
 @given(st.integers(0, 2**32))
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_a_bundle_carries_every_entry_its_receipt_needs(tmp_path_factory, seed):
     """The bundle's selection of entries (run, gaps, resolutions, contract, segments, an open run's latest
     telemetry) is enough: the verifier, given only those, recomputes the ledger's receipt."""
