@@ -13,7 +13,9 @@ A bundle is checked in this order, and the first thing that fails is named (exit
 3. every bundled entry is included in that tree (RFC 9162 inclusion proof from its leaf hash);
 4. every bundled block of samples hashes to the digest its (included) telemetry segment entry sealed;
 5. the receipt recomputed from those entries and samples with the reference implementation of the method
-   below is exactly the bundled receipt, and its hash is printed.
+   below (method ``ipledger-attribution`` 1.0.0, receipt 1.1: buckets, unknown intervals, progress marks and
+   the lost work a provider's failure credits, the run's accounting state, MIG slice pricing, billing) is
+   exactly the bundled receipt, and its hash is printed.
 
 The ledger itself uses the hashing, proof and signature functions of this module (``ledger.merkle``), so the
 operator's and the tenant's code cannot drift apart; the reference method is deliberately a second,
@@ -28,10 +30,12 @@ import base64
 import hashlib
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import ROUND_HALF_EVEN, Decimal
+from fractions import Fraction
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 BUNDLE_FORMAT = "ipledger-proof-bundle/1"
@@ -255,11 +259,11 @@ def parse_leaf(text: str, where: str) -> Entry:
                  sha256_hex(text))
 
 
-# --- the reference method: "ipledger-attribution" 1.0.0, receipt 1.0 (docs/method.md, docs/receipts.md) ------
+# --- the reference method: "ipledger-attribution" 1.0.0, receipt 1.1 (docs/method.md, docs/receipts.md) ------
 # Plain Python over the same IEEE-754 doubles, in the same order of operations as the ledger's vectorised
 # implementation, so every integer (nanohour) comes out identical.
 
-METHOD_NAME, METHOD_VERSION, RECEIPT_VERSION = "ipledger-attribution", "1.0.0", "1.0"
+METHOD_NAME, METHOD_VERSION, RECEIPT_VERSION = "ipledger-attribution", "1.0.0", "1.1"
 NH_PER_SECOND = 1e9 / 3600.0
 ACTIVE_MIN, RESIDENT_FB_MIB = 0.05, 512.0
 THROTTLE_REASONS = ("thermal", "power_cap", "hw_slowdown", "sync_boost", "other")
@@ -686,6 +690,146 @@ def billed_nh(nh: int, gran_s: int, min_s: int, paid_nh: int) -> int:
     return max(rounded, to_nh(min_s)) if paid_nh > 0 else rounded
 
 
+# MIG: an instance is priced at the share of its parent GPU its profile's compute slices hold
+# (ledger/method/mig.py): product name fragment -> compute slices of the whole GPU, first match wins.
+MIG_SLICES = (("A30", 4), ("A100", 7), ("H100", 7), ("H200", 7), ("B200", 7))
+MIG_PROFILE = re.compile(r"^(\d)g\.\d+gb(\+me)?$")
+
+
+def mig_share(profile: str | None, sku: str | None) -> Fraction | None:
+    m = MIG_PROFILE.match((profile or "").strip().lower())
+    total = next((n for key, n in MIG_SLICES if key in sku.upper()), None) if sku else None
+    if m is None or total is None or not 0 < int(m.group(1)) <= total:
+        return None
+    return Fraction(int(m.group(1)), total)
+
+
+def device_rate(contract: Mapping[str, Any], key: str | None, tdp_w: float | None,
+                dev: Mapping[str, Any]) -> tuple[Decimal, str, dict | None]:
+    """(hourly rate, its key in the receipt's rate table, the device line's ``mig`` block or None)."""
+    profile = dev.get("mig_profile")
+    if not profile:
+        return hourly(basis_for(contract, key), tdp_w), key or "unrated", None
+    share = mig_share(profile, dev.get("sku"))
+    mig = {"gpu_uuid": dev.get("gpu_uuid"), "gpu_instance": dev.get("mig_instance"), "profile": profile,
+           "share": None if share is None else f"{share.numerator}/{share.denominator}"}
+    priced = (contract.get("skus") or {}).get(f"{key}/{profile}") if key else None
+    if priced is not None:
+        mig["priced_as"] = "contract profile"
+        return hourly(priced, tdp_w), f"{key}/{profile}", mig
+    whole = hourly(basis_for(contract, key), tdp_w)
+    if share is None:
+        mig["priced_as"] = "whole GPU (profile not in the MIG table)"
+        return whole, key or "unrated", mig
+    mig["priced_as"] = "share of the whole GPU's rate"
+    rate = (whole * share.numerator / share.denominator).quantize(Decimal("1e-12"), rounding=ROUND_HALF_EVEN)
+    return rate, f"{key or 'unrated'}/{profile}", mig
+
+
+# --- the run's end and progress (docs/receipts.md, "Progress") ----------------------------------------------
+
+SAVED_MARKS = ("checkpoint", "output")   # marks after which the work done so far survives a failure
+PROVIDER_FAILURE_STATES = ("NODE_FAIL", "BOOT_FAIL")
+MAX_LISTED_OUTPUTS = 20
+ACCOUNTING_FIELDS = ("qos", "tres", "time_limit_s", "suspended_s", "final_state")
+STATE_RANK = {"sacct": 0, "hook.slurmctld": 1}   # whose allocation_ended state wins; any other source ranks 2
+
+
+def final_state(entries: Sequence[Entry]) -> tuple[str | None, str | None]:
+    """(final state, its source): the accounting database's, else the controller's, else a node's; among
+    equals the latest in chain order."""
+    best = None
+    for e in entries:
+        if e.kind == "allocation_ended":
+            r = STATE_RANK.get(e.source, 2)
+            if best is None or r <= best[0]:
+                best = (r, e.data.get("state"), e.source)
+    return (best[1], best[2]) if best else (None, None)
+
+
+def run_accounting(entries: Sequence[Entry]) -> dict | None:
+    """The receipt's ``job.accounting``: only for runs the Slurm hooks recorded."""
+    if not any(e.source in ("hook.slurm", "hook.slurmctld") for e in entries):
+        return None
+    state, source = final_state(entries)
+    return {"source": "sacct", "state": state} if source == "sacct" else {"pending": list(ACCOUNTING_FIELDS)}
+
+
+def end_state(entries: Sequence[Entry]) -> str | None:
+    requeued = any(e.kind == "allocation_requeued" for e in entries)
+    state, _source = final_state(entries)
+    if not state:
+        return "REQUEUED" if requeued else None
+    return "REQUEUED" if requeued and state not in PROVIDER_FAILURE_STATES else str(state)
+
+
+def provider_failure(state: str | None, entries: Sequence[Entry]) -> str | None:
+    if state in PROVIDER_FAILURE_STATES:
+        return state
+    if state not in (None, "COMPLETED") and any(
+            e.kind == "telemetry_summary" and (e.data.get("xid_errors") or 0) > 0 for e in entries):
+        return "xid"
+    return None
+
+
+def cut(span: tuple[float, float], cuts: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """``span`` less each cut in turn (sorted), piece by piece: the ledger's pieces, so its float sums."""
+    parts = [span]
+    for a, b in sorted(cuts):
+        nxt = []
+        for x, y in parts:
+            if b <= x or a >= y:
+                nxt.append((x, y))
+                continue
+            if a > x:
+                nxt.append((x, a))
+            if b < y:
+                nxt.append((b, y))
+        parts = nxt
+    return parts
+
+
+def seconds_of(parts: Sequence[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in parts)
+
+
+def progress_block(entries: Sequence[Entry], window: tuple[float, float], n_devices: int,
+                   suspended: Sequence[tuple[float, float]],
+                   credit: bool) -> tuple[dict[str, Any], tuple[float, float] | None]:
+    """The receipt's ``progress`` block, and the span [from, end) credited as lost work (else None)."""
+    w0, w1 = window
+    marks = sorted(({"ts": e.ts, "t": to_epoch(e.ts), "kind": e.data.get("kind") or "checkpoint",
+                     "step": e.data.get("step"), "note": e.data.get("note")}
+                    for e in entries if e.kind == "progress"), key=lambda m: (m["t"], m["kind"]))
+    marks = [m for m in marks if w0 <= m["t"] <= w1]
+    checkpoints = [m for m in marks if m["kind"] == "checkpoint"]
+    steps = [m["step"] for m in marks if m["step"] is not None]
+    state = end_state(entries)
+    block: dict[str, Any] = {
+        "marks": {"count": len(marks), **{k: sum(m["kind"] == k for m in marks)
+                                          for k in ("checkpoint", "output", "step")}},
+        "first_checkpoint": checkpoints[0]["ts"] if checkpoints else None,
+        "last_checkpoint": checkpoints[-1]["ts"] if checkpoints else None,
+        "last_step": max(steps) if steps else None,
+        "accepted_outputs": [{"ts": m["ts"], "step": m["step"], "note": m["note"]}
+                             for m in marks if m["kind"] == "output"][-MAX_LISTED_OUTPUTS:],
+        "end_state": state,
+        "lost_since_checkpoint": None,
+    }
+    if state is None or state == "COMPLETED":
+        return block, None
+    saved = [m for m in marks if m["kind"] in SAVED_MARKS]
+    frm = max(m["t"] for m in saved) if saved else w0
+    lost_nh = n_devices * to_nh(seconds_of(cut((frm, w1), suspended)))
+    cause = provider_failure(state, entries)
+    credited = cause is not None and credit
+    block["lost_since_checkpoint"] = {
+        "gpu_hours": hours(lost_nh), "from": saved[-1]["ts"] if saved else format_ts(w0),
+        "from_basis": saved[-1]["kind"] if saved else "start", "to": format_ts(w1),
+        "provider_failure": cause, "billed_as": "credit" if credited else "charge"}
+    return block, ((frm, w1) if credited else None)
+
+
 # --- the receipt -------------------------------------------------------------------------------------------
 
 def _hours_block(b: Sequence[int], paid_nh: int, suspended_nh: int) -> dict:
@@ -714,7 +858,8 @@ def run_frame(entries: Sequence[Entry], open_end: str | None = None) -> Frame:
     end = max((c.ts for c in ended), key=to_epoch, default=None)
     is_open = end is None
     if end is None:
-        ends = [to_epoch(c.ts_end or c.ts) for c in entries if c.kind not in ("adjustment", "gap_resolution")]
+        ends = [to_epoch(c.ts_end or c.ts) for c in entries
+                if c.kind not in ("adjustment", "gap_resolution", "evidence_refused")]
         if open_end is not None:
             ends.append(to_epoch(open_end))
         if start is not None and ends:
@@ -731,7 +876,9 @@ def run_frame(entries: Sequence[Entry], open_end: str | None = None) -> Frame:
         uuid = c.device or d.get("uuid")
         if uuid is None or uuid in devices:
             continue
-        devices[uuid] = {"uuid": uuid, "node": c.node or d.get("node"), "index": d.get("index"), "sku": d.get("sku")}
+        devices[uuid] = {"uuid": uuid, "node": c.node or d.get("node"), "index": d.get("index"), "sku": d.get("sku"),
+                         "mig_profile": d.get("mig_profile"), "mig_instance": d.get("mig_instance"),
+                         "gpu_uuid": d.get("gpu_uuid")}
     nodes = sorted({d["node"] for d in devices.values() if d["node"]} | {c.node for c in started if c.node})
     resumed = sorted(to_epoch(c.ts) for c in entries if c.kind == "allocation_resumed")
     susp = []
@@ -772,7 +919,7 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
     table = {**SKUS, **site_skus}
     ordered = sorted(entries, key=lambda c: c.seq)
     mine = [c for c in ordered if c.job_id == job_id and c.cluster == cluster and (c.run or 0) == run
-            and c.kind != "receipt_issued"]
+            and c.kind not in ("receipt_issued", "evidence_refused")]
     frame = run_frame(mine)
     if frame.start is None:
         raise Failure(f"job {job_id} run {run}: no allocation_started entry among the bundled entries")
@@ -832,7 +979,7 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
     def order(r: Sequence) -> tuple:
         return tuple((1, 0.0) if r[i] is None else (0, float(r[i])) for i in cols)
 
-    accounts = []
+    accounts, gaps_of = [], {}
     for dev in frame.devices:
         key = match_sku(dev.get("sku"), table)
         rated = table[key][0] if key else None
@@ -846,6 +993,7 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
         else:
             acc = attribute_samples((w0, w1), [], spans, frame.suspended, rated)
         accounts.append((dev, key, acc))
+        gaps_of[dev["uuid"]] = spans
 
     total = [0] * len(BUCKETS)
     paid_nh = suspended_nh = coarse_nh = 0
@@ -860,6 +1008,9 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
             gap_nh[g] = gap_nh.get(g, 0) + v
         for c, v in acc.causes.items():
             causes[c] = causes.get(c, 0) + v
+
+    progress, credited_span = progress_block(mine, (w0, w1), len(frame.devices), frame.suspended,
+                                             contract.get("provider_failure_loss", "charge") == "credit")
 
     intervals, gap_policy = [], {}
     for g in all_gaps:
@@ -883,12 +1034,12 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
     by_policy = {p: 0 for p in ("charge", "credit", "estimate", "hold")}
     rates: dict[str, Decimal] = {}
     cost = {k: Decimal(0) for k in ("paid", "billed", "suspended", *BUCKETS)}
-    billed_total = 0
+    billed_total = lost_credited = 0
     default_policy = contract["unknown_policy"]
     dev_lines = []
     for dev, key, acc in accounts:
-        rate = hourly(basis_for(contract, key), table[key][1] if key else None)
-        rates[key or "unrated"] = rate
+        rate, rate_key, mig = device_rate(contract, key, table[key][1] if key else None, dev)
+        rates[rate_key] = rate
         unknown_by = {p: 0 for p in by_policy}
         for gid, v in acc.gap_nh.items():
             unknown_by[gap_policy.get(gid, default_policy)] += v
@@ -898,6 +1049,12 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
         billable = acc.paid_nh - unknown_by["credit"] - unknown_by["hold"]
         if contract["charge_suspended"]:
             billable += acc.suspended_nh
+        if credited_span is not None:  # the lost work, less what is already unbilled (suspended, credit/hold)
+            not_billed = [(a, b) for a, b, gid in gaps_of[dev["uuid"]]
+                          if gap_policy.get(gid, default_policy) in ("credit", "hold")]
+            lost = min(to_nh(seconds_of(cut(credited_span, [*frame.suspended, *not_billed]))), max(billable, 0))
+            billable -= lost
+            lost_credited += lost
         billed = billed_nh(billable, contract["billing_granularity_s"], contract["billing_minimum_s"], acc.paid_nh)
         billed_total += billed
         cost["paid"] += acc.paid_nh * rate
@@ -908,7 +1065,8 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
         dev_lines.append({"uuid": dev["uuid"], "node": dev["node"], "index": dev["index"], "sku": dev["sku"],
                           "sku_rating": key, "fidelity": acc.fidelity,
                           "gpu_hours": _hours_block(acc.buckets, acc.paid_nh, acc.suspended_nh),
-                          "billed_gpu_hours": hours(billed), "rate": str(rate)})
+                          "billed_gpu_hours": hours(billed), "rate": str(rate),
+                          **({} if mig is None else {"mig": mig})})
     fidelities = sorted({acc.fidelity for _d, _k, acc in accounts})
     fidelity = fidelities[0] if len(fidelities) == 1 else ("mixed" if fidelities else "none")
     paid_cost, delivered_cost, billed_cost = money(cost["paid"]), money(cost["delivered"]), money(cost["billed"])
@@ -953,17 +1111,22 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
                      "currency": contract["currency"], "unknown_policy": contract["unknown_policy"],
                      "charge_suspended": contract["charge_suspended"],
                      "billing_granularity_s": contract["billing_granularity_s"],
-                     "billing_minimum_s": contract["billing_minimum_s"]},
+                     "billing_minimum_s": contract["billing_minimum_s"],
+                     "provider_failure_loss": contract.get("provider_failure_loss", "charge"),
+                     **({} if contract.get("period_rule", "split") == "split"
+                        else {"period_rule": contract["period_rule"]})},
         "method": {"name": METHOD_NAME, "version": METHOD_VERSION, "fidelity": fidelity,
                    "coarse_signal_gpu_hours": hours(coarse_nh),
                    "thresholds": {"active_min": ACTIVE_MIN, "resident_fb_mib": RESIDENT_FB_MIB}},
         "gpu_hours": _hours_block(total, paid_nh, suspended_nh),
         "unknown_by_cause": {k: hours(v) for k, v in sorted(causes.items()) if v},
         "unknown_intervals": intervals,
+        "progress": progress,
         "billing": {"gpu_hours_paid": hours(paid_nh),
                     "unknown_gpu_hours_by_policy": {p: hours(v) for p, v in by_policy.items()},
                     "estimated_delivered_in_unknown": hours(est),
                     "suspended_charged": contract["charge_suspended"],
+                    "lost_since_checkpoint_credited": hours(lost_credited),
                     "gpu_hours_billed": hours(billed_total)},
         "devices": dev_lines,
         "adjustments": adjustments,
@@ -979,6 +1142,9 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
                                          "amount": float(billed_cost + adj_total)}},
         "ledger": {"through_seq": last.seq, "head_hash": last.hash},
     }
+    accounting = run_accounting(mine)
+    if accounting is not None:
+        body["job"]["accounting"] = accounting
     body["receipt_hash"] = receipt_hash(body)
     return body
 

@@ -1,14 +1,19 @@
 """Random job runs for the proof tests: every kind of input a receipt reads, drawn from one seed.
 
-A run has 1-3 devices (rated, unrated and unknown SKUs), each with sealed samples (missing values, repeated
-instants, short and zero durations, every clock-event reason), a DCGM summary, or nothing; un-keyed and run-keyed
-unknown intervals, some resolved; suspensions; an open or closed window; a contract (rental or capex,
-granularity, minimum) or the default; adjustments in hours and in money.
+A run has 1-3 devices (rated, unrated and unknown SKUs, whole GPUs or MIG instances of known and unknown
+profiles), each with sealed samples (missing values, repeated instants, short and zero durations, every
+clock-event reason), a DCGM summary (with or without XID errors), or nothing; un-keyed and run-keyed unknown
+intervals, some resolved, and refused evidence; suspensions; progress marks (checkpoints, outputs, steps, some
+outside the window); an open or closed window, ended by a node, the controller and/or the accounting database
+in any final state (a provider failure among them), perhaps requeued; a contract (rental or capex, a MIG
+profile's own price, granularity, minimum, provider-failure loss credited or charged, period rule) or the
+default; adjustments in hours and in money.
 """
 
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from ledger.adjustments import adjustment_entry
 from ledger.contracts import contract_entry, parse_contract
@@ -17,10 +22,13 @@ from ledger.store import append
 from ledger.telemetry.model import SAMPLE_COLUMNS
 from ledger.telemetry.store import segment_entry_rows, write_segment_rows_in
 from ledger.db import write_tx
+from ledger.ship import refusal_entries
 
 JOB = "8100"
 SKUS = ["NVIDIA H100 80GB HBM3", "AMD Instinct MI300X", "Acme Tensor 9", None, "NVIDIA A100-SXM4-80GB"]
 REASONS = [0, 0, 0x20, 0x4, 0x8, 0x10, 0x2, 0x44, 0x80, None]
+MIG_PROFILES = ["3g.40gb", "1g.10gb", "7g.80gb", "2g.20gb+me", "9g.90gb", "odd"]  # the last two: not in the table
+STATES = ["COMPLETED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "CANCELLED", None]
 
 
 def _maybe(rng: random.Random, value, p: float = 0.1):  # noqa: ANN001, ANN202
@@ -56,14 +64,37 @@ def build(engine, seed: int) -> dict:  # noqa: ANN001
     account = rng.choice(["physics", "bio"])
     uuids = [f"GPU-{seed:08x}-{i:04d}" for i in range(rng.randint(1, 3))]
     nodes = [f"n{i % 2}" for i in range(len(uuids))]
+    hook = rng.choice(["hook.prolog", "hook.slurm"])  # hook.slurm: the receipt says what accounting it waits for
     run = [make_entry(Kind.ALLOCATION_STARTED, t0, {"account": account, "partition": "gpu", "qos": "normal"},
-                      node="n0", source="hook.prolog", **key)]
-    run += [make_entry(Kind.DEVICE_BOUND, t0, {"index": i, "uuid": u, "sku": rng.choice(SKUS), "node": nodes[i]},
-                       device=u, node=nodes[i], source="hook.prolog", **key) for i, u in enumerate(uuids)]
+                      node="n0", source=hook, **key)]
+    for i, u in enumerate(uuids):
+        bound = {"index": i, "uuid": u, "sku": rng.choice(SKUS), "node": nodes[i]}
+        if rng.random() < 0.3:  # a MIG instance of a parent GPU
+            bound.update(sku=rng.choice(["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", bound["sku"]]),
+                         mig_profile=rng.choice(MIG_PROFILES), mig_instance=rng.randint(1, 14),
+                         gpu_uuid=f"GPU-parent-{i}")
+        run.append(make_entry(Kind.DEVICE_BOUND, t0, bound, device=u, node=nodes[i], source=hook, **key))
     closed = rng.random() < 0.8
     if closed:
-        run.append(make_entry(Kind.ALLOCATION_ENDED, t0 + dur, {"exit_code": 0}, node="n0", source="hook.epilog",
-                              **key))
+        run.append(make_entry(Kind.ALLOCATION_ENDED, t0 + dur, {"exit_code": 0, "state": rng.choice(STATES)},
+                              node="n0", source=rng.choice(["hook.epilog", hook]), **key))
+        job_level = {**key, "node": None}
+        if rng.random() < 0.3:
+            run.append(make_entry(Kind.ALLOCATION_ENDED, t0 + dur, {"scope": "job", "state": rng.choice(STATES)},
+                                  source="hook.slurmctld", **job_level))
+        if rng.random() < 0.3:  # the accounting database's record: its state wins
+            run.append(make_entry(Kind.ALLOCATION_STARTED, t0, {"scope": "job", "account": account, "qos": "high",
+                                                                "tres": "gres/gpu=2"}, source="sacct", **job_level))
+            run.append(make_entry(Kind.ALLOCATION_ENDED, t0 + dur + rng.choice([0.0, 1.5]),
+                                  {"scope": "job", "state": rng.choice(STATES), "state_basis": "sacct"},
+                                  source="sacct", **job_level))
+    if rng.random() < 0.1:
+        run.append(make_entry(Kind.ALLOCATION_REQUEUED, t0 + dur / 2, {}, node="n0", source=hook, **key))
+    for _ in range(rng.choice([0, 0, 1, 3, 5])):
+        run.append(make_entry(Kind.PROGRESS, t0 + rng.uniform(-60, dur + 60), {
+            "kind": rng.choice(["checkpoint", "checkpoint", "output", "step", None]),
+            "step": rng.choice([None, rng.randint(1, 5000)]), "note": rng.choice([None, "ckpt-a"])},
+            node="n0", source=hook, **key))
     if rng.random() < 0.3:
         a = t0 + rng.uniform(0, dur / 2)
         run.append(make_entry(Kind.ALLOCATION_SUSPENDED, a, {}, ts_end=a + rng.uniform(10, dur / 3), node="n0",
@@ -82,6 +113,11 @@ def build(engine, seed: int) -> dict:  # noqa: ANN001
                                                           "scope": "device"}, ts_end=b,
                                device=rng.choice([uuids[i], None]), node=nodes[i], source="collector",
                                **(key if keyed else {"cluster": "hpc1"})))
+    if rng.random() < 0.2:  # a spool record the shipper refused: an unknown interval on the run
+        a = t0 + rng.uniform(0, dur)
+        gaps += refusal_entries(Path("n0.jsonl"), 7, "sm_active: not a number", {
+            "kind": "telemetry_summary", "ts": a, "ts_end": a + rng.uniform(0, dur / 4), "node": "n0",
+            "device": rng.choice([uuids[0], None]), **key}, mtime=t0, now=t0 + dur)
     append(engine, run + gaps)
     for i, u in enumerate(uuids):
         mode = rng.choice(["samples", "samples", "samples", "summary", "none"])
@@ -95,7 +131,7 @@ def build(engine, seed: int) -> dict:  # noqa: ANN001
         elif mode == "summary":
             payload = {"sm_util_pct_avg": rng.choice([rng.uniform(0, 100), 2.0, None]),
                        "sm_clock_mhz_avg": rng.choice([1500.0, None]), "slowdown_thermal_pct": rng.uniform(0, 30),
-                       "num_processes": rng.choice([0, 1, None])}
+                       "num_processes": rng.choice([0, 1, None]), "xid_errors": rng.choice([0, 0, 3, None])}
             append(engine, [make_entry(Kind.TELEMETRY_SUMMARY, t0 + dur, payload, device=u, node=nodes[i],
                                        source="hook.epilog", **key)])
     later = []
@@ -109,7 +145,10 @@ def build(engine, seed: int) -> dict:  # noqa: ANN001
                  "unknown_policy": rng.choice(["charge", "credit", "estimate", "hold"]),
                  "billing_granularity_s": rng.choice([1, 60, 3600]), "billing_minimum_s": rng.choice([0, 600]),
                  "charge_suspended": rng.random() < 0.3, "accounts": rng.choice([[], [account], ["other"]]),
+                 "provider_failure_loss": rng.choice(["charge", "credit", "credit"]),
+                 "period_rule": rng.choice(["split", "end"]),
                  "skus": {"default": {"rate_per_gpu_hour": "2.50"},
+                          "A100-SXM4-80GB/3g.40gb": {"rate_per_gpu_hour": "1.10"},  # a MIG profile's own price
                           "MI300X": {"capex_price": "24000", "capex_years": 4, "capex_residual": "2000",
                                      "energy_price_per_kwh": "0.11", "pue": 1.3}}}
         later.append(contract_entry(parse_contract(terms), ts="2026-01-01T00:00:00Z"))

@@ -7,6 +7,7 @@ given *all* of the ledger's entries, so it also has to select a run's inputs as 
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,7 @@ from ledger import db as db_mod
 from ledger import proofcheck as pc
 from ledger.canonical import canonical_json
 from ledger.entries import Kind, hash_fields
+from ledger.method.mig import MIG_SLICES, mig_share
 from ledger.method.skus import builtin_table
 from ledger.proofs import _segment_rows
 from ledger.receipts import receipt_for
@@ -41,7 +43,7 @@ def test_the_worked_example(sqlite_url):
 
 
 @given(st.integers(0, 2**32))
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_random_runs(tmp_path_factory, seed):
     url = f"sqlite:///{tmp_path_factory.mktemp('run') / 'ledger.db'}"
     engine = db_mod.make_engine(url)
@@ -53,8 +55,56 @@ def test_random_runs(tmp_path_factory, seed):
     engine.dispose()
 
 
+# Seeds whose runs show each part of receipt 1.1, pinned so every run of the suite holds the reference to
+# them (the random draws above reach them too, but not on every run). Each is checked to still show its part.
+FEATURES = {
+    "lost work credited after a provider failure": (14, lambda b: b["billing"]["lost_since_checkpoint_credited"] > 0
+                                                     and b["progress"]["lost_since_checkpoint"]["provider_failure"]),
+    "an XID ends the run": (21, lambda b: b["progress"]["lost_since_checkpoint"]["provider_failure"] == "xid"),
+    "lost since a checkpoint mark": (1, lambda b: b["progress"]["lost_since_checkpoint"]["from_basis"]
+                                     == "checkpoint"),
+    "requeued": (9, lambda b: b["progress"]["end_state"] == "REQUEUED"),
+    "accounting database's final state": (16, lambda b: b["job"]["accounting"]["source"] == "sacct"),
+    "MIG slice at its share": (2, lambda b: any(d.get("mig", {}).get("priced_as", "").startswith("share")
+                                                 for d in b["devices"])),
+    "MIG profile priced by the contract": (32, lambda b: any(d.get("mig", {}).get("priced_as") == "contract profile"
+                                                             for d in b["devices"])),
+    "MIG profile not in the table": (4, lambda b: any(d.get("mig", {}).get("priced_as", "").startswith("whole")
+                                                       for d in b["devices"])),
+    "refused evidence": (3, lambda b: any(i["cause"] == "evidence_refused" for i in b["unknown_intervals"])),
+    "period rule end": (13, lambda b: b["contract"].get("period_rule") == "end"),
+}
+
+
+@pytest.mark.parametrize("feature", sorted(FEATURES))
+def test_each_part_of_the_receipt_is_recomputed_and_bundled(tmp_path, feature):
+    from ledger import heads
+    from ledger.proofs import build_bundle, bundle_bytes
+
+    seed, shows = FEATURES[feature]
+    engine = db_mod.make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    db_mod.upgrade(engine)
+    drawn = proofrun.build(engine, seed)
+    receipt = receipt_for(engine, proofrun.JOB, drawn["key"]["run"])
+    assert shows(receipt.body), f"seed {seed} no longer draws a run with {feature}"
+    mine = reference_receipt(engine, receipt.body["job"])
+    assert canonical_json(mine) == canonical_json(receipt.body), pc.first_difference(mine, receipt.body)
+    heads.keygen(tmp_path / "k")
+    key = heads.load_private_key(tmp_path / "k")
+    bundle = build_bundle(engine, proofrun.JOB, drawn["key"]["run"], heads.checkpoint(engine, key))
+    assert pc.verify_bundle(bundle_bytes(bundle), key.public_key())["receipt_hash"] == receipt.hash
+    engine.dispose()
+
+
 def test_the_reference_sku_table_is_the_methods():
     assert {k: (r.rated_sm_clock_mhz, r.tdp_w, r.match) for k, r in builtin_table().items()} == pc.SKUS
+
+
+def test_the_reference_mig_table_is_the_methods():
+    assert tuple((key, n) for key, n, _source in MIG_SLICES) == pc.MIG_SLICES
+    for profile in ("3g.40gb", "1g.10gb+me", " 7G.80GB ", "8g.90gb", "0g.1gb", "3g", None):
+        for sku in ("NVIDIA A100-SXM4-80GB", "NVIDIA A30", "NVIDIA H200", "Acme Tensor 9", None):
+            assert pc.mig_share(profile, sku) == mig_share(profile, sku)
 
 
 def test_np_sum_is_numpys_pairwise_sum():
@@ -67,7 +117,7 @@ def test_np_sum_is_numpys_pairwise_sum():
 
 
 @given(st.integers(0, 2**32))
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_a_bundle_carries_every_entry_its_receipt_needs(tmp_path_factory, seed):
     """The bundle's selection of entries (run, gaps, resolutions, contract, segments, an open run's latest
     telemetry) is enough: the verifier, given only those, recomputes the ledger's receipt."""
