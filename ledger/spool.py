@@ -272,11 +272,6 @@ def read(path: Path) -> SpoolRead:
     return parse_bytes(b"".join(chunks), path)
 
 
-def mark_shipped(spool_dir: str | os.PathLike, read_result: SpoolRead) -> None:
-    """Move a shipped file aside (only ever called after the ledger committed its entries)."""
-    mark_shipped_many(spool_dir, [read_result])
-
-
 def _target_name(name: str) -> str:
     return name[: -len(".tmp")] if name.endswith(".tmp") else name
 

@@ -84,7 +84,6 @@ def append_in(conn: Connection, entries: Iterable[Entry]) -> AppendResult:
         if not e.entry_id:
             raise ValueError("entry without an entry_id; build entries with make_entry()")
         unique.setdefault(e.entry_id, e)
-    batch_dupes = 0
     ids = list(unique)
     existing = _existing_ids(conn, ids) if ids else set()
     seq, prev = head(conn)
@@ -109,7 +108,7 @@ def append_in(conn: Connection, entries: Iterable[Entry]) -> AppendResult:
             marks = ",".join("?" * len(ENTRY_COLUMNS))
             conn.exec_driver_sql(f"INSERT INTO entries ({', '.join(ENTRY_COLUMNS)}) VALUES ({marks})", rows)
         merkle.on_append(conn, first, leaves)  # type: ignore[arg-type]
-    return AppendResult(appended=len(rows), duplicates=len(existing) + batch_dupes,
+    return AppendResult(appended=len(rows), duplicates=len(existing),
                         first_seq=first, last_seq=seq if rows else None, head_hash=prev)
 
 

@@ -2,7 +2,7 @@
 written analysis (PDF).
 
 Everything here reads receipts and findings; nothing writes to the ledger. The core is pure functions over
-receipt dicts (DESIGN.md §6 "Receipt JSON"): :mod:`reports.monthly` flattens and aggregates them,
+receipt dicts (docs/receipts.md, "JSON"): :mod:`reports.monthly` flattens and aggregates them,
 :mod:`reports.focus` maps them onto FinOps FOCUS columns, :mod:`reports.pdf_statement` and
 :mod:`reports.pathb` render documents, :mod:`reports.issued` reads the issued receipts out of a ledger.
 See docs/reports.md.

@@ -3,7 +3,7 @@
 An issued receipt is a ``receipt_issued`` entry. If its payload carries the receipt itself (key ``receipt``,
 or the receipt's own keys) that is used as is; if it carries only the hash and ``through_seq``, the receipt
 is recomputed with the receipts package's public function at that ``through_seq`` (receipts are pure
-functions of the ledger, DESIGN.md principle 5) and its hash compared with the issued one.
+functions of the ledger) and its hash compared with the issued one.
 
 Billing rule (pure, :func:`select_month`): periods are half-open and a receipt is billed in the months of its
 parts (:mod:`reports.periods`: under the default ``split`` rule every month its window overlaps, each with

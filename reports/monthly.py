@@ -1,7 +1,7 @@
 """The monthly tenant accounting export: receipts flattened into one table, then summed per tenant, per job
 class (partition, QOS) and per hour of day.
 
-The core is pure: :func:`flatten` turns receipt dicts (DESIGN.md §6 "Receipt JSON") into a flat table, one
+The core is pure: :func:`flatten` turns receipt dicts (docs/receipts.md, "JSON") into a flat table, one
 row per receipt; :func:`monthly_rows` keeps the month's rows; :func:`summarise` aggregates them
 (vectorised, in DuckDB over the flat table, so a million receipts take seconds). Nothing is recomputed
 from telemetry: every number is a sum of issued receipts, so the export reconciles to them to the cent.

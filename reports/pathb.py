@@ -4,7 +4,7 @@
 (paid vs delivered by cause), the findings with their evidence charts (signal timelines before, during and
 after each finding), the recommendations priced in GPU-hours, and the method and its limits.
 
-The ``analysis`` dict is the Findings JSON of DESIGN.md §6 plus optional context. Only ``findings`` and
+The ``analysis`` dict is the Findings JSON (docs/agents.md) plus optional context. Only ``findings`` and
 ``account`` are expected; every other key may be missing, and so may any key inside them::
 
     {

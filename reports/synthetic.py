@@ -1,4 +1,4 @@
-"""Synthetic receipts in the DESIGN.md §6 shape, for tests, the benchmark (a million receipts) and demos.
+"""Synthetic receipts in the docs/receipts.md shape, for tests, the benchmark (a million receipts) and demos.
 
 Each receipt obeys the accounting identity (paid = delivered + throttled + underutilized + starved +
 idle_held + unknown) and prices hours at a per-tenant rate, so reconciliations can be checked exactly.

@@ -7,7 +7,7 @@ written anywhere is ``finding_recorded`` entries in the ledger (:func:`record`),
 
 Public API::
 
-    analyze(engine, through_seq=None) -> Analysis          # all agents; Analysis.to_json() is §6 "Findings JSON"
+    analyze(engine, through_seq=None) -> Analysis          # all agents; Analysis.to_json() is the Findings JSON (docs/agents.md)
     record(engine, findings) -> AppendResult               # finding_recorded entries (idempotent)
     verdict(engine, finding_id, confirm: bool, by, note)   # finding_confirmed / finding_dismissed entry
     recorded_findings(engine) -> list[dict]                 # recorded findings with their status
@@ -49,11 +49,9 @@ class Analysis:
 
 def method_info() -> dict:
     """The method's name and version, for whatever renders an analysis (a PDF states what produced it)."""
-    try:
-        from ..method import METHOD_NAME, METHOD_VERSION
-        return {"name": METHOD_NAME, "version": METHOD_VERSION, "notes": "docs/method.md; agents: docs/agents.md"}
-    except ImportError:  # pragma: no cover - only while the method is being built
-        return {}
+    from ..method import METHOD_NAME, METHOD_VERSION
+
+    return {"name": METHOD_NAME, "version": METHOD_VERSION, "notes": "docs/method.md; agents: docs/agents.md"}
 
 
 def run_agents(ds: Dataset) -> Analysis:

@@ -65,17 +65,6 @@ def price(ds: Dataset, frame: pd.DataFrame, col: str) -> float:
     return float(total)
 
 
-def rate_for(ds: Dataset, frame: pd.DataFrame) -> float:
-    """A representative price per GPU-hour for a scope (the mean over its samples' rates)."""
-    if not len(frame):
-        return ds.rate(None, None)
-    hours = frame["h"].sum()
-    if hours <= 0:
-        sku = frame["sku"].dropna()
-        return ds.rate(None, sku.iloc[0] if len(sku) else None)
-    return price(ds, frame, "h") / hours
-
-
 def fmt_h(x: float) -> str:
     return f"{x:,.1f}" if x >= 10 else f"{x:,.2f}"
 

@@ -18,27 +18,17 @@ import pandas as pd
 from sqlalchemy.engine import Engine
 
 from ..canonical import ts_to_epoch
+from ..contracts import select_contract
 from ..entries import Kind
+from ..method import THROTTLE_REASONS, reason_bucket
+from ..method.attribution import DEFAULT_THRESHOLDS
+from ..method.skus import match_sku
 from ..store import iter_entries
 from ..telemetry.store import read_samples
 
-try:  # the method is the single source of thresholds and reason precedence
-    from ..method import THROTTLE_REASONS, reason_bucket
-    from ..method.attribution import DEFAULT_THRESHOLDS
-    from ..method.skus import match_sku
-    ACTIVE_MIN = DEFAULT_THRESHOLDS.active_min
-    RESIDENT_FB_MIB = DEFAULT_THRESHOLDS.resident_fb_mib
-except ImportError:  # pragma: no cover - only while the method is being built
-    THROTTLE_REASONS = ("thermal", "power_cap", "hw_slowdown", "sync_boost", "other")
-    ACTIVE_MIN, RESIDENT_FB_MIB = 0.05, 512.0
-    match_sku = None
-
-    def reason_bucket(mask):  # noqa: ANN001, ANN201
-        mask = np.asarray(mask, dtype=np.int64)
-        out = np.full(mask.shape, 4)
-        for i, bits in ((0, 0x60), (2, 0x88), (1, 0x4), (3, 0x10)):
-            out = np.where((out == 4) & (mask >= 0) & ((mask & bits) != 0), i, out)
-        return out
+# the method is the single source of thresholds and reason precedence
+ACTIVE_MIN = DEFAULT_THRESHOLDS.active_min
+RESIDENT_FB_MIB = DEFAULT_THRESHOLDS.resident_fb_mib
 
 SAMPLE_READ_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "tensor_active", "gpu_util", "sm_clock_mhz",
                        "power_w", "gpu_temp_c", "ecc_sbe_aggregate", "ecc_sbe_volatile", "row_remap_pending",
@@ -74,7 +64,7 @@ class Dataset:
 
 
 def _rated(sku: str | None) -> tuple[float | None, str | None]:
-    if match_sku is None or not isinstance(sku, str) or not sku:  # NaN when no label named the model
+    if not isinstance(sku, str) or not sku:  # NaN when no label named the model
         return None, None
     r = match_sku(sku)
     return (r.rated_sm_clock_mhz, r.key) if r else (None, None)
@@ -201,23 +191,17 @@ def assemble(scan: EntryScan, s: pd.DataFrame, topology: dict | None = None) -> 
     _buckets(s)
     # --- prices -------------------------------------------------------------------------------------------------
     currency, rates = "USD", {}
-    try:
-        from ..contracts import select_contract
-        from ..method.skus import match_sku as _m
-
-        tenants = set(allocs["tenant"].dropna()) | {None}
-        for ten in tenants:
-            c, _ = select_contract(contracts, ten)
-            currency = c.currency
-            for sku in set(devices["sku"].dropna()):
-                r = _m(sku)
-                basis = c.basis_for(r.key if r else sku)
-                try:
-                    rates[(ten, sku)] = float(basis.hourly(r.tdp_w if r else None))
-                except (AssertionError, ArithmeticError):
-                    pass
-    except ImportError:  # pragma: no cover
-        pass
+    tenants = set(allocs["tenant"].dropna()) | {None}
+    for ten in tenants:
+        c, _ = select_contract(contracts, ten)
+        currency = c.currency
+        for sku in set(devices["sku"].dropna()):
+            r = match_sku(sku)
+            basis = c.basis_for(r.key if r else sku)
+            try:
+                rates[(ten, sku)] = float(basis.hourly(r.tdp_w if r else None))
+            except (AssertionError, ArithmeticError):
+                pass
     prog_df = pd.DataFrame(prog, columns=list(PROGRESS_COLUMNS))
     return Dataset(samples=s, allocs=allocs, devices=devices, gaps=gaps, progress=prog_df, requeues=requeues,
                    statuses=statuses, recorded=recorded, cadence=cadence, start=start, end=end, through_seq=seq,

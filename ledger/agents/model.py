@@ -1,4 +1,4 @@
-"""The Finding record every agent returns, its deterministic id, and its JSON (DESIGN.md §6 "Findings JSON")."""
+"""The Finding record every agent returns, its deterministic id, and its JSON (docs/agents.md, "Findings JSON")."""
 
 from __future__ import annotations
 

@@ -95,11 +95,7 @@ def _context(collected, res, analysis: Analysis, sources: list[str]) -> dict:  #
 
 
 def render_pdf(analysis: Analysis, out: Path) -> Path:
-    """Hand the analysis to the reports engineer's renderer; a one-line error if it does not exist."""
-    try:
-        from reports import pathb  # type: ignore[attr-defined]
-    except ImportError:
-        raise PathBError("PDF output needs reports.pathb, which this installation lacks") from None
-    if not hasattr(pathb, "render"):
-        raise PathBError("PDF output needs reports.pathb.render, which this installation lacks")
+    """The analysis laid out as the written Path B report (reports.pathb)."""
+    from reports import pathb
+
     return pathb.render(analysis.to_json(), out)

@@ -1,6 +1,6 @@
 """The prolog and epilog: what they record, in which order, and what they do when something fails.
 
-Order (DESIGN.md §2.9): the prolog writes ``allocation_started`` + ``device_bound`` to the spool *before* it
+Order (docs/slurm.md): the prolog writes ``allocation_started`` + ``device_bound`` to the spool *before* it
 touches DCGM; the epilog gathers what it can, writes everything to the spool in one durable file, and only then
 cleans DCGM's job record and group (also when that write failed: nothing would read the record again). Neither ever talks to the ledger database: shipping is ``ipledger ship``
 (a systemd timer, docs/slurm.md), so a database that is down cannot slow a hook or make it fail.
