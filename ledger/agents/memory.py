@@ -55,8 +55,10 @@ def _sample_frame(parts: list[tuple[str, dict[str, np.ndarray]]]) -> pd.DataFram
     import pyarrow as pa
 
     counts = [len(cols["t"]) for _, cols in parts]
-    table: dict[str, pa.Array] = {
-        "device": pa.array(np.repeat(np.array([d for d, _ in parts], dtype=object), counts), type=pa.string())}
+    # each device's name once, repeated by index: no Python string per sample
+    which = pa.array(np.repeat(np.arange(len(parts), dtype=np.int32), counts))
+    names = pa.array([d for d, _ in parts], type=pa.string())
+    table: dict[str, pa.Array] = {"device": pa.DictionaryArray.from_arrays(which, names).cast(pa.string())}
     for c in SAMPLE_READ_COLUMNS[1:]:
         pieces = []
         for (_, cols), n in zip(parts, counts):
