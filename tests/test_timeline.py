@@ -155,3 +155,36 @@ def test_array_path_equals_the_per_reading_path(series, cadence, span):
     assert a.gaps == b.gaps
     assert a.resets == b.resets
     assert a.missing == b.missing
+    assert len(a.samples) == len(b.samples) and a.covered_s == b.covered_s
+    _columns_hold_to_the_samples(a, b)
+
+
+def _columns_hold_to_the_samples(a, b):
+    """The array path's columns (what Path B analysis reads instead of samples) say what the reference
+    path's samples say: as rows (what a segment stores) and as the agents' sample frame."""
+    import pandas as pd
+
+    from ledger.agents.memory import _sample_frame
+    from ledger.telemetry.store import _row_values
+    from ledger.telemetry.timeline import timeline_columns
+
+    if a.columns is not None:   # else a duplicate instant sent it down the reference path (no rows kept)
+        assert a.rows == tuple(_row_values(s) for s in b.samples)
+    if b.samples:
+        pd.testing.assert_frame_equal(_sample_frame([("G", timeline_columns(a))]),
+                                      _sample_frame([("G", timeline_columns(b))]))
+
+
+def test_columns_hold_to_the_samples_with_fractional_clock_reasons():
+    """clock_reasons is stored as an integer: a fractional or negative-zero reading reads back truncated."""
+    import numpy as np
+
+    from ledger.telemetry.timeline import build_timeline_arrays
+
+    ts = np.array([0.0, 10.0, 20.0])
+    arrays = {"clock_reasons": (ts, np.array([2.5, -0.0, np.nan])), "power_w": (ts, np.array([1.0, np.nan, 3.0]))}
+    series = {k: [(float(t), None if v != v else float(v)) for t, v in zip(*arrays[k])] for k in arrays}
+    a = build_timeline_arrays("G", arrays, cadence=10.0)
+    b = build_timeline("G", series, cadence=10.0)
+    assert a.columns is not None and a.samples == b.samples
+    _columns_hold_to_the_samples(a, b)

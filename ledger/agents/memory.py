@@ -17,9 +17,8 @@ import pandas as pd
 
 from ..entries import ChainedEntry, Entry
 from ..importers.common import Collected
-from ..importers.pipeline import (ImportOptions, ImportResult, counted_runs, each_timeline, sample_windows,
-                                  unknown_entries)
-from ..telemetry.model import SAMPLE_COLUMNS
+from ..importers.pipeline import ImportOptions, ImportResult, counted_runs, each_timeline, unknown_entries
+from ..telemetry.timeline import timeline_columns
 from .data import SAMPLE_READ_COLUMNS, Dataset, EntryScan, assemble
 
 
@@ -49,21 +48,28 @@ class _Sequencer:
             self.scan.seg_nodes.setdefault(device, node)
 
 
-def _sample_frame(row_batches: list[list[tuple]]) -> pd.DataFrame:
-    """SAMPLE_READ_COLUMNS of normalised rows, through Arrow as the ledger's reader hands them to pandas."""
+def _sample_frame(parts: list[tuple[str, dict[str, np.ndarray]]]) -> pd.DataFrame:
+    """SAMPLE_READ_COLUMNS of each device's sample columns (device order, then time), through Arrow as the
+    ledger's reader hands them to pandas. Values are the stored rows' (clock_reasons an integer; tested
+    against the ledger round trip in tests/test_analyze.py)."""
     import pyarrow as pa
 
-    at = {c: i for i, c in enumerate(SAMPLE_COLUMNS)}
-    parts: dict[str, list] = {c: [] for c in SAMPLE_READ_COLUMNS}
-    for rows in row_batches:
-        if not rows:
-            continue
-        cols = list(zip(*rows))
-        for c in SAMPLE_READ_COLUMNS:
-            col = cols[at[c]]
-            parts[c].append(np.array(col, dtype=object) if c == "device" else np.array(col, dtype=np.float64))
-    return pa.table({c: pa.array(np.concatenate(v) if v else [], type=pa.string() if c == "device" else pa.float64())
-                     for c, v in parts.items()}).to_pandas()
+    counts = [len(cols["t"]) for _, cols in parts]
+    # each device's name once, repeated by index: no Python string per sample
+    which = pa.array(np.repeat(np.arange(len(parts), dtype=np.int32), counts))
+    names = pa.array([d for d, _ in parts], type=pa.string())
+    table: dict[str, pa.Array] = {"device": pa.DictionaryArray.from_arrays(which, names).cast(pa.string())}
+    for c in SAMPLE_READ_COLUMNS[1:]:
+        pieces = []
+        for (_, cols), n in zip(parts, counts):
+            col = cols.get(c)
+            if col is None:
+                col = np.full(n, np.nan)
+            elif c == "clock_reasons":   # the row stores int(x); + 0.0 turns a -0.0 into the 0 it reads back as
+                col = np.trunc(col) + 0.0
+            pieces.append(col)
+        table[c] = pa.array(np.concatenate(pieces) if pieces else np.empty(0), type=pa.float64())
+    return pa.table(table).to_pandas()
 
 
 def dataset_from_collected(c: Collected, opts: ImportOptions = ImportOptions(), topology: dict | None = None,
@@ -73,18 +79,20 @@ def dataset_from_collected(c: Collected, opts: ImportOptions = ImportOptions(), 
     res = ImportResult(source=c.source)
     seq = _Sequencer()
     spans: dict[str, tuple] = {}
-    row_batches: list[list[tuple]] = []
+    parts: list[tuple[str, dict[str, np.ndarray]]] = []
     for tl in each_timeline(c, opts, res, spans, progress):
-        windows = sample_windows(tl, opts)
+        cols = timeline_columns(tl)
+        windows = set(np.floor(cols["t"] / opts.segment_seconds).astype(np.int64).tolist())
         gaps_by_w = unknown_entries(c, tl, opts)
         node = c.devices[tl.device].node
-        for w in sorted(set(windows) | set(gaps_by_w)):
-            if windows.get(w):
+        for w in sorted(windows | set(gaps_by_w)):
+            if w in windows:   # a segment the import would seal (sample_windows' keys)
                 seq.sealed_segment(tl.device, node)
                 res.segments += 1
-                row_batches.append(windows[w])
             res.appended += seq.feed(gaps_by_w.get(w, []))
+        if len(cols["t"]):
+            parts.append((tl.device, cols))
     res.appended += seq.feed(counted_runs(res, c, spans, opts))
     res.appended += res.segments
     seq.scan.seq = seq.seq
-    return assemble(seq.scan, _sample_frame(row_batches), topology), res
+    return assemble(seq.scan, _sample_frame(parts), topology), res

@@ -20,7 +20,9 @@ import urllib.request
 import zipfile
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
 
 from .common import Collected, CsvReader, Context, DeviceInfo, InputError, decode_text, noise_reason, read_lines
 from .dcgm_fields import BY_NAME
@@ -153,7 +155,7 @@ def _add_columns(c: Collected, dev: str, ctx: Context | None, spec, ts: list, ra
     return True
 
 
-def add_series_columns(c: Collected, labels: Mapping[str, str], ts: list[float], values: list[float],
+def add_series_columns(c: Collected, labels: Mapping[str, str], ts: Sequence[float], values: Sequence[float],
                        place: str) -> None:
     """:func:`add_series` for a series already split into float times and values (the columnar reader)."""
     spec = BY_NAME.get(labels.get("__name__", ""))
@@ -163,8 +165,12 @@ def add_series_columns(c: Collected, labels: Mapping[str, str], ts: list[float],
     c.note_mapped(labels["__name__"], spec.target)
     dev = device_from_labels(labels, c)
     ctx = context_from_labels(labels)
-    if ts and not _add_columns(c, dev, ctx, spec, ts, values, place):
-        add_series(c, labels, list(zip(ts, values)), place)
+    if len(ts) and not _add_columns(c, dev, ctx, spec, ts, values, place):
+        add_series(c, labels, list(zip(_floats(ts), _floats(values))), place)
+
+
+def _floats(xs) -> list:  # noqa: ANN001
+    return xs.tolist() if isinstance(xs, np.ndarray) else list(xs)
 
 
 def _load_json(text: str, path: str, line_offset: int = 0):

@@ -60,7 +60,7 @@ def read_files(texts: Mapping[str, str],
     """{file name: its collection} for the files among ``texts`` (name: its decoded text, the file on disk)
     that take this path (see the module doc).
 
-    ``add_series`` is the importer's own function, called per series (labels, float times, float values,
+    ``add_series`` is the importer's own function, called per series (labels, float64 arrays of times and values,
     place) in the order of the file's result, so devices, contexts and every check are the importer's.
     """
     names = [n for n, text in texts.items() if not _NULL_STATUS.search(text)]
@@ -88,7 +88,7 @@ def read_files(texts: Mapping[str, str],
         c = out.get(name)
         if c is None:
             c = out[name] = Collected("prometheus", path=name)
-        t = times[i].values.to_numpy(zero_copy_only=False).tolist()
-        v = values[i].values.to_numpy(zero_copy_only=False).tolist()
+        t = times[i].values.to_numpy(zero_copy_only=False)
+        v = values[i].values.to_numpy(zero_copy_only=False)
         add_series(c, json.loads(metrics[i]), t, v, f"result[{k}]")
     return out

@@ -26,7 +26,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -141,15 +141,68 @@ class Timeline:
     gaps: tuple[Gap, ...]
     resets: tuple[CounterReset, ...]
     missing: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    rows: tuple = ()    # the samples as normalised SAMPLE_COLUMNS rows (array path only; else empty)
+    rows: Sequence = ()    # the samples as normalised SAMPLE_COLUMNS rows (array path only; else empty)
+    # The array path's samples as float64 columns: "t", "dt" and each field it has (NaN = None); else None.
+    columns: Mapping[str, np.ndarray] | None = field(default=None, compare=False, repr=False)
 
     @property
     def covered_s(self) -> float:
+        if self.columns is not None:   # the same left-to-right sum, without building the samples
+            return sum(self.columns["dt"].tolist())
         return sum(s.dt for s in self.samples)
 
     @property
     def unknown_s(self) -> float:
         return sum(g.seconds for g in self.gaps)
+
+
+class Deferred(Sequence):
+    """A tuple built on first use: the array path's samples and rows, which Path B analysis never needs one by
+    one (it reads ``Timeline.columns``). Its length is known without building it; it equals the same tuple."""
+
+    __slots__ = ("_n", "_build", "_items")
+
+    def __init__(self, n: int, build: Callable[[], tuple]) -> None:
+        self._n, self._build, self._items = n, build, None
+
+    def _all(self) -> tuple:
+        if self._items is None:
+            self._items = self._build()
+            self._build = None
+        return self._items
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):  # noqa: ANN001, ANN204
+        return self._all()[i]
+
+    def __iter__(self) -> Iterator:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (Deferred, tuple)):
+            return self._all() == (other._all() if isinstance(other, Deferred) else other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Deferred({self._all()!r})"
+
+
+def timeline_columns(tl: Timeline) -> dict[str, np.ndarray]:
+    """The timeline's samples as float64 columns ("t", "dt", and each field with a value; NaN = None): the
+    array path's own, or read off the samples (the reference path)."""
+    if tl.columns is not None:
+        return dict(tl.columns)
+    out = {"t": np.array([s.t for s in tl.samples], dtype=np.float64),
+           "dt": np.array([s.dt for s in tl.samples], dtype=np.float64)}
+    for name in FIELDS:
+        vals = [getattr(s, name) for s in tl.samples]
+        if any(v is not None for v in vals):
+            out[name] = np.array([np.nan if v is None else v for v in vals], dtype=np.float64)
+    return out
 
 
 def infer_cadence(times: Iterable[float]) -> float | None:
@@ -254,7 +307,7 @@ def build_timeline_arrays(device: str, arrays: Mapping[str, tuple], *, cadence: 
                         f"no samples for {b - a:.0f}s (cadence {cad:g}s, tolerance {tol:g}s)"))
     # Align every field on the union of instants; NaN where the field has no reading.
     order = list(cols)
-    aligned: dict[str, list] = {}
+    aligned: dict[str, np.ndarray] = {}
     resets: list[tuple[float, int, CounterReset]] = []
     for k, name in enumerate(order):
         t, v = cols[name]
@@ -268,22 +321,29 @@ def build_timeline_arrays(device: str, arrays: Mapping[str, tuple], *, cadence: 
             for j in np.flatnonzero(np.diff(cv) < 0).tolist():
                 resets.append((float(ct[j + 1]), k, CounterReset(device, name, float(ct[j]), float(ct[j + 1]),
                                                                  float(cv[j]), float(cv[j + 1]))))
-        vals = full.tolist()
-        if name == "clock_reasons":
-            aligned[name] = [None if x != x else int(x) for x in vals]
-        else:
-            aligned[name] = [None if x != x else x for x in vals]
-    none_col = [None] * n
-    columns = [aligned.get(c, none_col) for c in ("clock_reasons", *METRICS)]
-    dev_col = [device] * n
+        aligned[name] = full
     dt_list = dt.tolist()
-    samples = tuple(map(Sample, dev_col, t_list, dt_list, *columns))
-    rows = tuple(zip(dev_col, t_list, dt_list, *columns))
-    last = samples[-1]
-    tl_end = gaps[-1].end if gaps and gaps[-1].end > last.t else last.t + last.dt
+
+    def value_columns() -> list[list]:
+        none_col = [None] * n
+        out = []
+        for c in FIELDS:
+            if c not in aligned:
+                out.append(none_col)
+            elif c == "clock_reasons":
+                out.append([None if x != x else int(x) for x in aligned[c].tolist()])
+            else:
+                out.append([None if x != x else x for x in aligned[c].tolist()])
+        return out
+
+    dev_col = [device] * n
+    samples = Deferred(n, lambda: tuple(map(Sample, dev_col, t_list, dt_list, *value_columns())))
+    rows = Deferred(n, lambda: tuple(zip(dev_col, t_list, dt_list, *value_columns())))
+    last_t, last_dt = t_list[-1], dt_list[-1]
+    tl_end = gaps[-1].end if gaps and gaps[-1].end > last_t else last_t + last_dt
     resets.sort(key=lambda r: (r[0], r[1]))
     return Timeline(device, cad, cad_src, tol, tl_start, tl_end, samples, tuple(gaps),
-                    tuple(r for _, _, r in resets), miss, rows)
+                    tuple(r for _, _, r in resets), miss, rows, {"t": times, "dt": dt, **aligned})
 
 
 def build_timeline(device: str, series: Mapping[str, Iterable[tuple[float, float | None]]], *,
