@@ -670,3 +670,24 @@ def test_path_b_real_2x8_h100_response_bills_the_workload_namespace_never_the_ex
     assert run["devices"] == {"GPU-c4529c8d-69c4-b61d-e0bc-7b2460096005"}
     held = {k: v for k, v in run.items() if k != "devices"}
     assert "gpu-operator" not in json.dumps(held) and "dcgm-exporter" not in json.dumps(held)
+
+
+def test_path_b_real_mps_scrape_two_namespaces_on_one_gpu_gives_one_run_each_and_warns(runner, cli, sqlite_url):
+    # A real multi-namespace capture: two pods of two namespaces share one A100 (MPS, dcgm-exporter's vgpu label).
+    # Each namespace gets its run; the shared GPU is bound to both, which the import report says in a warning.
+    src = R / "dcgm_exporter" / "a100_mps_two_namespaces_pr432.prom"
+    r = runner.invoke(cli, ["--db", sqlite_url, "import", "prometheus", str(src), "--at", "2025-08-15T00:00:00Z",
+                            "--json", "--quiet"], env=ENV)
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output)
+    gpu = "GPU-3bc239e1-4cc8-97e4-e817-5a36dfd2885e"
+    assert report["devices"] == 1 and report["mapped_fields"] == {"DCGM_FI_DEV_FB_USED": "fb_used_mib"}
+    runs = _runs(sqlite_url)
+    assert {j: (v["tenant"], v["labels"]["container"]) for j, v in runs.items()} == {
+        "default/gpu-burn-deployment-1-85dc8ff699-clvh5": ("default", "gpu-burn-container-1"),
+        "vllm-inference/vllm-medgemma-4b-it-d599b4c99-f95nk": ("vllm-inference", "vllm")}
+    assert all(v["devices"] == {gpu} for v in runs.values())
+    assert [w for w in report["warnings"] if w.startswith(gpu)] == [
+        f"{gpu}: held by 2 workloads at once (default/gpu-burn-deployment-1-85dc8ff699-clvh5, "
+        "vllm-inference/vllm-medgemma-4b-it-d599b4c99-f95nk; time-slicing or MPS); "
+        "each run is paid the whole GPU for the shared seconds"]
