@@ -205,3 +205,23 @@ def test_amd_smi_csv_with_its_own_timestamp_column_needs_no_start():
     assert list(ts) == [T0, T0 + 10] and list(vs) == [0.5, 0.6]
     with pytest.raises(InputError, match="ts.csv: line 2 column timestamp"):
         amdsmi.parse(text.replace("1767225600", "yesterday"), "ts.csv", node="mi")
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a/p1", "b/p2", "c/p3"]), st.integers(0, 20)), min_size=1, max_size=12))
+@settings(max_examples=60, deadline=None)
+def test_shared_devices_names_exactly_the_workloads_whose_spans_on_a_gpu_overlap(held):
+    # Each sample says which pod held GPU-x at minute m; a pod's span is [first, last] of its minutes.
+    t0 = 1_767_225_600
+    text = "\n".join(
+        f'DCGM_FI_DEV_GPU_UTIL{{UUID="GPU-x",gpu="0",Hostname="n",namespace="{w[0]}",pod="{w[2:]}",container="c"}} '
+        f"5 {(t0 + 60 * m) * 1000}" for w, m in held)
+    c = prometheus.parse(text + "\n")
+    spans = {d: (0.0, 0.0, 0.0) for d in c.devices}
+    got = pipeline.shared_devices(c, spans)
+    span = {}
+    for w, m in held:
+        a, b = span.get(w, (m, m))
+        span[w] = (min(a, m), max(b, m))
+    want = sorted(w for w in span if any(v != w and span[v][0] <= span[w][1] and span[w][0] <= span[v][1]
+                                         for v in span))
+    assert got == ({"GPU-x": want} if want else {})

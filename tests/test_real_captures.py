@@ -648,3 +648,46 @@ def test_query_response_saved_behind_kubectl_port_forward_reads_from_a_file(tmp_
                    + text("prometheus", "query_vector_multi_namespace_gpu_operator.json"), encoding="utf-8")
     c = prometheus.read(src)
     assert c.skipped == {"kubectl_port_forward": 2} and len(c.devices) == 6
+
+
+def test_path_b_real_2x8_h100_response_bills_the_workload_namespace_never_the_exporters(
+        runner, cli, sqlite_url):
+    # Defect 3 on the whole real response it was found on: 15 idle GPUs labelled only with the exporter pods'
+    # own namespace/pod/container (gpu-operator) and one GPU held by a pod of namespace dynamo-workload.
+    src = R / "prometheus" / "query_vector_h100_2x8_gpu_util_aicr.json"
+    doc = json.loads(src.read_text(encoding="utf-8"))["data"]["result"]
+    assert {s["metric"]["namespace"] for s in doc} == {"gpu-operator", "dynamo-workload"}
+    r = runner.invoke(cli, ["--db", sqlite_url, "import", "prometheus", str(src), "--json", "--quiet"], env=ENV)
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output)
+    assert report["devices"] == 16
+    assert {d["node"] for d in report["per_device"].values()} == {"gpu-node-1", "gpu-node-2"}
+    runs = _runs(sqlite_url)
+    assert list(runs) == ["dynamo-workload/vllm-agg-0-vllmdecodeworker-s65j5"]
+    run = runs["dynamo-workload/vllm-agg-0-vllmdecodeworker-s65j5"]
+    assert run["tenant"] == run["account"] == "dynamo-workload"
+    assert run["labels"] == {"container": "main"} and run["nodes"] == ["gpu-node-1"]
+    assert run["devices"] == {"GPU-c4529c8d-69c4-b61d-e0bc-7b2460096005"}
+    held = {k: v for k, v in run.items() if k != "devices"}
+    assert "gpu-operator" not in json.dumps(held) and "dcgm-exporter" not in json.dumps(held)
+
+
+def test_path_b_real_mps_scrape_two_namespaces_on_one_gpu_gives_one_run_each_and_warns(runner, cli, sqlite_url):
+    # A real multi-namespace capture: two pods of two namespaces share one A100 (MPS, dcgm-exporter's vgpu label).
+    # Each namespace gets its run; the shared GPU is bound to both, which the import report says in a warning.
+    src = R / "dcgm_exporter" / "a100_mps_two_namespaces_pr432.prom"
+    r = runner.invoke(cli, ["--db", sqlite_url, "import", "prometheus", str(src), "--at", "2025-08-15T00:00:00Z",
+                            "--json", "--quiet"], env=ENV)
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output)
+    gpu = "GPU-3bc239e1-4cc8-97e4-e817-5a36dfd2885e"
+    assert report["devices"] == 1 and report["mapped_fields"] == {"DCGM_FI_DEV_FB_USED": "fb_used_mib"}
+    runs = _runs(sqlite_url)
+    assert {j: (v["tenant"], v["labels"]["container"]) for j, v in runs.items()} == {
+        "default/gpu-burn-deployment-1-85dc8ff699-clvh5": ("default", "gpu-burn-container-1"),
+        "vllm-inference/vllm-medgemma-4b-it-d599b4c99-f95nk": ("vllm-inference", "vllm")}
+    assert all(v["devices"] == {gpu} for v in runs.values())
+    assert [w for w in report["warnings"] if w.startswith(gpu)] == [
+        f"{gpu}: held by 2 workloads at once (default/gpu-burn-deployment-1-85dc8ff699-clvh5, "
+        "vllm-inference/vllm-medgemma-4b-it-d599b4c99-f95nk; time-slicing or MPS); "
+        "each run is paid the whole GPU for the shared seconds"]

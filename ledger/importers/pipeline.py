@@ -264,7 +264,32 @@ def counted_runs(res: ImportResult, c: Collected, spans: dict[str, tuple], opts:
     res.runs = sum(1 for e in runs if e.kind == Kind.ALLOCATION_STARTED)
     res.clock_skew = {e.job_id: e.data["clock_skew_s"] for e in runs
                       if e.kind == Kind.ALLOCATION_STARTED and '"clock_skew_s"' in e.payload}
+    for dev, jobs in shared_devices(c, spans).items():
+        res.input_report.setdefault("warnings", []).append(
+            f"{dev}: held by {len(jobs)} workloads at once ({', '.join(jobs)}; time-slicing or MPS); "
+            "each run is paid the whole GPU for the shared seconds")
     return runs
+
+
+def shared_devices(c: Collected, spans: dict[str, tuple]) -> dict[str, list[str]]:
+    """Billable devices that two or more workloads hold over overlapping spans (dcgm-exporter writes one series per
+    pod sharing a GPU, e.g. with its ``vgpu`` label): each of their runs is bound to the whole device."""
+    billable = billable_devices(c)
+    held: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    for (dev, ctx), (a, b) in c.contexts.items():
+        if dev in spans and dev in billable:
+            held[dev].append((a, b, ctx.job_id))
+    out = {}
+    for dev, ivs in sorted(held.items()):
+        ivs.sort()
+        jobs: set[str] = set()
+        for i, (a, _, job) in enumerate(ivs):
+            for _, b0, job0 in ivs[:i]:   # sorted by start, so these overlap iff this one starts before they end
+                if a <= b0 and job0 != job:
+                    jobs |= {job, job0}
+        if jobs:
+            out[dev] = sorted(jobs)
+    return out
 
 
 def write(engine: Engine, c: Collected, opts: ImportOptions = ImportOptions(),
