@@ -113,7 +113,8 @@ def test_statement_pdf_names_the_signed_tree_head_and_how_to_check_it(sqlite_url
     assert f"tree size {head['tree_size']:,}" in text and head["tree_size"] == 4
     assert head["root_hash"] in text.replace(" ", "") and head["log_id"] in text
     assert "It covers 4 of this statement's 6 receipt(s)" in text
-    for cmd in ("ipledger receipt JOB --proof --head head.json --out b.json", "ipledger-verify b.json --pubkey KEY.pub"):
+    for cmd in ("ipledger receipt JOB --proof --head head.json --out b.json",
+                "ipledger-verify b.json --pubkey KEY.pub"):
         assert cmd in text, cmd
     heads.checkpoint(eng, heads.load_private_key(tmp_path / "log.key"))
     eng.dispose()
