@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import threading
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -256,18 +257,30 @@ def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
 # walked them all again: ≈ 14 % of the shipment's CPU at 100,000 entries (bench.ship_sqlite). Collections
 # still run, 140× less often; the thresholds are restored after (tests/test_bench_fastpaths.py).
 GC_THRESHOLD_SHIPPING = 100_000
+_GC_LOCK = threading.Lock()
+
+
+_gc_saved: list = []   # [thresholds before the first shipment, shipments in progress] (threads ship too)
 
 
 @contextmanager
 def fewer_collections() -> Iterator[None]:
     import gc
 
-    old = gc.get_threshold()
-    gc.set_threshold(max(old[0], GC_THRESHOLD_SHIPPING), *old[1:])
+    with _GC_LOCK:
+        if not _gc_saved:
+            old = gc.get_threshold()
+            _gc_saved[:] = [old, 0]
+            gc.set_threshold(max(old[0], GC_THRESHOLD_SHIPPING), *old[1:])
+        _gc_saved[1] += 1
     try:
         yield
     finally:
-        gc.set_threshold(*old)
+        with _GC_LOCK:
+            _gc_saved[1] -= 1
+            if not _gc_saved[1]:
+                gc.set_threshold(*_gc_saved[0])
+                _gc_saved.clear()
 
 
 def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batch_files: int,

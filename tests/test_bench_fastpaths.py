@@ -254,3 +254,11 @@ def test_shipping_raises_the_collector_threshold_and_restores_it(tmp_path):
     with pytest.raises(RuntimeError), ship_mod.fewer_collections():
         raise RuntimeError("a failed shipment")
     assert gc.get_threshold() == before
+    # overlapping shipments (threads): the last one out restores what was there before the first
+    a, b = ship_mod.fewer_collections(), ship_mod.fewer_collections()
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)
+    assert gc.get_threshold()[0] >= ship_mod.GC_THRESHOLD_SHIPPING
+    b.__exit__(None, None, None)
+    assert gc.get_threshold() == before
