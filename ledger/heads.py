@@ -147,16 +147,17 @@ def read_head(path: str | Path) -> dict:
     return data
 
 
-def recorded_heads(engine_or_conn: Engine | Connection) -> Iterator[tuple[int, dict]]:
-    """(seq, head payload) of every tree_head entry, oldest first."""
-    for ce in iter_entries(engine_or_conn, kinds=[Kind.TREE_HEAD]):
+def recorded_heads(engine_or_conn: Engine | Connection,
+                   through_seq: int | None = None) -> Iterator[tuple[int, dict]]:
+    """(seq, head payload) of every tree_head entry (through ``through_seq``), oldest first."""
+    for ce in iter_entries(engine_or_conn, kinds=[Kind.TREE_HEAD], through_seq=through_seq):
         yield ce.seq, ce.entry.data
 
 
-def latest_head(conn: Connection) -> dict | None:
-    """The newest recorded signed head (without its public key)."""
+def latest_head(conn: Connection, through_seq: int | None = None) -> dict | None:
+    """The newest signed head recorded (through ``through_seq``), without its public key."""
     last = None
-    for _seq, data in recorded_heads(conn):
+    for _seq, data in recorded_heads(conn, through_seq):
         last = data
     return None if last is None else {k: v for k, v in last.items() if k != "public_key"}
 

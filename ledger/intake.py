@@ -63,6 +63,9 @@ _PAYLOAD_TYPES: dict[str, dict[str, tuple]] = {
     Kind.UNKNOWN_INTERVAL: {"cause": (str,), "scope": (str,)},
     Kind.TELEMETRY_SEGMENT: {"devices": (list,), "rows": (int,), "samples_sha256": (str,)},
 }
+# Payload fields that must be present (not null): a receipt groups unknown time by its cause, and an interval
+# without one would not sort beside the others (a null cause once made that run's receipt fail).
+_PAYLOAD_REQUIRED: dict[str, tuple[str, ...]] = {Kind.UNKNOWN_INTERVAL: ("cause",)}
 
 
 class Refused(ValueError):
@@ -89,6 +92,32 @@ def _utf8(name: str, v: str) -> None:
         raise Refused(f"{name}: not valid Unicode (lone surrogate)") from None
 
 
+def canonical_epoch(v: str) -> float | None:
+    """Epoch seconds of a time in the writers' canonical spelling (one parse), None for any other text;
+    ValueError for canonical-looking text that is no date. The plain reference of :func:`_canonical_epoch_memo`."""
+    if _canonical_ts_match(v) is None:
+        return None
+    return _fromisoformat(v[:-1] + "+00:00").timestamp()
+
+
+# Canonical times already parsed by this process. One epilog's records repeat a few instants (the run's start
+# and end, recorded_at), so most time fields are a dict lookup instead of a parse; bounded, and only what
+# canonical_epoch returned is kept (tests/test_bench_fastpaths.py holds the two to each other).
+_EPOCHS: dict[str, float] = {}
+_EPOCHS_MAX = 4096
+
+
+def _canonical_epoch_memo(v: str) -> float | None:
+    t = _EPOCHS.get(v)
+    if t is None:
+        t = canonical_epoch(v)
+        if t is not None:
+            if len(_EPOCHS) >= _EPOCHS_MAX:
+                _EPOCHS.clear()
+            _EPOCHS[v] = t
+    return t
+
+
 def _time(name: str, v: Any, latest: float = LATEST) -> tuple[str, float] | None:
     """(canonical text, epoch seconds) of a time field, or None when absent; :class:`Refused` otherwise."""
     if v is None:
@@ -96,8 +125,8 @@ def _time(name: str, v: Any, latest: float = LATEST) -> tuple[str, float] | None
     if isinstance(v, bool) or not isinstance(v, (str, int, float)):
         raise Refused(f"{name}: expected an RFC 3339 time, got {type(v).__name__}")
     try:
-        if type(v) is str and _canonical_ts_match(v) is not None:  # the writers' spelling: one parse
-            t = _fromisoformat(v[:-1] + "+00:00").timestamp()
+        t = _canonical_epoch_memo(v) if type(v) is str else None
+        if t is not None:  # the writers' spelling
             text = v
         else:
             t = ts_to_epoch(v) if isinstance(v, str) else float(v)
@@ -115,13 +144,25 @@ def _refuse_constant(c: str) -> None:
     raise Refused(f"payload: {c} is not a finite number")
 
 
+# json.loads with an option builds a JSONDecoder per call (≈ 1 µs, a tenth of a record's check): built once.
+_PAYLOAD_DECODE = json.JSONDecoder(parse_constant=_refuse_constant).decode
+
+
+def decode_payload(raw: str) -> Any:
+    """``json.loads(raw, parse_constant=_refuse_constant)`` (its reference in tests/test_bench_fastpaths.py),
+    through the decoder built once."""
+    if raw.startswith("\ufeff"):  # what json.loads refuses before decoding
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", raw, 0)
+    return _PAYLOAD_DECODE(raw)
+
+
 def _payload(kind: str, raw: Any) -> tuple[dict, str]:
     """The payload object and its canonical text (which refuses NaN and Infinity)."""
     if isinstance(raw, str):
         if len(raw) > MAX_PAYLOAD:
             raise Refused(f"payload: larger than {MAX_PAYLOAD} bytes")
         try:
-            raw = json.loads(raw, parse_constant=_refuse_constant)
+            raw = decode_payload(raw)
         except Refused:
             raise
         except (ValueError, RecursionError) as exc:
@@ -130,6 +171,9 @@ def _payload(kind: str, raw: Any) -> tuple[dict, str]:
         raw = {}
     if type(raw) is not dict:
         raise Refused(f"payload: expected an object, got {type(raw).__name__}")
+    for key in _PAYLOAD_REQUIRED.get(kind, ()):
+        if raw.get(key) is None:
+            raise Refused(f"payload.{key}: missing")
     for key, types in _PAYLOAD_TYPES.get(kind, {}).items():
         v = raw.get(key)
         if v is not None and (type(v) not in types):
@@ -166,7 +210,11 @@ def check_record(rec: Any, now: float | None = None) -> tuple[Entry, list | None
         raise Refused(f"kind: {kind[:40]!r} is not an entry kind")
     get = rec.get
     for name in _TEXT_FIELDS:
-        _text(name, get(name))
+        v = get(name)
+        # plain ASCII within its width passes _text's checks (held to it in tests/test_bench_fastpaths.py);
+        # anything else gets them all
+        if v is not None and not (type(v) is str and len(v) <= MAX_TEXT[name] and v.isascii() and "\x00" not in v):
+            _text(name, v)
     source = get("source") or ""
     if source in RESERVED_SOURCES or source.startswith(RESERVED_SOURCE_PREFIXES):
         raise Refused(f"source: {source[:40]!r} is reserved for the ipledger CLI")

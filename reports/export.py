@@ -10,7 +10,7 @@ run rows reconcile the aggregates inside the file itself.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -45,6 +45,9 @@ class Statement:
     flat: Flat  # usage and correction rows, unknown intervals, adjustments
     summary: Summary
     notes: list[str] = field(default_factory=list)
+    # The newest signed tree head recorded through ``through_seq`` (None: none is signed); a tenant checks a
+    # receipt offline against it (docs/proofs.md).
+    tree_head: dict | None = None
 
     @property
     def rows(self) -> pd.DataFrame:
@@ -138,10 +141,21 @@ def _statement(month: str, tenant: str | None, aliaser: Aliaser | None, through_
 def build_statement(engine, month: str, tenant: str | None = None, as_of: int | None = None,  # noqa: ANN001
                     aliaser: Aliaser | None = None, grace_s: float = 0.0,
                     progress: Callable[[int, int], None] | None = None, columnar: bool = True) -> Statement:
-    """Read the issued receipts through ``as_of`` from the ledger and build the month's statement.
+    """Read the issued receipts through ``as_of`` from the ledger and build the month's statement, naming the
+    newest signed tree head recorded through the same cut.
 
     ``columnar`` reads them column-wise (:mod:`reports.issued_columns`, the same statement without a dict per
     receipt); False, or a ledger with hash-only issues, takes the dict path (:func:`load_issues`)."""
+    st = _read_statement(engine, month, tenant, as_of, aliaser, grace_s, progress, columnar)
+    from ledger import heads
+
+    with engine.connect() as conn:
+        return replace(st, tree_head=heads.latest_head(conn, st.through_seq))
+
+
+def _read_statement(engine, month: str, tenant: str | None, as_of: int | None,  # noqa: ANN001, PLR0913
+                    aliaser: Aliaser | None, grace_s: float, progress: Callable[[int, int], None] | None,
+                    columnar: bool) -> Statement:
     month_bounds(month)
     if columnar:
         from .issued_columns import read_month

@@ -2,7 +2,8 @@
 paid GPU-hours went (a bar split by bucket, delivered first), cost by tenant, and the top losses with their
 causes. Then one page per tenant (its split, its figures, its top losses), then the month's figures,
 paid vs delivered per tenant, losses by cause, job classes, hour-of-day profile, top runs by loss, unknown
-intervals and their resolution, adjustments and corrections, and the ledger hash needed to verify it.
+intervals and their resolution, adjustments and corrections, the ledger hash needed to verify it, and the
+signed tree head a tenant checks a receipt against offline.
 
 Numbers are right-aligned, every figure names its unit (GPU-hours, the contract's currency). The layout is
 shared with the Path B analysis through :func:`table` and :func:`styles`.
@@ -327,8 +328,34 @@ def render(st: Any, out_path: str | Path) -> Path:  # st: reports.export.Stateme
                   "and this head hash:", s["body"]),
         Paragraph(st.head_hash, s["mono"]),
     ]))
+    story.append(KeepTogether(_tree_head(st, s)))
     _build(st, story, out_path)
     return Path(out_path)
+
+
+def _tree_head(st: Any, s: dict[str, ParagraphStyle]) -> list:
+    """The signed tree head a tenant checks this month's receipts against, and how (docs/proofs.md)."""
+    out = [Paragraph("Signed tree head", s["h2"])]
+    h = st.tree_head
+    if h is None:
+        out.append(Paragraph(f"None is signed: no signed tree head is recorded in the ledger through seq "
+                             f"{st.through_seq}, so a receipt cannot yet be checked without the ledger. Ask the "
+                             "operator to sign one (<font face='Courier'>ipledger checkpoint</font>).", s["body"]))
+        return out
+    through = st.rows["through_seq"].to_numpy()
+    covered = int((through <= int(h["tree_size"])).sum())
+    cover = (f"It covers all {len(through):,} receipt(s) of this statement." if covered == len(through) else
+             f"It covers {covered:,} of this statement's {len(through):,} receipt(s); the others were issued "
+             "after it, so ask the operator for a newer head (ipledger checkpoint) to check them.")
+    out += [Paragraph(f"The newest signed head in the ledger through seq {st.through_seq}: tree size "
+                      f"<b>{int(h['tree_size']):,}</b>, signed {h.get('timestamp', '?')}, log id "
+                      f"{h.get('log_id', '?')}. {cover} Its root hash:", s["body"]),
+            Paragraph(str(h["root_hash"]), s["mono"]),
+            Paragraph("To check a receipt without our database: <font face='Courier'>ipledger receipt JOB --proof "
+                      "--head head.json --out b.json</font> with this head, then <font face='Courier'>"
+                      "ipledger-verify b.json --pubkey KEY.pub</font> with the site's published public key; it "
+                      "prints the receipt hash or names what failed (docs/proofs.md).", s["body"])]
+    return out
 
 
 def _build(st: Any, story: list, out_path: str | Path) -> None:

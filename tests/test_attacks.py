@@ -205,6 +205,8 @@ with open(os.path.join(SPOOL, "hook-0001.jsonl"), "w") as f:
 # --- 3. one bad line ------------------------------------------------------------------------------------
 
 BAD_LINES = [
+    # an unknown interval without a cause (beside the run's other gaps it once made the receipt fail)
+    _line(Kind.UNKNOWN_INTERVAL, ts_end="2026-11-02T09:10:00Z", payload={"cause": None, "scope": "run"}),
     _line(Kind.PROGRESS, source=123),
     _line(Kind.PROGRESS, node=5),
     _line(Kind.PROGRESS, cluster=True),

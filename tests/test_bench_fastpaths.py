@@ -4,6 +4,8 @@
 - make_entry / entry_from_record: ids computed without dataclasses.replace equal compute_entry_id.
 - verify's fast path (raw rows, SQLite json_array encodings, parallel seq ranges) reports exactly what the
   reference check_chain reports, for honest ledgers and tampered ones, on both backends.
+- the shipper's record checks: the memoised time parse, the payload decoder built once and the shortcut for
+  plain text fields give what their references give; the collector threshold is restored after shipping.
 """
 
 from __future__ import annotations
@@ -184,3 +186,79 @@ def test_prepared_files_cross_from_workers_unchanged(tmp_path):
         assert prep.entries and back.entries == prep.entries and back.read == prep.read
         assert all(type(e) is type(prep.entries[0]) for e in back.entries)
         assert back.segments == prep.segments == [] and back.errors == prep.errors
+
+
+# --- the shipper's record checks (ledger/intake.py) and its collector setting (ledger/ship.py) ---------------
+
+def _outcome(fn):  # noqa: ANN001, ANN202
+    """What a call gives: its value, or its exception's type and message."""
+    try:
+        return ("ok", fn())
+    except Exception as exc:  # noqa: BLE001 - the comparison is the point
+        return (type(exc).__name__, str(exc))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.from_regex(r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{0,6})?Z\Z")
+       | st.text(max_size=30))
+def test_memoised_time_parse_matches_its_reference_cold_and_warm(text_):
+    from ledger import intake
+
+    want = _outcome(lambda: intake.canonical_epoch(text_))
+    intake._EPOCHS.pop(text_, None)
+    assert _outcome(lambda: intake._canonical_epoch_memo(text_)) == want  # cold
+    assert _outcome(lambda: intake._canonical_epoch_memo(text_)) == want  # warm (kept, if it parsed)
+    assert text_ not in intake._EPOCHS or want == ("ok", intake._EPOCHS[text_])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=40), st.just("\ufeff{}"), st.just('{"a": NaN}'), st.just('{"a": -Infinity}'),
+                 st.recursive(st.none() | st.booleans() | st.floats(allow_nan=False) | st.text(max_size=5),
+                              lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
+                              max_leaves=8).map(lambda v: __import__("json").dumps(v))))
+def test_payload_decoder_built_once_matches_json_loads(raw):
+    import json
+
+    from ledger import intake
+
+    assert _outcome(lambda: intake.decode_payload(raw)) == \
+        _outcome(lambda: json.loads(raw, parse_constant=intake._refuse_constant))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["cluster", "node", "device", "source", "source_version"]),
+       st.text(max_size=140) | st.text(alphabet="ab\x00\udc80é", max_size=6) | st.integers() | st.none())
+def test_record_text_fields_refused_exactly_as_the_full_check_does(name, value):
+    """check_record's shortcut for plain ASCII fields refuses what intake._text refuses, with its reason."""
+    from ledger import intake
+
+    rec = {"kind": Kind.PROGRESS, "ts": "2026-01-01T00:00:00Z", "cluster": "c", "job_id": "7", "payload": "{}",
+           name: value}
+    if name == "source" and isinstance(value, str) and (value in intake.RESERVED_SOURCES or
+                                                        value.startswith(intake.RESERVED_SOURCE_PREFIXES)):
+        return  # refused as reserved, whatever its text
+    want = _outcome(lambda: intake._text(name, value))
+    got = _outcome(lambda: intake.check_record(rec))
+    assert got[0] == "ok" if want[0] == "ok" else got == want
+
+
+def test_shipping_raises_the_collector_threshold_and_restores_it(tmp_path):
+    import gc
+
+    from ledger import ship as ship_mod
+
+    before = gc.get_threshold()
+    with ship_mod.fewer_collections():
+        assert gc.get_threshold() == (max(before[0], ship_mod.GC_THRESHOLD_SHIPPING), *before[1:])
+    assert gc.get_threshold() == before
+    with pytest.raises(RuntimeError), ship_mod.fewer_collections():
+        raise RuntimeError("a failed shipment")
+    assert gc.get_threshold() == before
+    # overlapping shipments (threads): the last one out restores what was there before the first
+    a, b = ship_mod.fewer_collections(), ship_mod.fewer_collections()
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)
+    assert gc.get_threshold()[0] >= ship_mod.GC_THRESHOLD_SHIPPING
+    b.__exit__(None, None, None)
+    assert gc.get_threshold() == before

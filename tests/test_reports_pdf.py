@@ -88,3 +88,35 @@ def test_first_page_shows_where_the_money_went_then_a_page_per_tenant(sqlite_url
     for tenant in j["tenants"]:
         page = next(p for p in pages if f"Tenant {tenant['tenant']}" in p)
         assert f"{fmt_hours(tenant['paid'])} GPU-hours = 100 %" in page
+
+
+def test_statement_pdf_names_the_signed_tree_head_and_how_to_check_it(sqlite_url, runner, cli, tmp_path):
+    from ledger import heads
+
+    def export() -> str:
+        pdf = tmp_path / "nov.pdf"
+        res = runner.invoke(cli, ["--db", sqlite_url, "export", "monthly", "--month", "2026-11", "--format", "pdf",
+                                  "--out", str(pdf), "--quiet"])
+        assert res.exit_code == 0, res.output
+        return " ".join(pdf_text(pdf).split())
+
+    rs = nov_receipts(6)
+    for i, r in enumerate(rs):  # receipt i is entry i + 1, cut at the entries before it (the head is entry 5)
+        r["ledger"]["through_seq"] = i + (i >= 4)
+    eng = db_mod.make_engine(sqlite_url)
+    store.append(eng, [issue_entry(r, NOV + 29 * 86400) for r in rs[:4]])
+    assert "None is signed: no signed tree head is recorded in the ledger through seq 4" in export()
+    heads.keygen(tmp_path / "log.key")
+    head = heads.checkpoint(eng, heads.load_private_key(tmp_path / "log.key"))
+    store.append(eng, [issue_entry(r, NOV + 29 * 86400) for r in rs[4:]])
+    text = export()
+    assert f"tree size {head['tree_size']:,}" in text and head["tree_size"] == 4
+    assert head["root_hash"] in text.replace(" ", "") and head["log_id"] in text
+    assert "It covers 4 of this statement's 6 receipt(s)" in text
+    for cmd in ("ipledger receipt JOB --proof --head head.json --out b.json",
+                "ipledger-verify b.json --pubkey KEY.pub"):
+        assert cmd in text, cmd
+    heads.checkpoint(eng, heads.load_private_key(tmp_path / "log.key"))
+    eng.dispose()
+    text = export()
+    assert "tree size 7" in text and "It covers all 6 receipt(s) of this statement" in text
