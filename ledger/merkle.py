@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from .entries import ChainedEntry, hash_fields
 from .proofcheck import leaf_hash, node_hash
+from .rows import ENTRY_COLUMNS, iter_entries, to_chained
 
 TABLE = "merkle_nodes"
 STORED_LEVEL = 4  # subtrees of 16 leaves and up are stored; smaller ones are hashed from the entries
@@ -144,8 +145,6 @@ def tree_size(conn: Connection, chain_size: int | None = None) -> int:
 
 def _leaves(conn: Connection, indices: Sequence[int]) -> dict[Key, bytes]:
     """Leaf hashes recomputed from the entries rows (leaf i is seq i + 1)."""
-    from .store import ENTRY_COLUMNS, _to_chained
-
     out: dict[Key, bytes] = {}
     cols = ", ".join(ENTRY_COLUMNS)
     pg = conn.dialect.name == "postgresql"
@@ -157,7 +156,7 @@ def _leaves(conn: Connection, indices: Sequence[int]) -> dict[Key, bytes]:
             rows = conn.execute(text(f"SELECT {cols} FROM entries WHERE seq IN (SELECT value FROM json_each(:s))"),
                                 {"s": json.dumps(seqs)})
         for row in rows:
-            ce = _to_chained(row)
+            ce = to_chained(row)
             out[(0, ce.seq - 1)] = leaf_hash(leaf_bytes(ce))
     return out
 
@@ -241,8 +240,6 @@ def extend(conn: Connection, size: int, leaves: Sequence[bytes]) -> int:
 def sync(conn: Connection, through_seq: int) -> int:
     """Bring the tree up to entry ``through_seq`` from the entries table (a ledger written before the tree
     existed, or by a writer that predates it); returns the size."""
-    from .store import iter_entries
-
     size = tree_size(conn, through_seq)
     batch: list[bytes] = []
     for ce in iter_entries(conn, after_seq=size, through_seq=through_seq):

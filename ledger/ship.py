@@ -22,7 +22,7 @@ from .store import append_in
 # returns the problems it met, one line each, which the ship report carries.
 ShipHook = Callable[[Engine, list[Entry]], list[str]]
 # Work between appending and the after-ship steps that adds entries of its own (the accounting database's
-# record of the runs that ended: ledger.hooks.accounting); returns what it appended and a report.
+# record of the runs that ended: ledger.accounting); returns what it appended and a report.
 Enricher = Callable[[Engine], "tuple[list[Entry], dict]"]
 
 

@@ -9,17 +9,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from hashlib import sha256
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from . import merkle
 from .db import write_tx
-from .entries import GENESIS_HASH, ChainedEntry, Entry, hash_fields
+from .entries import GENESIS_HASH, Entry, hash_fields
+from .rows import ENTRY_COLUMNS, iter_entries  # noqa: F401 - callers read the chain back through the store
 
-ENTRY_COLUMNS = ("seq", "entry_id", "kind", "ts", "ts_end", "recorded_at", "cluster", "job_id", "run", "node",
-                 "device", "payload", "source", "source_version", "prev_hash", "hash")
 _ADVISORY_LOCK_KEY = 0x1B1ED6E5  # one writer at a time extends the chain (PostgreSQL)
 _IN_CHUNK = 50_000
 
@@ -116,58 +115,6 @@ def append(engine: Engine, entries: Iterable[Entry]) -> AppendResult:
     """Append entries in one transaction (all or nothing)."""
     with write_tx(engine) as conn:
         return append_in(conn, entries)
-
-
-def _to_chained(row) -> ChainedEntry:  # noqa: ANN001
-    e = Entry(kind=row.kind, ts=row.ts, payload=row.payload, ts_end=row.ts_end, recorded_at=row.recorded_at,
-              cluster=row.cluster, job_id=row.job_id, run=row.run, node=row.node, device=row.device,
-              source=row.source, source_version=row.source_version, entry_id=row.entry_id)
-    return ChainedEntry(seq=int(row.seq), entry=e, prev_hash=row.prev_hash, hash=row.hash)
-
-
-def iter_entries(
-    engine_or_conn: Engine | Connection,
-    *,
-    through_seq: int | None = None,
-    kinds: Sequence[str] | None = None,
-    cluster: str | None = None,
-    job_id: str | None = None,
-    run: int | None = None,
-    device: str | None = None,
-    after_seq: int = 0,
-    batch: int = 10_000,
-) -> Iterator[ChainedEntry]:
-    """Entries in sequence order, filtered; streamed in batches so memory stays flat on big ledgers."""
-    where = ["seq > :after"]
-    params: dict = {}
-    if through_seq is not None:
-        where.append("seq <= :through")
-        params["through"] = through_seq
-    if kinds:
-        where.append("kind IN (" + ",".join(f":k{i}" for i in range(len(kinds))) + ")")
-        params.update({f"k{i}": k for i, k in enumerate(kinds)})
-    for col, val in (("cluster", cluster), ("job_id", job_id), ("run", run), ("device", device)):
-        if val is not None:
-            where.append(f"{col} = :{col}")
-            params[col] = val
-    sql = text(f"SELECT {', '.join(ENTRY_COLUMNS)} FROM entries WHERE {' AND '.join(where)} "
-               f"ORDER BY seq LIMIT :lim")
-
-    def _run(conn: Connection) -> Iterator[ChainedEntry]:
-        last = after_seq
-        while True:
-            rows = conn.execute(sql, {**params, "after": last, "lim": batch}).fetchall()
-            for row in rows:
-                yield _to_chained(row)
-            if len(rows) < batch:
-                return
-            last = int(rows[-1].seq)
-
-    if isinstance(engine_or_conn, Connection):
-        yield from _run(engine_or_conn)
-    else:
-        with engine_or_conn.connect() as conn:
-            yield from _run(conn)
 
 
 def get_head(engine: Engine) -> tuple[int, str]:

@@ -7,5 +7,3 @@ receipt dicts (docs/receipts.md, "JSON"): :mod:`reports.monthly` flattens and ag
 :mod:`reports.pathb` render documents, :mod:`reports.issued` reads the issued receipts out of a ledger.
 See docs/reports.md.
 """
-
-from .monthly import monthly_rows, summarise, write_statement  # noqa: F401

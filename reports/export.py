@@ -20,7 +20,7 @@ import pandas as pd
 from .alias import Aliaser
 from .issued import Correction, Issue, IssuedSet, flatten_issues, load_issues, select_month
 from .monthly import (MONEY_COLUMNS, NUMERIC_COLUMNS, SUM_COLUMNS, ExportError, Flat, Summary, cents, flatten, month_bounds,
-                      summarise)
+                      summarise, top_runs_by_loss)
 
 STATEMENT_VERSION = "1"
 FORMATS = ("csv", "parquet", "focus", "json", "pdf")
@@ -266,14 +266,6 @@ def _records(df: pd.DataFrame) -> list[dict]:
     return out
 
 
-def top_runs_by_loss(st: Statement, n: int = 10) -> pd.DataFrame:
-    r = st.rows[st.rows["row_kind"] == "usage"].copy()
-    r["lost"] = r["paid"] - r["delivered"]
-    r = r.sort_values(["lost", "job_id"], ascending=[False, True]).head(n)
-    return r[["tenant", "cluster", "job_id", "run", "partition", "sku", "n_devices", "paid", "delivered", "lost",
-              "unknown", "cost_lost", "currency"]]
-
-
 def to_json(st: Statement) -> dict:
     t = st.summary.totals
     totals = {k: (cents(v) if k in MONEY_COLUMNS
@@ -295,7 +287,7 @@ def to_json(st: Statement) -> dict:
         "tenants": _records(st.summary.by_tenant),
         "classes": _records(st.summary.by_class),
         "hours": _records(st.summary.by_hour),
-        "top_runs_by_loss": _records(top_runs_by_loss(st)),
+        "top_runs_by_loss": _records(top_runs_by_loss(st.rows)),
         "unknown_intervals": _records(st.flat.unknowns),
         "adjustments": _records(st.flat.adjustments),
         "corrections": _records(corr[["tenant", "cluster", "job_id", "run", "receipt_hash", "replaces_hash",
@@ -328,6 +320,22 @@ def write(st: Statement, fmt: str, path: str | Path, invoice_scheme: str | None 
     else:
         raise ExportError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
     return p
+
+
+def write_statement(engine, month: str, out_dir: str | Path,  # noqa: ANN001
+                    formats: tuple[str, ...] = ("csv", "focus", "json", "pdf"),
+                    progress: Callable[[int, int], None] | None = None) -> list[Path]:
+    """Write the month's statement in each format to ``out_dir`` (for ``make demo``); returns the paths."""
+    st = build_statement(engine, month, progress=progress)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ext = {"csv": "csv", "focus": "focus.csv", "json": "json", "pdf": "pdf", "parquet": "parquet"}
+    paths = []
+    for f in formats:
+        p = out / f"statement-{month}.{ext[f]}"
+        write(st, f, p)
+        paths.append(p)
+    return paths
 
 
 def default_name(month: str, fmt: str, tenant: str | None) -> str:

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Mapping
 from sqlalchemy import text
 
 from . import periods
-from .monthly import SUM_COLUMNS, Flat, _epoch, flatten, month_bounds, month_of
+from .monthly import SUM_COLUMNS, Flat, epoch, flatten, month_bounds, month_of
 
 ProgressFn = Callable[[int, int], None]
 
@@ -61,12 +61,12 @@ class Issue:
 
     @property
     def window_start(self) -> float:
-        return _epoch((self.receipt.get("window") or {}).get("start"))
+        return epoch((self.receipt.get("window") or {}).get("start"))
 
     @property
     def window_end(self) -> float:
         """The window's end (its start when it has none)."""
-        e = _epoch((self.receipt.get("window") or {}).get("end"))
+        e = epoch((self.receipt.get("window") or {}).get("end"))
         return self.window_start if math.isnan(e) else e
 
     @property
@@ -141,7 +141,7 @@ class IssuedSet:
         return {i.tenant for i in self.issues if i.tenant}
 
 
-def _is_receipt(d: Any) -> bool:
+def is_receipt(d: Any) -> bool:
     return isinstance(d, Mapping) and "gpu_hours" in d and "job" in d
 
 
@@ -193,7 +193,7 @@ def _recompute(engine, pending: list[tuple[Any, dict]]) -> list[tuple[Any, dict,
     return out
 
 
-def _issue_rows(engine, through_seq: int, batch: int = 10_000):  # noqa: ANN001, ANN202
+def issue_rows(engine, through_seq: int, batch: int = 10_000):  # noqa: ANN001, ANN202
     """(seq, payload text, recorded_at, ts) of every issue through ``through_seq``, in sequence order, in
     batches: only the columns the statement reads, without building an entry object per row."""
     from ledger.entries import Kind
@@ -237,14 +237,14 @@ def load_issues(engine, through_seq: int | None = None,  # noqa: ANN001
             total = int(conn.execute(text("SELECT COUNT(*) FROM entries WHERE kind = :k AND seq <= :s"),
                                      {"k": Kind.RECEIPT_ISSUED, "s": seq}).scalar() or 0)
     loads = json.loads
-    for rows in _issue_rows(engine, seq):
+    for rows in issue_rows(engine, seq):
         for entry_seq, payload, recorded_at, ts in rows:
             p = loads(payload)
-            issued_at = _epoch(p.get("issued_at") or recorded_at or ts)
+            issued_at = epoch(p.get("issued_at") or recorded_at or ts)
             r = p.get("receipt")
-            if _is_receipt(r):
+            if is_receipt(r):
                 issues.append(Issue(int(entry_seq), issued_at, r, p.get("receipt_hash")))
-            elif _is_receipt(p):
+            elif is_receipt(p):
                 issues.append(Issue(int(entry_seq), issued_at, p, p.get("receipt_hash")))
             else:
                 pending_seqs.add(int(entry_seq))
@@ -255,7 +255,7 @@ def load_issues(engine, through_seq: int | None = None,  # noqa: ANN001
     bad = 0
     for ce, r, ok in _recompute(engine, pending):
         p = ce.entry.data
-        issued_at = _epoch(p.get("issued_at") or ce.entry.recorded_at or ce.entry.ts)
+        issued_at = epoch(p.get("issued_at") or ce.entry.recorded_at or ce.entry.ts)
         issues.append(Issue(ce.seq, issued_at, r, p.get("receipt_hash") or p.get("hash"), replays=ok))
         bad += not ok
     issues.sort(key=lambda i: i.seq)
@@ -365,7 +365,7 @@ def apply_shares(flat: Flat, shares: list[Share | None]) -> Flat:
         rows.iloc[k, rows.columns.get_loc("window_start")] = lo
         rows.iloc[k, rows.columns.get_loc("window_end")] = hi
         for j in np.flatnonzero(mine):
-            s, e = _epoch(unks["start"].iat[j]), _epoch(unks["end"].iat[j])
+            s, e = epoch(unks["start"].iat[j]), epoch(unks["end"].iat[j])
             keep_unk[j] = math.isnan(s) or math.isnan(e) or (s < hi and e > lo) or (s == e and lo <= s < hi)
     if not keep_unk.all():
         rows["n_unknown_intervals"] = np.bincount(unk_row[keep_unk], minlength=len(rows)).astype("int64")

@@ -25,8 +25,8 @@ import pandas as pd
 from sqlalchemy import bindparam, text
 
 from . import periods
-from .issued import Correction, Issue, _is_receipt, flatten_issues, ledger_closes, ledger_head, select_month
-from .monthly import (ROW_COLUMNS, TEXT_COLUMNS, UNKNOWN_COLUMNS, Flat, _dtype, _epoch, flatten, month_bounds)
+from .issued import Correction, Issue, is_receipt, flatten_issues, ledger_closes, ledger_head, select_month
+from .monthly import (ROW_COLUMNS, TEXT_COLUMNS, UNKNOWN_COLUMNS, Flat, column_dtype, epoch, flatten, month_bounds)
 
 BATCH = 20_000
 _NUM = ("DOUBLE", "UBIGINT", "BIGINT")
@@ -153,7 +153,7 @@ _ISO_Z = r"^([1-9]\d{3}|0[1-9]\d\d|00[1-9]\d|000[1-9])-\d\d-\d\dT([01]\d|2[0-3])
 
 
 def _epochs(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Epoch seconds of RFC 3339 text (NaN where missing or empty) and where a value needs :func:`_epoch`
+    """Epoch seconds of RFC 3339 text (NaN where missing or empty) and where a value needs :func:`epoch`
     itself (any spelling but ``YYYY-MM-DDTHH:MM:SSZ``); those cells are left NaN for the caller."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -170,11 +170,11 @@ def _epochs(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _epochs_now(values: pd.Series, needed: np.ndarray | None = None) -> np.ndarray:
-    """:func:`_epochs` with the odd spellings parsed (or refused, with the dict path's error) by :func:`_epoch`,
+    """:func:`_epochs` with the odd spellings parsed (or refused, with the dict path's error) by :func:`epoch`,
     where ``needed`` (default: everywhere), as the dict path reads them."""
     out, slow = _epochs(values)
     for k in np.flatnonzero(slow if needed is None else slow & needed):
-        out[k] = _epoch(values.iat[k])
+        out[k] = epoch(values.iat[k])
     return out
 
 
@@ -296,7 +296,7 @@ def _flat_rows(d: pd.DataFrame, ivs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
         "cost_lost": _num(d["cost_lost"]), "billed_before_adjustments": before, "adjustment_cost": adj_cost,
         "billed": billed, "n_devices": n_dev, "n_unknown_intervals": n_ivs, "n_adjustments": np.zeros(n, dtype="int64"),
     }
-    rows = pd.DataFrame({c: cols[c] for c in ROW_COLUMNS}).astype({c: _dtype(c) for c in ROW_COLUMNS})
+    rows = pd.DataFrame({c: cols[c] for c in ROW_COLUMNS}).astype({c: column_dtype(c) for c in ROW_COLUMNS})
     for c in TEXT_COLUMNS:
         rows[c] = rows[c].astype(object)
     return rows, unk
@@ -327,11 +327,11 @@ def _rows_by_seq(engine, seqs: list[int]):  # noqa: ANN001, ANN202
 def _issue(entry_seq: int, p: Any, recorded_at: Any, ts: Any) -> Issue | None:
     """The Issue :func:`reports.issued.load_issues` makes of one payload (None: hash only)."""
     p = p if isinstance(p, dict) else {}
-    issued_at = _epoch(p.get("issued_at") or recorded_at or ts)
+    issued_at = epoch(p.get("issued_at") or recorded_at or ts)
     r = p.get("receipt")
-    if _is_receipt(r):
+    if is_receipt(r):
         return Issue(int(entry_seq), issued_at, r, p.get("receipt_hash"))
-    if _is_receipt(p):
+    if is_receipt(p):
         return Issue(int(entry_seq), issued_at, p, p.get("receipt_hash"))
     return None
 
@@ -344,7 +344,7 @@ def read_month(engine, month: str, through_seq: int | None = None,  # noqa: ANN0
 
     from ledger.entries import Kind
 
-    from .issued import _issue_rows
+    from .issued import issue_rows
 
     lo_t, hi_t = (b.timestamp() for b in month_bounds(month))
     seq_head, head = ledger_head(engine, through_seq)
@@ -360,7 +360,7 @@ def read_month(engine, month: str, through_seq: int | None = None,  # noqa: ANN0
     unks: list[pd.DataFrame] = []
     done = 0
     try:
-        for rows in _issue_rows(engine, seq_head, BATCH):
+        for rows in issue_rows(engine, seq_head, BATCH):
             if not rows:
                 break
             seqs = np.fromiter((int(r[0]) for r in rows), dtype="int64", count=len(rows))
@@ -383,12 +383,12 @@ def read_month(engine, month: str, through_seq: int | None = None,  # noqa: ANN0
                 f = d[fast]
                 end, end_slow = _epochs(f["end"])
                 start, start_slow = _epochs(f["start"])
-                # the dict path's errors for odd timestamps come from _epoch itself, on the values it reads
+                # the dict path's errors for odd timestamps come from epoch itself, on the values it reads
                 for k in np.flatnonzero(end_slow):
-                    end[k] = _epoch(f["end"].iat[k])
+                    end[k] = epoch(f["end"].iat[k])
                 need_start = np.isnan(end) & start_slow
                 for k in np.flatnonzero(need_start):
-                    start[k] = _epoch(f["start"].iat[k])
+                    start[k] = epoch(f["start"].iat[k])
                 wend = _placement(start, end)
                 idx.loc[fast, "cluster"] = _text(f["cluster"])
                 idx.loc[fast, "job_id"] = f["job_id"].astype(object).where(f["job_id"].notna(), "None").to_numpy()
@@ -473,7 +473,7 @@ def _finish(engine, month, seq_head, head, index, flats, unks, lo_t, hi_t) -> Mo
         unknowns = pd.concat([*u_parts, d_unk], ignore_index=True).sort_values("_seq", kind="stable")
         unknowns = unknowns.drop(columns="_seq").reset_index(drop=True)
     seqs = rows.pop("_seq").to_numpy()
-    wrong = {c: _dtype(c) for c in ROW_COLUMNS if str(rows[c].dtype) != _dtype(c)}
+    wrong = {c: column_dtype(c) for c in ROW_COLUMNS if str(rows[c].dtype) != column_dtype(c)}
     if wrong:  # e.g. an empty part; copying a million rows only when a column needs it
         rows = rows.astype(wrong)
     return MonthRead(usage=Flat(rows=rows, unknowns=unknowns, adjustments=d_flat.adjustments), usage_seqs=seqs,

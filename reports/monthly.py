@@ -31,8 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -70,7 +69,7 @@ def month_bounds(month: str) -> tuple[dt.datetime, dt.datetime]:
         raise ExportError(str(exc)) from None
 
 
-def _epoch(ts: Any) -> float:
+def epoch(ts: Any) -> float:
     if ts is None or ts == "":
         return float("nan")
     if isinstance(ts, (int, float)):
@@ -129,7 +128,7 @@ def _adj_hours(a: Mapping[str, Any]) -> float:
 def _interval_hours(iv: Mapping[str, Any], n_devices: int) -> float:
     if iv.get("gpu_hours") is not None:
         return _num(iv["gpu_hours"])
-    s, e = _epoch(iv.get("start")), _epoch(iv.get("end"))
+    s, e = epoch(iv.get("start")), epoch(iv.get("end"))
     if not (e > s):
         return 0.0
     per = 1 if iv.get("device") else max(n_devices, 1)
@@ -230,7 +229,7 @@ def flatten(receipts: Iterable[Mapping[str, Any]], row_kind: str = "usage") -> F
             f"{method.get('name')}/{method.get('version')}" if method else None,
             r.get("receipt_hash"), r.get("_replaces_hash"), currency,
             # run, through_seq, window
-            key[2], int(ledger.get("through_seq") or 0), _epoch(win.get("start")), _epoch(win.get("end")),
+            key[2], int(ledger.get("through_seq") or 0), epoch(win.get("start")), epoch(win.get("end")),
             # HOUR_COLUMNS
             paid, num(gh.get("delivered")), num(th.get("thermal")), num(th.get("power_cap")),
             num(th.get("hw_slowdown")), num(th.get("sync_boost")), num(th.get("other")),
@@ -243,13 +242,13 @@ def flatten(receipts: Iterable[Mapping[str, Any]], row_kind: str = "usage") -> F
             # COUNT_COLUMNS
             n_dev, len(ivs), len(adjs)))
     rows = pd.DataFrame.from_records(out, columns=list(ROW_COLUMNS), nrows=len(out)) if out else \
-        pd.DataFrame({c: pd.Series(dtype=_dtype(c)) for c in ROW_COLUMNS})
-    rows = rows.astype({c: _dtype(c) for c in ROW_COLUMNS})
+        pd.DataFrame({c: pd.Series(dtype=column_dtype(c)) for c in ROW_COLUMNS})
+    rows = rows.astype({c: column_dtype(c) for c in ROW_COLUMNS})
     return Flat(rows=rows, unknowns=pd.DataFrame(unk, columns=list(UNKNOWN_COLUMNS)),
                 adjustments=pd.DataFrame(adj, columns=list(ADJUSTMENT_COLUMNS)))
 
 
-def _dtype(col: str) -> str:
+def column_dtype(col: str) -> str:
     if col in ("run", "through_seq") or col in COUNT_COLUMNS:
         return "int64"
     if col in TEXT_COLUMNS:
@@ -501,32 +500,10 @@ def cents(x: float) -> float:
     return float(round(x + 0.0, 2))
 
 
-def write_statement(engine, month: str, out_dir: str | Path,  # noqa: ANN001
-                    formats: tuple[str, ...] = ("csv", "focus", "json", "pdf"),
-                    progress: Callable[[int, int], None] | None = None) -> list[Path]:
-    """Write the month's statement in each format to ``out_dir`` (for ``make demo``); returns the paths."""
-    from .export import build_statement, write
-
-    st = build_statement(engine, month, progress=progress)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    ext = {"csv": "csv", "focus": "focus.csv", "json": "json", "pdf": "pdf", "parquet": "parquet"}
-    paths = []
-    for f in formats:
-        p = out / f"statement-{month}.{ext[f]}"
-        write(st, f, p)
-        paths.append(p)
-    return paths
-
-
-def write_monthly(engine, month: str, path: str | Path, fmt: str | None = None) -> Path:  # noqa: ANN001
-    """Write one statement file; the format follows ``fmt`` or the file name (``.focus.csv``, ``.csv``,
-    ``.parquet``, ``.json``, ``.pdf``). Used by the demo hall."""
-    from .export import build_statement, write
-
-    p = Path(path)
-    if fmt is None:
-        name = p.name.lower()
-        fmt = ("focus" if name.endswith(".focus.csv") else
-               {".csv": "csv", ".parquet": "parquet", ".json": "json", ".pdf": "pdf"}.get(p.suffix.lower(), "csv"))
-    return write(build_statement(engine, month), fmt, p)
+def top_runs_by_loss(rows: pd.DataFrame, n: int = 10) -> pd.DataFrame:
+    """The ``n`` usage rows that lost the most GPU-hours (paid − delivered), ties by job id."""
+    r = rows[rows["row_kind"] == "usage"].copy()
+    r["lost"] = r["paid"] - r["delivered"]
+    r = r.sort_values(["lost", "job_id"], ascending=[False, True]).head(n)
+    return r[["tenant", "cluster", "job_id", "run", "partition", "sku", "n_devices", "paid", "delivered", "lost",
+              "unknown", "cost_lost", "currency"]]

@@ -53,7 +53,7 @@ from reportlab.platypus import KeepTogether, PageBreak, Paragraph, SimpleDocTemp
 from xml.sax.saxutils import escape
 
 from . import charts
-from .pdf_statement import _footer, fmt_hours, fmt_money, fmt_pct, styles, table
+from .pdf_statement import footer, fmt_hours, fmt_money, fmt_pct, styles, table
 
 MAX_FINDINGS_WITH_CHARTS = 12
 MAX_SERIES_POINTS = 600  # charts are downsampled (every n-th point) beyond this
@@ -418,7 +418,7 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
     doc = SimpleDocTemplate(str(out_path), pagesize=A4, leftMargin=18 * mm, rightMargin=18 * mm,
                             topMargin=16 * mm, bottomMargin=18 * mm, title="ipledger written analysis",
                             author="ipledger")
-    foot = _footer(f"ipledger written analysis · paid {fmt_hours(paid)} GPU-h · delivered {fmt_hours(delivered)} GPU-h")
+    foot = footer(f"ipledger written analysis · paid {fmt_hours(paid)} GPU-h · delivered {fmt_hours(delivered)} GPU-h")
     doc.build(story, onFirstPage=foot, onLaterPages=foot)
     return Path(out_path)
 

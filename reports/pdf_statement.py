@@ -24,7 +24,7 @@ from reportlab.platypus import (KeepTogether, PageBreak, Paragraph, SimpleDocTem
                                 TableStyle)
 
 from . import charts
-from .monthly import LOSS_BUCKETS, cents
+from .monthly import LOSS_BUCKETS, cents, top_runs_by_loss
 
 MAX_DETAIL_ROWS = 200  # longer lists are summarised; the JSON/CSV exports carry every row
 BUCKET_LABELS = {"throttled_thermal": "throttled: thermal", "throttled_power_cap": "throttled: power cap",
@@ -79,7 +79,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]], numeric: Sequenc
     return t
 
 
-def _footer(text: str):  # noqa: ANN202
+def footer(text: str):  # noqa: ANN202
     def draw(canvas, doc) -> None:  # noqa: ANN001
         canvas.saveState()
         canvas.setFont("Helvetica", 7)
@@ -174,7 +174,6 @@ def _losses_table(rows: pd.DataFrame, cur: str, n: int):  # noqa: ANN202
 
 def render(st: Any, out_path: str | Path) -> Path:  # st: reports.export.Statement
     """Write the statement PDF to ``out_path``."""
-    from .export import top_runs_by_loss
 
     s = styles()
     t = st.summary.totals
@@ -273,7 +272,7 @@ def render(st: Any, out_path: str | Path) -> Path:  # st: reports.export.Stateme
 
     # --- top runs by loss
     story.append(Paragraph("Top runs by lost GPU-hours", s["h1"]))
-    tr = top_runs_by_loss(st)
+    tr = top_runs_by_loss(st.rows)
     trow = [(r.tenant, f"{r.job_id}/{r.run}", _txt(r.partition), _txt(r.sku), int(r.n_devices), fmt_hours(r.paid),
              fmt_hours(r.delivered), fmt_hours(r.lost), fmt_hours(r.unknown), fmt_money(r.cost_lost))
             for r in tr.itertuples()]
@@ -363,5 +362,5 @@ def _build(st: Any, story: list, out_path: str | Path) -> None:
                             topMargin=16 * mm, bottomMargin=18 * mm,
                             title=f"GPU accounting statement {st.month}", author="ipledger",
                             subject=f"ledger seq {st.through_seq} head {st.head_hash}")
-    foot = _footer(f"ipledger statement {st.month} · ledger seq {st.through_seq} · head {st.head_hash[:16]}…")
+    foot = footer(f"ipledger statement {st.month} · ledger seq {st.through_seq} · head {st.head_hash[:16]}…")
     doc.build(story, onFirstPage=foot, onLaterPages=foot)

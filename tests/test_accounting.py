@@ -1,4 +1,4 @@
-"""Ship-time accounting (ledger.hooks.accounting): what the hooks' environment lacks, from sacct, in batches.
+"""Ship-time accounting (ledger.accounting): what the hooks' environment lacks, from sacct, in batches.
 
 The stand-in ``sacct`` (tests/standins/sacct) answers in the parsable format and counts its calls; the real one
 against a real slurmdbd is exercised in tests/test_slurm_e2e.py.
@@ -14,7 +14,7 @@ import pytest
 from ledger import db as db_mod
 from ledger import spool, store
 from ledger.canonical import ts_to_epoch
-from ledger.hooks import accounting
+from ledger import accounting
 from ledger.hooks.records import entry_record, spool_line
 from tests.standins import make_site
 

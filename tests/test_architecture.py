@@ -24,21 +24,9 @@ HOOK_EXCEPTIONS = {
     # optional vendor bindings named (inside functions) by those source modules
     "pynvml", "amdsmi",
 }
-# Imports between components that the table forbids, by (importer, imported) module; docs/architecture.md says why
-# each is wrong and where the code belongs. They are left out of the cycle check between components too.
-KNOWN_CROSSINGS = {
-    ("ledger.receipts.compute", "ledger.hooks.accounting"),
-    ("ledger.receipts.progress", "ledger.hooks.accounting"),
-    ("ledger.receipts.issue", "reports.periods"),
-}
 KNOWN_MODULE_CYCLES = [
-    # reports/ imports itself in a circle (export, focus, issued, issued_columns, monthly, pdf_statement)
-    {"reports", "reports.export", "reports.focus", "reports.issued", "reports.issued_columns", "reports.monthly",
-     "reports.pdf_statement"},
     # the hooks package's run() imports .core lazily; core, controller and dropbox import one another
     {"ledger.hooks", "ledger.hooks.core", "ledger.hooks.controller", "ledger.hooks.dropbox"},
-    # the store extends the Merkle tree as it appends; merkle reads the store's head and entries
-    {"ledger.store", "ledger.merkle"},
 ]
 
 
@@ -83,9 +71,8 @@ def _project(names: set[str]) -> set[str]:
 
 
 def _crossings() -> list[tuple[str, str]]:
-    """(importer, imported) pairs of modules in different components, the known exceptions left out."""
-    return sorted((m, t) for m, names in IMPORTS.items() for t in _project(names)
-                  if component(t) != component(m) and (m, t) not in KNOWN_CROSSINGS)
+    """(importer, imported) pairs of modules in different components."""
+    return sorted((m, t) for m, names in IMPORTS.items() for t in _project(names) if component(t) != component(m))
 
 
 def _rules() -> tuple[dict[str, list[str]], dict[str, set[str]]]:
@@ -207,3 +194,19 @@ def test_the_hook_imports_only_the_standard_library_and_its_own_modules():
     assert outside <= HOOK_EXCEPTIONS, f"the hook loads {sorted(outside - HOOK_EXCEPTIONS)}"
     # the hook entry point must not reach the database, the CLI or the receipts at all
     assert not {m for m in reached if m.startswith(("ledger.cli", "ledger.receipts", "ledger.db", "ledger.store"))}
+
+
+def _private_imports(module: str, path: Path) -> list[str]:
+    """``from X import _name`` where X is another module of the project (a private name used across modules)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    out.append(f"{module}: from {'.' * node.level}{node.module or ''} import {a.name}")
+    return out
+
+
+def test_reports_import_no_private_names_across_modules():
+    bad = [b for m, p in MODULES.items() if m.startswith("reports") for b in _private_imports(m, p)]
+    assert not bad, "\n".join(bad)

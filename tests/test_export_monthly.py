@@ -87,7 +87,7 @@ def test_hour_profile_follows_window_overlap(start, hours):
     rows = monthly.flatten([r]).rows
     prof = monthly.hour_profile(rows).set_index("hour")["paid"]
     # brute force: the share of the window in each hour of the day, minute by minute
-    s, e = monthly._epoch(r["window"]["start"]), monthly._epoch(r["window"]["end"])
+    s, e = monthly.epoch(r["window"]["start"]), monthly.epoch(r["window"]["end"])
     edges = pd.date_range(pd.Timestamp(s, unit="s", tz="UTC").floor("h"), pd.Timestamp(e, unit="s", tz="UTC"),
                           freq="h")
     want = defaultdict(float)
@@ -314,7 +314,7 @@ def test_a_month_closes_on_ledger_event_time_not_the_wall_clock(sqlite_url, runn
 
     eng = db_mod.make_engine(sqlite_url)
     r = synthetic.receipt(21, tenant="vision", start=OCT + 86400, hours=3, rate=4.0)
-    end = monthly._epoch(r["window"]["end"])
+    end = monthly.epoch(r["window"]["end"])
     store.append(eng, [issue_entry(r, end)])
     r_same = dict(r, receipt_hash="sha256:before-close", cost=dict(r["cost"], paid=10.0))
     store.append(eng, [issue_entry(r_same, end + 60)])  # still October: replaces the first issue

@@ -26,8 +26,8 @@ from typing import Callable
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ledger import config as config_mod, contracts, spool
-from ledger.hooks import accounting, slurm
+from ledger import accounting, config as config_mod, contracts, spool
+from ledger.hooks import slurm
 from ledger.importers import amdsmi, dmon, nvidia_smi, prometheus, synth
 from ledger.importers.common import InputError, decode_text
 from ledger.method import skus

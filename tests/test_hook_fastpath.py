@@ -149,7 +149,7 @@ def test_hook_vocabulary_is_the_ledgers():
 @given(st.text(alphabet="0123456789-:,٣ x", max_size=12))
 def test_env_parsers_match_the_regular_expressions(text):
     m = re.fullmatch(r"(\d+):(\d+)", text)
-    assert slurm._two_ints(text) == ((int(m.group(1)), int(m.group(2))) if m else None)
+    assert slurm.two_ints(text) == ((int(m.group(1)), int(m.group(2))) if m else None)
     spans = []
     for part in text.split(","):
         m2 = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())

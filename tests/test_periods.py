@@ -83,7 +83,7 @@ def test_a_run_across_month_ends_is_split_and_the_parts_sum_to_its_receipt(start
                           shares={"starved": 0.3, "power_cap": 0.1})
     issue = Issue(1, JAN + 86400, r)
     rows = [flatten_issues([issue.as_part(m)]).rows.iloc[0] for m, _, _ in issue.parts]
-    s, e = monthly._epoch(r["window"]["start"]), monthly._epoch(r["window"]["end"])
+    s, e = monthly.epoch(r["window"]["start"]), monthly.epoch(r["window"]["end"])
     assert [m for m, _, _ in issue.parts] == sorted({periods.month_of(t) for t in (s, periods.placement(s, e))}
                                                     | {m for m, _, _ in periods.months_spanned(s, e)})
     whole = monthly.flatten([r]).rows.iloc[0]

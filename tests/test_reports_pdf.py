@@ -55,7 +55,7 @@ def test_empty_month_pdf_says_so(sqlite_url, runner, cli, tmp_path):
 
 
 def test_write_statement_for_the_demo(sqlite_url, tmp_path):
-    from reports import write_statement
+    from reports.export import write_statement
 
     eng = db_mod.make_engine(sqlite_url)
     store.append(eng, [issue_entry(r, NOV + 29 * 86400) for r in synthetic.receipts(8, "2026-11")])

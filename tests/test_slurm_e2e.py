@@ -26,7 +26,7 @@ from ledger import db as db_mod
 from ledger import store
 from ledger.canonical import ts_to_epoch
 from ledger.cli.main import cli as ipledger
-from ledger.hooks import accounting
+from ledger import accounting
 from ledger.hooks.install import install
 from tests import slurm_service
 from tests.standins import make_site

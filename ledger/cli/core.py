@@ -71,7 +71,7 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
         if show:
             click.echo(f"\rshipping spool files {done}/{total}", err=True, nl=done == total)
 
-    from ..hooks.accounting import AccountingSettings
+    from ..accounting import AccountingSettings
     from ..spool import UnsafeSpool
 
     acct = AccountingSettings.from_config(app.config)

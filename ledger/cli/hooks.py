@@ -106,7 +106,7 @@ def reconcile_cmd(app: AppContext, dry_run: bool, no_ship: bool, as_json: bool) 
     from ..receipts.auto import after_ship_steps
     from ..ship import ship
 
-    from ..hooks.accounting import AccountingSettings
+    from ..accounting import AccountingSettings
 
     engine = app.engine()
     acct = AccountingSettings.from_config(app.config)

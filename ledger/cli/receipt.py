@@ -136,14 +136,15 @@ def issue_cmd(app: AppContext, month: str | None, all_runs: bool, include_open: 
 
     if all_runs == (month is not None):
         raise UserError("name exactly one of --month YYYY-MM or --all")
+    period = None
     if month is not None:
         try:
-            month_bounds(month)
+            period = tuple(b.timestamp() for b in month_bounds(month))
         except PeriodError as exc:
             raise UserError(str(exc)) from None
     engine = app.engine()
     skus = app.site.sku_table
-    keys = runs_to_issue(engine, month, include_open)
+    keys = runs_to_issue(engine, period, include_open)
     bar = Progress(f"issue {month or 'all'}", quiet=quiet)
     try:
         res = issue_runs(engine, keys, sku_table=skus, progress=bar)

@@ -8,7 +8,7 @@ cleans DCGM's job record and group (also when that write failed: nothing would r
 Neither ever runs a Slurm command (Slurm's Prolog and Epilog Guide: they "should not call Slurm commands"):
 the job is what Slurm hands the hook in its environment, the devices what the local GPU tools say. What the
 environment lacks (QOS, TRES, suspensions, the final state) comes from the accounting database at ship time
-(:mod:`ledger.hooks.accounting`), and the job-level start and end from the controller's hooks
+(:mod:`ledger.accounting`), and the job-level start and end from the controller's hooks
 (:mod:`ledger.hooks.controller`).
 
 Bounded whatever the node does: one deadline (``hook_timeout_s``) for all the tools a hook runs, each tool

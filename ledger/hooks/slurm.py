@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # annotations only: typing stays off the hook's import path
 _KEY_PATTERN = r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)="
 
 
-def _two_ints(text: str) -> tuple[int, int] | None:
+def two_ints(text: str) -> tuple[int, int] | None:
     """``"1:15"`` -> (1, 15), exactly what ``re.fullmatch(r"(\\d+):(\\d+)", text)`` accepts, else None."""
     a, sep, b = text.partition(":")
     if sep and _digits(a) and _digits(b):
@@ -142,7 +142,7 @@ def job_record(fields: Mapping[str, str]) -> JobRecord:
         v = fields.get(k)
         return None if v in (None, "", "(null)", "N/A") else v
 
-    m = _two_ints(fields.get("ExitCode", ""))
+    m = two_ints(fields.get("ExitCode", ""))
     restarts = fields.get("Restarts")
     return JobRecord(
         state=opt("JobState"), restarts=int(restarts) if restarts and _digits(restarts) else None,
@@ -178,7 +178,7 @@ _GPU_VARS = ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "RO
 
 def _exit_pair(text: str | None, plain: str | None) -> tuple[int | None, int | None]:
     """``SLURM_JOB_EXIT_CODE2``-style ``code:signal``, else a plain (possibly negative) ``code``."""
-    m = _two_ints(text or "")
+    m = two_ints(text or "")
     if m:
         return m
     if plain and _digits(plain[1:] if plain[0] == "-" else plain):

@@ -31,7 +31,7 @@ from ..method import (
 from ..method.attribution import DEFAULT_THRESHOLDS, seconds_to_nh
 from ..method.mig import mig_share
 from ..method.skus import SkuRating, match_sku
-from ..hooks.accounting import run_accounting
+from ..accounting import run_accounting
 from .progress import minus, progress_block, seconds
 
 RECEIPT_VERSION = "1.1"  # 1.1: the progress block, provider_failure_loss, lost_since_checkpoint_credited

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 from ..canonical import ts_to_epoch
 from ..entries import ChainedEntry, Kind
 from ..method import DeviceAccount, SampleArrays, attribute_device
-from ..store import ENTRY_COLUMNS, _to_chained, iter_entries
+from ..rows import ENTRY_COLUMNS, iter_entries, to_chained
 from ..telemetry.blocks import float_values
 from ..telemetry.store import iter_sample_pieces
 from .compute import ReceiptError, RunInputs, RunKey, run_frame
@@ -54,7 +54,7 @@ def pick_run(runs: dict[RunKey, list[ChainedEntry]], job_id: str, run: int | Non
 
 def _select(conn: Connection, where: str, params: dict) -> list[ChainedEntry]:
     sql = text(f"SELECT {', '.join(ENTRY_COLUMNS)} FROM entries WHERE {where} ORDER BY seq")
-    return [_to_chained(r) for r in conn.execute(sql, params)]
+    return [to_chained(r) for r in conn.execute(sql, params)]
 
 
 def _overlapping(conn: Connection, kind: str, start: str, end: str, as_of: int | None, extra: str = "") -> list[ChainedEntry]:

@@ -197,15 +197,12 @@ def run_spans(engine: Engine, after_seq: int = 0) -> list[RunSpan]:
     return [RunSpan(k, starts[k], ends.get(k)) for k in keys]
 
 
-def runs_to_issue(engine: Engine, month: str | None = None, include_open: bool = False,
+def runs_to_issue(engine: Engine, period: tuple[float, float] | None = None, include_open: bool = False,
                   after_seq: int = 0) -> list[RunKey]:
-    """Closed runs (and open ones with ``include_open``) whose window ``[start, end)`` overlaps ``month``
-    (every month when None; an open run's window runs to now)."""
-    from reports.periods import month_bounds
-
-    lo = hi = None
-    if month is not None:
-        lo, hi = (b.timestamp() for b in month_bounds(month))
+    """Closed runs (and open ones with ``include_open``) whose window ``[start, end)`` overlaps ``period``
+    (``[lo, hi)`` in epoch seconds, e.g. a billing month; every run when None; an open run's window runs to
+    now)."""
+    lo, hi = period if period is not None else (None, None)
     out = []
     for sp in run_spans(engine, after_seq):
         if sp.end is None and not include_open:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..hooks.accounting import end_state as accounting_end_state
+from ..accounting import end_state as accounting_end_state
 from ..canonical import format_ts, ts_to_epoch
 from ..entries import ChainedEntry, Kind
 from ..method import nh_to_hours
@@ -25,7 +25,7 @@ MAX_LISTED_OUTPUTS = 20                        # accepted outputs listed on the 
 
 def end_state(entries: Sequence[ChainedEntry]) -> str | None:
     """How the run ended, as the ledger has it: the final state by the most authoritative source (the accounting
-    database's, else the controller's epilog's, else a node's or reconcile's: ``ledger.hooks.accounting``),
+    database's, else the controller's epilog's, else a node's or reconcile's: ``ledger.accounting``),
     ``REQUEUED`` when a requeue was recorded; None while it runs. The one place the receipt reads the end state."""
     requeued = any(c.entry.kind == Kind.ALLOCATION_REQUEUED for c in entries)
     state, _source = accounting_end_state(c.entry for c in entries)

@@ -26,10 +26,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from .. import __version__, commands as commands_mod
-from ..entries import Entry, Kind, make_entry
-from . import slurm
-from .core import FINAL_STATES
+from . import __version__, commands as commands_mod
+from .entries import Entry, Kind, make_entry
+from .hooks import slurm
+from .hooks.core import FINAL_STATES
 
 SOURCE = "sacct"
 FIELDS = ("JobIDRaw", "State", "ExitCode", "DerivedExitCode", "Start", "End", "ElapsedRaw", "Suspended", "QOS",
@@ -103,8 +103,8 @@ def parse(text: str) -> list[AcctRecord]:
         if len(parts) != len(FIELDS) or not parts[0].strip():
             continue
         f = dict(zip(FIELDS, parts))
-        code = slurm._two_ints(f["ExitCode"].strip())
-        derived = slurm._two_ints(f["DerivedExitCode"].strip())
+        code = slurm.two_ints(f["ExitCode"].strip())
+        derived = slurm.two_ints(f["DerivedExitCode"].strip())
         state = _none(f["State"])
         out.append(AcctRecord(
             job_id=f["JobIDRaw"].strip(), state=state.split()[0] if state else None,  # "CANCELLED by 0"
@@ -141,7 +141,7 @@ def pending_runs(engine, since: float) -> list[RunKey]:  # noqa: ANN001 - a SQLA
     the (kind, ts) index for the ends and the (cluster, job_id, run) index for their accounting records."""
     from sqlalchemy import text
 
-    from ..canonical import format_ts
+    from .canonical import format_ts
 
     sql = text("""
         SELECT DISTINCT e.cluster, e.job_id, e.run FROM entries e
@@ -202,7 +202,7 @@ def enrich(engine, cmds: Mapping[str, str], *, batch: int = DEFAULT_BATCH,  # no
            lookback_days: float = DEFAULT_LOOKBACK_DAYS, timeout: float = 60.0, now: float | None = None,
            append: bool = True) -> EnrichReport:
     """Record the accounting of every pending run: one sacct per ``batch`` runs; failures leave them pending."""
-    from .. import store
+    from . import store
 
     now = time.time() if now is None else now
     report = EnrichReport()
