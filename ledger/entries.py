@@ -10,15 +10,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from hashlib import sha256
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (strings here): typing stays off the hook's import path
     from typing import Any, Mapping
 
-from .canonical import _ENCODE, canonical_json, format_ts
+from .canonical import ID_DOMAIN, canonical_json, entry_id, format_ts, sha256  # noqa: F401 - ID_DOMAIN named here too
 from .kinds import Kind
 
-ID_DOMAIN = "ipledger-entry-id-v1"
 HASH_DOMAIN = "ipledger-entry-hash-v1"
 GENESIS_HASH = "0" * 64
 
@@ -69,8 +67,7 @@ def compute_entry_id(e: Entry) -> str:
 def _entry_id_of(f: tuple) -> str:
     """The entry id from Entry's positional fields (all but entry_id), before the Entry exists."""
     kind, ts, payload, ts_end, _recorded_at, cluster, job_id, run, node, device, source, _sv = f
-    ident = [ID_DOMAIN, kind, ts, ts_end, cluster, job_id, run, node, device, payload, source]
-    return "e" + sha256(_ENCODE(ident).encode("utf-8")).hexdigest()[:39]
+    return entry_id(kind, ts, ts_end, cluster, job_id, run, node, device, payload, source)
 
 
 def make_entry(

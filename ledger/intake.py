@@ -36,7 +36,7 @@ from .kinds import Kind
 SPOOL_KINDS = frozenset({
     Kind.ALLOCATION_STARTED, Kind.ALLOCATION_ENDED, Kind.ALLOCATION_SUSPENDED, Kind.ALLOCATION_RESUMED,
     Kind.ALLOCATION_REQUEUED, Kind.DEVICE_BOUND, Kind.TELEMETRY_SUMMARY, Kind.TELEMETRY_SEGMENT,
-    Kind.UNKNOWN_INTERVAL, Kind.PROGRESS, Kind.HOOK_ERROR,
+    Kind.UNKNOWN_INTERVAL, Kind.PROGRESS, Kind.HOOK_ERROR, Kind.TOOL_OUTPUT,
 })
 RESERVED_SOURCE_PREFIXES = ("ipledger.", "agent.")   # and RESERVED_SOURCES
 # The CLI's own sources, and "sacct": the accounting database's view (the final state a receipt trusts most) is
@@ -62,6 +62,7 @@ _PAYLOAD_TYPES: dict[str, dict[str, tuple]] = {
     Kind.DEVICE_BOUND: {"uuid": (str,), "node": (str,), "index": (int,), "sku": (str,), "vendor": (str,)},
     Kind.UNKNOWN_INTERVAL: {"cause": (str,), "scope": (str,)},
     Kind.TELEMETRY_SEGMENT: {"devices": (list,), "rows": (int,), "samples_sha256": (str,)},
+    Kind.TOOL_OUTPUT: {"step": (str,), "calls": (list,), "context": (dict,)},
 }
 # Payload fields that must be present (not null): a receipt groups unknown time by its cause, and an interval
 # without one would not sort beside the others (a null cause once made that run's receipt fail).

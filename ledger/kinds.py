@@ -24,5 +24,6 @@ class Kind:
     FINDING_CONFIRMED = "finding_confirmed"
     FINDING_DISMISSED = "finding_dismissed"
     HOOK_ERROR = "hook_error"
+    TOOL_OUTPUT = "tool_output"  # a vendor tool's raw answer, as a hook saw it (parsed at ship time)
     EVIDENCE_REFUSED = "evidence_refused"   # written by the shipper: a spool line or file it would not chain
     TREE_HEAD = "tree_head"  # a signed Merkle tree head (ipledger checkpoint; docs/proofs.md)

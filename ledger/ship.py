@@ -16,6 +16,7 @@ from sqlalchemy.engine import Engine
 from . import intake, spool
 from .db import write_tx
 from .entries import Entry, Kind
+from .sources import observed
 from .store import append_in
 
 # A step run once a shipment's entries are in the ledger (e.g. issuing the receipts of runs that ended); it
@@ -131,6 +132,8 @@ def _prepare_file(path: Path) -> _Prepared | None:
             file_entries.extend(refusal_entries(path, line, str(exc), rec, _mtime(path), now))
             continue
         file_entries.append(entry)
+        if entry.kind == Kind.TOOL_OUTPUT:  # a hook's raw tool output: what it means, beside it
+            file_entries.extend(observed.derive(entry))
         if rows is not None:
             file_segments.append((entry, rows))
     for line, reason, _text in r.refused:  # lines that were not even JSON

@@ -1,7 +1,8 @@
 """The hooks' lean fast path is the same as the library it stands in for: records, ids, parsers, config.
 
-The hook builds spool records without ledger.entries, parses Slurm's environment without re, and reads the
-site config through a snapshot; each is checked here against the library version it must equal.
+The hook builds spool records without ledger.entries but with the ledger's one canonical encoding
+(ledger.canonical, which loads neither json nor datetime), parses Slurm's environment without re, and reads
+the site config through a snapshot; each is checked here against the library version it must equal.
 """
 
 from __future__ import annotations
@@ -18,9 +19,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger import config, entries
-from ledger.canonical import canonical_json
-from ledger.canonical import format_ts as canonical_format_ts
+from ledger import canonical, config, entries
 from ledger.hooks import core, records, slurm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,22 +73,25 @@ def _same(a, b) -> bool:
 @settings(max_examples=300, deadline=None)
 @given(json_values)
 def test_lean_json_is_the_json_module(value):
-    assert records.spool_line(value) == json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    assert records.state_json(value) == json.dumps(value, sort_keys=True)
+    spool_line = canonical.json_encoder(ensure_ascii=False, allow_nan=True, item_sep=",", key_sep=":")
+    assert spool_line(value) == json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    state_json = canonical.json_encoder(ensure_ascii=True, allow_nan=True, item_sep=", ", key_sep=": ")
+    assert state_json(value) == json.dumps(value, sort_keys=True)
+    reference = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
     try:
-        expected = canonical_json(value)
+        expected = reference(value)
     except ValueError:  # NaN/Infinity are refused alike
         try:
-            records.canonical_json(value)
+            canonical.canonical_json(value)
         except ValueError:
             pass
         else:
-            raise AssertionError("canonical_json must refuse what ledger.canonical refuses")
+            raise AssertionError("canonical_json must refuse what the json module refuses")
     else:
-        assert records.canonical_json(value) == expected
+        assert canonical.canonical_json(value) == expected
     text = json.dumps(value)
     for t in (text, f" \n{text}\t "):
-        assert _same(records.loads(t), json.loads(t))
+        assert _same(canonical.loads(t), json.loads(t))
 
 
 @given(st.text(max_size=12))
@@ -98,16 +100,17 @@ def test_lean_loads_refuses_what_json_refuses(text):
         expected = json.loads(text)
     except ValueError:
         try:
-            records.loads(text)
+            canonical.loads(text)
         except ValueError:
             return
-        raise AssertionError(f"json.loads refuses {text!r}, records.loads accepted it")
-    assert _same(records.loads(text), expected)
+        raise AssertionError(f"json.loads refuses {text!r}, canonical.loads accepted it")
+    assert _same(canonical.loads(text), expected)
 
 
 def test_lean_json_refuses_what_json_refuses():
+    spool_line = canonical.json_encoder(ensure_ascii=False, allow_nan=True, item_sep=",", key_sep=":")
     for bad in ({"a": object()}, [1, {2, 3}]):
-        for lean in (records.spool_line, records.canonical_json):
+        for lean in (spool_line, canonical.canonical_json):
             try:
                 lean(bad)
             except TypeError as exc:
@@ -117,7 +120,7 @@ def test_lean_json_refuses_what_json_refuses():
     cyc: list = []
     cyc.append(cyc)
     try:
-        records.spool_line(cyc)
+        spool_line(cyc)
     except ValueError:
         pass
     else:
@@ -128,20 +131,28 @@ def test_lean_json_refuses_what_json_refuses():
 @given(st.one_of(st.floats(0, 253402300798), st.integers(0, 253402300798),
                  st.floats(1.7e9, 1.8e9), st.floats(-1e3, 3e11), st.sampled_from([math.nan, math.inf, -0.0, 253402300798.9999995]),
                  st.integers(-10, 10).map(lambda k: 1796018000 + k / 1e6 + 5e-7), st.booleans()))
-def test_lean_format_ts_is_canonical(value):
+def test_lean_format_ts_is_datetimes(value):
+    """canonical.format_ts formats epoch numbers without datetime, exactly as datetime.fromtimestamp would."""
+    import datetime
+
     try:
-        expected = canonical_format_ts(value)
-    except (ValueError, OverflowError, OSError) as exc:
+        if value is None or isinstance(value, bool):
+            raise TypeError
+        d = datetime.datetime.fromtimestamp(value, tz=datetime.timezone.utc)
+        expected = d.strftime("%Y-%m-%dT%H:%M:%S") + (f".{d.microsecond:06d}".rstrip("0") if d.microsecond else "") + "Z"
+    except (ValueError, OverflowError, OSError, TypeError) as exc:
         try:
-            records.format_ts(value)
-        except type(exc):
+            canonical.format_ts(value)
+        except (ValueError, OverflowError, OSError, TypeError, AttributeError):
             return
-        raise AssertionError(f"{value!r}: canonical.format_ts raises {exc!r}, the lean one does not")
-    assert records.format_ts(value) == expected
+        if isinstance(value, bool):
+            return  # bool is an int to datetime's caller, not an epoch: no claim either way
+        raise AssertionError(f"{value!r}: datetime raises {exc!r}, canonical.format_ts does not")
+    assert canonical.format_ts(value) == expected
 
 
 def test_hook_vocabulary_is_the_ledgers():
-    assert records.ID_DOMAIN == entries.ID_DOMAIN
+    assert canonical.ID_DOMAIN == entries.ID_DOMAIN
     assert records.HOOK_KINDS <= entries.ALL_KINDS
     assert core.Kind is entries.Kind  # one vocabulary, from ledger.kinds (no import cost on the hook path)
 
@@ -290,14 +301,15 @@ def test_installed_hook_imports_no_heavy_stdlib(tmp_path):
     imported = {line.split("|")[-1].strip() for line in p.stderr.splitlines() if line.startswith("import time:")}
     assert "ledger.hooks.core" in imported
     assert not imported & {"dataclasses", "inspect", "typing", "pathlib", "tomllib", "ledger.entries",
-                           "subprocess", "json", "re", "hashlib", "datetime", "ledger.canonical"}, sorted(imported)
+                           "subprocess", "json", "re", "hashlib", "datetime", "ledger.sources"}, sorted(imported)
     assert list((tmp_path / "spool").glob("hook-*.jsonl"))
 
 
 def test_installed_hooks_with_vendor_tools_import_no_heavy_stdlib(tmp_path):
     """With DCGM and nvidia-smi configured the hooks run five and four tools: still none of subprocess (signal,
-    threading, selectors), dataclasses, typing, re or _strptime (the ctime reader) on their imports, and what
-    they record is complete (devices mapped to UUIDs, DCGM summaries, no hook_error)."""
+    threading, selectors), dataclasses, typing, re, _strptime or the ship-time parsers on their imports, and
+    what they record is complete (devices mapped to UUIDs, DCGM's raw report, and its summaries once derived,
+    no hook_error)."""
     from ledger.hooks import install
     from tests.standins import make_site
 
@@ -316,9 +328,12 @@ def test_installed_hooks_with_vendor_tools_import_no_heavy_stdlib(tmp_path):
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == 0 and "ipledger-hook" not in p.stderr, p.stderr[-2000:]
         imported = {ln.split("|")[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")}
-        assert {"ledger.commands", "ledger.sources.dcgm"} <= imported
-        assert not imported & heavy, sorted(imported & heavy)
-    recs = [json.loads(ln) for f in sorted(Path(site.spool).glob("*.jsonl")) for ln in f.read_text().splitlines()]
+        assert {"ledger.commands", "ledger.hooks.vendor"} <= imported
+        assert not imported & heavy and not any(m.startswith("ledger.sources") for m in imported), sorted(imported)
+    from tests.standins import with_derived
+
+    recs = with_derived([json.loads(ln) for f in sorted(Path(site.spool).glob("*.jsonl"))
+                         for ln in f.read_text().splitlines()])
     mine = [r for r in recs if r["job_id"] == "91"]
     kinds = [r["kind"] for r in mine]
     assert "hook_error" not in kinds and kinds.count("device_bound") == 2 and kinds.count("telemetry_summary") == 2

@@ -19,7 +19,7 @@ from ledger import commands
 from ledger.canonical import ts_to_epoch
 from ledger.hooks import run
 from ledger.hooks import install as install_mod
-from tests.standins import make_site
+from tests.standins import make_site, with_derived
 
 ROOT = Path(ledger.__file__).resolve().parent.parent
 
@@ -55,7 +55,7 @@ def spooled(site) -> list[dict]:
             r = json.loads(line)
             r["data"] = json.loads(r["payload"])
             out.append(r)
-    return out
+    return with_derived(out)  # the raw tool output's summaries and gaps, as ship derives them
 
 
 def kinds(recs, kind):

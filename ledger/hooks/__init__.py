@@ -23,6 +23,10 @@ def run(kind: str, environ: Mapping[str, str], config_path: str | None, snapshot
     """
     from .core import run_hook
 
+    if kind in ("prolog_slurmctld", "epilog_slurmctld"):
+        from . import controller
+
+        return run_hook(kind, environ, config_path, snapshot, controller.run)
     return run_hook(kind, environ, config_path, snapshot)
 
 

@@ -30,13 +30,14 @@ import time
 from .. import __version__, spool
 from ..fsmodes import SPOOL_DIR, SPOOL_FILE, make_dirs
 from ..kinds import Kind
-from . import dropbox, records, slurm
+from ..canonical import loads
 from ..frozen import Frozen
-from .records import entry_record
+from . import dropbox, slurm, vendor
+from .records import entry_record, spool_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing, dataclasses and ledger.entries stay off the hook's import path
-    from typing import Any, Mapping
+    from typing import Any, Callable, Mapping
 
     from ..config import Config
 
@@ -46,6 +47,10 @@ DEFAULT_TIMEOUT_S = 5.0       # used when hook_timeout_s is not a finite number 
 MAX_TIMEOUT_S = 300.0         # slurmd's own PrologEpilogTimeout default is 65 535 s; a hook must end long before
 MIN_CALL_S = 0.05             # a call that starts after the deadline still gets this long (to fail quickly)
 MAX_TOOL_OUTPUT = 4 << 20     # bytes one tool may write in a hook; `nvidia-smi -q -x` on 8 GPUs is ~0.3 MB
+# Characters of a tool's answer kept in its tool_output entry (the intake takes payloads up to 1 MiB); DCGM's
+# verbose job report is ≈ 4 kB per GPU. A longer answer is kept cut, and says so (``truncated``).
+MAX_RECORDED_STDOUT = 192 << 10
+MAX_RECORDED_STDERR = 4 << 10
 FINAL_STATES = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
                 "BOOT_FAIL", "DEADLINE"}  # reconcile's test of a job record (off the hook path)
 
@@ -187,11 +192,25 @@ class Hook:
     def _bounded_run(self, program: str, args: list, **_kw):  # noqa: ANN003, ANN201
         return self.run_tool(program, list(args))
 
+    def observe(self, program: str, args: list[str]) -> dict[str, Any]:
+        """Run a vendor tool and keep what it said, unread: the raw answer (bounded), its exit status and how
+        long it took. What it means is derived at ship time (ledger.sources.observed)."""
+        t0 = time.monotonic()
+        r = self.run_tool(program, args)
+        elapsed = time.monotonic() - t0
+        if not r.ok:
+            log(f"job {self.env.job_id}: {program} {' '.join(args)}: "
+                f"{'timed out' if r.timed_out else f'exit {r.returncode}'}")
+        return {"program": program, "args": list(args), "exit_code": r.returncode, "timed_out": r.timed_out,
+                "truncated": r.truncated or len(r.stdout) > MAX_RECORDED_STDOUT,
+                "stdout": r.stdout[:MAX_RECORDED_STDOUT], "stderr": r.stderr[:MAX_RECORDED_STDERR],
+                "elapsed_s": round(elapsed, 6)}
+
     def write_spool(self, hook: str) -> None:
         if not self.entries:
             return
         try:
-            spool.write_records(self.cfg.spool, self.entries, prefix="hook", encode=records.spool_line)
+            spool.write_records(self.cfg.spool, self.entries, prefix="hook", encode=spool_line)
         except OSError as exc:
             counts: dict[str, int] = {}
             for e in self.entries:
@@ -219,19 +238,17 @@ class Hook:
         devices = [{"index": i, "uuid": None, "sku": None, "vendor": s.vendor if s.vendor != "none" else None}
                    for i in idx]
         if s.vendor == "nvidia":
-            from ..sources import dcgm, nvml
-
             inv: list = []
             if "nvidia-smi" in self.cfg.commands:
-                got = self.tool(nvml.NvidiaSmiCli).inventory()
+                got = self.tool(vendor.NvidiaSmiCli).inventory()
                 if isinstance(got, str):
                     self.error("nvidia-smi", got)
                 else:
                     inv = got
             disc: list = []
             if s.dcgm:
-                got2 = self.tool(dcgm.DcgmiCli).discovery()
-                if isinstance(got2, dcgm.DcgmError):
+                got2 = self.tool(vendor.DcgmiCli).discovery()
+                if isinstance(got2, vendor.DcgmError):
                     self.error("dcgmi discovery", f"{got2.cause}: {got2.message}")
                 else:
                     disc = got2
@@ -248,9 +265,7 @@ class Hook:
                         d["uuid"], d["sku"] = dg.uuid, dg.name
                 d["dcgm_id"] = dg.gpu_id if dg is not None else d["index"]
         elif s.vendor == "amd":
-            from ..sources import amdsmi
-
-            got3 = self.tool(amdsmi.AmdSmiCli).inventory()
+            got3 = self.tool(vendor.AmdSmiCli).inventory()
             if isinstance(got3, str):
                 self.error("amd-smi list", got3)
             else:
@@ -267,18 +282,6 @@ class Hook:
         if unnamed:
             self.error("devices", f"GPU index {', '.join(unnamed)}: no UUID found; bound by index, time unknown")
         return devices
-
-    def amd_snapshot(self, devices: list[dict]) -> dict | str:
-        from ..sources import amdsmi
-
-        snap = self.tool(amdsmi.AmdSmiCli).counters([d["index"] for d in devices])
-        if isinstance(snap, str):
-            return snap
-        out = {}
-        for d in devices:
-            vals, miss = amdsmi.counters(snap, d["index"])
-            out[str(d["index"])] = {"values": vals, "missing": miss}
-        return out
 
 
 def index_key(node: str | None, index: int) -> str:
@@ -317,7 +320,7 @@ def _load_state(state_dir: str, name: str) -> dict | None:
             data = os.read(fd, st.st_size + 1)
         finally:
             os.close(fd)
-        state = records.loads(data.decode("utf-8"))  # = json.loads, without importing json (and re)
+        state = loads(data.decode("utf-8"))
         return state if isinstance(state, dict) else None
     except (OSError, ValueError):
         return None
@@ -338,7 +341,7 @@ def _save_state(state_dir: str, name: str, state: dict) -> None:
             fd = os.open(tmp, flags, SPOOL_FILE, dir_fd=dfd)
         try:
             os.fchmod(fd, SPOOL_FILE)
-            data = memoryview(records.state_json(state).encode("utf-8"))  # = json.dumps(state, sort_keys=True)
+            data = memoryview(spool_line(state).encode("utf-8"))
             while data:
                 data = data[os.write(fd, data):]
             os.fsync(fd)
@@ -394,13 +397,11 @@ def prolog(h: Hook) -> None:
     state: dict[str, Any] = {"job_id": h.env.job_id, "run": run, "cluster": cluster, "start": now,
                              "devices": devices, "node": h.env.node}
     if h.settings.dcgm and devices:
-        from ..sources import dcgm
-
-        cli = h.tool(dcgm.DcgmiCli)
+        cli = h.tool(vendor.DcgmiCli)
         key = dcgm_job_key(h.env.job_id, run)
         st: dict[str, Any] = {"job_key": key, "started": False}
         gid = cli.create_group(f"ipledger-{key}", [d["dcgm_id"] for d in devices])
-        if isinstance(gid, dcgm.DcgmError):
+        if isinstance(gid, vendor.DcgmError):
             st["error"] = f"{gid.cause}: {gid.message}"
         else:
             st["group_id"] = gid
@@ -413,13 +414,12 @@ def prolog(h: Hook) -> None:
         if not st["started"]:
             h.error("dcgm start", st.get("error", "failed"))
         state["dcgm"] = st
-    if h.settings.vendor == "amd" and devices:
-        snap = h.amd_snapshot(devices)
-        if isinstance(snap, str):
-            h.error("amd-smi counters", snap)
-        else:
-            state["amd_before"] = snap
-            state["amd_before_ts"] = time.time()
+    if h.settings.vendor == "amd" and devices:  # the counters' baseline, kept raw for the epilog to record
+        call = h.observe("amd-smi", vendor.amd_counter_args([d["index"] for d in devices]))
+        state["amd_before"], state["amd_before_ts"] = call, time.time()
+        if call["exit_code"] or call["timed_out"]:
+            h.error("amd-smi counters", ("timeout" if call["timed_out"] else "error") + ": "
+                    + (call["stderr"] or call["stdout"]).strip()[:200])
     try:
         _save_state(h.settings.state_dir, state_name(h.env.job_id), state)
     except OSError as exc:  # the epilog then records the run from the environment, with prolog_missing
@@ -430,9 +430,6 @@ def prolog(h: Hook) -> None:
 
 
 KINDS = ("prolog", "epilog", "prolog_slurmctld", "epilog_slurmctld")
-
-_DCGM_CAUSES = {"no_data": "dcgm_no_data", "timeout": "dcgm_timeout", "connection": "dcgm_unreachable",
-                "unparsed": "dcgm_unparsed"}
 
 
 def _gap(h: Hook, keys: dict, a: float, b: float, cause: str, detail: str, device: str | None,
@@ -447,85 +444,28 @@ def _dev(d: dict) -> str | None:
     return d.get("key", d.get("uuid"))
 
 
-def _dcgm_epilog(h: Hook, keys: dict, state: dict | None, devices: list[dict], start: float, end: float) -> dict | None:
-    from ..sources import dcgm
+def _devices_seen(devices: list[dict]) -> list[dict]:
+    return [{"index": d["index"], "dcgm_id": d.get("dcgm_id", d["index"]), "key": _dev(d)} for d in devices]
 
-    cli = h.tool(dcgm.DcgmiCli)
+
+def _dcgm_epilog(h: Hook, keys: dict, state: dict | None, devices: list[dict], start: float, end: float) -> dict:
+    """Stop DCGM's job record and read its report, raw: a ``tool_output`` entry with what the run's
+    summaries and unknown intervals are derived from at ship time."""
     st = (state or {}).get("dcgm") or {}
     key = st.get("job_key") or dcgm_job_key(h.env.job_id, keys["run"])
-    stop_err = cli.stop_job(key)
-    report = cli.job_stats(key)
-    tol = h.settings.gap_tolerance_s
-    if isinstance(report, dcgm.DcgmError):
-        # `stats -x` saying the job is unknown is the stronger evidence (`-j` then only says "no data").
-        err = stop_err if stop_err is not None and stop_err.cause == "not_found" else report
-        if err.cause == "not_found":
-            if st.get("started"):
-                cause = "dcgm_host_engine_restart"  # DCGM accepted the job at prolog time and no longer knows it
-            elif state is None:
-                cause = "prolog_missing"  # e.g. Slurm skips the prolog of a requeued run on the same node
-            else:
-                cause = "dcgm_watch_not_started"
-        else:
-            cause = _DCGM_CAUSES.get(err.cause, "dcgm_error")
-        detail = err.message or st.get("error", "")
-        h.error("dcgm stats", f"{cause}: {detail}")
-        for d in devices:
-            _gap(h, keys, start, end, cause, detail, _dev(d))
-        return st
-    by_id = {b.gpu_id: b for b in report.blocks if b.gpu_id is not None}
-    for d in devices:
-        block = by_id.get(d.get("dcgm_id", d["index"]))
-        if block is None:
-            _gap(h, keys, start, end, "dcgm_device_missing",
-                 f"dcgmi stats -v -j {key}: no block for GPU ID {d.get('dcgm_id')}", _dev(d))
-            continue
-        a = max(start, block.start) if block.start else start
-        b = min(end, block.end) if block.end else end
-        if b < a:
-            a, b = start, end
-        payload = {"source": "dcgm_job_stats", "dcgm_gpu_id": block.gpu_id, "dcgm_job": key,
-                   **dcgm.summary_fields(block)}
-        h.add(Kind.TELEMETRY_SUMMARY, a, payload, keys, ts_end=b, device=_dev(d))
-        if block.start is None:
-            _gap(h, keys, start, end, "dcgm_no_data", "report has no Start Time", _dev(d))
-        else:
-            if block.start - start > tol:
-                _gap(h, keys, start, min(block.start, end), "dcgm_watch_late",
-                     "DCGM job stats began after the allocation", _dev(d))
-            if block.end is not None and end - block.end > tol:
-                _gap(h, keys, max(block.end, start), end, "dcgm_stopped_early",
-                     "DCGM job stats ended before the allocation", _dev(d))
-        if block.measured_nothing:
-            _gap(h, keys, a, b, "dcgm_no_data",
-                 "no measured value (power, energy, clocks, utilisation all missing: "
-                 + ", ".join(f"{k}={v}" for k, v in sorted(block.missing.items())[:6]) + ")", _dev(d))
+    calls = [h.observe("dcgmi", ["stats", "-x", key]), h.observe("dcgmi", ["stats", "-v", "-j", key])]
+    context = {"job_key": key, "prolog": state is not None, "dcgm": st, "start": start, "end": end,
+               "gap_tolerance_s": h.settings.gap_tolerance_s, "devices": _devices_seen(devices)}
+    h.add(Kind.TOOL_OUTPUT, start, {"step": "dcgm_job_stats", "calls": calls, "context": context}, keys, ts_end=end)
     return st
 
 
 def _amd_epilog(h: Hook, keys: dict, state: dict | None, devices: list[dict], start: float, end: float) -> None:
-    from ..sources import amdsmi
-
-    before = (state or {}).get("amd_before")
-    after = h.amd_snapshot(devices)
-    if isinstance(after, str):
-        h.error("amd-smi counters", after)
-        for d in devices:
-            _gap(h, keys, start, end, "amdsmi_timeout" if after.startswith("timeout") else "amdsmi_error", after,
-                 _dev(d))
-        return
-    for d in devices:
-        b = (before or {}).get(str(d["index"]))
-        if b is None:
-            _gap(h, keys, start, end, "amdsmi_no_baseline", "no prolog counter snapshot", _dev(d))
-            continue
-        a = after[str(d["index"])]
-        delta, missing = amdsmi.counter_delta(b["values"], a["values"], b["missing"], a["missing"])
-        h.add(Kind.TELEMETRY_SUMMARY, (state or {}).get("amd_before_ts", start),
-              {"source": "amdsmi_counters", "values": delta, "missing": missing}, keys, ts_end=end,
-              device=_dev(d))
-        if not delta:
-            _gap(h, keys, start, end, "amdsmi_no_data", "no counter could be differenced", _dev(d))
+    """The counters again, raw, beside the prolog's: their difference is derived at ship time."""
+    call = h.observe("amd-smi", vendor.amd_counter_args([d["index"] for d in devices]))
+    context = {"start": start, "end": end, "devices": _devices_seen(devices),
+               "before": (state or {}).get("amd_before"), "before_ts": (state or {}).get("amd_before_ts")}
+    h.add(Kind.TOOL_OUTPUT, start, {"step": "amd_counters", "calls": [call], "context": context}, keys, ts_end=end)
 
 
 def end_state(env: slurm.JobEnv, run: int, has_state: bool) -> tuple[str, str, int | None]:
@@ -600,19 +540,20 @@ def epilog(h: Hook) -> None:
         # Also after a failed write: nothing reads this DCGM record again, and a group left behind counts
         # against DCGM's 64, so a full spool must not go on to cost later jobs their telemetry.
         if dstate and dstate.get("job_key"):
-            from ..sources import dcgm
-
-            cli = h.tool(dcgm.DcgmiCli)
+            cli = h.tool(vendor.DcgmiCli)
             cli.remove_job(dstate["job_key"])
             if isinstance(dstate.get("group_id"), int):
                 cli.delete_group(dstate["group_id"])
         _drop_state(h.settings.state_dir, name)
 
 
-def run_hook(kind: str, environ: Mapping[str, str], config_path: str | None, snapshot: str | None = None) -> int:
+def run_hook(kind: str, environ: Mapping[str, str], config_path: str | None, snapshot: str | None = None,
+             body: Callable[[Hook], None] | None = None) -> int:
     """Run one hook; always returns 0 (a failing epilog drains the node), logging what went wrong.
 
     ``snapshot``: where the parsed site config may be cached (ledger.config.load_values), or None.
+    ``body``: what the hook does once its config and job are read (the controller's hooks pass theirs); the
+    node's prolog or epilog by default.
     """
     global _error_log
     _error_log = None  # until this run's config says otherwise
@@ -632,12 +573,7 @@ def run_hook(kind: str, environ: Mapping[str, str], config_path: str | None, sna
         cfg = config_mod.Config(**config_mod.load_values(config_path, environ, snapshot=snapshot))
         _error_log = (cfg.extra.get("hooks") or {}).get("error_log") or None
         h = Hook(cfg=cfg, settings=HookSettings.from_config(cfg), env=env, kind=kind)
-        if kind in ("prolog", "epilog"):
-            (prolog if kind == "prolog" else epilog)(h)
-        else:
-            from . import controller
-
-            controller.run(h)
+        (body or (prolog if kind == "prolog" else epilog))(h)
     except SpoolWriteFailed:
         ok = False  # logged, with what was lost, where it happened
     except BaseException as exc:  # noqa: BLE001 - the hook must exit 0 whatever happened

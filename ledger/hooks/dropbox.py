@@ -18,13 +18,11 @@ import os
 
 from ..kinds import Kind
 from ..marks import DROP_FILE, KINDS, MAX_DROP_BYTES, MAX_MARKS, MAX_NOTE, drop_dir_for
-from . import records
+from ..canonical import loads
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
     from typing import Any, Mapping
-
-    from .core import Hook
 
 ROOT_MODE, RUN_MODE = 0o711, 0o700
 CLOCK_SLACK_S = 5.0  # marks are stamped by the job's clock, the window by Slurm's (1 s resolution)
@@ -43,16 +41,16 @@ class Limits:
         self.max_bytes = int(h.get("max_mark_bytes", MAX_DROP_BYTES))
 
 
-def _limits(h: Hook) -> Limits:
+def _limits(h: Any) -> Limits:
     return Limits(h.cfg.spool, h.cfg.extra.get("hooks") if isinstance(h.cfg.extra.get("hooks"), dict) else None)
 
 
-def _uid(h: Hook) -> int | None:
+def _uid(h: Any) -> int | None:
     u = h.env.uid
     return int(u) if u and u.isdecimal() and len(u) <= 9 else None
 
 
-def prepare(h: Hook) -> None:
+def prepare(h: Any) -> None:
     """Prolog: make the run's drop place for the job's uid (an old one left by a run whose epilog never ran is
     removed first, with a hook_error saying so). Failures are hook errors; the job runs regardless."""
     try:
@@ -126,7 +124,7 @@ def _empty(dfd: int, depth: int) -> None:
             os.unlink(name, dir_fd=dfd)
 
 
-def collect(h: Hook, keys: Mapping[str, Any], start: float, end: float) -> None:
+def collect(h: Any, keys: Mapping[str, Any], start: float, end: float) -> None:
     """Epilog: the run's marks into ``h`` as ``progress`` entries (``keys`` the run's), refusals as one hook
     error; the drop place is removed afterwards (its marks then travel with the epilog's spool write)."""
     lim = _limits(h)
@@ -201,7 +199,7 @@ def read_marks(path: str, uid: int | None, job_id: str, run: int, start: float, 
 def _check(line: bytes, job_id: str, run: int, start: float, end: float) -> tuple[str | None, dict]:
     """(None, mark) for a valid line, else (the reason, {})."""
     try:
-        rec = records.loads(line.decode("utf-8"))
+        rec = loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return "not a JSON line", {}
     if not isinstance(rec, dict):

@@ -10,10 +10,12 @@ The ``amdsmi`` Python package is used by :func:`amdsmi_snapshot` when importable
 
 from __future__ import annotations
 
-import json  # amd-smi answers in JSON; json's decoder brings re with it, so re stays a plain import here
 import re
 
 from ..frozen import Frozen
+# The inventory parser the hooks need to name their GPUs lives with them; named here too for the importers.
+from ..hooks.vendor import (NA, AmdGpu, AmdSmiCli, amd_counter_args, gpu_index, json_records,  # noqa: F401
+                            parse_list_json, parse_static_market_names, unwrap)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing and dataclasses stay off the hooks' import path
@@ -26,17 +28,6 @@ COUNTER_PATTERNS = (
     r"throttle\.(accumulation_counter|[a-z_]+_accumulated)$",
     r"violation_status\.acc_[a-z_]+$",
 )
-NA = {"N/A", "n/a", "NA", "", None}
-
-
-class AmdGpu(Frozen):
-    __slots__ = ("index", "bdf", "uuid", "sku", "missing")
-    _defaults = {"sku": None, "missing": dict}
-    index: int
-    bdf: str | None
-    uuid: str | None
-    sku: str | None
-    missing: Mapping[str, str]
 
 
 class Snapshot(Frozen):
@@ -47,14 +38,8 @@ class Snapshot(Frozen):
     missing: Mapping[int, Mapping[str, str]]
 
 
-def _unwrap(v: Any) -> Any:
-    if isinstance(v, dict) and "value" in v and set(v) <= {"value", "unit"}:
-        return v["value"]
-    return v
-
-
 def _flatten(obj: Any, prefix: str, out: dict, missing: dict) -> None:
-    obj = _unwrap(obj)
+    obj = unwrap(obj)
     if isinstance(obj, dict):
         for k, v in obj.items():
             _flatten(v, f"{prefix}.{k.lower()}" if prefix else k.lower(), out, missing)
@@ -79,33 +64,12 @@ def _flatten(obj: Any, prefix: str, out: dict, missing: dict) -> None:
                 pass
 
 
-def _records(text: str, what: str) -> list[dict]:
-    """The per-GPU objects of an ``amd-smi ... --json`` answer; ValueError (what the callers catch) on any other shape."""
-    try:
-        data = json.loads(text[text.index("["):] if "[" in text else text)
-    except RecursionError:
-        raise ValueError(f"amd-smi {what} JSON: nested too deeply") from None
-    if isinstance(data, dict):
-        data = data.get("gpu_data") or [data]
-    if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
-        raise ValueError(f"amd-smi {what} JSON: expected a list of per-GPU objects")
-    return data
-
-
-def _gpu_index(item: dict, what: str) -> int:
-    gpu = _unwrap(item.get("gpu"))
-    if isinstance(gpu, bool) or not isinstance(gpu, (int, str)) or not str(gpu).strip().isdecimal() \
-            or len(str(gpu).strip()) > 9:
-        raise ValueError(f"amd-smi {what} JSON: \"gpu\" is not a GPU index: {str(gpu)[:40]!r}")
-    return int(gpu)
-
-
 def parse_metric_json(text: str) -> Snapshot:
     """``amd-smi metric [...] --json`` -> per-GPU flattened numbers (a leading ``$ command`` line is skipped)."""
     values: dict[int, dict[str, float]] = {}
     missing: dict[int, dict[str, str]] = {}
-    for item in _records(text, "metric"):
-        idx = _gpu_index(item, "metric")
+    for item in json_records(text, "metric"):
+        idx = gpu_index(item, "metric")
         v: dict[str, float] = {}
         m: dict[str, str] = {}
         _flatten({k: x for k, x in item.items() if k != "gpu"}, "", v, m)
@@ -180,77 +144,6 @@ def counter_delta(before: Mapping[str, float], after: Mapping[str, float],
     return delta, missing
 
 
-def parse_list_json(text: str) -> list[AmdGpu]:
-    """``amd-smi list --json``: ``[{"gpu": 0, "bdf": "...", "uuid": "...", ...}]``."""
-    gpus = []
-    for item in _records(text, "list"):
-        miss = {}
-        vals = {}
-        for k in ("bdf", "uuid"):
-            v = _unwrap(item.get(k))
-            if v is None or (isinstance(v, str) and v in NA):
-                miss[k] = "not_available"
-                vals[k] = None
-            else:
-                vals[k] = str(v)
-        gpus.append(AmdGpu(index=_gpu_index(item, "list"), missing=miss, **vals))
-    return gpus
-
-
-def parse_static_market_names(text: str) -> dict[int, str]:
-    """``amd-smi static --asic --json``: GPU index -> ``asic.market_name`` (the SKU)."""
-    out = {}
-    for item in _records(text, "static"):
-        asic = item.get("asic")
-        name = _unwrap(asic.get("market_name")) if isinstance(asic, dict) else None
-        if isinstance(name, (str, int, float)) and name not in NA:
-            out[_gpu_index(item, "static")] = str(name)
-    return out
-
-
-class AmdSmiCli:
-    """Runs ``amd-smi`` through the allowlist."""
-
-    def __init__(self, commands: Mapping[str, str], timeout: float = 5.0, run=None):
-        from .. import commands as _commands
-
-        self._run = run or _commands.run
-        self.commands = commands
-        self.timeout = timeout
-
-    def _call(self, *args: str):
-        return self._run("amd-smi", list(args), commands=self.commands, timeout=self.timeout)
-
-    def inventory(self) -> list[AmdGpu] | str:
-        r = self._call("list", "--json")
-        if not r.ok:
-            return ("timeout" if r.timed_out else "error") + ": " + (r.stderr or r.stdout).strip()[:200]
-        try:
-            gpus = parse_list_json(r.stdout)
-        except (ValueError, KeyError) as exc:
-            return f"unparsed: {exc}"
-        s = self._call("static", "--asic", "--json")
-        names = {}
-        if s.ok:
-            try:
-                names = parse_static_market_names(s.stdout)
-            except (ValueError, KeyError):
-                names = {}
-        return [AmdGpu(g.index, g.bdf, g.uuid, names.get(g.index), g.missing) for g in gpus]
-
-    def counters(self, gpus: list[int]) -> Snapshot | str:
-        args = ["metric"]
-        for g in gpus:
-            args += ["-g", str(g)]
-        r = self._call(*args, "--energy", "--ecc", "--throttle", "--json")
-        if not r.ok:
-            return ("timeout" if r.timed_out else "error") + ": " + (r.stderr or r.stdout).strip()[:200]
-        try:
-            return parse_metric_json(r.stdout)
-        except (ValueError, KeyError, TypeError) as exc:
-            return f"unparsed: {exc}"
-
-
 def amdsmi_snapshot() -> Snapshot:
     """Counters through the ``amdsmi`` package (raises ImportError when absent); keys as in the JSON form."""
     import amdsmi  # noqa: PLC0415 - optional, never on the hook path
@@ -276,3 +169,13 @@ def amdsmi_snapshot() -> Snapshot:
         return Snapshot(values=values, missing=missing)
     finally:
         amdsmi.amdsmi_shut_down()
+
+
+def counters_result(r) -> Snapshot | str:  # noqa: ANN001 - a ledger.commands.CommandResult
+    """What ``amd-smi metric ... --json`` answered: its snapshot, or a one-line cause (never raises)."""
+    if not r.ok:
+        return ("timeout" if r.timed_out else "error") + ": " + (r.stderr or r.stdout).strip()[:200]
+    try:
+        return parse_metric_json(r.stdout)
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"unparsed: {exc}"

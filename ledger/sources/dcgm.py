@@ -14,6 +14,10 @@ from __future__ import annotations
 import time
 
 from ..frozen import Frozen
+# The control and discovery parsers the hooks need to act live with them; named here too for the importers.
+from ..hooks.vendor import (SENTINELS, DcgmError, DcgmGpu, DcgmiCli, classify_error,  # noqa: F401
+                            discovery_detail_row, discovery_gpu_row, outcome, parse_discovery, parse_group_create,
+                            strip_ends)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing stays off the hooks' import path
@@ -23,14 +27,6 @@ if TYPE_CHECKING:  # annotations only: typing stays off the hooks' import path
 # their fast path, so those parsers use str methods (tests/test_sources.py checks them against the regular
 # expressions they replace); records are :class:`ledger.frozen.Frozen`.
 
-SENTINELS = {
-    "N/A": "not_available",
-    "Not Specified": "not_specified",
-    "Not Supported": "not_supported",
-    "Not Found": "not_found",
-    "Insf. Permission": "insufficient_permission",
-    "<<<NULL>>>": "null",
-}
 
 # Report row label -> (field name, kind). kind: "int", "float", "stat" (Avg/Max/Min), "time", "text".
 _ROWS = {
@@ -95,24 +91,6 @@ class JobStatsReport(Frozen):
     job_id: str
     blocks: tuple[GpuJobStats, ...]
     verbose: bool
-
-
-class DcgmError(Frozen):
-    """What dcgmi said instead of a report, classified: not_found | no_data | connection | error."""
-
-    __slots__ = ("cause", "message")
-    cause: str
-    message: str
-
-
-class DcgmGpu(Frozen):
-    __slots__ = ("gpu_id", "name", "pci_bus_id", "uuid", "missing")
-    _defaults = {"missing": dict}
-    gpu_id: int
-    name: str | None
-    pci_bus_id: str | None
-    uuid: str | None
-    missing: Mapping[str, str]
 
 
 _WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
@@ -242,24 +220,6 @@ def _parse_block(gpu_id: int | None, lines: list[str]) -> GpuJobStats:
                        processes=tuple(processes))
 
 
-_ERROR_CAUSES = (
-    ("was not found", "not_found"),
-    ("No data is available", "no_data"),
-    ("not found", "not_found"),
-    ("connection", "connection"),
-    ("connect to", "connection"),
-    ("Host engine", "connection"),
-)
-
-
-def classify_error(text: str) -> DcgmError:
-    msg = next((ln.strip() for ln in text.splitlines() if "rror" in ln), text.strip().splitlines()[0] if text.strip() else "")
-    for needle, cause in _ERROR_CAUSES:
-        if needle.lower() in text.lower():
-            return DcgmError(cause, msg)
-    return DcgmError("error", msg)
-
-
 def _plain_float(value: str) -> float | None:
     """A value of digits and dots only (what ``[\\d.]+`` matches), as a float; None otherwise (``1.2.3`` too)."""
     if value and all(c == "." or c.isdecimal() for c in value):
@@ -268,16 +228,6 @@ def _plain_float(value: str) -> float | None:
         except ValueError:
             return None
     return None
-
-
-def _strip_ends(text: str, opening: str, closing: str) -> str | None:
-    """``text`` without ``opening``+whitespace in front and whitespace+``closing``+whitespace behind, or None."""
-    if not text.startswith(opening):
-        return None
-    inner = text[len(opening):].rstrip()
-    if not inner.endswith(closing):
-        return None
-    return inner[: len(inner) - len(closing)].strip()
 
 
 _RETRIEVED = "Successfully retrieved statistics for job:"
@@ -295,7 +245,7 @@ def stats_job_id(line: str) -> str | None:
 def block_header(line: str) -> tuple[int | None] | None:
     """``| GPU ID: 0 |`` -> (0,), ``| Summary |`` -> (None,), anything else None
     (as ``\\|\\s*(GPU ID:\\s*\\d{1,9}|Summary)\\s*\\|\\s*$`` matches)."""
-    inner = _strip_ends(line, "|", "|")
+    inner = strip_ends(line, "|", "|")
     if inner is None:
         return None
     if inner == "Summary":
@@ -368,148 +318,19 @@ def _parse_report(job_id: str, lines: list[str]) -> JobStatsReport:
     return JobStatsReport(job_id=job_id, blocks=tuple(blocks), verbose=verbose)
 
 
-def parse_discovery(text: str) -> list[DcgmGpu]:
-    """``dcgmi discovery -l``: GPU id, name, PCI bus id, UUID (``<<<NULL>>>`` names are missing, not names)."""
-    gpus: list[DcgmGpu] = []
-    cur: dict | None = None
-    for line in text.splitlines():
-        if "NvSwitch" in line or "Switch ID" in line:
-            break
-        got = discovery_gpu_row(line)
-        if got is not None:
-            if cur:
-                gpus.append(_gpu(cur))
-            cur = {"gpu_id": got[0], "name": got[1]}
-            continue
-        got2 = discovery_detail_row(line)
-        if got2 is not None and cur is not None:
-            cur[got2[0]] = got2[1]
-    if cur:
-        gpus.append(_gpu(cur))
-    return gpus
-
-
-def discovery_gpu_row(line: str) -> tuple[int, str] | None:
-    """``| 0 | Name: NVIDIA H100 |`` -> (0, name) (as ``\\|\\s*(\\d{1,9})\\s*\\|\\s*Name:\\s*(.*?)\\s*\\|\\s*$``)."""
-    if not line.startswith("|"):
-        return None
-    rest = line[1:].lstrip()
-    n = 0
-    while n < len(rest) and rest[n].isdecimal():
-        n += 1
-    if not 0 < n <= 9:
-        return None
-    name = _strip_ends(rest[n:].lstrip(), "|", "|")
-    if name is None or not name.startswith("Name:"):
-        return None
-    return int(rest[:n]), name[5:].lstrip()
-
-
-def discovery_detail_row(line: str) -> tuple[str, str] | None:
-    """``|   | PCI Bus ID: ... |`` / ``Device UUID: ...`` -> ("pci_bus_id" | "uuid", value)
-    (as ``\\|\\s*\\|\\s*(PCI Bus ID|Device UUID):\\s*(.*?)\\s*\\|\\s*$``)."""
-    if not line.startswith("|"):
-        return None
-    inner = _strip_ends(line[1:].lstrip(), "|", "|")
-    if inner is None:
-        return None
-    for label, key in (("PCI Bus ID:", "pci_bus_id"), ("Device UUID:", "uuid")):
-        if inner.startswith(label):
-            return key, inner[len(label):].lstrip()
-    return None
-
-
-def _gpu(d: dict) -> DcgmGpu:
-    missing = {}
-    vals = {}
-    for k in ("name", "pci_bus_id", "uuid"):
-        v = d.get(k)
-        if v is None or v in SENTINELS or v == "":
-            missing[k] = SENTINELS.get(v or "", "absent")
-            vals[k] = None
-        else:
-            vals[k] = v
-    return DcgmGpu(gpu_id=d["gpu_id"], missing=missing, **vals)
-
-
-def parse_group_create(text: str) -> int | None:
-    """``Successfully created group "NAME" with a group ID of 23`` -> 23."""
-    needle = "with a group ID of"
-    at = text.find(needle)
-    while at >= 0:  # the first occurrence followed by whitespace, 1-18 digits and a word boundary
-        rest = text[at + len(needle):]
-        digits = rest.lstrip()
-        n = 0
-        while n < len(digits) and digits[n].isdecimal():
-            n += 1
-        after = digits[n:n + 1]
-        if len(digits) < len(rest) and 0 < n <= 18 and not (after.isalnum() or after == "_"):
-            return int(digits[:n])
-        at = text.find(needle, at + 1)
-    return None
-
-
 def summary_fields(block: GpuJobStats) -> dict:
     """The payload of a ``telemetry_summary`` for one block: measured values and, separately, what is missing."""
     return {"values": dict(block.values), "missing": dict(block.missing),
             "processes": [dict(p) for p in block.processes]}
 
 
-class DcgmiCli:
-    """Runs ``dcgmi`` through the allowlist; every method returns values, never raises on tool failure."""
 
-    def __init__(self, commands: Mapping[str, str], timeout: float = 5.0, run=None):
-        from .. import commands as _commands
 
-        self._run = run or _commands.run
-        self.commands = commands
-        self.timeout = timeout
-
-    def call(self, *args: str):
-        return self._run("dcgmi", list(args), commands=self.commands, timeout=self.timeout)
-
-    def discovery(self) -> list[DcgmGpu] | DcgmError:
-        r = self.call("discovery", "-l")
-        if not r.ok:
-            return DcgmError("timeout" if r.timed_out else classify_error(r.stdout + r.stderr).cause,
-                             (r.stdout + r.stderr).strip()[:300])
-        return parse_discovery(r.stdout)
-
-    def create_group(self, name: str, gpu_ids: list[int]) -> int | DcgmError:
-        r = self.call("group", "-c", name, "-a", ",".join(str(i) for i in gpu_ids))
-        gid = parse_group_create(r.stdout) if r.ok else None
-        if gid is None:
-            return DcgmError("timeout" if r.timed_out else classify_error(r.stdout + r.stderr).cause,
-                             (r.stdout + r.stderr).strip()[:300])
-        return gid
-
-    def _ok(self, r, expect: str) -> DcgmError | None:
-        if r.ok and expect in r.stdout:
-            return None
-        if r.timed_out:
-            return DcgmError("timeout", r.stderr.strip()[:300])
-        return classify_error(r.stdout + "\n" + r.stderr)
-
-    def start_job(self, group_id: int, job_key: str) -> DcgmError | None:
-        err = self._ok(self.call("stats", "-g", str(group_id), "-e"), "Successfully")
-        if err is not None:
-            return err
-        return self._ok(self.call("stats", "-g", str(group_id), "-s", job_key), "Successfully started")
-
-    def stop_job(self, job_key: str) -> DcgmError | None:
-        return self._ok(self.call("stats", "-x", job_key), "Successfully stopped")
-
-    def job_stats(self, job_key: str) -> JobStatsReport | DcgmError:
-        r = self.call("stats", "-v", "-j", job_key)
-        if r.timed_out:
-            return DcgmError("timeout", r.stderr.strip()[:300])
-        try:
-            return parse_stats(r.stdout if r.ok else r.stdout + "\n" + r.stderr)
-        except DcgmParseError as exc:
-            return DcgmError("unparsed", str(exc))
-
-    def remove_job(self, job_key: str) -> None:
-        self.call("stats", "-r", job_key)
-
-    def delete_group(self, group_id: int) -> None:
-        self.call("group", "-d", str(group_id))
+def stats_result(r) -> JobStatsReport | DcgmError:  # noqa: ANN001 - a ledger.commands.CommandResult
+    """What ``dcgmi stats -v -j KEY`` answered: its report, or what went wrong (never raises)."""
+    if r.timed_out:
+        return DcgmError("timeout", r.stderr.strip()[:300])
+    try:
+        return parse_stats(r.stdout if r.ok else r.stdout + "\n" + r.stderr)
+    except DcgmParseError as exc:
+        return DcgmError("unparsed", str(exc))

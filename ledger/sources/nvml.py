@@ -9,124 +9,9 @@ fields with their cause, never zeros.
 from __future__ import annotations
 
 from ..frozen import Frozen
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # annotations only: typing stays off the hooks' import path
-    from typing import Mapping
-
-# The hooks call parse_inventory_csv (headerless CSV) on their fast path: it needs no ``re`` (≈ 6 ms to import
-# under -I -S, with enum); the parsers that do need it import it when called. Records are Frozen, not dataclasses.
-
-PLACEHOLDERS = {
-    "[N/A]": "not_available", "N/A": "not_available", "[Not Supported]": "not_supported",
-    "Not Supported": "not_supported", "[Unknown Error]": "unknown_error", "[Insufficient Permissions]":
-    "insufficient_permission", "[GPU is lost]": "gpu_lost", "": "absent",
-}
-
-INVENTORY_FIELDS = ("index", "minor_number", "uuid", "name", "pci.bus_id")
-
-
-class NvidiaGpu(Frozen):
-    __slots__ = ("index", "uuid", "name", "minor_number", "pci_bus_id", "missing")
-    _defaults = {"minor_number": None, "pci_bus_id": None, "missing": dict}
-    index: int
-    uuid: str | None
-    name: str | None
-    minor_number: int | None
-    pci_bus_id: str | None
-    missing: Mapping[str, str]
-
-
-class CsvRows(Frozen):
-    """``--query-gpu`` CSV: column names (units stripped), unit per column, rows of values (None = missing)."""
-
-    __slots__ = ("columns", "units", "rows", "missing")
-    columns: tuple[str, ...]
-    units: Mapping[str, str]
-    rows: tuple[Mapping[str, object], ...]
-    missing: tuple[Mapping[str, str], ...]
-
-
-def _split_header(cell: str) -> tuple[str, str | None]:
-    import re
-
-    m = re.match(r"\s*(.*?)\s*\[(.*?)\]\s*$", cell)
-    return (m.group(1), m.group(2)) if m else (cell.strip(), None)
-
-
-def is_integer_text(v: str) -> bool:
-    """What ``re.fullmatch(r"-?\\d+", v)`` accepts: an optional minus, then one or more decimal digits."""
-    return (v[1:] if v[:1] == "-" else v).isdecimal()
-
-
-def _value(text: str, unit: str | None) -> tuple[object, str | None]:
-    v = text.strip()
-    if v in PLACEHOLDERS:
-        return None, PLACEHOLDERS[v]
-    if unit and v.endswith(" " + unit):  # values keep their unit unless "nounits" was given
-        v = v[: -len(unit) - 1].strip()
-    try:
-        return (int(v) if is_integer_text(v) else float(v)), None
-    except ValueError:
-        return v, None
-
-
-def parse_query_csv(text: str, columns: tuple[str, ...] | None = None) -> CsvRows:
-    """Parse ``nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]``; pass ``columns`` when noheader.
-
-    Lines before the header that are not CSV (a shell prompt such as ``$ kubectl exec ...``) are skipped.
-    """
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    units: dict[str, str] = {}
-    if columns is None:
-        import re
-
-        start = next((i for i, ln in enumerate(lines) if not ln.lstrip().startswith(("$", "#")) and "," in ln
-                      and not re.match(r"^\s*\d", ln)), None)
-        if start is None:
-            raise ValueError("nvidia-smi CSV: no header line")
-        names = []
-        for cell in lines[start].split(","):
-            name, unit = _split_header(cell)
-            names.append(name)
-            if unit:
-                units[name] = unit
-        columns = tuple(names)
-        lines = lines[start + 1:]
-    rows, missing = [], []
-    for ln in lines:
-        cells = [c.strip() for c in ln.split(", ")] if ", " in ln else [c.strip() for c in ln.split(",")]
-        if len(cells) != len(columns):
-            raise ValueError(f"nvidia-smi CSV: line {ln!r} has {len(cells)} fields, expected {len(columns)}")
-        row: dict[str, object] = {}
-        miss: dict[str, str] = {}
-        for name, cell in zip(columns, cells):
-            unit = units.get(name)
-            if unit is None and cell.endswith((" %", " W", " MHz", " MiB", " C")):
-                unit = cell.rsplit(" ", 1)[1]
-            val, cause = _value(cell, unit)
-            if cause:
-                miss[name] = cause
-            row[name] = val
-        rows.append(row)
-        missing.append(miss)
-    return CsvRows(columns=tuple(columns), units=units, rows=tuple(rows), missing=tuple(missing))
-
-
-def parse_inventory_csv(text: str) -> list[NvidiaGpu]:
-    """Rows of ``--query-gpu=index,minor_number,uuid,name,pci.bus_id --format=csv,noheader,nounits``."""
-    table = parse_query_csv(text, INVENTORY_FIELDS)
-    gpus = []
-    for n, (row, miss) in enumerate(zip(table.rows, table.missing), start=1):
-        if not isinstance(row["index"], int):
-            raise ValueError(f"nvidia-smi CSV: row {n}: index is not a number: {row['index']!r}")
-        gpus.append(NvidiaGpu(index=row["index"],
-                              minor_number=row["minor_number"] if isinstance(row["minor_number"], int) else None,
-                              uuid=row["uuid"] if isinstance(row["uuid"], str) else None,
-                              name=row["name"] if isinstance(row["name"], str) else None,
-                              pci_bus_id=row["pci.bus_id"] if isinstance(row["pci.bus_id"], str) else None,
-                              missing=dict(miss)))
-    return gpus
+# The inventory parser the hooks need to name their GPUs lives with them; named here too for the importers.
+from ..hooks.vendor import (INVENTORY_FIELDS, PLACEHOLDERS, CsvRows, NvidiaGpu, NvidiaSmiCli,  # noqa: F401
+                            is_integer_text, parse_inventory_csv, parse_query_csv)
 
 
 def parse_list(text: str) -> list[NvidiaGpu]:
@@ -208,27 +93,6 @@ def parse_clock_event_reasons(text: str) -> list[dict]:
         elif in_block and s and ":" not in s:
             in_block = False
     return gpus
-
-
-class NvidiaSmiCli:
-    """Runs ``nvidia-smi`` through the allowlist."""
-
-    def __init__(self, commands: Mapping[str, str], timeout: float = 5.0, run=None):
-        from .. import commands as _commands
-
-        self._run = run or _commands.run
-        self.commands = commands
-        self.timeout = timeout
-
-    def inventory(self) -> list[NvidiaGpu] | str:
-        r = self._run("nvidia-smi", ["--query-gpu=" + ",".join(INVENTORY_FIELDS), "--format=csv,noheader,nounits"],
-                      commands=self.commands, timeout=self.timeout)
-        if not r.ok:
-            return ("timeout" if r.timed_out else "error") + ": " + (r.stderr or r.stdout).strip()[:200]
-        try:
-            return parse_inventory_csv(r.stdout)
-        except ValueError as exc:
-            return f"unparsed: {exc}"
 
 
 def nvml_inventory() -> list[NvidiaGpu]:

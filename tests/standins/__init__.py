@@ -102,3 +102,21 @@ def make_site(root: Path, *, node: str = "node1", ngpus: int = 4, tools=("dcgmi"
     config = root / "config.toml"
     config.write_text("\n".join(lines) + "\n")
     return Site(root=root, state=state, bin=bindir, spool=spool, config=config, gpus=gpus)
+
+
+def with_derived(records: list[dict]) -> list[dict]:
+    """Spool records plus what ship derives from their raw tool output (``tool_output``), as ship would
+    chain them: the entries a run ends up with in the ledger, without a database."""
+    from ledger.entries import entry_from_record
+    from ledger.sources.observed import derive
+
+    out = []
+    for r in records:
+        out.append(r)
+        if r.get("kind") == "tool_output":
+            for e in derive(entry_from_record(r)):
+                d = e.to_record()
+                if "data" in r:
+                    d["data"] = e.data
+                out.append(d)
+    return out
