@@ -26,4 +26,5 @@ class Kind:
     HOOK_ERROR = "hook_error"
     TOOL_OUTPUT = "tool_output"  # a vendor tool's raw answer, as a hook saw it (parsed at ship time)
     EVIDENCE_REFUSED = "evidence_refused"   # written by the shipper: a spool line or file it would not chain
+    RECEIPT_FAILED = "receipt_failed"  # written by the shipper: a run's automatic receipt could not be issued
     TREE_HEAD = "tree_head"  # a signed Merkle tree head (ipledger checkpoint; docs/proofs.md)

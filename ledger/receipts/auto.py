@@ -7,14 +7,16 @@ Both price under the site's SKU table (its ``[skus]`` overrides included), the s
 from __future__ import annotations
 
 import logging
+import time
 from functools import partial
 
 from sqlalchemy.engine import Engine
 
-from ..entries import Entry, Kind
+from ..entries import Entry, Kind, make_entry
 from ..heads import check_tree
 from ..site import Site
-from ..store import iter_entries
+from ..ship import SHIP_SOURCE
+from ..store import append, iter_entries
 from ..telemetry.store import check_segment_digests
 from ..verify import ChainProblem, ExtraCheck, VerifyReport
 from .issue import issue_receipt, replay, write_receipt_files
@@ -31,15 +33,23 @@ def issue_ended_runs(engine: Engine, shipped: list[Entry], site: Site) -> list[s
     ended = sorted({(e.cluster, e.job_id, e.run or 0) for e in shipped
                     if e.kind == Kind.ALLOCATION_ENDED and e.job_id is not None}, key=str)
     errors = []
+    failed = []
     for cluster, job_id, run in ended:
         try:
             res = issue_receipt(engine, job_id, run, cluster=cluster, sku_table=site.sku_table)
             if site.receipts_dir:
                 write_receipt_files(res.receipt, site.receipts_dir)
         except Exception as exc:  # noqa: BLE001 - any failure is reported; the shipment itself has committed
-            errors.append(f"automatic receipt for job {job_id} run {run} (cluster {cluster or '-'}) failed: "
-                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+            cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            errors.append(f"automatic receipt for job {job_id} run {run} (cluster {cluster or '-'}) failed: {cause}")
             log.warning("%s", errors[-1])
+            failed.append(make_entry(Kind.RECEIPT_FAILED, time.time(), {"cause": cause[:500], "step": "auto_receipt"},
+                                     cluster=cluster, job_id=job_id, run=run, source=SHIP_SOURCE, recorded_at=time.time()))
+    if failed:  # the ledger keeps the failure too: a run without its receipt says why
+        try:
+            append(engine, failed)
+        except Exception as exc:  # noqa: BLE001 - the database may be what failed; the report still says so
+            errors.append(f"the failures above could not be recorded in the ledger: {str(exc).splitlines()[0]}")
     return errors
 
 
