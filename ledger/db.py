@@ -9,8 +9,8 @@ from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
-import schema as _schema_pkg
-import schema.head as _schema_head
+import ipledger_schema as _schema_pkg
+import ipledger_schema.head as _schema_head
 
 from .config import normalise_db_url
 from .fsmodes import LEDGER_DIR, LEDGER_FILE, create_file, make_dirs

@@ -14,7 +14,8 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = frozenset({"ledger", "reports", "schema"})
+PACKAGES = frozenset({"ledger", "reports", "ipledger_schema"})
+DIRS = {"ledger": "ledger", "reports": "reports", "ipledger_schema": "schema"}  # schema/ installs as ipledger_schema
 
 # Standard-library modules of the Pythons the project supports that this interpreter may not list.
 OTHER_STDLIB = {"_sha2"}  # CPython >= 3.12's SHA-2 module (ledger.canonical tries it before 3.11's _sha256)
@@ -23,8 +24,8 @@ OTHER_STDLIB = {"_sha2"}  # CPython >= 3.12's SHA-2 module (ledger.canonical tri
 def _modules() -> dict[str, Path]:
     out = {}
     for top in PACKAGES:
-        for p in (ROOT / top).rglob("*.py"):
-            parts = list(p.relative_to(ROOT).with_suffix("").parts)
+        for p in (ROOT / DIRS[top]).rglob("*.py"):
+            parts = [top, *p.relative_to(ROOT / DIRS[top]).with_suffix("").parts]
             if parts[-1] == "__init__":
                 parts.pop()
             out[".".join(parts)] = p

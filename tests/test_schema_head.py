@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-import schema
-import schema.head
+import ipledger_schema as schema
+import ipledger_schema.head
 from ledger import db as db_mod
 
 ROOT = Path(__file__).resolve().parent.parent
