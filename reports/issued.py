@@ -371,7 +371,3 @@ def apply_shares(flat: Flat, shares: list[Share | None]) -> Flat:
         rows["n_unknown_intervals"] = np.bincount(unk_row[keep_unk], minlength=len(rows)).astype("int64")
         unks = unks[keep_unk].reset_index(drop=True)
     return Flat(rows=rows, unknowns=unks, adjustments=adjs)
-
-
-def now_epoch() -> float:
-    return dt.datetime.now(tz=dt.timezone.utc).timestamp()

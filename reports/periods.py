@@ -49,10 +49,6 @@ def month_of(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, tz=_UTC).strftime("%Y-%m")
 
 
-def next_month(month: str) -> str:
-    return month_of(month_bounds(month)[1].timestamp())
-
-
 def placement(start: float, end: float) -> float:
     """The instant that places a window in one period: its last paid instant (half-open ``[start, end)``),
     or its start when it is empty or has no end. NaN when it has neither."""
