@@ -28,7 +28,7 @@ def run_independent(seeds: list[int]) -> tuple[list[dict], dict]:
     """Each seed: generate, write the export, analyze it through the same call as ``ipledger analyze``, score."""
     from bench.scenario import generate, write_export
     from bench.scenario_score import findings_of, score
-    from ledger.agents.pathb import analyze_collected, read_source
+    from ledger.agents.export_analysis import analyze_collected, read_source
 
     rows, totals = [], {}
     for seed in seeds:

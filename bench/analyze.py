@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bench.common import FeatureMissing, Figure, main_for, run_cli, timeit_interleaved
 
-TITLE = "Path B analyze (Prometheus export)"
+TITLE = "Export analysis (Prometheus export)"
 FULL_GPUS = 64
 
 

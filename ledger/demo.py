@@ -56,13 +56,13 @@ def _receipts(engine, out: Path, sim, files: int = 12) -> tuple[int, list[str]]:
 
 def _reports(engine, out: Path, analysis) -> list[str]:  # noqa: ANN001
     """The analysis PDF and the month's statement; each failure is reported, not fatal."""
-    from reports import pathb
+    from reports import analysis_pdf
     from reports.export import build_statement, default_name, write
 
     done = []
     try:
         p = out / "analysis.pdf"
-        pathb.render(analysis.to_json(), p)
+        analysis_pdf.render(analysis.to_json(), p)
         done.append(str(p))
     except Exception as exc:  # noqa: BLE001
         done.append(f"analysis.pdf failed: {exc}")
@@ -111,7 +111,7 @@ def build_hall(out: Path, seed: int = 0, spec: FleetSpec | None = None) -> Hall:
 
 
 def write_pathb_export(sim, path: Path) -> dict:  # noqa: ANN001 - a Simulation
-    """Path B material: one day of two racks (R2, R3; the cooling incident starts 6 h in) as a Prometheus export."""
+    """telemetry-export material: one day of two racks (R2, R3; the cooling incident starts 6 h in) as a Prometheus export."""
     spec = sim.spec
     steps_day = 86400 // spec.cadence_s
     cool = next(f for f in sim.truth["faults"] if f["id"] == "F-cooling")

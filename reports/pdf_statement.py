@@ -6,7 +6,7 @@ intervals and their resolution, adjustments and corrections, the ledger hash nee
 signed tree head a tenant checks a receipt against offline.
 
 Numbers are right-aligned, every figure names its unit (GPU-hours, the contract's currency). The layout is
-shared with the Path B analysis through :func:`table` and :func:`styles`.
+shared with the export analysis through :func:`table` and :func:`styles`.
 """
 
 from __future__ import annotations

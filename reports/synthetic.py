@@ -75,7 +75,7 @@ def receipts(n: int, month: str = "2026-11", seed: int = 0) -> Iterator[dict]:
 
 
 def analysis(n_devices: int = 4, start: str = "2026-11-10T00:00:00Z", seed: int = 0) -> dict:
-    """A Path B analysis (Findings JSON plus context) for a 24-hour export: one thermal finding with its
+    """A export analysis (Findings JSON plus context) for a 24-hour export: one thermal finding with its
     timelines, an idle-held finding with before/during/after contrasts, a gap, a recommendation."""
     rng = random.Random(seed)
     t0 = dt.datetime.fromisoformat(start.replace("Z", "+00:00")).timestamp()

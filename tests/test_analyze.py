@@ -1,4 +1,4 @@
-"""`ipledger analyze SOURCE --json` (Path B in one shot) on the Prometheus export the demo hall writes, and on the
+"""`ipledger analyze SOURCE --json` (an export analysed in one shot) on the Prometheus export the demo hall writes, and on the
 same data fetched live from a real Prometheus."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _check(out: dict, cool: dict) -> None:
         assert 0 <= f["confidence"] <= 1
     hot = [f for f in out["findings"] if f["kind"] == "hot_because_cooling"]
     assert hot, [f["kind"] for f in out["findings"]]
-    # Path B has no rack topology: the hot nodes are named, and they are rack R3's (C1..C3)
+    # an export has no rack topology: the hot nodes are named, and they are rack R3's (C1..C3)
     assert {f["scope"]["node"] for f in hot} <= {"C1", "C2", "C3"}
     assert any(f["kind"] == "xid" for f in out["findings"])  # B3's XIDs fall in this day for seed 7
 
@@ -107,7 +107,7 @@ def test_analyze_live_prometheus(runner, cli, export, tmp_path):
 
 
 def _both_ways(collected, tmp_path: Path) -> tuple[dict, dict]:
-    from ledger.agents.pathb import analyze_collected
+    from ledger.agents.export_analysis import analyze_collected
 
     direct = analyze_collected(collected, sources=[]).to_json()
     via_ledger = analyze_collected(collected, keep=tmp_path / "kept.db", sources=[]).to_json()
@@ -142,7 +142,7 @@ def test_analysis_without_a_ledger_equals_the_ledger_round_trip(export, tmp_path
     ("prometheus", "metrics_scrape_t4_prof_pod_labels_dcgm_issue191.prom", {"at": 1793577600.0}),
 ])
 def test_fixture_captures_analyse_the_same_without_a_ledger(fmt, name, kw, tmp_path):
-    from ledger.agents.pathb import read_source
+    from ledger.agents.export_analysis import read_source
     from tests.conftest import FIXTURES
 
     collected = read_source(fmt, [str(FIXTURES / "pathb" / name)], **kw)

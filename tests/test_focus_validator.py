@@ -1,5 +1,5 @@
 """FOCUS 1.2 files checked by the FinOps Foundation's own focus-validator (2.2.1, in its own Python >= 3.12
-venv, tests/focus_validator.py): an imported Path B statement and a month with a run across its end, a
+venv, tests/focus_validator.py): an imported imported statement and a month with a run across its end, a
 correction and an adjustment; and the InvoiceId scheme. The demo statement is checked in test_demo.py."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Importer details: dcgm-exporter label sets across versions, counter resets and truncated exports through the
-pipeline, nvidia-smi / amd-smi loop forms, and a receipt computed from imported Path B data."""
+pipeline, nvidia-smi / amd-smi loop forms, and a receipt computed from imported imported data."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`ipledger issue`: bulk issuing of closed runs' receipts (idempotent, per month, open runs on request),
-receipts issued by an import for the runs it closes, and the Path B path a new user takes: a 24-hour
+receipts issued by an import for the runs it closes, and the import path a new user takes: a 24-hour
 Prometheus export of a 4-node fleet with ``namespace`` and ``hpc_job`` labels -> ``issue --all`` -> the
 November statement."""
 
@@ -43,7 +43,7 @@ def _invoke(runner, cli, *args):
 
 @pytest.fixture()
 def imported(tmp_path, runner, cli, monkeypatch):
-    """A SQLite ledger holding the Path B import (automatic receipts off, so `issue` does the issuing)."""
+    """A SQLite ledger holding the telemetry import (automatic receipts off, so `issue` does the issuing)."""
     monkeypatch.setenv("IPLEDGER_AUTO_RECEIPTS", "0")
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     _invoke(runner, cli, "--db", url, "init")

@@ -1,4 +1,4 @@
-"""Path B and the ledger path decide cooling vs working alike: ``ipledger analyze`` on the demo's one-day export
+"""The export analysis and the ledger path decide cooling vs working alike: ``ipledger analyze`` on the demo's one-day export
 (no rack topology, little own history) names rack R3's cooling failure ``hot_because_cooling`` on R3's nodes with
 the GPU-hours the ledger path (a week, with racks) attributes to it over the same hours, and calls none of it
 ``hot_because_working``."""

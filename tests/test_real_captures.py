@@ -574,7 +574,7 @@ def test_one_scrape_of_a_partitioned_a100_bills_the_slice_not_the_gpu(runner, cl
 
 
 def test_path_b_hpc_job_runs_carry_the_namespace_as_account(runner, cli, tmp_path, sqlite_url):
-    # Issue 16 depends on it: Path B runs of Slurm jobs must carry the tenant.
+    # Issue 16 depends on it: imported runs of Slurm jobs must carry the tenant.
     base = 'gpu="0",UUID="GPU-1",modelName="NVIDIA H100 80GB HBM3",Hostname="n1",'
     src = tmp_path / "hpc.prom"
     src.write_text(f'DCGM_FI_DEV_GPU_UTIL{{{base}hpc_job="4242",{EXP},exported_namespace="physics",'

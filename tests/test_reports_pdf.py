@@ -10,7 +10,7 @@ from ledger import store
 from reports import synthetic
 from reports.pdf_statement import fmt_hours, fmt_money
 from tests.test_export_monthly import NOV, issue_entry, nov_receipts
-from tests.test_pathb_pdf import non_blank, pdf_text, png_pages
+from tests.test_analysis_pdf import non_blank, pdf_text, png_pages
 
 
 def _pdf_and_json(receipts, sqlite_url, runner, cli, tmp_path):  # noqa: ANN001, ANN202

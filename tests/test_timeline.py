@@ -160,7 +160,7 @@ def test_array_path_equals_the_per_reading_path(series, cadence, span):
 
 
 def _columns_hold_to_the_samples(a, b):
-    """The array path's columns (what Path B analysis reads instead of samples) say what the reference
+    """The array path's columns (what export analysis reads instead of samples) say what the reference
     path's samples say: as rows (what a segment stores) and as the agents' sample frame."""
     import pandas as pd
 

@@ -73,7 +73,7 @@ def run_agents(ds: Dataset) -> Analysis:
 
 
 def period_analysis(ds: Dataset, analysis: Analysis, start: float, end: float, label: str) -> dict:
-    """The analysis of one period of a ledger, as ``reports.pathb.render`` takes it: the findings overlapping the
+    """The analysis of one period of a ledger, as ``reports.analysis_pdf.render`` takes it: the findings overlapping the
     period (and the recommendations based on them), the period's account (its loss lines from the same
     partition), its daily rows, and a title naming the period."""
     keep = [f for f in analysis.findings if f.agent != "recommendation" and f.start < end and f.end > start]

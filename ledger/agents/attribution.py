@@ -109,7 +109,7 @@ def cooling(ds: Dataset, resid: pd.Series) -> list[Finding]:
     # a single hot node whose rack is fine
     med_map = grp_h.set_index(["grp", "hb"])["median"]
     node_h["rack_med"] = med_map.reindex(pd.MultiIndex.from_arrays([node_h["grp"], node_h["hb"]])).fillna(0.0).to_numpy()
-    if gcol == "node":  # no topology (Path B): compare each node with the other nodes at the same hour
+    if gcol == "node":  # no topology (imported telemetry): compare each node with the other nodes at the same hour
         node_h["rack_med"] = _others_median(node_h)
     nflag = (node_h["nr"] >= COOL_RESID_C) & (node_h["nr"] - node_h["rack_med"] >= COOL_MARGIN_C)
     for node, g in node_h[nflag].groupby("node"):

@@ -23,7 +23,7 @@ from .model import Evidence, Finding, clamp01, make_scope
 
 AGENT = "drift"
 BIN = 6 * 3600.0
-SHORT_BIN = 3600.0          # bins on an export shorter than SHORT_SPAN: a 24-hour Path B file has 24 of them
+SHORT_BIN = 3600.0          # bins on an export shorter than SHORT_SPAN: a 24-hour export has 24 of them
 SHORT_SPAN = 3 * 86400.0
 MIN_DEFICIT = 0.03          # 3 % of rated clock below the siblings: well before a "clock < 85 %" alarm
 NOISE_K = 5.0               # ... and at least 5 robust sigmas of the device's own bin-to-bin noise

@@ -1,4 +1,4 @@
-"""Path B without a ledger: a parsed telemetry export turned straight into the agents' :class:`Dataset`.
+"""An export analysis without a ledger: a parsed telemetry export turned straight into the agents' :class:`Dataset`.
 
 ``ipledger analyze`` used to import into a scratch SQLite ledger and read it back (about 40 % of its time).
 This builds the same Dataset from the collection itself: the importer's own timelines, its own

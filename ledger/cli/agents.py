@@ -303,7 +303,7 @@ def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool) -
     """
     from .. import agents
     from ..agents.ask import BadPeriod, parse_period
-    from ..agents.pathb import PathBError
+    from ..agents.export_analysis import AnalysisError
 
     ds = agents.load(app.engine())
     if not len(ds.allocs) and not len(ds.samples):
@@ -315,13 +315,11 @@ def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool) -
     if end <= ds.start or start >= ds.end:
         raise UserError(f"the ledger has no data in {label}")
     doc = agents.period_analysis(ds, agents.run_agents(ds), start, end, label)
+    from reports import analysis_pdf
+
     try:
-        from reports import pathb
-    except ImportError:
-        raise UserError("PDF output needs reports.pathb, which this installation lacks") from None
-    try:
-        pathb.render(doc, Path(out))
-    except (OSError, PathBError) as exc:
+        analysis_pdf.render(doc, Path(out))
+    except (OSError, AnalysisError) as exc:
         raise UserError(f"{out}: {exc}") from None
     if as_json:
         emit_json(doc)
@@ -345,7 +343,7 @@ def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool) -
                    "the same analysis). Without it no ledger is written.")
 def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str | None, end: str | None,
                 step: str | None, node: str | None, as_json: bool, pdf: str | None, keep_ledger: str | None) -> None:
-    """Path B in one shot: run every agent over a telemetry export (nothing is written unless --keep-ledger).
+    """an export analysed in one shot: run every agent over a telemetry export (nothing is written unless --keep-ledger).
 
     \b
     Example:
@@ -353,7 +351,7 @@ def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str |
       ipledger analyze dcgm-24h.tar.gz --pdf analysis.pdf
       ipledger analyze --url http://127.0.0.1:9090 --start 2026-11-03T00:00:00Z --end 2026-11-04T00:00:00Z --step 60s
     """
-    from ..agents.pathb import PathBError, analyze_collected, read_source, render_pdf
+    from ..agents.export_analysis import AnalysisError, analyze_collected, read_source, render_pdf
     from ..safeout import OutputError, output_file
     from .importers import parse_duration, parse_time
 
@@ -380,7 +378,7 @@ def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str |
         if pdf:
             with output_file(pdf) as tmp:
                 render_pdf(analysis, tmp)
-    except (PathBError, OutputError) as exc:
+    except (AnalysisError, OutputError) as exc:
         raise UserError(str(exc)) from None
     if as_json:
         emit_json(analysis.to_json())

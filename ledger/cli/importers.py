@@ -1,4 +1,4 @@
-"""`ipledger import prometheus|dmon|amd-smi|nvidia-smi SOURCE` and `ipledger pathb-command`: Path B inputs."""
+"""`ipledger import prometheus|dmon|amd-smi|nvidia-smi SOURCE` and `ipledger pathb-command`: telemetry exports."""
 
 from __future__ import annotations
 
@@ -131,7 +131,7 @@ def _common(f):  # noqa: ANN001, ANN202
     f = click.option("--quiet", is_flag=True, help="No progress on stderr.")(f)
     f = click.option("--json", "as_json", is_flag=True, help="Print the import summary as JSON.")(f)
     f = click.option("--no-synthetic-runs", is_flag=True,
-                     help="Do not create Path B allocations from labels (or one per node).")(f)
+                     help="Do not create synthetic allocations from labels (or one per node).")(f)
     f = click.option("--cluster", default="pathb", show_default=True, help="Cluster name of the entries.")(f)
     f = click.option("--tenant", "tenant", multiple=True, metavar="VALUE=TENANT",
                      help="Site mapping: a namespace or Slurm account label value -> the tenant it bills (repeatable).")(f)
@@ -148,7 +148,7 @@ def _timing(f):  # noqa: ANN001, ANN202
 def register(cli: click.Group) -> None:
     @cli.group("import")
     def import_group() -> None:
-        """Import Path B telemetry exports into the ledger (samples, gaps, synthetic runs).
+        """Import telemetry exports into the ledger (samples, gaps, synthetic runs).
 
         \b
         Example:

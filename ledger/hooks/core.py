@@ -32,7 +32,7 @@ from ..fsmodes import SPOOL_DIR, SPOOL_FILE, make_dirs
 from ..kinds import Kind
 from ..canonical import loads
 from ..frozen import Frozen
-from . import dropbox, slurm, vendor
+from . import dropbox, slurm
 from .records import entry_record, spool_line
 
 TYPE_CHECKING = False
@@ -237,6 +237,8 @@ class Hook:
         s = self.settings
         devices = [{"index": i, "uuid": None, "sku": None, "vendor": s.vendor if s.vendor != "none" else None}
                    for i in idx]
+        if s.vendor in ("nvidia", "amd"):
+            from . import vendor  # here: a node without GPU tools never loads it
         if s.vendor == "nvidia":
             inv: list = []
             if "nvidia-smi" in self.cfg.commands:
@@ -397,6 +399,8 @@ def prolog(h: Hook) -> None:
     state: dict[str, Any] = {"job_id": h.env.job_id, "run": run, "cluster": cluster, "start": now,
                              "devices": devices, "node": h.env.node}
     if h.settings.dcgm and devices:
+        from . import vendor
+
         cli = h.tool(vendor.DcgmiCli)
         key = dcgm_job_key(h.env.job_id, run)
         st: dict[str, Any] = {"job_key": key, "started": False}
@@ -415,6 +419,8 @@ def prolog(h: Hook) -> None:
             h.error("dcgm start", st.get("error", "failed"))
         state["dcgm"] = st
     if h.settings.vendor == "amd" and devices:  # the counters' baseline, kept raw for the epilog to record
+        from . import vendor
+
         call = h.observe("amd-smi", vendor.amd_counter_args([d["index"] for d in devices]))
         state["amd_before"], state["amd_before_ts"] = call, time.time()
         if call["exit_code"] or call["timed_out"]:
@@ -462,6 +468,8 @@ def _dcgm_epilog(h: Hook, keys: dict, state: dict | None, devices: list[dict], s
 
 def _amd_epilog(h: Hook, keys: dict, state: dict | None, devices: list[dict], start: float, end: float) -> None:
     """The counters again, raw, beside the prolog's: their difference is derived at ship time."""
+    from . import vendor
+
     call = h.observe("amd-smi", vendor.amd_counter_args([d["index"] for d in devices]))
     context = {"start": start, "end": end, "devices": _devices_seen(devices),
                "before": (state or {}).get("amd_before"), "before_ts": (state or {}).get("amd_before_ts")}
@@ -540,6 +548,8 @@ def epilog(h: Hook) -> None:
         # Also after a failed write: nothing reads this DCGM record again, and a group left behind counts
         # against DCGM's 64, so a full spool must not go on to cost later jobs their telemetry.
         if dstate and dstate.get("job_key"):
+            from . import vendor
+
             cli = h.tool(vendor.DcgmiCli)
             cli.remove_job(dstate["job_key"])
             if isinstance(dstate.get("group_id"), int):

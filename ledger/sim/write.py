@@ -1,6 +1,6 @@
 """Writing a simulation the way the real parts would: scheduler facts through the spool and `ship` (as the Slurm
 hooks do), telemetry through sealed sample segments (as the collector does), and a Prometheus ``query_range``
-export of part of it (what a Path B prospect would send).
+export of part of it (what a prospective site would send).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """AMD device inventory and counter snapshots: ``amd-smi`` JSON / human-output parsers and an amdsmi reader.
 
-The hooks snapshot AMD accumulating counters (energy, ECC totals, violation/throttle accumulators) in the
-prolog and again in the epilog, and record the difference. ``amd-smi ... --json`` nests values as
+The hooks record AMD accumulating counters (energy, ECC totals, violation/throttle accumulators) raw in the
+prolog and again in the epilog; ship time takes their difference here. ``amd-smi ... --json`` nests values as
 ``{"value": V, "unit": U}`` objects or plain scalars, and writes ``"N/A"`` where a value is unsupported; the
 human form is YAML-like (``KEY: value unit``, 4-space nesting, ``GPU: n`` blocks). A counter that went down
 between the snapshots (driver reload, reset) is reported as ``counter_reset``, never as a negative or zero use.
@@ -17,9 +17,7 @@ from ..frozen import Frozen
 from ..hooks.vendor import (NA, AmdGpu, AmdSmiCli, amd_counter_args, gpu_index, json_records,  # noqa: F401
                             parse_list_json, parse_static_market_names, unwrap)
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # annotations only: typing and dataclasses stay off the hooks' import path
-    from typing import Any, Mapping
+from typing import Any, Mapping
 
 # Flattened counter keys (lower-case path) that accumulate over time and may be diffed between snapshots.
 COUNTER_PATTERNS = (

@@ -1,12 +1,10 @@
-"""DCGM job statistics and discovery: parsers for ``dcgmi`` output and a reader that runs ``dcgmi``.
+"""DCGM job statistics: the parser of ``dcgmi stats -v -j`` reports.
 
 The hooks use DCGM's job statistics (``dcgmi group -c`` + ``dcgmi stats -e/-s`` in the prolog, ``stats -x`` and
-``stats -v -j`` in the epilog). The report is a fixed-width table (80 columns, values cut to 39 characters with
+``stats -v -j`` in the epilog, recorded raw and read here at ship time). The report is a fixed-width table (80 columns, values cut to 39 characters with
 ``...``); blank values are printed as sentinels (``N/A``, ``Not Specified``, ``Not Supported``, ``Not Found``,
 ``Insf. Permission``). The parser never turns a sentinel or a cut value into a number: it records the field as
 missing with its cause. Times are ``ctime()`` in the host engine's local time.
-
-The hooks use the CLI, which needs nothing but the standard library.
 """
 
 from __future__ import annotations
@@ -19,13 +17,7 @@ from ..hooks.vendor import (SENTINELS, DcgmError, DcgmGpu, DcgmiCli, classify_er
                             discovery_detail_row, discovery_gpu_row, outcome, parse_discovery, parse_group_create,
                             strip_ends)
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # annotations only: typing stays off the hooks' import path
-    from typing import Mapping
-
-# No ``re`` or ``dataclasses`` at import: the hooks parse ``discovery -l``, ``group -c`` and ``stats -j`` on
-# their fast path, so those parsers use str methods (tests/test_sources.py checks them against the regular
-# expressions they replace); records are :class:`ledger.frozen.Frozen`.
+from typing import Mapping
 
 
 # Report row label -> (field name, kind). kind: "int", "float", "stat" (Avg/Max/Min), "time", "text".

@@ -1,7 +1,7 @@
 """NVIDIA device inventory and snapshots: ``nvidia-smi`` CSV / ``-L`` / ``-q`` parsers and an NVML reader.
 
 The hooks map Slurm's GPU indices to UUIDs and SKUs with ``nvidia-smi --query-gpu=... --format=csv,noheader,nounits``
-(standard library only). ``nvidia-ml-py`` (``pynvml``) is used by :func:`nvml_inventory` when importable (the
+(:mod:`ledger.hooks.vendor`). ``nvidia-ml-py`` (``pynvml``) is used by :func:`nvml_inventory` when importable (the
 collector; never on the hook path). Placeholders (``[N/A]``, ``N/A``, ``[Not Supported]``) become missing
 fields with their cause, never zeros.
 """

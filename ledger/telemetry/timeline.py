@@ -157,7 +157,7 @@ class Timeline:
 
 
 class Deferred(Sequence):
-    """A tuple built on first use: the array path's samples and rows, which Path B analysis never needs one by
+    """A tuple built on first use: the array path's samples and rows, which export analysis never needs one by
     one (it reads ``Timeline.columns``). Its length is known without building it; it equals the same tuple."""
 
     __slots__ = ("_n", "_build", "_items")

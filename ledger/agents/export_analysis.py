@@ -1,7 +1,7 @@
-"""Path B in one shot: run every agent over a telemetry export.
+"""an export analysed in one shot: run every agent over a telemetry export.
 
 :func:`analyze_collected` is the library call behind ``ipledger analyze``; it returns the
-:class:`~ledger.agents.Analysis` whose ``to_json()`` the reports engineer's ``reports.pathb.render`` lays out.
+:class:`~ledger.agents.Analysis` whose ``to_json()`` the reports engineer's ``reports.analysis_pdf.render`` lays out.
 By default the agents read the parsed export directly (:mod:`ledger.agents.memory`); with ``keep`` the export
 is imported into a SQLite ledger at that path and the agents read it back (the same analysis, tested).
 Nothing is written anywhere else.
@@ -19,12 +19,12 @@ from . import Analysis, analyze, method_info, run_agents
 FORMATS = ("prometheus", "dmon", "amd-smi", "nvidia-smi")
 
 
-class PathBError(ValueError):
+class AnalysisError(ValueError):
     pass
 
 
 def read_source(fmt: str, sources: list[str], **kw):  # noqa: ANN003, ANN201
-    """Parse Path B input with the importers (``ledger.importers``); returns their Collected."""
+    """Parse a telemetry export with the importers (``ledger.importers``); returns their Collected."""
     from ..importers import amdsmi, dmon, nvidia_smi, prometheus
     from ..importers.common import InputError
 
@@ -33,12 +33,12 @@ def read_source(fmt: str, sources: list[str], **kw):  # noqa: ANN003, ANN201
             return prometheus.read(sources, default_ts=kw.get("at"))
         mod = {"dmon": dmon, "amd-smi": amdsmi, "nvidia-smi": nvidia_smi}[fmt]
         if len(sources) != 1:
-            raise PathBError(f"{fmt}: give exactly one capture file")
+            raise AnalysisError(f"{fmt}: give exactly one capture file")
         return mod.read(sources[0], start=kw.get("start"), interval=kw.get("interval"), node=kw.get("node"))
     except InputError as exc:
-        raise PathBError(str(exc)) from None
+        raise AnalysisError(str(exc)) from None
     except OSError as exc:
-        raise PathBError(f"{getattr(exc, 'filename', '') or ''}: {exc.strerror or exc}") from None
+        raise AnalysisError(f"{getattr(exc, 'filename', '') or ''}: {exc.strerror or exc}") from None
 
 
 def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb",  # noqa: ANN001
@@ -47,7 +47,7 @@ def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb
     from ..importers import pipeline
 
     if not collected.series:
-        raise PathBError(f"{collected.path}: no telemetry this importer maps (see docs/telemetry.md)")
+        raise AnalysisError(f"{collected.path}: no telemetry this importer maps (see docs/telemetry.md)")
     if keep is None:  # no ledger asked for: the agents run on the parsed export directly
         from .memory import dataset_from_collected
 
@@ -80,7 +80,7 @@ def _context(collected, res, analysis: Analysis, sources: list[str]) -> dict:  #
     covered = sum(d.get("covered_s", 0.0) for d in res.per_device.values())
     unknown = sum(d.get("unknown_s", 0.0) for d in res.per_device.values())
     gaps = [{"device": dev, **g} for dev, d in res.per_device.items() for g in d.get("gaps", [])]
-    return {"title": "ipledger Path B analysis", "sources": src or [{"kind": "prometheus",
+    return {"title": "ipledger export analysis", "sources": src or [{"kind": "prometheus",
                                                                       "name": str(collected.source)}],
             "import": {"devices": res.devices, "samples": res.samples, "unknown_intervals": res.unknown_intervals,
                        "missing": res.missing},
@@ -95,7 +95,7 @@ def _context(collected, res, analysis: Analysis, sources: list[str]) -> dict:  #
 
 
 def render_pdf(analysis: Analysis, out: Path) -> Path:
-    """The analysis laid out as the written Path B report (reports.pathb)."""
-    from reports import pathb
+    """The analysis laid out as the written export analysis (reports.analysis_pdf)."""
+    from reports import analysis_pdf
 
-    return pathb.render(analysis.to_json(), out)
+    return analysis_pdf.render(analysis.to_json(), out)

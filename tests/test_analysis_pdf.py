@@ -1,4 +1,4 @@
-"""The Path B written analysis renders (pdftoppm: non-empty pages), pdftotext finds the account's totals, and
+"""The written analysis of a telemetry export renders (pdftoppm: non-empty pages), pdftotext finds the account's totals, and
 render() survives an analysis that has only the Findings JSON core, or less."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reports import pathb, synthetic
+from reports import analysis_pdf, synthetic
 from tests.services import unavailable
 from reports.pdf_statement import fmt_hours
 
@@ -42,7 +42,7 @@ def non_blank(png: Path) -> bool:
 
 def test_analysis_pdf_renders_and_states_the_account(tmp_path):
     a = synthetic.analysis()
-    out = pathb.render(a, tmp_path / "analysis.pdf")
+    out = analysis_pdf.render(a, tmp_path / "analysis.pdf")
     pages = png_pages(out, tmp_path)
     assert len(pages) >= 3 and all(non_blank(p) for p in pages)
     text = pdf_text(out)
@@ -66,7 +66,7 @@ def test_analysis_pdf_renders_and_states_the_account(tmp_path):
      "series": {"x": {"temp": [[0, 1]]}}, "devices": [{"uuid": None}], "coverage": {"gaps": [{}]}},
 ])
 def test_render_is_robust_to_missing_or_odd_parts(tmp_path, analysis):
-    out = pathb.render(analysis, tmp_path / "a.pdf")
+    out = analysis_pdf.render(analysis, tmp_path / "a.pdf")
     assert out.stat().st_size > 1000
     assert "written analysis" in pdf_text(out).lower() or "GPU-hours" in pdf_text(out)
 
@@ -77,8 +77,8 @@ def test_series_fallback_cuts_the_device_timeline_to_the_finding(tmp_path):
     pts = f["evidence"][0]["points"]
     f["evidence"] = []
     a["series"] = {f["scope"]["device_uuid"]: {"sm_clock": [[t - 86400 * 3, v] for t, v in pts] + pts}}
-    lines, _, _ = pathb._finding_series(f, a["series"])
-    s0, s1 = pathb._epoch(f["start"]), pathb._epoch(f["end"])
+    lines, _, _ = analysis_pdf._finding_series(f, a["series"])
+    s0, s1 = analysis_pdf._epoch(f["start"]), analysis_pdf._epoch(f["end"])
     assert lines["sm_clock"] and all(s0 - (s1 - s0) <= t <= s1 + (s1 - s0) for t, _ in lines["sm_clock"])
 
 
@@ -91,7 +91,7 @@ def test_agents_shaped_context_meta_daily_and_buckets(tmp_path):
     a["daily"] = [{"day": "2026-11-10", "tenant": t, "paid": 48.0, "delivered": 40.0} for t in ("a", "b")]
     a["account"]["buckets"] = {"delivered": 77.4, "throttled": {"thermal": 1.1, "power_cap": 0.0},
                                "underutilized": 9.5, "starved": 0.8, "idle_held": 6.0, "unknown": 1.2}
-    out = pathb.render(a, tmp_path / "b.pdf")
+    out = analysis_pdf.render(a, tmp_path / "b.pdf")
     text = pdf_text(out)
     assert "4 GPU(s) measured" in text and "5,760" in text
     assert "accounting identity" in text and fmt_hours(77.4) in text
@@ -100,7 +100,7 @@ def test_agents_shaped_context_meta_daily_and_buckets(tmp_path):
 
 def test_written_analysis_of_a_real_export_lists_each_step_once_in_full(tmp_path):
     """analyze --pdf on an export: each recommendation once and whole, weekly figures under a weekly heading, the
-    method's version, the devices' SKU, the account's lines adding up to the lost total, Path B's own limits."""
+    method's version, the devices' SKU, the account's lines adding up to the lost total, the export analysis's own limits."""
     import json
     import re
 

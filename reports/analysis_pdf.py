@@ -1,4 +1,4 @@
-"""The Path B written analysis: the PDF a prospect receives for a 24-hour telemetry export.
+"""The written analysis of a telemetry export: the PDF a prospect receives for a 24-hour telemetry export.
 
 ``render(analysis, out_path)`` lays out what was measured (sources, devices, coverage and gaps), the account
 (paid vs delivered by cause), the findings with their evidence charts (signal timelines before, during and
