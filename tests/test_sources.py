@@ -172,37 +172,3 @@ def test_list_json():
             ' {"gpu": 1, "bdf": "0000:22:00.0", "uuid": "N/A"}]')
     g = amdsmi.parse_list_json(text)
     assert g[0].uuid.startswith("00ff74a1") and g[1].uuid is None and g[1].missing == {"uuid": "not_available"}
-
-
-def test_nvml_inventory_maps_nvml_answers_and_errors(monkeypatch):
-    """nvml_inventory through a pynvml double (same function names and error class as nvidia-ml-py)."""
-    import sys
-    from types import ModuleType, SimpleNamespace
-
-    fake = ModuleType("pynvml")
-
-    class NVMLError(Exception):
-        pass
-
-    calls = []
-    fake.NVMLError = NVMLError
-    fake.nvmlInit = lambda: calls.append("init")
-    fake.nvmlShutdown = lambda: calls.append("shutdown")
-    fake.nvmlDeviceGetCount = lambda: 2
-    fake.nvmlDeviceGetHandleByIndex = lambda i: i
-    fake.nvmlDeviceGetUUID = lambda h: f"GPU-{h}"
-    fake.nvmlDeviceGetName = lambda h: b"NVIDIA H200"  # older bindings return bytes
-
-    def minor(h):
-        if h == 1:
-            raise NVMLError("Not Supported")
-        return 7
-
-    fake.nvmlDeviceGetMinorNumber = minor
-    fake.nvmlDeviceGetPciInfo = lambda h: SimpleNamespace(busId=b"00000000:1B:00.0")
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
-    gpus = nvml.nvml_inventory()
-    assert [(g.index, g.uuid, g.name, g.minor_number) for g in gpus] == [(0, "GPU-0", "NVIDIA H200", 7),
-                                                                        (1, "GPU-1", "NVIDIA H200", None)]
-    assert gpus[1].missing == {"minor_number": "Not Supported"} and gpus[0].pci_bus_id == "00000000:1B:00.0"
-    assert calls == ["init", "shutdown"]

@@ -5,7 +5,6 @@ prolog and again in the epilog; ship time takes their difference here. ``amd-smi
 ``{"value": V, "unit": U}`` objects or plain scalars, and writes ``"N/A"`` where a value is unsupported; the
 human form is YAML-like (``KEY: value unit``, 4-space nesting, ``GPU: n`` blocks). A counter that went down
 between the snapshots (driver reload, reset) is reported as ``counter_reset``, never as a negative or zero use.
-The ``amdsmi`` Python package is used by :func:`amdsmi_snapshot` when importable (never on the hook path).
 """
 
 from __future__ import annotations
@@ -140,33 +139,6 @@ def counter_delta(before: Mapping[str, float], after: Mapping[str, float],
         else:
             missing[k] = "absent_at_start" if k not in before else "absent_at_end"
     return delta, missing
-
-
-def amdsmi_snapshot() -> Snapshot:
-    """Counters through the ``amdsmi`` package (raises ImportError when absent); keys as in the JSON form."""
-    import amdsmi  # noqa: PLC0415 - optional, never on the hook path
-
-    amdsmi.amdsmi_init()
-    try:
-        values: dict[int, dict[str, float]] = {}
-        missing: dict[int, dict[str, str]] = {}
-        for i, h in enumerate(amdsmi.amdsmi_get_processor_handles()):
-            v: dict[str, float] = {}
-            m: dict[str, str] = {}
-            for section, fn in (("energy", "amdsmi_get_energy_count"), ("ecc", "amdsmi_get_gpu_total_ecc_count"),
-                                ("violation_status", "amdsmi_get_violation_status")):
-                try:
-                    data = getattr(amdsmi, fn)(h)
-                except Exception as exc:  # noqa: BLE001 - AmdSmiLibraryException and friends
-                    m[section] = f"error: {exc}"
-                    continue
-                if section == "ecc":
-                    data = {f"total_{k}": x for k, x in data.items()}
-                _flatten(data, section, v, m)
-            values[i], missing[i] = v, m
-        return Snapshot(values=values, missing=missing)
-    finally:
-        amdsmi.amdsmi_shut_down()
 
 
 def counters_result(r) -> Snapshot | str:  # noqa: ANN001 - a ledger.commands.CommandResult

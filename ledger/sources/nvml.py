@@ -1,9 +1,8 @@
-"""NVIDIA device inventory and snapshots: ``nvidia-smi`` CSV / ``-L`` / ``-q`` parsers and an NVML reader.
+"""NVIDIA device inventory and snapshots: ``nvidia-smi`` CSV / ``-L`` / ``-q`` parsers and NVML's MIG devices.
 
 The hooks map Slurm's GPU indices to UUIDs and SKUs with ``nvidia-smi --query-gpu=... --format=csv,noheader,nounits``
-(:mod:`ledger.hooks.vendor`). ``nvidia-ml-py`` (``pynvml``) is used by :func:`nvml_inventory` when importable (the
-collector; never on the hook path). Placeholders (``[N/A]``, ``N/A``, ``[Not Supported]``) become missing
-fields with their cause, never zeros.
+(:mod:`ledger.hooks.vendor`); :func:`nvml_mig_devices` reads MIG instances through ``nvidia-ml-py`` (``pynvml``).
+Placeholders (``[N/A]``, ``N/A``, ``[Not Supported]``) become missing fields with their cause, never zeros.
 """
 
 from __future__ import annotations
@@ -93,36 +92,6 @@ def parse_clock_event_reasons(text: str) -> list[dict]:
         elif in_block and s and ":" not in s:
             in_block = False
     return gpus
-
-
-def nvml_inventory() -> list[NvidiaGpu]:
-    """The same inventory through NVML (``nvidia-ml-py``); raises ImportError when it is not installed."""
-    import pynvml  # noqa: PLC0415 - optional, never on the hook path
-
-    pynvml.nvmlInit()
-    try:
-        gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            miss: dict[str, str] = {}
-
-            def get(fn, key, _h=h, _miss=miss):
-                try:
-                    v = fn(_h)
-                    return v.decode() if isinstance(v, bytes) else v
-                except pynvml.NVMLError as exc:  # e.g. NVML_ERROR_NOT_SUPPORTED
-                    _miss[key] = str(exc)
-                    return None
-
-            pci = get(pynvml.nvmlDeviceGetPciInfo, "pci.bus_id")
-            bus = getattr(pci, "busId", None) if pci is not None else None
-            gpus.append(NvidiaGpu(index=i, uuid=get(pynvml.nvmlDeviceGetUUID, "uuid"),
-                                  name=get(pynvml.nvmlDeviceGetName, "name"),
-                                  minor_number=get(pynvml.nvmlDeviceGetMinorNumber, "minor_number"),
-                                  pci_bus_id=bus.decode() if isinstance(bus, bytes) else bus, missing=miss))
-        return gpus
-    finally:
-        pynvml.nvmlShutdown()
 
 
 def nvml_mig_devices(nvml) -> list[MigDevice]:  # noqa: ANN001 - the pynvml module, passed in (tests pass a stand-in)
