@@ -113,6 +113,24 @@ def entry_id(kind: str, ts: str, ts_end: str | None, cluster: str | None, job_id
     return "e" + sha256(canonical_json(ident).encode("utf-8")).hexdigest()[:39]
 
 
+# An entry's fields in their stored order (ledger.entries.Entry's, and a spool record's keys).
+ENTRY_FIELDS = ("kind", "ts", "payload", "ts_end", "recorded_at", "cluster", "job_id", "run", "node", "device", "source",
+                "source_version", "entry_id")
+
+
+def entry_fields(kind: str, ts: Any, payload: Any = None, ts_end: Any = None, recorded_at: Any = None,
+                 cluster: str | None = None, job_id: str | int | None = None, run: int | None = None,
+                 node: str | None = None, device: str | None = None, source: str = "ipledger",
+                 source_version: str = "") -> tuple:
+    """An entry's fields in :data:`ENTRY_FIELDS` order, canonical (times, payload text, job id as text, run as
+    an integer), its id last: what ``make_entry`` builds an Entry from and the hooks a spool record."""
+    fields = (kind, format_ts(ts), canonical_json(dict(payload or {})), format_ts(ts_end), format_ts(recorded_at),
+              cluster, None if job_id is None else str(job_id), None if run is None else int(run), node, device,
+              source, source_version)
+    return (*fields, entry_id(kind, fields[1], fields[3], cluster, fields[6], fields[7], node, device, fields[2],
+                              source))
+
+
 # Text already in the one canonical spelling (year >= 1000, 1-6 fraction digits without a trailing zero, Z):
 # format_ts would return it unchanged once fromisoformat accepts it, so it skips the strftime round trip.
 # Compiled on first use: ``re`` costs the Slurm hooks ≈ 5 ms to import and they only format numbers.

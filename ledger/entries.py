@@ -14,7 +14,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (strings here): typing stays off the hook's import path
     from typing import Any, Mapping
 
-from .canonical import ID_DOMAIN, canonical_json, entry_id, format_ts, sha256  # noqa: F401 - ID_DOMAIN named here too
+from .canonical import ID_DOMAIN, canonical_json, entry_fields, entry_id, format_ts, sha256  # noqa: F401 - ID_DOMAIN named here too
 from .kinds import Kind
 
 HASH_DOMAIN = "ipledger-entry-hash-v1"
@@ -88,10 +88,8 @@ def make_entry(
     """Build an entry with canonical timestamps and payload and its deterministic id."""
     if kind not in ALL_KINDS:
         raise ValueError(f"unknown entry kind {kind!r}")
-    fields = (kind, format_ts(ts), canonical_json(dict(payload or {})), format_ts(ts_end), format_ts(recorded_at),
-              cluster, None if job_id is None else str(job_id), None if run is None else int(run), node, device,
-              source, source_version)
-    return Entry(*fields, _entry_id_of(fields))  # type: ignore[arg-type]
+    return Entry(*entry_fields(kind, ts, payload, ts_end, recorded_at, cluster, job_id, run, node, device, source,
+                               source_version))
 
 
 def entry_from_record(rec: Mapping[str, Any]) -> Entry:

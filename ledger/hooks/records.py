@@ -6,7 +6,7 @@ with :func:`ledger.entries.entry_from_record`, which recomputes the id, so a dri
 
 from __future__ import annotations
 
-from ..canonical import canonical_json, entry_id, format_ts, json_encoder
+from ..canonical import ENTRY_FIELDS, entry_fields, json_encoder
 from ..kinds import Kind
 
 TYPE_CHECKING = False
@@ -25,19 +25,9 @@ HOOK_KINDS = frozenset({Kind.ALLOCATION_STARTED, Kind.ALLOCATION_ENDED, Kind.ALL
 spool_line = json_encoder(ensure_ascii=False, allow_nan=True, item_sep=",", key_sep=":")
 
 
-def entry_record(kind: str, ts: Any, payload: Mapping[str, Any] | None = None, *, ts_end: Any = None,
-                 recorded_at: Any = None, cluster: str | None = None, job_id: str | int | None = None,
-                 run: int | None = None, node: str | None = None, device: str | None = None,
-                 source: str = "ipledger", source_version: str = "") -> dict[str, Any]:
-    """``make_entry(...).to_record()`` for a hook kind, field for field."""
+def entry_record(kind: str, ts: Any, payload: Mapping[str, Any] | None = None, **keys: Any) -> dict[str, Any]:
+    """``make_entry(...).to_record()`` for a hook kind, field for field (``keys``: ts_end, recorded_at, cluster,
+    job_id, run, node, device, source, source_version)."""
     if kind not in HOOK_KINDS:
         raise ValueError(f"unknown entry kind {kind!r}")
-    ts = format_ts(ts)
-    payload_text = canonical_json(dict(payload or {}))
-    ts_end = format_ts(ts_end)
-    job_id = None if job_id is None else str(job_id)
-    run = None if run is None else int(run)
-    return {"kind": kind, "ts": ts, "payload": payload_text, "ts_end": ts_end, "recorded_at": format_ts(recorded_at),
-            "cluster": cluster, "job_id": job_id, "run": run, "node": node, "device": device, "source": source,
-            "source_version": source_version,
-            "entry_id": entry_id(kind, ts, ts_end, cluster, job_id, run, node, device, payload_text, source)}
+    return dict(zip(ENTRY_FIELDS, entry_fields(kind, ts, payload, **keys)))

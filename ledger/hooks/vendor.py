@@ -168,8 +168,11 @@ def outcome(r, expect: str) -> DcgmError | None:  # noqa: ANN001 - a ledger.comm
     return classify_error(r.stdout + "\n" + r.stderr)
 
 
-class DcgmiCli:
-    """Runs ``dcgmi`` through the allowlist; every method returns values, never raises on tool failure."""
+class Tool:
+    """Runs one vendor program through the allowlist (ledger.commands, or the hook's bounded ``run``); every
+    method returns values, never raises on tool failure."""
+
+    program = ""
 
     def __init__(self, commands: Mapping[str, str], timeout: float = 5.0, run=None):
         from .. import commands as _commands
@@ -178,8 +181,12 @@ class DcgmiCli:
         self.commands = commands
         self.timeout = timeout
 
-    def call(self, *args: str):
-        return self._run("dcgmi", list(args), commands=self.commands, timeout=self.timeout)
+    def call(self, *args: str):  # noqa: ANN201 - a ledger.commands.CommandResult
+        return self._run(self.program, list(args), commands=self.commands, timeout=self.timeout)
+
+
+class DcgmiCli(Tool):
+    program = "dcgmi"
 
     def discovery(self) -> list[DcgmGpu] | DcgmError:
         r = self.call("discovery", "-l")
@@ -325,19 +332,11 @@ def parse_inventory_csv(text: str) -> list[NvidiaGpu]:
     return gpus
 
 
-class NvidiaSmiCli:
-    """Runs ``nvidia-smi`` through the allowlist."""
-
-    def __init__(self, commands: Mapping[str, str], timeout: float = 5.0, run=None):
-        from .. import commands as _commands
-
-        self._run = run or _commands.run
-        self.commands = commands
-        self.timeout = timeout
+class NvidiaSmiCli(Tool):
+    program = "nvidia-smi"
 
     def inventory(self) -> list[NvidiaGpu] | str:
-        r = self._run("nvidia-smi", ["--query-gpu=" + ",".join(INVENTORY_FIELDS), "--format=csv,noheader,nounits"],
-                      commands=self.commands, timeout=self.timeout)
+        r = self.call("--query-gpu=" + ",".join(INVENTORY_FIELDS), "--format=csv,noheader,nounits")
         if not r.ok:
             return ("timeout" if r.timed_out else "error") + ": " + (r.stderr or r.stdout).strip()[:200]
         try:
@@ -417,28 +416,18 @@ def parse_static_market_names(text: str) -> dict[int, str]:
     return out
 
 
-class AmdSmiCli:
-    """Runs ``amd-smi`` through the allowlist."""
-
-    def __init__(self, commands: Mapping[str, str], timeout: float = 5.0, run=None):
-        from .. import commands as _commands
-
-        self._run = run or _commands.run
-        self.commands = commands
-        self.timeout = timeout
-
-    def _call(self, *args: str):
-        return self._run("amd-smi", list(args), commands=self.commands, timeout=self.timeout)
+class AmdSmiCli(Tool):
+    program = "amd-smi"
 
     def inventory(self) -> list[AmdGpu] | str:
-        r = self._call("list", "--json")
+        r = self.call("list", "--json")
         if not r.ok:
             return ("timeout" if r.timed_out else "error") + ": " + (r.stderr or r.stdout).strip()[:200]
         try:
             gpus = parse_list_json(r.stdout)
         except (ValueError, KeyError) as exc:
             return f"unparsed: {exc}"
-        s = self._call("static", "--asic", "--json")
+        s = self.call("static", "--asic", "--json")
         names = {}
         if s.ok:
             try:
