@@ -29,7 +29,6 @@ HOOK_EXCEPTIONS = {
 KNOWN_CROSSINGS = {
     ("ledger.receipts.compute", "ledger.hooks.accounting"),
     ("ledger.receipts.progress", "ledger.hooks.accounting"),
-    ("ledger.receipts.issue", "reports.periods"),
 }
 KNOWN_MODULE_CYCLES = [
     # reports/ imports itself in a circle (export, focus, issued, issued_columns, monthly, pdf_statement)

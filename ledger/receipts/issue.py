@@ -201,7 +201,7 @@ def runs_to_issue(engine: Engine, month: str | None = None, include_open: bool =
                   after_seq: int = 0) -> list[RunKey]:
     """Closed runs (and open ones with ``include_open``) whose window ``[start, end)`` overlaps ``month``
     (every month when None; an open run's window runs to now)."""
-    from reports.periods import month_bounds
+    from ..periods import month_bounds
 
     lo = hi = None
     if month is not None:
