@@ -57,7 +57,8 @@ FIGURES: tuple[tuple[str, tuple[str, ...]], ...] = (
     *((f"pol_{p}", ("billing", "unknown_gpu_hours_by_policy", p)) for p in POLICIES),
 )
 # (column, SQL type), in row order. Text columns hold the receipt's text; REAL columns its numbers.
-_T, _R, _I = sa.Text, sa.Float(precision=53), sa.BigInteger
+TEXT, REAL, INTEGER = sa.Text, sa.Float(precision=53), sa.BigInteger
+_T, _R, _I = TEXT, REAL, INTEGER
 COLUMNS: tuple[tuple[str, Any], ...] = (
     ("seq", _I), ("line_kind", _T), ("line_no", _I), ("run_key", _T), ("plain", _I), ("part_month", _T),
     ("receipt_hash", _T),
@@ -165,8 +166,9 @@ def lines_of(seq: int, payload: Any) -> list[tuple]:
     """Every line of the issue entry ``seq`` with ``payload`` (decoded JSON), as tuples in :data:`NAMES` order."""
     r = receipt_of(payload)
     if r is None:
-        return [_row(seq, "hash_only", 0, receipt_hash=payload.get("receipt_hash") if isinstance(payload, Mapping)
-                     and isinstance(payload.get("receipt_hash"), str) else None, plain=0)]
+        return [_row(seq, "hash_only", 0, run_key="", plain=0,
+                     receipt_hash=payload.get("receipt_hash") if isinstance(payload, Mapping)
+                     and isinstance(payload.get("receipt_hash"), str) else None)]
     sh = _Shape()
     job = sh.obj(r, "job")
     for k in ("gpu_hours", "cost", "window", "contract", "method", "billing", "ledger"):
@@ -240,24 +242,25 @@ def lines_of(seq: int, payload: Any) -> list[tuple]:
                                                             bool(is_open))
     run_key = _run_key(job)
     if run_key is None:
-        sh.plain = False
+        sh.plain, run_key = False, ""
     receipt_hash = sh.text(r.get("receipt_hash"))
     plain = int(sh.plain)
-    base = {"run_key": run_key, "plain": plain, "receipt_hash": receipt_hash, **common}
+    base = {"plain": plain, "receipt_hash": receipt_hash, **common}
     rows = []
     if not parts:  # not billed in any month (an open run under "end", an unreadable window): one line
-        rows.append(_row(seq, "part", 0, part_month=None, n_parts=0, **base, **figures))
+        rows.append(_row(seq, "part", 0, run_key=run_key, part_month=None, n_parts=0, **base, **figures))
     else:
         weights = periods.weights_of([(lo, hi) for _, lo, hi in parts])
         split = {c: (None if v is None else periods.split_nano(v, weights)) if len(parts) > 1 else None
                  for c, v in figures.items()}
         for k, (m, lo, hi) in enumerate(parts):
             part = figures if len(parts) == 1 else {c: None if s is None else s[k] for c, s in split.items()}
-            rows.append(_row(seq, "part", k, part_month=m, part_start=lo, part_end=hi, n_parts=len(parts),
-                             **base, **part))
+            # the run key on the first line only: one per issue, which the export counts and groups
+            rows.append(_row(seq, "part", k, run_key=None if k else run_key, part_month=m, part_start=lo,
+                             part_end=hi, n_parts=len(parts), **base, **part))
     month = parts[0][0] if len(parts) == 1 else None
-    rows.extend(_row(seq, "unknown", k, run_key=run_key, plain=plain, part_month=month, receipt_hash=receipt_hash,
-                     **iv) for k, iv in enumerate(iv_rows))
+    rows.extend(_row(seq, "unknown", k, plain=plain, part_month=month, receipt_hash=receipt_hash, **iv)
+                for k, iv in enumerate(iv_rows))
     return rows
 
 
@@ -343,8 +346,8 @@ def covered(conn: Connection, through_seq: int) -> bool:
     """Whether every issue entry through ``through_seq`` has its lines (a cheap count of each side)."""
     issues = conn.execute(text("SELECT COUNT(*) FROM entries WHERE kind = :k AND seq <= :s"),
                           {"k": Kind.RECEIPT_ISSUED, "s": through_seq}).scalar()
-    derived = conn.execute(text(f"SELECT COUNT(*) FROM {TABLE} WHERE line_no = 0 AND line_kind <> 'unknown' "
-                                f"AND seq <= :s"), {"s": through_seq}).scalar()
+    derived = conn.execute(text(f"SELECT COUNT(*) FROM {TABLE} WHERE run_key IS NOT NULL AND seq <= :s"),
+                           {"s": through_seq}).scalar()
     return int(issues or 0) == int(derived or 0)
 
 

@@ -454,18 +454,25 @@ def _finish(engine, month, seq_head, head, index, flats, unks, lo_t, hi_t) -> Mo
     in_month = (wend >= lo_t) & (wend < hi_t)
     overlaps = in_month | ((idx["wlo"].to_numpy(dtype="float64") < hi_t) & (wend >= lo_t))
     slow_seqs = idx["seq"].to_numpy()[repeated | (~fast & overlaps)]
+    fast_seqs = idx["seq"].to_numpy()[fast & ~repeated & in_month]
+    return assemble(engine, month, seq_head, head, slow_seqs, [_rows_in(f, fast_seqs) for f in flats],
+                    [_rows_in(u, fast_seqs) for u in unks], tenants)
+
+
+def assemble(engine, month: str, seq_head: int, head: str, slow_seqs: np.ndarray,  # noqa: ANN001, PLR0913
+             parts: list[pd.DataFrame], u_parts: list[pd.DataFrame], tenants: set[str]) -> MonthRead:
+    """The month's usage from the fast readers' rows (``parts``, ``u_parts``: flat rows and unknown-interval
+    lines, each with the ``_seq`` of its issue) and the issues ``slow_seqs`` read by the dict path, which
+    also plans their billing and corrections."""
     issues = []
     for entry_seq, payload, recorded_at, ts in _rows_by_seq(engine, [int(s) for s in slow_seqs]):
         issues.append(_issue(entry_seq, json.loads(payload), recorded_at, ts))
     usage_d, corrections = select_month(issues, month, ledger_closes(engine, seq_head))
-    fast_seqs = idx["seq"].to_numpy()[fast & ~repeated & in_month]
-    parts = [_rows_in(f, fast_seqs) for f in flats]
     d_flat = flatten_issues(usage_d, "usage")
     d_rows = d_flat.rows.assign(_seq=np.array([i.seq for i in usage_d], dtype="int64"))
     rows = pd.concat([*parts, d_rows], ignore_index=True) if parts else d_rows
     if not rows["_seq"].is_monotonic_increasing:  # batches come in sequence order; the dict path's rows not
         rows = rows.sort_values("_seq", kind="stable").reset_index(drop=True)
-    u_parts = [_rows_in(u, fast_seqs) for u in unks]
     unknowns = d_flat.unknowns
     if any(len(u) for u in u_parts):
         d_unk = d_flat.unknowns.assign(_seq=np.repeat(d_rows["_seq"].to_numpy(),
