@@ -1,8 +1,11 @@
 """Figure: the monthly export over N issued receipts, against a DuckDB GROUP BY over the same receipt rows.
 
 The ledger (SQLite) holds N ``receipt_issued`` entries carrying their receipts (reports.synthetic, the
-receipt shape of docs/receipts.md, every window ending in the month). The subject is `ipledger export monthly --month M --format csv`
-in a fresh interpreter (read the issues, pick what the month bills, flatten, aggregate, write). The floor is
+receipt shape of docs/receipts.md, every window ending in the month), and each receipt's flat lines as the
+store writes them at issue (``ledger.receipt_lines.lines_of``; built here in bulk with raw ``executemany``, as
+the entries are, so a million receipts take minutes rather than the hours of issuing one by one). The
+subject is `ipledger export monthly --month M --format csv` in a fresh interpreter (read the month's lines,
+pick what the month bills, aggregate, write). The floor is
 DuckDB grouping the same receipts' rows (one per receipt: tenant, partition, qos, currency and the hour and
 money columns) by tenant, partition, qos and currency from a Parquet file.
 """
@@ -30,6 +33,7 @@ def build_ledger(db_path: Path, n: int) -> tuple[str, Path]:
     import pyarrow.parquet as pq
 
     from bench.ship_sqlite import _fresh_db
+    from ledger import receipt_lines
     from ledger.canonical import ts_to_epoch
     from ledger.entries import GENESIS_HASH, Kind, chain_hash, make_entry
     from ledger.store import ENTRY_COLUMNS
@@ -47,7 +51,7 @@ def build_ledger(db_path: Path, n: int) -> tuple[str, Path]:
         chunk = list(islice(it, 20_000))
         if not chunk:
             break
-        rows = []
+        rows, lines = [], []
         for r in chunk:
             j = r["job"]
             issued_at = ts_to_epoch(r["window"]["end"]) + 60
@@ -60,6 +64,7 @@ def build_ledger(db_path: Path, n: int) -> tuple[str, Path]:
             h = chain_hash(seq, e, prev)
             rows.append((seq, e.entry_id, e.kind, e.ts, e.ts_end, e.recorded_at, e.cluster, e.job_id, e.run,
                          e.node, e.device, e.payload, e.source, e.source_version, prev, h))
+            lines.extend(receipt_lines.lines_of_entries([(seq, e.payload)]))  # what the store derives
             prev = h
             cols["tenant"].append(j["account"])
             cols["partition"].append(j["partition"])
@@ -72,6 +77,7 @@ def build_ledger(db_path: Path, n: int) -> tuple[str, Path]:
             cols["cost_lost"].append(float(r["cost"]["lost"]))
         con.execute("BEGIN")
         con.executemany(sql, rows)
+        con.executemany(receipt_lines.insert_sql(), lines)
         con.execute("COMMIT")
     con.close()
     parquet = db_path.with_suffix(".parquet")

@@ -306,12 +306,14 @@ def lines_of_entries(issued: Iterable[tuple[int, str]]) -> list[tuple]:
 
 # --- writing -------------------------------------------------------------------------------------------------
 
+def insert_sql(mark: str = "?") -> str:
+    """The INSERT of one line in :data:`NAMES` order, with the driver's parameter ``mark``."""
+    return f"INSERT INTO {TABLE} ({', '.join(repr(c) for c in NAMES)}) VALUES ({','.join([mark] * len(NAMES))})"
+
+
 def insert(conn: Connection, rows: Sequence[tuple]) -> None:
-    if not rows:
-        return
-    mark = "?" if conn.dialect.name == "sqlite" else "%s"
-    cols = ", ".join(f'"{c}"' for c in NAMES)
-    conn.exec_driver_sql(f"INSERT INTO {TABLE} ({cols}) VALUES ({','.join([mark] * len(NAMES))})", list(rows))
+    if rows:
+        conn.exec_driver_sql(insert_sql("?" if conn.dialect.name == "sqlite" else "%s"), list(rows))
 
 
 def has_table(conn: Connection) -> bool:
