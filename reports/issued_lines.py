@@ -55,7 +55,8 @@ def _sqlite_file(engine) -> str | None:  # noqa: ANN001
         else None
 
 
-def _arrow_sqlite(path: str, sql: str, params: dict, names: dict[str, str], sentinel: str):  # noqa: ANN202
+def _arrow_sqlite(path: str, sql: str, params: dict, names: dict[str, str], sentinel: str,  # noqa: PLR0913
+                  order: int):  # noqa: ANN202
     """The query's rows as an Arrow table read by the ADBC SQLite driver (C, straight into Arrow; no Python
     object per cell), or None when the driver is not installed or fails. The driver types each column from
     its first values, so a typed ``sentinel`` row (seq -1) leads and is dropped."""
@@ -70,22 +71,29 @@ def _arrow_sqlite(path: str, sql: str, params: dict, names: dict[str, str], sent
     try:
         with adbc.connect(f"file:{path}?mode=ro") as con, con.cursor() as cur:
             cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH)})
-            cur.execute(f"SELECT * FROM ({sentinel} UNION ALL SELECT * FROM ({bound})) ORDER BY 1, 2", args)
+            cur.execute(f"{sentinel} UNION ALL SELECT * FROM ({bound})", args)
             t = cur.fetch_arrow_table()
     except Exception:  # noqa: BLE001 - any trouble in the fast reader: the portable one below reads the same rows
         return None
     t = t.rename_columns(list(names.values()))
-    return t.filter(pc.greater_equal(t.column(0), 0))
+    t = t.filter(pc.greater_equal(t.column(0), 0))
+    # in the order the query asks (its ORDER BY columns lead): SQLite keeps a compound's order only in practice,
+    # so it is checked, and the rows put in order here where it does not hold
+    keys = [t.column(k).to_numpy(zero_copy_only=False) for k in range(order)]
+    at = np.lexsort(keys[::-1]) if t.num_rows else np.arange(0)
+    if (at != np.arange(len(at))).any():
+        t = t.take(at)
+    return t
 
 
 def _frame(engine, conn, sql: str, params: dict, names: dict[str, str],  # noqa: ANN001, PLR0913
-           sentinel: str) -> pd.DataFrame:
+           sentinel: str, order: int) -> pd.DataFrame:
     """The query's rows as a frame with ``names``' new column names: through ADBC on a SQLite file, else
     through the connection in batches of BATCH rows."""
     import pyarrow as pa
 
     path = _sqlite_file(engine)
-    t = None if path is None else _arrow_sqlite(path, sql, params, names, sentinel)
+    t = None if path is None else _arrow_sqlite(path, sql, params, names, sentinel, order)
     if t is None:
         cur = conn.execute(text(sql), params)
         batches = []
@@ -154,10 +162,10 @@ def read_month(engine, month: str, through_seq: int | None = None,  # noqa: ANN0
         cols = ", ".join(f'"{c}"' for c in _PART)
         d = _frame(engine, conn, f"SELECT {cols} FROM receipt_lines WHERE part_month = :m AND seq <= :s "
                                  f"AND line_kind = 'part' AND {_FAST} ORDER BY seq", p, _PART,
-                   _sentinel(_PART))
+                   _sentinel(_PART), 1)
         ivs = _frame(engine, conn, f"SELECT {', '.join(_IV)} FROM receipt_lines WHERE part_month = :m "
                                    f"AND seq <= :s AND line_kind = 'unknown' AND plain = 1 ORDER BY seq, line_no",
-                     p, _IV, _sentinel(_IV))
+                     p, _IV, _sentinel(_IV), 2)
     if len(repeated_seqs):
         d = d[~np.isin(d["seq"].to_numpy(dtype="int64"), repeated_seqs)].reset_index(drop=True)
     seqs = d["seq"].to_numpy(dtype="int64")
