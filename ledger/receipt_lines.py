@@ -308,7 +308,8 @@ def lines_of_entries(issued: Iterable[tuple[int, str]]) -> list[tuple]:
 
 def insert_sql(mark: str = "?") -> str:
     """The INSERT of one line in :data:`NAMES` order, with the driver's parameter ``mark``."""
-    return f"INSERT INTO {TABLE} ({', '.join(repr(c) for c in NAMES)}) VALUES ({','.join([mark] * len(NAMES))})"
+    cols = ", ".join(f'"{c}"' for c in NAMES)
+    return f"INSERT INTO {TABLE} ({cols}) VALUES ({','.join([mark] * len(NAMES))})"
 
 
 def insert(conn: Connection, rows: Sequence[tuple]) -> None:
