@@ -296,9 +296,9 @@ def _flat_rows(d: pd.DataFrame, ivs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
         "cost_lost": _num(d["cost_lost"]), "billed_before_adjustments": before, "adjustment_cost": adj_cost,
         "billed": billed, "n_devices": n_dev, "n_unknown_intervals": n_ivs, "n_adjustments": np.zeros(n, dtype="int64"),
     }
-    rows = pd.DataFrame({c: cols[c] for c in ROW_COLUMNS}).astype({c: _dtype(c) for c in ROW_COLUMNS})
-    for c in TEXT_COLUMNS:
-        rows[c] = rows[c].astype(object)
+    # each column built in its final dtype (text stays object: no inference to a string dtype and back)
+    rows = pd.DataFrame({c: pd.Series(np.asarray(cols[c], dtype=object) if c in TEXT_COLUMNS else cols[c],
+                                      dtype=_dtype(c), copy=False) for c in ROW_COLUMNS})
     return rows, unk
 
 

@@ -76,7 +76,9 @@ def _arrow_sqlite(path: str, sql: str, params: dict, names: dict[str, str], sent
     except Exception:  # noqa: BLE001 - any trouble in the fast reader: the portable one below reads the same rows
         return None
     t = t.rename_columns(list(names.values()))
-    t = t.filter(pc.greater_equal(t.column(0), 0))
+    # the sentinel leads the compound (a slice, no copy); were it elsewhere, a filter drops it
+    t = t.slice(1) if t.num_rows and t.column(0)[0].as_py() == -1 and pc.sum(pc.equal(t.column(0), -1)).as_py() == 1 \
+        else t.filter(pc.greater_equal(t.column(0), 0))
     # in the order the query asks (its ORDER BY columns lead): SQLite keeps a compound's order only in practice,
     # so it is checked, and the rows put in order here where it does not hold
     keys = [t.column(k).to_numpy(zero_copy_only=False) for k in range(order)]
