@@ -46,6 +46,7 @@ _IV = {"seq": "seq", "line_no": "pos", "iv_id": "id", "iv_device": "device", "iv
        "iv_start": "start", "iv_end": "end", "iv_cause": "cause", "iv_policy": "policy",
        "iv_resolution": "resolution", "iv_gpu_hours": "gpu_hours"}
 _FAST = "plain = 1 AND n_parts = 1 AND open = 0"
+_PER_ROW = {"job_id", "receipt_hash", "start", "end", "id"}  # text that differs from row to row
 
 
 def _sqlite_file(engine) -> str | None:  # noqa: ANN001
@@ -106,16 +107,17 @@ def _frame(engine, conn, sql: str, params: dict, names: dict[str, str],  # noqa:
         if not batches:
             return pd.DataFrame({new: pd.Series(dtype=object) for new in names.values()})
         t = pa.concat_tables(batches, promote_options="permissive")
-    return pd.DataFrame({name: _numpy(t.column(name)) for name in t.column_names})
+    return pd.DataFrame({name: _numpy(t.column(name), name in _PER_ROW) for name in t.column_names})
 
 
-def _numpy(col) -> np.ndarray:  # noqa: ANN001
+def _numpy(col, per_row: bool = False) -> np.ndarray:  # noqa: ANN001
     """An Arrow column as numpy: text as objects, one Python string per distinct value shared by every row
-    that holds it (a million rows of a handful of tenants cost pointers, not strings); numbers as they are."""
+    that holds it (a million rows of a handful of tenants cost pointers, not strings) unless the values are
+    ``per_row`` (ids, hashes, times: nothing to share); numbers as they are."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+    if per_row or not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
         return col.to_numpy(zero_copy_only=False)
     enc = pc.dictionary_encode(col).combine_chunks()
     idx = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False)
