@@ -171,3 +171,18 @@ def test_lines_on_each_backend_verify_and_export_as_the_dict_path(engine):
     assert got is not None and len(got.usage.rows) == 60
     want = long_table(build_statement(engine, "2026-11", columnar=False)).to_csv()
     assert long_table(build_statement(engine, "2026-11")).to_csv() == want
+
+
+def test_an_issue_and_its_lines_commit_together(sqlite_url, monkeypatch):
+    """Lines that cannot be written take their receipt_issued entry down with them (one transaction)."""
+    engine = db_mod.make_engine(sqlite_url)
+    store.append(engine, _issue_entries(list(synthetic.receipts(2, "2026-11", seed=7))))
+
+    def broken(conn, rows):  # noqa: ANN001, ANN202
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(receipt_lines, "insert", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        store.append(engine, _issue_entries(list(synthetic.receipts(3, "2026-12", seed=8)), "2026-12-30T00:00:00Z"))
+    assert store.count(engine) == 2 and verify(engine, checks=LINES).ok
+    engine.dispose()
