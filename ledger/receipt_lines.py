@@ -14,9 +14,11 @@ store writes, in the transaction that appends the issue (:func:`on_append`, call
 * one ``hash_only`` line for an issue that names its receipt by hash alone.
 
 Every line is a pure function of (the entry's seq, its payload): :func:`lines_of`. ``verify`` re-derives them
-all and names the seq of any line missing, extra or altered (:func:`check_lines`); a ledger written before
-the table existed is derived once by migration 0005 (:func:`sync`), and :func:`sync` also catches up entries
-appended by a writer that predates the table. Like ``entries`` the table is append-only.
+all and names the seq of any line missing, extra or altered (:func:`problems`); a ledger written before
+the table existed is derived once by migration 0005 (:func:`sync`), and :func:`sync` (run by every
+``ipledger init``) also catches up entries appended by a writer that predates the table. Like ``entries``
+the table is append-only. The first ``part`` line of each issue (and its ``hash_only`` line) carries the
+run key, so counting and grouping that column sees every issue once.
 
 A line records the receipt's values as the JSON holds them (numbers as 64-bit floats: exactly the JSON's
 numbers, which are shortest-round-trip decimals; a part's share is a whole number of nano-units). ``plain``
