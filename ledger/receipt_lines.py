@@ -240,8 +240,7 @@ def lines_of(seq: int, payload: Any) -> list[tuple]:
         "n_adjustments": len(adjs) if isinstance(adjs, list) else 0,
     }
     iv_rows = [_interval(sh, iv) for iv in ivs]
-    parts = [] if math.isnan(start) else periods.part_spans(start, start if math.isnan(end) else end, rule,
-                                                            bool(is_open))
+    parts = _parts(sh, start, end, rule, bool(is_open))
     run_key = _run_key(job)
     if run_key is None:
         sh.plain, run_key = False, ""
@@ -264,6 +263,23 @@ def lines_of(seq: int, payload: Any) -> list[tuple]:
     rows.extend(_row(seq, "unknown", k, plain=plain, part_month=month, receipt_hash=receipt_hash, **iv)
                 for k, iv in enumerate(iv_rows))
     return rows
+
+
+MAX_PARTS = 1200  # a window over a century of months is no run's: one line without a month, read from JSON
+
+
+def _parts(sh: _Shape, start: float, end: float, rule: str, is_open: bool) -> list[tuple[str, float, float]]:
+    """The receipt's period parts; none (and not plain) when its window cannot be placed in months."""
+    if math.isnan(start):
+        return []
+    if not math.isnan(end) and (end - start) / 86400 / 28 > MAX_PARTS:
+        sh.plain = False
+        return []
+    try:
+        return periods.part_spans(start, start if math.isnan(end) else end, rule, is_open)
+    except (ValueError, OverflowError):  # PeriodError: a window in 9999-12, which no month ends
+        sh.plain = False
+        return []
 
 
 def _interval(sh: _Shape, iv: Any) -> dict:

@@ -186,3 +186,33 @@ def test_an_issue_and_its_lines_commit_together(sqlite_url, monkeypatch):
         store.append(engine, _issue_entries(list(synthetic.receipts(3, "2026-12", seed=8)), "2026-12-30T00:00:00Z"))
     assert store.count(engine) == 2 and verify(engine, checks=LINES).ok
     engine.dispose()
+
+
+_JSON = hs.recursive(hs.none() | hs.booleans() | hs.integers() | hs.floats() | hs.text(max_size=30),
+                     lambda kids: hs.lists(kids, max_size=4) | hs.dictionaries(hs.text(max_size=10), kids, max_size=5),
+                     max_leaves=20)
+_TIMES = hs.sampled_from(["0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "2026-13-01T00:00:00Z", "2026-11-30T23:59:59.5Z",
+                          "2026-12-01T00:00:00+00:00", "", "x"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(base=hs.integers(min_value=0, max_value=40), path=hs.sampled_from(
+    ["job", "job.devices", "job.run", "job.job_id", "job.account", "gpu_hours", "gpu_hours.paid", "cost",
+     "cost.adjustments", "window", "window.start", "window.end", "contract.period_rule", "billing",
+     "billing.unknown_gpu_hours_by_policy", "unknown_intervals", "adjustments", "open", "receipt_hash"]),
+       value=_JSON | _TIMES, top=_JSON)
+def test_any_payload_gives_lines_and_never_stops_an_append(base, path, value, top):
+    """Whatever an issue entry carries — a receipt with any field replaced by any JSON, or any JSON at all —
+    its lines derive without an error (the append of the issue must not fail on them), deterministically,
+    with exactly one line carrying the run key."""
+    r = list(synthetic.receipts(base + 1, "2026-11", seed=9))[-1]
+    *parents, last = path.split(".")
+    node = r
+    for k in parents:
+        node = node.setdefault(k, {})
+    node[last] = value
+    for payload in ({"receipt": r}, top, {"receipt_hash": "sha256:x"}):
+        rows = receipt_lines.lines_of(3, payload)
+        assert rows == receipt_lines.lines_of(3, json.loads(json.dumps(payload)))
+        assert sum(t[receipt_lines.NAMES.index("run_key")] is not None for t in rows) == 1
+        assert len(rows) <= receipt_lines.MAX_PARTS + 100
