@@ -93,8 +93,12 @@ def upgrade(engine: Engine) -> str:
     """``alembic upgrade head`` on this database; returns the revision it is now at."""
     from alembic import command
 
+    from . import receipt_lines
+
     with engine.begin() as conn:
         command.upgrade(_alembic_config(conn), "head")
+        # issues appended by a writer older than the receipt lines (0005) get theirs now
+        receipt_lines.sync(conn)
         if conn.dialect.name == "postgresql":
             conn.exec_driver_sql(_WRITER_READS_REVISION)
     return current_revision(engine) or ""

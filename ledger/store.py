@@ -14,9 +14,10 @@ from typing import Iterable, Sequence
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
-from . import merkle
+from . import merkle, receipt_lines
 from .db import write_tx
 from .entries import GENESIS_HASH, Entry, hash_fields
+from .kinds import Kind
 from .rows import ENTRY_COLUMNS, iter_entries  # noqa: F401 - callers read the chain back through the store
 
 _ADVISORY_LOCK_KEY = 0x1B1ED6E5  # one writer at a time extends the chain (PostgreSQL)
@@ -89,6 +90,7 @@ def append_in(conn: Connection, entries: Iterable[Entry]) -> AppendResult:
     first = None
     rows = []
     leaves = []  # each entry's chain encoding is also its Merkle leaf (ledger/merkle.py)
+    issued = []  # issued receipts get their flat lines in this same transaction (ledger/receipt_lines.py)
     for entry_id in ids:
         if entry_id in existing:
             continue
@@ -98,6 +100,8 @@ def append_in(conn: Connection, entries: Iterable[Entry]) -> AppendResult:
         h = sha256(encoded).hexdigest()
         leaves.append(encoded)
         rows.append(_row(seq, e, prev, h))
+        if e.kind == Kind.RECEIPT_ISSUED:
+            issued.append((seq, e.payload))
         prev = h
         first = seq if first is None else first
     if rows:
@@ -107,6 +111,7 @@ def append_in(conn: Connection, entries: Iterable[Entry]) -> AppendResult:
             marks = ",".join("?" * len(ENTRY_COLUMNS))
             conn.exec_driver_sql(f"INSERT INTO entries ({', '.join(ENTRY_COLUMNS)}) VALUES ({marks})", rows)
         merkle.on_append(conn, first, leaves)  # type: ignore[arg-type]
+        receipt_lines.on_append(conn, issued)
     return AppendResult(appended=len(rows), duplicates=len(existing),
                         first_seq=first, last_seq=seq if rows else None, head_hash=prev)
 

@@ -144,8 +144,9 @@ def build_statement(engine, month: str, tenant: str | None = None, as_of: int | 
     """Read the issued receipts through ``as_of`` from the ledger and build the month's statement, naming the
     newest signed tree head recorded through the same cut.
 
-    ``columnar`` reads them column-wise (:mod:`reports.issued_columns`, the same statement without a dict per
-    receipt); False, or a ledger with hash-only issues, takes the dict path (:func:`load_issues`)."""
+    ``columnar`` reads them column-wise: from the receipts' flat lines (:mod:`reports.issued_lines`), else from
+    their JSON (:mod:`reports.issued_columns`); the same statement without a dict per receipt. False, or a
+    ledger with hash-only issues, takes the dict path (:func:`load_issues`), the definition of the others."""
     st = _read_statement(engine, month, tenant, as_of, aliaser, grace_s, progress, columnar)
     from ledger import heads
 
@@ -158,9 +159,11 @@ def _read_statement(engine, month: str, tenant: str | None, as_of: int | None,  
                     columnar: bool) -> Statement:
     month_bounds(month)
     if columnar:
-        from .issued_columns import read_month
+        from . import issued_columns, issued_lines
 
-        got = read_month(engine, month, through_seq=as_of, progress=progress, grace_s=grace_s)
+        got = issued_lines.read_month(engine, month, through_seq=as_of, progress=progress, grace_s=grace_s)
+        if got is None:  # lines that cannot answer: the receipts' JSON, column-wise
+            got = issued_columns.read_month(engine, month, through_seq=as_of, progress=progress, grace_s=grace_s)
         if got is not None:
             if tenant is not None and tenant not in got.tenants:
                 _unknown_tenant(tenant, got.tenants)

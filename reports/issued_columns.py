@@ -68,7 +68,7 @@ _IV_FIELDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("id", "id", _TEXT), ("device", "device", _TEXT), ("node", "node", _TEXT), ("start", "start", _TEXT),
     ("end", "end", _TEXT), ("cause", "cause", _TEXT), ("policy", "policy", _TEXT),
     ("resolution", "resolution", ("VARCHAR", "OBJECT")), ("gpu_hours", "gpu_hours", _NUM),
-    # a resolution object is shown as its first truthy one of these keys (flatten's _resolution_text)
+    # a resolution object is shown as its first truthy one of these keys (flatten's resolution_text)
     *((f"res_{k}", f"resolution.{k}", _TEXT) for k in _RESOLUTION_KEYS),
 )
 _READ_FURTHER = {"devices", "method", "adjs"}
@@ -232,7 +232,7 @@ def _multi_part(f: pd.DataFrame) -> np.ndarray:
     return spans | odd_start | odd_end | (f["open_"] == "true").fillna(False).to_numpy(dtype=bool)
 
 
-def _flat_rows(d: pd.DataFrame, ivs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def flat_rows(d: pd.DataFrame, ivs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """flatten()'s rows and unknown-interval lines for the fast receipts in ``d`` (no adjustment lines)."""
     n = len(d)
     n_dev = d["n_devices"].fillna(0).to_numpy(dtype="int64")
@@ -296,9 +296,9 @@ def _flat_rows(d: pd.DataFrame, ivs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
         "cost_lost": _num(d["cost_lost"]), "billed_before_adjustments": before, "adjustment_cost": adj_cost,
         "billed": billed, "n_devices": n_dev, "n_unknown_intervals": n_ivs, "n_adjustments": np.zeros(n, dtype="int64"),
     }
-    rows = pd.DataFrame({c: cols[c] for c in ROW_COLUMNS}).astype({c: column_dtype(c) for c in ROW_COLUMNS})
-    for c in TEXT_COLUMNS:
-        rows[c] = rows[c].astype(object)
+    # each column built in its final dtype (text stays object: no inference to a string dtype and back)
+    rows = pd.DataFrame({c: pd.Series(np.asarray(cols[c], dtype=object) if c in TEXT_COLUMNS else cols[c],
+                                      dtype=column_dtype(c), copy=False) for c in ROW_COLUMNS})
     return rows, unk
 
 
@@ -409,7 +409,7 @@ def read_month(engine, month: str, through_seq: int | None = None,  # noqa: ANN0
                         idx.loc[np.isin(np.arange(len(rows)), list(slow_i)), "fast"] = False
                         m = m[~m["i"].isin(slow_i)]
                         ivs = ivs[~ivs["i"].isin(slow_i)]
-                    flat, unk = _flat_rows(m.reset_index(drop=True), ivs.reset_index(drop=True))
+                    flat, unk = flat_rows(m.reset_index(drop=True), ivs.reset_index(drop=True))
                     flat["_seq"] = seqs[m["i"].to_numpy()]
                     flats.append(flat)
                     if len(unk):
@@ -454,18 +454,25 @@ def _finish(engine, month, seq_head, head, index, flats, unks, lo_t, hi_t) -> Mo
     in_month = (wend >= lo_t) & (wend < hi_t)
     overlaps = in_month | ((idx["wlo"].to_numpy(dtype="float64") < hi_t) & (wend >= lo_t))
     slow_seqs = idx["seq"].to_numpy()[repeated | (~fast & overlaps)]
+    fast_seqs = idx["seq"].to_numpy()[fast & ~repeated & in_month]
+    return assemble(engine, month, seq_head, head, slow_seqs, [_rows_in(f, fast_seqs) for f in flats],
+                    [_rows_in(u, fast_seqs) for u in unks], tenants)
+
+
+def assemble(engine, month: str, seq_head: int, head: str, slow_seqs: np.ndarray,  # noqa: ANN001, PLR0913
+             parts: list[pd.DataFrame], u_parts: list[pd.DataFrame], tenants: set[str]) -> MonthRead:
+    """The month's usage from the fast readers' rows (``parts``, ``u_parts``: flat rows and unknown-interval
+    lines, each with the ``_seq`` of its issue) and the issues ``slow_seqs`` read by the dict path, which
+    also plans their billing and corrections."""
     issues = []
     for entry_seq, payload, recorded_at, ts in _rows_by_seq(engine, [int(s) for s in slow_seqs]):
         issues.append(_issue(entry_seq, json.loads(payload), recorded_at, ts))
     usage_d, corrections = select_month(issues, month, ledger_closes(engine, seq_head))
-    fast_seqs = idx["seq"].to_numpy()[fast & ~repeated & in_month]
-    parts = [_rows_in(f, fast_seqs) for f in flats]
     d_flat = flatten_issues(usage_d, "usage")
     d_rows = d_flat.rows.assign(_seq=np.array([i.seq for i in usage_d], dtype="int64"))
     rows = pd.concat([*parts, d_rows], ignore_index=True) if parts else d_rows
     if not rows["_seq"].is_monotonic_increasing:  # batches come in sequence order; the dict path's rows not
         rows = rows.sort_values("_seq", kind="stable").reset_index(drop=True)
-    u_parts = [_rows_in(u, fast_seqs) for u in unks]
     unknowns = d_flat.unknowns
     if any(len(u) for u in u_parts):
         d_unk = d_flat.unknowns.assign(_seq=np.repeat(d_rows["_seq"].to_numpy(),

@@ -151,7 +151,7 @@ ADJUSTMENT_COLUMNS = ("cluster", "job_id", "run", "tenant", "id", "kind", "gpu_h
                       "reason", "by", "references", "row_kind")
 
 
-def _resolution_text(r: Any) -> str | None:
+def resolution_text(r: Any) -> str | None:
     if r is None:
         return None
     if isinstance(r, Mapping):
@@ -187,7 +187,7 @@ def flatten(receipts: Iterable[Mapping[str, Any]], row_kind: str = "usage") -> F
         ivs = r.get("unknown_intervals") or []
         for iv in ivs:
             h = _interval_hours(iv, n_dev)
-            res = _resolution_text(iv.get("resolution"))
+            res = resolution_text(iv.get("resolution"))
             if res is not None:
                 resolved += h
             unk.append((*key, tenant, iv.get("id"), iv.get("device"), iv.get("node"), iv.get("start"),

@@ -1,5 +1,6 @@
-"""The column-wise issue reader (reports.issued_columns) gives the same statement as the dict path
-(load_issues + select_month + flatten), byte for byte in every format, on generated ledgers with re-issues
+"""The column-wise readers (reports.issued_lines from the receipts' flat lines, reports.issued_columns from
+their JSON) give the same statement as the dict path (load_issues + select_month + flatten), byte for byte
+in every format, on generated ledgers with re-issues
 (corrections across months), adjustments, unknown intervals, billing blocks and odd receipt shapes that must
 fall back to the dict path."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
+from unittest import mock
 
 import pandas as pd
 import pytest
@@ -18,7 +20,7 @@ from ledger import db as db_mod
 from ledger import store
 from ledger.entries import Kind, make_entry
 from ledger import textsafe
-from reports import issued_columns, synthetic
+from reports import issued_columns, issued_lines, synthetic
 from reports.export import build_statement, long_table, to_json, write
 
 UTC = dt.timezone.utc
@@ -153,8 +155,11 @@ def _compare(tmp_path, seed, n, month, tenant, cut) -> None:  # noqa: ANN001, PL
     finally:
         eng.dispose()
     got = _outputs(eng, month, tenant, as_of, True, tmp_path)
+    with mock.patch.object(issued_lines, "read_month", lambda *a, **k: None):  # the JSON column reader
+        from_json = _outputs(eng, month, tenant, as_of, True, tmp_path)
     for k in want:
         assert got[k] == want[k], k
+        assert from_json[k] == want[k], k
 
 
 def test_plain_receipts_never_take_the_dict_path(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ from functools import partial
 
 from sqlalchemy.engine import Engine
 
+from .. import receipt_lines
 from ..entries import Entry, Kind, make_entry
 from ..heads import check_tree
 from ..site import Site
@@ -74,8 +75,17 @@ def check_issued_receipts(engine: Engine, report: VerifyReport, site: Site | Non
     return problems
 
 
+def check_receipt_lines(engine: Engine, report: VerifyReport) -> list[ChainProblem]:
+    """Every issued receipt's flat lines (``receipt_lines``) are the ones its entry derives: none missing,
+    extra or altered (ledger/receipt_lines.py)."""
+    with engine.connect() as conn:
+        if not receipt_lines.has_table(conn):
+            return []
+        return [ChainProblem(seq, "", problem) for seq, problem in receipt_lines.problems(conn)]
+
+
 def verify_checks(site: Site | None = None) -> tuple[ExtraCheck, ...]:
     """The checks ``ipledger verify`` runs after the chain: telemetry evidence, issued receipts replayed under
-    ``site``'s SKU table (None: the built-in table, for a ledger with no site overrides), then the Merkle tree
-    and the signed heads recorded in the ledger."""
-    return (check_segment_digests, partial(check_issued_receipts, site=site), check_tree)
+    ``site``'s SKU table (None: the built-in table, for a ledger with no site overrides), their flat lines
+    re-derived, then the Merkle tree and the signed heads recorded in the ledger."""
+    return (check_segment_digests, partial(check_issued_receipts, site=site), check_receipt_lines, check_tree)
