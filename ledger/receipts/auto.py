@@ -16,6 +16,7 @@ from ..heads import check_tree
 from ..site import Site
 from ..store import iter_entries
 from ..telemetry.store import check_segment_digests
+from ..telemetry.hours import check_device_hours
 from ..verify import ChainProblem, ExtraCheck, VerifyReport
 from .issue import issue_receipt, replay, write_receipt_files
 
@@ -68,4 +69,4 @@ def verify_checks(site: Site | None = None) -> tuple[ExtraCheck, ...]:
     """The checks ``ipledger verify`` runs after the chain: telemetry evidence, issued receipts replayed under
     ``site``'s SKU table (None: the built-in table, for a ledger with no site overrides), then the Merkle tree
     and the signed heads recorded in the ledger."""
-    return (check_segment_digests, partial(check_issued_receipts, site=site), check_tree)
+    return (check_segment_digests, partial(check_issued_receipts, site=site), check_tree, check_device_hours)
