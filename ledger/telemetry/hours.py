@@ -46,7 +46,9 @@ class DeviceHour:
     hour: float                 # epoch seconds, a multiple of 3600
     n: int                      # samples
     t_first: float
+    t_last: float               # the last sample's start
     t_end: float                # max(t + dt)
+    gap_max: float              # the longest step between consecutive sample starts (NaN: one sample, or unknown)
     covered_s: float            # sum dt
     busy_s: float               # working: dt x activity
     under_s: float              # working: dt x (1 - activity)
@@ -108,7 +110,7 @@ class DeviceHour:
 
 
 FIELDS = tuple(f.name for f in fields(DeviceHour))
-SUMS = ("n", *(f for f in FIELDS[5:] if not f.endswith(("_max", "_min", "_first", "_last"))))
+SUMS = ("n", *(f for f in FIELDS[FIELDS.index("gap_max") + 1:] if not f.endswith(("_max", "_min", "_first", "_last"))))
 INT_FIELDS = frozenset(f.name for f in fields(DeviceHour) if f.type == "int")
 
 
@@ -176,7 +178,8 @@ def aggregate(cols: Mapping[str, Sequence]) -> list[DeviceHour]:
 
     tpn, fitn = np.nan_to_num(power), np.nan_to_num(temp)
     out = {
-        "n": s(np.ones(len(t))), "t_first": t[starts], "t_end": _group_reduce(t + dt, starts, "max"),
+        "n": s(np.ones(len(t))), "t_first": t[starts], "t_last": t[ends], "t_end": _group_reduce(t + dt, starts, "max"),
+        "gap_max": _group_reduce(np.where(brk, np.nan, t - np.concatenate([[np.nan], t[:-1]])), starts, "max"),
         "covered_s": s(dt), "busy_s": s(busy), "under_s": masked(working, dt * (1.0 - a)),
         "starved_s": masked(low & resident, dt), "idle_s": masked(low & ~resident, dt),
         "missing_s": masked(~present, dt), "act_s": masked(present, dt * a), "present_s": masked(present, dt),
@@ -290,7 +293,8 @@ def aggregate_reference(samples: Iterable) -> list[DeviceHour]:  # noqa: ANN001 
                 acc["xid_events"] += 1
             prev = xv
         first_x = 0.0 if ss[0].xid is None else float(ss[0].xid)
-        vals = dict(acc, t_first=ss[0].t, t_end=max(x.t + x.dt for x in ss), clk_max=clk_max, fb_max=fb_max,
+        steps = [b.t - a.t for a, b in zip(ss, ss[1:])]
+        vals = dict(acc, gap_max=max(steps) if steps else nan, t_first=ss[0].t, t_last=ss[-1].t, t_end=max(x.t + x.dt for x in ss), clk_max=clk_max, fb_max=fb_max,
                     procs_max=procs_max, ecc_min=ecc_min, ecc_max=ecc_max, xid_first=first_x, xid_last=prev)
         out.append(DeviceHour(device, float(hour), *[int(vals[k]) if k in INT_FIELDS else vals[k]
                                                      for k in FIELDS[2:]]))
@@ -309,7 +313,11 @@ def merge(parts: Sequence[DeviceHour]) -> DeviceHour:
         v[k] = _nanext(max, [getattr(p, k) for p in ps])
     v["ecc_min"] = _nanext(min, [p.ecc_min for p in ps])
     v["xid_events"] += sum(1 for a, b in zip(ps, ps[1:]) if b.xid_first > 0 and b.xid_first != a.xid_last)
-    v.update(t_first=ps[0].t_first, t_end=max(p.t_end for p in ps), xid_first=ps[0].xid_first,
+    # pieces that interleave in time leave the longest step unknown (NaN): a reader needing it reads the samples
+    apart = all(b.t_first >= a.t_last for a, b in zip(ps, ps[1:]))
+    gap = _nanext(max, [p.gap_max for p in ps] + [b.t_first - a.t_last for a, b in zip(ps, ps[1:])])
+    v.update(t_first=ps[0].t_first, t_last=max(p.t_last for p in ps), t_end=max(p.t_end for p in ps),
+             gap_max=gap if apart else float("nan"), xid_first=ps[0].xid_first,
              xid_last=max(ps, key=lambda p: p.t_end).xid_last)
     return DeviceHour(ps[0].device, ps[0].hour, *[v[k] for k in FIELDS[2:]])
 

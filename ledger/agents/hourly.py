@@ -1,0 +1,216 @@
+"""The agents' dataset from device-hours instead of every sample: memory O(devices x hours), not O(samples).
+
+:func:`load_compact` returns a :class:`~ledger.agents.data.Dataset` whose ``samples`` frame holds one row per
+(device, hour, run) — and one per throttle reason with throttled time — carrying that piece's summed GPU-hours in
+the same columns the per-sample frame has (``h``, ``h_del``, ``h_thr``, ``h_under``, ``h_starved``, ``h_idle``,
+``h_missing``, ``rbucket``, the run's cluster / job / tenant / partition / QOS). The accounting that only sums
+those columns — the daily account, the hour-of-day profile, bucket totals, prices — runs unchanged on it and gives
+the full-resolution figures (tests/test_agents_hourly.py holds it to :func:`ledger.agents.data.load`).
+
+Exactness, where an hour's sums are not enough:
+
+- an hour in which a run starts or ends on the device (its samples belong to two runs), or whose clock went above
+  the device's rated clock (the clock ratio is clipped there), is rebuilt from its raw samples with the
+  full-resolution code (:func:`ledger.agents.data._buckets`): a bounded read, two hours per run and device;
+- coverage gaps (allocated time with no sample) need the sample times: an hour whose longest step between
+  samples is at most 2.5 cadences (no room for a gap inside it) is one row spanning its first to its last sample
+  (``span_end``, which :func:`~ledger.agents.data.coverage_gaps` reads), any other hour brings all its sample
+  times.
+
+The rated clock of a device whose SKU has no rating is the 99th percentile of its loaded clock (the documented
+fallback), read from its raw clock column.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from sqlalchemy.engine import Engine
+
+from ..store import iter_entries
+from ..telemetry import hours as dh
+from ..telemetry.store import iter_sample_pieces, read_samples
+from .data import (SAMPLE_READ_COLUMNS, Dataset, EntryScan, _assign, _buckets, _fill_rated, allocations_frame,
+                   close_allocations, devices_frame, finish)
+
+ALLOC_COLS = ("cluster", "job_id", "run", "tenant", "partition", "qos")
+PIECE_COLS = ("device", "t", "span_end", "ai", "h", "h_del", "h_thr", "h_under", "h_starved", "h_idle", "h_missing", "rbucket")
+OTHER = 4   # THROTTLE_REASONS index of "other"
+
+
+def load_compact(engine: Engine, through_seq: int | None = None, topology: dict | None = None) -> Dataset:
+    """The agents' dataset over device-hours (see the module docstring)."""
+    scan = EntryScan()
+    with engine.connect() as conn:
+        for ce in iter_entries(conn, through_seq=through_seq):
+            scan.add(ce)
+        hrs = pd.DataFrame([_row(h) for h in dh.merged(conn)],
+                           columns=list(dh.FIELDS))
+        return _compact(conn, scan, hrs, topology)
+
+
+def _row(h: dh.DeviceHour) -> tuple:
+    return tuple(getattr(h, f) for f in dh.FIELDS)
+
+
+def cadence_of(hrs: pd.DataFrame) -> float:
+    """The median sample duration, from each device-hour's mean duration weighted by its samples (the sample
+    median when a device-hour's samples share one duration, as a scrape or collector cadence does)."""
+    if not len(hrs):
+        return 300.0
+    mean_dt = (hrs["covered_s"] / hrs["n"]).to_numpy(float)
+    w = hrs["n"].to_numpy(float)
+    order = np.argsort(mean_dt, kind="stable")
+    cum = np.cumsum(w[order])
+    total = cum[-1]
+    lo = mean_dt[order][np.searchsorted(cum, total / 2.0, side="left")]
+    if total % 2 == 0:  # an even count: the mean of the two middle samples, as a median is
+        hi = mean_dt[order][np.searchsorted(cum, total / 2.0 + 1, side="left")]
+        return float((lo + hi) / 2.0)
+    return float(mean_dt[order][np.searchsorted(cum, (total + 1) / 2.0, side="left")])
+
+
+def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None) -> Dataset:  # noqa: ANN001
+    devices = devices_frame(scan, sorted(hrs["device"].unique()) if len(hrs) else [], topology)
+    allocs = allocations_frame(scan)
+    cadence = cadence_of(hrs)
+    start, end = close_allocations(allocs, float(hrs["t_first"].min()) if len(hrs) else None,
+                                   float(hrs["t_last"].max()) + cadence if len(hrs) else 0.0)
+    _rate_fallback(conn, devices)
+    rated = hrs["device"].map(devices["rated"]).to_numpy(float) if len(hrs) else np.zeros(0)
+    ai, edge = _assign_hours(hrs, allocs)
+    clipped = hrs["clk_max"].to_numpy(float) > np.where(np.isnan(rated), np.inf, rated)
+    refine = edge | clipped
+    # an hour with a step over 2.5 cadences between samples (or one unknown) may hold a coverage gap
+    gap_room = ~((hrs["n"] == 1) | (hrs["gap_max"] <= 2.5 * cadence)).to_numpy()
+    clean = hrs[~refine]
+    parts = [_pieces(clean, ai[~refine], rated[~refine], ~gap_room[~refine])]
+    times = []
+    raw_keys = hrs[refine | gap_room][["device", "hour"]]
+    if len(raw_keys):
+        raw = _raw(conn, raw_keys, allocs, devices)
+        want = set(zip(hrs.loc[refine, "device"], hrs.loc[refine, "hour"]))
+        hb = (raw["t"] // dh.HOUR) * dh.HOUR
+        sel = np.fromiter(((d, h) in want for d, h in zip(raw["device"], hb)), bool, len(raw))
+        parts.append(_raw_pieces(raw[sel]))
+        times.append(raw[["device", "t"]].assign(span_end=raw["t"].to_numpy(), ai=raw["ai"].to_numpy()))
+    s = pd.concat([p for p in parts + times if len(p)] or [pd.DataFrame(columns=list(PIECE_COLS))],
+                  ignore_index=True)
+    s["span_end"] = s["span_end"].fillna(s["t"]).astype(float)
+    for col in PIECE_COLS[4:]:
+        s[col] = pd.to_numeric(s[col], errors="coerce").fillna(OTHER if col == "rbucket" else 0.0)
+    s["ai"] = s["ai"].astype(np.int64)
+    s = s.sort_values(["device", "t"], kind="stable").reset_index(drop=True)
+    for col in ALLOC_COLS:
+        vals = allocs[col].to_numpy(object) if len(allocs) else np.array([], dtype=object)
+        ai_s = s["ai"].to_numpy()
+        s[col] = np.where(ai_s >= 0, vals[np.clip(ai_s, 0, None)] if len(vals) else None, None)
+    s = s.join(devices[["node", "rack", "sku", "vendor", "rated"]], on="device")
+    return finish(scan, s, allocs, devices, cadence, start, end)
+
+
+def _rate_fallback(conn, devices: pd.DataFrame) -> None:  # noqa: ANN001
+    """Devices without a rated clock get the method's fallback from their own raw clocks (one column read)."""
+    missing = [d for d, r in devices["rated"].items() if r is None or r != r]
+    if not missing:
+        return
+    s = read_samples(conn, devices=missing, columns=("device", "t", "sm_active", "tensor_active", "gpu_util",
+                                                     "sm_clock_mhz")).to_pandas()
+    s = s.rename(columns={"sm_active": "sm", "tensor_active": "tensor", "sm_clock_mhz": "clk"})
+    s["rated"] = np.nan
+    _fill_rated(s, devices)
+
+
+def _assign_hours(hrs: pd.DataFrame, allocs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per device-hour: the run its samples belong to (-1: none) as data._assign decides per sample, and whether
+    a run starts or ends among them (an edge hour: its samples belong to more than one)."""
+    n = len(hrs)
+    ai, edge = np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=bool)
+    if not n or not len(allocs):
+        return ai, edge
+    a = allocs.reset_index(drop=True)
+    by_dev = a.groupby("device").indices
+    t0, t1 = hrs["t_first"].to_numpy(float), hrs["t_last"].to_numpy(float)
+    for dev, idx in hrs.groupby("device", sort=False).indices.items():
+        rows = by_dev.get(dev)
+        if rows is None:
+            continue
+        st = a.loc[rows, "start"].to_numpy(float)
+        en = a.loc[rows, "end"].to_numpy(float)
+        order = np.argsort(st)
+        st, en, rows = st[order], en[order], rows[order]
+        k = np.searchsorted(st, t0[idx], side="right") - 1
+        ok = (k >= 0) & (t0[idx] < en[np.clip(k, 0, None)])
+        ai[idx[ok]] = rows[k[ok]]
+        bounds = np.sort(np.concatenate([st, en]))
+        # any start or end in (first sample, last sample]: the assignment may change inside the hour
+        lo = np.searchsorted(bounds, t0[idx], side="right")
+        hi = np.searchsorted(bounds, t1[idx], side="right")
+        edge[idx] = hi > lo
+    return ai, edge
+
+
+def _pieces(h: pd.DataFrame, ai: np.ndarray, rated: np.ndarray, runs: np.ndarray) -> pd.DataFrame:
+    """Rows of summed GPU-hours per clean device-hour: one row (reason "other") with every bucket, and one per
+    other throttle reason with throttled time. The first row spans the hour's samples where ``runs`` (no step
+    between them long enough to hide a coverage gap)."""
+    if not len(h):
+        return pd.DataFrame(columns=list(PIECE_COLS))
+    allocated = (ai >= 0).astype(float) / 3600.0
+    busy = np.stack([h[f"busy_r{r}"].to_numpy(float) for r in range(5)])
+    busyclk = np.stack([h[f"busyclk_r{r}"].to_numpy(float) for r in range(5)])
+    noclk = np.stack([h[f"busynoclk_r{r}"].to_numpy(float) for r in range(5)])
+    has_rated = ~np.isnan(rated) & (rated > 0)
+    delivered_r = np.where(has_rated, busyclk / np.where(has_rated, rated, 1.0) + noclk, busy)
+    thr = np.clip(busy - delivered_r, 0.0, None) * allocated
+    t0 = h["t_first"].to_numpy(float)
+    base = pd.DataFrame({"device": h["device"].to_numpy(), "t": t0,
+                         "span_end": np.where(runs, h["t_last"].to_numpy(float), t0), "ai": ai,
+                         "h": h["covered_s"].to_numpy(float) * allocated,
+                         "h_del": delivered_r.sum(axis=0) * allocated, "h_thr": thr[OTHER],
+                         "h_under": h["under_s"].to_numpy(float) * allocated,
+                         "h_starved": h["starved_s"].to_numpy(float) * allocated,
+                         "h_idle": h["idle_s"].to_numpy(float) * allocated,
+                         "h_missing": h["missing_s"].to_numpy(float) * allocated, "rbucket": OTHER})
+    extra = [pd.DataFrame({"device": base["device"], "t": t0, "span_end": t0, "ai": ai, "h_thr": thr[r],
+                           "rbucket": r})[thr[r] > 0] for r in range(4)]
+    return pd.concat([base, *extra], ignore_index=True)
+
+
+def _raw(conn, keys: pd.DataFrame, allocs: pd.DataFrame, devices: pd.DataFrame) -> pd.DataFrame:  # noqa: ANN001
+    """The raw samples of these device-hours, bucketed by the full-resolution code (data._assign, _buckets)."""
+    want = keys.groupby("device")["hour"].agg(set).to_dict()
+    stored = dh.stored(conn, devices=sorted(want), start=float(keys["hour"].min()),
+                       end=float(keys["hour"].max()) + dh.HOUR)
+    sids = sorted(sid for sid, rows in stored.items() if any(r.hour in want.get(r.device, ()) for r in rows))
+    frames = []
+    for dev, table in iter_sample_pieces(conn, segment_ids=sids, devices=sorted(want), columns=SAMPLE_READ_COLUMNS):
+        f = table.to_pandas()
+        hb = (f["t"] // dh.HOUR) * dh.HOUR
+        frames.append(f[hb.isin(want[dev])])
+    s = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(SAMPLE_READ_COLUMNS))
+    s = s.rename(columns={"clock_reasons": "reasons", "sm_active": "sm", "sm_clock_mhz": "clk", "power_w": "power",
+                          "gpu_temp_c": "temp", "ecc_sbe_aggregate": "ecc", "fb_used_mib": "fb",
+                          "compute_procs": "procs", "tensor_active": "tensor"})
+    for col in s.columns:
+        if col != "device":
+            s[col] = pd.to_numeric(s[col], errors="coerce").astype(float)
+    s = s.sort_values(["device", "t"], kind="stable").reset_index(drop=True)
+    s = _assign(s, allocs)
+    s = s.join(devices[["rated"]], on="device")
+    _buckets(s)
+    return s
+
+
+def _raw_pieces(s: pd.DataFrame) -> pd.DataFrame:
+    """Refined hours' samples summed per (device, hour, run, reason), with their first sample's time."""
+    if not len(s):
+        return pd.DataFrame(columns=list(PIECE_COLS))
+    keys = [s["device"], (s["t"] // dh.HOUR), s["ai"], s["rbucket"]]
+    g = s.groupby(keys, sort=False).agg(t=("t", "min"), h=("h", "sum"), h_del=("h_del", "sum"),
+                                        h_thr=("h_thr", "sum"), h_under=("h_under", "sum"),
+                                        h_starved=("h_starved", "sum"), h_idle=("h_idle", "sum"),
+                                        h_missing=("h_missing", "sum"))
+    g.index.names = ["device", "hb", "ai", "rbucket"]
+    g = g.reset_index().drop(columns=["hb"])
+    return g.assign(span_end=g["t"])[list(PIECE_COLS)]

@@ -1,0 +1,70 @@
+"""The agents' dataset over device-hours (ledger/agents/hourly.py) against the full-resolution one
+(ledger/agents/data.py, kept as the reference): on the demo hall and on the independent generator's export
+imported into a ledger, the daily account, the hour-of-day profile, the bucket totals, the prices and the
+coverage gaps are the same, from a frame hundreds of times smaller."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import pandas as pd
+import pytest
+
+from bench.scenario import generate, write_export
+from ledger import db as db_mod
+from ledger.agents import accounting
+from ledger.agents.common import price
+from ledger.agents.data import bucket_totals, coverage_gaps, load
+from ledger.agents.hourly import load_compact
+from ledger.agents.pathb import read_source
+from ledger.importers import pipeline
+
+
+@lru_cache(maxsize=1)
+def _scenario_engine(tmp: str):  # noqa: ANN202
+    sc = generate(3)
+    path = write_export(sc, __import__("pathlib").Path(tmp) / "export.json")
+    engine = db_mod.make_engine(f"sqlite:///{tmp}/scenario.db")
+    db_mod.upgrade(engine)
+    pipeline.write(engine, read_source("prometheus", [str(path)]), pipeline.ImportOptions(cluster="pathb"))
+    return engine
+
+
+@pytest.fixture(params=["demo", "scenario"])
+def engine(request, tmp_path_factory):  # noqa: ANN001
+    if request.param == "demo":
+        from tests.test_agents import small_hall
+
+        return small_hall()[0].engine
+    return _scenario_engine(str(tmp_path_factory.mktemp("scenario")))
+
+
+def _close(a: float, b: float, rel: float = 1e-6) -> bool:
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1.0)
+
+
+def test_account_parts_equal_the_full_resolution(engine) -> None:  # noqa: ANN001
+    full, comp = load(engine), load_compact(engine)
+    assert len(comp.samples) * 2 < len(full.samples)
+    assert (comp.cadence, comp.start, comp.end) == (full.cadence, full.start, full.end)
+    # the daily account: the same rows, every figure equal to rounding
+    d_full = {tuple(r[k] for k in ("day", "cluster", "tenant", "partition", "qos")): r for r in accounting.daily(full)}
+    d_comp = {tuple(r[k] for k in ("day", "cluster", "tenant", "partition", "qos")): r for r in accounting.daily(comp)}
+    assert d_full.keys() == d_comp.keys() and d_full
+    for k, r in d_full.items():
+        for col in ("paid", "unknown", "delivered", "underutilized", "starved", "idle_held", "throttled"):
+            assert _close(r[col], d_comp[k][col], 1e-5), (k, col, r[col], d_comp[k][col])
+    hf, hc = accounting.hour_of_day(full), accounting.hour_of_day(comp)
+    assert [r["hour"] for r in hf] == [r["hour"] for r in hc]
+    for a, b in zip(hf, hc):
+        assert _close(a["paid_observed"], b["paid_observed"]) and _close(a["delivered"], b["delivered"])
+    alloc_f, alloc_c = full.samples[full.samples["ai"] >= 0], comp.samples[comp.samples["ai"] >= 0]
+    bf, bc = bucket_totals(alloc_f), bucket_totals(alloc_c)
+    for key in ("delivered", "underutilized", "starved", "idle_held", "unknown_field_missing"):
+        assert _close(bf[key], bc[key]), key
+    for reason, v in bf["throttled"].items():
+        assert _close(v, bc["throttled"][reason]), reason
+    for col in ("h", "h_del", "h_idle"):
+        assert _close(price(full, alloc_f, col), price(comp, alloc_c, col))
+    gf, gc = coverage_gaps(full), coverage_gaps(comp)
+    pd.testing.assert_frame_equal(gf.reset_index(drop=True), gc.reset_index(drop=True))
