@@ -15,7 +15,7 @@ from ledger import db as db_mod
 from ledger.agents import accounting
 from ledger.agents.common import price
 from ledger.agents.data import bucket_totals, coverage_gaps, load
-from ledger.agents.hourly import load_compact
+from ledger.agents.hourly import load_compact, screened_findings
 from ledger.agents.pathb import read_source
 from ledger.importers import pipeline
 
@@ -68,3 +68,23 @@ def test_account_parts_equal_the_full_resolution(engine) -> None:  # noqa: ANN00
         assert _close(price(full, alloc_f, col), price(comp, alloc_c, col))
     gf, gc = coverage_gaps(full), coverage_gaps(comp)
     pd.testing.assert_frame_equal(gf.reset_index(drop=True), gc.reset_index(drop=True))
+
+
+def _key(f) -> tuple:  # noqa: ANN001
+    j = f.to_json()
+    return (j["agent"], j["kind"], tuple(sorted((k, v) for k, v in j["scope"].items() if v is not None)),
+            j["start"], j["end"])
+
+
+def test_screened_findings_equal_the_full_resolution(engine) -> None:  # noqa: ANN001
+    """XID, power cap, starved, idle held and unknown gaps from device-hours plus the raw samples of the scopes
+    their screens pick: the same findings (kinds, scopes, windows), GPU-hours within 1 %, the same evidence."""
+    full, hyb = load(engine), load_compact(engine, detail=True)
+    want = {_key(f): f for f in screened_findings(full)}
+    got = {_key(f): f for f in screened_findings(hyb)}
+    assert want and got.keys() == want.keys()
+    for k, f in want.items():
+        g = got[k]
+        assert abs(g.gpu_hours - f.gpu_hours) <= 0.01 * max(f.gpu_hours, 1e-9), k
+        assert g.to_json()["evidence"] == f.to_json()["evidence"], k
+    assert len(hyb.samples) < len(full.samples)

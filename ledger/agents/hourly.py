@@ -10,8 +10,9 @@ the full-resolution figures (tests/test_agents_hourly.py holds it to :func:`ledg
 Exactness, where an hour's sums are not enough:
 
 - an hour in which a run starts or ends on the device (its samples belong to two runs), or whose clock went above
-  the device's rated clock (the clock ratio is clipped there), is rebuilt from its raw samples with the
-  full-resolution code (:func:`ledger.agents.data._buckets`): a bounded read, two hours per run and device;
+  the device's rated clock (the clock ratio is clipped there), brings its raw samples, bucketed by the
+  full-resolution code (:func:`ledger.agents.data._buckets`), instead of its piece: a bounded read, two hours
+  per run and device;
 - coverage gaps (allocated time with no sample) need the sample times: an hour whose longest step between
   samples is at most 2.5 cadences (no room for a gap inside it) is one row spanning its first to its last sample
   (``span_end``, which :func:`~ledger.agents.data.coverage_gaps` reads), any other hour brings all its sample
@@ -30,23 +31,28 @@ from sqlalchemy.engine import Engine
 from ..store import iter_entries
 from ..telemetry import hours as dh
 from ..telemetry.store import iter_sample_pieces, read_samples
+from .common import DAY
 from .data import (SAMPLE_READ_COLUMNS, Dataset, EntryScan, _assign, _buckets, _fill_rated, allocations_frame,
-                   close_allocations, devices_frame, finish)
+                   close_allocations, coverage_gaps, devices_frame, finish)
 
 ALLOC_COLS = ("cluster", "job_id", "run", "tenant", "partition", "qos")
 PIECE_COLS = ("device", "t", "span_end", "ai", "h", "h_del", "h_thr", "h_under", "h_starved", "h_idle", "h_missing", "rbucket")
 OTHER = 4   # THROTTLE_REASONS index of "other"
 
 
-def load_compact(engine: Engine, through_seq: int | None = None, topology: dict | None = None) -> Dataset:
-    """The agents' dataset over device-hours (see the module docstring)."""
+def load_compact(engine: Engine, through_seq: int | None = None, topology: dict | None = None,
+                 detail: bool = False) -> Dataset:
+    """The agents' dataset over device-hours (see the module docstring); ``detail``: with the raw samples of
+    the device-hours :func:`detail_hours` picks for the screened agents (:func:`screened_findings`)."""
     scan = EntryScan()
     with engine.connect() as conn:
         for ce in iter_entries(conn, through_seq=through_seq):
             scan.add(ce)
-        hrs = pd.DataFrame([_row(h) for h in dh.merged(conn)],
-                           columns=list(dh.FIELDS))
-        return _compact(conn, scan, hrs, topology)
+        hrs = pd.DataFrame([_row(h) for h in dh.merged(conn)], columns=list(dh.FIELDS))
+        ds = _compact(conn, scan, hrs, topology)
+        if detail:
+            ds = _compact(conn, scan, hrs, topology, detail_hours(ds, hrs))
+        return ds
 
 
 def _row(h: dh.DeviceHour) -> tuple:
@@ -70,7 +76,8 @@ def cadence_of(hrs: pd.DataFrame) -> float:
     return float(mean_dt[order][np.searchsorted(cum, (total + 1) / 2.0, side="left")])
 
 
-def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None) -> Dataset:  # noqa: ANN001
+def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None,  # noqa: ANN001
+             detail: frozenset = frozenset()) -> Dataset:
     devices = devices_frame(scan, sorted(hrs["device"].unique()) if len(hrs) else [], topology)
     allocs = allocations_frame(scan)
     cadence = cadence_of(hrs)
@@ -81,6 +88,8 @@ def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None) ->
     ai, edge = _assign_hours(hrs, allocs)
     clipped = hrs["clk_max"].to_numpy(float) > np.where(np.isnan(rated), np.inf, rated)
     refine = edge | clipped
+    if detail:
+        refine |= np.fromiter(((d, h) in detail for d, h in zip(hrs["device"], hrs["hour"])), bool, len(hrs))
     # an hour with a step over 2.5 cadences between samples (or one unknown) may hold a coverage gap
     gap_room = ~((hrs["n"] == 1) | (hrs["gap_max"] <= 2.5 * cadence)).to_numpy()
     clean = hrs[~refine]
@@ -92,14 +101,17 @@ def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None) ->
         want = set(zip(hrs.loc[refine, "device"], hrs.loc[refine, "hour"]))
         hb = (raw["t"] // dh.HOUR) * dh.HOUR
         sel = np.fromiter(((d, h) in want for d, h in zip(raw["device"], hb)), bool, len(raw))
-        parts.append(_raw_pieces(raw[sel]))
-        times.append(raw[["device", "t"]].assign(span_end=raw["t"].to_numpy(), ai=raw["ai"].to_numpy()))
+        parts.append(raw[sel].drop(columns=["rated"]).assign(span_end=raw.loc[sel, "t"].to_numpy()))
+        rest = raw[~sel]
+        times.append(rest[["device", "t"]].assign(span_end=rest["t"].to_numpy(), ai=rest["ai"].to_numpy()))
     s = pd.concat([p for p in parts + times if len(p)] or [pd.DataFrame(columns=list(PIECE_COLS))],
                   ignore_index=True)
     s["span_end"] = s["span_end"].fillna(s["t"]).astype(float)
     for col in PIECE_COLS[4:]:
         s[col] = pd.to_numeric(s[col], errors="coerce").fillna(OTHER if col == "rbucket" else 0.0)
     s["ai"] = s["ai"].astype(np.int64)
+    for col in ("running", "resident"):   # a piece or a time row is no sample the count-based agents look at
+        s[col] = s[col].astype("boolean").fillna(False).astype(bool) if col in s else False
     s = s.sort_values(["device", "t"], kind="stable").reset_index(drop=True)
     for col in ALLOC_COLS:
         vals = allocs[col].to_numpy(object) if len(allocs) else np.array([], dtype=object)
@@ -202,15 +214,64 @@ def _raw(conn, keys: pd.DataFrame, allocs: pd.DataFrame, devices: pd.DataFrame) 
     return s
 
 
-def _raw_pieces(s: pd.DataFrame) -> pd.DataFrame:
-    """Refined hours' samples summed per (device, hour, run, reason), with their first sample's time."""
-    if not len(s):
-        return pd.DataFrame(columns=list(PIECE_COLS))
-    keys = [s["device"], (s["t"] // dh.HOUR), s["ai"], s["rbucket"]]
-    g = s.groupby(keys, sort=False).agg(t=("t", "min"), h=("h", "sum"), h_del=("h_del", "sum"),
-                                        h_thr=("h_thr", "sum"), h_under=("h_under", "sum"),
-                                        h_starved=("h_starved", "sum"), h_idle=("h_idle", "sum"),
-                                        h_missing=("h_missing", "sum"))
-    g.index.names = ["device", "hb", "ai", "rbucket"]
-    g = g.reset_index().drop(columns=["hb"])
-    return g.assign(span_end=g["t"])[list(PIECE_COLS)]
+# --- findings from device-hours: screen, then the full-resolution agents on the screened scopes' samples -------
+
+def _run_hours(allocs: pd.DataFrame, runs: set) -> set:
+    """(device, hour) of every allocation row of these runs: the hours its samples start in."""
+    out = set()
+    for r in allocs.itertuples():
+        if (r.cluster, r.job_id, r.run) in runs:
+            h0, h1 = int(r.start // dh.HOUR), int(np.ceil(r.end / dh.HOUR))
+            out.update((r.device, float(h * dh.HOUR)) for h in range(h0, h1))
+    return out
+
+
+def _span_hours(devs, a: float, b: float) -> set:  # noqa: ANN001
+    h0, h1 = int(a // dh.HOUR), int(np.ceil(b / dh.HOUR))
+    return {(d, float(h * dh.HOUR)) for d in devs for h in range(h0, h1)}
+
+
+def _side(a: float, b: float) -> float:
+    """How far an evidence timeline looks before and after a window (agents.common.bda)."""
+    return min(max(b - a, dh.HOUR), DAY)
+
+
+def detail_hours(ds: Dataset, hrs: pd.DataFrame) -> frozenset:
+    """The device-hours whose raw samples the screened agents need, decided from the device-hour dataset: every
+    hour of a run idle or starved past the agents' floors; every hour of a device with an XID event; a node's
+    hours around its power-capped hours (the merge gap, a day of evidence each side); a node's hours around an
+    unknown interval or a coverage gap (its evidence timeline)."""
+    from .attribution import IDLE_MIN_H, STARVED_MIN_H
+
+    s = ds.samples[ds.samples["ai"] >= 0]
+    per_run = s.groupby(["cluster", "job_id", "run"], dropna=False)[["h_idle", "h_starved"]].sum()
+    runs = set(per_run.index[(per_run["h_idle"] >= IDLE_MIN_H) | (per_run["h_starved"] >= STARVED_MIN_H)])
+    keys = _run_hours(ds.allocs, runs)
+    node_devs = ds.devices.groupby("node").groups
+    for dev, g in hrs.sort_values(["device", "hour"]).groupby("device"):
+        prev = np.concatenate([[0.0], g["xid_last"].to_numpy(float)[:-1]])
+        first = g["xid_first"].to_numpy(float)
+        if (g["xid_events"] > 0).any() or ((first > 0) & (first != prev)).any():
+            keys |= _span_hours([dev], ds.start, ds.end)
+    capped = hrs[hrs["busy_r1"] > 0]
+    nodes = capped["device"].map(ds.devices["node"])
+    for node, g in capped.groupby(nodes):
+        margin = DAY + 7 * dh.HOUR   # windows merge capped hours up to 6 h apart; _edges looks an hour further
+        keys |= _span_hours(node_devs.get(node, []), g["hour"].min() - margin, g["hour"].max() + dh.HOUR + margin)
+    spans = [(g["node"], g["start"], g["end"]) for g in ds.gaps if g["node"]]
+    spans += [(r.node, r.start, r.end) for r in coverage_gaps(ds).itertuples()]
+    for node, a, b in spans:
+        keys |= _span_hours(node_devs.get(node, []), a - _side(a, b), b + _side(a, b))
+    have = set(zip(hrs["device"], hrs["hour"]))
+    return frozenset(keys & have)
+
+
+def screened_findings(ds: Dataset) -> list:
+    """The findings the screens of :func:`detail_hours` cover — XID, power cap, starved, idle held, unknown gaps
+    — by the full-resolution agents' own functions, on a dataset with the raw samples where they look."""
+    from . import attribution, drift
+
+    events = drift.xid_events(ds)
+    stall = drift.xid_stall_mask(ds, events)
+    return [*drift.xid_findings(ds, events, stall), *attribution.power_cap(ds), *attribution.starved(ds),
+            *attribution.idle_held(ds, stall), *attribution.unknown_gaps(ds)]
