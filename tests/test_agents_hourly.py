@@ -18,6 +18,7 @@ from ledger.agents.data import bucket_totals, coverage_gaps, load
 from ledger.agents.hourly import load_compact, screened_findings
 from ledger.agents.pathb import read_source
 from ledger.importers import pipeline
+from ledger.telemetry import hours as dh
 
 
 @lru_cache(maxsize=1)
@@ -88,3 +89,14 @@ def test_screened_findings_equal_the_full_resolution(engine) -> None:  # noqa: A
         assert abs(g.gpu_hours - f.gpu_hours) <= 0.01 * max(f.gpu_hours, 1e-9), k
         assert g.to_json()["evidence"] == f.to_json()["evidence"], k
     assert len(hyb.samples) < len(full.samples)
+
+
+def test_vectorised_merge_equals_the_reference_merge(engine) -> None:  # noqa: ANN001
+    """The agents read device-hours merged by pandas group operations; hours.merge (held to the whole by
+    tests/test_device_hours.py) is the reference, here over every device-hour of both ledgers."""
+    with engine.connect() as conn:
+        frame = dh.merged_frame(conn)
+        ref = dh.merged(conn)
+    rows = [dh.DeviceHour(*[int(v) if k in dh.INT_FIELDS else v for k, v in zip(dh.FIELDS, r)])
+            for r in frame.itertuples(index=False)]
+    assert len(rows) == len(ref) and dh.first_mismatch(ref, rows) is None

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from sqlalchemy.engine import Engine
 
 from ..store import iter_entries
 from ..telemetry import hours as dh
+from ..telemetry.blocks import float_values
 from ..telemetry.store import iter_sample_pieces, read_samples
 from .common import DAY
 from .data import (SAMPLE_READ_COLUMNS, Dataset, EntryScan, _assign, _buckets, _fill_rated, allocations_frame,
@@ -48,15 +50,11 @@ def load_compact(engine: Engine, through_seq: int | None = None, topology: dict 
     with engine.connect() as conn:
         for ce in iter_entries(conn, through_seq=through_seq):
             scan.add(ce)
-        hrs = pd.DataFrame([_row(h) for h in dh.merged(conn)], columns=list(dh.FIELDS))
+        hrs = dh.merged_frame(conn)
         ds = _compact(conn, scan, hrs, topology)
         if detail:
             ds = _compact(conn, scan, hrs, topology, detail_hours(ds, hrs))
         return ds
-
-
-def _row(h: dh.DeviceHour) -> tuple:
-    return tuple(getattr(h, f) for f in dh.FIELDS)
 
 
 def cadence_of(hrs: pd.DataFrame) -> float:
@@ -192,15 +190,14 @@ def _pieces(h: pd.DataFrame, ai: np.ndarray, rated: np.ndarray, runs: np.ndarray
 def _raw(conn, keys: pd.DataFrame, allocs: pd.DataFrame, devices: pd.DataFrame) -> pd.DataFrame:  # noqa: ANN001
     """The raw samples of these device-hours, bucketed by the full-resolution code (data._assign, _buckets)."""
     want = keys.groupby("device")["hour"].agg(set).to_dict()
-    stored = dh.stored(conn, devices=sorted(want), start=float(keys["hour"].min()),
-                       end=float(keys["hour"].max()) + dh.HOUR)
-    sids = sorted(sid for sid, rows in stored.items() if any(r.hour in want.get(r.device, ()) for r in rows))
-    frames = []
+    sids = dh.segments_of(conn, set(zip(keys["device"], keys["hour"])))
+    tables = []
     for dev, table in iter_sample_pieces(conn, segment_ids=sids, devices=sorted(want), columns=SAMPLE_READ_COLUMNS):
-        f = table.to_pandas()
-        hb = (f["t"] // dh.HOUR) * dh.HOUR
-        frames.append(f[hb.isin(want[dev])])
-    s = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(SAMPLE_READ_COLUMNS))
+        hb = (float_values(table.column("t")) // dh.HOUR) * dh.HOUR
+        keep = np.isin(hb, list(want[dev]))
+        if keep.any():
+            tables.append(table.filter(pa.array(keep)))
+    s = pa.concat_tables(tables).to_pandas() if tables else pd.DataFrame(columns=list(SAMPLE_READ_COLUMNS))
     s = s.rename(columns={"clock_reasons": "reasons", "sm_active": "sm", "sm_clock_mhz": "clk", "power_w": "power",
                           "gpu_temp_c": "temp", "ecc_sbe_aggregate": "ecc", "fb_used_mib": "fb",
                           "compute_procs": "procs", "tensor_active": "tensor"})

@@ -395,6 +395,62 @@ def merged(conn, devices: Sequence[str] | None = None, start: float | None = Non
     return [merge(pieces[k]) for k in sorted(pieces)]
 
 
+def merged_frame(conn) -> "pd.DataFrame":  # noqa: ANN001, F821
+    """:func:`merged` as one pandas frame (columns FIELDS, NaN for unmeasured), merged with vectorised group
+    operations: what the agents read (a device-hour usually has a piece in several segments)."""
+    import pandas as pd
+    from sqlalchemy import text
+
+    cur = conn.execute(text(f"SELECT {', '.join(FIELDS)} FROM {TABLE} ORDER BY device, hour, t_first"))
+    f = pd.DataFrame.from_records(cur.fetchall(), columns=list(FIELDS))
+    for c in FIELDS[1:]:
+        f[c] = pd.to_numeric(f[c], errors="coerce").astype(float)
+    if not len(f):
+        return f
+    keys = ["device", "hour"]
+    g = f.groupby(keys, sort=False)
+    if g.ngroups == len(f):
+        out = f
+    else:
+        same = (f["device"].to_numpy() == f["device"].shift().to_numpy()) & (f["hour"] == f["hour"].shift()).to_numpy()
+        prev_last = f["xid_last"].shift().to_numpy()
+        first = f["xid_first"].to_numpy()
+        edge_event = same & (first > 0) & (first != prev_last)
+        step = np.where(same, f["t_first"].to_numpy() - f["t_last"].shift().to_numpy(), np.nan)
+        f = f.assign(_edge=edge_event.astype(float), _step=step,
+                     _overlap=(same & (step < 0)).astype(float))
+        agg = {c: "sum" for c in SUMS}
+        agg.update({c: "max" for c in ("clk_max", "fb_max", "procs_max", "ecc_max", "t_last", "t_end")})
+        agg.update({"ecc_min": "min", "t_first": "min", "xid_first": "first", "gap_max": "max", "_edge": "sum",
+                    "_step": "max", "_overlap": "max"})
+        g = f.groupby(keys, sort=False)
+        out = g.agg(agg)
+        out["xid_last"] = f.loc[g["t_end"].idxmax(), "xid_last"].to_numpy()
+        out["xid_events"] = out["xid_events"] + out["_edge"]
+        # pieces that interleave in time leave the longest step unknown (as merge() says)
+        out["gap_max"] = np.where(out["_overlap"] > 0, np.nan, np.fmax(out["gap_max"], out["_step"]))
+        out = out.reset_index()[list(FIELDS)]
+    for c in INT_FIELDS:
+        out[c] = out[c].astype(np.int64)
+    return out.reset_index(drop=True)
+
+
+def segments_of(conn, keys: set) -> list[str]:  # noqa: ANN001
+    """The segments holding a piece of any of these (device, hour) keys."""
+    from sqlalchemy import text
+
+    devices = sorted({d for d, _ in keys})
+    out = set()
+    for i in range(0, len(devices), 500):
+        chunk = devices[i:i + 500]
+        marks = ",".join(f":d{j}" for j in range(len(chunk)))
+        for sid, dev, hour in conn.execute(text(f"SELECT segment_id, device, hour FROM {TABLE} WHERE device IN "
+                                                f"({marks})"), {f"d{j}": d for j, d in enumerate(chunk)}):
+            if (dev, float(hour)) in keys:
+                out.add(sid)
+    return sorted(out)
+
+
 def backfill(conn) -> int:  # noqa: ANN001
     """Device-hours for every stored segment that has none (a ledger sealed before they existed)."""
     from sqlalchemy import text
