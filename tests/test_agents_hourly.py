@@ -15,7 +15,8 @@ from ledger import db as db_mod
 from ledger.agents import accounting
 from ledger.agents.common import price
 from ledger.agents.data import bucket_totals, coverage_gaps, load
-from ledger.agents.hourly import load_compact, screened_findings
+from ledger.agents.hourly import (DAILY_FIGURES, DAILY_KEY, device_partition, load_compact, merge_daily,
+                                   screened_findings)
 from ledger.agents.pathb import read_source
 from ledger.importers import pipeline
 from ledger.telemetry import hours as dh
@@ -100,3 +101,35 @@ def test_vectorised_merge_equals_the_reference_merge(engine) -> None:  # noqa: A
     rows = [dh.DeviceHour(*[int(v) if k in dh.INT_FIELDS else v for k, v in zip(dh.FIELDS, r)])
             for r in frame.itertuples(index=False)]
     assert len(rows) == len(ref) and dh.first_mismatch(ref, rows) is None
+
+
+def test_device_partitions_merge_to_the_single_run(engine) -> None:  # noqa: ANN001
+    """The scale-out simulation (docs/scale.md): the fleet's device-hours split by node into 3 partitions, the
+    daily account run on each alone, the rows summed: the single run's account."""
+    ds = load_compact(engine)
+    nodes = sorted(ds.devices["node"].dropna().unique())
+    parts = [ds.devices.index[ds.devices["node"].isin(nodes[i::3])] for i in range(3)]
+    merged = merge_daily([accounting.daily(device_partition(ds, p)) for p in parts])
+    single = {tuple(r[c] for c in DAILY_KEY): r for r in accounting.daily(ds)}
+    assert {tuple(r[c] for c in DAILY_KEY) for r in merged} == single.keys()
+    for r in merged:
+        s = single[tuple(r[c] for c in DAILY_KEY)]
+        for f in DAILY_FIGURES:
+            assert abs(r[f] - s[f]) <= 3e-4, (f, r[f], s[f])   # three partitions' 4-decimal rounding
+
+
+def test_daily_command_from_hours_equals_from_samples(runner, cli, engine) -> None:  # noqa: ANN001
+    import json
+
+    url = str(engine.url)
+    hours_out = runner.invoke(cli, ["--db", url, "daily", "--json"])
+    samples_out = runner.invoke(cli, ["--db", url, "daily", "--json", "--samples"])
+    assert hours_out.exit_code == 0 and samples_out.exit_code == 0, hours_out.output + samples_out.output
+    a, b = json.loads(hours_out.output), json.loads(samples_out.output)
+    assert (a["source"], b["source"]) == ("device_hours", "samples") and len(a["daily"]) == len(b["daily"]) > 0
+    for x, y in zip(a["daily"], b["daily"]):
+        assert [x[k] for k in DAILY_KEY] == [y[k] for k in DAILY_KEY]
+        assert all(abs(x[f] - y[f]) <= 1e-3 for f in DAILY_FIGURES)
+    text_out = runner.invoke(cli, ["--db", url, "daily"])
+    assert text_out.exit_code == 0 and "paid" in text_out.output
+    assert "Example" in runner.invoke(cli, ["daily", "--help"]).output

@@ -272,3 +272,31 @@ def screened_findings(ds: Dataset) -> list:
     stall = drift.xid_stall_mask(ds, events)
     return [*drift.xid_findings(ds, events, stall), *attribution.power_cap(ds), *attribution.starved(ds),
             *attribution.idle_held(ds, stall), *attribution.unknown_gaps(ds)]
+
+
+# --- partitions: the account per device partition, merged ----------------------------------------------------
+
+DAILY_KEY = ("day", "cluster", "tenant", "partition", "qos")
+DAILY_FIGURES = ("paid", "unknown", "delivered", "underutilized", "starved", "idle_held", "throttled")
+
+
+def device_partition(ds: Dataset, devices) -> Dataset:  # noqa: ANN001
+    """The dataset of these devices only (their rows and allocation rows): what one partition's worker holds."""
+    from dataclasses import replace
+
+    keep = set(devices)
+    return replace(ds, samples=ds.samples[ds.samples["device"].isin(keep)],
+                   allocs=ds.allocs[ds.allocs["device"].isin(keep)], devices=ds.devices[ds.devices.index.isin(keep)])
+
+
+def merge_daily(parts: list[list[dict]]) -> list[dict]:
+    """Daily account rows of several device partitions summed per (day, cluster, tenant, partition, QOS): every
+    figure is a sum over devices, so the merge is an addition (rounded as accounting.daily rounds)."""
+    acc: dict[tuple, dict] = {}
+    for rows in parts:
+        for r in rows:
+            k = tuple(r[c] for c in DAILY_KEY)
+            cur = acc.setdefault(k, {**{c: r[c] for c in DAILY_KEY}, **{f: 0.0 for f in DAILY_FIGURES}})
+            for f in DAILY_FIGURES:
+                cur[f] += r[f]
+    return [{**v, **{f: round(v[f], 4) for f in DAILY_FIGURES}} for _, v in sorted(acc.items())]
