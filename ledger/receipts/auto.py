@@ -16,7 +16,7 @@ from ..heads import check_tree
 from ..site import Site
 from ..store import iter_entries
 from ..telemetry.store import check_segment_digests
-from ..telemetry.hours import check_device_hours
+from ..telemetry.derived import check_device_hours
 from ..verify import ChainProblem, ExtraCheck, VerifyReport
 from .issue import issue_receipt, replay, write_receipt_files
 

@@ -13,8 +13,9 @@ known when a segment is sealed (it comes from the allocation's SKU), so the cloc
 (:func:`buckets`); ``clk_max`` says whether min(clock/rated, 1) clipped anything in the hour.
 
 :func:`aggregate` (numpy) and :func:`aggregate_reference` (one sample at a time, plain Python) compute the same
-rows; :func:`store_in` writes a segment's rows beside its block; :func:`merged` adds the rows of all segments
-per device-hour; :func:`check_device_hours` is the verify check that recomputes them from the blocks.
+rows; :func:`store_in` writes a segment's rows beside its block; :func:`merged` / :func:`merged_frame` add the
+rows of all segments per device-hour; :mod:`ledger.telemetry.derived` keeps them in step with the samples
+(backfill, and the verify check that recomputes them).
 """
 
 from __future__ import annotations
@@ -451,22 +452,6 @@ def segments_of(conn, keys: set) -> list[str]:  # noqa: ANN001
     return sorted(out)
 
 
-def backfill(conn) -> int:  # noqa: ANN001
-    """Device-hours for every stored segment that has none (a ledger sealed before they existed)."""
-    from sqlalchemy import text
-
-    from .blocks import table_rows
-    from .store import read_samples
-
-    have = {r[0] for r in conn.execute(text(f"SELECT DISTINCT segment_id FROM {TABLE}"))}
-    ids = [r[0] for r in conn.execute(text("SELECT segment_id FROM sample_blocks UNION "
-                                           "SELECT DISTINCT segment_id FROM samples")) if r[0] not in have]
-    n = 0
-    for sid in ids:
-        n += store_in(conn, sid, table_rows(read_samples(conn, segment_ids=[sid])))
-    return n
-
-
 def _same(a: float | int | str, b: float | int | str) -> bool:
     if isinstance(a, float) or isinstance(b, float):
         if a != a or b != b:
@@ -488,38 +473,3 @@ def first_mismatch(want: Sequence[DeviceHour], have: Sequence[DeviceHour]) -> st
             if not _same(x, y):
                 return f"{TABLE} ({key[0]}, {key[1]:.0f}) field {name}: stored {y!r}, the samples give {x!r}"
     return None
-
-
-def check_device_hours(engine, report) -> list:  # noqa: ANN001 - ledger.verify.ExtraCheck
-    """Every segment's stored device-hours are what its samples give (recomputed from the block), and no
-    device-hour names a segment the ledger does not hold; names the first mismatch of each segment."""
-    from sqlalchemy import text
-
-    from ..entries import Kind
-    from ..store import iter_entries
-    from ..verify import ChainProblem
-    from .blocks import table_rows
-    from .store import _digest_normalised, read_samples
-
-    problems = []
-    with engine.connect() as conn:
-        have_all = stored(conn)
-        legacy = {r[0] for r in conn.execute(text("SELECT DISTINCT segment_id FROM samples"))}
-        seen = set()
-        for ce in iter_entries(conn, kinds=[Kind.TELEMETRY_SEGMENT]):
-            sid = ce.entry.entry_id
-            seen.add(sid)
-            try:
-                rows = table_rows(read_samples(conn, segment_ids=[sid]))
-            except Exception:  # noqa: BLE001 - unreadable stored samples are the segment-digest check's finding
-                continue
-            if sid not in have_all and sid in legacy:
-                continue  # rows stored before blocks, added after the migration derived theirs: none to check
-            why = first_mismatch(aggregate_rows(rows), have_all.get(sid, []))
-            if why and (not rows or _digest_normalised(rows) != ce.entry.data.get("samples_sha256")):
-                continue  # missing or altered samples: the segment-digest check names them
-            if why:
-                problems.append(ChainProblem(ce.seq, sid, why))
-        for sid in sorted(set(have_all) - seen):
-            problems.append(ChainProblem(0, "", f"{TABLE} holds rows of segment {sid}, which no entry seals"))
-    return problems

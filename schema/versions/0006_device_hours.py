@@ -5,8 +5,9 @@ block stores, in the same transaction; what the agents read instead of every sam
 columns are sums that add across segments and hours (plus a few extremes and the XID gauge at the edges),
 so a device-hour is the sum of its segments' pieces and a day the sum of its hours: the `device_days` view.
 Derived, not evidence: `ipledger verify` recomputes every row from the segment's samples. Append-only like
-`sample_blocks` (0003): the same triggers and grants. A ledger that already holds segments gets theirs
-computed here, once.
+`sample_blocks` (0003): the same triggers and grants. A ledger that already holds segments gets theirs from
+`ipledger init` after this migration (ledger.telemetry.derived.backfill: a migration may not import the
+telemetry component).
 
 Revision ID: 0006
 Revises: 0004 (the lead relinks the chain through 0005 at merge)
@@ -81,9 +82,6 @@ def upgrade() -> None:
             END $$
             """
         )
-    from ledger.telemetry import hours
-
-    hours.backfill(bind)
 
 
 def downgrade() -> None:
