@@ -33,7 +33,8 @@ def fleets(draw) -> list[Sample]:  # noqa: ANN001
         for _ in range(n):
             dt = draw(st.sampled_from([10.0, 60.0, 300.0]))
             out.append(Sample(
-                f"GPU-{d}", t, dt, clock_reasons=draw(st.one_of(st.none(), st.sampled_from([0, 0x4, 0x20, 0x8, 0x10, 0x1]))),
+                f"GPU-{d}", t, dt,
+                clock_reasons=draw(st.one_of(st.none(), st.sampled_from([0, 0x4, 0x20, 0x8, 0x10, 0x1]))),
                 sm_active=draw(maybe), tensor_active=draw(maybe), gpu_util=draw(maybe),
                 sm_clock_mhz=draw(st.one_of(st.none(), st.floats(100, 2100))),
                 power_w=draw(st.one_of(st.none(), st.floats(50, 700))),

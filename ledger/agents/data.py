@@ -142,13 +142,7 @@ def assemble(scan: EntryScan, s: pd.DataFrame, topology: dict | None = None) -> 
     devices = devices_frame(scan, s["device"].unique() if len(s) else [], topology)
     allocs = allocations_frame(scan)
     # --- samples ------------------------------------------------------------------------------------------------
-    s = s.rename(columns={"clock_reasons": "reasons", "sm_active": "sm", "sm_clock_mhz": "clk", "power_w": "power",
-                          "gpu_temp_c": "temp", "ecc_sbe_aggregate": "ecc", "fb_used_mib": "fb",
-                          "compute_procs": "procs", "tensor_active": "tensor"})
-    for col in s.columns:  # all-NULL columns come back as object dtype: the agents need floats (NaN = not measured)
-        if col != "device":
-            s[col] = pd.to_numeric(s[col], errors="coerce").astype(float)
-    s = s.sort_values(["device", "t"], kind="stable").reset_index(drop=True)
+    s = sample_frame(s)
     cadence = float(s["dt"].median()) if len(s) else 300.0
     start, end = close_allocations(allocs, float(s["t"].min()) if len(s) else None,
                                    float(s["t"].max()) + cadence if len(s) else 0.0)
@@ -157,6 +151,17 @@ def assemble(scan: EntryScan, s: pd.DataFrame, topology: dict | None = None) -> 
     _fill_rated(s, devices)
     _buckets(s)
     return finish(scan, s, allocs, devices, cadence, start, end)
+
+
+def sample_frame(s: pd.DataFrame) -> pd.DataFrame:
+    """Samples as read (SAMPLE_READ_COLUMNS) under the agents' short column names, floats, in (device, t) order."""
+    s = s.rename(columns={"clock_reasons": "reasons", "sm_active": "sm", "sm_clock_mhz": "clk", "power_w": "power",
+                          "gpu_temp_c": "temp", "ecc_sbe_aggregate": "ecc", "fb_used_mib": "fb",
+                          "compute_procs": "procs", "tensor_active": "tensor"})
+    for col in s.columns:  # all-NULL columns come back as object dtype: the agents need floats (NaN = not measured)
+        if col != "device":
+            s[col] = pd.to_numeric(s[col], errors="coerce").astype(float)
+    return s.sort_values(["device", "t"], kind="stable").reset_index(drop=True)
 
 
 def devices_frame(scan: EntryScan, sample_devices, topology: dict | None = None) -> pd.DataFrame:  # noqa: ANN001

@@ -35,10 +35,11 @@ from ..telemetry.blocks import float_values
 from ..telemetry.store import iter_sample_pieces, read_samples
 from .common import DAY
 from .data import (SAMPLE_READ_COLUMNS, Dataset, EntryScan, _assign, _buckets, _fill_rated, allocations_frame,
-                   close_allocations, coverage_gaps, devices_frame, finish)
+                   close_allocations, coverage_gaps, devices_frame, finish, sample_frame)
 
 ALLOC_COLS = ("cluster", "job_id", "run", "tenant", "partition", "qos")
-PIECE_COLS = ("device", "t", "span_end", "ai", "h", "h_del", "h_thr", "h_under", "h_starved", "h_idle", "h_missing", "rbucket")
+PIECE_COLS = ("device", "t", "span_end", "ai", "h", "h_del", "h_thr", "h_under", "h_starved", "h_idle", "h_missing",
+              "rbucket")
 OTHER = 4   # THROTTLE_REASONS index of "other"
 
 
@@ -198,14 +199,7 @@ def _raw(conn, keys: pd.DataFrame, allocs: pd.DataFrame, devices: pd.DataFrame) 
         if keep.any():
             tables.append(table.filter(pa.array(keep)))
     s = pa.concat_tables(tables).to_pandas() if tables else pd.DataFrame(columns=list(SAMPLE_READ_COLUMNS))
-    s = s.rename(columns={"clock_reasons": "reasons", "sm_active": "sm", "sm_clock_mhz": "clk", "power_w": "power",
-                          "gpu_temp_c": "temp", "ecc_sbe_aggregate": "ecc", "fb_used_mib": "fb",
-                          "compute_procs": "procs", "tensor_active": "tensor"})
-    for col in s.columns:
-        if col != "device":
-            s[col] = pd.to_numeric(s[col], errors="coerce").astype(float)
-    s = s.sort_values(["device", "t"], kind="stable").reset_index(drop=True)
-    s = _assign(s, allocs)
+    s = _assign(sample_frame(s), allocs)
     s = s.join(devices[["rated"]], on="device")
     _buckets(s)
     return s

@@ -309,7 +309,8 @@ def daily_cmd(app: AppContext, from_samples: bool, as_json: bool) -> None:
     if not rows:
         click.echo("no allocated device time in the ledger")
         return
-    click.echo(f"  {'day':10s} {'tenant':16s} {'partition':12s} {'paid':>10s} {'delivered':>10s} {'unknown':>9s}  GPU-h")
+    click.echo(f"  {'day':10s} {'tenant':16s} {'partition':12s} {'paid':>10s} {'delivered':>10s} {'unknown':>9s}"
+               "  GPU-h")
     for r in rows:
         click.echo(f"  {r['day']:10s} {r['tenant']:16s} {r['partition']:12s} {r['paid']:10,.1f} "
                    f"{r['delivered']:10,.1f} {r['unknown']:9,.1f}")

@@ -295,7 +295,8 @@ def aggregate_reference(samples: Iterable) -> list[DeviceHour]:  # noqa: ANN001 
             prev = xv
         first_x = 0.0 if ss[0].xid is None else float(ss[0].xid)
         steps = [b.t - a.t for a, b in zip(ss, ss[1:])]
-        vals = dict(acc, gap_max=max(steps) if steps else nan, t_first=ss[0].t, t_last=ss[-1].t, t_end=max(x.t + x.dt for x in ss), clk_max=clk_max, fb_max=fb_max,
+        vals = dict(acc, gap_max=max(steps) if steps else nan, t_first=ss[0].t, t_last=ss[-1].t,
+                    t_end=max(x.t + x.dt for x in ss), clk_max=clk_max, fb_max=fb_max,
                     procs_max=procs_max, ecc_min=ecc_min, ecc_max=ecc_max, xid_first=first_x, xid_last=prev)
         out.append(DeviceHour(device, float(hour), *[int(vals[k]) if k in INT_FIELDS else vals[k]
                                                      for k in FIELDS[2:]]))

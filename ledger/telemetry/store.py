@@ -22,7 +22,7 @@ from ..db import write_tx
 from ..entries import Entry, Kind, make_entry
 from ..store import AppendResult, append_in
 from ..verify import ChainProblem, VerifyReport
-from . import blocks, hours
+from . import blocks
 from .model import SAMPLE_COLUMNS, Sample
 
 INSERT_COLUMNS = ("segment_id", *SAMPLE_COLUMNS)  # the legacy `samples` table's columns
@@ -118,6 +118,8 @@ def write_segment_rows_in(conn: Connection, rows: Sequence[tuple], entry: Entry,
         conn.execute(text("INSERT INTO sample_blocks (segment_id, format, rows, sha256, data) "
                           "VALUES (:s, :f, :n, :h, :d)"),
                      {"s": sid, "f": block.format, "n": block.rows, "h": block.sha256, "d": block.data})
+        from . import hours   # numpy and the method: only where samples are sealed
+
         hours.store_in(conn, sid, rows)   # the agents' device-hours, derived from the same rows
     return result
 

@@ -23,10 +23,10 @@ branch_labels = None
 depends_on = None
 
 TABLE = "device_hours"
-# Frozen here as created (ledger.telemetry.hours.FIELDS names the same columns, in this order).
+# Frozen here as created (ledger.telemetry.hours.FIELDS names the same columns; writes name their columns).
 INTS = ("n", "loaded_n", "fit_n", "hot_n", "fb_n", "xid_events")
-FLOATS = ("t_first", "t_last", "t_end", "gap_max", "covered_s", "busy_s", "under_s", "starved_s", "idle_s", "missing_s", "act_s",
-          "present_s", "resident_s", "running_s", *(f"busy_r{r}" for r in range(5)),
+FLOATS = ("t_first", "t_last", "t_end", "gap_max", "covered_s", "busy_s", "under_s", "starved_s", "idle_s", "missing_s",
+          "act_s", "present_s", "resident_s", "running_s", *(f"busy_r{r}" for r in range(5)),
           *(f"busyclk_r{r}" for r in range(5)), *(f"busynoclk_r{r}" for r in range(5)), "clk_max", "loaded_clk",
           "fit_p", "fit_t", "fit_pp", "fit_pt", "fit_tt", "hot_p", "hot_t", "fb_sum", "fb_max", "procs_max",
           "ecc_min", "ecc_max", "xid_first", "xid_last")
