@@ -128,6 +128,12 @@ def _group_reduce(x: np.ndarray, starts: np.ndarray, op: str) -> np.ndarray:
 def aggregate(cols: Mapping[str, Sequence]) -> list[DeviceHour]:
     """The device-hours of one batch of samples: ``cols`` maps NEEDED column names to equal-length sequences
     (NaN or None = not measured). Pure; rows sorted by (device, hour)."""
+    # a value near the float limit (a damaged block verify reads back) sums to inf, as it would one by one
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _aggregate(cols)
+
+
+def _aggregate(cols: Mapping[str, Sequence]) -> list[DeviceHour]:
     dev = np.asarray(cols["device"], dtype=object)
     if not len(dev):
         return []
