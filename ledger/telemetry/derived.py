@@ -38,17 +38,19 @@ def check_device_hours(engine, report) -> list:  # noqa: ANN001 - ledger.verify.
             sid = ce.entry.entry_id
             seen.add(sid)
             try:
-                rows = table_rows(read_samples(conn, segment_ids=[sid]))
+                table = read_samples(conn, segment_ids=[sid], columns=hours.NEEDED)
+                want = hours.aggregate_table(table)
             except Exception:  # noqa: BLE001 - unreadable stored samples are the segment-digest check's finding
                 continue
             if sid not in have_all and sid in legacy:
                 continue  # rows stored before blocks, added after `init` derived theirs: none to check
-            if sid not in have_all and rows:
+            if sid not in have_all and table.num_rows:
                 problems.append(ChainProblem(ce.seq, sid, f"no {hours.TABLE} rows for this segment (sealed before "
                                                           f"they existed? `ipledger init` derives them)"))
                 continue
-            why = hours.first_mismatch(hours.aggregate_rows(rows), have_all.get(sid, []))
-            if why and (not rows or _digest_normalised(rows) != ce.entry.data.get("samples_sha256")):
+            why = hours.first_mismatch(want, have_all.get(sid, []))
+            if why and (not table.num_rows or _digest_normalised(table_rows(read_samples(conn, segment_ids=[sid])))
+                        != ce.entry.data.get("samples_sha256")):
                 continue  # missing or altered samples: the segment-digest check names them
             if why:
                 problems.append(ChainProblem(ce.seq, sid, why))

@@ -21,7 +21,8 @@ rows of all segments per device-hour; :mod:`ledger.telemetry.derived` keeps them
 from __future__ import annotations
 
 import math
-from dataclasses import astuple, dataclass, fields
+import operator
+from dataclasses import dataclass, fields
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -113,6 +114,7 @@ class DeviceHour:
 FIELDS = tuple(f.name for f in fields(DeviceHour))
 SUMS = ("n", *(f for f in FIELDS[FIELDS.index("gap_max") + 1:] if not f.endswith(("_max", "_min", "_first", "_last"))))
 INT_FIELDS = frozenset(f.name for f in fields(DeviceHour) if f.type == "int")
+values = operator.attrgetter(*FIELDS)   # a DeviceHour's values in FIELDS order (dataclasses.astuple deep-copies)
 
 
 def _group_reduce(x: np.ndarray, starts: np.ndarray, op: str) -> np.ndarray:
@@ -221,6 +223,17 @@ def aggregate_rows(rows: Sequence[tuple]) -> list[DeviceHour]:
     idx = [SAMPLE_COLUMNS.index(c) for c in NEEDED]
     cols = list(zip(*rows))
     return aggregate({c: cols[i] for c, i in zip(NEEDED, idx)})
+
+
+def aggregate_table(table) -> list[DeviceHour]:  # noqa: ANN001 - a pyarrow Table with the NEEDED columns
+    """:func:`aggregate` of a pyarrow table as the sample reader returns it (no row tuples in between)."""
+    from .blocks import float_values
+
+    if not table.num_rows:
+        return []
+    cols = {c: float_values(table.column(c)) for c in NEEDED if c != "device"}
+    cols["device"] = np.asarray(table.column("device").to_pylist(), dtype=object)
+    return aggregate(cols)
 
 
 def aggregate_reference(samples: Iterable) -> list[DeviceHour]:  # noqa: ANN001 - ledger Sample objects
@@ -359,7 +372,7 @@ def store_in(conn, segment_id: str, rows: Sequence[tuple]) -> int:  # noqa: ANN0
     stores each segment once (``telemetry.store.write_segment_rows_in``). Returns the rows written."""
     hours = aggregate_rows(rows)
     if hours:
-        conn.execute(_insert_sql(), [{"segment_id": segment_id, **dict(zip(FIELDS, map(_db_value, astuple(h))))}
+        conn.execute(_insert_sql(), [{"segment_id": segment_id, **dict(zip(FIELDS, map(_db_value, values(h))))}
                                      for h in hours])
     return len(hours)
 
@@ -476,7 +489,7 @@ def first_mismatch(want: Sequence[DeviceHour], have: Sequence[DeviceHour]) -> st
             return f"device-hour ({key[0]}, {key[1]:.0f}) is missing from {TABLE}"
         if key not in w:
             return f"{TABLE} holds device-hour ({key[0]}, {key[1]:.0f}) that the samples do not"
-        for name, x, y in zip(FIELDS, astuple(w[key]), astuple(g[key])):
+        for name, x, y in zip(FIELDS, values(w[key]), values(g[key])):
             if not _same(x, y):
                 return f"{TABLE} ({key[0]}, {key[1]:.0f}) field {name}: stored {y!r}, the samples give {x!r}"
     return None
