@@ -80,7 +80,8 @@ def _key(f) -> tuple:  # noqa: ANN001
 
 def test_screened_findings_equal_the_full_resolution(engine) -> None:  # noqa: ANN001
     """XID, power cap, starved, idle held and unknown gaps from device-hours plus the raw samples of the scopes
-    their screens pick: the same findings (kinds, scopes, windows), GPU-hours within 1 %, the same evidence."""
+    their screens pick, and requeue losses: the same findings (kinds, scopes, windows), GPU-hours within 1 %, the
+    same evidence."""
     full, hyb = load(engine), load_compact(engine, detail=True)
     want = {_key(f): f for f in screened_findings(full)}
     got = {_key(f): f for f in screened_findings(hyb)}

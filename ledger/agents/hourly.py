@@ -259,13 +259,14 @@ def detail_hours(ds: Dataset, hrs: pd.DataFrame) -> frozenset:
 
 def screened_findings(ds: Dataset) -> list:
     """The findings the screens of :func:`detail_hours` cover — XID, power cap, starved, idle held, unknown gaps
-    — by the full-resolution agents' own functions, on a dataset with the raw samples where they look."""
-    from . import attribution, drift
+    — by the full-resolution agents' own functions, on a dataset with the raw samples where they look; and the
+    requeue losses, which read allocations, progress marks and prices only (sums the pieces carry)."""
+    from . import accounting, attribution, drift
 
     events = drift.xid_events(ds)
     stall = drift.xid_stall_mask(ds, events)
     return [*drift.xid_findings(ds, events, stall), *attribution.power_cap(ds), *attribution.starved(ds),
-            *attribution.idle_held(ds, stall), *attribution.unknown_gaps(ds)]
+            *attribution.idle_held(ds, stall), *attribution.unknown_gaps(ds), *accounting.findings(ds)]
 
 
 # --- partitions: the account per device partition, merged ----------------------------------------------------
