@@ -22,7 +22,7 @@ def _run(module: str, scale: float, tmp_path, monkeypatch) -> common.Figure:
 
 
 @pytest.mark.parametrize("module,scale", [("ship_sqlite", 0.0005), ("verify", 0.0003), ("mark", 0.03),
-                                          ("proofs", 0.0005)])
+                                          ("proofs", 0.0005), ("agents", 0.016)])
 def test_core_figures_run_and_check_themselves(module, scale, tmp_path, monkeypatch):
     fig = _run(module, scale, tmp_path, monkeypatch)
     assert fig.status == "ok"

@@ -4,6 +4,7 @@ show as unknown can be settled by the id the operator sees."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 from tests.test_agents import small_hall
@@ -12,7 +13,11 @@ from tests.test_agents import small_hall
 def test_resolve_by_finding_id_resolves_each_interval_it_stands_for(tmp_path, runner, cli):
     hall, found = small_hall()
     db = tmp_path / "ledger.db"
-    shutil.copy(hall.db_path, db)   # the shared hall stays untouched
+    # the shared hall stays untouched; its newest pages may still be in the write-ahead log
+    for suffix in ("", "-wal"):
+        src = f"{hall.db_path}{suffix}"
+        if os.path.exists(src):
+            shutil.copy(src, f"{db}{suffix}")
     url = f"sqlite:///{db}"
     gap = next(f for f in found if f["kind"] == "unknown_gap" and (f.get("gap_ids") or f.get("gap_id")))
     want = set(gap.get("gap_ids") or [gap["gap_id"]])

@@ -139,16 +139,39 @@ def load(engine: Engine, through_seq: int | None = None, topology: dict | None =
 def assemble(scan: EntryScan, s: pd.DataFrame, topology: dict | None = None) -> Dataset:
     """The :class:`Dataset` from what the entries said and the samples (SAMPLE_READ_COLUMNS, any order): what
     :func:`load` does after reading, and what an import analysed without a ledger does with its own parts."""
-    starts, ends, bound, gaps, prog = scan.starts, scan.ends, scan.bound, scan.gaps, scan.prog
-    requeues, statuses, recorded, contracts = scan.requeues, scan.statuses, scan.recorded, scan.contracts
-    seg_nodes, seq = scan.seg_nodes, scan.seq
-    # --- devices ------------------------------------------------------------------------------------------------
+    devices = devices_frame(scan, s["device"].unique() if len(s) else [], topology)
+    allocs = allocations_frame(scan)
+    # --- samples ------------------------------------------------------------------------------------------------
+    s = sample_frame(s)
+    cadence = float(s["dt"].median()) if len(s) else 300.0
+    start, end = close_allocations(allocs, float(s["t"].min()) if len(s) else None,
+                                   float(s["t"].max()) + cadence if len(s) else 0.0)
+    s = _assign(s, allocs)
+    s = s.join(devices[["node", "rack", "sku", "vendor", "rated"]], on="device")
+    _fill_rated(s, devices)
+    _buckets(s)
+    return finish(scan, s, allocs, devices, cadence, start, end)
+
+
+def sample_frame(s: pd.DataFrame) -> pd.DataFrame:
+    """Samples as read (SAMPLE_READ_COLUMNS) under the agents' short column names, floats, in (device, t) order."""
+    s = s.rename(columns={"clock_reasons": "reasons", "sm_active": "sm", "sm_clock_mhz": "clk", "power_w": "power",
+                          "gpu_temp_c": "temp", "ecc_sbe_aggregate": "ecc", "fb_used_mib": "fb",
+                          "compute_procs": "procs", "tensor_active": "tensor"})
+    for col in s.columns:  # all-NULL columns come back as object dtype: the agents need floats (NaN = not measured)
+        if col != "device":
+            s[col] = pd.to_numeric(s[col], errors="coerce").astype(float)
+    return s.sort_values(["device", "t"], kind="stable").reset_index(drop=True)
+
+
+def devices_frame(scan: EntryScan, sample_devices, topology: dict | None = None) -> pd.DataFrame:  # noqa: ANN001
+    """One row per device (index: uuid): node, rack, sku, vendor, rated clock and SKU key."""
     dev_rows: dict[str, dict] = {}
-    for b in bound:
+    for b in scan.bound:
         dev_rows.setdefault(b["device"], {}).update({k: v for k, v in b.items() if v is not None and k in
                                                     ("node", "sku", "vendor", "rack")})
-    for dev in s["device"].unique() if len(s) else []:
-        dev_rows.setdefault(dev, {}).setdefault("node", seg_nodes.get(dev))
+    for dev in sample_devices:
+        dev_rows.setdefault(dev, {}).setdefault("node", scan.seg_nodes.get(dev))
     topology = topology or {}
     devices = pd.DataFrame.from_dict(dev_rows, orient="index")
     for col in ("node", "sku", "vendor", "rack"):
@@ -158,42 +181,43 @@ def assemble(scan: EntryScan, s: pd.DataFrame, topology: dict | None = None) -> 
     rated, keys = zip(*[_rated(x) for x in devices["sku"]]) if len(devices) else ((), ())
     devices["rated"] = list(rated)
     devices["sku_key"] = list(keys)
-    # --- allocations (one row per run and device) -------------------------------------------------------------
+    return devices
+
+
+def allocations_frame(scan: EntryScan) -> pd.DataFrame:
+    """One row per (run, device) that started; ``end`` NaN while the run has not ended."""
     rows = []
-    for b in bound:
+    for b in scan.bound:
         key = (b["cluster"], b["job_id"], b["run"])
-        if key not in starts:
+        if key not in scan.starts:
             continue
-        t0, ctx = starts[key]
-        t1, endd = ends.get(key, (None, {}))
+        t0, ctx = scan.starts[key]
+        t1, endd = scan.ends.get(key, (None, {}))
         rows.append({"cluster": key[0], "job_id": key[1], "run": key[2], "device": b["device"], "node": b["node"],
                      "start": t0, "end": t1, "tenant": ctx.get("account"), "partition": ctx.get("partition"),
                      "qos": ctx.get("qos"), "state": endd.get("state"), "synthetic": bool(ctx.get("synthetic"))})
-    allocs = pd.DataFrame(rows, columns=["cluster", "job_id", "run", "device", "node", "start", "end", "tenant",
-                                         "partition", "qos", "state", "synthetic"])
-    # --- samples ------------------------------------------------------------------------------------------------
-    s = s.rename(columns={"clock_reasons": "reasons", "sm_active": "sm", "sm_clock_mhz": "clk", "power_w": "power",
-                          "gpu_temp_c": "temp", "ecc_sbe_aggregate": "ecc", "fb_used_mib": "fb",
-                          "compute_procs": "procs", "tensor_active": "tensor"})
-    for col in s.columns:  # all-NULL columns come back as object dtype: the agents need floats (NaN = not measured)
-        if col != "device":
-            s[col] = pd.to_numeric(s[col], errors="coerce").astype(float)
-    s = s.sort_values(["device", "t"], kind="stable").reset_index(drop=True)
-    cadence = float(s["dt"].median()) if len(s) else 300.0
-    end_known = s["t"].max() + cadence if len(s) else 0.0
+    return pd.DataFrame(rows, columns=["cluster", "job_id", "run", "device", "node", "start", "end", "tenant",
+                                       "partition", "qos", "state", "synthetic"])
+
+
+def close_allocations(allocs: pd.DataFrame, t_min: float | None, end_known: float) -> tuple[float, float]:
+    """Runs still open end where the data ends (``end_known``: the last sample's start + cadence); returns the
+    dataset's (start, end)."""
     if len(allocs):
         allocs["end"] = allocs["end"].fillna(max(end_known, allocs["start"].max()))
-    start = float(min([s["t"].min()] if len(s) else [], default=0.0) or (allocs["start"].min() if len(allocs) else 0.0))
+    start = float(min([t_min] if t_min is not None else [], default=0.0) or
+                  (allocs["start"].min() if len(allocs) else 0.0))
     end = float(max([end_known, allocs["end"].max() if len(allocs) else 0.0]))
-    s = _assign(s, allocs)
-    s = s.join(devices[["node", "rack", "sku", "vendor", "rated"]], on="device")
-    _fill_rated(s, devices)
-    _buckets(s)
-    # --- prices -------------------------------------------------------------------------------------------------
+    return start, end
+
+
+def finish(scan: EntryScan, s: pd.DataFrame, allocs: pd.DataFrame, devices: pd.DataFrame, cadence: float,
+           start: float, end: float) -> Dataset:
+    """The :class:`Dataset` of these (bucketed) samples: prices from the contracts, the entries' other parts."""
     currency, rates = "USD", {}
     tenants = set(allocs["tenant"].dropna()) | {None}
     for ten in tenants:
-        c, _ = select_contract(contracts, ten)
+        c, _ = select_contract(scan.contracts, ten)
         currency = c.currency
         for sku in set(devices["sku"].dropna()):
             r = match_sku(sku)
@@ -202,10 +226,10 @@ def assemble(scan: EntryScan, s: pd.DataFrame, topology: dict | None = None) -> 
                 rates[(ten, sku)] = float(basis.hourly(r.tdp_w if r else None))
             except (AssertionError, ArithmeticError):
                 pass
-    prog_df = pd.DataFrame(prog, columns=list(PROGRESS_COLUMNS))
-    return Dataset(samples=s, allocs=allocs, devices=devices, gaps=gaps, progress=prog_df, requeues=requeues,
-                   statuses=statuses, recorded=recorded, cadence=cadence, start=start, end=end, through_seq=seq,
-                   currency=currency, rates=rates)
+    prog_df = pd.DataFrame(scan.prog, columns=list(PROGRESS_COLUMNS))
+    return Dataset(samples=s, allocs=allocs, devices=devices, gaps=scan.gaps, progress=prog_df,
+                   requeues=scan.requeues, statuses=scan.statuses, recorded=scan.recorded, cadence=cadence,
+                   start=start, end=end, through_seq=scan.seq, currency=currency, rates=rates)
 
 
 def _assign(s: pd.DataFrame, allocs: pd.DataFrame) -> pd.DataFrame:
@@ -290,11 +314,20 @@ def coverage_gaps(ds: Dataset) -> pd.DataFrame:
         return pd.DataFrame(columns=["device", "node", "start", "end"])
     out = []
     step = ds.cadence
-    by_dev = {d: g["t"].to_numpy() for d, g in ds.samples.groupby("device")}
+    # A row may stand for a run of samples from t to span_end with no step longer than 2.5 cadences between
+    # them (the device-hour dataset, agents/hourly.py): no gap inside it, and where an allocation cuts it, a
+    # sample no further than that from the cut, as the samples themselves would have.
+    spans = "span_end" in ds.samples
+    by_dev = {d: (g["t"].to_numpy(), g["span_end"].to_numpy() if spans else g["t"].to_numpy())
+              for d, g in ds.samples.groupby("device")}
     for a in ds.allocs.itertuples():
-        t = by_dev.get(a.device, np.zeros(0))
-        t = t[(t >= a.start - step) & (t < a.end)]
-        edges = np.concatenate([[a.start], t + step, ]) if len(t) else np.array([a.start])
+        t, e = by_dev.get(a.device, (np.zeros(0), np.zeros(0)))
+        keep = (e >= a.start - step) & (t < a.end)
+        t, e = t[keep], e[keep]
+        if spans:
+            t, e = np.maximum(t, a.start - step), np.minimum(e, a.end - step)
+            e = np.maximum.accumulate(np.maximum(e, t)) if len(t) else e   # rows of one span share its t
+        edges = np.concatenate([[a.start], e + step, ]) if len(t) else np.array([a.start])
         nexts = np.concatenate([t, [a.end]]) if len(t) else np.array([a.end])
         # a gap is where the next sample starts more than 1.5 cadences after the previous one ended
         gap = nexts - edges > 1.5 * step

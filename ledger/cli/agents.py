@@ -283,6 +283,39 @@ def account_cmd(app: AppContext, day: str | None, week: str | None, as_json: boo
         click.echo(f"    {ln['cause']:32s} {ln['gpu_hours']:10,.1f} GPU-h")
 
 
+@click.command("daily")
+@click.option("--samples", "from_samples", is_flag=True,
+              help="From every sample (the full-resolution reference) instead of the device-hours.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_app
+def daily_cmd(app: AppContext, from_samples: bool, as_json: bool) -> None:
+    """The daily account per (day, cluster, tenant, partition, QOS), read from the device-hours sealed with the
+    telemetry (memory grows with devices x hours, not with samples; docs/scale.md).
+
+    \b
+    Example:
+      ipledger daily
+      ipledger daily --json
+    """
+    from ..agents.accounting import daily
+    from ..agents.data import load
+    from ..agents.hourly import load_compact
+
+    engine = app.engine()
+    rows = daily(load(engine) if from_samples else load_compact(engine))
+    if as_json:
+        emit_json({"daily": rows, "source": "samples" if from_samples else "device_hours"})
+        return
+    if not rows:
+        click.echo("no allocated device time in the ledger")
+        return
+    click.echo(f"  {'day':10s} {'tenant':16s} {'partition':12s} {'paid':>10s} {'delivered':>10s} {'unknown':>9s}"
+               "  GPU-h")
+    for r in rows:
+        click.echo(f"  {r['day']:10s} {r['tenant']:16s} {r['partition']:12s} {r['paid']:10,.1f} "
+                   f"{r['delivered']:10,.1f} {r['unknown']:9,.1f}")
+
+
 @click.group("report")
 def report_group() -> None:
     """Written reports built from the ledger."""
@@ -394,5 +427,6 @@ def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str |
 
 
 def register(cli: click.Group) -> None:
-    for cmd in (findings_cmd, finding_group, explain_cmd, ask_cmd, account_cmd, analyze_cmd, report_group):
+    for cmd in (findings_cmd, finding_group, explain_cmd, ask_cmd, account_cmd, daily_cmd, analyze_cmd,
+                report_group):
         cli.add_command(cmd)

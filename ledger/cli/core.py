@@ -25,9 +25,13 @@ def init_cmd(app: AppContext, as_json: bool) -> None:
       ipledger --db sqlite:///ledger.db init
       ipledger --db postgresql+psycopg://ipledger@dbhost/ipledger init
     """
+    from ..telemetry import derived
+
     engine = app.engine(require=False)
     try:
         rev = db_mod.upgrade(engine)
+        with db_mod.write_tx(engine) as conn:   # device-hours of segments sealed before migration 0006
+            derived.backfill(conn)
     except Exception as exc:  # noqa: BLE001 - any driver error becomes one line
         raise UserError(f"cannot initialise {app.db_url}: {str(exc).splitlines()[0]}") from None
     if as_json:

@@ -109,8 +109,8 @@ def write_segment_in(conn: Connection, samples: Sequence[Sample], entry: Entry,
 def write_segment_rows_in(conn: Connection, rows: Sequence[tuple], entry: Entry,
                           other_entries: Sequence[Entry] = ()) -> AppendResult:
     """:func:`write_segment_in` for rows already in normalised SAMPLE_COLUMNS form: the rows are stored as
-    one columnar block in `sample_blocks` (a segment already stored, as a block or as legacy rows, is not
-    stored again — at-least-once shipping)."""
+    one columnar block in `sample_blocks`, with its device-hours in `device_hours` (a segment already stored,
+    as a block or as legacy rows, is not stored again — at-least-once shipping)."""
     result = append_in(conn, [entry, *other_entries])
     sid = entry.entry_id
     if rows and not _segment_stored(conn, sid):
@@ -118,6 +118,9 @@ def write_segment_rows_in(conn: Connection, rows: Sequence[tuple], entry: Entry,
         conn.execute(text("INSERT INTO sample_blocks (segment_id, format, rows, sha256, data) "
                           "VALUES (:s, :f, :n, :h, :d)"),
                      {"s": sid, "f": block.format, "n": block.rows, "h": block.sha256, "d": block.data})
+        from . import hours   # numpy and the method: only where samples are sealed
+
+        hours.store_in(conn, sid, rows)   # the agents' device-hours, derived from the same rows
     return result
 
 

@@ -25,7 +25,7 @@ TABLE = "receipt_lines"
 
 def upgrade() -> None:
     from ledger import receipt_lines
-    from schema.append_only import make_append_only
+    from ipledger_schema.append_only import make_append_only
 
     bind = op.get_bind()
     receipt_lines.table(sa.MetaData()).create(bind)

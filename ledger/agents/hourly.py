@@ -1,0 +1,297 @@
+"""The agents' dataset from device-hours instead of every sample: memory O(devices x hours), not O(samples).
+
+:func:`load_compact` returns a :class:`~ledger.agents.data.Dataset` whose ``samples`` frame holds one row per
+(device, hour, run) — and one per throttle reason with throttled time — carrying that piece's summed GPU-hours in
+the same columns the per-sample frame has (``h``, ``h_del``, ``h_thr``, ``h_under``, ``h_starved``, ``h_idle``,
+``h_missing``, ``rbucket``, the run's cluster / job / tenant / partition / QOS). The accounting that only sums
+those columns — the daily account, the hour-of-day profile, bucket totals, prices — runs unchanged on it and gives
+the full-resolution figures (tests/test_agents_hourly.py holds it to :func:`ledger.agents.data.load`).
+
+Exactness, where an hour's sums are not enough:
+
+- an hour in which a run starts or ends on the device (its samples belong to two runs), or whose clock went above
+  the device's rated clock (the clock ratio is clipped there), brings its raw samples, bucketed by the
+  full-resolution code (:func:`ledger.agents.data._buckets`), instead of its piece: a bounded read, two hours
+  per run and device;
+- coverage gaps (allocated time with no sample) need the sample times: an hour whose longest step between
+  samples is at most 2.5 cadences (no room for a gap inside it) is one row spanning its first to its last sample
+  (``span_end``, which :func:`~ledger.agents.data.coverage_gaps` reads), any other hour brings all its sample
+  times.
+
+The rated clock of a device whose SKU has no rating is the 99th percentile of its loaded clock (the documented
+fallback), read from its raw clock column.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from sqlalchemy.engine import Engine
+
+from ..store import iter_entries
+from ..telemetry import hours as dh
+from ..telemetry.blocks import float_values
+from ..telemetry.store import iter_sample_pieces, read_samples
+from .common import DAY
+from .data import (SAMPLE_READ_COLUMNS, Dataset, EntryScan, _assign, _buckets, _fill_rated, allocations_frame,
+                   close_allocations, coverage_gaps, devices_frame, finish, sample_frame)
+
+ALLOC_COLS = ("cluster", "job_id", "run", "tenant", "partition", "qos")
+PIECE_COLS = ("device", "t", "span_end", "ai", "h", "h_del", "h_thr", "h_under", "h_starved", "h_idle", "h_missing",
+              "rbucket")
+OTHER = 4   # THROTTLE_REASONS index of "other"
+
+
+def load_compact(engine: Engine, through_seq: int | None = None, topology: dict | None = None,
+                 detail: bool = False) -> Dataset:
+    """The agents' dataset over device-hours (see the module docstring); ``detail``: with the raw samples of
+    the device-hours :func:`detail_hours` picks for the screened agents (:func:`screened_findings`)."""
+    scan = EntryScan()
+    with engine.connect() as conn:
+        for ce in iter_entries(conn, through_seq=through_seq):
+            scan.add(ce)
+        hrs = dh.merged_frame(conn)
+        ds = _compact(conn, scan, hrs, topology)
+        if detail:
+            ds = _compact(conn, scan, hrs, topology, detail_hours(ds, hrs))
+        return ds
+
+
+def cadence_of(hrs: pd.DataFrame) -> float:
+    """The median sample duration, from each device-hour's mean duration weighted by its samples (the sample
+    median when a device-hour's samples share one duration, as a scrape or collector cadence does)."""
+    if not len(hrs):
+        return 300.0
+    mean_dt = (hrs["covered_s"] / hrs["n"]).to_numpy(float)
+    w = hrs["n"].to_numpy(float)
+    order = np.argsort(mean_dt, kind="stable")
+    cum = np.cumsum(w[order])
+    total = cum[-1]
+    lo = mean_dt[order][np.searchsorted(cum, total / 2.0, side="left")]
+    if total % 2 == 0:  # an even count: the mean of the two middle samples, as a median is
+        hi = mean_dt[order][np.searchsorted(cum, total / 2.0 + 1, side="left")]
+        return float((lo + hi) / 2.0)
+    return float(mean_dt[order][np.searchsorted(cum, (total + 1) / 2.0, side="left")])
+
+
+def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None,  # noqa: ANN001
+             detail: frozenset = frozenset()) -> Dataset:
+    devices = devices_frame(scan, sorted(hrs["device"].unique()) if len(hrs) else [], topology)
+    allocs = allocations_frame(scan)
+    cadence = cadence_of(hrs)
+    start, end = close_allocations(allocs, float(hrs["t_first"].min()) if len(hrs) else None,
+                                   float(hrs["t_last"].max()) + cadence if len(hrs) else 0.0)
+    _rate_fallback(conn, devices)
+    rated = hrs["device"].map(devices["rated"]).to_numpy(float) if len(hrs) else np.zeros(0)
+    ai, edge = _assign_hours(hrs, allocs)
+    clipped = hrs["clk_max"].to_numpy(float) > np.where(np.isnan(rated), np.inf, rated)
+    refine = edge | clipped
+    if detail:
+        refine |= np.fromiter(((d, h) in detail for d, h in zip(hrs["device"], hrs["hour"])), bool, len(hrs))
+    # an hour with a step over 2.5 cadences between samples (or one unknown) may hold a coverage gap
+    gap_room = ~((hrs["n"] == 1) | (hrs["gap_max"] <= 2.5 * cadence)).to_numpy()
+    clean = hrs[~refine]
+    parts = [_pieces(clean, ai[~refine], rated[~refine], ~gap_room[~refine])]
+    times = []
+    raw_keys = hrs[refine | gap_room][["device", "hour"]]
+    if len(raw_keys):
+        raw = _raw(conn, raw_keys, allocs, devices)
+        want = set(zip(hrs.loc[refine, "device"], hrs.loc[refine, "hour"]))
+        hb = (raw["t"] // dh.HOUR) * dh.HOUR
+        sel = np.fromiter(((d, h) in want for d, h in zip(raw["device"], hb)), bool, len(raw))
+        parts.append(raw[sel].drop(columns=["rated"]).assign(span_end=raw.loc[sel, "t"].to_numpy()))
+        rest = raw[~sel]
+        times.append(rest[["device", "t"]].assign(span_end=rest["t"].to_numpy(), ai=rest["ai"].to_numpy()))
+    s = pd.concat([p for p in parts + times if len(p)] or [pd.DataFrame(columns=list(PIECE_COLS))],
+                  ignore_index=True)
+    s["span_end"] = s["span_end"].fillna(s["t"]).astype(float)
+    for col in PIECE_COLS[4:]:
+        s[col] = pd.to_numeric(s[col], errors="coerce").fillna(OTHER if col == "rbucket" else 0.0)
+    s["ai"] = s["ai"].astype(np.int64)
+    for col in ("running", "resident"):   # a piece or a time row is no sample the count-based agents look at
+        s[col] = s[col].astype("boolean").fillna(False).astype(bool) if col in s else False
+    s = s.sort_values(["device", "t"], kind="stable").reset_index(drop=True)
+    for col in ALLOC_COLS:
+        vals = allocs[col].to_numpy(object) if len(allocs) else np.array([], dtype=object)
+        ai_s = s["ai"].to_numpy()
+        s[col] = np.where(ai_s >= 0, vals[np.clip(ai_s, 0, None)] if len(vals) else None, None)
+    s = s.join(devices[["node", "rack", "sku", "vendor", "rated"]], on="device")
+    return finish(scan, s, allocs, devices, cadence, start, end)
+
+
+def _rate_fallback(conn, devices: pd.DataFrame) -> None:  # noqa: ANN001
+    """Devices without a rated clock get the method's fallback from their own raw clocks (one column read)."""
+    missing = [d for d, r in devices["rated"].items() if r is None or r != r]
+    if not missing:
+        return
+    s = read_samples(conn, devices=missing, columns=("device", "t", "sm_active", "tensor_active", "gpu_util",
+                                                     "sm_clock_mhz")).to_pandas()
+    s = s.rename(columns={"sm_active": "sm", "tensor_active": "tensor", "sm_clock_mhz": "clk"})
+    s["rated"] = np.nan
+    _fill_rated(s, devices)
+
+
+def _assign_hours(hrs: pd.DataFrame, allocs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per device-hour: the run its samples belong to (-1: none) as data._assign decides per sample, and whether
+    a run starts or ends among them (an edge hour: its samples belong to more than one)."""
+    n = len(hrs)
+    ai, edge = np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=bool)
+    if not n or not len(allocs):
+        return ai, edge
+    a = allocs.reset_index(drop=True)
+    by_dev = a.groupby("device").indices
+    t0, t1 = hrs["t_first"].to_numpy(float), hrs["t_last"].to_numpy(float)
+    for dev, idx in hrs.groupby("device", sort=False).indices.items():
+        rows = by_dev.get(dev)
+        if rows is None:
+            continue
+        st = a.loc[rows, "start"].to_numpy(float)
+        en = a.loc[rows, "end"].to_numpy(float)
+        order = np.argsort(st)
+        st, en, rows = st[order], en[order], rows[order]
+        k = np.searchsorted(st, t0[idx], side="right") - 1
+        ok = (k >= 0) & (t0[idx] < en[np.clip(k, 0, None)])
+        ai[idx[ok]] = rows[k[ok]]
+        bounds = np.sort(np.concatenate([st, en]))
+        # any start or end in (first sample, last sample]: the assignment may change inside the hour
+        lo = np.searchsorted(bounds, t0[idx], side="right")
+        hi = np.searchsorted(bounds, t1[idx], side="right")
+        edge[idx] = hi > lo
+    return ai, edge
+
+
+def _pieces(h: pd.DataFrame, ai: np.ndarray, rated: np.ndarray, runs: np.ndarray) -> pd.DataFrame:
+    """Rows of summed GPU-hours per clean device-hour: one row (reason "other") with every bucket, and one per
+    other throttle reason with throttled time. The first row spans the hour's samples where ``runs`` (no step
+    between them long enough to hide a coverage gap)."""
+    if not len(h):
+        return pd.DataFrame(columns=list(PIECE_COLS))
+    allocated = (ai >= 0).astype(float) / 3600.0
+    busy = np.stack([h[f"busy_r{r}"].to_numpy(float) for r in range(5)])
+    busyclk = np.stack([h[f"busyclk_r{r}"].to_numpy(float) for r in range(5)])
+    noclk = np.stack([h[f"busynoclk_r{r}"].to_numpy(float) for r in range(5)])
+    has_rated = ~np.isnan(rated) & (rated > 0)
+    delivered_r = np.where(has_rated, busyclk / np.where(has_rated, rated, 1.0) + noclk, busy)
+    thr = np.clip(busy - delivered_r, 0.0, None) * allocated
+    t0 = h["t_first"].to_numpy(float)
+    base = pd.DataFrame({"device": h["device"].to_numpy(), "t": t0,
+                         "span_end": np.where(runs, h["t_last"].to_numpy(float), t0), "ai": ai,
+                         "h": h["covered_s"].to_numpy(float) * allocated,
+                         "h_del": delivered_r.sum(axis=0) * allocated, "h_thr": thr[OTHER],
+                         "h_under": h["under_s"].to_numpy(float) * allocated,
+                         "h_starved": h["starved_s"].to_numpy(float) * allocated,
+                         "h_idle": h["idle_s"].to_numpy(float) * allocated,
+                         "h_missing": h["missing_s"].to_numpy(float) * allocated, "rbucket": OTHER})
+    extra = [pd.DataFrame({"device": base["device"], "t": t0, "span_end": t0, "ai": ai, "h_thr": thr[r],
+                           "rbucket": r})[thr[r] > 0] for r in range(4)]
+    return pd.concat([base, *extra], ignore_index=True)
+
+
+def _raw(conn, keys: pd.DataFrame, allocs: pd.DataFrame, devices: pd.DataFrame) -> pd.DataFrame:  # noqa: ANN001
+    """The raw samples of these device-hours, bucketed by the full-resolution code (data._assign, _buckets)."""
+    want = keys.groupby("device")["hour"].agg(set).to_dict()
+    sids = dh.segments_of(conn, set(zip(keys["device"], keys["hour"])))
+    tables = []
+    for dev, table in iter_sample_pieces(conn, segment_ids=sids, devices=sorted(want), columns=SAMPLE_READ_COLUMNS):
+        hb = (float_values(table.column("t")) // dh.HOUR) * dh.HOUR
+        keep = np.isin(hb, list(want[dev]))
+        if keep.any():
+            tables.append(table.filter(pa.array(keep)))
+    s = pa.concat_tables(tables).to_pandas() if tables else pd.DataFrame(columns=list(SAMPLE_READ_COLUMNS))
+    s = _assign(sample_frame(s), allocs)
+    s = s.join(devices[["rated"]], on="device")
+    _buckets(s)
+    return s
+
+
+# --- findings from device-hours: screen, then the full-resolution agents on the screened scopes' samples -------
+
+def _run_hours(allocs: pd.DataFrame, runs: set) -> set:
+    """(device, hour) of every allocation row of these runs: the hours its samples start in."""
+    out = set()
+    for r in allocs.itertuples():
+        if (r.cluster, r.job_id, r.run) in runs:
+            h0, h1 = int(r.start // dh.HOUR), int(np.ceil(r.end / dh.HOUR))
+            out.update((r.device, float(h * dh.HOUR)) for h in range(h0, h1))
+    return out
+
+
+def _span_hours(devs, a: float, b: float) -> set:  # noqa: ANN001
+    h0, h1 = int(a // dh.HOUR), int(np.ceil(b / dh.HOUR))
+    return {(d, float(h * dh.HOUR)) for d in devs for h in range(h0, h1)}
+
+
+def _side(a: float, b: float) -> float:
+    """How far an evidence timeline looks before and after a window (agents.common.bda)."""
+    return min(max(b - a, dh.HOUR), DAY)
+
+
+def detail_hours(ds: Dataset, hrs: pd.DataFrame) -> frozenset:
+    """The device-hours whose raw samples the screened agents need, decided from the device-hour dataset: every
+    hour of a run idle or starved past the agents' floors; every hour of a device with an XID event; a node's
+    hours around its power-capped hours (the merge gap, a day of evidence each side); a node's hours around an
+    unknown interval or a coverage gap (its evidence timeline)."""
+    from .attribution import IDLE_MIN_H, STARVED_MIN_H
+
+    s = ds.samples[ds.samples["ai"] >= 0]
+    per_run = s.groupby(["cluster", "job_id", "run"], dropna=False)[["h_idle", "h_starved"]].sum()
+    runs = set(per_run.index[(per_run["h_idle"] >= IDLE_MIN_H) | (per_run["h_starved"] >= STARVED_MIN_H)])
+    keys = _run_hours(ds.allocs, runs)
+    node_devs = ds.devices.groupby("node").groups
+    for dev, g in hrs.sort_values(["device", "hour"]).groupby("device"):
+        prev = np.concatenate([[0.0], g["xid_last"].to_numpy(float)[:-1]])
+        first = g["xid_first"].to_numpy(float)
+        if (g["xid_events"] > 0).any() or ((first > 0) & (first != prev)).any():
+            keys |= _span_hours([dev], ds.start, ds.end)
+    capped = hrs[hrs["busy_r1"] > 0]
+    nodes = capped["device"].map(ds.devices["node"])
+    for node, g in capped.groupby(nodes):
+        margin = DAY + 7 * dh.HOUR   # windows merge capped hours up to 6 h apart; _edges looks an hour further
+        keys |= _span_hours(node_devs.get(node, []), g["hour"].min() - margin, g["hour"].max() + dh.HOUR + margin)
+    spans = [(g["node"], g["start"], g["end"]) for g in ds.gaps if g["node"]]
+    spans += [(r.node, r.start, r.end) for r in coverage_gaps(ds).itertuples()]
+    for node, a, b in spans:
+        keys |= _span_hours(node_devs.get(node, []), a - _side(a, b), b + _side(a, b))
+    have = set(zip(hrs["device"], hrs["hour"]))
+    return frozenset(keys & have)
+
+
+def screened_findings(ds: Dataset) -> list:
+    """The findings the screens of :func:`detail_hours` cover — XID, power cap, starved, idle held, unknown gaps
+    — by the full-resolution agents' own functions, on a dataset with the raw samples where they look; and the
+    requeue losses, which read allocations, progress marks and prices only (sums the pieces carry)."""
+    from . import accounting, attribution, drift
+
+    events = drift.xid_events(ds)
+    stall = drift.xid_stall_mask(ds, events)
+    return [*drift.xid_findings(ds, events, stall), *attribution.power_cap(ds), *attribution.starved(ds),
+            *attribution.idle_held(ds, stall), *attribution.unknown_gaps(ds), *accounting.findings(ds)]
+
+
+# --- partitions: the account per device partition, merged ----------------------------------------------------
+
+DAILY_KEY = ("day", "cluster", "tenant", "partition", "qos")
+DAILY_FIGURES = ("paid", "unknown", "delivered", "underutilized", "starved", "idle_held", "throttled")
+
+
+def device_partition(ds: Dataset, devices) -> Dataset:  # noqa: ANN001
+    """The dataset of these devices only (their rows and allocation rows): what one partition's worker holds."""
+    from dataclasses import replace
+
+    keep = set(devices)
+    return replace(ds, samples=ds.samples[ds.samples["device"].isin(keep)],
+                   allocs=ds.allocs[ds.allocs["device"].isin(keep)], devices=ds.devices[ds.devices.index.isin(keep)])
+
+
+def merge_daily(parts: list[list[dict]]) -> list[dict]:
+    """Daily account rows of several device partitions summed per (day, cluster, tenant, partition, QOS): every
+    figure is a sum over devices, so the merge is an addition (rounded as accounting.daily rounds)."""
+    acc: dict[tuple, dict] = {}
+    for rows in parts:
+        for r in rows:
+            k = tuple(r[c] for c in DAILY_KEY)
+            cur = acc.setdefault(k, {**{c: r[c] for c in DAILY_KEY}, **{f: 0.0 for f in DAILY_FIGURES}})
+            for f in DAILY_FIGURES:
+                cur[f] += r[f]
+    return [{**v, **{f: round(v[f], 4) for f in DAILY_FIGURES}} for _, v in sorted(acc.items())]

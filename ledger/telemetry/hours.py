@@ -1,0 +1,495 @@
+"""Hourly per-device aggregates of one telemetry segment, computed when the segment is sealed (docs/scale.md).
+
+What the agents need from a device-hour, as sums that add across segments and hours (so a day, a rack or a
+partition of the fleet is the sum of its hours): covered seconds, the method's activity buckets (working,
+under-utilised, starved, idle, unmeasured), per clock-event reason the busy seconds and busy x clock
+(MHz·s) from which delivered and throttled follow for any rated clock, loaded-clock sums, the sums of a
+least-squares temperature-on-power fit, framebuffer and process residency, correctable-ECC extremes and XID
+events. A sample belongs wholly to the hour of its start, as the agents assign it.
+
+The formulas are the method's (:mod:`ledger.method`): the activity signal is :class:`SampleArrays`' choice,
+the reason index is :func:`reason_bucket`, the thresholds :data:`DEFAULT_THRESHOLDS`. The rated clock is not
+known when a segment is sealed (it comes from the allocation's SKU), so the clock ratio is applied on read
+(:func:`buckets`); ``clk_max`` says whether min(clock/rated, 1) clipped anything in the hour.
+
+:func:`aggregate` (numpy) and :func:`aggregate_reference` (one sample at a time, plain Python) compute the same
+rows; :func:`store_in` writes a segment's rows beside its block; :func:`merged` / :func:`merged_frame` add the
+rows of all segments per device-hour; :mod:`ledger.telemetry.derived` keeps them in step with the samples
+(backfill, and the verify check that recomputes them).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, fields
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..method import THROTTLE_REASONS, SampleArrays, reason_bucket
+from ..method.attribution import DEFAULT_THRESHOLDS
+
+HOUR = 3600.0
+TABLE = "device_hours"
+LOADED_ACT = 0.3               # "under load", as the drift agent reads the clock
+THERMAL, OTHER = THROTTLE_REASONS.index("thermal"), THROTTLE_REASONS.index("other")
+NEEDED = ("device", "t", "dt", "clock_reasons", "sm_active", "tensor_active", "gpu_util", "sm_clock_mhz",
+          "power_w", "gpu_temp_c", "ecc_sbe_aggregate", "xid", "fb_used_mib", "compute_procs")
+_R = range(len(THROTTLE_REASONS))
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceHour:
+    """One device's samples starting in one hour (of one segment, or merged over segments). Seconds unless
+    named otherwise; NaN where no sample measured the field."""
+
+    device: str
+    hour: float                 # epoch seconds, a multiple of 3600
+    n: int                      # samples
+    t_first: float
+    t_last: float               # the last sample's start
+    t_end: float                # max(t + dt)
+    gap_max: float              # the longest step between consecutive sample starts (NaN: one sample, or unknown)
+    covered_s: float            # sum dt
+    busy_s: float               # working: dt x activity
+    under_s: float              # working: dt x (1 - activity)
+    starved_s: float            # activity below the method's threshold, a process resident
+    idle_s: float               # ... and none resident
+    missing_s: float            # activity not measured
+    act_s: float                # measured: dt x activity (all measured samples)
+    present_s: float            # measured: dt
+    resident_s: float
+    running_s: float            # working or starved
+    busy_r0: float              # busy_s split by reason (THROTTLE_REASONS order)
+    busy_r1: float
+    busy_r2: float
+    busy_r3: float
+    busy_r4: float
+    busyclk_r0: float           # working, clock measured: dt x activity x MHz
+    busyclk_r1: float
+    busyclk_r2: float
+    busyclk_r3: float
+    busyclk_r4: float
+    busynoclk_r0: float         # working, clock not measured (counts as full speed): dt x activity
+    busynoclk_r1: float
+    busynoclk_r2: float
+    busynoclk_r3: float
+    busynoclk_r4: float
+    clk_max: float              # working samples' highest clock (is min(clock / rated, 1) clipped?)
+    loaded_n: int               # running, activity >= 0.3, clock measured, no reason bit: the device itself
+    loaded_clk: float           # sum of their clock (MHz)
+    fit_n: int                  # running, power and temperature measured, no thermal reason: the fit's points
+    fit_p: float
+    fit_t: float
+    fit_pp: float
+    fit_pt: float
+    fit_tt: float
+    hot_n: int                  # running, power and temperature measured (thermal included)
+    hot_p: float
+    hot_t: float
+    fb_n: int
+    fb_sum: float
+    fb_max: float
+    procs_max: float
+    ecc_min: float              # correctable ECC (aggregate counter)
+    ecc_max: float
+    xid_first: float            # the first sample's XID gauge (0 when none), for events across hour edges
+    xid_last: float
+    xid_events: int             # non-zero and different from the previous sample, the first sample excepted
+
+    def throttle_split(self, rated_mhz: float | None) -> tuple[float, list[float]]:
+        """(delivered seconds, throttled seconds per reason) at this rated clock: the method's
+        busy x min(clock / rated, 1), exact while clk_max <= rated (:attr:`clipped` otherwise)."""
+        busy = [getattr(self, f"busy_r{r}") for r in _R]
+        if not rated_mhz:
+            return sum(busy), [0.0] * len(busy)
+        dl = [getattr(self, f"busyclk_r{r}") / rated_mhz + getattr(self, f"busynoclk_r{r}") for r in _R]
+        return sum(dl), [max(b - d, 0.0) for b, d in zip(busy, dl)]
+
+    def clipped(self, rated_mhz: float | None) -> bool:
+        return bool(rated_mhz) and self.clk_max > rated_mhz
+
+
+FIELDS = tuple(f.name for f in fields(DeviceHour))
+SUMS = ("n", *(f for f in FIELDS[FIELDS.index("gap_max") + 1:] if not f.endswith(("_max", "_min", "_first", "_last"))))
+INT_FIELDS = frozenset(f.name for f in fields(DeviceHour) if f.type == "int")
+values = operator.attrgetter(*FIELDS)   # a DeviceHour's values in FIELDS order (dataclasses.astuple deep-copies)
+
+
+def _group_reduce(x: np.ndarray, starts: np.ndarray, op: str) -> np.ndarray:
+    if op == "sum":
+        return np.add.reduceat(x, starts) if len(x) else np.zeros(0)
+    if op == "max":
+        v = np.fmax.reduceat(np.where(np.isnan(x), -np.inf, x), starts)
+    else:
+        v = np.fmin.reduceat(np.where(np.isnan(x), np.inf, x), starts)
+    return np.where(np.isinf(v), np.nan, v)
+
+
+def aggregate(cols: Mapping[str, Sequence]) -> list[DeviceHour]:
+    """The device-hours of one batch of samples: ``cols`` maps NEEDED column names to equal-length sequences
+    (NaN or None = not measured). Pure; rows sorted by (device, hour)."""
+    # a value near the float limit (a damaged block verify reads back) sums to inf, as it would one by one
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _aggregate(cols)
+
+
+def _aggregate(cols: Mapping[str, Sequence]) -> list[DeviceHour]:
+    dev = np.asarray(cols["device"], dtype=object)
+    if not len(dev):
+        return []
+
+    def f(name: str) -> np.ndarray:
+        return np.asarray([np.nan if v is None else v for v in cols[name]] if
+                          isinstance(cols[name], (list, tuple)) else cols[name], dtype=np.float64)
+
+    t, dt = f("t"), f("dt")
+    names, code = np.unique(dev.astype(str), return_inverse=True)
+    hour = np.floor(t / HOUR) * HOUR
+    order = np.lexsort((t, hour, code))
+    code, hour, t, dt = code[order], hour[order], t[order], dt[order]
+    sa = SampleArrays.from_columns(t, dt, f("sm_active")[order], f("tensor_active")[order], f("gpu_util")[order],
+                                   f("sm_clock_mhz")[order], f("clock_reasons")[order], f("compute_procs")[order],
+                                   f("fb_used_mib")[order])
+    th = DEFAULT_THRESHOLDS
+    act = sa.activity
+    present = ~np.isnan(act)
+    a = np.clip(np.nan_to_num(act), 0.0, 1.0)
+    resident = (sa.procs > 0) | (sa.fb_used > th.resident_fb_mib)
+    low = present & (a < th.active_min)
+    working = present & ~low
+    running = working | (low & resident)
+    clk = sa.sm_clock
+    known = ~np.isnan(clk)
+    rb = reason_bucket(sa.reasons)
+    power, temp = f("power_w")[order], f("gpu_temp_c")[order]
+    tp = running & ~np.isnan(power) & ~np.isnan(temp)
+    fit = tp & (rb != THERMAL)
+    loaded = running & (np.nan_to_num(act) >= LOADED_ACT) & known & (rb == OTHER)
+    busy = np.where(working, dt * a, 0.0)
+    busyclk = np.where(known, busy * np.nan_to_num(clk), 0.0)
+    busynoclk = np.where(known, 0.0, busy)
+    fb = sa.fb_used
+    xid = np.nan_to_num(f("xid")[order])
+    brk = np.ones(len(t), dtype=bool)
+    brk[1:] = (code[1:] != code[:-1]) | (hour[1:] != hour[:-1])
+    starts = np.flatnonzero(brk)
+    ends = np.append(starts[1:], len(t)) - 1
+    prev = np.concatenate([[0.0], xid[:-1]])
+    event = (xid > 0) & (xid != prev) & ~brk
+
+    def s(x: np.ndarray) -> np.ndarray:
+        return _group_reduce(x.astype(np.float64), starts, "sum")
+
+    def masked(mask: np.ndarray, x: np.ndarray) -> np.ndarray:
+        return s(np.where(mask, x, 0.0))
+
+    tpn, fitn = np.nan_to_num(power), np.nan_to_num(temp)
+    out = {
+        "n": s(np.ones(len(t))), "t_first": t[starts], "t_last": t[ends], "t_end": _group_reduce(t + dt, starts, "max"),
+        "gap_max": _group_reduce(np.where(brk, np.nan, t - np.concatenate([[np.nan], t[:-1]])), starts, "max"),
+        "covered_s": s(dt), "busy_s": s(busy), "under_s": masked(working, dt * (1.0 - a)),
+        "starved_s": masked(low & resident, dt), "idle_s": masked(low & ~resident, dt),
+        "missing_s": masked(~present, dt), "act_s": masked(present, dt * a), "present_s": masked(present, dt),
+        "resident_s": masked(resident, dt), "running_s": masked(running, dt),
+        **{f"busy_r{r}": masked(rb == r, busy) for r in _R},
+        **{f"busyclk_r{r}": masked(rb == r, busyclk) for r in _R},
+        **{f"busynoclk_r{r}": masked(rb == r, busynoclk) for r in _R},
+        "clk_max": _group_reduce(np.where(working & known, clk, np.nan), starts, "max"),
+        "loaded_n": s(loaded), "loaded_clk": masked(loaded, clk),
+        "fit_n": s(fit), "fit_p": masked(fit, tpn), "fit_t": masked(fit, fitn), "fit_pp": masked(fit, tpn * tpn),
+        "fit_pt": masked(fit, tpn * fitn), "fit_tt": masked(fit, fitn * fitn),
+        "hot_n": s(tp), "hot_p": masked(tp, tpn), "hot_t": masked(tp, fitn),
+        "fb_n": s(~np.isnan(fb)), "fb_sum": masked(~np.isnan(fb), fb),
+        "fb_max": _group_reduce(fb, starts, "max"), "procs_max": _group_reduce(sa.procs, starts, "max"),
+        "ecc_min": _group_reduce(f("ecc_sbe_aggregate")[order], starts, "min"),
+        "ecc_max": _group_reduce(f("ecc_sbe_aggregate")[order], starts, "max"),
+        "xid_first": xid[starts], "xid_last": xid[ends], "xid_events": s(event),
+    }
+    cols_out = [names[code[starts]].tolist(), hour[starts].tolist()]
+    for name in FIELDS[2:]:
+        v = out[name]
+        cols_out.append([int(x) for x in v] if name in INT_FIELDS else v.tolist())
+    return [DeviceHour(*r) for r in zip(*cols_out)]
+
+
+def aggregate_rows(rows: Sequence[tuple]) -> list[DeviceHour]:
+    """:func:`aggregate` of rows in normalised SAMPLE_COLUMNS form (what a segment seals)."""
+    from .model import SAMPLE_COLUMNS
+
+    if not rows:
+        return []
+    idx = [SAMPLE_COLUMNS.index(c) for c in NEEDED]
+    cols = list(zip(*rows))
+    return aggregate({c: cols[i] for c, i in zip(NEEDED, idx)})
+
+
+def aggregate_table(table) -> list[DeviceHour]:  # noqa: ANN001 - a pyarrow Table with the NEEDED columns
+    """:func:`aggregate` of a pyarrow table as the sample reader returns it (no row tuples in between)."""
+    from .blocks import float_values
+
+    if not table.num_rows:
+        return []
+    cols = {c: float_values(table.column(c)) for c in NEEDED if c != "device"}
+    cols["device"] = np.asarray(table.column("device").to_pylist(), dtype=object)
+    return aggregate(cols)
+
+
+def aggregate_reference(samples: Iterable) -> list[DeviceHour]:  # noqa: ANN001 - ledger Sample objects
+    """:func:`aggregate`, one sample at a time in plain Python, as docs/scale.md states it (the test's oracle)."""
+    th = DEFAULT_THRESHOLDS
+    nan = float("nan")
+
+    def num(v: float | None) -> float:
+        return nan if v is None else float(v)
+
+    groups: dict[tuple[str, float], list] = {}
+    for x in sorted(samples, key=lambda x: (x.device, math.floor(x.t / HOUR), x.t)):
+        groups.setdefault((x.device, math.floor(x.t / HOUR) * HOUR), []).append(x)
+    out = []
+    for (device, hour), ss in sorted(groups.items()):
+        acc = {k: 0.0 for k in SUMS}
+        clk_max = fb_max = procs_max = ecc_min = ecc_max = nan
+        prev = None
+        for x in ss:
+            act = num(x.sm_active)
+            if math.isnan(act):
+                act = num(x.tensor_active)
+            if math.isnan(act):
+                act = num(x.gpu_util)
+            present = not math.isnan(act)
+            a = min(max(act, 0.0), 1.0) if present else 0.0
+            procs, fb, clk = num(x.compute_procs), num(x.fb_used_mib), num(x.sm_clock_mhz)
+            resident = procs > 0 or fb > th.resident_fb_mib
+            low = present and a < th.active_min
+            working = present and not low
+            running = working or (low and resident)
+            r = int(reason_bucket(np.array([-1 if x.clock_reasons is None else x.clock_reasons]))[0])
+            dt = x.dt
+            acc["n"] += 1
+            acc["covered_s"] += dt
+            if working:
+                busy = dt * a
+                acc["busy_s"] += busy
+                acc["under_s"] += dt * (1 - a)
+                acc[f"busy_r{r}"] += busy
+                if math.isnan(clk):
+                    acc[f"busynoclk_r{r}"] += busy
+                else:
+                    acc[f"busyclk_r{r}"] += busy * clk
+                    clk_max = clk if math.isnan(clk_max) else max(clk_max, clk)
+            acc["starved_s"] += dt if low and resident else 0.0
+            acc["idle_s"] += dt if low and not resident else 0.0
+            acc["missing_s"] += 0.0 if present else dt
+            acc["act_s"] += dt * a if present else 0.0
+            acc["present_s"] += dt if present else 0.0
+            acc["resident_s"] += dt if resident else 0.0
+            acc["running_s"] += dt if running else 0.0
+            if running and act >= LOADED_ACT and not math.isnan(clk) and r == OTHER:
+                acc["loaded_n"] += 1
+                acc["loaded_clk"] += clk
+            p, tc = num(x.power_w), num(x.gpu_temp_c)
+            if running and not math.isnan(p) and not math.isnan(tc):
+                acc["hot_n"] += 1
+                acc["hot_p"] += p
+                acc["hot_t"] += tc
+                if r != THERMAL:
+                    for k, v in (("fit_n", 1), ("fit_p", p), ("fit_t", tc), ("fit_pp", p * p), ("fit_pt", p * tc),
+                                 ("fit_tt", tc * tc)):
+                        acc[k] += v
+            if not math.isnan(fb):
+                acc["fb_n"] += 1
+                acc["fb_sum"] += fb
+                fb_max = fb if math.isnan(fb_max) else max(fb_max, fb)
+            if not math.isnan(procs):
+                procs_max = procs if math.isnan(procs_max) else max(procs_max, procs)
+            e = num(x.ecc_sbe_aggregate)
+            if not math.isnan(e):
+                ecc_min = e if math.isnan(ecc_min) else min(ecc_min, e)
+                ecc_max = e if math.isnan(ecc_max) else max(ecc_max, e)
+            xv = 0.0 if x.xid is None else float(x.xid)
+            if prev is not None and xv > 0 and xv != prev:
+                acc["xid_events"] += 1
+            prev = xv
+        first_x = 0.0 if ss[0].xid is None else float(ss[0].xid)
+        steps = [b.t - a.t for a, b in zip(ss, ss[1:])]
+        vals = dict(acc, gap_max=max(steps) if steps else nan, t_first=ss[0].t, t_last=ss[-1].t,
+                    t_end=max(x.t + x.dt for x in ss), clk_max=clk_max, fb_max=fb_max,
+                    procs_max=procs_max, ecc_min=ecc_min, ecc_max=ecc_max, xid_first=first_x, xid_last=prev)
+        out.append(DeviceHour(device, float(hour), *[int(vals[k]) if k in INT_FIELDS else vals[k]
+                                                     for k in FIELDS[2:]]))
+    return out
+
+
+def merge(parts: Sequence[DeviceHour]) -> DeviceHour:
+    """One device-hour from its pieces in several segments (same device and hour): sums add, extremes take
+    the extreme, firsts and lasts come from the earliest and latest piece, and an XID that changes between
+    two pieces counts as an event, as it would in one."""
+    if len(parts) == 1:
+        return parts[0]
+    ps = sorted(parts, key=lambda p: p.t_first)
+    v = {k: sum(getattr(p, k) for p in ps) for k in SUMS}
+    for k in ("clk_max", "fb_max", "procs_max", "ecc_max"):
+        v[k] = _nanext(max, [getattr(p, k) for p in ps])
+    v["ecc_min"] = _nanext(min, [p.ecc_min for p in ps])
+    v["xid_events"] += sum(1 for a, b in zip(ps, ps[1:]) if b.xid_first > 0 and b.xid_first != a.xid_last)
+    # pieces that interleave in time leave the longest step unknown (NaN): a reader needing it reads the samples
+    apart = all(b.t_first >= a.t_last for a, b in zip(ps, ps[1:]))
+    gap = _nanext(max, [p.gap_max for p in ps] + [b.t_first - a.t_last for a, b in zip(ps, ps[1:])])
+    v.update(t_first=ps[0].t_first, t_last=max(p.t_last for p in ps), t_end=max(p.t_end for p in ps),
+             gap_max=gap if apart else float("nan"), xid_first=ps[0].xid_first,
+             xid_last=max(ps, key=lambda p: p.t_end).xid_last)
+    return DeviceHour(ps[0].device, ps[0].hour, *[v[k] for k in FIELDS[2:]])
+
+
+def _nanext(fn, xs: list[float]) -> float:  # noqa: ANN001
+    vals = [x for x in xs if x == x]
+    return fn(vals) if vals else float("nan")
+
+
+# --- storage ----------------------------------------------------------------------------------------------------
+
+_INSERT = None
+
+
+def _insert_sql():  # noqa: ANN202
+    from sqlalchemy import text
+
+    global _INSERT
+    if _INSERT is None:
+        names = ("segment_id", *FIELDS)
+        _INSERT = text(f"INSERT INTO {TABLE} ({', '.join(names)}) VALUES ({', '.join(':' + n for n in names)})")
+    return _INSERT
+
+
+def _db_value(v: float | int | str):  # noqa: ANN202
+    return None if isinstance(v, float) and v != v else v
+
+
+def store_in(conn, segment_id: str, rows: Sequence[tuple]) -> int:  # noqa: ANN001 - a Connection
+    """Write the device-hours of a segment's rows (normalised SAMPLE_COLUMNS form) beside its block; the caller
+    stores each segment once (``telemetry.store.write_segment_rows_in``). Returns the rows written."""
+    hours = aggregate_rows(rows)
+    if hours:
+        conn.execute(_insert_sql(), [{"segment_id": segment_id, **dict(zip(FIELDS, map(_db_value, values(h))))}
+                                     for h in hours])
+    return len(hours)
+
+
+def _from_db(row: Sequence) -> DeviceHour:
+    vals = [float("nan") if v is None else v for v in row]
+    return DeviceHour(str(vals[0]), float(vals[1]), *[int(v) if k in INT_FIELDS else float(v)
+                                                      for k, v in zip(FIELDS[2:], vals[2:])])
+
+
+def stored(conn, segment_ids: Sequence[str] | None = None, devices: Sequence[str] | None = None,  # noqa: ANN001
+           start: float | None = None, end: float | None = None) -> dict[str, list[DeviceHour]]:
+    """Stored device-hours per segment id, optionally only these segments / devices / hours in [start, end)."""
+    from sqlalchemy import text
+
+    where, p = [], {}
+    for col, vals in (("segment_id", segment_ids), ("device", devices)):
+        if vals is not None:
+            where.append(f"{col} IN (" + ",".join(f":{col}{i}" for i in range(len(vals))) + ")" if vals else "1=0")
+            p.update({f"{col}{i}": v for i, v in enumerate(vals)})
+    if start is not None:
+        where.append("hour >= :start")
+        p["start"] = start
+    if end is not None:
+        where.append("hour < :end")
+        p["end"] = end
+    sql = f"SELECT segment_id, {', '.join(FIELDS)} FROM {TABLE}" + (" WHERE " + " AND ".join(where) if where else "")
+    out: dict[str, list[DeviceHour]] = {}
+    for r in conn.execute(text(sql + " ORDER BY segment_id, device, hour"), p):
+        out.setdefault(r[0], []).append(_from_db(r[1:]))
+    return out
+
+
+def merged(conn, devices: Sequence[str] | None = None, start: float | None = None,  # noqa: ANN001
+           end: float | None = None) -> list[DeviceHour]:
+    """The fleet's device-hours, each merged over the segments that hold a piece of it, by (device, hour)."""
+    pieces: dict[tuple[str, float], list[DeviceHour]] = {}
+    for rows in stored(conn, devices=devices, start=start, end=end).values():
+        for h in rows:
+            pieces.setdefault((h.device, h.hour), []).append(h)
+    return [merge(pieces[k]) for k in sorted(pieces)]
+
+
+def merged_frame(conn) -> "pd.DataFrame":  # noqa: ANN001, F821
+    """:func:`merged` as one pandas frame (columns FIELDS, NaN for unmeasured), merged with vectorised group
+    operations: what the agents read (a device-hour usually has a piece in several segments)."""
+    import pandas as pd
+    from sqlalchemy import text
+
+    cur = conn.execute(text(f"SELECT {', '.join(FIELDS)} FROM {TABLE} ORDER BY device, hour, t_first"))
+    f = pd.DataFrame.from_records(cur.fetchall(), columns=list(FIELDS))
+    for c in FIELDS[1:]:
+        f[c] = pd.to_numeric(f[c], errors="coerce").astype(float)
+    if not len(f):
+        return f
+    keys = ["device", "hour"]
+    g = f.groupby(keys, sort=False)
+    if g.ngroups == len(f):
+        out = f
+    else:
+        same = (f["device"].to_numpy() == f["device"].shift().to_numpy()) & (f["hour"] == f["hour"].shift()).to_numpy()
+        prev_last = f["xid_last"].shift().to_numpy()
+        first = f["xid_first"].to_numpy()
+        edge_event = same & (first > 0) & (first != prev_last)
+        step = np.where(same, f["t_first"].to_numpy() - f["t_last"].shift().to_numpy(), np.nan)
+        f = f.assign(_edge=edge_event.astype(float), _step=step,
+                     _overlap=(same & (step < 0)).astype(float))
+        agg = {c: "sum" for c in SUMS}
+        agg.update({c: "max" for c in ("clk_max", "fb_max", "procs_max", "ecc_max", "t_last", "t_end")})
+        agg.update({"ecc_min": "min", "t_first": "min", "xid_first": "first", "gap_max": "max", "_edge": "sum",
+                    "_step": "max", "_overlap": "max"})
+        g = f.groupby(keys, sort=False)
+        out = g.agg(agg)
+        out["xid_last"] = f.loc[g["t_end"].idxmax(), "xid_last"].to_numpy()
+        out["xid_events"] = out["xid_events"] + out["_edge"]
+        # pieces that interleave in time leave the longest step unknown (as merge() says)
+        out["gap_max"] = np.where(out["_overlap"] > 0, np.nan, np.fmax(out["gap_max"], out["_step"]))
+        out = out.reset_index()[list(FIELDS)]
+    for c in INT_FIELDS:
+        out[c] = out[c].astype(np.int64)
+    return out.reset_index(drop=True)
+
+
+def segments_of(conn, keys: set) -> list[str]:  # noqa: ANN001
+    """The segments holding a piece of any of these (device, hour) keys."""
+    from sqlalchemy import text
+
+    devices = sorted({d for d, _ in keys})
+    out = set()
+    for i in range(0, len(devices), 500):
+        chunk = devices[i:i + 500]
+        marks = ",".join(f":d{j}" for j in range(len(chunk)))
+        for sid, dev, hour in conn.execute(text(f"SELECT segment_id, device, hour FROM {TABLE} WHERE device IN "
+                                                f"({marks})"), {f"d{j}": d for j, d in enumerate(chunk)}):
+            if (dev, float(hour)) in keys:
+                out.add(sid)
+    return sorted(out)
+
+
+def _same(a: float | int | str, b: float | int | str) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        if a != a or b != b:
+            return a != a and b != b
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+    return a == b
+
+
+def first_mismatch(want: Sequence[DeviceHour], have: Sequence[DeviceHour]) -> str | None:
+    """What first differs between recomputed (``want``) and stored (``have``) device-hours, or None."""
+    w = {(h.device, h.hour): h for h in want}
+    g = {(h.device, h.hour): h for h in have}
+    for key in sorted(set(w) | set(g)):
+        if key not in g:
+            return f"device-hour ({key[0]}, {key[1]:.0f}) is missing from {TABLE}"
+        if key not in w:
+            return f"{TABLE} holds device-hour ({key[0]}, {key[1]:.0f}) that the samples do not"
+        for name, x, y in zip(FIELDS, values(w[key]), values(g[key])):
+            if not _same(x, y):
+                return f"{TABLE} ({key[0]}, {key[1]:.0f}) field {name}: stored {y!r}, the samples give {x!r}"
+    return None
