@@ -305,7 +305,8 @@ def joins_ok(conn: Connection, size: int, span_starts: Sequence[int]) -> bool:
     keys: set[Key] = set()
     level = STORED_LEVEL
     while size >> level:
-        keys.update((level, b >> level) for b in span_starts[1:] if b & ((1 << level) - 1) and b >> level < size >> level)
+        keys.update((level, b >> level) for b in span_starts[1:]
+                    if b & ((1 << level) - 1) and b >> level < size >> level)
         level += 1
     children = {(lv - 1, 2 * i + j) for lv, i in keys for j in (0, 1)}
     try:

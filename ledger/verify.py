@@ -10,6 +10,7 @@ from typing import Callable, Iterable, Sequence
 
 from sqlalchemy.engine import Engine
 
+from . import merkle
 from .entries import (
     CHAIN_COLUMNS,
     GENESIS_HASH,
@@ -242,7 +243,7 @@ _FETCH = 2_000                    # rows per round trip (PostgreSQL's server-sid
 _SQLITE_SQL = (f"SELECT seq, entry_id, prev_hash, hash, {SQLITE_IDENTITY}, {SQLITE_CHAIN} "
                f"FROM entries WHERE rowid BETWEEN ? AND ? ORDER BY rowid")
 _PG_SQL = (f"SELECT {', '.join(CHAIN_COLUMNS)}, hash FROM entries WHERE seq BETWEEN %s AND %s ORDER BY seq")
-_NODES_SQL = "SELECT idx, hash FROM merkle_nodes WHERE level = {p} AND idx >= {p} AND idx < {p} ORDER BY idx"
+_NODES_SQL = f"SELECT idx, hash FROM {merkle.TABLE} WHERE level = {{p}} AND idx >= {{p}} AND idx < {{p}} ORDER BY idx"
 
 
 @dataclass(frozen=True)
@@ -265,9 +266,7 @@ def _check_range(lo: int, hi: int, rows, subtrees: list | None = None) -> RangeR
     starts at a multiple of 2^STORED_LEVEL): each chain encoding is also its entry's Merkle leaf."""
     from hashlib import sha256
 
-    from .merkle import STORED_LEVEL, perfect_hash
-
-    leaf0, width, group = sha256(b"\x00"), 1 << STORED_LEVEL, []
+    leaf0, width, group = sha256(b"\x00"), 1 << merkle.STORED_LEVEL, []
     expected, first_prev, prev = lo, None, None
     for seq, eid, ph, h, ident, chain in rows:
         if seq != expected or (prev is not None and ph != prev):
@@ -279,7 +278,7 @@ def _check_range(lo: int, hi: int, rows, subtrees: list | None = None) -> RangeR
             leaf.update(chain)
             group.append(leaf.digest())
             if len(group) == width:
-                subtrees.append(perfect_hash(group))
+                subtrees.append(merkle.perfect_hash(group))
                 group = []
         if first_prev is None:
             first_prev = ph
@@ -292,12 +291,10 @@ def _with_tree(result: RangeResult, subtrees: list | None, stored) -> RangeResul
     """The range's verdict on the stored subtrees inside it (asked for, and the chain in it is clean)."""
     from dataclasses import replace
 
-    from .merkle import span_subtrees_ok
-
     if subtrees is None or not result.ok:
         return result
     try:
-        return replace(result, tree=span_subtrees_ok(result.lo - 1, subtrees, stored))
+        return replace(result, tree=merkle.span_subtrees_ok(result.lo - 1, subtrees, stored))
     except Exception:  # noqa: BLE001 - no tree table, a value of the wrong type...: the reference names it
         return replace(result, tree=False)
 
@@ -363,8 +360,6 @@ def verify_chain(engine: Engine, workers: int | None = None, anchors: Sequence[A
 
     from sqlalchemy import text
 
-    from .merkle import STORED_LEVEL, joins_ok
-
     target = _fast_target(engine)
     if target is not None:
         with engine.connect() as conn:
@@ -378,7 +373,8 @@ def verify_chain(engine: Engine, workers: int | None = None, anchors: Sequence[A
                 workers = min(os.cpu_count() or 1, 8) if n >= PARALLEL_MIN_ENTRIES else 1
             workers = max(1, min(workers, n // 1000 or 1))
             # Ranges start at a multiple of a stored subtree's width, so each worker holds whole subtrees.
-            bounds = [1 + (n * i // workers >> STORED_LEVEL << STORED_LEVEL) for i in range(workers)] + [n + 1]
+            step = merkle.STORED_LEVEL
+            bounds = [1 + (n * i // workers >> step << step) for i in range(workers)] + [n + 1]
             jobs = [(target[0], target[1], bounds[i], bounds[i + 1] - 1, tree) for i in range(workers)]
             if workers == 1:
                 results = [_range_job(jobs[0])]
@@ -399,7 +395,7 @@ def verify_chain(engine: Engine, workers: int | None = None, anchors: Sequence[A
                 tree_checked = False
                 if tree and all(r.tree for r in results):
                     with engine.connect() as conn:
-                        tree_checked = joins_ok(conn, n, [b - 1 for b in bounds[:-1]])
+                        tree_checked = merkle.joins_ok(conn, n, [b - 1 for b in bounds[:-1]])
                 report = VerifyReport(entries=n, head_seq=n, head_hash=results[-1].last_hash,
                                       tree_checked=tree_checked)
                 return check_anchors(report, anchors, _hashes_at(engine, [a.seq for a in anchors]))

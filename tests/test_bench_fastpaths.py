@@ -150,7 +150,8 @@ def test_fast_verify_checks_the_tree_in_the_same_pass(engine, fast_everywhere):
     from ledger.heads import subtree_problems
 
     for start in range(0, 2100, 700):
-        store.append(engine, [make_entry(Kind.PROGRESS, 1_700_000_000 + i, {"i": i}) for i in range(start, start + 700)])
+        store.append(engine, [make_entry(Kind.PROGRESS, 1_700_000_000 + i, {"i": i})
+                              for i in range(start, start + 700)])
     report = verify_chain(engine, workers=2, tree=True)
     assert report.ok and report.tree_checked and subtree_problems(engine, 2100) == []
     with engine.begin() as conn:

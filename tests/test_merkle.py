@@ -257,7 +257,8 @@ def test_subtrees_across_worker_ranges_are_checked(big_ledger, tmp_path, monkeyp
         conn.exec_driver_sql("DROP TRIGGER merkle_nodes_no_update")
         conn.exec_driver_sql("DROP TRIGGER merkle_nodes_no_delete")
         if damage == "rewrite node":
-            conn.exec_driver_sql("UPDATE merkle_nodes SET hash = ? WHERE level = ? AND idx = ?", (b"\xab" * 32, level, idx))
+            conn.exec_driver_sql("UPDATE merkle_nodes SET hash = ? WHERE level = ? AND idx = ?",
+                                 (b"\xab" * 32, level, idx))
         else:
             conn.exec_driver_sql("DELETE FROM merkle_nodes WHERE level = ? AND idx = ?", (level, idx))
     assert not verify_mod.verify_chain(engine, workers=3, tree=True).tree_checked
