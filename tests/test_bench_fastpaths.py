@@ -168,16 +168,16 @@ def test_fast_verify_checks_the_tree_in_the_same_pass(engine, fast_everywhere):
 def test_fast_verify_in_threads_when_the_caller_is_threaded(engine, fast_everywhere):
     import threading
 
-    store.append(engine, _entries(200))
+    store.append(engine, _entries(2100))  # two ranges of 1,000 entries or more
     stop = threading.Event()
     t = threading.Thread(target=stop.wait)
     t.start()  # a second live thread: verify must not fork
     try:
-        fast = verify_chain(engine, workers=2)
+        fast = verify_chain(engine, workers=2, tree=True)
     finally:
         stop.set()
         t.join()
-    assert fast.ok and fast == check_chain(store.iter_entries(engine))
+    assert fast.ok and fast == check_chain(store.iter_entries(engine)) and fast.tree_checked
 
 
 def test_parallel_ship_equals_serial_ship(tmp_path, monkeypatch):
