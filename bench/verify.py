@@ -4,11 +4,15 @@ Verification must recompute, for every entry, its id (sha256 over the identity e
 (sha256 over the chain encoding); the floor hashes exactly those bytes, already in memory, in one tight
 loop. The subject is the real command in a fresh interpreter on a SQLite ledger holding the rows.
 
-Building a 10,000,000-entry ledger takes longer than verifying it many times over, so the ledger may be kept:
+The subject checks the Merkle tree too (`ipledger verify` does, in the same pass over the entries); the floor
+stays the two hashes per entry the chain needs, so the figure is comparable with earlier runs.
+
+Building a 10,000,000-entry ledger takes longer than verifying it many times over (16 minutes in bulk, see
+build_ledger), so the ledger may be kept:
 ``IPLEDGER_BENCH_VERIFY_LEDGER=/big/disk/verify.db`` builds it there once and reuses it while it holds
 the rows that build recorded (scale, count and head hash, in ``verify.db.built``). The floor is measured
 in every run, on bytes read back from that ledger (untimed) — the first chunk's bytes are checked against
-``canonical_json`` so the floor hashes exactly what the reference encodes.
+``row_encodings`` (ledger.entries) so the floor hashes exactly what the reference encodes.
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ from bench import data
 from bench.common import Figure, Timing, main_for, run_cli, timeit
 from bench.ship_sqlite import _fresh_db
 from ledger import db as db_mod
-from ledger.canonical import canonical_json
-from ledger.entries import HASH_DOMAIN, ID_DOMAIN
+from ledger import merkle
+from ledger.entries import SQLITE_CHAIN, SQLITE_IDENTITY, chain_encoding, row_encodings
 from ledger.store import ENTRY_COLUMNS
 
 TITLE = "Verify"
@@ -35,66 +39,62 @@ FULL_ENTRIES = 10_000_000
 CHUNK = 100_000
 KEEP_ENV = "IPLEDGER_BENCH_VERIFY_LEDGER"
 
-# The two encodings of each row as SQLite builds them (byte-identical to canonical_json for the ledger's
-# column types; checked against it on the first chunk of every run).
-_ENCODINGS_SQL = (
-    "SELECT json_array('" + ID_DOMAIN + "', kind, ts, ts_end, cluster, job_id, run, node, device, payload, "
-    "source), json_array('" + HASH_DOMAIN + "', seq, entry_id, kind, ts, ts_end, recorded_at, cluster, job_id, "
-    "run, node, device, payload, source, source_version, prev_hash) FROM entries WHERE seq > ? AND seq <= ? "
-    "ORDER BY seq"
-)
+_ENCODINGS_SQL = f"SELECT {SQLITE_IDENTITY}, {SQLITE_CHAIN} FROM entries WHERE seq > ? AND seq <= ? ORDER BY seq"
+BUILD_CACHE_KIB = 2 * 2**20  # the build's page cache: the entry_id index takes inserts at random places
 
 
-def _canonical_bytes(row: tuple) -> tuple[bytes, bytes]:
-    seq, eid, kind, ts, ts_end, rec, cluster, job, run, node, device, payload, source, sv, prev, _h = row
-    ident = canonical_json([ID_DOMAIN, kind, ts, ts_end, cluster, job, run, node, device, payload, source])
-    chain = canonical_json([HASH_DOMAIN, seq, eid, kind, ts, ts_end, rec, cluster, job, run, node, device,
-                            payload, source, sv, prev])
-    return ident.encode("utf-8"), chain.encode("utf-8")
+def _kept(db_path: Path, sidecar: Path, n: int) -> int | None:
+    """The row count of a kept ledger still holding what its build recorded (scale, count, head hash)."""
+    if not (db_path.exists() and sidecar.exists()):
+        return None
+    want_n, rows, head = sidecar.read_text().split()
+    con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        got = con.execute("SELECT COUNT(*), MAX(seq) FROM entries").fetchone()
+        last = con.execute("SELECT hash FROM entries WHERE seq = ?", (got[1],)).fetchone()
+    except sqlite3.Error:
+        got, last = (0, 0), None
+    finally:
+        con.close()
+    if int(want_n) == n and got == (int(rows), int(rows)) and last and last[0] == head:
+        return int(rows)
+    return None
 
 
 def build_ledger(db_path: Path, n: int) -> tuple[str, int]:
-    """A SQLite ledger holding the generator's rows for ``n`` entries; (url, rows). A kept ledger is reused
-    when its sidecar (written once the build finished) names the same ``n`` and its rows still end at the
-    head hash recorded then."""
+    """A SQLite ledger holding the generator's rows for ``n`` entries and their Merkle tree; (url, rows).
+
+    The rows are the ones shipping the generated spool would chain (bench.data.chained_rows), bulk-inserted
+    100,000 to a transaction with the tree extended by the library's own merkle.extend over each row's chain
+    encoding, as the append path does. Durability is off for the build only (no journal, no fsync): a
+    crash leaves no sidecar, and the next run builds again. A kept ledger is reused when its sidecar
+    (written once the build finished) names the same ``n`` and its rows still end at the head hash
+    recorded then."""
     sidecar = Path(str(db_path) + ".built")
-    if db_path.exists() and sidecar.exists():
-        want_n, rows, head = sidecar.read_text().split()
-        con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-        try:
-            got = con.execute("SELECT COUNT(*), MAX(seq) FROM entries").fetchone()
-            last = con.execute("SELECT hash FROM entries WHERE seq = ?", (got[1],)).fetchone()
-        except sqlite3.Error:
-            got, last = (0, 0), None
-        finally:
-            con.close()
-        if int(want_n) == n and got == (int(rows), int(rows)) and last and last[0] == head:
-            url = f"sqlite:///{db_path}"
-            eng = db_mod.make_engine(url)  # a kept ledger follows the schema's later revisions (new tables)
-            db_mod.upgrade(eng)
-            eng.dispose()
-            return url, int(rows)
+    kept = _kept(db_path, sidecar, n)
+    if kept is not None:
+        url = f"sqlite:///{db_path}"
+        eng = db_mod.make_engine(url)  # a kept ledger follows the schema's later revisions (new tables)
+        db_mod.upgrade(eng)
+        eng.dispose()
+        return url, kept
     sidecar.unlink(missing_ok=True)
     url = _fresh_db(db_path)
-    con = sqlite3.connect(db_path, isolation_level=None)
-    con.execute("PRAGMA journal_mode=WAL")
-    con.execute("PRAGMA synchronous=OFF")
     sql = f"INSERT INTO entries ({', '.join(ENTRY_COLUMNS)}) VALUES ({','.join('?' * len(ENTRY_COLUMNS))})"
     rows_iter = data.chained_rows(n)
     total, head = 0, ""
-    while chunk := list(islice(rows_iter, CHUNK)):
-        total += len(chunk)
-        head = chunk[-1][-1]
-        con.execute("BEGIN")
-        con.executemany(sql, chunk)
-        con.execute("COMMIT")
-    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    con.close()
-    from ledger import merkle
-
     eng = db_mod.make_engine(url)
-    with db_mod.write_tx(eng) as conn:  # the Merkle tree, as the append path keeps it (verify checks it)
-        merkle.sync(conn, total)
+    with eng.connect() as conn:
+        raw = conn.connection.driver_connection  # outside SQLAlchemy's transaction: the journal mode can change
+        for pragma in ("journal_mode=OFF", "synchronous=OFF", f"cache_size=-{BUILD_CACHE_KIB}"):
+            raw.execute(f"PRAGMA {pragma}")
+        while chunk := list(islice(rows_iter, CHUNK)):
+            with conn.begin():
+                conn.exec_driver_sql(sql, chunk)
+                merkle.extend(conn, total, [chain_encoding(row).encode("utf-8") for row in chunk])
+            total += len(chunk)
+            head = chunk[-1][-1]
+        raw.execute("PRAGMA journal_mode=WAL")
     eng.dispose()
     sidecar.write_text(f"{n} {total} {head}\n")
     return url, total
@@ -107,11 +107,11 @@ def time_floor(db_path: Path, total: int, repeat: int) -> Timing:
     try:
         cols = ", ".join(ENTRY_COLUMNS)
         first = con.execute(f"SELECT {cols} FROM entries WHERE seq <= ? ORDER BY seq", (CHUNK,)).fetchall()
-        reference = [b for row in first for b in _canonical_bytes(row)]
+        reference = [s.encode("utf-8") for row in first for s in row_encodings(row)]
         for lo in range(0, total, CHUNK):
-            blobs = [s.encode("utf-8") for pair in con.execute(_ENCODINGS_SQL, (lo, lo + CHUNK)) for s in pair]
+            blobs = [b for pair in con.execute(_ENCODINGS_SQL, (lo, lo + CHUNK)) for b in pair]
             if lo == 0 and blobs != reference:
-                raise RuntimeError("SQLite json_array encodings differ from canonical_json: the floor would lie")
+                raise RuntimeError("SQLite json_array encodings differ from row_encodings: the floor would lie")
             for i in range(repeat):
                 sha = hashlib.sha256
                 t0 = time.perf_counter()

@@ -59,7 +59,6 @@ def json_encoder(*, ensure_ascii: bool, allow_nan: bool, item_sep: str, key_sep:
 # JSON with sorted keys, no whitespace, UTF-8 kept as is, NaN/Infinity refused (ValueError). Floats use
 # Python's shortest round-trip repr, which is the same in every process and platform.
 canonical_json = json_encoder(ensure_ascii=False, allow_nan=False, item_sep=",", key_sep=":")
-_ENCODE = canonical_json
 
 
 class _ScanContext:
@@ -105,12 +104,21 @@ def sha256_hex(text: str | bytes) -> str:
     return sha256(data).hexdigest()
 
 
+# The identity encoding's fields, in order: everything that says *what* was observed, nothing about *when it
+# was written*. Defined once; ledger.entries reads stored rows and entries through this list too.
+ID_COLUMNS = ("kind", "ts", "ts_end", "cluster", "job_id", "run", "node", "device", "payload", "source")
+
+
+def identity_encoding(values: Any) -> str:
+    """The canonical text an entry id hashes, from the values of :data:`ID_COLUMNS` in that order."""
+    return canonical_json([ID_DOMAIN, *values])
+
+
 def entry_id(kind: str, ts: str, ts_end: str | None, cluster: str | None, job_id: str | None, run: int | None,
              node: str | None, device: str | None, payload: str, source: str) -> str:
-    """Identity of a fact from its canonical fields: everything that says *what* was observed, nothing about
-    *when it was written* (docs/ledger.md, "Canonical encoding")."""
-    ident = [ID_DOMAIN, kind, ts, ts_end, cluster, job_id, run, node, device, payload, source]
-    return "e" + sha256(canonical_json(ident).encode("utf-8")).hexdigest()[:39]
+    """Identity of a fact from its canonical fields (:data:`ID_COLUMNS`; docs/ledger.md, "Canonical encoding")."""
+    ident = identity_encoding((kind, ts, ts_end, cluster, job_id, run, node, device, payload, source))
+    return "e" + sha256(ident.encode("utf-8")).hexdigest()[:39]
 
 
 # An entry's fields in their stored order (ledger.entries.Entry's, and a spool record's keys).

@@ -10,11 +10,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (strings here): typing stays off the hook's import path
     from typing import Any, Mapping
 
-from .canonical import ID_DOMAIN, canonical_json, entry_fields, entry_id, format_ts, sha256  # noqa: F401 - ID_DOMAIN named here too
+from .canonical import (ID_COLUMNS, ID_DOMAIN, canonical_json, entry_fields, entry_id, format_ts,  # noqa: F401
+                        identity_encoding, sha256)
 from .kinds import Kind
 
 HASH_DOMAIN = "ipledger-entry-hash-v1"
@@ -59,6 +61,18 @@ class Entry:
 _ENTRY_FIELDS = tuple(f.name for f in dataclasses.fields(Entry))
 
 
+# The two encodings, each defined once, by column name: a stored row (ledger.store.ENTRY_COLUMNS, whose first
+# fifteen columns are CHAIN_COLUMNS in this order), an Entry and SQLite's json_array() all read these lists.
+# Identity: everything that says *what* was observed, nothing about *when it was written*.
+# Chain: the row as stored, up to and including its link to the previous entry (docs/ledger.md).
+CHAIN_COLUMNS = ("seq", "entry_id", "kind", "ts", "ts_end", "recorded_at", "cluster", "job_id", "run", "node",
+                 "device", "payload", "source", "source_version", "prev_hash")
+
+_id_of_fields = itemgetter(*(_ENTRY_FIELDS.index(c) for c in ID_COLUMNS))
+_id_of_row = itemgetter(*(CHAIN_COLUMNS.index(c) for c in ID_COLUMNS))
+_chain_of_entry = attrgetter(*CHAIN_COLUMNS[1:-1])
+
+
 def compute_entry_id(e: Entry) -> str:
     """Identity of a fact: everything that says *what* was observed, nothing about *when it was written*."""
     return _entry_id_of(tuple(getattr(e, name) for name in _ENTRY_FIELDS[:-1]))
@@ -66,8 +80,29 @@ def compute_entry_id(e: Entry) -> str:
 
 def _entry_id_of(f: tuple) -> str:
     """The entry id from Entry's positional fields (all but entry_id), before the Entry exists."""
-    kind, ts, payload, ts_end, _recorded_at, cluster, job_id, run, node, device, source, _sv = f
-    return entry_id(kind, ts, ts_end, cluster, job_id, run, node, device, payload, source)
+    return entry_id(*_id_of_fields(f))
+
+
+def chain_encoding(row: tuple) -> str:
+    """The chain encoding of a stored row, its columns in CHAIN_COLUMNS order (more may follow)."""
+    return canonical_json([HASH_DOMAIN, *row[:len(CHAIN_COLUMNS)]])
+
+
+def row_encodings(row: tuple) -> tuple[str, str]:
+    """(identity, chain) encodings of a stored row, its columns in CHAIN_COLUMNS order (more may follow)."""
+    return identity_encoding(_id_of_row(row)), chain_encoding(row)
+
+
+def _sqlite_json_array(domain: str, columns: tuple[str, ...]) -> str:
+    return f"CAST(json_array('{domain}', {', '.join(columns)}) AS BLOB)"
+
+
+# The same two encodings built by SQLite from a row of the entries table, as UTF-8 BLOBs: json_array() writes
+# canonical_json's bytes for the column types the ledger holds (text, integers, NULL; tests/
+# test_bench_fastpaths.py holds them byte-identical to row_encodings on hostile text). A speed trick for the
+# readers that walk the whole chain (verify); anything that must be right without a check uses row_encodings.
+SQLITE_IDENTITY = _sqlite_json_array(ID_DOMAIN, ID_COLUMNS)
+SQLITE_CHAIN = _sqlite_json_array(HASH_DOMAIN, CHAIN_COLUMNS)
 
 
 def make_entry(
@@ -123,10 +158,7 @@ class ChainedEntry:
 
 def hash_fields(seq: int, e: Entry, prev_hash: str) -> str:
     """The canonical encoding the chain hashes (docs/ledger.md, "Canonical encoding")."""
-    return canonical_json(
-        [HASH_DOMAIN, seq, e.entry_id, e.kind, e.ts, e.ts_end, e.recorded_at, e.cluster, e.job_id, e.run,
-         e.node, e.device, e.payload, e.source, e.source_version, prev_hash]
-    )
+    return chain_encoding((seq, *_chain_of_entry(e), prev_hash))
 
 
 def chain_hash(seq: int, e: Entry, prev_hash: str) -> str:

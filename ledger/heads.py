@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection, Engine
 from . import merkle
 from .canonical import format_ts, now_ts
 from .db import write_tx
-from .entries import HASH_DOMAIN, Entry, Kind, make_entry
+from .entries import Entry, Kind, make_entry
 from .fsmodes import create_file
 from .proofcheck import (
     CONSISTENCY_FORMAT,
@@ -216,111 +216,26 @@ def _groups(hashes: Iterator[bytes], size: int) -> Iterator[bytes]:
         yield merkle.perfect_hash(run)
 
 
-# SQLite builds each entry's chain encoding itself (json_array writes canonical JSON for the ledger's column
-# types, as verify's fast path relies on); a subtree that then fails to match is recomputed the reference way
-# before it is reported, so a divergent encoding can only cost time, never a false problem.
-_SQLITE_LEAVES = ("SELECT CAST(json_array('" + HASH_DOMAIN + "', seq, entry_id, kind, ts, ts_end, recorded_at, "
-                  "cluster, job_id, run, node, device, payload, source, source_version, prev_hash) AS BLOB) "
-                  "FROM entries WHERE seq > :lo ORDER BY seq LIMIT :n")
-
-
-def _leaf_hashes(engine: Engine, conn: Connection, reference: bool = False) -> Iterator[bytes]:
+def _leaf_hashes(conn: Connection) -> Iterator[bytes]:
     """Every entry's leaf hash, in seq order, streamed."""
-    if reference or engine.dialect.name != "sqlite":
-        yield from (merkle.leaf_hash(merkle.leaf_bytes(ce)) for ce in iter_entries(conn))
-        return
-    from hashlib import sha256
-
-    leaf0, lo = sha256(b"\x00"), 0
-    while True:
-        rows = conn.execute(text(_SQLITE_LEAVES), {"lo": lo, "n": _BATCH}).fetchall()
-        for (blob,) in rows:
-            h = leaf0.copy()
-            h.update(blob)
-            yield h.digest()
-        if len(rows) < _BATCH:
-            return
-        lo += len(rows)
+    return (merkle.leaf_hash(merkle.leaf_bytes(ce)) for ce in iter_entries(conn))
 
 
-PARALLEL_MIN_ENTRIES = 400_000  # below this one process beats starting workers (as verify's chain check)
-_RANGE_LEAVES = _SQLITE_LEAVES.replace("WHERE seq > :lo ORDER BY seq LIMIT :n", "WHERE seq > ? AND seq <= ? ORDER BY seq")
-
-
-def _lowest_level_ok(job: tuple[str, int, int]) -> bool:
-    """Worker: the stored subtrees of the lowest stored level, indices [lo, hi), each hash their 16 leaves."""
-    import sqlite3
-    from hashlib import sha256
-
-    path, lo, hi = job
-    level, width = merkle.STORED_LEVEL, 1 << merkle.STORED_LEVEL
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        stored = iter(con.execute(f"SELECT idx, hash FROM {merkle.TABLE} WHERE level = ? AND idx >= ? AND idx < ? "
-                                  f"ORDER BY idx", (level, lo, hi)).fetchall())
-        leaves = (sha256(b"\x00" + blob).digest() for (blob,) in con.execute(_RANGE_LEAVES, (lo * width, hi * width)))
-        for g, want in zip(range(lo, hi), _groups(leaves, width)):
-            row = next(stored, None)
-            if row is None or row[0] != g or bytes(row[1]) != want:
-                return False
-        return next(stored, None) is None
-    except Exception:  # noqa: BLE001 - anything unexpected: the reference path names it
-        return False
-    finally:
-        con.close()
-
-
-def _lowest_level_parallel(engine: Engine, count: int) -> bool | None:
-    """The leaf-heavy part of the check in forked worker processes (a big SQLite file ledger, a
-    single-threaded caller); None where that does not apply."""
-    import multiprocessing
-    import os
-    import threading
-    from concurrent.futures import ProcessPoolExecutor
-
-    url = engine.url
-    if (url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:"
-            or url.database.startswith("file:") or count << merkle.STORED_LEVEL < PARALLEL_MIN_ENTRIES
-            or threading.active_count() != 1 or "fork" not in multiprocessing.get_all_start_methods()):
-        return None
-    workers = min(os.cpu_count() or 1, 8)
-    if workers < 2:
-        return None
-    bounds = [count * i // workers for i in range(workers + 1)]
-    jobs = [(url.database, bounds[i], bounds[i + 1]) for i in range(workers)]
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        return all(pool.map(_lowest_level_ok, jobs))
-
-
-def tree_problems(engine: Engine, entries: int, reference: bool = False) -> list[ChainProblem]:
+def subtree_problems(engine: Engine, entries: int) -> list[ChainProblem]:
     """Every stored subtree hash recomputed: the lowest stored level from the leaves of the (already verified)
-    entries, each level above from the one below; then every recorded head's root and signature. Streams,
-    so memory stays flat."""
-    problems: list[ChainProblem] = []
+    entries, each level above from the one below; the first that differs. Streams, so memory stays flat.
+    The readable reference for verify's one-pass check (ledger.verify.verify_chain, ``tree_checked``)."""
     with engine.connect() as conn, engine.connect() as conn2:
         size = merkle.tree_size(conn, entries)
         if size != entries:
             return [ChainProblem(size + 1, "", f"{merkle.TABLE} covers {size} entries but the chain holds {entries}")]
         level, count = merkle.STORED_LEVEL, entries >> merkle.STORED_LEVEL
-        parallel = None if reference else _lowest_level_parallel(engine, count)
-        if parallel is False:
-            return tree_problems(engine, entries, reference=True)
-        if parallel:  # the lowest stored level is checked: continue above it from its stored rows
-            if conn.execute(text(f"SELECT 1 FROM {merkle.TABLE} WHERE level = :lv AND idx >= :n LIMIT 1"),
-                            {"lv": level, "n": count}).first() is not None:
-                return [ChainProblem(entries, "", f"{merkle.TABLE}: level {level} holds more subtrees than "
-                                                  f"{entries} entries make")]
-            below: Iterator[bytes] = (h for _i, h in _level_rows(conn, level))
-            level, count = level + 1, count // 2
-        else:
-            below = _groups(_leaf_hashes(engine, conn, reference), 1 << (merkle.STORED_LEVEL - 1))
+        below = _groups(_leaf_hashes(conn), 1 << (merkle.STORED_LEVEL - 1))
         while count:
             here = _level_rows(conn2, level)
             for i, want in zip(range(count), _pairs(below)):
                 idx, h = next(here, (None, None))
                 if idx != i or h != want:
-                    if not reference:  # the reference encoding decides what is reported
-                        return tree_problems(engine, entries, reference=True)
                     first = (i << level) + 1
                     return [ChainProblem(first, "", f"{merkle.TABLE}: subtree (level {level}, index {i}) over "
                                                     f"entries {first}..{(i + 1) << level} does not hash its children")]
@@ -332,6 +247,13 @@ def tree_problems(engine: Engine, entries: int, reference: bool = False) -> list
         if next(_level_rows(conn2, level), None) is not None:
             return [ChainProblem(entries, "", f"{merkle.TABLE}: level {level} holds subtrees {entries} entries "
                                               f"do not make")]
+    return []
+
+
+def head_problems(engine: Engine) -> list[ChainProblem]:
+    """Every signed head recorded in the ledger verifies under its key and signs this ledger's root."""
+    problems: list[ChainProblem] = []
+    with engine.connect() as conn:
         for seq, data in recorded_heads(conn):
             try:
                 key = load_public_key(str(data.get("public_key", "")).encode(), f"tree_head entry {seq}")
@@ -344,9 +266,15 @@ def tree_problems(engine: Engine, entries: int, reference: bool = False) -> list
     return problems
 
 
+def tree_problems(engine: Engine, entries: int, subtrees_checked: bool = False) -> list[ChainProblem]:
+    """The stored tree against the entries (unless ``subtrees_checked``: verify's chain walk already did),
+    then the signed heads against the tree."""
+    return (subtree_problems(engine, entries) if not subtrees_checked else []) or head_problems(engine)
+
+
 def check_tree(engine: Engine, report: VerifyReport) -> list[ChainProblem]:
     """The Merkle tree over the entries, and every signed head recorded in the ledger."""
-    return tree_problems(engine, report.entries)
+    return tree_problems(engine, report.entries, subtrees_checked=report.tree_checked)
 
 
 def tree_head_at(conn: Connection, through_seq: int) -> dict:

@@ -30,6 +30,7 @@ TABLE = "merkle_nodes"
 STORED_LEVEL = 4  # subtrees of 16 leaves and up are stored; smaller ones are hashed from the entries
 Key = tuple[int, int]  # (level, idx)
 _FETCH = 50_000
+_NODE0 = sha256(b"\x01")  # RFC 9162's node prefix, hashed once and copied
 
 
 class TreeError(RuntimeError):
@@ -113,10 +114,16 @@ def _keys_of(ranges: Iterable[tuple[int, int]]) -> set[Key]:
 # --- storage ---------------------------------------------------------------------------------------------------
 
 def perfect_hash(leaf_hashes: Sequence[bytes]) -> bytes:
-    """MTH of a power-of-two run of leaf hashes."""
+    """MTH of a power-of-two run of leaf hashes (node_hash inlined: verify hashes one run per 16 entries)."""
     level = list(leaf_hashes)
     while len(level) > 1:
-        level = [node_hash(level[i], level[i + 1]) for i in range(0, len(level), 2)]
+        pairs = []
+        for i in range(0, len(level), 2):
+            h = _NODE0.copy()
+            h.update(level[i])
+            h.update(level[i + 1])
+            pairs.append(h.digest())
+        level = pairs
     return level[0]
 
 
@@ -257,6 +264,57 @@ def on_append(conn: Connection, first_seq: int, leaves: Sequence[bytes]) -> None
         extend(conn, first_seq - 1, leaves)
     except TreeError:
         extend(conn, sync(conn, first_seq - 1), leaves)
+
+
+# --- checking the stored tree in spans (verify's workers) ---------------------------------------------------
+# ledger.verify's chain workers each walk a span of the entries, its start a multiple of 2^STORED_LEVEL, and
+# already hold every entry's chain encoding: each also hashes the leaves, checks every stored subtree wholly
+# inside its span (span_subtrees_ok), and the caller checks the few that straddle two spans (joins_ok). Both
+# together check exactly what heads.tree_problems recomputes from the entries, in one pass over them.
+
+StoredRows = Callable[[int, int, int], Iterable[tuple[int, bytes]]]  # (level, a, b) -> rows a <= idx < b, in order
+
+
+def span_subtrees_ok(first_leaf: int, low: Sequence[bytes], stored: StoredRows) -> bool:
+    """Every stored subtree wholly inside a span of leaves hashes as recomputed: ``low`` are the span's complete
+    2^STORED_LEVEL-leaf subtree hashes (computed from its leaves), the span starting at leaf ``first_leaf`` (a
+    multiple of 2^STORED_LEVEL); each level's stored rows over the span must be exactly those hashes."""
+    level, first, hashes = STORED_LEVEL, first_leaf >> STORED_LEVEL, list(low)
+    while hashes:
+        rows = iter(stored(level, first, first + len(hashes)))
+        for i, want in enumerate(hashes, first):
+            row = next(rows, None)
+            if row is None or row[0] != i or bytes(row[1]) != want:
+                return False
+        if next(rows, None) is not None:
+            return False
+        if first & 1:  # its sibling lies before the span: the pair straddles a boundary (joins_ok)
+            hashes, first = hashes[1:], first + 1
+        hashes = [node_hash(hashes[i], hashes[i + 1]) for i in range(0, len(hashes) - 1, 2)]
+        first, level = first >> 1, level + 1
+    return True
+
+
+def joins_ok(conn: Connection, size: int, span_starts: Sequence[int]) -> bool:
+    """The rest of the check span_subtrees_ok made in every span (spans starting at these leaves, in order,
+    covering a tree of ``size`` leaves): each stored subtree over a boundary between spans hashes its two stored
+    children, and no level holds a subtree beyond ``size`` leaves (nor the level above the root's)."""
+    keys: set[Key] = set()
+    level = STORED_LEVEL
+    while size >> level:
+        keys.update((level, b >> level) for b in span_starts[1:]
+                    if b & ((1 << level) - 1) and b >> level < size >> level)
+        level += 1
+    children = {(lv - 1, 2 * i + j) for lv, i in keys for j in (0, 1)}
+    try:
+        nodes = fetch_nodes(conn, keys | children)
+    except TreeError:
+        return False
+    if any(node_hash(nodes[(lv - 1, 2 * i)], nodes[(lv - 1, 2 * i + 1)]) != nodes[(lv, i)] for lv, i in keys):
+        return False
+    extra = text(f"SELECT 1 FROM {TABLE} WHERE level = :lv AND idx >= :n LIMIT 1")
+    return all(conn.execute(extra, {"lv": lv, "n": size >> lv}).first() is None
+               for lv in range(STORED_LEVEL, level + 1))
 
 
 # --- roots and proofs ------------------------------------------------------------------------------------------

@@ -3,7 +3,9 @@
 - format_ts: canonical text skips the strftime round trip; same output and same errors as the slow path.
 - make_entry / entry_from_record: ids computed without dataclasses.replace equal compute_entry_id.
 - verify's fast path (raw rows, SQLite json_array encodings, parallel seq ranges) reports exactly what the
-  reference check_chain reports, for honest ledgers and tampered ones, on both backends.
+  reference check_chain reports, for honest ledgers and tampered ones, on both backends; SQLite's encodings
+  are byte for byte the reference row_encodings; its one-pass tree check agrees with the reference
+  heads.subtree_problems (tests/test_merkle.py holds it against every kind of damage).
 - the shipper's record checks: the memoised time parse, the payload decoder built once and the shortcut for
   plain text fields give what their references give; the collector threshold is restored after shipping.
 """
@@ -124,19 +126,58 @@ def test_fast_verify_reports_the_reference_problem_on_tampering(engine, fast_eve
     assert fast == ref
 
 
+def test_sqlite_encodings_are_the_reference_encodings_byte_for_byte(sqlite_url):
+    """The json_array SQL (ledger.entries.SQLITE_IDENTITY/SQLITE_CHAIN) against row_encodings on hostile text."""
+    from ledger import db as db_mod
+    from ledger.entries import CHAIN_COLUMNS, SQLITE_CHAIN, SQLITE_IDENTITY, row_encodings
+    from ledger.store import ENTRY_COLUMNS
+
+    assert ENTRY_COLUMNS == CHAIN_COLUMNS + ("hash",)  # a stored row is read in the chain's own order
+    engine = db_mod.make_engine(sqlite_url)
+    store.append(engine, _entries(60))
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql(f"SELECT {', '.join(ENTRY_COLUMNS)}, {SQLITE_IDENTITY}, {SQLITE_CHAIN} "
+                                    f"FROM entries ORDER BY seq").all()
+    engine.dispose()
+    assert len(rows) == 60
+    for row in rows:
+        assert (row[-2], row[-1]) == tuple(e.encode("utf-8") for e in row_encodings(tuple(row[:-2])))
+
+
+def test_fast_verify_checks_the_tree_in_the_same_pass(engine, fast_everywhere):
+    """Both backends: the chain walk's workers also check every stored Merkle subtree; a rewritten one leaves
+    the tree unchecked for the reference check to name, and the chain verdict unchanged."""
+    from ledger.heads import subtree_problems
+
+    for start in range(0, 2100, 700):
+        store.append(engine, [make_entry(Kind.PROGRESS, 1_700_000_000 + i, {"i": i})
+                              for i in range(start, start + 700)])
+    report = verify_chain(engine, workers=2, tree=True)
+    assert report.ok and report.tree_checked and subtree_problems(engine, 2100) == []
+    with engine.begin() as conn:
+        if conn.dialect.name == "sqlite":
+            conn.execute(text("DROP TRIGGER merkle_nodes_no_update"))
+        else:
+            conn.execute(text("DROP TRIGGER merkle_nodes_no_update_delete ON merkle_nodes"))
+        conn.execute(text("UPDATE merkle_nodes SET hash = :h WHERE level = 6 AND idx = 0"), {"h": b"\x02" * 32})
+    damaged = verify_chain(engine, workers=2, tree=True)
+    assert damaged == report and not damaged.tree_checked
+    assert [p.seq for p in subtree_problems(engine, 2100)] == [1]
+
+
 def test_fast_verify_in_threads_when_the_caller_is_threaded(engine, fast_everywhere):
     import threading
 
-    store.append(engine, _entries(200))
+    store.append(engine, _entries(2100))  # two ranges of 1,000 entries or more
     stop = threading.Event()
     t = threading.Thread(target=stop.wait)
     t.start()  # a second live thread: verify must not fork
     try:
-        fast = verify_chain(engine, workers=2)
+        fast = verify_chain(engine, workers=2, tree=True)
     finally:
         stop.set()
         t.join()
-    assert fast.ok and fast == check_chain(store.iter_entries(engine))
+    assert fast.ok and fast == check_chain(store.iter_entries(engine)) and fast.tree_checked
 
 
 def test_parallel_ship_equals_serial_ship(tmp_path, monkeypatch):

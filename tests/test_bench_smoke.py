@@ -71,3 +71,38 @@ def test_load_pg_shipper_processes_lose_and_duplicate_nothing(postgres):
     want = expected_ids(4, 3)
     assert got["ids"] == want and got["rows"] == len(want) and got["chain_ok"]
     assert tally["pending"] == 0 and len(tally["latencies"]) == 12
+
+
+def test_verify_bench_builds_the_ledger_shipping_would(tmp_path):
+    """bench.verify's bulk build holds the generator's chained rows and the very tree the append path keeps
+    (merkle.sync over the same rows, the way the ledger was built before), and is reused while it matches."""
+    import sqlite3
+
+    from bench import data
+    from bench.verify import build_ledger
+    from ledger import db as db_mod
+    from ledger import merkle
+
+    n = 1000
+    url, total = build_ledger(tmp_path / "bulk.db", n)
+    assert total == n
+    ref = tmp_path / "ref.db"
+    engine = db_mod.make_engine(f"sqlite:///{ref}")
+    db_mod.upgrade(engine)
+    with db_mod.write_tx(engine) as conn:
+        conn.exec_driver_sql(f"INSERT INTO entries VALUES ({','.join('?' * 16)})", list(data.chained_rows(n)))
+        merkle.sync(conn, n)
+    engine.dispose()
+
+    def dump(path, table):  # noqa: ANN001, ANN202
+        con = sqlite3.connect(path)
+        try:
+            return con.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
+        finally:
+            con.close()
+
+    for table in ("entries", "merkle_nodes"):
+        assert dump(tmp_path / "bulk.db", table) == dump(ref, table)
+    mtime = (tmp_path / "bulk.db").stat().st_mtime_ns
+    assert build_ledger(tmp_path / "bulk.db", n) == (url, n)  # kept: not built again
+    assert (tmp_path / "bulk.db").stat().st_mtime_ns == mtime

@@ -174,21 +174,137 @@ def test_nodes_are_append_only(sqlite_url):
     engine.dispose()
 
 
-def test_verify_checks_a_big_tree_in_worker_processes(sqlite_url, monkeypatch):
-    """The leaf-heavy part of the tree check runs in forked workers on a big SQLite ledger (threshold lowered
-    here); a rewritten subtree is still named, by the reference path."""
-    from ledger import heads
+# --- verify's one-pass tree check (the chain walk's workers) against the reference heads.subtree_problems -----
 
-    monkeypatch.setattr(heads, "PARALLEL_MIN_ENTRIES", 1000)
-    engine = db_mod.make_engine(sqlite_url)
-    for start in range(0, 3000, 700):
-        store.append(engine, entries(min(700, 3000 - start), start=start))
-    assert heads._lowest_level_parallel(engine, 3000 >> merkle.STORED_LEVEL) is True
-    assert verify(engine, checks=verify_checks()).ok
+N_BIG = 3000  # 187 stored subtrees of 16 and their parents up to level 11 (2,048 leaves)
+
+
+@pytest.fixture(scope="module")
+def big_ledger(tmp_path_factory):
+    """A ledger file of N_BIG entries appended in uneven batches (as shipments do); tests copy it."""
+    path = tmp_path_factory.mktemp("big") / "ledger.db"
+    engine = db_mod.make_engine(f"sqlite:///{path}")
+    db_mod.upgrade(engine)
+    for start in range(0, N_BIG, 700):
+        store.append(engine, entries(min(700, N_BIG - start), start=start))
+    engine.dispose()
+    return path
+
+
+def _copy(big_ledger, tmp_path):  # noqa: ANN001, ANN202
+    import shutil
+
+    dst = tmp_path / "copy.db"
+    shutil.copyfile(big_ledger, dst)
+    return db_mod.make_engine(f"sqlite:///{dst}")
+
+
+def _both_ways(engine, monkeypatch, workers):  # noqa: ANN001, ANN202
+    """(fast report, reference report) of the full `verify`, the fast path forced on, then off."""
+    from ledger import verify as verify_mod
+
+    monkeypatch.setattr(verify_mod, "FAST_MIN_ENTRIES", 1)
+    fast = verify(engine, workers=workers, checks=verify_checks())
+    monkeypatch.setattr(verify_mod, "FAST_MIN_ENTRIES", 10**12)
+    reference = verify(engine, checks=verify_checks())
+    return fast, reference
+
+
+def _rewrite_entry(engine, seq: int) -> None:  # noqa: ANN001
+    """An attacker with the file: one entry's payload changed and the chain re-hashed from it on, so the chain
+    verifies (no anchor) and only the tree, built from the original entries, can tell."""
+    from ledger.entries import Entry, compute_entry_id
+
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP TRIGGER entries_no_update")
+        rows = conn.execute(text("SELECT * FROM entries WHERE seq >= :s ORDER BY seq"), {"s": seq}).mappings().all()
+        prev = rows[0]["prev_hash"]
+        for i, r in enumerate(rows):
+            fields = {k: r[k] for k in ("kind", "ts", "payload", "ts_end", "recorded_at", "cluster", "job_id", "run",
+                                        "node", "device", "source", "source_version", "entry_id")}
+            if i == 0:
+                fields["payload"] = '{"i":-1}'
+                fields["entry_id"] = compute_entry_id(Entry(**fields))
+            h = chain_hash(r["seq"], Entry(**fields), prev)
+            conn.execute(text("UPDATE entries SET payload = :p, entry_id = :e, prev_hash = :ph, hash = :h "
+                              "WHERE seq = :s"), {"p": fields["payload"], "e": fields["entry_id"], "ph": prev,
+                                                  "h": h, "s": r["seq"]})
+            prev = h
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_one_pass_tree_check_covers_every_stored_subtree(big_ledger, tmp_path, monkeypatch, workers):
+    from ledger import verify as verify_mod
+
+    engine = _copy(big_ledger, tmp_path)
+    monkeypatch.setattr(verify_mod, "FAST_MIN_ENTRIES", 1)
+    report = verify_mod.verify_chain(engine, workers=workers, tree=True)
+    assert report.ok and report.tree_checked
+    fast, reference = _both_ways(engine, monkeypatch, workers)
+    assert fast.ok and reference.ok and fast.tree_checked and not reference.tree_checked
+    engine.dispose()
+
+
+@pytest.mark.parametrize("damage", ["rewrite node", "drop node"])
+@pytest.mark.parametrize("level,idx", [(6, 15), (7, 15), (11, 0), (4, 61), (4, 62)])
+def test_subtrees_across_worker_ranges_are_checked(big_ledger, tmp_path, monkeypatch, damage, level, idx):
+    """With 3 workers the ranges start at entries 993 and 1,985: (6, 15) and (7, 15) straddle a boundary (the
+    parent checks them), (11, 0) all of them, (4, 61) and (4, 62) lie each side of one (the workers do)."""
+    from ledger import verify as verify_mod
+
+    engine = _copy(big_ledger, tmp_path)
     with engine.begin() as conn:
         conn.exec_driver_sql("DROP TRIGGER merkle_nodes_no_update")
-        conn.exec_driver_sql("UPDATE merkle_nodes SET hash = ? WHERE level = 4 AND idx = 100", (b"\x01" * 32,))
-    assert heads._lowest_level_parallel(engine, 3000 >> merkle.STORED_LEVEL) is False
-    report = verify(engine, checks=verify_checks())
-    assert not report.ok and report.problems[0].seq == 1601
+        conn.exec_driver_sql("DROP TRIGGER merkle_nodes_no_delete")
+        if damage == "rewrite node":
+            conn.exec_driver_sql("UPDATE merkle_nodes SET hash = ? WHERE level = ? AND idx = ?",
+                                 (b"\xab" * 32, level, idx))
+        else:
+            conn.exec_driver_sql("DELETE FROM merkle_nodes WHERE level = ? AND idx = ?", (level, idx))
+    assert not verify_mod.verify_chain(engine, workers=3, tree=True).tree_checked
+    fast, reference = _both_ways(engine, monkeypatch, 3)
+    assert not reference.ok and fast.problems == reference.problems
+    if damage == "rewrite node":
+        assert reference.problems[0].seq == (idx << level) + 1
+    engine.dispose()
+
+
+@settings(max_examples=12, deadline=None)
+@given(data=st.data())
+def test_one_pass_tree_check_names_what_the_reference_names(big_ledger, tmp_path_factory, data):
+    """A rewritten or missing stored subtree at any level (inside one worker's range or across two), a subtree
+    too many, or an entry rewritten with the chain re-hashed after it: the fast path's report is the
+    reference's, the first bad seq named."""
+    from ledger import verify as verify_mod
+
+    engine = _copy(big_ledger, tmp_path_factory.mktemp("case"))
+    level = data.draw(st.integers(merkle.STORED_LEVEL, 11), label="level")
+    idx = data.draw(st.integers(0, (N_BIG >> level) - 1), label="idx")
+    damage = data.draw(st.sampled_from(["rewrite node", "drop node", "extra node", "rewrite entry"]), label="damage")
+    workers = data.draw(st.integers(1, 4), label="workers")
+    seq = data.draw(st.integers(1, N_BIG), label="seq")
+    stored_leaves = N_BIG >> merkle.STORED_LEVEL << merkle.STORED_LEVEL
+    harmless = damage == "rewrite entry" and seq > stored_leaves  # the tail under no stored subtree
+    if damage == "rewrite entry":
+        _rewrite_entry(engine, seq)
+    else:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("DROP TRIGGER merkle_nodes_no_update")
+            conn.exec_driver_sql("DROP TRIGGER merkle_nodes_no_delete")
+            if damage == "rewrite node":
+                conn.exec_driver_sql("UPDATE merkle_nodes SET hash = ? WHERE level = ? AND idx = ?",
+                                     (b"\xab" * 32, level, idx))
+            elif damage == "drop node":
+                conn.exec_driver_sql("DELETE FROM merkle_nodes WHERE level = ? AND idx = ?", (level, idx))
+            else:
+                conn.exec_driver_sql("INSERT INTO merkle_nodes VALUES (?, ?, ?)", (level, N_BIG >> level, b"\x01" * 32))
+    assert verify_mod.verify_chain(engine, workers=workers, tree=True).tree_checked == harmless
+    with pytest.MonkeyPatch.context() as mp:
+        fast, reference = _both_ways(engine, mp, workers)
+    assert fast.problems == reference.problems
+    assert reference.ok == harmless
+    if damage == "rewrite node":
+        assert reference.problems[0].seq == (idx << level) + 1
+    if damage == "rewrite entry" and not harmless:
+        assert reference.problems[0].seq == ((seq - 1) >> merkle.STORED_LEVEL << merkle.STORED_LEVEL) + 1
     engine.dispose()
