@@ -245,6 +245,20 @@ def test_one_pass_tree_check_covers_every_stored_subtree(big_ledger, tmp_path, m
     engine.dispose()
 
 
+def _damage_stored_node(engine, damage: str, level: int, idx: int) -> None:  # noqa: ANN001
+    """Rewrite or drop stored subtree (level, idx), or add one past the tree's end ("extra node")."""
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP TRIGGER merkle_nodes_no_update")
+        conn.exec_driver_sql("DROP TRIGGER merkle_nodes_no_delete")
+        if damage == "rewrite node":
+            conn.exec_driver_sql("UPDATE merkle_nodes SET hash = ? WHERE level = ? AND idx = ?",
+                                 (b"\xab" * 32, level, idx))
+        elif damage == "drop node":
+            conn.exec_driver_sql("DELETE FROM merkle_nodes WHERE level = ? AND idx = ?", (level, idx))
+        else:
+            conn.exec_driver_sql("INSERT INTO merkle_nodes VALUES (?, ?, ?)", (level, N_BIG >> level, b"\x01" * 32))
+
+
 @pytest.mark.parametrize("damage", ["rewrite node", "drop node"])
 @pytest.mark.parametrize("level,idx", [(6, 15), (7, 15), (11, 0), (4, 61), (4, 62)])
 def test_subtrees_across_worker_ranges_are_checked(big_ledger, tmp_path, monkeypatch, damage, level, idx):
@@ -253,14 +267,7 @@ def test_subtrees_across_worker_ranges_are_checked(big_ledger, tmp_path, monkeyp
     from ledger import verify as verify_mod
 
     engine = _copy(big_ledger, tmp_path)
-    with engine.begin() as conn:
-        conn.exec_driver_sql("DROP TRIGGER merkle_nodes_no_update")
-        conn.exec_driver_sql("DROP TRIGGER merkle_nodes_no_delete")
-        if damage == "rewrite node":
-            conn.exec_driver_sql("UPDATE merkle_nodes SET hash = ? WHERE level = ? AND idx = ?",
-                                 (b"\xab" * 32, level, idx))
-        else:
-            conn.exec_driver_sql("DELETE FROM merkle_nodes WHERE level = ? AND idx = ?", (level, idx))
+    _damage_stored_node(engine, damage, level, idx)
     assert not verify_mod.verify_chain(engine, workers=3, tree=True).tree_checked
     fast, reference = _both_ways(engine, monkeypatch, 3)
     assert not reference.ok and fast.problems == reference.problems
@@ -288,16 +295,7 @@ def test_one_pass_tree_check_names_what_the_reference_names(big_ledger, tmp_path
     if damage == "rewrite entry":
         _rewrite_entry(engine, seq)
     else:
-        with engine.begin() as conn:
-            conn.exec_driver_sql("DROP TRIGGER merkle_nodes_no_update")
-            conn.exec_driver_sql("DROP TRIGGER merkle_nodes_no_delete")
-            if damage == "rewrite node":
-                conn.exec_driver_sql("UPDATE merkle_nodes SET hash = ? WHERE level = ? AND idx = ?",
-                                     (b"\xab" * 32, level, idx))
-            elif damage == "drop node":
-                conn.exec_driver_sql("DELETE FROM merkle_nodes WHERE level = ? AND idx = ?", (level, idx))
-            else:
-                conn.exec_driver_sql("INSERT INTO merkle_nodes VALUES (?, ?, ?)", (level, N_BIG >> level, b"\x01" * 32))
+        _damage_stored_node(engine, damage, level, idx)
     assert verify_mod.verify_chain(engine, workers=workers, tree=True).tree_checked == harmless
     with pytest.MonkeyPatch.context() as mp:
         fast, reference = _both_ways(engine, mp, workers)

@@ -235,6 +235,20 @@ def ask_cmd(app: AppContext, question: str, as_json: bool) -> None:
         _print_explain(res)
 
 
+def _period_with_data(ds, text: str) -> tuple[float, float, str]:  # noqa: ANN001 - an agents dataset
+    """``[start, end)`` and label of a period (a day, a week...) the ledger holds data in; else a one-line
+    UserError."""
+    from ..agents.ask import BadPeriod, parse_period
+
+    try:
+        start, end, label = parse_period(text, ds.start, ds.end)
+    except BadPeriod as exc:
+        raise UserError(str(exc)) from None
+    if end <= ds.start or start >= ds.end:
+        raise UserError(f"the ledger has no data in {label}")
+    return start, end, label
+
+
 @click.command("account")
 @click.option("--day", help="A UTC day: 2026-11-04, today, yesterday.")
 @click.option("--week", help="An ISO week: 2026-W45, this-week, last-week.")
@@ -250,7 +264,6 @@ def account_cmd(app: AppContext, day: str | None, week: str | None, as_json: boo
     """
     from .. import agents
     from ..agents.accounting import period_account
-    from ..agents.ask import BadPeriod, parse_period
 
     if bool(day) == bool(week):
         raise UserError("give exactly one of --day, --week")
@@ -262,12 +275,7 @@ def account_cmd(app: AppContext, day: str | None, week: str | None, as_json: boo
         raise UserError(f"--week: cannot read {week!r} (want 2026-W45, this-week or last-week)")
     if day and not re.fullmatch(r"\d{4}-\d{2}-\d{2}|today|yesterday", day.strip()):
         raise UserError(f"--day: cannot read {day!r} (want 2026-11-04, today or yesterday)")
-    try:
-        start, end, label = parse_period(text, ds.start, ds.end)
-    except BadPeriod as exc:
-        raise UserError(str(exc)) from None
-    if end <= ds.start or start >= ds.end:
-        raise UserError(f"the ledger has no data in {label}")
+    start, end, label = _period_with_data(ds, text)
     res = period_account(ds, agents.run_agents(ds).findings, start, end, label)
     if as_json:
         emit_json(res)
@@ -335,18 +343,12 @@ def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool) -
       ipledger report analysis --period 2026-W45 --out analysis-w45.pdf
     """
     from .. import agents
-    from ..agents.ask import BadPeriod, parse_period
     from ..agents.export_analysis import AnalysisError
 
     ds = agents.load(app.engine())
     if not len(ds.allocs) and not len(ds.samples):
         raise UserError("the ledger holds no allocations or telemetry to analyse")
-    try:
-        start, end, label = parse_period(period, ds.start, ds.end)
-    except BadPeriod as exc:
-        raise UserError(str(exc)) from None
-    if end <= ds.start or start >= ds.end:
-        raise UserError(f"the ledger has no data in {label}")
+    start, end, label = _period_with_data(ds, period)
     doc = agents.period_analysis(ds, agents.run_agents(ds), start, end, label)
     from reports import analysis_pdf
 

@@ -386,13 +386,14 @@ def _from_db(row: Sequence) -> DeviceHour:
 def stored(conn, segment_ids: Sequence[str] | None = None, devices: Sequence[str] | None = None,  # noqa: ANN001
            start: float | None = None, end: float | None = None) -> dict[str, list[DeviceHour]]:
     """Stored device-hours per segment id, optionally only these segments / devices / hours in [start, end)."""
-    from sqlalchemy import text
+    from sqlalchemy import bindparam, text
 
-    where, p = [], {}
+    where, p, expanding = [], {}, []
     for col, vals in (("segment_id", segment_ids), ("device", devices)):
-        if vals is not None:
-            where.append(f"{col} IN (" + ",".join(f":{col}{i}" for i in range(len(vals))) + ")" if vals else "1=0")
-            p.update({f"{col}{i}": v for i, v in enumerate(vals)})
+        if vals is not None:  # an empty list selects nothing (SQLAlchemy renders an empty IN)
+            where.append(f"{col} IN :{col}s")
+            p[f"{col}s"] = list(vals)
+            expanding.append(bindparam(f"{col}s", expanding=True))
     if start is not None:
         where.append("hour >= :start")
         p["start"] = start
@@ -401,7 +402,7 @@ def stored(conn, segment_ids: Sequence[str] | None = None, devices: Sequence[str
         p["end"] = end
     sql = f"SELECT segment_id, {', '.join(FIELDS)} FROM {TABLE}" + (" WHERE " + " AND ".join(where) if where else "")
     out: dict[str, list[DeviceHour]] = {}
-    for r in conn.execute(text(sql + " ORDER BY segment_id, device, hour"), p):
+    for r in conn.execute(text(sql + " ORDER BY segment_id, device, hour").bindparams(*expanding), p):
         out.setdefault(r[0], []).append(_from_db(r[1:]))
     return out
 

@@ -15,6 +15,8 @@ Create Date: 2026-12-01
 from alembic import op
 import sqlalchemy as sa
 
+from ipledger_schema.append_only import make_append_only
+
 revision = "0004"
 down_revision = "0003"
 branch_labels = None
@@ -32,35 +34,7 @@ def upgrade() -> None:
         sqlite_with_rowid=False,
     )
     bind = op.get_bind()
-    if bind.dialect.name == "sqlite":
-        for action in ("UPDATE", "DELETE"):
-            op.execute(
-                f"CREATE TRIGGER {TABLE}_no_{action.lower()} BEFORE {action} ON {TABLE} "
-                f"BEGIN SELECT RAISE(ABORT, '{TABLE} is append-only: {action} refused'); END"
-            )
-    elif bind.dialect.name == "postgresql":
-        # ipledger_refuse_change() is 0001's trigger function.
-        op.execute(
-            f"CREATE TRIGGER {TABLE}_no_update_delete BEFORE UPDATE OR DELETE ON {TABLE} "
-            f"FOR EACH ROW EXECUTE FUNCTION ipledger_refuse_change()"
-        )
-        op.execute(
-            f"CREATE TRIGGER {TABLE}_no_truncate BEFORE TRUNCATE ON {TABLE} "
-            f"FOR EACH STATEMENT EXECUTE FUNCTION ipledger_refuse_change()"
-        )
-        op.execute(
-            f"""
-            DO $$
-            BEGIN
-              IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'ipledger_writer') THEN
-                REVOKE ALL ON {TABLE} FROM ipledger_writer;
-                GRANT SELECT, INSERT ON {TABLE} TO ipledger_writer;
-              END IF;
-            EXCEPTION WHEN insufficient_privilege THEN
-              RAISE NOTICE 'ipledger: no privilege to grant on {TABLE}; see docs/ledger.md';
-            END $$
-            """
-        )
+    make_append_only(op, TABLE)
     from ledger import merkle
     from ledger.store import head
 
