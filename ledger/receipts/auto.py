@@ -18,8 +18,7 @@ from ..heads import check_tree
 from ..site import Site
 from ..ship import SHIP_SOURCE
 from ..store import append, iter_entries
-from ..telemetry.store import check_segment_digests
-from ..telemetry.derived import check_device_hours
+from ..telemetry.derived import check_segments
 from ..verify import ChainProblem, ExtraCheck, VerifyReport
 from .issue import issue_receipt, replay, write_receipt_files
 
@@ -86,9 +85,8 @@ def check_receipt_lines(engine: Engine, report: VerifyReport) -> list[ChainProbl
 
 
 def verify_checks(site: Site | None = None) -> tuple[ExtraCheck, ...]:
-    """The checks ``ipledger verify`` runs after the chain: telemetry evidence, issued receipts replayed under
-    ``site``'s SKU table (None: the built-in table, for a ledger with no site overrides), their flat lines
-    re-derived, then the Merkle tree and the signed heads recorded in the ledger, then the device-hours
-    recomputed from the sample blocks they summarise."""
-    return (check_segment_digests, partial(check_issued_receipts, site=site), check_receipt_lines, check_tree,
-            check_device_hours)
+    """The checks ``ipledger verify`` runs after the chain: telemetry evidence and the device-hours derived from
+    it (each segment read once), issued receipts replayed under ``site``'s SKU table (None: the built-in table,
+    for a ledger with no site overrides), their flat lines re-derived, then the Merkle tree and the signed heads
+    recorded in the ledger."""
+    return (check_segments, partial(check_issued_receipts, site=site), check_receipt_lines, check_tree)

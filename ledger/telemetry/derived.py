@@ -12,7 +12,7 @@ from ..store import iter_entries
 from ..verify import ChainProblem
 from . import hours
 from .blocks import table_rows
-from .store import _digest_normalised, read_samples
+from .store import read_samples, segment_samples
 
 
 def backfill(conn) -> int:  # noqa: ANN001
@@ -26,9 +26,10 @@ def backfill(conn) -> int:  # noqa: ANN001
     return n
 
 
-def check_device_hours(engine, report) -> list:  # noqa: ANN001 - ledger.verify.ExtraCheck
-    """Every segment's stored device-hours are what its samples give (recomputed from the block), and no
-    device-hour names a segment the ledger does not hold; names the first mismatch of each segment."""
+def check_segments(engine, report) -> list:  # noqa: ANN001 - ledger.verify.ExtraCheck
+    """Every sealed segment, its samples read once: they still hash to what its entry recorded
+    (:func:`ledger.telemetry.store.segment_samples`), its stored device-hours are what they give (the first
+    mismatch named), and no device-hour names a segment the ledger does not hold."""
     problems = []
     with engine.connect() as conn:
         have_all = hours.stored(conn)
@@ -37,10 +38,9 @@ def check_device_hours(engine, report) -> list:  # noqa: ANN001 - ledger.verify.
         for ce in iter_entries(conn, kinds=[Kind.TELEMETRY_SEGMENT]):
             sid = ce.entry.entry_id
             seen.add(sid)
-            try:
-                table = read_samples(conn, segment_ids=[sid], columns=hours.NEEDED)
-                want = hours.aggregate_table(table)
-            except Exception:  # noqa: BLE001 - unreadable stored samples are the segment-digest check's finding
+            table, problem = segment_samples(conn, ce)
+            if problem is not None:
+                problems.append(problem)  # missing or altered samples: their device-hours are not judged
                 continue
             if sid not in have_all and sid in legacy:
                 continue  # rows stored before blocks, added after `init` derived theirs: none to check
@@ -48,10 +48,7 @@ def check_device_hours(engine, report) -> list:  # noqa: ANN001 - ledger.verify.
                 problems.append(ChainProblem(ce.seq, sid, f"no {hours.TABLE} rows for this segment (sealed before "
                                                           f"they existed? `ipledger init` derives them)"))
                 continue
-            why = hours.first_mismatch(want, have_all.get(sid, []))
-            if why and (not table.num_rows or _digest_normalised(table_rows(read_samples(conn, segment_ids=[sid])))
-                        != ce.entry.data.get("samples_sha256")):
-                continue  # missing or altered samples: the segment-digest check names them
+            why = hours.first_mismatch(hours.aggregate_table(table), have_all.get(sid, []))
             if why:
                 problems.append(ChainProblem(ce.seq, sid, why))
         orphans = set(have_all) - seen

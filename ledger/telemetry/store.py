@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
-from typing import Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
@@ -19,9 +19,9 @@ from sqlalchemy.exc import DBAPIError
 
 from ..canonical import canonical_json
 from ..db import write_tx
-from ..entries import Entry, Kind, make_entry
+from ..entries import ChainedEntry, Entry, Kind, make_entry
 from ..store import AppendResult, append_in
-from ..verify import ChainProblem, VerifyReport
+from ..verify import ChainProblem
 from . import blocks
 from .model import SAMPLE_COLUMNS, Sample
 
@@ -282,28 +282,23 @@ def load_samples(engine_or_conn, devices: Sequence[str] | None = None, start: fl
     return [Sample(*r) for r in blocks.table_rows(table)]
 
 
-def check_segment_digests(engine: Engine, report: VerifyReport) -> list[ChainProblem]:
-    """Every sealed batch still hashes to what its segment entry recorded (block or legacy rows alike)."""
-    from ..store import iter_entries
-
-    problems = []
-    with engine.connect() as conn:
-        for ce in iter_entries(conn, kinds=[Kind.TELEMETRY_SEGMENT]):
-            want = ce.entry.data.get("samples_sha256")
-            try:
-                table = read_samples(conn, segment_ids=[ce.entry.entry_id], check_blocks=True)
-                digest = _digest_normalised(blocks.table_rows(table)) if table.num_rows else None
-            except blocks.BlockError as exc:
-                problems.append(ChainProblem(ce.seq, ce.entry.entry_id, str(exc)))
-                continue
-            except Exception as exc:  # noqa: BLE001 - any decode failure (LZ4, Arrow, driver) is a named problem
-                # Stored bytes no honest writer produces (text that is not UTF-8, a NaN sample, a value of
-                # the wrong type): the segment is named instead of verify stopping with a traceback.
-                reason = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
-                problems.append(ChainProblem(ce.seq, ce.entry.entry_id, f"stored samples cannot be read: {reason}"))
-                continue
-            if table.num_rows and digest != want:
-                problems.append(ChainProblem(ce.seq, ce.entry.entry_id, "samples do not match the segment digest"))
-            elif not table.num_rows and ce.entry.data.get("rows"):
-                problems.append(ChainProblem(ce.seq, ce.entry.entry_id, "samples of this segment are missing"))
-    return problems
+def segment_samples(conn: Connection, ce: ChainedEntry) -> tuple[Any, ChainProblem | None]:
+    """A sealed segment's stored samples (an Arrow table, every column) read once for ``verify``, and the
+    problem with them if they no longer hash to what its entry recorded (block or legacy rows alike); the table
+    is None when they cannot be read at all."""
+    sid = ce.entry.entry_id
+    try:
+        table = read_samples(conn, segment_ids=[sid], check_blocks=True)
+        digest = _digest_normalised(blocks.table_rows(table)) if table.num_rows else None
+    except blocks.BlockError as exc:
+        return None, ChainProblem(ce.seq, sid, str(exc))
+    except Exception as exc:  # noqa: BLE001 - any decode failure (LZ4, Arrow, driver) is a named problem
+        # Stored bytes no honest writer produces (text that is not UTF-8, a NaN sample, a value of the wrong
+        # type): the segment is named instead of verify stopping with a traceback.
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        return None, ChainProblem(ce.seq, sid, f"stored samples cannot be read: {reason}")
+    if table.num_rows and digest != ce.entry.data.get("samples_sha256"):
+        return table, ChainProblem(ce.seq, sid, "samples do not match the segment digest")
+    if not table.num_rows and ce.entry.data.get("rows"):
+        return table, ChainProblem(ce.seq, sid, "samples of this segment are missing")
+    return table, None
