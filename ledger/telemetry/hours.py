@@ -35,7 +35,8 @@ TABLE = "device_hours"
 LOADED_ACT = 0.3               # "under load", as the drift agent reads the clock
 THERMAL, OTHER = THROTTLE_REASONS.index("thermal"), THROTTLE_REASONS.index("other")
 NEEDED = ("device", "t", "dt", "clock_reasons", "sm_active", "tensor_active", "gpu_util", "sm_clock_mhz",
-          "power_w", "gpu_temp_c", "ecc_sbe_aggregate", "xid", "fb_used_mib", "compute_procs")
+          "power_w", "gpu_temp_c", "ecc_sbe_aggregate", "xid", "fb_used_mib", "compute_procs", "row_remap_pending",
+          "row_remap_failure")
 _R = range(len(THROTTLE_REASONS))
 
 
@@ -97,6 +98,8 @@ class DeviceHour:
     xid_first: float            # the first sample's XID gauge (0 when none), for events across hour edges
     xid_last: float
     xid_events: int             # non-zero and different from the previous sample, the first sample excepted
+    remap_pending_max: float    # row remaps pending a reset (the highest reading; NaN: never read)
+    remap_failure_max: float    # row-remapping failure flag
 
     def throttle_split(self, rated_mhz: float | None) -> tuple[float, list[float]]:
         """(delivered seconds, throttled seconds per reason) at this rated clock: the method's
@@ -113,6 +116,7 @@ class DeviceHour:
 
 FIELDS = tuple(f.name for f in fields(DeviceHour))
 SUMS = ("n", *(f for f in FIELDS[FIELDS.index("gap_max") + 1:] if not f.endswith(("_max", "_min", "_first", "_last"))))
+REMAPS = ("remap_pending_max", "remap_failure_max")
 INT_FIELDS = frozenset(f.name for f in fields(DeviceHour) if f.type == "int")
 values = operator.attrgetter(*FIELDS)   # a DeviceHour's values in FIELDS order (dataclasses.astuple deep-copies)
 
@@ -206,6 +210,8 @@ def _aggregate(cols: Mapping[str, Sequence]) -> list[DeviceHour]:
         "ecc_min": _group_reduce(f("ecc_sbe_aggregate")[order], starts, "min"),
         "ecc_max": _group_reduce(f("ecc_sbe_aggregate")[order], starts, "max"),
         "xid_first": xid[starts], "xid_last": xid[ends], "xid_events": s(event),
+        "remap_pending_max": _group_reduce(f("row_remap_pending")[order], starts, "max"),
+        "remap_failure_max": _group_reduce(f("row_remap_failure")[order], starts, "max"),
     }
     cols_out = [names[code[starts]].tolist(), hour[starts].tolist()]
     for name in FIELDS[2:]:
@@ -250,7 +256,7 @@ def aggregate_reference(samples: Iterable) -> list[DeviceHour]:  # noqa: ANN001 
     out = []
     for (device, hour), ss in sorted(groups.items()):
         acc = {k: 0.0 for k in SUMS}
-        clk_max = fb_max = procs_max = ecc_min = ecc_max = nan
+        clk_max = fb_max = procs_max = ecc_min = ecc_max = pending = failure = nan
         prev = None
         for x in ss:
             act = num(x.sm_active)
@@ -308,6 +314,8 @@ def aggregate_reference(samples: Iterable) -> list[DeviceHour]:  # noqa: ANN001 
             if not math.isnan(e):
                 ecc_min = e if math.isnan(ecc_min) else min(ecc_min, e)
                 ecc_max = e if math.isnan(ecc_max) else max(ecc_max, e)
+            pending = _nanext(max, [pending, num(x.row_remap_pending)])
+            failure = _nanext(max, [failure, num(x.row_remap_failure)])
             xv = 0.0 if x.xid is None else float(x.xid)
             if prev is not None and xv > 0 and xv != prev:
                 acc["xid_events"] += 1
@@ -316,7 +324,8 @@ def aggregate_reference(samples: Iterable) -> list[DeviceHour]:  # noqa: ANN001 
         steps = [b.t - a.t for a, b in zip(ss, ss[1:])]
         vals = dict(acc, gap_max=max(steps) if steps else nan, t_first=ss[0].t, t_last=ss[-1].t,
                     t_end=max(x.t + x.dt for x in ss), clk_max=clk_max, fb_max=fb_max,
-                    procs_max=procs_max, ecc_min=ecc_min, ecc_max=ecc_max, xid_first=first_x, xid_last=prev)
+                    procs_max=procs_max, ecc_min=ecc_min, ecc_max=ecc_max, xid_first=first_x, xid_last=prev,
+                    remap_pending_max=pending, remap_failure_max=failure)
         out.append(DeviceHour(device, float(hour), *[int(vals[k]) if k in INT_FIELDS else vals[k]
                                                      for k in FIELDS[2:]]))
     return out
@@ -330,7 +339,7 @@ def merge(parts: Sequence[DeviceHour]) -> DeviceHour:
         return parts[0]
     ps = sorted(parts, key=lambda p: p.t_first)
     v = {k: sum(getattr(p, k) for p in ps) for k in SUMS}
-    for k in ("clk_max", "fb_max", "procs_max", "ecc_max"):
+    for k in ("clk_max", "fb_max", "procs_max", "ecc_max", *REMAPS):
         v[k] = _nanext(max, [getattr(p, k) for p in ps])
     v["ecc_min"] = _nanext(min, [p.ecc_min for p in ps])
     v["xid_events"] += sum(1 for a, b in zip(ps, ps[1:]) if b.xid_first > 0 and b.xid_first != a.xid_last)
@@ -442,7 +451,7 @@ def merged_frame(conn) -> "pd.DataFrame":  # noqa: ANN001, F821
         f = f.assign(_edge=edge_event.astype(float), _step=step,
                      _overlap=(same & (step < 0)).astype(float))
         agg = {c: "sum" for c in SUMS}
-        agg.update({c: "max" for c in ("clk_max", "fb_max", "procs_max", "ecc_max", "t_last", "t_end")})
+        agg.update({c: "max" for c in ("clk_max", "fb_max", "procs_max", "ecc_max", "t_last", "t_end", *REMAPS)})
         agg.update({"ecc_min": "min", "t_first": "min", "xid_first": "first", "gap_max": "max", "_edge": "sum",
                     "_step": "max", "_overlap": "max"})
         g = f.groupby(keys, sort=False)
