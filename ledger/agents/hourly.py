@@ -33,6 +33,7 @@ from ..store import iter_entries
 from ..telemetry import hours as dh
 from ..telemetry.blocks import float_values
 from ..telemetry.store import iter_sample_pieces, read_samples
+from . import hourstats
 from .common import DAY
 from .data import (SAMPLE_READ_COLUMNS, Dataset, EntryScan, _assign, _buckets, _fill_rated, allocations_frame,
                    close_allocations, coverage_gaps, devices_frame, finish, sample_frame)
@@ -46,7 +47,7 @@ OTHER = 4   # THROTTLE_REASONS index of "other"
 def load_compact(engine: Engine, through_seq: int | None = None, topology: dict | None = None,
                  detail: bool = False) -> Dataset:
     """The agents' dataset over device-hours (see the module docstring); ``detail``: with the raw samples of
-    the device-hours :func:`detail_hours` picks for the screened agents (:func:`screened_findings`)."""
+    the device-hours :func:`detail_hours` picks for the agents' findings (:func:`analyze`)."""
     scan = EntryScan()
     with engine.connect() as conn:
         for ce in iter_entries(conn, through_seq=through_seq):
@@ -117,7 +118,9 @@ def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None,  #
         ai_s = s["ai"].to_numpy()
         s[col] = np.where(ai_s >= 0, vals[np.clip(ai_s, 0, None)] if len(vals) else None, None)
     s = s.join(devices[["node", "rack", "sku", "vendor", "rated"]], on="device")
-    return finish(scan, s, allocs, devices, cadence, start, end)
+    ds = finish(scan, s, allocs, devices, cadence, start, end)
+    ds.hourly = hrs[list(hourstats.COLUMNS)].reset_index(drop=True)
+    return ds
 
 
 def _rate_fallback(conn, devices: pd.DataFrame) -> None:  # noqa: ANN001
@@ -205,7 +208,7 @@ def _raw(conn, keys: pd.DataFrame, allocs: pd.DataFrame, devices: pd.DataFrame) 
     return s
 
 
-# --- findings from device-hours: screen, then the full-resolution agents on the screened scopes' samples -------
+# --- findings from device-hours: screen, then the agents on the screened scopes' samples -----------------
 
 def _run_hours(allocs: pd.DataFrame, runs: set) -> set:
     """(device, hour) of every allocation row of these runs: the hours its samples start in."""
@@ -253,20 +256,47 @@ def detail_hours(ds: Dataset, hrs: pd.DataFrame) -> frozenset:
     spans += [(r.node, r.start, r.end) for r in coverage_gaps(ds).itertuples()]
     for node, a, b in spans:
         keys |= _span_hours(node_devs.get(node, []), a - _side(a, b), b + _side(a, b))
+    keys |= _hourly_rule_hours(ds, hrs)
     have = set(zip(hrs["device"], hrs["hour"]))
     return frozenset(keys & have)
 
 
-def screened_findings(ds: Dataset) -> list:
-    """The findings the screens of :func:`detail_hours` cover — XID, power cap, starved, idle held, unknown gaps
-    — by the full-resolution agents' own functions, on a dataset with the raw samples where they look; and the
-    requeue losses, which read allocations, progress marks and prices only (sums the pieces carry)."""
-    from . import accounting, attribution, drift
+def _hourly_rule_hours(ds: Dataset, hrs: pd.DataFrame) -> set:
+    """The device-hours the rules decided on hourly statistics need raw samples for, to price and show what they
+    found: a cooling window's rack or node, and a clock-drift or ECC finding's node, over the window with its
+    evidence each side; every hour of a device with thermal throttling past hot-because-working's floor (the
+    median residual of its throttled samples decides) and of a device with row-remap readings, a day each side."""
+    from . import attribution, drift
 
-    events = drift.xid_events(ds)
-    stall = drift.xid_stall_mask(ds, events)
-    return [*drift.xid_findings(ds, events, stall), *attribution.power_cap(ds), *attribution.starved(ds),
-            *attribution.idle_held(ds, stall), *attribution.unknown_gaps(ds), *accounting.findings(ds)]
+    keys: set = set()
+    devs = ds.devices
+    model = attribution.residual_model(ds)
+    for level, name, a, b in attribution.cooling_windows(ds, model):
+        scope = devs.index[devs["rack" if level == "rack" else "node"] == name]
+        keys |= _span_hours(scope, a - _side(a, b) - dh.HOUR, b + _side(a, b) + dh.HOUR)
+    for dev, c in drift.clock_drift(ds).items():
+        keys |= _span_hours(devs.index[devs["node"] == devs.at[dev, "node"]], c["start"] - _side(c["start"], c["end"])
+                            - dh.HOUR, c["end"] + _side(c["start"], c["end"]) + dh.HOUR)
+    for dev, e in drift.ecc_trend(ds).items():
+        keys |= _span_hours(devs.index[devs["node"] == devs.at[dev, "node"]], e["start"] - _side(e["start"], ds.end)
+                            - dh.HOUR, ds.end + dh.HOUR)
+    s = ds.samples
+    thermal = s[(s["rbucket"] == attribution.THERMAL) & (s["h_thr"] > 0)]
+    per_dev = thermal.groupby("device")["h_thr"].sum()
+    flagged = hrs[hrs["device"].isin(per_dev.index[per_dev >= attribution.WORKING_MIN_H]) & (hrs["busy_r0"] > 0)]
+    remapped = hrs[(hrs["remap_pending_max"] > 0) | (hrs["remap_failure_max"] > 0)]
+    for dev, g in pd.concat([flagged, remapped]).groupby("device"):
+        keys |= _span_hours([dev], g["hour"].min() - DAY - dh.HOUR, g["hour"].max() + DAY + 2 * dh.HOUR)
+    return keys
+
+
+def analyze(engine: Engine, through_seq: int | None = None, topology: dict | None = None):  # noqa: ANN201
+    """Every agent over device-hours with the raw samples their findings need (:func:`detail_hours`): the
+    :class:`~ledger.agents.Analysis` :func:`ledger.agents.analyze` gives from every sample, its figures from
+    device-hours (tests/test_agents_hourly.py holds the two equal)."""
+    from . import run_agents
+
+    return run_agents(load_compact(engine, through_seq=through_seq, topology=topology, detail=True))
 
 
 # --- partitions: the account per device partition, merged ----------------------------------------------------
