@@ -140,3 +140,23 @@ def test_daily_command_from_hours_equals_from_samples(runner, cli, engine) -> No
     text_out = runner.invoke(cli, ["--db", url, "daily"])
     assert text_out.exit_code == 0 and "paid" in text_out.output
     assert "Example" in runner.invoke(cli, ["daily", "--help"]).output
+
+
+def test_findings_command_reads_device_hours_and_samples_alike(runner, cli, engine, tmp_path) -> None:  # noqa: ANN001
+    """`ipledger findings` (device-hours, the default) and `--samples` (every sample) print the same findings;
+    on a copy of the ledger, since both record what they find."""
+    import json
+    import shutil
+
+    db = tmp_path / "copy.db"
+    shutil.copy(engine.url.database, db)
+    url = f"sqlite:///{db}"
+    hours_out = runner.invoke(cli, ["--db", url, "findings", "--json"])
+    samples_out = runner.invoke(cli, ["--db", url, "findings", "--json", "--samples"])
+    assert hours_out.exit_code == 0 and samples_out.exit_code == 0, hours_out.output + samples_out.output
+    a, b = json.loads(hours_out.output), json.loads(samples_out.output)
+    assert (a["source"], b["source"]) == ("device_hours", "samples")
+    assert [f["id"] for f in a["findings"]] == [f["id"] for f in b["findings"]] and a["findings"]
+    for x, y in zip(a["findings"], b["findings"]):
+        assert abs(x["gpu_hours"] - y["gpu_hours"]) <= 0.01 * max(y["gpu_hours"], 1e-9), x["id"]
+    assert "--samples" in runner.invoke(cli, ["findings", "--help"]).output

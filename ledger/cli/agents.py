@@ -42,24 +42,31 @@ def _print_finding(f: dict, status: str | None = None) -> None:
 @click.option("--since", help="Only findings whose window ends at or after this (YYYY-MM-DD or RFC 3339).")
 @click.option("--refresh/--no-refresh", default=True, show_default=True,
               help="Run the agents over the ledger first and record new findings (finding_recorded entries).")
+@click.option("--samples", "from_samples", is_flag=True,
+              help="Run the agents over every sample (the full-resolution reference) instead of the device-hours.")
 @click.option("--json", "as_json", is_flag=True, help="Print the Findings JSON (docs/agents.md).")
 @pass_app
-def findings_cmd(app: AppContext, since: str | None, refresh: bool, as_json: bool) -> None:
+def findings_cmd(app: AppContext, since: str | None, refresh: bool, from_samples: bool, as_json: bool) -> None:
     """List the agents' findings over the ledger, with operators' verdicts.
+
+    The agents read the device-hours sealed with the telemetry, and raw samples only for the scopes and
+    windows of what they find (memory grows with devices x hours; docs/scale.md); --samples reads every sample.
 
     \b
     Example:
       ipledger findings
       ipledger findings --since 2026-11-05 --json
       ipledger findings --no-refresh
+      ipledger findings --samples          # the full-resolution reference
     """
     from .. import agents
+    from ..agents import hourly
 
     t = _since(since)
     engine = app.engine()
     account = None
     if refresh:
-        analysis = agents.analyze(engine)
+        analysis = agents.analyze(engine) if from_samples else hourly.analyze(engine)
         agents.record(engine, analysis.findings)
         account = analysis.account
     rows = agents.recorded_findings(engine, since=t)
@@ -67,7 +74,8 @@ def findings_cmd(app: AppContext, since: str | None, refresh: bool, as_json: boo
         current = {f.id for f in analysis.findings}
         rows = [r for r in rows if r["id"] in current]
     if as_json:
-        emit_json({"findings": rows, "account": account if account is not None else {}})
+        emit_json({"findings": rows, "account": account if account is not None else {},
+                   "source": ("samples" if from_samples else "device_hours") if refresh else "recorded"})
         return
     if not rows:
         click.echo("no findings")
