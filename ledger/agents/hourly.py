@@ -247,7 +247,7 @@ def detail_hours(ds: Dataset, hrs: pd.DataFrame) -> frozenset:
         first = g["xid_first"].to_numpy(float)
         if (g["xid_events"] > 0).any() or ((first > 0) & (first != prev)).any():
             keys |= _span_hours([dev], ds.start, ds.end)
-    capped = hrs[hrs["busy_r1"] > 0]
+    capped = hrs[_cap_screen(hrs, ds.devices["node"])]
     nodes = capped["device"].map(ds.devices["node"])
     for node, g in capped.groupby(nodes):
         margin = DAY + 7 * dh.HOUR   # windows merge capped hours up to 6 h apart; _edges looks an hour further
@@ -259,6 +259,21 @@ def detail_hours(ds: Dataset, hrs: pd.DataFrame) -> frozenset:
     keys |= _hourly_rule_hours(ds, hrs)
     have = set(zip(hrs["device"], hrs["hour"]))
     return frozenset(keys & have)
+
+
+def _cap_screen(hrs: pd.DataFrame, node_of: pd.Series) -> np.ndarray:
+    """Device-hours where the power-cap rule may flag the device or its node: at least half of the loaded samples
+    (3 or more) of the device-hour or its node-hour carry the power-cap reason — counted before the rule's
+    further conditions (allocated, clock below rated), so a superset of its flags. A device-hour sealed before
+    the counts existed (NULL) is screened in whenever it had power-capped busy time."""
+    def flagged(keys: list) -> np.ndarray:
+        g = hrs.groupby(keys, sort=False)
+        n, loaded = g["pcap_n"].transform("sum"), g["pcap_loaded_n"].transform("sum")
+        return ((n >= 0.5 * loaded) & (loaded >= 3)).to_numpy()
+
+    node = hrs["device"].map(node_of).fillna(hrs["device"])
+    unknown = (hrs["pcap_n"].isna() | hrs["pcap_loaded_n"].isna()).to_numpy() & (hrs["busy_r1"] > 0).to_numpy()
+    return flagged([hrs["device"], hrs["hour"]]) | flagged([node, hrs["hour"]]) | unknown
 
 
 def _hourly_rule_hours(ds: Dataset, hrs: pd.DataFrame) -> set:
