@@ -12,7 +12,7 @@ the agents), so the ledger this builds does not verify. The subject is the real 
 the floor is one DuckDB query over the Parquet files computing, per device and hour, the sums the subject reads
 ready-made.
 
-The fleet is busy with noise; about 1 % of node-days hold an idle-held GPU, 1 % a starved job, 0.3 % a
+The fleet is busy with noise; about 0.7 % of node-days hold an idle-held GPU, 0.7 % a starved job, 0.1 % a
 power-capped node, and 2 % of all samples carry a stray power-cap reason (no finding; the screen must not read
 them raw). The findings' raw samples — a job's hours, a capped node's hours with a day of evidence each side —
 are what `findings` reads beyond the device-hours.
@@ -41,7 +41,7 @@ RATED = 1980.0
 def _faults(node: int, day: int) -> tuple[bool, bool, bool]:
     """(an idle-held GPU, a starved job, a power-capped node) on this node-day."""
     k = node * 7 + day
-    return k % 97 == 1, k % 89 == 8, k % 293 == 15
+    return k % 149 == 1, k % 139 == 8, k % 877 == 15
 
 
 def _chunk(rng: np.random.Generator, node: int, day: int) -> dict:

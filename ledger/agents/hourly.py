@@ -89,7 +89,7 @@ def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None,  #
     clipped = hrs["clk_max"].to_numpy(float) > np.where(np.isnan(rated), np.inf, rated)
     refine = edge | clipped
     if detail:
-        refine |= np.fromiter(((d, h) in detail for d, h in zip(hrs["device"], hrs["hour"])), bool, len(hrs))
+        refine |= _in_keys(hrs["device"], hrs["hour"], detail)
     # an hour with a step over 2.5 cadences between samples (or one unknown) may hold a coverage gap
     gap_room = ~((hrs["n"] == 1) | (hrs["gap_max"] <= 2.5 * cadence)).to_numpy()
     clean = hrs[~refine]
@@ -99,13 +99,17 @@ def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None,  #
     if len(raw_keys):
         raw = _raw(conn, raw_keys, allocs, devices)
         want = set(zip(hrs.loc[refine, "device"], hrs.loc[refine, "hour"]))
-        hb = (raw["t"] // dh.HOUR) * dh.HOUR
-        sel = np.fromiter(((d, h) in want for d, h in zip(raw["device"], hb)), bool, len(raw))
-        parts.append(raw[sel].drop(columns=["rated"]).assign(span_end=raw.loc[sel, "t"].to_numpy()))
-        rest = raw[~sel]
-        times.append(rest[["device", "t"]].assign(span_end=rest["t"].to_numpy(), ai=rest["ai"].to_numpy()))
+        sel = _in_keys(raw["device"], (raw["t"] // dh.HOUR) * dh.HOUR, want)
+        # what the agents read of a raw sample (the run's labels are set below for every row)
+        keep = [c for c in raw.columns if c not in ("rated", "reasons", "tensor", "gpu_util", "ecc_sbe_volatile",
+                                                    *ALLOC_COLS)]
+        parts.append(raw.loc[sel, keep].assign(span_end=raw.loc[sel, "t"].to_numpy()))
+        rest = raw.loc[~sel, ["device", "t", "ai"]]
+        times.append(rest.assign(span_end=rest["t"].to_numpy()))
+        del raw, rest   # the frame is built from copies: drop the sources before the next copy
     s = pd.concat([p for p in parts + times if len(p)] or [pd.DataFrame(columns=list(PIECE_COLS))],
                   ignore_index=True)
+    del parts, times
     s["span_end"] = s["span_end"].fillna(s["t"]).astype(float)
     for col in PIECE_COLS[4:]:
         s[col] = pd.to_numeric(s[col], errors="coerce").fillna(OTHER if col == "rbucket" else 0.0)
@@ -117,10 +121,19 @@ def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None,  #
         vals = allocs[col].to_numpy(object) if len(allocs) else np.array([], dtype=object)
         ai_s = s["ai"].to_numpy()
         s[col] = np.where(ai_s >= 0, vals[np.clip(ai_s, 0, None)] if len(vals) else None, None)
-    s = s.join(devices[["node", "rack", "sku", "vendor", "rated"]], on="device")
+    for col in ("node", "rack", "sku", "vendor", "rated"):   # column by column: a join would copy the frame
+        s[col] = s["device"].map(devices[col])
     ds = finish(scan, s, allocs, devices, cadence, start, end)
     ds.hourly = hrs[list(hourstats.COLUMNS)].reset_index(drop=True)
     return ds
+
+
+def _in_keys(device: pd.Series, hour: pd.Series, keys) -> np.ndarray:  # noqa: ANN001 - a set of (device, hour)
+    """Which (device, hour) pairs are among ``keys``, by hashing in pandas rather than a Python loop per row."""
+    if not keys:
+        return np.zeros(len(device), dtype=bool)
+    want = pd.MultiIndex.from_tuples(list(keys))
+    return pd.MultiIndex.from_arrays([device.to_numpy(object), hour.to_numpy(float)]).isin(want)
 
 
 def _rate_fallback(conn, devices: pd.DataFrame) -> None:  # noqa: ANN001
@@ -203,20 +216,27 @@ def _raw(conn, keys: pd.DataFrame, allocs: pd.DataFrame, devices: pd.DataFrame) 
             tables.append(table.filter(pa.array(keep)))
     s = pa.concat_tables(tables).to_pandas() if tables else pd.DataFrame(columns=list(SAMPLE_READ_COLUMNS))
     s = _assign(sample_frame(s), allocs)
-    s = s.join(devices[["rated"]], on="device")
+    s["rated"] = s["device"].map(devices["rated"])
     _buckets(s)
     return s
 
 
 # --- findings from device-hours: screen, then the agents on the screened scopes' samples -----------------
 
-def _run_hours(allocs: pd.DataFrame, runs: set) -> set:
-    """(device, hour) of every allocation row of these runs: the hours its samples start in."""
+def _run_hours(ds: Dataset, s: pd.DataFrame, runs: set) -> set:
+    """(device, hour) of these runs' devices from their first to their last idle or starved hour, with the
+    evidence timeline's reach each side, within the run: where the idle-held and starved agents look."""
+    flagged = s[(s["h_idle"] > 0) | (s["h_starved"] > 0)]
+    span = flagged.groupby(["cluster", "job_id", "run"], dropna=False)["t"].agg(["min", "max"])
     out = set()
-    for r in allocs.itertuples():
-        if (r.cluster, r.job_id, r.run) in runs:
-            h0, h1 = int(r.start // dh.HOUR), int(np.ceil(r.end / dh.HOUR))
-            out.update((r.device, float(h * dh.HOUR)) for h in range(h0, h1))
+    for r in ds.allocs.itertuples():
+        key = (r.cluster, r.job_id, r.run)
+        if key not in runs or key not in span.index:
+            continue
+        a = np.floor(span.at[key, "min"] / dh.HOUR) * dh.HOUR
+        b = np.floor(span.at[key, "max"] / dh.HOUR) * dh.HOUR + dh.HOUR + ds.cadence
+        side = _side(a, b) + dh.HOUR
+        out |= _span_hours([r.device], max(r.start, a - side), min(r.end, b + side))
     return out
 
 
@@ -231,8 +251,8 @@ def _side(a: float, b: float) -> float:
 
 
 def detail_hours(ds: Dataset, hrs: pd.DataFrame) -> frozenset:
-    """The device-hours whose raw samples the screened agents need, decided from the device-hour dataset: every
-    hour of a run idle or starved past the agents' floors; every hour of a device with an XID event; a node's
+    """The device-hours whose raw samples the screened agents need, decided from the device-hour dataset: the
+    hours of a run idle or starved past the agents' floors around its idle or starved time; every hour of a device with an XID event; a node's
     hours around its power-capped hours (the merge gap, a day of evidence each side); a node's hours around an
     unknown interval or a coverage gap (its evidence timeline)."""
     from .attribution import IDLE_MIN_H, STARVED_MIN_H
@@ -240,7 +260,7 @@ def detail_hours(ds: Dataset, hrs: pd.DataFrame) -> frozenset:
     s = ds.samples[ds.samples["ai"] >= 0]
     per_run = s.groupby(["cluster", "job_id", "run"], dropna=False)[["h_idle", "h_starved"]].sum()
     runs = set(per_run.index[(per_run["h_idle"] >= IDLE_MIN_H) | (per_run["h_starved"] >= STARVED_MIN_H)])
-    keys = _run_hours(ds.allocs, runs)
+    keys = _run_hours(ds, s, runs)
     node_devs = ds.devices.groupby("node").groups
     for dev, g in hrs.sort_values(["device", "hour"]).groupby("device"):
         prev = np.concatenate([[0.0], g["xid_last"].to_numpy(float)[:-1]])
