@@ -42,6 +42,8 @@ ALLOC_COLS = ("cluster", "job_id", "run", "tenant", "partition", "qos")
 PIECE_COLS = ("device", "t", "span_end", "ai", "h", "h_del", "h_thr", "h_under", "h_starved", "h_idle", "h_missing",
               "rbucket")
 OTHER = 4   # THROTTLE_REASONS index of "other"
+RAW_COLS = ("dt", "sm", "clk", "power", "temp", "ecc", "row_remap_pending", "row_remap_failure", "xid", "fb", "procs",
+            "act", "ratio")
 
 
 def load_compact(engine: Engine, through_seq: int | None = None, topology: dict | None = None,
@@ -110,6 +112,9 @@ def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None,  #
     s = pd.concat([p for p in parts + times if len(p)] or [pd.DataFrame(columns=list(PIECE_COLS))],
                   ignore_index=True)
     del parts, times
+    for col in RAW_COLS:   # no raw sample read: the columns the agents read of one are there, unmeasured
+        if col not in s:
+            s[col] = np.nan
     s["span_end"] = s["span_end"].fillna(s["t"]).astype(float)
     for col in PIECE_COLS[4:]:
         s[col] = pd.to_numeric(s[col], errors="coerce").fillna(OTHER if col == "rbucket" else 0.0)
