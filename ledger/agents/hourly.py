@@ -20,6 +20,10 @@ Exactness, where an hour's sums are not enough:
 
 The rated clock of a device whose SKU has no rating is the 99th percentile of its loaded clock (the documented
 fallback), read from its raw clock column.
+
+:func:`analyze` runs every agent on this dataset with the raw samples of the device-hours :func:`detail_hours`
+screens for what the agents will find (their scopes and windows, with their evidence's reach); the rules that
+look past an hour's GPU-hours decide on the device-hours' own statistics (:mod:`ledger.agents.hourstats`).
 """
 
 from __future__ import annotations

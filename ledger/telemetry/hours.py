@@ -4,8 +4,8 @@ What the agents need from a device-hour, as sums that add across segments and ho
 partition of the fleet is the sum of its hours): covered seconds, the method's activity buckets (working,
 under-utilised, starved, idle, unmeasured), per clock-event reason the busy seconds and busy x clock
 (MHz·s) from which delivered and throttled follow for any rated clock, loaded-clock sums, the sums of a
-least-squares temperature-on-power fit, framebuffer and process residency, correctable-ECC extremes and XID
-events. A sample belongs wholly to the hour of its start, as the agents assign it.
+least-squares temperature-on-power fit, framebuffer and process residency, correctable-ECC extremes, XID
+events, row-remap extremes and the power-cap rule's loaded and capped sample counts. A sample belongs wholly to the hour of its start, as the agents assign it.
 
 The formulas are the method's (:mod:`ledger.method`): the activity signal is :class:`SampleArrays`' choice,
 the reason index is :func:`reason_bucket`, the thresholds :data:`DEFAULT_THRESHOLDS`. The rated clock is not
