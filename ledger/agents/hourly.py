@@ -60,9 +60,7 @@ def load_compact(engine: Engine, through_seq: int | None = None, topology: dict 
             scan.add(ce)
         hrs = dh.merged_frame(conn)
         ds = _compact(conn, scan, hrs, topology)
-        if detail:
-            ds = _compact(conn, scan, hrs, topology, detail_hours(ds, hrs))
-        return ds
+        return _refine(conn, ds, detail_hours(ds, hrs)) if detail else ds
 
 
 def cadence_of(hrs: pd.DataFrame) -> float:
@@ -82,8 +80,7 @@ def cadence_of(hrs: pd.DataFrame) -> float:
     return float(mean_dt[order][np.searchsorted(cum, (total + 1) / 2.0, side="left")])
 
 
-def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None,  # noqa: ANN001
-             detail: frozenset = frozenset()) -> Dataset:
+def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None) -> Dataset:  # noqa: ANN001
     devices = devices_frame(scan, sorted(hrs["device"].unique()) if len(hrs) else [], topology)
     allocs = allocations_frame(scan)
     cadence = cadence_of(hrs)
@@ -94,8 +91,6 @@ def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None,  #
     ai, edge = _assign_hours(hrs, allocs)
     clipped = hrs["clk_max"].to_numpy(float) > np.where(np.isnan(rated), np.inf, rated)
     refine = edge | clipped
-    if detail:
-        refine |= _in_keys(hrs["device"], hrs["hour"], detail)
     # an hour with a step over 2.5 cadences between samples (or one unknown) may hold a coverage gap
     gap_room = ~((hrs["n"] == 1) | (hrs["gap_max"] <= 2.5 * cadence)).to_numpy()
     clean = hrs[~refine]
@@ -106,16 +101,28 @@ def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None,  #
         raw = _raw(conn, raw_keys, allocs, devices)
         want = set(zip(hrs.loc[refine, "device"], hrs.loc[refine, "hour"]))
         sel = _in_keys(raw["device"], (raw["t"] // dh.HOUR) * dh.HOUR, want)
-        # what the agents read of a raw sample (the run's labels are set below for every row)
-        keep = [c for c in raw.columns if c not in ("rated", "reasons", "tensor", "gpu_util", "ecc_sbe_volatile",
-                                                    *ALLOC_COLS)]
-        parts.append(raw.loc[sel, keep].assign(span_end=raw.loc[sel, "t"].to_numpy()))
+        parts.append(_raw_part(raw[sel]))
         rest = raw.loc[~sel, ["device", "t", "ai"]]
         times.append(rest.assign(span_end=rest["t"].to_numpy()))
         del raw, rest   # the frame is built from copies: drop the sources before the next copy
-    s = pd.concat([p for p in parts + times if len(p)] or [pd.DataFrame(columns=list(PIECE_COLS))],
-                  ignore_index=True)
+    s = _assemble(parts + times, allocs, devices)
     del parts, times
+    ds = finish(scan, s, allocs, devices, cadence, start, end)
+    ds.hourly = hrs[list(hourstats.COLUMNS)].reset_index(drop=True)
+    return ds
+
+
+def _raw_part(raw: pd.DataFrame) -> pd.DataFrame:
+    """What the agents read of raw samples (the run's and the device's labels are set on assembly)."""
+    keep = [c for c in raw.columns if c not in ("rated", "reasons", "tensor", "gpu_util", "ecc_sbe_volatile",
+                                                *ALLOC_COLS)]
+    return raw[keep].assign(span_end=raw["t"].to_numpy())
+
+
+def _assemble(parts: list, allocs: pd.DataFrame, devices: pd.DataFrame) -> pd.DataFrame:
+    """The dataset's rows from pieces, raw samples and sample times, in (device, t) order, labelled with their
+    run and device."""
+    s = pd.concat([p for p in parts if len(p)] or [pd.DataFrame(columns=list(PIECE_COLS))], ignore_index=True)
     for col in RAW_COLS:   # no raw sample read: the columns the agents read of one are there, unmeasured
         if col not in s:
             s[col] = np.nan
@@ -126,15 +133,28 @@ def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None,  #
     for col in ("running", "resident"):   # a piece or a time row is no sample the count-based agents look at
         s[col] = s[col].astype("boolean").fillna(False).astype(bool) if col in s else False
     s = s.sort_values(["device", "t"], kind="stable").reset_index(drop=True)
+    ai_s = s["ai"].to_numpy()
     for col in ALLOC_COLS:
         vals = allocs[col].to_numpy(object) if len(allocs) else np.array([], dtype=object)
-        ai_s = s["ai"].to_numpy()
         s[col] = np.where(ai_s >= 0, vals[np.clip(ai_s, 0, None)] if len(vals) else None, None)
     for col in ("node", "rack", "sku", "vendor", "rated"):   # column by column: a join would copy the frame
         s[col] = s["device"].map(devices[col])
-    ds = finish(scan, s, allocs, devices, cadence, start, end)
-    ds.hourly = hrs[list(hourstats.COLUMNS)].reset_index(drop=True)
-    return ds
+    return s
+
+
+def _refine(conn, ds: Dataset, keys: frozenset) -> Dataset:  # noqa: ANN001
+    """The dataset with these device-hours' raw samples in place of their rows (pieces or sample times)."""
+    from dataclasses import replace
+
+    if not keys:
+        return ds
+    s = ds.samples
+    kept = s[~_in_keys(s["device"], (s["t"] // dh.HOUR) * dh.HOUR, keys)]
+    ds.samples = s = None   # the caller's dataset is rebuilt: its full frame is not kept beside the new one
+    raw = _raw(conn, pd.DataFrame(sorted(keys), columns=["device", "hour"]), ds.allocs, ds.devices)
+    part = _raw_part(raw)
+    del raw
+    return replace(ds, samples=_assemble([kept, part], ds.allocs, ds.devices))
 
 
 def _in_keys(device: pd.Series, hour: pd.Series, keys) -> np.ndarray:  # noqa: ANN001 - a set of (device, hour)
