@@ -160,3 +160,38 @@ def test_findings_command_reads_device_hours_and_samples_alike(runner, cli, engi
     for x, y in zip(a["findings"], b["findings"]):
         assert abs(x["gpu_hours"] - y["gpu_hours"]) <= 0.01 * max(y["gpu_hours"], 1e-9), x["id"]
     assert "--samples" in runner.invoke(cli, ["findings", "--help"]).output
+
+
+def _same_json(a, b, path: str = "") -> None:  # noqa: ANN001
+    """Equal structure and text; numbers to the rounding of the printed figures (3 decimals)."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            _same_json(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same_json(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert abs(a - b) <= 2e-3 + 1e-6 * abs(a), (path, a, b)
+    else:
+        assert a == b, (path, a, b)
+
+
+def test_explain_and_ask_read_device_hours_and_samples_alike(runner, cli, engine) -> None:  # noqa: ANN001
+    """`explain` and `ask` over device-hours (the default) answer as over every sample (`--samples`)."""
+    import json
+
+    from ledger.canonical import format_ts
+
+    ds = load_compact(engine)
+    node = sorted(ds.devices["node"].dropna().unique())[0]
+    job = sorted(ds.allocs["job_id"].unique())[0]
+    day = format_ts(ds.start)[:10]
+    url = str(engine.url)
+    for args in (["explain", "--node", node], ["explain", "--job", job], ["ask", f"why is {node} slow?"],
+                 ["ask", f"where did the GPU-hours go on {day}?"]):
+        a = runner.invoke(cli, ["--db", url, *args, "--json"])
+        b = runner.invoke(cli, ["--db", url, *args, "--json", "--samples"])
+        assert a.exit_code == 0 and b.exit_code == 0, (args, a.output, b.output)
+        _same_json(json.loads(a.output), json.loads(b.output))
