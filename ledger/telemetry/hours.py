@@ -448,7 +448,7 @@ def merged_frame(conn) -> "pd.DataFrame":  # noqa: ANN001, F821
     # numpy columns a chunk of rows at a time: a row's 60-odd values as Python objects cost ≈ 4 KB, the frame's
     # ≈ 0.5 KB, and a fleet's week is 10^5-10^6 of them
     parts = []
-    while chunk := cur.fetchmany(20_000):
+    while chunk := cur.fetchmany(4096):
         cols = list(zip(*chunk))
         part = {"device": np.asarray(cols[0], dtype=object)}
         for c, v in zip(FIELDS[1:], cols[1:]):
