@@ -178,8 +178,8 @@ def _same_json(a, b, path: str = "") -> None:  # noqa: ANN001
         assert a == b, (path, a, b)
 
 
-def test_explain_and_ask_read_device_hours_and_samples_alike(runner, cli, engine) -> None:  # noqa: ANN001
-    """`explain` and `ask` over device-hours (the default) answer as over every sample (`--samples`)."""
+def test_explain_ask_account_read_device_hours_and_samples_alike(runner, cli, engine) -> None:  # noqa: ANN001
+    """`explain`, `ask` and `account` over device-hours (the default) answer as over every sample (`--samples`)."""
     import json
 
     from ledger.canonical import format_ts
@@ -190,7 +190,7 @@ def test_explain_and_ask_read_device_hours_and_samples_alike(runner, cli, engine
     day = format_ts(ds.start)[:10]
     url = str(engine.url)
     for args in (["explain", "--node", node], ["explain", "--job", job], ["ask", f"why is {node} slow?"],
-                 ["ask", f"where did the GPU-hours go on {day}?"]):
+                 ["ask", f"where did the GPU-hours go on {day}?"], ["account", "--day", day]):
         a = runner.invoke(cli, ["--db", url, *args, "--json"])
         b = runner.invoke(cli, ["--db", url, *args, "--json", "--samples"])
         assert a.exit_code == 0 and b.exit_code == 0, (args, a.output, b.output)

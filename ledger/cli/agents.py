@@ -278,10 +278,13 @@ def _period_with_data(ds, text: str) -> tuple[float, float, str]:  # noqa: ANN00
 @click.command("account")
 @click.option("--day", help="A UTC day: 2026-11-04, today, yesterday.")
 @click.option("--week", help="An ISO week: 2026-W45, this-week, last-week.")
+@click.option("--samples", "from_samples", is_flag=True, help=SAMPLES_HELP)
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
-def account_cmd(app: AppContext, day: str | None, week: str | None, as_json: bool) -> None:
+def account_cmd(app: AppContext, day: str | None, week: str | None, from_samples: bool, as_json: bool) -> None:
     """The daily (or weekly) account: paid, delivered and lost GPU-hours per tenant, totals, and the loss by cause.
+
+    Read from the device-hours and the raw samples of what the agents find; --samples reads every sample.
 
     \b
     Example:
@@ -293,7 +296,7 @@ def account_cmd(app: AppContext, day: str | None, week: str | None, as_json: boo
 
     if bool(day) == bool(week):
         raise UserError("give exactly one of --day, --week")
-    ds = agents.load(app.engine())
+    ds = _dataset(app, from_samples)
     if not len(ds.allocs):
         raise UserError("the ledger holds no allocations to account for")
     text = day or week
