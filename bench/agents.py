@@ -1,13 +1,21 @@
-"""Figure: `ipledger daily` over a fleet's device-hours (1,000 GPUs × 7 days at 10 s at full size) and its peak
-memory, against DuckDB computing the same hourly aggregates from the same samples in Parquet.
+"""Figure: `ipledger findings` over a fleet's device-hours (1,000 GPUs × 7 days at 10 s at full size) and its
+peak memory, against DuckDB computing the same hourly aggregates from the same samples in Parquet; `ipledger
+daily` beside it.
 
 The bench generates the samples itself (numpy, one 8-GPU node-day at a time, so memory stays bounded): each
-chunk is written as one Parquet file and aggregated by the project's seal-time function
-(``ledger.telemetry.hours.aggregate``), whose rows go into the ledger's `device_hours` table beside the
-allocation entries of one job per node and day. Sealing the samples themselves (digest and block) is what
-`bench.receipt` measures and is left out here (its hour of work at full size says nothing about the agents), so
-the ledger this builds does not verify. The subject is the real command in a fresh interpreter; the floor is
-one DuckDB query over the Parquet files computing, per device and hour, the sums the subject reads ready-made.
+chunk is written as one Parquet file, as one sample block (``ledger.telemetry.blocks.encode_columns``: what the
+agents read raw samples from, for their findings' scopes and windows) and aggregated by the project's seal-time
+function (``ledger.telemetry.hours.aggregate``), whose rows go into the ledger's `device_hours` table beside the
+allocation entries of one job per node and day. The segment entries and their digests are what `bench.receipt`
+and `bench.ship_sqlite` measure and are left out here (an hour of hashing at full size that says nothing about
+the agents), so the ledger this builds does not verify. The subject is the real command in a fresh interpreter;
+the floor is one DuckDB query over the Parquet files computing, per device and hour, the sums the subject reads
+ready-made.
+
+The fleet is busy with noise; about 0.7 % of node-days hold an idle-held GPU, 0.7 % a starved job, 0.1 % a
+power-capped node, and 2 % of all samples carry a stray power-cap reason (no finding; the screen must not read
+them raw). The findings' raw samples — a job's hours, a capped node's hours with a day of evidence each side —
+are what `findings` reads beyond the device-hours.
 """
 
 from __future__ import annotations
@@ -23,29 +31,37 @@ import numpy as np
 
 from bench.common import Figure, main_for, run_cli_measured, timeit_interleaved
 
-TITLE = "Agents at scale (daily account over device-hours)"
+TITLE = "Agents at scale (findings over device-hours)"
 FULL_GPUS, DAYS, CADENCE = 1000, 7, 10.0
 T0 = 1_793_577_600.0        # 2026-11-02 00:00 UTC
 MODEL = "NVIDIA H100 80GB HBM3"
 RATED = 1980.0
 
 
+def _faults(node: int, day: int) -> tuple[bool, bool, bool]:
+    """(an idle-held GPU, a starved job, a power-capped node) on this node-day."""
+    k = node * 7 + day
+    return k % 149 == 1, k % 139 == 8, k % 877 == 15
+
+
 def _chunk(rng: np.random.Generator, node: int, day: int) -> dict:
-    """One node-day of samples for 8 GPUs: busy jobs with noise, a power cap on some samples, an idle GPU on
-    some node-days (no process, no activity) and a starved stretch on others."""
+    """One node-day of samples for 8 GPUs: busy jobs with noise and stray power-cap samples, and the node-day's
+    faults (:func:`_faults`): GPU node % 8 idle for the afternoon (no process, no activity); every GPU starved
+    for two hours (process resident); every GPU power-capped most of the day."""
     n = int(86400 / CADENCE)
+    idle, starve, cap = _faults(node, day)
     t = T0 + day * 86400.0 + np.arange(n) * CADENCE
     dev, cols = [], {k: [] for k in ("t", "sm_active", "sm_clock_mhz", "power_w", "gpu_temp_c", "clock_reasons",
                                      "fb_used_mib", "compute_procs")}
     for g in range(8):
         act = np.clip(rng.normal(0.7, 0.1, n), 0.0, 1.0)
         procs = np.ones(n)
-        if (node + day + g) % 23 == 0:          # an idle-held GPU for the afternoon
+        if idle and g == node % 8:
             act[n // 2:] = 0.0
             procs[n // 2:] = 0.0
-        if (node * 7 + day) % 17 == 0:          # a starved stretch (waiting on data, process resident)
+        if starve:
             act[n // 4:n // 4 + 720] = 0.01
-        reasons = np.where(rng.random(n) < 0.02, 4, 0)
+        reasons = np.where(rng.random(n) < (0.7 if cap else 0.02), 4, 0)
         clk = np.clip(rng.normal(1700.0, 40.0, n) - 200.0 * (reasons == 4), 300.0, RATED)
         power = 90.0 + 560.0 * act * (clk / RATED) ** 2
         dev.append(np.full(n, f"GPU-{node:04d}-{g}"))
@@ -56,7 +72,7 @@ def _chunk(rng: np.random.Generator, node: int, day: int) -> dict:
     out = {k: np.concatenate(v) for k, v in cols.items()}
     out["device"] = np.concatenate(dev)
     out["dt"] = np.full(len(out["t"]), CADENCE)
-    for k in ("tensor_active", "gpu_util", "ecc_sbe_aggregate", "xid"):
+    for k in ("tensor_active", "gpu_util", "ecc_sbe_aggregate", "xid", "row_remap_pending", "row_remap_failure"):
         out[k] = np.full(len(out["t"]), np.nan)
     return out
 
@@ -71,7 +87,7 @@ def build(work: Path, gpus: int, days: int) -> tuple[str, Path, int, float]:
     from ledger import db as db_mod
     from ledger.entries import Kind, make_entry
     from ledger.store import append
-    from ledger.telemetry import hours
+    from ledger.telemetry import blocks, hours
 
     url = f"sqlite:///{work / 'ledger.db'}"
     engine = db_mod.make_engine(url)
@@ -92,7 +108,11 @@ def build(work: Path, gpus: int, days: int) -> tuple[str, Path, int, float]:
             agg_s += time.perf_counter() - t
             samples += len(c["t"])
             sid = hashlib.sha256(f"bench-{node}-{day}".encode()).hexdigest()
+            block = blocks.encode_columns(c)
             with engine.begin() as conn:
+                conn.execute(text("INSERT INTO sample_blocks (segment_id, format, rows, sha256, data) "
+                                  "VALUES (:s, :f, :n, :h, :d)"),
+                             {"s": sid, "f": block.format, "n": block.rows, "h": block.sha256, "d": block.data})
                 conn.execute(hours._insert_sql(), [{"segment_id": sid, **dict(zip(hours.FIELDS, map(
                     hours._db_value, (getattr(h, f) for f in hours.FIELDS))))} for h in rows])
             key = dict(cluster="bench", job_id=str(100000 + node * 100 + day), run=0, node=f"n{node:04d}")
@@ -131,17 +151,46 @@ def floor_query(pq_dir: Path) -> str:
             f"FROM (SELECT *, {reason} AS r FROM read_parquet('{pq_dir}/*.parquet')) GROUP BY ALL")
 
 
-NOTE = ("The subject is the daily account from device-hours (`ipledger daily`: allocation entries plus the "
-        "`device_hours` rows, joined per run and hour); `ipledger findings` is not the subject because its cooling, "
-        "drift and recommendation agents still read every sample (docs/scale.md, \"Agents at fleet scale\"). "
-        "The seal-time aggregation above runs on columns; from a segment's row tuples, as the collector and the "
-        "importer hand them over, it costs ≈ 4 µs per sample, about a tenth of the block encoding and segment "
-        "digest it sits beside.")
+NOTE = ("The subject is every agent over device-hours (`ipledger findings`: allocation entries and the "
+        "`device_hours` rows, plus the raw samples of its findings' scopes and windows read from their blocks); "
+        "`ipledger daily` (the daily account alone) is the second line. The seal-time aggregation above runs on "
+        "columns; from a segment's row tuples, as the collector and the importer hand them over, it costs ≈ 4 µs "
+        "per sample, about a tenth of the block encoding and segment digest it sits beside.")
 
 
 def _load() -> str:
     p = Path("/proc/loadavg")
     return " ".join(p.read_text().split()[:3]) if p.exists() else "?"
+
+
+def _kinds(res: dict) -> str:
+    counts: dict[str, int] = {}
+    for f in res["findings"]:
+        counts[f["kind"]] = counts.get(f["kind"], 0) + 1
+    return ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))
+
+
+def _check(res: dict, daily_rows: list, gpus: int, days: int, floor_rows: int) -> None:
+    """The subjects saw the whole fleet and found what was put there: every injected idle GPU, starved job and
+    capped node, and nothing on the rest."""
+    paid = sum(r["paid"] for r in daily_rows)
+    if abs(paid - gpus * days * 24) > 1e-3 * paid or floor_rows != gpus * days * 24 or \
+            abs(res["account"]["paid"] - paid) > 1e-3 * paid:
+        raise RuntimeError(f"the account ({paid:.1f} GPU-h) or the floor ({floor_rows} device-hours) missed "
+                           f"device time")
+    want = {"idle_held": set(), "starved": set(), "power_cap": set()}
+    for node in range(gpus // 8):
+        for day in range(days):
+            for kind, hit in zip(want, _faults(node, day)):
+                if hit:
+                    want[kind].add(f"n{node:04d}" if kind == "power_cap" else str(100000 + node * 100 + day))
+    got = {k: set() for k in want}
+    for f in res["findings"]:
+        if f["kind"] in got:
+            sc = f["scope"]
+            got[f["kind"]].add(sc["node"] if f["kind"] == "power_cap" else sc["job_id"])
+    if got != want:
+        raise RuntimeError(f"findings {got} are not the injected faults {want}")
 
 
 def run(scale: float, repeat: int) -> Figure:
@@ -163,25 +212,31 @@ def run(scale: float, repeat: int) -> Figure:
             con.close()
 
         def subject() -> None:
-            out["proc"], peak = run_cli_measured(["--db", url, "daily", "--json"])
+            out["proc"], peak = run_cli_measured(["--db", url, "findings", "--json"])
             out.setdefault("peaks", []).append(peak)
 
-        floor_t, subj_t = timeit_interleaved([("DuckDB: the hourly aggregates from the Parquet files", floor, None),
-                                              ("`ipledger daily --json` (device-hours)", subject, None)], repeat)
-        if out["proc"].returncode != 0:
-            raise RuntimeError(out["proc"].stderr.strip()[-300:])
-        rows = json.loads(out["proc"].stdout)["daily"]
-        paid = sum(r["paid"] for r in rows)
-        if abs(paid - gpus * days * 24) > 1e-3 * paid or out["floor_rows"] != gpus * days * 24:
-            raise RuntimeError(f"the account ({paid:.1f} GPU-h) or the floor ({out['floor_rows']} device-hours) "
-                               f"missed device time")
-        peak = max(out["peaks"])
-        return Figure(key="agents", title=TITLE, target=3.0, floor=floor_t, subjects=(subj_t,),
+        def daily() -> None:
+            out["daily"], peak = run_cli_measured(["--db", url, "daily", "--json"])
+            out.setdefault("daily_peaks", []).append(peak)
+
+        floor_t, subj_t, daily_t = timeit_interleaved(
+            [("DuckDB: the hourly aggregates from the Parquet files", floor, None),
+             ("`ipledger findings --json` (device-hours)", subject, None),
+             ("`ipledger daily --json` (device-hours)", daily, None)], repeat)
+        for p in (out["proc"], out["daily"]):
+            if p.returncode != 0:
+                raise RuntimeError(p.stderr.strip()[-300:])
+        _check(json.loads(out["proc"].stdout), json.loads(out["daily"].stdout)["daily"], gpus, days,
+               out["floor_rows"])
+        peak, daily_peak = max(out["peaks"]), max(out["daily_peaks"])
+        return Figure(key="agents", title=TITLE, target=3.0, floor=floor_t, subjects=(subj_t, daily_t),
                       scale_note=f"{gpus:,} GPUs × {days} days at {CADENCE:g} s = {samples:,} samples "
                                  f"({gpus * days * 24:,} device-hours); scale {scale:g} of {FULL_GPUS:,} "
                                  f"GPUs × {DAYS} days",
-                      extra={"peak memory of `ipledger daily`": f"{peak:,.0f} MiB (target ≤ 2048 MiB: "
-                                                                f"{'met' if peak <= 2048 else 'NOT met'})",
+                      extra={"peak memory of `ipledger findings`": f"{peak:,.0f} MiB (target ≤ 2048 MiB: "
+                                                                   f"{'met' if peak <= 2048 else 'NOT met'})",
+                             "peak memory of `ipledger daily`": f"{daily_peak:,.0f} MiB",
+                             "findings": _kinds(json.loads(out["proc"].stdout)),
                              "seal-time aggregation (hours.aggregate)": f"{agg_s:,.1f} s for {samples:,} samples, "
                                                                         f"{agg_s / samples * 1e6:.2f} µs per sample",
                              "building the bench's data": f"{build_s:,.0f} s",

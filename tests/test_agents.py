@@ -163,7 +163,7 @@ def test_all_healthy_noisy_fleet_yields_no_high_confidence_device_finding():
                  h=300 / 3600, h_del=0.0, h_thr=0.0, h_idle=0.0, power=500.0, temp=70.0, xid=0.0,
                  row_remap_pending=0.0, row_remap_failure=0.0, tenant=None, sku=None, procs=1.0, job_id=None,
                  run=None, cluster=None)
-    devices = s.groupby("device")[["node", "rack"]].first()
+    devices = s.groupby("device")[["node", "rack", "rated"]].first()
     ds = Dataset(samples=s, allocs=pd.DataFrame(), devices=devices, gaps=[], progress=pd.DataFrame(),
                  requeues=[], statuses={}, recorded=[], cadence=300.0, start=float(t[0]), end=float(t[-1] + 300),
                  through_seq=0)

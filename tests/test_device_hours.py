@@ -41,6 +41,8 @@ def fleets(draw) -> list[Sample]:  # noqa: ANN001
                 gpu_temp_c=draw(st.one_of(st.none(), st.floats(20, 95))),
                 ecc_sbe_aggregate=draw(st.one_of(st.none(), st.integers(0, 50).map(float))),
                 xid=draw(st.one_of(st.none(), st.sampled_from([0.0, 0.0, 79.0, 48.0]))),
+                row_remap_pending=draw(st.one_of(st.none(), st.sampled_from([0.0, 0.0, 1.0]))),
+                row_remap_failure=draw(st.one_of(st.none(), st.sampled_from([0.0, 1.0]))),
                 fb_used_mib=draw(st.one_of(st.none(), st.floats(0, 80000))),
                 compute_procs=draw(st.one_of(st.none(), st.sampled_from([0.0, 1.0, 2.0])))))
             t += dt + draw(st.sampled_from([0.0, 0.0, 600.0]))

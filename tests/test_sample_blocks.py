@@ -52,6 +52,20 @@ def test_block_round_trips_rows_exactly_in_digest_order(rows, batch_rows):
     assert list(zip(*(only[0][1].column(i).to_pylist() for i in range(3)))) == [(r[power], r[1], r[3]) for r in mine]
 
 
+@settings(max_examples=40, deadline=None)
+@given(_rows)
+def test_columns_encode_to_the_rows_block(rows):
+    """encode_columns (a bulk loader's numpy columns, NaN for not measured) gives the block encode gives."""
+    import numpy as np
+
+    rows = [r[:3] + (None if r[3] is None else r[3] % 2**52,) + r[4:] for r in rows]  # a float holds the reasons
+    ordered = sorted(rows, key=lambda r: (r[0], r[1]))
+    cols = {c: np.array([np.nan if r[i] is None else r[i] for r in ordered], dtype=object if c == "device" else float)
+            for i, c in enumerate(SAMPLE_COLUMNS)}
+    a, b = blocks.encode(rows), blocks.encode_columns(cols)
+    assert a.data == b.data and a.rows == b.rows == len(rows)
+
+
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.one_of(st.none(), st.floats(allow_nan=False)), max_size=40), st.booleans(),
        st.integers(0, 10), st.integers(0, 10))

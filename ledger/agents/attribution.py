@@ -15,11 +15,14 @@ into causes, each priced in GPU-hours and money (docs/agents.md, "Attribution").
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
 from .common import bda, evidence, fmt_h, fmt_ts, price, windows
 from .data import Dataset, coverage_gaps
+from .hourstats import hour_stats
 from .model import Evidence, Finding, clamp01, make_scope
 
 AGENT = "attribution"
@@ -33,63 +36,90 @@ STARVED_MIN_H = 0.5         # GPU-hours of starvation before a run gets a findin
 IDLE_MIN_H = 1.0            # GPU-hours idle held ...
 IDLE_MIN_SHARE = 0.10       # ... and share of the run's paid time,
 IDLE_ABS_H = 2.0            # ... or this many GPU-hours whatever the share (one idle GPU of a big, long job)
+WORKING_MIN_H = 0.25        # thermal-throttled GPU-hours of a device before it gets a hot-because-working finding
 OWN_NORMAL_Q = 0.2          # a device's normal: this quantile of its hourly (temp - k * power) medians ...
 OWN_NORMAL_CAP_C = 3.0      # ... at most this far above the fleet's median normal
 THERMAL = 0                 # index of "thermal" in THROTTLE_REASONS
 POWER_CAP = 1
 
 
-def temperature_residual(s: pd.DataFrame) -> pd.Series:
-    """Temperature minus the device's own normal at that power: temp = b_dev + k * power, k shared by the fleet.
+@dataclass(frozen=True)
+class ResidualModel:
+    """Temperature against the device's own normal at that power: temp = b_dev + k * power, k shared by the fleet.
 
-    One rule for a 24-hour export and a week of ledger, so that both decide cooling vs working alike:
+    One rule for a 24-hour export and a week of ledger, so that both decide cooling vs working alike, and one
+    that the hourly statistics hold exactly (:mod:`ledger.agents.hourstats`), so device-hours and every sample
+    decide alike:
 
     - k is the pooled slope of temperature on power *within* each device-hour (both demeaned per device-hour), over
       samples without a thermal reason bit: how a device's temperature follows its own power from minute to minute,
-      which a cooling failure (a shift of the whole hour) does not bend;
-    - b_dev is a low quantile (OWN_NORMAL_Q) of the device's hourly medians of (temp - k * power): its normal holds
-      while a fault covers less than most of its history, where a median needs half;
+      which a cooling failure (a shift of the whole hour) does not bend; from the fit's sums,
+      k = sum(S_pt - S_p S_t / n) / sum(S_pp - S_p^2 / n) over device-hours;
+    - a device-hour's level is the *mean* of (temp - k * power) over its running samples with both measured;
+    - b_dev is a low quantile (OWN_NORMAL_Q) of the device's hourly levels: its normal holds while a fault covers
+      less than most of its history, where a median needs half;
     - a device hot for (nearly) all of its history would make that its normal: b_dev is capped at the fleet's
       median normal + OWN_NORMAL_CAP_C, so it still stands out against its siblings and the other racks.
     """
-    ok = s["running"] & s["temp"].notna() & s["power"].notna()
-    hb = (s["t"] // HOUR).where(ok)
-    fit = ok & s["rbucket"].ne(THERMAL)
-    x, y = s["power"].where(fit), s["temp"].where(fit)
-    keys = [s["device"], hb]
-    dx = x - x.groupby(keys).transform("mean")
-    dy = y - y.groupby(keys).transform("mean")
-    sxx = float((dx * dx).sum())
-    k = float((dx * dy).sum()) / sxx if sxx > 0 else 0.0
-    base = (s["temp"] - k * s["power"]).where(ok)
-    hourly = base.groupby(keys).median()
-    own = hourly.groupby(level=0).quantile(OWN_NORMAL_Q)
+
+    k: float
+    own: pd.Series        # device -> b_dev
+    fleet: float
+    hours: pd.DataFrame   # device, hour, n (samples), r (mean residual), power (mean power)
+
+    def of(self, s: pd.DataFrame) -> pd.Series:
+        """Each sample's residual (NaN where not running or power or temperature unmeasured)."""
+        ok = s["running"].astype(bool) & s["temp"].notna() & s["power"].notna()
+        b = s["device"].map(self.own).astype(float).fillna(self.fleet)
+        return (s["temp"] - (b + self.k * s["power"])).where(ok)
+
+
+def residual_model(ds: Dataset) -> ResidualModel:
+    h = hour_stats(ds)
+    fit = h[h["fit_n"] > 0]
+    n = fit["fit_n"].to_numpy(float)
+    sxx = float((fit["fit_pp"] - fit["fit_p"] ** 2 / n).sum()) if len(fit) else 0.0
+    sxy = float((fit["fit_pt"] - fit["fit_p"] * fit["fit_t"] / n).sum()) if len(fit) else 0.0
+    k = sxy / sxx if sxx > 0 else 0.0
+    hot = h[h["hot_n"] > 0]
+    hn = hot["hot_n"].to_numpy(float)
+    level = pd.Series((hot["hot_t"].to_numpy(float) - k * hot["hot_p"].to_numpy(float)) / hn,
+                      index=hot["device"].to_numpy())
+    own = level.groupby(level=0).quantile(OWN_NORMAL_Q)
     fleet = float(own.median()) if len(own) else 0.0
     own = own.clip(upper=fleet + OWN_NORMAL_CAP_C)
-    b = s["device"].map(own).fillna(fleet)
-    return (s["temp"] - (b + k * s["power"])).where(ok)
+    b = hot["device"].map(own).to_numpy(float)
+    hours = pd.DataFrame({"device": hot["device"].to_numpy(), "hour": hot["hour"].to_numpy(float), "n": hn,
+                          "r": level.to_numpy() - b, "power": hot["hot_p"].to_numpy(float) / hn})
+    return ResidualModel(k, own, fleet, hours)
 
 
 def _group_col(ds: Dataset) -> str:
     return "rack" if ds.samples["rack"].notna().any() else "node"
 
 
-def cooling(ds: Dataset, resid: pd.Series) -> list[Finding]:
-    s = ds.samples
+def _wmean(f: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per group: the samples' mean residual (device-hour means weighted by their samples) and the samples."""
+    g = f.assign(rn=f["r"] * f["n"]).groupby(keys)[["rn", "n"]].sum()
+    return pd.DataFrame({"median": g["rn"] / g["n"], "size": g["n"]}).reset_index()
+
+
+def cooling_windows(ds: Dataset, model: ResidualModel) -> list[tuple]:
+    """(level, name, start, end, flagged hours) of each cooling window, decided from the hourly residuals: a rack
+    (most of its nodes) or a node hotter than its own normal at the same power and than the others that hour."""
     gcol = _group_col(ds)
-    f = pd.DataFrame({"t": s["t"], "hb": (s["t"] // HOUR) * HOUR, "grp": s[gcol], "node": s["node"],
-                      "r": resid}).dropna(subset=["r"])
+    topo = ds.devices.sort_index()
+    f = model.hours.assign(node=model.hours["device"].map(topo["node"]))
+    f = f[f["node"].notna()]
     if not len(f):
         return []
-    node_h = f.groupby(["node", "hb"])["r"].median().rename("nr").reset_index()
-    if gcol == "node":
-        node_h["grp"] = node_h["node"]
-    else:
-        node_grp = s.drop_duplicates("node").set_index("node")[gcol]
-        node_h["grp"] = node_h["node"].map(node_grp)
-    grp_h = f.groupby(["grp", "hb"])["r"].agg(["median", "size"]).reset_index()
+    node_grp = topo.dropna(subset=["node"]).drop_duplicates("node").set_index("node")["rack"]
+    f["grp"] = f["node"].map(node_grp) if gcol == "rack" else f["node"]
+    node_h = _wmean(f, ["node", "hour"]).rename(columns={"median": "nr", "hour": "hb"}).drop(columns=["size"])
+    node_h["grp"] = node_h["node"].map(node_grp) if gcol == "rack" else node_h["node"]
+    grp_h = _wmean(f.dropna(subset=["grp"]), ["grp", "hour"]).rename(columns={"hour": "hb"})
     fleet_h = grp_h.groupby("hb")["median"].agg(list)
-    out: list[Finding] = []
+    out: list[tuple] = []
     rack_flag_hours: dict[str, np.ndarray] = {}
     if gcol == "rack":
         others = []
@@ -105,7 +135,7 @@ def cooling(ds: Dataset, resid: pd.Series) -> list[Finding]:
         for rack, g in grp_h[flag].groupby("grp"):
             rack_flag_hours[rack] = g["hb"].to_numpy()
             for a, b in windows(g["hb"].to_numpy(), HOUR, 2 * HOUR, 2 * HOUR):
-                out.append(_cool_finding(ds, resid, "rack", rack, a, b, grp_h, g))
+                out.append(("rack", rack, a, b))
     # a single hot node whose rack is fine
     med_map = grp_h.set_index(["grp", "hb"])["median"]
     node_h["rack_med"] = med_map.reindex(pd.MultiIndex.from_arrays([node_h["grp"], node_h["hb"]])).fillna(0.0).to_numpy()
@@ -117,8 +147,12 @@ def cooling(ds: Dataset, resid: pd.Series) -> list[Finding]:
         rack_hours = rack_flag_hours.get(g["grp"].iloc[0], np.zeros(0))
         hrs = hrs[~np.isin(hrs, rack_hours)]
         for a, b in windows(hrs, HOUR, 2 * HOUR, 2 * HOUR):
-            out.append(_cool_finding(ds, resid, "node", node, a, b, grp_h, g))
+            out.append(("node", node, a, b))
     return out
+
+
+def cooling(ds: Dataset, model: ResidualModel) -> list[Finding]:
+    return [_cool_finding(ds, model, level, name, a, b) for level, name, a, b in cooling_windows(ds, model)]
 
 
 def _others_median(node_h: pd.DataFrame) -> np.ndarray:
@@ -131,29 +165,31 @@ def _others_median(node_h: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def _cool_finding(ds: Dataset, resid: pd.Series, level: str, name: str, a: float, b: float,
-                  grp_h: pd.DataFrame, flagged: pd.DataFrame) -> Finding:
+def _cool_finding(ds: Dataset, model: ResidualModel, level: str, name: str, a: float, b: float) -> Finding:
     s = ds.samples
     col = "rack" if level == "rack" else "node"
     inscope = s[col] == name
-    sl = s[inscope].assign(resid=resid[inscope])
+    sl = s[inscope]
+    sl = sl.assign(resid=model.of(sl))
     win = sl[(sl["t"] >= a) & (sl["t"] < b)]
     loss_rows = win[win["rbucket"] == THERMAL]
     hours = float(loss_rows["h_thr"].sum())
     cost = price(ds, loss_rows, "h_thr")
-    others = s[~inscope & s["running"]].assign(resid=resid[~inscope & s["running"]])
-    oth_win = others[(others["t"] >= a) & (others["t"] < b)]
+    # the others' reference from their device-hours (the median of their hourly means), not their every sample
+    mh = model.hours
+    scope_devs = set(ds.devices.index[ds.devices[col] == name])
+    oth = mh[~mh["device"].isin(scope_devs) & (mh["hour"] >= a) & (mh["hour"] < b)]
     loaded = sl[sl["running"] & (sl["act"] >= 0.2)]
-    mres = float(win["resid"].median()) if len(win) else 0.0
+    mres = float(win["resid"].median()) if win["resid"].notna().any() else 0.0
     nodes = sorted(win.loc[win["resid"] > COOL_MARGIN_C, "node"].dropna().unique())
     ev = (
         evidence(sl, "resid", "gpu_temp_c_above_own_normal_at_same_power", "degC", a, b,
-                 reference=float(oth_win["resid"].median()) if len(oth_win) else None,
-                 reference_label="other racks/nodes, same hours"),
+                 reference=float(oth["r"].median()) if len(oth) else None,
+                 reference_label="other racks/nodes, same hours (median of their device-hour means)"),
         evidence(loaded, "temp", "gpu_temp_c_under_load", "degC", a, b),
         evidence(loaded, "power", "power_w_under_load", "W", a, b,
-                 reference=float(oth_win.loc[oth_win["act"] >= 0.2, "power"].median()) if len(oth_win) else None,
-                 reference_label="other racks/nodes, same hours"),
+                 reference=float(oth["power"].median()) if len(oth) else None,
+                 reference_label="other racks/nodes running, same hours (median of their device-hour means)"),
         evidence(loaded, "clk", "sm_clock_mhz_under_load", "MHz", a, b),
         evidence(loaded.assign(th=(loaded["rbucket"] == THERMAL) & (loaded["h_thr"] > 0)), "th",
                  "share_of_samples_with_thermal_reason_bit", "fraction", a, b, stat="mean"),
@@ -172,9 +208,10 @@ def _cool_finding(ds: Dataset, resid: pd.Series, level: str, name: str, a: float
                    level=level, extra=(("nodes", nodes),))
 
 
-def hot_because_working(ds: Dataset, resid: pd.Series, cooling_found: list[Finding]) -> list[Finding]:
+def hot_because_working(ds: Dataset, model: ResidualModel, cooling_found: list[Finding]) -> list[Finding]:
     s = ds.samples
-    th = s[(s["rbucket"] == THERMAL) & (s["h_thr"] > 0)].assign(resid=resid)
+    th = s[(s["rbucket"] == THERMAL) & (s["h_thr"] > 0)]
+    th = th.assign(resid=model.of(th))
     for f in cooling_found:
         sc = f.scope_dict()
         col, name = ("rack", sc["rack"]) if f.level == "rack" else ("node", sc["node"])
@@ -182,10 +219,11 @@ def hot_because_working(ds: Dataset, resid: pd.Series, cooling_found: list[Findi
     out = []
     for dev, g in th.groupby("device"):
         hours = float(g["h_thr"].sum())
-        if hours < 0.25 or g["resid"].median() > 3.0:
+        if hours < WORKING_MIN_H or g["resid"].median() > 3.0:
             continue
         a, b = float(g["t"].min()), float(g["t"].max() + ds.cadence)
-        full = s[s["device"] == dev].assign(resid=resid[s["device"] == dev])
+        full = s[s["device"] == dev]
+        full = full.assign(resid=model.of(full))
         ev = (evidence(full[full["act"] >= 0.2], "power", "power_w_under_load", "W", a, b),
               evidence(full, "resid", "gpu_temp_c_above_own_normal_at_same_power", "degC", a, b),
               Evidence("thermal_throttled_samples", "count", None, float(len(g)), None))
@@ -498,10 +536,10 @@ def run(ds: Dataset, xid_mask: pd.Series | None = None) -> list[Finding]:
     """All attribution findings over a dataset."""
     if not len(ds.samples):
         return unknown_gaps(ds)
-    resid = temperature_residual(ds.samples)
-    cool = cooling(ds, resid)
-    return [*cool, *hot_because_working(ds, resid, cool), *power_cap(ds), *starved(ds),
+    model = residual_model(ds)
+    cool = cooling(ds, model)
+    return [*cool, *hot_because_working(ds, model, cool), *power_cap(ds), *starved(ds),
             *idle_held(ds, xid_mask), *unknown_gaps(ds)]
 
 
-__all__ = ["run", "temperature_residual", "bda"]
+__all__ = ["run", "residual_model", "ResidualModel", "bda"]

@@ -58,6 +58,7 @@ class Dataset:
     through_seq: int
     currency: str = "USD"
     rates: dict = field(default_factory=dict)   # (tenant, sku) -> float price per GPU-hour
+    hourly: pd.DataFrame | None = None           # per device-hour statistics (agents.hourstats); None: from samples
 
     def rate(self, tenant: str | None, sku: str | None) -> float:
         return float(self.rates.get((tenant, sku), self.rates.get((None, sku), float(DEFAULT_RATE))))

@@ -19,6 +19,7 @@ import pandas as pd
 
 from .common import DAY, HOUR, evidence, fmt_h, fmt_ts, price
 from .data import Dataset
+from .hourstats import hour_stats
 from .model import Evidence, Finding, clamp01, make_scope
 
 AGENT = "drift"
@@ -132,16 +133,22 @@ def bin_seconds(ds: Dataset) -> float:
 
 
 def _bins(ds: Dataset) -> pd.DataFrame:
-    """Median clock ratio under load per device and 6-hour bin, with the siblings' reference for that bin."""
-    s = ds.samples
-    # loaded, and no thermal / power / hardware clock-event reason: what is left is the device itself
-    clean = s["running"] & (s["act"] >= 0.3) & s["clk"].notna() & s["rbucket"].eq(4)
-    ld = s[clean]
-    b = pd.DataFrame({"device": ld["device"], "node": ld["node"], "rack": ld["rack"],
-                      "bin": ((ld["t"] - ds.start) // bin_seconds(ds)).astype(int), "ratio": ld["ratio"]})
-    own = b.groupby(["device", "bin"]).agg(ratio=("ratio", "median"), n=("ratio", "size"),
-                                           node=("node", "first"), rack=("rack", "first")).reset_index()
-    own = own[own["n"] >= 6]
+    """Mean clock ratio under load per device and bin (whole UTC hours: 6-hour bins start at 00, 06, 12, 18),
+    with the siblings' reference for that bin. Loaded: running, activity >= 0.3, a clock and no clock-event
+    reason (what is left is the device itself); the ratio is the bin's mean loaded clock over the rated clock,
+    capped at 1 (a sum the device-hours hold: :mod:`ledger.agents.hourstats`)."""
+    h = hour_stats(ds)
+    h = h[h["loaded_n"] > 0]
+    width = bin_seconds(ds)
+    b = pd.DataFrame({"device": h["device"].to_numpy(), "bin": np.floor(h["hour"].to_numpy(float) / width).astype(int),
+                      "n": h["loaded_n"].to_numpy(float), "clk": h["loaded_clk"].to_numpy(float)})
+    own = b.groupby(["device", "bin"])[["n", "clk"]].sum().reset_index()
+    rated = own["device"].map(ds.devices["rated"]).astype(float).to_numpy()
+    mean = own["clk"].to_numpy(float) / own["n"].to_numpy(float)
+    own["ratio"] = np.where(np.isnan(rated), 1.0, np.clip(mean / np.where(rated > 0, rated, 1.0), 0.0, 1.0))
+    own["node"] = own["device"].map(ds.devices["node"])
+    own["rack"] = own["device"].map(ds.devices["rack"])
+    own = own[own["n"] >= 6].drop(columns=["clk"])
     node_ref = own.groupby(["node", "bin"])["ratio"].agg(node_med="median", node_n="size").reset_index()
     rack_ref = own.groupby(["rack", "bin"])["ratio"].median().rename("rack_med").reset_index()
     own = own.merge(node_ref, on=["node", "bin"], how="left").merge(rack_ref, on=["rack", "bin"], how="left")
@@ -178,16 +185,20 @@ def clock_drift(ds: Dataset) -> dict[str, dict]:
             onset -= 1
         bins = g["bin"].to_numpy()
         width = bin_seconds(ds)
-        out[dev] = {"start": ds.start + bins[onset] * width, "flag_start": ds.start + bins[first] * width,
-                    "end": min(ds.end, ds.start + (bins[best_end] + 1) * width), "sigma": sigma, "threshold": thr,
+        out[dev] = {"start": max(ds.start, bins[onset] * width), "flag_start": max(ds.start, bins[first] * width),
+                    "end": min(ds.end, (bins[best_end] + 1) * width), "sigma": sigma, "threshold": thr,
                     "max_deficit": float(d[first:best_end + 1].max()), "bins": g, "flagged_bins": best}
     return out
 
 
-def _increments(s: pd.DataFrame, width: float, start: float) -> pd.DataFrame:
-    """Correctable-ECC increments per device (rows) and bin of ``width`` seconds (columns)."""
-    b = ((s["t"] - start) // width).astype(int)
-    return s.groupby(["device", b])["ecc"].agg(lambda x: float(x.max() - x.min())).unstack(fill_value=0.0)
+def _increments(ds: Dataset, width: float) -> pd.DataFrame:
+    """Correctable-ECC increments per device (rows) and bin of ``width`` seconds from the epoch (columns: bin
+    numbers; UTC days or hours), each the bin's highest count less its lowest (from the hours' extremes)."""
+    h = hour_stats(ds)
+    h = h[h["ecc_max"].notna()]
+    b = np.floor(h["hour"].to_numpy(float) / width).astype(int)
+    g = h.groupby([h["device"], b]).agg(hi=("ecc_max", "max"), lo=("ecc_min", "min"))
+    return (g["hi"] - g["lo"]).unstack(fill_value=0.0)
 
 
 def _rho(series: np.ndarray) -> float:
@@ -200,12 +211,11 @@ def ecc_trend(ds: Dataset) -> dict[str, dict]:
     """Devices whose correctable-ECC count is accelerating, against their own past and their siblings: over days
     (the last two days against the siblings') and within a day (hours against the device's earlier hours and the
     siblings' same hour). Each: start, count, sibling reference, rho, per-bin series and its unit."""
-    s = ds.samples[ds.samples["ecc"].notna()]
-    if not len(s):
-        return {}
     nodes = ds.devices["node"]
     out: dict[str, dict] = {}
-    daily = _increments(s, DAY, ds.start)
+    daily = _increments(ds, DAY)
+    if not len(daily):
+        return {}
     if daily.shape[1] >= 3:
         last2 = daily.iloc[:, -2:].sum(axis=1)
         for dev, v in last2.items():
@@ -214,9 +224,9 @@ def ecc_trend(ds: Dataset) -> dict[str, dict]:
             series = daily.loc[dev].to_numpy()
             rho = _rho(series)
             if v >= ECC_LAST2_MIN and v >= ECC_SIB_FACTOR * (ref + 1) and rho >= 0.6:
-                out[dev] = {"start": ds.start + (daily.shape[1] - 2) * DAY, "count": float(v), "sibling": ref,
+                out[dev] = {"start": max(ds.start, daily.columns[-2] * DAY), "count": float(v), "sibling": ref,
                             "rho": rho, "series": series.tolist(), "unit": "day", "span": "the last two days"}
-    hourly = _increments(s, HOUR, ds.start)
+    hourly = _increments(ds, HOUR)
     if hourly.shape[1] < 4:
         return out
     node_of = nodes.reindex(hourly.index)
@@ -237,7 +247,7 @@ def ecc_trend(ds: Dataset) -> dict[str, dict]:
             rho = _rho(row[max(0, first - 2):])
             if rho < 0.6:
                 continue
-            out[dev] = {"start": ds.start + block.columns[first] * HOUR, "count": float(row[first:].sum()),
+            out[dev] = {"start": max(ds.start, block.columns[first] * HOUR), "count": float(row[first:].sum()),
                         "sibling": float(sib_med[first:].sum()), "rho": rho, "series": row.tolist(), "unit": "hour",
                         "span": f"the {len(row) - first} hours since it began"}
     return out
@@ -256,7 +266,7 @@ def drift_findings(ds: Dataset) -> list[Finding]:
         if c:
             a, b = c["start"], c["end"]
             bins = c["bins"].set_index("bin")["ref"]
-            sbin = ((sl["t"] - ds.start) // bin_seconds(ds)).astype(int)
+            sbin = (sl["t"] // bin_seconds(ds)).astype(int)
             ref = sbin.map(bins)
             work = (sl["h_del"] + sl["h_thr"]) > 0
             # samples with no clock-event reason: a thermal or power-capped sample is another cause's loss
@@ -281,12 +291,14 @@ def drift_findings(ds: Dataset) -> list[Finding]:
                        reference_label="siblings in the node, same window"),
               evidence(ld, "tpp", "temperature_per_watt", "degC/W", a, b)]
         width, unit = (HOUR, "hour") if e and e["unit"] == "hour" else (DAY, "day")
-        per = sl.groupby(((sl["t"] - ds.start) // width).astype(int))["ecc"].agg(lambda x: float(x.max() - x.min()))
-        dd = pd.DataFrame({"t": ds.start + per.index.to_numpy() * width, "v": per.to_numpy()})
+        inc = _increments(ds, width)
+        per = inc.loc[dev] if dev in inc.index else pd.Series(dtype=float)
+        dd = pd.DataFrame({"t": per.index.to_numpy(float) * width, "v": per.to_numpy(float)})
         ev.append(evidence(dd, "v", f"ecc_correctable_per_{unit}", f"errors/{unit}", a, b,
                            reference=e["sibling"] / max(1.0, (b - a) / width) if e else None,
                            reference_label=f"siblings' median per {unit}, same window"))
-        rr = sl[["row_remap_pending", "row_remap_failure"]].max()
+        hs = hour_stats(ds)
+        rr = hs.loc[hs["device"] == dev, ["remap_pending_max", "remap_failure_max"]].max()
         if rr.notna().any():
             ev.append(Evidence("row_remap_pending_or_failure", "flag", None, float(np.nanmax(rr.to_numpy())), None))
         kind = "ecc_drift" if e else "sibling_divergence"

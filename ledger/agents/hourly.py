@@ -20,6 +20,10 @@ Exactness, where an hour's sums are not enough:
 
 The rated clock of a device whose SKU has no rating is the 99th percentile of its loaded clock (the documented
 fallback), read from its raw clock column.
+
+:func:`analyze` runs every agent on this dataset with the raw samples of the device-hours :func:`detail_hours`
+screens for what the agents will find (their scopes and windows, with their evidence's reach); the rules that
+look past an hour's GPU-hours decide on the device-hours' own statistics (:mod:`ledger.agents.hourstats`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from ..store import iter_entries
 from ..telemetry import hours as dh
 from ..telemetry.blocks import float_values
 from ..telemetry.store import iter_sample_pieces, read_samples
+from . import hourstats
 from .common import DAY
 from .data import (SAMPLE_READ_COLUMNS, Dataset, EntryScan, _assign, _buckets, _fill_rated, allocations_frame,
                    close_allocations, coverage_gaps, devices_frame, finish, sample_frame)
@@ -41,21 +46,21 @@ ALLOC_COLS = ("cluster", "job_id", "run", "tenant", "partition", "qos")
 PIECE_COLS = ("device", "t", "span_end", "ai", "h", "h_del", "h_thr", "h_under", "h_starved", "h_idle", "h_missing",
               "rbucket")
 OTHER = 4   # THROTTLE_REASONS index of "other"
+RAW_COLS = ("dt", "sm", "clk", "power", "temp", "ecc", "row_remap_pending", "row_remap_failure", "xid", "fb", "procs",
+            "act", "ratio")
 
 
 def load_compact(engine: Engine, through_seq: int | None = None, topology: dict | None = None,
                  detail: bool = False) -> Dataset:
     """The agents' dataset over device-hours (see the module docstring); ``detail``: with the raw samples of
-    the device-hours :func:`detail_hours` picks for the screened agents (:func:`screened_findings`)."""
+    the device-hours :func:`detail_hours` picks for the agents' findings (:func:`analyze`)."""
     scan = EntryScan()
     with engine.connect() as conn:
         for ce in iter_entries(conn, through_seq=through_seq):
             scan.add(ce)
         hrs = dh.merged_frame(conn)
         ds = _compact(conn, scan, hrs, topology)
-        if detail:
-            ds = _compact(conn, scan, hrs, topology, detail_hours(ds, hrs))
-        return ds
+        return _refine(conn, ds, detail_hours(ds, hrs)) if detail else ds
 
 
 def cadence_of(hrs: pd.DataFrame) -> float:
@@ -75,8 +80,7 @@ def cadence_of(hrs: pd.DataFrame) -> float:
     return float(mean_dt[order][np.searchsorted(cum, (total + 1) / 2.0, side="left")])
 
 
-def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None,  # noqa: ANN001
-             detail: frozenset = frozenset()) -> Dataset:
+def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None) -> Dataset:  # noqa: ANN001
     devices = devices_frame(scan, sorted(hrs["device"].unique()) if len(hrs) else [], topology)
     allocs = allocations_frame(scan)
     cadence = cadence_of(hrs)
@@ -87,8 +91,6 @@ def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None,  #
     ai, edge = _assign_hours(hrs, allocs)
     clipped = hrs["clk_max"].to_numpy(float) > np.where(np.isnan(rated), np.inf, rated)
     refine = edge | clipped
-    if detail:
-        refine |= np.fromiter(((d, h) in detail for d, h in zip(hrs["device"], hrs["hour"])), bool, len(hrs))
     # an hour with a step over 2.5 cadences between samples (or one unknown) may hold a coverage gap
     gap_room = ~((hrs["n"] == 1) | (hrs["gap_max"] <= 2.5 * cadence)).to_numpy()
     clean = hrs[~refine]
@@ -98,13 +100,32 @@ def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None,  #
     if len(raw_keys):
         raw = _raw(conn, raw_keys, allocs, devices)
         want = set(zip(hrs.loc[refine, "device"], hrs.loc[refine, "hour"]))
-        hb = (raw["t"] // dh.HOUR) * dh.HOUR
-        sel = np.fromiter(((d, h) in want for d, h in zip(raw["device"], hb)), bool, len(raw))
-        parts.append(raw[sel].drop(columns=["rated"]).assign(span_end=raw.loc[sel, "t"].to_numpy()))
-        rest = raw[~sel]
-        times.append(rest[["device", "t"]].assign(span_end=rest["t"].to_numpy(), ai=rest["ai"].to_numpy()))
-    s = pd.concat([p for p in parts + times if len(p)] or [pd.DataFrame(columns=list(PIECE_COLS))],
-                  ignore_index=True)
+        sel = _in_keys(raw["device"], (raw["t"] // dh.HOUR) * dh.HOUR, want)
+        parts.append(_raw_part(raw[sel]))
+        rest = raw.loc[~sel, ["device", "t", "ai"]]
+        times.append(rest.assign(span_end=rest["t"].to_numpy()))
+        del raw, rest   # the frame is built from copies: drop the sources before the next copy
+    s = _assemble(parts + times, allocs, devices)
+    del parts, times
+    ds = finish(scan, s, allocs, devices, cadence, start, end)
+    ds.hourly = hrs[list(hourstats.COLUMNS)].reset_index(drop=True)
+    return ds
+
+
+def _raw_part(raw: pd.DataFrame) -> pd.DataFrame:
+    """What the agents read of raw samples (the run's and the device's labels are set on assembly)."""
+    keep = [c for c in raw.columns if c not in ("rated", "reasons", "tensor", "gpu_util", "ecc_sbe_volatile",
+                                                *ALLOC_COLS)]
+    return raw[keep].assign(span_end=raw["t"].to_numpy())
+
+
+def _assemble(parts: list, allocs: pd.DataFrame, devices: pd.DataFrame) -> pd.DataFrame:
+    """The dataset's rows from pieces, raw samples and sample times, in (device, t) order, labelled with their
+    run and device."""
+    s = pd.concat([p for p in parts if len(p)] or [pd.DataFrame(columns=list(PIECE_COLS))], ignore_index=True)
+    for col in RAW_COLS:   # no raw sample read: the columns the agents read of one are there, unmeasured
+        if col not in s:
+            s[col] = np.nan
     s["span_end"] = s["span_end"].fillna(s["t"]).astype(float)
     for col in PIECE_COLS[4:]:
         s[col] = pd.to_numeric(s[col], errors="coerce").fillna(OTHER if col == "rbucket" else 0.0)
@@ -112,12 +133,36 @@ def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None,  #
     for col in ("running", "resident"):   # a piece or a time row is no sample the count-based agents look at
         s[col] = s[col].astype("boolean").fillna(False).astype(bool) if col in s else False
     s = s.sort_values(["device", "t"], kind="stable").reset_index(drop=True)
+    ai_s = s["ai"].to_numpy()
     for col in ALLOC_COLS:
         vals = allocs[col].to_numpy(object) if len(allocs) else np.array([], dtype=object)
-        ai_s = s["ai"].to_numpy()
         s[col] = np.where(ai_s >= 0, vals[np.clip(ai_s, 0, None)] if len(vals) else None, None)
-    s = s.join(devices[["node", "rack", "sku", "vendor", "rated"]], on="device")
-    return finish(scan, s, allocs, devices, cadence, start, end)
+    for col in ("node", "rack", "sku", "vendor", "rated"):   # column by column: a join would copy the frame
+        s[col] = s["device"].map(devices[col])
+    return s
+
+
+def _refine(conn, ds: Dataset, keys: frozenset) -> Dataset:  # noqa: ANN001
+    """The dataset with these device-hours' raw samples in place of their rows (pieces or sample times)."""
+    from dataclasses import replace
+
+    if not keys:
+        return ds
+    s = ds.samples
+    kept = s[~_in_keys(s["device"], (s["t"] // dh.HOUR) * dh.HOUR, keys)]
+    ds.samples = s = None   # the caller's dataset is rebuilt: its full frame is not kept beside the new one
+    raw = _raw(conn, pd.DataFrame(sorted(keys), columns=["device", "hour"]), ds.allocs, ds.devices)
+    part = _raw_part(raw)
+    del raw
+    return replace(ds, samples=_assemble([kept, part], ds.allocs, ds.devices))
+
+
+def _in_keys(device: pd.Series, hour: pd.Series, keys) -> np.ndarray:  # noqa: ANN001 - a set of (device, hour)
+    """Which (device, hour) pairs are among ``keys``, by hashing in pandas rather than a Python loop per row."""
+    if not keys:
+        return np.zeros(len(device), dtype=bool)
+    want = pd.MultiIndex.from_tuples(list(keys))
+    return pd.MultiIndex.from_arrays([device.to_numpy(object), hour.to_numpy(float)]).isin(want)
 
 
 def _rate_fallback(conn, devices: pd.DataFrame) -> None:  # noqa: ANN001
@@ -200,20 +245,27 @@ def _raw(conn, keys: pd.DataFrame, allocs: pd.DataFrame, devices: pd.DataFrame) 
             tables.append(table.filter(pa.array(keep)))
     s = pa.concat_tables(tables).to_pandas() if tables else pd.DataFrame(columns=list(SAMPLE_READ_COLUMNS))
     s = _assign(sample_frame(s), allocs)
-    s = s.join(devices[["rated"]], on="device")
+    s["rated"] = s["device"].map(devices["rated"])
     _buckets(s)
     return s
 
 
-# --- findings from device-hours: screen, then the full-resolution agents on the screened scopes' samples -------
+# --- findings from device-hours: screen, then the agents on the screened scopes' samples -----------------
 
-def _run_hours(allocs: pd.DataFrame, runs: set) -> set:
-    """(device, hour) of every allocation row of these runs: the hours its samples start in."""
+def _run_hours(ds: Dataset, s: pd.DataFrame, runs: set) -> set:
+    """(device, hour) of these runs' devices from their first to their last idle or starved hour, with the
+    evidence timeline's reach each side, within the run: where the idle-held and starved agents look."""
+    flagged = s[(s["h_idle"] > 0) | (s["h_starved"] > 0)]
+    span = flagged.groupby(["cluster", "job_id", "run"], dropna=False)["t"].agg(["min", "max"])
     out = set()
-    for r in allocs.itertuples():
-        if (r.cluster, r.job_id, r.run) in runs:
-            h0, h1 = int(r.start // dh.HOUR), int(np.ceil(r.end / dh.HOUR))
-            out.update((r.device, float(h * dh.HOUR)) for h in range(h0, h1))
+    for r in ds.allocs.itertuples():
+        key = (r.cluster, r.job_id, r.run)
+        if key not in runs or key not in span.index:
+            continue
+        a = np.floor(span.at[key, "min"] / dh.HOUR) * dh.HOUR
+        b = np.floor(span.at[key, "max"] / dh.HOUR) * dh.HOUR + dh.HOUR + ds.cadence
+        side = _side(a, b) + dh.HOUR
+        out |= _span_hours([r.device], max(r.start, a - side), min(r.end, b + side))
     return out
 
 
@@ -228,8 +280,8 @@ def _side(a: float, b: float) -> float:
 
 
 def detail_hours(ds: Dataset, hrs: pd.DataFrame) -> frozenset:
-    """The device-hours whose raw samples the screened agents need, decided from the device-hour dataset: every
-    hour of a run idle or starved past the agents' floors; every hour of a device with an XID event; a node's
+    """The device-hours whose raw samples the screened agents need, decided from the device-hour dataset: the
+    hours of a run idle or starved past the agents' floors around its idle or starved time; every hour of a device with an XID event; a node's
     hours around its power-capped hours (the merge gap, a day of evidence each side); a node's hours around an
     unknown interval or a coverage gap (its evidence timeline)."""
     from .attribution import IDLE_MIN_H, STARVED_MIN_H
@@ -237,14 +289,14 @@ def detail_hours(ds: Dataset, hrs: pd.DataFrame) -> frozenset:
     s = ds.samples[ds.samples["ai"] >= 0]
     per_run = s.groupby(["cluster", "job_id", "run"], dropna=False)[["h_idle", "h_starved"]].sum()
     runs = set(per_run.index[(per_run["h_idle"] >= IDLE_MIN_H) | (per_run["h_starved"] >= STARVED_MIN_H)])
-    keys = _run_hours(ds.allocs, runs)
+    keys = _run_hours(ds, s, runs)
     node_devs = ds.devices.groupby("node").groups
     for dev, g in hrs.sort_values(["device", "hour"]).groupby("device"):
         prev = np.concatenate([[0.0], g["xid_last"].to_numpy(float)[:-1]])
         first = g["xid_first"].to_numpy(float)
         if (g["xid_events"] > 0).any() or ((first > 0) & (first != prev)).any():
             keys |= _span_hours([dev], ds.start, ds.end)
-    capped = hrs[hrs["busy_r1"] > 0]
+    capped = hrs[_cap_screen(hrs, ds.devices["node"])]
     nodes = capped["device"].map(ds.devices["node"])
     for node, g in capped.groupby(nodes):
         margin = DAY + 7 * dh.HOUR   # windows merge capped hours up to 6 h apart; _edges looks an hour further
@@ -253,20 +305,62 @@ def detail_hours(ds: Dataset, hrs: pd.DataFrame) -> frozenset:
     spans += [(r.node, r.start, r.end) for r in coverage_gaps(ds).itertuples()]
     for node, a, b in spans:
         keys |= _span_hours(node_devs.get(node, []), a - _side(a, b), b + _side(a, b))
+    keys |= _hourly_rule_hours(ds, hrs)
     have = set(zip(hrs["device"], hrs["hour"]))
     return frozenset(keys & have)
 
 
-def screened_findings(ds: Dataset) -> list:
-    """The findings the screens of :func:`detail_hours` cover — XID, power cap, starved, idle held, unknown gaps
-    — by the full-resolution agents' own functions, on a dataset with the raw samples where they look; and the
-    requeue losses, which read allocations, progress marks and prices only (sums the pieces carry)."""
-    from . import accounting, attribution, drift
+def _cap_screen(hrs: pd.DataFrame, node_of: pd.Series) -> np.ndarray:
+    """Device-hours where the power-cap rule may flag the device or its node: at least half of the loaded samples
+    (3 or more) of the device-hour or its node-hour carry the power-cap reason — counted before the rule's
+    further conditions (allocated, clock below rated), so a superset of its flags. A device-hour sealed before
+    the counts existed (NULL) is screened in whenever it had power-capped busy time."""
+    def flagged(keys: list) -> np.ndarray:
+        g = hrs.groupby(keys, sort=False)
+        n, loaded = g["pcap_n"].transform("sum"), g["pcap_loaded_n"].transform("sum")
+        return ((n >= 0.5 * loaded) & (loaded >= 3)).to_numpy()
 
-    events = drift.xid_events(ds)
-    stall = drift.xid_stall_mask(ds, events)
-    return [*drift.xid_findings(ds, events, stall), *attribution.power_cap(ds), *attribution.starved(ds),
-            *attribution.idle_held(ds, stall), *attribution.unknown_gaps(ds), *accounting.findings(ds)]
+    node = hrs["device"].map(node_of).fillna(hrs["device"])
+    unknown = (hrs["pcap_n"].isna() | hrs["pcap_loaded_n"].isna()).to_numpy() & (hrs["busy_r1"] > 0).to_numpy()
+    return flagged([hrs["device"], hrs["hour"]]) | flagged([node, hrs["hour"]]) | unknown
+
+
+def _hourly_rule_hours(ds: Dataset, hrs: pd.DataFrame) -> set:
+    """The device-hours the rules decided on hourly statistics need raw samples for, to price and show what they
+    found: a cooling window's rack or node, and a clock-drift or ECC finding's node, over the window with its
+    evidence each side; every hour of a device with thermal throttling past hot-because-working's floor (the
+    median residual of its throttled samples decides) and of a device with row-remap readings, a day each side."""
+    from . import attribution, drift
+
+    keys: set = set()
+    devs = ds.devices
+    model = attribution.residual_model(ds)
+    for level, name, a, b in attribution.cooling_windows(ds, model):
+        scope = devs.index[devs["rack" if level == "rack" else "node"] == name]
+        keys |= _span_hours(scope, a - _side(a, b) - dh.HOUR, b + _side(a, b) + dh.HOUR)
+    for dev, c in drift.clock_drift(ds).items():
+        keys |= _span_hours(devs.index[devs["node"] == devs.at[dev, "node"]], c["start"] - _side(c["start"], c["end"])
+                            - dh.HOUR, c["end"] + _side(c["start"], c["end"]) + dh.HOUR)
+    for dev, e in drift.ecc_trend(ds).items():
+        keys |= _span_hours(devs.index[devs["node"] == devs.at[dev, "node"]], e["start"] - _side(e["start"], ds.end)
+                            - dh.HOUR, ds.end + dh.HOUR)
+    s = ds.samples
+    thermal = s[(s["rbucket"] == attribution.THERMAL) & (s["h_thr"] > 0)]
+    per_dev = thermal.groupby("device")["h_thr"].sum()
+    flagged = hrs[hrs["device"].isin(per_dev.index[per_dev >= attribution.WORKING_MIN_H]) & (hrs["busy_r0"] > 0)]
+    remapped = hrs[(hrs["remap_pending_max"] > 0) | (hrs["remap_failure_max"] > 0)]
+    for dev, g in pd.concat([flagged, remapped]).groupby("device"):
+        keys |= _span_hours([dev], g["hour"].min() - DAY - dh.HOUR, g["hour"].max() + DAY + 2 * dh.HOUR)
+    return keys
+
+
+def analyze(engine: Engine, through_seq: int | None = None, topology: dict | None = None):  # noqa: ANN201
+    """Every agent over device-hours with the raw samples their findings need (:func:`detail_hours`): the
+    :class:`~ledger.agents.Analysis` :func:`ledger.agents.analyze` gives from every sample, its figures from
+    device-hours (tests/test_agents_hourly.py holds the two equal)."""
+    from . import run_agents
+
+    return run_agents(load_compact(engine, through_seq=through_seq, topology=topology, detail=True))
 
 
 # --- partitions: the account per device partition, merged ----------------------------------------------------

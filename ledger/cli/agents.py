@@ -38,28 +38,47 @@ def _print_finding(f: dict, status: str | None = None) -> None:
         click.echo(f"    could run (not run): {f['command']}")
 
 
+SAMPLES_HELP = "Read every sample (the full-resolution reference) instead of the device-hours."
+
+
+def _dataset(app: AppContext, from_samples: bool):  # noqa: ANN202 - an agents Dataset
+    """The agents' dataset: device-hours with the raw samples of what the agents find (docs/scale.md), or every
+    sample."""
+    from .. import agents
+    from ..agents import hourly
+
+    engine = app.engine()
+    return agents.load(engine) if from_samples else hourly.load_compact(engine, detail=True)
+
+
 @click.command("findings")
 @click.option("--since", help="Only findings whose window ends at or after this (YYYY-MM-DD or RFC 3339).")
 @click.option("--refresh/--no-refresh", default=True, show_default=True,
               help="Run the agents over the ledger first and record new findings (finding_recorded entries).")
+@click.option("--samples", "from_samples", is_flag=True, help=SAMPLES_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the Findings JSON (docs/agents.md).")
 @pass_app
-def findings_cmd(app: AppContext, since: str | None, refresh: bool, as_json: bool) -> None:
+def findings_cmd(app: AppContext, since: str | None, refresh: bool, from_samples: bool, as_json: bool) -> None:
     """List the agents' findings over the ledger, with operators' verdicts.
+
+    The agents read the device-hours sealed with the telemetry, and raw samples only for the scopes and
+    windows of what they find (memory grows with devices x hours; docs/scale.md); --samples reads every sample.
 
     \b
     Example:
       ipledger findings
       ipledger findings --since 2026-11-05 --json
       ipledger findings --no-refresh
+      ipledger findings --samples          # the full-resolution reference
     """
     from .. import agents
+    from ..agents import hourly
 
     t = _since(since)
     engine = app.engine()
     account = None
     if refresh:
-        analysis = agents.analyze(engine)
+        analysis = agents.analyze(engine) if from_samples else hourly.analyze(engine)
         agents.record(engine, analysis.findings)
         account = analysis.account
     rows = agents.recorded_findings(engine, since=t)
@@ -67,7 +86,8 @@ def findings_cmd(app: AppContext, since: str | None, refresh: bool, as_json: boo
         current = {f.id for f in analysis.findings}
         rows = [r for r in rows if r["id"] in current]
     if as_json:
-        emit_json({"findings": rows, "account": account if account is not None else {}})
+        emit_json({"findings": rows, "account": account if account is not None else {},
+                   "source": ("samples" if from_samples else "device_hours") if refresh else "recorded"})
         return
     if not rows:
         click.echo("no findings")
@@ -160,11 +180,14 @@ def _print_explain(ex: dict) -> None:
 @click.option("--job")
 @click.option("--period", default="all", show_default=True,
               help="2026-W45, 2026-11-03, 2026-11, 2026-11-02..2026-11-05, this-week, last-week, today, yesterday.")
+@click.option("--samples", "from_samples", is_flag=True, help=SAMPLES_HELP)
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
 def explain_cmd(app: AppContext, node: str | None, rack: str | None, tenant: str | None, job: str | None,
-                period: str, as_json: bool) -> None:
+                period: str, from_samples: bool, as_json: bool) -> None:
     """Where the GPU-hours of a node, rack, tenant or job went in a period, by cause, with evidence.
+
+    Read from the device-hours and the raw samples of what the agents find; --samples reads every sample.
 
     \b
     Example:
@@ -181,7 +204,7 @@ def explain_cmd(app: AppContext, node: str | None, rack: str | None, tenant: str
     if len(given) != 1:
         raise UserError("give exactly one of --node, --rack, --tenant, --job")
     kind, name = given[0]
-    ds = agents.load(app.engine())
+    ds = _dataset(app, from_samples)
     if not len(ds.allocs) and not len(ds.samples):
         raise UserError("the ledger holds no allocations or telemetry to explain")
     try:
@@ -198,10 +221,13 @@ def explain_cmd(app: AppContext, node: str | None, rack: str | None, tenant: str
 
 @click.command("ask")
 @click.argument("question")
+@click.option("--samples", "from_samples", is_flag=True, help=SAMPLES_HELP)
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
-def ask_cmd(app: AppContext, question: str, as_json: bool) -> None:
+def ask_cmd(app: AppContext, question: str, from_samples: bool, as_json: bool) -> None:
     """Answer a question about where GPU-hours went (a small grammar, docs/agents.md); refuses anything else.
+
+    Read from the device-hours and the raw samples of what the agents find; --samples reads every sample.
 
     \b
     Example:
@@ -219,7 +245,7 @@ def ask_cmd(app: AppContext, question: str, as_json: bool) -> None:
 
     try:
         parse_question(question)  # refuse before touching the database
-        ds = agents.load(app.engine())
+        ds = _dataset(app, from_samples)
         res = answer(ds, lambda: agents.run_agents(ds).findings, question, prepare(ds, question))
     except CannotAnswer as exc:
         raise UserError(str(exc)) from None
@@ -252,10 +278,13 @@ def _period_with_data(ds, text: str) -> tuple[float, float, str]:  # noqa: ANN00
 @click.command("account")
 @click.option("--day", help="A UTC day: 2026-11-04, today, yesterday.")
 @click.option("--week", help="An ISO week: 2026-W45, this-week, last-week.")
+@click.option("--samples", "from_samples", is_flag=True, help=SAMPLES_HELP)
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
-def account_cmd(app: AppContext, day: str | None, week: str | None, as_json: bool) -> None:
+def account_cmd(app: AppContext, day: str | None, week: str | None, from_samples: bool, as_json: bool) -> None:
     """The daily (or weekly) account: paid, delivered and lost GPU-hours per tenant, totals, and the loss by cause.
+
+    Read from the device-hours and the raw samples of what the agents find; --samples reads every sample.
 
     \b
     Example:
@@ -267,7 +296,7 @@ def account_cmd(app: AppContext, day: str | None, week: str | None, as_json: boo
 
     if bool(day) == bool(week):
         raise UserError("give exactly one of --day, --week")
-    ds = agents.load(app.engine())
+    ds = _dataset(app, from_samples)
     if not len(ds.allocs):
         raise UserError("the ledger holds no allocations to account for")
     text = day or week

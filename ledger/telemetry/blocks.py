@@ -18,7 +18,7 @@ import hashlib
 import json
 import operator
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from .model import SAMPLE_COLUMNS
 
@@ -53,21 +53,52 @@ def arrow_schema():  # noqa: ANN201 - pyarrow is imported lazily (verify and shi
 def encode(rows: Sequence[tuple]) -> Block:
     """Encode rows in normalised SAMPLE_COLUMNS form (``telemetry.store._norm``) as one block."""
     import pyarrow as pa
-    import pyarrow.ipc as ipc
 
     ordered = sorted(rows, key=_BY_DEVICE_T)
-    full = arrow_schema()
     columns = list(zip(*ordered)) if ordered else [()] * len(SAMPLE_COLUMNS)
     arrays, fields = [], []
-    for field, values in zip(full, columns):
+    for field, values in zip(arrow_schema(), columns):
         if field.name in ("device", "t", "dt") or any(v is not None for v in values):
             arrays.append(pa.array(values, type=field.type))
             fields.append(field)
+    return _write(arrays, fields, [r[0] for r in ordered])
+
+
+def encode_columns(cols: Mapping[str, object]) -> Block:
+    """:func:`encode` of columns already in (device, t) order (numpy arrays, NaN = not measured; a column left
+    out is not measured): the same block, with no row tuples in between — a bulk loader's form."""
+    import numpy as np
+    import pyarrow as pa
+
+    arrays, fields = [], []
+    for field in arrow_schema():
+        values = cols.get(field.name)
+        if values is None:
+            continue
+        if field.name == "device":
+            arr = pa.array(values, type=pa.string())
+        else:
+            v = np.asarray(values, dtype=np.float64)
+            missing = np.isnan(v)
+            # NaN -> NULL over a 0 slot, as encode() stores None: the same bytes
+            arr = pa.array(np.where(missing, 0.0, v), type=pa.float64(), mask=missing if missing.any() else None)
+            arr = arr.cast(field.type) if field.type != pa.float64() else arr
+        if field.name in ("device", "t", "dt") or arr.null_count < len(arr):
+            arrays.append(arr)
+            fields.append(field)
+    return _write(arrays, fields, cols["device"])
+
+
+def _write(arrays: list, fields: list, devices: Sequence[str]) -> Block:
+    """The IPC file of these columns (rows in (device, t) order) with each device's rows in the layout."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
     ranges = []  # [device, first row, rows] in (device, t) order
-    for i, r in enumerate(ordered):
-        if not ranges or r[0] != ranges[-1][0]:
-            ranges.append([r[0], i, 0])
-        ranges[-1][2] += 1
+    dev = list(devices)
+    starts = [i for i in range(len(dev)) if i == 0 or dev[i] != dev[i - 1]]
+    for i, first in enumerate(starts):
+        ranges.append([dev[first], first, (starts[i + 1] if i + 1 < len(starts) else len(dev)) - first])
     # Record batches of whole devices, a new one once the current holds BATCH_ROWS: a long segment gets one
     # batch per device (a device slice decompresses only its own), a node's short batch gets one in all
     # (per-batch headers would otherwise outweigh its few hundred samples).
@@ -83,7 +114,7 @@ def encode(rows: Sequence[tuple]) -> Block:
         for lo, hi in bounds:
             writer.write_table(table.slice(lo, hi - lo), max_chunksize=hi - lo)
     data = sink.getvalue().to_pybytes()
-    return Block(FORMAT, len(ordered), hashlib.sha256(data).hexdigest(), data)
+    return Block(FORMAT, len(dev), hashlib.sha256(data).hexdigest(), data)
 
 
 def decode(format_: str, data: bytes, columns: Sequence[str] = SAMPLE_COLUMNS,

@@ -4,8 +4,8 @@ What the agents need from a device-hour, as sums that add across segments and ho
 partition of the fleet is the sum of its hours): covered seconds, the method's activity buckets (working,
 under-utilised, starved, idle, unmeasured), per clock-event reason the busy seconds and busy x clock
 (MHz·s) from which delivered and throttled follow for any rated clock, loaded-clock sums, the sums of a
-least-squares temperature-on-power fit, framebuffer and process residency, correctable-ECC extremes and XID
-events. A sample belongs wholly to the hour of its start, as the agents assign it.
+least-squares temperature-on-power fit, framebuffer and process residency, correctable-ECC extremes, XID
+events, row-remap extremes and the power-cap rule's loaded and capped sample counts. A sample belongs wholly to the hour of its start, as the agents assign it.
 
 The formulas are the method's (:mod:`ledger.method`): the activity signal is :class:`SampleArrays`' choice,
 the reason index is :func:`reason_bucket`, the thresholds :data:`DEFAULT_THRESHOLDS`. The rated clock is not
@@ -35,7 +35,8 @@ TABLE = "device_hours"
 LOADED_ACT = 0.3               # "under load", as the drift agent reads the clock
 THERMAL, OTHER = THROTTLE_REASONS.index("thermal"), THROTTLE_REASONS.index("other")
 NEEDED = ("device", "t", "dt", "clock_reasons", "sm_active", "tensor_active", "gpu_util", "sm_clock_mhz",
-          "power_w", "gpu_temp_c", "ecc_sbe_aggregate", "xid", "fb_used_mib", "compute_procs")
+          "power_w", "gpu_temp_c", "ecc_sbe_aggregate", "xid", "fb_used_mib", "compute_procs", "row_remap_pending",
+          "row_remap_failure")
 _R = range(len(THROTTLE_REASONS))
 
 
@@ -97,6 +98,10 @@ class DeviceHour:
     xid_first: float            # the first sample's XID gauge (0 when none), for events across hour edges
     xid_last: float
     xid_events: int             # non-zero and different from the previous sample, the first sample excepted
+    remap_pending_max: float    # row remaps pending a reset (the highest reading; NaN: never read)
+    remap_failure_max: float    # row-remapping failure flag
+    pcap_loaded_n: float        # running at activity >= 0.2 (the power-cap rule's loaded samples; a count)
+    pcap_n: float               # ... of them with the power-cap reason
 
     def throttle_split(self, rated_mhz: float | None) -> tuple[float, list[float]]:
         """(delivered seconds, throttled seconds per reason) at this rated clock: the method's
@@ -113,6 +118,12 @@ class DeviceHour:
 
 FIELDS = tuple(f.name for f in fields(DeviceHour))
 SUMS = ("n", *(f for f in FIELDS[FIELDS.index("gap_max") + 1:] if not f.endswith(("_max", "_min", "_first", "_last"))))
+REMAPS = ("remap_pending_max", "remap_failure_max")
+# Columns added after device-hours were first sealed (migration 0007): a row sealed before holds NULL there, which
+# the agents read as "not known" (they read the hour's raw samples) and verify does not count as a mismatch.
+LATER = (*REMAPS, "pcap_loaded_n", "pcap_n")
+PCAP_ACT = 0.2                 # "loaded", as the power-cap rule reads it
+POWER_CAP = THROTTLE_REASONS.index("power_cap")
 INT_FIELDS = frozenset(f.name for f in fields(DeviceHour) if f.type == "int")
 values = operator.attrgetter(*FIELDS)   # a DeviceHour's values in FIELDS order (dataclasses.astuple deep-copies)
 
@@ -167,6 +178,7 @@ def _aggregate(cols: Mapping[str, Sequence]) -> list[DeviceHour]:
     tp = running & ~np.isnan(power) & ~np.isnan(temp)
     fit = tp & (rb != THERMAL)
     loaded = running & (np.nan_to_num(act) >= LOADED_ACT) & known & (rb == OTHER)
+    pcap_loaded = running & (np.nan_to_num(act) >= PCAP_ACT)
     busy = np.where(working, dt * a, 0.0)
     busyclk = np.where(known, busy * np.nan_to_num(clk), 0.0)
     busynoclk = np.where(known, 0.0, busy)
@@ -206,6 +218,9 @@ def _aggregate(cols: Mapping[str, Sequence]) -> list[DeviceHour]:
         "ecc_min": _group_reduce(f("ecc_sbe_aggregate")[order], starts, "min"),
         "ecc_max": _group_reduce(f("ecc_sbe_aggregate")[order], starts, "max"),
         "xid_first": xid[starts], "xid_last": xid[ends], "xid_events": s(event),
+        "remap_pending_max": _group_reduce(f("row_remap_pending")[order], starts, "max"),
+        "remap_failure_max": _group_reduce(f("row_remap_failure")[order], starts, "max"),
+        "pcap_loaded_n": s(pcap_loaded), "pcap_n": s(pcap_loaded & (rb == POWER_CAP)),
     }
     cols_out = [names[code[starts]].tolist(), hour[starts].tolist()]
     for name in FIELDS[2:]:
@@ -250,7 +265,7 @@ def aggregate_reference(samples: Iterable) -> list[DeviceHour]:  # noqa: ANN001 
     out = []
     for (device, hour), ss in sorted(groups.items()):
         acc = {k: 0.0 for k in SUMS}
-        clk_max = fb_max = procs_max = ecc_min = ecc_max = nan
+        clk_max = fb_max = procs_max = ecc_min = ecc_max = pending = failure = nan
         prev = None
         for x in ss:
             act = num(x.sm_active)
@@ -286,6 +301,9 @@ def aggregate_reference(samples: Iterable) -> list[DeviceHour]:  # noqa: ANN001 
             acc["present_s"] += dt if present else 0.0
             acc["resident_s"] += dt if resident else 0.0
             acc["running_s"] += dt if running else 0.0
+            if running and act >= PCAP_ACT:
+                acc["pcap_loaded_n"] += 1
+                acc["pcap_n"] += r == POWER_CAP
             if running and act >= LOADED_ACT and not math.isnan(clk) and r == OTHER:
                 acc["loaded_n"] += 1
                 acc["loaded_clk"] += clk
@@ -308,6 +326,8 @@ def aggregate_reference(samples: Iterable) -> list[DeviceHour]:  # noqa: ANN001 
             if not math.isnan(e):
                 ecc_min = e if math.isnan(ecc_min) else min(ecc_min, e)
                 ecc_max = e if math.isnan(ecc_max) else max(ecc_max, e)
+            pending = _nanext(max, [pending, num(x.row_remap_pending)])
+            failure = _nanext(max, [failure, num(x.row_remap_failure)])
             xv = 0.0 if x.xid is None else float(x.xid)
             if prev is not None and xv > 0 and xv != prev:
                 acc["xid_events"] += 1
@@ -316,7 +336,8 @@ def aggregate_reference(samples: Iterable) -> list[DeviceHour]:  # noqa: ANN001 
         steps = [b.t - a.t for a, b in zip(ss, ss[1:])]
         vals = dict(acc, gap_max=max(steps) if steps else nan, t_first=ss[0].t, t_last=ss[-1].t,
                     t_end=max(x.t + x.dt for x in ss), clk_max=clk_max, fb_max=fb_max,
-                    procs_max=procs_max, ecc_min=ecc_min, ecc_max=ecc_max, xid_first=first_x, xid_last=prev)
+                    procs_max=procs_max, ecc_min=ecc_min, ecc_max=ecc_max, xid_first=first_x, xid_last=prev,
+                    remap_pending_max=pending, remap_failure_max=failure)
         out.append(DeviceHour(device, float(hour), *[int(vals[k]) if k in INT_FIELDS else vals[k]
                                                      for k in FIELDS[2:]]))
     return out
@@ -330,7 +351,7 @@ def merge(parts: Sequence[DeviceHour]) -> DeviceHour:
         return parts[0]
     ps = sorted(parts, key=lambda p: p.t_first)
     v = {k: sum(getattr(p, k) for p in ps) for k in SUMS}
-    for k in ("clk_max", "fb_max", "procs_max", "ecc_max"):
+    for k in ("clk_max", "fb_max", "procs_max", "ecc_max", *REMAPS):
         v[k] = _nanext(max, [getattr(p, k) for p in ps])
     v["ecc_min"] = _nanext(min, [p.ecc_min for p in ps])
     v["xid_events"] += sum(1 for a, b in zip(ps, ps[1:]) if b.xid_first > 0 and b.xid_first != a.xid_last)
@@ -424,9 +445,18 @@ def merged_frame(conn) -> "pd.DataFrame":  # noqa: ANN001, F821
     from sqlalchemy import text
 
     cur = conn.execute(text(f"SELECT {', '.join(FIELDS)} FROM {TABLE} ORDER BY device, hour, t_first"))
-    f = pd.DataFrame.from_records(cur.fetchall(), columns=list(FIELDS))
+    # numpy columns a chunk of rows at a time: a row's 60-odd values as Python objects cost ≈ 4 KB, the frame's
+    # ≈ 0.5 KB, and a fleet's week is 10^5-10^6 of them
+    parts = []
+    while chunk := cur.fetchmany(4096):
+        cols = list(zip(*chunk))
+        part = {"device": np.asarray(cols[0], dtype=object)}
+        for c, v in zip(FIELDS[1:], cols[1:]):
+            part[c] = np.array(v, dtype=np.float64)   # NULL (None) -> NaN
+        parts.append(pd.DataFrame(part))
+    f = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: [] for c in FIELDS})
     for c in FIELDS[1:]:
-        f[c] = pd.to_numeric(f[c], errors="coerce").astype(float)
+        f[c] = f[c].astype(float)
     if not len(f):
         return f
     keys = ["device", "hour"]
@@ -442,11 +472,16 @@ def merged_frame(conn) -> "pd.DataFrame":  # noqa: ANN001, F821
         f = f.assign(_edge=edge_event.astype(float), _step=step,
                      _overlap=(same & (step < 0)).astype(float))
         agg = {c: "sum" for c in SUMS}
-        agg.update({c: "max" for c in ("clk_max", "fb_max", "procs_max", "ecc_max", "t_last", "t_end")})
+        agg.update({c: "max" for c in ("clk_max", "fb_max", "procs_max", "ecc_max", "t_last", "t_end", *REMAPS)})
         agg.update({"ecc_min": "min", "t_first": "min", "xid_first": "first", "gap_max": "max", "_edge": "sum",
                     "_step": "max", "_overlap": "max"})
         g = f.groupby(keys, sort=False)
         out = g.agg(agg)
+        # a piece sealed before a LATER column existed leaves the hour's sum unknown, as merge() does
+        later = [c for c in LATER if c in SUMS]
+        unknown = f[later].isna().groupby([f["device"], f["hour"]], sort=False).any()
+        for c in later:
+            out[c] = out[c].where(~unknown[c])
         out["xid_last"] = f.loc[g["t_end"].idxmax(), "xid_last"].to_numpy()
         out["xid_events"] = out["xid_events"] + out["_edge"]
         # pieces that interleave in time leave the longest step unknown (as merge() says)
@@ -491,6 +526,8 @@ def first_mismatch(want: Sequence[DeviceHour], have: Sequence[DeviceHour]) -> st
         if key not in w:
             return f"{TABLE} holds device-hour ({key[0]}, {key[1]:.0f}) that the samples do not"
         for name, x, y in zip(FIELDS, values(w[key]), values(g[key])):
+            if name in LATER and y != y:
+                continue   # sealed before the column existed (see LATER)
             if not _same(x, y):
                 return f"{TABLE} ({key[0]}, {key[1]:.0f}) field {name}: stored {y!r}, the samples give {x!r}"
     return None
