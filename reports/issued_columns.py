@@ -152,13 +152,14 @@ def _interval_sql() -> str:
 _ISO_Z = r"^([1-9]\d{3}|0[1-9]\d\d|00[1-9]\d|000[1-9])-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\dZ$"
 
 
-def _epochs(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+def _epochs(values) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001 - a pandas Series or Arrow array
     """Epoch seconds of RFC 3339 text (NaN where missing or empty) and where a value needs :func:`epoch`
     itself (any spelling but ``YYYY-MM-DDTHH:MM:SSZ``); those cells are left NaN for the caller."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    arr = pa.array(values.to_numpy(dtype=object), type=pa.string(), from_pandas=True)
+    arr = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else \
+        pa.array(values.to_numpy(dtype=object), type=pa.string(), from_pandas=True)
     plain = pc.fill_null(pc.match_substring_regex(arr, _ISO_Z), False)
     ts = pc.strptime(pc.if_else(plain, arr, pa.scalar(None, pa.string())), format="%Y-%m-%dT%H:%M:%SZ",
                      unit="s", error_is_null=True)

@@ -138,6 +138,30 @@ def _sentinel(names: dict[str, str]) -> str:
     return "SELECT " + ", ".join(out)
 
 
+def plan(conn, seq_head: int, month: str) -> tuple[np.ndarray, np.ndarray, set[str]] | None:  # noqa: ANN001
+    """(the seqs of runs issued more than once, every seq the dict path reads for ``month``, every tenant named
+    by an issue) through ``seq_head``; None when the lines cannot answer (see the module doc)."""
+    p = {"s": seq_head, "m": month}
+    if not receipt_lines.has_table(conn) or not receipt_lines.covered(conn, seq_head):
+        return None
+    if conn.execute(text("SELECT 1 FROM receipt_lines WHERE run_key = '' AND seq <= :s LIMIT 1"), p).first():
+        return None
+    # Runs issued more than once are planned by the dict path (corrections, closes), every issue of them.
+    repeated = conn.execute(text(
+        "SELECT seq FROM receipt_lines WHERE run_key IN (SELECT run_key FROM receipt_lines WHERE "
+        "run_key IS NOT NULL AND seq <= :s GROUP BY run_key HAVING COUNT(*) > 1) AND seq <= :s"), p).fetchall()
+    repeated_seqs = np.array(sorted(int(r[0]) for r in repeated), dtype="int64")
+    # Other issues that may bill this month but are not read from their lines; a line without a month
+    # (its window could not be placed, or it bills nowhere) is read from JSON for every month.
+    odd = conn.execute(text(
+        f"SELECT DISTINCT seq FROM receipt_lines WHERE line_kind = 'part' AND seq <= :s "
+        f"AND (part_month = :m OR part_month IS NULL) AND NOT ({_FAST})"), p).fetchall()
+    slow = np.union1d(repeated_seqs, np.array([int(r[0]) for r in odd], dtype="int64"))
+    tenants = {r[0] for r in conn.execute(text(
+        "SELECT DISTINCT tenant FROM receipt_lines WHERE run_key IS NOT NULL AND seq <= :s"), p) if r[0]}
+    return repeated_seqs, slow, tenants
+
+
 def read_month(engine, month: str, through_seq: int | None = None,  # noqa: ANN001
                progress=None, grace_s: float = 0.0) -> MonthRead | None:  # noqa: ANN001, ARG001
     """The month's billed usage and corrections from the receipts' lines (see the module doc); None when the
@@ -146,23 +170,10 @@ def read_month(engine, month: str, through_seq: int | None = None,  # noqa: ANN0
     seq_head, head = ledger_head(engine, through_seq)
     p = {"s": seq_head, "m": month}
     with engine.connect() as conn:
-        if not receipt_lines.has_table(conn) or not receipt_lines.covered(conn, seq_head):
+        planned = plan(conn, seq_head, month)
+        if planned is None:
             return None
-        if conn.execute(text("SELECT 1 FROM receipt_lines WHERE run_key = '' AND seq <= :s LIMIT 1"), p).first():
-            return None
-        # Runs issued more than once are planned by the dict path (corrections, closes), every issue of them.
-        repeated = conn.execute(text(
-            "SELECT seq FROM receipt_lines WHERE run_key IN (SELECT run_key FROM receipt_lines WHERE "
-            "run_key IS NOT NULL AND seq <= :s GROUP BY run_key HAVING COUNT(*) > 1) AND seq <= :s"), p).fetchall()
-        repeated_seqs = np.array(sorted(int(r[0]) for r in repeated), dtype="int64")
-        # Other issues that may bill this month but are not read from their lines; a line without a month
-        # (its window could not be placed, or it bills nowhere) is read from JSON for every month.
-        odd = conn.execute(text(
-            f"SELECT DISTINCT seq FROM receipt_lines WHERE line_kind = 'part' AND seq <= :s "
-            f"AND (part_month = :m OR part_month IS NULL) AND NOT ({_FAST})"), p).fetchall()
-        slow = np.union1d(repeated_seqs, np.array([int(r[0]) for r in odd], dtype="int64"))
-        tenants = {r[0] for r in conn.execute(text(
-            "SELECT DISTINCT tenant FROM receipt_lines WHERE run_key IS NOT NULL AND seq <= :s"), p) if r[0]}
+        repeated_seqs, slow, tenants = planned
         cols = ", ".join(f'"{c}"' for c in _PART)
         d = _frame(engine, conn, f"SELECT {cols} FROM receipt_lines WHERE part_month = :m AND seq <= :s "
                                  f"AND line_kind = 'part' AND {_FAST} ORDER BY seq", p, _PART,

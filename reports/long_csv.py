@@ -1,0 +1,253 @@
+"""The month's long table as CSV, streamed: the receipt lines read into Arrow, every level and the run rows
+computed and formatted by DuckDB, the run rows written batch by batch; no pandas frame or Python object per run.
+
+:func:`write_month_csv` writes the same bytes as :func:`reports.export.build_statement` followed by
+:func:`reports.export.write_csv` (the reference, which stays the definition; tests/test_long_csv.py holds
+the two equal byte for byte on generated ledgers, with hypothesis). It answers only months it can write
+exactly that way and returns None for the others, which the caller then writes by the reference:
+
+* the month's receipts are all read from their lines (:func:`reports.issued_lines.plan` names none for the
+  dict path: no run issued more than once, no receipt split over months, open, or of an odd shape);
+* every window is spelled ``YYYY-MM-DDTHH:MM:SSZ`` (or has no end), and every interval timed by its span too;
+* no text cell that :func:`ledger.textsafe.csv_cell` would change (a formula prefix, a control character);
+* no ``--tenant``, no aliasing, and a SQLite ledger the ADBC driver reads.
+
+How it matches the reference: the run rows' figures are flat_rows' formulas
+(:func:`reports.issued_columns.flat_rows`) written in SQL over the same stored doubles; the aggregates come from
+the very scan the reference runs (:func:`reports.monthly.scan`, here over the Arrow rows in the same order)
+and the same roll-ups, and the total/tenant/class/hour rows are the reference's own (:func:`long_table` of a
+statement without run rows, formatted by :mod:`reports.csvwrite`); a figure is rounded as pandas' ``round``
+does (``rint(x * 10**d) / 10**d``: DuckDB's ``round_even`` of the scaled value) and printed with ``%.6f``
+(DuckDB's ``printf``, exact like Python's), the text cells quoted as the csv module quotes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from . import csvwrite, issued_lines
+from .issued import ledger_head
+from .monthly import MONEY_COLUMNS, SUM_COLUMNS, month_bounds
+
+BATCH_ROWS = 100_000
+_Z = "%Y-%m-%dT%H:%M:%SZ"
+# the figures a run row sums, as flat_rows reads them (the lines' names)
+_FIGURES = ("paid", "delivered", "th_thermal", "th_power_cap", "th_hw_slowdown", "th_sync_boost", "th_other",
+            "underutilized", "starved", "idle_held", "unknown", "suspended", "cost_paid", "cost_delivered",
+            "cost_lost", "before", "cost_adj", "after", "gbh", "flc", "pol_charge", "pol_credit", "pol_estimate",
+            "pol_hold")
+_TEXT = ("cluster", "job_id", "tenant", "partition", "qos", "user", "nodes", "sku", "receipt_hash",
+         "replaces_hash", "currency")
+_PART = {c: c for c in ("seq", *_TEXT, "run", "n_devices", "window_start", "window_end", "by_policy", *_FIGURES)}
+_IV = {"seq": "seq", "line_no": "pos", "iv_device": "device", "iv_start": "start", "iv_end": "end",
+       "iv_resolution": "resolution", "iv_gpu_hours": "gpu_hours"}
+
+
+@dataclass(frozen=True)
+class Written:
+    """What the CLI reports of a statement it wrote (the fields of :class:`reports.export.Statement` it reads)."""
+
+    totals: dict
+    through_seq: int
+    head_hash: str
+    empty: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def _resolved(seqs: np.ndarray, n_dev: np.ndarray, ivs) -> np.ndarray | None:  # noqa: ANN001 - an Arrow table
+    """Each run's resolved unknown GPU-hours from its interval lines, summed in line order as flat_rows does;
+    None where an interval timed by its span has a spelling only :func:`reports.monthly.epoch` reads."""
+    import pyarrow.compute as pc
+
+    from .issued_columns import _epochs
+
+    out = np.zeros(len(seqs))
+    if not ivs.num_rows:
+        return out
+    iseq = ivs.column("seq").to_numpy()
+    row = np.searchsorted(seqs, iseq)
+    if (row >= len(seqs)).any() or (seqs[np.minimum(row, len(seqs) - 1)] != iseq).any():
+        return None
+    timed = ivs.column("gpu_hours").is_null().to_numpy(zero_copy_only=False)
+    s, s_odd = _epochs(ivs.column("start"))
+    e, e_odd = _epochs(ivs.column("end"))
+    if (timed & (s_odd | e_odd)).any():
+        return None
+    device = ivs.column("device")
+    truthy = pc.fill_null(pc.not_equal(device, ""), False).to_numpy(zero_copy_only=False)
+    per = np.where(truthy, 1, np.maximum(n_dev[row], 1))
+    with np.errstate(invalid="ignore"):
+        spanned = np.where(e > s, (e - s) / 3600.0 * per, 0.0)
+    hours = np.nan_to_num(ivs.column("gpu_hours").to_numpy(zero_copy_only=False).astype("float64"), nan=0.0,
+                          posinf=np.inf, neginf=-np.inf)
+    h = np.where(timed, spanned, hours)
+    has_res = ivs.column("resolution").is_valid().to_numpy(zero_copy_only=False)
+    pos = ivs.column("pos").to_numpy()
+    for k in range(int(pos.max()) + 1):  # in line order, like flatten's +=
+        at = (pos == k) & has_res
+        np.add.at(out, row[at], h[at])
+    return out
+
+
+def _flat_sql() -> str:
+    """The statement's flat rows (the columns :func:`reports.monthly.scan` and the run rows read) from the
+    lines in ``lines``: flat_rows' formulas, for receipts without adjustment lines."""
+    num = {c: f"coalesce({c}, 0.0)" for c in _FIGURES}
+    unk, ph = num["unknown"], num["pol_hold"]
+    riv = f"CASE WHEN {unk} < resolved_iv THEN {unk} ELSE resolved_iv END"  # Python's min(resolved, unknown)
+    by_pol = f"CASE WHEN 0.0 > {unk} - {ph} THEN 0.0 ELSE {unk} - {ph} END"  # max(unknown - hold, 0.0)
+    before = f"CASE WHEN before IS NOT NULL THEN before ELSE {num['cost_paid']} END"
+    return f"""
+    SELECT seq, 'usage' AS row_kind, {", ".join(f'"{c}"' for c in _TEXT)}, coalesce(run, 0) AS run,
+      window_start AS ws, window_end AS we,
+      epoch(strptime(window_start, '{_Z}')) AS window_start, epoch(strptime(window_end, '{_Z}')) AS window_end,
+      {num["paid"]} AS paid, {num["delivered"]} AS delivered,
+      {", ".join(f'{num["th_" + c]} AS throttled_{c}' for c in ("thermal", "power_cap", "hw_slowdown",
+                                                                  "sync_boost", "other"))},
+      {num["underutilized"]} AS underutilized, {num["starved"]} AS starved, {num["idle_held"]} AS idle_held,
+      {unk} AS unknown,
+      CASE WHEN bp THEN {by_pol} ELSE {riv} END AS unknown_resolved,
+      {unk} - CASE WHEN bp THEN {by_pol} ELSE {riv} END AS unknown_pending,
+      {", ".join(f"CASE WHEN bp THEN {num['pol_' + p]} ELSE 0.0 END AS unknown_{p}"
+                 for p in ("charge", "credit", "estimate"))},
+      CASE WHEN bp THEN {ph} ELSE {unk} - {riv} END AS unknown_hold,
+      {num["suspended"]} AS suspended, CASE WHEN gbh IS NOT NULL THEN gbh ELSE {num["paid"]} END AS billed_gpu_hours,
+      0.0 AS adjustment_gpu_hours, {num["flc"]} AS failure_loss_credited,
+      {num["cost_paid"]} AS cost_paid, {num["cost_delivered"]} AS cost_delivered, {num["cost_lost"]} AS cost_lost,
+      {before} AS billed_before_adjustments, {num["cost_adj"]} AS adjustment_cost,
+      CASE WHEN after IS NOT NULL THEN after ELSE {before} + {num["cost_adj"]} END AS billed
+    FROM (SELECT *, coalesce(by_policy = 1, false) AS bp FROM lines)
+    """
+
+
+def _text_cell(col: str) -> str:
+    """A text column as the csv module writes it (QUOTE_MINIMAL, ``"`` doubled), missing as empty."""
+    quote = " OR ".join(f"contains({col}, chr({ord(c)}))" for c in csvwrite._quoting_chars()) or "false"
+    return (f"CASE WHEN {col} IS NULL THEN '' WHEN {quote} "
+            f"THEN '\"' || replace({col}, '\"', '\"\"') || '\"' ELSE {col} END")
+
+
+def _number_cell(expr: str, decimals: int) -> str:
+    """pandas' ``round(decimals)`` then ``%.6f``."""
+    f = f"{10.0 ** decimals:.1f}"
+    return f"printf('%.6f', round_even(({expr}) * {f}, 0) / {f})"
+
+
+def _run_lines_sql(month: str, through_seq: int, head_hash: str) -> str:
+    """One CSV line per run row, the long table's columns in order (reports.export.LONG_COLUMNS)."""
+    from .export import HOURS_DECIMALS, LONG_COLUMNS
+
+    money = set(MONEY_COLUMNS)
+    cells = {"level": "'run'", "month": f"'{month}'", "hour": "''", "row_kind": "'usage'",
+             "window_start": _text_cell("ws"), "window_end": _text_cell("we"), "run": "CAST(run AS VARCHAR)",
+             "runs": "'1'", "corrections": "'0'", "lost": _number_cell("paid - delivered", HOURS_DECIMALS),
+             "through_seq": f"'{int(through_seq)}'", "head_hash": f"'{head_hash}'"}
+    for c in ("tenant", "partition", "qos", "currency", "cluster", "job_id", "user", "nodes", "sku",
+              "receipt_hash", "replaces_hash"):
+        cells[c] = _text_cell(f'"{c}"')
+    for c in SUM_COLUMNS:
+        cells[c] = _number_cell(f'"{c}"', 2 if c in money else HOURS_DECIMALS)
+    if set(cells) != set(LONG_COLUMNS):
+        raise AssertionError(f"run cells {sorted(set(cells) ^ set(LONG_COLUMNS))}")
+    return "SELECT " + " || ',' || ".join(cells[c] for c in LONG_COLUMNS) + " || chr(10) AS line FROM flat"
+
+
+def _eligible_sql() -> str:
+    """1 when every run row reads as the reference reads it (see the module doc), else 0."""
+    from ledger.textsafe import _RISKY_RE2
+
+    from .issued_columns import _ISO_Z
+
+    risky = " OR ".join(f"regexp_matches(\"{c}\", '{_RISKY_RE2}')" for c in _TEXT)
+    return (f"SELECT count(*) FILTER (WHERE NOT (regexp_full_match(window_start, '{_ISO_Z}') "
+            f"AND try_strptime(window_start, '{_Z}') IS NOT NULL AND (window_end IS NULL OR "
+            f"(regexp_full_match(window_end, '{_ISO_Z}') AND try_strptime(window_end, '{_Z}') IS NOT NULL)) "
+            f"AND year(strptime(window_start, '{_Z}')) >= 1000) OR coalesce({risky}, false)) FROM lines")
+
+
+def _read(engine, month: str, seq_head: int):  # noqa: ANN001, ANN202
+    """(the month's part lines, the resolved hours per run) as Arrow/numpy; None when the lines cannot answer
+    or name any receipt the dict path reads."""
+    path = issued_lines._sqlite_file(engine)
+    if path is None:
+        return None
+    with engine.connect() as conn:
+        planned = issued_lines.plan(conn, seq_head, month)
+    if planned is None or len(planned[1]):
+        return None
+    p = {"s": seq_head, "m": month}
+    cols = ", ".join(f'"{c}"' for c in _PART)
+    fast = issued_lines._FAST
+    lines = issued_lines._arrow_sqlite(
+        path, f"SELECT {cols} FROM receipt_lines WHERE part_month = :m AND seq <= :s AND line_kind = 'part' "
+              f"AND {fast} ORDER BY seq", p, _PART, issued_lines._sentinel(_PART), 1)
+    ivs = issued_lines._arrow_sqlite(
+        path, f"SELECT {', '.join(_IV)} FROM receipt_lines WHERE part_month = :m AND seq <= :s "
+              f"AND line_kind = 'unknown' AND plain = 1 ORDER BY seq, line_no", p, _IV,
+        issued_lines._sentinel(_IV), 2)
+    if lines is None or ivs is None or not lines.num_rows:
+        return None
+    seqs = lines.column("seq").to_numpy()
+    n_dev = lines.column("n_devices").fill_null(0).to_numpy()
+    resolved = _resolved(seqs, n_dev, ivs)
+    return None if resolved is None else (lines, resolved)
+
+
+def write_month_csv(engine, month: str, path: str | Path, as_of: int | None = None,  # noqa: ANN001
+                    progress: Callable[[int, int], None] | None = None) -> Written | None:
+    """Write the month's long-table CSV to ``path`` as the reference does (see the module doc); None, having
+    written nothing, for a month it does not answer."""
+    import duckdb
+    import pyarrow as pa
+
+    from ledger.textsafe import neutralise_frame
+
+    from .export import Statement, long_table
+    from .monthly import Flat, flatten, scan, summary_of_scan
+
+    start, end = month_bounds(month)
+    seq_head, head = ledger_head(engine, as_of)
+    got = _read(engine, month, seq_head)
+    if got is None:
+        return None
+    lines, resolved = got
+    con = duckdb.connect()
+    try:
+        con.register("lines", lines.append_column("resolved_iv", pa.array(resolved)))
+        if con.execute(_eligible_sql()).fetchone()[0]:
+            return None
+        con.execute(f"CREATE TEMP VIEW flat AS {_flat_sql()}")
+        summary = summary_of_scan(scan(None, con))
+        empty = flatten([]).rows
+        st = Statement(month=month, period_start=start.strftime(_Z), period_end=end.strftime(_Z),
+                       through_seq=seq_head, head_hash=head, tenant=None, aliased=False,
+                       flat=Flat(rows=empty, unknowns=flatten([]).unknowns, adjustments=flatten([]).adjustments),
+                       summary=summary)
+        csvwrite.write_csv(neutralise_frame(long_table(st)), path)  # header, total, tenant, class, hour rows
+        reader = con.sql(_run_lines_sql(month, seq_head, head)).to_arrow_reader(BATCH_ROWS)
+        with open(path, "ab") as f:
+            for batch in reader:
+                f.write(_text_bytes(batch.column(0)))
+    finally:
+        con.close()
+    if progress:
+        progress(lines.num_rows, lines.num_rows)
+    return Written(totals=summary.totals, through_seq=seq_head, head_hash=head)
+
+
+def _text_bytes(arr: Any) -> memoryview:
+    """The concatenated values of an Arrow string array (no separator), without a Python string per value."""
+    import pyarrow as pa
+
+    if pa.types.is_string_view(arr.type) or pa.types.is_large_string(arr.type):
+        arr = arr.cast(pa.large_string())
+        width = np.int64
+    else:
+        width = np.int32
+    offsets = np.frombuffer(arr.buffers()[1], dtype=width)[arr.offset:arr.offset + len(arr) + 1]
+    data = arr.buffers()[2]
+    return memoryview(data)[int(offsets[0]):int(offsets[-1])] if data is not None else memoryview(b"")
