@@ -57,6 +57,10 @@ class Statement:
     def empty(self) -> bool:
         return self.flat.rows.empty
 
+    @property
+    def totals(self) -> dict:
+        return self.summary.totals
+
 
 def _correction_flat(corrections: list[Correction]) -> Flat:
     """Rows carrying (new - previously billed) for every numeric column; detail lines that are new."""
@@ -325,6 +329,26 @@ def write(st: Statement, fmt: str, path: str | Path, invoice_scheme: str | None 
     return p
 
 
+def export_file(engine, month: str, fmt: str, path: str | Path, tenant: str | None = None,  # noqa: ANN001, PLR0913
+                as_of: int | None = None, aliaser: Aliaser | None = None,
+                progress: Callable[[int, int], None] | None = None, invoice_scheme: str | None = None):  # noqa: ANN201
+    """Write the month's statement as ``fmt`` to ``path`` (``ipledger export monthly``'s work); returns what
+    was written (its ``totals``, ``notes``, ``empty``, ``through_seq`` and ``head_hash``).
+
+    A CSV is streamed from the receipt lines by :func:`reports.long_csv.write_month_csv` where that answers
+    the month; everything else is :func:`build_statement` then :func:`write` (the same bytes)."""
+    if fmt == "csv" and tenant is None and not (aliaser and aliaser.active):
+        from .long_csv import write_month_csv
+
+        month_bounds(month)
+        done = write_month_csv(engine, month, path, as_of=as_of, progress=progress)
+        if done is not None:
+            return done
+    st = build_statement(engine, month, tenant=tenant, as_of=as_of, aliaser=aliaser, progress=progress)
+    write(st, fmt, path, invoice_scheme=invoice_scheme)
+    return st
+
+
 def write_statement(engine, month: str, out_dir: str | Path,  # noqa: ANN001
                     formats: tuple[str, ...] = ("csv", "focus", "json", "pdf"),
                     progress: Callable[[int, int], None] | None = None) -> list[Path]:
@@ -346,5 +370,5 @@ def default_name(month: str, fmt: str, tenant: str | None) -> str:
     return f"statement-{month}{'-' + tenant if tenant else ''}.{ext}"
 
 
-__all__ = ["Statement", "build_statement", "statement_from_issues", "write", "to_json", "long_table",
+__all__ = ["Statement", "build_statement", "export_file", "statement_from_issues", "write", "to_json", "long_table",
            "UnknownTenant", "Issue"]
