@@ -17,8 +17,8 @@ How it matches the reference: the run rows' figures are flat_rows' formulas
 the very scan the reference runs (:func:`reports.monthly.scan`, here over the Arrow rows in the same order)
 and the same roll-ups, and the total/tenant/class/hour rows are the reference's own (:func:`long_table` of a
 statement without run rows, formatted by :mod:`reports.csvwrite`); a figure is rounded as pandas' ``round``
-does (``rint(x * 10**d) / 10**d``: DuckDB's ``round_even`` of the scaled value) and printed with ``%.6f``
-(DuckDB's ``printf``, exact like Python's), the text cells quoted as the csv module quotes them.
+does (``rint(x * 10**d) / 10**d``: DuckDB's ``round_even`` of the scaled value) and printed as ``%.6f`` prints
+it (:func:`_number_cell`), the text cells quoted as the csv module quotes them.
 """
 
 from __future__ import annotations
@@ -131,10 +131,18 @@ def _text_cell(col: str) -> str:
             f"THEN '\"' || replace({col}, '\"', '\"\"') || '\"' ELSE {col} END")
 
 
-def _number_cell(expr: str, decimals: int) -> str:
-    """pandas' ``round(decimals)`` then ``%.6f``."""
+def _rounded(expr: str, decimals: int) -> str:
+    """pandas' ``round(decimals)`` of a double: ``rint(x * 10**d) / 10**d``."""
     f = f"{10.0 ** decimals:.1f}"
-    return f"printf('%.6f', round_even(({expr}) * {f}, 0) / {f})"
+    return f"round_even(({expr}) * {f}, 0) / {f}"
+
+
+def _number_cell(col: str) -> str:
+    """A rounded double as ``"%.6f" % value`` writes it: below 1e9 the value is the double nearest a whole
+    number of millionths, which DECIMAL(18,6) prints exactly (≈ 2× faster than ``printf``), with the sign of a
+    negative zero kept as ``%`` keeps it; larger values by ``printf``, which formats as C does."""
+    return (f"CASE WHEN abs({col}) < 1e9 THEN CASE WHEN {col} = 0 AND signbit({col}) THEN '-0.000000' "
+            f"ELSE CAST(CAST({col} AS DECIMAL(18,6)) AS VARCHAR) END ELSE printf('%.6f', {col}) END")
 
 
 def _run_lines_sql(month: str, through_seq: int, head_hash: str) -> str:
@@ -144,16 +152,21 @@ def _run_lines_sql(month: str, through_seq: int, head_hash: str) -> str:
     money = set(MONEY_COLUMNS)
     cells = {"level": "'run'", "month": f"'{month}'", "hour": "''", "row_kind": "'usage'",
              "window_start": _text_cell("ws"), "window_end": _text_cell("we"), "run": "CAST(run AS VARCHAR)",
-             "runs": "'1'", "corrections": "'0'", "lost": _number_cell("paid - delivered", HOURS_DECIMALS),
-             "through_seq": f"'{int(through_seq)}'", "head_hash": f"'{head_hash}'"}
+             "runs": "'1'", "corrections": "'0'", "through_seq": f"'{int(through_seq)}'",
+             "head_hash": f"'{head_hash}'"}
     for c in ("tenant", "partition", "qos", "currency", "cluster", "job_id", "user", "nodes", "sku",
               "receipt_hash", "replaces_hash"):
         cells[c] = _text_cell(f'"{c}"')
-    for c in SUM_COLUMNS:
-        cells[c] = _number_cell(f'"{c}"', 2 if c in money else HOURS_DECIMALS)
+    rounded = {"lost": _rounded("paid - delivered", HOURS_DECIMALS),
+               **{c: _rounded(f'"{c}"', 2 if c in money else HOURS_DECIMALS) for c in SUM_COLUMNS}}
+    for c in rounded:
+        cells[c] = _number_cell(f'"r_{c}"')
     if set(cells) != set(LONG_COLUMNS):
         raise AssertionError(f"run cells {sorted(set(cells) ^ set(LONG_COLUMNS))}")
-    return "SELECT " + " || ',' || ".join(cells[c] for c in LONG_COLUMNS) + " || chr(10) AS line FROM flat"
+    inner = ", ".join(f'{e} AS "r_{c}"' for c, e in rounded.items())
+    # concat_ws: one string built per row (a chain of || builds one per cell); no cell is NULL
+    return (f"SELECT concat_ws(',', {', '.join(cells[c] for c in LONG_COLUMNS)}) || chr(10) AS line "
+            f"FROM (SELECT *, {inner} FROM flat)")
 
 
 def _eligible_sql() -> str:
