@@ -10,6 +10,7 @@ exactly that way and returns None for the others, which the caller then writes b
   dict path: no run issued more than once, no receipt split over months, open, or of an odd shape);
 * every window is spelled ``YYYY-MM-DDTHH:MM:SSZ`` (or has no end), and every interval timed by its span too;
 * no text cell that :func:`ledger.textsafe.csv_cell` would change (a formula prefix, a control character);
+* every figure of a run below 10^8 in magnitude (GPU-hours or money);
 * no ``--tenant``, no aliasing, and a SQLite ledger the ADBC driver reads.
 
 How it matches the reference: the run rows' figures are flat_rows' formulas
@@ -34,6 +35,7 @@ from .issued import ledger_head
 from .monthly import MONEY_COLUMNS, SUM_COLUMNS, month_bounds
 
 BATCH_ROWS = 100_000
+LARGE = 1e8  # a run whose figure reaches this is left to the reference (see _eligible_sql)
 _Z = "%Y-%m-%dT%H:%M:%SZ"
 # the figures a run row sums, as flat_rows reads them (the lines' names)
 _FIGURES = ("paid", "delivered", "th_thermal", "th_power_cap", "th_hw_slowdown", "th_sync_boost", "th_other",
@@ -176,10 +178,13 @@ def _eligible_sql() -> str:
     from .issued_columns import _ISO_Z
 
     risky = " OR ".join(f"regexp_matches(\"{c}\", '{_RISKY_RE2}')" for c in _TEXT)
+    # |figure| < 1e8: every value a run row derives stays below 1e9, where the rounding is pandas' to the bit
+    large = " OR ".join(f"abs({c}) >= {LARGE:g}" for c in (*_FIGURES, "resolved_iv"))
     return (f"SELECT count(*) FILTER (WHERE NOT (regexp_full_match(window_start, '{_ISO_Z}') "
             f"AND try_strptime(window_start, '{_Z}') IS NOT NULL AND (window_end IS NULL OR "
             f"(regexp_full_match(window_end, '{_ISO_Z}') AND try_strptime(window_end, '{_Z}') IS NOT NULL)) "
-            f"AND year(strptime(window_start, '{_Z}')) >= 1000) OR coalesce({risky}, false)) FROM lines")
+            f"AND year(strptime(window_start, '{_Z}')) >= 1000) OR coalesce({risky}, false) "
+            f"OR coalesce({large}, false)) FROM lines")
 
 
 def _read(engine, month: str, seq_head: int):  # noqa: ANN001, ANN202
