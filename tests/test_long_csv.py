@@ -51,11 +51,16 @@ def _reference(eng, month, as_of, path) -> bytes:  # noqa: ANN001
     return path.read_bytes()
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                               HealthCheck.function_scoped_fixture])
-@given(seed=hs.integers(0, 10_000), n=hs.integers(1, 60), cut=hs.sampled_from([None, 0.5, 0.9]))
-def test_streamed_csv_equals_the_reference_on_plain_ledgers(tmp_path_factory, seed, n, cut):  # noqa: ANN001
-    tmp = tmp_path_factory.mktemp("plain")
+def test_streamed_csv_equals_the_reference_on_plain_ledgers(tmp_path_factory, soak):  # noqa: ANN001
+    @settings(max_examples=40 if soak else 3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(seed=hs.integers(0, 10_000), n=hs.integers(1, 60), cut=hs.sampled_from([None, 0.5, 0.9]))
+    def run(seed: int, n: int, cut: float | None) -> None:
+        _plain_case(tmp_path_factory.mktemp("plain"), seed, n, cut)
+
+    run()
+
+
+def _plain_case(tmp, seed: int, n: int, cut: float | None) -> None:  # noqa: ANN001
     eng = _engine(tmp)
     _plain_ledger(eng, seed, n, months=("2026-10", "2026-11"))
     as_of = None if cut is None else max(1, int(n * 2 * cut))
@@ -104,16 +109,18 @@ def test_a_formula_or_a_comma_in_a_name(tmp_path):  # noqa: ANN001
     eng.dispose()
 
 
-@settings(max_examples=300, deadline=None)
+_CON = duckdb.connect()
+
+
+@settings(max_examples=100, deadline=None)
 @given(hs.lists(hs.one_of(hs.floats(-3 * long_csv.LARGE, 3 * long_csv.LARGE), hs.floats(-1e-3, 1e-3),
-                         hs.integers(-10**9, 10**9).map(lambda k: (k + 0.5) / 1e6)), min_size=1, max_size=50),
+                         hs.integers(-10**9, 10**9).map(lambda k: (k + 0.5) / 1e6)), min_size=1, max_size=200),
        hs.sampled_from([2, 6]))
 def test_number_cells_print_what_pandas_round_and_percent_format_print(values, decimals):  # noqa: ANN001
     """Over the range the stream answers (a run's figures below LARGE, so what it derives below 3 LARGE)."""
     x = np.array(values, dtype="float64")
-    con = duckdb.connect()
-    con.register("t", pa.table({"x": x}))
-    got = con.execute(f"SELECT {long_csv._number_cell('r')} FROM (SELECT {long_csv._rounded('x', decimals)} "
+    _CON.register("t", pa.table({"x": x}))
+    got = _CON.execute(f"SELECT {long_csv._number_cell('r')} FROM (SELECT {long_csv._rounded('x', decimals)} "
                       f"AS r FROM t)").fetchall()
     want = ["%.6f" % v for v in pd.Series(x).round(decimals)]
     assert [g[0] for g in got] == want
