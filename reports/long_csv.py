@@ -44,7 +44,8 @@ _FIGURES = ("paid", "delivered", "th_thermal", "th_power_cap", "th_hw_slowdown",
             "pol_hold")
 _TEXT = ("cluster", "job_id", "tenant", "partition", "qos", "user", "nodes", "sku", "receipt_hash",
          "replaces_hash", "currency")
-_PART = {c: c for c in ("seq", *_TEXT, "run", "n_devices", "window_start", "window_end", "by_policy", *_FIGURES)}
+_PART = {c: c for c in ("seq", *_TEXT, "run", "n_devices", "window_start", "window_end", "by_policy", "plain",
+                        "n_parts", "open", *_FIGURES)}
 _IV = {"seq": "seq", "line_no": "pos", "iv_device": "device", "iv_start": "start", "iv_end": "end",
        "iv_resolution": "resolution", "iv_gpu_hours": "gpu_hours"}
 
@@ -172,7 +173,7 @@ def _run_lines_sql(month: str, through_seq: int, head_hash: str) -> str:
 
 
 def _eligible_sql() -> str:
-    """1 when every run row reads as the reference reads it (see the module doc), else 0."""
+    """How many of the month's rows the stream does not answer (see the module doc): any declines the month."""
     from ledger.textsafe import _RISKY_RE2
 
     from .issued_columns import _ISO_Z
@@ -180,34 +181,86 @@ def _eligible_sql() -> str:
     risky = " OR ".join(f"regexp_matches(\"{c}\", '{_RISKY_RE2}')" for c in _TEXT)
     # |figure| < 1e8: every value a run row derives stays below 1e9, where the rounding is pandas' to the bit
     large = " OR ".join(f"abs({c}) >= {LARGE:g}" for c in (*_FIGURES, "resolved_iv"))
-    return (f"SELECT count(*) FILTER (WHERE NOT (regexp_full_match(window_start, '{_ISO_Z}') "
+    return (f"SELECT count(*) FILTER (WHERE NOT (plain = 1 AND n_parts = 1 AND open = 0) OR NOT (regexp_full_match(window_start, '{_ISO_Z}') "
             f"AND try_strptime(window_start, '{_Z}') IS NOT NULL AND (window_end IS NULL OR "
             f"(regexp_full_match(window_end, '{_ISO_Z}') AND try_strptime(window_end, '{_Z}') IS NOT NULL)) "
             f"AND year(strptime(window_start, '{_Z}')) >= 1000) OR coalesce({risky}, false) "
             f"OR coalesce({large}, false)) FROM lines")
 
 
+def _nothing_for_the_dict_path(conn, seq_head: int) -> bool:  # noqa: ANN001
+    """Whether the lines answer every issue through ``seq_head`` with no run issued more than once and no line
+    without a month that is not plain (the ledger-wide part of :func:`reports.issued_lines.plan`'s slow set;
+    the month's own part is checked on the rows read). The same conditions as ``plan``, asked of the covering
+    indexes: ≈ 10× faster at a million issues, where ``plan`` takes seconds."""
+    from sqlalchemy import text
+
+    from ledger import receipt_lines
+    from ledger.kinds import Kind
+
+    p = {"s": seq_head, "k": Kind.RECEIPT_ISSUED}
+    if not receipt_lines.has_table(conn):
+        return False
+    issues = conn.execute(text("SELECT COUNT(*) FROM entries WHERE kind = :k AND seq <= :s"), p).scalar()
+    by_run = "receipt_lines INDEXED BY ix_receipt_lines_run"
+    keyed = conn.execute(text(f"SELECT COUNT(*) FROM {by_run} WHERE run_key IS NOT NULL AND seq <= :s"),
+                         p).scalar()
+    if int(issues or 0) != int(keyed or 0):
+        return False
+    return not any(conn.execute(text(q), p).first() for q in (
+        f"SELECT 1 FROM {by_run} WHERE run_key = '' AND seq <= :s LIMIT 1",
+        f"SELECT 1 FROM {by_run} WHERE run_key IS NOT NULL AND seq <= :s GROUP BY run_key HAVING COUNT(*) > 1 "
+        f"LIMIT 1",
+        f"SELECT 1 FROM receipt_lines WHERE part_month IS NULL AND line_kind = 'part' AND seq <= :s "
+        f"AND NOT ({issued_lines._FAST}) LIMIT 1"))
+
+
 def _read(engine, month: str, seq_head: int):  # noqa: ANN001, ANN202
     """(the month's part lines, the resolved hours per run) as Arrow/numpy; None when the lines cannot answer
-    or name any receipt the dict path reads."""
+    or name any receipt the dict path reads. The lines are read by two threads, each a half of the month's
+    seqs (the ADBC driver runs SQLite without the GIL), while a third asks the ledger-wide questions."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
+    from sqlalchemy import text
+
     path = issued_lines._sqlite_file(engine)
     if path is None:
         return None
-    with engine.connect() as conn:
-        planned = issued_lines.plan(conn, seq_head, month)
-    if planned is None or len(planned[1]):
-        return None
     p = {"s": seq_head, "m": month}
+    with engine.connect() as conn:
+        lo, hi = conn.execute(text("SELECT MIN(seq), MAX(seq) FROM receipt_lines WHERE part_month = :m "
+                                   "AND seq <= :s"), p).first()
+    if lo is None:
+        return None
+    mid = (int(lo) + int(hi)) // 2
     cols = ", ".join(f'"{c}"' for c in _PART)
-    fast = issued_lines._FAST
-    lines = issued_lines._arrow_sqlite(
-        path, f"SELECT {cols} FROM receipt_lines WHERE part_month = :m AND seq <= :s AND line_kind = 'part' "
-              f"AND {fast} ORDER BY seq", p, _PART, issued_lines._sentinel(_PART), 1)
-    ivs = issued_lines._arrow_sqlite(
-        path, f"SELECT {', '.join(_IV)} FROM receipt_lines WHERE part_month = :m AND seq <= :s "
-              f"AND line_kind = 'unknown' AND plain = 1 ORDER BY seq, line_no", p, _IV,
-        issued_lines._sentinel(_IV), 2)
-    if lines is None or ivs is None or not lines.num_rows:
+
+    def part(a: int, b: int):  # noqa: ANN202
+        return issued_lines._arrow_sqlite(
+            path, f"SELECT {cols} FROM receipt_lines WHERE part_month = :m AND seq > :a AND seq <= :b "
+                  f"AND line_kind = 'part' ORDER BY seq", {**p, "a": a, "b": b}, _PART,
+            issued_lines._sentinel(_PART), 1)
+
+    def intervals():  # noqa: ANN202
+        return issued_lines._arrow_sqlite(
+            path, f"SELECT {', '.join(_IV)} FROM receipt_lines WHERE part_month = :m AND seq <= :s "
+                  f"AND line_kind = 'unknown' AND plain = 1 ORDER BY seq, line_no", p, _IV,
+            issued_lines._sentinel(_IV), 2)
+
+    def ledger_wide() -> bool:
+        with engine.connect() as conn:
+            return _nothing_for_the_dict_path(conn, seq_head)
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        halves = [pool.submit(part, int(lo) - 1, mid), pool.submit(part, mid, min(int(hi), seq_head))]
+        ok, ivs = pool.submit(ledger_wide), pool.submit(intervals)
+        halves = [h.result() for h in halves]
+        ok, ivs = ok.result(), ivs.result()
+    if not ok or ivs is None or any(h is None for h in halves):
+        return None
+    lines = pa.concat_tables(halves)
+    if not lines.num_rows:
         return None
     seqs = lines.column("seq").to_numpy()
     n_dev = lines.column("n_devices").fill_null(0).to_numpy()
