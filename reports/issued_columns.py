@@ -460,17 +460,23 @@ def _finish(engine, month, seq_head, head, index, flats, unks, lo_t, hi_t) -> Mo
                     [_rows_in(u, fast_seqs) for u in unks], tenants)
 
 
+def dict_path(engine, month: str, seq_head: int, seqs: np.ndarray) -> tuple[Flat, pd.DataFrame, list[Correction]]:  # noqa: ANN001
+    """The issues ``seqs`` read from their JSON and planned by :func:`reports.issued.select_month`: their
+    flat usage rows for ``month``, those rows with the ``_seq`` of their issue, and the month's corrections."""
+    issues = []
+    for entry_seq, payload, recorded_at, ts in _rows_by_seq(engine, [int(s) for s in seqs]):
+        issues.append(_issue(entry_seq, json.loads(payload), recorded_at, ts))
+    usage_d, corrections = select_month(issues, month, ledger_closes(engine, seq_head))
+    d_flat = flatten_issues(usage_d, "usage")
+    return d_flat, d_flat.rows.assign(_seq=np.array([i.seq for i in usage_d], dtype="int64")), corrections
+
+
 def assemble(engine, month: str, seq_head: int, head: str, slow_seqs: np.ndarray,  # noqa: ANN001, PLR0913
              parts: list[pd.DataFrame], u_parts: list[pd.DataFrame], tenants: set[str]) -> MonthRead:
     """The month's usage from the fast readers' rows (``parts``, ``u_parts``: flat rows and unknown-interval
     lines, each with the ``_seq`` of its issue) and the issues ``slow_seqs`` read by the dict path, which
     also plans their billing and corrections."""
-    issues = []
-    for entry_seq, payload, recorded_at, ts in _rows_by_seq(engine, [int(s) for s in slow_seqs]):
-        issues.append(_issue(entry_seq, json.loads(payload), recorded_at, ts))
-    usage_d, corrections = select_month(issues, month, ledger_closes(engine, seq_head))
-    d_flat = flatten_issues(usage_d, "usage")
-    d_rows = d_flat.rows.assign(_seq=np.array([i.seq for i in usage_d], dtype="int64"))
+    d_flat, d_rows, corrections = dict_path(engine, month, seq_head, slow_seqs)
     rows = pd.concat([*parts, d_rows], ignore_index=True) if parts else d_rows
     if not rows["_seq"].is_monotonic_increasing:  # batches come in sequence order; the dict path's rows not
         rows = rows.sort_values("_seq", kind="stable").reset_index(drop=True)

@@ -153,9 +153,11 @@ def _run_lines_sql(month: str, through_seq: int, head_hash: str) -> str:
     from .export import HOURS_DECIMALS, LONG_COLUMNS
 
     money = set(MONEY_COLUMNS)
-    cells = {"level": "'run'", "month": f"'{month}'", "hour": "''", "row_kind": "'usage'",
+    cells = {"level": "'run'", "month": f"'{month}'", "hour": "''", "row_kind": _text_cell("row_kind"),
              "window_start": _text_cell("ws"), "window_end": _text_cell("we"), "run": "CAST(run AS VARCHAR)",
-             "runs": "'1'", "corrections": "'0'", "through_seq": f"'{int(through_seq)}'",
+             "runs": "CASE WHEN row_kind = 'usage' THEN '1' ELSE '0' END",
+             "corrections": "CASE WHEN row_kind = 'correction' THEN '1' ELSE '0' END",
+             "through_seq": f"'{int(through_seq)}'",
              "head_hash": f"'{head_hash}'"}
     for c in ("tenant", "partition", "qos", "currency", "cluster", "job_id", "user", "nodes", "sku",
               "receipt_hash", "replaces_hash"):
@@ -188,11 +190,11 @@ def _eligible_sql() -> str:
             f"OR coalesce({large}, false)) FROM lines")
 
 
-def _nothing_for_the_dict_path(conn, seq_head: int) -> bool:  # noqa: ANN001
-    """Whether the lines answer every issue through ``seq_head`` with no run issued more than once and no line
-    without a month that is not plain (the ledger-wide part of :func:`reports.issued_lines.plan`'s slow set;
-    the month's own part is checked on the rows read). The same conditions as ``plan``, asked of the covering
-    indexes: ≈ 10× faster at a million issues, where ``plan`` takes seconds."""
+def _ledger_wide(conn, seq_head: int) -> np.ndarray | None:  # noqa: ANN001
+    """The ledger-wide part of :func:`reports.issued_lines.plan`'s slow set (every issue of a run issued more
+    than once, and the issues with a line without a month that is not plain), or None when the lines cannot
+    answer; the month's own odd rows are found on the rows read. The same conditions as ``plan``, asked of
+    the covering indexes (≈ 10× faster at a million issues, where ``plan`` takes seconds)."""
     from sqlalchemy import text
 
     from ledger import receipt_lines
@@ -200,28 +202,30 @@ def _nothing_for_the_dict_path(conn, seq_head: int) -> bool:  # noqa: ANN001
 
     p = {"s": seq_head, "k": Kind.RECEIPT_ISSUED}
     if not receipt_lines.has_table(conn):
-        return False
+        return None
     issues = conn.execute(text("SELECT COUNT(*) FROM entries WHERE kind = :k AND seq <= :s"), p).scalar()
     by_run = "receipt_lines INDEXED BY ix_receipt_lines_run"
     keyed = conn.execute(text(f"SELECT COUNT(*) FROM {by_run} WHERE run_key IS NOT NULL AND seq <= :s"),
                          p).scalar()
-    if int(issues or 0) != int(keyed or 0):
-        return False
-    return not any(conn.execute(text(q), p).first() for q in (
-        f"SELECT 1 FROM {by_run} WHERE run_key = '' AND seq <= :s LIMIT 1",
-        f"SELECT 1 FROM {by_run} WHERE run_key IS NOT NULL AND seq <= :s GROUP BY run_key HAVING COUNT(*) > 1 "
-        f"LIMIT 1",
-        f"SELECT 1 FROM receipt_lines WHERE part_month IS NULL AND line_kind = 'part' AND seq <= :s "
-        f"AND NOT ({issued_lines._FAST}) LIMIT 1"))
+    if int(issues or 0) != int(keyed or 0) or \
+            conn.execute(text(f"SELECT 1 FROM {by_run} WHERE run_key = '' AND seq <= :s LIMIT 1"), p).first():
+        return None
+    slow = [int(r[0]) for q in (
+        f"SELECT seq FROM {by_run} WHERE run_key IN (SELECT run_key FROM {by_run} WHERE run_key IS NOT NULL "
+        f"AND seq <= :s GROUP BY run_key HAVING COUNT(*) > 1) AND seq <= :s",
+        f"SELECT DISTINCT seq FROM receipt_lines WHERE part_month IS NULL AND line_kind = 'part' AND seq <= :s "
+        f"AND NOT ({issued_lines._FAST})") for r in conn.execute(text(q), p)]
+    return np.unique(np.array(slow, dtype="int64"))
 
 
 def _read(engine, month: str, seq_head: int):  # noqa: ANN001, ANN202
-    """(the month's part lines, the resolved hours per run) as Arrow/numpy; None when the lines cannot answer
-    or name any receipt the dict path reads. The lines are read by two threads, each a half of the month's
-    seqs (the ADBC driver runs SQLite without the GIL), while a third asks the ledger-wide questions."""
+    """(the month's part lines read from their lines, the resolved hours of each, the seqs the dict path
+    reads) as Arrow/numpy; None when the lines cannot answer. The lines are read by two threads, each a half
+    of the month's seqs (the ADBC driver and Arrow's stream reader run SQLite without the GIL)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import pyarrow as pa
+    import pyarrow.compute as pc
     from sqlalchemy import text
 
     path = issued_lines._sqlite_file(engine)
@@ -248,24 +252,77 @@ def _read(engine, month: str, seq_head: int):  # noqa: ANN001, ANN202
                   f"AND line_kind = 'unknown' AND plain = 1 ORDER BY seq, line_no", p, _IV,
             issued_lines._sentinel(_IV), 2)
 
-    def ledger_wide() -> bool:
+    def ledger_wide() -> np.ndarray | None:
         with engine.connect() as conn:
-            return _nothing_for_the_dict_path(conn, seq_head)
+            return _ledger_wide(conn, seq_head)
 
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        halves = [pool.submit(part, int(lo) - 1, mid), pool.submit(part, mid, min(int(hi), seq_head))]
-        ok, ivs = pool.submit(ledger_wide), pool.submit(intervals)
+    # The ledger-wide questions first, on SQLAlchemy's connection (Python's own SQLite library), not beside
+    # the reads: the ADBC driver links its own copy of SQLite, and two copies in one process do not see each
+    # other's POSIX locks (sqlite.org, "How To Corrupt An SQLite Database File", 2.2), so they are never
+    # interleaved here.
+    slow = ledger_wide()
+    if slow is None:
+        return None
+    bounds = [(int(lo) - 1, mid), (mid, int(hi))]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        halves = [pool.submit(part, a, b) for a, b in bounds]
+        ivs = intervals()
         halves = [h.result() for h in halves]
-        ok, ivs = ok.result(), ivs.result()
-    if not ok or ivs is None or any(h is None for h in halves):
+    # SQLite may answer a connection opened while others open "database is locked" (the driver sets no busy
+    # timeout): what failed is read once more, alone
+    halves = [part(a, b) if h is None else h for h, (a, b) in zip(halves, bounds)]
+    ivs = intervals() if ivs is None else ivs
+    if ivs is None or any(h is None for h in halves):
         return None
     lines = pa.concat_tables(halves)
+    fast = pc.and_(pc.and_(pc.equal(lines.column("plain"), 1), pc.equal(lines.column("n_parts"), 1)),
+                   pc.equal(lines.column("open"), 0)).fill_null(False)
+    seqs = lines.column("seq").to_numpy()
+    slow = np.union1d(slow, seqs[~fast.to_numpy(zero_copy_only=False)])
+    if len(slow):  # the month's other rows come from the dict path
+        keep = ~np.isin(seqs, slow)
+        lines, seqs = lines.filter(pa.array(keep)), seqs[keep]
+        ivs = ivs.filter(pa.array(np.isin(ivs.column("seq").to_numpy(), seqs)))
     if not lines.num_rows:
         return None
-    seqs = lines.column("seq").to_numpy()
     n_dev = lines.column("n_devices").fill_null(0).to_numpy()
     resolved = _resolved(seqs, n_dev, ivs)
-    return None if resolved is None else (lines, resolved)
+    return None if resolved is None else (lines, resolved, slow)
+
+
+def _dict_rows(engine, month: str, seq_head: int, slow: np.ndarray):  # noqa: ANN001, ANN202
+    """The rows the dict path bills in ``month`` for the issues ``slow`` (usage rows, then corrections), as an
+    Arrow table of the flat view's columns with their place in the statement's order; and the number of
+    corrections. None when a row is one the stream does not answer (a name the CSV neutralises, a figure
+    of LARGE or more)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from ledger.textsafe import _risky_cells
+
+    from .export import _correction_flat, _iso
+    from .issued_columns import dict_path
+    from .monthly import GROUP_KEYS
+
+    _, usage, corrections = dict_path(engine, month, seq_head, slow)
+    corr = _correction_flat(corrections).rows
+    rows = pd.concat([usage.assign(_ord=0), corr.assign(_ord=1, _seq=np.arange(len(corr), dtype="int64"))],
+                     ignore_index=True)
+    text_cols = ("row_kind", *(c for c in _TEXT if c not in GROUP_KEYS), *GROUP_KEYS)
+    if any(_risky_cells(rows[c]) is None or _risky_cells(rows[c]).any() for c in text_cols if len(rows)) or \
+            (np.abs(rows[list(SUM_COLUMNS)].to_numpy(dtype="float64")) >= LARGE).any():
+        return None
+    t = pa.table({**{c: pa.array(rows[c].to_numpy(dtype=object), pa.string(), from_pandas=True)
+                     for c in text_cols},
+                  "ws": pa.array(_iso(rows["window_start"]).to_numpy(dtype=object), pa.string(), from_pandas=True),
+                  "we": pa.array(_iso(rows["window_end"]).to_numpy(dtype=object), pa.string(), from_pandas=True),
+                  **{c: pa.array(rows[c].to_numpy(dtype="float64")) for c in ("window_start", "window_end",
+                                                                               *SUM_COLUMNS)},
+                  "run": pa.array(rows["run"].to_numpy(dtype="int64")),
+                  "seq": pa.array(rows["_seq"].to_numpy(dtype="int64")),
+                  "_ord": pa.array(rows["_ord"].to_numpy(dtype="int64")),
+                  "_tb": pa.array(np.arange(len(rows), dtype="int64"))})
+    return t, len(corrections)
 
 
 def write_month_csv(engine, month: str, path: str | Path, as_of: int | None = None,  # noqa: ANN001
@@ -285,18 +342,29 @@ def write_month_csv(engine, month: str, path: str | Path, as_of: int | None = No
     got = _read(engine, month, seq_head)
     if got is None:
         return None
-    lines, resolved = got
+    lines, resolved, slow = got
+    extra, n_corrections = None, 0
+    if len(slow):
+        made = _dict_rows(engine, month, seq_head, slow)
+        if made is None:
+            return None
+        extra, n_corrections = made
     con = duckdb.connect()
     try:
         con.register("lines", lines.append_column("resolved_iv", pa.array(resolved)))
-        if con.execute(_eligible_sql()).fetchone()[0]:
+        if con.execute(_eligible_sql()).fetchall()[0][0]:
             return None
-        con.execute(f"CREATE TEMP VIEW flat AS {_flat_sql()}")
+        if extra is None or not extra.num_rows:
+            con.execute(f"CREATE TEMP VIEW flat AS {_flat_sql()}")
+        else:  # the statement's order: usage rows by seq (lines and dict path merged), then corrections
+            con.register("extra", extra)
+            con.execute(f"CREATE TEMP VIEW flat AS SELECT * EXCLUDE (_ord, _tb) FROM (SELECT *, 0 AS _ord, 0 AS _tb "
+                        f"FROM ({_flat_sql()}) UNION ALL BY NAME SELECT * FROM extra) ORDER BY _ord, seq, _tb")
         summary = summary_of_scan(scan(None, con))
-        empty = flatten([]).rows
+        empty = flatten([])
         st = Statement(month=month, period_start=start.strftime(_Z), period_end=end.strftime(_Z),
                        through_seq=seq_head, head_hash=head, tenant=None, aliased=False,
-                       flat=Flat(rows=empty, unknowns=flatten([]).unknowns, adjustments=flatten([]).adjustments),
+                       flat=Flat(rows=empty.rows, unknowns=empty.unknowns, adjustments=empty.adjustments),
                        summary=summary)
         csvwrite.write_csv(neutralise_frame(long_table(st)), path)  # header, total, tenant, class, hour rows
         reader = con.sql(_run_lines_sql(month, seq_head, head)).to_arrow_reader(BATCH_ROWS)
@@ -306,8 +374,10 @@ def write_month_csv(engine, month: str, path: str | Path, as_of: int | None = No
     finally:
         con.close()
     if progress:
-        progress(lines.num_rows, lines.num_rows)
-    return Written(totals=summary.totals, through_seq=seq_head, head_hash=head)
+        progress(lines.num_rows + len(slow), lines.num_rows + len(slow))
+    notes = [f"{n_corrections} correction(s) to earlier months' runs are billed in {month}."] if n_corrections \
+        else []
+    return Written(totals=summary.totals, through_seq=seq_head, head_hash=head, notes=notes)
 
 
 def _text_bytes(arr: Any) -> memoryview:
