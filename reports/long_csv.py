@@ -4,18 +4,24 @@ computed and formatted by DuckDB, the run rows written batch by batch; no pandas
 :func:`write_month_csv` writes the same bytes as :func:`reports.export.build_statement` followed by
 :func:`reports.export.write_csv` (the reference, which stays the definition; tests/test_long_csv.py holds
 the two equal byte for byte on generated ledgers, with hypothesis). It answers only months it can write
-exactly that way and returns None for the others, which the caller then writes by the reference:
+exactly that way and returns None for the others, which the caller then writes by the reference.
 
-* the month's receipts are all read from their lines (:func:`reports.issued_lines.plan` names none for the
-  dict path: no run issued more than once, no receipt split over months, open, or of an odd shape);
-* every window is spelled ``YYYY-MM-DDTHH:MM:SSZ`` (or has no end), and every interval timed by its span too;
-* no text cell that :func:`ledger.textsafe.csv_cell` would change (a formula prefix, a control character);
-* every figure of a run below 10^8 in magnitude (GPU-hours or money);
-* no ``--tenant``, no aliasing, and a SQLite ledger the ADBC driver reads.
+Which rows come from where is the reference's own plan (:func:`reports.issued_lines.plan`): a run issued once
+and billed whole in the month, of the ordinary shape, from its lines (read in Arrow, computed in DuckDB);
+every issue of a run issued more than once, and every receipt split over months, open or of an odd shape,
+from its JSON through the dict path (:func:`reports.issued_columns.dict_path`: a few rows as a rule, built in
+pandas and handed to DuckDB), the corrections with them. It declines a month when
+
+* a run row's window is not spelled ``YYYY-MM-DDTHH:MM:SSZ`` (an end may be missing), or an interval timed by
+  its span has another spelling;
+* a text cell is one :func:`ledger.textsafe.csv_cell` would change (a formula prefix, a control character);
+* a figure reaches 10^8 in magnitude (GPU-hours or money);
+* the month has no row from the lines, or the lines cannot answer at all (as ``plan``);
+* there is a ``--tenant`` or aliasing, or the ledger is not a SQLite file the ADBC driver reads.
 
 How it matches the reference: the run rows' figures are flat_rows' formulas
 (:func:`reports.issued_columns.flat_rows`) written in SQL over the same stored doubles; the aggregates come from
-the very scan the reference runs (:func:`reports.monthly.scan`, here over the Arrow rows in the same order)
+the very scan the reference runs (:func:`reports.monthly.scan`, here over the same rows in the same order)
 and the same roll-ups, and the total/tenant/class/hour rows are the reference's own (:func:`long_table` of a
 statement without run rows, formatted by :mod:`reports.csvwrite`); a figure is rounded as pandas' ``round``
 does (``rint(x * 10**d) / 10**d``: DuckDB's ``round_even`` of the scaled value) and printed as ``%.6f`` prints

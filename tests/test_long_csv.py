@@ -92,6 +92,31 @@ def test_streamed_csv_equals_the_reference_on_odd_ledgers(tmp_path_factory, soak
     run()
 
 
+def test_a_reissued_run_and_its_correction_are_streamed(tmp_path):  # noqa: ANN001
+    """A run re-issued after its month closed: the dict path plans it, the stream writes its rows (the
+    October usage, the November correction) in the reference's order and bytes."""
+    import json
+
+    eng = _engine(tmp_path)
+    _plain_ledger(eng, 5, 30, months=("2026-10", "2026-11"))
+    r = next(iter(synthetic.receipts(30, "2026-10", seed=5)))
+    r["job"]["job_id"] = f"0{r['job']['job_id']}"
+    r2 = json.loads(json.dumps(r))
+    r2["receipt_hash"] += "-fixed"
+    r2["cost"]["paid"] = float(r["cost"]["paid"]) + 1.5
+    t = NOV + 20 * 86400
+    store.append(eng, [make_entry(Kind.RECEIPT_ISSUED, t, {"receipt_hash": r2["receipt_hash"], "issued_at": _iso(t),
+                                                           "receipt": r2}, cluster="hpc1",
+                                  job_id=r2["job"]["job_id"], run=0)])
+    for month in ("2026-10", "2026-11"):
+        want = _reference(eng, month, None, tmp_path / "ref.csv")
+        done = long_csv.write_month_csv(eng, month, tmp_path / "fast.csv")
+        assert done is not None
+        assert (tmp_path / "fast.csv").read_bytes() == want
+    assert b",correction," in want and done.notes == ["1 correction(s) to earlier months' runs are billed in 2026-11."]
+    eng.dispose()
+
+
 def test_a_formula_or_a_comma_in_a_name(tmp_path):  # noqa: ANN001
     """A name the CSV neutralises is left to the reference; one the CSV only quotes is streamed."""
     eng = _engine(tmp_path)
