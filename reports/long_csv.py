@@ -189,7 +189,7 @@ def _eligible_sql() -> str:
     risky = " OR ".join(f"regexp_matches(\"{c}\", '{_RISKY_RE2}')" for c in _TEXT)
     # |figure| < 1e8: every value a run row derives stays below 1e9, where the rounding is pandas' to the bit
     large = " OR ".join(f"abs({c}) >= {LARGE:g}" for c in (*_FIGURES, "resolved_iv"))
-    return (f"SELECT count(*) FILTER (WHERE NOT (plain = 1 AND n_parts = 1 AND open = 0) OR NOT (regexp_full_match(window_start, '{_ISO_Z}') "
+    return (f"SELECT count(*) FILTER (WHERE NOT (regexp_full_match(window_start, '{_ISO_Z}') "
             f"AND try_strptime(window_start, '{_Z}') IS NOT NULL AND (window_end IS NULL OR "
             f"(regexp_full_match(window_end, '{_ISO_Z}') AND try_strptime(window_end, '{_Z}') IS NOT NULL)) "
             f"AND year(strptime(window_start, '{_Z}')) >= 1000) OR coalesce({risky}, false) "
@@ -293,7 +293,11 @@ def _read(engine, month: str, seq_head: int):  # noqa: ANN001, ANN202
         return None
     n_dev = lines.column("n_devices").fill_null(0).to_numpy()
     resolved = _resolved(seqs, n_dev, ivs)
-    return None if resolved is None else (lines, resolved, slow)
+    # what the rows no longer need is let go (≈ 100 MB at a million rows): the shape flags, and figures no
+    # receipt of the month has (the view `lines` gives them back as NULL)
+    keep = [c for c in lines.column_names if c not in ("plain", "n_parts", "open")
+            and not (c in _FIGURES and lines.column(c).null_count == lines.num_rows)]
+    return None if resolved is None else (lines.select(keep), resolved, slow)
 
 
 def _dict_rows(engine, month: str, seq_head: int, slow: np.ndarray):  # noqa: ANN001, ANN202
@@ -357,7 +361,10 @@ def write_month_csv(engine, month: str, path: str | Path, as_of: int | None = No
         extra, n_corrections = made
     con = duckdb.connect()
     try:
-        con.register("lines", lines.append_column("resolved_iv", pa.array(resolved)))
+        con.register("line_rows", lines.append_column("resolved_iv", pa.array(resolved)))
+        absent = [c for c in _FIGURES if c not in lines.column_names]
+        con.execute("CREATE TEMP VIEW lines AS SELECT *" + "".join(f', NULL::DOUBLE AS "{c}"' for c in absent)
+                    + " FROM line_rows")
         if con.execute(_eligible_sql()).fetchall()[0][0]:
             return None
         if extra is None or not extra.num_rows:
