@@ -5,7 +5,7 @@ receipt shape of docs/receipts.md, every window ending in the month), and each r
 store writes them at issue (``ledger.receipt_lines.lines_of``; built here in bulk with raw ``executemany``, as
 the entries are, so a million receipts take minutes rather than the hours of issuing one by one).
 
-The subject is :func:`reports.export.export_file` (``--format csv``), the library function
+The subject is :func:`reports.statement_file.export_file` (``--format csv``), the library function
 `ipledger export monthly` is a thin shell over, run in this process and writing the same file: read the
 month's lines, pick what the month bills, aggregate, write the long table (total, tenant, class and hour rows
 and one row per billed run). The floor is DuckDB producing the same statement content from a Parquet file of
@@ -40,7 +40,7 @@ from bench.common import PY, ROOT, FeatureMissing, Figure, main_for, run_cli_mea
 TITLE = "Monthly export over issued receipts"
 FULL_RECEIPTS = 1_000_000
 MONTH = "2026-11"
-_IMPORTS = ("import ledger.cli.main, ledger.cli.context, reports.export, reports.issued_lines, reports.csvwrite, "
+_IMPORTS = ("import ledger.cli.main, ledger.cli.context, reports.statement_file, reports.export, reports.long_csv, "
             "duckdb, pyarrow.compute, adbc_driver_sqlite.dbapi")
 HOUR_KEYS = ("paid", "delivered", "underutilized", "starved", "idle_held", "unknown", "suspended")
 
@@ -146,10 +146,10 @@ def run(scale: float, repeat: int) -> Figure:
     import duckdb
 
     try:
-        from reports.export import export_file
+        from reports.statement_file import export_file
         from reports import synthetic  # noqa: F401
     except ImportError as exc:
-        raise FeatureMissing(TITLE, f"reports.export.export_file not importable: {exc}") from None
+        raise FeatureMissing(TITLE, f"reports.statement_file.export_file not importable: {exc}") from None
     from ledger import db as db_mod
     from reports.issued import ledger_head
 
@@ -200,7 +200,7 @@ def run(scale: float, repeat: int) -> Figure:
         floor_t, subj_t, group_t, cli_t, start_t = timeit_interleaved(
             [(f"DuckDB writing the statement's levels and {n:,} run rows from Parquet (`COPY ... TO` CSV)", floor,
               None),
-             ("`reports.export.export_file(..., 'csv', ...)` in process (what `ipledger export monthly` runs)",
+             ("`reports.statement_file.export_file(..., 'csv', ...)` in process (what `ipledger export monthly` runs)",
               subject, None),
              ("old floor: DuckDB GROUP BY to the class rows", group_floor, None),
              ("CLI", cli, None), ("imports", start_only, None)], repeat)

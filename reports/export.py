@@ -62,7 +62,7 @@ class Statement:
         return self.summary.totals
 
 
-def _correction_flat(corrections: list[Correction]) -> Flat:
+def correction_flat(corrections: list[Correction]) -> Flat:
     """Rows carrying (new - previously billed) for every numeric column; detail lines that are new."""
     if not corrections:
         return flatten([], row_kind="correction")
@@ -119,7 +119,7 @@ def _statement(month: str, tenant: str | None, aliaser: Aliaser | None, through_
                head_hash: str, not_replayed: int, u: Flat, corrections: list[Correction]) -> Statement:
     """The statement from the month's usage rows (in sequence order) and its corrections."""
     start, end = month_bounds(month)
-    c = _correction_flat(corrections)
+    c = correction_flat(corrections)
     flat = Flat(rows=pd.concat([u.rows, c.rows], ignore_index=True) if len(c.rows) else u.rows,
                 unknowns=pd.concat([u.unknowns, c.unknowns], ignore_index=True) if len(c.unknowns)
                 else u.unknowns,
@@ -192,7 +192,7 @@ LONG_KEYS = ("level", "month", "tenant", "partition", "qos", "currency", "hour",
 LONG_COLUMNS = LONG_KEYS + ("runs", "corrections", "lost") + SUM_COLUMNS + ("through_seq", "head_hash")
 
 
-def _iso(epoch: pd.Series) -> pd.Series:
+def iso_text(epoch: pd.Series) -> pd.Series:
     return pd.to_datetime(epoch, unit="s", utc=True).dt.strftime("%Y-%m-%dT%H:%M:%SZ").where(epoch.notna(), None)
 
 
@@ -211,8 +211,8 @@ def long_table(st: Statement) -> pd.DataFrame:
     r = st.rows.copy()
     r["runs"] = (r["row_kind"] == "usage").astype("int64")
     r["corrections"] = (r["row_kind"] == "correction").astype("int64")
-    r["window_start"] = _iso(r["window_start"])
-    r["window_end"] = _iso(r["window_end"])
+    r["window_start"] = iso_text(r["window_start"])
+    r["window_end"] = iso_text(r["window_end"])
     parts.append(r.assign(level="run"))
     out = pd.concat([p for p in parts if len(p)], ignore_index=True)
     out["month"] = st.month
@@ -329,26 +329,6 @@ def write(st: Statement, fmt: str, path: str | Path, invoice_scheme: str | None 
     return p
 
 
-def export_file(engine, month: str, fmt: str, path: str | Path, tenant: str | None = None,  # noqa: ANN001, PLR0913
-                as_of: int | None = None, aliaser: Aliaser | None = None,
-                progress: Callable[[int, int], None] | None = None, invoice_scheme: str | None = None):  # noqa: ANN201
-    """Write the month's statement as ``fmt`` to ``path`` (``ipledger export monthly``'s work); returns what
-    was written (its ``totals``, ``notes``, ``empty``, ``through_seq`` and ``head_hash``).
-
-    A CSV is streamed from the receipt lines by :func:`reports.long_csv.write_month_csv` where that answers
-    the month; everything else is :func:`build_statement` then :func:`write` (the same bytes)."""
-    if fmt == "csv" and tenant is None and not (aliaser and aliaser.active):
-        from .long_csv import write_month_csv
-
-        month_bounds(month)
-        done = write_month_csv(engine, month, path, as_of=as_of, progress=progress)
-        if done is not None:
-            return done
-    st = build_statement(engine, month, tenant=tenant, as_of=as_of, aliaser=aliaser, progress=progress)
-    write(st, fmt, path, invoice_scheme=invoice_scheme)
-    return st
-
-
 def write_statement(engine, month: str, out_dir: str | Path,  # noqa: ANN001
                     formats: tuple[str, ...] = ("csv", "focus", "json", "pdf"),
                     progress: Callable[[int, int], None] | None = None) -> list[Path]:
@@ -370,5 +350,5 @@ def default_name(month: str, fmt: str, tenant: str | None) -> str:
     return f"statement-{month}{'-' + tenant if tenant else ''}.{ext}"
 
 
-__all__ = ["Statement", "build_statement", "export_file", "statement_from_issues", "write", "to_json", "long_table",
+__all__ = ["Statement", "build_statement", "statement_from_issues", "write", "to_json", "long_table",
            "UnknownTenant", "Issue"]

@@ -72,7 +72,7 @@ def _resolved(seqs: np.ndarray, n_dev: np.ndarray, ivs) -> np.ndarray | None:  #
     None where an interval timed by its span has a spelling only :func:`reports.monthly.epoch` reads."""
     import pyarrow.compute as pc
 
-    from .issued_columns import _epochs
+    from .issued_columns import epochs_of
 
     out = np.zeros(len(seqs))
     if not ivs.num_rows:
@@ -82,8 +82,8 @@ def _resolved(seqs: np.ndarray, n_dev: np.ndarray, ivs) -> np.ndarray | None:  #
     if (row >= len(seqs)).any() or (seqs[np.minimum(row, len(seqs) - 1)] != iseq).any():
         return None
     timed = ivs.column("gpu_hours").is_null().to_numpy(zero_copy_only=False)
-    s, s_odd = _epochs(ivs.column("start"))
-    e, e_odd = _epochs(ivs.column("end"))
+    s, s_odd = epochs_of(ivs.column("start"))
+    e, e_odd = epochs_of(ivs.column("end"))
     if (timed & (s_odd | e_odd)).any():
         return None
     device = ivs.column("device")
@@ -135,7 +135,7 @@ def _flat_sql() -> str:
 
 def _text_cell(col: str) -> str:
     """A text column as the csv module writes it (QUOTE_MINIMAL, ``"`` doubled), missing as empty."""
-    quote = " OR ".join(f"contains({col}, chr({ord(c)}))" for c in csvwrite._quoting_chars()) or "false"
+    quote = " OR ".join(f"contains({col}, chr({ord(c)}))" for c in csvwrite.quoting_chars()) or "false"
     return (f"CASE WHEN {col} IS NULL THEN '' WHEN {quote} "
             f"THEN '\"' || replace({col}, '\"', '\"\"') || '\"' ELSE {col} END")
 
@@ -182,16 +182,16 @@ def _run_lines_sql(month: str, through_seq: int, head_hash: str) -> str:
 
 def _eligible_sql() -> str:
     """How many of the month's rows the stream does not answer (see the module doc): any declines the month."""
-    from ledger.textsafe import _RISKY_RE2
+    from ledger.textsafe import RISKY_RE2
 
-    from .issued_columns import _ISO_Z
+    from .issued_columns import ISO_Z
 
-    risky = " OR ".join(f"regexp_matches(\"{c}\", '{_RISKY_RE2}')" for c in _TEXT)
+    risky = " OR ".join(f"regexp_matches(\"{c}\", '{RISKY_RE2}')" for c in _TEXT)
     # |figure| < 1e8: every value a run row derives stays below 1e9, where the rounding is pandas' to the bit
     large = " OR ".join(f"abs({c}) >= {LARGE:g}" for c in (*_FIGURES, "resolved_iv"))
-    return (f"SELECT count(*) FILTER (WHERE NOT (regexp_full_match(window_start, '{_ISO_Z}') "
+    return (f"SELECT count(*) FILTER (WHERE NOT (regexp_full_match(window_start, '{ISO_Z}') "
             f"AND try_strptime(window_start, '{_Z}') IS NOT NULL AND (window_end IS NULL OR "
-            f"(regexp_full_match(window_end, '{_ISO_Z}') AND try_strptime(window_end, '{_Z}') IS NOT NULL)) "
+            f"(regexp_full_match(window_end, '{ISO_Z}') AND try_strptime(window_end, '{_Z}') IS NOT NULL)) "
             f"AND year(strptime(window_start, '{_Z}')) >= 1000) OR coalesce({risky}, false) "
             f"OR coalesce({large}, false)) FROM lines")
 
@@ -220,7 +220,7 @@ def _ledger_wide(conn, seq_head: int) -> np.ndarray | None:  # noqa: ANN001
         f"SELECT seq FROM {by_run} WHERE run_key IN (SELECT run_key FROM {by_run} WHERE run_key IS NOT NULL "
         f"AND seq <= :s GROUP BY run_key HAVING COUNT(*) > 1) AND seq <= :s",
         f"SELECT DISTINCT seq FROM receipt_lines WHERE part_month IS NULL AND line_kind = 'part' AND seq <= :s "
-        f"AND NOT ({issued_lines._FAST})") for r in conn.execute(text(q), p)]
+        f"AND NOT ({issued_lines.FAST})") for r in conn.execute(text(q), p)]
     return np.unique(np.array(slow, dtype="int64"))
 
 
@@ -234,7 +234,7 @@ def _read(engine, month: str, seq_head: int):  # noqa: ANN001, ANN202
     import pyarrow.compute as pc
     from sqlalchemy import text
 
-    path = issued_lines._sqlite_file(engine)
+    path = issued_lines.sqlite_file(engine)
     if path is None:
         return None
     p = {"s": seq_head, "m": month}
@@ -247,16 +247,16 @@ def _read(engine, month: str, seq_head: int):  # noqa: ANN001, ANN202
     cols = ", ".join(f'"{c}"' for c in _PART)
 
     def part(a: int, b: int):  # noqa: ANN202
-        return issued_lines._arrow_sqlite(
+        return issued_lines.arrow_sqlite(
             path, f"SELECT {cols} FROM receipt_lines WHERE part_month = :m AND seq > :a AND seq <= :b "
                   f"AND line_kind = 'part' ORDER BY seq", {**p, "a": a, "b": b}, _PART,
-            issued_lines._sentinel(_PART), 1)
+            issued_lines.sentinel(_PART), 1)
 
     def intervals():  # noqa: ANN202
-        return issued_lines._arrow_sqlite(
+        return issued_lines.arrow_sqlite(
             path, f"SELECT {', '.join(_IV)} FROM receipt_lines WHERE part_month = :m AND seq <= :s "
                   f"AND line_kind = 'unknown' AND plain = 1 ORDER BY seq, line_no", p, _IV,
-            issued_lines._sentinel(_IV), 2)
+            issued_lines.sentinel(_IV), 2)
 
     def ledger_wide() -> np.ndarray | None:
         with engine.connect() as conn:
@@ -308,24 +308,24 @@ def _dict_rows(engine, month: str, seq_head: int, slow: np.ndarray):  # noqa: AN
     import pandas as pd
     import pyarrow as pa
 
-    from ledger.textsafe import _risky_cells
+    from ledger.textsafe import risky_cells
 
-    from .export import _correction_flat, _iso
+    from .export import correction_flat, iso_text
     from .issued_columns import dict_path
     from .monthly import GROUP_KEYS
 
     _, usage, corrections = dict_path(engine, month, seq_head, slow)
-    corr = _correction_flat(corrections).rows
+    corr = correction_flat(corrections).rows
     rows = pd.concat([usage.assign(_ord=0), corr.assign(_ord=1, _seq=np.arange(len(corr), dtype="int64"))],
                      ignore_index=True)
     text_cols = ("row_kind", *(c for c in _TEXT if c not in GROUP_KEYS), *GROUP_KEYS)
-    if any(_risky_cells(rows[c]) is None or _risky_cells(rows[c]).any() for c in text_cols if len(rows)) or \
+    if any(risky_cells(rows[c]) is None or risky_cells(rows[c]).any() for c in text_cols if len(rows)) or \
             (np.abs(rows[list(SUM_COLUMNS)].to_numpy(dtype="float64")) >= LARGE).any():
         return None
     t = pa.table({**{c: pa.array(rows[c].to_numpy(dtype=object), pa.string(), from_pandas=True)
                      for c in text_cols},
-                  "ws": pa.array(_iso(rows["window_start"]).to_numpy(dtype=object), pa.string(), from_pandas=True),
-                  "we": pa.array(_iso(rows["window_end"]).to_numpy(dtype=object), pa.string(), from_pandas=True),
+                  "ws": pa.array(iso_text(rows["window_start"]).to_numpy(dtype=object), pa.string(), from_pandas=True),
+                  "we": pa.array(iso_text(rows["window_end"]).to_numpy(dtype=object), pa.string(), from_pandas=True),
                   **{c: pa.array(rows[c].to_numpy(dtype="float64")) for c in ("window_start", "window_end",
                                                                                *SUM_COLUMNS)},
                   "run": pa.array(rows["run"].to_numpy(dtype="int64")),

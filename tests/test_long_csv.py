@@ -19,7 +19,8 @@ from ledger import db as db_mod
 from ledger import store
 from ledger.entries import Kind, make_entry
 from reports import long_csv, synthetic
-from reports.export import build_statement, export_file, write
+from reports.export import build_statement, write
+from reports.statement_file import export_file
 from tests.test_export_columns import _iso, _ledger
 
 UTC = dt.timezone.utc

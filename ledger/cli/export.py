@@ -55,7 +55,8 @@ def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: 
     """
     from reports.alias import AliasError, Aliaser, read_key
     from reports.focus import DEFAULT_INVOICE_SCHEME, InvoiceSchemeError, check_invoice_scheme
-    from reports.export import default_name, export_file
+    from reports.export import default_name
+    from reports.statement_file import export_file
     from reports.monthly import ExportError, cents
     from reports.progress import Progress
 
