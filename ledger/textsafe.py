@@ -40,7 +40,7 @@ def csv_cell(value: object) -> object:
     return "'" + printable(value) if value.startswith(FORMULA_PREFIXES) else printable(value)
 
 
-def _risky_cells(column):  # noqa: ANN001, ANN202 - a pandas Series in, a numpy bool array (or None) out
+def risky_cells(column):  # noqa: ANN001, ANN202 - a pandas Series in, a numpy bool array (or None) out
     """Where :func:`csv_cell` would change a text cell, found column-wise by Arrow's RE2 kernel; None for a
     column Arrow does not take as text (mixed types, lone surrogates, no text at all), left to pandas."""
     import pyarrow as pa
@@ -50,11 +50,11 @@ def _risky_cells(column):  # noqa: ANN001, ANN202 - a pandas Series in, a numpy 
         arr = pa.array(column.to_numpy(dtype=object), type=pa.string(), from_pandas=True)
     except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeError):
         return None
-    return pc.fill_null(pc.match_substring_regex(arr, _RISKY_RE2), False).to_numpy(zero_copy_only=False)
+    return pc.fill_null(pc.match_substring_regex(arr, RISKY_RE2), False).to_numpy(zero_copy_only=False)
 
 
 # the same test as _UNSAFE.search(v) or v.startswith(FORMULA_PREFIXES), in RE2 syntax (\t and \r are controls)
-_RISKY_RE2 = "^[=+\\-@]|[\\x00-\\x1f\\x7f-\\x9f" + "".join(f"\\x{{{ord(c):04x}}}" for c in _BIDI) + "]"
+RISKY_RE2 = "^[=+\\-@]|[\\x00-\\x1f\\x7f-\\x9f" + "".join(f"\\x{{{ord(c):04x}}}" for c in _BIDI) + "]"
 
 
 def neutralise_frame(df):  # noqa: ANN001, ANN201 - a pandas DataFrame in, a new one out
@@ -65,7 +65,7 @@ def neutralise_frame(df):  # noqa: ANN001, ANN201 - a pandas DataFrame in, a new
         s = df[col]
         if s.dtype != object and str(s.dtype) not in ("string", "str"):
             continue
-        risky = _risky_cells(s)
+        risky = risky_cells(s)
         if risky is None:
             try:
                 risky = s.str.contains(_UNSAFE.pattern, regex=True, na=False) | s.str.startswith(FORMULA_PREFIXES,

@@ -32,7 +32,7 @@ _EXACT_BELOW = 1e9
 CHUNK_ROWS = 100_000
 
 
-def _quoting_chars() -> str:
+def quoting_chars() -> str:
     """The characters that make :mod:`csv` quote a field under pandas' dialect (asked, not assumed)."""
     out = ""
     for ch in ',"\r\n\t ':
@@ -49,7 +49,7 @@ _QUOTE_PATTERN = None
 def _quote_pattern() -> str:
     global _QUOTE_PATTERN
     if _QUOTE_PATTERN is None:
-        chars = _quoting_chars()
+        chars = quoting_chars()
         _QUOTE_PATTERN = "[" + "".join("\\" + c if c in '\\]^-"' else c for c in chars) + "]" if chars else "(?!)"
     return _QUOTE_PATTERN
 

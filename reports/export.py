@@ -57,8 +57,12 @@ class Statement:
     def empty(self) -> bool:
         return self.flat.rows.empty
 
+    @property
+    def totals(self) -> dict:
+        return self.summary.totals
 
-def _correction_flat(corrections: list[Correction]) -> Flat:
+
+def correction_flat(corrections: list[Correction]) -> Flat:
     """Rows carrying (new - previously billed) for every numeric column; detail lines that are new."""
     if not corrections:
         return flatten([], row_kind="correction")
@@ -115,7 +119,7 @@ def _statement(month: str, tenant: str | None, aliaser: Aliaser | None, through_
                head_hash: str, not_replayed: int, u: Flat, corrections: list[Correction]) -> Statement:
     """The statement from the month's usage rows (in sequence order) and its corrections."""
     start, end = month_bounds(month)
-    c = _correction_flat(corrections)
+    c = correction_flat(corrections)
     flat = Flat(rows=pd.concat([u.rows, c.rows], ignore_index=True) if len(c.rows) else u.rows,
                 unknowns=pd.concat([u.unknowns, c.unknowns], ignore_index=True) if len(c.unknowns)
                 else u.unknowns,
@@ -188,7 +192,7 @@ LONG_KEYS = ("level", "month", "tenant", "partition", "qos", "currency", "hour",
 LONG_COLUMNS = LONG_KEYS + ("runs", "corrections", "lost") + SUM_COLUMNS + ("through_seq", "head_hash")
 
 
-def _iso(epoch: pd.Series) -> pd.Series:
+def iso_text(epoch: pd.Series) -> pd.Series:
     return pd.to_datetime(epoch, unit="s", utc=True).dt.strftime("%Y-%m-%dT%H:%M:%SZ").where(epoch.notna(), None)
 
 
@@ -207,8 +211,8 @@ def long_table(st: Statement) -> pd.DataFrame:
     r = st.rows.copy()
     r["runs"] = (r["row_kind"] == "usage").astype("int64")
     r["corrections"] = (r["row_kind"] == "correction").astype("int64")
-    r["window_start"] = _iso(r["window_start"])
-    r["window_end"] = _iso(r["window_end"])
+    r["window_start"] = iso_text(r["window_start"])
+    r["window_end"] = iso_text(r["window_end"])
     parts.append(r.assign(level="run"))
     out = pd.concat([p for p in parts if len(p)], ignore_index=True)
     out["month"] = st.month

@@ -149,17 +149,18 @@ def _interval_sql() -> str:
     """
 
 
-_ISO_Z = r"^([1-9]\d{3}|0[1-9]\d\d|00[1-9]\d|000[1-9])-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\dZ$"
+ISO_Z = r"^([1-9]\d{3}|0[1-9]\d\d|00[1-9]\d|000[1-9])-\d\d-\d\dT([01]\d|2[0-3]):[0-5]\d:[0-5]\dZ$"
 
 
-def _epochs(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+def epochs_of(values) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001 - a pandas Series or Arrow array
     """Epoch seconds of RFC 3339 text (NaN where missing or empty) and where a value needs :func:`epoch`
     itself (any spelling but ``YYYY-MM-DDTHH:MM:SSZ``); those cells are left NaN for the caller."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    arr = pa.array(values.to_numpy(dtype=object), type=pa.string(), from_pandas=True)
-    plain = pc.fill_null(pc.match_substring_regex(arr, _ISO_Z), False)
+    arr = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else \
+        pa.array(values.to_numpy(dtype=object), type=pa.string(), from_pandas=True)
+    plain = pc.fill_null(pc.match_substring_regex(arr, ISO_Z), False)
     ts = pc.strptime(pc.if_else(plain, arr, pa.scalar(None, pa.string())), format="%Y-%m-%dT%H:%M:%SZ",
                      unit="s", error_is_null=True)
     secs = pc.cast(ts, pa.int64()).to_numpy(zero_copy_only=False)
@@ -170,9 +171,9 @@ def _epochs(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _epochs_now(values: pd.Series, needed: np.ndarray | None = None) -> np.ndarray:
-    """:func:`_epochs` with the odd spellings parsed (or refused, with the dict path's error) by :func:`epoch`,
+    """:func:`epochs_of` with the odd spellings parsed (or refused, with the dict path's error) by :func:`epoch`,
     where ``needed`` (default: everywhere), as the dict path reads them."""
-    out, slow = _epochs(values)
+    out, slow = epochs_of(values)
     for k in np.flatnonzero(slow if needed is None else slow & needed):
         out[k] = epoch(values.iat[k])
     return out
@@ -223,8 +224,8 @@ def _month_index(t: np.ndarray) -> np.ndarray:
 
 def _multi_part(f: pd.DataFrame) -> np.ndarray:
     """Which of the receipts in ``f`` are open or whose window spans more than one month."""
-    start, odd_start = _epochs(f["start"])
-    end, odd_end = _epochs(f["end"])
+    start, odd_start = epochs_of(f["start"])
+    end, odd_end = epochs_of(f["end"])
     place = _placement(start, end)
     a, b = _month_index(np.where(np.isnan(start), place, start)), _month_index(place)
     spans = (a != b) & ~(np.isnan(a) & np.isnan(b))
@@ -381,8 +382,8 @@ def read_month(engine, month: str, through_seq: int | None = None,  # noqa: ANN0
                                 "tenant": None, "wend": np.nan, "wlo": np.nan})
             if fast.any():
                 f = d[fast]
-                end, end_slow = _epochs(f["end"])
-                start, start_slow = _epochs(f["start"])
+                end, end_slow = epochs_of(f["end"])
+                start, start_slow = epochs_of(f["start"])
                 # the dict path's errors for odd timestamps come from epoch itself, on the values it reads
                 for k in np.flatnonzero(end_slow):
                     end[k] = epoch(f["end"].iat[k])
@@ -459,17 +460,24 @@ def _finish(engine, month, seq_head, head, index, flats, unks, lo_t, hi_t) -> Mo
                     [_rows_in(u, fast_seqs) for u in unks], tenants)
 
 
+def dict_path(engine, month: str, seq_head: int,  # noqa: ANN001
+              seqs: np.ndarray) -> tuple[Flat, pd.DataFrame, list[Correction]]:
+    """The issues ``seqs`` read from their JSON and planned by :func:`reports.issued.select_month`: their
+    flat usage rows for ``month``, those rows with the ``_seq`` of their issue, and the month's corrections."""
+    issues = []
+    for entry_seq, payload, recorded_at, ts in _rows_by_seq(engine, [int(s) for s in seqs]):
+        issues.append(_issue(entry_seq, json.loads(payload), recorded_at, ts))
+    usage_d, corrections = select_month(issues, month, ledger_closes(engine, seq_head))
+    d_flat = flatten_issues(usage_d, "usage")
+    return d_flat, d_flat.rows.assign(_seq=np.array([i.seq for i in usage_d], dtype="int64")), corrections
+
+
 def assemble(engine, month: str, seq_head: int, head: str, slow_seqs: np.ndarray,  # noqa: ANN001, PLR0913
              parts: list[pd.DataFrame], u_parts: list[pd.DataFrame], tenants: set[str]) -> MonthRead:
     """The month's usage from the fast readers' rows (``parts``, ``u_parts``: flat rows and unknown-interval
     lines, each with the ``_seq`` of its issue) and the issues ``slow_seqs`` read by the dict path, which
     also plans their billing and corrections."""
-    issues = []
-    for entry_seq, payload, recorded_at, ts in _rows_by_seq(engine, [int(s) for s in slow_seqs]):
-        issues.append(_issue(entry_seq, json.loads(payload), recorded_at, ts))
-    usage_d, corrections = select_month(issues, month, ledger_closes(engine, seq_head))
-    d_flat = flatten_issues(usage_d, "usage")
-    d_rows = d_flat.rows.assign(_seq=np.array([i.seq for i in usage_d], dtype="int64"))
+    d_flat, d_rows, corrections = dict_path(engine, month, seq_head, slow_seqs)
     rows = pd.concat([*parts, d_rows], ignore_index=True) if parts else d_rows
     if not rows["_seq"].is_monotonic_increasing:  # batches come in sequence order; the dict path's rows not
         rows = rows.sort_values("_seq", kind="stable").reset_index(drop=True)

@@ -45,18 +45,18 @@ _PART = {"seq": "seq", "cluster": "cluster", "job_id": "job_id", "run": "run", "
 _IV = {"seq": "seq", "line_no": "pos", "iv_id": "id", "iv_device": "device", "iv_node": "node",
        "iv_start": "start", "iv_end": "end", "iv_cause": "cause", "iv_policy": "policy",
        "iv_resolution": "resolution", "iv_gpu_hours": "gpu_hours"}
-_FAST = "plain = 1 AND n_parts = 1 AND open = 0"
+FAST = "plain = 1 AND n_parts = 1 AND open = 0"
 _PER_ROW = {"job_id", "receipt_hash", "start", "end", "id"}  # text that differs from row to row
 
 
-def _sqlite_file(engine) -> str | None:  # noqa: ANN001
+def sqlite_file(engine) -> str | None:  # noqa: ANN001
     """The file of a SQLite ledger (None: another database, or SQLite in memory)."""
     url = engine.url
     return url.database if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:") \
         else None
 
 
-def _arrow_sqlite(path: str, sql: str, params: dict, names: dict[str, str], sentinel: str,  # noqa: PLR0913
+def arrow_sqlite(path: str, sql: str, params: dict, names: dict[str, str], sentinel: str,  # noqa: PLR0913
                   order: int):  # noqa: ANN202
     """The query's rows as an Arrow table read by the ADBC SQLite driver (C, straight into Arrow; no Python
     object per cell), or None when the driver is not installed or fails. The driver types each column from
@@ -95,8 +95,8 @@ def _frame(engine, conn, sql: str, params: dict, names: dict[str, str],  # noqa:
     through the connection in batches of BATCH rows."""
     import pyarrow as pa
 
-    path = _sqlite_file(engine)
-    t = None if path is None else _arrow_sqlite(path, sql, params, names, sentinel, order)
+    path = sqlite_file(engine)
+    t = None if path is None else arrow_sqlite(path, sql, params, names, sentinel, order)
     if t is None:
         cur = conn.execute(text(sql), params)
         batches = []
@@ -127,7 +127,7 @@ def _numpy(col, per_row: bool = False) -> np.ndarray:  # noqa: ANN001
     return out
 
 
-def _sentinel(names: dict[str, str]) -> str:
+def sentinel(names: dict[str, str]) -> str:
     """One row of the lines' own column types (seq -1): text '', numbers 0.0, integers 0."""
     types = dict(receipt_lines.COLUMNS)
     out = []
@@ -138,6 +138,30 @@ def _sentinel(names: dict[str, str]) -> str:
     return "SELECT " + ", ".join(out)
 
 
+def plan(conn, seq_head: int, month: str) -> tuple[np.ndarray, np.ndarray, set[str]] | None:  # noqa: ANN001
+    """(the seqs of runs issued more than once, every seq the dict path reads for ``month``, every tenant named
+    by an issue) through ``seq_head``; None when the lines cannot answer (see the module doc)."""
+    p = {"s": seq_head, "m": month}
+    if not receipt_lines.has_table(conn) or not receipt_lines.covered(conn, seq_head):
+        return None
+    if conn.execute(text("SELECT 1 FROM receipt_lines WHERE run_key = '' AND seq <= :s LIMIT 1"), p).first():
+        return None
+    # Runs issued more than once are planned by the dict path (corrections, closes), every issue of them.
+    repeated = conn.execute(text(
+        "SELECT seq FROM receipt_lines WHERE run_key IN (SELECT run_key FROM receipt_lines WHERE "
+        "run_key IS NOT NULL AND seq <= :s GROUP BY run_key HAVING COUNT(*) > 1) AND seq <= :s"), p).fetchall()
+    repeated_seqs = np.array(sorted(int(r[0]) for r in repeated), dtype="int64")
+    # Other issues that may bill this month but are not read from their lines; a line without a month
+    # (its window could not be placed, or it bills nowhere) is read from JSON for every month.
+    odd = conn.execute(text(
+        f"SELECT DISTINCT seq FROM receipt_lines WHERE line_kind = 'part' AND seq <= :s "
+        f"AND (part_month = :m OR part_month IS NULL) AND NOT ({FAST})"), p).fetchall()
+    slow = np.union1d(repeated_seqs, np.array([int(r[0]) for r in odd], dtype="int64"))
+    tenants = {r[0] for r in conn.execute(text(
+        "SELECT DISTINCT tenant FROM receipt_lines WHERE run_key IS NOT NULL AND seq <= :s"), p) if r[0]}
+    return repeated_seqs, slow, tenants
+
+
 def read_month(engine, month: str, through_seq: int | None = None,  # noqa: ANN001
                progress=None, grace_s: float = 0.0) -> MonthRead | None:  # noqa: ANN001, ARG001
     """The month's billed usage and corrections from the receipts' lines (see the module doc); None when the
@@ -146,30 +170,17 @@ def read_month(engine, month: str, through_seq: int | None = None,  # noqa: ANN0
     seq_head, head = ledger_head(engine, through_seq)
     p = {"s": seq_head, "m": month}
     with engine.connect() as conn:
-        if not receipt_lines.has_table(conn) or not receipt_lines.covered(conn, seq_head):
+        planned = plan(conn, seq_head, month)
+        if planned is None:
             return None
-        if conn.execute(text("SELECT 1 FROM receipt_lines WHERE run_key = '' AND seq <= :s LIMIT 1"), p).first():
-            return None
-        # Runs issued more than once are planned by the dict path (corrections, closes), every issue of them.
-        repeated = conn.execute(text(
-            "SELECT seq FROM receipt_lines WHERE run_key IN (SELECT run_key FROM receipt_lines WHERE "
-            "run_key IS NOT NULL AND seq <= :s GROUP BY run_key HAVING COUNT(*) > 1) AND seq <= :s"), p).fetchall()
-        repeated_seqs = np.array(sorted(int(r[0]) for r in repeated), dtype="int64")
-        # Other issues that may bill this month but are not read from their lines; a line without a month
-        # (its window could not be placed, or it bills nowhere) is read from JSON for every month.
-        odd = conn.execute(text(
-            f"SELECT DISTINCT seq FROM receipt_lines WHERE line_kind = 'part' AND seq <= :s "
-            f"AND (part_month = :m OR part_month IS NULL) AND NOT ({_FAST})"), p).fetchall()
-        slow = np.union1d(repeated_seqs, np.array([int(r[0]) for r in odd], dtype="int64"))
-        tenants = {r[0] for r in conn.execute(text(
-            "SELECT DISTINCT tenant FROM receipt_lines WHERE run_key IS NOT NULL AND seq <= :s"), p) if r[0]}
+        repeated_seqs, slow, tenants = planned
         cols = ", ".join(f'"{c}"' for c in _PART)
         d = _frame(engine, conn, f"SELECT {cols} FROM receipt_lines WHERE part_month = :m AND seq <= :s "
-                                 f"AND line_kind = 'part' AND {_FAST} ORDER BY seq", p, _PART,
-                   _sentinel(_PART), 1)
+                                 f"AND line_kind = 'part' AND {FAST} ORDER BY seq", p, _PART,
+                   sentinel(_PART), 1)
         ivs = _frame(engine, conn, f"SELECT {', '.join(_IV)} FROM receipt_lines WHERE part_month = :m "
                                    f"AND seq <= :s AND line_kind = 'unknown' AND plain = 1 ORDER BY seq, line_no",
-                     p, _IV, _sentinel(_IV), 2)
+                     p, _IV, sentinel(_IV), 2)
     if len(repeated_seqs):
         d = d[~np.isin(d["seq"].to_numpy(dtype="int64"), repeated_seqs)].reset_index(drop=True)
     seqs = d["seq"].to_numpy(dtype="int64")

@@ -414,8 +414,9 @@ FROM x GROUP BY ALL
 """
 
 
-def _scan(rows: pd.DataFrame, con) -> pd.DataFrame:  # noqa: ANN001
-    """One DuckDB pass over the flat rows: sums per (job class, hour index of window end and start).
+def scan(rows: pd.DataFrame | None, con) -> pd.DataFrame:  # noqa: ANN001
+    """One DuckDB pass over the flat rows: sums per (job class, hour index of window end and start). ``rows``
+    None: over the relation ``flat`` already known to ``con`` (the streamed CSV's, :mod:`reports.long_csv`).
 
     Everything the statement aggregates (per class, per tenant, totals, the hour-of-day profile) is derived
     from this small table, so a month costs one scan whatever its size. For the hour profile each cell also
@@ -431,8 +432,8 @@ def _scan(rows: pd.DataFrame, con) -> pd.DataFrame:  # noqa: ANN001
                 f"SUM(CASE WHEN timed THEN {w} * inv * (s - ds * 86400 - ks * 3600) ELSE 0 END) AS {w}_rs",
                 f"SUM(CASE WHEN timed THEN {w} * inv * (de - ds) ELSE 0 END) AS {w}_day",
                 f"SUM(CASE WHEN point THEN {w} ELSE 0 END) AS {w}_pt"]
-    cols = rows[[*GROUP_KEYS, "row_kind", "window_start", "window_end", *SUM_COLUMNS]]
-    con.register("flat", cols)
+    if rows is not None:
+        con.register("flat", rows[[*GROUP_KEYS, "row_kind", "window_start", "window_end", *SUM_COLUMNS]])
     out = con.execute(_SCAN_SQL.format(sums=sums, hours=", ".join(hrs))).df()
     for k in GROUP_KEYS:
         out[k] = out[k].astype("object").where(out[k].notna(), None)
@@ -440,7 +441,7 @@ def _scan(rows: pd.DataFrame, con) -> pd.DataFrame:  # noqa: ANN001
 
 
 def _hours_from_scan(scan: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Paid and delivered GPU-hours per (keys, hour of day) from :func:`_scan`'s cells (exact, see
+    """Paid and delivered GPU-hours per (keys, hour of day) from :func:`scan`'s cells (exact, see
     :func:`hour_profile` for the formula: F_h(e) - F_h(s) per window, summed linearly per cell)."""
     out_cols = [*keys, "hour", "paid", "delivered"]
     if scan.empty:
@@ -477,14 +478,18 @@ def _rollup(scan: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 def summarise(rows: pd.DataFrame) -> Summary:
     """Aggregate flat rows per (tenant, currency), per (tenant, partition, qos, currency) and per hour of day:
-    one DuckDB scan (:func:`_scan`), then roll-ups of its small result."""
+    one DuckDB scan (:func:`scan`), then roll-ups of its small result."""
     import duckdb
 
     con = duckdb.connect()
     try:
-        scan = _scan(rows, con)
+        return summary_of_scan(scan(rows, con))
     finally:
         con.close()
+
+
+def summary_of_scan(scan: pd.DataFrame) -> Summary:
+    """The :class:`Summary` from :func:`scan`'s small table (its roll-ups, hour profile and totals)."""
     by_class = _rollup(scan, ["tenant", "partition", "qos", "currency"])
     by_tenant = _rollup(scan, ["tenant", "currency"])
     by_hour = _hours_from_scan(scan, ["tenant", "currency"])

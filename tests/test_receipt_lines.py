@@ -136,7 +136,7 @@ def test_plain_receipts_are_read_from_their_lines_alone(sqlite_url, monkeypatch)
     got = issued_lines.read_month(engine, "2026-11")
     assert seen == [0] and len(got.usage.rows) == 300
     assert len(got.usage.unknowns) == sum(len(r["unknown_intervals"]) for r in rs)
-    monkeypatch.setattr(issued_lines, "_arrow_sqlite", lambda *a: None)
+    monkeypatch.setattr(issued_lines, "arrow_sqlite", lambda *a: None)
     portable = issued_lines.read_month(engine, "2026-11")
     pd.testing.assert_frame_equal(portable.usage.rows, got.usage.rows)
     pd.testing.assert_frame_equal(portable.usage.unknowns, got.usage.unknowns)
