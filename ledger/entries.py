@@ -112,8 +112,8 @@ SQLITE_CHAIN = _sqlite_json_array(HASH_DOMAIN, CHAIN_COLUMNS)
 # sort before text). entry_id, prev_hash and hash are compared as text by the reader, so they need no test.
 _TEXT_COLUMNS = ("kind", "ts", "payload", "source", "source_version")
 _NULLABLE_TEXT_COLUMNS = ("ts_end", "recorded_at", "cluster", "job_id", "node", "device")
-SQLITE_NO_REAL = (f"typeof(seq) = 'integer' AND typeof(run) <> 'real' AND min({', '.join(_TEXT_COLUMNS)}, "
-                  f"{', '.join(f'ifnull({c}, {chr(39) * 2})' for c in _NULLABLE_TEXT_COLUMNS)}) >= ''")
+_ALL_TEXT = ", ".join([*_TEXT_COLUMNS, *(f"ifnull({c}, '')" for c in _NULLABLE_TEXT_COLUMNS)])
+SQLITE_NO_REAL = f"typeof(seq) = 'integer' AND typeof(run) <> 'real' AND min({_ALL_TEXT}) >= ''"
 
 
 def make_entry(
