@@ -104,6 +104,17 @@ def _sqlite_json_array(domain: str, columns: tuple[str, ...]) -> str:
 SQLITE_IDENTITY = _sqlite_json_array(ID_DOMAIN, ID_COLUMNS)
 SQLITE_CHAIN = _sqlite_json_array(HASH_DOMAIN, CHAIN_COLUMNS)
 
+# A row whose encodings above are canonical_json's: no REAL in any column. REAL is the one storage class
+# json_array spells its own way (1.0e+20 where Python writes 1e+20, 15 significant digits where Python
+# round-trips), so a REAL forged into a column with hashes over SQLite's spelling would match here and not in
+# row_encodings; BLOBs make json_array raise. seq and run have integer affinity (UPDATE can store a REAL there);
+# in the text columns only an edit of the file can, and there min(...) >= '' holds only if all are text (numbers
+# sort before text). entry_id, prev_hash and hash are compared as text by the reader, so they need no test.
+_TEXT_COLUMNS = ("kind", "ts", "payload", "source", "source_version")
+_NULLABLE_TEXT_COLUMNS = ("ts_end", "recorded_at", "cluster", "job_id", "node", "device")
+_ALL_TEXT = ", ".join([*_TEXT_COLUMNS, *(f"ifnull({c}, '')" for c in _NULLABLE_TEXT_COLUMNS)])
+SQLITE_NO_REAL = f"typeof(seq) = 'integer' AND typeof(run) <> 'real' AND min({_ALL_TEXT}) >= ''"
+
 
 def make_entry(
     kind: str,

@@ -6,6 +6,7 @@ Pure over the rows it reads; errors are returned as values (:class:`ChainProblem
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Callable, Iterable, Sequence
 
 from sqlalchemy.engine import Engine
@@ -16,6 +17,7 @@ from .entries import (
     GENESIS_HASH,
     SQLITE_CHAIN,
     SQLITE_IDENTITY,
+    SQLITE_NO_REAL,
     ChainedEntry,
     Entry,
     chain_hash,
@@ -88,6 +90,10 @@ def check_chain(rows: Iterable[ChainedEntry], anchors: Sequence[Anchor] = ()) ->
                                                         f"{expected_seq} links to entry {expected_seq - 2}")
                 else:
                     problem = "prev_hash does not link to the previous entry's hash"
+            elif float in map(type, row := _row_values(ce)):
+                col, value = next((c, v) for c, v in zip(CHAIN_COLUMNS, row) if type(v) is float)
+                problem = (f"{col} holds a floating-point value ({value!r}); the ledger stores only text and "
+                           f"integers (one canonical spelling each)")
             elif compute_entry_id(e) != e.entry_id:
                 problem = "content does not match its entry_id"
             elif chain_hash(ce.seq, e, ce.prev_hash) != ce.hash:
@@ -102,6 +108,10 @@ def check_chain(rows: Iterable[ChainedEntry], anchors: Sequence[Anchor] = ()) ->
         before_prev, expected_prev = expected_prev, ce.hash
     report = VerifyReport(entries=n, head_seq=expected_seq, head_hash=expected_prev)
     return check_anchors(report, anchors, hashes)
+
+
+# A stored row's values in CHAIN_COLUMNS order: a REAL read from SQLite is a float here (see SQLITE_NO_REAL).
+_row_values = attrgetter("seq", *(f"entry.{c}" for c in CHAIN_COLUMNS[1:-1]), "prev_hash")
 
 
 @dataclass(frozen=True)
@@ -240,8 +250,10 @@ _FETCH = 2_000                    # rows per round trip (PostgreSQL's server-sid
 
 # The encodings come back as BLOBs: the UTF-8 bytes SQLite built, hashed as they are (as TEXT they would be
 # decoded into str and encoded back, two copies of ~700 bytes per encoding per row for nothing).
+# A row holding a REAL is left out (SQLITE_NO_REAL): the range then lacks a seq and fails, and the reference
+# names the row.
 _SQLITE_SQL = (f"SELECT seq, entry_id, prev_hash, hash, {SQLITE_IDENTITY}, {SQLITE_CHAIN} "
-               f"FROM entries WHERE rowid BETWEEN ? AND ? ORDER BY rowid")
+               f"FROM entries WHERE rowid BETWEEN ? AND ? AND {SQLITE_NO_REAL} ORDER BY rowid")
 _PG_SQL = (f"SELECT {', '.join(CHAIN_COLUMNS)}, hash FROM entries WHERE seq BETWEEN %s AND %s ORDER BY seq")
 _NODES_SQL = f"SELECT idx, hash FROM {merkle.TABLE} WHERE level = {{p}} AND idx >= {{p}} AND idx < {{p}} ORDER BY idx"
 

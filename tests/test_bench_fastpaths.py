@@ -144,6 +144,90 @@ def test_sqlite_encodings_are_the_reference_encodings_byte_for_byte(sqlite_url):
         assert (row[-2], row[-1]) == tuple(e.encode("utf-8") for e in row_encodings(tuple(row[:-2])))
 
 
+def _forge_real(db_path, column: str, value: float, seq: int) -> None:
+    """Store a REAL in ``column`` of entry ``seq`` and re-seal its id and hash over SQLite's own spelling of
+    the row (what a forger targeting the json_array fast path would do). A text column takes a REAL only by
+    an edit of the file: here, by dropping the column's declared type for the update (writable_schema)."""
+    import hashlib
+    import re
+    import sqlite3
+
+    from ledger.entries import SQLITE_CHAIN, SQLITE_IDENTITY
+
+    def set_schema(con, sql):  # noqa: ANN001, ANN202
+        version = con.execute("PRAGMA schema_version").fetchone()[0]
+        con.execute("PRAGMA writable_schema = ON")
+        con.execute("UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'entries'", (sql,))
+        con.execute(f"PRAGMA schema_version = {version + 1}")
+        con.commit()
+
+    con = sqlite3.connect(db_path)
+    con.execute("DROP TRIGGER entries_no_update")
+    declared = con.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'entries'").fetchone()[0]
+    untyped = re.sub(rf"(\n\t{column}) [A-Z]+(\(\d+\))?", r"\1", declared)
+    assert untyped != declared
+    set_schema(con, untyped)
+    con.close()
+    con = sqlite3.connect(db_path)
+    con.execute(f"UPDATE entries SET {column} = ? WHERE rowid = ?", (value, seq))
+    ident = con.execute(f"SELECT {SQLITE_IDENTITY} FROM entries WHERE rowid = ?", (seq,)).fetchone()[0]
+    con.execute("UPDATE entries SET entry_id = ? WHERE rowid = ?",
+                ("e" + hashlib.sha256(ident).hexdigest()[:39], seq))
+    chain = con.execute(f"SELECT {SQLITE_CHAIN} FROM entries WHERE rowid = ?", (seq,)).fetchone()[0]
+    con.execute("UPDATE entries SET hash = ? WHERE rowid = ?", (hashlib.sha256(chain).hexdigest(), seq))
+    con.commit()
+    set_schema(con, declared)
+    con.close()
+
+
+@pytest.mark.parametrize("column,value", [("run", 1e20), ("run", 0.1 + 0.2), ("run", 2.5), ("seq", 40.0),
+                                          ("ts", 1e16), ("payload", 2.5), ("device", -0.0)])
+def test_a_real_sealed_over_sqlites_spelling_is_the_reference_problem(sqlite_url, fast_everywhere, column, value):
+    """SQLite's json_array spells a REAL its own way (1.0e+20, 15 digits); row_encodings spells it as Python
+    does. A REAL in any column of the last entry, its id and hash re-sealed over SQLite's spelling: the fast
+    path reports exactly the reference's problem at that seq, never "ok" (without the REAL guard it did)."""
+    from ledger import db as db_mod
+    from ledger.entries import CHAIN_COLUMNS, SQLITE_NO_REAL
+
+    assert all(c in SQLITE_NO_REAL for c in CHAIN_COLUMNS if c not in ("entry_id", "prev_hash"))
+    engine = db_mod.make_engine(sqlite_url)
+    store.append(engine, _entries(40))
+    _forge_real(engine.url.database, column, value, 40)
+    fast = verify_chain(engine, workers=2)
+    ref = check_chain(verify_mod._sqlite_table_rows(engine))
+    engine.dispose()
+    assert not fast.ok and fast == ref and [p.seq for p in fast.problems] == [40]
+    assert "floating-point" in fast.problems[0].reason or "does not match" in fast.problems[0].reason
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(allow_nan=False))
+def test_any_float_in_run_verifies_as_the_reference_does(tmp_path_factory, value):
+    """Whatever SQLite stores for a float written to run (a REAL, or an integer when it is integral and fits),
+    with the row re-sealed over SQLite's spelling: the fast path's report is the reference's."""
+    import shutil
+
+    from ledger import db as db_mod
+
+    template = tmp_path_factory.getbasetemp() / "real-run-template.db"
+    if not template.exists():
+        eng = db_mod.make_engine(f"sqlite:///{template}")
+        db_mod.upgrade(eng)
+        store.append(eng, _entries(30))
+        eng.dispose()
+    db = tmp_path_factory.mktemp("real") / "ledger.db"
+    shutil.copy(template, db)
+    _forge_real(db, "run", value, 30)
+    engine = db_mod.make_engine(f"sqlite:///{db}")
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(verify_mod, "FAST_MIN_ENTRIES", 1)
+            fast = verify_chain(engine, workers=2)
+        assert fast == check_chain(verify_mod._sqlite_table_rows(engine))
+    finally:
+        engine.dispose()
+
+
 def test_fast_verify_checks_the_tree_in_the_same_pass(engine, fast_everywhere):
     """Both backends: the chain walk's workers also check every stored Merkle subtree; a rewritten one leaves
     the tree unchecked for the reference check to name, and the chain verdict unchanged."""

@@ -106,3 +106,24 @@ def test_verify_bench_builds_the_ledger_shipping_would(tmp_path):
     mtime = (tmp_path / "bulk.db").stat().st_mtime_ns
     assert build_ledger(tmp_path / "bulk.db", n) == (url, n)  # kept: not built again
     assert (tmp_path / "bulk.db").stat().st_mtime_ns == mtime
+
+
+def test_verify_floor_hashes_the_tree_the_ledger_stores(tmp_path, monkeypatch):
+    """bench.verify's floor hashes every leaf and node of the stored tree (its root is the ledger's, over
+    several chunks and a partial last one) and refuses to report a figure when the stored tree differs."""
+    import sqlite3
+
+    from bench import verify as bench_verify
+
+    monkeypatch.setattr(bench_verify, "FLOOR_CHUNK", 256)
+    n = 1000
+    bench_verify.build_ledger(tmp_path / "l.db", n)
+    full, two = bench_verify.time_floor(tmp_path / "l.db", n, 2)
+    assert len(full.runs) == len(two.runs) == 2 and f"{n - 1:,} nodes" in full.label
+    con = sqlite3.connect(tmp_path / "l.db")
+    con.execute("DROP TRIGGER merkle_nodes_no_update")
+    con.execute("UPDATE merkle_nodes SET hash = ? WHERE level = 9 AND idx = 0", (b"\x07" * 32,))
+    con.commit()
+    con.close()
+    with pytest.raises(RuntimeError, match="Merkle root"):
+        bench_verify.time_floor(tmp_path / "l.db", n, 1)
