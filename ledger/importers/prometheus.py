@@ -20,9 +20,7 @@ import urllib.request
 import zipfile
 from datetime import datetime
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Mapping, Sequence
-
-import numpy as np
+from typing import BinaryIO, Callable, Iterable, Mapping
 
 from .common import Collected, CsvReader, Context, DeviceInfo, InputError, decode_text, noise_reason, read_lines
 from .dcgm_fields import BY_NAME
@@ -154,24 +152,6 @@ def _add_columns(c: Collected, dev: str, ctx: Context | None, spec, ts: list, ra
         c.note_context(dev, ctx, float(tarr.min()))
         c.note_context(dev, ctx, float(tarr.max()))
     return True
-
-
-def add_series_columns(c: Collected, labels: Mapping[str, str], ts: Sequence[float], values: Sequence[float],
-                       place: str) -> None:
-    """:func:`add_series` for a series already split into float times and values (the columnar reader)."""
-    spec = BY_NAME.get(labels.get("__name__", ""))
-    if spec is None:
-        c.note_unmapped(labels.get("__name__", ""))
-        return
-    c.note_mapped(labels["__name__"], spec.target)
-    dev = device_from_labels(labels, c)
-    ctx = context_from_labels(labels)
-    if len(ts) and not _add_columns(c, dev, ctx, spec, ts, values, place):
-        add_series(c, labels, list(zip(_floats(ts), _floats(values))), place)
-
-
-def _floats(xs) -> list:  # noqa: ANN001
-    return xs.tolist() if isinstance(xs, np.ndarray) else list(xs)
 
 
 def _load_json(text: str, path: str, line_offset: int = 0):

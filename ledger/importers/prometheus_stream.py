@@ -50,11 +50,11 @@ class _Window:
         self.lines, self.col0 = 0, 0          # newlines before buf[0]; characters after the last one
         self.bytes_in = 0
 
-    def fill(self, chars: int = READ_CHARS) -> bool:
-        """Append at least ``chars`` more characters (fewer at the end); False at the end of the stream."""
+    def fill(self, chars: int | None = None) -> bool:
+        """Append up to ``chars`` (default :data:`READ_CHARS`) more bytes' text; False at the end of the stream."""
         if self.eof:
             return False
-        data = self.f.read(chars)
+        data = self.f.read(chars or READ_CHARS)
         if not data:
             self.eof = True
             self.buf += self._decode(b"", final=True)
