@@ -80,9 +80,9 @@ def _sample_frame(parts: list[tuple[str, dict[str, np.ndarray]]]) -> pd.DataFram
 
 
 def _return_freed_heap() -> None:
-    """Hand the heap pages of the released export back to the system (glibc's ``malloc_trim``): its series were
-    many small blocks, the samples frame is one large mapping that cannot reuse them, so without this the
-    export's memory stays counted while the agents run. Elsewhere a no-op."""
+    """Hand the heap pages of the released export and the per-device columns back to the system (glibc's
+    ``malloc_trim``): they were many small blocks, the samples frame is one large mapping that cannot reuse
+    them, so without this their memory stays counted while the agents run. Elsewhere a no-op."""
     try:
         ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
@@ -116,9 +116,10 @@ def dataset_from_collected(c: Collected, opts: ImportOptions = ImportOptions(), 
         if release:
             c.series.pop(tl.device, None)
             c.reasons.pop(tl.device, None)
-    if release:
-        _return_freed_heap()
     res.appended += seq.feed(counted_runs(res, c, spans, opts))
     res.appended += res.segments
     seq.scan.seq = seq.seq
-    return assemble(seq.scan, _sample_frame(parts), topology), res
+    frame = _sample_frame(parts)
+    if release:
+        _return_freed_heap()
+    return assemble(seq.scan, frame, topology), res
