@@ -147,36 +147,24 @@ class _Window:
             return k
 
     def members(self):  # noqa: ANN201 - yields each key of the object opened at the position; its value follows
-        self.pos += 1   # the "{"
-        if self.peek() == "}":
-            self.pos += 1
-            return
-        while True:
-            yield self.key()
-            nxt = self.peek()
-            self.pos += 1
-            if nxt == "}":
-                return
-            if nxt != ",":
-                raise _Syntax("Expecting ',' delimiter", self.pos - 1)
+        return self._each("}", self.key)
 
     def elements(self):  # noqa: ANN201 - yields before each element of the array opened at the position
-        self.pos += 1   # the "["
-        if self.peek() == "]":
+        return self._each("]", self.peek)
+
+    def _each(self, close: str, before: Callable[[], object]):  # noqa: ANN202
+        self.pos += 1   # the "{" or "["
+        if self.peek() == close:
             self.pos += 1
             return
         while True:
-            self.peek()
-            yield
+            yield before()
             nxt = self.peek()
             self.pos += 1
-            if nxt == "]":
+            if nxt == close:
                 return
             if nxt != ",":
                 raise _Syntax("Expecting ',' delimiter", self.pos - 1)
-
-
-_ABSENT = object()
 
 
 def read_query_range(f: BinaryIO, path: str,
