@@ -223,3 +223,19 @@ def test_analyze_consuming_the_export_gives_the_same_analysis(tmp_path):
     got = analyze_collected(consumed, consume=True).to_json()
     assert json.dumps(got, sort_keys=True) == json.dumps(kept, sort_keys=True)
     assert not consumed.series and len(consumed.devices) == 8   # the values went, the devices stayed
+
+
+NV_REAL = Path(__file__).parent / "fixtures" / "real" / "nvidia_smi_csv"
+
+
+@pytest.mark.parametrize("path", sorted(p for p in NV_REAL.iterdir() if not p.name.endswith(".source.txt")),
+                         ids=lambda p: p.name)
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+def test_nvidia_smi_csv_captures_read_line_by_line_equal_the_parser(tmp_path, path, newline):
+    from ledger.importers import nvidia_smi
+
+    text = newline.join(path.read_text().splitlines()) + newline
+    p = tmp_path / path.name
+    p.write_bytes(text.encode())
+    kw = {"start": T0, "interval": 1.0, "node": "n1"}
+    assert _outcome(lambda: nvidia_smi.read(p, **kw)) == _outcome(lambda: nvidia_smi.parse(text, str(p), **kw))
