@@ -226,14 +226,31 @@ def test_analyze_consuming_the_export_gives_the_same_analysis(tmp_path):
 
 
 NV_REAL = Path(__file__).parent / "fixtures" / "real" / "nvidia_smi_csv"
+NV_HEADER = ("timestamp, index, uuid, name, utilization.gpu [%], power.draw [W], clocks.sm [MHz], "
+             "clocks_event_reasons.active, temperature.memory")
 
 
-@pytest.mark.parametrize("path", sorted(p for p in NV_REAL.iterdir() if not p.name.endswith(".source.txt")),
-                         ids=lambda p: p.name)
+def _nv_loop(tmp_path: Path) -> Path:
+    """A `nvidia-smi --query-gpu ... -l 1` capture: 2 GPUs, 300 ticks, the header repeated, a prompt, a bad value."""
+    rows = ["$ nvidia-smi --query-gpu=... --format=csv -l 1"]
+    for k in range(300):
+        if k % 50 == 0:
+            rows.append(NV_HEADER)
+        rows += [f"2026/11/02 00:{k // 60:02d}:{k % 60:02d}.000, {g}, GPU-{g}, NVIDIA H100, {(k * 7 + g) % 101} %, "
+                 f"{'lots' if k == 123 else f'{100 + k % 500}.25 W'}, 1980 MHz, 0x{k % 8:016x}, [N/A]"
+                 for g in range(2)]
+    p = tmp_path / "loop-source.csv"
+    p.write_text("\n".join(rows) + "\n")
+    return p
+
+
+@pytest.mark.parametrize("path", [*sorted(p for p in NV_REAL.iterdir() if not p.name.endswith(".source.txt")),
+                                  "loop"], ids=lambda p: getattr(p, "name", p))
 @pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
 def test_nvidia_smi_csv_captures_read_line_by_line_equal_the_parser(tmp_path, path, newline):
     from ledger.importers import nvidia_smi
 
+    path = _nv_loop(tmp_path) if path == "loop" else path
     text = newline.join(path.read_text().splitlines()) + newline
     p = tmp_path / path.name
     p.write_bytes(text.encode())
