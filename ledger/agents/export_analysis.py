@@ -43,7 +43,10 @@ def read_source(fmt: str, sources: list[str], **kw):  # noqa: ANN003, ANN201
 
 def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb",  # noqa: ANN001
                       topology: dict | None = None, sources: list[str] | None = None,
-                      progress: Callable[[int, int], None] | None = None) -> Analysis:
+                      progress: Callable[[int, int], None] | None = None, consume: bool = False) -> Analysis:
+    """The analysis of a parsed export (see the module doc). ``consume``: the caller is done with
+    ``collected``; its values are dropped device by device while the agents' samples are built (it keeps its
+    devices, contexts and report), so a large export is not held twice."""
     from ..importers import pipeline
 
     if not collected.series:
@@ -52,7 +55,7 @@ def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb
         from .memory import dataset_from_collected
 
         ds, res = dataset_from_collected(collected, pipeline.ImportOptions(cluster=cluster), topology=topology,
-                                         progress=progress)
+                                         progress=progress, release=consume)
         analysis = run_agents(ds)
         analysis.context = _context(collected, res, analysis, sources or [])
         return analysis
@@ -75,7 +78,8 @@ def _context(collected, res, analysis: Analysis, sources: list[str]) -> dict:  #
         p = Path(s)
         entry = {"kind": "prometheus", "name": p.name}
         if p.is_file():
-            entry["sha256"] = hashlib.sha256(p.read_bytes()).hexdigest()
+            with p.open("rb") as f:   # a digest of a file of gigabytes, a MiB at a time
+                entry["sha256"] = hashlib.file_digest(f, "sha256").hexdigest()
         src.append(entry)
     covered = sum(d.get("covered_s", 0.0) for d in res.per_device.values())
     unknown = sum(d.get("unknown_s", 0.0) for d in res.per_device.values())

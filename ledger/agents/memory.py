@@ -10,6 +10,8 @@ counted once as ``append`` does). tests/test_analyze.py checks the result equals
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 from typing import Callable
 
 import numpy as np
@@ -49,33 +51,52 @@ class _Sequencer:
 
 
 def _sample_frame(parts: list[tuple[str, dict[str, np.ndarray]]]) -> pd.DataFrame:
-    """SAMPLE_READ_COLUMNS of each device's sample columns (device order, then time), through Arrow as the
-    ledger's reader hands them to pandas. Values are the stored rows' (clock_reasons an integer; tested
-    against the ledger round trip in tests/test_analyze.py)."""
-    import pyarrow as pa
+    """SAMPLE_READ_COLUMNS of each device's sample columns (device order, then time), with the dtypes the
+    ledger's reader gives pandas. Values are the stored rows' (clock_reasons an integer; tested against the
+    ledger round trip in tests/test_analyze.py).
 
+    The float columns are filled into one preallocated block, each device's columns dropped from ``parts`` once
+    copied (the list is emptied), so building the frame costs one copy of the samples, not three."""
     counts = [len(cols["t"]) for _, cols in parts]
-    # each device's name once, repeated by index: no Python string per sample
-    which = pa.array(np.repeat(np.arange(len(parts), dtype=np.int32), counts))
-    names = pa.array([d for d, _ in parts], type=pa.string())
-    table: dict[str, pa.Array] = {"device": pa.DictionaryArray.from_arrays(which, names).cast(pa.string())}
-    for c in SAMPLE_READ_COLUMNS[1:]:
-        pieces = []
-        for (_, cols), n in zip(parts, counts):
+    names = SAMPLE_READ_COLUMNS[1:]
+    block = np.empty((len(names), sum(counts)))
+    # each device's name once, repeated: no Python string per sample
+    device = np.repeat(np.array([d for d, _ in parts], dtype=object), counts)
+    at = 0
+    for n in counts:
+        _, cols = parts.pop(0)
+        for j, c in enumerate(names):
             col = cols.get(c)
             if col is None:
-                col = np.full(n, np.nan)
+                block[j, at:at + n] = np.nan
             elif c == "clock_reasons":   # the row stores int(x); + 0.0 turns a -0.0 into the 0 it reads back as
-                col = np.trunc(col) + 0.0
-            pieces.append(col)
-        table[c] = pa.array(np.concatenate(pieces) if pieces else np.empty(0), type=pa.float64())
-    return pa.table(table).to_pandas()
+                block[j, at:at + n] = np.trunc(col) + 0.0
+            else:
+                block[j, at:at + n] = col
+        at += n
+    frame = pd.DataFrame(block.T, columns=list(names), copy=False)
+    frame.insert(0, "device", device)
+    return frame
+
+
+def _return_freed_heap() -> None:
+    """Hand the heap pages of the released export and the per-device columns back to the system (glibc's
+    ``malloc_trim``): they were many small blocks, the samples frame is one large mapping that cannot reuse
+    them, so without this their memory stays counted while the agents run. Elsewhere a no-op."""
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def dataset_from_collected(c: Collected, opts: ImportOptions = ImportOptions(), topology: dict | None = None,
-                           progress: Callable[[int, int], None] | None = None) -> tuple[Dataset, ImportResult]:
+                           progress: Callable[[int, int], None] | None = None,
+                           release: bool = False) -> tuple[Dataset, ImportResult]:
     """The Dataset and import result :func:`ledger.importers.pipeline.write` + :func:`ledger.agents.data.load`
-    would give for ``c`` in a fresh ledger, without one."""
+    would give for ``c`` in a fresh ledger, without one.
+
+    ``release``: drop each device's series from ``c`` once its timeline is built (``c`` keeps its devices,
+    contexts and report, not its values), so the parsed export and the samples are not both held whole."""
     res = ImportResult(source=c.source)
     seq = _Sequencer()
     spans: dict[str, tuple] = {}
@@ -92,7 +113,13 @@ def dataset_from_collected(c: Collected, opts: ImportOptions = ImportOptions(), 
             res.appended += seq.feed(gaps_by_w.get(w, []))
         if len(cols["t"]):
             parts.append((tl.device, cols))
+        if release:
+            c.series.pop(tl.device, None)
+            c.reasons.pop(tl.device, None)
     res.appended += seq.feed(counted_runs(res, c, spans, opts))
     res.appended += res.segments
     seq.scan.seq = seq.seq
-    return assemble(seq.scan, _sample_frame(parts), topology), res
+    frame = _sample_frame(parts)
+    if release:
+        _return_freed_heap()
+    return assemble(seq.scan, frame, topology), res

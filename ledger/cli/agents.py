@@ -438,7 +438,7 @@ def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str |
             collected = read_source(fmt, list(source), start=parse_time(start, "--start"),
                                     interval=parse_duration(step, "--step"), node=node)
         analysis = analyze_collected(collected, keep=Path(keep_ledger) if keep_ledger else None,
-                                     sources=list(source))
+                                     sources=list(source), consume=True)
         if pdf:
             with output_file(pdf) as tmp:
                 render_pdf(analysis, tmp)
