@@ -58,9 +58,43 @@ def load_compact(engine: Engine, through_seq: int | None = None, topology: dict 
     with engine.connect() as conn:
         for ce in iter_entries(conn, through_seq=through_seq):
             scan.add(ce)
-        hrs = dh.merged_frame(conn)
-        ds = _compact(conn, scan, hrs, topology)
-        return _refine(conn, ds, detail_hours(ds, hrs)) if detail else ds
+        return compact_dataset(scan, LedgerSamples(conn), topology, detail)
+
+
+def compact_dataset(scan: EntryScan, src: "LedgerSamples", topology: dict | None = None,  # noqa: F821
+                    detail: bool = False) -> Dataset:
+    """:func:`load_compact` from what the entries said and a source of device-hours and raw samples (the
+    ledger's, or an export's held in memory: :class:`ledger.agents.memory.ExportSamples`)."""
+    hrs = src.hours()
+    ds = _compact(src, scan, hrs, topology)
+    return _refine(src, ds, detail_hours(ds, hrs)) if detail else ds
+
+
+class LedgerSamples:
+    """The ledger's stored device-hours (merged over segments) and its sample blocks, as :func:`compact_dataset`
+    reads them."""
+
+    def __init__(self, conn) -> None:  # noqa: ANN001 - a Connection
+        self.conn = conn
+
+    def hours(self) -> pd.DataFrame:
+        return dh.merged_frame(self.conn)
+
+    def device_samples(self, devices: list[str], columns: tuple[str, ...]) -> pd.DataFrame:
+        """Every sample of these devices, these columns."""
+        return read_samples(self.conn, devices=devices, columns=columns).to_pandas()
+
+    def hour_samples(self, want: dict[str, set]) -> pd.DataFrame:
+        """The samples (SAMPLE_READ_COLUMNS) of these hours per device."""
+        sids = dh.segments_of(self.conn, {(d, h) for d, hs in want.items() for h in hs})
+        tables = []
+        for dev, table in iter_sample_pieces(self.conn, segment_ids=sids, devices=sorted(want),
+                                             columns=SAMPLE_READ_COLUMNS):
+            hb = (float_values(table.column("t")) // dh.HOUR) * dh.HOUR
+            keep = np.isin(hb, list(want[dev]))
+            if keep.any():
+                tables.append(table.filter(pa.array(keep)))
+        return pa.concat_tables(tables).to_pandas() if tables else pd.DataFrame(columns=list(SAMPLE_READ_COLUMNS))
 
 
 def cadence_of(hrs: pd.DataFrame) -> float:
@@ -80,13 +114,13 @@ def cadence_of(hrs: pd.DataFrame) -> float:
     return float(mean_dt[order][np.searchsorted(cum, (total + 1) / 2.0, side="left")])
 
 
-def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None) -> Dataset:  # noqa: ANN001
+def _compact(src, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None) -> Dataset:  # noqa: ANN001
     devices = devices_frame(scan, sorted(hrs["device"].unique()) if len(hrs) else [], topology)
     allocs = allocations_frame(scan)
     cadence = cadence_of(hrs)
     start, end = close_allocations(allocs, float(hrs["t_first"].min()) if len(hrs) else None,
                                    float(hrs["t_last"].max()) + cadence if len(hrs) else 0.0)
-    _rate_fallback(conn, devices)
+    _rate_fallback(src, devices)
     rated = hrs["device"].map(devices["rated"]).to_numpy(float) if len(hrs) else np.zeros(0)
     ai, edge = _assign_hours(hrs, allocs)
     clipped = hrs["clk_max"].to_numpy(float) > np.where(np.isnan(rated), np.inf, rated)
@@ -98,7 +132,7 @@ def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None) ->
     times = []
     raw_keys = hrs[refine | gap_room][["device", "hour"]]
     if len(raw_keys):
-        raw = _raw(conn, raw_keys, allocs, devices)
+        raw = _raw(src, raw_keys, allocs, devices)
         want = set(zip(hrs.loc[refine, "device"], hrs.loc[refine, "hour"]))
         sel = _in_keys(raw["device"], (raw["t"] // dh.HOUR) * dh.HOUR, want)
         parts.append(_raw_part(raw[sel]))
@@ -142,7 +176,7 @@ def _assemble(parts: list, allocs: pd.DataFrame, devices: pd.DataFrame) -> pd.Da
     return s
 
 
-def _refine(conn, ds: Dataset, keys: frozenset) -> Dataset:  # noqa: ANN001
+def _refine(src, ds: Dataset, keys: frozenset) -> Dataset:  # noqa: ANN001
     """The dataset with these device-hours' raw samples in place of their rows (pieces or sample times)."""
     from dataclasses import replace
 
@@ -151,7 +185,7 @@ def _refine(conn, ds: Dataset, keys: frozenset) -> Dataset:  # noqa: ANN001
     s = ds.samples
     kept = s[~_in_keys(s["device"], (s["t"] // dh.HOUR) * dh.HOUR, keys)]
     ds.samples = s = None   # the caller's dataset is rebuilt: its full frame is not kept beside the new one
-    raw = _raw(conn, pd.DataFrame(sorted(keys), columns=["device", "hour"]), ds.allocs, ds.devices)
+    raw = _raw(src, pd.DataFrame(sorted(keys), columns=["device", "hour"]), ds.allocs, ds.devices)
     part = _raw_part(raw)
     del raw
     return replace(ds, samples=_assemble([kept, part], ds.allocs, ds.devices))
@@ -165,13 +199,12 @@ def _in_keys(device: pd.Series, hour: pd.Series, keys) -> np.ndarray:  # noqa: A
     return pd.MultiIndex.from_arrays([device.to_numpy(object), hour.to_numpy(float)]).isin(want)
 
 
-def _rate_fallback(conn, devices: pd.DataFrame) -> None:  # noqa: ANN001
+def _rate_fallback(src, devices: pd.DataFrame) -> None:  # noqa: ANN001
     """Devices without a rated clock get the method's fallback from their own raw clocks (one column read)."""
     missing = [d for d, r in devices["rated"].items() if r is None or r != r]
     if not missing:
         return
-    s = read_samples(conn, devices=missing, columns=("device", "t", "sm_active", "tensor_active", "gpu_util",
-                                                     "sm_clock_mhz")).to_pandas()
+    s = src.device_samples(missing, ("device", "t", "sm_active", "tensor_active", "gpu_util", "sm_clock_mhz"))
     s = s.rename(columns={"sm_active": "sm", "tensor_active": "tensor", "sm_clock_mhz": "clk"})
     s["rated"] = np.nan
     _fill_rated(s, devices)
@@ -233,17 +266,9 @@ def _pieces(h: pd.DataFrame, ai: np.ndarray, rated: np.ndarray, runs: np.ndarray
     return pd.concat([base, *extra], ignore_index=True)
 
 
-def _raw(conn, keys: pd.DataFrame, allocs: pd.DataFrame, devices: pd.DataFrame) -> pd.DataFrame:  # noqa: ANN001
+def _raw(src, keys: pd.DataFrame, allocs: pd.DataFrame, devices: pd.DataFrame) -> pd.DataFrame:  # noqa: ANN001
     """The raw samples of these device-hours, bucketed by the full-resolution code (data._assign, _buckets)."""
-    want = keys.groupby("device")["hour"].agg(set).to_dict()
-    sids = dh.segments_of(conn, set(zip(keys["device"], keys["hour"])))
-    tables = []
-    for dev, table in iter_sample_pieces(conn, segment_ids=sids, devices=sorted(want), columns=SAMPLE_READ_COLUMNS):
-        hb = (float_values(table.column("t")) // dh.HOUR) * dh.HOUR
-        keep = np.isin(hb, list(want[dev]))
-        if keep.any():
-            tables.append(table.filter(pa.array(keep)))
-    s = pa.concat_tables(tables).to_pandas() if tables else pd.DataFrame(columns=list(SAMPLE_READ_COLUMNS))
+    s = src.hour_samples(keys.groupby("device")["hour"].agg(set).to_dict())
     s = _assign(sample_frame(s), allocs)
     s["rated"] = s["device"].map(devices["rated"])
     _buckets(s)

@@ -6,6 +6,11 @@ This builds the same Dataset from the collection itself: the importer's own time
 timestamps are the ones the ledger would hold), the samples the segments would have stored, and the sequence
 number the scratch ledger would have reached (segments + unknown intervals + run entries, a repeated fact
 counted once as ``append`` does). tests/test_analyze.py checks the result equals the ledger round trip.
+
+:func:`hourly_from_collected` is the bounded-memory way (``ipledger analyze``'s default): each device's
+device-hours computed from its timeline as the import would seal them (per segment window, merged as the
+ledger merges them), and its raw samples kept as float64 columns (only those it measured) for the bounded
+reads of :func:`ledger.agents.hourly.compact_dataset`; no per-sample frame is built.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import pandas as pd
 from ..entries import ChainedEntry, Entry
 from ..importers.common import Collected
 from ..importers.pipeline import ImportOptions, ImportResult, counted_runs, each_timeline, unknown_entries
+from ..telemetry import hours as dh
 from ..telemetry.timeline import timeline_columns
 from .data import SAMPLE_READ_COLUMNS, Dataset, EntryScan, assemble
 
@@ -97,10 +103,36 @@ def dataset_from_collected(c: Collected, opts: ImportOptions = ImportOptions(), 
 
     ``release``: drop each device's series from ``c`` once its timeline is built (``c`` keeps its devices,
     contexts and report, not its values), so the parsed export and the samples are not both held whole."""
+    parts: list[tuple[str, dict[str, np.ndarray]]] = []
+    scan, res = _scan_timelines(c, opts, progress, release, lambda dev, cols: parts.append((dev, cols)))
+    frame = _sample_frame(parts)
+    if release:
+        _return_freed_heap()
+    return assemble(scan, frame, topology), res
+
+
+def hourly_from_collected(c: Collected, opts: ImportOptions = ImportOptions(),
+                          progress: Callable[[int, int], None] | None = None,
+                          release: bool = False) -> tuple[EntryScan, "ExportSamples", ImportResult]:
+    """What :func:`ledger.agents.hourly.compact_dataset` reads for ``c``, without a ledger: the entries a fresh
+    ledger would hold, and the export's device-hours and raw samples (:class:`ExportSamples`). ``release`` as
+    :func:`dataset_from_collected`'s."""
+    src = ExportSamples()
+    scan, res = _scan_timelines(c, opts, progress, release,
+                                lambda dev, cols: src.add(dev, cols, opts.segment_seconds))
+    src.seal()
+    if release:
+        _return_freed_heap()
+    return scan, src, res
+
+
+def _scan_timelines(c: Collected, opts: ImportOptions, progress: Callable[[int, int], None] | None, release: bool,
+                    take: Callable[[str, dict[str, np.ndarray]], None]) -> tuple[EntryScan, ImportResult]:
+    """The import's timelines of ``c``, each device's columns handed to ``take``, and the entries (numbered as
+    a fresh ledger would number them) and import result."""
     res = ImportResult(source=c.source)
     seq = _Sequencer()
     spans: dict[str, tuple] = {}
-    parts: list[tuple[str, dict[str, np.ndarray]]] = []
     for tl in each_timeline(c, opts, res, spans, progress):
         cols = timeline_columns(tl)
         windows = set(np.floor(cols["t"] / opts.segment_seconds).astype(np.int64).tolist())
@@ -112,14 +144,75 @@ def dataset_from_collected(c: Collected, opts: ImportOptions = ImportOptions(), 
                 res.segments += 1
             res.appended += seq.feed(gaps_by_w.get(w, []))
         if len(cols["t"]):
-            parts.append((tl.device, cols))
+            take(tl.device, cols)
         if release:
             c.series.pop(tl.device, None)
             c.reasons.pop(tl.device, None)
     res.appended += seq.feed(counted_runs(res, c, spans, opts))
     res.appended += res.segments
     seq.scan.seq = seq.seq
-    frame = _sample_frame(parts)
-    if release:
-        _return_freed_heap()
-    return assemble(seq.scan, frame, topology), res
+    return seq.scan, res
+
+
+class ExportSamples:
+    """An export's device-hours and raw samples held in memory, read as the ledger's
+    (:class:`ledger.agents.hourly.LedgerSamples`): per device the SAMPLE_READ_COLUMNS it measured, as the
+    stored rows hold them (float64; clock_reasons an integer), ≈ 8 B a value instead of the agents' ≈ 380 B a
+    sample; device-hours per segment window (:func:`ledger.telemetry.hours.aggregate`, what the import seals)
+    merged by :func:`ledger.telemetry.hours.merge_frame`, as the ledger's are read."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, dict[str, np.ndarray]] = {}
+        self._pieces: list[dh.DeviceHour] = []
+        self._hours: pd.DataFrame | None = None
+
+    def add(self, device: str, cols: dict[str, np.ndarray], segment_seconds: float) -> None:
+        keep = {}
+        for c in SAMPLE_READ_COLUMNS[1:]:
+            col = cols.get(c)
+            if col is None or np.isnan(col).all():
+                continue
+            # the row stores int(x); + 0.0 turns a -0.0 into the 0 it reads back as
+            keep[c] = np.trunc(col) + 0.0 if c == "clock_reasons" else np.array(col, dtype=np.float64)
+        self.cols[device] = keep
+        t = keep["t"]
+        w = np.floor(t / segment_seconds)
+        for win in np.unique(w):   # one segment per window, as the import seals them
+            m = w == win
+            batch = {c: (keep[c][m] if c in keep else np.full(int(m.sum()), np.nan)) for c in dh.NEEDED[1:]}
+            batch["device"] = np.full(int(m.sum()), device, dtype=object)
+            self._pieces.extend(dh.aggregate(batch))
+
+    def seal(self) -> None:
+        """The device-hours merged (the pieces ordered as the ledger's reader orders them)."""
+        pieces = sorted(self._pieces, key=lambda h: (h.device, h.hour, h.t_first))
+        self._pieces = []
+        self._hours = dh.merge_frame(dh.pieces_frame(pieces))
+
+    def hours(self) -> pd.DataFrame:
+        return self._hours.copy()
+
+    def _frame(self, devices, columns: tuple[str, ...], mask=None) -> pd.DataFrame:  # noqa: ANN001
+        out: dict[str, list] = {c: [] for c in columns}
+        for dev in devices:
+            cols = self.cols.get(dev)
+            if cols is None:
+                continue
+            m = mask(dev, cols["t"]) if mask else slice(None)
+            n = int(np.count_nonzero(m)) if mask else len(cols["t"])
+            if not n:
+                continue
+            for c in columns:
+                if c == "device":
+                    out[c].append(np.full(n, dev, dtype=object))
+                else:
+                    out[c].append(cols[c][m] if c in cols else np.full(n, np.nan))
+        return pd.DataFrame({c: (np.concatenate(v) if v else np.zeros(0, dtype=object if c == "device" else float))
+                             for c, v in out.items()})
+
+    def device_samples(self, devices: list[str], columns: tuple[str, ...]) -> pd.DataFrame:
+        return self._frame(sorted(devices), columns)
+
+    def hour_samples(self, want: dict[str, set]) -> pd.DataFrame:
+        return self._frame(sorted(want), SAMPLE_READ_COLUMNS,
+                           lambda dev, t: np.isin((t // dh.HOUR) * dh.HOUR, list(want[dev])))
