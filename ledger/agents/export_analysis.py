@@ -66,10 +66,13 @@ def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb
         ds, res = dataset_from_collected(collected, opts, topology=topology, progress=progress, release=consume)
         return _finish(run_agents(ds), collected, res, sources)
     if keep is None:
-        from .memory import hourly_from_collected
+        from .memory import hourly_from_collected, return_freed_heap
 
         scan, src, res = hourly_from_collected(collected, opts, progress=progress, release=consume)
-        return _finish(run_agents(hourly.compact_dataset(scan, src, topology, detail=True)), collected, res, sources)
+        ds = hourly.compact_dataset(scan, src, topology, detail=True)
+        del src   # the export's raw columns: what the agents need of them is in the dataset now
+        return_freed_heap()
+        return _finish(run_agents(ds), collected, res, sources)
     if keep.exists():
         keep.unlink()
     engine = db_mod.make_engine(f"sqlite:///{keep}")

@@ -46,6 +46,7 @@ ALLOC_COLS = ("cluster", "job_id", "run", "tenant", "partition", "qos")
 PIECE_COLS = ("device", "t", "span_end", "ai", "h", "h_del", "h_thr", "h_under", "h_starved", "h_idle", "h_missing",
               "rbucket")
 OTHER = 4   # THROTTLE_REASONS index of "other"
+REFINE_DEVICES = 8   # devices whose raw samples _refine reads and buckets at a time
 RAW_COLS = ("dt", "sm", "clk", "power", "temp", "ecc", "row_remap_pending", "row_remap_failure", "xid", "fb", "procs",
             "act", "ratio")
 
@@ -153,20 +154,68 @@ def _raw_part(raw: pd.DataFrame) -> pd.DataFrame:
     return raw[keep].assign(span_end=raw["t"].to_numpy())
 
 
+def _columns(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """A frame's columns as arrays of their own (none a view of a shared block), so each can be freed alone;
+    a text column as references to one string per distinct value (not a new string object per row)."""
+    out = {}
+    for c in frame.columns:
+        col = frame[c]
+        if col.dtype.kind in "biufcmM":
+            out[c] = col.to_numpy(copy=True)
+        else:
+            codes, uniq = pd.factorize(col, use_na_sentinel=False)
+            out[c] = np.asarray(uniq, dtype=object)[codes]
+    return out
+
+
 def _assemble(parts: list, allocs: pd.DataFrame, devices: pd.DataFrame) -> pd.DataFrame:
     """The dataset's rows from pieces, raw samples and sample times, in (device, t) order, labelled with their
-    run and device."""
-    s = pd.concat([p for p in parts if len(p)] or [pd.DataFrame(columns=list(PIECE_COLS))], ignore_index=True)
-    for col in RAW_COLS:   # no raw sample read: the columns the agents read of one are there, unmeasured
-        if col not in s:
-            s[col] = np.nan
-    s["span_end"] = s["span_end"].fillna(s["t"]).astype(float)
-    for col in PIECE_COLS[4:]:
-        s[col] = pd.to_numeric(s[col], errors="coerce").fillna(OTHER if col == "rbucket" else 0.0)
-    s["ai"] = s["ai"].astype(np.int64)
-    for col in ("running", "resident"):   # a piece or a time row is no sample the count-based agents look at
-        s[col] = s[col].astype("boolean").fillna(False).astype(bool) if col in s else False
-    s = s.sort_values(["device", "t"], kind="stable").reset_index(drop=True)
+    run and device. Built a column at a time, each part's column dropped once copied (``parts``, frames or
+    :func:`_columns` dicts, is emptied), so the rows are held about once, not once per step."""
+    parts = [p if isinstance(p, dict) else _columns(p) for p in parts if len(p)]
+    if not parts:
+        parts = [{c: np.zeros(0, dtype=object if c == "device" else float) for c in PIECE_COLS}]
+    sizes = [len(p["t"]) for p in parts]
+    labels = (*ALLOC_COLS, "node", "rack", "sku", "vendor", "rated")   # set below from the run and the device
+    names = [c for c in dict.fromkeys(c for p in parts for c in p) if c not in labels]
+    # no raw sample read: the columns the agents read of one are there, unmeasured (and no sample running)
+    names += [c for c in (*RAW_COLS, "running", "resident") if c not in names]
+
+    def blank(col: str, n: int) -> np.ndarray:
+        if col == "device":
+            return np.full(n, None, dtype=object)
+        if col in ("running", "resident"):   # a piece or a time row is no sample the count-based agents look at
+            return np.zeros(n, dtype=bool)
+        if col == "rbucket":
+            return np.full(n, float(OTHER))
+        return np.full(n, 0.0 if col in PIECE_COLS[4:] else np.nan)
+
+    cols: dict[str, np.ndarray] = {}
+    for col in names:
+        pieces = [p.pop(col) if col in p else blank(col, n) for p, n in zip(parts, sizes)]
+        kinds = {x.dtype.kind for x in pieces}
+        if col == "device" or "O" in kinds:
+            v = np.concatenate([x.astype(object) for x in pieces])
+        elif col in ("running", "resident"):
+            v = np.concatenate([pd.array(x, dtype="boolean").fillna(False).to_numpy(bool) for x in pieces])
+        else:
+            v = np.concatenate([x.astype(float) for x in pieces])
+        del pieces
+        if col in PIECE_COLS[4:]:
+            v = np.where(np.isnan(v), float(OTHER) if col == "rbucket" else 0.0, v)
+        cols[col] = v
+    parts.clear()
+    cols["span_end"] = np.where(np.isnan(cols["span_end"]), cols["t"], cols["span_end"])
+    cols["ai"] = cols["ai"].astype(np.int64)
+    dev, t = cols["device"], cols["t"]
+    if not _in_order(dev, t):
+        codes = pd.factorize(dev, sort=True)[0]
+        order = np.lexsort((t, codes))   # stable: (device, t) as a stable sort_values gives it
+        for col in names:   # a column at a time: one extra column held, not a sorted copy of the frame
+            cols[col] = cols[col][order]
+    s = pd.DataFrame(index=pd.RangeIndex(len(cols["t"])))
+    for col in names:
+        s[col] = cols.pop(col)
     ai_s = s["ai"].to_numpy()
     for col in ALLOC_COLS:
         vals = allocs[col].to_numpy(object) if len(allocs) else np.array([], dtype=object)
@@ -176,19 +225,31 @@ def _assemble(parts: list, allocs: pd.DataFrame, devices: pd.DataFrame) -> pd.Da
     return s
 
 
+def _in_order(dev: np.ndarray, t: np.ndarray) -> bool:
+    """Whether the rows are in (device, t) order (what sorting would give)."""
+    return bool(np.all((dev[1:] > dev[:-1]) | ((dev[1:] == dev[:-1]) & (t[1:] >= t[:-1]))))
+
+
 def _refine(src, ds: Dataset, keys: frozenset) -> Dataset:  # noqa: ANN001
-    """The dataset with these device-hours' raw samples in place of their rows (pieces or sample times)."""
+    """The dataset with these device-hours' raw samples in place of their rows (pieces or sample times), read
+    and bucketed :data:`REFINE_DEVICES` devices at a time (the reading's copies are a chunk's, not the fleet's)."""
     from dataclasses import replace
 
     if not keys:
         return ds
     s = ds.samples
-    kept = s[~_in_keys(s["device"], (s["t"] // dh.HOUR) * dh.HOUR, keys)]
+    kept = _columns(s[~_in_keys(s["device"], (s["t"] // dh.HOUR) * dh.HOUR, keys)])
     ds.samples = s = None   # the caller's dataset is rebuilt: its full frame is not kept beside the new one
-    raw = _raw(src, pd.DataFrame(sorted(keys), columns=["device", "hour"]), ds.allocs, ds.devices)
-    part = _raw_part(raw)
-    del raw
-    return replace(ds, samples=_assemble([kept, part], ds.allocs, ds.devices))
+    by_dev: dict[str, list] = {}
+    for dev, hour in sorted(keys):
+        by_dev.setdefault(dev, []).append(hour)
+    devs = sorted(by_dev)
+    parts = [kept]
+    for i in range(0, len(devs), REFINE_DEVICES):
+        chunk = pd.DataFrame([(d, h) for d in devs[i:i + REFINE_DEVICES] for h in by_dev[d]],
+                             columns=["device", "hour"])
+        parts.append(_columns(_raw_part(_raw(src, chunk, ds.allocs, ds.devices))))
+    return replace(ds, samples=_assemble(parts, ds.allocs, ds.devices))
 
 
 def _in_keys(device: pd.Series, hour: pd.Series, keys) -> np.ndarray:  # noqa: ANN001 - a set of (device, hour)

@@ -85,7 +85,7 @@ def _sample_frame(parts: list[tuple[str, dict[str, np.ndarray]]]) -> pd.DataFram
     return frame
 
 
-def _return_freed_heap() -> None:
+def return_freed_heap() -> None:
     """Hand the heap pages of the released export and the per-device columns back to the system (glibc's
     ``malloc_trim``): they were many small blocks, the samples frame is one large mapping that cannot reuse
     them, so without this their memory stays counted while the agents run. Elsewhere a no-op."""
@@ -107,7 +107,7 @@ def dataset_from_collected(c: Collected, opts: ImportOptions = ImportOptions(), 
     scan, res = _scan_timelines(c, opts, progress, release, lambda dev, cols: parts.append((dev, cols)))
     frame = _sample_frame(parts)
     if release:
-        _return_freed_heap()
+        return_freed_heap()
     return assemble(scan, frame, topology), res
 
 
@@ -122,7 +122,7 @@ def hourly_from_collected(c: Collected, opts: ImportOptions = ImportOptions(),
                                 lambda dev, cols: src.add(dev, cols, opts.segment_seconds))
     src.seal()
     if release:
-        _return_freed_heap()
+        return_freed_heap()
     return scan, src, res
 
 
