@@ -81,6 +81,9 @@ class LedgerSamples:
     def hours(self) -> pd.DataFrame:
         return dh.merged_frame(self.conn)
 
+    def done_reading(self) -> None:
+        """No more reads (the ledger's samples stay where they are)."""
+
     def device_samples(self, devices: list[str], columns: tuple[str, ...]) -> pd.DataFrame:
         """Every sample of these devices, these columns."""
         return read_samples(self.conn, devices=devices, columns=columns).to_pandas()
@@ -213,15 +216,24 @@ def _assemble(parts: list, allocs: pd.DataFrame, devices: pd.DataFrame) -> pd.Da
         order = np.lexsort((t, codes))   # stable: (device, t) as a stable sort_values gives it
         for col in names:   # a column at a time: one extra column held, not a sorted copy of the frame
             cols[col] = cols[col][order]
-    s = pd.DataFrame(index=pd.RangeIndex(len(cols["t"])))
+    index = pd.RangeIndex(len(cols["t"]))
+    s = pd.DataFrame(index=index)
+
+    def labels(v: np.ndarray) -> pd.Series:
+        # references to a few shared strings (8 B a row), not a string column's copy of each row's text
+        return pd.Series(v, index=index, dtype=object, copy=False)
+
     for col in names:
-        s[col] = cols.pop(col)
+        v = cols.pop(col)
+        s[col] = labels(v) if v.dtype == object else v
     ai_s = s["ai"].to_numpy()
+    dev_codes, dev_names = pd.factorize(s["device"].to_numpy(object), use_na_sentinel=False)
     for col in ALLOC_COLS:
         vals = allocs[col].to_numpy(object) if len(allocs) else np.array([], dtype=object)
-        s[col] = np.where(ai_s >= 0, vals[np.clip(ai_s, 0, None)] if len(vals) else None, None)
+        s[col] = labels(np.where(ai_s >= 0, vals[np.clip(ai_s, 0, None)] if len(vals) else None, None))
     for col in ("node", "rack", "sku", "vendor", "rated"):   # column by column: a join would copy the frame
-        s[col] = s["device"].map(devices[col])
+        per_device = devices[col].reindex(dev_names).to_numpy(object)[dev_codes]
+        s[col] = per_device.astype(float) if col == "rated" else labels(per_device)
     return s
 
 
@@ -249,6 +261,7 @@ def _refine(src, ds: Dataset, keys: frozenset) -> Dataset:  # noqa: ANN001
         chunk = pd.DataFrame([(d, h) for d in devs[i:i + REFINE_DEVICES] for h in by_dev[d]],
                              columns=["device", "hour"])
         parts.append(_columns(_raw_part(_raw(src, chunk, ds.allocs, ds.devices))))
+    src.done_reading()   # the last read: an export held in memory lets its raw columns go before the assembly
     return replace(ds, samples=_assemble(parts, ds.allocs, ds.devices))
 
 

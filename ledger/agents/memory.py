@@ -85,6 +85,17 @@ def _sample_frame(parts: list[tuple[str, dict[str, np.ndarray]]]) -> pd.DataFram
     return frame
 
 
+def free_large_blocks_at_once() -> None:
+    """Have glibc serve every block of 256 KiB or more from its own mapping (``mallopt(M_MMAP_THRESHOLD)``),
+    returned to the system when freed: the agents' columns are 1-12 MB arrays allocated and freed in turn,
+    which the default (a threshold that rises to 32 MB once such a block is freed) leaves as heap holes
+    counted in the process's memory. For a one-shot command such as ``ipledger analyze``; elsewhere a no-op."""
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt(-3, 256 * 1024)   # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
 def return_freed_heap() -> None:
     """Hand the heap pages of the released export and the per-device columns back to the system (glibc's
     ``malloc_trim``): they were many small blocks, the samples frame is one large mapping that cannot reuse
@@ -191,6 +202,11 @@ class ExportSamples:
 
     def hours(self) -> pd.DataFrame:
         return self._hours.copy()
+
+    def done_reading(self) -> None:
+        """No more reads: the raw columns are dropped (the device-hours stay)."""
+        self.cols = {}
+        return_freed_heap()
 
     def _frame(self, devices, columns: tuple[str, ...], mask=None) -> pd.DataFrame:  # noqa: ANN001
         out: dict[str, list] = {c: [] for c in columns}

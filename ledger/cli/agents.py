@@ -418,8 +418,11 @@ def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str |
       ipledger analyze --url http://127.0.0.1:9090 --start 2026-11-03T00:00:00Z --end 2026-11-04T00:00:00Z --step 60s
     """
     from ..agents.export_analysis import AnalysisError, analyze_collected, read_source, render_pdf
+    from ..agents.memory import free_large_blocks_at_once
     from ..safeout import OutputError, output_file
     from .importers import parse_duration, parse_time
+
+    free_large_blocks_at_once()   # one command, one process: its peak is the figure docs/performance.md holds
 
     try:
         if url:
