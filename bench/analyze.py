@@ -3,7 +3,7 @@ reading the same files and summing each metric per device; and the peak memory o
 24-hour export of 256 GPUs (target ≤ 1 GiB).
 
 The export is what a prospect sends: one `/api/v1/query_range` JSON response per metric (ledger.importers.synth,
-deterministic, dcgm-exporter labels). The subject is the real command (every agent over the parsed export,
+deterministic, dcgm-exporter labels). The subject is the real command (every agent over the export's device-hours,
 the Findings JSON); the floor is one DuckDB query over the same files. The memory figure is one run of the same
 command on a second export, MEMORY_GPUS × scale GPUs (its own interpreter, its peak resident memory).
 """
