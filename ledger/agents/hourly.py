@@ -46,7 +46,7 @@ ALLOC_COLS = ("cluster", "job_id", "run", "tenant", "partition", "qos")
 PIECE_COLS = ("device", "t", "span_end", "ai", "h", "h_del", "h_thr", "h_under", "h_starved", "h_idle", "h_missing",
               "rbucket")
 OTHER = 4   # THROTTLE_REASONS index of "other"
-REFINE_DEVICES = 8   # devices whose raw samples _refine reads and buckets at a time
+REFINE_DEVICES = 16   # devices whose raw samples _refine reads and buckets at a time
 RAW_COLS = ("dt", "sm", "clk", "power", "temp", "ecc", "row_remap_pending", "row_remap_failure", "xid", "fb", "procs",
             "act", "ratio")
 

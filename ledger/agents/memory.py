@@ -187,8 +187,10 @@ class ExportSamples:
             keep[c] = np.trunc(col) + 0.0 if c == "clock_reasons" else np.array(col, dtype=np.float64)
         self.cols[device] = keep
         t = keep["t"]
-        w = np.floor(t / segment_seconds)
-        for win in np.unique(w):   # one segment per window, as the import seals them
+        # one segment per window, as the import seals them; windows of whole hours never split an hour, so
+        # one aggregate over the device gives the same rows (each hour's samples reduced in the same order)
+        w = np.floor(t / segment_seconds) if segment_seconds % dh.HOUR else np.zeros(len(t))
+        for win in np.unique(w):
             m = w == win
             batch = {c: (keep[c][m] if c in keep else np.full(int(m.sum()), np.nan)) for c in dh.NEEDED[1:]}
             batch["device"] = np.full(int(m.sum()), device, dtype=object)
