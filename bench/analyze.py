@@ -1,9 +1,11 @@
 """Figure: `ipledger analyze` of a 24-hour, 64-GPU, 12-metric Prometheus export at 15 s, against DuckDB
-reading the same files and summing each metric per device.
+reading the same files and summing each metric per device; and the peak memory of `ipledger analyze` on a
+24-hour export of 256 GPUs (target ≤ 1 GiB).
 
 The export is what a prospect sends: one `/api/v1/query_range` JSON response per metric (ledger.importers.synth,
-deterministic, dcgm-exporter labels). The subject is the real command (import into a scratch ledger, every
-agent, the Findings JSON); the floor is one DuckDB query over the same files.
+deterministic, dcgm-exporter labels). The subject is the real command (every agent over the export's device-hours,
+the Findings JSON); the floor is one DuckDB query over the same files. The memory figure is one run of the same
+command on a second export, MEMORY_GPUS × scale GPUs (its own interpreter, its peak resident memory).
 """
 
 from __future__ import annotations
@@ -11,12 +13,17 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
-from bench.common import FeatureMissing, Figure, main_for, run_cli, timeit_interleaved
+from ledger.importers import synth
+
+from bench.common import FeatureMissing, Figure, main_for, run_cli, run_cli_measured, timeit_interleaved
 
 TITLE = "Export analysis (Prometheus export)"
 FULL_GPUS = 64
+MEMORY_GPUS = 256
+MEMORY_TARGET_MIB = 1024
 
 
 def floor_query(directory: Path) -> str:
@@ -29,10 +36,6 @@ def floor_query(directory: Path) -> str:
 def run(scale: float, repeat: int) -> Figure:
     import duckdb
 
-    try:
-        from ledger.importers import synth
-    except ImportError as exc:
-        raise FeatureMissing(TITLE, f"ledger.importers.synth not importable: {exc}") from None
     if "analyze" not in run_cli(["--help"]).stdout:
         raise FeatureMissing(TITLE, "`ipledger analyze` is not there yet")
     gpus = max(16, int(FULL_GPUS * scale))  # at least two nodes of 8
@@ -63,13 +66,34 @@ def run(scale: float, repeat: int) -> Figure:
         findings = json.loads(out["proc"].stdout)
         if len(out["floor_rows"]) != gpus * 12 or "findings" not in findings:
             raise RuntimeError("analyze or the floor did not see every device and metric")
+        shutil.rmtree(export)
+        memory = peak_memory(work / "large", max(16, int(MEMORY_GPUS * scale)))
         return Figure(key="analyze", title=TITLE, target=3.0, floor=floor_t, subjects=(subj_t,),
                       scale_note=f"{gpus} GPUs × 24 h × 12 metrics at 15 s = {gpus * 5760 * 12:,} points in "
                                  f"{len(files)} query_range files ({size / 2**20:,.0f} MiB); scale {scale:g} "
                                  f"of {FULL_GPUS} GPUs",
-                      extra={"findings": len(findings["findings"])})
+                      extra={"findings": len(findings["findings"]), **memory})
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def peak_memory(directory: Path, gpus: int) -> dict:
+    """One `ipledger analyze` of a 24-hour export of ``gpus`` GPUs: its peak resident memory and time."""
+    files = synth.write_query_range(directory, n_gpus=gpus, hours=24, cadence=15, jobs="slurm",
+                                    metrics=synth.DEFAULT_METRICS[:12])
+    size = sum(p.stat().st_size for p in files)
+    t = time.perf_counter()
+    proc, peak = run_cli_measured(["analyze", *map(str, files), "--json"])
+    took = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.strip()[-300:])
+    devices = json.loads(proc.stdout)["meta"]["devices"]
+    if devices != gpus:
+        raise RuntimeError(f"analyze saw {devices} of {gpus} devices")
+    verdict = "met" if peak <= MEMORY_TARGET_MIB else "NOT met"
+    return {f"peak memory of `ipledger analyze`, {gpus} GPUs × 24 h ({size / 2**20:,.0f} MiB JSON)":
+            f"{peak:,.0f} MiB in {took:,.0f} s (target ≤ {MEMORY_TARGET_MIB:,} MiB at {MEMORY_GPUS} GPUs: "
+            f"{verdict if gpus == MEMORY_GPUS else 'scaled down'})"}
 
 
 def main(argv: list[str] | None = None) -> Figure:

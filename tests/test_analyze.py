@@ -149,3 +149,55 @@ def test_fixture_captures_analyse_the_same_without_a_ledger(fmt, name, kw, tmp_p
     direct, via_ledger = _both_ways(collected, tmp_path)
     assert direct["meta"]["samples"] > 0
     assert json.dumps(direct, sort_keys=True) == json.dumps(via_ledger, sort_keys=True)
+
+
+def _finding_key(f: dict) -> tuple:
+    return (f["agent"], f["kind"], tuple(sorted((k, v) for k, v in f["scope"].items() if v is not None)),
+            f["start"], f["end"])
+
+
+@pytest.fixture(scope="module")
+def scenario_export(tmp_path_factory):
+    """The independent generator's export (bench/scenario.py): 64 GPUs x 24 h, one of each fault."""
+    from bench.scenario import generate, write_export
+
+    return write_export(generate(3), tmp_path_factory.mktemp("scenario") / "export.json")
+
+
+@pytest.mark.parametrize("which", ["demo", "scenario"])
+def test_analysis_over_device_hours_equals_every_sample(which, export, scenario_export):
+    """`ipledger analyze`'s default (every agent over the export's device-hours, the raw samples read only for
+    the findings' scopes and windows) against `--samples` (every agent over every sample): the same findings
+    (kinds, scopes, windows), GPU-hours within 1 %, the same evidence, the same account and sample count."""
+    from ledger.agents.export_analysis import analyze_collected
+    from ledger.importers import prometheus
+
+    path = export[0] if which == "demo" else scenario_export
+    hours = analyze_collected(prometheus.read([path]), consume=True).to_json()
+    full = analyze_collected(prometheus.read([path]), consume=True, samples=True).to_json()
+    want = {_finding_key(f): f for f in full["findings"]}
+    got = {_finding_key(f): f for f in hours["findings"]}
+    assert got.keys() == want.keys() and want
+    kinds = {k[1] for k in want}
+    assert {"hot_because_cooling", "xid"} <= kinds
+    if which == "scenario":
+        assert {"power_cap", "idle_held", "starved", "unknown_gap", "ecc_drift"} <= kinds
+    for k, f in want.items():
+        g = got[k]
+        assert abs(g["gpu_hours"] - f["gpu_hours"]) <= 0.01 * max(f["gpu_hours"], 1e-9), k
+        assert g["evidence"] == f["evidence"], k
+    for col in ("paid", "delivered", "lost"):
+        assert abs(hours["account"][col] - full["account"][col]) <= 1e-3, col
+    assert hours["meta"]["samples"] == full["meta"]["samples"] == full["import"]["samples"]
+    assert hours["import"] == full["import"] and hours["devices"] == full["devices"]
+
+
+def test_analyze_samples_option_is_the_full_resolution(runner, cli, export):
+    """`--samples` through the CLI: the per-sample reference gives the same findings as the default."""
+    path = str(export[0])
+    default = json.loads(runner.invoke(cli, ["analyze", path, "--json"]).output)
+    full = runner.invoke(cli, ["analyze", path, "--json", "--samples"])
+    assert full.exit_code == 0, full.output
+    full = json.loads(full.output)
+    assert {_finding_key(f) for f in default["findings"]} == {_finding_key(f) for f in full["findings"]}
+    assert default["meta"]["samples"] == full["meta"]["samples"] > 0

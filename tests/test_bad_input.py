@@ -240,7 +240,8 @@ def _big_value(m: str, k: int) -> str:
 
 
 def write_big(kind: str, path: Path, size: int) -> None:
-    """A synthetic export of about ``size`` bytes: 64 GPUs at 1 s (long CSV, JSON Lines) or a dmon capture."""
+    """A synthetic export of about ``size`` bytes: 64 GPUs at 1 s (long CSV, JSON Lines, one query_range JSON
+    response) or a dmon capture."""
     with open(path, "w", encoding="utf-8") as f:
         k = 0
         if kind == "csv":
@@ -261,6 +262,17 @@ def write_big(kind: str, path: Path, size: int) -> None:
                         f.write('{"status":"success","data":{"resultType":"matrix","result":[{"metric":'
                                 f'{metric},"values":[{pts}]}}]}}}}\n')
                 k += 1
+        elif kind == "json":   # one query_range response: a long series per GPU and metric at 1 s
+            n = max(1, size // (BIG_GPUS * len(BIG_METRICS) * 22))
+            f.write('{"status":"success","data":{"resultType":"matrix","result":[')
+            for j, (g, m) in enumerate((g, m) for g in range(BIG_GPUS) for m in BIG_METRICS):
+                metric = json.dumps({"__name__": m, **_big_labels(g)}, separators=(",", ":"))
+                f.write(("," if j else "") + '{"metric":' + metric + ',"values":[')
+                for a in range(0, n, 10_000):
+                    f.write(("," if a else "") + ",".join(f'[{T0 + i},"{_big_value(m, i + g)}"]'
+                                                          for i in range(a, min(n, a + 10_000))))
+                f.write("]}")
+            f.write("]}}")
         else:
             f.write(f"# ipledger: start={T0:.0f} interval_ms=1000 node=n1\n")
             header = "#Entity   GPUTL  POWER  SMCLK  SMACT  TMPTR  FBUSD  MCUTL  MMCLK\nID\n"
@@ -300,10 +312,10 @@ def test_huge_exports_are_imported_within_a_memory_bound(tmp_path, soak):
     """Peak RSS of the importing process grows with what was parsed, not with the file: baseline + 250 MB +
     24 bytes a value (the columns, 16 bytes, with their growth slack) + 2 KB a sample of one device (its timeline
     while it is written). The text is streamed, never held whole: a 1 GB file would otherwise add 2 GB (bytes
-    and str) by itself. ``make test``: 0.4 MB of each format in one process; ``--soak``: 1 GB each, a process
-    each. Figures: docs/telemetry.md, "Bad input"."""
+    and str) by itself, and a query_range response read by ``json.loads`` ten times its size. ``make test``:
+    0.4 MB of each format in one process; ``--soak``: 1 GB each, a process each. Figures: docs/telemetry.md, "Bad input"."""
     size = 1_000_000_000 if soak else 400_000
-    groups = [["csv"], ["jsonl"], ["dmon"]] if soak else [["csv", "jsonl", "dmon"]]
+    groups = [["csv"], ["jsonl"], ["json"], ["dmon"]] if soak else [["csv", "jsonl", "json", "dmon"]]
     for kinds in groups:
         jobs = []
         for kind in kinds:

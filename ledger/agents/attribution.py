@@ -256,7 +256,8 @@ def power_cap(ds: Dataset) -> list[Finding]:
     """Node scale when most of a node's loaded samples are capped; device scale for one capped GPU of a node
     (a misset limit on one board) when its loss passes an absolute floor."""
     s = ds.samples
-    loaded = s[s["running"] & (s["act"] >= 0.2)]
+    # the columns _capped_hours reads: a copy of every column of the loaded samples is most of the frame
+    loaded = s.loc[s["running"] & (s["act"] >= 0.2), ["node", "device", "t", "rbucket", "h_thr"]]
     if not len(loaded):
         return []
     out = []
@@ -313,20 +314,24 @@ def _who(job: str, tenant: str | None) -> str:
     return f"job {job} (tenant {tenant})" if tenant else f"run {job}"
 
 
+RUN_KEY = ("cluster", "job_id", "run")
+
+
 def _runs(frame: pd.DataFrame) -> pd.core.groupby.DataFrameGroupBy:
     return frame.groupby(["cluster", "job_id", "run"], dropna=False)
 
 
 def _run_rows(s: pd.DataFrame):  # noqa: ANN202
-    """(cluster, job, run) -> that run's samples, from one groupby (not a scan per run)."""
-    idx = s[s["ai"] >= 0].groupby(["cluster", "job_id", "run"], dropna=False).indices
-    sub = s[s["ai"] >= 0]
-    return lambda key: sub.iloc[idx[key]] if key in idx else sub.iloc[0:0]
+    """(cluster, job, run) -> that run's samples, from one groupby (not a scan per run, nor a copy of the
+    allocated samples: the rows are taken from ``s`` when asked for)."""
+    alloc = np.flatnonzero(s["ai"].to_numpy() >= 0)
+    idx = s.iloc[alloc][list(RUN_KEY)].groupby(list(RUN_KEY), dropna=False).indices
+    return lambda key: s.iloc[alloc[idx[key]]] if key in idx else s.iloc[0:0]
 
 
 def starved(ds: Dataset) -> list[Finding]:
     s = ds.samples
-    st = s[s["h_starved"] > 0]
+    st = s.loc[s["h_starved"] > 0, [*RUN_KEY, "t", "device", "h_starved", "tenant", "sku", "node"]]
     if not len(st):
         return []
     hours_by_hour = st.groupby((st["t"] // HOUR) * HOUR)["job_id"].nunique()
@@ -399,9 +404,9 @@ def idle_held(ds: Dataset, exclude: pd.Series | None = None) -> list[Finding]:
     mask = s["h_idle"] > 0
     if exclude is not None:
         mask &= ~exclude
-    idle = s[mask]
+    idle = s.loc[mask, [*RUN_KEY, "t", "device", "h_idle", "tenant", "sku", "node"]]
     out = []
-    paid = _runs(s[s["ai"] >= 0])["h"].sum()
+    paid = _runs(s.loc[s["ai"] >= 0, [*RUN_KEY, "h"]])["h"].sum()
     rows_of = _run_rows(s)
     for (cluster, job, run), g in _runs(idle):
         hours = float(g["h_idle"].sum())

@@ -5,6 +5,11 @@
 By default the agents read the parsed export directly (:mod:`ledger.agents.memory`); with ``keep`` the export
 is imported into a SQLite ledger at that path and the agents read it back (the same analysis, tested).
 Nothing is written anywhere else.
+
+By default they run over the export's device-hours with the raw samples their findings need
+(:func:`ledger.agents.hourly.compact_dataset`: memory grows with devices x hours plus 8 B a measured value);
+``samples=True`` runs them over every sample (the full-resolution reference, a per-sample frame of ≈ 380 B a
+sample and the agents' work over it). tests/test_analyze.py holds the two to the same findings.
 """
 
 from __future__ import annotations
@@ -43,28 +48,46 @@ def read_source(fmt: str, sources: list[str], **kw):  # noqa: ANN003, ANN201
 
 def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb",  # noqa: ANN001
                       topology: dict | None = None, sources: list[str] | None = None,
-                      progress: Callable[[int, int], None] | None = None) -> Analysis:
+                      progress: Callable[[int, int], None] | None = None, consume: bool = False,
+                      samples: bool = False) -> Analysis:
+    """The analysis of a parsed export (see the module doc). ``consume``: the caller is done with
+    ``collected``; its values are dropped device by device while the agents' samples are built (it keeps its
+    devices, contexts and report), so a large export is not held twice. ``samples``: every agent over every
+    sample instead of over device-hours."""
     from ..importers import pipeline
+    from . import hourly
 
     if not collected.series:
         raise AnalysisError(f"{collected.path}: no telemetry this importer maps (see docs/telemetry.md)")
-    if keep is None:  # no ledger asked for: the agents run on the parsed export directly
+    opts = pipeline.ImportOptions(cluster=cluster)
+    if keep is None and samples:  # no ledger asked for: the agents run on the parsed export directly
         from .memory import dataset_from_collected
 
-        ds, res = dataset_from_collected(collected, pipeline.ImportOptions(cluster=cluster), topology=topology,
-                                         progress=progress)
-        analysis = run_agents(ds)
-        analysis.context = _context(collected, res, analysis, sources or [])
-        return analysis
+        ds, res = dataset_from_collected(collected, opts, topology=topology, progress=progress, release=consume)
+        return _finish(run_agents(ds), collected, res, sources)
+    if keep is None:
+        from .memory import hourly_from_collected, return_freed_heap
+
+        scan, src, res = hourly_from_collected(collected, opts, progress=progress, release=consume)
+        ds = hourly.compact_dataset(scan, src, topology, detail=True)
+        del src   # the export's raw columns: what the agents need of them is in the dataset now
+        return_freed_heap()
+        return _finish(run_agents(ds), collected, res, sources)
     if keep.exists():
         keep.unlink()
     engine = db_mod.make_engine(f"sqlite:///{keep}")
     try:
         db_mod.upgrade(engine)
-        res = pipeline.write(engine, collected, pipeline.ImportOptions(cluster=cluster), progress=progress)
-        analysis = analyze(engine, topology=topology)
+        res = pipeline.write(engine, collected, opts, progress=progress)
+        analysis = analyze(engine, topology=topology) if samples else hourly.analyze(engine, topology=topology)
     finally:
         engine.dispose()
+    return _finish(analysis, collected, res, sources)
+
+
+def _finish(analysis: Analysis, collected, res, sources: list[str] | None) -> Analysis:  # noqa: ANN001
+    # the samples analysed are the export's, whichever rows (samples or device-hours) the agents' frame held
+    analysis.meta["samples"] = res.samples
     analysis.context = _context(collected, res, analysis, sources or [])
     return analysis
 
@@ -75,7 +98,8 @@ def _context(collected, res, analysis: Analysis, sources: list[str]) -> dict:  #
         p = Path(s)
         entry = {"kind": "prometheus", "name": p.name}
         if p.is_file():
-            entry["sha256"] = hashlib.sha256(p.read_bytes()).hexdigest()
+            with p.open("rb") as f:   # a digest of a file of gigabytes, a MiB at a time
+                entry["sha256"] = hashlib.file_digest(f, "sha256").hexdigest()
         src.append(entry)
     covered = sum(d.get("covered_s", 0.0) for d in res.per_device.values())
     unknown = sum(d.get("unknown_s", 0.0) for d in res.per_device.values())

@@ -46,6 +46,7 @@ ALLOC_COLS = ("cluster", "job_id", "run", "tenant", "partition", "qos")
 PIECE_COLS = ("device", "t", "span_end", "ai", "h", "h_del", "h_thr", "h_under", "h_starved", "h_idle", "h_missing",
               "rbucket")
 OTHER = 4   # THROTTLE_REASONS index of "other"
+REFINE_DEVICES = 16   # devices whose raw samples _refine reads and buckets at a time
 RAW_COLS = ("dt", "sm", "clk", "power", "temp", "ecc", "row_remap_pending", "row_remap_failure", "xid", "fb", "procs",
             "act", "ratio")
 
@@ -58,9 +59,46 @@ def load_compact(engine: Engine, through_seq: int | None = None, topology: dict 
     with engine.connect() as conn:
         for ce in iter_entries(conn, through_seq=through_seq):
             scan.add(ce)
-        hrs = dh.merged_frame(conn)
-        ds = _compact(conn, scan, hrs, topology)
-        return _refine(conn, ds, detail_hours(ds, hrs)) if detail else ds
+        return compact_dataset(scan, LedgerSamples(conn), topology, detail)
+
+
+def compact_dataset(scan: EntryScan, src: "LedgerSamples", topology: dict | None = None,  # noqa: F821
+                    detail: bool = False) -> Dataset:
+    """:func:`load_compact` from what the entries said and a source of device-hours and raw samples (the
+    ledger's, or an export's held in memory: :class:`ledger.agents.memory.ExportSamples`)."""
+    hrs = src.hours()
+    ds = _compact(src, scan, hrs, topology)
+    return _refine(src, ds, detail_hours(ds, hrs)) if detail else ds
+
+
+class LedgerSamples:
+    """The ledger's stored device-hours (merged over segments) and its sample blocks, as :func:`compact_dataset`
+    reads them."""
+
+    def __init__(self, conn) -> None:  # noqa: ANN001 - a Connection
+        self.conn = conn
+
+    def hours(self) -> pd.DataFrame:
+        return dh.merged_frame(self.conn)
+
+    def done_reading(self) -> None:
+        """No more reads (the ledger's samples stay where they are)."""
+
+    def device_samples(self, devices: list[str], columns: tuple[str, ...]) -> pd.DataFrame:
+        """Every sample of these devices, these columns."""
+        return read_samples(self.conn, devices=devices, columns=columns).to_pandas()
+
+    def hour_samples(self, want: dict[str, set]) -> pd.DataFrame:
+        """The samples (SAMPLE_READ_COLUMNS) of these hours per device."""
+        sids = dh.segments_of(self.conn, {(d, h) for d, hs in want.items() for h in hs})
+        tables = []
+        for dev, table in iter_sample_pieces(self.conn, segment_ids=sids, devices=sorted(want),
+                                             columns=SAMPLE_READ_COLUMNS):
+            hb = (float_values(table.column("t")) // dh.HOUR) * dh.HOUR
+            keep = np.isin(hb, list(want[dev]))
+            if keep.any():
+                tables.append(table.filter(pa.array(keep)))
+        return pa.concat_tables(tables).to_pandas() if tables else pd.DataFrame(columns=list(SAMPLE_READ_COLUMNS))
 
 
 def cadence_of(hrs: pd.DataFrame) -> float:
@@ -80,13 +118,13 @@ def cadence_of(hrs: pd.DataFrame) -> float:
     return float(mean_dt[order][np.searchsorted(cum, (total + 1) / 2.0, side="left")])
 
 
-def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None) -> Dataset:  # noqa: ANN001
+def _compact(src, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None) -> Dataset:  # noqa: ANN001
     devices = devices_frame(scan, sorted(hrs["device"].unique()) if len(hrs) else [], topology)
     allocs = allocations_frame(scan)
     cadence = cadence_of(hrs)
     start, end = close_allocations(allocs, float(hrs["t_first"].min()) if len(hrs) else None,
                                    float(hrs["t_last"].max()) + cadence if len(hrs) else 0.0)
-    _rate_fallback(conn, devices)
+    _rate_fallback(src, devices)
     rated = hrs["device"].map(devices["rated"]).to_numpy(float) if len(hrs) else np.zeros(0)
     ai, edge = _assign_hours(hrs, allocs)
     clipped = hrs["clk_max"].to_numpy(float) > np.where(np.isnan(rated), np.inf, rated)
@@ -98,7 +136,7 @@ def _compact(conn, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None) ->
     times = []
     raw_keys = hrs[refine | gap_room][["device", "hour"]]
     if len(raw_keys):
-        raw = _raw(conn, raw_keys, allocs, devices)
+        raw = _raw(src, raw_keys, allocs, devices)
         want = set(zip(hrs.loc[refine, "device"], hrs.loc[refine, "hour"]))
         sel = _in_keys(raw["device"], (raw["t"] // dh.HOUR) * dh.HOUR, want)
         parts.append(_raw_part(raw[sel]))
@@ -119,42 +157,112 @@ def _raw_part(raw: pd.DataFrame) -> pd.DataFrame:
     return raw[keep].assign(span_end=raw["t"].to_numpy())
 
 
+def _columns(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """A frame's columns as arrays of their own (none a view of a shared block), so each can be freed alone;
+    a text column as references to one string per distinct value (not a new string object per row)."""
+    out = {}
+    for c in frame.columns:
+        col = frame[c]
+        if col.dtype.kind in "biufcmM":
+            out[c] = col.to_numpy(copy=True)
+        else:
+            codes, uniq = pd.factorize(col, use_na_sentinel=False)
+            out[c] = np.asarray(uniq, dtype=object)[codes]
+    return out
+
+
 def _assemble(parts: list, allocs: pd.DataFrame, devices: pd.DataFrame) -> pd.DataFrame:
     """The dataset's rows from pieces, raw samples and sample times, in (device, t) order, labelled with their
-    run and device."""
-    s = pd.concat([p for p in parts if len(p)] or [pd.DataFrame(columns=list(PIECE_COLS))], ignore_index=True)
-    for col in RAW_COLS:   # no raw sample read: the columns the agents read of one are there, unmeasured
-        if col not in s:
-            s[col] = np.nan
-    s["span_end"] = s["span_end"].fillna(s["t"]).astype(float)
-    for col in PIECE_COLS[4:]:
-        s[col] = pd.to_numeric(s[col], errors="coerce").fillna(OTHER if col == "rbucket" else 0.0)
-    s["ai"] = s["ai"].astype(np.int64)
-    for col in ("running", "resident"):   # a piece or a time row is no sample the count-based agents look at
-        s[col] = s[col].astype("boolean").fillna(False).astype(bool) if col in s else False
-    s = s.sort_values(["device", "t"], kind="stable").reset_index(drop=True)
+    run and device. Built a column at a time, each part's column dropped once copied (``parts``, frames or
+    :func:`_columns` dicts, is emptied), so the rows are held about once, not once per step."""
+    parts = [p if isinstance(p, dict) else _columns(p) for p in parts if len(p)]
+    if not parts:
+        parts = [{c: np.zeros(0, dtype=object if c == "device" else float) for c in PIECE_COLS}]
+    sizes = [len(p["t"]) for p in parts]
+    labels = (*ALLOC_COLS, "node", "rack", "sku", "vendor", "rated")   # set below from the run and the device
+    names = [c for c in dict.fromkeys(c for p in parts for c in p) if c not in labels]
+    # no raw sample read: the columns the agents read of one are there, unmeasured (and no sample running)
+    names += [c for c in (*RAW_COLS, "running", "resident") if c not in names]
+
+    def blank(col: str, n: int) -> np.ndarray:
+        if col == "device":
+            return np.full(n, None, dtype=object)
+        if col in ("running", "resident"):   # a piece or a time row is no sample the count-based agents look at
+            return np.zeros(n, dtype=bool)
+        if col == "rbucket":
+            return np.full(n, float(OTHER))
+        return np.full(n, 0.0 if col in PIECE_COLS[4:] else np.nan)
+
+    cols: dict[str, np.ndarray] = {}
+    for col in names:
+        pieces = [p.pop(col) if col in p else blank(col, n) for p, n in zip(parts, sizes)]
+        kinds = {x.dtype.kind for x in pieces}
+        if col == "device" or "O" in kinds:
+            v = np.concatenate([x.astype(object) for x in pieces])
+        elif col in ("running", "resident"):
+            v = np.concatenate([pd.array(x, dtype="boolean").fillna(False).to_numpy(bool) for x in pieces])
+        else:
+            v = np.concatenate([x.astype(float) for x in pieces])
+        del pieces
+        if col in PIECE_COLS[4:]:
+            v = np.where(np.isnan(v), float(OTHER) if col == "rbucket" else 0.0, v)
+        cols[col] = v
+    parts.clear()
+    cols["span_end"] = np.where(np.isnan(cols["span_end"]), cols["t"], cols["span_end"])
+    cols["ai"] = cols["ai"].astype(np.int64)
+    dev, t = cols["device"], cols["t"]
+    if not _in_order(dev, t):
+        codes = pd.factorize(dev, sort=True)[0]
+        order = np.lexsort((t, codes))   # stable: (device, t) as a stable sort_values gives it
+        for col in names:   # a column at a time: one extra column held, not a sorted copy of the frame
+            cols[col] = cols[col][order]
+    index = pd.RangeIndex(len(cols["t"]))
+    s = pd.DataFrame(index=index)
+
+    def labels(v: np.ndarray) -> pd.Series:
+        # references to a few shared strings (8 B a row), not a string column's copy of each row's text
+        return pd.Series(v, index=index, dtype=object, copy=False)
+
+    for col in names:
+        v = cols.pop(col)
+        s[col] = labels(v) if v.dtype == object else v
     ai_s = s["ai"].to_numpy()
+    dev_codes, dev_names = pd.factorize(s["device"].to_numpy(object), use_na_sentinel=False)
     for col in ALLOC_COLS:
         vals = allocs[col].to_numpy(object) if len(allocs) else np.array([], dtype=object)
-        s[col] = np.where(ai_s >= 0, vals[np.clip(ai_s, 0, None)] if len(vals) else None, None)
+        s[col] = labels(np.where(ai_s >= 0, vals[np.clip(ai_s, 0, None)] if len(vals) else None, None))
     for col in ("node", "rack", "sku", "vendor", "rated"):   # column by column: a join would copy the frame
-        s[col] = s["device"].map(devices[col])
+        per_device = devices[col].reindex(dev_names).to_numpy(object)[dev_codes]
+        s[col] = per_device.astype(float) if col == "rated" else labels(per_device)
     return s
 
 
-def _refine(conn, ds: Dataset, keys: frozenset) -> Dataset:  # noqa: ANN001
-    """The dataset with these device-hours' raw samples in place of their rows (pieces or sample times)."""
+def _in_order(dev: np.ndarray, t: np.ndarray) -> bool:
+    """Whether the rows are in (device, t) order (what sorting would give)."""
+    return bool(np.all((dev[1:] > dev[:-1]) | ((dev[1:] == dev[:-1]) & (t[1:] >= t[:-1]))))
+
+
+def _refine(src, ds: Dataset, keys: frozenset) -> Dataset:  # noqa: ANN001
+    """The dataset with these device-hours' raw samples in place of their rows (pieces or sample times), read
+    and bucketed :data:`REFINE_DEVICES` devices at a time (the reading's copies are a chunk's, not the fleet's)."""
     from dataclasses import replace
 
     if not keys:
         return ds
     s = ds.samples
-    kept = s[~_in_keys(s["device"], (s["t"] // dh.HOUR) * dh.HOUR, keys)]
+    kept = _columns(s[~_in_keys(s["device"], (s["t"] // dh.HOUR) * dh.HOUR, keys)])
     ds.samples = s = None   # the caller's dataset is rebuilt: its full frame is not kept beside the new one
-    raw = _raw(conn, pd.DataFrame(sorted(keys), columns=["device", "hour"]), ds.allocs, ds.devices)
-    part = _raw_part(raw)
-    del raw
-    return replace(ds, samples=_assemble([kept, part], ds.allocs, ds.devices))
+    by_dev: dict[str, list] = {}
+    for dev, hour in sorted(keys):
+        by_dev.setdefault(dev, []).append(hour)
+    devs = sorted(by_dev)
+    parts = [kept]
+    for i in range(0, len(devs), REFINE_DEVICES):
+        chunk = pd.DataFrame([(d, h) for d in devs[i:i + REFINE_DEVICES] for h in by_dev[d]],
+                             columns=["device", "hour"])
+        parts.append(_columns(_raw_part(_raw(src, chunk, ds.allocs, ds.devices))))
+    src.done_reading()   # the last read: an export held in memory lets its raw columns go before the assembly
+    return replace(ds, samples=_assemble(parts, ds.allocs, ds.devices))
 
 
 def _in_keys(device: pd.Series, hour: pd.Series, keys) -> np.ndarray:  # noqa: ANN001 - a set of (device, hour)
@@ -165,13 +273,12 @@ def _in_keys(device: pd.Series, hour: pd.Series, keys) -> np.ndarray:  # noqa: A
     return pd.MultiIndex.from_arrays([device.to_numpy(object), hour.to_numpy(float)]).isin(want)
 
 
-def _rate_fallback(conn, devices: pd.DataFrame) -> None:  # noqa: ANN001
+def _rate_fallback(src, devices: pd.DataFrame) -> None:  # noqa: ANN001
     """Devices without a rated clock get the method's fallback from their own raw clocks (one column read)."""
     missing = [d for d, r in devices["rated"].items() if r is None or r != r]
     if not missing:
         return
-    s = read_samples(conn, devices=missing, columns=("device", "t", "sm_active", "tensor_active", "gpu_util",
-                                                     "sm_clock_mhz")).to_pandas()
+    s = src.device_samples(missing, ("device", "t", "sm_active", "tensor_active", "gpu_util", "sm_clock_mhz"))
     s = s.rename(columns={"sm_active": "sm", "tensor_active": "tensor", "sm_clock_mhz": "clk"})
     s["rated"] = np.nan
     _fill_rated(s, devices)
@@ -233,17 +340,9 @@ def _pieces(h: pd.DataFrame, ai: np.ndarray, rated: np.ndarray, runs: np.ndarray
     return pd.concat([base, *extra], ignore_index=True)
 
 
-def _raw(conn, keys: pd.DataFrame, allocs: pd.DataFrame, devices: pd.DataFrame) -> pd.DataFrame:  # noqa: ANN001
+def _raw(src, keys: pd.DataFrame, allocs: pd.DataFrame, devices: pd.DataFrame) -> pd.DataFrame:  # noqa: ANN001
     """The raw samples of these device-hours, bucketed by the full-resolution code (data._assign, _buckets)."""
-    want = keys.groupby("device")["hour"].agg(set).to_dict()
-    sids = dh.segments_of(conn, set(zip(keys["device"], keys["hour"])))
-    tables = []
-    for dev, table in iter_sample_pieces(conn, segment_ids=sids, devices=sorted(want), columns=SAMPLE_READ_COLUMNS):
-        hb = (float_values(table.column("t")) // dh.HOUR) * dh.HOUR
-        keep = np.isin(hb, list(want[dev]))
-        if keep.any():
-            tables.append(table.filter(pa.array(keep)))
-    s = pa.concat_tables(tables).to_pandas() if tables else pd.DataFrame(columns=list(SAMPLE_READ_COLUMNS))
+    s = src.hour_samples(keys.groupby("device")["hour"].agg(set).to_dict())
     s = _assign(sample_frame(s), allocs)
     s["rated"] = s["device"].map(devices["rated"])
     _buckets(s)

@@ -405,8 +405,10 @@ def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool) -
 @click.option("--keep-ledger", type=click.Path(dir_okay=False),
               help="Also import the export into a SQLite ledger at this path (the agents then read it back; "
                    "the same analysis). Without it no ledger is written.")
+@click.option("--samples", "from_samples", is_flag=True, help=SAMPLES_HELP)
 def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str | None, end: str | None,
-                step: str | None, node: str | None, as_json: bool, pdf: str | None, keep_ledger: str | None) -> None:
+                step: str | None, node: str | None, as_json: bool, pdf: str | None, keep_ledger: str | None,
+                from_samples: bool) -> None:
     """an export analysed in one shot: run every agent over a telemetry export (nothing is written unless --keep-ledger).
 
     \b
@@ -416,8 +418,11 @@ def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str |
       ipledger analyze --url http://127.0.0.1:9090 --start 2026-11-03T00:00:00Z --end 2026-11-04T00:00:00Z --step 60s
     """
     from ..agents.export_analysis import AnalysisError, analyze_collected, read_source, render_pdf
+    from ..agents.memory import free_large_blocks_at_once
     from ..safeout import OutputError, output_file
     from .importers import parse_duration, parse_time
+
+    free_large_blocks_at_once()   # one command, one process: its peak is the figure docs/performance.md holds
 
     try:
         if url:
@@ -438,7 +443,7 @@ def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str |
             collected = read_source(fmt, list(source), start=parse_time(start, "--start"),
                                     interval=parse_duration(step, "--step"), node=node)
         analysis = analyze_collected(collected, keep=Path(keep_ledger) if keep_ledger else None,
-                                     sources=list(source))
+                                     sources=list(source), consume=True, samples=from_samples)
         if pdf:
             with output_file(pdf) as tmp:
                 render_pdf(analysis, tmp)

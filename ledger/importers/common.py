@@ -181,7 +181,7 @@ class Collected:
         Returns the timestamps as an array, or None (and stores nothing) when a value needs the per-value path: text markers such as
         ``N/A``, or anything numpy does not read as a number; that path then explains or rejects it.
         """
-        # float columns (the columnar reader's) are numbers by construction; lists are checked value by value
+        # float columns are numbers by construction; lists are checked value by value
         if not (isinstance(raws, np.ndarray) and raws.dtype == np.float64) and not set(map(type, raws)) <= {str, float, int}:
             return None
         try:

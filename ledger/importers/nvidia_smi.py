@@ -17,9 +17,10 @@ import re
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterable
 
 from ..telemetry.timeline import BadValue, clean
-from .common import Collected, CsvReader, DeviceInfo, InputError, decode_text, small_index
+from .common import Collected, CsvReader, DeviceInfo, InputError, decode_text, read_lines, small_index
 
 # query name -> (Sample field, scale)
 QUERY_FIELDS = {
@@ -69,14 +70,17 @@ def _value(s: str) -> str:
     return m.group(1) if m and not s.startswith("[") else s
 
 
-def parse_csv(text: str, path: str = "<input>", *, start: float | None = None, interval: float | None = None,
-              node: str | None = None) -> Collected:
+def parse_csv(text: str | Iterable[str], path: str = "<input>", *, start: float | None = None,
+              interval: float | None = None, node: str | None = None) -> Collected:
+    """``--format=csv`` output: the text, or its lines as :func:`common.read_lines` yields them (a long capture
+    is then never held whole; the same rows, lines split as ``str.splitlines`` splits them)."""
     node = node or "unknown-node"
     c = Collected("nvidia_smi_csv", path=path, cadence=interval)
-    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith(("$", "#"))]
+    pieces = text.splitlines() if isinstance(text, str) else (p for ln in text for p in ln.splitlines())
+    lines = (ln + "\n" for ln in pieces if ln.strip() and not ln.lstrip().startswith(("$", "#")))
     header: list[str] | None = None
     tick, seen = -1, set()
-    for n, row in enumerate(CsvReader("\n".join(lines), path, skipinitialspace=True), start=1):
+    for n, row in enumerate(CsvReader(lines, path, skipinitialspace=True), start=1):
         names = [h.split(" [")[0].strip() for h in row]
         if _is_header(names):
             header = names
@@ -282,5 +286,10 @@ def parse(text: str, path: str = "<input>", **kw) -> Collected:
 
 
 def read(path: str | Path, **kw) -> Collected:
+    """A capture file: CSV read line by line, XML whole (one document per query; :func:`parse_xml`)."""
     p = Path(path)
+    with open(p, "rb") as f:
+        head = f.read(4096)
+    if head.strip() and b"\x00" not in head and not head.decode("utf-8", "ignore").lstrip().startswith("<"):
+        return parse_csv(read_lines(p), str(p), **kw)
     return parse(decode_text(p.read_bytes(), str(p)), str(p), **kw)

@@ -20,12 +20,11 @@ import urllib.request
 import zipfile
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
-
-import numpy as np
+from typing import BinaryIO, Callable, Iterable, Mapping
 
 from .common import Collected, CsvReader, Context, DeviceInfo, InputError, decode_text, noise_reason, read_lines
 from .dcgm_fields import BY_NAME
+from .prometheus_stream import WholeFile, add_result_series, check_response, read_query_range
 
 MAX_POINTS_PER_SERIES = 11_000    # Prometheus refuses (end-start)/step above this (web/api/v1/api.go)
 CHUNK_POINTS = 10_000             # what we ask for per call, with margin
@@ -155,24 +154,6 @@ def _add_columns(c: Collected, dev: str, ctx: Context | None, spec, ts: list, ra
     return True
 
 
-def add_series_columns(c: Collected, labels: Mapping[str, str], ts: Sequence[float], values: Sequence[float],
-                       place: str) -> None:
-    """:func:`add_series` for a series already split into float times and values (the columnar reader)."""
-    spec = BY_NAME.get(labels.get("__name__", ""))
-    if spec is None:
-        c.note_unmapped(labels.get("__name__", ""))
-        return
-    c.note_mapped(labels["__name__"], spec.target)
-    dev = device_from_labels(labels, c)
-    ctx = context_from_labels(labels)
-    if len(ts) and not _add_columns(c, dev, ctx, spec, ts, values, place):
-        add_series(c, labels, list(zip(_floats(ts), _floats(values))), place)
-
-
-def _floats(xs) -> list:  # noqa: ANN001
-    return xs.tolist() if isinstance(xs, np.ndarray) else list(xs)
-
-
 def _load_json(text: str, path: str, line_offset: int = 0):
     try:
         return json.loads(text)
@@ -185,22 +166,9 @@ def _load_json(text: str, path: str, line_offset: int = 0):
 
 
 def _add_response(c: Collected, doc, place: str) -> None:
-    if not isinstance(doc, dict) or "data" not in doc:
-        raise InputError(c.path, place, "not a Prometheus API response (no \"data\")")
-    if doc.get("status", "success") != "success":
-        raise InputError(c.path, place, f"Prometheus error: {doc.get('error', doc.get('status'))}")
-    data = doc["data"]
-    rtype = data.get("resultType") if isinstance(data, dict) else None
-    result = data.get("result") if isinstance(data, dict) else None
-    if rtype not in ("matrix", "vector") or not isinstance(result, list):
-        raise InputError(c.path, place, f"expected resultType matrix or vector, got {rtype!r}")
+    rtype, result = check_response(c, doc, place)
     for k, series in enumerate(result):
-        if not isinstance(series, dict) or not isinstance(series.get("metric"), dict):
-            raise InputError(c.path, f"{place} result[{k}]", "series without a \"metric\" object")
-        pts = series.get("values") if rtype == "matrix" else [series.get("value")]
-        if not isinstance(pts, list):
-            raise InputError(c.path, f"{place} result[{k}]", "series without \"values\"")
-        add_series(c, series["metric"], pts, f"{place} result[{k}]".strip())
+        add_result_series(c, k, series, rtype, place, add_series)
 
 
 def parse_query_range(text: str, path: str = "<input>") -> Collected:
@@ -417,10 +385,7 @@ def _parse_kind(text: str, path: str, default_ts: float | None) -> Collected:
 
 
 def _members(path: Path) -> Iterable[tuple[str, bytes]]:
-    if path.is_dir():
-        for p in sorted(q for q in path.rglob("*") if q.is_file()):
-            yield str(p), p.read_bytes()
-    elif tarfile.is_tarfile(path):
+    if tarfile.is_tarfile(path):
         with tarfile.open(path) as tf:
             for m in sorted((m for m in tf.getmembers() if m.isfile()), key=lambda m: m.name):
                 f = tf.extractfile(m)
@@ -430,36 +395,30 @@ def _members(path: Path) -> Iterable[tuple[str, bytes]]:
         with zipfile.ZipFile(path) as zf:
             for name in sorted(n for n in zf.namelist() if not n.endswith("/")):
                 yield f"{path}:{name}", zf.read(name)
-    else:
-        yield str(path), path.read_bytes()
 
 
 def read(paths: str | Path | Iterable[str | Path], default_ts: float | None = None) -> Collected:
-    """One file, several files, a directory, or a tar/zip of exports, merged into one collection."""
+    """One file, several files, a directory, or a tar/zip of exports, merged into one collection (in the order
+    given, a directory's files sorted by name). Files on disk are never held whole (see :func:`_read_file`)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    from .prometheus_columnar import read_files
-
-    members: list[tuple[str, str, bool]] = []   # (name, text, a file on disk)
-    streamed: list[Collected] = []
+    files: list[Path | tuple[str, bytes]] = []   # a file on disk, or an archive member's (name, bytes)
     for p in paths:
         p = Path(p)
         if not p.exists():
             raise InputError(str(p), "", "no such file or directory")
-        c = _stream(p, default_ts)
-        if c is not None:
-            streamed.append(c)
-            continue
-        for name, data in _members(p):
-            if name.endswith((".source.txt", ".md")):
-                continue
-            members.append((name, decode_text(data, name), p.is_dir() or name == str(p)))
-    # query_range JSON files on disk: DuckDB reads them all at once; the rest (and any it declines) per value
-    fast = read_files({name: text for name, text, on_disk in members
-                       if on_disk and not name.lower().endswith(".csv") and sniff(text) == "json"},
-                      add_series_columns)
+        if p.is_dir():
+            files.extend(q for q in sorted(p.rglob("*")) if q.is_file() and not _aside(q.name))
+        elif tarfile.is_tarfile(p) or zipfile.is_zipfile(p):
+            files.extend((name, data) for name, data in _members(p) if not _aside(name))
+        else:
+            files.append(p)
     out: Collected | None = None
-    for c in [*(fast.get(name) or parse(text, name, default_ts) for name, text, _ in members), *streamed]:
+    for f in files:
+        if isinstance(f, tuple):
+            c = parse(decode_text(f[1], f[0]), f[0], default_ts)
+        else:
+            c = _read_file(f, default_ts)
         if out is None:
             out = c
         else:
@@ -469,41 +428,67 @@ def read(paths: str | Path | Iterable[str | Path], default_ts: float | None = No
     return out
 
 
+def _aside(name: str) -> bool:
+    """A file kept beside an export that is none of it (a sample's provenance note, a README)."""
+    return name.endswith((".source.txt", ".md"))
+
+
+def _read_file(p: Path, default_ts: float | None) -> Collected:
+    """One export file: streamed when its kind allows (every kind but one with terminal noise before it), else
+    read whole and parsed by :func:`parse`."""
+    c = _stream(p, default_ts)
+    return c if c is not None else parse(decode_text(p.read_bytes(), str(p)), str(p), default_ts)
+
+
 def _stream(p: Path, default_ts: float | None) -> Collected | None:
-    """A single line-oriented export file (long CSV, JSON Lines, text exposition) parsed while it is read, so
-    a file of gigabytes is never held whole; None for anything else (a JSON document, a directory, an archive)."""
-    if not p.is_file() or p.name.endswith((".source.txt", ".md")) or tarfile.is_tarfile(p) or zipfile.is_zipfile(p):
-        return None
+    """A single export file parsed while it is read, so a file of gigabytes is never held whole: long CSV, JSON
+    Lines and the text exposition line by line, a query_range response series by series; None for a file with
+    terminal noise before the export (read whole, where parse() blanks the noise out), or a response that cannot
+    be read in one pass (:class:`~ledger.importers.prometheus_stream.WholeFile`)."""
     with open(p, "rb") as f:
-        head = f.read(4096).decode("utf-8", "ignore").lstrip()
-        if _blank_noise_head(head)[1]:
-            return None   # noise before the export: read whole, where parse() blanks it out
+        head_bytes = f.read(4096)
+        head = head_bytes.decode("utf-8", "ignore").lstrip()
+        if _blank_noise_head(head)[1] or not head_bytes.strip() or b"\x00" in head_bytes:
+            return None   # noise before the export, or what decode_text refuses: read whole
         if head.startswith("{"):
-            # JSON Lines when the first line is a whole object and another follows; found without reading it all
-            f.seek(0)
-            offset = 0
-            while (chunk := f.read(1 << 20)) and b"\n" not in chunk:
-                offset += len(chunk)
-            if not chunk:
-                return None
-            newline = offset + chunk.index(b"\n")
-            f.seek(max(0, newline - 64))
-            around = f.read(newline - max(0, newline - 64) + 4096)
-            first_end, rest = around.split(b"\n", 1) if b"\n" in around else (around, b"")
-            if not first_end.rstrip().endswith(b"}") or not rest.lstrip().startswith(b"{"):
-                return None
-            kind = "jsonl"
+            kind = _json_kind(f)
+            if kind == "json":
+                f.seek(0)
+                try:
+                    return read_query_range(f, str(p), add_series)
+                except WholeFile:
+                    return None
         elif p.name.lower().endswith(".csv") or sniff(head) == "csv":
             kind = "csv"
         else:
             f.seek(max(0, p.stat().st_size - 4096))
             kind = "openmetrics" if b"# EOF" in f.read() else "text"
+    if p.name.lower().endswith(".csv"):
+        kind = "csv"
     lines = read_lines(p)
     if kind == "jsonl":
         return parse_jsonl(lines, str(p))
     if kind == "csv":
         return parse_csv(lines, str(p))
     return parse_exposition(lines, str(p), default_ts, openmetrics=kind == "openmetrics")
+
+
+def _json_kind(f: BinaryIO) -> str:
+    """"jsonl" when the file's first line is a whole object and another follows (found without reading it all;
+    :func:`sniff`'s rule), else "json"."""
+    f.seek(0)
+    offset = 0
+    while (chunk := f.read(1 << 20)) and b"\n" not in chunk:
+        offset += len(chunk)
+    if not chunk:
+        return "json"
+    newline = offset + chunk.index(b"\n")
+    f.seek(max(0, newline - 64))
+    around = f.read(newline - max(0, newline - 64) + 4096)
+    first_end, rest = around.split(b"\n", 1) if b"\n" in around else (around, b"")
+    if not first_end.rstrip().endswith(b"}") or not rest.lstrip().startswith(b"{"):
+        return "json"
+    return "jsonl"
 
 
 # --- live: chunked query_range over HTTP ---------------------------------------------------------------------

@@ -111,20 +111,28 @@ def series(n_gpus: int = 16, hours: float = 24, cadence: float = 60, start: floa
 
 
 def write_query_range(out_dir: str | Path, **kw) -> list[Path]:
-    """One query_range JSON response per metric (series of all GPUs), as a Path B export script saves them."""
+    """One query_range JSON response per metric (series of all GPUs), as a Path B export script saves them.
+
+    Written series by series into the open files (byte for byte ``json.dumps`` of the whole response), so a
+    1,000-GPU day is never held in memory to write it."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    by_metric: dict[str, list] = {}
-    for labels, pts in series(**kw):
-        by_metric.setdefault(labels["__name__"], []).append(
-            {"metric": labels, "values": [[t, v] for t, v in pts]})
-    paths = []
-    for m, result in by_metric.items():
-        p = out / f"{m}.json"
-        p.write_text(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}),
-                     encoding="utf-8")
-        paths.append(p)
-    return paths
+    files: dict[str, object] = {}
+    try:
+        for labels, pts in series(**kw):
+            m = labels["__name__"]
+            f = files.get(m)
+            if f is None:
+                f = files[m] = (out / f"{m}.json").open("w", encoding="utf-8")
+                f.write('{"status": "success", "data": {"resultType": "matrix", "result": [')
+            else:
+                f.write(", ")
+            f.write(json.dumps({"metric": labels, "values": [[t, v] for t, v in pts]}))
+    finally:
+        for f in files.values():
+            f.write("]}}")
+            f.close()
+    return [out / f"{m}.json" for m in files]
 
 
 def _fmt_labels(labels: dict) -> str:

@@ -455,6 +455,23 @@ def merged_frame(conn) -> "pd.DataFrame":  # noqa: ANN001, F821
             part[c] = np.array(v, dtype=np.float64)   # NULL (None) -> NaN
         parts.append(pd.DataFrame(part))
     f = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: [] for c in FIELDS})
+    return merge_frame(f)
+
+
+def pieces_frame(hours: Sequence[DeviceHour]) -> "pd.DataFrame":  # noqa: F821
+    """Device-hour pieces as the frame :func:`merge_frame` takes (what :func:`merged_frame` reads back)."""
+    import pandas as pd
+
+    cols = list(zip(*map(values, hours))) if hours else [[] for _ in FIELDS]
+    part = {"device": np.asarray(cols[0], dtype=object)}
+    for c, v in zip(FIELDS[1:], cols[1:]):
+        part[c] = np.array(v, dtype=np.float64)
+    return pd.DataFrame(part)
+
+
+def merge_frame(f: "pd.DataFrame") -> "pd.DataFrame":  # noqa: F821
+    """Pieces (columns FIELDS, ordered by device, hour, t_first) merged per device-hour, vectorised: the
+    rows :func:`merge` gives, as one frame."""
     for c in FIELDS[1:]:
         f[c] = f[c].astype(float)
     if not len(f):
