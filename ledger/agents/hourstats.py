@@ -13,9 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-HOUR = 3600.0
-THERMAL, OTHER = 0, 4          # THROTTLE_REASONS indices
-LOADED_ACT = 0.3               # as ledger.telemetry.hours counts a loaded sample
+from ..telemetry.hours import HOUR, LOADED_ACT, OTHER, THERMAL  # the seal-time definitions, so both sources agree
+
 SUM_COLS = ("hot_n", "hot_p", "hot_t", "fit_n", "fit_p", "fit_t", "fit_pp", "fit_pt", "loaded_n", "loaded_clk")
 EXT_COLS = {"ecc_min": "min", "ecc_max": "max", "remap_pending_max": "max", "remap_failure_max": "max"}
 COLUMNS = ("device", "hour", *SUM_COLS, *EXT_COLS)
