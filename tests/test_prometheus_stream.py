@@ -260,3 +260,37 @@ def test_nvidia_smi_csv_captures_read_line_by_line_equal_the_parser(tmp_path, pa
     p.write_bytes(text.encode())
     kw = {"start": T0, "interval": 1.0, "node": "n1"}
     assert _outcome(lambda: nvidia_smi.read(p, **kw)) == _outcome(lambda: nvidia_smi.parse(text, str(p), **kw))
+
+
+def _export(tmp_path: Path, n_metrics: int = 4) -> list[Path]:
+    return synth.write_query_range(tmp_path / "x", n_gpus=4, hours=1, cadence=15, jobs="slurm",
+                                   metrics=synth.DEFAULT_METRICS[:n_metrics])
+
+
+def test_files_parsed_by_workers_merge_to_what_one_process_reads(tmp_path):
+    files = _export(tmp_path)
+    calls = []
+    parallel = prometheus.read(files, workers=2, while_reading=lambda: calls.append("w"))
+    assert _snapshot(parallel) == _snapshot(prometheus.read(files, workers=0))
+    assert calls == ["w"]                                   # the caller's work ran once, while they parsed
+    assert parallel.points > 0 and len(parallel.devices) == 4
+
+
+def test_a_bad_file_among_many_is_the_same_first_error_with_workers(tmp_path):
+    files = _export(tmp_path, 5)
+    files[2].write_text(files[2].read_text()[:500])         # cut short, in the middle of the export
+    files[4].write_text("{\"status\": \"error\", \"error\": \"later\"}")
+    errors = []
+    for workers in (0, 2):
+        with pytest.raises(InputError) as exc:
+            prometheus.read(files, workers=workers)
+        errors.append((str(exc.value), exc.value.path, exc.value.place, exc.value.message))
+    assert errors[0] == errors[1] and str(files[2]) in errors[0][0]
+
+
+def test_an_input_error_keeps_its_fields_across_processes():
+    import pickle
+
+    exc = InputError("x.json", "result[3] point 7", "timestamp 0 is before 2000")
+    back = pickle.loads(pickle.dumps(exc))
+    assert (str(back), back.path, back.place, back.message) == (str(exc), exc.path, exc.place, exc.message)

@@ -16,15 +16,16 @@ Public API::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-from sqlalchemy.engine import Engine
+from typing import TYPE_CHECKING
 
 from ..canonical import format_ts, now_ts
 from ..entries import Kind, make_entry
-from ..store import append, iter_entries
 from . import accounting, attribution, drift, recommendation
 from .data import Dataset, load
 from .model import Finding
+
+if TYPE_CHECKING:   # a ledger only where one is read or written: `ipledger analyze` of an export needs none
+    from sqlalchemy.engine import Engine
 
 
 @dataclass
@@ -99,6 +100,8 @@ def record(engine: Engine, findings: list[Finding]):  # noqa: ANN201
         entries.append(make_entry(Kind.FINDING_RECORDED, f.start, {"finding_id": f.id, "finding": j},
                                   ts_end=f.end, cluster=sc.get("cluster"), job_id=sc.get("job_id"),
                                   node=sc.get("node"), device=sc.get("device_uuid"), source=f"agent.{f.agent}"))
+    from ..store import append
+
     return append(engine, entries)
 
 
@@ -111,6 +114,8 @@ def recorded_findings(engine: Engine, since: float | None = None) -> list[dict]:
     found: dict[str, dict] = {}
     status: dict[str, dict] = {}
     with engine.connect() as conn:
+        from ..store import iter_entries
+
         for ce in iter_entries(conn, kinds=[Kind.FINDING_RECORDED, Kind.FINDING_CONFIRMED, Kind.FINDING_DISMISSED]):
             d = ce.entry.data
             if ce.entry.kind == Kind.FINDING_RECORDED:
@@ -141,6 +146,8 @@ def verdict(engine: Engine, finding_id: str, confirm: bool, by: str, note: str =
     e = make_entry(kind, now_ts(), {"finding_id": finding_id, "by": by, "note": note, "finding_kind": f["kind"]},
                    cluster=sc.get("cluster"), node=sc.get("node"), device=sc.get("device_uuid"),
                    job_id=sc.get("job_id"), source="operator")
+    from ..store import append
+
     return append(engine, [e])
 
 

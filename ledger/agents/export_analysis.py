@@ -18,32 +18,10 @@ import hashlib
 from pathlib import Path
 from typing import Callable
 
-from .. import db as db_mod
+from ..importers.exports import FORMATS, AnalysisError, read_source
 from . import Analysis, analyze, method_info, run_agents
 
-FORMATS = ("prometheus", "dmon", "amd-smi", "nvidia-smi")
-
-
-class AnalysisError(ValueError):
-    pass
-
-
-def read_source(fmt: str, sources: list[str], **kw):  # noqa: ANN003, ANN201
-    """Parse a telemetry export with the importers (``ledger.importers``); returns their Collected."""
-    from ..importers import amdsmi, dmon, nvidia_smi, prometheus
-    from ..importers.common import InputError
-
-    try:
-        if fmt == "prometheus":
-            return prometheus.read(sources, default_ts=kw.get("at"))
-        mod = {"dmon": dmon, "amd-smi": amdsmi, "nvidia-smi": nvidia_smi}[fmt]
-        if len(sources) != 1:
-            raise AnalysisError(f"{fmt}: give exactly one capture file")
-        return mod.read(sources[0], start=kw.get("start"), interval=kw.get("interval"), node=kw.get("node"))
-    except InputError as exc:
-        raise AnalysisError(str(exc)) from None
-    except OSError as exc:
-        raise AnalysisError(f"{getattr(exc, 'filename', '') or ''}: {exc.strerror or exc}") from None
+__all__ = ["FORMATS", "AnalysisError", "analyze_collected", "read_source", "render_pdf"]
 
 
 def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb",  # noqa: ANN001
@@ -73,6 +51,8 @@ def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb
         del src   # the export's raw columns: what the agents need of them is in the dataset now
         return_freed_heap()
         return _finish(run_agents(ds), collected, res, sources)
+    from .. import db as db_mod
+
     if keep.exists():
         keep.unlink()
     engine = db_mod.make_engine(f"sqlite:///{keep}")

@@ -417,12 +417,17 @@ def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str |
       ipledger analyze dcgm-24h.tar.gz --pdf analysis.pdf
       ipledger analyze --url http://127.0.0.1:9090 --start 2026-11-03T00:00:00Z --end 2026-11-04T00:00:00Z --step 60s
     """
-    from ..agents.export_analysis import AnalysisError, analyze_collected, read_source, render_pdf
-    from ..agents.memory import free_large_blocks_at_once
+    import importlib
+
+    from ..heap import free_large_blocks_at_once
+    from ..importers.exports import AnalysisError, read_source
     from ..safeout import OutputError, output_file
     from .importers import parse_duration, parse_time
 
     free_large_blocks_at_once()   # one command, one process: its peak is the figure docs/performance.md holds
+
+    def import_agents() -> None:   # while worker processes parse the files (the agents and pandas take ~1 s)
+        importlib.import_module("ledger.agents.export_analysis")
 
     try:
         if url:
@@ -441,7 +446,9 @@ def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str |
             if not source:
                 raise UserError("give SOURCE files/directories/archives, or --url")
             collected = read_source(fmt, list(source), start=parse_time(start, "--start"),
-                                    interval=parse_duration(step, "--step"), node=node)
+                                    interval=parse_duration(step, "--step"), node=node, while_reading=import_agents)
+        from ..agents.export_analysis import analyze_collected, render_pdf
+
         analysis = analyze_collected(collected, keep=Path(keep_ledger) if keep_ledger else None,
                                      sources=list(source), consume=True, samples=from_samples)
         if pdf:

@@ -67,6 +67,9 @@ class InputError(ValueError):
         # one line whatever the input quoted in it holds (newlines, terminal escapes)
         super().__init__(printable(f"{path}: {place}: {message}" if place else f"{path}: {message}"))
 
+    def __reduce__(self):  # noqa: ANN204 - raised in a worker process, re-raised here with the same fields
+        return type(self), (self.path, self.place, self.message)
+
 
 @dataclass(frozen=True, slots=True)
 class DeviceInfo:

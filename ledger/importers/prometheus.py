@@ -20,7 +20,7 @@ import urllib.request
 import zipfile
 from datetime import datetime
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Mapping
+from typing import BinaryIO, Callable, Iterable, Iterator, Mapping
 
 from .common import Collected, CsvReader, Context, DeviceInfo, InputError, decode_text, noise_reason, read_lines
 from .dcgm_fields import BY_NAME
@@ -397,9 +397,15 @@ def _members(path: Path) -> Iterable[tuple[str, bytes]]:
                 yield f"{path}:{name}", zf.read(name)
 
 
-def read(paths: str | Path | Iterable[str | Path], default_ts: float | None = None) -> Collected:
+def read(paths: str | Path | Iterable[str | Path], default_ts: float | None = None,
+         workers: int | None = None, while_reading: Callable[[], None] | None = None) -> Collected:
     """One file, several files, a directory, or a tar/zip of exports, merged into one collection (in the order
-    given, a directory's files sorted by name). Files on disk are never held whole (see :func:`_read_file`)."""
+    given, a directory's files sorted by name). Files on disk are never held whole (see :func:`_read_file`).
+
+    ``workers``: processes that parse files on disk while this one merges (None: one per CPU, at most
+    :data:`READ_WORKERS`; 0: all in this process, the reference :func:`parsed_in_workers` is held to).
+    ``while_reading``: work for this process while the workers parse (``analyze`` imports the agents then); it
+    runs before the reading when there are no workers."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     files: list[Path | tuple[str, bytes]] = []   # a file on disk, or an archive member's (name, bytes)
@@ -414,11 +420,7 @@ def read(paths: str | Path | Iterable[str | Path], default_ts: float | None = No
         else:
             files.append(p)
     out: Collected | None = None
-    for f in files:
-        if isinstance(f, tuple):
-            c = parse(decode_text(f[1], f[0]), f[0], default_ts)
-        else:
-            c = _read_file(f, default_ts)
+    for c in parsed_in_workers(files, default_ts, workers, while_reading):
         if out is None:
             out = c
         else:
@@ -426,6 +428,64 @@ def read(paths: str | Path | Iterable[str | Path], default_ts: float | None = No
     if out is None:
         raise InputError(str(paths), "", "no export files found")
     return out
+
+
+READ_WORKERS = 2          # an export is a file per metric: two parsers keep a 2-CPU machine busy, more rarely help
+
+
+def _parse_one(f: Path | tuple[str, bytes], default_ts: float | None) -> Collected:
+    if isinstance(f, tuple):
+        return parse(decode_text(f[1], f[0]), f[0], default_ts)
+    return _read_file(f, default_ts)
+
+
+def parsed_in_workers(files: list[Path | tuple[str, bytes]], default_ts: float | None, workers: int | None,
+                      while_reading: Callable[[], None] | None = None) -> Iterator[Collected]:
+    """Each file's collection, in order: parsed here one after another (``workers`` 0, the reference), or by
+    worker processes, a few files ahead, when there are several files on disk and a second CPU. The same
+    collections and the same first error either way (tests/test_prometheus_stream.py); what is merged stays in
+    this process, so memory is what the sequential read holds plus the few files in flight."""
+    import os
+    import threading
+
+    if workers is None:
+        workers = min(os.cpu_count() or 1, READ_WORKERS)
+    on_disk = sum(1 for f in files if not isinstance(f, tuple))
+    import multiprocessing
+
+    if (workers < 2 or on_disk < 2 or threading.active_count() != 1
+            or "fork" not in multiprocessing.get_all_start_methods()):
+        if while_reading is not None:
+            while_reading()
+        for f in files:
+            yield _parse_one(f, default_ts)
+        return
+    from collections import deque
+    from concurrent.futures import ProcessPoolExecutor
+
+    # fork: a single-threaded caller forks in milliseconds; the workers only read the files they are given
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    try:
+        pending: deque = deque()
+        for f in files:
+            # archive members are already in memory here: parsed in this process, in their turn
+            pending.append(pool.submit(_parse_one, f, default_ts) if not isinstance(f, tuple) else f)
+            if len(pending) <= workers + 1:
+                continue
+            if while_reading is not None:
+                while_reading()
+                while_reading = None
+            yield _result(pending.popleft(), default_ts)
+        if while_reading is not None:
+            while_reading()
+        while pending:
+            yield _result(pending.popleft(), default_ts)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _result(item, default_ts: float | None) -> Collected:  # noqa: ANN001
+    return _parse_one(item, default_ts) if isinstance(item, tuple) else item.result()
 
 
 def _aside(name: str) -> bool:
