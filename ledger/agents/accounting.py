@@ -11,7 +11,7 @@ import pandas as pd
 from ..canonical import format_ts
 from ..method import nh_to_hours
 from ..receipts.progress import SAVED, lost_since_checkpoint
-from .common import fmt_h, fmt_ts, price
+from .common import fmt_h, fmt_ts, price, prices
 from .data import THROTTLE_REASONS, Dataset, bucket_totals, coverage_gaps
 from .model import Evidence, Finding, make_scope
 
@@ -205,9 +205,10 @@ def account(ds: Dataset, found: list[Finding], sel: pd.Series | None = None, sta
     b["unknown"] = max(paid - known, 0.0)
     lost = paid - b["delivered"]
     by_cause, _ = loss_partition(ds, found, sel, start, end, paid)
-    cost_paid = price(ds, s, "h") + b["unknown"] * (price(ds, s, "h") / max(float(s["h"].sum()), 1e-9) if len(s)
-                                                    else ds.rate(None, None))
-    cost_del = price(ds, s, "h_del")
+    money = prices(ds, s, ("h", "h_del"))
+    cost_paid = money["h"] + b["unknown"] * (money["h"] / max(float(s["h"].sum()), 1e-9) if len(s)
+                                             else ds.rate(None, None))
+    cost_del = money["h_del"]
     r = lambda x: round(float(x), 4)  # noqa: E731
     return {"paid": r(paid), "delivered": r(b["delivered"]), "lost": r(lost),
             "buckets": {"delivered": r(b["delivered"]), "underutilized": r(b["underutilized"]),

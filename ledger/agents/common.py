@@ -56,13 +56,22 @@ def windows(flag_t: np.ndarray, width: float, merge_gap: float, min_len: float) 
 
 def price(ds: Dataset, frame: pd.DataFrame, col: str) -> float:
     """Money for the GPU-hours in ``col`` of these samples, at each run's tenant and SKU rate."""
+    return prices(ds, frame, (col,))[col]
+
+
+def prices(ds: Dataset, frame: pd.DataFrame, cols: tuple[str, ...]) -> dict[str, float]:
+    """:func:`price` of several columns of the same samples, grouped once (the same sums, in the same order)."""
     if not len(frame):
-        return 0.0
-    g = frame.groupby([frame["tenant"].fillna("-"), frame["sku"].fillna("-")], dropna=False)[col].sum()
-    total = 0.0
-    for (ten, sku), hours in g.items():
-        total += hours * ds.rate(None if ten == "-" else ten, None if sku == "-" else sku)
-    return float(total)
+        return {c: 0.0 for c in cols}
+    g = frame.groupby([frame["tenant"].fillna("-"), frame["sku"].fillna("-")], dropna=False)[list(cols)].sum()
+    rates = [ds.rate(None if ten == "-" else ten, None if sku == "-" else sku) for ten, sku in g.index]
+    out = {}
+    for c in cols:
+        total = 0.0
+        for hours, rate in zip(g[c].tolist(), rates):
+            total += hours * rate
+        out[c] = float(total)
+    return out
 
 
 def fmt_h(x: float) -> str:
