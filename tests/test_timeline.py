@@ -188,3 +188,28 @@ def test_columns_hold_to_the_samples_with_fractional_clock_reasons():
     b = build_timeline("G", series, cadence=10.0)
     assert a.columns is not None and a.samples == b.samples
     _columns_hold_to_the_samples(a, b)
+
+
+@settings(max_examples=150, deadline=None)
+@given(times=st.lists(st.integers(0, 3000).map(float), min_size=1, max_size=40, unique=True).map(sorted),
+       fields=st.lists(st.sampled_from(["power_w", "energy_j", "clock_reasons", "sm_active"]), min_size=1,
+                       max_size=4, unique=True),
+       values=st.lists(st.one_of(st.none(), st.integers(0, 50).map(float)), min_size=160, max_size=160),
+       cadence=st.sampled_from([None, 10.0, 60.0]),
+       span=st.one_of(st.none(), st.tuples(st.integers(-100, 500).map(float), st.integers(600, 4000).map(float))))
+def test_fields_read_at_the_same_instants_take_the_short_path_to_the_same_timeline(times, fields, values, cadence,
+                                                                                   span):
+    """Every field scraped at every instant (the usual export): the shortcut past np.unique / np.isin holds."""
+    import numpy as np
+
+    from ledger.telemetry.timeline import build_timeline_arrays
+
+    series = {f: [(t, values[(k * 40 + i) % 160]) for i, t in enumerate(times)] for k, f in enumerate(fields)}
+    arrays = {k: (np.array([t for t, _ in v], dtype=float),
+                  np.array([np.nan if x is None else x for _, x in v], dtype=float)) for k, v in series.items()}
+    a = build_timeline_arrays("G", arrays, cadence=cadence, span=span)
+    b = build_timeline("G", series, cadence=cadence, span=span)
+    assert (a.cadence, a.cadence_source, a.start, a.end, a.gaps, a.resets, a.missing) == \
+        (b.cadence, b.cadence_source, b.start, b.end, b.gaps, b.resets, b.missing)
+    assert a.samples == b.samples
+    _columns_hold_to_the_samples(a, b)

@@ -244,6 +244,22 @@ def _count(missing: dict[str, dict[str, int]], name: str, reason: str, n: int = 
     missing[name][reason] = missing[name].get(reason, 0) + n
 
 
+def _increasing(t: np.ndarray) -> bool:
+    """Strictly increasing (so without a repeated instant): what a scrape series is, checked in one pass."""
+    return bool((t[1:] > t[:-1]).all())
+
+
+def _union(times: list[np.ndarray]) -> np.ndarray:
+    """The sorted distinct instants of all fields (np.unique of them all; one field's own times when every field
+    has the same strictly increasing times, which is what most devices' scrapes are)."""
+    if not times:
+        return np.empty(0)
+    first = times[0]
+    if _increasing(first) and all(t.size == first.size and np.array_equal(t, first) for t in times[1:]):
+        return first.copy()
+    return np.unique(np.concatenate(times))
+
+
 def build_timeline_arrays(device: str, arrays: Mapping[str, tuple], *, cadence: float | None = None,
                           span: tuple[float | None, float | None] | None = None,
                           tolerance_factor: float = TOLERANCE_FACTOR, gap_cause: str = "scrape_missing",
@@ -262,13 +278,13 @@ def build_timeline_arrays(device: str, arrays: Mapping[str, tuple], *, cadence: 
             raise ValueError(f"unknown sample field {name!r}")
         t = np.asarray(ts, dtype=np.float64)
         v = np.asarray(vs, dtype=np.float64)
-        if len(t) and np.unique(t).size != t.size:
+        if len(t) and not _increasing(t) and np.unique(t).size != t.size:
             series = {n: [(float(a), None if b != b else float(b)) for a, b in zip(*arrays[n])] for n in arrays}
             return build_timeline(device, series, **kw)
         cols[name] = (t, v)
     miss: dict[str, dict[str, int]] = {k: dict(v) for k, v in (missing or {}).items()}
     start_lim, end_lim = span if span else (None, None)
-    alltimes = np.unique(np.concatenate([t for t, _ in cols.values()])) if cols else np.empty(0)
+    alltimes = _union([t for t, _ in cols.values()])
     keep = np.ones(alltimes.size, dtype=bool)
     if start_lim is not None:
         keep &= alltimes >= start_lim
@@ -311,10 +327,13 @@ def build_timeline_arrays(device: str, arrays: Mapping[str, tuple], *, cadence: 
     resets: list[tuple[float, int, CounterReset]] = []
     for k, name in enumerate(order):
         t, v = cols[name]
-        inside = np.isin(t, times)
-        t, v = t[inside], v[inside]
-        full = np.full(n, np.nan)
-        full[np.searchsorted(times, t)] = v
+        if t.size == n and np.array_equal(t, times):   # the usual case: every field read at every instant
+            full = v.copy()
+        else:
+            inside = np.isin(t, times)
+            t, v = t[inside], v[inside]
+            full = np.full(n, np.nan)
+            full[np.searchsorted(times, t)] = v
         if name in COUNTERS:
             sel = ~np.isnan(full)
             ct, cv = times[sel], full[sel]
