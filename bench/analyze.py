@@ -18,7 +18,8 @@ from pathlib import Path
 
 from ledger.importers import synth
 
-from bench.common import FeatureMissing, Figure, main_for, run_cli, run_cli_measured, timeit_interleaved
+from bench.common import (FeatureMissing, Figure, main_for, run_cli, run_cli_measured, run_cli_tree_peak,
+                          timeit_interleaved)
 
 TITLE = "Export analysis (Prometheus export)"
 FULL_GPUS = 64
@@ -90,10 +91,16 @@ def peak_memory(directory: Path, gpus: int) -> dict:
     devices = json.loads(proc.stdout)["meta"]["devices"]
     if devices != gpus:
         raise RuntimeError(f"analyze saw {devices} of {gpus} devices")
-    verdict = "met" if peak <= MEMORY_TARGET_MIB else "NOT met"
+    # the files are parsed by worker processes: their memory is not in the command's own peak, so the whole
+    # tree is sampled in a second run (and the target judged on the larger of the two)
+    rc, tree = run_cli_tree_peak(["analyze", *map(str, files), "--json"])
+    if rc != 0:
+        raise RuntimeError(f"analyze exited {rc} in the process-tree run")
+    verdict = "met" if max(peak, tree) <= MEMORY_TARGET_MIB else "NOT met"
     return {f"peak memory of `ipledger analyze`, {gpus} GPUs × 24 h ({size / 2**20:,.0f} MiB JSON)":
-            f"{peak:,.0f} MiB in {took:,.0f} s (target ≤ {MEMORY_TARGET_MIB:,} MiB at {MEMORY_GPUS} GPUs: "
-            f"{verdict if gpus == MEMORY_GPUS else 'scaled down'})"}
+            f"{peak:,.0f} MiB in {took:,.0f} s; its process tree with the parsing workers, sampled every 50 ms "
+            f"(RSS summed, shared pages counted in each): {tree:,.0f} MiB (target ≤ {MEMORY_TARGET_MIB:,} MiB at "
+            f"{MEMORY_GPUS} GPUs: {verdict if gpus == MEMORY_GPUS else 'scaled down'})"}
 
 
 def main(argv: list[str] | None = None) -> Figure:

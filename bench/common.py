@@ -272,3 +272,53 @@ def run_cli_measured(args: list[str], env: dict | None = None) -> tuple[subproce
         with open(rss_file) as f:
             maxrss_kib = int(f.read())
     return cp, maxrss_kib / 1024
+
+
+def _descendants(root: int) -> list[int]:
+    """``root`` and every process below it, from /proc (parent ids)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, ()))
+    return out
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def run_cli_tree_peak(args: list[str], env: dict | None = None, every_s: float = 0.05) -> tuple[int, float]:
+    """A command's exit status and the peak of its whole process tree's resident memory in MiB (the command and
+    any worker processes it starts), sampled every ``every_s``: the sum of their RSS, so pages a forked worker
+    shares with its parent count twice (an upper bound). Complements :func:`run_cli_measured`, whose figure is
+    the command's own process."""
+    full_env = {**os.environ, **(env or {})}
+    full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+    return tree_peak([PY, "-m", "ledger.cli.main", *args], full_env, every_s)
+
+
+def tree_peak(argv: list[str], env: dict | None = None, every_s: float = 0.05) -> tuple[int, float]:
+    """:func:`run_cli_tree_peak` of any command line."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, sum(_rss_kib(p) for p in _descendants(proc.pid)))
+        time.sleep(every_s)
+    return proc.returncode, peak / 1024
+

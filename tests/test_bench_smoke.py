@@ -127,3 +127,16 @@ def test_verify_floor_hashes_the_tree_the_ledger_stores(tmp_path, monkeypatch):
     con.close()
     with pytest.raises(RuntimeError, match="Merkle root"):
         bench_verify.time_floor(tmp_path / "l.db", n, 1)
+
+
+def test_the_process_tree_peak_counts_a_forked_workers_memory():
+    import sys
+
+    # the parent stays small; a forked child holds 200 MiB for a second
+    code = ("import os, time\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    b = bytearray(200 * 2**20); b[::4096] = b'x' * len(b[::4096]); time.sleep(1.0); os._exit(0)\n"
+            "os.waitpid(pid, 0)\n")
+    rc, peak = common.tree_peak([sys.executable, "-c", code], every_s=0.02)
+    assert rc == 0 and 200 <= peak < 400
