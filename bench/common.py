@@ -8,6 +8,7 @@ median, both measured here, now, on the same generated data. Results go to docs/
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import os
 import platform
@@ -229,15 +230,36 @@ def main_for(run: Callable[..., Figure], description: str, default_scale: float,
     args = arg_parser(description).parse_args(argv)
     scale = resolve_scale(args, default_scale)
     repeat = args.repeat or default_repeat
+    load_before = _load()
     try:
         fig = run(scale=scale, repeat=repeat)
     except FeatureMissing as exc:
         fig = Figure(key=getattr(run, "__module__", "?"), title=str(exc.title), target=0, floor=None,
                      status="not available yet", notes=(str(exc.reason),))
+    fig = dataclasses.replace(fig, notes=fig.notes + (load_note(load_before, _load()),))
     print_figure(fig)
     if not args.no_write:
         write_doc(fig)
     return fig
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def load_note(before: float | None, after: float | None, cpus: int | None = None) -> str:
+    """The machine's load around a figure: other work on the CPUs slows floor and subject unequally (a
+    one-process floor keeps its CPU while a multi-process subject loses one, and the reverse), so a ratio
+    taken under load is flagged as not comparable with a quiet machine's."""
+    cpus = cpus or os.cpu_count() or 1
+    if before is None or after is None:
+        return "Machine load: unknown."
+    busy = max(before, after) > 0.5 * cpus
+    return (f"Machine load (1-minute average) {before:.2f} before, {after:.2f} after, on {cpus} CPUs"
+            + (": **under load, the ratio is not comparable with a quiet machine's**." if busy else ": quiet."))
 
 
 class FeatureMissing(Exception):
