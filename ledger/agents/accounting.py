@@ -96,7 +96,10 @@ def _finding_mask(ds: Dataset, f: Finding) -> np.ndarray:
     m = ((s["t"] >= f.start) & (s["t"] < f.end)).to_numpy()
     for key, col in (("device_uuid", "device"), ("job_id", "job_id"), ("node", "node"), ("rack", "rack")):
         if sc.get(key):
-            return m & (s[col] == sc[key]).to_numpy()
+            inside = np.flatnonzero(m)   # the label compared only inside the window (the same mask)
+            out = np.zeros(len(m), dtype=bool)
+            out[inside] = (s[col].iloc[inside] == sc[key]).to_numpy()
+            return out
     return m
 
 
