@@ -155,3 +155,12 @@ def test_report_analysis_of_a_ledger_period(tmp_path):
     assert "2026-11-04" in flat and "scheduler's allocation recorded in the ledger" in flat
     assert "export's device list" not in flat
     assert fmt_hours(sum(acct["by_cause"].values())) in flat
+    # read from device-hours by default; --samples (every sample) gives the same findings, samples and account
+    r = CliRunner().invoke(cli, ["--db", f"sqlite:///{hall.db_path}", "report", "analysis", "--period", "2026-11-04",
+                                 "--out", str(tmp_path / "full.pdf"), "--json", "--samples"])
+    assert r.exit_code == 0, r.output
+    full = json.loads(r.output)
+    assert [f["id"] for f in doc["findings"]] == [f["id"] for f in full["findings"]]
+    assert doc["meta"]["samples"] == full["meta"]["samples"] > 0
+    for col in ("paid", "delivered", "lost"):
+        assert doc["account"][col] == pytest.approx(full["account"][col], abs=1e-3)

@@ -66,7 +66,7 @@ def run_agents(ds: Dataset) -> Analysis:
     account = accounting.account(ds, base)
     meta = {"through_seq": ds.through_seq, "start": format_ts(ds.start) if ds.end else None,
             "end": format_ts(ds.end) if ds.end else None, "devices": int(len(ds.devices)),
-            "samples": int(len(ds.samples)), "runs": int(ds.allocs[["cluster", "job_id", "run"]].drop_duplicates()
+            "samples": int(len(ds.samples) if ds.sample_count is None else ds.sample_count), "runs": int(ds.allocs[["cluster", "job_id", "run"]].drop_duplicates()
                                                             .shape[0]) if len(ds.allocs) else 0,
             "currency": ds.currency, "cadence_s": ds.cadence}
     meta["hour_of_day"] = accounting.hour_of_day(ds)

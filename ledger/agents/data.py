@@ -59,6 +59,7 @@ class Dataset:
     currency: str = "USD"
     rates: dict = field(default_factory=dict)   # (tenant, sku) -> float price per GPU-hour
     hourly: pd.DataFrame | None = None           # per device-hour statistics (agents.hourstats); None: from samples
+    sample_count: int | None = None              # the telemetry samples behind ``samples`` (None: one row each)
 
     def rate(self, tenant: str | None, sku: str | None) -> float:
         return float(self.rates.get((tenant, sku), self.rates.get((None, sku), float(DEFAULT_RATE))))

@@ -66,8 +66,10 @@ def compact_dataset(scan: EntryScan, src: "LedgerSamples", topology: dict | None
                     detail: bool = False) -> Dataset:
     """:func:`load_compact` from what the entries said and a source of device-hours and raw samples (the
     ledger's, or an export's held in memory: :class:`ledger.agents.memory.ExportSamples`)."""
+    from dataclasses import replace
+
     hrs = src.hours()
-    ds = _compact(src, scan, hrs, topology)
+    ds = replace(_compact(src, scan, hrs, topology), sample_count=int(hrs["n"].sum()) if len(hrs) else 0)
     return _refine(src, ds, detail_hours(ds, hrs)) if detail else ds
 
 
@@ -474,7 +476,8 @@ def device_partition(ds: Dataset, devices) -> Dataset:  # noqa: ANN001
 
     keep = set(devices)
     return replace(ds, samples=ds.samples[ds.samples["device"].isin(keep)],
-                   allocs=ds.allocs[ds.allocs["device"].isin(keep)], devices=ds.devices[ds.devices.index.isin(keep)])
+                   allocs=ds.allocs[ds.allocs["device"].isin(keep)], devices=ds.devices[ds.devices.index.isin(keep)],
+                   sample_count=None)   # the fleet's count is not the partition's (its account does not read it)
 
 
 def merge_daily(parts: list[list[dict]]) -> list[dict]:

@@ -363,9 +363,12 @@ def report_group() -> None:
               help="2026-W45, 2026-11-03, 2026-11, 2026-11-02..2026-11-05, this-week, last-week, today, yesterday.")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="The PDF to write.")
 @click.option("--json", "as_json", is_flag=True, help="Also print the analysis JSON the PDF was made from.")
+@click.option("--samples", "from_samples", is_flag=True, help=SAMPLES_HELP)
 @pass_app
-def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool) -> None:
+def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool, from_samples: bool) -> None:
     """The written analysis (PDF) of a period of the ledger: its account, findings and recommendations.
+
+    Read from the device-hours and the raw samples of what the agents find; --samples reads every sample.
 
     \b
     Example:
@@ -374,7 +377,7 @@ def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool) -
     from .. import agents
     from ..agents.export_analysis import AnalysisError
 
-    ds = agents.load(app.engine())
+    ds = _dataset(app, from_samples)
     if not len(ds.allocs) and not len(ds.samples):
         raise UserError("the ledger holds no allocations or telemetry to analyse")
     start, end, label = _period_with_data(ds, period)
