@@ -294,3 +294,49 @@ def test_an_input_error_keeps_its_fields_across_processes():
     exc = InputError("x.json", "result[3] point 7", "timestamp 0 is before 2000")
     back = pickle.loads(pickle.dumps(exc))
     assert (str(back), back.path, back.place, back.message) == (str(exc), exc.path, exc.place, exc.message)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(documents())
+def test_sorted_keys_are_read_in_two_passes_as_the_reference_reads_them(monkeypatch, doc):
+    """`result` before `resultType` (jq -S, sort_keys): read from a file in two bounded passes, not whole."""
+    monkeypatch.setattr(prometheus_stream, "READ_CHARS", 48)
+    docs = [json.loads(d) for d in (doc, doc[:len(doc) // 2]) if _parses(d)]
+    for d in docs:
+        data = json.dumps(d, sort_keys=True).encode()
+        try:
+            got = _outcome(lambda: prometheus_stream.read_query_range(io.BytesIO(data), "x.json",
+                                                                       prometheus.add_series))
+        except prometheus_stream.WholeFile:
+            assert not isinstance(d.get("data"), dict) or "resultType" not in d["data"]
+            continue
+        assert got == _reference(data)
+
+
+def _parses(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def test_a_sorted_export_on_disk_is_read_with_a_bounded_window(tmp_path, monkeypatch):
+    files = synth.write_query_range(tmp_path / "x", n_gpus=8, hours=2, cadence=15, jobs="slurm",
+                                    metrics=synth.DEFAULT_METRICS[:1])
+    p = files[0]
+    p.write_text(json.dumps(json.loads(p.read_text()), sort_keys=True))
+    assert p.read_text().index('"result"') < p.read_text().index('"resultType"')
+    widest = []
+    real_fill = prometheus_stream._Window.fill
+
+    def fill(self, chars=None):  # noqa: ANN001, ANN202
+        out = real_fill(self, chars)
+        widest.append(len(self.buf))
+        return out
+
+    monkeypatch.setattr(prometheus_stream._Window, "fill", fill)
+    monkeypatch.setattr(prometheus_stream, "READ_CHARS", 4096)
+    got = prometheus.read(p, workers=0)
+    assert _snapshot(got) == _snapshot(prometheus.parse_query_range(p.read_text(), str(p)))
+    assert max(widest) < p.stat().st_size / 4   # never the whole file: a window of about one series

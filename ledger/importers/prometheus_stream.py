@@ -10,9 +10,11 @@ it, each series included, is decoded by the standard library's ``json`` (``raw_d
 values read exactly as ``json.loads`` reads them. Errors are the reference's, in its order: invalid UTF-8
 anywhere, then invalid JSON (the same line, column and message), then what the response says (no ``data``,
 a Prometheus error, a result type other than matrix or vector), then the first bad series. A response whose
-``data`` holds ``result`` before ``resultType``, or repeats ``data``, ``result`` or ``resultType``, cannot be
-read in one pass with ``json.loads``' meaning; it is read whole (:class:`WholeFile`), which is what every
-Prometheus-compatible server's output avoids (they write ``resultType`` first).
+``data`` holds ``result`` before ``resultType`` (keys sorted, as ``jq -S`` or ``json.dumps(sort_keys=True)``
+write them) is read twice: a first pass finds the type, decoding and dropping one series at a time, then the
+series are read by it. One that repeats ``data``, ``result`` or ``resultType`` cannot be read in one pass
+with ``json.loads``' meaning (the last one wins); it is read whole (:class:`WholeFile`), as is a sorted one
+from a stream that cannot be read twice.
 """
 
 from __future__ import annotations
@@ -179,13 +181,70 @@ def read_query_range(f: BinaryIO, path: str,
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _read_query_range(f, path, add_series)
+        start = f.tell() if f.seekable() else None
+        try:
+            return _read_query_range(f, path, add_series, _UNSEEN)
+        except _ResultFirst:
+            if start is None:
+                raise WholeFile() from None
+        # `result` before `resultType` (keys sorted, as `jq -S` or json.dumps(sort_keys=True) write them): the
+        # type the series are read by is found in a first pass that decodes and drops one series at a time,
+        # then the response is read again knowing it; where that cannot be done, it is read whole
+        f.seek(start)
+        rtype = _result_type(f, path)
+        if rtype is _UNSEEN:
+            raise WholeFile()
+        f.seek(start)
+        return _read_query_range(f, path, add_series, rtype)
     finally:
         if collecting:
             gc.enable()
 
 
-def _read_query_range(f: BinaryIO, path: str, add_series: Callable[[Collected, dict, list, str], None]) -> Collected:
+_UNSEEN = object()   # data's resultType, before it is known
+
+
+class _ResultFirst(Exception):
+    """``result`` comes before ``resultType``: read again once the type is known (:func:`read_query_range`)."""
+
+
+def _result_type(f: BinaryIO, path: str) -> object:
+    """data's ``resultType`` from a pass over the response that holds one value at a time; :data:`_UNSEEN`
+    where there is none, a member repeats, or the text is not well-formed (the whole read says what is wrong)."""
+    w = _Window(f, path)
+    found: object = _UNSEEN
+    try:
+        if w.peek() != "{":
+            return _UNSEEN
+        seen: set[str] = set()
+        for key in w.members():
+            if key in seen:
+                return _UNSEEN
+            seen.add(key)
+            if key != "data" or w.peek() != "{":
+                w.value()
+                continue
+            dseen: set[str] = set()
+            for dkey in w.members():
+                if dkey in dseen:
+                    return _UNSEEN
+                dseen.add(dkey)
+                if dkey == "result" and w.peek() == "[":
+                    for _ in w.elements():
+                        w.value()
+                    continue
+                value = w.value()
+                if dkey == "resultType":
+                    found = value
+        if w.peek() != "":
+            return _UNSEEN
+    except (_Syntax, InputError, WholeFile):
+        return _UNSEEN
+    return found
+
+
+def _read_query_range(f: BinaryIO, path: str, add_series: Callable[[Collected, dict, list, str], None],
+                      known_rtype: object) -> Collected:
     w = _Window(f, path)
     c = Collected("prometheus", path=path)
     doc: dict = {}          # the response's small members (status, error), and data's when it is no object
@@ -220,9 +279,12 @@ def _read_query_range(f: BinaryIO, path: str, add_series: Callable[[Collected, d
                     if dkey != "result":
                         data[dkey] = w.value()
                         continue
-                    if "resultType" not in data:
-                        raise WholeFile()
-                    rtype = data["resultType"]
+                    if "resultType" in data:
+                        rtype = data["resultType"]
+                    elif known_rtype is not _UNSEEN:
+                        rtype = known_rtype   # from the first pass (it comes after result)
+                    else:
+                        raise _ResultFirst()
                     if w.peek() != "[" or rtype not in ("matrix", "vector"):
                         data["result"] = w.value()
                         continue
