@@ -340,3 +340,34 @@ def test_a_sorted_export_on_disk_is_read_with_a_bounded_window(tmp_path, monkeyp
     got = prometheus.read(p, workers=0)
     assert _snapshot(got) == _snapshot(prometheus.parse_query_range(p.read_text(), str(p)))
     assert max(widest) < p.stat().st_size / 4   # never the whole file: a window of about one series
+
+
+def test_an_archive_is_read_a_member_at_a_time_in_its_turn(tmp_path, monkeypatch):
+    import tarfile
+
+    files = _export(tmp_path, 4)
+    tar = tmp_path / "export.tar.gz"
+    with tarfile.open(tar, "w:gz") as tf:
+        for f in files:
+            tf.add(f, arcname=f.name)
+    taken, parsed_when = [], []
+    real_members, real_parse = prometheus._members, prometheus.parse
+
+    def members(path):  # noqa: ANN001, ANN202
+        for item in real_members(path):
+            taken.append(item[0])
+            yield item
+
+    def parse(text, path, default_ts=None):  # noqa: ANN001, ANN202
+        parsed_when.append(len(taken))
+        return real_parse(text, path, default_ts)
+
+    monkeypatch.setattr(prometheus, "_members", members)
+    monkeypatch.setattr(prometheus, "parse", parse)
+    got = prometheus.read(tar, workers=0)
+    assert parsed_when == [1, 2, 3, 4]            # each member parsed before the next is read
+    flat = prometheus.read(files, workers=0)
+    assert _snapshot(got)[1] == _snapshot(flat)[1] and got.points == flat.points
+    # an archive among files on disk: the same collection with workers, the members in their turn
+    mixed = [files[0], tar, files[1]]
+    assert _snapshot(prometheus.read(mixed, workers=2)) == _snapshot(prometheus.read(mixed, workers=0))

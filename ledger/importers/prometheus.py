@@ -20,7 +20,7 @@ import urllib.request
 import zipfile
 from datetime import datetime
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator, Mapping
+from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from .common import Collected, CsvReader, Context, DeviceInfo, InputError, decode_text, noise_reason, read_lines
 from .dcgm_fields import BY_NAME
@@ -408,7 +408,7 @@ def read(paths: str | Path | Iterable[str | Path], default_ts: float | None = No
     runs before the reading when there are no workers."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    files: list[Path | tuple[str, bytes]] = []   # a file on disk, or an archive member's (name, bytes)
+    files: list[Path | _Archive] = []   # a file on disk, or a tar/zip whose members are read in their turn
     for p in paths:
         p = Path(p)
         if not p.exists():
@@ -416,7 +416,7 @@ def read(paths: str | Path | Iterable[str | Path], default_ts: float | None = No
         if p.is_dir():
             files.extend(q for q in sorted(p.rglob("*")) if q.is_file() and not _aside(q.name))
         elif tarfile.is_tarfile(p) or zipfile.is_zipfile(p):
-            files.extend((name, data) for name, data in _members(p) if not _aside(name))
+            files.append(_Archive(p))
         else:
             files.append(p)
     out: Collected | None = None
@@ -433,32 +433,42 @@ def read(paths: str | Path | Iterable[str | Path], default_ts: float | None = No
 READ_WORKERS = 2          # an export is a file per metric: two parsers keep a 2-CPU machine busy, more rarely help
 
 
-def _parse_one(f: Path | tuple[str, bytes], default_ts: float | None) -> Collected:
-    if isinstance(f, tuple):
-        return parse(decode_text(f[1], f[0]), f[0], default_ts)
-    return _read_file(f, default_ts)
+class _Archive(NamedTuple):
+    """A tar or zip of export files: its members are read one at a time, in name order, when their turn comes
+    (one member's bytes in memory, never the archive's)."""
+    path: Path
 
 
-def parsed_in_workers(files: list[Path | tuple[str, bytes]], default_ts: float | None, workers: int | None,
+def _parsed(f: Path | _Archive, default_ts: float | None) -> Iterator[Collected]:
+    """The collections of a file on disk (one) or of an archive's members (one each)."""
+    if isinstance(f, _Archive):
+        for name, data in _members(f.path):
+            if not _aside(name):
+                yield parse(decode_text(data, name), name, default_ts)
+    else:
+        yield _read_file(f, default_ts)
+
+
+def parsed_in_workers(files: list[Path | _Archive], default_ts: float | None, workers: int | None,
                       while_reading: Callable[[], None] | None = None) -> Iterator[Collected]:
     """Each file's collection, in order: parsed here one after another (``workers`` 0, the reference), or by
-    worker processes, a few files ahead, when there are several files on disk and a second CPU. The same
-    collections and the same first error either way (tests/test_prometheus_stream.py); what is merged stays in
-    this process, so memory is what the sequential read holds plus the few files in flight."""
+    worker processes, a few files ahead, when there are several files on disk and a second CPU (archive
+    members are parsed here, in their turn). The same collections and the same first error either way
+    (tests/test_prometheus_stream.py); what is merged stays in this process, so memory is what the sequential
+    read holds plus the few files in flight."""
+    import multiprocessing
     import os
     import threading
 
     if workers is None:
         workers = min(os.cpu_count() or 1, READ_WORKERS)
-    on_disk = sum(1 for f in files if not isinstance(f, tuple))
-    import multiprocessing
-
+    on_disk = sum(1 for f in files if not isinstance(f, _Archive))
     if (workers < 2 or on_disk < 2 or threading.active_count() != 1
             or "fork" not in multiprocessing.get_all_start_methods()):
         if while_reading is not None:
             while_reading()
         for f in files:
-            yield _parse_one(f, default_ts)
+            yield from _parsed(f, default_ts)
         return
     from collections import deque
     from concurrent.futures import ProcessPoolExecutor
@@ -468,24 +478,26 @@ def parsed_in_workers(files: list[Path | tuple[str, bytes]], default_ts: float |
     try:
         pending: deque = deque()
         for f in files:
-            # archive members are already in memory here: parsed in this process, in their turn
-            pending.append(pool.submit(_parse_one, f, default_ts) if not isinstance(f, tuple) else f)
+            pending.append(f if isinstance(f, _Archive) else pool.submit(_read_file, f, default_ts))
             if len(pending) <= workers + 1:
                 continue
             if while_reading is not None:
                 while_reading()
                 while_reading = None
-            yield _result(pending.popleft(), default_ts)
+            yield from _taken(pending.popleft(), default_ts)
         if while_reading is not None:
             while_reading()
         while pending:
-            yield _result(pending.popleft(), default_ts)
+            yield from _taken(pending.popleft(), default_ts)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _result(item, default_ts: float | None) -> Collected:  # noqa: ANN001
-    return _parse_one(item, default_ts) if isinstance(item, tuple) else item.result()
+def _taken(item, default_ts: float | None) -> Iterator[Collected]:  # noqa: ANN001 - an _Archive or a Future
+    if isinstance(item, _Archive):
+        yield from _parsed(item, default_ts)
+    else:
+        yield item.result()
 
 
 def _aside(name: str) -> bool:
