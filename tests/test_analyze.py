@@ -201,3 +201,15 @@ def test_analyze_samples_option_is_the_full_resolution(runner, cli, export):
     full = json.loads(full.output)
     assert {_finding_key(f) for f in default["findings"]} == {_finding_key(f) for f in full["findings"]}
     assert default["meta"]["samples"] == full["meta"]["samples"] > 0
+
+
+def test_the_analysis_names_each_source_by_its_sha256(runner, cli, export):
+    """The digests are taken in a thread while the agents run: still each file's own, in the sources' order."""
+    import hashlib
+
+    path, _, _, _ = export
+    r = runner.invoke(cli, ["analyze", str(path), "--json"])
+    assert r.exit_code == 0, r.output
+    sources = json.loads(r.output)["sources"]
+    assert sources == [{"kind": "prometheus", "name": path.name,
+                        "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}]

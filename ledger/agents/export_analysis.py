@@ -35,6 +35,7 @@ def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb
     from ..importers import pipeline
     from . import hourly
 
+    digests = _digests_meanwhile(sources or [])
     if not collected.series:
         raise AnalysisError(f"{collected.path}: no telemetry this importer maps (see docs/telemetry.md)")
     opts = pipeline.ImportOptions(cluster=cluster)
@@ -42,7 +43,7 @@ def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb
         from .memory import dataset_from_collected
 
         ds, res = dataset_from_collected(collected, opts, topology=topology, progress=progress, release=consume)
-        return _finish(run_agents(ds), collected, res, sources)
+        return _finish(run_agents(ds), collected, res, sources, digests)
     if keep is None:
         from .memory import hourly_from_collected, return_freed_heap
 
@@ -50,7 +51,7 @@ def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb
         ds = hourly.compact_dataset(scan, src, topology, detail=True)
         del src   # the export's raw columns: what the agents need of them is in the dataset now
         return_freed_heap()
-        return _finish(run_agents(ds), collected, res, sources)
+        return _finish(run_agents(ds), collected, res, sources, digests)
     from .. import db as db_mod
 
     if keep.exists():
@@ -62,24 +63,52 @@ def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb
         analysis = analyze(engine, topology=topology) if samples else hourly.analyze(engine, topology=topology)
     finally:
         engine.dispose()
-    return _finish(analysis, collected, res, sources)
+    return _finish(analysis, collected, res, sources, digests)
 
 
-def _finish(analysis: Analysis, collected, res, sources: list[str] | None) -> Analysis:  # noqa: ANN001
+def _digests_meanwhile(sources: list[str]) -> Callable[[], dict[str, str]]:
+    """The sha256 of each source file, computed in a thread while the agents run (hashlib releases the GIL
+    while it hashes); the returned function waits for them, and raises what reading a file raised."""
+    import threading
+
+    out: dict[str, str] = {}
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for s in sources:
+                p = Path(s)
+                if p.is_file():
+                    with p.open("rb") as f:   # a digest of a file of gigabytes, a MiB at a time
+                        out[s] = hashlib.file_digest(f, "sha256").hexdigest()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            failed.append(exc)
+
+    thread = threading.Thread(target=work, name="source-digests", daemon=True)
+    thread.start()
+
+    def result() -> dict[str, str]:
+        thread.join()
+        if failed:
+            raise failed[0]
+        return out
+    return result
+
+
+def _finish(analysis: Analysis, collected, res, sources: list[str] | None,  # noqa: ANN001
+            digests: Callable[[], dict[str, str]]) -> Analysis:
     # the samples analysed are the export's, whichever rows (samples or device-hours) the agents' frame held
     analysis.meta["samples"] = res.samples
-    analysis.context = _context(collected, res, analysis, sources or [])
+    analysis.context = _context(collected, res, analysis, sources or [], digests())
     return analysis
 
 
-def _context(collected, res, analysis: Analysis, sources: list[str]) -> dict:  # noqa: ANN001
+def _context(collected, res, analysis: Analysis, sources: list[str], digests: dict[str, str]) -> dict:  # noqa: ANN001
     src = []
     for s in sources:
-        p = Path(s)
-        entry = {"kind": "prometheus", "name": p.name}
-        if p.is_file():
-            with p.open("rb") as f:   # a digest of a file of gigabytes, a MiB at a time
-                entry["sha256"] = hashlib.file_digest(f, "sha256").hexdigest()
+        entry = {"kind": "prometheus", "name": Path(s).name}
+        if s in digests:
+            entry["sha256"] = digests[s]
         src.append(entry)
     covered = sum(d.get("covered_s", 0.0) for d in res.per_device.values())
     unknown = sum(d.get("unknown_s", 0.0) for d in res.per_device.values())
