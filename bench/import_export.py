@@ -50,8 +50,9 @@ import ledger.telemetry.hours as hours, ledger.telemetry.blocks as blocks, ledge
 timed(prom, "read", "read")
 timed(pipe, "write", "write")
 timed(hours, "store_in", "hours")
-timed(hours, "aggregate_rows", "hours_aggregate")
+timed(hours, "aggregate", "hours_aggregate")
 timed(blocks, "encode", "block_encode")
+timed(blocks, "encode_columns", "block_encode")
 timed(store, "_digest_normalised", "digest")
 timed(cli_imp, "_issue_closed", "receipts")
 def done():
@@ -64,8 +65,8 @@ cli(sys.argv[1:], prog_name="ipledger")
 STAGES = (("read", "reading the query_range files (ledger.importers.prometheus.read)"),
           ("write", "the pipeline's write: timelines, segments, blocks, device-hours, one transaction"),
           ("hours", "of which the device-hours sealed with each segment (telemetry.hours.store_in)"),
-          ("hours_aggregate", "of which their computation (hours.aggregate_rows), the rest their INSERT"),
-          ("block_encode", "of the write: the columnar sample blocks (blocks.encode)"),
+          ("hours_aggregate", "of which their computation (hours.aggregate), the rest their INSERT"),
+          ("block_encode", "of the write: the columnar sample blocks (blocks.encode, blocks.encode_columns)"),
           ("digest", "of the write: the segments' sha256 over canonical JSON rows"),
           ("receipts", "the receipts of the runs the import closed"))
 
