@@ -66,7 +66,8 @@ STAGES = (("read", "reading the query_range files (ledger.importers.prometheus.r
           ("write", "the pipeline's write: timelines, segments, blocks, device-hours, one transaction"),
           ("hours", "of which the device-hours sealed with each segment (telemetry.hours.store_in)"),
           ("hours_aggregate", "of which their computation (hours.aggregate), the rest their INSERT"),
-          ("block_encode", "of the write: the columnar sample blocks (blocks.encode_columns; its first call imports pyarrow)"),
+          ("block_encode", "of the write: the columnar sample blocks (blocks.encode_columns; its first call "
+                           "imports pyarrow)"),
           ("digest", "of the write: the segments' sha256 over canonical JSON rows"),
           ("receipts", "the receipts of the runs the import closed"))
 
@@ -250,7 +251,8 @@ def _figure(scale: float, counts: dict, floor_t: Timing, subj_t: Timing, m: dict
         "extra floor: the rows the ledger ends up holding, inserted by executemany into a fresh ledger, one tx":
             f"median {ledger_rows_s:.3f} s ({sum(len(r) for _, r in held.values()):,} rows: "
             + ", ".join(f"{t} {len(r):,}" for t, (_, r) in sorted(held.items())) + "); with the floor's DuckDB "
-            f"read {duck + ledger_rows_s:.3f} s, against which the import is {subj_t.median / (duck + ledger_rows_s):.2f}×",
+            f"read {duck + ledger_rows_s:.3f} s, against which the import is "
+            f"{subj_t.median / (duck + ledger_rows_s):.2f}×",
         "a lower floor: DuckDB reading the files alone (no rows out) + the floor's executemany":
             f"{plain:.3f} + {append:.3f} s, against which the import is {subj_t.median / (plain + append):.2f}×",
     }

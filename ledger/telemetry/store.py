@@ -107,7 +107,8 @@ def write_segment_in(conn: Connection, samples: Sequence[Sample], entry: Entry,
 
 
 def write_segment_rows_in(conn: Connection, rows: Sequence[tuple], entry: Entry,
-                          other_entries: Sequence[Entry] = (), columns: Mapping[str, Any] | None = None) -> AppendResult:
+                          other_entries: Sequence[Entry] = (),
+                          columns: Mapping[str, Any] | None = None) -> AppendResult:
     """:func:`write_segment_in` for rows already in normalised SAMPLE_COLUMNS form: the rows are stored as
     one columnar block in `sample_blocks`, with its device-hours in `device_hours` (a segment already stored,
     as a block or as legacy rows, is not stored again — at-least-once shipping).
