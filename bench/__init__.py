@@ -5,4 +5,4 @@
 """
 
 FIGURES = ["hook", "mark", "ship_sqlite", "ship_postgres", "analyze", "receipt", "export", "verify", "load_pg", "proofs",
-           "agents"]
+           "agents", "import_export"]

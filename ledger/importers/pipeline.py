@@ -115,6 +115,27 @@ def sample_windows(tl: Timeline, opts: ImportOptions) -> dict[int, list]:
     return windows
 
 
+def window_columns(tl: Timeline, opts: ImportOptions) -> dict[int, dict] | None:
+    """The device's samples by segment window as the float64 columns ``write_segment_rows_in`` takes (the rows
+    of :func:`sample_windows`, without the tuples); None when the timeline has no columns (its reference path).
+    ``clock_reasons`` is truncated as the rows' ``int()`` truncates it."""
+    if tl.columns is None or not len(tl.columns["t"]):
+        return None
+    import numpy as np
+
+    cols = dict(tl.columns)
+    if "clock_reasons" in cols:
+        cols["clock_reasons"] = np.trunc(cols["clock_reasons"])
+    w = np.floor(cols["t"] / opts.segment_seconds)
+    cuts = np.flatnonzero(w[1:] != w[:-1]) + 1   # t ascends: each window is one run of rows
+    out = {}
+    for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(w)]):
+        piece = {k: v[lo:hi] for k, v in cols.items()}
+        piece["device"] = np.full(hi - lo, tl.device, dtype=object)
+        out[int(w[lo])] = piece
+    return out
+
+
 def device_entries(c: Collected, tl: Timeline, opts: ImportOptions) -> list[tuple[list, Entry, list[Entry]]]:
     """The (normalised sample rows, segment entry, its unknown intervals) batches of one device."""
     info = c.devices[tl.device]
@@ -299,11 +320,13 @@ def write(engine: Engine, c: Collected, opts: ImportOptions = ImportOptions(),
     spans: dict[str, tuple] = {}
     with write_tx(engine) as conn:
         for tl in each_timeline(c, opts, res, spans, progress):
+            by_window = window_columns(tl, opts)
             for samples, entry, others in device_entries(c, tl, opts):
                 if entry is None:
                     r = append_in(conn, others)
                 else:
-                    r = write_segment_rows_in(conn, samples, entry, others)
+                    cols = by_window[int(math.floor(samples[0][1] / opts.segment_seconds))] if by_window else None
+                    r = write_segment_rows_in(conn, samples, entry, others, columns=cols)
                     res.segments += 1
                 res.appended += r.appended
                 res.duplicates += r.duplicates

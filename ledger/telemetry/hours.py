@@ -240,6 +240,12 @@ def aggregate_rows(rows: Sequence[tuple]) -> list[DeviceHour]:
     return aggregate({c: cols[i] for c, i in zip(NEEDED, idx)})
 
 
+def aggregate_columns(cols: Mapping[str, Sequence]) -> list[DeviceHour]:
+    """:func:`aggregate` of sample columns in which a field left out is not measured (a segment's columns)."""
+    n = len(cols["t"])
+    return aggregate({c: cols[c] if c in cols else np.full(n, np.nan) for c in NEEDED})
+
+
 def aggregate_table(table) -> list[DeviceHour]:  # noqa: ANN001 - a pyarrow Table with the NEEDED columns
     """:func:`aggregate` of a pyarrow table as the sample reader returns it (no row tuples in between)."""
     from .blocks import float_values
@@ -388,10 +394,12 @@ def _db_value(v: float | int | str):  # noqa: ANN202
     return None if isinstance(v, float) and v != v else v
 
 
-def store_in(conn, segment_id: str, rows: Sequence[tuple]) -> int:  # noqa: ANN001 - a Connection
+def store_in(conn, segment_id: str, rows: Sequence[tuple],  # noqa: ANN001 - a Connection
+             columns: Mapping[str, Sequence] | None = None) -> int:
     """Write the device-hours of a segment's rows (normalised SAMPLE_COLUMNS form) beside its block; the caller
-    stores each segment once (``telemetry.store.write_segment_rows_in``). Returns the rows written."""
-    hours = aggregate_rows(rows)
+    stores each segment once (``telemetry.store.write_segment_rows_in``). Returns the rows written.
+    ``columns``: the same rows as columns (``write_segment_rows_in`` says how), aggregated without the tuples."""
+    hours = aggregate_rows(rows) if columns is None else aggregate_columns(columns)
     if hours:
         conn.execute(_insert_sql(), [{"segment_id": segment_id, **dict(zip(FIELDS, map(_db_value, values(h))))}
                                      for h in hours])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
@@ -107,20 +107,26 @@ def write_segment_in(conn: Connection, samples: Sequence[Sample], entry: Entry,
 
 
 def write_segment_rows_in(conn: Connection, rows: Sequence[tuple], entry: Entry,
-                          other_entries: Sequence[Entry] = ()) -> AppendResult:
+                          other_entries: Sequence[Entry] = (),
+                          columns: Mapping[str, Any] | None = None) -> AppendResult:
     """:func:`write_segment_in` for rows already in normalised SAMPLE_COLUMNS form: the rows are stored as
     one columnar block in `sample_blocks`, with its device-hours in `device_hours` (a segment already stored,
-    as a block or as legacy rows, is not stored again — at-least-once shipping)."""
+    as a block or as legacy rows, is not stored again — at-least-once shipping).
+
+    ``columns``, when the caller has them, are the same rows as float64 columns in (device, t) order (NaN = None,
+    ``clock_reasons`` already whole numbers, a field left out = not measured; "device" an array of its ids): the
+    block and the device-hours are then computed from them without going through the row tuples — the same bytes
+    (tests/test_import_columns.py holds the two paths equal)."""
     result = append_in(conn, [entry, *other_entries])
     sid = entry.entry_id
     if rows and not _segment_stored(conn, sid):
-        block = blocks.encode(rows)
+        block = blocks.encode(rows) if columns is None else blocks.encode_columns(columns)
         conn.execute(text("INSERT INTO sample_blocks (segment_id, format, rows, sha256, data) "
                           "VALUES (:s, :f, :n, :h, :d)"),
                      {"s": sid, "f": block.format, "n": block.rows, "h": block.sha256, "d": block.data})
         from . import hours   # numpy and the method: only where samples are sealed
 
-        hours.store_in(conn, sid, rows)   # the agents' device-hours, derived from the same rows
+        hours.store_in(conn, sid, rows, columns)   # the agents' device-hours, derived from the same rows
     return result
 
 
