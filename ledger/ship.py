@@ -340,9 +340,8 @@ def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batc
 
 
 def _write_samples(conn, segments: list[tuple[Entry, list]]) -> None:  # noqa: ANN001
-    """Insert the rows of collector segments (once per segment; the entry is already appended above)."""
-    from .telemetry.model import Sample
-    from .telemetry.store import write_segment_in
+    """Store the rows of collector segments (normalised by intake; once per segment; the entries are already
+    appended above): a block and the device-hours each, all of a batch's segments in one pass."""
+    from .telemetry.store import store_segments_in
 
-    for entry, rows in segments:
-        write_segment_in(conn, [Sample(*r) for r in rows], entry)
+    store_segments_in(conn, segments)

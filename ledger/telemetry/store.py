@@ -60,6 +60,16 @@ def _row_values(s: Sample) -> tuple:
             *[None if v is None else float(v) for v in (g(s) for g in _METRIC_GETTERS)])
 
 
+def normalised(row: Sequence) -> tuple:
+    """``_norm(row)``, taking the row as it is where every value already has its column's type (a spool's rows,
+    written by the collector from ``_row_values``, always do): the hot path of shipping segments."""
+    cr = row[3]
+    if type(row[0]) is str and type(row[1]) is float and type(row[2]) is float \
+            and (cr is None or type(cr) is int) and set(map(type, row[4:])) <= _FLOAT_OR_NONE:
+        return tuple(row)
+    return _norm(row)
+
+
 def samples_digest(rows: Iterable[tuple]) -> str:
     """sha256 over canonical JSON lines of the rows (SAMPLE_COLUMNS order), sorted by (device, t)."""
     return _digest_normalised([_norm(r) for r in rows])
@@ -115,13 +125,54 @@ def write_segment_rows_in(conn: Connection, rows: Sequence[tuple], entry: Entry,
     sid = entry.entry_id
     if rows and not _segment_stored(conn, sid):
         block = blocks.encode(rows)
-        conn.execute(text("INSERT INTO sample_blocks (segment_id, format, rows, sha256, data) "
-                          "VALUES (:s, :f, :n, :h, :d)"),
-                     {"s": sid, "f": block.format, "n": block.rows, "h": block.sha256, "d": block.data})
+        conn.execute(_INSERT_BLOCK, {"s": sid, "f": block.format, "n": block.rows, "h": block.sha256,
+                                     "d": block.data})
         from . import hours   # numpy and the method: only where samples are sealed
 
         hours.store_in(conn, sid, rows)   # the agents' device-hours, derived from the same rows
     return result
+
+
+_INSERT_BLOCK = text("INSERT INTO sample_blocks (segment_id, format, rows, sha256, data) VALUES (:s, :f, :n, :h, :d)")
+
+
+def store_segments_in(conn: Connection, segments: Sequence[tuple[Entry, Sequence[tuple]]]) -> int:
+    """The samples of many segments whose entries are already appended (a shipment's), rows in normalised
+    form: what :func:`write_segment_rows_in` stores for each, in the same order — one block per new segment
+    and its device-hours; a segment already stored (or earlier in the list) is skipped — with one lookup of
+    the stored segments, one insert of the blocks and one aggregation of the device-hours for them all.
+    Returns the segments stored."""
+    from . import hours   # numpy and the method: only where samples are sealed
+
+    stored = _segments_stored(conn, [e.entry_id for e, rows in segments if rows])
+    todo: list[tuple[str, Sequence[tuple]]] = []
+    for entry, rows in segments:
+        if rows and entry.entry_id not in stored:
+            stored.add(entry.entry_id)
+            todo.append((entry.entry_id, rows))
+    if not todo:
+        return 0
+    params = []
+    for sid, rows in todo:
+        block = blocks.encode(rows)
+        params.append({"s": sid, "f": block.format, "n": block.rows, "h": block.sha256, "d": block.data})
+    conn.execute(_INSERT_BLOCK, params)
+    hours.store_segments_in(conn, todo)
+    return len(todo)
+
+
+def _segments_stored(conn: Connection, segment_ids: Sequence[str]) -> set[str]:
+    """Which of these segments already have their samples stored (as a block or as legacy rows)."""
+    ids = list(dict.fromkeys(segment_ids))
+    found: set[str] = set()
+    for i in range(0, len(ids), _IN_CHUNK):
+        chunk = ids[i:i + _IN_CHUNK]
+        marks = ",".join(f":s{j}" for j in range(len(chunk)))
+        p = {f"s{j}": s for j, s in enumerate(chunk)}
+        for table in ("sample_blocks", "samples"):
+            found.update(r[0] for r in conn.execute(text(f"SELECT DISTINCT segment_id FROM {table} "
+                                                         f"WHERE segment_id IN ({marks})"), p))
+    return found
 
 
 def _segment_stored(conn: Connection, segment_id: str) -> bool:
