@@ -162,8 +162,7 @@ def _aggregate(cols: Mapping[str, Sequence], group: np.ndarray | None) -> list[t
         return []
 
     def f(name: str) -> np.ndarray:
-        return np.asarray([np.nan if v is None else v for v in cols[name]] if
-                          isinstance(cols[name], (list, tuple)) else cols[name], dtype=np.float64)
+        return np.asarray(cols[name], dtype=np.float64)   # None (not measured) becomes NaN
 
     t, dt = f("t"), f("dt")
     names, code = np.unique(dev.astype(str), return_inverse=True)

@@ -152,11 +152,8 @@ def store_segments_in(conn: Connection, segments: Sequence[tuple[Entry, Sequence
             todo.append((entry.entry_id, rows))
     if not todo:
         return 0
-    params = []
-    for sid, rows in todo:
-        block = blocks.encode(rows)
-        params.append({"s": sid, "f": block.format, "n": block.rows, "h": block.sha256, "d": block.data})
-    conn.execute(_INSERT_BLOCK, params)
+    conn.execute(_INSERT_BLOCK, [{"s": sid, "f": b.format, "n": b.rows, "h": b.sha256, "d": b.data}
+                                 for (sid, _rows), b in zip(todo, blocks.encode_many([r for _s, r in todo]))])
     hours.store_segments_in(conn, todo)
     return len(todo)
 

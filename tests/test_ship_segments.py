@@ -1,0 +1,143 @@
+"""Shipping collector segments in one pass stores exactly what storing them one by one does (bench.ship_segments
+made the fast paths; these keep them honest).
+
+- intake's column-at-a-time check of a segment's rows never passes what the cell-by-cell reference refuses,
+  and passes the rows a collector writes;
+- blocks.encode_many gives encode's blocks byte for byte;
+- hours.aggregate_groups gives each group what aggregate of its rows alone gives, value for value;
+- a shipment of a fleet's collector spool leaves the very rows (entries, sample_blocks, device_hours) the
+  segment-by-segment path (telemetry.store.write_segment_in) leaves.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ledger import intake
+from ledger.telemetry import blocks, hours
+from ledger.telemetry.model import SAMPLE_COLUMNS, Sample
+from ledger.telemetry.store import _row_values, normalised
+from tests.test_device_hours import fleets
+
+LATEST = 4_000_000_000.0
+GOOD = ["GPU-a", 1_760_000_000.0, 1.0, 0, *([0.5] * (len(SAMPLE_COLUMNS) - 4))]
+ODD_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(), st.text(max_size=3),
+                       st.just([]), st.just(-(2**63)), st.just(2**63 - 1), st.just(1e300))
+
+
+@st.composite
+def segment_rows(draw) -> list:  # noqa: ANN001
+    """Rows a segment may carry: mostly sound, with now and then one cell (or the row's shape) spoiled."""
+    rows = [list(GOOD) for _ in range(draw(st.integers(1, 6)))]
+    for r in rows:
+        r[1] += draw(st.integers(0, 100))
+        for j in draw(st.lists(st.integers(3, len(SAMPLE_COLUMNS) - 1), max_size=4)):
+            r[j] = draw(st.one_of(st.none(), st.floats(0, 2000), st.integers(0, 2**40)))
+    if draw(st.booleans()):
+        i = draw(st.integers(0, len(rows) - 1))
+        how = draw(st.sampled_from(["cell", "device", "shape", "t", "dt"]))
+        if how == "cell":
+            rows[i][draw(st.integers(1, len(SAMPLE_COLUMNS) - 1))] = draw(ODD_VALUES)
+        elif how == "device":
+            rows[i][0] = draw(st.one_of(ODD_VALUES, st.text(max_size=2000)))
+        elif how == "shape":
+            rows[i] = rows[i][:-1] if draw(st.booleans()) else tuple(rows[i])
+        elif how == "t":
+            rows[i][1] = draw(st.sampled_from([900_000_000.0, LATEST, LATEST + 1, 1_000_000_000]))
+        else:
+            rows[i][2] = draw(st.sampled_from([-1.0, 0, 86_400.0 * 366, 86_400 * 366 - 1]))
+    return rows
+
+
+def _reference_passes(rows: list) -> bool:
+    try:
+        intake.check_rows(rows, LATEST)
+    except intake.Refused:
+        return False
+    return True
+
+
+@settings(max_examples=400, deadline=None)
+@given(segment_rows())
+def test_row_shortcut_never_passes_what_the_reference_refuses(rows):
+    if intake._rows_plainly_sound(rows, LATEST):
+        assert _reference_passes(rows)
+
+
+def test_row_shortcut_passes_a_collectors_rows():
+    rows = [list(GOOD), [*GOOD[:3], None, *([None] * 21)], [GOOD[0], GOOD[1] + 1, 1.0, 4, *([1980.0] * 21)]]
+    assert _reference_passes(rows) and intake._rows_plainly_sound(rows, LATEST)
+
+
+def test_normalised_rows_are_the_reference_norm():
+    from ledger.telemetry.store import _norm
+
+    for row in ([*GOOD], [GOOD[0], 1_760_000_000, 1, 3, *([7] * 21)], [GOOD[0], 1.5, 2.0, None, *([None] * 21)]):
+        assert normalised(row) == _norm(row)
+        assert all(type(a) is type(b) for a, b in zip(normalised(row), _norm(row)))
+
+
+def _rows(samples: list[Sample]) -> list[tuple]:
+    return [_row_values(s) for s in samples]
+
+
+def _same(a: hours.DeviceHour, b: hours.DeviceHour) -> bool:
+    return all((x != x and y != y) or x == y for x, y in zip(hours.values(a), hours.values(b)))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.lists(fleets(), min_size=1, max_size=3))
+def test_grouped_aggregation_is_each_segments_own(segments):
+    rows = [_rows(s) for s in segments]
+    idx = [SAMPLE_COLUMNS.index(c) for c in hours.NEEDED]
+    cols = list(zip(*(r for seg in rows for r in seg)))
+    group = np.repeat(np.arange(len(rows)), [len(r) for r in rows])
+    got = hours.aggregate_groups({c: cols[i] for c, i in zip(hours.NEEDED, idx)}, group)
+    want = [(g, h) for g, seg in enumerate(rows) for h in hours.aggregate_rows(seg)]
+    assert [g for g, _ in got] == [g for g, _ in want]
+    assert all(_same(a, b) for (_, a), (_, b) in zip(got, want)), "exact equality, not within a tolerance"
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.lists(fleets(), min_size=1, max_size=3))
+def test_blocks_encoded_together_are_encodes_byte_for_byte(segments):
+    rows = [_rows(s) for s in segments]
+    assert [b.data for b in blocks.encode_many(rows)] == [blocks.encode(r).data for r in rows]
+
+
+def test_encode_many_of_an_empty_segment_is_encodes():
+    rows = [[], _rows([Sample("GPU-x", 1_760_000_000.0, 1.0)])]
+    assert blocks.encode_many(rows) == [blocks.encode(r) for r in rows]
+
+
+def test_one_pass_ship_leaves_the_rows_the_one_by_one_path_leaves(tmp_path, monkeypatch):
+    from bench import ship_segments as bench
+    from ledger import db as db_mod
+    from ledger import ship as ship_mod
+    from ledger.telemetry.store import write_segment_in
+
+    counts = bench.write_spool(tmp_path / "pristine", nodes=3, batches=2)
+
+    def one_by_one(conn, segments):  # noqa: ANN001, ANN202 - the path before the one-pass store
+        for entry, rows in segments:
+            write_segment_in(conn, [Sample(*r) for r in rows], entry)
+
+    got = []
+    for name in ("one_pass", "one_by_one"):
+        if name == "one_by_one":
+            monkeypatch.setattr(ship_mod, "_write_samples", one_by_one)
+        shutil.copytree(tmp_path / "pristine", tmp_path / name)
+        url = bench._fresh_db(tmp_path / f"{name}.db")
+        eng = db_mod.make_engine(url)
+        try:
+            report = ship_mod.ship(eng, tmp_path / name, run_after=False)
+        finally:
+            eng.dispose()
+        assert not report.refused and report.appended == counts["records"]
+        got.append(bench.ledger_rows(tmp_path / f"{name}.db"))
+    assert len(got[0]["sample_blocks"][1]) == counts["segments"] and len(got[0]["device_hours"][1]) > 0
+    assert got[0] == got[1]
