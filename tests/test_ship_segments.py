@@ -11,13 +11,16 @@ made the fast paths; these keep them honest).
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ledger import intake
+from ledger.entries import entry_from_record
 from ledger.telemetry import blocks, hours
 from ledger.telemetry.model import SAMPLE_COLUMNS, Sample
 from ledger.telemetry.store import _row_values, normalised
@@ -114,7 +117,11 @@ def test_encode_many_of_an_empty_segment_is_encodes():
     assert blocks.encode_many(rows) == [blocks.encode(r) for r in rows]
 
 
-def test_one_pass_ship_leaves_the_rows_the_one_by_one_path_leaves(tmp_path, monkeypatch):
+@pytest.mark.parametrize("parallel", [False, True])
+def test_one_pass_ship_leaves_the_rows_the_one_by_one_path_leaves(tmp_path, monkeypatch, parallel):
+    """Serial and with worker processes (the packed columns crossing the pipe), small batches (a segment's
+    file split from its neighbours'), and a file shipped again beside a copy of itself (at-least-once: the
+    segments already stored, and one repeated within a batch, are not stored twice)."""
     from bench import ship_segments as bench
     from ledger import db as db_mod
     from ledger import ship as ship_mod
@@ -122,10 +129,20 @@ def test_one_pass_ship_leaves_the_rows_the_one_by_one_path_leaves(tmp_path, monk
 
     counts = bench.write_spool(tmp_path / "pristine", nodes=3, batches=2)
 
-    def one_by_one(conn, segments):  # noqa: ANN001, ANN202 - the path before the one-pass store
-        for entry, rows in segments:
-            write_segment_in(conn, [Sample(*r) for r in rows], entry)
+    # the reference takes each segment's rows straight from its spool record, not from the packed columns
+    rows_of = {}
+    for path in (tmp_path / "pristine").glob("collector-*.jsonl"):
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            rows_of[entry_from_record({k: v for k, v in rec.items() if k != "samples"}).entry_id] = rec["samples"]
 
+    def one_by_one(conn, segments, packs):  # noqa: ANN001, ANN202 - the path before the one-pass store
+        for entry in segments:
+            write_segment_in(conn, [Sample(*r) for r in rows_of[entry.entry_id]], entry)
+
+    monkeypatch.setattr(ship_mod, "PARALLEL_MIN_FILES", 2 if parallel else 10**9)
+    monkeypatch.setattr(ship_mod, "_CHUNK_FILES", 3)
+    again = sorted((tmp_path / "pristine").glob("collector-*.jsonl"))[1]
     got = []
     for name in ("one_pass", "one_by_one"):
         if name == "one_by_one":
@@ -134,10 +151,14 @@ def test_one_pass_ship_leaves_the_rows_the_one_by_one_path_leaves(tmp_path, monk
         url = bench._fresh_db(tmp_path / f"{name}.db")
         eng = db_mod.make_engine(url)
         try:
+            report = ship_mod.ship(eng, tmp_path / name, run_after=False, batch_samples=1000)
+            assert not report.refused and report.appended == counts["records"]
+            for copy in ("zz-again-1.jsonl", "zz-again-2.jsonl"):
+                shutil.copy(again, tmp_path / name / copy)
             report = ship_mod.ship(eng, tmp_path / name, run_after=False)
+            assert report.appended == 0 and report.duplicates == 2 * len(again.read_text().splitlines())
         finally:
             eng.dispose()
-        assert not report.refused and report.appended == counts["records"]
         got.append(bench.ledger_rows(tmp_path / f"{name}.db"))
     assert len(got[0]["sample_blocks"][1]) == counts["segments"] and len(got[0]["device_hours"][1]) > 0
     assert got[0] == got[1]

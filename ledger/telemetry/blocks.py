@@ -64,32 +64,106 @@ def encode(rows: Sequence[tuple]) -> Block:
     return _write(arrays, fields, [r[0] for r in ordered])
 
 
-def encode_many(segments: Sequence[Sequence[tuple]]) -> list[Block]:
-    """:func:`encode` of each segment's rows: the same blocks, byte for byte (tests/test_bench_fastpaths.py),
-    with the Arrow columns built once for all the segments and each block written from its slice of them —
-    a shipment of collector segments is thousands of 60-row blocks, and building 25 arrays per block cost
-    more than writing it."""
+@dataclass(frozen=True)
+class Packed:
+    """Segments' rows as numpy columns, each segment's in (device, t) order, one after the other: what a
+    shipper's worker process hands back (it pickles as a few buffers, not a million float objects)."""
+
+    rows: tuple            # rows per segment
+    devices: tuple         # the device column
+    values: object         # float64 (len(SAMPLE_COLUMNS) - 1, rows): every other column, NaN = not measured
+    reasons: object        # int64 clock_reasons (exact: a bitmask may pass 2^53), 0 where not measured
+    reasons_missing: object
+
+
+def pack(segments: Sequence[Sequence[tuple]]) -> Packed:
+    """Rows of non-empty segments in normalised form (finite numbers or None, as a spool's checked rows are)."""
+    import numpy as np
+
+    ordered = [r for rows in segments for r in sorted(rows, key=_BY_DEVICE_T)]
+    cols = list(zip(*ordered))
+    n = len(ordered)
+    missing = np.fromiter((v is None for v in cols[3]), dtype=bool, count=n)
+    reasons = np.fromiter((0 if v is None else v for v in cols[3]), dtype=np.int64, count=n)
+    return Packed(tuple(len(rows) for rows in segments), cols[0], np.array(cols[1:], dtype=np.float64), reasons,
+                  missing)
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Many segments' rows as Arrow columns: each segment's rows in (device, t) order, one after the other,
+    after a first row that no segment takes (see :func:`columns_of`)."""
+
+    spans: list            # (first row, rows) of each segment
+    devices: tuple         # the device column (the first row's included)
+    arrays: list           # a pyarrow array per SAMPLE_COLUMNS entry; None for the device column
+
+
+def columns_of(segments: Sequence[Sequence[tuple]]) -> Columns:
+    """The rows of many non-empty segments (normalised form) as one set of columns: what :func:`encode_many`
+    writes the blocks from and the device-hours are computed from."""
+    return columns_from([pack(segments)])
+
+
+def columns_from(packs: Sequence[Packed], keep: Sequence[bool] | None = None) -> Columns:
+    """:class:`Columns` of the segments of these packs (only those ``keep`` marks, in order), built from
+    the numpy columns: NULL over a 0 slot where a value is not measured, as pa.array stores None."""
+    import numpy as np
     import pyarrow as pa
 
-    if any(not rows for rows in segments):
-        return [encode(rows) for rows in segments]
+    lengths = [n for p in packs for n in p.rows]
+    keep = [True] * len(lengths) if keep is None else list(keep)
+    starts = np.cumsum([0, *lengths])
+    take = np.concatenate([np.arange(starts[i], starts[i] + n) for i, n in enumerate(lengths) if keep[i]]
+                          or [np.zeros(0, dtype=np.int64)])
+    all_devices = [d for p in packs for d in p.devices]
+    values = np.concatenate([p.values for p in packs], axis=1)[:, take]
+    reasons = np.concatenate([p.reasons for p in packs])[take]
+    reasons_missing = np.concatenate([p.reasons_missing for p in packs])[take]
     # A first row that no block takes: every block's slice starts past 0. Arrow's IPC writer truncates a
     # slice's buffers to its rows only when the slice has an offset; at offset 0 it wrote the whole column.
-    ordered: list[tuple] = [("", 0.0, 0.0, 0, *([0.0] * (len(SAMPLE_COLUMNS) - 4)))]
-    spans = []
-    for rows in segments:
-        spans.append((len(ordered), len(rows)))
-        ordered.extend(sorted(rows, key=_BY_DEVICE_T))
-    columns = list(zip(*ordered))
+    devices = ("", *(all_devices[i] for i in take.tolist()))
+    values = np.concatenate([np.zeros((values.shape[0], 1)), values], axis=1)
+    reasons = np.concatenate([[0], reasons])
+    reasons_missing = np.concatenate([[False], reasons_missing])
+    arrays: list = [None]
+    for j, field in enumerate(list(arrow_schema())[1:]):
+        if field.name == "clock_reasons":
+            v, missing = reasons, reasons_missing
+        else:
+            v = values[j]
+            missing = np.isnan(v)
+            v = np.where(missing, 0.0, v)
+        arrays.append(pa.array(v, type=field.type, mask=missing if missing.any() else None))
+    spans, lo = [], 1
+    for n, k in zip(lengths, keep):
+        if k:
+            spans.append((lo, n))
+            lo += n
+    return Columns(spans, devices, arrays)
+
+
+def encode_many(segments: Sequence[Sequence[tuple]]) -> list[Block]:
+    """:func:`encode` of each segment's rows: the same blocks, byte for byte (tests/test_ship_segments.py),
+    from columns built once for them all (:func:`encode_spans`)."""
+    if any(not rows for rows in segments):
+        return [encode(rows) for rows in segments]
+    return encode_spans(columns_of(segments))
+
+
+def encode_spans(cols: Columns) -> list[Block]:
+    """One block per segment of ``cols``, written from its slice of the columns — a shipment of collector
+    segments is thousands of 60-row blocks, and building 25 arrays per block cost more than writing it."""
+    import pyarrow as pa
+
     schema = arrow_schema()
-    devices = columns[0]
-    # the text column is built per block: a slice of a long one is written with its data buffer padded
-    arrays = [None, *(pa.array(values, type=field.type) for field, values in zip(list(schema)[1:], columns[1:]))]
     out = []
-    for lo, n in spans:
-        sliced = [pa.array(devices[lo:lo + n], type=pa.string()), *(a.slice(lo, n) for a in arrays[1:])]
+    for lo, n in cols.spans:
+        devices = cols.devices[lo:lo + n]
+        # the text column is built per block: a slice of a long one is written with its data buffer padded
+        sliced = [pa.array(devices, type=pa.string()), *(a.slice(lo, n) for a in cols.arrays[1:])]
         kept = [(f, a) for f, a in zip(schema, sliced) if f.name in ("device", "t", "dt") or a.null_count < n]
-        out.append(_write([a for _f, a in kept], [f for f, _a in kept], devices[lo:lo + n]))
+        out.append(_write([a for _f, a in kept], [f for f, _a in kept], devices))
     return out
 
 

@@ -165,7 +165,7 @@ def _aggregate(cols: Mapping[str, Sequence], group: np.ndarray | None) -> list[t
         return np.asarray(cols[name], dtype=np.float64)   # None (not measured) becomes NaN
 
     t, dt = f("t"), f("dt")
-    names, code = np.unique(dev.astype(str), return_inverse=True)
+    names, code = _device_codes(dev)
     hour = np.floor(t / HOUR) * HOUR
     order = np.lexsort((t, hour, code) if group is None else (t, hour, code, group))
     code, hour, t, dt = code[order], hour[order], t[order], dt[order]
@@ -237,6 +237,18 @@ def _aggregate(cols: Mapping[str, Sequence], group: np.ndarray | None) -> list[t
         v = out[name]
         cols_out.append([int(x) for x in v] if name in INT_FIELDS else v.tolist())
     return list(zip(grp[starts].tolist(), (DeviceHour(*r) for r in zip(*cols_out))))
+
+
+def _device_codes(dev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(dev.astype(str), return_inverse=True)`` by a dict: a shipment's million device labels are
+    a few hundred distinct ones, and sorting the million strings cost more than the whole aggregation."""
+    index: dict[str, int] = {}
+    first = np.fromiter((index.setdefault(d if type(d) is str else str(d), len(index)) for d in dev),
+                        dtype=np.int64, count=len(dev))
+    names = sorted(index)
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[[index[n] for n in names]] = np.arange(len(names))
+    return np.array(names, dtype=object), rank[first]
 
 
 def aggregate_rows(rows: Sequence[tuple]) -> list[DeviceHour]:
@@ -408,20 +420,22 @@ def store_in(conn, segment_id: str, rows: Sequence[tuple]) -> int:  # noqa: ANN0
     return len(hours)
 
 
-def store_segments_in(conn, segments: Sequence[tuple[str, Sequence[tuple]]]) -> int:  # noqa: ANN001
-    """:func:`store_in` of many segments ((segment id, rows) each, stored once by the caller) in one
-    aggregation and one insert: the same rows, in the same order, as calling it segment by segment."""
+def store_segments_in(conn, segment_ids: Sequence[str], cols) -> int:  # noqa: ANN001
+    """:func:`store_in` of many segments in one aggregation and one insert: ``cols`` holds their rows
+    (:func:`ledger.telemetry.blocks.columns_of`, one span per segment id); the same rows, in the same order,
+    as storing them segment by segment (tests/test_ship_segments.py)."""
+    from .blocks import float_values
     from .model import SAMPLE_COLUMNS
 
-    segments = [(sid, rows) for sid, rows in segments if rows]
-    if not segments:
+    if not segment_ids:
         return 0
-    idx = [SAMPLE_COLUMNS.index(c) for c in NEEDED]
-    cols = list(zip(*(r for _sid, rows in segments for r in rows)))
-    group = np.repeat(np.arange(len(segments)), [len(rows) for _sid, rows in segments])
-    hours = aggregate_groups({c: cols[i] for c, i in zip(NEEDED, idx)}, group)
+    data = {"device": np.asarray(cols.devices[1:], dtype=object)}   # the first row is no segment's
+    for c in NEEDED[1:]:
+        data[c] = float_values(cols.arrays[SAMPLE_COLUMNS.index(c)].slice(1))
+    group = np.repeat(np.arange(len(cols.spans)), [n for _lo, n in cols.spans])
+    hours = aggregate_groups(data, group)
     if hours:
-        conn.execute(_insert_sql(), [{"segment_id": segments[g][0], **dict(zip(FIELDS, map(_db_value, values(h))))}
+        conn.execute(_insert_sql(), [{"segment_id": segment_ids[g], **dict(zip(FIELDS, map(_db_value, values(h))))}
                                      for g, h in hours])
     return len(hours)
 

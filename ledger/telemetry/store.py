@@ -136,25 +136,26 @@ def write_segment_rows_in(conn: Connection, rows: Sequence[tuple], entry: Entry,
 _INSERT_BLOCK = text("INSERT INTO sample_blocks (segment_id, format, rows, sha256, data) VALUES (:s, :f, :n, :h, :d)")
 
 
-def store_segments_in(conn: Connection, segments: Sequence[tuple[Entry, Sequence[tuple]]]) -> int:
-    """The samples of many segments whose entries are already appended (a shipment's), rows in normalised
-    form: what :func:`write_segment_rows_in` stores for each, in the same order — one block per new segment
-    and its device-hours; a segment already stored (or earlier in the list) is skipped — with one lookup of
-    the stored segments, one insert of the blocks and one aggregation of the device-hours for them all.
-    Returns the segments stored."""
+def store_segments_in(conn: Connection, entries: Sequence[Entry], packs: Sequence[blocks.Packed]) -> int:
+    """The samples of many segments whose entries are already appended (a shipment's; their rows in
+    ``packs``, one span per entry in order): what :func:`write_segment_rows_in` stores for each, in the same
+    order — one block per new segment and its device-hours; a segment already stored (or earlier in the list)
+    is skipped — with one lookup of the stored segments, one insert of the blocks and one aggregation of the
+    device-hours for them all (tests/test_ship_segments.py holds the rows equal). Returns the segments stored."""
     from . import hours   # numpy and the method: only where samples are sealed
 
-    stored = _segments_stored(conn, [e.entry_id for e, rows in segments if rows])
-    todo: list[tuple[str, Sequence[tuple]]] = []
-    for entry, rows in segments:
-        if rows and entry.entry_id not in stored:
-            stored.add(entry.entry_id)
-            todo.append((entry.entry_id, rows))
+    stored = _segments_stored(conn, [e.entry_id for e in entries])
+    keep = []
+    for entry in entries:
+        keep.append(entry.entry_id not in stored)
+        stored.add(entry.entry_id)
+    todo = [e.entry_id for e, k in zip(entries, keep) if k]
     if not todo:
         return 0
+    cols = blocks.columns_from(packs, keep)
     conn.execute(_INSERT_BLOCK, [{"s": sid, "f": b.format, "n": b.rows, "h": b.sha256, "d": b.data}
-                                 for (sid, _rows), b in zip(todo, blocks.encode_many([r for _s, r in todo]))])
-    hours.store_segments_in(conn, todo)
+                                 for sid, b in zip(todo, blocks.encode_spans(cols))])
+    hours.store_segments_in(conn, todo, cols)
     return len(todo)
 
 
