@@ -148,11 +148,13 @@ def test_one_pass_ship_leaves_the_rows_the_one_by_one_path_leaves(tmp_path, monk
         if name == "one_by_one":
             monkeypatch.setattr(ship_mod, "_write_samples", one_by_one)
         shutil.copytree(tmp_path / "pristine", tmp_path / name)
+        shutil.copy(again, tmp_path / name / "collector-zz-copy.jsonl")   # a segment twice in one batch
         url = bench._fresh_db(tmp_path / f"{name}.db")
         eng = db_mod.make_engine(url)
         try:
             report = ship_mod.ship(eng, tmp_path / name, run_after=False, batch_samples=1000)
             assert not report.refused and report.appended == counts["records"]
+            assert report.duplicates == len(again.read_text().splitlines())
             for copy in ("zz-again-1.jsonl", "zz-again-2.jsonl"):
                 shutil.copy(again, tmp_path / name / copy)
             report = ship_mod.ship(eng, tmp_path / name, run_after=False)

@@ -242,12 +242,13 @@ def _aggregate(cols: Mapping[str, Sequence], group: np.ndarray | None) -> list[t
 def _device_codes(dev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(dev.astype(str), return_inverse=True)`` by a dict: a shipment's million device labels are
     a few hundred distinct ones, and sorting the million strings cost more than the whole aggregation."""
-    index: dict[str, int] = {}
-    first = np.fromiter((index.setdefault(d if type(d) is str else str(d), len(index)) for d in dev),
-                        dtype=np.int64, count=len(dev))
-    names = sorted(index)
-    rank = np.empty(len(names), dtype=np.int64)
-    rank[[index[n] for n in names]] = np.arange(len(names))
+    import pandas as pd   # its hash table (pyarrow, which sealed the rows, has imported it already)
+
+    first, seen = pd.factorize(dev)
+    labels = [u if type(u) is str else str(u) for u in seen.tolist()]
+    names = sorted(set(labels))
+    pos = {n: i for i, n in enumerate(names)}
+    rank = np.array([pos[label] for label in labels], dtype=np.int64)
     return np.array(names, dtype=object), rank[first]
 
 
@@ -435,8 +436,16 @@ def store_segments_in(conn, segment_ids: Sequence[str], cols) -> int:  # noqa: A
     group = np.repeat(np.arange(len(cols.spans)), [n for _lo, n in cols.spans])
     hours = aggregate_groups(data, group)
     if hours:
-        conn.execute(_insert_sql(), [{"segment_id": segment_ids[g], **dict(zip(FIELDS, map(_db_value, values(h))))}
-                                     for g, h in hours])
+        # positional parameters straight to the driver: binding 60 named values per row through SQLAlchemy
+        # cost more than computing the rows
+        mark = {"qmark": "?", "format": "%s", "pyformat": "%s"}.get(conn.dialect.paramstyle)
+        if mark is None:
+            conn.execute(_insert_sql(), [{"segment_id": segment_ids[g], **dict(zip(FIELDS, map(_db_value, values(h))))}
+                                         for g, h in hours])
+            return len(hours)
+        names = ("segment_id", *FIELDS)
+        conn.exec_driver_sql(f"INSERT INTO {TABLE} ({', '.join(names)}) VALUES ({', '.join([mark] * len(names))})",
+                             [(segment_ids[g], *[None if v != v else v for v in values(h)]) for g, h in hours])
     return len(hours)
 
 
