@@ -263,9 +263,11 @@ def _segment_rows(kind: str, payload: Mapping, rows: Any, latest: float) -> list
         raise Refused(f"samples: only a telemetry_segment carries sample rows, not {kind}")
     if type(rows) is not list:
         raise Refused("samples: expected rows of the samples table")
-    if not _rows_plainly_sound(rows, latest):
+    sound = _rows_plainly_sound(rows, latest)
+    if not sound:
         check_rows(rows, latest)   # names the first cell that fails (or finds none: the shortcut is stricter)
-    out = [normalised(r) for r in rows]
+    # every column of its one type already (what a collector writes): each row as it is, else each normalised
+    out = list(map(tuple, rows)) if sound == _EXACT else [normalised(r) for r in rows]
     if _digest_normalised(out) != payload.get("samples_sha256"):
         raise Refused("samples: rows do not hash to the segment's samples_sha256")
     if payload.get("rows") != len(rows):
@@ -300,15 +302,18 @@ def check_rows(rows: list, latest: float) -> None:
             raise Refused(f"samples[{i}].dt: out of range")
 
 
+_EXACT = 2                    # _rows_plainly_sound: sound, and every value already of its column's one type
+_EXACT_TYPES = (frozenset({float}), frozenset({int, type(None)}), frozenset({float, type(None)}))
 _NUMBER = frozenset({int, float})
 _NUMBER_OR_NONE = frozenset({int, float, type(None)})
 _INT_OR_NONE = frozenset({int, type(None)})
 
 
-def _rows_plainly_sound(rows: list, latest: float) -> bool:
-    """True only where :func:`check_rows` passes every row: the same checks a column at a time, in C-level
-    passes (a collector's hour is 10^6 rows). False does not refuse: the caller runs the reference for the
-    reason. tests/test_ship_segments.py holds it to that."""
+def _rows_plainly_sound(rows: list, latest: float) -> int:
+    """Non-zero only where :func:`check_rows` passes every row: the same checks a column at a time, in C-level
+    passes (a collector's hour is 10^6 rows); :data:`_EXACT` where, besides, every value already has its
+    column's one type (``telemetry.store._norm`` would change nothing). 0 does not refuse: the caller runs
+    the reference for the reason. tests/test_ship_segments.py holds it to that."""
     from .telemetry.model import SAMPLE_COLUMNS
 
     width = len(SAMPLE_COLUMNS)
@@ -322,10 +327,12 @@ def _rows_plainly_sound(rows: list, latest: float) -> bool:
             _text("samples[0].device", d)
     except Refused:
         return False
+    exact = True
     for j, (name, col) in enumerate(zip(SAMPLE_COLUMNS[1:], cols[1:]), start=1):
         kinds = set(map(type, col))
         if not kinds <= (_NUMBER if j <= 2 else _INT_OR_NONE if name == "clock_reasons" else _NUMBER_OR_NONE):
             return False
+        exact = exact and kinds <= _EXACT_TYPES[0 if j <= 2 else 1 if name == "clock_reasons" else 2]
         vals = [v for v in col if v is not None] if type(None) in kinds else col
         if not vals:
             continue
@@ -337,7 +344,7 @@ def _rows_plainly_sound(rows: list, latest: float) -> bool:
             return False
         if name == "dt" and not (0 <= min(vals) and max(vals) < 86_400 * 366):
             return False
-    return True
+    return _EXACT if exact else 1
 
 
 def sound_time(v: Any, now: float | None = None) -> str | None:

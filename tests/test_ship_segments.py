@@ -67,13 +67,16 @@ def _reference_passes(rows: list) -> bool:
 @settings(max_examples=400, deadline=None)
 @given(segment_rows())
 def test_row_shortcut_never_passes_what_the_reference_refuses(rows):
-    if intake._rows_plainly_sound(rows, LATEST):
+    verdict = intake._rows_plainly_sound(rows, LATEST)
+    if verdict:
         assert _reference_passes(rows)
+    if verdict == intake._EXACT:   # rows taken as they are must be what normalising gives, types included
+        assert all(normalised(r) == tuple(r) and list(map(type, normalised(r))) == list(map(type, r)) for r in rows)
 
 
 def test_row_shortcut_passes_a_collectors_rows():
     rows = [list(GOOD), [*GOOD[:3], None, *([None] * 21)], [GOOD[0], GOOD[1] + 1, 1.0, 4, *([1980.0] * 21)]]
-    assert _reference_passes(rows) and intake._rows_plainly_sound(rows, LATEST)
+    assert _reference_passes(rows) and intake._rows_plainly_sound(rows, LATEST) == intake._EXACT
 
 
 def test_normalised_rows_are_the_reference_norm():
