@@ -3,7 +3,8 @@ made the fast paths; these keep them honest).
 
 - intake's column-at-a-time check of a segment's rows never passes what the cell-by-cell reference refuses,
   and passes the rows a collector writes;
-- blocks.encode_many gives encode's blocks byte for byte;
+- blocks.encode_many gives encode's blocks byte for byte, and both are _write_reference's (pyarrow's IPC
+  writer used plainly);
 - hours.aggregate_groups gives each group what aggregate of its rows alone gives, value for value;
 - a shipment of a fleet's collector spool leaves the very rows (entries, sample_blocks, device_hours) the
   segment-by-segment path (telemetry.store.write_segment_in) leaves.
@@ -113,6 +114,32 @@ def test_grouped_aggregation_is_each_segments_own(segments):
 def test_blocks_encoded_together_are_encodes_byte_for_byte(segments):
     rows = [_rows(s) for s in segments]
     assert [b.data for b in blocks.encode_many(rows)] == [blocks.encode(r).data for r in rows]
+
+
+def _reference_blocks(monkeypatch, rows: list) -> list[bytes]:
+    with monkeypatch.context() as m:
+        m.setattr(blocks, "_write", blocks._write_reference)
+        return [blocks.encode(r).data for r in rows]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(st.lists(fleets(), min_size=1, max_size=3))
+def test_blocks_are_the_plain_writers_byte_for_byte(monkeypatch, segments):
+    """The block writer's shortcuts (one compression thread, one record batch written as it is, a one-device
+    block's layout) against _write_reference: one IPC file per block, written as plainly as pyarrow allows."""
+    rows = [_rows(s) for s in segments]
+    want = _reference_blocks(monkeypatch, rows)
+    assert [blocks.encode(r).data for r in rows] == want
+    assert [b.data for b in blocks.encode_many(rows)] == want
+
+
+def test_a_long_block_of_several_devices_is_the_plain_writers(monkeypatch):
+    """Past BATCH_ROWS a block holds several record batches (the table path of _write)."""
+    rows = [_rows([Sample(f"GPU-{d}", 1_760_000_000.0 + i, 1.0, sm_active=(i % 7) / 7 if i % 5 else None)
+                   for d in range(3) for i in range(blocks.BATCH_ROWS // 2 + 1)])]
+    assert [blocks.encode(r).data for r in rows] == _reference_blocks(monkeypatch, rows)
+    assert [b.data for b in blocks.encode_many(rows)] == _reference_blocks(monkeypatch, rows)
 
 
 def test_encode_many_of_an_empty_segment_is_encodes():
