@@ -300,7 +300,17 @@ def run(scale: float, repeat: int) -> Figure:
             f"{statistics.median(without):.2f}× the floor",
         "the subject's ledger, checked after the last round": f"{checked}; `ipledger verify` clean",
     }
+    notes = ("The floor is a bulk append of this data: the entries, and each sample the collectors produced as "
+             "a row of a plain table of the sample columns. The ledger stores less than that — one compressed "
+             "Arrow block per segment and its device-hours — so inserting exactly its rows (floor a) is cheaper "
+             "still. What the shipper does beyond either is checking and deriving: every record re-identified; "
+             "every segment's rows checked against the sample columns' types and ranges and re-hashed (as "
+             "canonical JSON) against the digest its entry seals; each segment encoded as a block; the "
+             "device-hours aggregated. From 1,000 spool files on, worker processes read and check the files "
+             "and hand the rows back as numpy columns while the shipping process chains, encodes and "
+             "aggregates a batch at a time.",)
     return Figure(key="ship_segments", title=TITLE, target=3.0, floor=floor_t, subjects=(subj_t,), extra=extra,
+                  notes=notes,
                   scale_note=f"{nodes} nodes × {GPUS} GPUs × {batches} batches of {TICKS} s at 1 s: "
                              f"{counts['samples']:,} samples in {counts['segments']:,} segments, "
                              f"{counts['files']:,} spool files ({counts['records']:,} records); scale {scale:g} of "
