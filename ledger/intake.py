@@ -263,11 +263,16 @@ def _segment_rows(kind: str, payload: Mapping, rows: Any, latest: float) -> list
         raise Refused(f"samples: only a telemetry_segment carries sample rows, not {kind}")
     if type(rows) is not list:
         raise Refused("samples: expected rows of the samples table")
-    sound = _rows_plainly_sound(rows, latest)
+    sound, cols, values = _plain_check(rows, latest)
     if not sound:
         check_rows(rows, latest)   # names the first cell that fails (or finds none: the shortcut is stricter)
     # every column of its one type already (what a collector writes): each row as it is, else each normalised
     out = list(map(tuple, rows)) if sound == _EXACT else [normalised(r) for r in rows]
+    if sound:   # the columns the check built, for the shipper's numpy hand-over (telemetry.blocks.pack)
+        from .telemetry.blocks import Checked
+
+        t = values[0]
+        out = Checked(out, cols[0], values, len(set(cols[0])) == 1 and bool((t[1:] >= t[:-1]).all()))
     if _digest_normalised(out) != payload.get("samples_sha256"):
         raise Refused("samples: rows do not hash to the segment's samples_sha256")
     if payload.get("rows") != len(rows):
@@ -310,28 +315,33 @@ _INT_OR_NONE = frozenset({int, type(None)})
 
 
 def _rows_plainly_sound(rows: list, latest: float) -> int:
+    return _plain_check(rows, latest)[0]
+
+
+def _plain_check(rows: list, latest: float) -> tuple[int, list | None, Any]:
     """Non-zero only where :func:`check_rows` passes every row: the same checks a column at a time, in C-level
     passes (a collector's hour is 10^6 rows); :data:`_EXACT` where, besides, every value already has its
     column's one type (``telemetry.store._norm`` would change nothing). 0 does not refuse: the caller runs
-    the reference for the reason. tests/test_ship_segments.py holds it to that."""
+    the reference for the reason. tests/test_ship_segments.py holds it to that. Also returns the columns and
+    the values (every column but the device, one float64 row each, None as NaN) when it passes."""
     from .telemetry.model import SAMPLE_COLUMNS
 
     width = len(SAMPLE_COLUMNS)
     if not all(type(r) is list and len(r) == width for r in rows):
-        return False
+        return 0, None, None
     cols = list(zip(*rows))
     if set(map(type, cols[0])) != {str}:
-        return False
+        return 0, None, None
     try:
         for d in set(cols[0]):
             _text("samples[0].device", d)
     except Refused:
-        return False
+        return 0, None, None
     exact, nones = True, []
     for j, (name, col) in enumerate(zip(SAMPLE_COLUMNS[1:], cols[1:]), start=1):
         kinds = set(map(type, col))
         if not kinds <= (_NUMBER if j <= 2 else _INT_OR_NONE if name == "clock_reasons" else _NUMBER_OR_NONE):
-            return False
+            return 0, None, None
         exact = exact and kinds <= _EXACT_TYPES[0 if j <= 2 else 1 if name == "clock_reasons" else 2]
         nones.append(col.count(None) if type(None) in kinds else 0)
     # the values, all numbers or None now, as one float array (None -> NaN): an int past a float's range
@@ -341,16 +351,16 @@ def _rows_plainly_sound(rows: list, latest: float) -> int:
     try:
         a = np.array(cols[1:], dtype=np.float64)
     except (OverflowError, ValueError, TypeError):
-        return False
+        return 0, None, None
     nan = np.isnan(a)
     if (nan.sum(axis=1) != nones).any() or np.isinf(a).any():   # a NaN that was no None, an infinity
-        return False
-    a[nan] = 0.0
-    t, dt = a[0], a[1]
-    if not (np.abs(a).max() < MAX_INT and (a[2] >= 0).all() and EARLIEST <= t.min() and t.max() < latest
+        return 0, None, None
+    z = np.where(nan, 0.0, a)
+    t, dt = z[0], z[1]
+    if not (np.abs(z).max() < MAX_INT and (z[2] >= 0).all() and EARLIEST <= t.min() and t.max() < latest
             and 0 <= dt.min() and dt.max() < 86_400 * 366):
-        return False
-    return _EXACT if exact else 1
+        return 0, None, None
+    return (_EXACT if exact else 1), cols, a
 
 
 def sound_time(v: Any, now: float | None = None) -> str | None:

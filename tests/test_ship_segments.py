@@ -75,6 +75,38 @@ def test_row_shortcut_never_passes_what_the_reference_refuses(rows):
         assert all(normalised(r) == tuple(r) and list(map(type, normalised(r))) == list(map(type, r)) for r in rows)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(segment_rows(), min_size=1, max_size=3), st.booleans(), st.randoms(use_true_random=False))
+def test_packed_columns_from_the_check_are_the_rows(segments, big_mask, rnd):
+    """What a worker hands back (pack, taking the columns intake's check built where the rows are in order)
+    is what packing the rows value by value gives: order, devices, values, exact clock masks."""
+    from ledger.kinds import Kind
+    from ledger.telemetry.store import samples_digest
+
+    checked = []
+    for rows in segments:
+        if big_mask and type(rows[0]) is list:
+            rows[0][3] = 2**60 + 1   # past float64's exact integers
+        if rnd.random() < 0.3:
+            rnd.shuffle(rows)        # out of (device, t) order: packed from the rows
+        else:
+            try:
+                rows.sort(key=lambda r: r[1])   # in order: the check's own columns are packed
+            except (TypeError, IndexError):
+                pass
+        try:
+            checked.append(intake._segment_rows(Kind.TELEMETRY_SEGMENT, {"samples_sha256": samples_digest(rows),
+                                                                         "rows": len(rows)}, rows, LATEST))
+        except (intake.Refused, ValueError, TypeError, OverflowError):
+            continue
+    if not checked:
+        return
+    got, want = blocks.pack(checked), blocks.pack_reference([list(c) for c in checked])
+    assert got.rows == want.rows and got.devices == want.devices
+    assert np.array_equal(got.values, want.values, equal_nan=True)
+    assert np.array_equal(got.reasons, want.reasons) and np.array_equal(got.reasons_missing, want.reasons_missing)
+
+
 def test_row_shortcut_passes_a_collectors_rows():
     rows = [list(GOOD), [*GOOD[:3], None, *([None] * 21)], [GOOD[0], GOOD[1] + 1, 1.0, 4, *([1980.0] * 21)]]
     assert _reference_passes(rows) and intake._rows_plainly_sound(rows, LATEST) == intake._EXACT
