@@ -16,7 +16,8 @@ The floor is a bulk append of the same data by ``sqlite3.executemany`` in one tr
 synchronous=FULL): the ledger's entries, and one row per sample the collector produced into a plain table of
 the sample columns. Beside it: the floor that inserts the very rows the ledger ends up holding (entries,
 sample_blocks, device_hours, read back from a shipped ledger), and the device-hours' share of the shipment,
-timed inside the shipping process (a timer around ``telemetry.hours.store_segments_in``).
+timed inside the shipping process (timers around ``telemetry.hours.segments_hours``, the aggregation, and
+``telemetry.hours.insert_in``, their insert).
 """
 
 from __future__ import annotations
@@ -44,18 +45,21 @@ SKU = "NVIDIA H100 80GB HBM3"
 DMON_COLUMNS = ("GRACT", "SMACT", "SMOCC", "TENSO", "DRAMA", "GPUTL", "MCUTL", "SMCLK", "MMCLK", "DVCCTR", "POWER",
                 "TMPTR", "MMTMP", "TOTEC", "FBUSD", "XIDER")
 
-# `ipledger` with a timer around the device-hours' seal-time aggregation; its seconds go to $IPLEDGER_BENCH_HOURS_OUT
+# `ipledger` with timers around the device-hours' seal-time aggregation and insert; the seconds go to
+# $IPLEDGER_BENCH_HOURS_OUT
 TIMED_HOURS = """
 import atexit, os, sys, time
 import ledger.telemetry.hours as h
-real, spent = h.store_segments_in, [0.0]
-def timed(*args):
-    t0 = time.perf_counter()
-    try:
-        return real(*args)
-    finally:
-        spent[0] += time.perf_counter() - t0
-h.store_segments_in = timed
+spent = [0.0]
+def timer(real):
+    def timed(*args):
+        t0 = time.perf_counter()
+        try:
+            return real(*args)
+        finally:
+            spent[0] += time.perf_counter() - t0
+    return timed
+h.segments_hours, h.insert_in = timer(h.segments_hours), timer(h.insert_in)
 atexit.register(lambda: open(os.environ["IPLEDGER_BENCH_HOURS_OUT"], "w").write(repr(spent[0])))
 from ledger.cli.main import cli
 cli(sys.argv[1:], prog_name="ipledger")
@@ -281,7 +285,7 @@ def run(scale: float, repeat: int) -> Figure:
              lambda: floor_insert(db_path, held), lambda: _fresh_db(db_path)),
             (f"`ipledger ship` ({counts['files']:,} spool files)", subject, setup_subject)], repeat)
         checked = check_ledger(state["url"], db_path, counts, entries)
-        hours_t = Timing("time inside telemetry.hours.store_segments_in", tuple(hours_s))
+        hours_t = Timing("time inside telemetry.hours.segments_hours and insert_in", tuple(hours_s))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     ratios = [s / f for s, f in zip(subj_t.runs, floor_t.runs)]

@@ -331,12 +331,13 @@ def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batc
             if prep.read.torn is not None:
                 report.torn.append(str(prep.read.path))
         if reads or quarantined:
+            sealed = _seal(segments, packs) if segments else None   # before the chain's lock: CPU only
             with write_tx(engine) as conn:
                 if conn.dialect.name == "sqlite":
                     conn.exec_driver_sql(f"PRAGMA cache_size={_SQLITE_CACHE_KIB}")
                 result = append_in(conn, entries)
-                if segments:
-                    _write_samples(conn, segments, packs)
+                if sealed is not None:
+                    _write_samples(conn, sealed)
             report.files += len(reads)
             report.records += len(entries)
             report.appended += result.appended
@@ -361,9 +362,16 @@ def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batc
         spool.mark_shipped_many(spool_dir, after_pending)
 
 
-def _write_samples(conn, segments: list[Entry], packs: list) -> None:  # noqa: ANN001
-    """Store the rows of collector segments (checked by intake, packed as columns; once per segment; the
-    entries are already appended above): a block and the device-hours each, all of a batch's in one pass."""
-    from .telemetry.store import store_segments_in
+def _seal(segments: list[Entry], packs: list):  # noqa: ANN202
+    """A batch's collector segments (rows checked by intake, packed as columns) sealed in one pass: a block
+    and the device-hours each (telemetry.store.seal_segments)."""
+    from .telemetry.store import seal_segments
 
-    store_segments_in(conn, segments, packs)
+    return seal_segments(segments, packs)
+
+
+def _write_samples(conn, sealed) -> None:  # noqa: ANN001
+    """Store sealed segments (once each; their entries are already appended above)."""
+    from .telemetry.store import store_sealed_in
+
+    store_sealed_in(conn, sealed)

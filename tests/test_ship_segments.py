@@ -196,11 +196,13 @@ def test_one_pass_ship_leaves_the_rows_the_one_by_one_path_leaves(tmp_path, monk
     for path in (tmp_path / "pristine").glob("collector-*.jsonl"):
         for line in path.read_text().splitlines():
             rec = json.loads(line)
-            rows_of[entry_from_record({k: v for k, v in rec.items() if k != "samples"}).entry_id] = rec["samples"]
+            entry = entry_from_record({k: v for k, v in rec.items() if k != "samples"})
+            rows_of[entry.entry_id] = (entry, rec["samples"])
 
-    def one_by_one(conn, segments, packs):  # noqa: ANN001, ANN202 - the path before the one-pass store
-        for entry in segments:
-            write_segment_in(conn, [Sample(*r) for r in rows_of[entry.entry_id]], entry)
+    def one_by_one(conn, sealed):  # noqa: ANN001, ANN202 - the path before the one-pass store
+        for sid in sealed.ids:
+            entry, rows = rows_of[sid]
+            write_segment_in(conn, [Sample(*r) for r in rows], entry)
 
     monkeypatch.setattr(ship_mod, "PARALLEL_MIN_FILES", 2 if parallel else 10**9)
     monkeypatch.setattr(ship_mod, "_CHUNK_FILES", 3)

@@ -421,31 +421,36 @@ def store_in(conn, segment_id: str, rows: Sequence[tuple]) -> int:  # noqa: ANN0
     return len(hours)
 
 
-def store_segments_in(conn, segment_ids: Sequence[str], cols) -> int:  # noqa: ANN001
-    """:func:`store_in` of many segments in one aggregation and one insert: ``cols`` holds their rows
-    (:func:`ledger.telemetry.blocks.columns_of`, one span per segment id); the same rows, in the same order,
-    as storing them segment by segment (tests/test_ship_segments.py)."""
+def segments_hours(segment_ids: Sequence[str], cols) -> list[tuple[str, DeviceHour]]:  # noqa: ANN001
+    """The device-hours of many segments in one aggregation, each tagged with its segment: ``cols`` holds
+    their rows (:func:`ledger.telemetry.blocks.columns_from`, one span per segment id). The same rows, in the
+    same order, as :func:`aggregate_rows` of each segment's rows (tests/test_ship_segments.py). Pure."""
     from .blocks import float_values
     from .model import SAMPLE_COLUMNS
 
     if not segment_ids:
-        return 0
+        return []
     data = {"device": np.asarray(cols.devices[1:], dtype=object)}   # the first row is no segment's
     for c in NEEDED[1:]:
         data[c] = float_values(cols.arrays[SAMPLE_COLUMNS.index(c)].slice(1))
     group = np.repeat(np.arange(len(cols.spans)), [n for _lo, n in cols.spans])
-    hours = aggregate_groups(data, group)
-    if hours:
-        # positional parameters straight to the driver: binding 60 named values per row through SQLAlchemy
-        # cost more than computing the rows
-        mark = {"qmark": "?", "format": "%s", "pyformat": "%s"}.get(conn.dialect.paramstyle)
-        if mark is None:
-            conn.execute(_insert_sql(), [{"segment_id": segment_ids[g], **dict(zip(FIELDS, map(_db_value, values(h))))}
-                                         for g, h in hours])
-            return len(hours)
-        names = ("segment_id", *FIELDS)
-        conn.exec_driver_sql(f"INSERT INTO {TABLE} ({', '.join(names)}) VALUES ({', '.join([mark] * len(names))})",
-                             [(segment_ids[g], *[None if v != v else v for v in values(h)]) for g, h in hours])
+    return [(segment_ids[g], h) for g, h in aggregate_groups(data, group)]
+
+
+def insert_in(conn, hours: Sequence[tuple[str, DeviceHour]]) -> int:  # noqa: ANN001 - a Connection
+    """Write (segment id, device-hour) rows, as :func:`store_in` writes each segment's."""
+    if not hours:
+        return 0
+    # positional parameters straight to the driver: binding 60 named values per row through SQLAlchemy cost
+    # more than computing the rows
+    mark = {"qmark": "?", "format": "%s", "pyformat": "%s"}.get(conn.dialect.paramstyle)
+    if mark is None:
+        conn.execute(_insert_sql(), [{"segment_id": sid, **dict(zip(FIELDS, map(_db_value, values(h))))}
+                                     for sid, h in hours])
+        return len(hours)
+    names = ("segment_id", *FIELDS)
+    conn.exec_driver_sql(f"INSERT INTO {TABLE} ({', '.join(names)}) VALUES ({', '.join([mark] * len(names))})",
+                         [(sid, *[None if v != v else v for v in values(h)]) for sid, h in hours])
     return len(hours)
 
 

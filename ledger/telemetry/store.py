@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
 from sqlalchemy import text
@@ -136,27 +137,53 @@ def write_segment_rows_in(conn: Connection, rows: Sequence[tuple], entry: Entry,
 _INSERT_BLOCK = text("INSERT INTO sample_blocks (segment_id, format, rows, sha256, data) VALUES (:s, :f, :n, :h, :d)")
 
 
-def store_segments_in(conn: Connection, entries: Sequence[Entry], packs: Sequence[blocks.Packed]) -> int:
-    """The samples of many segments whose entries are already appended (a shipment's; their rows in
-    ``packs``, one span per entry in order): what :func:`write_segment_rows_in` stores for each, in the same
-    order — one block per new segment and its device-hours; a segment already stored (or earlier in the list)
-    is skipped — with one lookup of the stored segments, one insert of the blocks and one aggregation of the
-    device-hours for them all (tests/test_ship_segments.py holds the rows equal). Returns the segments stored."""
+@dataclass(frozen=True)
+class Sealed:
+    """What many segments store (:func:`seal_segments`): per segment id its block and its device-hours."""
+
+    ids: list
+    blocks: list
+    hours: list            # (segment id, DeviceHour)
+
+
+def seal_segments(entries: Sequence[Entry], packs: Sequence[blocks.Packed]) -> Sealed:
+    """The blocks and device-hours of many segments (their rows in ``packs``, one span per entry in order;
+    an entry listed twice is sealed once), with no database: a shipment computes them before it takes the
+    chain's lock. Each is what :func:`write_segment_rows_in` stores for the segment alone
+    (tests/test_ship_segments.py holds the rows equal)."""
     from . import hours   # numpy and the method: only where samples are sealed
 
-    stored = _segments_stored(conn, [e.entry_id for e in entries])
+    seen: set[str] = set()
     keep = []
     for entry in entries:
-        keep.append(entry.entry_id not in stored)
-        stored.add(entry.entry_id)
-    todo = [e.entry_id for e, k in zip(entries, keep) if k]
-    if not todo:
-        return 0
+        keep.append(entry.entry_id not in seen)
+        seen.add(entry.entry_id)
+    ids = [e.entry_id for e, k in zip(entries, keep) if k]
+    if not ids:
+        return Sealed([], [], [])
     cols = blocks.columns_from(packs, keep)
+    return Sealed(ids, blocks.encode_spans(cols), hours.segments_hours(ids, cols))
+
+
+def store_sealed_in(conn: Connection, sealed: Sealed) -> int:
+    """Insert sealed segments whose entries are already appended, skipping those already stored (as a block
+    or as legacy rows: at-least-once shipping). Returns the segments stored."""
+    from . import hours
+
+    stored = _segments_stored(conn, sealed.ids)
+    new = [(sid, b) for sid, b in zip(sealed.ids, sealed.blocks) if sid not in stored]
+    if not new:
+        return 0
     conn.execute(_INSERT_BLOCK, [{"s": sid, "f": b.format, "n": b.rows, "h": b.sha256, "d": b.data}
-                                 for sid, b in zip(todo, blocks.encode_spans(cols))])
-    hours.store_segments_in(conn, todo, cols)
-    return len(todo)
+                                 for sid, b in new])
+    hours.insert_in(conn, [(sid, h) for sid, h in sealed.hours if sid not in stored])
+    return len(new)
+
+
+def store_segments_in(conn: Connection, entries: Sequence[Entry], packs: Sequence[blocks.Packed]) -> int:
+    """:func:`seal_segments` and :func:`store_sealed_in` in one: what :func:`write_segment_rows_in` stores
+    for each segment, in the same order, for many at once. Returns the segments stored."""
+    return store_sealed_in(conn, seal_segments(entries, packs))
 
 
 def _segments_stored(conn: Connection, segment_ids: Sequence[str]) -> set[str]:
