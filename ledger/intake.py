@@ -315,6 +315,7 @@ _INT_OR_NONE = frozenset({int, type(None)})
 
 
 def _rows_plainly_sound(rows: list, latest: float) -> int:
+    """:func:`_plain_check`'s verdict alone."""
     return _plain_check(rows, latest)[0]
 
 

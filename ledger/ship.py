@@ -76,9 +76,9 @@ REPORT_MAX = 1000
 # entries table's indexes (random entry ids) touches pages all over them, and once they outgrow the cache
 # every insert reads pages back from the OS. Per connection, allocated only as pages are used.
 _SQLITE_CACHE_KIB = -262_144
-# Sample rows of collector segments per transaction: a fleet's hour is 10^6 of them, and as Python tuples a
-# batch of them costs ≈ 1 KB each; smaller batches also let the worker processes prepare the next batch while
-# this one is written (they run at most _AHEAD chunks ahead).
+# Sample rows of collector segments per transaction: a fleet's hour is 10^6 of them, and a batch's columns,
+# blocks and device-hours are held at once; smaller batches also let the worker processes prepare the next
+# batch while this one is written (they run at most _AHEAD chunks ahead).
 BATCH_SAMPLES = 200_000
 PARALLEL_MIN_FILES = 1000   # below this, reading in the shipping process is quicker than starting a worker
 _CHUNK_FILES = 250          # files a worker prepares per task
