@@ -107,6 +107,17 @@ def test_packed_columns_from_the_check_are_the_rows(segments, big_mask, rnd):
     assert np.array_equal(got.reasons, want.reasons) and np.array_equal(got.reasons_missing, want.reasons_missing)
 
 
+def test_an_integer_past_a_floats_range_is_refused_not_raised():
+    """JSON allows 10**400; math.isfinite of it raises OverflowError, which would have stopped the shipper."""
+    from ledger.kinds import Kind
+
+    rows = [list(GOOD)]
+    rows[0][5] = 10**400
+    assert not intake._rows_plainly_sound(rows, LATEST)
+    with pytest.raises(intake.Refused, match=r"samples\[0\]\.sm_occupancy"):
+        intake._segment_rows(Kind.TELEMETRY_SEGMENT, {"samples_sha256": "x", "rows": 1}, rows, LATEST)
+
+
 def test_row_shortcut_passes_a_collectors_rows():
     rows = [list(GOOD), [*GOOD[:3], None, *([None] * 21)], [GOOD[0], GOOD[1] + 1, 1.0, 4, *([1980.0] * 21)]]
     assert _reference_passes(rows) and intake._rows_plainly_sound(rows, LATEST) == intake._EXACT
