@@ -4,5 +4,5 @@
 ``--repeat N``, ``--no-write``; or ``IPLEDGER_BENCH_SCALE``).
 """
 
-FIGURES = ["hook", "mark", "ship_sqlite", "ship_postgres", "analyze", "receipt", "export", "verify", "load_pg", "proofs",
-           "agents", "import_export"]
+FIGURES = ["hook", "mark", "ship_sqlite", "ship_segments", "ship_postgres", "analyze", "receipt", "export", "verify",
+           "load_pg", "proofs", "agents", "import_export"]

@@ -76,6 +76,10 @@ REPORT_MAX = 1000
 # entries table's indexes (random entry ids) touches pages all over them, and once they outgrow the cache
 # every insert reads pages back from the OS. Per connection, allocated only as pages are used.
 _SQLITE_CACHE_KIB = -262_144
+# Sample rows of collector segments per transaction: a fleet's hour is 10^6 of them, and a batch's columns,
+# blocks and device-hours are held at once; smaller batches also let the worker processes prepare the next
+# batch while this one is written (they run at most _AHEAD chunks ahead).
+BATCH_SAMPLES = 200_000
 PARALLEL_MIN_FILES = 1000   # below this, reading in the shipping process is quicker than starting a worker
 _CHUNK_FILES = 250          # files a worker prepares per task
 _AHEAD = 4                  # prepared chunks in flight at most (bounds memory)
@@ -87,24 +91,27 @@ class _Prepared:
 
     read: spool.SpoolRead
     entries: list
-    segments: list
+    segments: list             # positions in ``entries`` of the collector segments, whose rows are in ``packed``
     errors: list               # "file:line: reason" of refused lines (the file still ships)
     quarantine: str | None = None   # the reason the whole file is refused unread
+    packed: object = None      # telemetry.blocks.Packed: the segments' rows as numpy columns, one span each
 
     def __reduce__(self):  # noqa: ANN204
         # Crossing from a worker: each Entry as the plain tuple of its fields (pickling a slotted dataclass
-        # costs ≈ 30 µs per entry both ways; a tuple of str/int a few), rebuilt by _unpickle_prepared.
-        entries = self.entries
-        if self.segments or self.quarantine:  # segments refer to their Entry objects: keep those exact objects
-            return (_Prepared, (self.read, entries, self.segments, self.errors, self.quarantine))
-        return (_unpickle_prepared, (self.read, [astuple_entry(e) for e in entries], self.errors))
+        # costs ≈ 30 µs per entry both ways; a tuple of str/int a few), rebuilt by _unpickle_prepared; sample
+        # rows as numpy columns (a segment's 60 rows as float objects cost ≈ 1 µs each way per value).
+        if self.quarantine:
+            return (_Prepared, (self.read, self.entries, self.segments, self.errors, self.quarantine, self.packed))
+        return (_unpickle_prepared, (self.read, [astuple_entry(e) for e in self.entries], self.errors,
+                                     self.segments, self.packed))
 
 
 astuple_entry = operator.attrgetter(*(f.name for f in dataclasses.fields(Entry)))  # Entry(*fields) rebuilds it
 
 
-def _unpickle_prepared(read: spool.SpoolRead, fields: list, errors: list) -> _Prepared:
-    return _Prepared(read, [Entry(*f) for f in fields], [], errors)
+def _unpickle_prepared(read: spool.SpoolRead, fields: list, errors: list, segments: list = (),  # noqa: B006
+                       packed: object = None) -> _Prepared:
+    return _Prepared(read, [Entry(*f) for f in fields], list(segments), errors, packed=packed)
 
 
 def _prepare_file(path: Path) -> _Prepared | None:
@@ -123,7 +130,8 @@ def _prepare_file(path: Path) -> _Prepared | None:
     now = time.time()
     refused = list(r.refused)
     file_entries: list[Entry] = []
-    file_segments: list[tuple[Entry, list]] = []
+    file_segments: list[int] = []
+    file_rows: list[list] = []
     for line, rec in zip(r.lines, r.records):
         try:
             entry, rows = intake.check_record(rec, now)
@@ -131,15 +139,22 @@ def _prepare_file(path: Path) -> _Prepared | None:
             refused.append((line, str(exc), _escaped(rec)))
             file_entries.extend(refusal_entries(path, line, str(exc), rec, _mtime(path), now))
             continue
+        if rows is not None:
+            file_segments.append(len(file_entries))
+            file_rows.append(rows)
         file_entries.append(entry)
         if entry.kind == Kind.TOOL_OUTPUT:  # a hook's raw tool output: what it means, beside it
             file_entries.extend(observed.derive(entry))
-        if rows is not None:
-            file_segments.append((entry, rows))
     for line, reason, _text in r.refused:  # lines that were not even JSON
         file_entries.extend(refusal_entries(path, line, reason, None, _mtime(path)))
     light = spool.SpoolRead(path=r.path, records=[], torn=r.torn, errors=[], refused=refused)
-    return _Prepared(light, file_entries, file_segments, [f"{path}:{n}: {why}" for n, why, _ in refused])
+    packed = None
+    if file_rows:
+        from .telemetry.blocks import pack
+
+        packed = pack(file_rows)
+    return _Prepared(light, file_entries, file_segments, [f"{path}:{n}: {why}" for n, why, _ in refused],
+                     packed=packed)
 
 
 def _mtime(path: Path) -> float:
@@ -223,7 +238,8 @@ def _prepared(files: list[Path]) -> Iterator[_Prepared | None]:
 
 def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
          progress: Callable[[int, int], None] | None = None, run_after: bool = True,
-         batch_entries: int = 50_000, after: Sequence[ShipHook] = (), enrich: Enricher | None = None) -> ShipReport:
+         batch_entries: int = 50_000, after: Sequence[ShipHook] = (), enrich: Enricher | None = None,
+         batch_samples: int = BATCH_SAMPLES) -> ShipReport:
     """Ship every pending spool file. Lines that fail their checks (:mod:`ledger.intake`) are refused, noted
     in ``quarantine/`` and recorded as ``evidence_refused`` entries; the rest of their file ships. Files that
     are not a writer's plain files are moved to ``quarantine/`` unread. Nothing in a spool can stop it.
@@ -232,14 +248,15 @@ def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
     they are committed (skipped with
     ``run_after=False``); what they report goes into ``after_errors``.
 
-    One transaction per batch (at most ``batch_files`` files or about ``batch_entries`` entries): large
-    enough that the commit's fsync and the chain lock are paid rarely, small enough to keep memory flat.
+    One transaction per batch (at most ``batch_files`` files or about ``batch_entries`` entries or
+    ``batch_samples`` sample rows of collector segments): large enough that the commit's fsync and the chain
+    lock are paid rarely, small enough to keep memory flat.
     ``enrich`` runs after the spool's entries are in and before the after-ship work, which sees its entries.
     """
     report = ShipReport()
     with spool.shipping_lock(spool_dir), fewer_collections():
         _ship_locked(engine, spool_dir, report, batch_files, progress, tuple(after) if run_after else (),
-                     batch_entries, enrich)
+                     batch_entries, enrich, batch_samples)
     return report
 
 
@@ -277,7 +294,7 @@ def fewer_collections() -> Iterator[None]:
 
 def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batch_files: int,
                  progress: Callable[[int, int], None] | None, after: tuple[ShipHook, ...],
-                 batch_entries: int, enrich: Enricher | None = None) -> None:
+                 batch_entries: int, enrich: Enricher | None = None, batch_samples: int = 0) -> None:
     spool.check_spool_dir(spool_dir)
     files = spool.pending_files(spool_dir)
     # Only what the after-ship steps read (runs that ended) is kept across batches, not every shipped entry,
@@ -291,9 +308,11 @@ def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batc
         reads: list[spool.SpoolRead] = []
         quarantined: list[tuple[str, str]] = []
         entries: list[Entry] = []
-        segments: list[tuple[Entry, list]] = []   # collector segments carry their sample rows beside the entry
-        taken = 0
-        while pos < len(files) and taken < batch_files and len(entries) < batch_entries:
+        segments: list[Entry] = []   # collector segments: their rows are in packs, one span each
+        packs: list = []
+        taken = samples = 0
+        while pos < len(files) and taken < batch_files and len(entries) < batch_entries \
+                and (not batch_samples or samples < batch_samples):
             prep = next(source)
             pos += 1
             taken += 1
@@ -305,16 +324,20 @@ def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batc
                 quarantined.append((prep.read.path.name, prep.quarantine))
                 continue
             reads.append(prep.read)
-            segments.extend(prep.segments)
+            if prep.segments:
+                segments.extend(prep.entries[i] for i in prep.segments)
+                packs.append(prep.packed)
+                samples += len(prep.packed.devices)
             if prep.read.torn is not None:
                 report.torn.append(str(prep.read.path))
         if reads or quarantined:
+            sealed = _seal(segments, packs) if segments else None   # before the chain's lock: CPU only
             with write_tx(engine) as conn:
                 if conn.dialect.name == "sqlite":
                     conn.exec_driver_sql(f"PRAGMA cache_size={_SQLITE_CACHE_KIB}")
                 result = append_in(conn, entries)
-                if segments:
-                    _write_samples(conn, segments)
+                if sealed is not None:
+                    _write_samples(conn, sealed)
             report.files += len(reads)
             report.records += len(entries)
             report.appended += result.appended
@@ -339,10 +362,16 @@ def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batc
         spool.mark_shipped_many(spool_dir, after_pending)
 
 
-def _write_samples(conn, segments: list[tuple[Entry, list]]) -> None:  # noqa: ANN001
-    """Insert the rows of collector segments (once per segment; the entry is already appended above)."""
-    from .telemetry.model import Sample
-    from .telemetry.store import write_segment_in
+def _seal(segments: list[Entry], packs: list):  # noqa: ANN202
+    """A batch's collector segments (rows checked by intake, packed as columns) sealed in one pass: a block
+    and the device-hours each (telemetry.store.seal_segments)."""
+    from .telemetry.store import seal_segments
 
-    for entry, rows in segments:
-        write_segment_in(conn, [Sample(*r) for r in rows], entry)
+    return seal_segments(segments, packs)
+
+
+def _write_samples(conn, sealed) -> None:  # noqa: ANN001
+    """Store sealed segments (once each; their entries are already appended above)."""
+    from .telemetry.store import store_sealed_in
+
+    store_sealed_in(conn, sealed)

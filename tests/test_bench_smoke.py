@@ -32,6 +32,18 @@ def test_core_figures_run_and_check_themselves(module, scale, tmp_path, monkeypa
     assert f"## {fig.title}" in doc and "ratio to floor" in doc
 
 
+def test_ship_segments_figure_has_both_floors_and_the_device_hours_share(tmp_path, monkeypatch):
+    """bench.ship_segments at 2 nodes x 1 batch: the floor of the same rows, the floor of the ledger's own rows
+    and the seal-time aggregation's share measured in the shipping process, of a shipment that checked out."""
+    fig = _run("ship_segments", 0.0005, tmp_path, monkeypatch)
+    assert fig.status == "ok" and fig.floor.median > 0 and fig.subjects[0].median > 0
+    assert "sample rows" in fig.floor.label and "16 segments" in fig.scale_note
+    extra = "\n".join(f"{k}: {v}" for k, v in fig.extra.items())
+    assert "rows the ledger holds" in extra or "the ledger's own rows" in extra
+    assert "% of the shipment" in extra and "without it" in extra and "verify` clean" in extra
+    assert "## Ship collector segments into SQLite" in (tmp_path / "performance.md").read_text()
+
+
 def test_write_doc_keeps_other_sections(tmp_path):
     doc = tmp_path / "performance.md"
     doc.write_text("# Performance\n\nintro\n\n## Accuracy\n\nsomeone else's numbers\n")

@@ -15,6 +15,7 @@ reads the receipt's columns in ≈ 30 ns/row of CPU, against ≈ 65 for IPC with
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import operator
 from dataclasses import dataclass
@@ -64,6 +65,159 @@ def encode(rows: Sequence[tuple]) -> Block:
     return _write(arrays, fields, [r[0] for r in ordered])
 
 
+@dataclass(frozen=True)
+class Packed:
+    """Segments' rows as numpy columns, each segment's in (device, t) order, one after the other: what a
+    shipper's worker process hands back (it pickles as a few buffers, not a million float objects)."""
+
+    rows: tuple            # rows per segment
+    devices: tuple         # the device column
+    values: object         # float64 (len(SAMPLE_COLUMNS) - 1, rows): every other column, NaN = not measured
+    reasons: object        # int64 clock_reasons (exact: a bitmask may pass 2^53), 0 where not measured
+    reasons_missing: object
+
+
+class Checked(list):
+    """A segment's rows (normalised tuples) with the columns the shipper's check built from them: ``devices``,
+    ``values`` (every column but the device, one float64 row each, None as NaN, in the rows' order) and
+    whether the rows are already in (device, t) order (one device, times not decreasing): :func:`pack` then
+    takes the columns as they are instead of building them again."""
+
+    __slots__ = ("devices", "values", "in_order")
+
+    def __init__(self, rows: list, devices: tuple, values: object, in_order: bool) -> None:
+        super().__init__(rows)
+        self.devices, self.values, self.in_order = devices, values, in_order
+
+
+_EXACT_INT = 2 ** 53   # float64 holds every integer below it exactly (clock_reasons is a 63-bit mask)
+
+
+def pack(segments: Sequence[Sequence[tuple]]) -> Packed:
+    """Rows of non-empty segments in normalised form (finite numbers or None, as a spool's checked rows are)."""
+    import numpy as np
+
+    devices, values = [], []
+    for rows in segments:
+        if isinstance(rows, Checked) and rows.in_order:
+            devices.append(rows.devices)
+            values.append(rows.values)
+        else:
+            cols = list(zip(*sorted(rows, key=_BY_DEVICE_T)))
+            devices.append(cols[0])
+            values.append(np.array(cols[1:], dtype=np.float64))   # None -> NaN
+    matrix = np.concatenate(values, axis=1) if len(values) > 1 else values[0]
+    missing = np.isnan(matrix[2])
+    if np.where(missing, 0.0, matrix[2]).max() < _EXACT_INT:
+        reasons = np.where(missing, 0.0, matrix[2]).astype(np.int64)
+    else:   # a mask past 2^53: its exact integers, from the rows
+        reasons = np.fromiter((0 if r[3] is None else r[3] for rows in segments
+                               for r in sorted(rows, key=_BY_DEVICE_T)), dtype=np.int64, count=len(missing))
+    return Packed(tuple(len(rows) for rows in segments), tuple(itertools.chain(*devices)), matrix, reasons,
+                  missing)
+
+
+def pack_reference(segments: Sequence[Sequence[tuple]]) -> Packed:
+    """:func:`pack` from the rows alone, value by value (the reference tests/test_ship_segments.py holds it to)."""
+    import numpy as np
+
+    ordered = [r for rows in segments for r in sorted(rows, key=_BY_DEVICE_T)]
+    cols = list(zip(*ordered))
+    n = len(ordered)
+    missing = np.fromiter((v is None for v in cols[3]), dtype=bool, count=n)
+    reasons = np.fromiter((0 if v is None else v for v in cols[3]), dtype=np.int64, count=n)
+    return Packed(tuple(len(rows) for rows in segments), cols[0], np.array(cols[1:], dtype=np.float64), reasons,
+                  missing)
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Many segments' rows as Arrow columns: each segment's rows in (device, t) order, one after the other,
+    after a first row that no segment takes (see :func:`columns_of`)."""
+
+    spans: list            # (first row, rows) of each segment
+    devices: tuple         # the device column (the first row's included)
+    arrays: list           # a pyarrow array per SAMPLE_COLUMNS entry; None for the device column
+    all_null: object = None   # bool (segments, columns): the segment measured nothing in that column
+
+
+def columns_of(segments: Sequence[Sequence[tuple]]) -> Columns:
+    """The rows of many non-empty segments (normalised form) as one set of columns: what :func:`encode_many`
+    writes the blocks from and the device-hours are computed from."""
+    return columns_from([pack(segments)])
+
+
+def columns_from(packs: Sequence[Packed], keep: Sequence[bool] | None = None) -> Columns:
+    """:class:`Columns` of the segments of these packs (only those ``keep`` marks, in order), built from
+    the numpy columns: NULL over a 0 slot where a value is not measured, as pa.array stores None."""
+    import numpy as np
+    import pyarrow as pa
+
+    lengths = [n for p in packs for n in p.rows]
+    keep = [True] * len(lengths) if keep is None else list(keep)
+    starts = np.cumsum([0, *lengths])
+    take = np.concatenate([np.arange(starts[i], starts[i] + n) for i, n in enumerate(lengths) if keep[i]]
+                          or [np.zeros(0, dtype=np.int64)])
+    # A first row that no block takes: every block's slice starts past 0. Arrow's IPC writer truncates a
+    # slice's buffers to its rows only when the slice has an offset; at offset 0 it wrote the whole column.
+    if all(keep):
+        devices = tuple(itertools.chain(("",), *(p.devices for p in packs)))
+    else:
+        all_devices = [d for p in packs for d in p.devices]
+        devices = ("", *(all_devices[i] for i in take.tolist()))
+    values = np.concatenate([np.zeros((len(SAMPLE_COLUMNS) - 1, 1)), *(p.values for p in packs)], axis=1)
+    reasons = np.concatenate([[0], *(p.reasons for p in packs)])
+    reasons_missing = np.concatenate([[False], *(p.reasons_missing for p in packs)])
+    if not all(keep):
+        rows = np.concatenate([[0], take + 1])
+        values, reasons, reasons_missing = values[:, rows], reasons[rows], reasons_missing[rows]
+    spans, lo = [], 1
+    for n, k in zip(lengths, keep):
+        if k:
+            spans.append((lo, n))
+            lo += n
+    firsts = np.array([lo for lo, _n in spans], dtype=np.int64)
+    sizes = np.array([n for _lo, n in spans], dtype=np.int64)
+    arrays: list = [None]
+    all_null = np.zeros((len(spans), len(SAMPLE_COLUMNS)), dtype=bool)
+    for j, field in enumerate(list(arrow_schema())[1:]):
+        if field.name == "clock_reasons":
+            v, missing = reasons, reasons_missing
+        else:
+            v = values[j]
+            missing = np.isnan(v)
+            v = np.where(missing, 0.0, v)
+        arrays.append(pa.array(v, type=field.type, mask=missing if missing.any() else None))
+        if len(spans):
+            all_null[:, j + 1] = np.add.reduceat(missing.astype(np.int64), firsts) == sizes
+    return Columns(spans, devices, arrays, all_null)
+
+
+def encode_many(segments: Sequence[Sequence[tuple]]) -> list[Block]:
+    """:func:`encode` of each segment's rows: the same blocks, byte for byte (tests/test_ship_segments.py),
+    from columns built once for them all (:func:`encode_spans`)."""
+    if any(not rows for rows in segments):
+        return [encode(rows) for rows in segments]
+    return encode_spans(columns_of(segments))
+
+
+def encode_spans(cols: Columns) -> list[Block]:
+    """One block per segment of ``cols``, written from its slice of the columns — a shipment of collector
+    segments is thousands of 60-row blocks, and building 25 arrays per block cost more than writing it."""
+    import pyarrow as pa
+
+    schema = list(arrow_schema())
+    always = [f.name in ("device", "t", "dt") for f in schema]
+    out = []
+    for (lo, n), empty in zip(cols.spans, cols.all_null.tolist()):
+        devices = cols.devices[lo:lo + n]
+        # the text column is built per block: a slice of a long one is written with its data buffer padded
+        kept = [j for j in range(1, len(schema)) if always[j] or not empty[j]]
+        out.append(_write([pa.array(devices, type=pa.string()), *(cols.arrays[j].slice(lo, n) for j in kept)],
+                          [schema[0], *(schema[j] for j in kept)], devices))
+    return out
+
+
 def encode_columns(cols: Mapping[str, object]) -> Block:
     """:func:`encode` of columns already in (device, t) order (numpy arrays, NaN = not measured; a column left
     out is not measured): the same block, with no row tuples in between — a bulk loader's form."""
@@ -90,7 +244,53 @@ def encode_columns(cols: Mapping[str, object]) -> Block:
 
 
 def _write(arrays: list, fields: list, devices: Sequence[str]) -> Block:
-    """The IPC file of these columns (rows in (device, t) order) with each device's rows in the layout."""
+    """The IPC file of these columns (rows in (device, t) order) with each device's rows in the layout.
+
+    :func:`_write_reference`'s bytes, with less per-block overhead (a shipment writes thousands of 60-row
+    blocks): the compression on one thread (on pyarrow's pool it cost ≈ 10× the work for such a block), a
+    block of one device found without a pass over its rows, one record batch written as it is."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    dev = devices if isinstance(devices, (list, tuple)) else list(devices)
+    if dev and dev[0] == dev[-1]:   # (device, t) order: the first and last rows' device is every row's
+        ranges = [[dev[0], 0, len(dev)]]
+    else:
+        starts = [i for i in range(len(dev)) if i == 0 or dev[i] != dev[i - 1]]
+        ranges = [[dev[first], first, (starts[i + 1] if i + 1 < len(starts) else len(dev)) - first]
+                  for i, first in enumerate(starts)]
+    layout, bounds = [], []
+    for device, first, n in ranges:   # the batching rule of _write_reference
+        if not bounds or bounds[-1][1] - bounds[-1][0] >= BATCH_ROWS:
+            bounds.append([first, first])
+        layout.append([device, len(bounds) - 1, first - bounds[-1][0], n])
+        bounds[-1][1] = first + n
+    schema = pa.schema(fields, metadata={_LAYOUT_KEY: json.dumps(layout)})
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, schema, options=_write_options()) as writer:
+        if bounds == [[0, len(dev)]]:
+            writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
+        else:
+            table = pa.Table.from_arrays(arrays, schema=schema)
+            for lo, hi in bounds:
+                writer.write_table(table.slice(lo, hi - lo), max_chunksize=hi - lo)
+    data = sink.getvalue().to_pybytes()
+    return Block(FORMAT, len(dev), hashlib.sha256(data).hexdigest(), data)
+
+
+_OPTIONS: list = []
+
+
+def _write_options():  # noqa: ANN202
+    if not _OPTIONS:
+        import pyarrow.ipc as ipc
+
+        _OPTIONS.append(ipc.IpcWriteOptions(compression=CODEC, use_threads=False))
+    return _OPTIONS[0]
+
+
+def _write_reference(arrays: list, fields: list, devices: Sequence[str]) -> Block:
+    """:func:`_write` as plainly as it can be said (the reference tests/test_ship_segments.py holds it to)."""
     import pyarrow as pa
     import pyarrow.ipc as ipc
 

@@ -143,23 +143,33 @@ def aggregate(cols: Mapping[str, Sequence]) -> list[DeviceHour]:
     (NaN or None = not measured). Pure; rows sorted by (device, hour)."""
     # a value near the float limit (a damaged block verify reads back) sums to inf, as it would one by one
     with np.errstate(over="ignore", invalid="ignore"):
-        return _aggregate(cols)
+        return [h for _g, h in _aggregate(cols, None)]
 
 
-def _aggregate(cols: Mapping[str, Sequence]) -> list[DeviceHour]:
+def aggregate_groups(cols: Mapping[str, Sequence], group: np.ndarray) -> list[tuple[int, DeviceHour]]:
+    """:func:`aggregate` of many batches at once: ``group`` (non-negative ints, one per row) says which batch
+    each row is of; the result is each batch's device-hours, tagged with its group, by (group, device, hour).
+    Every value is the one :func:`aggregate` of that batch's rows alone gives (each is computed from its own
+    group's rows only; tests/test_device_hours.py holds them equal): what a shipment of many small segments
+    uses, one numpy pass instead of one per 60-sample segment."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _aggregate(cols, np.asarray(group, dtype=np.int64))
+
+
+def _aggregate(cols: Mapping[str, Sequence], group: np.ndarray | None) -> list[tuple[int, DeviceHour]]:
     dev = np.asarray(cols["device"], dtype=object)
     if not len(dev):
         return []
 
     def f(name: str) -> np.ndarray:
-        return np.asarray([np.nan if v is None else v for v in cols[name]] if
-                          isinstance(cols[name], (list, tuple)) else cols[name], dtype=np.float64)
+        return np.asarray(cols[name], dtype=np.float64)   # None (not measured) becomes NaN
 
     t, dt = f("t"), f("dt")
-    names, code = np.unique(dev.astype(str), return_inverse=True)
+    names, code = _device_codes(dev)
     hour = np.floor(t / HOUR) * HOUR
-    order = np.lexsort((t, hour, code))
+    order = np.lexsort((t, hour, code) if group is None else (t, hour, code, group))
     code, hour, t, dt = code[order], hour[order], t[order], dt[order]
+    grp = np.zeros(len(t), dtype=np.int64) if group is None else group[order]
     sa = SampleArrays.from_columns(t, dt, f("sm_active")[order], f("tensor_active")[order], f("gpu_util")[order],
                                    f("sm_clock_mhz")[order], f("clock_reasons")[order], f("compute_procs")[order],
                                    f("fb_used_mib")[order])
@@ -185,7 +195,7 @@ def _aggregate(cols: Mapping[str, Sequence]) -> list[DeviceHour]:
     fb = sa.fb_used
     xid = np.nan_to_num(f("xid")[order])
     brk = np.ones(len(t), dtype=bool)
-    brk[1:] = (code[1:] != code[:-1]) | (hour[1:] != hour[:-1])
+    brk[1:] = (code[1:] != code[:-1]) | (hour[1:] != hour[:-1]) | (grp[1:] != grp[:-1])
     starts = np.flatnonzero(brk)
     ends = np.append(starts[1:], len(t)) - 1
     prev = np.concatenate([[0.0], xid[:-1]])
@@ -226,7 +236,20 @@ def _aggregate(cols: Mapping[str, Sequence]) -> list[DeviceHour]:
     for name in FIELDS[2:]:
         v = out[name]
         cols_out.append([int(x) for x in v] if name in INT_FIELDS else v.tolist())
-    return [DeviceHour(*r) for r in zip(*cols_out)]
+    return list(zip(grp[starts].tolist(), (DeviceHour(*r) for r in zip(*cols_out))))
+
+
+def _device_codes(dev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(dev.astype(str), return_inverse=True)`` by a dict: a shipment's million device labels are
+    a few hundred distinct ones, and sorting the million strings cost more than the whole aggregation."""
+    import pandas as pd   # its hash table (pyarrow, which sealed the rows, has imported it already)
+
+    first, seen = pd.factorize(dev)
+    labels = [u if type(u) is str else str(u) for u in seen.tolist()]
+    names = sorted(set(labels))
+    pos = {n: i for i, n in enumerate(names)}
+    rank = np.array([pos[label] for label in labels], dtype=np.int64)
+    return np.array(names, dtype=object), rank[first]
 
 
 def aggregate_rows(rows: Sequence[tuple]) -> list[DeviceHour]:
@@ -403,6 +426,39 @@ def store_in(conn, segment_id: str, rows: Sequence[tuple],  # noqa: ANN001 - a C
     if hours:
         conn.execute(_insert_sql(), [{"segment_id": segment_id, **dict(zip(FIELDS, map(_db_value, values(h))))}
                                      for h in hours])
+    return len(hours)
+
+
+def segments_hours(segment_ids: Sequence[str], cols) -> list[tuple[str, DeviceHour]]:  # noqa: ANN001
+    """The device-hours of many segments in one aggregation, each tagged with its segment: ``cols`` holds
+    their rows (:func:`ledger.telemetry.blocks.columns_from`, one span per segment id). The same rows, in the
+    same order, as :func:`aggregate_rows` of each segment's rows (tests/test_ship_segments.py). Pure."""
+    from .blocks import float_values
+    from .model import SAMPLE_COLUMNS
+
+    if not segment_ids:
+        return []
+    data = {"device": np.asarray(cols.devices[1:], dtype=object)}   # the first row is no segment's
+    for c in NEEDED[1:]:
+        data[c] = float_values(cols.arrays[SAMPLE_COLUMNS.index(c)].slice(1))
+    group = np.repeat(np.arange(len(cols.spans)), [n for _lo, n in cols.spans])
+    return [(segment_ids[g], h) for g, h in aggregate_groups(data, group)]
+
+
+def insert_in(conn, hours: Sequence[tuple[str, DeviceHour]]) -> int:  # noqa: ANN001 - a Connection
+    """Write (segment id, device-hour) rows, as :func:`store_in` writes each segment's."""
+    if not hours:
+        return 0
+    # positional parameters straight to the driver: binding 60 named values per row through SQLAlchemy cost
+    # more than computing the rows
+    mark = {"qmark": "?", "format": "%s", "pyformat": "%s"}.get(conn.dialect.paramstyle)
+    if mark is None:
+        conn.execute(_insert_sql(), [{"segment_id": sid, **dict(zip(FIELDS, map(_db_value, values(h))))}
+                                     for sid, h in hours])
+        return len(hours)
+    names = ("segment_id", *FIELDS)
+    conn.exec_driver_sql(f"INSERT INTO {TABLE} ({', '.join(names)}) VALUES ({', '.join([mark] * len(names))})",
+                         [(sid, *[None if v != v else v for v in values(h)]) for sid, h in hours])
     return len(hours)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from sqlalchemy import text
@@ -58,6 +59,16 @@ def _row_values(s: Sample) -> tuple:
         return vals     # already exactly the normalised form
     return (str(s.device), float(s.t), float(s.dt), None if cr is None else int(cr),
             *[None if v is None else float(v) for v in (g(s) for g in _METRIC_GETTERS)])
+
+
+def normalised(row: Sequence) -> tuple:
+    """``_norm(row)``, taking the row as it is where every value already has its column's type (a spool's rows,
+    written by the collector from ``_row_values``, always do): the hot path of shipping segments."""
+    cr = row[3]
+    if type(row[0]) is str and type(row[1]) is float and type(row[2]) is float \
+            and (cr is None or type(cr) is int) and set(map(type, row[4:])) <= _FLOAT_OR_NONE:
+        return tuple(row)
+    return _norm(row)
 
 
 def samples_digest(rows: Iterable[tuple]) -> str:
@@ -121,13 +132,78 @@ def write_segment_rows_in(conn: Connection, rows: Sequence[tuple], entry: Entry,
     sid = entry.entry_id
     if rows and not _segment_stored(conn, sid):
         block = blocks.encode(rows) if columns is None else blocks.encode_columns(columns)
-        conn.execute(text("INSERT INTO sample_blocks (segment_id, format, rows, sha256, data) "
-                          "VALUES (:s, :f, :n, :h, :d)"),
-                     {"s": sid, "f": block.format, "n": block.rows, "h": block.sha256, "d": block.data})
+        conn.execute(_INSERT_BLOCK, {"s": sid, "f": block.format, "n": block.rows, "h": block.sha256,
+                                     "d": block.data})
         from . import hours   # numpy and the method: only where samples are sealed
 
         hours.store_in(conn, sid, rows, columns)   # the agents' device-hours, derived from the same rows
     return result
+
+
+_INSERT_BLOCK = text("INSERT INTO sample_blocks (segment_id, format, rows, sha256, data) VALUES (:s, :f, :n, :h, :d)")
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """What many segments store (:func:`seal_segments`): per segment id its block and its device-hours."""
+
+    ids: list
+    blocks: list
+    hours: list            # (segment id, DeviceHour)
+
+
+def seal_segments(entries: Sequence[Entry], packs: Sequence[blocks.Packed]) -> Sealed:
+    """The blocks and device-hours of many segments (their rows in ``packs``, one span per entry in order;
+    an entry listed twice is sealed once), with no database: a shipment computes them before it takes the
+    chain's lock. Each is what :func:`write_segment_rows_in` stores for the segment alone
+    (tests/test_ship_segments.py holds the rows equal)."""
+    from . import hours   # numpy and the method: only where samples are sealed
+
+    seen: set[str] = set()
+    keep = []
+    for entry in entries:
+        keep.append(entry.entry_id not in seen)
+        seen.add(entry.entry_id)
+    ids = [e.entry_id for e, k in zip(entries, keep) if k]
+    if not ids:
+        return Sealed([], [], [])
+    cols = blocks.columns_from(packs, keep)
+    return Sealed(ids, blocks.encode_spans(cols), hours.segments_hours(ids, cols))
+
+
+def store_sealed_in(conn: Connection, sealed: Sealed) -> int:
+    """Insert sealed segments whose entries are already appended, skipping those already stored (as a block
+    or as legacy rows: at-least-once shipping). Returns the segments stored."""
+    from . import hours
+
+    stored = _segments_stored(conn, sealed.ids)
+    new = [(sid, b) for sid, b in zip(sealed.ids, sealed.blocks) if sid not in stored]
+    if not new:
+        return 0
+    conn.execute(_INSERT_BLOCK, [{"s": sid, "f": b.format, "n": b.rows, "h": b.sha256, "d": b.data}
+                                 for sid, b in new])
+    hours.insert_in(conn, [(sid, h) for sid, h in sealed.hours if sid not in stored])
+    return len(new)
+
+
+def store_segments_in(conn: Connection, entries: Sequence[Entry], packs: Sequence[blocks.Packed]) -> int:
+    """:func:`seal_segments` and :func:`store_sealed_in` in one: what :func:`write_segment_rows_in` stores
+    for each segment, in the same order, for many at once. Returns the segments stored."""
+    return store_sealed_in(conn, seal_segments(entries, packs))
+
+
+def _segments_stored(conn: Connection, segment_ids: Sequence[str]) -> set[str]:
+    """Which of these segments already have their samples stored (as a block or as legacy rows)."""
+    ids = list(dict.fromkeys(segment_ids))
+    found: set[str] = set()
+    for i in range(0, len(ids), _IN_CHUNK):
+        chunk = ids[i:i + _IN_CHUNK]
+        marks = ",".join(f":s{j}" for j in range(len(chunk)))
+        p = {f"s{j}": s for j, s in enumerate(chunk)}
+        for table in ("sample_blocks", "samples"):
+            found.update(r[0] for r in conn.execute(text(f"SELECT DISTINCT segment_id FROM {table} "
+                                                         f"WHERE segment_id IN ({marks})"), p))
+    return found
 
 
 def _segment_stored(conn: Connection, segment_id: str) -> bool:
