@@ -257,9 +257,12 @@ def load_note(before: float | None, after: float | None, cpus: int | None = None
     cpus = cpus or os.cpu_count() or 1
     if before is None or after is None:
         return "Machine load: unknown."
-    busy = max(before, after) > 0.5 * cpus
-    return (f"Machine load (1-minute average) {before:.2f} before, {after:.2f} after, on {cpus} CPUs"
-            + (": **under load, the ratio is not comparable with a quiet machine's**." if busy else ": quiet."))
+    # the load after includes the figure's own processes; the load before is other work's
+    busy = before > 0.5 * cpus
+    return (f"Machine load (1-minute average) {before:.2f} before, {after:.2f} after (the figure's own work "
+            f"included), on {cpus} CPUs"
+            + (": **taken under load, the ratio is not comparable with a quiet machine's**." if busy
+               else ": quiet before the run."))
 
 
 class FeatureMissing(Exception):

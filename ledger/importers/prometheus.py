@@ -452,10 +452,9 @@ def _parsed(f: Path | _Archive, default_ts: float | None) -> Iterator[Collected]
 def parsed_in_workers(files: list[Path | _Archive], default_ts: float | None, workers: int | None,
                       while_reading: Callable[[], None] | None = None) -> Iterator[Collected]:
     """Each file's collection, in order: parsed here one after another (``workers`` 0, the reference), or by
-    worker processes, a few files ahead, when there are several files on disk and a second CPU (archive
-    members are parsed here, in their turn). The same collections and the same first error either way
-    (tests/test_prometheus_stream.py); what is merged stays in this process, so memory is what the sequential
-    read holds plus the few files in flight."""
+    worker processes when there are several files on disk and a second CPU (archive members are parsed here, in
+    their turn). The same collections and the same first error either way (tests/test_prometheus_stream.py);
+    what is merged stays in this process."""
     import multiprocessing
     import os
     import threading
@@ -473,18 +472,13 @@ def parsed_in_workers(files: list[Path | _Archive], default_ts: float | None, wo
     from collections import deque
     from concurrent.futures import ProcessPoolExecutor
 
-    # fork: a single-threaded caller forks in milliseconds; the workers only read the files they are given
+    # fork: a single-threaded caller forks in milliseconds; the workers only read the files they are given.
+    # Every file is handed out at once, so the workers never wait for this process (it imports the agents
+    # meanwhile); a parsed file waiting here holds what merging it will add, so memory stays what the merged
+    # collection comes to, plus a file.
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
     try:
-        pending: deque = deque()
-        for f in files:
-            pending.append(f if isinstance(f, _Archive) else pool.submit(_read_file, f, default_ts))
-            if len(pending) <= workers + 1:
-                continue
-            if while_reading is not None:
-                while_reading()
-                while_reading = None
-            yield from _taken(pending.popleft(), default_ts)
+        pending = deque(f if isinstance(f, _Archive) else pool.submit(_read_file, f, default_ts) for f in files)
         if while_reading is not None:
             while_reading()
         while pending:
