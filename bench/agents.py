@@ -154,8 +154,9 @@ def floor_query(pq_dir: Path) -> str:
 NOTE = ("The subject is every agent over device-hours (`ipledger findings`: allocation entries and the "
         "`device_hours` rows, plus the raw samples of its findings' scopes and windows read from their blocks); "
         "`ipledger daily` (the daily account alone) is the second line. The seal-time aggregation above runs on "
-        "columns; from a segment's row tuples, as the collector and the importer hand them over, it costs ≈ 4 µs "
-        "per sample, about a tenth of the block encoding and segment digest it sits beside.")
+        "columns, as `ipledger ship` (a batch's segments grouped in one pass) and `ipledger import` (each "
+        "segment's timeline columns) now run it; its share of those commands is in their own figures (Ship "
+        "collector segments into SQLite, Import a Prometheus export into SQLite).")
 
 
 def _load() -> str:
