@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as _dt
+import json
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -111,11 +113,16 @@ def timeit_interleaved(cases: list[tuple[str, Callable[[], object], Callable[[],
     return [Timing(label, tuple(r)) for (label, _fn, _setup), r in zip(cases, runs)]
 
 
-def run_cli(args: list[str], env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``ipledger`` as a user would (a fresh interpreter), with the repository importable."""
+def cli_env(env: dict | None = None) -> dict:
+    """The environment a subject command runs in: this one, ``env`` added, the repository importable."""
     full_env = {**os.environ, **(env or {})}
     full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
-    proc = subprocess.run([PY, "-m", "ledger.cli.main", *args], capture_output=True, text=True, env=full_env)
+    return full_env
+
+
+def run_cli(args: list[str], env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``ipledger`` as a user would (a fresh interpreter), with the repository importable."""
+    proc = subprocess.run([PY, "-m", "ledger.cli.main", *args], capture_output=True, text=True, env=cli_env(env))
     if check and proc.returncode != 0:
         raise RuntimeError(f"ipledger {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
     return proc
@@ -286,8 +293,7 @@ _MEASURE = ("import os, sys\n"
 
 def run_cli_measured(args: list[str], env: dict | None = None) -> tuple[subprocess.CompletedProcess, float]:
     """Like :func:`run_cli`, also returning the command's own peak resident memory in MiB."""
-    full_env = {**os.environ, **(env or {})}
-    full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+    full_env = cli_env(env)
     import tempfile as _tf
 
     with _tf.TemporaryDirectory() as d:
@@ -333,9 +339,7 @@ def run_cli_tree_peak(args: list[str], env: dict | None = None, every_s: float =
     any worker processes it starts), sampled every ``every_s``: the sum of their RSS, so pages a forked worker
     shares with its parent count twice (an upper bound). Complements :func:`run_cli_measured`, whose figure is
     the command's own process."""
-    full_env = {**os.environ, **(env or {})}
-    full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
-    return tree_peak([PY, "-m", "ledger.cli.main", *args], full_env, every_s)
+    return tree_peak([PY, "-m", "ledger.cli.main", *args], cli_env(env), every_s)
 
 
 def tree_peak(argv: list[str], env: dict | None = None, every_s: float = 0.05) -> tuple[int, float]:
@@ -346,4 +350,52 @@ def tree_peak(argv: list[str], env: dict | None = None, every_s: float = 0.05) -
         peak = max(peak, sum(_rss_kib(p) for p in _descendants(proc.pid)))
         time.sleep(every_s)
     return proc.returncode, peak / 1024
+
+
+def restore_spool(pristine: Path, spool_dir: Path) -> None:
+    """``spool_dir`` made a fresh copy of ``pristine`` (a shipment moves its files aside)."""
+    if spool_dir.exists():
+        shutil.rmtree(spool_dir)
+    shutil.copytree(pristine, spool_dir)
+
+
+# `ipledger` with timers around functions of its modules (module attributes, looked up at call time by their
+# callers): $IPLEDGER_BENCH_TIMERS maps a key to "module:function" names; the seconds spent in them are summed
+# per key and written, with "process" (from this script's start to exit), to $IPLEDGER_BENCH_TIMERS_OUT as JSON
+_TIMED_CLI = """
+import atexit, importlib, json, os, sys, time
+t_start = time.perf_counter()
+spent = {}
+def timed(key, real):
+    def wrapper(*a, **k):
+        t0 = time.perf_counter()
+        try:
+            return real(*a, **k)
+        finally:
+            spent[key] = spent.get(key, 0.0) + time.perf_counter() - t0
+    return wrapper
+for key, targets in json.loads(os.environ["IPLEDGER_BENCH_TIMERS"]).items():
+    for target in targets:
+        module, name = target.split(":")
+        m = importlib.import_module(module)
+        setattr(m, name, timed(key, getattr(m, name)))
+def done():
+    spent["process"] = time.perf_counter() - t_start
+    open(os.environ["IPLEDGER_BENCH_TIMERS_OUT"], "w").write(json.dumps(spent))
+atexit.register(done)
+from ledger.cli.main import cli
+cli(sys.argv[1:], prog_name="ipledger")
+"""
+
+
+def run_cli_timed(args: list[str], timers: dict[str, tuple[str, ...]],
+                  out: Path) -> tuple[subprocess.CompletedProcess, dict[str, float]]:
+    """Run ``ipledger`` like :func:`run_cli`, timing inside it the functions ``timers`` names per key
+    ("module:function"); returns the process and the seconds per key (a key never called is absent) and
+    "process". ``out`` is the file the timings pass through."""
+    env = cli_env({"IPLEDGER_BENCH_TIMERS": json.dumps(timers), "IPLEDGER_BENCH_TIMERS_OUT": str(out)})
+    out.unlink(missing_ok=True)
+    proc = subprocess.run([PY, "-c", _TIMED_CLI, *args], capture_output=True, text=True, env=env)
+    spent = json.loads(out.read_text()) if proc.returncode == 0 and out.exists() else {}
+    return proc, spent
 

@@ -14,54 +14,26 @@ read back from the subject's ledger, inserted the same way into a fresh ledger's
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import tempfile
 from pathlib import Path
 
 from ledger.importers import synth
 
-from bench.common import PY, ROOT, Figure, Timing, main_for, timeit_interleaved
+from bench.common import Figure, Timing, main_for, run_cli_timed, timeit_interleaved
 
 TITLE = "Import a Prometheus export into SQLite"
 FULL_GPUS = 64
 METRICS = synth.DEFAULT_METRICS[:12]
 SAMPLES_PER_DAY = 24 * 3600 // 15
-# `ipledger` with timers around the import's stages (module attributes, looked up at call time by their
-# callers); the seconds spent in each go to $IPLEDGER_BENCH_STAGES_OUT as JSON
-TIMED_IMPORT = """
-import atexit, json, os, sys, time
-spent = {}
-def timed(mod, name, key):
-    real = getattr(mod, name)
-    def wrapper(*a, **k):
-        t0 = time.perf_counter()
-        try:
-            return real(*a, **k)
-        finally:
-            spent[key] = spent.get(key, 0.0) + time.perf_counter() - t0
-    setattr(mod, name, wrapper)
-t_start = time.perf_counter()
-import ledger.cli.importers as cli_imp, ledger.importers.prometheus as prom, ledger.importers.pipeline as pipe
-import ledger.telemetry.hours as hours, ledger.telemetry.blocks as blocks, ledger.telemetry.store as store
-timed(prom, "read", "read")
-timed(pipe, "write", "write")
-timed(hours, "store_in", "hours")
-timed(hours, "aggregate", "hours_aggregate")
-timed(blocks, "encode", "block_encode")
-timed(blocks, "encode_columns", "block_encode")
-timed(store, "_digest_normalised", "digest")
-timed(cli_imp, "_issue_closed", "receipts")
-def done():
-    spent["process"] = time.perf_counter() - t_start
-    open(os.environ["IPLEDGER_BENCH_STAGES_OUT"], "w").write(json.dumps(spent))
-atexit.register(done)
-from ledger.cli.main import cli
-cli(sys.argv[1:], prog_name="ipledger")
-"""
+# the import's stages, timed inside the importing process (module attributes looked up at call time by their callers)
+STAGE_TIMERS = {"read": ("ledger.importers.prometheus:read",), "write": ("ledger.importers.pipeline:write",),
+                "hours": ("ledger.telemetry.hours:store_in",), "hours_aggregate": ("ledger.telemetry.hours:aggregate",),
+                "block_encode": ("ledger.telemetry.blocks:encode", "ledger.telemetry.blocks:encode_columns"),
+                "digest": ("ledger.telemetry.store:_digest_normalised",),
+                "receipts": ("ledger.cli.importers:_issue_closed",)}
 STAGES = (("read", "reading the query_range files (ledger.importers.prometheus.read)"),
           ("write", "the pipeline's write: timelines, segments, blocks, device-hours, one transaction"),
           ("hours", "of which the device-hours sealed with each segment (telemetry.hours.store_in)"),
@@ -184,10 +156,6 @@ def check_ledger(db_path: Path, summary: dict, gpus: int, floor_rows: int) -> di
     return {"blocks": blocks_n, "device_hours": dh_rows, "samples": block_rows}
 
 
-def _env(extra: dict) -> dict:
-    return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra}
-
-
 def run(scale: float, repeat: int) -> Figure:
     import duckdb
 
@@ -208,12 +176,11 @@ def run(scale: float, repeat: int) -> Figure:
 
         def subject() -> None:
             args = ["--db", state["url"], "import", "prometheus", *map(str, files), "--json", "--quiet"]
-            proc = subprocess.run([PY, "-c", TIMED_IMPORT, *args], capture_output=True, text=True,
-                                  env=_env({"IPLEDGER_BENCH_STAGES_OUT": str(spent)}))
+            proc, stages = run_cli_timed(args, STAGE_TIMERS, spent)
             if proc.returncode != 0:
                 raise RuntimeError(f"ipledger import failed: {proc.stderr.strip()[-300:]}")
             state["summary"] = json.loads(proc.stdout)
-            state["stages"].append(json.loads(spent.read_text()))
+            state["stages"].append(stages)
 
         def plain_read() -> None:
             con = duckdb.connect()

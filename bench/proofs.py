@@ -15,7 +15,6 @@ Two measurements, one figure:
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -23,32 +22,12 @@ import tempfile
 from pathlib import Path
 
 from bench import data
-from bench.common import PY, ROOT, Figure, Timing, main_for, run_cli, timeit_interleaved
+from bench.common import PY, ROOT, Figure, Timing, main_for, restore_spool, run_cli, run_cli_timed, timeit_interleaved
 
 TITLE = "Proof bundles and the Merkle tree"
 FULL_GPUS = 1024
 BUNDLE_HOURS = 1.0
 SHIP_FULL_ENTRIES = 1_000_000
-# `ipledger` with a timer around the tree's append hook; the seconds spent in it go to $IPLEDGER_BENCH_TREE_OUT
-TIMED_TREE = """
-import atexit, os, sys, time
-import ledger.merkle as m
-real, spent = m.on_append, [0.0]
-def timed(*args):
-    t0 = time.perf_counter()
-    real(*args)
-    spent[0] += time.perf_counter() - t0
-m.on_append = timed
-atexit.register(lambda: open(os.environ["IPLEDGER_BENCH_TREE_OUT"], "w").write(repr(spent[0])))
-from ledger.cli.main import cli
-cli(sys.argv[1:], prog_name="ipledger")
-"""
-
-
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
 def _proof_part(work: Path, gpus: int, repeat: int) -> tuple[Timing, Timing, Timing, dict]:
     from bench.receipt import build_ledger
     from ledger import heads
@@ -100,9 +79,7 @@ def _ship_part(work: Path, scale: float, repeat: int) -> tuple[Timing, Timing, T
 
     def setup() -> None:
         state["url"] = _fresh_db(db_path)
-        if spool_dir.exists():
-            shutil.rmtree(spool_dir)
-        shutil.copytree(pristine, spool_dir)
+        restore_spool(pristine, spool_dir)
 
     def floor() -> None:
         raw_insert(db_path, rows)
@@ -112,11 +89,10 @@ def _ship_part(work: Path, scale: float, repeat: int) -> tuple[Timing, Timing, T
 
     def ship() -> None:
         args = ["--db", state["url"], "ship", "--spool", str(spool_dir), "--quiet", "--no-receipts"]
-        proc = subprocess.run([PY, "-c", TIMED_TREE, *args], capture_output=True, text=True,
-                              env={**_env(), "IPLEDGER_BENCH_TREE_OUT": str(spent)})
+        proc, took = run_cli_timed(args, {"tree": ("ledger.merkle:on_append",)}, spent)
         if proc.returncode != 0:
             raise RuntimeError(f"ship failed: {proc.stderr.strip()[-300:]}")
-        tree_s.append(float(spent.read_text()))
+        tree_s.append(took.get("tree", 0.0))
 
     floor_t, ship_t = timeit_interleaved([
         (f"raw sqlite3.executemany, {n:,} rows, one tx", floor, setup),

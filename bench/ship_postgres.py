@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from bench import data, pg
-from bench.common import Figure, main_for, run_cli, timeit_interleaved
+from bench.common import Figure, main_for, restore_spool, run_cli, timeit_interleaved
 from ledger.store import ENTRY_COLUMNS
 
 TITLE = "Ship into PostgreSQL"
@@ -45,9 +45,7 @@ def run(scale: float, repeat: int) -> Figure:
 
         def setup_subject() -> None:
             state["url"] = pg.fresh_ledger(TITLE, "ship")
-            if spool_dir.exists():
-                shutil.rmtree(spool_dir)
-            shutil.copytree(pristine, spool_dir)
+            restore_spool(pristine, spool_dir)
 
         def subject() -> None:
             run_cli(["--db", state["url"], "ship", "--spool", str(spool_dir), "--quiet", "--no-receipts"])

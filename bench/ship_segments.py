@@ -23,16 +23,15 @@ timed inside the shipping process (timers around ``telemetry.hours.segments_hour
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import tempfile
 from pathlib import Path
 
-from bench.common import PY, ROOT, Figure, Timing, main_for, run_cli, timeit_interleaved
+from bench.common import Figure, Timing, main_for, restore_spool, run_cli, run_cli_timed, timeit_interleaved
+from bench.ship_sqlite import _fresh_db
 
 TITLE = "Ship collector segments into SQLite"
 FULL_NODES = 36
@@ -45,25 +44,8 @@ SKU = "NVIDIA H100 80GB HBM3"
 DMON_COLUMNS = ("GRACT", "SMACT", "SMOCC", "TENSO", "DRAMA", "GPUTL", "MCUTL", "SMCLK", "MMCLK", "DVCCTR", "POWER",
                 "TMPTR", "MMTMP", "TOTEC", "FBUSD", "XIDER")
 
-# `ipledger` with timers around the device-hours' seal-time aggregation and insert; the seconds go to
-# $IPLEDGER_BENCH_HOURS_OUT
-TIMED_HOURS = """
-import atexit, os, sys, time
-import ledger.telemetry.hours as h
-spent = [0.0]
-def timer(real):
-    def timed(*args):
-        t0 = time.perf_counter()
-        try:
-            return real(*args)
-        finally:
-            spent[0] += time.perf_counter() - t0
-    return timed
-h.segments_hours, h.insert_in = timer(h.segments_hours), timer(h.insert_in)
-atexit.register(lambda: open(os.environ["IPLEDGER_BENCH_HOURS_OUT"], "w").write(repr(spent[0])))
-from ledger.cli.main import cli
-cli(sys.argv[1:], prog_name="ipledger")
-"""
+# the device-hours' seal-time aggregation and insert, timed inside the shipping process
+DEVICE_HOURS_TIMERS = {"hours": ("ledger.telemetry.hours:segments_hours", "ledger.telemetry.hours:insert_in")}
 
 
 def plan(scale: float) -> tuple[int, int]:
@@ -155,12 +137,6 @@ def write_spool(directory: Path, nodes: int, batches: int, seed: int = 21) -> di
     return counts
 
 
-def _fresh_db(path: Path) -> str:
-    from bench.ship_sqlite import _fresh_db as fresh
-
-    return fresh(path)
-
-
 PLAIN_SAMPLES = "bench_samples"
 
 
@@ -209,10 +185,6 @@ def ledger_rows(db_path: Path) -> dict[str, tuple[tuple[str, ...], list[tuple]]]
         con.close()
 
 
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
 def check_ledger(url: str, db_path: Path, counts: dict, entries: int) -> str:
     """The subject's ledger holds every entry, a block and device-hours for every segment, and verifies."""
     con = sqlite3.connect(db_path)
@@ -247,19 +219,16 @@ def run(scale: float, repeat: int) -> Figure:
 
         def setup_subject() -> None:
             state["url"] = _fresh_db(db_path)
-            if spool_dir.exists():
-                shutil.rmtree(spool_dir)
-            shutil.copytree(pristine, spool_dir)
+            restore_spool(pristine, spool_dir)
 
         hours_s: list[float] = []
 
         def subject() -> None:
             args = ["--db", state["url"], "ship", "--spool", str(spool_dir), "--quiet", "--no-receipts"]
-            proc = subprocess.run([PY, "-c", TIMED_HOURS, *args], capture_output=True, text=True,
-                                  env={**_env(), "IPLEDGER_BENCH_HOURS_OUT": str(spent)})
+            proc, took = run_cli_timed(args, DEVICE_HOURS_TIMERS, spent)
             if proc.returncode != 0:
                 raise RuntimeError(f"ship failed: {proc.stderr.strip()[-300:]}")
-            hours_s.append(float(spent.read_text()))
+            hours_s.append(took.get("hours", 0.0))
 
         # one shipment first, untimed: its ledger gives the rows the floors insert
         setup_subject()

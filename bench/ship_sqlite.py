@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from bench import data
-from bench.common import Figure, main_for, run_cli, timeit_interleaved
+from bench.common import Figure, main_for, restore_spool, run_cli, timeit_interleaved
 from ledger import db as db_mod
 from ledger import ship as ship_mod
 from ledger.store import ENTRY_COLUMNS
@@ -68,9 +68,7 @@ def run(scale: float, repeat: int) -> Figure:
 
         def setup_subject() -> None:
             state["url"] = _fresh_db(db_path)
-            if spool_dir.exists():
-                shutil.rmtree(spool_dir)
-            shutil.copytree(pristine, spool_dir)
+            restore_spool(pristine, spool_dir)
 
         def subject() -> None:
             run_cli(["--db", state["url"], "ship", "--spool", str(spool_dir), "--quiet", "--no-receipts"])
