@@ -423,10 +423,7 @@ def store_in(conn, segment_id: str, rows: Sequence[tuple],  # noqa: ANN001 - a C
     stores each segment once (``telemetry.store.write_segment_rows_in``). Returns the rows written.
     ``columns``: the same rows as columns (``write_segment_rows_in`` says how), aggregated without the tuples."""
     hours = aggregate_rows(rows) if columns is None else aggregate_columns(columns)
-    if hours:
-        conn.execute(_insert_sql(), [{"segment_id": segment_id, **dict(zip(FIELDS, map(_db_value, values(h))))}
-                                     for h in hours])
-    return len(hours)
+    return insert_in(conn, [(segment_id, h) for h in hours])
 
 
 def segments_hours(segment_ids: Sequence[str], cols) -> list[tuple[str, DeviceHour]]:  # noqa: ANN001
@@ -446,7 +443,7 @@ def segments_hours(segment_ids: Sequence[str], cols) -> list[tuple[str, DeviceHo
 
 
 def insert_in(conn, hours: Sequence[tuple[str, DeviceHour]]) -> int:  # noqa: ANN001 - a Connection
-    """Write (segment id, device-hour) rows, as :func:`store_in` writes each segment's."""
+    """Write (segment id, device-hour) rows: one segment's (:func:`store_in`) or a batch's at once."""
     if not hours:
         return 0
     # positional parameters straight to the driver: binding 60 named values per row through SQLAlchemy cost
@@ -458,7 +455,7 @@ def insert_in(conn, hours: Sequence[tuple[str, DeviceHour]]) -> int:  # noqa: AN
         return len(hours)
     names = ("segment_id", *FIELDS)
     conn.exec_driver_sql(f"INSERT INTO {TABLE} ({', '.join(names)}) VALUES ({', '.join([mark] * len(names))})",
-                         [(sid, *[None if v != v else v for v in values(h)]) for sid, h in hours])
+                         [(sid, *map(_db_value, values(h))) for sid, h in hours])
     return len(hours)
 
 
