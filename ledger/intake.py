@@ -307,16 +307,11 @@ def check_rows(rows: list, latest: float) -> None:
             raise Refused(f"samples[{i}].dt: out of range")
 
 
-_EXACT = 2                    # _rows_plainly_sound: sound, and every value already of its column's one type
+_EXACT = 2                    # _plain_check: sound, and every value already of its column's one type
 _EXACT_TYPES = (frozenset({float}), frozenset({int, type(None)}), frozenset({float, type(None)}))
 _NUMBER = frozenset({int, float})
 _NUMBER_OR_NONE = frozenset({int, float, type(None)})
 _INT_OR_NONE = frozenset({int, type(None)})
-
-
-def _rows_plainly_sound(rows: list, latest: float) -> int:
-    """:func:`_plain_check`'s verdict alone."""
-    return _plain_check(rows, latest)[0]
 
 
 def _plain_check(rows: list, latest: float) -> tuple[int, list | None, Any]:

@@ -68,7 +68,7 @@ def _reference_passes(rows: list) -> bool:
 @settings(max_examples=400, deadline=None)
 @given(segment_rows())
 def test_row_shortcut_never_passes_what_the_reference_refuses(rows):
-    verdict = intake._rows_plainly_sound(rows, LATEST)
+    verdict = intake._plain_check(rows, LATEST)[0]
     if verdict:
         assert _reference_passes(rows)
     if verdict == intake._EXACT:   # rows taken as they are must be what normalising gives, types included
@@ -113,14 +113,14 @@ def test_an_integer_past_a_floats_range_is_refused_not_raised():
 
     rows = [list(GOOD)]
     rows[0][5] = 10**400
-    assert not intake._rows_plainly_sound(rows, LATEST)
+    assert not intake._plain_check(rows, LATEST)[0]
     with pytest.raises(intake.Refused, match=r"samples\[0\]\.sm_occupancy"):
         intake._segment_rows(Kind.TELEMETRY_SEGMENT, {"samples_sha256": "x", "rows": 1}, rows, LATEST)
 
 
 def test_row_shortcut_passes_a_collectors_rows():
     rows = [list(GOOD), [*GOOD[:3], None, *([None] * 21)], [GOOD[0], GOOD[1] + 1, 1.0, 4, *([1980.0] * 21)]]
-    assert _reference_passes(rows) and intake._rows_plainly_sound(rows, LATEST) == intake._EXACT
+    assert _reference_passes(rows) and intake._plain_check(rows, LATEST)[0] == intake._EXACT
 
 
 def test_normalised_rows_are_the_reference_norm():

@@ -186,12 +186,6 @@ def store_sealed_in(conn: Connection, sealed: Sealed) -> int:
     return len(new)
 
 
-def store_segments_in(conn: Connection, entries: Sequence[Entry], packs: Sequence[blocks.Packed]) -> int:
-    """:func:`seal_segments` and :func:`store_sealed_in` in one: what :func:`write_segment_rows_in` stores
-    for each segment, in the same order, for many at once. Returns the segments stored."""
-    return store_sealed_in(conn, seal_segments(entries, packs))
-
-
 def _segments_stored(conn: Connection, segment_ids: Sequence[str]) -> set[str]:
     """Which of these segments already have their samples stored (as a block or as legacy rows)."""
     ids = list(dict.fromkeys(segment_ids))
@@ -207,8 +201,7 @@ def _segments_stored(conn: Connection, segment_ids: Sequence[str]) -> set[str]:
 
 
 def _segment_stored(conn: Connection, segment_id: str) -> bool:
-    return any(conn.execute(text(f"SELECT 1 FROM {table} WHERE segment_id = :s LIMIT 1"), {"s": segment_id}).first()
-               for table in ("sample_blocks", "samples"))
+    return segment_id in _segments_stored(conn, [segment_id])
 
 
 def write_segment(engine: Engine, samples: Sequence[Sample], entry: Entry,
