@@ -318,7 +318,7 @@ RUN_KEY = ("cluster", "job_id", "run")
 
 
 def _runs(frame: pd.DataFrame) -> pd.core.groupby.DataFrameGroupBy:
-    return frame.groupby(["cluster", "job_id", "run"], dropna=False)
+    return frame.groupby(list(RUN_KEY), dropna=False)
 
 
 def _run_rows(s: pd.DataFrame):  # noqa: ANN202

@@ -45,7 +45,8 @@ def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb
         ds, res = dataset_from_collected(collected, opts, topology=topology, progress=progress, release=consume)
         return _finish(run_agents(ds), collected, res, sources, digests)
     if keep is None:
-        from .memory import hourly_from_collected, return_freed_heap
+        from ..heap import return_freed_heap
+        from .memory import hourly_from_collected
 
         scan, src, res = hourly_from_collected(collected, opts, progress=progress, release=consume)
         ds = hourly.compact_dataset(scan, src, topology, detail=True)

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ..entries import ChainedEntry, Entry
-from ..heap import free_large_blocks_at_once, return_freed_heap  # noqa: F401 - where the agents callers find them
+from ..heap import return_freed_heap
 from ..importers.common import Collected
 from ..importers.pipeline import ImportOptions, ImportResult, counted_runs, each_timeline, unknown_entries
 from ..telemetry import hours as dh
