@@ -1,6 +1,7 @@
 """Site configuration: one TOML file (``/etc/ipledger/config.toml`` or ``$IPLEDGER_CONFIG``), env overrides.
 
-Standard library only, and no I/O until :func:`load` is called: the hooks read it on their fast path, through
+A config file another user could have written is refused (ledger.fsmodes.strict_problem): it names the
+programs the root prolog runs. Standard library only, and no I/O until :func:`load` is called: the hooks read it on their fast path, through
 :func:`load_values` (no dataclasses) and a snapshot of the parsed TOML (no tomllib) that is re-made whenever
 the TOML file changes.
 """
@@ -31,9 +32,10 @@ class ConfigError(ValueError):
 # Frozen, not a dataclass: the Slurm hooks import this module and must not pay for dataclasses (and inspect),
 # ≈ 9 ms under python -I -S.
 class Config(Frozen):
-    __slots__ = ("db", "spool", "cluster", "commands", "receipts_dir", "hook_timeout_s", "path", "extra")
+    __slots__ = ("db", "spool", "cluster", "commands", "receipts_dir", "hook_timeout_s", "path", "extra",
+                 "trusted_keys")
     _defaults = {"db": f"sqlite:///{DEFAULT_DB_PATH}", "spool": DEFAULT_SPOOL, "cluster": None, "commands": dict,
-                 "receipts_dir": None, "hook_timeout_s": 5.0, "path": None, "extra": dict}
+                 "receipts_dir": None, "hook_timeout_s": 5.0, "path": None, "extra": dict, "trusted_keys": tuple}
     db: str
     spool: str
     cluster: str | None
@@ -42,6 +44,7 @@ class Config(Frozen):
     hook_timeout_s: float
     path: str | None
     extra: Mapping[str, object]
+    trusted_keys: tuple[str, ...]   # public keys (PEM files) that must have signed every tree head (verify)
 
 
 def load(path: str | None = None, environ: Mapping[str, str] | None = None) -> Config:
@@ -84,7 +87,9 @@ def _read_toml(cfg_path: str, st: os.stat_result, snapshot: str | None) -> dict:
     if snapshot is not None:
         try:
             with open(snapshot, "rb") as f:
-                snap_key, snap_data = marshal.loads(f.read())
+                snap_st = os.fstat(f.fileno())  # a copy someone else could have written is not used
+                trusted = not snap_st.st_mode & 0o022 and snap_st.st_uid in (0, os.geteuid())
+                snap_key, snap_data = marshal.loads(f.read()) if trusted else (None, None)
             if snap_key == key and type(snap_data) is dict:
                 return snap_data
         except (OSError, ValueError, EOFError, TypeError):
@@ -105,6 +110,20 @@ def _read_toml(cfg_path: str, st: os.stat_result, snapshot: str | None) -> dict:
         except (OSError, ValueError):  # unwritable directory, or a value marshal cannot hold
             pass
     return data
+
+
+def _refuse_loose(cfg_path: str, st: os.stat_result) -> None:
+    """The config names the programs the root prolog runs: one another user could have written is refused
+    (ledger.fsmodes.strict_problem, as OpenSSH's StrictModes), whoever reads it."""
+    from .fsmodes import strict_problem
+
+    try:
+        dir_st = os.stat(os.path.dirname(os.path.abspath(cfg_path)))
+    except OSError:
+        dir_st = None
+    problem = strict_problem(st, secret=False, euid=os.geteuid(), dir_st=dir_st)
+    if problem:
+        raise ConfigError(f"{cfg_path}: {problem}; refusing to read a config another user could have written")
 
 
 def _now() -> float:
@@ -129,6 +148,7 @@ def load_values(path: str | None = None, environ: Mapping[str, str] | None = Non
         st = None
     is_file = st is not None and (st.st_mode & 0o170000) == 0o100000  # stat.S_ISREG, as Path.is_file()
     if is_file:
+        _refuse_loose(cfg_path, st)  # type: ignore[arg-type]
         data = _read_toml(cfg_path, st, snapshot)  # type: ignore[arg-type]
     elif path or env.get("IPLEDGER_CONFIG"):
         raise ConfigError(f"{cfg_path}: config file not found")
@@ -138,7 +158,11 @@ def load_values(path: str | None = None, environ: Mapping[str, str] | None = Non
     for name, prog in commands.items():
         if not isinstance(prog, str) or not os.path.isabs(prog):
             raise ConfigError(f"{cfg_path}: commands.{name} must be an absolute path, got {prog!r}")
-    known = {"db", "spool", "cluster", "commands", "receipts_dir", "hook_timeout_s"}
+    trusted = data.get("trusted_keys", [])
+    if not isinstance(trusted, list) or not all(isinstance(k, str) and k for k in trusted):
+        raise ConfigError(f"{cfg_path}: trusted_keys must be a list of paths to the site's public keys (PEM)")
+    here = os.path.dirname(os.path.abspath(cfg_path))
+    known = {"db", "spool", "cluster", "commands", "receipts_dir", "hook_timeout_s", "trusted_keys"}
     try:
         timeout = float(data.get("hook_timeout_s", 5.0))
     except (TypeError, ValueError):
@@ -152,6 +176,7 @@ def load_values(path: str | None = None, environ: Mapping[str, str] | None = Non
         hook_timeout_s=timeout,
         path=_path_text(cfg_path) if is_file else None,
         extra={k: v for k, v in data.items() if k not in known},
+        trusted_keys=tuple(os.path.join(here, k) for k in trusted),  # relative to the config's directory
     )
 
 

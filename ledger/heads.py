@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import os
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
@@ -21,7 +21,7 @@ from . import merkle
 from .canonical import format_ts, now_ts
 from .db import write_tx
 from .entries import Entry, Kind, make_entry
-from .fsmodes import create_file
+from .fsmodes import UnsafeMode, create_file, read_strict
 from .proofcheck import (
     CONSISTENCY_FORMAT,
     HEAD_FORMAT,
@@ -33,7 +33,7 @@ from .proofcheck import (
     node_hash,
 )
 from .store import append_in, head, iter_entries, lock_chain
-from .verify import ChainProblem, VerifyReport
+from .verify import ChainProblem, Note, VerifyReport
 
 PRIVATE_KEY_MODE, PUBLIC_KEY_MODE = 0o600, 0o644
 
@@ -67,13 +67,18 @@ def keygen(out: str | Path) -> tuple[Path, Path, str]:
     return priv_path, pub_path, log_id_of(key.public_key())
 
 
-def load_private_key(path: str | Path) -> Any:
+def load_private_key(path: str | Path, euid: int | None = None) -> Any:
+    """The site's signing key, from a file only its owner may read or write (no symbolic link; owned by root
+    when ``euid``, default this process's, is root): ledger.fsmodes.read_strict."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
     p = Path(path)
     try:
-        key = load_pem_private_key(p.read_bytes(), password=None)
+        raw = read_strict(p, secret=True, euid=os.geteuid() if euid is None else euid)
+        key = load_pem_private_key(raw, password=None)
+    except UnsafeMode as exc:
+        raise HeadError(str(exc)) from None
     except OSError as exc:
         raise HeadError(f"{p}: cannot read: {exc.strerror or exc}") from None
     except (ValueError, TypeError) as exc:
@@ -91,6 +96,24 @@ def read_public_key(path: str | Path) -> Any:
         raise HeadError(f"{p}: cannot read: {exc.strerror or exc}") from None
     except Failure as exc:
         raise HeadError(str(exc)) from None
+
+
+def read_pinned_keys(paths: Sequence[str | Path], euid: int | None = None) -> tuple[Any, ...]:
+    """The public keys every recorded head must be signed by (``verify --pubkey``, config ``trusted_keys``).
+    A pin is only as good as its file: one another user could have written is refused (ledger.fsmodes)."""
+    keys = []
+    for path in paths:
+        p = Path(path)
+        try:
+            raw = read_strict(p, secret=False, euid=os.geteuid() if euid is None else euid, follow=True)
+            keys.append(load_public_key(raw, str(p)))
+        except UnsafeMode as exc:
+            raise HeadError(str(exc)) from None
+        except OSError as exc:
+            raise HeadError(f"{p}: cannot read: {exc.strerror or exc}") from None
+        except Failure as exc:
+            raise HeadError(str(exc)) from None
+    return tuple(keys)
 
 
 def public_pem(key: Any) -> str:
@@ -250,31 +273,63 @@ def subtree_problems(engine: Engine, entries: int) -> list[ChainProblem]:
     return []
 
 
-def head_problems(engine: Engine) -> list[ChainProblem]:
-    """Every signed head recorded in the ledger verifies under its key and signs this ledger's root."""
-    problems: list[ChainProblem] = []
+def shape_problems(engine: Engine, entries: int) -> list[ChainProblem]:
+    """Every stored row that is not a subtree of the tree the ``entries`` define, named at its level and index
+    (a row planted above the top, below the stored levels, or past the end of a level). Such a row is no
+    part of any root, so the subtree check never reads it; the append path refuses to extend over it."""
+    with engine.connect() as conn:
+        size = merkle.tree_size(conn, entries)
+        return [ChainProblem(0, "", merkle.outside_reason(k, size)) for k in merkle.outside_nodes(conn, size)]
+
+
+def head_problems(engine: Engine, pinned: Sequence[Any] = ()) -> list[ChainProblem | Note]:
+    """Every signed head recorded in the ledger verifies and signs this ledger's root.
+
+    With ``pinned`` keys (``verify --pubkey``, config ``trusted_keys``) a head must be signed by one of them:
+    a head of any other log is a named problem, whatever key its entry recorded. Without, each head is checked
+    against the key recorded in its own entry, which a ledger rebuilt and re-signed with a new key also passes:
+    a :class:`~ledger.verify.Note` says the heads were checked *unpinned*."""
+    problems: list[ChainProblem | Note] = []
+    by_log = {log_id_of(k): k for k in pinned}
+    checked = 0
     with engine.connect() as conn:
         for seq, data in recorded_heads(conn):
+            checked += 1
+            where = f"tree_head entry {seq}"
             try:
-                key = load_public_key(str(data.get("public_key", "")).encode(), f"tree_head entry {seq}")
-                check_head_against_ledger(conn, {k: v for k, v in data.items() if k != "public_key"}, key,
-                                          f"tree_head entry {seq}")
+                if by_log:
+                    key = by_log.get(data.get("log_id"))
+                    if key is None:
+                        raise HeadError(f"{where}: signed by log {str(data.get('log_id'))[:64]}, which is not a "
+                                        f"pinned key (pinned: {', '.join(sorted(by_log))}): a head signed by "
+                                        f"another key")
+                else:
+                    key = load_public_key(str(data.get("public_key", "")).encode(), where)
+                check_head_against_ledger(conn, {k: v for k, v in data.items() if k != "public_key"}, key, where)
                 if data["tree_size"] >= seq:
-                    raise HeadError(f"tree_head entry {seq} signs {data['tree_size']} entries, its own or later ones")
+                    raise HeadError(f"{where} signs {data['tree_size']} entries, its own or later ones")
             except (Failure, HeadError, KeyError, TypeError) as exc:
                 problems.append(ChainProblem(seq, "", str(exc)))
+    if checked and not by_log:
+        problems.append(Note(f"unpinned: {checked} signed tree heads checked only against the keys recorded with "
+                             f"them (a ledger rebuilt and re-signed with a new key passes that); pin the site's "
+                             f"key with `verify --pubkey` or the config's trusted_keys"))
     return problems
 
 
-def tree_problems(engine: Engine, entries: int, subtrees_checked: bool = False) -> list[ChainProblem]:
-    """The stored tree against the entries (unless ``subtrees_checked``: verify's chain walk already did),
-    then the signed heads against the tree."""
-    return (subtree_problems(engine, entries) if not subtrees_checked else []) or head_problems(engine)
+def tree_problems(engine: Engine, entries: int, subtrees_checked: bool = False,
+                  pinned: Sequence[Any] = ()) -> list[ChainProblem | Note]:
+    """Rows outside the tree, the stored tree against the entries (unless ``subtrees_checked``: verify's chain
+    walk already did), then the signed heads against the tree (and the ``pinned`` keys)."""
+    return (shape_problems(engine, entries)
+            or (subtree_problems(engine, entries) if not subtrees_checked else [])
+            or head_problems(engine, pinned))
 
 
-def check_tree(engine: Engine, report: VerifyReport) -> list[ChainProblem]:
-    """The Merkle tree over the entries, and every signed head recorded in the ledger."""
-    return tree_problems(engine, report.entries, subtrees_checked=report.tree_checked)
+def check_tree(engine: Engine, report: VerifyReport, pinned: Sequence[Any] = ()) -> list[ChainProblem | Note]:
+    """The Merkle tree over the entries, and every signed head recorded in the ledger (signed by a ``pinned``
+    key, when there are any)."""
+    return tree_problems(engine, report.entries, subtrees_checked=report.tree_checked, pinned=pinned)
 
 
 def tree_head_at(conn: Connection, through_seq: int) -> dict:

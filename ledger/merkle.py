@@ -37,6 +37,11 @@ class TreeError(RuntimeError):
     """The stored tree does not match the chain it is built over (one line)."""
 
 
+class PlantedNode(TreeError):
+    """A stored row no tree of the ledger's entries has (see :func:`outside_nodes`): the tree is not extended
+    over it, so a shipment names it instead of failing on the row it would have written there."""
+
+
 def leaf_bytes(ce: ChainedEntry) -> bytes:
     return hash_fields(ce.seq, ce.entry, ce.prev_hash).encode("utf-8")
 
@@ -214,11 +219,37 @@ def _insert(conn: Connection, rows: list[tuple[int, int, bytes]]) -> None:
         conn.exec_driver_sql(f"INSERT INTO {TABLE} (level, idx, hash) VALUES (?, ?, ?)", rows)
 
 
+def outside_nodes(conn: Connection, size: int, limit: int = 10) -> list[Key]:
+    """The stored rows (level, idx) that are not a subtree of the tree of ``size`` leaves, first ``limit`` in
+    (level, idx) order: a level below STORED_LEVEL, a negative index, or an index at or beyond ``size >> level``
+    at its level (every row of a level above the root's). Index probes of the (level, idx) key, one statement,
+    so the append path can afford it on every append."""
+    top = size.bit_length() - 1  # the highest level a stored subtree of this tree can have
+    cut = f"ORDER BY level, idx LIMIT {int(limit)}"
+    wheres = [f"level < {STORED_LEVEL}", f"level > {max(top, STORED_LEVEL - 1)}"]
+    for lv in range(STORED_LEVEL, top + 1):
+        wheres += [f"level = {lv} AND idx < 0", f"level = {lv} AND idx >= {size >> lv}"]
+    sql = " UNION ALL ".join(f"SELECT * FROM (SELECT level, idx FROM {TABLE} WHERE {w} {cut}) AS q{i}"
+                             for i, w in enumerate(wheres))
+    rows = conn.exec_driver_sql(f"SELECT level, idx FROM ({sql}) AS outside {cut}").fetchall()
+    return [(int(lv), int(idx)) for lv, idx in rows]
+
+
+def outside_reason(key: Key, size: int) -> str:
+    return (f"{TABLE}: stored subtree (level {key[0]}, index {key[1]}) lies outside the tree of {size} entries: "
+            f"no entry makes it (a row inserted behind ipledger's back)")
+
+
 def extend(conn: Connection, size: int, leaves: Sequence[bytes]) -> int:
     """Append leaves (their bytes) to a tree of ``size`` leaves, inside the caller's chain-locked transaction;
-    returns the new size. Reads only the frontier and writes only the new rows."""
+    returns the new size. Reads only the frontier and writes only the new rows. A stored row outside the
+    tree (:func:`outside_nodes`) raises :class:`PlantedNode`: nothing is written until it is gone."""
     if not leaves:
         return size
+    planted = outside_nodes(conn, size, 1)
+    if planted:
+        raise PlantedNode(f"{outside_reason(planted[0], size)}; the tree (and so the ledger) is not extended "
+                          f"until `ipledger verify` is clean (docs/proofs.md, \"A row outside the tree\")")
     keys = frontier_keys(size)
     nodes = fetch_nodes(conn, keys)
     frontier = {level: nodes[(level, i)] for level, i in keys}
@@ -262,6 +293,8 @@ def on_append(conn: Connection, first_seq: int, leaves: Sequence[bytes]) -> None
     Only a tree that lags the chain (entries appended by a writer that predates it) is caught up first."""
     try:
         extend(conn, first_seq - 1, leaves)
+    except PlantedNode:
+        raise
     except TreeError:
         extend(conn, sync(conn, first_seq - 1), leaves)
 

@@ -9,7 +9,8 @@ environment (docs/proofs.md)::
 A bundle is checked in this order, and the first thing that fails is named (exit status 1):
 
 1. the bundle is in its one canonical spelling (so no byte of it can change unnoticed);
-2. the signed tree head verifies under the public key the tenant holds, and names that key's log;
+2. the signed tree head verifies under the public key the tenant holds, and names that key's log; its
+   timestamp is an RFC 3339 date-time, and a head of size 0 carries the empty tree's root;
 3. every bundled entry is included in that tree (RFC 9162 inclusion proof from its leaf hash);
 4. every bundled block of samples hashes to the digest its (included) telemetry segment entry sealed;
 5. the receipt recomputed from those entries and samples with the reference implementation of the method
@@ -33,7 +34,7 @@ import math
 import re
 import sys
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -106,8 +107,13 @@ def check_consistency(old_size: int, new_size: int, old_root: bytes, new_root: b
         if proof or old_root != new_root:
             raise Failure("two heads of the same size with different roots: the log forked")
         return
-    if old_size == 0:
-        return  # every tree extends the empty one
+    if old_size == 0:  # the trivial case: every tree extends the empty one, and that is all it shows
+        if old_root != EMPTY_ROOT:
+            raise Failure("the old head signs tree size 0 but its root is not the empty tree's (SHA-256 of "
+                          "nothing): not a head of any log")
+        if proof:
+            raise Failure(f"a consistency proof from the empty tree has no hashes; this one has {len(proof)}")
+        return
     if not proof:
         raise Failure("empty consistency proof")
     path = list(proof)
@@ -138,6 +144,30 @@ def check_consistency(old_size: int, new_size: int, old_root: bytes, new_root: b
                       f"{old_size} were removed or rewritten")
     if sr != new_root:
         raise Failure("the new head's root does not follow from the proof")
+
+
+_SECOND = timedelta(seconds=1)
+EMPTY_ROOT = hashlib.sha256(b"").digest()  # RFC 9162 §2.1.1: MTH({}) = SHA-256()
+_RFC3339 = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]{1,9})?"
+                      r"(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))")
+
+
+def parse_rfc3339(value: Any, where: str) -> datetime:
+    """An RFC 3339 date-time (§5.6: full date, ``T``, time, optional fraction, ``Z`` or a numeric offset),
+    every field in range; anything else raises Failure naming ``where``."""
+    m = _RFC3339.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        raise Failure(f"{where}: expected an RFC 3339 date-time such as 2026-12-01T14:42:55Z, got "
+                      f"{str(value)[:40]!r}")
+    y, mo, d, h, mi, sec, frac, _z, sign, oh, om = m.groups()
+    try:
+        if int(oh or 0) > 23 or int(om or 0) > 59:
+            raise ValueError("offset out of range")
+        offset = timezone((-1 if sign == "-" else 1) * (int(oh or 0) * 3600 + int(om or 0) * 60) * _SECOND)
+        micro = int((frac or ".0")[1:7].ljust(6, "0"))
+        return datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec), micro, tzinfo=offset)
+    except ValueError as exc:
+        raise Failure(f"{where}: {value!r} is not a valid RFC 3339 date-time ({exc})") from None
 
 
 def _hex32(value: Any, where: str) -> bytes:
@@ -192,8 +222,9 @@ def check_head(head: Any, public_key: Any, where: str = "head") -> tuple[int, by
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise Failure(f"{where}.tree_size: expected a whole number")
     root = _hex32(head["root_hash"], f"{where}.root_hash")
-    if not isinstance(head["timestamp"], str):
-        raise Failure(f"{where}.timestamp: expected RFC 3339 text")
+    if size == 0 and root != EMPTY_ROOT:
+        raise Failure(f"{where}: tree_size 0 with a root other than the empty tree's (SHA-256 of nothing)")
+    parse_rfc3339(head["timestamp"], f"{where}.timestamp")
     if head["log_id"] != log_id_of(public_key):
         raise Failure(f"{where}.log_id: the head is of log {head['log_id']}, not of the public key given "
                       f"({log_id_of(public_key)})")
@@ -1282,7 +1313,8 @@ def verify_consistency(raw: bytes, public_key: Any) -> dict:
     proof = [_hex32(p, f"proof[{i}]") for i, p in enumerate(doc["proof"])]
     check_consistency(old_size, new_size, old_root, new_root, proof)
     return {"old_tree_size": old_size, "new_tree_size": new_size, "old_root": old_root.hex(),
-            "new_root": new_root.hex(), "log_id": doc["new_head"]["log_id"]}
+            "new_root": new_root.hex(), "log_id": doc["new_head"]["log_id"],
+            "trivial": old_size == 0}  # from the empty tree: true of every log, so it shows nothing of this one
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1316,6 +1348,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if args.json:
         print(json.dumps({"ok": True, **result}, sort_keys=True))
+    elif args.consistency and result["trivial"]:
+        print(f"OK (trivial): the old head is the empty tree, which every tree extends; this proves nothing about "
+              f"the head of {result['new_tree_size']} entries (log {result['log_id']}): check against a non-empty "
+              f"head you kept")
     elif args.consistency:
         print(f"OK: head of {result['new_tree_size']} entries extends head of {result['old_tree_size']} "
               f"(log {result['log_id']})")

@@ -40,6 +40,17 @@ class ChainProblem:
 
 
 @dataclass(frozen=True)
+class Note:
+    """What a check could not establish, said beside its result (heads checked without a pinned key): never a
+    failure. A check may return notes among its problems; :func:`verify` puts them in the report's notes."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
 class VerifyReport:
     entries: int
     head_seq: int
@@ -147,8 +158,9 @@ def check_anchors(report: VerifyReport, anchors: Sequence[Anchor], hashes: dict[
 
 
 # A check beyond the chain (telemetry evidence, issued receipts): the caller passes the ones it wants, bound
-# to its site (ledger.receipts.auto.verify_checks), so verify itself depends on nothing above it.
-ExtraCheck = Callable[[Engine, VerifyReport], list[ChainProblem]]
+# to its site (ledger.receipts.auto.verify_checks), so verify itself depends on nothing above it. Besides its
+# problems a check may return Notes (what it could not establish).
+ExtraCheck = Callable[[Engine, VerifyReport], "list[ChainProblem | Note]"]
 
 
 def verify(engine: Engine, chain_only: bool = False, workers: int | None = None,
@@ -164,11 +176,13 @@ def verify(engine: Engine, chain_only: bool = False, workers: int | None = None,
     problems: list[ChainProblem] = list(report.problems)
     if report.ok and not chain_only:
         for check in checks:
-            problems.extend(check(engine, report))
+            for found in check(engine, report):
+                (notes if isinstance(found, Note) else problems).append(found)  # type: ignore[arg-type]
     problems.extend(index_problems)
     if problems or notes:
         return VerifyReport(report.entries, report.head_seq, report.head_hash,
-                            tuple(sorted(problems, key=lambda p: p.seq)), tuple(notes), report.tree_checked)
+                            tuple(sorted(problems, key=lambda p: p.seq)), tuple(map(str, notes)),
+                            report.tree_checked)
     return report
 
 

@@ -117,25 +117,31 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
 @click.option("--deep", is_flag=True,
               help="Also check the database's indexes against its tables (SQLite integrity_check, PostgreSQL "
                    "amcheck): finds an index edited to hide rows from receipts. Slower.")
+@click.option("--pubkey", "pubkeys", multiple=True, metavar="KEY.pub", type=click.Path(dir_okay=False),
+              help="The site's public key: every signed tree head must be signed by it (repeatable, for rotated "
+                   "keys; default: the config's trusted_keys). Without a pinned key heads are checked unpinned.")
 @pass_app
-def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[str, ...], deep: bool) -> None:
+def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[str, ...], deep: bool,
+               pubkeys: tuple[str, ...]) -> None:
     """Walk the hash chain (and replay issued receipts); exit 1 naming the first entry that does not match.
 
     \b
     Example:
-      ipledger verify
+      ipledger verify --pubkey /etc/ipledger/log.key.pub
       ipledger verify --json --anchor 1200:3f5e...c1
       ipledger verify --deep
     """
+    from ..heads import HeadError, read_pinned_keys
     from ..receipts.auto import verify_checks
     from ..verify import Anchor
 
     try:
         parsed = [Anchor.parse(a) for a in anchors]
-    except ValueError as exc:
+        pinned = read_pinned_keys(pubkeys or app.config.trusted_keys)
+    except (ValueError, HeadError) as exc:
         raise UserError(str(exc)) from None
     report = verify_ledger(app.engine(), chain_only=chain_only, anchors=parsed, deep=deep,
-                          checks=verify_checks(app.site))
+                          checks=verify_checks(app.site, pinned=pinned))
     if as_json:
         emit_json(report.to_json())
     elif report.ok:

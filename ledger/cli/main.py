@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import importlib
+import sys
 
 import click
 
 from .. import __version__
-from .context import AppContext
+from .context import AppContext, UserError
 
 # Each module defines register(cli). Kept as names so a broken optional area cannot hide the core commands.
 COMMAND_MODULES = [
@@ -66,6 +67,17 @@ class LazyGroup(click.Group):
             for name, cmd in commands_of(home).items():
                 self.commands.setdefault(name, cmd)
         return self.commands.get(cmd_name)
+
+    def invoke(self, ctx: click.Context):  # noqa: ANN201
+        """A stored Merkle row outside the tree stops every append (ledger.merkle.PlantedNode): whichever
+        command appended, it is one line and exit 1, not a traceback."""
+        try:
+            return super().invoke(ctx)
+        except RuntimeError as exc:
+            merkle = sys.modules.get("ledger.merkle")
+            if merkle is not None and isinstance(exc, merkle.PlantedNode):
+                raise UserError(str(exc)) from None
+            raise
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

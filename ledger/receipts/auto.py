@@ -84,9 +84,10 @@ def check_receipt_lines(engine: Engine, report: VerifyReport) -> list[ChainProbl
         return [ChainProblem(seq, "", problem) for seq, problem in receipt_lines.problems(conn)]
 
 
-def verify_checks(site: Site | None = None) -> tuple[ExtraCheck, ...]:
+def verify_checks(site: Site | None = None, pinned: tuple = ()) -> tuple[ExtraCheck, ...]:
     """The checks ``ipledger verify`` runs after the chain: telemetry evidence and the device-hours derived from
     it (each segment read once), issued receipts replayed under ``site``'s SKU table (None: the built-in table,
     for a ledger with no site overrides), their flat lines re-derived, then the Merkle tree and the signed heads
-    recorded in the ledger."""
-    return (check_segments, partial(check_issued_receipts, site=site), check_receipt_lines, check_tree)
+    recorded in the ledger (each signed by one of the ``pinned`` public keys, when given)."""
+    return (check_segments, partial(check_issued_receipts, site=site), check_receipt_lines,
+            partial(check_tree, pinned=pinned) if pinned else check_tree)
