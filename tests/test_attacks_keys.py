@@ -102,6 +102,13 @@ def test_a_rebuilt_ledger_resigned_with_a_new_key_fails_verify_pubkey(runner, cl
     cfg.write_text(f'trusted_keys = ["{Path(site_pub).name}"]\n')  # relative to the config's directory
     r = runner.invoke(cli, ["--config", str(cfg), "--db", forged_url, "verify", "--json"])
     assert r.exit_code == 1 and "not a pinned key" in json.dumps(json.loads(r.stdout)["problems"])
+    # `consistency` with trusted_keys takes the pinned key, not the one the forged ledger recorded.
+    head = tmp_path / "forged-head.json"
+    assert _cli(runner, cli, "--db", forged_url, "checkpoint", "--key", str(tmp_path / "new.key"),
+                "--out", str(head)).exit_code == 0
+    assert _cli(runner, cli, "--db", forged_url, "consistency", str(head), str(head)).exit_code == 0
+    r = runner.invoke(cli, ["--config", str(cfg), "--db", forged_url, "consistency", str(head), str(head)])
+    assert r.exit_code == 1 and "not of a trusted key" in r.output, r.output
     # The honest ledger passes the same pins, and is no longer "unpinned".
     for args in (["--db", honest_url, "verify", "--pubkey", site_pub],
                  ["--config", str(cfg), "--db", honest_url, "verify"]):
@@ -250,6 +257,12 @@ def test_a_row_planted_above_the_tree_is_named_and_ship_refuses_in_one_line(ledg
     assert r.exit_code == 1 and "Traceback" not in r.output and isinstance(r.exception, SystemExit), r.output
     assert len(r.output.splitlines()) == 1 and "(level 6, index 0)" in r.output and "verify" in r.output
     assert store.count(engine) == 40 and len(list(sp.glob("*.jsonl"))) == 1   # nothing lost: still spooled
+    # Every command that appends says the same in one line (here: signing a head).
+    key = tmp_path / "log.key"
+    assert runner.invoke(cli, ["keygen", "--out", str(key)]).exit_code == 0
+    r = runner.invoke(cli, ["--db", ledger_url, "checkpoint", "--key", str(key)], env={"IPLEDGER_CONFIG": ""})
+    assert r.exit_code == 1 and len(r.output.splitlines()) == 1 and "(level 6, index 0)" in r.output, r.output
+    assert store.count(engine) == 40
     engine.dispose()
 
 

@@ -63,7 +63,8 @@ def checkpoint_cmd(app: AppContext, key_path: str, out: str | None) -> None:
 @click.argument("old_head", type=click.Path(dir_okay=False, exists=True))
 @click.argument("new_head", type=click.Path(dir_okay=False, exists=True))
 @click.option("--pubkey", "pubkey", type=click.Path(dir_okay=False), default=None,
-              help="The site's public key (default: the one recorded with the heads' checkpoints).")
+              help="The site's public key (default: the config's trusted_keys, else the one recorded with the "
+                   "heads' checkpoints).")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None, help="Write the proof here.")
 @pass_app
 def consistency_cmd(app: AppContext, old_head: str, new_head: str, pubkey: str | None, out: str | None) -> None:
@@ -74,7 +75,8 @@ def consistency_cmd(app: AppContext, old_head: str, new_head: str, pubkey: str |
       ipledger consistency heads/2026-11-01.json heads/2026-12-01.json --out c.json
       ipledger-verify --consistency c.json --pubkey log.key.pub
     """
-    from ..heads import read_public_key
+    from ..heads import read_pinned_keys, read_public_key
+    from ..proofcheck import log_id_of
     from ..proofs import recorded_public_key
 
     engine = app.engine()
@@ -82,6 +84,11 @@ def consistency_cmd(app: AppContext, old_head: str, new_head: str, pubkey: str |
         old, new = read_head(old_head), read_head(new_head)
         if pubkey:
             key = read_public_key(pubkey)
+        elif app.config.trusted_keys:  # a pinned key, never one the ledger itself recorded
+            pinned = {log_id_of(k): k for k in read_pinned_keys(app.config.trusted_keys)}
+            key = pinned.get(str(new.get("log_id")))
+            if key is None:
+                raise HeadError(f"{new_head}: a head of log {str(new.get('log_id'))[:64]}, not of a trusted key")
         else:
             with engine.connect() as conn:
                 key = recorded_public_key(conn, str(new.get("log_id")))
