@@ -4,7 +4,9 @@ heads, and the `ipledger verify` check of the Merkle tree (docs/proofs.md).
 A head is ``{log_id, tree_size, root_hash, timestamp}`` signed with the site's key (the signed bytes are
 :func:`ledger.proofcheck.head_message`); ``log_id`` is the SHA-256 of the public key, so a head names the
 key that must verify it. ``ipledger checkpoint`` signs the tree as it stands and records the head as a
-``tree_head`` entry (with the public key, so `verify` can check every recorded head offline).
+``tree_head`` entry (with the public key, so `verify` can check every recorded head offline). A key recorded
+in the ledger proves nothing about whose key it is: `verify` checks the heads against *pinned* keys when the
+caller has them (``verify --pubkey``, config ``trusted_keys``) and says "unpinned" when it has none.
 """
 
 from __future__ import annotations

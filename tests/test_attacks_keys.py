@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import text
 
 import ledger.proofcheck as pc
@@ -365,3 +367,23 @@ def test_rfc3339_timestamps_are_accepted(site_key, timestamp):
     key, _pub = site_key
     root = hashlib.sha256(b"r").digest()
     assert pc.check_head(_signed(key, 5, root, timestamp), key.public_key()) == (5, root)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(size=st.integers(0, 300), level=st.one_of(st.integers(2, 9), st.integers(-3, 70)),
+       idx=st.one_of(st.integers(-2, 20), st.integers(-(2**40), 2**40)))
+def test_a_row_is_named_exactly_when_the_entries_do_not_make_it(tmp_path_factory, size, level, idx):
+    """The shape rule as arithmetic: a row (level, idx) belongs to the tree of ``size`` entries iff
+    level >= 4 and 0 <= idx < size >> level; outside_nodes names it iff it does not."""
+    from ledger import merkle
+
+    path = tmp_path_factory.getbasetemp() / "shape.db"
+    engine = db_mod.make_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE IF NOT EXISTS merkle_nodes (level INTEGER, idx INTEGER, hash BLOB, "
+                          "PRIMARY KEY (level, idx)) WITHOUT ROWID"))
+        conn.execute(text("DELETE FROM merkle_nodes"))
+        conn.execute(text("INSERT INTO merkle_nodes VALUES (:l, :i, x'00')"), {"l": level, "i": idx})
+        inside = level >= merkle.STORED_LEVEL and 0 <= idx < size >> level
+        assert merkle.outside_nodes(conn, size) == ([] if inside else [(level, idx)])
+    engine.dispose()
