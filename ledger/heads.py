@@ -313,9 +313,9 @@ def head_problems(engine: Engine, pinned: Sequence[Any] = ()) -> list[ChainProbl
             except (Failure, HeadError, KeyError, TypeError) as exc:
                 problems.append(ChainProblem(seq, "", str(exc)))
     if checked and not by_log:
-        problems.append(Note(f"unpinned: {checked} signed tree heads checked only against the keys recorded with "
-                             f"them (a ledger rebuilt and re-signed with a new key passes that); pin the site's "
-                             f"key with `verify --pubkey` or the config's trusted_keys"))
+        problems.append(Note(f"unpinned: {checked} signed tree head{'s' * (checked != 1)} checked only against "
+                             f"the keys recorded with them (a ledger rebuilt and re-signed with a new key passes "
+                             f"that); pin the site's key with `verify --pubkey` or the config's trusted_keys"))
     return problems
 
 
