@@ -14,7 +14,7 @@ import time
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -349,14 +349,15 @@ class CsvReader:
             raise InputError(self.path, f"line {self._reader.line_num}", f"malformed CSV ({exc})") from None
 
 
-def read_lines(path: str | Path) -> Iterator[str]:
+def read_lines(path: object, opener: Callable[[], BinaryIO] | None = None) -> Iterator[str]:
     """A text export's lines (without line ends), decoded one at a time: the file is never held whole.
 
     The same refusals as :func:`decode_text` (empty, NUL bytes in the first 4 KiB, not UTF-8), the last one
-    naming the line. Lines are split on ``\\n`` (a ``\\r`` before it is dropped).
+    naming the line. Lines are split on ``\\n`` (a ``\\r`` before it is dropped). ``opener``: how the file
+    is opened (a directory's file, never through a symbolic link); else ``path`` is opened as named.
     """
     name = str(path)
-    with open(path, "rb") as f:
+    with (open(path, "rb") if opener is None else opener()) as f:
         head = f.read(4096)
         if b"\x00" in head:
             raise InputError(name, "byte " + str(head.index(b"\x00")), "binary data, not a text export")
