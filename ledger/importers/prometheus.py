@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from .bounded import DEFAULT_LIMITS, ArchiveLimits, DirFile, archive_members, directory_files, is_archive, open_file
+from ..textsafe import excerpt
 from .common import Collected, CsvReader, Context, DeviceInfo, InputError, decode_text, noise_reason, read_lines
 from .dcgm_fields import BY_NAME
 from .prometheus_stream import WholeFile, add_result_series, check_response, read_query_range
@@ -136,7 +137,7 @@ def add_series(c: Collected, labels: Mapping[str, str], points: Iterable, place:
             t, raw = p
             t = float(t)
         except (TypeError, ValueError):
-            raise InputError(c.path, f"{place} point {i}", f"expected [timestamp, \"value\"], got {str(p)[:60]}") from None
+            raise InputError(c.path, f"{place} point {i}", f"expected [timestamp, \"value\"], got {excerpt(p)}") from None
         c.add_raw(dev, spec.target, t, raw, spec.scale, place=f"{place} point {i}")
         if ctx is not None:
             c.note_context(dev, ctx, t)
@@ -219,7 +220,7 @@ def parse_csv(text: str | Iterable[str], path: str = "<input>") -> Collected:
     mi = next((i for i, h in enumerate(low) if h in ("metric", "__name__", "name")), None)
     vi = next((i for i, h in enumerate(low) if h == "value"), None)
     if ti is None or mi is None or vi is None:
-        raise InputError(path, "line 1", f"wrong columns: need timestamp, metric (or __name__) and value; got {','.join(header)[:120]}")
+        raise InputError(path, "line 1", f"wrong columns: need timestamp, metric (or __name__) and value; got {excerpt(','.join(header), 80)}")
     label_cols = [(i, h) for i, h in enumerate(header) if i not in (ti, mi, vi)]
     batch: dict[tuple, tuple[list, list, list]] = {}
     rows = 0
@@ -232,7 +233,7 @@ def parse_csv(text: str | Iterable[str], path: str = "<input>") -> Collected:
         try:
             t = _parse_ts(row[ti])
         except ValueError:
-            raise InputError(path, f"line {line}", f"timestamp: not a time: {row[ti][:40]!r}") from None
+            raise InputError(path, f"line {line}", f"timestamp: not a time: '{excerpt(row[ti])}'") from None
         name = row[mi].strip()
         if name not in BY_NAME:
             continue
@@ -272,7 +273,7 @@ def _labels(s: str, path: str, place: str) -> dict[str, str]:
     while pos < len(s):
         m = _LABEL.match(s, pos)
         if m is None:
-            raise InputError(path, place, f"bad label set near {s[pos:pos + 40]!r}")
+            raise InputError(path, place, f"bad label set near '{excerpt(s[pos:])}'")
         out[m.group(1)] = m.group(2).replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
         pos = m.end()
     return out
