@@ -10,6 +10,7 @@ them byte for byte (they are part of the hashed payloads). Only where they are *
   dozen characters, so an error never carries a file's contents (a line of ``/etc/shadow``) to the terminal.
 * :func:`echo` is the one way a command prints a line to a terminal: every line through :func:`printable`
   (lone surrogates, which no terminal encoding takes, become ``\\udNNN`` escapes instead of an error).
+* :func:`json_text` for JSON printed to a terminal: the same document, with those characters as ``\\uNNNN``.
 * :func:`csv_cell` / :func:`neutralise_frame` for CSV: the same escapes, and a cell that starts with ``=``,
   ``+``, ``-``, ``@``, tab or carriage return gets a leading ``'`` (OWASP, "CSV Injection"), so a
   spreadsheet shows it as text instead of evaluating it. Numbers are not text cells and are never touched.
@@ -24,6 +25,7 @@ import re
 
 _BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f" + _BIDI + "\ud800-\udfff]")
+_JSON_UNSAFE = re.compile("[\x7f-\x9f" + _BIDI + "\ud800-\udfff]")   # json.dumps escapes C0 itself
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -51,8 +53,17 @@ def echo(message: object = "", *, err: bool = False, nl: bool = True) -> None:
     (line breaks between lines are kept: each line is escaped on its own)."""
     import click
 
+    if isinstance(message, (bytes, bytearray)):   # a binary document (a PDF to standard output): not text
+        click.echo(message, err=err, nl=nl)
+        return
     text = "" if message is None else str(message)
     click.echo("\n".join(printable(line) for line in text.split("\n")), err=err, nl=nl)
+
+
+def json_text(text: str) -> str:
+    """JSON text safe for a terminal, and the same JSON: what ``json.dumps`` leaves raw (DEL, C1 controls,
+    bidi overrides, lone surrogates; C0 controls it escapes itself) written as ``\\uNNNN`` escapes."""
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
 
 
 def csv_cell(value: object) -> object:
