@@ -18,7 +18,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from ledger.cli.main import cli as ipledger
 from ledger.hooks.install import install, mark_path
 from tests import services, slurm_service
 from tests.standins import make_site
+from tests.test_progress_slurm import _trace, _wait
 
 pytestmark = pytest.mark.slurm
 SYSTEM_PY = "/usr/bin/python3"
@@ -40,24 +40,6 @@ unknown_policy = "charge"
 [skus.default]
 rate_per_gpu_hour = "2.00"
 """
-
-
-def _wait(cond, timeout: float, what: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            v = cond()
-        except (OSError, ValueError, KeyError):
-            v = None
-        if v:
-            return v
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _trace(site) -> list[dict]:
-    p = site.root / "trace.jsonl"
-    return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
 
 
 def _text_of(path: Path, fmt: str) -> str:
