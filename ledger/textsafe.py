@@ -7,7 +7,7 @@ them byte for byte (they are part of the hashed payloads). Only where they are *
   bidirectional overrides (which can make ``abc`` read as ``cba``, CVE-2021-42574) become ``\\xNN`` /
   ``\\uNNNN`` escapes, so a name cannot move the cursor, recolour the terminal or start a new line.
 * :func:`excerpt` for input quoted in an error message: escaped as :func:`printable` does, and cut to a few
-  dozen characters, so an error never carries a file's contents (a line of ``/etc/shadow``) to the terminal.
+  couple of dozen characters, so an error never carries a file's contents (a line of ``/etc/shadow``) to the terminal.
 * :func:`echo` is the one way a command prints a line to a terminal: every line through :func:`printable`
   (lone surrogates, which no terminal encoding takes, become ``\\udNNN`` escapes instead of an error).
 * :func:`json_text` for JSON printed to a terminal: the same document, with those characters as ``\\uNNNN``.
@@ -39,7 +39,7 @@ def printable(text: str) -> str:
     return _UNSAFE.sub(_escape, text)
 
 
-EXCERPT_CHARS = 40
+EXCERPT_CHARS = 24
 
 
 def excerpt(text: object, limit: int = EXCERPT_CHARS) -> str:

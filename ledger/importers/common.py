@@ -18,7 +18,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..textsafe import printable
+from ..textsafe import excerpt, printable
 from ..telemetry.timeline import (DCGM_FP64_BLANKS, DCGM_INT32_BLANKS, FIELDS, FRACTIONS, _INT64_BLANK_FLOAT,
                                   BadValue, check_range, clean)
 from .dcgm_fields import GR_ENGINE_ACTIVE
@@ -127,7 +127,7 @@ class Collected:
         """Count a line the policy skips (terminal noise, a banner, an unreadable line); keep a few examples."""
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
         if len(self.skipped_examples) < MAX_EXAMPLES:
-            self.skipped_examples.append(printable(f"{place}: {reason}: {text[:80]!r}" if text else f"{place}: {reason}"))
+            self.skipped_examples.append(printable(f"{place}: {reason}: '{excerpt(text, 60)}'" if text else f"{place}: {reason}"))
 
     def note_mapped(self, name: str, target: str) -> None:
         self.mapped.setdefault(name, target)

@@ -326,7 +326,7 @@ def parse_exposition(text: str | Iterable[str], path: str = "<input>", default_t
         add_series(c, labels, [(t, m.group(4))], f"line {n}")
     if c.points == 0 and not c.unmapped and first_bad is not None:
         raise InputError(path, f"line {first_bad[0]}", f"expected an exposition line (metric{{labels}} value "
-                                                       f"[timestamp]), got {first_bad[1][:60]!r}")
+                                                       f"[timestamp]), got '{excerpt(first_bad[1])}'")
     return c
 
 
