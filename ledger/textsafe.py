@@ -6,6 +6,11 @@ them byte for byte (they are part of the hashed payloads). Only where they are *
 * :func:`printable` for text on a terminal or in a text file: C0/C1 control characters, DEL, and the Unicode
   bidirectional overrides (which can make ``abc`` read as ``cba``, CVE-2021-42574) become ``\\xNN`` /
   ``\\uNNNN`` escapes, so a name cannot move the cursor, recolour the terminal or start a new line.
+* :func:`excerpt` for input quoted in an error message: escaped as :func:`printable` does, and cut to a few
+  couple of dozen characters, so an error never carries a file's contents (a line of ``/etc/shadow``) to the terminal.
+* :func:`echo` is the one way a command prints a line to a terminal: every line through :func:`printable`
+  (lone surrogates, which no terminal encoding takes, become ``\\udNNN`` escapes instead of an error).
+* :func:`json_text` for JSON printed to a terminal: the same document, with those characters as ``\\uNNNN``.
 * :func:`csv_cell` / :func:`neutralise_frame` for CSV: the same escapes, and a cell that starts with ``=``,
   ``+``, ``-``, ``@``, tab or carriage return gets a leading ``'`` (OWASP, "CSV Injection"), so a
   spreadsheet shows it as text instead of evaluating it. Numbers are not text cells and are never touched.
@@ -19,7 +24,8 @@ from __future__ import annotations
 import re
 
 _BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f" + _BIDI + "]")
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f" + _BIDI + "\ud800-\udfff]")
+_JSON_UNSAFE = re.compile("[\x7f-\x9f" + _BIDI + "\ud800-\udfff]")   # json.dumps escapes C0 itself
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -31,6 +37,33 @@ def _escape(m: re.Match) -> str:
 def printable(text: str) -> str:
     """``text`` with control characters and bidi overrides escaped (unchanged when it has none)."""
     return _UNSAFE.sub(_escape, text)
+
+
+EXCERPT_CHARS = 24
+
+
+def excerpt(text: object, limit: int = EXCERPT_CHARS) -> str:
+    """At most ``limit`` characters of ``text`` (then ``...``), escaped: what an error may quote of its input."""
+    t = printable(str(text))
+    return t if len(t) <= limit else t[:limit] + "..."
+
+
+def echo(message: object = "", *, err: bool = False, nl: bool = True) -> None:
+    """``click.echo`` of ``message`` with every control character, bidi override and lone surrogate escaped
+    (line breaks between lines are kept: each line is escaped on its own)."""
+    import click
+
+    if isinstance(message, (bytes, bytearray)):   # a binary document (a PDF to standard output): not text
+        click.echo(message, err=err, nl=nl)
+        return
+    text = "" if message is None else str(message)
+    click.echo("\n".join(printable(line) for line in text.split("\n")), err=err, nl=nl)
+
+
+def json_text(text: str) -> str:
+    """JSON text safe for a terminal, and the same JSON: what ``json.dumps`` leaves raw (DEL, C1 controls,
+    bidi overrides, lone surrogates; C0 controls it escapes itself) written as ``\\uNNNN`` escapes."""
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
 
 
 def csv_cell(value: object) -> object:

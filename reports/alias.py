@@ -3,14 +3,22 @@
 The same key gives the same alias for the same name in every export (so months can be joined), a different
 key gives unrelated aliases, and without the key an alias cannot be turned back into a name by guessing
 a list of hostnames. The key file's bytes are the key (a trailing newline is ignored).
+
+Device keys are aliased too (:meth:`Aliaser.device`), in every form they take: a GPU or MIG UUID names no
+host and stays; a GPU whose UUID could not be read is keyed ``index:HOST:N`` by the hooks and keeps its form
+with the host aliased; any other key (an importer's ``instance/gpuN``, whatever a label held) becomes a
+``device-`` alias as a whole.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 from pathlib import Path
 
+_UUID = re.compile(r"(?:(?:GPU|MIG)-)?[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]+)+(?:/gi\d+)?|(?:GPU|MIG)-[0-9A-Fa-f-]+(?:/gi\d+)?")
+_INDEX = re.compile(r"index:(.*):(\d+)")
 ALIAS_HEX = 12  # 48 bits: collision-free for any realistic fleet, short enough to read in a table
 
 
@@ -64,6 +72,17 @@ class Aliaser:
 
     def user(self, name: str | None) -> str | None:
         return self.alias("user", name)
+
+    def device(self, key: str | None) -> str | None:
+        """A device key with every host in it aliased (see the module doc)."""
+        if not key or self.key is None:
+            return key
+        if _UUID.fullmatch(key):
+            return key
+        m = _INDEX.fullmatch(key)
+        if m:
+            return f"index:{self.host(m.group(1))}:{m.group(2)}"
+        return self.alias("device", key)
 
     def hosts(self, joined: str | None, sep: str = ",") -> str | None:
         """A separator-joined list of hosts, each aliased."""

@@ -91,6 +91,7 @@ def _alias(flat: Flat, aliaser: Aliaser) -> Flat:
     rows["user"] = [aliaser.user(v) for v in rows["user"]]
     u = flat.unknowns.copy()
     u["node"] = [aliaser.host(v) for v in u["node"]]
+    u["device"] = [aliaser.device(v) for v in u["device"]]
     a = flat.adjustments.copy()
     a["by"] = [aliaser.user(v) for v in a["by"]]
     return Flat(rows=rows, unknowns=u, adjustments=a)

@@ -192,7 +192,7 @@ def _eligible_sql() -> str:
     return (f"SELECT count(*) FILTER (WHERE NOT (regexp_full_match(window_start, '{ISO_Z}') "
             f"AND try_strptime(window_start, '{_Z}') IS NOT NULL AND (window_end IS NULL OR "
             f"(regexp_full_match(window_end, '{ISO_Z}') AND try_strptime(window_end, '{_Z}') IS NOT NULL)) "
-            f"AND year(strptime(window_start, '{_Z}')) >= 1000) OR coalesce({risky}, false) "
+            f"AND coalesce(year(try_strptime(window_start, '{_Z}')) >= 1000, false)) OR coalesce({risky}, false) "
             f"OR coalesce({large}, false)) FROM lines")
 
 

@@ -123,3 +123,30 @@ def test_a_key_file_every_user_can_read_is_refused(sqlite_url, runner, cli, tmp_
             assert res.exit_code == 0, (oct(mode), res.output)
         else:
             assert res.exit_code != 0 and str(key) in res.output and f"{mode:04o}" in res.output, oct(mode)
+
+
+def test_every_device_key_form_is_aliased_in_every_format(sqlite_url, runner, cli, tmp_path):
+    """A GPU whose UUID could not be read is keyed ``index:HOST:N`` by the hooks, an importer's GPU without a
+    UUID ``instance/gpuN``: with a key, no format names the host or the user through a device key either."""
+    host_a, host_b, user = "gpu-secret-node-a", "gpu-secret-node-b", "dave-secret"
+    keys = (f"index:{host_a}:0", f"{host_b}:9400/gpu3", "GPU-1234abcd-0000-1111-2222-333344445555")
+    rs = []
+    for i, device in enumerate(keys, start=1):
+        r = synthetic.receipt(i, tenant="astro", start=NOV + i * 3600, hours=2, user=user,
+                              node=(host_a, host_b)[i % 2], shares={"unknown": 0.2})
+        r["job"]["devices"][0]["uuid"] = device
+        r["unknown_intervals"][0].update(device=device, node=(host_a, host_b)[i % 2])
+        rs.append(r)
+    eng = db_mod.make_engine(sqlite_url)
+    store.append(eng, [issue_entry(r, NOV + 20 * 86400) for r in rs])
+    eng.dispose()
+    key = _key(tmp_path)
+    alias = Aliaser(read_key(key))
+    for fmt in FORMATS:
+        plain = _export(runner, cli, sqlite_url, fmt, tmp_path / f"plain.{fmt}")
+        aliased = _export(runner, cli, sqlite_url, fmt, tmp_path / f"aliased.{fmt}", key)
+        if fmt == "pdf":  # the statement's table of unknown intervals shows each device key (the start of it)
+            assert keys[0][:12] in plain, plain
+        leaked = [s for s in (host_a, host_b, user, "secret") if s in aliased]
+        assert not leaked, f"{fmt} export with --alias-key contains {leaked}"
+    assert alias.device(keys[0]) == f"index:{alias.host(host_a)}:0" and alias.device(keys[2]) == keys[2]

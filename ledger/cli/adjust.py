@@ -10,6 +10,7 @@ from ..adjustments import (DEFAULT_MAX_FACTOR, RESOLUTIONS, AdjustmentError, adj
 from ..entries import Kind
 from ..receipts import ReceiptError
 from ..receipts.gather import pick_run, runs_of_job
+from ..textsafe import echo
 from .context import RUN, AppContext, UserError, emit_json, pass_app
 
 
@@ -52,7 +53,7 @@ def adjust_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | Non
     if as_json:
         emit_json(out)
     else:
-        click.echo(f"adjustment {entry.entry_id} recorded at seq {res.last_seq} for job {key.job_id} run {key.run}")
+        echo(f"adjustment {entry.entry_id} recorded at seq {res.last_seq} for job {key.job_id} run {key.run}")
 
 
 def _paid(engine, key) -> tuple[float, float]:  # noqa: ANN001
@@ -112,7 +113,7 @@ def resolve_cmd(app: AppContext, gap_id: str, as_: str, reason: str, by: str, jo
         emit_json(out)
     else:
         for g, e in zip(targets, entries):
-            click.echo(f"gap {g.entry.entry_id} resolved as {as_}: entry {e.entry_id} at seq {res.last_seq}")
+            echo(f"gap {g.entry.entry_id} resolved as {as_}: entry {e.entry_id} at seq {res.last_seq}")
 
 
 def _gaps_of_finding(engine, finding_id: str, gaps: dict) -> list:  # noqa: ANN001

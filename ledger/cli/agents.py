@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from ..textsafe import echo
 from .context import AppContext, UserError, emit_json, pass_app
 
 
@@ -31,11 +32,11 @@ def _print_finding(f: dict, status: str | None = None) -> None:
     sc = f["scope"]
     where = ", ".join(f"{k}={v}" for k, v in sc.items() if v)
     st = f" [{status}]" if status else ""
-    click.echo(f"{f['id']}  {f['agent']}/{f['kind']}{st}  {f['gpu_hours']:.2f} GPU-h  conf {f['confidence']:.2f}  "
+    echo(f"{f['id']}  {f['agent']}/{f['kind']}{st}  {f['gpu_hours']:.2f} GPU-h  conf {f['confidence']:.2f}  "
                f"{f['start']} .. {f['end']}  ({where})")
-    click.echo(f"    {f['summary']}")
+    echo(f"    {f['summary']}")
     if f.get("command"):
-        click.echo(f"    could run (not run): {f['command']}")
+        echo(f"    could run (not run): {f['command']}")
 
 
 SAMPLES_HELP = "Read every sample (the full-resolution reference) instead of the device-hours."
@@ -90,7 +91,7 @@ def findings_cmd(app: AppContext, since: str | None, refresh: bool, from_samples
                    "source": ("samples" if from_samples else "device_hours") if refresh else "recorded"})
         return
     if not rows:
-        click.echo("no findings")
+        echo("no findings")
     for r in rows:
         _print_finding(r, r["status"]["status"])
 
@@ -117,7 +118,7 @@ def _verdict(app: AppContext, finding_id: str, confirm: bool, by: str, note: str
     if as_json:
         emit_json({"finding_id": finding_id, "status": word, "by": by, "note": note, "seq": res.last_seq})
     else:
-        click.echo(f"{finding_id} {word} by {by} (ledger seq {res.last_seq})")
+        echo(f"{finding_id} {word} by {by} (ledger seq {res.last_seq})")
 
 
 @finding_group.command("confirm")
@@ -153,24 +154,24 @@ def dismiss_cmd(app: AppContext, finding_id: str, by: str, note: str, as_json: b
 
 
 def _print_explain(ex: dict) -> None:
-    click.echo(ex["answer"])
+    echo(ex["answer"])
     t, a = ex["table"], ex["account"]
-    click.echo(f"  paid {t['paid']:,.1f}  delivered {t['delivered']:,.1f}  lost {t['lost']:,.1f} GPU-h  "
+    echo(f"  paid {t['paid']:,.1f}  delivered {t['delivered']:,.1f}  lost {t['lost']:,.1f} GPU-h  "
                f"({a['cost']['lost']:,.2f} {a['currency']} lost)")
     for ln in t["lines"]:
-        click.echo(f"    {ln['cause']:32s} {ln['gpu_hours']:10,.1f} GPU-h")
+        echo(f"    {ln['cause']:32s} {ln['gpu_hours']:10,.1f} GPU-h")
     for f in ex["findings"]:
-        click.echo(f"  - {f['id']} {f['kind']} ({f['gpu_hours_in_scope']:.1f} GPU-h here): {f['summary']}")
+        echo(f"  - {f['id']} {f['kind']} ({f['gpu_hours_in_scope']:.1f} GPU-h here): {f['summary']}")
         for e in f["evidence"][:3]:
-            click.echo(f"      {e['signal']}: before {e['before']}  during {e['during']}  after {e['after']}"
+            echo(f"      {e['signal']}: before {e['before']}  during {e['during']}  after {e['after']}"
                        + (f"  ({e.get('reference_label')}: {e.get('reference')})" if e.get("reference") is not None
                           else ""))
     for r in ex.get("recommendations", []):
-        click.echo(f"  next step: {r['summary']}")
+        echo(f"  next step: {r['summary']}")
     if ex.get("timeline"):
-        click.echo("  timeline:")
+        echo("  timeline:")
         for t in ex["timeline"]:
-            click.echo(f"    {t['t']}  run {t['run']}  {t['event']:<22} {t['detail']}")
+            echo(f"    {t['t']}  run {t['run']}  {t['event']:<22} {t['detail']}")
 
 
 @click.command("explain")
@@ -252,11 +253,11 @@ def ask_cmd(app: AppContext, question: str, from_samples: bool, as_json: bool) -
     if as_json:
         emit_json(res)
     elif res["form"] == "rank":
-        click.echo(res["answer"])
+        echo(res["answer"])
         by = res["by"]
-        click.echo(f"  {by:24s} {'paid':>10s} {'delivered':>10s} {'lost':>10s}  GPU-h")
+        echo(f"  {by:24s} {'paid':>10s} {'delivered':>10s} {'lost':>10s}  GPU-h")
         for r in res["ranking"]:
-            click.echo(f"  {r[by]:24s} {r['paid']:10,.1f} {r['delivered']:10,.1f} {r['lost']:10,.1f}")
+            echo(f"  {r[by]:24s} {r['paid']:10,.1f} {r['delivered']:10,.1f} {r['lost']:10,.1f}")
     else:
         _print_explain(res)
 
@@ -309,15 +310,15 @@ def account_cmd(app: AppContext, day: str | None, week: str | None, from_samples
     if as_json:
         emit_json(res)
         return
-    click.echo(res["answer"])
-    click.echo(f"  {'tenant':24s} {'paid':>10s} {'delivered':>10s} {'lost':>10s}  GPU-h")
+    echo(res["answer"])
+    echo(f"  {'tenant':24s} {'paid':>10s} {'delivered':>10s} {'lost':>10s}  GPU-h")
     for r in res["tenants"]:
-        click.echo(f"  {str(r['tenant']):24s} {r['paid']:10,.1f} {r['delivered']:10,.1f} {r['lost']:10,.1f}")
+        echo(f"  {str(r['tenant']):24s} {r['paid']:10,.1f} {r['delivered']:10,.1f} {r['lost']:10,.1f}")
     t = res["total"]
-    click.echo(f"  {'total':24s} {t['paid']:10,.1f} {t['delivered']:10,.1f} {t['lost']:10,.1f}")
-    click.echo("  lost by cause:")
+    echo(f"  {'total':24s} {t['paid']:10,.1f} {t['delivered']:10,.1f} {t['lost']:10,.1f}")
+    echo("  lost by cause:")
     for ln in res["table"]["lines"]:
-        click.echo(f"    {ln['cause']:32s} {ln['gpu_hours']:10,.1f} GPU-h")
+        echo(f"    {ln['cause']:32s} {ln['gpu_hours']:10,.1f} GPU-h")
 
 
 @click.command("daily")
@@ -344,12 +345,12 @@ def daily_cmd(app: AppContext, from_samples: bool, as_json: bool) -> None:
         emit_json({"daily": rows, "source": "samples" if from_samples else "device_hours"})
         return
     if not rows:
-        click.echo("no allocated device time in the ledger")
+        echo("no allocated device time in the ledger")
         return
-    click.echo(f"  {'day':10s} {'tenant':16s} {'partition':12s} {'paid':>10s} {'delivered':>10s} {'unknown':>9s}"
+    echo(f"  {'day':10s} {'tenant':16s} {'partition':12s} {'paid':>10s} {'delivered':>10s} {'unknown':>9s}"
                "  GPU-h")
     for r in rows:
-        click.echo(f"  {r['day']:10s} {r['tenant']:16s} {r['partition']:12s} {r['paid']:10,.1f} "
+        echo(f"  {r['day']:10s} {r['tenant']:16s} {r['partition']:12s} {r['paid']:10,.1f} "
                    f"{r['delivered']:10,.1f} {r['unknown']:9,.1f}")
 
 
@@ -391,7 +392,7 @@ def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool, f
     if as_json:
         emit_json(doc)
     else:
-        click.echo(f"written analysis of {label}: {out}")
+        echo(f"written analysis of {label}: {out}")
 
 
 @click.command("analyze")
@@ -464,12 +465,12 @@ def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str |
         return
     a = analysis.account
     m = analysis.meta
-    click.echo(f"analysed {m['devices']} devices, {m['samples']} samples, {m['start']} .. {m['end']}: paid "
+    echo(f"analysed {m['devices']} devices, {m['samples']} samples, {m['start']} .. {m['end']}: paid "
                f"{a['paid']:.1f} GPU-h, delivered {a['delivered']:.1f}, lost {a['lost']:.1f}")
     for f in analysis.findings:
         _print_finding(f.to_json())
     if pdf:
-        click.echo(f"written analysis: {pdf}")
+        echo(f"written analysis: {pdf}")
 
 
 def register(cli: click.Group) -> None:

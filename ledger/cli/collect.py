@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import collector
+from ..textsafe import echo
 from .context import AppContext, UserError, emit_json, pass_app
 from .importers import parse_duration
 
@@ -43,6 +44,6 @@ def register(cli: click.Group) -> None:
                 emit_json(rep.to_json())
             else:
                 state = f"ERROR {rep.error}" if rep.error else "ok"
-                click.echo(f"{rep.source}: {rep.devices} devices, {rep.samples} samples, {rep.gaps} gaps: {state}")
+                echo(f"{rep.source}: {rep.devices} devices, {rep.samples} samples, {rep.gaps} gaps: {state}")
 
         collector.run(cfg, once=once, batches=batches, on_batch=show)

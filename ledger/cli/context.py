@@ -13,13 +13,14 @@ from .. import config as config_mod
 from ..db import LedgerError, make_engine, require_schema
 from ..method.skus import SkuError
 from ..site import Site, site_from_config
+from ..textsafe import echo, json_text
 
 
 class UserError(click.ClickException):
     """Bad input or an unusable environment: printed as one line, exit status 1."""
 
     def show(self, file: Any = None) -> None:  # one line, no "Error: " banner noise beyond the reason
-        click.echo(f"ipledger: {self.format_message()}", err=True)
+        echo(f"ipledger: {self.format_message()}", err=True)
 
 
 @dataclass
@@ -77,4 +78,4 @@ RUN = click.IntRange(0, 2**31 - 1)
 
 
 def emit_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    sys.stdout.write(json_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False)) + "\n")

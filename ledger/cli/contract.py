@@ -7,6 +7,7 @@ import click
 from .. import store
 from ..contracts import DEFAULT_CONTRACT, ContractError, read_contract, record_contract, select_contract
 from ..entries import Kind
+from ..textsafe import echo
 from .context import SEQ, AppContext, UserError, emit_json, pass_app
 
 
@@ -42,7 +43,7 @@ def set_cmd(app: AppContext, file: str, as_json: bool) -> None:
     if as_json:
         emit_json(out)
     else:
-        click.echo(f"contract {contract.id} v{contract.version} " +
+        echo(f"contract {contract.id} v{contract.version} " +
                    ("recorded" if recorded else "already recorded") + f" at seq {seq} ({entry.entry_id})")
 
 
@@ -69,15 +70,15 @@ def show_cmd(app: AppContext, account: str | None, contract_id: str | None, as_o
     if as_json:
         emit_json(payload)
         return
-    click.echo(f"contract {contract.id} v{contract.version}" + (" (built-in default)" if ce is None else
+    echo(f"contract {contract.id} v{contract.version}" + (" (built-in default)" if ce is None else
                                                                f" (seq {ce.seq}, {ce.entry.entry_id})"))
-    click.echo(f"currency {contract.currency}; unknown policy {contract.unknown_policy}; "
+    echo(f"currency {contract.currency}; unknown policy {contract.unknown_policy}; "
                f"suspended {'charged' if contract.charge_suspended else 'not charged'}; "
                f"granularity {contract.billing_granularity_s} s; minimum {contract.billing_minimum_s} s")
     if contract.accounts:
-        click.echo("accounts " + ", ".join(contract.accounts))
+        echo("accounts " + ", ".join(contract.accounts))
     for sku, basis in sorted(contract.skus.items()):
-        click.echo(f"  {sku}: " + ", ".join(f"{k}={v}" for k, v in basis.to_json().items()))
+        echo(f"  {sku}: " + ", ".join(f"{k}={v}" for k, v in basis.to_json().items()))
 
 
 def register(cli: click.Group) -> None:

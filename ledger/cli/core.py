@@ -10,7 +10,7 @@ from .. import db as db_mod
 from .. import store
 from ..ship import ship as ship_spool
 from ..verify import verify as verify_ledger
-from ..textsafe import printable
+from ..textsafe import echo, printable
 from .context import SEQ, AppContext, UserError, emit_json, pass_app
 
 
@@ -37,7 +37,7 @@ def init_cmd(app: AppContext, as_json: bool) -> None:
     if as_json:
         emit_json({"db": engine.url.render_as_string(hide_password=True), "revision": rev})
     else:
-        click.echo(f"ledger ready at {engine.url.render_as_string(hide_password=True)} (schema {rev})")
+        echo(f"ledger ready at {engine.url.render_as_string(hide_password=True)} (schema {rev})")
 
 
 @click.command("ship")
@@ -73,7 +73,7 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
 
     def progress(done: int, total: int) -> None:
         if show:
-            click.echo(f"\rshipping spool files {done}/{total}", err=True, nl=done == total)
+            echo(f"\rshipping spool files {done}/{total}", err=True, nl=done == total)
 
     from ..accounting import AccountingSettings
     from ..spool import UnsafeSpool
@@ -87,23 +87,23 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
     if as_json:
         emit_json(report.to_json())
     else:
-        click.echo(f"shipped {report.records} records from {report.files} files: {report.appended} new, "
+        echo(f"shipped {report.records} records from {report.files} files: {report.appended} new, "
                    f"{report.duplicates} already in the ledger")
         for t in report.torn:
-            click.echo(f"warning: {t}: torn last line set aside in {directory}/torn/", err=True)
+            echo(f"warning: {t}: torn last line set aside in {directory}/torn/", err=True)
         for r in report.refused:
-            click.echo(f"warning: refused {printable(r)} (noted in {directory}/quarantine/)", err=True)
+            echo(f"warning: refused {printable(r)} (noted in {directory}/quarantine/)", err=True)
         for q in report.quarantined:
-            click.echo(f"warning: quarantined unread: {printable(q)}", err=True)
+            echo(f"warning: quarantined unread: {printable(q)}", err=True)
         more = report.refused_total - len(report.refused) + report.quarantined_total - len(report.quarantined)
         if more:
-            click.echo(f"warning: {more} more refusals, noted in {directory}/quarantine/", err=True)
+            echo(f"warning: {more} more refusals, noted in {directory}/quarantine/", err=True)
     acc = report.accounting
     if acc and acc["error"]:  # shipping itself succeeded; these runs are asked again at the next shipment
-        click.echo(f"ipledger: accounting pending for {acc['still_pending_count']} runs (retried at the next "
+        echo(f"ipledger: accounting pending for {acc['still_pending_count']} runs (retried at the next "
                    f"ship): {acc['error']}", err=True)
     for err in report.errors + report.after_errors:
-        click.echo(f"ipledger: {err}", err=True)
+        echo(f"ipledger: {err}", err=True)
     if report.errors or report.after_errors:
         sys.exit(1)
 
@@ -145,11 +145,11 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
     if as_json:
         emit_json(report.to_json())
     elif report.ok:
-        click.echo(f"ok: {report.entries} entries, head seq {report.head_seq} hash {report.head_hash}")
+        echo(f"ok: {report.entries} entries, head seq {report.head_seq} hash {report.head_hash}")
     for n in report.notes:
-        click.echo(f"warning: {printable(n)}", err=True)
+        echo(f"warning: {printable(n)}", err=True)
     for p in report.problems:
-        click.echo(f"ipledger: verify failed: {printable(str(p))}", err=True)
+        echo(f"ipledger: verify failed: {printable(str(p))}", err=True)
     if not report.ok:
         sys.exit(1)
 
@@ -179,7 +179,7 @@ def log_cmd(app: AppContext, job_id: str | None, kinds: tuple[str, ...], since_s
         return
     for c in rows:
         e = c.entry
-        click.echo(f"{c.seq:>8} {e.ts} {e.kind:<22} job={e.job_id or '-'} run={e.run if e.run is not None else '-'}"
+        echo(f"{c.seq:>8} {e.ts} {e.kind:<22} job={e.job_id or '-'} run={e.run if e.run is not None else '-'}"
                    f" node={e.node or '-'} device={e.device or '-'} {e.payload[:80]}")
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..textsafe import echo
 from .context import emit_json
 
 
@@ -33,8 +34,8 @@ def demo_cmd(out: Path, seed: int, small: bool, as_json: bool) -> None:
         emit_json(summary)
         return
     for k, v in summary.items():
-        click.echo(f"{k}: {v}")
-    click.echo(f"demo output is in {summary['out']}  (try: ipledger --db sqlite:///{summary['ledger']} "
+        echo(f"{k}: {v}")
+    echo(f"demo output is in {summary['out']}  (try: ipledger --db sqlite:///{summary['ledger']} "
                f"ask \"why did rack R3 lose GPU-hours this week?\")")
 
 

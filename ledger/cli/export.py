@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from ..textsafe import echo
 from .context import SEQ, AppContext, UserError, emit_json, pass_app
 
 
@@ -115,8 +116,8 @@ def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: 
         emit_json(summary)
         return
     for note in st.notes:
-        click.echo(note, err=True)
-    click.echo(f"{path}: {t['runs']} runs, {t['paid']:.2f} GPU-hours paid, {t['delivered']:.2f} delivered, "
+        echo(note, err=True)
+    echo(f"{path}: {t['runs']} runs, {t['paid']:.2f} GPU-hours paid, {t['delivered']:.2f} delivered, "
                f"billed {cents(t['billed']):.2f} {summary['currency'] or ''} "
                f"(ledger seq {st.through_seq}, head {st.head_hash[:16]})")
 

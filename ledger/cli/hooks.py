@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from ..textsafe import echo
 from .context import AppContext, UserError, emit_json, pass_app
 
 
@@ -79,10 +80,10 @@ def install_cmd(app: AppContext, directory: str, config_path: str | None, python
         emit_json({**{p.name: str(p) for p in paths}, "config": cfg})
     else:
         for p in paths:
-            click.echo(f"wrote {p}")
-        click.echo("slurm.conf:\n" + "".join(f"  {TITLES[p.name]}={p}\n" for p in paths if p.name in TITLES)
+            echo(f"wrote {p}")
+        echo("slurm.conf:\n" + "".join(f"  {TITLES[p.name]}={p}\n" for p in paths if p.name in TITLES)
                    + "  PrologFlags=Alloc")
-        click.echo(f"jobs mark progress with: {paths[-1]} checkpoint --step N  (docs/progress.md)")
+        echo(f"jobs mark progress with: {paths[-1]} checkpoint --step N  (docs/progress.md)")
 
 
 @click.command("reconcile")
@@ -121,12 +122,12 @@ def reconcile_cmd(app: AppContext, dry_run: bool, no_ship: bool, as_json: bool) 
         emit_json({**report.to_json(), "appended": appended, "dry_run": dry_run})
     else:
         for c in report.closed:
-            click.echo(f"{'would close' if dry_run else 'closed'} job {c.job_id} run {c.run}: {c.state} "
+            echo(f"{'would close' if dry_run else 'closed'} job {c.job_id} run {c.run}: {c.state} "
                        f"(end from {c.end_source})")
-        click.echo(f"{report.open_runs} open runs, {len(report.closed)} closed, "
+        echo(f"{report.open_runs} open runs, {len(report.closed)} closed, "
                    f"{len(report.still_running)} still running")
     for e in report.errors:
-        click.echo(f"ipledger: {e}", err=True)
+        echo(f"ipledger: {e}", err=True)
     if report.errors:
         sys.exit(1)
 

@@ -12,6 +12,7 @@ import click
 from ..importers import amdsmi, dmon, nvidia_smi, pipeline, prometheus
 from ..importers.common import Collected, InputError
 from ..importers.dcgm_fields import COLLECT_FIELD_IDS
+from ..textsafe import echo
 from .context import AppContext, UserError, emit_json, pass_app
 
 
@@ -89,26 +90,26 @@ def _run(app: AppContext, parse: Callable[[], Collected], cluster: str, syntheti
     receipts = _issue_closed(app, engine, before)
     for job, nodes in sorted(result.clock_skew.items()):
         for node, ahead in sorted(nodes.items()):
-            click.echo(f"ipledger: warning: {collected.path}: job {job}: {node}'s telemetry runs {ahead:g} s ahead of "
+            echo(f"ipledger: warning: {collected.path}: job {job}: {node}'s telemetry runs {ahead:g} s ahead of "
                        f"the run's first node at both ends: clock skew? (flagged on the run as clock_skew_s)", err=True)
     if as_json:
         emit_json({**result.to_json(), **({"receipts": receipts.to_json()} if receipts else {})})
         return
     if receipts:
-        click.echo(f"receipts of the {receipts.runs} runs the import closed: {receipts.issued} issued, "
+        echo(f"receipts of the {receipts.runs} runs the import closed: {receipts.issued} issued, "
                    f"{receipts.reissued} re-issued, {receipts.unchanged} unchanged, {len(receipts.failed)} failed")
-    click.echo(f"imported {result.samples} samples of {result.devices} devices from {collected.source}: "
+    echo(f"imported {result.samples} samples of {result.devices} devices from {collected.source}: "
                f"{result.segments} segments, {result.unknown_intervals} unknown intervals "
                f"({result.unknown_seconds / 3600:.2f} device-hours), {result.counter_resets} counter resets, "
                f"{result.runs} synthetic runs; {result.appended} entries appended, {result.duplicates} already there")
     for name, reasons in sorted(result.missing.items()):
-        click.echo(f"  not measured: {name}: " + ", ".join(f"{k} x{v}" for k, v in sorted(reasons.items())))
+        echo(f"  not measured: {name}: " + ", ".join(f"{k} x{v}" for k, v in sorted(reasons.items())))
     if collected.skipped:
-        click.echo("  skipped lines: " + ", ".join(f"{k} x{v}" for k, v in sorted(collected.skipped.items())))
+        echo("  skipped lines: " + ", ".join(f"{k} x{v}" for k, v in sorted(collected.skipped.items())))
     if collected.unmapped:
-        click.echo("  not mapped: " + ", ".join(f"{k} x{v}" for k, v in sorted(collected.unmapped.items())))
+        echo("  not mapped: " + ", ".join(f"{k} x{v}" for k, v in sorted(collected.unmapped.items())))
     for w in collected.warnings:
-        click.echo(f"  warning: {w}")
+        echo(f"  warning: {w}")
 
 
 def _issue_closed(app: AppContext, engine, after_seq: int):  # noqa: ANN001, ANN202
@@ -119,7 +120,7 @@ def _issue_closed(app: AppContext, engine, after_seq: int):  # noqa: ANN001, ANN
     try:  # the import itself is done: a broken site config skips the receipts
         site = app.site
     except UserError as exc:
-        click.echo(f"ipledger: warning: receipts not issued: {exc.message}", err=True)
+        echo(f"ipledger: warning: receipts not issued: {exc.message}", err=True)
         return None
     if not site.auto_receipts:
         return None
@@ -245,7 +246,7 @@ def register(cli: click.Group) -> None:
         Example:
           ipledger pathb-command --exporter dcgm-exporter --hours 24
         """
-        click.echo(pathb_commands(exporter, hours, parse_duration(interval, "--interval") or 15.0, prometheus_url))
+        echo(pathb_commands(exporter, hours, parse_duration(interval, "--interval") or 15.0, prometheus_url))
 
 
 def pathb_commands(exporter: str, hours: float, interval_s: float, url: str) -> str:

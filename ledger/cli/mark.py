@@ -10,6 +10,7 @@ import sys
 
 import click
 
+from ..textsafe import echo
 from .context import AppContext, UserError, pass_app
 
 
@@ -43,10 +44,10 @@ def mark_cmd(app: AppContext, kind: str, step: str | None, note: str | None, at:
     except MarkError as exc:
         raise UserError(str(exc)) from None
     except MarkUnavailable as exc:
-        click.echo(f"ipledger mark: {exc.strerror or exc}", err=True)
+        echo(f"ipledger mark: {exc.strerror or exc}", err=True)
         sys.exit(1)
     if where:
-        click.echo(f"marked {kind} -> {where}")
+        echo(f"marked {kind} -> {where}")
 
 
 def register(cli: click.Group) -> None:

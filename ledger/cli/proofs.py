@@ -11,6 +11,7 @@ import click
 from ..heads import HeadError, checkpoint, consistency, keygen, load_private_key, read_head
 from ..merkle import TreeError
 from ..proofcheck import Failure
+from ..textsafe import echo
 from .context import AppContext, UserError, pass_app
 
 
@@ -18,9 +19,9 @@ def _write_json(doc: dict, out: str | None) -> None:
     text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
     if out:
         Path(out).write_text(text, encoding="utf-8")
-        click.echo(f"wrote {out}")
+        echo(f"wrote {out}")
     else:
-        click.echo(text, nl=False)
+        echo(text, nl=False)
 
 
 @click.command("keygen")
@@ -37,7 +38,7 @@ def keygen_cmd(out: str) -> None:
         priv, pub, log_id = keygen(out)
     except HeadError as exc:
         raise UserError(str(exc)) from None
-    click.echo(f"wrote {priv} (private, 0600) and {pub} (public); log id {log_id}")
+    echo(f"wrote {priv} (private, 0600) and {pub} (public); log id {log_id}")
 
 
 @click.command("checkpoint")

@@ -9,6 +9,7 @@ import click
 
 from ..receipts import ReceiptError, issue_receipt, receipt_for, render_pdf, render_text, verify_receipt
 from ..safeout import OutputError, output_file, write_output
+from ..textsafe import echo
 from .context import RUN, SEQ, AppContext, UserError, emit_json, pass_app
 
 
@@ -66,7 +67,7 @@ def receipt_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | No
                 emit_json({"ok": ok, "issued_hash": rec.get("receipt_hash"), "recomputed_hash": recomputed.hash,
                            "through_seq": rec.get("through_seq"), "issued_seq": issued.seq})
             else:
-                click.echo(f"{'OK' if ok else 'MISMATCH'}: issued {rec.get('receipt_hash')} (seq {issued.seq}), "
+                echo(f"{'OK' if ok else 'MISMATCH'}: issued {rec.get('receipt_hash')} (seq {issued.seq}), "
                            f"recomputed {recomputed.hash} through seq {rec.get('through_seq')}")
             if not ok:
                 raise SystemExit(1)
@@ -87,24 +88,24 @@ def receipt_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | No
         if fmt == "pdf":
             with output_file(out) as tmp:  # type: ignore[arg-type]
                 render_pdf([r], tmp)
-            click.echo(f"wrote {out}")
+            echo(f"wrote {out}")
         elif fmt == "json":
             if out and out != "-":
                 write_output(out, json.dumps(r.body, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-                click.echo(f"wrote {out}")
+                echo(f"wrote {out}")
             else:
                 emit_json(r.body)
         else:
             text = render_text(r)
             if out and out != "-":
                 write_output(out, text)
-                click.echo(f"wrote {out}")
+                echo(f"wrote {out}")
             else:
-                click.echo(text, nl=False)
+                echo(text, nl=False)
     except OutputError as exc:
         raise UserError(str(exc)) from None
     for line in status_lines:
-        click.echo(line, err=(fmt == "json" and not out))
+        echo(line, err=(fmt == "json" and not out))
 
 
 @click.command("issue")
@@ -154,8 +155,8 @@ def issue_cmd(app: AppContext, month: str | None, all_runs: bool, include_open: 
         emit_json({"month": month, **res.to_json()})
     else:
         for key, why in res.failed:
-            click.echo(f"failed: job {key.job_id} run {key.run} ({key.cluster}): {why}", err=True)
-        click.echo(f"{res.runs} runs: {res.issued} issued, {res.reissued} re-issued, {res.unchanged} unchanged, "
+            echo(f"failed: job {key.job_id} run {key.run} ({key.cluster}): {why}", err=True)
+        echo(f"{res.runs} runs: {res.issued} issued, {res.reissued} re-issued, {res.unchanged} unchanged, "
                    f"{len(res.failed)} failed")
     if res.failed:
         raise SystemExit(1)
@@ -179,7 +180,7 @@ def _proof_bundle(app: AppContext, job_id: str, run: int | None, cluster: str | 
     except (ReceiptError, HeadError, Failure, TreeError) as exc:
         raise UserError(str(exc)) from None
     write_bundle(bundle, out)
-    click.echo(f"wrote {out}: receipt {bundle['receipt']['receipt_hash']}, {len(bundle['entries'])} entries "
+    echo(f"wrote {out}: receipt {bundle['receipt']['receipt_hash']}, {len(bundle['entries'])} entries "
                f"under the head of {bundle['head']['tree_size']} entries")
 
 

@@ -20,6 +20,7 @@ import json
 import re
 from pathlib import Path
 
+from ..textsafe import excerpt
 from .common import Collected, CsvReader, DeviceInfo, InputError, decode_text, noise_reason, small_index
 from .dmon import _META, _epoch
 
@@ -336,7 +337,7 @@ def parse_csv(text: str, path: str, ticker: _Ticker) -> None:
     reader = CsvReader(text, path)
     header = [h.strip().lower() for h in next(reader)]
     if "gpu" not in header:
-        raise InputError(path, "line 1", f"wrong columns: no 'gpu' column in {','.join(header)[:100]}")
+        raise InputError(path, "line 1", f"wrong columns: no 'gpu' column in {excerpt(','.join(header), 80)}")
     metric = bool({"gfx_activity", "hotspot", "edge", "socket_power"} & set(header)) or \
         any(_GFX_CLK.match(h) for h in header)
     names = METRIC_CSV_MAP if metric else MONITOR_MAP
@@ -360,7 +361,7 @@ def parse_csv(text: str, path: str, ticker: _Ticker) -> None:
             try:
                 explicit = _epoch(ts)
             except ValueError:
-                raise InputError(path, f"line {reader.line_num} column timestamp", f"not a time: {ts[:40]!r}") from None
+                raise InputError(path, f"line {reader.line_num} column timestamp", f"not a time: '{excerpt(ts)}'") from None
         _add_row(ticker.c, ticker, gpu, rec, f"line {reader.line_num}", explicit, names)
 
 
@@ -404,7 +405,7 @@ def parse(text: str, path: str = "<input>", *, start: float | None = None, inter
     elif first.split()[0] == "GPU":
         parse_table(lines, path, ticker)
     else:
-        raise InputError(path, f"line {lines[0][0]}", f"not amd-smi metric/monitor output: {first[:60]!r}")
+        raise InputError(path, f"line {lines[0][0]}", f"not amd-smi metric/monitor output: '{excerpt(first)}'")
     if start is not None and interval is not None:
         c.span = (start, start + (ticker.tick + 1) * interval)
     return c

@@ -14,11 +14,11 @@ import time
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..textsafe import printable
+from ..textsafe import excerpt, printable
 from ..telemetry.timeline import (DCGM_FP64_BLANKS, DCGM_INT32_BLANKS, FIELDS, FRACTIONS, _INT64_BLANK_FLOAT,
                                   BadValue, check_range, clean)
 from .dcgm_fields import GR_ENGINE_ACTIVE
@@ -127,7 +127,7 @@ class Collected:
         """Count a line the policy skips (terminal noise, a banner, an unreadable line); keep a few examples."""
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
         if len(self.skipped_examples) < MAX_EXAMPLES:
-            self.skipped_examples.append(printable(f"{place}: {reason}: {text[:80]!r}" if text else f"{place}: {reason}"))
+            self.skipped_examples.append(printable(f"{place}: {reason}: '{excerpt(text, 60)}'" if text else f"{place}: {reason}"))
 
     def note_mapped(self, name: str, target: str) -> None:
         self.mapped.setdefault(name, target)
@@ -349,14 +349,15 @@ class CsvReader:
             raise InputError(self.path, f"line {self._reader.line_num}", f"malformed CSV ({exc})") from None
 
 
-def read_lines(path: str | Path) -> Iterator[str]:
+def read_lines(path: object, opener: Callable[[], BinaryIO] | None = None) -> Iterator[str]:
     """A text export's lines (without line ends), decoded one at a time: the file is never held whole.
 
     The same refusals as :func:`decode_text` (empty, NUL bytes in the first 4 KiB, not UTF-8), the last one
-    naming the line. Lines are split on ``\\n`` (a ``\\r`` before it is dropped).
+    naming the line. Lines are split on ``\\n`` (a ``\\r`` before it is dropped). ``opener``: how the file
+    is opened (a directory's file, never through a symbolic link); else ``path`` is opened as named.
     """
     name = str(path)
-    with open(path, "rb") as f:
+    with (open(path, "rb") if opener is None else opener()) as f:
         head = f.read(4096)
         if b"\x00" in head:
             raise InputError(name, "byte " + str(head.index(b"\x00")), "binary data, not a text export")

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterable
 
+from ..textsafe import excerpt
 from .common import Collected, DeviceInfo, InputError, noise_reason, read_lines, small_index
 from .dcgm_fields import BY_DMON
 
@@ -111,7 +112,7 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
         rows += 1
     if rows == 0 and first_bad is not None:
         raise InputError(path, f"line {first_bad[0]}", f"expected a dmon row ('GPU <id> <values>' under an "
-                                                       f"#Entity header), got {first_bad[1][:60]!r}")
+                                                       f"#Entity header), got '{excerpt(first_bad[1])}'")
     if columns is None:
         raise InputError(path, "", "no '#Entity' header: not dcgmi dmon output")
     _mark_mig_parent(c)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..telemetry.timeline import BadValue, clean
+from ..textsafe import excerpt
 from .common import Collected, CsvReader, DeviceInfo, InputError, decode_text, read_lines, small_index
 
 # query name -> (Sample field, scale)
@@ -96,7 +97,7 @@ def parse_csv(text: str | Iterable[str], path: str = "<input>", *, start: float 
             try:
                 t = _ts(rec["timestamp"])
             except ValueError:
-                raise InputError(path, f"line {n}", f"timestamp: not a time: {rec['timestamp'][:40]!r}") from None
+                raise InputError(path, f"line {n}", f"timestamp: not a time: '{excerpt(rec['timestamp'])}'") from None
         else:
             if start is None or interval is None:
                 raise InputError(path, "", "no timestamp column: give --start and --interval "
@@ -226,7 +227,7 @@ def parse_xml(text: str, path: str = "<input>", *, node: str | None = None, star
             try:
                 t = _ts(ts_el.text)
             except ValueError:
-                raise InputError(path, f"document {k + 1} <timestamp>", f"not a time: {ts_el.text!r}") from None
+                raise InputError(path, f"document {k + 1} <timestamp>", f"not a time: '{excerpt(ts_el.text)}'") from None
         driver = (root.findtext("driver_version") or "").strip() or None
         if driver and not c.source_version:
             c.source_version = f"driver {driver}"

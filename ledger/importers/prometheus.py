@@ -12,16 +12,17 @@ are reported as unmapped; terminal noise around a saved scrape is skipped and co
 from __future__ import annotations
 
 import json
+import os
 import re
-import tarfile
 import urllib.error
 import urllib.parse
 import urllib.request
-import zipfile
 from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, NamedTuple
 
+from .bounded import DEFAULT_LIMITS, ArchiveLimits, DirFile, archive_members, directory_files, is_archive, open_file
+from ..textsafe import excerpt
 from .common import Collected, CsvReader, Context, DeviceInfo, InputError, decode_text, noise_reason, read_lines
 from .dcgm_fields import BY_NAME
 from .prometheus_stream import WholeFile, add_result_series, check_response, read_query_range
@@ -136,7 +137,7 @@ def add_series(c: Collected, labels: Mapping[str, str], points: Iterable, place:
             t, raw = p
             t = float(t)
         except (TypeError, ValueError):
-            raise InputError(c.path, f"{place} point {i}", f"expected [timestamp, \"value\"], got {str(p)[:60]}") from None
+            raise InputError(c.path, f"{place} point {i}", f"expected [timestamp, \"value\"], got {excerpt(p)}") from None
         c.add_raw(dev, spec.target, t, raw, spec.scale, place=f"{place} point {i}")
         if ctx is not None:
             c.note_context(dev, ctx, t)
@@ -219,7 +220,7 @@ def parse_csv(text: str | Iterable[str], path: str = "<input>") -> Collected:
     mi = next((i for i, h in enumerate(low) if h in ("metric", "__name__", "name")), None)
     vi = next((i for i, h in enumerate(low) if h == "value"), None)
     if ti is None or mi is None or vi is None:
-        raise InputError(path, "line 1", f"wrong columns: need timestamp, metric (or __name__) and value; got {','.join(header)[:120]}")
+        raise InputError(path, "line 1", f"wrong columns: need timestamp, metric (or __name__) and value; got {excerpt(','.join(header), 80)}")
     label_cols = [(i, h) for i, h in enumerate(header) if i not in (ti, mi, vi)]
     batch: dict[tuple, tuple[list, list, list]] = {}
     rows = 0
@@ -232,7 +233,7 @@ def parse_csv(text: str | Iterable[str], path: str = "<input>") -> Collected:
         try:
             t = _parse_ts(row[ti])
         except ValueError:
-            raise InputError(path, f"line {line}", f"timestamp: not a time: {row[ti][:40]!r}") from None
+            raise InputError(path, f"line {line}", f"timestamp: not a time: '{excerpt(row[ti])}'") from None
         name = row[mi].strip()
         if name not in BY_NAME:
             continue
@@ -272,7 +273,7 @@ def _labels(s: str, path: str, place: str) -> dict[str, str]:
     while pos < len(s):
         m = _LABEL.match(s, pos)
         if m is None:
-            raise InputError(path, place, f"bad label set near {s[pos:pos + 40]!r}")
+            raise InputError(path, place, f"bad label set near '{excerpt(s[pos:])}'")
         out[m.group(1)] = m.group(2).replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
         pos = m.end()
     return out
@@ -325,7 +326,7 @@ def parse_exposition(text: str | Iterable[str], path: str = "<input>", default_t
         add_series(c, labels, [(t, m.group(4))], f"line {n}")
     if c.points == 0 and not c.unmapped and first_bad is not None:
         raise InputError(path, f"line {first_bad[0]}", f"expected an exposition line (metric{{labels}} value "
-                                                       f"[timestamp]), got {first_bad[1][:60]!r}")
+                                                       f"[timestamp]), got '{excerpt(first_bad[1])}'")
     return c
 
 
@@ -384,23 +385,17 @@ def _parse_kind(text: str, path: str, default_ts: float | None) -> Collected:
     return parse_exposition(text, path, default_ts)
 
 
-def _members(path: Path) -> Iterable[tuple[str, bytes]]:
-    if tarfile.is_tarfile(path):
-        with tarfile.open(path) as tf:
-            for m in sorted((m for m in tf.getmembers() if m.isfile()), key=lambda m: m.name):
-                f = tf.extractfile(m)
-                if f is not None:
-                    yield f"{path}:{m.name}", f.read()
-    elif zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as zf:
-            for name in sorted(n for n in zf.namelist() if not n.endswith("/")):
-                yield f"{path}:{name}", zf.read(name)
+def _members(path: Path, limits: ArchiveLimits = DEFAULT_LIMITS) -> Iterator[tuple[str, bytes]]:
+    return archive_members(path, limits)
 
 
 def read(paths: str | Path | Iterable[str | Path], default_ts: float | None = None,
-         workers: int | None = None, while_reading: Callable[[], None] | None = None) -> Collected:
+         workers: int | None = None, while_reading: Callable[[], None] | None = None,
+         limits: ArchiveLimits = DEFAULT_LIMITS) -> Collected:
     """One file, several files, a directory, or a tar/zip of exports, merged into one collection (in the order
     given, a directory's files sorted by name). Files on disk are never held whole (see :func:`_read_file`).
+    Bounded and inert (:mod:`ledger.importers.bounded`): an archive within ``limits``, never one inside it; a
+    directory's symbolic links are never followed (each is named in a warning).
 
     ``workers``: processes that parse files on disk while this one merges (None: one per CPU, at most
     :data:`READ_WORKERS`; 0: all in this process, the reference :func:`parsed_in_workers` is held to).
@@ -408,15 +403,18 @@ def read(paths: str | Path | Iterable[str | Path], default_ts: float | None = No
     runs before the reading when there are no workers."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    files: list[Path | _Archive] = []   # a file on disk, or a tar/zip whose members are read in their turn
+    files: list[Path | DirFile | _Archive] = []   # a file on disk, or a tar/zip whose members are read in turn
+    links: list[str] = []
     for p in paths:
         p = Path(p)
         if not p.exists():
             raise InputError(str(p), "", "no such file or directory")
         if p.is_dir():
-            files.extend(q for q in sorted(p.rglob("*")) if q.is_file() and not _aside(q.name))
-        elif tarfile.is_tarfile(p) or zipfile.is_zipfile(p):
-            files.append(_Archive(p))
+            found, skipped = directory_files(p)
+            files.extend(q for q in found if not _aside(q.name))
+            links += skipped
+        elif is_archive(p):
+            files.append(_Archive(p, limits))
         else:
             files.append(p)
     out: Collected | None = None
@@ -427,6 +425,8 @@ def read(paths: str | Path | Iterable[str | Path], default_ts: float | None = No
             out.merge(c)
     if out is None:
         raise InputError(str(paths), "", "no export files found")
+    for name in links:
+        out.warn(f"{name}: a symbolic link or not a regular file; not followed, not read")
     return out
 
 
@@ -437,12 +437,13 @@ class _Archive(NamedTuple):
     """A tar or zip of export files: its members are read one at a time, in name order, when their turn comes
     (one member's bytes in memory, never the archive's)."""
     path: Path
+    limits: ArchiveLimits = DEFAULT_LIMITS
 
 
 def _parsed(f: Path | _Archive, default_ts: float | None) -> Iterator[Collected]:
     """The collections of a file on disk (one) or of an archive's members (one each)."""
     if isinstance(f, _Archive):
-        for name, data in _members(f.path):
+        for name, data in _members(f.path, f.limits):
             if not _aside(name):
                 yield parse(decode_text(data, name), name, default_ts)
     else:
@@ -499,19 +500,24 @@ def _aside(name: str) -> bool:
     return name.endswith((".source.txt", ".md"))
 
 
-def _read_file(p: Path, default_ts: float | None) -> Collected:
+def _read_file(p: Path | DirFile, default_ts: float | None) -> Collected:
     """One export file: streamed when its kind allows (every kind but one with terminal noise before it), else
-    read whole and parsed by :func:`parse`."""
+    read whole and parsed by :func:`parse`. A directory's file is opened only through
+    :func:`~ledger.importers.bounded.open_file` (never through a symbolic link)."""
     c = _stream(p, default_ts)
-    return c if c is not None else parse(decode_text(p.read_bytes(), str(p)), str(p), default_ts)
+    if c is not None:
+        return c
+    with open_file(p) as f:
+        data = f.read()
+    return parse(decode_text(data, str(p)), str(p), default_ts)
 
 
-def _stream(p: Path, default_ts: float | None) -> Collected | None:
+def _stream(p: Path | DirFile, default_ts: float | None) -> Collected | None:
     """A single export file parsed while it is read, so a file of gigabytes is never held whole: long CSV, JSON
     Lines and the text exposition line by line, a query_range response series by series; None for a file with
     terminal noise before the export (read whole, where parse() blanks the noise out), or a response that cannot
     be read in one pass (:class:`~ledger.importers.prometheus_stream.WholeFile`)."""
-    with open(p, "rb") as f:
+    with open_file(p) as f:
         head_bytes = f.read(4096)
         head = head_bytes.decode("utf-8", "ignore").lstrip()
         if _blank_noise_head(head)[1] or not head_bytes.strip() or b"\x00" in head_bytes:
@@ -527,11 +533,11 @@ def _stream(p: Path, default_ts: float | None) -> Collected | None:
         elif p.name.lower().endswith(".csv") or sniff(head) == "csv":
             kind = "csv"
         else:
-            f.seek(max(0, p.stat().st_size - 4096))
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
             kind = "openmetrics" if b"# EOF" in f.read() else "text"
     if p.name.lower().endswith(".csv"):
         kind = "csv"
-    lines = read_lines(p)
+    lines = read_lines(p, lambda: open_file(p))
     if kind == "jsonl":
         return parse_jsonl(lines, str(p))
     if kind == "csv":

@@ -25,6 +25,7 @@ import json
 from json.decoder import scanstring
 from typing import BinaryIO, Callable
 
+from ..textsafe import excerpt
 from .common import Collected, InputError
 
 READ_CHARS = 1 << 20           # the window read at a time (characters); a longer series widens it while it lasts
@@ -314,7 +315,7 @@ def check_response(c: Collected, doc: object, place: str) -> tuple[object, objec
     rtype = data.get("resultType") if isinstance(data, dict) else None
     result = data.get("result") if isinstance(data, dict) else None
     if rtype not in ("matrix", "vector") or not isinstance(result, list):
-        raise InputError(c.path, place, f"expected resultType matrix or vector, got {rtype!r}")
+        raise InputError(c.path, place, f"expected resultType matrix or vector, got '{excerpt(rtype)}'")
     return rtype, result
 
 
