@@ -23,6 +23,7 @@ from click.testing import CliRunner
 
 from ledger.canonical import ts_to_epoch
 from ledger.cli.main import cli as ipledger
+from ledger.hooks.core import dcgm_job_key
 from ledger.hooks.install import install, mark_path
 from tests import services, slurm_service
 from tests.standins import make_site
@@ -98,6 +99,8 @@ def test_node_fail_receipt_shows_marks_and_credited_loss_since_checkpoint(cluste
     other = subprocess.run([str(mark), "checkpoint", "--job", jid, "--strict"], env={"PATH": "/usr/bin:/bin"},
                            capture_output=True, text=True, timeout=30, user=1, group=1, extra_groups=[])
     assert other.returncode == 1 and "Permission denied" in other.stderr, other.stderr
+    # XID 79 (the GPU fell off the bus): DCGM's job statistics count it, as the real epilog records them
+    site.control(xid_jobs={dcgm_job_key(jid, 0): [1]})
     time.sleep(3.0)  # work done after the last checkpoint, lost when the node goes
     s.cmd("scontrol", "update", f"nodename={s.node}", "state=down", "reason=ipledger-test")
     try:
@@ -135,6 +138,13 @@ def test_node_fail_receipt_shows_marks_and_credited_loss_since_checkpoint(cluste
     assert lost["gpu_hours"] == pytest.approx(2 * since / 3600, abs=1e-9)
     assert 2.0 <= since <= 60, since  # slept 3 s after the mark, then the node went (Slurm's EndTime: whole seconds)
     assert (lost["provider_failure"], lost["billed_as"]) == ("NODE_FAIL", "credit")
+    # what the answer rests on, and who controls it: the scheduler's node failure (provider-side), and DCGM's
+    # count of the XID, read where the hooks record it (the summaries' values; one per GPU), which names no XID
+    assert lost["evidence"][0] == {"what": "end_state", "value": "NODE_FAIL", "controlled_by": "scheduler",
+                                   "provider_side": True}
+    assert {"what": "dcgm_critical_xid_errors", "value": 2, "controlled_by": "vendor_tool",
+            "provider_side": False} in lost["evidence"]
+    assert p["marks_controlled_by"] == "job_user"
     assert receipt["contract"]["provider_failure_loss"] == "credit"
     assert receipt["billing"]["lost_since_checkpoint_credited"] == pytest.approx(lost["gpu_hours"], abs=2e-9)
     assert receipt["billing"]["gpu_hours_billed"] == pytest.approx(
