@@ -265,3 +265,20 @@ def test_time_the_jobs_user_controls_is_charged_or_held_never_credited(tmp_path,
     assert billed == pytest.approx(3540 / 3600 if policy == "charge" else 0.0, abs=2 / 3600)
     assert rec["contract"].get("user_caused_unknown", "charge") == policy
     assert rec["progress"]["marks_controlled_by"] == "job_user"
+
+
+def test_hooks_doctor_warns_when_the_host_engine_port_answers_on_tcp(runner, cli):
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    try:
+        r = runner.invoke(cli, ["hooks", "doctor", "--port", str(port)])
+        assert r.exit_code == 1 and f"127.0.0.1:{port} accepts TCP connections" in r.stderr, r.output
+        assert "--domain-socket" in r.stderr and "Traceback" not in r.output
+    finally:
+        listener.close()
+    r = runner.invoke(cli, ["hooks", "doctor", "--port", str(port)])  # nothing listens there now
+    assert r.exit_code == 0 and "ok: nothing answers" in r.stdout, r.output
