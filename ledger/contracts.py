@@ -16,6 +16,8 @@ File format::
     unknown_policy = "hold"       # charge | credit | estimate | hold (default hold)
     provider_failure_loss = "charge"  # credit | charge: device-time since the last checkpoint of a run the
                                   # provider's failure ended (NODE_FAIL, a critical XID) (default charge)
+    user_caused_unknown = "charge"  # charge | hold: unknown time the job's own user controls (e.g. a drop place
+                                  # the hook could not empty) is charged, or held for an operator (default charge)
     period_rule = "split"         # split: usage billed in the months its seconds were paid (default);
                                   # end: the whole receipt in the month the run ended (invoice on completion)
     effective_from = "2026-11-01T00:00:00Z"   # optional; the entry's ts (default: when it is set)
@@ -43,6 +45,7 @@ from .entries import ChainedEntry, Entry, Kind, make_entry
 
 POLICIES = ("charge", "credit", "estimate", "hold")
 LOSS_POLICIES = ("charge", "credit")
+USER_CAUSED_POLICIES = ("charge", "hold")  # never credit: the billed party cannot move its own bill
 PERIOD_RULES = ("split", "end")
 HOURS_PER_YEAR = Decimal(8760)
 
@@ -90,6 +93,7 @@ class Contract:
     charge_suspended: bool = False
     unknown_policy: str = "hold"
     provider_failure_loss: str = "charge"
+    user_caused_unknown: str = "charge"
     period_rule: str = "split"
     skus: Mapping[str, CostBasis] = field(default_factory=dict)
     effective_from: str | None = None
@@ -110,7 +114,8 @@ class Contract:
                 "skus": {k: v.to_json() for k, v in sorted(self.skus.items())},
                 # only when set: contract versions recorded before the option keep their exact payload
                 **({"provider_failure_loss": self.provider_failure_loss}
-                   if self.provider_failure_loss != "charge" else {})}
+                   if self.provider_failure_loss != "charge" else {}),
+                **({"user_caused_unknown": self.user_caused_unknown} if self.user_caused_unknown != "charge" else {})}
 
 
 DEFAULT_CONTRACT = Contract(
@@ -143,6 +148,10 @@ def parse_contract(data: Mapping[str, Any], origin: str = "contract") -> Contrac
     loss = data.get("provider_failure_loss", "charge")
     if loss not in LOSS_POLICIES:
         raise ContractError(f"{origin}: provider_failure_loss must be one of {', '.join(LOSS_POLICIES)}, got {loss!r}")
+    user_caused = data.get("user_caused_unknown", "charge")
+    if user_caused not in USER_CAUSED_POLICIES:
+        raise ContractError(f"{origin}: user_caused_unknown must be one of {', '.join(USER_CAUSED_POLICIES)}, "
+                            f"got {user_caused!r}")
     rule = data.get("period_rule", "split")
     if rule not in PERIOD_RULES:
         raise ContractError(f"{origin}: period_rule must be one of {', '.join(PERIOD_RULES)}, got {rule!r}")
@@ -188,7 +197,7 @@ def parse_contract(data: Mapping[str, Any], origin: str = "contract") -> Contrac
         billing_granularity_s=int(data.get("billing_granularity_s", 1)),
         billing_minimum_s=int(data.get("billing_minimum_s", 0)),
         charge_suspended=bool(data.get("charge_suspended", False)), unknown_policy=policy, period_rule=rule,
-        skus=skus, provider_failure_loss=loss,
+        skus=skus, provider_failure_loss=loss, user_caused_unknown=user_caused,
         effective_from=data.get("effective_from"))
 
 

@@ -14,8 +14,8 @@ A bundle is checked in this order, and the first thing that fails is named (exit
 3. every bundled entry is included in that tree (RFC 9162 inclusion proof from its leaf hash);
 4. every bundled block of samples hashes to the digest its (included) telemetry segment entry sealed;
 5. the receipt recomputed from those entries and samples with the reference implementation of the method
-   below (method ``ipledger-attribution`` 1.0.0, receipt 1.1: buckets, unknown intervals, progress marks and
-   the lost work a provider's failure credits, the run's accounting state, MIG slice pricing, billing) is
+   below (method ``ipledger-attribution`` 1.0.0, receipt 1.2: buckets, unknown intervals and who controls
+   each one's evidence, progress marks and the lost work a provider's failure credits, the run's accounting state, MIG slice pricing, billing) is
    exactly the bundled receipt, and its hash is printed.
 
 The ledger itself uses the hashing, proof and signature functions of this module (``ledger.merkle``), so the
@@ -294,7 +294,7 @@ def parse_leaf(text: str, where: str) -> Entry:
 # Plain Python over the same IEEE-754 doubles, in the same order of operations as the ledger's vectorised
 # implementation, so every integer (nanohour) comes out identical.
 
-METHOD_NAME, METHOD_VERSION, RECEIPT_VERSION = "ipledger-attribution", "1.0.0", "1.1"
+METHOD_NAME, METHOD_VERSION, RECEIPT_VERSION = "ipledger-attribution", "1.0.0", "1.2"
 NH_PER_SECOND = 1e9 / 3600.0
 ACTIVE_MIN, RESIDENT_FB_MIB = 0.05, 512.0
 THROTTLE_REASONS = ("thermal", "power_cap", "hw_slowdown", "sync_boost", "other")
@@ -761,6 +761,49 @@ def device_rate(contract: Mapping[str, Any], key: str | None, tdp_w: float | Non
 
 SAVED_MARKS = ("checkpoint", "output")   # marks after which the work done so far survives a failure
 PROVIDER_FAILURE_STATES = ("NODE_FAIL", "BOOT_FAIL")
+
+# Who controls the evidence (docs/method.md, "Who controls the evidence"; the ledger's tables are
+# ledger/method/evidence.py and ledger/method/xids.toml, and a test holds these equal to them).
+PARTIES = ("provider", "scheduler", "vendor_tool", "job_user")
+CAUSE_CONTROLLED_BY = {
+    "drop_place_full": "job_user", "drop_place_unemptied": "job_user", "marks_refused": "job_user",
+    "epilog_missing": "scheduler", "prolog_missing": "scheduler",
+    **{c: "vendor_tool" for c in (
+        "dcgm_host_engine_restart", "dcgm_watch_not_started", "dcgm_no_data", "dcgm_timeout", "dcgm_unreachable",
+        "dcgm_unparsed", "dcgm_error", "dcgm_device_missing", "dcgm_watch_late", "dcgm_stopped_early",
+        "amdsmi_timeout", "amdsmi_error", "amdsmi_no_baseline", "amdsmi_no_data", "device_uuid_unknown")},
+    **{c: "provider" for c in ("collector_down", "source_error", "counter_reset", "evidence_refused")},
+}
+END_STATE_CONTROLLED_BY = {"NODE_FAIL": "scheduler", "BOOT_FAIL": "scheduler", "PREEMPTED": "scheduler"}
+XID_CLASS = {8: "application", 13: "application", 31: "application", 32: "driver", 43: "application",
+             45: "application", 48: "hardware", 62: "hardware", 63: "hardware", 64: "hardware", 74: "hardware",
+             79: "hardware", 92: "hardware", 94: "hardware", 95: "hardware", 119: "driver", 120: "driver"}
+PROVIDER_XIDS = frozenset(x for x, c in XID_CLASS.items() if c in ("hardware", "driver"))
+REPLACED_BY_SAMPLES = "node_collector_samples"
+
+
+def controlled_by(cause: Any) -> str:
+    return CAUSE_CONTROLLED_BY.get(str(cause), "provider")
+
+
+def rests_on_dcgm_job_record(cause: Any, source: Any) -> bool:
+    """A DCGM cause a hook recorded, or derived at ship time from a hook's tool output."""
+    src = str(source or "")
+    return (str(cause).startswith("dcgm_") and cause in CAUSE_CONTROLLED_BY
+            and (src == "ipledger.derive" or src.startswith("hook")))
+
+
+def xids_raised(samples: Iterable[tuple]) -> list[tuple[float, int]]:
+    """[(t, code)] of the XIDs a device's (t, xid) samples show raised: a code counts where an earlier sample
+    held a different value; t is the first sample showing it after one."""
+    seen = sorted((float(t), int(x)) for t, x in samples if x is not None and x == x and t == t)
+    out = []
+    for code in sorted({x for _t, x in seen if x > 0}):
+        other = [t for t, x in seen if x != code]
+        later = [t for t, x in seen if x == code and other and t > other[0]]
+        if later:
+            out.append((later[0], code))
+    return sorted(out)
 MAX_LISTED_OUTPUTS = 20
 ACCOUNTING_FIELDS = ("qos", "tres", "time_limit_s", "suspended_s", "final_state")
 STATE_RANK = {"sacct": 0, "hook.slurmctld": 1}   # whose allocation_ended state wins; any other source ranks 2
@@ -794,13 +837,35 @@ def end_state(entries: Sequence[Entry]) -> str | None:
     return "REQUEUED" if requeued and state not in PROVIDER_FAILURE_STATES else str(state)
 
 
-def provider_failure(state: str | None, entries: Sequence[Entry]) -> str | None:
+def provider_failure(state: str | None, xids: Sequence[tuple]) -> str | None:
     if state in PROVIDER_FAILURE_STATES:
         return state
-    if state not in (None, "COMPLETED") and any(
-            e.kind == "telemetry_summary" and (e.data.get("xid_errors") or 0) > 0 for e in entries):
+    if state not in (None, "COMPLETED") and any(code in PROVIDER_XIDS for _d, _t, code in xids):
         return "xid"
     return None
+
+
+def failure_evidence(state: str | None, xids: Sequence[tuple], dcgm_count: int) -> list[dict]:
+    out: list[dict] = [{"what": "end_state", "value": state,
+                        "controlled_by": END_STATE_CONTROLLED_BY.get(str(state), "job_user"),
+                        "provider_side": state in PROVIDER_FAILURE_STATES}]
+    for device, _t, code in sorted(xids, key=lambda x: (x[1], x[0], x[2])):
+        out.append({"what": "xid", "value": code, "device": device, "class": XID_CLASS.get(code, "unclassified"),
+                    "controlled_by": "vendor_tool", "provider_side": code in PROVIDER_XIDS})
+    if dcgm_count:
+        out.append({"what": "dcgm_critical_xid_errors", "value": dcgm_count, "controlled_by": "vendor_tool",
+                    "provider_side": False})
+    return out
+
+
+def dcgm_xid_count(entries: Sequence[Entry]) -> int:
+    total = 0
+    for e in entries:
+        values = e.data.get("values") if e.kind == "telemetry_summary" else None
+        v = values.get("xid_errors") if isinstance(values, dict) else None
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v > 0:
+            total += int(v)
+    return total
 
 
 def cut(span: tuple[float, float], cuts: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -826,7 +891,7 @@ def seconds_of(parts: Sequence[tuple[float, float]]) -> float:
 
 def progress_block(entries: Sequence[Entry], window: tuple[float, float], n_devices: int,
                    suspended: Sequence[tuple[float, float]],
-                   credit: bool) -> tuple[dict[str, Any], tuple[float, float] | None]:
+                   credit: bool, xids: Sequence[tuple] = ()) -> tuple[dict[str, Any], tuple[float, float] | None]:
     """The receipt's ``progress`` block, and the span [from, end) credited as lost work (else None)."""
     w0, w1 = window
     marks = sorted(({"ts": e.ts, "t": to_epoch(e.ts), "kind": e.data.get("kind") or "checkpoint",
@@ -846,18 +911,20 @@ def progress_block(entries: Sequence[Entry], window: tuple[float, float], n_devi
                              for m in marks if m["kind"] == "output"][-MAX_LISTED_OUTPUTS:],
         "end_state": state,
         "lost_since_checkpoint": None,
+        "marks_controlled_by": "job_user",
     }
     if state is None or state == "COMPLETED":
         return block, None
     saved = [m for m in marks if m["kind"] in SAVED_MARKS]
     frm = max(m["t"] for m in saved) if saved else w0
     lost_nh = n_devices * to_nh(seconds_of(cut((frm, w1), suspended)))
-    cause = provider_failure(state, entries)
+    cause = provider_failure(state, xids)
     credited = cause is not None and credit
     block["lost_since_checkpoint"] = {
         "gpu_hours": hours(lost_nh), "from": saved[-1]["ts"] if saved else format_ts(w0),
         "from_basis": saved[-1]["kind"] if saved else "start", "to": format_ts(w1),
-        "provider_failure": cause, "billed_as": "credit" if credited else "charge"}
+        "provider_failure": cause, "billed_as": "credit" if credited else "charge",
+        "evidence": failure_evidence(state, xids, dcgm_xid_count(entries))}
     return block, ((frm, w1) if credited else None)
 
 
@@ -1010,12 +1077,23 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
     def order(r: Sequence) -> tuple:
         return tuple((1, 0.0) if r[i] is None else (0, float(r[i])) for i in cols)
 
+    # Independent evidence wins: a device the collector's segments cover is measured by its samples where an
+    # interval rests only on DCGM's job record.
+    sampled = {d for s in segments for d in _seg_devices(s) if d}
+    replaced, kept = set(), set()
     accounts, gaps_of = [], {}
     for dev in frame.devices:
         key = match_sku(dev.get("sku"), table)
         rated = table[key][0] if key else None
-        spans = [(to_epoch(g.ts), to_epoch(g.ts_end or g.ts), g.entry_id) for g in all_gaps
-                 if gap_applies(g, dev, job_id, run)]
+        spans = []
+        for g in all_gaps:
+            if not gap_applies(g, dev, job_id, run):
+                continue
+            if dev["uuid"] in sampled and rests_on_dcgm_job_record(g.data.get("cause"), g.source):
+                replaced.add(g.entry_id)
+                continue
+            kept.add(g.entry_id)
+            spans.append((to_epoch(g.ts), to_epoch(g.ts_end or g.ts), g.entry_id))
         rows = sorted(rows_of.get(dev["uuid"], []), key=order)
         if rows:
             acc = attribute_samples((w0, w1), rows, spans, frame.suspended, rated)
@@ -1040,8 +1118,12 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
         for c, v in acc.causes.items():
             causes[c] = causes.get(c, 0) + v
 
+    replaced -= kept
+    xid_col = SAMPLE_COLUMNS.index("xid")
+    xids = [(dev["uuid"], t, code) for dev in frame.devices
+            for t, code in xids_raised((r[1], r[xid_col]) for r in rows_of.get(dev["uuid"], []))]
     progress, credited_span = progress_block(mine, (w0, w1), len(frame.devices), frame.suspended,
-                                             contract.get("provider_failure_loss", "charge") == "credit")
+                                             contract.get("provider_failure_loss", "charge") == "credit", xids)
 
     intervals, gap_policy = [], {}
     for g in all_gaps:
@@ -1050,13 +1132,15 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
             continue
         d = g.data
         res = resolutions.get(gid)
-        policy = res.data.get("resolution") if res else contract["unknown_policy"]
-        gap_policy[gid] = policy
         cause = d.get("cause", "unspecified")
+        policy = (res.data.get("resolution") if res else contract.get("user_caused_unknown", "charge")
+                  if controlled_by(cause) == "job_user" else contract["unknown_policy"])
+        gap_policy[gid] = policy
         causes[cause] = causes.get(cause, 0) + gap_nh.get(gid, 0)
         intervals.append({
             "id": gid, "device": g.device, "node": g.node, "scope": d.get("scope"), "start": g.ts, "end": g.ts_end,
             "cause": cause, "detail": d.get("detail"), "gpu_hours": hours(gap_nh.get(gid, 0)), "policy": policy,
+            "controlled_by": controlled_by(cause), "replaced_by": REPLACED_BY_SAMPLES if gid in replaced else None,
             "resolution": None if res is None else {
                 "as": res.data.get("resolution"), "reason": res.data.get("reason"), "by": res.data.get("by"),
                 "entry_id": res.entry_id, "ts": res.ts},
@@ -1145,7 +1229,9 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
                      "billing_minimum_s": contract["billing_minimum_s"],
                      "provider_failure_loss": contract.get("provider_failure_loss", "charge"),
                      **({} if contract.get("period_rule", "split") == "split"
-                        else {"period_rule": contract["period_rule"]})},
+                        else {"period_rule": contract["period_rule"]}),
+                     **({} if contract.get("user_caused_unknown", "charge") == "charge"
+                        else {"user_caused_unknown": contract["user_caused_unknown"]})},
         "method": {"name": METHOD_NAME, "version": METHOD_VERSION, "fidelity": fidelity,
                    "coarse_signal_gpu_hours": hours(coarse_nh),
                    "thresholds": {"active_min": ACTIVE_MIN, "resident_fb_mib": RESIDENT_FB_MIB}},

@@ -2,7 +2,9 @@
 
 A run has 1-3 devices (rated, unrated and unknown SKUs, whole GPUs or MIG instances of known and unknown
 profiles), each with sealed samples (missing values, repeated instants, short and zero durations, every
-clock-event reason), a DCGM summary (with or without XID errors), or nothing; un-keyed and run-keyed unknown
+clock-event reason, XIDs of every class raised or left over from before), a DCGM summary in the shape the hooks
+derive it (with or without XID errors), or nothing; intervals that rest on DCGM's job record or on what the
+job's user controls; un-keyed and run-keyed unknown
 intervals, some resolved, and refused evidence; suspensions; progress marks (checkpoints, outputs, steps, some
 outside the window); an open or closed window, ended by a node, the controller and/or the accounting database
 in any final state (a provider failure among them), perhaps requeued; a contract (rental or capex, a MIG
@@ -58,6 +60,7 @@ def _rows(rng: random.Random, uuid: str, t0: float, dur: float) -> list[tuple]:
 def build(engine, seed: int) -> dict:  # noqa: ANN001
     """Write one random run (job 8100) and some unrelated entries into the ledger; returns what was drawn."""
     rng = random.Random(seed)
+    more = random.Random(seed * 7919 + 1)  # the draws added later: the earlier ones stay those of each seed
     t0 = 1_780_000_000 + rng.choice([0.0, 0.25, 17.5])
     dur = rng.uniform(300, 4 * 3600)
     key = {"cluster": "hpc1", "job_id": JOB, "run": rng.choice([0, 0, 1])}
@@ -113,16 +116,29 @@ def build(engine, seed: int) -> dict:  # noqa: ANN001
                                                           "scope": "device"}, ts_end=b,
                                device=rng.choice([uuids[i], None]), node=nodes[i], source="collector",
                                **(key if keyed else {"cluster": "hpc1"})))
+    extra_gaps = []
+    for _ in range(more.choice([0, 0, 1, 2])):  # from DCGM's job record (samples may replace it), or the user's
+        a = t0 + more.uniform(0, dur / 2)
+        cause, source = more.choice([("dcgm_host_engine_restart", "ipledger.derive"), ("dcgm_no_data", "hook.epilog"),
+                                     ("dcgm_host_engine_restart", "collector"), ("drop_place_full", "hook.epilog")])
+        extra_gaps.append(make_entry(Kind.UNKNOWN_INTERVAL, a, {"cause": cause, "scope": "device"},
+                               ts_end=a + more.uniform(1, dur / 2), device=more.choice(uuids), node="n0",
+                               source=source, **key))
     if rng.random() < 0.2:  # a spool record the shipper refused: an unknown interval on the run
         a = t0 + rng.uniform(0, dur)
         gaps += refusal_entries(Path("n0.jsonl"), 7, "sm_active: not a number", {
             "kind": "telemetry_summary", "ts": a, "ts_end": a + rng.uniform(0, dur / 4), "node": "n0",
             "device": rng.choice([uuids[0], None]), **key}, mtime=t0, now=t0 + dur)
-    append(engine, run + gaps)
+    append(engine, run + gaps + extra_gaps)
     for i, u in enumerate(uuids):
         mode = rng.choice(["samples", "samples", "samples", "summary", "none"])
         if mode == "samples":
             rows = _rows(rng, u, t0, dur)
+            if more.random() < 0.5:  # DCGM field 230: the device's last XID, raised during the run or stale
+                xi = SAMPLE_COLUMNS.index("xid")
+                code, at, before = more.choice([79.0, 13.0, 48.0, 43.0, 119.0, 999.0]), more.randrange(len(rows)), \
+                    more.choice([0.0, 0.0, None, 13.0])  # floats: the samples' column type
+                rows = [r[:xi] + ((before if j < at else code),) + r[xi + 1:] for j, r in enumerate(rows)]
             cut = rng.randrange(len(rows) + 1) if rng.random() < 0.5 else len(rows)
             for part in (rows[:cut], rows[cut:]):
                 if part:
@@ -132,6 +148,7 @@ def build(engine, seed: int) -> dict:  # noqa: ANN001
             payload = {"sm_util_pct_avg": rng.choice([rng.uniform(0, 100), 2.0, None]),
                        "sm_clock_mhz_avg": rng.choice([1500.0, None]), "slowdown_thermal_pct": rng.uniform(0, 30),
                        "num_processes": rng.choice([0, 1, None]), "xid_errors": rng.choice([0, 0, 3, None])}
+            payload = {"values": payload}  # where the hooks' derived summaries hold DCGM's figures
             append(engine, [make_entry(Kind.TELEMETRY_SUMMARY, t0 + dur, payload, device=u, node=nodes[i],
                                        source="hook.epilog", **key)])
     later = []
@@ -140,13 +157,18 @@ def build(engine, seed: int) -> dict:  # noqa: ANN001
             later.append(make_entry(Kind.GAP_RESOLUTION, t0 + dur + 60, {
                 "gap_id": g.entry_id, "resolution": rng.choice(["charge", "credit", "estimate", "hold"]),
                 "reason": "agreed", "by": "ops"}, source="ipledger.resolve"))
+    for g in extra_gaps:
+        if more.random() < 0.3:
+            later.append(make_entry(Kind.GAP_RESOLUTION, t0 + dur + 60, {
+                "gap_id": g.entry_id, "resolution": more.choice(["charge", "credit"]), "reason": "agreed",
+                "by": "ops"}, source="ipledger.resolve"))
     if rng.random() < 0.7:
         terms = {"id": "c1", "version": str(rng.randint(1, 3)), "currency": "EUR",
                  "unknown_policy": rng.choice(["charge", "credit", "estimate", "hold"]),
                  "billing_granularity_s": rng.choice([1, 60, 3600]), "billing_minimum_s": rng.choice([0, 600]),
                  "charge_suspended": rng.random() < 0.3, "accounts": rng.choice([[], [account], ["other"]]),
                  "provider_failure_loss": rng.choice(["charge", "credit", "credit"]),
-                 "period_rule": rng.choice(["split", "end"]),
+                 "period_rule": rng.choice(["split", "end"]), "user_caused_unknown": more.choice(["charge", "hold"]),
                  "skus": {"default": {"rate_per_gpu_hour": "2.50"},
                           "A100-SXM4-80GB/3g.40gb": {"rate_per_gpu_hour": "1.10"},  # a MIG profile's own price
                           "MI300X": {"capex_price": "24000", "capex_years": 4, "capex_residual": "2000",

@@ -98,15 +98,23 @@ def test_seconds_already_unbilled_by_an_unknown_policy_are_not_credited_twice():
     assert 2 * 400 / 3600 - 1e-9 <= b["billing"]["gpu_hours_billed"] <= 2 * 401 / 3600 + 1e-9
 
 
-def test_an_xid_on_an_allocated_device_is_a_provider_failure():
+def test_dcgm_s_count_of_xids_alone_is_not_a_provider_failure():
+    # DCGM's "Critical XID Errors" counts XIDs of any class (a device assert in the user's kernel too) and
+    # names none: listed as evidence, never provider-side on its own (docs/method.md).
     es = _chain([make_entry(Kind.ALLOCATION_STARTED, T0, {}, **KEYS),
-                 make_entry(Kind.TELEMETRY_SUMMARY, T0, {"values": {}, "xid_errors": 1}, ts_end=T0 + 60,
+                 make_entry(Kind.TELEMETRY_SUMMARY, T0, {"values": {"xid_errors": 1}}, ts_end=T0 + 60,
                             device="GPU-0", **KEYS),
                  make_entry(Kind.ALLOCATION_ENDED, T0 + 60, {"state": "FAILED"}, **KEYS)])
-    from ledger.receipts.progress import provider_failure
+    from ledger.method.evidence import provider_failure
+    from ledger.receipts.progress import progress_block
 
-    assert provider_failure(end_state(es), es) == "xid"
-    assert provider_failure("COMPLETED", es) is None
+    assert provider_failure(end_state(es), []) is None
+    assert provider_failure(end_state(es), [("GPU-0", T0 + 5, 79)]) == "xid"
+    assert provider_failure("COMPLETED", [("GPU-0", T0 + 5, 79)]) is None
+    block, credited = progress_block(es, (T0, T0 + 60), 1, [], True)
+    assert credited is None and block["lost_since_checkpoint"]["provider_failure"] is None
+    assert {"what": "dcgm_critical_xid_errors", "value": 1, "controlled_by": "vendor_tool",
+            "provider_side": False} in block["lost_since_checkpoint"]["evidence"]
 
 
 def test_end_state_prefers_requeue_and_is_none_while_running():

@@ -1,6 +1,7 @@
-"""On a real Slurm: a 2-GPU job marks checkpoints as its user (not root), its node is taken down, and the
-receipt shows the marks and the device-time lost since the last checkpoint, credited under a contract that
-credits the provider's failures.
+"""On a real Slurm: a 2-GPU job marks checkpoints as its user (not root), its GPUs raise XID 79 (the node
+collector's samples and DCGM's job statistics show it), its node is taken down, and the receipt shows the marks
+and the device-time lost since the last checkpoint, credited under a contract that credits the provider's
+failures, with the provider-side evidence it rests on.
 
 Its own private Slurm (tests/slurm_service.py), because the node goes down. The hooks and the job's ``mark``
 script run on the system Python with the standard library only, as a site installs them; the job's user is
@@ -23,6 +24,8 @@ from click.testing import CliRunner
 
 from ledger.canonical import ts_to_epoch
 from ledger.cli.main import cli as ipledger
+from ledger import collector
+from ledger.hooks.core import dcgm_job_key
 from ledger.hooks.install import install, mark_path
 from tests import services, slurm_service
 from tests.standins import make_site
@@ -98,6 +101,15 @@ def test_node_fail_receipt_shows_marks_and_credited_loss_since_checkpoint(cluste
     other = subprocess.run([str(mark), "checkpoint", "--job", jid, "--strict"], env={"PATH": "/usr/bin:/bin"},
                            capture_output=True, text=True, timeout=30, user=1, group=1, extra_groups=[])
     assert other.returncode == 1 and "Permission denied" in other.stderr, other.stderr
+    # XID 79 (the GPU fell off the bus), 1 s from now: the node collector's dmon batch shows field 230 change
+    # to 79 (the stand-in prints the batch at once), and DCGM's job statistics count it, as the real epilog
+    # records them.
+    now = time.time()
+    site.control(dmon_xid={str(g["index"]): [6, 79] for g in site.gpus}, xid_jobs={dcgm_job_key(jid, 0): [1]})
+    cfg = collector.CollectorConfig(spool=str(site.spool), node=s.node, source="dcgmi", interval=0.5,
+                                    count=80, commands={"dcgmi": str(site.bin / "dcgmi")})
+    rep = collector.collect_batch(cfg, now=lambda: now - 2.0)
+    assert rep.error is None and rep.devices == 4, rep
     time.sleep(3.0)  # work done after the last checkpoint, lost when the node goes
     s.cmd("scontrol", "update", f"nodename={s.node}", "state=down", "reason=ipledger-test")
     try:
@@ -135,6 +147,17 @@ def test_node_fail_receipt_shows_marks_and_credited_loss_since_checkpoint(cluste
     assert lost["gpu_hours"] == pytest.approx(2 * since / 3600, abs=1e-9)
     assert 2.0 <= since <= 60, since  # slept 3 s after the mark, then the node went (Slurm's EndTime: whole seconds)
     assert (lost["provider_failure"], lost["billed_as"]) == ("NODE_FAIL", "credit")
+    # what the answer rests on, and who controls it: the scheduler's node failure (provider-side), and DCGM's
+    # count of the XID, read where the hooks record it (the summaries' values; one per GPU), which names no XID
+    assert lost["evidence"][0] == {"what": "end_state", "value": "NODE_FAIL", "controlled_by": "scheduler",
+                                   "provider_side": True}
+    assert {"what": "dcgm_critical_xid_errors", "value": 2, "controlled_by": "vendor_tool",
+            "provider_side": False} in lost["evidence"]
+    xids = [e for e in lost["evidence"] if e["what"] == "xid"]
+    assert sorted(e["device"] for e in xids) == sorted(d["uuid"] for d in receipt["job"]["devices"])
+    assert all((e["value"], e["class"], e["provider_side"]) == (79, "hardware", True) for e in xids)
+    assert receipt["method"]["fidelity"] == "samples"
+    assert p["marks_controlled_by"] == "job_user"
     assert receipt["contract"]["provider_failure_loss"] == "credit"
     assert receipt["billing"]["lost_since_checkpoint_credited"] == pytest.approx(lost["gpu_hours"], abs=2e-9)
     assert receipt["billing"]["gpu_hours_billed"] == pytest.approx(

@@ -55,12 +55,21 @@ def test_random_runs(tmp_path_factory, seed):
     engine.dispose()
 
 
-# Seeds whose runs show each part of receipt 1.1, pinned so every run of the suite holds the reference to
+# Seeds whose runs show each part of receipt 1.2, pinned so every run of the suite holds the reference to
 # them (the random draws above reach them too, but not on every run). Each is checked to still show its part.
 FEATURES = {
     "lost work credited after a provider failure": (14, lambda b: b["billing"]["lost_since_checkpoint_credited"] > 0
                                                      and b["progress"]["lost_since_checkpoint"]["provider_failure"]),
-    "an XID ends the run": (21, lambda b: b["progress"]["lost_since_checkpoint"]["provider_failure"] == "xid"),
+    "a hardware XID the samples show raised ends the run": (
+        3, lambda b: b["progress"]["lost_since_checkpoint"]["provider_failure"] == "xid"),
+    "an application XID is no provider failure": (
+        17, lambda b: b["progress"]["lost_since_checkpoint"]["provider_failure"] is None
+        and any(e["what"] == "xid" and e["class"] == "application"
+                for e in b["progress"]["lost_since_checkpoint"]["evidence"])),
+    "a DCGM job-record interval replaced by samples": (5, lambda b: any(i["replaced_by"]
+                                                                          for i in b["unknown_intervals"])),
+    "time the job's user controls, held": (32, lambda b: any(i["controlled_by"] == "job_user" and i["policy"] == "hold"
+                                                           for i in b["unknown_intervals"])),
     "lost since a checkpoint mark": (1, lambda b: b["progress"]["lost_since_checkpoint"]["from_basis"]
                                      == "checkpoint"),
     "requeued": (9, lambda b: b["progress"]["end_state"] == "REQUEUED"),

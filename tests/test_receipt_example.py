@@ -43,8 +43,9 @@ def test_json_matches_the_hand_computed_example(runner, cli, example_db):
     assert rec["contract"]["id"] == "example-contract" and rec["contract"]["version"] == "1"
     assert rec["window"] == {"start": "2026-11-30T23:30:00Z", "end": "2026-12-01T00:30:00Z"}
     [gap] = rec["unknown_intervals"]
-    assert gap["id"] == info["gap_id"] and gap["cause"] == "dcgm_host_engine_restart" and gap["gpu_hours"] == 0.1
-    assert gap["resolution"] is None and gap["policy"] == "credit"
+    assert gap["id"] == info["gap_id"] and gap["cause"] == "collector_down" and gap["gpu_hours"] == 0.1
+    assert gap["resolution"] is None and gap["policy"] == "credit" and gap["controlled_by"] == "provider"
+    assert gap["replaced_by"] is None
     assert rec["totals"] == {"before_adjustments": {"gpu_hours": 0.8, "amount": 1.6},
                              "after_adjustments": {"gpu_hours": 0.75, "amount": 1.5}}
     assert rec["receipt_hash"].startswith("sha256:") and len(rec["receipt_hash"]) == 71
@@ -109,7 +110,7 @@ def test_pdf_text_carries_the_json_figures(runner, cli, example_db, tmp_path):
     assert f"Lost (paid - delivered)|{cost['lost']:.2f}" in lines
     assert f"{rec['totals']['after_adjustments']['gpu_hours']:.6f}" in text
     assert rec["receipt_hash"] in text and rec["ledger"]["head_hash"] in text
-    assert "dcgm_host_engine_restart" in text and "goodwill for the restart" in text
+    assert "collector_down" in text and "goodwill for the outage" in text
 
 
 def test_issue_reissue_verify_and_the_verify_check(runner, cli, example_db):

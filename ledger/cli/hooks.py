@@ -86,6 +86,29 @@ def install_cmd(app: AppContext, directory: str, config_path: str | None, python
         echo(f"jobs mark progress with: {paths[-1]} checkpoint --step N  (docs/progress.md)")
 
 
+@hooks_group.command("doctor")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Where the DCGM host engine may listen.")
+@click.option("--port", default=5555, show_default=True, type=click.IntRange(1, 65535), help="Its TCP port.")
+@pass_app
+def doctor_cmd(app: AppContext, host: str, port: int) -> None:
+    """Warn when the DCGM host engine answers on TCP, where a job's user could remove its own job record
+    (exit 1 with one line per finding, 0 when none). Run it as an ordinary user to see what a job sees.
+
+    \b
+    Example:
+      runuser -u nobody -- ipledger hooks doctor
+    """
+    from ..sources.hostengine import tcp_findings
+    from ..textsafe import printable
+
+    findings = tcp_findings(host, port)
+    for f in findings:
+        click.echo(f"warning: {printable(f)}", err=True)
+    if findings:
+        sys.exit(1)
+    click.echo(f"ok: nothing answers on TCP {printable(host)}:{port}")
+
+
 @click.command("reconcile")
 @click.option("--dry-run", is_flag=True, help="Report what would be closed; append nothing.")
 @click.option("--no-ship", is_flag=True, help="Do not ship the local spool first.")

@@ -2,7 +2,8 @@
 
 Pure functions, no database: :mod:`ledger.method.attribution` turns one device's samples (numpy arrays),
 its window, its unknown and suspended spans into integer nanohours per bucket; :func:`attribute_summary`
-does the same from a DCGM job-stats summary alone. Changing any formula, threshold or the SKU table changes
+does the same from a DCGM job-stats summary alone; :mod:`ledger.method.evidence` says who controls each piece of
+evidence and what counts as the provider's failure. Changing any formula, threshold or the SKU table changes
 :data:`METHOD_VERSION`.
 
 Public API::

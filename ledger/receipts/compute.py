@@ -29,12 +29,16 @@ from ..method import (
     nh_to_hours,
 )
 from ..method.attribution import DEFAULT_THRESHOLDS, seconds_to_nh
+from ..method.evidence import (REPLACED_BY_SAMPLES, controlled_by, rests_on_dcgm_job_record, user_controlled,
+                               xids_raised)
 from ..method.mig import mig_share
 from ..method.skus import SkuRating, match_sku
 from ..accounting import run_accounting
 from .progress import minus, progress_block, seconds
 
-RECEIPT_VERSION = "1.1"  # 1.1: the progress block, provider_failure_loss, lost_since_checkpoint_credited
+RECEIPT_VERSION = "1.2"  # 1.1: the progress block, provider_failure_loss, lost_since_checkpoint_credited;
+# 1.2: who controls each piece of evidence (controlled_by, replaced_by, the failure's evidence), provider
+# failures need provider-side evidence, user_caused_unknown
 CENT = Decimal("0.01")
 NH = Decimal(10) ** 9
 
@@ -63,6 +67,9 @@ class RunInputs:
     samples: Mapping[str, SampleArrays] = field(default_factory=dict)
     contract_id: str | None = None
     open_end: str | None = None  # for a run with no allocation_ended: the end of its latest telemetry
+    # device -> ((t, xid), ...) of its samples in the window (DCGM field 230); read for runs that did not
+    # complete, where a provider-side XID can make the end the provider's failure
+    xid_samples: Mapping[str, tuple[tuple[float, float | None], ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -206,12 +213,25 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
     accounts: list[tuple[dict, SkuRating | None, DeviceAccount]] = []
     timelines: dict[str, Any] = {}
     plan = []
+    # Independent evidence wins: on a device the node collector's sealed samples cover, an interval that rests
+    # only on DCGM's job record (which anyone reaching the host engine can remove) is measured by the samples.
+    sampled = sampled_devices(inputs.segments)
+    replaced: set[str] = set()
+    kept: set[str] = set()
     for dev in frame.devices:
         rating = match_sku(dev.get("sku"), sku_table)
         rated = rating.rated_sm_clock_mhz if rating else None
-        mine = [(ts_to_epoch(g.entry.ts), ts_to_epoch(g.entry.ts_end or g.entry.ts), g.entry.entry_id)
-                for g in all_gaps if gap_applies(g, dev, key)]
+        mine = []
+        for g in all_gaps:
+            if not gap_applies(g, dev, key):
+                continue
+            if dev["uuid"] in sampled and rests_on_dcgm_job_record(g.entry.data.get("cause"), g.entry.source):
+                replaced.add(g.entry.entry_id)
+                continue
+            kept.add(g.entry.entry_id)
+            mine.append((ts_to_epoch(g.entry.ts), ts_to_epoch(g.entry.ts_end or g.entry.ts), g.entry.entry_id))
         plan.append((dev, rating, rated, mine))
+    replaced -= kept
     # Big runs read and attribute their samples in worker processes (same functions, same integers);
     # a sample source that cannot, or a small run, does it here, one batch of devices at a time.
     parallel = getattr(inputs.samples, "attribute_all", None)
@@ -251,8 +271,10 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         for c, v in acc.unknown_causes.items():
             causes[c] = causes.get(c, 0) + v
     assert int(total.sum()) == paid_nh, "accounting identity broken"
+    xids = [(dev["uuid"], t, code) for dev in frame.devices
+            for t, code in xids_raised(inputs.xid_samples.get(dev["uuid"], ()))]
     progress, credited_span = progress_block(inputs.entries, (w0, w1), len(frame.devices), frame.suspended,
-                                             contract.provider_failure_loss == "credit")
+                                             contract.provider_failure_loss == "credit", xids)
 
     # Unknown intervals and the policy each is billed under.
     intervals = []
@@ -263,14 +285,17 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
             continue
         d = g.entry.data
         res = resolutions.get(gid)
-        policy = res.entry.data.get("resolution") if res else contract.unknown_policy
-        gap_policy[gid] = policy
         cause = d.get("cause", "unspecified")
+        # an operator's resolution decides; else what the job's user controls is never credited automatically
+        policy = (res.entry.data.get("resolution") if res else
+                  contract.user_caused_unknown if user_controlled(cause) else contract.unknown_policy)
+        gap_policy[gid] = policy
         causes[cause] = causes.get(cause, 0) + gap_nh.get(gid, 0)
         intervals.append({
             "id": gid, "device": g.entry.device, "node": g.entry.node, "scope": d.get("scope"),
             "start": g.entry.ts, "end": g.entry.ts_end, "cause": cause, "detail": d.get("detail"),
             "gpu_hours": nh_to_hours(gap_nh.get(gid, 0)), "policy": policy,
+            "controlled_by": controlled_by(cause), "replaced_by": REPLACED_BY_SAMPLES if gid in replaced else None,
             "resolution": None if res is None else {
                 "as": res.entry.data.get("resolution"), "reason": res.entry.data.get("reason"),
                 "by": res.entry.data.get("by"), "entry_id": res.entry.entry_id, "ts": res.entry.ts},
@@ -372,7 +397,9 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
                      "billing_minimum_s": contract.billing_minimum_s,
                      "provider_failure_loss": contract.provider_failure_loss,
                      # only when not the default, so receipts under default terms keep their hashes
-                     **({"period_rule": contract.period_rule} if contract.period_rule != "split" else {})},
+                     **({"period_rule": contract.period_rule} if contract.period_rule != "split" else {}),
+                     **({"user_caused_unknown": contract.user_caused_unknown}
+                        if contract.user_caused_unknown != "charge" else {})},
         "method": {"name": METHOD_NAME, "version": METHOD_VERSION, "fidelity": fidelity,
                    "coarse_signal_gpu_hours": nh_to_hours(coarse_nh),
                    "thresholds": {"active_min": thresholds.active_min,
@@ -412,6 +439,11 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         body["job"]["accounting"] = accounting
     body["receipt_hash"] = receipt_hash(body)
     return Receipt(body=body, timelines=timelines)
+
+
+def sampled_devices(segments: Sequence[ChainedEntry]) -> frozenset[str]:
+    """The devices the receipt's telemetry segments (the node collector's sealed samples) cover."""
+    return frozenset(d for seg in segments for d in (seg.entry.data.get("devices") or [seg.entry.device]) if d)
 
 
 def _device_rate(contract: Any, rating: SkuRating | None, dev: Mapping) -> tuple[Decimal, str, dict | None]:

@@ -13,7 +13,7 @@ Timeline (36-second samples, so every sample is exactly 0.01 GPU-hour = 10,000,0
     E      10       SM active 0.5, clock 1980                  -> delivered 0.05, underutilized 0.05
     F      10       SM active 0.01, 1 process, 20 GiB FB       -> starved 0.10
     G      10       SM active 0.0, no process, 0 FB            -> idle_held 0.10
-    H      (10)     no samples; unknown_interval host engine restart -> unknown 0.10
+    H      (10)     no samples; unknown_interval collector down  -> unknown 0.10
     I      (10)     allocation suspended                       -> suspended 0.10 (beside paid)
     J      10       SM active 1.0, clock 1782, sync boost 0x10 -> delivered 0.09, sync_boost 0.01
     K      10       SM active 1.0, clock  990, HW slowdown 0x8 -> delivered 0.05, hw_slowdown 0.05
@@ -94,9 +94,9 @@ def example_entries() -> tuple[list[Entry], list[Sample], dict[str, tuple[float,
         make_entry(Kind.DEVICE_BOUND, START, {"index": 0, "uuid": UUID, "sku": "NVIDIA H100 80GB HBM3",
                                               "vendor": "nvidia", "node": "gpu-a01"}, device=UUID, node="gpu-a01",
                    source="hook.prolog", **KEY),
-        make_entry(Kind.UNKNOWN_INTERVAL, _at(spans["H"][0]), {"cause": "dcgm_host_engine_restart", "scope": "device",
-                                                               "detail": "nv-hostengine restarted; watches lost"},
-                   ts_end=_at(spans["H"][1]), device=UUID, node="gpu-a01", source="hook.epilog", **KEY),
+        make_entry(Kind.UNKNOWN_INTERVAL, _at(spans["H"][0]), {"cause": "collector_down", "scope": "device",
+                                                               "detail": "node collector not running"},
+                   ts_end=_at(spans["H"][1]), device=UUID, node="gpu-a01", source="collector", **KEY),
         make_entry(Kind.ALLOCATION_SUSPENDED, _at(spans["I"][0]), {"reason": "scontrol suspend"},
                    ts_end=_at(spans["I"][1]), node="gpu-a01", source="hook.epilog", **KEY),
         make_entry(Kind.ALLOCATION_ENDED, _at(end), {"exit_code": 0, "state": "COMPLETED"}, node="gpu-a01",
@@ -122,7 +122,7 @@ def load_example(engine, with_contract: bool = True, with_adjustment: bool = Tru
     if with_contract:
         append(engine, [contract_entry(parse_contract(tomllib.loads(CONTRACT_TOML), "example contract"))])
     if with_adjustment:
-        append(engine, [adjustment_entry(direction="credit", quantity="0.05h", reason="goodwill for the restart",
+        append(engine, [adjustment_entry(direction="credit", quantity="0.05h", reason="goodwill for the outage",
                                          by="ops@example.org", ts=_at(3600), **KEY)])
     out["gap_id"] = entries[2].entry_id
     out["segment_id"] = seg.entry_id

@@ -22,6 +22,7 @@ from ..rows import ENTRY_COLUMNS, iter_entries, to_chained
 from ..telemetry.blocks import float_values
 from ..telemetry.store import iter_sample_pieces
 from .compute import ReceiptError, RunInputs, RunKey, run_frame
+from .progress import end_state
 
 SAMPLE_READ_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "tensor_active", "gpu_util",
                        "sm_clock_mhz", "compute_procs", "fb_used_mib")
@@ -122,9 +123,26 @@ def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | Non
     else:
         samples = load_sample_arrays(conn, [s.entry.entry_id for s in segments], sorted(uuids), w0, w1)
     used = {s for s in segments}
+    xid_samples = {}
+    if end_state(entries) not in (None, "COMPLETED"):  # only a run that did not complete can be a provider failure
+        xid_samples = load_xid_samples(conn, [s.entry.entry_id for s in segments], sorted(uuids), w0, w1)
     return RunInputs(key=key, entries=tuple(entries), gaps=tuple(gaps), resolutions=tuple(resolutions),
                      contracts=tuple(contracts), segments=tuple(sorted(used, key=lambda c: c.seq)),
-                     samples=samples, contract_id=contract_id, open_end=open_end)
+                     samples=samples, contract_id=contract_id, open_end=open_end, xid_samples=xid_samples)
+
+
+def load_xid_samples(conn: Connection, segment_ids: Sequence[str], devices: Sequence[str], start: float,
+                     end: float) -> dict[str, tuple[tuple[float, float | None], ...]]:
+    """Each device's (t, xid) over the samples of these segments overlapping [start, end) (the rows the
+    receipt's attribution reads), not-measured XIDs as NaN."""
+    if not segment_ids or not devices:
+        return {}
+    out: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for device, table in iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start, end=end,
+                                            columns=("t", "xid")):
+        t, x = (float_values(c) for c in table.columns)
+        out[device].extend(zip(t.tolist(), x.tolist()))
+    return {d: tuple(v) for d, v in out.items()}
 
 
 PARALLEL_MIN_DEVICES = 128

@@ -4,8 +4,11 @@ Pure: from the run's entries and frame. ``lost_since_checkpoint`` is the paid de
 checkpoint or accepted output (else the start) and the end of a run that did not complete: work the
 application had done but not saved, so a rerun pays for it again. It sits beside the accounting identity (those
 seconds stay in their buckets); the contract's ``provider_failure_loss`` says whether it is credited when the
-run ended by the provider's failure (:data:`PROVIDER_FAILURE_STATES`, or a critical XID on one of its devices),
-and it is charged otherwise.
+run ended by the provider's failure, and it is charged otherwise. A provider failure needs provider-side
+evidence (``ledger.method.evidence``): the scheduler's NODE_FAIL/BOOT_FAIL, or an XID of a hardware or driver
+class raised on one of the run's devices during its window, as the node collector's samples show it -- never
+an application XID, DCGM's bare count of XIDs, or the user's own end state. The block lists that evidence,
+each piece with the party that controls it, and says that the marks are the job user's.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from ..canonical import format_ts, ts_to_epoch
 from ..entries import ChainedEntry, Kind
 from ..method import nh_to_hours
 from ..method.attribution import seconds_to_nh
+from ..method.evidence import (MARKS_CONTROLLED_BY, PROVIDER_FAILURE_STATES, dcgm_xid_count, failure_evidence,
+                               provider_failure)
 
 SAVED = ("checkpoint", "output")               # marks after which the work done so far survives a failure
-PROVIDER_FAILURE_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 MAX_LISTED_OUTPUTS = 20                        # accepted outputs listed on the receipt (all are counted)
 
 
@@ -32,17 +36,6 @@ def end_state(entries: Sequence[ChainedEntry]) -> str | None:
     if not state:
         return "REQUEUED" if requeued else None
     return "REQUEUED" if requeued and state not in PROVIDER_FAILURE_STATES else str(state)
-
-
-def provider_failure(state: str | None, entries: Sequence[ChainedEntry]) -> str | None:
-    """The provider's failure that ended the run (the state, or ``xid``), or None."""
-    if state in PROVIDER_FAILURE_STATES:
-        return state
-    if state not in (None, "COMPLETED"):
-        for c in entries:
-            if c.entry.kind == Kind.TELEMETRY_SUMMARY and (c.entry.data.get("xid_errors") or 0) > 0:
-                return "xid"
-    return None
 
 
 def marks_of(entries: Sequence[ChainedEntry]) -> list[dict]:
@@ -87,9 +80,12 @@ def lost_since_checkpoint(saved: Sequence[float], window: tuple[float, float], n
 
 
 def progress_block(entries: Sequence[ChainedEntry], window: tuple[float, float], n_devices: int,
-                   suspended: Sequence[tuple[float, float]], credit_provider_failures: bool
+                   suspended: Sequence[tuple[float, float]], credit_provider_failures: bool,
+                   xids: Sequence[tuple[str, float, int]] = ()
                    ) -> tuple[dict[str, Any], tuple[float, float] | None]:
-    """The receipt's ``progress`` block, and the lost span [from, to) when it is credited (else None)."""
+    """The receipt's ``progress`` block, and the lost span [from, to) when it is credited (else None).
+
+    ``xids``: (device, t, code) raised on the run's devices in its window (``evidence.xids_raised``)."""
     w0, w1 = window
     marks = [m for m in marks_of(entries) if w0 <= m["t"] <= w1]
     counts = {k: sum(1 for m in marks if m["kind"] == k) for k in ("checkpoint", "output", "step")}
@@ -106,6 +102,7 @@ def progress_block(entries: Sequence[ChainedEntry], window: tuple[float, float],
                              for m in outputs[-MAX_LISTED_OUTPUTS:]],
         "end_state": state,
         "lost_since_checkpoint": None,
+        "marks_controlled_by": MARKS_CONTROLLED_BY,
     }
     if state is None or state == "COMPLETED":
         return block, None
@@ -113,11 +110,13 @@ def progress_block(entries: Sequence[ChainedEntry], window: tuple[float, float],
     since = saved[-1] if saved else None
     frm, lost_nh = lost_since_checkpoint([m["t"] for m in saved], window, n_devices, suspended)
     frm = w0 if frm is None else frm
-    cause = provider_failure(state, entries)
+    cause = provider_failure(state, xids)
     credited = cause is not None and credit_provider_failures
+    dcgm_count = dcgm_xid_count(c.entry.data for c in entries if c.entry.kind == Kind.TELEMETRY_SUMMARY)
     block["lost_since_checkpoint"] = {
         "gpu_hours": nh_to_hours(lost_nh),
         "from": since["ts"] if since else format_ts(w0), "from_basis": since["kind"] if since else "start",
         "to": format_ts(w1), "provider_failure": cause, "billed_as": "credit" if credited else "charge",
+        "evidence": failure_evidence(state, xids, dcgm_count),
     }
     return block, ((frm, w1) if credited else None)

@@ -66,7 +66,20 @@ def progress_lines(body: dict) -> list[str]:
         out.append(f"  lost since last checkpoint {hours_str(lost['gpu_hours'])} h  {lost['from']} .. {lost['to']}"
                    f"  (from {lost['from_basis']}{why}): "
                    + {"credit": "credited", "charge": "charged"}.get(lost["billed_as"], lost["billed_as"]))
+        if lost.get("evidence"):
+            out.append("  evidence: " + "; ".join(evidence_text(e) for e in lost["evidence"]))
     return out
+
+
+def evidence_text(e: dict) -> str:
+    """One piece of a provider-failure answer's evidence, with who controls it and whether it is the
+    provider's side."""
+    side = "provider-side" if e.get("provider_side") else "not provider-side"
+    if e.get("what") == "xid":
+        return f"XID {e.get('value')} ({e.get('class')}, {e.get('controlled_by')}, {side}) on {e.get('device')}"
+    if e.get("what") == "dcgm_critical_xid_errors":
+        return f"DCGM critical XID errors {e.get('value')} ({e.get('controlled_by')}, names no XID, {side})"
+    return f"end state {e.get('value')} ({e.get('controlled_by')}, {side})"
 
 
 def rounding_cents(body: dict) -> float:
@@ -113,8 +126,11 @@ def text_lines(r: Receipt) -> list[str]:
         for u in b["unknown_intervals"]:
             res = u["resolution"]
             how = f"resolved {res['as']} by {res['by']}: {res['reason']}" if res else f"policy {u['policy']}"
+            who = f"  evidence: {u['controlled_by']}" if u.get("controlled_by") else ""
+            if u.get("replaced_by"):
+                who += f", replaced by {u['replaced_by']}"
             out.append(f"  {u['id'][:14]}  {u['start']} .. {u['end']}  {u['cause']}  "
-                       f"{hours_str(u['gpu_hours'])} h  {how}")
+                       f"{hours_str(u['gpu_hours'])} h  {how}{who}")
         out.append("")
     pol = b["billing"]["unknown_gpu_hours_by_policy"]
     out.append("Billing of unknown time: " + ", ".join(f"{k} {hours_str(v)} h" for k, v in pol.items()))
