@@ -170,3 +170,15 @@ def test_an_exported_month_keeps_its_receipts_until_reprice_closed_yes(runner, c
     exported = [ce.entry.data["month"] for ce in store.iter_entries(eng, kinds=[Kind.STATEMENT_EXPORTED])]
     eng.dispose()
     assert exported == ["2026-11", "2026-11", "2026-11", "2026-12"]
+
+
+def test_a_spool_cannot_close_a_month():
+    """statement_exported is an operator's record: a spool line claiming one is refused like a contract."""
+    from ledger import intake
+    from ledger.closed import statement_exported_entry
+
+    rec = statement_exported_entry("2026-11", None, "csv", 1, "0" * 64).to_record()
+    with pytest.raises(intake.Refused) as exc:
+        intake.check_record(rec)
+    assert str(exc.value) == "kind: 'statement_exported' is not an observation; it is recorded only through the ipledger CLI"
+    assert Kind.STATEMENT_EXPORTED not in intake.SPOOL_KINDS
