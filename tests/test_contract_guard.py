@@ -135,9 +135,12 @@ def test_an_exported_month_keeps_its_receipts_until_reprice_closed_yes(runner, c
     assert r.exit_code == 0 and r.stdout == "3 runs: 0 issued, 0 re-issued, 3 unchanged, 0 failed\n"
     assert r.stderr == ("kept the contract of 3 receipt(s) of exported months (2026-11): a newer contract applies; "
                         "--reprice-closed lists what it would change\n")
-    assert _billed(runner, cli, sqlite_url, "900") == ("3", 6.0)  # what a fresh receipt would say ...
+    assert _billed(runner, cli, sqlite_url, "900") == ("1", 4.0)  # the receipt says what the month billed
+    r = _invoke(runner, cli, sqlite_url, "receipt", "900")
+    assert r.exit_code == 0 and r.output.splitlines()[-1] == (
+        "kept the contract of its last issue: exported month(s) 2026-11 (ipledger issue --reprice-closed to reprice)")
     r = _invoke(runner, cli, sqlite_url, "receipt", "900", "--verify")
-    assert r.exit_code == 0, r.output                               # ... while the issued one still replays
+    assert r.exit_code == 0, r.output                               # and the issued one replays
     again = tmp_path / "nov-again.json"
     assert _invoke(runner, cli, sqlite_url, "export", "monthly", "--month", "2026-11", "--format", "json", "--out",
                    str(again), "--quiet").exit_code == 0
@@ -156,6 +159,7 @@ def test_an_exported_month_keeps_its_receipts_until_reprice_closed_yes(runner, c
     assert r.exit_code == 0 and "3 runs: 0 issued, 3 re-issued, 0 unchanged, 0 failed" in r.stdout, r.output
     r = _invoke(runner, cli, sqlite_url, "receipt", "900", "--verify")
     assert r.exit_code == 0, r.output
+    assert _billed(runner, cli, sqlite_url, "900") == ("3", 6.0)
 
     # November's statement as exported stands; December's carries the corrections
     assert _invoke(runner, cli, sqlite_url, "export", "monthly", "--month", "2026-11", "--format", "json", "--out",
