@@ -146,10 +146,13 @@ def is_receipt(d: Any) -> bool:
 
 
 def ledger_head(engine, through_seq: int | None) -> tuple[int, str]:  # noqa: ANN001
-    """(seq, hash) of the last entry at or before ``through_seq`` (the whole ledger when None)."""
+    """(seq, hash) of the last entry at or before ``through_seq`` (the whole ledger when None), not counting
+    the exports' own records (``statement_exported``): exporting a statement again, in any format, gives the
+    same cut and the same bytes."""
     from ledger.entries import GENESIS_HASH
 
-    sql = "SELECT seq, hash FROM entries" + (" WHERE seq <= :s" if through_seq is not None else "")
+    sql = "SELECT seq, hash FROM entries WHERE kind <> 'statement_exported'" + (
+        " AND seq <= :s" if through_seq is not None else "")
     with engine.connect() as conn:
         row = conn.execute(text(sql + " ORDER BY seq DESC LIMIT 1"),
                            {"s": through_seq} if through_seq is not None else {}).first()

@@ -129,10 +129,22 @@ def _record_export(app: AppContext, month: str, tenant: str | None, fmt: str, st
     ledger/closed.py). An ``--as-of`` export reproduces an earlier one and records nothing."""
     if as_of is not None or st.empty:
         return
-    from ..closed import statement_exported_entry
-    from ..store import append
+    from sqlalchemy.exc import SQLAlchemyError
 
-    append(app.engine(), [statement_exported_entry(month, tenant, fmt, st.through_seq, st.head_hash)])
+    from ..closed import statement_exported_entry
+    from ..entries import Kind
+    from ..store import append, iter_entries
+
+    engine = app.engine()
+    for ce in iter_entries(engine, kinds=[Kind.STATEMENT_EXPORTED]):
+        d = ce.entry.data
+        if (d.get("month"), d.get("tenant"), d.get("through_seq")) == (month, tenant, st.through_seq):
+            return  # this very statement was exported before (in this or another format)
+    try:
+        append(engine, [statement_exported_entry(month, tenant, fmt, st.through_seq, st.head_hash)])
+    except SQLAlchemyError as exc:  # e.g. a read-only role: the file is written, the month is not closed
+        raise UserError(f"the {month} statement was written, but its export could not be recorded in the "
+                        f"ledger ({type(exc).__name__}): the month is not closed to repricing") from None
 
 
 def register(cli: click.Group) -> None:
