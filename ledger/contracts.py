@@ -20,7 +20,9 @@ File format::
                                   # the hook could not empty) is charged, or held for an operator (default charge)
     period_rule = "split"         # split: usage billed in the months its seconds were paid (default);
                                   # end: the whole receipt in the month the run ended (invoice on completion)
-    effective_from = "2026-11-01T00:00:00Z"   # optional; the entry's ts (default: when it is set)
+    effective_from = "2026-11-01T00:00:00Z"   # optional (RFC 3339 or a date, UTC); the entry's ts
+                                  # (default: when it is set)
+    effective_to = 2027-01-01     # optional: runs that start at or after it are not priced by it
 
     [skus.H100-SXM5-80GB]         # a key of the SKU table, or "default"
     rate_per_gpu_hour = "2.50"    # rental ...
@@ -30,17 +32,24 @@ File format::
     capex_residual = "2000"
     energy_price_per_kwh = "0.11"
     pue = 1.3                     # optional, default 1.0; energy = TDP x PUE x price
+
+A receipt is priced under the latest recorded version (by sequence) that applies to the run's account and
+was in effect when the run started (``effective_from`` <= start < ``effective_to``), else
+:data:`DEFAULT_CONTRACT`. :func:`check_contract` is what ``contract set`` refuses before recording: a SKU key
+the SKU table does not know (naming the nearest), a SKU bound in the ledger with no price, a zero rate.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
+import difflib
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .canonical import now_ts
+from .canonical import format_ts, now_ts, ts_to_epoch
 from .entries import ChainedEntry, Entry, Kind, make_entry
 
 POLICIES = ("charge", "credit", "estimate", "hold")
@@ -96,7 +105,8 @@ class Contract:
     user_caused_unknown: str = "charge"
     period_rule: str = "split"
     skus: Mapping[str, CostBasis] = field(default_factory=dict)
-    effective_from: str | None = None
+    effective_from: str | None = None  # canonical RFC 3339; None: when it is recorded
+    effective_to: str | None = None    # canonical RFC 3339; None: open-ended
     entry_id: str | None = None  # the contract_version entry it came from (None = the built-in default)
 
     def basis_for(self, sku_key: str | None) -> CostBasis:
@@ -115,7 +125,9 @@ class Contract:
                 # only when set: contract versions recorded before the option keep their exact payload
                 **({"provider_failure_loss": self.provider_failure_loss}
                    if self.provider_failure_loss != "charge" else {}),
-                **({"user_caused_unknown": self.user_caused_unknown} if self.user_caused_unknown != "charge" else {})}
+                **({"user_caused_unknown": self.user_caused_unknown} if self.user_caused_unknown != "charge" else {}),
+                # effective_from is the entry's ts; effective_to only when given (same reason)
+                **({"effective_to": self.effective_to} if self.effective_to else {})}
 
 
 DEFAULT_CONTRACT = Contract(
@@ -135,6 +147,28 @@ def _dec(v: Any, where: str, positive: bool = False) -> Decimal:
     if not d.is_finite() or d < 0 or (positive and d == 0):
         raise ContractError(f"{where} must be {'positive' if positive else 'non-negative'}, got {v!r}")
     return d
+
+
+def _instant(v: Any, where: str) -> str:
+    """An RFC 3339 instant (with ``Z`` or an offset) or a date (midnight UTC), as text or as TOML's own
+    date/datetime values, in the ledger's one spelling."""
+    if isinstance(v, _dt.datetime):
+        if v.tzinfo is None:
+            raise ContractError(f"{where} must name its UTC offset (e.g. 2026-11-01T00:00:00Z), got {v.isoformat()}")
+        return str(format_ts(v))
+    if isinstance(v, _dt.date):
+        return str(format_ts(_dt.datetime(v.year, v.month, v.day, tzinfo=_dt.timezone.utc)))
+    if isinstance(v, str):
+        text = v.strip()
+        try:
+            if len(text) == 10:
+                d = _dt.date.fromisoformat(text)
+                return str(format_ts(_dt.datetime(d.year, d.month, d.day, tzinfo=_dt.timezone.utc)))
+            return str(format_ts(text))
+        except (ValueError, OverflowError):
+            pass
+    raise ContractError(f"{where} must be an RFC 3339 time with its offset or a date "
+                        f"(e.g. 2026-11-01T00:00:00Z or 2026-11-01), got {v!r}")
 
 
 def parse_contract(data: Mapping[str, Any], origin: str = "contract") -> Contract:
@@ -191,14 +225,17 @@ def parse_contract(data: Mapping[str, Any], origin: str = "contract") -> Contrac
     currency = str(data.get("currency", "USD"))
     if not (len(currency) == 3 and currency.isalpha()):
         raise ContractError(f"{origin}: currency must be an ISO 4217 code like USD, got {currency!r}")
+    frm = None if data.get("effective_from") is None else _instant(data["effective_from"], f"{origin}: effective_from")
+    to = None if data.get("effective_to") is None else _instant(data["effective_to"], f"{origin}: effective_to")
+    if frm is not None and to is not None and not ts_to_epoch(to) > ts_to_epoch(frm):
+        raise ContractError(f"{origin}: effective_to ({to}) must be after effective_from ({frm})")
     return Contract(
         id=str(data["id"]), version=str(data["version"]), currency=currency.upper(),
         accounts=tuple(str(a) for a in accounts),
         billing_granularity_s=int(data.get("billing_granularity_s", 1)),
         billing_minimum_s=int(data.get("billing_minimum_s", 0)),
         charge_suspended=bool(data.get("charge_suspended", False)), unknown_policy=policy, period_rule=rule,
-        skus=skus, provider_failure_loss=loss, user_caused_unknown=user_caused,
-        effective_from=data.get("effective_from"))
+        skus=skus, provider_failure_loss=loss, user_caused_unknown=user_caused, effective_from=frm, effective_to=to)
 
 
 def read_contract(path: str | Path) -> Contract:
@@ -217,32 +254,103 @@ def read_contract(path: str | Path) -> Contract:
 
 
 def contract_entry(contract: Contract, ts: str | None = None) -> Entry:
-    """The contract_version entry recording this contract (ts: effective_from, else now)."""
-    return make_entry(Kind.CONTRACT_VERSION, ts or contract.effective_from or now_ts(), contract.to_payload(),
+    """The contract_version entry recording this contract; its ts is when the terms take effect
+    (effective_from, else ``ts``, else now)."""
+    if contract.effective_to is not None and contract.effective_from is None and ts is None:
+        ts = now_ts()
+        if not ts_to_epoch(contract.effective_to) > ts_to_epoch(ts):
+            raise ContractError(f"contract {contract.id}: effective_to ({contract.effective_to}) is not after "
+                                f"effective_from (now, {ts})")
+    return make_entry(Kind.CONTRACT_VERSION, contract.effective_from or ts or now_ts(), contract.to_payload(),
                       source="ipledger.contract")
 
 
 def contract_from_entry(ce: ChainedEntry) -> Contract:
     c = parse_contract(ce.entry.data, f"contract_version entry {ce.entry.entry_id}")
-    return Contract(**{**c.__dict__, "entry_id": ce.entry.entry_id})
+    return replace(c, effective_from=c.effective_from or str(format_ts(ce.entry.ts)), entry_id=ce.entry.entry_id)
+
+
+def in_effect(ce: ChainedEntry, at: float) -> bool:
+    """Was this contract_version in effect at the instant ``at`` (epoch seconds): from its ts (its
+    effective_from) up to, not including, its effective_to?"""
+    if ts_to_epoch(ce.entry.ts) > at:
+        return False
+    to = ce.entry.data.get("effective_to")
+    return to is None or at < ts_to_epoch(str(to))
+
+
+PINNED_DEFAULT = ""  # select_contract(entry_id=PINNED_DEFAULT): the built-in default, as an issued receipt had it
 
 
 def select_contract(contract_entries: Iterable[ChainedEntry], account: str | None,
-                    contract_id: str | None = None) -> tuple[Contract, ChainedEntry | None]:
-    """Latest applicable contract_version among these (already cut at the receipt's sequence)."""
+                    contract_id: str | None = None, *, at: float | None = None,
+                    entry_id: str | None = None) -> tuple[Contract, ChainedEntry | None]:
+    """Latest applicable contract_version among these (already cut at the receipt's sequence): for the
+    account, of ``contract_id`` when given, in effect at ``at`` (the run's start) when given.
+
+    ``entry_id`` pins the choice to that contract_version (:data:`PINNED_DEFAULT`: the built-in default), as
+    an issued receipt recorded it: its replay, and a re-issue that keeps an exported month's terms."""
+    entries = list(contract_entries)
+    if entry_id is not None:
+        if entry_id == PINNED_DEFAULT:
+            return DEFAULT_CONTRACT, None
+        for ce in entries:
+            if ce.entry.entry_id == entry_id:
+                return contract_from_entry(ce), ce
+        raise ContractError(f"contract_version entry {entry_id} is not in the ledger at this cut")
     best: ChainedEntry | None = None
-    for ce in contract_entries:
+    for ce in entries:
         data = ce.entry.data
         if contract_id is not None and str(data.get("id")) != contract_id:
             continue
         accounts = data.get("accounts") or []
         if accounts and account not in accounts:
             continue
+        if at is not None and not in_effect(ce, at):
+            continue
         if best is None or ce.seq > best.seq:
             best = ce
     if best is None:
         return DEFAULT_CONTRACT, None
     return contract_from_entry(best), best
+
+
+def _zero(basis: CostBasis) -> bool:
+    if basis.rate_per_gpu_hour is not None:
+        return basis.rate_per_gpu_hour == 0
+    return basis.capex_price == basis.capex_residual and basis.energy_price_per_kwh == 0
+
+
+def check_contract(contract: Contract, origin: str, sku_keys: Iterable[str],
+                   in_use: Mapping[str, str | None] | None = None, allow_zero: bool = False) -> None:
+    """Refuse (ContractError, one line naming ``origin`` and the field) terms that would price receipts at
+    nothing by mistake: a SKU key the SKU table does not know (with the nearest known key), a SKU the ledger
+    has bound (``in_use``: the device_bound SKU name -> its SKU table key, None when the table has none) that
+    the contract gives no price, and a zero rate unless ``allow_zero``."""
+    known = sorted(set(sku_keys))
+    for key in sorted(contract.skus):
+        if key == "default":
+            continue
+        base = key.split("/", 1)[0]
+        if base not in known:
+            near = difflib.get_close_matches(base, known, n=1, cutoff=0.5)
+            hint = f"did you mean {near[0]}?" if near else f"known: {', '.join(known[:8])}" + \
+                (", ..." if len(known) > 8 else "")
+            raise ContractError(f"{origin}: skus.{key}: {base!r} is not a SKU in the SKU table ({hint})")
+    if not allow_zero:
+        for key in sorted(contract.skus):
+            if _zero(contract.skus[key]):
+                raise ContractError(f"{origin}: skus.{key}: a rate of 0 bills nothing; give the price, or "
+                                    f"--allow-zero to record a free SKU")
+    if "default" in contract.skus:
+        return
+    for name, key in sorted((in_use or {}).items(), key=lambda kv: str(kv[0])):
+        if key is None:
+            raise ContractError(f"{origin}: skus: devices of SKU {name!r} (not in the SKU table) are bound in the "
+                                f"ledger and would be priced 0; add [skus.default]")
+        if key not in contract.skus:
+            raise ContractError(f"{origin}: skus: SKU {key} is bound in the ledger (as {name!r}) but has no price; "
+                                f"add [skus.{key}] or [skus.default]")
 
 
 def record_contract(engine, contract: Contract, ts: str | None = None):  # noqa: ANN001, ANN201
@@ -257,7 +365,7 @@ def record_contract(engine, contract: Contract, ts: str | None = None):  # noqa:
     for ce in iter_entries(engine, kinds=[Kind.CONTRACT_VERSION]):
         d = ce.entry.data
         if str(d.get("id")) == contract.id and str(d.get("version")) == contract.version:
-            if d == payload:
+            if d == payload and contract.effective_from in (None, ce.entry.ts):
                 return ce.entry, ce.seq, False
             raise ContractError(f"contract {contract.id} version {contract.version} is already recorded "
                                 f"(seq {ce.seq}) with different terms; give the new terms a new version")
@@ -265,3 +373,21 @@ def record_contract(engine, contract: Contract, ts: str | None = None):  # noqa:
     res = append(engine, [entry])
     return entry, res.last_seq, True
 
+
+
+def bound_sku_names(engine_or_conn, accounts: Iterable[str] = ()) -> set[str | None]:  # noqa: ANN001
+    """The SKU names of every device bound in the ledger (``device_bound``), of runs of these accounts
+    (every run when none): what a contract must price."""
+    from .store import iter_entries
+
+    wanted = set(accounts)
+    runs: dict[tuple, str | None] = {}
+    names: dict[tuple, set[str | None]] = {}
+    for ce in iter_entries(engine_or_conn, kinds=[Kind.ALLOCATION_STARTED, Kind.DEVICE_BOUND]):
+        e = ce.entry
+        key = (e.cluster, e.job_id, e.run or 0)
+        if e.kind == Kind.ALLOCATION_STARTED:
+            runs.setdefault(key, e.data.get("account"))
+        else:
+            names.setdefault(key, set()).add(e.data.get("sku"))
+    return {n for key, ns in names.items() if not wanted or runs.get(key) in wanted for n in ns}

@@ -28,3 +28,4 @@ class Kind:
     EVIDENCE_REFUSED = "evidence_refused"   # written by the shipper: a spool line or file it would not chain
     RECEIPT_FAILED = "receipt_failed"  # written by the shipper: a run's automatic receipt could not be issued
     TREE_HEAD = "tree_head"  # a signed Merkle tree head (ipledger checkpoint; docs/proofs.md)
+    STATEMENT_EXPORTED = "statement_exported"  # written by export monthly: the month's statement left the ledger

@@ -830,11 +830,12 @@ def run_accounting(entries: Sequence[Entry]) -> dict | None:
 
 
 def end_state(entries: Sequence[Entry]) -> str | None:
-    requeued = any(e.kind == "allocation_requeued" for e in entries)
+    """The run's own last ``allocation_ended`` state (``ledger.receipts.progress.end_state``)."""
     state, _source = final_state(entries)
-    if not state:
-        return "REQUEUED" if requeued else None
-    return "REQUEUED" if requeued and state not in PROVIDER_FAILURE_STATES else str(state)
+    if state:
+        return str(state)
+    requeued = any(e.kind == "allocation_requeued" and e.data.get("next_run") is not None for e in entries)
+    return "REQUEUED" if requeued else None
 
 
 def provider_failure(state: str | None, xids: Sequence[tuple]) -> str | None:

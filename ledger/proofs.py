@@ -17,7 +17,6 @@ from sqlalchemy.engine import Connection, Engine
 
 from . import merkle
 from .canonical import canonical_json
-from .contracts import select_contract
 from .entries import ChainedEntry, Kind, hash_fields
 from .heads import HeadError, check_head_against_ledger, recorded_heads
 from .method import METHOD_NAME, METHOD_VERSION
@@ -91,7 +90,9 @@ def build_bundle(engine: Engine, job_id: str, run: int | None, signed_head: Mapp
         inputs = gather(engine, str(job_id), run, cluster=cluster, as_of=size)
         receipt = compute_receipt(inputs, sku_table)
         frame = run_frame(inputs.entries, inputs.open_end)
-        _contract, contract_ce = select_contract(inputs.contracts, frame.account, None)
+        # the contract the receipt was priced under (its effective dates included)
+        contract_ce = next((c for c in inputs.contracts
+                            if c.entry.entry_id == receipt.body["contract"]["entry_id"]), None)
         gap_ids = {g.entry.entry_id for g in inputs.gaps} | {
             c.entry.entry_id for c in inputs.entries if c.entry.kind == Kind.UNKNOWN_INTERVAL}
         segments = list(inputs.segments)

@@ -9,7 +9,7 @@ Billing rule (pure, :func:`select_month`): periods are half-open and a receipt i
 parts (:mod:`reports.periods`: under the default ``split`` rule every month its window overlaps, each with
 its share; under ``end`` the month of its last paid instant). Month ``M`` *closes* at the first ledger
 entry recording a fact from after it (the lowest ``seq`` whose ``ts`` is at or after the first instant of the
-next month, plus ``grace_s``): the ledger's own event time is the clock, so a simulated or replayed fleet
+next month, plus ``grace_s``; a ``statement_exported`` entry, stamped with the wall clock, does not count): the ledger's own event time is the clock, so a simulated or replayed fleet
 closes its months the same way a live one does, whatever the wall clock says. The part billed in ``M`` is
 that of the latest issue made before ``M`` closed, or, if every issue came later, of the first one (an
 open run's receipt issued during the month is its usage accrued so far). Every later issue that changes
@@ -146,10 +146,13 @@ def is_receipt(d: Any) -> bool:
 
 
 def ledger_head(engine, through_seq: int | None) -> tuple[int, str]:  # noqa: ANN001
-    """(seq, hash) of the last entry at or before ``through_seq`` (the whole ledger when None)."""
+    """(seq, hash) of the last entry at or before ``through_seq`` (the whole ledger when None), not counting
+    the exports' own records (``statement_exported``): exporting a statement again, in any format, gives the
+    same cut and the same bytes."""
     from ledger.entries import GENESIS_HASH
 
-    sql = "SELECT seq, hash FROM entries" + (" WHERE seq <= :s" if through_seq is not None else "")
+    sql = "SELECT seq, hash FROM entries WHERE kind <> 'statement_exported'" + (
+        " AND seq <= :s" if through_seq is not None else "")
     with engine.connect() as conn:
         row = conn.execute(text(sql + " ORDER BY seq DESC LIMIT 1"),
                            {"s": through_seq} if through_seq is not None else {}).first()
@@ -167,7 +170,9 @@ def ledger_closes(engine, through_seq: int, grace_s: float = 0.0) -> CloseFn:  #
             # spellings correctly ("...00Z" and "...00.5Z" both sort after "...00").
             bound = b.strftime("%Y-%m-%dT%H:%M:%S")
             with engine.connect() as conn:
-                v = conn.execute(text("SELECT MIN(seq) FROM entries WHERE ts >= :b AND seq <= :s"),
+                # an export's own record (statement_exported, ts = when it was made) is no fact of the fleet
+                v = conn.execute(text("SELECT MIN(seq) FROM entries WHERE ts >= :b AND seq <= :s "
+                                      "AND kind <> 'statement_exported'"),
                                  {"b": bound, "s": through_seq}).scalar()
             cache[month] = None if v is None else int(v)
         return cache[month]

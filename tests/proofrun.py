@@ -92,7 +92,8 @@ def build(engine, seed: int) -> dict:  # noqa: ANN001
                                   {"scope": "job", "state": rng.choice(STATES), "state_basis": "sacct"},
                                   source="sacct", **job_level))
     if rng.random() < 0.1:
-        run.append(make_entry(Kind.ALLOCATION_REQUEUED, t0 + dur / 2, {}, node="n0", source=hook, **key))
+        run.append(make_entry(Kind.ALLOCATION_REQUEUED, t0 + dur / 2, {"next_run": key["run"] + 1}, node="n0",
+                              source=hook, **key))
     for _ in range(rng.choice([0, 0, 1, 3, 5])):
         run.append(make_entry(Kind.PROGRESS, t0 + rng.uniform(-60, dur + 60), {
             "kind": rng.choice(["checkpoint", "checkpoint", "output", "step", None]),

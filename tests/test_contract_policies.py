@@ -125,10 +125,12 @@ def test_contract_cli_set_show_and_selection_by_account(runner, cli, sqlite_url,
     assert r.exit_code == 0 and json.loads(r.output)["default"] is True
     assert json.loads(r.output)["id"] == DEFAULT_CONTRACT.id
     general = tmp_path / "general.toml"
-    general.write_text('id = "general"\nversion = "1"\ncurrency = "EUR"\n[skus.default]\nrate_per_gpu_hour = "1.5"\n')
+    # in effect before the example's run (2026-11-30): a contract set without effective_from starts now
+    general.write_text('id = "general"\nversion = "1"\ncurrency = "EUR"\neffective_from = 2026-11-01\n'
+                       '[skus.default]\nrate_per_gpu_hour = "1.5"\n')
     physics = tmp_path / "physics.toml"
     physics.write_text('id = "phys"\nversion = "3"\naccounts = ["physics"]\nunknown_policy = "credit"\n'
-                       '[skus.H100-SXM5-80GB]\nrate_per_gpu_hour = "2.00"\n')
+                       'effective_from = "2026-11-01T00:00:00Z"\n[skus.H100-SXM5-80GB]\nrate_per_gpu_hour = "2.00"\n')
     for f in (general, physics):
         r = runner.invoke(cli, ["--db", sqlite_url, "contract", "set", str(f), "--json"])
         assert r.exit_code == 0 and json.loads(r.output)["recorded"] is True, r.output

@@ -100,3 +100,52 @@ def test_demo_statement_passes_the_focus_validator(demo):
         unavailable(str(exc))
     assert v.failed == [], v.summary()
     assert len(v.passed) >= 130 and "InvoiceId-C-000-O" in v.passed, v.summary()
+
+
+def test_a_requeued_jobs_later_run_says_how_it_itself_ended(runner, cli, demo):
+    """`receipt JOB --run R` of a run the simulator requeued (its allocation_requeued names the previous run)
+    says the end state of the run's own allocation_ended (the demo's 400389 run 1: COMPLETED, not REQUEUED)."""
+    from ledger import db as db_mod
+    from ledger.entries import Kind
+    from ledger.store import iter_entries
+
+    out, _ = demo
+    url = f"sqlite:///{out / 'ledger.db'}"
+    eng = db_mod.make_engine(url)
+    ends, requeues = {}, []
+    for ce in iter_entries(eng, kinds=[Kind.ALLOCATION_ENDED, Kind.ALLOCATION_REQUEUED]):
+        key = (ce.entry.job_id, ce.entry.run or 0)
+        if ce.entry.kind == Kind.ALLOCATION_ENDED:
+            ends[key] = ce.entry.data["state"]
+        else:
+            requeues.append(key)
+    eng.dispose()
+    assert requeues
+    completed = [k for k in requeues if ends.get(k) == "COMPLETED"][:2]
+    assert completed, "the demo has a requeued job whose rerun completed"
+    for job, run in completed:
+        r = runner.invoke(cli, ["--db", url, "receipt", job, "--run", str(run)])
+        assert r.exit_code == 0, r.output
+        assert "Progress  end state COMPLETED;" in r.output and "lost since last checkpoint" not in r.output
+        assert "REQUEUED" not in r.output
+
+
+def test_explain_headline_names_the_findings_it_lists(runner, cli, demo):
+    """A job whose only finding is a requeue loss (hours inside the paid, no loss line of their own): the
+    sentence names it with the figure listed below, never 'no finding explains any'."""
+    out, _ = demo
+    url = f"sqlite:///{out / 'ledger.db'}"
+    found = json.loads((out / "findings.json").read_text())["findings"]
+    job = next(f["scope"]["job_id"] for f in found if f["kind"] == "requeue_loss")
+    r = runner.invoke(cli, ["--db", url, "explain", "--job", job, "--json"])
+    assert r.exit_code == 0, r.output
+    ex = json.loads(r.stdout)
+    lined = {ln["cause"] for ln in ex["table"]["lines"]}
+    beside = [f for f in ex["findings"] if f["kind"] not in lined]
+    assert any(f["kind"] == "requeue_loss" for f in beside)
+    for f in beside:
+        assert f"{f['kind'].replace('_', ' ')} {f['gpu_hours_in_scope']:,.1f} GPU-hours" in ex["answer"] or \
+            f"{f['kind'].replace('_', ' ')} {f['gpu_hours_in_scope']:,.1f}," in ex["answer"]
+    assert "no finding explains any" not in ex["answer"]
+    r = runner.invoke(cli, ["--db", url, "explain", "--job", job])
+    assert r.exit_code == 0 and r.output.splitlines()[0] == ex["answer"]

@@ -154,6 +154,7 @@ def test_progress_bar_only_on_a_terminal():
 def test_export_reconciles_to_issued_receipts_on_each_backend(engine, ledger_url, runner, cli, tmp_path):
     rs = nov_receipts()
     store.append(engine, [issue_entry(r, NOV + 28 * 86400) for r in rs])
+    seq, head = _head(engine)  # the export then records itself (statement_exported) after this head
     out = tmp_path / "nov.csv"
     res = runner.invoke(cli, ["--db", ledger_url, "export", "monthly", "--month", "2026-11", "--out", str(out),
                               "--quiet"])
@@ -170,8 +171,10 @@ def test_export_reconciles_to_issued_receipts_on_each_backend(engine, ledger_url
     assert len(run_rows) == len(rs)
     # the run rows reconcile the tenant rows inside the file itself
     assert run_rows.groupby("tenant")["billed"].sum().round(2).to_dict() == tenants["billed"].round(2).to_dict()
-    seq, head = _head(engine)
     assert set(df["head_hash"]) == {head} and set(df["through_seq"]) == {seq}
+    (last,) = list(store.iter_entries(engine, kinds=[Kind.STATEMENT_EXPORTED]))  # the export recorded itself
+    assert last.seq == seq + 1 and last.entry.data == {"month": "2026-11", "tenant": None, "format": "csv",
+                                                      "through_seq": seq, "head_hash": head}
     # JSON to stdout carries the same totals
     res = runner.invoke(cli, ["--db", ledger_url, "export", "monthly", "--month", "2026-11", "--format", "json",
                               "--out", "-", "--quiet"])
@@ -180,6 +183,8 @@ def test_export_reconciles_to_issued_receipts_on_each_backend(engine, ledger_url
     assert j["ledger"] == {"through_seq": seq, "head_hash": head}
     assert j["totals"]["billed"] == monthly.cents(sum(w["billed"] for w in want.values()))
     assert j["adjustments"][0]["amount"] == -12.5
+    # the same statement again (another format) is the same cut: recorded once
+    assert len(list(store.iter_entries(engine, kinds=[Kind.STATEMENT_EXPORTED]))) == 1
 
 
 def _head(engine):

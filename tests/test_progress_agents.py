@@ -63,6 +63,7 @@ def test_explain_job_lists_the_marks_in_its_timeline(ledger_url):
 def test_monthly_statement_sums_credited_failure_losses(ledger_url, tmp_path):
     contract = tmp_path / "c.toml"
     contract.write_text('id = "k"\nversion = "1"\nunknown_policy = "charge"\nprovider_failure_loss = "credit"\n'
+                        'effective_from = 2000-01-01\n'  # the runs below started before today
                         '[skus.default]\nrate_per_gpu_hour = "2.00"\n')
     runner = CliRunner()
     assert runner.invoke(cli, ["--db", ledger_url, "contract", "set", str(contract)]).exit_code == 0

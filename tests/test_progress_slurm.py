@@ -38,6 +38,7 @@ version = "2026-12"
 currency = "EUR"
 unknown_policy = "charge"
 provider_failure_loss = "credit"
+effective_from = 2000-01-01  # set after the job ran: a contract set without it starts when it is set
 [skus.default]
 rate_per_gpu_hour = "2.00"
 """

@@ -181,7 +181,8 @@ def test_mig_node_bills_exactly_the_slices_in_use_and_never_the_parent(runner, c
     out = json.loads(r.output)
     assert out["runs"] == 3 and out["devices"] == 5          # parent + 4 slices stored; 3 runs (idle 1g has none)
     contract = tmp_path / "c.toml"
-    contract.write_text('id = "mig"\nversion = "1"\ncurrency = "EUR"\n[skus.A100-SXM4-80GB]\n'
+    contract.write_text('id = "mig"\neffective_from = 2000-01-01\nversion = "1"\ncurrency = "EUR"\n'
+                        '[skus.A100-SXM4-80GB]\n'
                         'rate_per_gpu_hour = "7.00"\n', encoding="utf-8")
     assert runner.invoke(cli, ["--db", sqlite_url, "contract", "set", str(contract)], env=ENV).exit_code == 0
     costs, bound = {}, set()
@@ -629,7 +630,8 @@ def test_a_contract_may_price_a_mig_profile_directly(runner, cli, tmp_path, sqli
     _mig_node_export(src, hours=0.5)
     assert runner.invoke(cli, ["--db", sqlite_url, "import", "prometheus", str(src), "--quiet"], env=ENV).exit_code == 0
     contract = tmp_path / "c.toml"
-    contract.write_text('id = "mig"\nversion = "2"\n[skus.A100-SXM4-80GB]\nrate_per_gpu_hour = "7.00"\n'
+    contract.write_text('id = "mig"\neffective_from = 2000-01-01\nversion = "2"\n[skus.A100-SXM4-80GB]\n'
+                        'rate_per_gpu_hour = "7.00"\n'
                         '[skus."A100-SXM4-80GB/1g.10gb"]\nrate_per_gpu_hour = "1.50"\n', encoding="utf-8")
     r = runner.invoke(cli, ["--db", sqlite_url, "contract", "set", str(contract)], env=ENV)
     assert r.exit_code == 0, r.output

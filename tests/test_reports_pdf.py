@@ -101,8 +101,10 @@ def test_statement_pdf_names_the_signed_tree_head_and_how_to_check_it(sqlite_url
         return " ".join(pdf_text(pdf).split())
 
     rs = nov_receipts(6)
-    for i, r in enumerate(rs):  # receipt i is entry i + 1, cut at the entries before it (the head is entry 5)
-        r["ledger"]["through_seq"] = i + (i >= 4)
+    # receipt i is entry i + 1 (i >= 4: i + 3, after the first export's record, 5, and the head, 6), cut at
+    # the entries before it
+    for i, r in enumerate(rs):
+        r["ledger"]["through_seq"] = i + 2 * (i >= 4)
     eng = db_mod.make_engine(sqlite_url)
     store.append(eng, [issue_entry(r, NOV + 29 * 86400) for r in rs[:4]])
     assert "None is signed: no signed tree head is recorded in the ledger through seq 4" in export()
@@ -110,7 +112,8 @@ def test_statement_pdf_names_the_signed_tree_head_and_how_to_check_it(sqlite_url
     head = heads.checkpoint(eng, heads.load_private_key(tmp_path / "log.key"))
     store.append(eng, [issue_entry(r, NOV + 29 * 86400) for r in rs[4:]])
     text = export()
-    assert f"tree size {head['tree_size']:,}" in text and head["tree_size"] == 4
+    # 4 receipts and the first export's statement_exported record (entry 5); the head's own entry is 6
+    assert f"tree size {head['tree_size']:,}" in text and head["tree_size"] == 5
     assert head["root_hash"] in text.replace(" ", "") and head["log_id"] in text
     assert "It covers 4 of this statement's 6 receipt(s)" in text
     for cmd in ("ipledger receipt JOB --proof --head head.json --out b.json",
@@ -119,4 +122,4 @@ def test_statement_pdf_names_the_signed_tree_head_and_how_to_check_it(sqlite_url
     heads.checkpoint(eng, heads.load_private_key(tmp_path / "log.key"))
     eng.dispose()
     text = export()
-    assert "tree size 7" in text and "It covers all 6 receipt(s) of this statement" in text
+    assert "tree size 9" in text and "It covers all 6 receipt(s) of this statement" in text  # + 2nd export's record

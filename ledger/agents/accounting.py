@@ -5,6 +5,8 @@ a period, decomposed by bucket and by the causes the other agents found (docs/ag
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import pandas as pd
 
@@ -375,11 +377,12 @@ def explain(ds: Dataset, found: list[Finding], kind: str, name: str | None, star
             set(dict(f.extra).get("based_on", [])) & {f2.id for _, f2 in causes}]
     table = loss_table(acct, lines)
     label = "the fleet" if kind == "fleet" else f"{kind} {name}"
+    listed = [dict(f.to_json(), gpu_hours_in_scope=round(h, 4)) for h, f in causes[:5]]
     out = {"scope": {"kind": kind, "name": name}, "period": {"start": format_ts(start), "end": format_ts(end)},
            "account": acct, "by_cause": {k: round(v, 4) for k, v in lines.items()}, "table": table,
-           "findings": [dict(f.to_json(), gpu_hours_in_scope=round(h, 4)) for h, f in causes[:5]],
+           "findings": listed,
            "recommendations": [f.to_json() for f in recs[:3]],
-           "answer": headline(label, start, end, table)}
+           "answer": headline(label, start, end, table, findings=listed)}
     if kind == "job":
         out["timeline"] = job_timeline(ds, found, name or "", start, end)
     return out
@@ -415,15 +418,25 @@ def loss_table(acct: dict, lines: dict[str, float]) -> dict:
             "lost": total, "lines": [{"cause": k, "gpu_hours": v} for k, v in shown]}
 
 
-def headline(label: str, start: float, end: float, table: dict, top: int = 3) -> str:
-    """One sentence made of the table's own shown figures (never recomputed)."""
+def headline(label: str, start: float, end: float, table: dict, top: int = 3,
+             findings: Sequence[dict] = ()) -> str:
+    """One sentence made of the table's own shown figures (never recomputed) and of the findings listed with
+    it (``findings``: their ``kind`` and ``gpu_hours_in_scope``, as shown): a finding whose hours are no loss
+    line of the table (work lost since a checkpoint sits inside the paid hours) is named, never denied."""
     causes = [ln for ln in table["lines"] if ln["cause"] not in (WORKLOAD_LINE, OTHER_LINE, UNKNOWN_LINE, "rounding")]
     under = next((ln["gpu_hours"] for ln in table["lines"] if ln["cause"] == WORKLOAD_LINE), 0.0)
     head = (f"{label} was paid for {table['paid']:,.{DISPLAY_DP}f} GPU-hours from {fmt_ts(start)} to {fmt_ts(end)} "
             f"and delivered {table['delivered']:,.{DISPLAY_DP}f}; of the {table['lost']:,.{DISPLAY_DP}f} lost, ")
+    lined = {ln["cause"] for ln in causes}
+    beside = [f for f in findings if f.get("kind") not in lined]
+    also = ("; the findings below also name " + ", ".join(
+        f"{str(f.get('kind')).replace('_', ' ')} {float(f.get('gpu_hours_in_scope') or 0):,.{DISPLAY_DP}f}"
+        for f in beside) + " GPU-hours within the paid hours, not a line of their own") if beside else ""
     if causes:
         lead = "; ".join(f"{ln['cause'].replace('_', ' ')} {ln['gpu_hours']:,.{DISPLAY_DP}f}" for ln in causes[:top])
-        return head + f"the largest causes: {lead}; the workload itself left {under:,.{DISPLAY_DP}f} unused."
+        return head + f"the largest causes: {lead}; the workload itself left {under:,.{DISPLAY_DP}f} unused{also}."
+    if beside:
+        return head + f"no loss line is a finding's beyond the workload's own underuse ({under:,.{DISPLAY_DP}f}){also}."
     return head + f"no finding explains any beyond the workload's own underuse ({under:,.{DISPLAY_DP}f})."
 
 

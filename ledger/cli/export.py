@@ -45,7 +45,8 @@ def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: 
     Totals per tenant, per job class (partition, QOS) and per hour of day: runs, paid and delivered
     GPU-hours, every loss bucket, unknown (resolved/pending), adjustments and cost, with the ledger head
     hash the export was computed from. Receipts re-issued after their month closed appear as correction
-    rows in the month they were re-issued.
+    rows in the month they were re-issued. The export is recorded (a statement_exported entry, not with
+    --as-of): a newer contract then leaves the month's receipts alone unless `issue --reprice-closed --yes`.
 
     \b
     Example:
@@ -91,10 +92,11 @@ def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: 
 
             with tempfile.TemporaryDirectory() as d:
                 tmp = Path(d) / "out"
-                export_file(app.engine(), month, fmt, tmp, tenant=tenant, as_of=as_of, aliaser=aliaser,
-                            progress=bar, invoice_scheme=scheme)
+                st = export_file(app.engine(), month, fmt, tmp, tenant=tenant, as_of=as_of, aliaser=aliaser,
+                                 progress=bar, invoice_scheme=scheme)
                 bar.close()
                 sys.stdout.write(tmp.read_text())
+            _record_export(app, month, tenant, fmt, st, as_of)
             return
         with output_file(path) as tmp:  # the target is replaced only by a complete file, never truncated
             st = export_file(app.engine(), month, fmt, tmp, tenant=tenant, as_of=as_of, aliaser=aliaser,
@@ -106,6 +108,7 @@ def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: 
             from None
     finally:
         bar.close()
+    _record_export(app, month, tenant, fmt, st, as_of)
     t = st.totals
     summary = {"month": month, "format": fmt, "out": str(path), "tenant": tenant, "empty": st.empty,
                "runs": t["runs"], "corrections": t["corrections"], "paid_gpu_hours": round(t["paid"], 6),
@@ -120,6 +123,29 @@ def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: 
     echo(f"{path}: {t['runs']} runs, {t['paid']:.2f} GPU-hours paid, {t['delivered']:.2f} delivered, "
                f"billed {cents(t['billed']):.2f} {summary['currency'] or ''} "
                f"(ledger seq {st.through_seq}, head {st.head_hash[:16]})")
+
+
+def _record_export(app: AppContext, month: str, tenant: str | None, fmt: str, st, as_of: int | None) -> None:  # noqa: ANN001
+    """A statement that left the ledger closes its month to repricing (a ``statement_exported`` entry;
+    ledger/closed.py). An ``--as-of`` export reproduces an earlier one and records nothing."""
+    if as_of is not None or st.empty:
+        return
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from ..closed import statement_exported_entry
+    from ..entries import Kind
+    from ..store import append, iter_entries
+
+    engine = app.engine()
+    for ce in iter_entries(engine, kinds=[Kind.STATEMENT_EXPORTED]):
+        d = ce.entry.data
+        if (d.get("month"), d.get("tenant"), d.get("through_seq")) == (month, tenant, st.through_seq):
+            return  # this very statement was exported before (in this or another format)
+    try:
+        append(engine, [statement_exported_entry(month, tenant, fmt, st.through_seq, st.head_hash)])
+    except SQLAlchemyError as exc:  # e.g. a read-only role: the file is written, the month is not closed
+        raise UserError(f"the {month} statement was written, but its export could not be recorded in the "
+                        f"ledger ({type(exc).__name__}): the month is not closed to repricing") from None
 
 
 def register(cli: click.Group) -> None:

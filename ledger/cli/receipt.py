@@ -9,7 +9,7 @@ import click
 
 from ..receipts import ReceiptError, issue_receipt, receipt_for, render_pdf, render_text, verify_receipt
 from ..safeout import OutputError, output_file, write_output
-from ..textsafe import echo
+from ..textsafe import echo, printable
 from .context import RUN, SEQ, AppContext, UserError, emit_json, pass_app
 
 
@@ -79,6 +79,15 @@ def receipt_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | No
             r = res.receipt
             status_lines.append(f"{res.status}: {r.hash}")
             status_lines += [f"  changed {c}" for c in res.changes]
+            if res.kept_months:
+                status_lines.append(f"kept the contract of its last issue: exported month(s) "
+                                    f"{', '.join(res.kept_months)} (ipledger issue --reprice-closed to reprice)")
+        elif as_of is None and contract_id is None:  # at the head: the terms an issue would use
+            res = issue_receipt(engine, job_id, run, cluster=cluster, sku_table=skus, workers=workers, dry_run=True)
+            r = res.receipt
+            if res.kept_months:
+                status_lines.append(f"kept the contract of its last issue: exported month(s) "
+                                    f"{', '.join(res.kept_months)} (ipledger issue --reprice-closed to reprice)")
         else:
             r = receipt_for(engine, job_id, run, cluster=cluster, as_of=as_of, contract_id=contract_id,
                             sku_table=skus, workers=workers)
@@ -113,22 +122,28 @@ def receipt_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | No
 @click.option("--all", "all_runs", is_flag=True, help="Every closed run in the ledger.")
 @click.option("--open", "include_open", is_flag=True,
               help="Also runs still open: their receipts are the usage accrued so far.")
+@click.option("--reprice-closed", "reprice_closed", is_flag=True,
+              help="Let a newer contract change receipts of months whose statement was exported (needs --yes).")
+@click.option("--yes", is_flag=True, help="With --reprice-closed: do it (without: only list what would change).")
 @click.option("--json", "as_json", is_flag=True, help="Print what was issued as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @pass_app
-def issue_cmd(app: AppContext, month: str | None, all_runs: bool, include_open: bool, as_json: bool,
-              quiet: bool) -> None:
+def issue_cmd(app: AppContext, month: str | None, all_runs: bool, include_open: bool, reprice_closed: bool,
+              yes: bool, as_json: bool, quiet: bool) -> None:
     """Issue (or re-issue where changed) the receipt of every closed run, so statements can sum them.
 
     Idempotent: a run whose receipt is unchanged since its last issue gets no new entry, so running it
     twice issues nothing the second time. A run that cannot be computed is reported and skipped; the exit
-    status is then 1.
+    status is then 1. A run billed in a month whose statement was exported keeps the contract of its last
+    issue (it is counted as kept); --reprice-closed lists the receipts and the money a newer contract would
+    change there, and --reprice-closed --yes re-issues them (the next statement carries the corrections).
 
     \b
     Example:
       ipledger issue --all
       ipledger issue --month 2026-11 --json
       ipledger issue --month 2026-12 --open
+      ipledger issue --month 2026-11 --reprice-closed --yes
     """
     from reports.periods import PeriodError, month_bounds
     from reports.progress import Progress
@@ -143,23 +158,53 @@ def issue_cmd(app: AppContext, month: str | None, all_runs: bool, include_open: 
             period = tuple(b.timestamp() for b in month_bounds(month))
         except PeriodError as exc:
             raise UserError(str(exc)) from None
+    if yes and not reprice_closed:
+        raise UserError("--yes only confirms --reprice-closed")
     engine = app.engine()
     skus = app.site.sku_table
     keys = runs_to_issue(engine, period, include_open)
+    dry_run = reprice_closed and not yes
     bar = Progress(f"issue {month or 'all'}", quiet=quiet)
     try:
-        res = issue_runs(engine, keys, sku_table=skus, progress=bar)
+        res = issue_runs(engine, keys, sku_table=skus, progress=bar, reprice_closed=reprice_closed,
+                         dry_run=dry_run)
     finally:
         bar.close()
     if as_json:
-        emit_json({"month": month, **res.to_json()})
+        emit_json({"month": month, "dry_run": dry_run, **res.to_json()})
     else:
         for key, why in res.failed:
             echo(f"failed: job {key.job_id} run {key.run} ({key.cluster}): {why}", err=True)
-        echo(f"{res.runs} runs: {res.issued} issued, {res.reissued} re-issued, {res.unchanged} unchanged, "
-                   f"{len(res.failed)} failed")
+        for line in reprice_lines(res):
+            echo(line)
+        if not dry_run:
+            echo(f"{res.runs} runs: {res.issued} issued, {res.reissued} re-issued, {res.unchanged} unchanged, "
+                       f"{len(res.failed)} failed")
+        if res.kept:
+            months = sorted({m for _k, ms in res.kept for m in ms})
+            echo(f"kept the contract of {len(res.kept)} receipt(s) of exported months ({', '.join(months)}): "
+                       f"a newer contract applies; --reprice-closed lists what it would change", err=True)
+    if dry_run:
+        raise UserError(f"{len(res.repriced)} receipt(s) of exported months would change; nothing was issued "
+                        f"(add --yes to re-issue them)")
     if res.failed:
         raise SystemExit(1)
+
+
+def reprice_lines(res) -> list[str]:  # noqa: ANN001 - an IssueSummary
+    """Each receipt of an exported month a newer contract changes, and the money per currency."""
+    from decimal import Decimal
+
+    out, delta = [], {}
+    for r in res.repriced:
+        d = Decimal(r.after) - Decimal(r.before)
+        delta[r.currency] = delta.get(r.currency, Decimal(0)) + d
+        out.append(printable(f"reprice {r.key.cluster} job {r.key.job_id} run {r.key.run} ({r.tenant}, "
+                        f"{', '.join(r.months)}): {r.before} -> {r.after} {r.currency} ({d:+})"))
+    if res.repriced:
+        out.append(f"{len(res.repriced)} receipt(s) of exported months: "
+                   + ", ".join(f"{v:+} {c}" for c, v in sorted(delta.items())))
+    return out
 
 
 def _proof_bundle(app: AppContext, job_id: str, run: int | None, cluster: str | None, head_path: str | None,

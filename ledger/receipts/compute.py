@@ -66,6 +66,7 @@ class RunInputs:
     segments: tuple[ChainedEntry, ...] = ()      # telemetry_segment entries whose samples are in `samples`
     samples: Mapping[str, SampleArrays] = field(default_factory=dict)
     contract_id: str | None = None
+    contract_entry_id: str | None = None  # pin the contract_version (contracts.select_contract's entry_id)
     open_end: str | None = None  # for a run with no allocation_ended: the end of its latest telemetry
     # device -> ((t, xid), ...) of its samples in the window (DCGM field 230); read for runs that did not
     # complete, where a provider-side XID can make the end the provider's failure
@@ -193,7 +194,8 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
     if frame.start is None:
         raise ReceiptError(f"job {key.job_id} run {key.run}: no allocation_started entry in the ledger")
     w0, w1 = ts_to_epoch(frame.start), ts_to_epoch(frame.end or frame.start)
-    contract, contract_ce = select_contract(inputs.contracts, frame.account, inputs.contract_id)
+    contract, contract_ce = select_contract(inputs.contracts, frame.account, inputs.contract_id, at=w0,
+                                            entry_id=inputs.contract_entry_id)
 
     all_gaps = sorted({c.seq: c for c in (*inputs.gaps, *(c for c in inputs.entries
                                                            if c.entry.kind == Kind.UNKNOWN_INTERVAL))}.values(),

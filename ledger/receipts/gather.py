@@ -70,17 +70,21 @@ def _overlapping(conn: Connection, kind: str, start: str, end: str, as_of: int |
 
 
 def gather(engine_or_conn: Engine | Connection, job_id: str, run: int | None = None, *, cluster: str | None = None,
-           as_of: int | None = None, contract_id: str | None = None, workers: int = 1) -> RunInputs:
+           as_of: int | None = None, contract_id: str | None = None, workers: int = 1,
+           contract_entry_id: str | None = None) -> RunInputs:
     """The run's inputs. ``workers`` > 1 lets a big run (an engine, not a connection) read and attribute its
-    devices in that many processes (spawned: a script needs the ``if __name__ == "__main__"`` guard)."""
+    devices in that many processes (spawned: a script needs the ``if __name__ == "__main__"`` guard).
+    ``contract_entry_id`` pins the contract (an issued receipt's replay)."""
     if isinstance(engine_or_conn, Engine):
         with engine_or_conn.connect() as conn:
-            return _gather(conn, engine_or_conn, job_id, run, cluster, as_of, contract_id, workers)
-    return _gather(engine_or_conn, None, job_id, run, cluster, as_of, contract_id, workers)
+            return _gather(conn, engine_or_conn, job_id, run, cluster, as_of, contract_id, workers,
+                           contract_entry_id)
+    return _gather(engine_or_conn, None, job_id, run, cluster, as_of, contract_id, workers, contract_entry_id)
 
 
 def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | None, cluster: str | None,
-            as_of: int | None, contract_id: str | None, workers: int = 1) -> RunInputs:
+            as_of: int | None, contract_id: str | None, workers: int = 1,
+            contract_entry_id: str | None = None) -> RunInputs:
     runs = runs_of_job(conn, str(job_id), as_of)
     key = pick_run(runs, str(job_id), run, cluster)
     entries = runs[key]
@@ -128,7 +132,8 @@ def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | Non
         xid_samples = load_xid_samples(conn, [s.entry.entry_id for s in segments], sorted(uuids), w0, w1)
     return RunInputs(key=key, entries=tuple(entries), gaps=tuple(gaps), resolutions=tuple(resolutions),
                      contracts=tuple(contracts), segments=tuple(sorted(used, key=lambda c: c.seq)),
-                     samples=samples, contract_id=contract_id, open_end=open_end, xid_samples=xid_samples)
+                     samples=samples, contract_id=contract_id, contract_entry_id=contract_entry_id,
+                     open_end=open_end, xid_samples=xid_samples)
 
 
 def load_xid_samples(conn: Connection, segment_ids: Sequence[str], devices: Sequence[str], start: float,

@@ -3,6 +3,11 @@
 
 Issuing them automatically after a shipment, and replaying them all in ``ipledger verify``, is
 :mod:`ledger.receipts.auto` (bound to the site's settings).
+
+A re-issue never changes the contract a receipt was priced under when the run is billed in a month whose
+statement has been exported (:mod:`ledger.closed`): the receipt is recomputed under the contract its last
+issue had, and the run is reported as *kept*; only ``reprice_closed`` (``ipledger issue --reprice-closed
+--yes``) lets the new contract through, and the change is then booked as a correction in the next statement.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -19,6 +25,8 @@ from sqlalchemy.engine import Engine
 
 from .. import heads
 from ..canonical import now_ts, ts_to_epoch
+from ..closed import ClosedMonths, read_closed
+from ..contracts import PINNED_DEFAULT
 from ..entries import ChainedEntry, Entry, Kind, make_entry
 from ..fsmodes import RECEIPTS_DIR, RECEIPTS_FILE, make_dirs, open_subdir, write_beside
 from ..method import METHOD_NAME, METHOD_VERSION
@@ -35,6 +43,8 @@ class IssueResult:
     entry: Entry | None           # the receipt_issued entry appended (None when unchanged)
     previous: ChainedEntry | None
     changes: tuple[str, ...]
+    kept_months: tuple[str, ...] = ()      # exported months whose contract this issue kept (a newer one applies)
+    repriced_months: tuple[str, ...] = ()  # exported months this issue repriced (reprice_closed)
 
 
 def issued_entries(engine_or_conn, key: RunKey) -> list[ChainedEntry]:  # noqa: ANN001
@@ -46,7 +56,20 @@ def replay(engine: Engine, issued: ChainedEntry, sku_table: Mapping | None = Non
     """Recompute the receipt an issued entry names: same run, same through_seq, same contract."""
     d = issued.entry.data
     return compute_receipt(gather(engine, issued.entry.job_id, issued.entry.run or 0, cluster=issued.entry.cluster,
-                                  as_of=d["through_seq"], contract_id=d["contract"]["id"], workers=workers), sku_table)
+                                  as_of=d["through_seq"], contract_id=d["contract"]["id"], workers=workers,
+                                  contract_entry_id=_pin(d)), sku_table)
+
+
+def _pin(issued_data: Mapping) -> str:
+    """The contract_version an issued receipt was priced under, as select_contract's ``entry_id``."""
+    return (issued_data.get("contract") or {}).get("entry_id") or PINNED_DEFAULT
+
+
+def _closed_parts(receipt: Receipt, closed: ClosedMonths) -> list[str]:
+    b = receipt.body
+    w = b["window"]
+    start = ts_to_epoch(w["start"])
+    return closed.closed_parts(start, ts_to_epoch(w["end"]) if w.get("end") else start, b["job"].get("account"))
 
 
 def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -101,16 +124,34 @@ def receipt_issued_entry(r: Receipt, previous: ChainedEntry | None, changes: lis
 
 
 def issue_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluster: str | None = None,
-                  contract_id: str | None = None, sku_table: Mapping | None = None, workers: int = 1) -> IssueResult:
-    """Compute the run's receipt at the ledger head and record it, unless the last issued one is identical."""
+                  contract_id: str | None = None, sku_table: Mapping | None = None, workers: int = 1,
+                  closed: ClosedMonths | None = None, reprice_closed: bool = False,
+                  dry_run: bool = False) -> IssueResult:
+    """Compute the run's receipt at the ledger head and record it, unless the last issued one is identical.
+
+    A run billed in an exported month (``closed``; read from the ledger when None) keeps the contract of its
+    last issue unless ``reprice_closed``. ``dry_run``: say what would be issued, record nothing."""
     receipt = compute_receipt(gather(engine, job_id, run, cluster=cluster, contract_id=contract_id, workers=workers),
                               sku_table)
     job = receipt.body["job"]
     key = RunKey(job["cluster"], job["job_id"], job["run"])
     prior = issued_entries(engine, key)
     previous = prior[-1] if prior else None
+    kept: tuple[str, ...] = ()
+    repriced: tuple[str, ...] = ()
+    if previous is not None and previous.entry.data.get("receipt_hash") != receipt.hash \
+            and _pin(previous.entry.data) != (receipt.body["contract"]["entry_id"] or PINNED_DEFAULT):
+        months = tuple(_closed_parts(receipt, read_closed(engine) if closed is None else closed))
+        if months and reprice_closed:
+            repriced = months
+        elif months:  # an exported month: the terms its statement was computed under stay
+            kept = months
+            receipt = compute_receipt(gather(engine, job_id, key.run, cluster=key.cluster, workers=workers,
+                                             contract_entry_id=_pin(previous.entry.data)), sku_table)
     if previous is not None and previous.entry.data.get("receipt_hash") == receipt.hash:
-        return IssueResult(receipt, "unchanged", None, previous, ())
+        return IssueResult(receipt, "unchanged", None, previous, (), kept)
+    if dry_run:
+        return IssueResult(receipt, "issued" if previous is None else "reissued", None, previous, (), kept, repriced)
     changes: list[str] = []
     if previous is not None:
         try:
@@ -126,9 +167,10 @@ def issue_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluste
         lock_chain(conn)
         latest = issued_entries(conn, key)
         if latest and latest[-1].entry.data.get("receipt_hash") == receipt.hash:
-            return IssueResult(receipt, "unchanged", None, latest[-1], ())
+            return IssueResult(receipt, "unchanged", None, latest[-1], (), kept)
         append_in(conn, [entry])
-    return IssueResult(receipt, "issued" if previous is None else "reissued", entry, previous, tuple(changes))
+    return IssueResult(receipt, "issued" if previous is None else "reissued", entry, previous, tuple(changes),
+                       kept, repriced)
 
 
 def verify_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluster: str | None = None,
@@ -155,6 +197,8 @@ class IssueSummary:
     reissued: int = 0
     unchanged: int = 0
     failed: list[tuple[RunKey, str]] = field(default_factory=list)
+    kept: list[tuple[RunKey, tuple[str, ...]]] = field(default_factory=list)  # exported months' contract kept
+    repriced: list["Repriced"] = field(default_factory=list)  # exported months' receipts the new contract changed
 
     @property
     def runs(self) -> int:
@@ -163,7 +207,30 @@ class IssueSummary:
     def to_json(self) -> dict:
         return {"runs": self.runs, "issued": self.issued, "reissued": self.reissued, "unchanged": self.unchanged,
                 "failed": [{"cluster": k.cluster, "job_id": k.job_id, "run": k.run, "error": e}
-                           for k, e in self.failed]}
+                           for k, e in self.failed],
+                "kept_contract": [{"cluster": k.cluster, "job_id": k.job_id, "run": k.run, "months": list(m)}
+                                  for k, m in self.kept],
+                "repriced": [r.to_json() for r in self.repriced]}
+
+
+@dataclass(frozen=True)
+class Repriced:
+    """A receipt of an exported month that a newer contract changes: its billed amount before and after."""
+
+    key: RunKey
+    months: tuple[str, ...]
+    tenant: str | None
+    before: str   # billed after adjustments, cents, as text
+    after: str
+    currency: str
+
+    def to_json(self) -> dict:
+        return {"cluster": self.key.cluster, "job_id": self.key.job_id, "run": self.key.run, "months": list(self.months),
+                "tenant": self.tenant, "before": self.before, "after": self.after, "currency": self.currency}
+
+
+def _billed(body: Mapping) -> str:
+    return f"{Decimal(str(body['cost']['billed_after_adjustments'])).quantize(Decimal('0.01'))}"
 
 
 @dataclass(frozen=True)
@@ -216,20 +283,32 @@ def runs_to_issue(engine: Engine, period: tuple[float, float] | None = None, inc
 
 
 def issue_runs(engine: Engine, keys: Iterable[RunKey], *, sku_table: Mapping | None = None,
-               progress: Callable[[int, int], None] | None = None) -> IssueSummary:
+               progress: Callable[[int, int], None] | None = None, reprice_closed: bool = False,
+               dry_run: bool = False) -> IssueSummary:
     """Issue (or re-issue where changed) the receipt of each run; a run that cannot be computed is counted
-    as failed with its reason and does not stop the others. Idempotent: a second pass issues nothing."""
+    as failed with its reason and does not stop the others. Idempotent: a second pass issues nothing.
+    Exported months keep their contract unless ``reprice_closed`` (see the module doc); ``dry_run`` records
+    nothing and says what would be issued."""
     keys = list(keys)
     out = IssueSummary()
+    closed = read_closed(engine)
     for n, key in enumerate(keys, start=1):
         try:
-            res = issue_receipt(engine, key.job_id, key.run, cluster=key.cluster, sku_table=sku_table)
+            res = issue_receipt(engine, key.job_id, key.run, cluster=key.cluster, sku_table=sku_table,
+                                closed=closed, reprice_closed=reprice_closed, dry_run=dry_run)
         except ReceiptError as exc:
             out.failed.append((key, str(exc)))
         except Exception as exc:  # noqa: BLE001 - one bad run must not stop the others (as auto_issue)
             out.failed.append((key, f"{type(exc).__name__}: {exc}"))
         else:
             setattr(out, res.status, getattr(out, res.status) + 1)
+            if res.kept_months:
+                out.kept.append((key, res.kept_months))
+            if res.repriced_months and res.previous is not None:
+                old = res.previous.entry.data.get("receipt") or replay(engine, res.previous, sku_table).body
+                out.repriced.append(Repriced(key, res.repriced_months, res.receipt.body["job"].get("account"),
+                                             _billed(old), _billed(res.receipt.body),
+                                             res.receipt.body["cost"]["currency"]))
         if progress:
             progress(n, len(keys))
     return out

@@ -28,14 +28,18 @@ MAX_LISTED_OUTPUTS = 20                        # accepted outputs listed on the 
 
 
 def end_state(entries: Sequence[ChainedEntry]) -> str | None:
-    """How the run ended, as the ledger has it: the final state by the most authoritative source (the accounting
-    database's, else the controller's epilog's, else a node's or reconcile's: ``ledger.accounting``),
-    ``REQUEUED`` when a requeue was recorded; None while it runs. The one place the receipt reads the end state."""
-    requeued = any(c.entry.kind == Kind.ALLOCATION_REQUEUED for c in entries)
+    """How the run ended, as its own ``allocation_ended`` entries say: the state of the most authoritative
+    source (the accounting database's, else the controller's epilog's, else a node's or reconcile's:
+    ``ledger.accounting``), among equals the latest. Only a run with no recorded end that was itself requeued
+    (an ``allocation_requeued`` naming a ``next_run``) is ``REQUEUED``; an ``allocation_requeued`` naming the
+    ``previous_run`` says this run *is* a requeue, not how it ended. None while it runs. The one place the
+    receipt reads the end state."""
     state, _source = accounting_end_state(c.entry for c in entries)
-    if not state:
-        return "REQUEUED" if requeued else None
-    return "REQUEUED" if requeued and state not in PROVIDER_FAILURE_STATES else str(state)
+    if state:
+        return str(state)
+    requeued = any(c.entry.kind == Kind.ALLOCATION_REQUEUED and c.entry.data.get("next_run") is not None
+                   for c in entries)
+    return "REQUEUED" if requeued else None
 
 
 def marks_of(entries: Sequence[ChainedEntry]) -> list[dict]:
