@@ -30,6 +30,7 @@ ENTITY_TYPES = ("GPU", "GPU-I", "GPU-CI", "Switch", "CPU", "Core", "Link", "NvSw
 _META = re.compile(r"#\s*ipledger:\s*(.*)")
 # The wall-clock anchor `ipledger pathb-command` writes at each (re)start of a capture:
 #   # ipledger-start 2026-11-02T00:00:00Z node=gpu-07 interval_ms=15000
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _ANCHOR = re.compile(r"#\s*ipledger-start\s+(\S+)(.*)")
 
 
@@ -151,8 +152,8 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
                 else:
                     c.note_mapped(col, spec.target)
             continue
-        if toks[0].upper() == "ID" and len(toks) == 1:   # the units line under the header ("ID", older "Id")
-            continue
+        if toks[0].upper() == "ID" and not any(_NUMBER.fullmatch(x) for x in toks[1:]):
+            continue   # the units line under the header ("ID", older "Id", with units: "ID  %  MHZ  W  C")
         if toks[0] not in ENTITY_TYPES or len(toks) < 2 or (columns is not None and len(toks) - 2 != len(columns)):
             noise = noise_reason(s)   # only for lines that are not rows: the common path stays a dict lookup
             if noise is not None or s.startswith("Error") or "dcgmi dmon" in s:
