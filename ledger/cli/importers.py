@@ -350,8 +350,8 @@ def pathb_commands(kind: str, hours: float, interval_s: float, url: str,
             *_per_node(nodes, line, "dcgmi dmon"), restart, "# then: ipledger analyze captures/"])
     if kind == "amd-smi":
         def line(node: str) -> str:
-            # -V: the violation columns (PVIOL, TVIOL, TVIOL_ACTIVE, PHOT_TVIOL, VR_TVIOL, HBM_TVIOL) -> reasons
-            return (f"mkdir -p ipledger-capture && {{ {_anchor(node, iv)}; amd-smi monitor -p -t -u -m -v -e -V "
+            # --violation (ROCm 6.3+): the violation columns (PVIOL, TVIOL, TVIOL_ACTIVE, PHOT_TVIOL, VR_TVIOL, HBM_TVIOL) -> reasons
+            return (f"mkdir -p ipledger-capture && {{ {_anchor(node, iv)}; amd-smi monitor -p -t -u -m -v -e --violation "
                     f"--csv -w {iv} -i {count}; }} >> ipledger-capture/amdsmi-{node}.csv")
 
         return "\n".join([
