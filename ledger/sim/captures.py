@@ -44,83 +44,74 @@ def _pieces(sim: Simulation, node: str, start_step: int, steps: int, restart) ->
     return [(start_step, end)]
 
 
-def _write(out: Path, node: str, base: str, ext: str, pieces: list[tuple[int, int]], sim: Simulation,
-           restart_file: str, body, newline: str = "\n") -> list[Path]:  # noqa: ANN001
+def _write_set(sim: Simulation, out: Path, nodes: list[str], vendor: str, name: tuple[str, str], start_step: int,
+               steps: int, restart, restart_file: str, body, newline: str = "\n") -> list[Path]:  # noqa: ANN001
+    """One file per node of ``nodes`` with ``vendor`` GPUs (``name`` = (tool, extension)); ``body(devs, a, b)``
+    gives the lines the tool prints over steps [a, b). Each segment starts with its anchor, appended."""
+    out.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
-    for k, (a, b) in enumerate(pieces):
-        if k == 0 or restart_file == "same":
-            p = out / f"{base}-{node}.{ext}"
-        else:
-            p = out / f"{base}-{node}-{_stamp(sim.t[a]).replace('-', '').replace(':', '')}.{ext}"
-        lines = [_anchor(sim.t[a], node, sim.spec.cadence_s), *body(a, b)]
-        with p.open("a", encoding="utf-8", newline="") as f:
-            f.write(newline.join(lines) + newline)
-        if p not in paths:
-            paths.append(p)
+    for node in nodes:
+        devs = [i for i, d in enumerate(sim.devices) if d.node == node and d.vendor == vendor]
+        for k, (a, b) in enumerate(_pieces(sim, node, start_step, steps, restart) if devs else ()):
+            p = out / f"{name[0]}-{node}.{name[1]}"
+            if k and restart_file != "same":
+                p = out / f"{name[0]}-{node}-{_stamp(sim.t[a]).replace('-', '').replace(':', '')}.{name[1]}"
+            lines = [_anchor(sim.t[a], node, sim.spec.cadence_s), *body(devs, a, b)]
+            with p.open("a", encoding="utf-8", newline="") as f:
+                f.write(newline.join(lines) + newline)
+            if p not in paths:
+                paths.append(p)
     return paths
 
 
 def write_dmon_set(sim: Simulation, out: Path, nodes: list[str], start_step: int, steps: int,
                    restart: tuple[str, int, int] | None = None, restart_file: str = "same") -> list[Path]:
     """One ``dmon-<node>.txt`` per NVIDIA node of ``nodes`` over [start_step, start_step + steps)."""
-    out.mkdir(parents=True, exist_ok=True)
-    A, paths = sim.arrays, []
-    for node in nodes:
-        devs = [i for i, d in enumerate(sim.devices) if d.node == node and d.vendor == "NVIDIA"]
-        if not devs:
-            continue
+    A = sim.arrays
 
-        def body(a: int, b: int, devs=devs) -> list[str]:  # noqa: ANN001
-            lines = []
-            for k, s in enumerate(range(a, b)):
-                if k % 14 == 0:
-                    lines += ["#Entity   " + "  ".join(c for c, _, _ in DMON_COLUMNS), "ID        " + "  ".join(DMON_UNITS)]
-                for i in devs:
-                    if not sim.present[i, s]:
-                        vals = ["N/A"] * len(DMON_COLUMNS)
-                    else:
-                        vals = [fmt.format(A[key][i, s] * (100.0 if key == "gpu_util" else 1.0))
-                                for _, key, fmt in DMON_COLUMNS]
-                    lines.append(f"GPU {sim.devices[i].index}     " + "  ".join(vals))
-            return lines
+    def body(devs: list[int], a: int, b: int) -> list[str]:
+        lines = []
+        for k, s in enumerate(range(a, b)):
+            if k % 14 == 0:
+                lines += ["#Entity   " + "  ".join(c for c, _, _ in DMON_COLUMNS), "ID        " + "  ".join(DMON_UNITS)]
+            for i in devs:
+                if not sim.present[i, s]:
+                    vals = ["N/A"] * len(DMON_COLUMNS)
+                else:
+                    vals = [fmt.format(A[key][i, s] * (100.0 if key == "gpu_util" else 1.0))
+                            for _, key, fmt in DMON_COLUMNS]
+                lines.append(f"GPU {sim.devices[i].index}     " + "  ".join(vals))
+        return lines
 
-        paths += _write(out, node, "dmon", "txt", _pieces(sim, node, start_step, steps, restart), sim,
-                        restart_file, body)
-    return paths
+    return _write_set(sim, out, nodes, "NVIDIA", ("dmon", "txt"), start_step, steps, restart, restart_file, body)
 
 
 def write_amdsmi_set(sim: Simulation, out: Path, nodes: list[str], start_step: int, steps: int,
                      restart: tuple[str, int, int] | None = None, restart_file: str = "same") -> list[Path]:
-    """One ``amdsmi-<node>.csv`` per AMD node of ``nodes`` (``amd-smi monitor -p -t -u -v -e -V --csv -w``): the
+    """One ``amdsmi-<node>.csv`` per AMD node of ``nodes`` (``amd-smi monitor ... --violation --csv -w``): the
     watch banner, CRLF line ends, the header again at each iteration; violation columns from the simulated
     clock-event reasons (0x4 power -> PVIOL, 0x20 thermal -> TVIOL and TVIOL_ACTIVE, 0x8 -> PHOT_TVIOL)."""
-    out.mkdir(parents=True, exist_ok=True)
-    A, paths = sim.arrays, []
-    for node in nodes:
-        devs = [i for i, d in enumerate(sim.devices) if d.node == node and d.vendor == "AMD"]
-        if not devs:
-            continue
+    A = sim.arrays
 
-        def body(a: int, b: int, devs=devs) -> list[str]:  # noqa: ANN001
-            lines = [BANNER]
-            for s in range(a, b):
-                lines.append(",".join(AMD_COLUMNS))
-                for i in devs:
-                    if not sim.present[i, s]:
-                        lines.append(",".join([str(sim.devices[i].index)] + ["N/A"] * (len(AMD_COLUMNS) - 1)))
-                        continue
-                    r = int(A["clock_reasons"][i, s])
-                    pct = ["100" if r & bit else "0" for bit in (0x4, 0x20)]
-                    lines.append(",".join([
-                        str(sim.devices[i].index), f"{A['power_w'][i, s]:.0f}", f"{A['gpu_temp_c'][i, s]:.0f}",
-                        f"{A['gpu_util'][i, s] * 100:.0f}", f"{A['sm_clock_mhz'][i, s]:.0f}",
-                        f"{A['fb_used_mib'][i, s]:.0f}", f"{A['ecc_sbe_aggregate'][i, s]:.0f}", *pct,
-                        "True" if r & 0x20 else "False", "100" if r & 0x8 else "0", "0", "0"]))
-            return lines
+    def body(devs: list[int], a: int, b: int) -> list[str]:
+        lines = [BANNER]
+        for s in range(a, b):
+            lines.append(",".join(AMD_COLUMNS))
+            for i in devs:
+                if not sim.present[i, s]:
+                    lines.append(",".join([str(sim.devices[i].index)] + ["N/A"] * (len(AMD_COLUMNS) - 1)))
+                    continue
+                r = int(A["clock_reasons"][i, s])
+                pct = ["100" if r & bit else "0" for bit in (0x4, 0x20)]
+                lines.append(",".join([
+                    str(sim.devices[i].index), f"{A['power_w'][i, s]:.0f}", f"{A['gpu_temp_c'][i, s]:.0f}",
+                    f"{A['gpu_util'][i, s] * 100:.0f}", f"{A['sm_clock_mhz'][i, s]:.0f}",
+                    f"{A['fb_used_mib'][i, s]:.0f}", f"{A['ecc_sbe_aggregate'][i, s]:.0f}", *pct,
+                    "True" if r & 0x20 else "False", "100" if r & 0x8 else "0", "0", "0"]))
+        return lines
 
-        paths += _write(out, node, "amdsmi", "csv", _pieces(sim, node, start_step, steps, restart), sim,
-                        restart_file, body, newline="\r\n")
-    return paths
+    return _write_set(sim, out, nodes, "AMD", ("amdsmi", "csv"), start_step, steps, restart, restart_file, body,
+                      newline="\r\n")
 
 
 __all__ = ["write_dmon_set", "write_amdsmi_set"]
