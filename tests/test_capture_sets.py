@@ -272,3 +272,13 @@ for i in 1 2 3; do echo "gpu,power_usage,gfx,gfx_clock$viol"
     gaps = timeline_for(c, "a/gpu0", ImportOptions()).gaps
     assert [(g.cause, g.start, g.end) for g in gaps] == [("capture_restarted", T0 + 45, T0 + 3600)]
     assert _vals(c, "a/gpu1", "clock_reasons")[:3] == [4.0] * 3      # the power cap, from dmon or --violation
+
+
+def test_a_node_name_that_is_no_host_name_is_refused_in_one_line(runner, cli, tmp_path):
+    """A capture's anchor line names the node shown in every finding: terminal escapes there are refused."""
+    src = tmp_path / "dmon-x.txt"
+    src.write_text("# ipledger-start 2026-11-02T00:00:00Z node=gpu\x1b[2J interval_ms=1000\n#Entity POWER\nID\n"
+                   "GPU 0 300\n")
+    r = runner.invoke(cli, ["analyze", str(src), "--json"])
+    assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1 and "\x1b" not in r.output, r.output
+    assert "not a host name" in r.output and "line 1" in r.output

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from ..textsafe import printable
 from .context import AppContext, UserError, emit_json, pass_app
 
 
@@ -32,8 +33,8 @@ def _print_finding(f: dict, status: str | None = None) -> None:
     where = ", ".join(f"{k}={v}" for k, v in sc.items() if v)
     st = f" [{status}]" if status else ""
     click.echo(f"{f['id']}  {f['agent']}/{f['kind']}{st}  {f['gpu_hours']:.2f} GPU-h  conf {f['confidence']:.2f}  "
-               f"{f['start']} .. {f['end']}  ({where})")
-    click.echo(f"    {f['summary']}")
+               f"{f['start']} .. {f['end']}  ({printable(where)})")
+    click.echo(f"    {printable(f['summary'])}")
     if f.get("command"):
         click.echo(f"    could run (not run): {f['command']}")
 

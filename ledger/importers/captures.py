@@ -189,6 +189,8 @@ def read_set(sources: list[str], fmt: str | None = None, *, start: float | None 
     spans: dict[str, list[tuple[float, float, str]]] = {}
     for p, k in caps:
         hint = node_from_name(p.name, pattern)
+        if hint is not None:
+            hint = dmon.host_name(hint, str(p), "file name")
         if k == "nvidia-smi":
             c = nvidia_smi.read(p, start=start, interval=interval, node=node or hint)
         else:

@@ -55,6 +55,18 @@ def anchor_meta(line: str) -> dict[str, str] | None:
     return None
 
 
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,252}")
+
+
+def host_name(name: str, path: str, place: str) -> str:
+    """A node name read from a capture (its anchor line, its file name): a host name, or an InputError (a name
+    that is none cannot be shown or written into a command as it is)."""
+    if _HOST.fullmatch(name) is None:
+        raise InputError(path, place, f"node name is not a host name (letters, digits, '.', '_', ':', '-'): "
+                                      f"{name[:60]!r}")
+    return name
+
+
 class Segments:
     """The capture segments of one file: every anchor with a start time begins a new one, its ticks counted
     from that start (docs/telemetry.md, "Capture sets"). ``start``/``interval``/``node`` given by the caller
@@ -65,7 +77,7 @@ class Segments:
                  node_hint: str | None = None) -> None:
         self.path, self.given_start, self.given_interval, self.given_node = path, start, interval, node
         self.start, self.interval = start, interval
-        self.node = node or node_hint or "unknown-node"
+        self.node = node or (host_name(node_hint, path, "file name") if node_hint else "unknown-node")
         self.anchors = 0
         self.done: list[tuple[str, float, float]] = []
         self.ticks = 0           # ticks of the open segment
@@ -78,7 +90,7 @@ class Segments:
         except ValueError:
             raise InputError(self.path, place, "start/interval_ms not understood") from None
         if self.given_node is None and meta.get("node"):
-            self.node = meta["node"]
+            self.node = host_name(meta["node"], self.path, place)
         if self.given_interval is None and interval is not None:
             self.interval = interval
         if start is None:
@@ -118,14 +130,8 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
     Returns the collection; raises InputError on anything it cannot place.
     """
     lines = iter(text.splitlines() if isinstance(text, str) else text)
-    head = list(itertools.islice(lines, 20))   # the metadata line is at the top: it names the node
+    head = list(itertools.islice(lines, 20))
     seg = Segments(path, start, interval, node, node_hint)
-    for line in head:
-        meta = anchor_meta(line.strip())
-        if meta is not None:
-            if "node" in meta and node is None:
-                seg.node = meta["node"]
-            break
     c = Collected("dcgmi_dmon", path=path, cadence=interval)
     columns: list[str] | None = None
     rows = 0
