@@ -11,9 +11,11 @@ import stat
 import subprocess
 import tarfile
 from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from ledger.importers import amdsmi, dmon
 from ledger.importers.captures import node_from_name, read_set
@@ -282,3 +284,40 @@ def test_a_node_name_that_is_no_host_name_is_refused_in_one_line(runner, cli, tm
     r = runner.invoke(cli, ["analyze", str(src), "--json"])
     assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1 and "\x1b" not in r.output, r.output
     assert "not a host name" in r.output and "line 1" in r.output
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 12)), min_size=1, max_size=5),
+       st.booleans())
+def test_every_anchor_is_a_segment_and_every_hole_a_capture_restarted_gap(segments, split):
+    """Any run of (re)starts: (idle ticks before the start, ticks captured). Each row lands at its own anchor's
+    time + its tick; every hole longer than the tolerance (3 ticks) is exactly one capture_restarted gap; the
+    timeline's covered + unknown time is the whole span. ``split``: each restart in its own file."""
+    from ledger.importers.pipeline import ImportOptions, timeline_for
+
+    iv, t, expect, files = 10, T0, [], [[]]
+    holes = []
+    for k, (idle, n) in enumerate(segments):
+        if k:
+            holes.append((t, t + idle * iv))
+            if split:
+                files.append([])
+        t += idle * iv if k else 0
+        stamp = datetime.fromtimestamp(t, timezone.utc)
+        files[-1] += [f"# ipledger-start {stamp:%Y-%m-%dT%H:%M:%SZ} node=n1 interval_ms={iv * 1000}",
+                      "#Entity  POWER", "ID  W"]
+        for j in range(n):
+            files[-1].append(f"GPU 0  {100 + len(expect)}")
+            expect.append(t + j * iv)
+        t += n * iv
+    parts = [dmon.parse("\n".join(f) + "\n", f"dmon-n1-{i}.txt") for i, f in enumerate(files)]
+    c = parts[0]
+    for p in parts[1:]:
+        c.merge(p)
+    pts = sorted(zip(*c.series["n1/gpu0"]["power_w"]))
+    assert [p[0] for p in pts] == expect and [p[1] for p in pts] == [100.0 + i for i in range(len(expect))]
+    tl = timeline_for(c, "n1/gpu0", ImportOptions())
+    want = [(a, b) for a, b in holes if b - a > 2 * iv]     # a hole + one tick beyond the tolerance
+    assert [(g.start, g.end) for g in tl.gaps] == want
+    assert all(g.cause == "capture_restarted" for g in tl.gaps)
+    assert tl.covered_s + tl.unknown_s == pytest.approx(expect[-1] + iv - expect[0])
