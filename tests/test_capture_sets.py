@@ -321,3 +321,18 @@ def test_every_anchor_is_a_segment_and_every_hole_a_capture_restarted_gap(segmen
     assert [(g.start, g.end) for g in tl.gaps] == want
     assert all(g.cause == "capture_restarted" for g in tl.gaps)
     assert tl.covered_s + tl.unknown_s == pytest.approx(expect[-1] + iv - expect[0])
+
+
+def test_a_restarted_set_analyses_the_same_through_a_ledger(hall, tmp_path):
+    """The capture_restarted gaps are entries like any other: the analysis read back from a ledger equals the
+    direct one, and names the restart as an unknown_gap finding with that cause."""
+    from ledger.agents.export_analysis import analyze_collected
+
+    sim, start, nodes = hall
+    write_dmon_set(sim, tmp_path / "set", nodes[:2], start, 120, restart=(nodes[0], start + 40, start + 48))
+    direct = analyze_collected(read_set([str(tmp_path / "set")]), sources=[]).to_json()
+    kept = analyze_collected(read_set([str(tmp_path / "set")]), keep=tmp_path / "kept.db", sources=[]).to_json()
+    assert json.dumps(direct, sort_keys=True) == json.dumps(kept, sort_keys=True)
+    gaps = [f for f in direct["findings"] if f["kind"] == "unknown_gap"]
+    assert any(f.get("cause") == "capture_restarted" and f["scope"]["node"] == nodes[0] for f in gaps), gaps
+    assert direct["account"]["by_cause"].get("capture_restarted", 0) > 0
