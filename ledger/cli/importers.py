@@ -214,7 +214,7 @@ def register(cli: click.Group) -> None:
         return cmd
 
     _capture_cmd("dmon", dmon, """A `dcgmi dmon` capture (no timestamps: --start and --interval, or the
-        metadata line `ipledger pathb-command --exporter dcgmi` writes).
+        start line `ipledger pathb-command --format dmon` writes; a restart is a capture_restarted gap).
 
         \b
         Example:

@@ -6,12 +6,16 @@ carry units (``0 %``, ``10 W``, ``45 °C``). Everything is flattened to ``sectio
 :data:`METRIC_MAP` / :data:`MONITOR_MAP`; ``metric --csv`` columns by :data:`METRIC_CSV_MAP` (docs/telemetry.md).
 Per-XCD GFX clocks (``gfx_0_clk`` .. ``gfx_7_clk``) are averaged; ``metric --ecc-block`` counts are summed per
 device. Per-engine lists (VCN, JPEG, per-XCP busy) are not Sample fields: skipped (plain) or reported unmapped.
-A version banner, prompts and the ``monitor -q`` process table are skipped and counted. Violation/throttle status maps to the NVML clock-event bits:
-PPT (power) -> 0x4 SW power cap, socket thermal -> 0x20 SW thermal, PROCHOT -> 0x8 HW slowdown,
-VR/HBM thermal -> 0x40 HW thermal.
+A version banner, the watch banner (``'CTRL' + 'C' to stop watching output:``), prompts and the ``monitor -q``
+process table are skipped and counted; CRLF line ends and the CSV header repeated at each watch iteration are
+read. Violation/throttle columns map to the NVML clock-event bits (:class:`_Violations`): PPT (power) -> 0x4 SW
+power cap, socket thermal (and ``tviol_active``) -> 0x20 SW thermal, PROCHOT -> 0x8 HW slowdown, VR/HBM
+thermal -> 0x40 HW thermal, from ``*_violation_status`` ACTIVE / NOT ACTIVE (metric) or PVIOL, TVIOL, ... > 0
+(monitor); ``throttle_status`` THROTTLED, which names no reason, is 0x8 unless the row names one.
 
-The output has no timestamps unless a record carries one: ``start``/``interval`` (or a
-``# ipledger: start=... interval_ms=... node=...`` line) place the ticks; a tick ends when a GPU repeats.
+The output has no timestamps unless a record carries one: ``start``/``interval`` (or the wall-clock anchor
+``# ipledger-start TIME node=... interval_ms=...``, or the older ``# ipledger: start=...`` line) place the
+ticks; a tick ends when a GPU repeats. Every anchor starts a new capture segment (:class:`dmon.Segments`).
 """
 
 from __future__ import annotations
@@ -156,7 +160,7 @@ class _Ticker:
             return explicit
         if self.start is None or self.interval is None:
             raise InputError(self.c.path, "", "amd-smi output has no timestamps: give --start and --interval "
-                                              "(or a '# ipledger: start=... interval_ms=...' line)")
+                                              "(or a '# ipledger-start TIME interval_ms=...' line)")
         return self.start + self.tick * self.interval
 
     def device(self, gpu: str) -> str:
