@@ -336,3 +336,13 @@ def test_a_restarted_set_analyses_the_same_through_a_ledger(hall, tmp_path):
     gaps = [f for f in direct["findings"] if f["kind"] == "unknown_gap"]
     assert any(f.get("cause") == "capture_restarted" and f["scope"]["node"] == nodes[0] for f in gaps), gaps
     assert direct["account"]["by_cause"].get("capture_restarted", 0) > 0
+
+
+def test_a_start_line_before_the_previous_ticks_end_is_a_warning():
+    """Two starts 20 s apart in one file, the first followed by 3 ticks of 10 s: the ticks ran slower than
+    interval_ms said (or the clock moved back). Said in the import report, not hidden."""
+    text = ("# ipledger-start 2026-11-02T00:00:00Z node=n1 interval_ms=10000\n#Entity POWER\nID\n"
+            "GPU 0 1\nGPU 0 2\nGPU 0 3\n# ipledger-start 2026-11-02T00:00:20Z node=n1 interval_ms=10000\nGPU 0 4\n")
+    c = dmon.parse(text, "dmon-n1.txt")
+    assert c.capture_segments == [("n1", T0, T0 + 30), ("n1", T0 + 20, T0 + 30)]
+    assert any("10 s before the previous one's ticks end" in w for w in c.warnings), c.warnings

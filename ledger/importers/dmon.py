@@ -117,6 +117,11 @@ class Segments:
     def finish(self, c: Collected) -> None:
         """Record the segments on the collection; its span runs from the first start to the last end."""
         self.close()
+        for (n0, _a0, b0), (n1, a1, _b1) in zip(self.done, self.done[1:]):
+            if n0 == n1 and a1 < b0:
+                c.warn(f"{self.path}: node {n1}: a capture segment starts at {a1:.0f}, {b0 - a1:.0f} s before the "
+                       f"previous one's ticks end: its ticks ran slower than interval_ms (or the clock moved back); "
+                       f"the overlapping ticks are kept where their start line puts them")
         c.capture_segments.extend(self.done)
         if self.done:
             c.span = (min(a for _, a, _ in self.done), max(b for _, _, b in self.done))
