@@ -346,3 +346,18 @@ def test_a_start_line_before_the_previous_ticks_end_is_a_warning():
     c = dmon.parse(text, "dmon-n1.txt")
     assert c.capture_segments == [("n1", T0, T0 + 30), ("n1", T0 + 20, T0 + 30)]
     assert any("10 s before the previous one's ticks end" in w for w in c.warnings), c.warnings
+
+
+def test_a_symlink_inside_a_capture_directory_is_not_followed(tmp_path):
+    """A directory handed to analyze may hold a link to a file elsewhere (as root: any file): never read."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "dmon-secret.txt").write_text("#Entity POWER\nID\nGPU 0 300\n")
+    d = tmp_path / "captures"
+    d.mkdir()
+    (d / "dmon-n1.txt").write_text("# ipledger-start 2026-11-02T00:00:00Z node=n1 interval_ms=1000\n"
+                                   "#Entity POWER\nID\nGPU 0 300\n")
+    (d / "dmon-secret.txt").symlink_to(outside / "dmon-secret.txt")
+    (d / "more").symlink_to(outside, target_is_directory=True)
+    c = read_set([str(d)])
+    assert {i.node for i in c.devices.values()} == {"n1"}
