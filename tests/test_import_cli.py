@@ -165,7 +165,7 @@ def test_missing_source_and_bad_options(runner, cli, tmp_path, sqlite_url):
                                              ("amd-smi", "amd-smi monitor"), ("nvidia-smi", "--query-gpu=")])
 def test_pathb_command_prints_an_importable_recipe(runner, cli, exporter, needle):
     r = runner.invoke(cli, ["pathb-command", "--exporter", exporter, "--hours", "24"], env=ENV)
-    assert r.exit_code == 0 and needle in r.output and "ipledger import" in r.output
+    assert r.exit_code == 0 and needle in r.output and "ipledger analyze" in r.output
     if exporter == "dcgm-exporter":   # one call stays within Prometheus' 11,000 points per series
         step = int(r.output.split("step=")[1].split("s")[0])
         assert 24 * 3600 / step <= 11_000
@@ -175,11 +175,13 @@ def test_pathb_dmon_recipe_metadata_is_what_the_importer_reads(tmp_path):
     from ledger.cli.importers import pathb_commands
     from ledger.importers import dmon
 
-    recipe = pathb_commands("dcgmi", 1, 1, "")
-    assert "# ipledger: start=" in recipe and "interval_ms=1000" in recipe
-    text = ("# ipledger: start=1767225600 interval_ms=1000 node=h\n#Entity SMACT\nID\nGPU 0 0.5\nGPU 0 0.25\n")
+    recipe = pathb_commands("dmon", 1, 1, "")
+    assert "# ipledger-start %Y-%m-%dT%H:%M:%SZ node=$NODE interval_ms=1000" in recipe
+    text = ("# ipledger-start 2026-01-01T00:00:00Z node=h interval_ms=1000\n#Entity SMACT\nID\nGPU 0 0.5\nGPU 0 0.25\n")
     c = dmon.parse(text, "x")
     assert list(c.series["h/gpu0"]["sm_active"][0]) == [1767225600.0, 1767225601.0]
+    old = ("# ipledger: start=1767225600 interval_ms=1000 node=h\n#Entity SMACT\nID\nGPU 0 0.5\nGPU 0 0.25\n")
+    assert list(dmon.parse(old, "x").series["h/gpu0"]["sm_active"][0]) == [1767225600.0, 1767225601.0]
 
 
 def test_progress_only_on_a_tty_and_not_with_quiet(monkeypatch):

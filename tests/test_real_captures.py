@@ -371,7 +371,8 @@ def test_amd_metric_csv_names_of_rocm6_and_per_xcd_clocks():
     assert vals(c, d, "sm_clock_mhz") == [2100.0] and vals(c, d, "mem_clock_mhz") == [1300.0]
     assert vals(c, d, "gpu_temp_c") == [78.0] and vals(c, d, "mem_temp_c") == [60.0]   # "mem" is a temperature here
     assert vals(c, d, "power_w") == [700.0]
-    assert {"gfx_busy_inst_xcp_0", "throttle_status", "edge"} <= set(c.unmapped)
+    assert {"gfx_busy_inst_xcp_0", "edge"} <= set(c.unmapped)
+    assert "throttle_status" not in c.unmapped and "clock_reasons" not in c.series[d]   # read; N/A here: unknown
     # several XCD clocks (MI300: gfx_0_clk .. gfx_7_clk): the mean of the readable ones
     xcd = amdsmi.parse("gpu,gfx_0_clk,gfx_1_clk,gfx_2_clk,gfx_3_clk\n0,2100,2090,N/A,2110\n", "x.csv", start=T0,
                        interval=1.0, node="n")
@@ -515,7 +516,8 @@ def test_docs_quirk_and_identity_tables_name_tests_that_exist():
     import re
 
     doc = (Path(__file__).parent.parent / "docs" / "telemetry.md").read_text(encoding="utf-8")
-    here = Path(__file__).read_text(encoding="utf-8")
+    here = Path(__file__).read_text(encoding="utf-8") + (Path(__file__).parent / "test_capture_sets.py").read_text(
+        encoding="utf-8")
     quirks = doc[doc.index("### 5.4"):doc.index("## 6.")]
     named = set(re.findall(r"`(test_[a-z0-9_]+?)(?:_…)?`", quirks))
     assert len(named) >= 25

@@ -104,17 +104,21 @@ def _finish(analysis: Analysis, collected, res, sources: list[str] | None,  # no
     return analysis
 
 
+_KINDS = {"dcgmi_dmon": "dmon", "amd_smi": "amd-smi", "nvidia_smi": "nvidia-smi", "capture_set": "capture set"}
+
+
 def _context(collected, res, analysis: Analysis, sources: list[str], digests: dict[str, str]) -> dict:  # noqa: ANN001
     src = []
+    kind = _KINDS.get(collected.source, collected.source)
     for s in sources:
-        entry = {"kind": "prometheus", "name": Path(s).name}
+        entry = {"kind": kind, "name": Path(s).name}
         if s in digests:
             entry["sha256"] = digests[s]
         src.append(entry)
     covered = sum(d.get("covered_s", 0.0) for d in res.per_device.values())
     unknown = sum(d.get("unknown_s", 0.0) for d in res.per_device.values())
     gaps = [{"device": dev, **g} for dev, d in res.per_device.items() for g in d.get("gaps", [])]
-    return {"title": "ipledger export analysis", "sources": src or [{"kind": "prometheus",
+    return {"title": "ipledger export analysis", "sources": src or [{"kind": kind,
                                                                       "name": str(collected.source)}],
             "import": {"devices": res.devices, "samples": res.samples, "unknown_intervals": res.unknown_intervals,
                        "missing": res.missing},

@@ -398,27 +398,35 @@ def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool, f
 @click.command("analyze")
 @click.argument("source", nargs=-1, type=click.Path())
 @click.option("--format", "fmt", type=click.Choice(["prometheus", "dmon", "amd-smi", "nvidia-smi"]),
-              default="prometheus", show_default=True, help="What SOURCE is.")
+              default=None, help="What every SOURCE file is (default: each file's format is read from its first lines).")
+@click.option("--node-from", "node_from", metavar="REGEX",
+              help="Captures: the node of each file from its name (the group 'node', else the first group); "
+                   "default: the name after dmon-/amdsmi-/nvsmi-, e.g. dmon-gpu-07.txt -> gpu-07 "
+                   "(a file's '# ipledger-start ... node=NAME' line wins).")
 @click.option("--url", help="Live Prometheus base URL instead of files (GET query_range only).")
 @click.option("--start", help="Live / captures: start (epoch or RFC 3339).")
 @click.option("--end", help="Live: end (epoch or RFC 3339).")
 @click.option("--step", help="Live: query step (default 15s); captures: the sampling interval.")
-@click.option("--node", help="Captures: the host the capture was taken on.")
+@click.option("--node", help="Captures: the host the capture was taken on (one capture file only).")
 @click.option("--json", "as_json", is_flag=True, help="Print the Findings JSON (docs/agents.md) of the analysis.")
 @click.option("--pdf", "pdf", type=click.Path(dir_okay=False), help="Write the written analysis PDF here.")
 @click.option("--keep-ledger", type=click.Path(dir_okay=False),
               help="Also import the export into a SQLite ledger at this path (the agents then read it back; "
                    "the same analysis). Without it no ledger is written.")
 @click.option("--samples", "from_samples", is_flag=True, help=SAMPLES_HELP)
-def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str | None, end: str | None,
-                step: str | None, node: str | None, as_json: bool, pdf: str | None, keep_ledger: str | None,
-                from_samples: bool) -> None:
-    """an export analysed in one shot: run every agent over a telemetry export (nothing is written unless --keep-ledger).
+def analyze_cmd(source: tuple[str, ...], fmt: str | None, node_from: str | None, url: str | None,
+                start: str | None, end: str | None, step: str | None, node: str | None, as_json: bool,
+                pdf: str | None, keep_ledger: str | None, from_samples: bool) -> None:
+    """an export analysed in one shot: run every agent over a telemetry export or a capture set (several files or
+    a directory of per-node dmon / amd-smi / nvidia-smi / Prometheus files, mixed is fine: all nodes in one
+    analysis). Nothing is written unless --keep-ledger.
 
     \b
     Example:
       ipledger analyze demo-out/prometheus-export.json --json
       ipledger analyze dcgm-24h.tar.gz --pdf analysis.pdf
+      ipledger analyze captures/                       # dmon-NODE.txt, amdsmi-NODE.csv ... one file per node
+      ipledger analyze dmon-*.txt --node-from 'dmon-(?P<node>[^.]+)' --json
       ipledger analyze --url http://127.0.0.1:9090 --start 2026-11-03T00:00:00Z --end 2026-11-04T00:00:00Z --step 60s
     """
     import importlib
@@ -450,7 +458,8 @@ def analyze_cmd(source: tuple[str, ...], fmt: str, url: str | None, start: str |
             if not source:
                 raise UserError("give SOURCE files/directories/archives, or --url")
             collected = read_source(fmt, list(source), start=parse_time(start, "--start"),
-                                    interval=parse_duration(step, "--step"), node=node, while_reading=import_agents)
+                                    interval=parse_duration(step, "--step"), node=node, node_from=node_from,
+                                    while_reading=import_agents)
         from ..agents.export_analysis import analyze_collected, render_pdf
 
         analysis = analyze_collected(collected, keep=Path(keep_ledger) if keep_ledger else None,

@@ -215,7 +215,7 @@ def register(cli: click.Group) -> None:
         return cmd
 
     _capture_cmd("dmon", dmon, """A `dcgmi dmon` capture (no timestamps: --start and --interval, or the
-        metadata line `ipledger pathb-command --exporter dcgmi` writes).
+        start line `ipledger pathb-command --format dmon` writes; a restart is a capture_restarted gap).
 
         \b
         Example:
@@ -235,69 +235,137 @@ def register(cli: click.Group) -> None:
         """)
 
     @cli.command("pathb-command")
-    @click.option("--exporter", type=click.Choice(["dcgm-exporter", "dcgmi", "amd-smi", "nvidia-smi"]), required=True)
+    @click.option("--format", "fmt", type=click.Choice(["dmon", "amd-smi", "prometheus", "nvidia-smi"]),
+                  help="What to capture: dcgmi dmon, amd-smi monitor, a Prometheus export of dcgm-exporter, nvidia-smi.")
+    @click.option("--exporter", type=click.Choice(["dcgm-exporter", "dcgmi", "amd-smi", "nvidia-smi"]),
+                  help="The older name of --format (dcgmi = dmon, dcgm-exporter = prometheus).")
+    @click.option("--nodes", default="1", show_default=True, metavar="N|NAME,NAME",
+                  help="How many nodes (the command runs on each), or their names (one ssh line per node).")
     @click.option("--hours", default=24.0, show_default=True, help="Length of the capture.")
     @click.option("--interval", default="15s", show_default=True, help="Sampling interval.")
     @click.option("--prometheus-url", default="http://127.0.0.1:9090", show_default=True)
-    def pathb_command(exporter: str, hours: float, interval: str, prometheus_url: str) -> None:
-        """Print the exact commands an operator runs to produce an export `ipledger import` accepts.
+    def pathb_command(fmt: str | None, exporter: str | None, nodes: str, hours: float, interval: str,
+                      prometheus_url: str) -> None:
+        """Print the exact commands that produce a capture set `ipledger analyze DIR` reads: one file per node,
+        the node's name in the file name, a wall-clock start line at each (re)start (appended: restart-safe).
 
         \b
         Example:
-          ipledger pathb-command --exporter dcgm-exporter --hours 24
+          ipledger pathb-command --format dmon --nodes 8 --hours 24
+          ipledger pathb-command --format amd-smi --nodes mi300-01,mi300-02
+          ipledger pathb-command --format prometheus --hours 24
         """
-        echo(pathb_commands(exporter, hours, parse_duration(interval, "--interval") or 15.0, prometheus_url))
+        kind = fmt or {"dcgmi": "dmon", "dcgm-exporter": "prometheus"}.get(exporter or "", exporter)
+        if kind is None:
+            raise UserError("give --format dmon|amd-smi|prometheus|nvidia-smi")
+        echo(pathb_commands(kind, hours, parse_duration(interval, "--interval") or 15.0, prometheus_url,
+                                  parse_nodes(nodes)))
 
 
-def pathb_commands(exporter: str, hours: float, interval_s: float, url: str) -> str:
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+def parse_nodes(value: str) -> int | tuple[str, ...]:
+    """``--nodes``: a count, or host names (letters, digits, . _ -: they are written into shell commands)."""
+    v = value.strip()
+    if v.isdecimal():
+        if not 1 <= int(v) <= 100_000:
+            raise UserError(f"--nodes: a count from 1, or host names: {value!r}")
+        return int(v)
+    names = tuple(n.strip() for n in v.split(",") if n.strip())
+    bad = [n for n in names if not _NODE_NAME.fullmatch(n)]
+    if not names or bad:
+        raise UserError(f"--nodes: not a host name (letters, digits, '.', '_', '-'): {(bad or [value])[0]!r}")
+    return names
+
+
+def _anchor(node: str, iv: int) -> str:
+    """The wall-clock start line a capture writes at each (re)start (docs/telemetry.md, "Capture sets")."""
+    return f"date -u +\"# ipledger-start %Y-%m-%dT%H:%M:%SZ node={node} interval_ms={iv * 1000}\""
+
+
+def _per_node(nodes: int | tuple[str, ...], line: Callable[[str], str], what: str) -> list[str]:
+    """The capture line on every node: one ssh line per named node, else the line to run on each of N."""
+    if isinstance(nodes, tuple):
+        out = [f"# {what}: one ssh line per node (each runs in the background on its node)."]
+        out += [f"ssh {n} '{line(n)}' &" for n in nodes]
+        out += ["wait", "mkdir -p captures", *[f"scp {n}:ipledger-capture/* captures/" for n in nodes]]
+        return out
+    return [f"# {what}: run this on each of the {nodes} node{'s' if nodes != 1 else ''} "
+            "(e.g. pdsh -w NODES '...'); it writes ipledger-capture/<tool>-<node>.<ext>.",
+            "NODE=$(hostname -s)",
+            line("$NODE"),
+            "# then copy every node's ipledger-capture/ file into one directory, captures/"]
+
+
+def pathb_commands(kind: str, hours: float, interval_s: float, url: str,
+                   nodes: int | tuple[str, ...] = 1) -> str:
     secs = int(hours * 3600)
     iv = max(1, int(round(interval_s)))
-    if exporter == "dcgm-exporter":
+    count = int(secs / iv)
+    restart = ("# If a capture stops (reboot, ^C), run its line again: it appends a new start line, and the "
+               "hole is reported as capture_restarted.")
+    if kind == "prometheus":
         step = max(iv, int(-(-secs // 10_000)))   # stay within 11,000 points per series per call
         from ..importers.dcgm_fields import SPECS
 
         metrics = " ".join(s.names[0] for s in SPECS)
         # Only samples scraped within the step: Prometheus' lookback would otherwise paper over holes.
         query = f"$m and (time() - timestamp($m) < {step})"
+        loop = [f"for m in {metrics}; do",
+                f"  curl -fsS -G \"$PROM/api/v1/query_range\" --data-urlencode \"query={query}\" \\",
+                f"       --data-urlencode start=$START --data-urlencode end=$END --data-urlencode step={step}s \\",
+                "       -o \"dcgm-export/$m.json\"",
+                "done"]
+        if isinstance(nodes, tuple):   # one file per metric and node: the node's name in the file name
+            sel = "{Hostname=\"$NODE\"}"
+            loop = [f"for NODE in {' '.join(nodes)}; do", f"for m in {metrics}; do",
+                    f"  curl -fsS -G \"$PROM/api/v1/query_range\" --data-urlencode \"query=$m{sel} and "
+                    f"(time() - timestamp($m{sel}) < {step})\" \\",
+                    f"       --data-urlencode start=$START --data-urlencode end=$END --data-urlencode step={step}s \\",
+                    "       -o \"dcgm-export/$m-$NODE.json\"",
+                    "done; done"]
         return "\n".join([
-            "# dcgm-exporter via Prometheus: the last %g h as query_range JSON, one file per metric." % hours,
+            "# dcgm-exporter via Prometheus: the last %g h as query_range JSON (every series names its node in "
+            "its Hostname label)." % hours,
             f"PROM={url}",
             "END=$(date -u +%s); START=$((END - " + str(secs) + "))",
             "mkdir -p dcgm-export",
-            f"for m in {metrics}; do",
-            f"  curl -fsS -G \"$PROM/api/v1/query_range\" --data-urlencode \"query={query}\" \\",
-            f"       --data-urlencode start=$START --data-urlencode end=$END --data-urlencode step={step}s \\",
-            "       -o \"dcgm-export/$m.json\"",
-            "done",
+            *loop,
             "tar czf dcgm-export.tar.gz dcgm-export",
-            "# then: ipledger import prometheus dcgm-export.tar.gz --start $START --end $END "
-            f"--step {step}s   (or live: ipledger import prometheus --url $PROM --start $START --end $END --step {step}s)",
+            "# then: ipledger analyze dcgm-export.tar.gz   (or: ipledger import prometheus dcgm-export.tar.gz "
+            f"--start $START --end $END --step {step}s; live: ipledger analyze --url $PROM --start $START --end $END "
+            f"--step {step}s)",
         ])
-    if exporter == "dcgmi":
-        fields = ",".join(str(f) for f in COLLECT_FIELD_IDS)
-        count = int(secs / iv)
+    if kind == "dmon":
+        from ..importers.dcgm_fields import PATHB_FIELD_IDS
+
+        fields = ",".join(str(f) for f in PATHB_FIELD_IDS)
+
+        def line(node: str) -> str:
+            return (f"mkdir -p ipledger-capture && {{ {_anchor(node, iv)}; dcgmi dmon -e {fields} -d {iv * 1000} "
+                    f"-c {count}; }} >> ipledger-capture/dmon-{node}.txt")
+
         return "\n".join([
-            "# dcgmi dmon: %d h at %d s on this node (needs nv-hostengine running)." % (hours, iv),
-            "OUT=dmon-$(hostname)-$(date -u +%Y%m%dT%H%M%SZ).txt",
-            f"{{ echo \"# ipledger: start=$(date -u +%s) interval_ms={iv * 1000} node=$(hostname)\"; "
-            f"dcgmi dmon -e {fields} -d {iv * 1000} -c {count}; }} > \"$OUT\"",
-            "# then: ipledger import dmon \"$OUT\"",
-        ])
-    if exporter == "amd-smi":
-        count = int(secs / iv)
+            "# dcgmi dmon: %g h at %d s, one file per node (needs nv-hostengine running on each)." % (hours, iv),
+            *_per_node(nodes, line, "dcgmi dmon"), restart, "# then: ipledger analyze captures/"])
+    if kind == "amd-smi":
+        def line(node: str) -> str:
+            # --violation (ROCm 6.3+): the violation columns (PVIOL, TVIOL, TVIOL_ACTIVE, PHOT_TVIOL, VR_TVIOL, HBM_TVIOL) -> reasons
+            return (f"mkdir -p ipledger-capture && {{ {_anchor(node, iv)}; amd-smi monitor -p -t -u -m -v -e --violation "
+                    f"--csv -w {iv} -i {count}; }} >> ipledger-capture/amdsmi-{node}.csv")
+
         return "\n".join([
-            "# amd-smi monitor: %d h at %d s on this node, CSV." % (hours, iv),
-            "OUT=amdsmi-$(hostname)-$(date -u +%Y%m%dT%H%M%SZ).csv",
-            f"{{ echo \"# ipledger: start=$(date -u +%s) interval_ms={iv * 1000} node=$(hostname)\"; "
-            f"amd-smi monitor -p -t -u -m -v -e --csv -w {iv} -i {count}; }} > \"$OUT\"",
-            "# then: ipledger import amd-smi \"$OUT\"",
-        ])
-    count = int(secs / iv)
+            "# amd-smi monitor: %g h at %d s, CSV with the violation columns, one file per node." % (hours, iv),
+            *_per_node(nodes, line, "amd-smi monitor"), restart, "# then: ipledger analyze captures/"])
+    if kind != "nvidia-smi":
+        raise UserError(f"unknown capture format {kind!r}")
+
+    def line(node: str) -> str:
+        return ("mkdir -p ipledger-capture && TZ=UTC timeout " + str(secs) + " nvidia-smi --query-gpu=timestamp,"
+                "index,uuid,name,utilization.gpu,utilization.memory,power.draw,temperature.gpu,clocks.sm,clocks.mem,"
+                f"memory.used,clocks_event_reasons.active --format=csv -l {iv} > ipledger-capture/nvsmi-{node}.csv")
+
     return "\n".join([
-        "# nvidia-smi query loop: %d h at %d s, UTC timestamps." % (hours, iv),
-        "OUT=nvsmi-$(hostname)-$(date -u +%Y%m%dT%H%M%SZ).csv",
-        "TZ=UTC timeout " + str(secs) + " nvidia-smi --query-gpu=timestamp,index,uuid,name,utilization.gpu,"
-        "utilization.memory,power.draw,temperature.gpu,clocks.sm,clocks.mem,memory.used,"
-        f"clocks_event_reasons.active --format=csv -l {iv} > \"$OUT\"",
-        "# then: ipledger import nvidia-smi \"$OUT\" --node $(hostname)",
-    ])
+        "# nvidia-smi query loop: %g h at %d s, UTC timestamps, one file per node." % (hours, iv),
+        *_per_node(nodes, line, "nvidia-smi"), "# then: ipledger analyze captures/"])

@@ -6,12 +6,16 @@ carry units (``0 %``, ``10 W``, ``45 °C``). Everything is flattened to ``sectio
 :data:`METRIC_MAP` / :data:`MONITOR_MAP`; ``metric --csv`` columns by :data:`METRIC_CSV_MAP` (docs/telemetry.md).
 Per-XCD GFX clocks (``gfx_0_clk`` .. ``gfx_7_clk``) are averaged; ``metric --ecc-block`` counts are summed per
 device. Per-engine lists (VCN, JPEG, per-XCP busy) are not Sample fields: skipped (plain) or reported unmapped.
-A version banner, prompts and the ``monitor -q`` process table are skipped and counted. Violation/throttle status maps to the NVML clock-event bits:
-PPT (power) -> 0x4 SW power cap, socket thermal -> 0x20 SW thermal, PROCHOT -> 0x8 HW slowdown,
-VR/HBM thermal -> 0x40 HW thermal.
+A version banner, the watch banner (``'CTRL' + 'C' to stop watching output:``), prompts and the ``monitor -q``
+process table are skipped and counted; CRLF line ends and the CSV header repeated at each watch iteration are
+read. Violation/throttle columns map to the NVML clock-event bits (:class:`_Violations`): PPT (power) -> 0x4 SW
+power cap, socket thermal (and ``tviol_active``) -> 0x20 SW thermal, PROCHOT -> 0x8 HW slowdown, VR/HBM
+thermal -> 0x40 HW thermal, from ``*_violation_status`` ACTIVE / NOT ACTIVE (metric) or PVIOL, TVIOL, ... > 0
+(monitor); ``throttle_status`` THROTTLED, which names no reason, is 0x8 unless the row names one.
 
-The output has no timestamps unless a record carries one: ``start``/``interval`` (or a
-``# ipledger: start=... interval_ms=... node=...`` line) place the ticks; a tick ends when a GPU repeats.
+The output has no timestamps unless a record carries one: ``start``/``interval`` (or the wall-clock anchor
+``# ipledger-start TIME node=... interval_ms=...``, or the older ``# ipledger: start=...`` line) place the
+ticks; a tick ends when a GPU repeats. Every anchor starts a new capture segment (:class:`dmon.Segments`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from pathlib import Path
 
 from ..textsafe import excerpt
 from .common import Collected, CsvReader, DeviceInfo, InputError, decode_text, noise_reason, small_index
-from .dmon import _META, _epoch
+from .dmon import Segments, _epoch, anchor_meta
 
 PCT = 0.01
 METRIC_MAP = {
@@ -52,8 +56,71 @@ MONITOR_MAP = {
 }
 VIOLATION_BITS = {"pviol": 0x4, "tviol": 0x20, "phot_tviol": 0x8, "vr_tviol": 0x40, "hbm_tviol": 0x40,
                   "ppt": 0x4, "socket_thermal": 0x20, "prochot": 0x8, "vr_thermal": 0x40, "hbm_thermal": 0x40}
+# Violation columns that carry no reason bit (counters, percentages over a window, per-XCP host limits):
+# known, so never reported unmapped, but not read.
+_VIOL_OTHER = re.compile(r"^(accumulation_counter|\w+_violation_(accumulated|activity)|\w+_accumulated|"
+                         r"gfx_clk_?\w*viol\w*|gfxclk_\w+|low_util\w*|\w*_below_host_limit\w*)$")
+_ACTIVE, _INACTIVE = frozenset({"ACTIVE", "TRUE"}), frozenset({"NOT ACTIVE", "FALSE", "INACTIVE"})
+_THROTTLED = {"THROTTLED": True, "UNTHROTTLED": False}
+# throttle_status (MI100/MI200 `metric --power`) says only that the clock is held: HW slowdown, unless a
+# violation column of the same row names the reason.
+GENERIC_THROTTLE_BIT = 0x8
+
+
+def is_violation_column(col: str) -> bool:
+    k = col.lower().rsplit(".", 1)[-1]
+    return (k in VIOLATION_BITS or k in ("tviol_active", "throttle_status") or _VIOL_OTHER.match(k) is not None
+            or (k.endswith("_violation_status") and k[:-len("_violation_status")] in VIOLATION_BITS))
+
+
+class _Violations:
+    """A row's violation / throttle columns -> one NVML clock-event mask (unknown when none is readable)."""
+
+    def __init__(self, c: Collected, place: str) -> None:
+        self.c, self.place = c, place
+        self.mask, self.known, self.generic = 0, False, None
+
+    def add(self, col: str, raw: object) -> bool:
+        """Fold one column in; False when it is no violation column."""
+        k = col.lower().rsplit(".", 1)[-1]
+        value, _unit = _split_value(raw)
+        text = str(value).strip().upper()
+        if text in ("N/A", "") or text.startswith("["):
+            return is_violation_column(k)
+        if k in VIOLATION_BITS:                         # monitor: percent of the time in violation
+            try:
+                self._set(VIOLATION_BITS[k], float(value) > 0)
+            except ValueError:   # unreadable: this bit is unknown, and the report says so
+                self.c.warn(f"{self.c.path}: {self.place} column {col}: not a number: {raw!r}: violation status unknown")
+            return True
+        bit = 0x20 if k == "tviol_active" else None
+        if k.endswith("_violation_status") and k[:-len("_violation_status")] in VIOLATION_BITS:
+            bit = VIOLATION_BITS[k[:-len("_violation_status")]]
+        if bit is not None:
+            if text in _ACTIVE or text in _INACTIVE:
+                self._set(bit, text in _ACTIVE)
+            else:
+                self.c.warn(f"{self.c.path}: {self.place} column {col}: {str(raw)[:40]!r}: violation status unknown")
+            return True
+        if k == "throttle_status":
+            if text in _THROTTLED:
+                self.generic = GENERIC_THROTTLE_BIT if _THROTTLED[text] else 0
+            return True
+        return _VIOL_OTHER.match(k) is not None
+
+    def _set(self, bit: int, active: bool) -> None:
+        self.known = True
+        if active:
+            self.mask |= bit
+
+    def store(self, dev: str, t: float) -> None:
+        mask = self.mask if self.known else self.generic
+        if mask is not None:
+            self.c.add(dev, "clock_reasons", t, float(mask), place=self.place)
+
+
 ENERGY_UNITS = {"j": 1.0, "mj": 1e-3, "uj": 1e-6, "µj": 1e-6, "kj": 1e3}
-_CELL = re.compile(r"N/A(?:\s?Mb/s)?|-?\d+(?:\.\d+)?(?:\s?(?:%|W|°C|C|MHz|GHz|MB|GB|J|mJ|uJ|mV|Mb/s))?|[A-Z][A-Z_]+")
+_CELL = re.compile(r"N/A(?:\s?Mb/s)?|True|False|-?\d+(?:\.\d+)?(?:\s?(?:%|W|°C|C|MHz|GHz|MB|GB|J|mJ|uJ|mV|Mb/s))?|[A-Z][A-Z_]+")
 # `amd-smi metric --csv` flattens the metric sections into bare column names (ROCm 6.2-6.4 and 7.x): usage,
 # power, per-XCD clocks, temperatures by sensor. "mem" is the memory temperature there, but memory utilisation
 # in `amd-smi monitor --csv`, so the metric CSV has its own map (chosen by its columns).
@@ -94,7 +161,7 @@ class _Ticker:
             return explicit
         if self.start is None or self.interval is None:
             raise InputError(self.c.path, "", "amd-smi output has no timestamps: give --start and --interval "
-                                              "(or a '# ipledger: start=... interval_ms=...' line)")
+                                              "(or a '# ipledger-start TIME interval_ms=...' line)")
         return self.start + self.tick * self.interval
 
     def device(self, gpu: str) -> str:
@@ -103,7 +170,7 @@ class _Ticker:
 
 
 def _add_flat(c: Collected, dev: str, t: float, flat: dict[str, object], place: str) -> None:
-    mask, known = 0, False
+    viol = _Violations(c, place)
     clocks = [(k, v) for k, v in flat.items() if _GFX_CLK.match(k.lower())]
     if clocks:
         _add_gfx_clocks(c, dev, t, clocks, place)
@@ -124,15 +191,9 @@ def _add_flat(c: Collected, dev: str, t: float, flat: dict[str, object], place: 
                 scale = ENERGY_UNITS.get((unit or "j").lower(), 1.0)
             c.add_raw(dev, spec[0], t, value, scale, place=f"{place} {key}")
             continue
-        m = re.match(r"throttle\.(\w+?)_violation_status$", k)
-        if m and m.group(1) in VIOLATION_BITS:
-            state = str(raw).strip().upper()
-            if state in ("ACTIVE", "NOT ACTIVE", "TRUE", "FALSE"):
-                known = True
-                if state in ("ACTIVE", "TRUE"):
-                    mask |= VIOLATION_BITS[m.group(1)]
-    if known:
-        c.add(dev, "clock_reasons", t, float(mask), place=place)
+        if k.startswith(("throttle.", "power.throttle_status", "violation.")):
+            viol.add(k, raw)
+    viol.store(dev, t)
 
 
 _ECC_BLOCK = re.compile(r"^ecc_blocks?\.[^.]+\.(correctable|uncorrectable)(?:_count)?$")
@@ -270,7 +331,7 @@ def parse_table(lines: list[tuple[int, str]], path: str, ticker: _Ticker) -> Non
                 for col in header:
                     if col in MONITOR_MAP:
                         c.note_mapped(col, MONITOR_MAP[col][0])
-                    elif col not in VIOLATION_BITS:
+                    elif not is_violation_column(col):
                         c.note_unmapped(col)
             continue
         if procs is not None and toks[0].isdecimal() and len(toks) > 2 and toks[2].isdecimal():
@@ -297,7 +358,7 @@ def _add_row(c: Collected, ticker: _Ticker, gpu: str, row: dict[str, str], place
     """One GPU's row; returns its sample time."""
     t = ticker.time_for(gpu, place, explicit)
     dev = ticker.device(gpu)
-    mask, known = 0, False
+    viol = _Violations(c, place)
     clocks = [(col, cell) for col, cell in row.items() if _GFX_CLK.match(col)]
     if clocks:
         _add_gfx_clocks(c, dev, t, clocks, place)
@@ -306,13 +367,9 @@ def _add_row(c: Collected, ticker: _Ticker, gpu: str, row: dict[str, str], place
         value, _unit = _split_value(cell)
         if spec is not None:
             c.add_raw(dev, spec[0], t, value, spec[1], place=f"{place} column {col}")
-        elif col in VIOLATION_BITS and value != "N/A":
-            try:
-                known, mask = True, mask | (VIOLATION_BITS[col] if float(value) > 0 else 0)
-            except ValueError:   # unreadable: this bit is unknown, and the report says so
-                c.warn(f"{c.path}: {place} column {col}: not a number: {cell!r}: violation status unknown")
-    if known:
-        c.add(dev, "clock_reasons", t, float(mask), place=place)
+        else:
+            viol.add(col, cell)
+    viol.store(dev, t)
     return t
 
 
@@ -344,7 +401,7 @@ def parse_csv(text: str, path: str, ticker: _Ticker) -> None:
     for h in header:
         if h in names:
             ticker.c.note_mapped(h, names[h][0])
-        elif h not in ("gpu", "timestamp") and not _GFX_CLK.match(h) and h not in VIOLATION_BITS:
+        elif h not in ("gpu", "timestamp") and not _GFX_CLK.match(h) and not is_violation_column(h):
             ticker.c.note_unmapped(h)
     for row in reader:
         if not row:
@@ -365,36 +422,53 @@ def parse_csv(text: str, path: str, ticker: _Ticker) -> None:
         _add_row(ticker.c, ticker, gpu, rec, f"line {reader.line_num}", explicit, names)
 
 
+_WATCH_BANNER = re.compile(r"^'CTRL' \+ 'C' to stop watching output:?$")
+
+
 def parse(text: str, path: str = "<input>", *, start: float | None = None, interval: float | None = None,
-          node: str | None = None) -> Collected:
-    meta: dict[str, str] = {}
-    lines: list[tuple[int, str]] = []
-    noise: list[tuple[int, str, str]] = []
+          node: str | None = None, node_hint: str | None = None) -> Collected:
+    """``node_hint``: the node the file name names, used when neither ``node`` nor an anchor line names one.
+    Every wall-clock anchor (``# ipledger-start TIME ...``, or ``# ipledger: start=...``) starts a new capture
+    segment: the lines after it are parsed as their own output, ticks counted from that time."""
+    seg = Segments(path, start, interval, node, node_hint)
+    c = Collected("amd_smi", path=path, cadence=interval)
+    chunk: list[tuple[int, str]] = []
+    parsed = 0
+
+    def flush() -> None:
+        nonlocal parsed
+        if chunk:
+            seg.ticks = _parse_chunk(c, chunk, path, seg)
+            parsed += 1
+            chunk.clear()
+
     for n, raw in enumerate(text.splitlines(), start=1):
         s = raw.strip()
-        m = _META.match(s)
-        if m:
-            meta.update(kv.split("=", 1) for kv in m.group(1).split() if "=" in kv)
-            continue
         if not s:
             continue
-        why = noise_reason(s)
-        if why is not None:
-            noise.append((n, why, s))
+        meta = anchor_meta(s) if s.startswith("#") else None
+        if meta is not None:
+            if "start" in meta:
+                flush()
+            seg.anchor(meta, f"line {n}")
+            if c.cadence is None:
+                c.cadence = seg.interval
             continue
-        lines.append((n, raw.rstrip()))
-    if not lines:
+        why = "tool_banner" if _WATCH_BANNER.match(s) else noise_reason(s)
+        if why is not None:
+            c.skip(f"line {n}", why, s)
+            continue
+        chunk.append((n, raw.rstrip()))
+    flush()
+    if not parsed:
         raise InputError(path, "", "no amd-smi output")
-    try:
-        start = start if start is not None else (_epoch(meta["start"]) if "start" in meta else None)
-        interval = interval if interval is not None else (
-            float(meta["interval_ms"]) / 1000 if "interval_ms" in meta else None)
-    except ValueError:
-        raise InputError(path, "metadata line", "start/interval_ms not understood") from None
-    c = Collected("amd_smi", path=path, cadence=interval)
-    for n, why, s in noise:
-        c.skip(f"line {n}", why, s)
-    ticker = _Ticker(c, start, interval, node or meta.get("node") or "unknown-node")
+    seg.finish(c)
+    return c
+
+
+def _parse_chunk(c: Collected, lines: list[tuple[int, str]], path: str, seg: Segments) -> int:
+    """One capture segment's output (metric/monitor, plain, JSON or CSV); returns its number of ticks."""
+    ticker = _Ticker(c, seg.start, seg.interval, seg.node)
     first = lines[0][1].strip()
     if first.startswith(("[", "{")):
         parse_json("\n".join(s for _, s in lines), path, ticker)
@@ -406,9 +480,7 @@ def parse(text: str, path: str = "<input>", *, start: float | None = None, inter
         parse_table(lines, path, ticker)
     else:
         raise InputError(path, f"line {lines[0][0]}", f"not amd-smi metric/monitor output: '{excerpt(first)}'")
-    if start is not None and interval is not None:
-        c.span = (start, start + (ticker.tick + 1) * interval)
-    return c
+    return ticker.tick + 1
 
 
 def read(path: str | Path, **kw) -> Collected:

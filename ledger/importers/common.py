@@ -116,6 +116,9 @@ class Collected:
     mapped: dict[str, str] = field(default_factory=dict)
     unmapped: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # Capture segments (node, start, end): each wall-clock anchor of a dmon / amd-smi capture starts one
+    # (docs/telemetry.md, "Capture sets"); the time between two segments of one node is capture_restarted.
+    capture_segments: list[tuple[str, float, float]] = field(default_factory=list)
 
     def device(self, info: DeviceInfo) -> str:
         old = self.devices.get(info.device)
@@ -318,6 +321,24 @@ class Collected:
                              b if sb is None else (sb if b is None else max(sb, b)))
         if self.cadence is None:
             self.cadence = other.cadence
+        self.capture_segments.extend(other.capture_segments)
+
+
+def restart_holes(c: Collected) -> dict[str, list[tuple[float, float]]]:
+    """node -> the holes between its capture segments, in time order: where a capture stopped and the next
+    (a second anchor in one file, or a later file of the node) started. Overlapping segments leave no hole."""
+    by_node: dict[str, list[tuple[float, float]]] = {}
+    for node, a, b in c.capture_segments:
+        by_node.setdefault(node, []).append((a, b))
+    out: dict[str, list[tuple[float, float]]] = {}
+    for node, segs in by_node.items():
+        segs.sort()
+        end = segs[0][1]
+        for a, b in segs[1:]:
+            if a > end:
+                out.setdefault(node, []).append((end, a))
+            end = max(end, b)
+    return out
 
 
 def _merge_info(old: DeviceInfo, new: DeviceInfo) -> DeviceInfo:

@@ -56,3 +56,10 @@ BY_DMON = {s.dmon: s for s in SPECS}
 BY_ID = {s.field_id: s for s in SPECS}
 # The fields the collector asks dcgmi dmon for (-e), in this order.
 COLLECT_FIELD_IDS = (1001, 1002, 1003, 1004, 1005, 203, 204, 100, 101, 112, 155, 150, 140, 156, 252, 230)
+# The fields `ipledger pathb-command --format dmon` asks dcgmi dmon for: every field above the agents read
+# (profiling, utilisation, clocks, clock-event reasons, power, energy, temperatures, framebuffer, XID, ECC
+# volatile and aggregate, row remaps), plus CARRIED_FIELD_IDS.
+PATHB_FIELD_IDS = (1001, 1002, 1003, 1004, 1005, 203, 204, 100, 101, 112, 155, 156, 150, 140, 252, 230,
+                   310, 311, 312, 313, 395, 396, 202)
+# Asked for so the capture holds them, not (yet) a Sample field: the import reports them as not mapped.
+CARRIED_FIELD_IDS = {202: "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"}

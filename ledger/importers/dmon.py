@@ -1,9 +1,12 @@
 """``dcgmi dmon`` captures: header pairs that repeat every 14 ticks, ``N/A``/``N/W``, and no timestamps.
 
 A capture carries no time, so its start and sampling interval come from the caller (``--start``,
-``--interval``) or from a metadata line ``# ipledger: start=<epoch|RFC3339> interval_ms=<ms> node=<host>``
-that ``ipledger pathb-command --exporter dcgmi`` writes at the top. Without them the parser stops with a
-one-line error. One tick = one row per entity; a tick ends when an entity repeats. Terminal noise (shell
+``--interval``) or from the wall-clock anchor ``# ipledger-start <RFC3339> node=<host> interval_ms=<ms>`` that
+the commands ``ipledger pathb-command`` prints write at each (re)start (the older ``# ipledger: start=...
+interval_ms=... node=...`` line is read the same way). Every anchor starts a new capture segment whose ticks
+count from its own time, so a restarted capture appended to one file is not shifted onto the first start
+(:class:`Segments`; the hole between segments is ``capture_restarted``). Without a start the parser stops
+with a one-line error. One tick = one row per entity; a tick ends when an entity repeats. Terminal noise (shell
 prompts, the echoed command, ``^C``, dcgmi's "dmon was stopped ..." message, kubectl lines) and any other line
 that is not a row are skipped and counted (``Collected.skipped``); the capture is refused only when it has no
 row at all. Columns are the dmon short names
@@ -26,6 +29,10 @@ from .dcgm_fields import BY_DMON
 
 ENTITY_TYPES = ("GPU", "GPU-I", "GPU-CI", "Switch", "CPU", "Core", "Link", "NvSwitch", "CX")
 _META = re.compile(r"#\s*ipledger:\s*(.*)")
+# The wall-clock anchor `ipledger pathb-command` writes at each (re)start of a capture:
+#   # ipledger-start 2026-11-02T00:00:00Z node=gpu-07 interval_ms=15000
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_ANCHOR = re.compile(r"#\s*ipledger-start\s+(\S+)(.*)")
 
 
 def _epoch(s: str) -> float:
@@ -35,35 +42,116 @@ def _epoch(s: str) -> float:
         return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
 
 
+def anchor_meta(line: str) -> dict[str, str] | None:
+    """The key=value pairs of an ipledger line (``# ipledger: k=v ...`` or the anchor ``# ipledger-start TIME
+    k=v ...``, whose TIME becomes ``start``); None for any other line."""
+    m = _ANCHOR.match(line)
+    if m:
+        meta = dict(kv.split("=", 1) for kv in m.group(2).split() if "=" in kv)
+        meta["start"] = m.group(1)
+        return meta
+    m = _META.match(line)
+    if m:
+        return dict(kv.split("=", 1) for kv in m.group(1).split() if "=" in kv)
+    return None
+
+
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,252}")
+
+
+def host_name(name: str, path: str, place: str) -> str:
+    """A node name read from a capture (its anchor line, its file name): a host name, or an InputError (a name
+    that is none cannot be shown or written into a command as it is)."""
+    if _HOST.fullmatch(name) is None:
+        raise InputError(path, place, f"node name is not a host name (letters, digits, '.', '_', ':', '-'): "
+                                      f"{name[:60]!r}")
+    return name
+
+
+class Segments:
+    """The capture segments of one file: every anchor with a start time begins a new one, its ticks counted
+    from that start (docs/telemetry.md, "Capture sets"). ``start``/``interval``/``node`` given by the caller
+    stand for the first segment's (an explicit ``--start`` replaces the first anchor's time); ``node_hint`` (the
+    node the file name names) is used where no anchor and no caller names one."""
+
+    def __init__(self, path: str, start: float | None, interval: float | None, node: str | None,
+                 node_hint: str | None = None) -> None:
+        self.path, self.given_start, self.given_interval, self.given_node = path, start, interval, node
+        self.start, self.interval = start, interval
+        self.node = node or (host_name(node_hint, path, "file name") if node_hint else "unknown-node")
+        self.anchors = 0
+        self.done: list[tuple[str, float, float]] = []
+        self.ticks = 0           # ticks of the open segment
+        self.tick, self.seen = -1, set()
+
+    def anchor(self, meta: dict[str, str], place: str) -> None:
+        try:
+            start = _epoch(meta["start"]) if "start" in meta else None
+            interval = float(meta["interval_ms"]) / 1000.0 if "interval_ms" in meta else None
+        except ValueError:
+            raise InputError(self.path, place, "start/interval_ms not understood") from None
+        if self.given_node is None and meta.get("node"):
+            self.node = host_name(meta["node"], self.path, place)
+        if self.given_interval is None and interval is not None:
+            self.interval = interval
+        if start is None:
+            return
+        self.close()
+        self.anchors += 1
+        if not (self.anchors == 1 and self.given_start is not None):
+            self.start = start
+        self.tick, self.seen, self.ticks = -1, set(), 0
+
+    def time_for(self, entity: str) -> float:
+        """The time of this entity's row: a tick ends when an entity repeats."""
+        if entity in self.seen or self.tick < 0:
+            self.tick, self.seen = self.tick + 1, set()
+            self.ticks = self.tick + 1
+        self.seen.add(entity)
+        return self.start + self.tick * self.interval
+
+    def close(self) -> None:
+        if self.ticks and self.start is not None and self.interval is not None:
+            self.done.append((self.node, self.start, self.start + self.ticks * self.interval))
+        self.ticks = 0
+
+    def finish(self, c: Collected) -> None:
+        """Record the segments on the collection; its span runs from the first start to the last end."""
+        self.close()
+        for (n0, _a0, b0), (n1, a1, _b1) in zip(self.done, self.done[1:]):
+            if n0 == n1 and a1 < b0:
+                c.warn(f"{self.path}: node {n1}: a capture segment starts at {a1:.0f}, {b0 - a1:.0f} s before the "
+                       f"previous one's ticks end: its ticks ran slower than interval_ms (or the clock moved back); "
+                       f"the overlapping ticks are kept where their start line puts them")
+        c.capture_segments.extend(self.done)
+        if self.done:
+            c.span = (min(a for _, a, _ in self.done), max(b for _, _, b in self.done))
+
+
 def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | None = None,
-          interval: float | None = None, node: str | None = None) -> Collected:
+          interval: float | None = None, node: str | None = None, node_hint: str | None = None) -> Collected:
     """``interval`` in seconds; ``text`` the capture or its lines (streamed: only the samples are kept).
+    ``node_hint``: the node the file name names, used when neither ``node`` nor an anchor line names one.
 
     Returns the collection; raises InputError on anything it cannot place.
     """
     lines = iter(text.splitlines() if isinstance(text, str) else text)
-    head = list(itertools.islice(lines, 20))   # the metadata line is at the top
-    meta: dict[str, str] = {}
-    for line in head:
-        m = _META.match(line.strip())
-        if m:
-            meta.update(kv.split("=", 1) for kv in m.group(1).split() if "=" in kv)
-    try:
-        if start is None and "start" in meta:
-            start = _epoch(meta["start"])
-        if interval is None and "interval_ms" in meta:
-            interval = float(meta["interval_ms"]) / 1000.0
-    except ValueError:
-        raise InputError(path, "metadata line", "start/interval_ms not understood") from None
-    node = node or meta.get("node") or "unknown-node"
+    head = list(itertools.islice(lines, 20))
+    seg = Segments(path, start, interval, node, node_hint)
     c = Collected("dcgmi_dmon", path=path, cadence=interval)
     columns: list[str] | None = None
-    tick, seen = -1, set()
     rows = 0
     first_bad: tuple[int, str] | None = None
     for n, raw in enumerate(itertools.chain(head, lines), start=1):
         s = raw.strip()
-        if not s or s.startswith("# ipledger"):
+        if not s:
+            continue
+        if s.startswith("# ipledger"):
+            meta = anchor_meta(s)
+            if meta is not None:
+                seg.anchor(meta, f"line {n}")
+                if c.cadence is None:
+                    c.cadence = seg.interval
             continue
         toks = s.split()
         if toks[0] == "#Entity" or toks[:2] == ["#", "Entity"]:   # DCGM 3.x+ / older "# Entity"
@@ -76,8 +164,8 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
                 else:
                     c.note_mapped(col, spec.target)
             continue
-        if toks[0].upper() == "ID" and len(toks) == 1:   # the units line under the header ("ID", older "Id")
-            continue
+        if toks[0].upper() == "ID" and not any(_NUMBER.fullmatch(x) for x in toks[1:]):
+            continue   # the units line under the header ("ID", older "Id", with units: "ID  %  MHZ  W  C")
         if toks[0] not in ENTITY_TYPES or len(toks) < 2 or (columns is not None and len(toks) - 2 != len(columns)):
             noise = noise_reason(s)   # only for lines that are not rows: the common path stays a dict lookup
             if noise is not None or s.startswith("Error") or "dcgmi dmon" in s:
@@ -92,18 +180,15 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
             c.skip(f"line {n}", "row_before_header", s)
             continue
         values = toks[2:]
-        if start is None or interval is None:
+        if seg.start is None or seg.interval is None:
             raise InputError(path, "", "dmon output has no timestamps: give --start and --interval "
-                                       "(or a '# ipledger: start=... interval_ms=...' line)")
+                                       "(or a '# ipledger-start TIME interval_ms=...' line)")
         entity = f"{toks[0]} {toks[1]}"
-        if entity in seen or tick < 0:
-            tick += 1
-            seen = set()
-        seen.add(entity)
-        t = start + tick * interval
-        key = f"{node}/gpu{toks[1]}" if toks[0] == "GPU" else f"{node}/{toks[0].lower()}{toks[1]}"
+        t = seg.time_for(entity)
+        node_ = seg.node
+        key = f"{node_}/gpu{toks[1]}" if toks[0] == "GPU" else f"{node_}/{toks[0].lower()}{toks[1]}"
         index = small_index(toks[1]) if toks[0] == "GPU" else None
-        dev = c.device(DeviceInfo(device=key, node=node, index=index,
+        dev = c.device(DeviceInfo(device=key, node=node_, index=index,
                                   mig_instance=toks[1] if toks[0] == "GPU-I" else None))
         for col, v in zip(columns, values):
             spec = BY_DMON.get(col)
@@ -116,8 +201,7 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
     if columns is None:
         raise InputError(path, "", "no '#Entity' header: not dcgmi dmon output")
     _mark_mig_parent(c)
-    if start is not None and interval is not None:
-        c.span = (start, start + (tick + 1) * interval)
+    seg.finish(c)
     return c
 
 

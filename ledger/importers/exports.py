@@ -16,23 +16,18 @@ class AnalysisError(ValueError):
     """An export that cannot be analysed: one line naming the file and what is wrong."""
 
 
-def read_source(fmt: str, sources: list[str], *, start: float | None = None, interval: float | None = None,
-                node: str | None = None, at: float | None = None,
+def read_source(fmt: str | None, sources: list[str], *, start: float | None = None, interval: float | None = None,
+                node: str | None = None, at: float | None = None, node_from: str | None = None,
                 while_reading: Callable[[], None] | None = None):  # noqa: ANN201
-    """Parse a telemetry export with the importers (``ledger.importers``); returns their Collected.
+    """Parse a telemetry export or a capture set (several files, a directory; ``fmt`` None: each file's format
+    is sniffed) with the importers (``ledger.importers.captures``); returns one Collected.
     ``while_reading`` runs in this process while the files are parsed (before, where they are parsed here)."""
-    from . import amdsmi, dmon, nvidia_smi, prometheus
+    from .captures import read_set
     from .common import InputError
 
     try:
-        if fmt == "prometheus":
-            return prometheus.read(sources, default_ts=at, while_reading=while_reading)
-        mod = {"dmon": dmon, "amd-smi": amdsmi, "nvidia-smi": nvidia_smi}[fmt]
-        if len(sources) != 1:
-            raise AnalysisError(f"{fmt}: give exactly one capture file")
-        if while_reading is not None:
-            while_reading()
-        return mod.read(sources[0], start=start, interval=interval, node=node)
+        return read_set(list(sources), fmt, start=start, interval=interval, node=node, node_from=node_from, at=at,
+                        while_reading=while_reading)
     except InputError as exc:
         raise AnalysisError(str(exc)) from None
     except OSError as exc:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 from sqlalchemy.engine import Engine
@@ -28,7 +28,7 @@ from ..entries import Entry, Kind, make_entry
 from ..store import append_in
 from ..telemetry.store import _row_values, segment_entry_rows, write_segment_rows_in
 from ..telemetry.timeline import TOLERANCE_FACTOR, Timeline, build_timeline_arrays
-from .common import Collected, Context
+from .common import Collected, Context, restart_holes
 
 SEGMENT_SECONDS = 6 * 3600.0
 
@@ -79,10 +79,25 @@ def timeline_for(c: Collected, device: str, opts: ImportOptions) -> Timeline:
     missing: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for (_t, name), reason in c.device_reasons(device).items():
         missing[name][reason] += 1
-    return build_timeline_arrays(device, c.device_arrays(device), cadence=opts.cadence or c.cadence,
-                                 span=opts.span or c.span, tolerance_factor=opts.tolerance_factor,
-                                 gap_cause=opts.gap_cause, edge_cause=opts.edge_cause,
-                                 missing={k: dict(v) for k, v in missing.items()})
+    tl = build_timeline_arrays(device, c.device_arrays(device), cadence=opts.cadence or c.cadence,
+                               span=opts.span or c.span, tolerance_factor=opts.tolerance_factor,
+                               gap_cause=opts.gap_cause, edge_cause=opts.edge_cause,
+                               missing={k: dict(v) for k, v in missing.items()})
+    return restarted(c, tl)
+
+
+def restarted(c: Collected, tl: Timeline) -> Timeline:
+    """The device's gaps that cover a hole between two capture segments of its node (a capture stopped and
+    started again: a second anchor, or a later file) get the cause ``capture_restarted``."""
+    if not c.capture_segments or not tl.gaps:
+        return tl
+    holes = restart_holes(c).get(c.devices[tl.device].node or "unknown-node", [])
+    if not holes:
+        return tl
+    gaps = tuple(replace(g, cause="capture_restarted",
+                         detail=f"the capture stopped and was started again; {g.detail}")
+                 if any(g.start < b and a < g.end for a, b in holes) else g for g in tl.gaps)
+    return replace(tl, gaps=gaps)
 
 
 def unknown_entries(c: Collected, tl: Timeline, opts: ImportOptions) -> dict[int, list[Entry]]:
