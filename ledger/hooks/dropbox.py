@@ -339,7 +339,7 @@ def _check(line: bytes, job_id: str, run: int, start: float, end: float) -> tupl
         text, raw = line.decode("utf-8", "surrogateescape"), True
     try:
         rec = loads(text)
-    except (ValueError, RecursionError):
+    except (ValueError, RecursionError, SystemError):  # SystemError: _json's scanner on a raw control character
         return "not a JSON line", {}
     if not isinstance(rec, dict):
         return "not a JSON object", {}
