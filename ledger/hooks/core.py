@@ -549,10 +549,12 @@ def epilog(h: Hook) -> None:
     for err in h.errors:
         h.add(Kind.HOOK_ERROR, now, {"hook": "epilog", **err}, keys)
     reported = len(h.errors)
+    written = False
     try:
         # The run's own records first, durable before anything the job's user controls is read: a drop place
         # that is full, huge or hostile can cost the run its marks, never a record (ledger.hooks.dropbox).
         h.write_spool("epilog")
+        written = True
     finally:
         # Also after a failed write: nothing reads this DCGM record again, and a group left behind counts
         # against DCGM's 64, so a full spool must not go on to cost later jobs their telemetry.
@@ -560,7 +562,7 @@ def epilog(h: Hook) -> None:
             _release_dcgm(h, dstate)
         finally:
             _drop_state(h.settings.state_dir, name)
-            _drop_place(h, keys, start, end, now, reported)
+            _drop_place(h, keys, start, end, now, reported, written)
 
 
 def _release_dcgm(h: Hook, dstate: dict | None) -> None:
@@ -576,13 +578,18 @@ def _release_dcgm(h: Hook, dstate: dict | None) -> None:
             cli.delete_group(dstate["group_id"])
 
 
-def _drop_place(h: Hook, keys: dict, start: float, end: float, now: float, reported: int) -> None:
+def _drop_place(h: Hook, keys: dict, start: float, end: float, now: float, reported: int, write: bool) -> None:
     """After the run's records: its marks and the drop place's removal (within what is left of the deadline,
-    at least dropbox.MIN_CLEAN_S), in a second spool file with the hook errors raised since the first."""
+    at least dropbox.MIN_CLEAN_S), in a second spool file with the hook errors raised since the first — not
+    when the first write failed (marks and errors without the run's end would only be half a record; the
+    errors are logged all the same)."""
     try:
         dropbox.collect(h, keys, start, end, max(h.deadline, time.monotonic() + dropbox.MIN_CLEAN_S))
     except Exception as exc:  # noqa: BLE001 - whatever the drop place did, the errors still reach the spool
         h.error("marks", f"drop place not collected: {type(exc).__name__}: {exc}")
+    if not write:
+        h.entries = []
+        return
     for err in h.errors[reported:]:
         h.add(Kind.HOOK_ERROR, now, {"hook": "epilog", **err}, keys)
     h.write_spool("epilog")
