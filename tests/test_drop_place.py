@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -22,9 +21,8 @@ from ledger import db as db_mod, store
 from ledger.cli.main import cli
 from ledger.hooks.install import install, mark_path
 from ledger.hooks.records import escape_text
-from tests import services
 from tests.standins import make_site
-from tests.test_marks import GROUP, SYSTEM_PY, USER, as_user, job_env, mount_tmpfs, unmount
+from tests.test_marks import GROUP, SYSTEM_PY, USER, as_user, job_env, mount_tmpfs, passable_root, unmount
 
 OTHER = 1  # daemon: the next tenant
 
@@ -55,10 +53,7 @@ print(n)
 @pytest.fixture()
 def node():
     """A node: site root passable by the job's users, spool on the root filesystem, ``drop`` a mount point."""
-    if os.geteuid() != 0 or not os.path.exists(SYSTEM_PY):
-        services.unavailable("acting as the job's user needs root and /usr/bin/python3")
-    root = Path(tempfile.mkdtemp(prefix="ipledger-drop-", dir="/tmp"))
-    os.chmod(root, 0o711)
+    root = passable_root("ipledger-drop-")
     yield root
     for m in (root / "drop", root / "fs"):
         unmount(m)

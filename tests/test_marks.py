@@ -45,13 +45,19 @@ def unmount(path: Path) -> None:
         subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
 
 
-@pytest.fixture()
-def site():
+def passable_root(prefix: str) -> Path:
+    """A fresh site root the job's users may pass through (root only: the tests act as other users)."""
     if os.geteuid() != 0 or not os.path.exists(SYSTEM_PY):
         services.unavailable("acting as the job's user needs root and /usr/bin/python3")
     # The drop places' parents must be passable by the job's user: not pytest's 0700 tmp_path.
-    root = Path(tempfile.mkdtemp(prefix="ipledger-marks-", dir="/tmp"))
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     os.chmod(root, 0o711)
+    return root
+
+
+@pytest.fixture()
+def site():
+    root = passable_root("ipledger-marks-")
     mount_tmpfs(root / "drop")  # the drop places' own filesystem, never the spool's
     s = make_site(root, tools=(), hooks={"drop_dir": str(root / "drop"), "max_marks": 50})
     install(root / "hooks", str(s.config), python=SYSTEM_PY)
