@@ -243,3 +243,37 @@ def test_escape_text_is_lossless_printable_and_always_encodes(text, bytes_escape
     got.encode("utf-8")
     assert got.isprintable()
     assert _unescape(got, bytes_escaped) == text
+
+
+def test_an_epilog_that_never_ran_leaves_nothing_the_next_prolog_walks_and_the_sweep_keeps_live_runs(node):
+    """Job 641's epilog never ran and left 20,000 entries; its requeued run's prolog sets them aside at once
+    (no walk: the user's tree cannot eat the prolog's DCGM time) and makes a fresh drop place the user can
+    mark. `ipledger hooks sweep` keeps the drop place of the run that is live (hook state), removes the
+    orphan of job 642 (no hook state), and refuses a DROP_DIR others may write (one line, non-zero)."""
+    mount_tmpfs(node / "drop", size="8m", inodes=30_000)
+    s, (prolog, _epilog, *_rest) = _site(node, tools=())
+    _hook(prolog, job_env("641"))
+    fill = as_user(USER, [SYSTEM_PY, "-c", FILL, str(node / "drop" / "641"), "10", "2000", "files-only"], {})
+    assert int(fill.stdout) == 20_000, fill.stderr
+    t0 = time.monotonic()
+    p = _hook(prolog, job_env("641", SLURM_JOB_RESTART_COUNT="1"))
+    assert time.monotonic() - t0 < 3 and "moved to .unclean-641-" in p.stderr, p.stderr
+    assert [x.name for x in (node / "drop" / "641").iterdir()] == []
+    r = as_user(USER, [str(mark_path(node / "hooks")), "checkpoint", "--strict"], job_env("641"))
+    assert r.returncode == 0, r.stderr
+    _hook(prolog, job_env("642"))
+    (s.spool / "hook-state" / "642.json").unlink()  # its node lost the run: no epilog will come
+
+    runner = CliRunner()
+    r = runner.invoke(cli, ["--config", str(s.config), "hooks", "sweep", "--settle", "0"])
+    assert r.exit_code == 0, r.output
+    assert sorted(x.name for x in (node / "drop").iterdir()) == ["641"]
+    assert (node / "drop" / "641" / "marks.jsonl").exists(), "a live run's drop place is kept"
+    lines = r.output.splitlines()
+    assert any(x.startswith(f"removed {node}/drop/.unclean-641-") and x.endswith(": 20011 entries") for x in lines)
+    assert f"removed {node}/drop/642: 0 entries" in lines and lines[-1] == "2 removed, 0 left, 1 kept"
+
+    os.chmod(node / "drop", 0o733)
+    r = runner.invoke(cli, ["--config", str(s.config), "hooks", "sweep"])
+    assert r.exit_code != 0 and len(r.output.strip().splitlines()) == 1 and "writable" in r.output, r.output
+    assert "Traceback" not in r.output
