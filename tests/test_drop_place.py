@@ -108,6 +108,8 @@ def test_a_full_drop_place_and_filesystem_lose_no_record_of_this_run_or_the_next
     next tenant's prolog finds room for its own drop place and marks; both runs ship complete."""
     mount_tmpfs(node / "drop", size="2m", inodes=12_000)
     s, (prolog, epilog, *_rest) = _site(node)
+    r = CliRunner().invoke(cli, ["hooks", "install", "--dir", str(node / "hooks-cli"), "--config", str(s.config)])
+    assert r.exit_code == 0 and r.stderr == "", r.stderr  # the drop places have their own filesystem
     mark = mark_path(node / "hooks")
     _hook(prolog, job_env("601"))
     assert as_user(USER, [str(mark), "checkpoint", "--step", "7", "--strict"], job_env("601")).returncode == 0
@@ -141,6 +143,8 @@ def test_a_drop_place_on_the_spools_filesystem_is_refused_so_filling_it_costs_no
     s, (prolog, epilog, *_rest) = _site(node, drop_dir=str(node / "fs" / "drop"))
     spool = node / "fs" / "spool"
     s.config.write_text(s.config.read_text().replace(f'spool = "{s.spool}"', f'spool = "{spool}"'))
+    r = CliRunner().invoke(cli, ["hooks", "install", "--dir", str(node / "hooks-cli"), "--config", str(s.config)])
+    assert r.exit_code == 0 and "warning: " in r.stderr and "is on the spool's filesystem" in r.stderr, r.output
     _hook(prolog, job_env("611"))
     assert not os.path.lexists(node / "fs" / "drop" / "611")
     fill = as_user(USER, [SYSTEM_PY, "-c", FILL, str(node / "fs" / "drop" / "611"), "10", "1000"], {})

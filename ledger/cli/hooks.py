@@ -72,6 +72,14 @@ def install_cmd(app: AppContext, directory: str, config_path: str | None, python
         note = checked_timeout(loaded.hook_timeout_s)[1]
         if note:
             raise UserError(f"{cfg}: {note.split(';')[0]}")
+        from ..hooks.dropbox import Limits, shared_fs_problem, shares_spool_fs
+        from ..textsafe import printable
+
+        hooks = loaded.extra.get("hooks") if isinstance(loaded.extra.get("hooks"), dict) else None
+        lim = Limits(loaded.spool, hooks)
+        if not lim.shared_fs and shares_spool_fs(lim.drop_dir, loaded.spool):
+            click.echo(f"ipledger: warning: {printable(shared_fs_problem(lim.drop_dir, loaded.spool))}; "
+                       f"until then the prolog makes no drop places", err=True)
     try:
         paths = [*install(directory, cfg, python), mark_path(directory)]
     except (OSError, ValueError) as exc:

@@ -111,9 +111,7 @@ def prepare_dir(drop_dir: str, job_id: str, uid: int | None, spool: str | None =
     if (st.st_mode & 0o170000) != 0o040000 or st.st_uid != os.geteuid() or st.st_mode & 0o022:
         return f"{drop_dir}: not a directory owned by uid {os.geteuid()} and writable by it alone"
     if spool is not None and _same_fs(st, spool):
-        return (f"{drop_dir} is on the spool's filesystem ({spool}): a job could fill it and cost the spool its "
-                f"records; mount a separate filesystem there (docs/slurm.md), or set [hooks] drop_dir_shared_fs "
-                f"= true where a project quota bounds it")
+        return shared_fs_problem(drop_dir, spool)
     dfd = os.open(drop_dir, _DIR_FLAGS)
     try:
         note = None
@@ -135,6 +133,27 @@ def prepare_dir(drop_dir: str, job_id: str, uid: int | None, spool: str | None =
     finally:
         os.close(dfd)
     return note
+
+
+def shared_fs_problem(drop_dir: str, spool: str) -> str:
+    return (f"{drop_dir} is on the spool's filesystem ({spool}): a job could fill it and cost the spool its "
+            f"records; mount a separate filesystem there (docs/slurm.md), or set [hooks] drop_dir_shared_fs "
+            f"= true where a project quota bounds it")
+
+
+def shares_spool_fs(drop_dir: str, spool: str) -> bool:
+    """Whether drop places made now would land on the spool's filesystem (the nearest existing directory of
+    each on one device): what ``ipledger hooks install`` warns of."""
+    def nearest(path: str) -> str:
+        path = os.path.abspath(path)
+        while not os.path.lexists(path) and os.path.dirname(path) != path:
+            path = os.path.dirname(path)
+        return path
+
+    try:
+        return os.stat(nearest(drop_dir)).st_dev == os.stat(nearest(spool)).st_dev
+    except OSError:
+        return False
 
 
 def _same_fs(st: os.stat_result, spool: str) -> bool:
