@@ -2,6 +2,7 @@
 their imports: most of the hook's former start-up cost), in the ledger's one canonical encoding
 (:mod:`ledger.canonical`: the same timestamps, payload text and entry id). The shipper rebuilds every record
 with :func:`ledger.entries.entry_from_record`, which recomputes the id, so a drift here could not pass unseen.
+:func:`escape_text` makes text a job's user wrote (a mark's note) printable and encodable before it joins one.
 """
 
 from __future__ import annotations
