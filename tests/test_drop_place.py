@@ -281,3 +281,17 @@ def test_an_epilog_that_never_ran_leaves_nothing_the_next_prolog_walks_and_the_s
     r = runner.invoke(cli, ["--config", str(s.config), "hooks", "sweep"])
     assert r.exit_code != 0 and len(r.output.strip().splitlines()) == 1 and "writable" in r.output, r.output
     assert "Traceback" not in r.output
+
+
+def test_root_marks_with_unencodable_notes_reach_the_spool_escaped(tmp_path):
+    """Root's marks skip the drop place; a note with argv's undecodable byte, a lone surrogate and a backslash
+    is escaped losslessly before the spool encodes it, and ships (before: each became a space, or was kept
+    raw, so the note could not be read back)."""
+    from ledger import marks
+
+    s = make_site(tmp_path, tools=())
+    where = marks.mark("checkpoint", step=1, note="a\udcffb\ud800c\\", job="651", environ={"SLURMD_NODENAME": "n1"},
+                       config_path=str(s.config))
+    assert where and where.startswith(str(s.spool))
+    (rec,) = _of(_shipped(tmp_path, s.spool), "651", "progress")
+    assert rec.data["note"] == "a\\xffb\\ud800c\\\\"
