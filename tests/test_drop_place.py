@@ -295,3 +295,13 @@ def test_root_marks_with_unencodable_notes_reach_the_spool_escaped(tmp_path):
     assert where and where.startswith(str(s.spool))
     (rec,) = _of(_shipped(tmp_path, s.spool), "651", "progress")
     assert rec.data["note"] == "a\\xffb\\ud800c\\\\"
+
+
+def test_a_limit_that_is_no_number_costs_the_prolog_nothing(tmp_path):
+    """`max_marks = "many"`: the defaults stand in and the prolog still starts DCGM and saves its state."""
+    s = make_site(tmp_path, tools=("dcgmi", "nvidia-smi"), hooks={"max_marks": "many"})
+    from ledger import hooks
+
+    hooks.run("prolog", job_env("661"), str(s.config))
+    assert "661.0" in json.loads((s.state / "dcgm.json").read_text())["jobs"]
+    assert (s.spool / "hook-state" / "661.json").exists()

@@ -73,7 +73,13 @@ class Limits:
 
 
 def _limits(h: Any) -> Limits:
-    return Limits(h.cfg.spool, h.cfg.extra.get("hooks") if isinstance(h.cfg.extra.get("hooks"), dict) else None)
+    hooks = h.cfg.extra.get("hooks") if isinstance(h.cfg.extra.get("hooks"), dict) else None
+    try:
+        return Limits(h.cfg.spool, hooks)
+    except (TypeError, ValueError) as exc:  # a limit that is no number: the defaults, and the hook goes on
+        h.error("config", f"[hooks] drop place limits unusable ({exc}); the defaults used")
+        return Limits(h.cfg.spool, {k: v for k, v in (hooks or {}).items()
+                                    if k in ("drop_dir", "drop_dir_shared_fs")})
 
 
 def _uid(h: Any) -> int | None:
