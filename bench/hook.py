@@ -106,6 +106,8 @@ def _site(root: Path, db: str, commands: dict[str, str]) -> tuple[Path, Path]:
     spool = root / "spool"
     lines = [f'spool = "{spool}"', f'db = "{db}"', "hook_timeout_s = 3.0", "[commands]"]
     lines += [f'"{k}" = "{v}"' for k, v in commands.items()]
+    # the drop places beside the spool here (one tmp directory); a site mounts them apart (docs/slurm.md)
+    lines += ["[hooks]", "drop_dir_shared_fs = true"]
     cfg = root / "config.toml"
     cfg.write_text("\n".join(lines) + "\n")
     # A site's config is older than its jobs: the hook parses the TOML once and reads its snapshot after that

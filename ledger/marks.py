@@ -102,10 +102,11 @@ def _step(step: object) -> int | None:
 
 
 def _note(note: object) -> str | None:
+    """The note as given, cut to MAX_NOTE characters; escaped (losslessly) where it is written: by the epilog
+    for a drop line, by :func:`_to_spool` for the spool."""
     if note is None:
         return None
-    text = "".join(c if c.isprintable() else " " for c in str(note))  # one line, no control characters
-    return text[:MAX_NOTE] or None
+    return str(note)[:MAX_NOTE] or None
 
 
 def _log(msg: str) -> None:
@@ -191,19 +192,29 @@ def mark(kind: str, *, step: int | str | None = None, note: str | None = None, a
 
 def _to_spool(spool: str, fields: dict, ts: float, cluster: str | None, job_id: str, run: int, node: str) -> str:
     from . import __version__, spool as spool_mod
-    from .hooks.records import entry_record, spool_line
+    from .hooks.records import entry_record, escape_text, spool_line
     from .kinds import Kind
 
+    if fields.get("note") is not None:  # argv's undecodable bytes arrive as U+DC80-U+DCFF (surrogateescape)
+        fields = {**fields, "note": escape_text(fields["note"])}
     rec = entry_record(Kind.PROGRESS, ts, {**fields, "via": "spool"}, recorded_at=time.time(), cluster=cluster,
                        job_id=job_id, run=run, node=node, source=SOURCE, source_version=__version__)
     return spool_mod.write_records(spool, [rec], prefix="mark", encode=spool_line)
 
 
-def drop_line(fields: Mapping, ts: float, job_id: str, run: int, node: str | None) -> str:
-    """One line of the drop file: ``{"kind", "t" (epoch seconds), "step", "note", "job_id", "run", "node"}``."""
+def drop_line(fields: Mapping, ts: float, job_id: str, run: int, node: str | None) -> bytes:
+    """One line of the drop file: ``{"kind", "t" (epoch seconds), "step", "note", "job_id", "run", "node"}``,
+    UTF-8 with argv's undecodable bytes written back as they were (the epilog shows them as ``\\xNN``); any other
+    lone surrogate as a JSON ``\\uNNNN`` escape."""
     from .hooks.records import spool_line
 
-    return spool_line({**fields, "t": ts, "job_id": job_id, "run": run, "node": node}) + "\n"
+    rec = {**fields, "t": ts, "job_id": job_id, "run": run, "node": node}
+    try:
+        return (spool_line(rec) + "\n").encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        import json
+
+        return (json.dumps(rec, sort_keys=True, separators=(",", ":")) + "\n").encode("ascii")
 
 
 def _to_drop(drop: str, fields: dict, ts: float, job_id: str, run: int, node: str) -> str:
@@ -211,7 +222,7 @@ def _to_drop(drop: str, fields: dict, ts: float, job_id: str, run: int, node: st
     # O_NOFOLLOW: the file is the job user's own, in a directory only they (and root) may enter.
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        line = drop_line(fields, ts, job_id, run, node).encode("utf-8")
+        line = drop_line(fields, ts, job_id, run, node)
         if os.fstat(fd).st_size + len(line) > MAX_DROP_BYTES:
             raise OSError(27, f"drop place full ({MAX_DROP_BYTES} bytes; the epilog reads no more)")  # EFBIG
         os.write(fd, line)  # one write of one line with O_APPEND: concurrent ranks never interleave

@@ -30,16 +30,39 @@ USER, OTHER = 65534, 1           # nobody, daemon
 GROUP = {USER: 65534, OTHER: 1}
 
 
-@pytest.fixture()
-def site():
+def mount_tmpfs(path: Path, size: str = "4m", inodes: int = 4096) -> None:
+    """A small tmpfs at ``path`` (root's, 0711): the drop places' own filesystem, as docs/slurm.md installs it.
+    Needs root and mount(8); under CI=true a mount that fails fails the test."""
+    path.mkdir(exist_ok=True)
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},nr_inodes={inodes},mode=0711", "tmpfs",
+                        str(path)], capture_output=True, text=True, timeout=30)
+    if p.returncode != 0:
+        services.unavailable(f"cannot mount a tmpfs at {path}: {p.stderr.strip()}")
+
+
+def unmount(path: Path) -> None:
+    if os.path.ismount(path):
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
+
+
+def passable_root(prefix: str) -> Path:
+    """A fresh site root the job's users may pass through (root only: the tests act as other users)."""
     if os.geteuid() != 0 or not os.path.exists(SYSTEM_PY):
         services.unavailable("acting as the job's user needs root and /usr/bin/python3")
     # The drop places' parents must be passable by the job's user: not pytest's 0700 tmp_path.
-    root = Path(tempfile.mkdtemp(prefix="ipledger-marks-", dir="/tmp"))
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     os.chmod(root, 0o711)
+    return root
+
+
+@pytest.fixture()
+def site():
+    root = passable_root("ipledger-marks-")
+    mount_tmpfs(root / "drop")  # the drop places' own filesystem, never the spool's
     s = make_site(root, tools=(), hooks={"drop_dir": str(root / "drop"), "max_marks": 50})
     install(root / "hooks", str(s.config), python=SYSTEM_PY)
     yield s, mark_path(root / "hooks"), root / "drop"
+    unmount(root / "drop")
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -78,7 +101,7 @@ def test_user_marks_own_run_through_drop_place(site):
     got = [json.loads(r["payload"]) for r in recs if r["kind"] == "progress"]
     assert [(g["kind"], g["step"], g["via"], g["uid"]) for g in got] == [
         ("checkpoint", 100, "drop", USER), ("checkpoint", 200, "drop", USER), ("output", None, "drop", USER)]
-    assert got[0]["note"] == "epoch 1"
+    assert got[0]["note"] == "epoch\\x0a1"  # escaped, losslessly: the newline is still there to read
     assert {(r["run"], r["node"]) for r in recs} == {(0, "node1")}
     assert not [r for r in recs if r["kind"] == "hook_error"]
     assert not os.path.lexists(drop / "501"), "the epilog removes the drop place"

@@ -30,11 +30,12 @@ def hook_cmd(app: AppContext, kind: str) -> None:
 
 @click.group("hooks")
 def hooks_group() -> None:
-    """Install the Slurm prolog/epilog hooks.
+    """Install the Slurm prolog/epilog hooks; sweep the drop places epilogs could not empty.
 
     \b
     Example:
       ipledger hooks install --dir /etc/slurm/ipledger --config /etc/ipledger/config.toml
+      ipledger hooks sweep
     """
 
 
@@ -72,6 +73,14 @@ def install_cmd(app: AppContext, directory: str, config_path: str | None, python
         note = checked_timeout(loaded.hook_timeout_s)[1]
         if note:
             raise UserError(f"{cfg}: {note.split(';')[0]}")
+        from ..hooks.dropbox import Limits, shared_fs_problem, shares_spool_fs
+        from ..textsafe import printable
+
+        hooks = loaded.extra.get("hooks") if isinstance(loaded.extra.get("hooks"), dict) else None
+        lim = Limits(loaded.spool, hooks)
+        if not lim.shared_fs and shares_spool_fs(lim.drop_dir, loaded.spool):
+            click.echo(f"ipledger: warning: {printable(shared_fs_problem(lim.drop_dir, loaded.spool))}; "
+                       f"until then the prolog makes no drop places", err=True)
     try:
         paths = [*install(directory, cfg, python), mark_path(directory)]
     except (OSError, ValueError) as exc:
@@ -106,6 +115,49 @@ def doctor_cmd(app: AppContext, host: str, port: int) -> None:
     if findings:
         sys.exit(1)
     echo(f"ok: nothing answers on TCP {host}:{port}")
+
+
+@hooks_group.command("sweep")
+@click.option("--settle", "settle_s", type=float, default=300.0, show_default=True, metavar="SECONDS",
+              help="Leave a drop place without hook state alone until it is this old (a prolog may be making it).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_app
+def sweep_cmd(app: AppContext, settle_s: float, as_json: bool) -> None:
+    """Remove what epilogs could not: drop places they set aside (DROP_DIR/.unclean-*) and those of runs over
+    on this node (no hook state). Run as root, from a timer, on every node.
+
+    Never follows a symlink: every entry is removed relative to its directory's descriptor. Exits 1 when
+    something could not be removed.
+
+    \b
+    Example:
+      ipledger hooks sweep --json
+    """
+    from ..hooks.core import HookSettings
+    from ..hooks.dropbox import Limits, sweep
+    from ..textsafe import printable
+
+    cfg = app.config
+    hooks = cfg.extra.get("hooks") if isinstance(cfg.extra.get("hooks"), dict) else None
+    drop_dir = Limits(cfg.spool, hooks).drop_dir
+    try:
+        done = sweep(drop_dir, HookSettings.from_config(cfg).state_dir, settle_s=settle_s)
+    except FileNotFoundError:
+        done = []
+    except OSError as exc:
+        raise UserError(f"hooks sweep: {printable(drop_dir)}: {exc.strerror or exc}") from None
+    left = [d for d in done if d["action"] == "left"]
+    if as_json:
+        emit_json({"drop_dir": drop_dir, "entries": done})
+    else:
+        for d in done:
+            if d["action"] != "kept":
+                why = f" ({printable(d['why'])})" if d["why"] else ""
+                click.echo(f"{d['action']} {printable(drop_dir)}/{printable(d['name'])}: {d['entries']} entries{why}")
+        click.echo(f"{sum(d['action'] == 'removed' for d in done)} removed, {len(left)} left, "
+                   f"{sum(d['action'] == 'kept' for d in done)} kept")
+    if left:
+        sys.exit(1)
 
 
 @click.command("reconcile")

@@ -2,7 +2,9 @@
 
 Order (docs/slurm.md): the prolog writes ``allocation_started`` + ``device_bound`` to the spool *before* it
 touches DCGM; the epilog gathers what it can, writes everything to the spool in one durable file, and only then
-cleans DCGM's job record and group (also when that write failed: nothing would read the record again). Neither ever talks to the ledger database: shipping is ``ipledger ship``
+cleans DCGM's job record and group (also when that write failed: nothing would read the record again), and only
+after that reads the job user's drop place, whose marks and clean-up errors go in a second spool file (nothing a
+user leaves there can cost a record). Neither ever talks to the ledger database: shipping is ``ipledger ship``
 (a systemd timer, docs/slurm.md), so a database that is down cannot slow a hook or make it fail.
 
 Neither ever runs a Slurm command (Slurm's Prolog and Epilog Guide: they "should not call Slurm commands"):
@@ -33,7 +35,7 @@ from ..kinds import Kind
 from ..canonical import loads
 from ..frozen import Frozen
 from . import dropbox, slurm
-from .records import entry_record, spool_line
+from .records import entry_record, escape_text, spool_line
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing, dataclasses and ledger.entries stay off the hook's import path
@@ -170,8 +172,13 @@ class Hook:
         self.entries.append(entry_record(kind, ts, payload, ts_end=ts_end, device=device,
                                          recorded_at=recorded_at or time.time(), **keys))
 
-    def error(self, stage: str, message: str) -> None:
-        self.errors.append({"stage": stage, "error": message[:500]})
+    def error(self, stage: str, message: str, **fields: str) -> None:
+        """A ``hook_error`` for the spool (``fields``: e.g. ``cause``, ``controlled_by``) and a log line."""
+        try:
+            message.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate from something a user named: escaped, never a crash
+            message = escape_text(message)
+        self.errors.append({"stage": stage, "error": message[:500], **fields})
         log(f"job {self.env.job_id}: {stage}: {message[:300]}")
 
     def left(self) -> float:
@@ -539,22 +546,53 @@ def epilog(h: Hook) -> None:
     if h.settings.vendor == "amd" and devices:
         _amd_epilog(h, keys, state, devices, start, end)
     record_end(h, keys, end, run, state is not None)
-    dropbox.collect(h, keys, start, end)  # the run's progress marks from its drop place
     for err in h.errors:
         h.add(Kind.HOOK_ERROR, now, {"hook": "epilog", **err}, keys)
+    reported = len(h.errors)
+    written = False
     try:
-        h.write_spool("epilog")  # durable before any clean-up
+        # The run's own records first, durable before anything the job's user controls is read: a drop place
+        # that is full, huge or hostile can cost the run its marks, never a record (ledger.hooks.dropbox).
+        h.write_spool("epilog")
+        written = True
     finally:
         # Also after a failed write: nothing reads this DCGM record again, and a group left behind counts
         # against DCGM's 64, so a full spool must not go on to cost later jobs their telemetry.
-        if dstate and dstate.get("job_key"):
-            from . import vendor
+        try:
+            _release_dcgm(h, dstate)
+        finally:
+            _drop_state(h.settings.state_dir, name)
+            _drop_place(h, keys, start, end, now, reported, written)
 
-            cli = h.tool(vendor.DcgmiCli)
-            cli.remove_job(dstate["job_key"])
-            if isinstance(dstate.get("group_id"), int):
-                cli.delete_group(dstate["group_id"])
-        _drop_state(h.settings.state_dir, name)
+
+def _release_dcgm(h: Hook, dstate: dict | None) -> None:
+    if not (dstate and dstate.get("job_key")):
+        return
+    from . import vendor
+
+    cli = h.tool(vendor.DcgmiCli)
+    try:
+        cli.remove_job(dstate["job_key"])
+    finally:
+        if isinstance(dstate.get("group_id"), int):
+            cli.delete_group(dstate["group_id"])
+
+
+def _drop_place(h: Hook, keys: dict, start: float, end: float, now: float, reported: int, write: bool) -> None:
+    """After the run's records: its marks and the drop place's removal (within what is left of the deadline,
+    at least dropbox.MIN_CLEAN_S), in a second spool file with the hook errors raised since the first — not
+    when the first write failed (marks and errors without the run's end would only be half a record; the
+    errors are logged all the same)."""
+    try:
+        dropbox.collect(h, keys, start, end, max(h.deadline, time.monotonic() + dropbox.MIN_CLEAN_S))
+    except Exception as exc:  # noqa: BLE001 - whatever the drop place did, the errors still reach the spool
+        h.error("marks", f"drop place not collected: {type(exc).__name__}: {exc}")
+    if not write:
+        h.entries = []
+        return
+    for err in h.errors[reported:]:
+        h.add(Kind.HOOK_ERROR, now, {"hook": "epilog", **err}, keys)
+    h.write_spool("epilog")
 
 
 def run_hook(kind: str, environ: Mapping[str, str], config_path: str | None, snapshot: str | None = None,

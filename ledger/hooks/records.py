@@ -2,6 +2,7 @@
 their imports: most of the hook's former start-up cost), in the ledger's one canonical encoding
 (:mod:`ledger.canonical`: the same timestamps, payload text and entry id). The shipper rebuilds every record
 with :func:`ledger.entries.entry_from_record`, which recomputes the id, so a drift here could not pass unseen.
+:func:`escape_text` makes text a job's user wrote (a mark's note) printable and encodable before it joins one.
 """
 
 from __future__ import annotations
@@ -31,3 +32,31 @@ def entry_record(kind: str, ts: Any, payload: Mapping[str, Any] | None = None, *
     if kind not in HOOK_KINDS:
         raise ValueError(f"unknown entry kind {kind!r}")
     return dict(zip(ENTRY_FIELDS, entry_fields(kind, ts, payload, **keys)))
+
+
+def escape_text(text: str, *, bytes_escaped: bool = True) -> str:
+    """Text a job's user wrote, made printable and encodable, losslessly: ``\\`` becomes ``\\\\``; a control
+    character, DEL, a bidi override or any other unprintable character becomes ``\\xNN`` / ``\\uNNNN`` /
+    ``\\UNNNNNNNN``; a lone surrogate ``\\uD800``–``\\uDFFF`` becomes its ``\\uNNNN`` — except, when
+    ``bytes_escaped`` (text decoded with ``surrogateescape``: argv, a drop line that was not UTF-8), U+DC80–U+DCFF,
+    which stand for the undecodable bytes 0x80–0xFF, become ``\\xNN``. Every escape starts with a backslash
+    and every literal backslash is doubled, so the original can always be read back; the result encodes as
+    UTF-8 whatever came in."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    out = []
+    for c in text:
+        o = ord(c)
+        if c == "\\":
+            out.append("\\\\")
+        elif c.isprintable():  # surrogates (category Cs) are not printable
+            out.append(c)
+        elif bytes_escaped and 0xDC80 <= o <= 0xDCFF:
+            out.append(f"\\x{o - 0xDC00:02x}")
+        elif o < 0x100 and not (0x80 <= o and bytes_escaped):
+            out.append(f"\\x{o:02x}")
+        elif o < 0x10000:
+            out.append(f"\\u{o:04x}")
+        else:
+            out.append(f"\\U{o:08x}")
+    return "".join(out)

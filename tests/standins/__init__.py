@@ -95,6 +95,9 @@ def make_site(root: Path, *, node: str = "node1", ngpus: int = 4, tools=("dcgmi"
     lines.append(f"hook_timeout_s = {timeout}")
     lines.append("[commands]")
     lines += [f'"{k}" = "{v}"' for k, v in commands.items()]
+    # Test sites keep the drop places beside the spool (one tmp directory); the tests of the drop place's own
+    # filesystem (tests/test_drop_place.py) mount a tmpfs or set this to false.
+    hooks = {"drop_dir_shared_fs": True, **(hooks or {})}
     if hooks:
         lines.append("[hooks]")
         for k, v in hooks.items():
