@@ -35,6 +35,7 @@ from tests.test_hooks import env
 
 CONTRACT = """id = "acme"
 version = "1"
+effective_from = "2020-01-01"   # the runs below start now: the contract is in effect for them
 unknown_policy = "credit"
 provider_failure_loss = "credit"
 {extra}
