@@ -79,7 +79,7 @@ def install_cmd(app: AppContext, directory: str, config_path: str | None, python
         hooks = loaded.extra.get("hooks") if isinstance(loaded.extra.get("hooks"), dict) else None
         lim = Limits(loaded.spool, hooks)
         if not lim.shared_fs and shares_spool_fs(lim.drop_dir, loaded.spool):
-            click.echo(f"ipledger: warning: {printable(shared_fs_problem(lim.drop_dir, loaded.spool))}; "
+            echo(f"ipledger: warning: {printable(shared_fs_problem(lim.drop_dir, loaded.spool))}; "
                        f"until then the prolog makes no drop places", err=True)
     try:
         paths = [*install(directory, cfg, python), mark_path(directory)]
@@ -153,8 +153,8 @@ def sweep_cmd(app: AppContext, settle_s: float, as_json: bool) -> None:
         for d in done:
             if d["action"] != "kept":
                 why = f" ({printable(d['why'])})" if d["why"] else ""
-                click.echo(f"{d['action']} {printable(drop_dir)}/{printable(d['name'])}: {d['entries']} entries{why}")
-        click.echo(f"{sum(d['action'] == 'removed' for d in done)} removed, {len(left)} left, "
+                echo(f"{d['action']} {printable(drop_dir)}/{printable(d['name'])}: {d['entries']} entries{why}")
+        echo(f"{sum(d['action'] == 'removed' for d in done)} removed, {len(left)} left, "
                    f"{sum(d['action'] == 'kept' for d in done)} kept")
     if left:
         sys.exit(1)
