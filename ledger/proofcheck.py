@@ -766,7 +766,7 @@ PROVIDER_FAILURE_STATES = ("NODE_FAIL", "BOOT_FAIL")
 # ledger/method/evidence.py and ledger/method/xids.toml, and a test holds these equal to them).
 PARTIES = ("provider", "scheduler", "vendor_tool", "job_user")
 CAUSE_CONTROLLED_BY = {
-    "drop_place_full": "job_user", "drop_place_unemptied": "job_user", "marks_refused": "job_user",
+    "drop_place_over_quota": "job_user", "drop_place_unclean": "job_user", "marks_refused": "job_user",
     "epilog_missing": "scheduler", "prolog_missing": "scheduler",
     **{c: "vendor_tool" for c in (
         "dcgm_host_engine_restart", "dcgm_watch_not_started", "dcgm_no_data", "dcgm_timeout", "dcgm_unreachable",

@@ -121,7 +121,7 @@ def build(engine, seed: int) -> dict:  # noqa: ANN001
     for _ in range(more.choice([0, 0, 1, 2])):  # from DCGM's job record (samples may replace it), or the user's
         a = t0 + more.uniform(0, dur / 2)
         cause, source = more.choice([("dcgm_host_engine_restart", "ipledger.derive"), ("dcgm_no_data", "hook.epilog"),
-                                     ("dcgm_host_engine_restart", "collector"), ("drop_place_full", "hook.epilog")])
+                                     ("dcgm_host_engine_restart", "collector"), ("drop_place_over_quota", "hook.epilog")])
         extra_gaps.append(make_entry(Kind.UNKNOWN_INTERVAL, a, {"cause": cause, "scope": "device"},
                                ts_end=a + more.uniform(1, dur / 2), device=more.choice(uuids), node="n0",
                                source=source, **key))

@@ -248,7 +248,7 @@ def test_time_the_jobs_user_controls_is_charged_or_held_never_credited(tmp_path,
         make_entry(Kind.ALLOCATION_STARTED, t0, {"account": "a"}, source="hook.prolog", **keys),
         make_entry(Kind.DEVICE_BOUND, t0, {"index": 0, "uuid": "GPU-a"}, device="GPU-a", source="hook.prolog",
                    **keys),
-        make_entry(Kind.UNKNOWN_INTERVAL, t0 + 60, {"cause": "drop_place_full", "scope": "run"}, ts_end=t0 + 3600,
+        make_entry(Kind.UNKNOWN_INTERVAL, t0 + 60, {"cause": "drop_place_over_quota", "scope": "run"}, ts_end=t0 + 3600,
                    source="hook.epilog", **keys),
         make_entry(Kind.UNKNOWN_INTERVAL, t0, {"cause": "collector_down", "scope": "run"}, ts_end=t0 + 60,
                    source="collector", **keys),
@@ -258,7 +258,7 @@ def test_time_the_jobs_user_controls_is_charged_or_held_never_credited(tmp_path,
     assert r.exit_code == 0, r.output
     rec = json.loads(r.output)
     by_cause = {i["cause"]: i for i in rec["unknown_intervals"]}
-    assert (by_cause["drop_place_full"]["controlled_by"], by_cause["drop_place_full"]["policy"]) == ("job_user",
+    assert (by_cause["drop_place_over_quota"]["controlled_by"], by_cause["drop_place_over_quota"]["policy"]) == ("job_user",
                                                                                                    policy)
     assert (by_cause["collector_down"]["controlled_by"], by_cause["collector_down"]["policy"]) == ("provider",
                                                                                                  "credit")

@@ -33,8 +33,8 @@ PROVIDER_FAILURE_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 # provider's (the site wrote it: its collector, importer or shipper).
 CAUSE_CONTROLLED_BY: Mapping[str, str] = {
     # the job's own user: the run's drop place they write and the hook could not empty or read
-    "drop_place_full": "job_user",
-    "drop_place_unemptied": "job_user",
+    "drop_place_over_quota": "job_user",
+    "drop_place_unclean": "job_user",
     "marks_refused": "job_user",
     # the scheduler: whether the hooks ran at all
     "epilog_missing": "scheduler",
