@@ -9,7 +9,7 @@ import click
 
 from ..receipts import ReceiptError, issue_receipt, receipt_for, render_pdf, render_text, verify_receipt
 from ..safeout import OutputError, output_file, write_output
-from .context import RUN, SEQ, AppContext, UserError, emit_json, pass_app
+from .context import AS_OF, RUN, AppContext, UserError, emit_json, pass_app, reads_only
 
 
 @click.command("receipt")
@@ -21,7 +21,8 @@ from .context import RUN, SEQ, AppContext, UserError, emit_json, pass_app
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
               help="Write to this file (required for --format pdf; replaced only once the write succeeded; "
                    "- for standard output).")
-@click.option("--as-of", "as_of", type=SEQ, default=None, metavar="SEQ", help="As the ledger stood at SEQ.")
+@click.option("--as-of", "as_of", type=AS_OF, default=None, metavar="SEQ|TIME",
+              help="As the ledger stood at SEQ, or at an RFC 3339 time.")
 @click.option("--contract", "contract_id", default=None, metavar="ID",
               help="Price under this contract id (default: latest applicable contract_version).")
 @click.option("--verify", "verify", is_flag=True, help="Recompute the issued receipt and compare hashes.")
@@ -31,6 +32,7 @@ from .context import RUN, SEQ, AppContext, UserError, emit_json, pass_app
 @click.option("--head", "head_path", type=click.Path(dir_okay=False), default=None,
               help="With --proof: the signed tree head (ipledger checkpoint) the bundle is made under.")
 @pass_app
+@reads_only("issue")
 def receipt_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | None, fmt: str, as_json: bool,
                 out: str | None, as_of: int | None, contract_id: str | None, verify: bool, issue: bool,
                 proof: bool, head_path: str | None) -> None:
@@ -130,7 +132,7 @@ def issue_cmd(app: AppContext, month: str | None, all_runs: bool, include_open: 
       ipledger issue --month 2026-12 --open
     """
     from reports.periods import PeriodError, month_bounds
-    from reports.progress import Progress
+    from ..progressbar import Progress
 
     from ..receipts.issue import issue_runs, runs_to_issue
 
@@ -145,7 +147,7 @@ def issue_cmd(app: AppContext, month: str | None, all_runs: bool, include_open: 
     engine = app.engine()
     skus = app.site.sku_table
     keys = runs_to_issue(engine, period, include_open)
-    bar = Progress(f"issue {month or 'all'}", quiet=quiet)
+    bar = Progress(f"issue {month or 'all'}", quiet=quiet or as_json)
     try:
         res = issue_runs(engine, keys, sku_table=skus, progress=bar)
     finally:
