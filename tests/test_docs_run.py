@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ledger import spool
-from ledger.entries import Kind, make_entry
+from tests.test_cli_core import _job_records
 
 ROOT = Path(__file__).resolve().parent.parent
 MARK = "<!-- runnable -->"
@@ -44,23 +44,13 @@ def runnable_blocks() -> list[tuple[str, str]]:
     return found
 
 
-def _spool_with_job_4242(path: Path) -> None:
-    key = dict(cluster="c1", job_id="4242", run=0, node="n01")
-    spool.write(path, [
-        make_entry(Kind.ALLOCATION_STARTED, "2026-11-01T10:00:00Z",
-                   {"account": "acme", "partition": "gpu", "qos": "high"}, **key).to_record(),
-        make_entry(Kind.DEVICE_BOUND, "2026-11-01T10:00:00Z", {"index": 0, "sku": "H100-SXM5-80GB"},
-                   device="GPU-aaa", **key).to_record(),
-        make_entry(Kind.ALLOCATION_ENDED, "2026-11-01T12:00:00Z", {"exit_code": 0}, **key).to_record()])
-
-
 @pytest.fixture(scope="module")
 def site_dir(demo, tmp_path_factory) -> Path:
     """A fresh directory: demo-out/ (a copy of the session's demo) and spool/ (job 4242)."""
     out, _ = demo
     d = tmp_path_factory.mktemp("docs-run")
     shutil.copytree(out, d / "demo-out")
-    _spool_with_job_4242(d / "spool")
+    spool.write(d / "spool", _job_records("4242"))
     return d
 
 

@@ -23,25 +23,17 @@ from ledger import db as db_mod
 from ledger import spool, store
 from ledger.canonical import format_ts, ts_to_epoch
 from ledger.entries import Kind, make_entry
+from tests.test_cli_core import _job_records
 
 ENV = {"IPLEDGER_CONFIG": "", "IPLEDGER_DB": None, "IPLEDGER_SPOOL": None}
 IPLEDGER = str(Path(sys.executable).parent / "ipledger")
-
-
-def _job(job="55"):
-    key = dict(cluster="c1", job_id=job, run=0, node="n01")
-    return [make_entry(Kind.ALLOCATION_STARTED, "2026-11-01T10:00:00Z", {"account": "acme", "partition": "gpu",
-                                                                        "qos": "high"}, **key).to_record(),
-            make_entry(Kind.DEVICE_BOUND, "2026-11-01T10:00:00Z", {"index": 0, "sku": "H100-SXM5-80GB"},
-                       device="GPU-aaa", **key).to_record(),
-            make_entry(Kind.ALLOCATION_ENDED, "2026-11-01T12:00:00Z", {"exit_code": 0}, **key).to_record()]
 
 
 @pytest.fixture
 def shipped(runner, cli, tmp_path, sqlite_url) -> str:
     """An SQLite ledger holding job 55 (3 entries) and its automatic receipt (seq 4)."""
     sp = tmp_path / "spool"
-    spool.write(sp, _job())
+    spool.write(sp, _job_records())
     r = runner.invoke(cli, ["--db", sqlite_url, "ship", "--spool", str(sp)], env=ENV)
     assert r.exit_code == 0, r.output
     return sqlite_url

@@ -210,11 +210,7 @@ def explain_cmd(app: AppContext, node: str | None, rack: str | None, tenant: str
         raise UserError("give exactly one of --node, --rack, --tenant, --job")
     kind, name = given[0]
     with Progress("explain", quiet=as_json, steps=3) as bar:
-        bar.step("read the ledger")
-        ds = _dataset(app, from_samples)
-        if not len(ds.allocs) and not len(ds.samples):
-            raise UserError("the ledger holds no allocations or telemetry to explain")
-        start, end, _ = _period_with_data(ds, period)
+        ds, (start, end, _) = _dataset_in(app, from_samples, period, bar, "explain")
         try:
             scope_masks(ds, kind, name)  # an unknown scope is refused before the agents run
             bar.step("run the agents")
@@ -291,6 +287,15 @@ def _period_with_data(ds, text: str) -> tuple[float, float, str]:  # noqa: ANN00
     if end <= ds.start or start >= ds.end:
         raise UserError(f"the ledger has no data in {label}")
     return start, end, label
+
+
+def _dataset_in(app: AppContext, from_samples: bool, period: str, bar: Progress, what: str):  # noqa: ANN202
+    """The agents' dataset (a step of ``bar``) and the period it holds data in; one-line errors otherwise."""
+    bar.step("read the ledger")
+    ds = _dataset(app, from_samples)
+    if not len(ds.allocs) and not len(ds.samples):
+        raise UserError(f"the ledger holds no allocations or telemetry to {what}")
+    return ds, _period_with_data(ds, period)
 
 
 @click.command("account")
@@ -404,11 +409,7 @@ def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool, f
     from ..agents.export_analysis import AnalysisError
 
     with Progress("report analysis", quiet=as_json, steps=4) as bar:
-        bar.step("read the ledger")
-        ds = _dataset(app, from_samples)
-        if not len(ds.allocs) and not len(ds.samples):
-            raise UserError("the ledger holds no allocations or telemetry to analyse")
-        start, end, label = _period_with_data(ds, period)
+        ds, (start, end, label) = _dataset_in(app, from_samples, period, bar, "analyse")
         bar.step("run the agents")
         analysis = agents.run_agents(ds)
         bar.step("analyse")
