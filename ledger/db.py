@@ -45,7 +45,8 @@ def make_engine(url: str, *, create: bool = True, read_only: bool = False) -> En
 
     ``create``: a missing SQLite file (and its directory) is made, owner-only; otherwise a missing file is the
     one-line LedgerError "no ledger at PATH" and nothing is created. ``read_only``: SQLite opens the file with
-    ``mode=ro`` (a command that only reads cannot write, whatever it runs). An unknown scheme or a missing
+    ``mode=ro`` and PostgreSQL's transactions are ``READ ONLY`` (a command that only reads cannot write, whatever
+    it runs). An unknown scheme or a missing
     driver is a one-line LedgerError naming what to install."""
     url = normalise_db_url(url)
     if url.startswith("sqlite"):
@@ -79,6 +80,8 @@ def make_engine(url: str, *, create: bool = True, read_only: bool = False) -> En
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
+    if read_only and url.startswith("postgresql+psycopg"):  # every transaction of a reading command is READ ONLY
+        return _create(url, pool_pre_ping=True, connect_args={"options": "-c default_transaction_read_only=on"})
     return _create(url, pool_pre_ping=True)
 
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ledger import db as db_mod
 from ledger import spool, store
@@ -71,6 +71,15 @@ def test_a_reading_engine_cannot_write(shipped):
             conn.execute(text("CREATE TABLE scratch (x INTEGER)"))
     eng.dispose()
     assert path.read_bytes() == before
+
+
+def test_a_reading_engine_cannot_write_on_either_backend(ledger_url):
+    eng = db_mod.make_engine(ledger_url, read_only=True)
+    assert db_mod.current_revision(eng)   # it reads
+    with pytest.raises(DBAPIError, match="(?i)read-?only"):
+        with eng.begin() as conn:
+            conn.execute(text("CREATE TABLE scratch (x INTEGER)"))
+    eng.dispose()
 
 
 def test_reading_commands_leave_the_ledger_as_it_was(runner, cli, shipped, tmp_path):

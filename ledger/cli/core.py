@@ -117,7 +117,7 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
               help="Also check the database's indexes against its tables (SQLite integrity_check, PostgreSQL "
                    "amcheck): finds an index edited to hide rows from receipts. Slower.")
 @pass_app
-@reads_only()
+@reads_only("deep")   # --deep may create PostgreSQL's amcheck extension
 def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[str, ...], deep: bool) -> None:
     """Walk the hash chain (and replay issued receipts); exit 1 naming the first entry that does not match.
 
