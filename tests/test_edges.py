@@ -165,7 +165,7 @@ def test_as_of_a_time_is_the_receipt_as_of_the_seq_standing_then(runner, cli, sh
     assert receipt("2026-11-01T12:00:00Z") == receipt("3")
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(offsets=st.lists(st.integers(0, 20), min_size=1, max_size=12), at=st.integers(-1, 21))
 def test_seq_standing_at_is_the_prefix_before_the_first_later_entry(offsets, at):
     t0 = ts_to_epoch("2026-11-01T00:00:00Z")
