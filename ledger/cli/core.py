@@ -72,7 +72,7 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
 
         after = after_ship_steps(site)
     if not Path(directory).is_dir():  # nothing to ship from: said, not "shipped 0" (and no directory is made)
-        raise UserError(f"{directory}: no spool directory here (--spool, $IPLEDGER_SPOOL or the config's spool)")
+        raise UserError(f"{printable(str(directory))}: no spool directory here (--spool, $IPLEDGER_SPOOL or the config's spool)")
     from ..accounting import AccountingSettings
     from ..spool import UnsafeSpool
 
