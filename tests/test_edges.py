@@ -222,3 +222,11 @@ def test_no_bar_with_json_or_when_stderr_is_not_a_terminal(shipped):
     r = subprocess.run([IPLEDGER, "--db", shipped, "verify"], capture_output=True, text=True,
                        env={**os.environ, "IPLEDGER_CONFIG": ""}, timeout=120)
     assert r.returncode == 0 and r.stderr == "" and r.stdout.startswith("ok: 4 entries")
+
+
+def test_an_agents_command_draws_its_steps_on_a_terminal(demo):
+    _, summary = demo
+    rc, out, shown = _on_pty(["--db", f"sqlite:///{summary['ledger']}", "account", "--day", "2026-11-04"])
+    assert rc == 0 and "tenant" in out
+    assert "account: read the ledger" in shown and "account: run the agents" in shown and "3/3" in shown
+    assert "3/3" not in out and "[#" not in out   # never on stdout
