@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import quote
 
 from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Engine
@@ -14,6 +15,7 @@ import ipledger_schema.head as _schema_head
 
 from .config import normalise_db_url
 from .fsmodes import LEDGER_DIR, LEDGER_FILE, create_file, make_dirs
+from .textsafe import printable
 
 
 WRITE_OPTION = "ipledger_write"
@@ -23,20 +25,48 @@ class LedgerError(RuntimeError):
     """A ledger problem reported to the user as one line."""
 
 
-def make_engine(url: str) -> Engine:
+# What to install for a database the URL names but this Python cannot reach (the extras of pyproject.toml).
+POSTGRES_EXTRA = "pip install 'ipledger[postgres]'"
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file an SQLite URL names; None for another database, an in-memory one or a ``file:`` URI."""
+    url = normalise_db_url(url)
+    if not url.startswith("sqlite"):
+        return None
+    path = url.split("///", 1)[1] if "///" in url else ""
+    if not path or path == ":memory:" or path.startswith("file:"):
+        return None
+    return Path(path.split("?", 1)[0])
+
+
+def make_engine(url: str, *, create: bool = True, read_only: bool = False) -> Engine:
+    """An engine for the ledger at ``url`` (a bare path is an SQLite file).
+
+    ``create``: a missing SQLite file (and its directory) is made, owner-only; otherwise a missing file is the
+    one-line LedgerError "no ledger at PATH" and nothing is created. ``read_only``: SQLite opens the file with
+    ``mode=ro`` and PostgreSQL's transactions are ``READ ONLY`` (a command that only reads cannot write, whatever
+    it runs). An unknown scheme or a missing
+    driver is a one-line LedgerError naming what to install."""
     url = normalise_db_url(url)
     if url.startswith("sqlite"):
-        path = url.split("///", 1)[1] if "///" in url else ""
-        if path and path != ":memory:" and not path.startswith("file:"):
-            _create_private(Path(path.split("?", 1)[0]))
-        engine = create_engine(url, connect_args={"timeout": 60})
+        path = sqlite_path(url)
+        if path is not None:
+            if create and not read_only:
+                _create_private(path)
+            elif not path.exists():
+                raise LedgerError(f"no ledger at {printable(str(path))}")
+            if read_only:
+                url = f"sqlite:///file:{quote(str(path.resolve()))}?mode=ro&uri=true"
+        engine = _create(url, connect_args={"timeout": 60})
 
         @event.listens_for(engine, "connect")
         def _sqlite_connect(dbapi_conn, _record):  # noqa: ANN001
             # Transactions are begun by the "begin" listener below, not by the driver.
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
+            if not read_only:  # a read-only connection reads the WAL ledger as it is; it cannot change its mode
+                cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=FULL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
@@ -50,7 +80,39 @@ def make_engine(url: str) -> Engine:
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
-    return create_engine(url, pool_pre_ping=True)
+    if read_only and url.startswith("postgresql+psycopg"):  # every transaction of a reading command is READ ONLY
+        return _create(url, pool_pre_ping=True, connect_args={"options": "-c default_transaction_read_only=on"})
+    return _create(url, pool_pre_ping=True)
+
+
+def _create(url: str, **kw) -> Engine:  # noqa: ANN003
+    """create_engine, with an unknown scheme or a driver that is not installed as one line."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        scheme = make_url(url).drivername
+    except ArgumentError:
+        raise LedgerError(f"{_shown(url)}: not a database URL (want sqlite:///PATH, a file path, or "
+                          "postgresql+psycopg://USER@HOST/DB)") from None
+    if scheme.split("+")[0] not in ("sqlite", "postgresql"):
+        raise LedgerError(f"{_shown(url)}: ipledger keeps its ledger in SQLite (sqlite:///PATH) or "
+                          f"PostgreSQL (postgresql+psycopg://USER@HOST/DB, after {POSTGRES_EXTRA}), not {scheme}")
+    try:
+        return create_engine(url, **kw)
+    except (NoSuchModuleError, ImportError) as exc:
+        raise LedgerError(f"{_shown(url)}: no driver for {scheme} ({exc}); ipledger reaches PostgreSQL "
+                          f"through psycopg: {POSTGRES_EXTRA} and use postgresql+psycopg://") from None
+
+
+def _shown(url: str) -> str:
+    """A URL as it may be printed: without its password, terminal-safe."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return printable(make_url(url).render_as_string(hide_password=True))
+    except Exception:  # noqa: BLE001 - not even a URL: shown as given, escaped
+        return printable(url.split("@")[-1] if "@" in url else url)
 
 
 def _create_private(path: Path) -> None:
@@ -149,3 +211,22 @@ def dialect(engine: Engine) -> str:
 def write_tx(engine: Engine):  # noqa: ANN201
     """A transaction that may extend the chain (takes SQLite's write lock at BEGIN)."""
     return engine.execution_options(**{WRITE_OPTION: True}).begin()
+
+
+def seq_standing_at(engine: Engine, epoch: float) -> int:
+    """The last sequence number of the ledger as it stood at ``epoch``: the chain up to (not including) its
+    first entry timestamped after ``epoch`` (``recorded_at``, else ``ts``). An entry is not written before it
+    was recorded, and entries are appended in sequence order, so nothing after that one can have been there;
+    0 when the first entry is already later."""
+    from .canonical import format_ts, parse_ts
+
+    stamp = format_ts(epoch) or ""
+    # canonical timestamps compare as text to the second ("…:SSZ" / "…:SS.ffffffZ"); within the second, parsed
+    query = text("SELECT seq, COALESCE(recorded_at, ts) FROM entries WHERE substr(COALESCE(recorded_at, ts), 1, 19) "
+                 ">= :sec ORDER BY seq")
+    with engine.connect() as conn:
+        last = conn.execute(text("SELECT COALESCE(MAX(seq), 0) FROM entries")).scalar_one()
+        for seq, ts in conn.execute(query.execution_options(yield_per=1000), {"sec": stamp[:19]}):
+            if parse_ts(ts).timestamp() > epoch:
+                return int(seq) - 1
+    return int(last)

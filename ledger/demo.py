@@ -13,6 +13,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from . import db as db_mod
 from .contracts import contract_entry, parse_contract
@@ -121,19 +122,31 @@ def write_pathb_export(sim, path: Path) -> dict:  # noqa: ANN001 - a Simulation
     return write_prometheus_export(sim, path, nodes, start_step, steps_day)
 
 
-def run_demo(out: Path, seed: int = 0, spec: FleetSpec | None = None) -> dict:
+DEMO_STEPS = ("simulate the hall and fill its ledger", "write the Prometheus export", "issue the receipts",
+              "verify the ledger", "write the reports")
+
+
+def run_demo(out: Path, seed: int = 0, spec: FleetSpec | None = None,
+             step: Callable[[str], None] | None = None) -> dict:
+    """The demo end to end; ``step`` is told each of :data:`DEMO_STEPS` as it starts (a progress bar)."""
     t0 = time.monotonic()
     out = Path(out)
     spec = spec or FleetSpec()
+    tell = step or (lambda _what: None)
+    tell(DEMO_STEPS[0])
     hall = build_hall(out, seed, spec)
     sim, engine, analysis = hall.sim, hall.engine, hall.analysis
+    tell(DEMO_STEPS[1])
     prom = write_pathb_export(sim, out / "prometheus-export.json")
+    tell(DEMO_STEPS[2])
     issued, receipts = _receipts(engine, out, sim)
     from .receipts.auto import verify_checks
     from .verify import verify
+    tell(DEMO_STEPS[3])
     report = verify(engine, checks=verify_checks())
     (out / "ground-truth.json").write_text(json.dumps(sim.truth, indent=2, sort_keys=True) + "\n")
     (out / "findings.json").write_text(json.dumps(analysis.to_json(), indent=2, sort_keys=True) + "\n")
+    tell(DEMO_STEPS[4])
     reports = _reports(engine, out, analysis)
     with engine.connect() as conn:
         n_entries = conn.exec_driver_sql("SELECT count(*) FROM entries").scalar()

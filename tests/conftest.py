@@ -70,6 +70,20 @@ def sqlite_url(tmp_path) -> str:
     return url
 
 
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory):
+    """`ipledger demo --small --seed 3` once per session: (its output directory, its JSON summary). Tests that
+    write to it work on a copy."""
+    import json
+
+    from ledger.cli.main import cli
+
+    out = tmp_path_factory.mktemp("demo")
+    r = CliRunner().invoke(cli, ["demo", "--out", str(out), "--seed", "3", "--small", "--json"])
+    assert r.exit_code == 0, r.output
+    return out, json.loads(r.output)
+
+
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()

@@ -60,6 +60,7 @@ def test_verify_cli_names_the_tampered_sequence(runner, cli, tmp_path, sqlite_ur
 
 
 def test_commands_on_an_uninitialised_database_fail_in_one_line(runner, cli, tmp_path):
+    (tmp_path / "none.db").touch()   # a database without the schema (a missing file: tests/test_edges.py)
     r = runner.invoke(cli, ["--db", str(tmp_path / "none.db"), "verify"])
     assert r.exit_code == 1
     assert r.output.strip().count("\n") == 0 and "ipledger init" in r.output

@@ -19,7 +19,7 @@ from ledger.entries import Kind, make_entry
 from reports import monthly, synthetic
 from reports.export import long_table, statement_from_issues
 from reports.issued import Issue, IssuedSet, select_month
-from reports.progress import Progress
+from ledger.progressbar import Progress
 
 NOV = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc).timestamp()
 OCT = dt.datetime(2026, 10, 1, tzinfo=dt.timezone.utc).timestamp()

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import click
 
+from ..progressbar import Progress
 from ..textsafe import echo
-from .context import AppContext, UserError, emit_json, pass_app
+from .context import AppContext, UserError, emit_json, pass_app, reads_only
 
 
 def _since(value: str | None) -> float | None:
@@ -59,6 +60,7 @@ def _dataset(app: AppContext, from_samples: bool):  # noqa: ANN202 - an agents D
 @click.option("--samples", "from_samples", is_flag=True, help=SAMPLES_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the Findings JSON (docs/agents.md).")
 @pass_app
+@reads_only("refresh")
 def findings_cmd(app: AppContext, since: str | None, refresh: bool, from_samples: bool, as_json: bool) -> None:
     """List the agents' findings over the ledger, with operators' verdicts.
 
@@ -79,8 +81,11 @@ def findings_cmd(app: AppContext, since: str | None, refresh: bool, from_samples
     engine = app.engine()
     account = None
     if refresh:
-        analysis = agents.analyze(engine) if from_samples else hourly.analyze(engine)
-        agents.record(engine, analysis.findings)
+        with Progress("findings", quiet=as_json, steps=2) as bar:
+            bar.step("run the agents")
+            analysis = agents.analyze(engine) if from_samples else hourly.analyze(engine)
+            bar.step("record")
+            agents.record(engine, analysis.findings)
         account = analysis.account
     rows = agents.recorded_findings(engine, since=t)
     if refresh:  # show what the agents find now (older recorded windows stay in the ledger, not in this list)
@@ -184,6 +189,7 @@ def _print_explain(ex: dict) -> None:
 @click.option("--samples", "from_samples", is_flag=True, help=SAMPLES_HELP)
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
+@reads_only()
 def explain_cmd(app: AppContext, node: str | None, rack: str | None, tenant: str | None, job: str | None,
                 period: str, from_samples: bool, as_json: bool) -> None:
     """Where the GPU-hours of a node, rack, tenant or job went in a period, by cause, with evidence.
@@ -199,21 +205,21 @@ def explain_cmd(app: AppContext, node: str | None, rack: str | None, tenant: str
     """
     from .. import agents
     from ..agents.accounting import ExplainError, explain, scope_masks
-    from ..agents.ask import BadPeriod, parse_period
 
     given = [(k, v) for k, v in (("node", node), ("rack", rack), ("tenant", tenant), ("job", job)) if v]
     if len(given) != 1:
         raise UserError("give exactly one of --node, --rack, --tenant, --job")
     kind, name = given[0]
-    ds = _dataset(app, from_samples)
-    if not len(ds.allocs) and not len(ds.samples):
-        raise UserError("the ledger holds no allocations or telemetry to explain")
-    try:
-        start, end, _ = parse_period(period, ds.start, ds.end)
-        scope_masks(ds, kind, name)  # an unknown scope is refused before the agents run
-        ex = explain(ds, agents.run_agents(ds).findings, kind, name, start, end)
-    except (BadPeriod, ExplainError) as exc:
-        raise UserError(str(exc).strip("'\"")) from None
+    with Progress("explain", quiet=as_json, steps=3) as bar:
+        ds, (start, end, _) = _dataset_in(app, from_samples, period, bar, "explain")
+        try:
+            scope_masks(ds, kind, name)  # an unknown scope is refused before the agents run
+            bar.step("run the agents")
+            found = agents.run_agents(ds).findings
+            bar.step("explain")
+            ex = explain(ds, found, kind, name, start, end)
+        except ExplainError as exc:
+            raise UserError(str(exc).strip("'\"")) from None
     if as_json:
         emit_json(ex)
     else:
@@ -225,6 +231,7 @@ def explain_cmd(app: AppContext, node: str | None, rack: str | None, tenant: str
 @click.option("--samples", "from_samples", is_flag=True, help=SAMPLES_HELP)
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
+@reads_only()
 def ask_cmd(app: AppContext, question: str, from_samples: bool, as_json: bool) -> None:
     """Answer a question about where GPU-hours went (a small grammar, docs/agents.md); refuses anything else.
 
@@ -246,8 +253,15 @@ def ask_cmd(app: AppContext, question: str, from_samples: bool, as_json: bool) -
 
     try:
         parse_question(question)  # refuse before touching the database
-        ds = _dataset(app, from_samples)
-        res = answer(ds, lambda: agents.run_agents(ds).findings, question, prepare(ds, question))
+        with Progress("ask", quiet=as_json, steps=2) as bar:
+            bar.step("read the ledger")
+            ds = _dataset(app, from_samples)
+
+            def findings():  # noqa: ANN202 - run only for the questions that need them
+                bar.step("run the agents")
+                return agents.run_agents(ds).findings
+
+            res = answer(ds, findings, question, prepare(ds, question))
     except CannotAnswer as exc:
         raise UserError(str(exc)) from None
     if as_json:
@@ -276,12 +290,22 @@ def _period_with_data(ds, text: str) -> tuple[float, float, str]:  # noqa: ANN00
     return start, end, label
 
 
+def _dataset_in(app: AppContext, from_samples: bool, period: str, bar: Progress, what: str):  # noqa: ANN202
+    """The agents' dataset (a step of ``bar``) and the period it holds data in; one-line errors otherwise."""
+    bar.step("read the ledger")
+    ds = _dataset(app, from_samples)
+    if not len(ds.allocs) and not len(ds.samples):
+        raise UserError(f"the ledger holds no allocations or telemetry to {what}")
+    return ds, _period_with_data(ds, period)
+
+
 @click.command("account")
 @click.option("--day", help="A UTC day: 2026-11-04, today, yesterday.")
 @click.option("--week", help="An ISO week: 2026-W45, this-week, last-week.")
 @click.option("--samples", "from_samples", is_flag=True, help=SAMPLES_HELP)
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
+@reads_only()
 def account_cmd(app: AppContext, day: str | None, week: str | None, from_samples: bool, as_json: bool) -> None:
     """The daily (or weekly) account: paid, delivered and lost GPU-hours per tenant, totals, and the loss by cause.
 
@@ -297,16 +321,21 @@ def account_cmd(app: AppContext, day: str | None, week: str | None, from_samples
 
     if bool(day) == bool(week):
         raise UserError("give exactly one of --day, --week")
-    ds = _dataset(app, from_samples)
-    if not len(ds.allocs):
-        raise UserError("the ledger holds no allocations to account for")
     text = day or week
     if week and not re.fullmatch(r"\d{4}-[wW]\d{1,2}|this-week|last-week", week.strip()):
         raise UserError(f"--week: cannot read {week!r} (want 2026-W45, this-week or last-week)")
     if day and not re.fullmatch(r"\d{4}-\d{2}-\d{2}|today|yesterday", day.strip()):
         raise UserError(f"--day: cannot read {day!r} (want 2026-11-04, today or yesterday)")
-    start, end, label = _period_with_data(ds, text)
-    res = period_account(ds, agents.run_agents(ds).findings, start, end, label)
+    with Progress("account", quiet=as_json, steps=3) as bar:
+        bar.step("read the ledger")
+        ds = _dataset(app, from_samples)
+        if not len(ds.allocs):
+            raise UserError("the ledger holds no allocations to account for")
+        start, end, label = _period_with_data(ds, text)
+        bar.step("run the agents")
+        found = agents.run_agents(ds).findings
+        bar.step("account")
+        res = period_account(ds, found, start, end, label)
     if as_json:
         emit_json(res)
         return
@@ -326,6 +355,7 @@ def account_cmd(app: AppContext, day: str | None, week: str | None, from_samples
               help="From every sample (the full-resolution reference) instead of the device-hours.")
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
+@reads_only()
 def daily_cmd(app: AppContext, from_samples: bool, as_json: bool) -> None:
     """The daily account per (day, cluster, tenant, partition, QOS), read from the device-hours sealed with the
     telemetry (memory grows with devices x hours, not with samples; docs/scale.md).
@@ -366,6 +396,7 @@ def report_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Also print the analysis JSON the PDF was made from.")
 @click.option("--samples", "from_samples", is_flag=True, help=SAMPLES_HELP)
 @pass_app
+@reads_only()
 def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool, from_samples: bool) -> None:
     """The written analysis (PDF) of a period of the ledger: its account, findings and recommendations.
 
@@ -378,17 +409,19 @@ def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool, f
     from .. import agents
     from ..agents.export_analysis import AnalysisError
 
-    ds = _dataset(app, from_samples)
-    if not len(ds.allocs) and not len(ds.samples):
-        raise UserError("the ledger holds no allocations or telemetry to analyse")
-    start, end, label = _period_with_data(ds, period)
-    doc = agents.period_analysis(ds, agents.run_agents(ds), start, end, label)
-    from reports import analysis_pdf
+    with Progress("report analysis", quiet=as_json, steps=4) as bar:
+        ds, (start, end, label) = _dataset_in(app, from_samples, period, bar, "analyse")
+        bar.step("run the agents")
+        analysis = agents.run_agents(ds)
+        bar.step("analyse")
+        doc = agents.period_analysis(ds, analysis, start, end, label)
+        from reports import analysis_pdf
 
-    try:
-        analysis_pdf.render(doc, Path(out))
-    except (OSError, AnalysisError) as exc:
-        raise UserError(f"{out}: {exc}") from None
+        bar.step("write the PDF")
+        try:
+            analysis_pdf.render(doc, Path(out))
+        except (OSError, AnalysisError) as exc:
+            raise UserError(f"{out}: {exc}") from None
     if as_json:
         emit_json(doc)
     else:

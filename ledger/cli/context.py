@@ -1,8 +1,11 @@
-"""What every command shares: the site config, the database URL and a lazily opened engine."""
+"""What every command shares: the site config, the database URL and a lazily opened engine (read-only for the
+commands that only read, :func:`reads_only`), and the ``--as-of`` option's type (a sequence number or a time)."""
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,7 +13,7 @@ from typing import Any
 import click
 
 from .. import config as config_mod
-from ..db import LedgerError, make_engine, require_schema
+from ..db import LedgerError, make_engine, require_schema, seq_standing_at
 from ..method.skus import SkuError
 from ..site import Site, site_from_config
 from ..textsafe import echo, json_text
@@ -31,6 +34,7 @@ class AppContext:
     _site: Site | None = None
     _engine: Any = None
     _checked: bool = False
+    read_only: bool = False   # set by @reads_only before the command opens the ledger
     extras: dict = field(default_factory=dict)
 
     @property
@@ -58,8 +62,14 @@ class AppContext:
         return config_mod.normalise_db_url(self.db_option or self.config.db)
 
     def engine(self, require: bool = True):  # noqa: ANN201
+        """The ledger's engine. ``require``: the ledger must exist and carry this ipledger's schema (every command
+        but ``init``, the one that may create a database); a missing SQLite file is "no ledger at PATH" and
+        nothing is created. Opened read-only for a command marked :func:`reads_only`."""
         if self._engine is None:
-            self._engine = make_engine(self.db_url)
+            try:
+                self._engine = make_engine(self.db_url, create=not require, read_only=require and self.read_only)
+            except LedgerError as exc:
+                raise UserError(str(exc)) from None
         if require and not self._checked:
             try:
                 require_schema(self._engine)
@@ -67,6 +77,83 @@ class AppContext:
                 raise UserError(str(exc)) from None
             self._checked = True
         return self._engine
+
+    def as_of_seq(self, value: "AsOf | int | None") -> int | None:
+        """The sequence number an ``--as-of`` names: a seq at or below the ledger's head, or the last seq of the
+        ledger as it stood at a time (:func:`ledger.db.seq_standing_at`); past the end is a one-line error."""
+        if value is None or isinstance(value, int):
+            return value
+        from .. import store
+
+        head = store.get_head(self.engine())[0]
+        if value.seq is not None:
+            if value.seq > head:
+                raise UserError(f"--as-of {value.text}: past the ledger's end (its last entry is seq {head})")
+            return value.seq
+        import time
+
+        if value.epoch > time.time():
+            raise UserError(f"--as-of {value.text}: past the ledger's end (that time is still to come)")
+        seq = seq_standing_at(self.engine(), value.epoch)
+        if seq == 0:
+            raise UserError(f"--as-of {value.text}: before the ledger's first entry")
+        return seq
+
+
+@dataclass(frozen=True)
+class AsOf:
+    """What ``--as-of`` was given: a sequence number, or a time (epoch seconds) resolved against the ledger."""
+
+    text: str
+    seq: int | None = None
+    epoch: float | None = None
+
+
+class AsOfType(click.ParamType):
+    """``--as-of``: a sequence number (1200) or an RFC 3339 time (2026-11-30T00:00:00Z; a bare date is its
+    00:00 UTC)."""
+
+    name = "SEQ|TIME"
+
+    def convert(self, value, param, ctx):  # noqa: ANN001, ANN201
+        if isinstance(value, AsOf):
+            return value
+        from ..canonical import ts_to_epoch
+        from ..textsafe import printable
+
+        v = str(value).strip()
+        if re.fullmatch(r"\d+", v):
+            n = int(v)
+            if n > 2**63 - 1:
+                self.fail(f"{printable(v)} is past any sequence number", param, ctx)
+            return AsOf(v, seq=n)
+        t = v + "T00:00:00Z" if re.fullmatch(r"\d{4}-\d{2}-\d{2}", v) else v
+        try:
+            return AsOf(v, epoch=ts_to_epoch(t))
+        except ValueError:
+            self.fail(f"{printable(v)!r} is neither a sequence number nor an RFC 3339 time with a zone "
+                      "(e.g. 1200 or 2026-11-30T00:00:00Z)", param, ctx)
+
+
+AS_OF = AsOfType()
+
+
+def reads_only(*writing_flags: str):  # noqa: ANN201
+    """Mark a command that only reads the ledger (unless one of ``writing_flags`` is given, e.g. ``issue``):
+    its SQLite ledger is opened read-only, and its ``as_of`` argument arrives as a resolved sequence number.
+    Put it right above the function, under ``@pass_app``."""
+
+    def wrap(f):  # noqa: ANN001, ANN202
+        @functools.wraps(f)
+        def command(app: "AppContext", *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            app.read_only = not any(kwargs.get(flag) for flag in writing_flags)
+            if isinstance(kwargs.get("as_of"), AsOf):
+                kwargs["as_of"] = app.as_of_seq(kwargs["as_of"])
+            return f(app, *args, **kwargs)
+
+        return command
+
+    return wrap
 
 
 pass_app = click.make_pass_decorator(AppContext)

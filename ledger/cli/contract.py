@@ -9,7 +9,7 @@ from ..contracts import (DEFAULT_CONTRACT, ContractError, bound_sku_names, check
                          record_contract, select_contract)
 from ..entries import Kind
 from ..textsafe import echo, printable
-from .context import SEQ, AppContext, UserError, emit_json, pass_app
+from .context import AS_OF, SEQ, AppContext, UserError, emit_json, pass_app, reads_only
 
 
 @click.group("contract")
@@ -64,9 +64,11 @@ def set_cmd(app: AppContext, file: str, allow_zero: bool, as_json: bool) -> None
 @contract_group.command("show")
 @click.option("--account", default=None, help="The contract that applies to this Slurm account.")
 @click.option("--id", "contract_id", default=None, help="The latest version of this contract id.")
-@click.option("--as-of", "as_of", type=SEQ, default=None, metavar="SEQ", help="As the ledger stood at SEQ.")
+@click.option("--as-of", "as_of", type=AS_OF, default=None, metavar="SEQ|TIME",
+              help="As the ledger stood at SEQ, or at an RFC 3339 time.")
 @click.option("--json", "as_json", is_flag=True, help="Print the contract as JSON.")
 @pass_app
+@reads_only()
 def show_cmd(app: AppContext, account: str | None, contract_id: str | None, as_of: int | None,
              as_json: bool) -> None:
     """Show the contract a receipt would use (the built-in default when none is recorded).

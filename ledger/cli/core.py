@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -10,8 +11,9 @@ from .. import db as db_mod
 from .. import store
 from ..ship import ship as ship_spool
 from ..verify import verify as verify_ledger
+from ..progressbar import Progress
 from ..textsafe import echo, printable
-from .context import SEQ, AppContext, UserError, emit_json, pass_app
+from .context import SEQ, AppContext, UserError, emit_json, pass_app, reads_only
 
 
 @click.command("init")
@@ -69,19 +71,16 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
         from ..receipts.auto import after_ship_steps  # here: shipping alone need not import the receipts
 
         after = after_ship_steps(site)
-    show = (not quiet) and (not as_json) and sys.stderr.isatty()
-
-    def progress(done: int, total: int) -> None:
-        if show:
-            echo(f"\rshipping spool files {done}/{total}", err=True, nl=done == total)
-
+    if not Path(directory).is_dir():  # nothing to ship from: said, not "shipped 0" (and no directory is made)
+        raise UserError(f"{printable(str(directory))}: no spool directory here (--spool, $IPLEDGER_SPOOL or the config's spool)")
     from ..accounting import AccountingSettings
     from ..spool import UnsafeSpool
 
     acct = AccountingSettings.from_config(app.config)
     try:
-        report = ship_spool(engine, directory, progress=progress, after=after,
-                            enrich=acct.enricher() if acct else None)
+        with Progress("shipping spool files", quiet=quiet or as_json) as bar:
+            report = ship_spool(engine, directory, progress=bar, after=after,
+                                enrich=acct.enricher() if acct else None)
     except UnsafeSpool as exc:
         raise UserError(str(exc)) from None
     if as_json:
@@ -121,6 +120,7 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
               help="The site's public key: every signed tree head must be signed by it (repeatable, for rotated "
                    "keys; default: the config's trusted_keys). Without a pinned key heads are checked unpinned.")
 @pass_app
+@reads_only("deep")   # --deep may create PostgreSQL's amcheck extension
 def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[str, ...], deep: bool,
                pubkeys: tuple[str, ...]) -> None:
     """Walk the hash chain (and replay issued receipts); exit 1 naming the first entry that does not match.
@@ -140,8 +140,12 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
         pinned = read_pinned_keys(pubkeys or app.config.trusted_keys)
     except (ValueError, HeadError) as exc:
         raise UserError(str(exc)) from None
-    report = verify_ledger(app.engine(), chain_only=chain_only, anchors=parsed, deep=deep,
-                          checks=verify_checks(app.site, pinned=pinned))
+    engine = app.engine()
+    checks = verify_checks(app.site, pinned=pinned)
+    with Progress("verify", quiet=as_json, steps=1 + len(checks)) as bar:
+        bar.step("hash chain")
+        report = verify_ledger(engine, chain_only=chain_only, anchors=parsed, deep=deep,
+                               checks=[_step(bar, c) for c in checks])
     if as_json:
         emit_json(report.to_json())
     elif report.ok:
@@ -154,6 +158,16 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
         sys.exit(1)
 
 
+def _step(bar: Progress, check):  # noqa: ANN001, ANN202 - a verify check, named on the bar when it starts
+    name = getattr(getattr(check, "func", check), "__name__", "check").removeprefix("check_").replace("_", " ")
+
+    def run(engine, report):  # noqa: ANN001, ANN202
+        bar.step(name)
+        return check(engine, report)
+
+    return run
+
+
 @click.command("log")
 @click.option("--job", "job_id", help="Only this job's entries.")
 @click.option("--kind", "kinds", multiple=True, help="Only entries of this kind (repeatable).")
@@ -161,6 +175,7 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
 @click.option("--limit", type=click.IntRange(0, 2**31 - 1), default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the entries as JSON.")
 @pass_app
+@reads_only()
 def log_cmd(app: AppContext, job_id: str | None, kinds: tuple[str, ...], since_seq: int, limit: int,
             as_json: bool) -> None:
     """List ledger entries in sequence order.
@@ -170,10 +185,13 @@ def log_cmd(app: AppContext, job_id: str | None, kinds: tuple[str, ...], since_s
       ipledger log --job 4242 --kind unknown_interval
     """
     rows = []
-    for ce in store.iter_entries(app.engine(), job_id=job_id, kinds=list(kinds) or None, after_seq=since_seq):
+    engine = app.engine()
+    for ce in store.iter_entries(engine, job_id=job_id, kinds=list(kinds) or None, after_seq=since_seq):
         rows.append(ce)
         if len(rows) >= limit:
             break
+    if job_id is not None and not rows and not _has_entries(engine, job_id):
+        raise UserError(f"job {printable(job_id)}: no entries in the ledger")
     if as_json:
         emit_json([{"seq": c.seq, "hash": c.hash, **c.entry.to_record(), "payload": c.entry.data} for c in rows])
         return
@@ -181,6 +199,14 @@ def log_cmd(app: AppContext, job_id: str | None, kinds: tuple[str, ...], since_s
         e = c.entry
         echo(f"{c.seq:>8} {e.ts} {e.kind:<22} job={e.job_id or '-'} run={e.run if e.run is not None else '-'}"
                    f" node={e.node or '-'} device={e.device or '-'} {e.payload[:80]}")
+
+
+def _has_entries(engine, job_id: str) -> bool:  # noqa: ANN001
+    entries = store.iter_entries(engine, job_id=job_id)
+    try:
+        return next(entries, None) is not None
+    finally:
+        entries.close()
 
 
 def register(cli: click.Group) -> None:

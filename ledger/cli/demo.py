@@ -26,10 +26,12 @@ def demo_cmd(out: Path, seed: int, small: bool, as_json: bool) -> None:
       ipledger demo --out /tmp/demo --seed 3 --json
       ipledger --db sqlite:////tmp/demo/ledger.db findings
     """
-    from ..demo import run_demo
+    from ..demo import DEMO_STEPS, run_demo
+    from ..progressbar import Progress
     from ..sim import FleetSpec
 
-    summary = run_demo(out, seed=seed, spec=FleetSpec.small() if small else None)
+    with Progress("demo", quiet=as_json, steps=len(DEMO_STEPS)) as bar:
+        summary = run_demo(out, seed=seed, spec=FleetSpec.small() if small else None, step=bar.step)
     if as_json:
         emit_json(summary)
         return

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from ..textsafe import echo
-from .context import SEQ, AppContext, UserError, emit_json, pass_app
+from .context import AS_OF, SEQ, AppContext, UserError, emit_json, pass_app, reads_only
 
 
 @click.group("export")
@@ -31,13 +31,14 @@ def export_group() -> None:
               show_default=True, help="csv/parquet: the long table; focus: FinOps FOCUS 1.2 CSV; pdf: statement.")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Output file (default statement-MONTH[-TENANT].EXT; '-' writes csv/focus/json to stdout).")
-@click.option("--as-of", "as_of", type=SEQ, default=None, metavar="SEQ",
-              help="As the ledger stood at SEQ: reproduces an export made then.")
+@click.option("--as-of", "as_of", type=AS_OF, default=None, metavar="SEQ|TIME",
+              help="As the ledger stood at SEQ (or an RFC 3339 time): reproduces an export made then.")
 @click.option("--alias-key", "alias_key", type=click.Path(dir_okay=False, path_type=Path), default=None,
               metavar="FILE", help="Replace hostnames and users by keyed-HMAC aliases (key read from FILE).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary of what was written.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @pass_app
+@reads_only()
 def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: Path | None, as_of: int | None,
                 alias_key: Path | None, as_json: bool, quiet: bool) -> None:
     """Write the month's tenant accounting statement, summed from issued receipts.
@@ -60,7 +61,7 @@ def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: 
     from reports.export import default_name
     from reports.statement_file import export_file
     from reports.monthly import ExportError, cents
-    from reports.progress import Progress
+    from ..progressbar import Progress
 
     from ..safeout import OutputError, output_file
 
@@ -85,7 +86,7 @@ def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: 
     if to_stdout and fmt in ("pdf", "parquet"):
         raise UserError(f"--out -: a {fmt} file cannot go to stdout; name a file")
     path = None if to_stdout else (out or Path(default_name(month, fmt, tenant)))
-    bar = Progress(f"export {month}", quiet=quiet)
+    bar = Progress(f"export {month}", quiet=quiet or as_json)
     try:
         if to_stdout:
             import tempfile

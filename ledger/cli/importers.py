@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import sys
 from datetime import datetime
 from typing import Callable
 
@@ -46,16 +45,9 @@ def parse_duration(value: str | None, name: str) -> float | None:
 
 
 def _progress(quiet: bool) -> Callable[[int, int], None] | None:
-    if quiet or not sys.stderr.isatty():
-        return None
+    from ..progressbar import progress_for
 
-    def show(done: int, total: int) -> None:
-        sys.stderr.write(f"\ripledger: {done}/{total}")
-        if done >= total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-    return show
+    return progress_for("import", quiet)
 
 
 def parse_tenants(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:

@@ -10,7 +10,7 @@ import click
 from ..receipts import ReceiptError, issue_receipt, receipt_for, render_pdf, render_text, verify_receipt
 from ..safeout import OutputError, output_file, write_output
 from ..textsafe import echo, printable
-from .context import RUN, SEQ, AppContext, UserError, emit_json, pass_app
+from .context import AS_OF, RUN, SEQ, AppContext, UserError, emit_json, pass_app, reads_only
 
 
 @click.command("receipt")
@@ -22,7 +22,8 @@ from .context import RUN, SEQ, AppContext, UserError, emit_json, pass_app
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
               help="Write to this file (required for --format pdf; replaced only once the write succeeded; "
                    "- for standard output).")
-@click.option("--as-of", "as_of", type=SEQ, default=None, metavar="SEQ", help="As the ledger stood at SEQ.")
+@click.option("--as-of", "as_of", type=AS_OF, default=None, metavar="SEQ|TIME",
+              help="As the ledger stood at SEQ, or at an RFC 3339 time.")
 @click.option("--contract", "contract_id", default=None, metavar="ID",
               help="Price under this contract id (default: latest applicable contract_version).")
 @click.option("--verify", "verify", is_flag=True, help="Recompute the issued receipt and compare hashes.")
@@ -32,6 +33,7 @@ from .context import RUN, SEQ, AppContext, UserError, emit_json, pass_app
 @click.option("--head", "head_path", type=click.Path(dir_okay=False), default=None,
               help="With --proof: the signed tree head (ipledger checkpoint) the bundle is made under.")
 @pass_app
+@reads_only("issue")
 def receipt_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | None, fmt: str, as_json: bool,
                 out: str | None, as_of: int | None, contract_id: str | None, verify: bool, issue: bool,
                 proof: bool, head_path: str | None) -> None:
@@ -146,7 +148,7 @@ def issue_cmd(app: AppContext, month: str | None, all_runs: bool, include_open: 
       ipledger issue --month 2026-11 --reprice-closed --yes
     """
     from reports.periods import PeriodError, month_bounds
-    from reports.progress import Progress
+    from ..progressbar import Progress
 
     from ..receipts.issue import issue_runs, runs_to_issue
 
@@ -164,7 +166,7 @@ def issue_cmd(app: AppContext, month: str | None, all_runs: bool, include_open: 
     skus = app.site.sku_table
     keys = runs_to_issue(engine, period, include_open)
     dry_run = reprice_closed and not yes
-    bar = Progress(f"issue {month or 'all'}", quiet=quiet)
+    bar = Progress(f"issue {month or 'all'}", quiet=quiet or as_json)
     try:
         res = issue_runs(engine, keys, sku_table=skus, progress=bar, reprice_closed=reprice_closed,
                          dry_run=dry_run)
