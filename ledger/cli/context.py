@@ -138,15 +138,19 @@ class AsOfType(click.ParamType):
 AS_OF = AsOfType()
 
 
-def reads_only(*writing_flags: str):  # noqa: ANN201
-    """Mark a command that only reads the ledger (unless one of ``writing_flags`` is given, e.g. ``issue``):
-    its SQLite ledger is opened read-only, and its ``as_of`` argument arrives as a resolved sequence number.
-    Put it right above the function, under ``@pass_app``."""
+def reads_only(*writing_flags: str, writes_unless: str | None = None):  # noqa: ANN201
+    """Mark a command that only reads the ledger (unless one of ``writing_flags`` is given, e.g. ``issue``;
+    or, with ``writes_unless``, only when that option is given: ``export monthly`` records the statement's
+    export unless it reproduces one ``--as-of``): its SQLite ledger is opened read-only, and its ``as_of``
+    argument arrives as a resolved sequence number. Put it right above the function, under ``@pass_app``."""
 
     def wrap(f):  # noqa: ANN001, ANN202
         @functools.wraps(f)
         def command(app: "AppContext", *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-            app.read_only = not any(kwargs.get(flag) for flag in writing_flags)
+            if writes_unless is not None:
+                app.read_only = kwargs.get(writes_unless) is not None
+            else:
+                app.read_only = not any(kwargs.get(flag) for flag in writing_flags)
             if isinstance(kwargs.get("as_of"), AsOf):
                 kwargs["as_of"] = app.as_of_seq(kwargs["as_of"])
             return f(app, *args, **kwargs)

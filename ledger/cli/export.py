@@ -38,7 +38,7 @@ def export_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary of what was written.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @pass_app
-@reads_only()
+@reads_only(writes_unless="as_of")   # records statement_exported (the month closes to repricing)
 def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: Path | None, as_of: int | None,
                 alias_key: Path | None, as_json: bool, quiet: bool) -> None:
     """Write the month's tenant accounting statement, summed from issued receipts.
