@@ -5,13 +5,15 @@ a period, decomposed by bucket and by the causes the other agents found (docs/ag
 
 from __future__ import annotations
 
+from decimal import ROUND_HALF_EVEN, Decimal
+
 import numpy as np
 import pandas as pd
 
 from ..canonical import format_ts
 from ..method import nh_to_hours
 from ..receipts.progress import SAVED, lost_since_checkpoint
-from .common import fmt_h, fmt_ts, price, prices
+from .common import fmt_h, fmt_ts, price
 from .data import THROTTLE_REASONS, Dataset, bucket_totals, coverage_gaps
 from .model import Evidence, Finding, make_scope
 
@@ -208,18 +210,58 @@ def account(ds: Dataset, found: list[Finding], sel: pd.Series | None = None, sta
     b["unknown"] = max(paid - known, 0.0)
     lost = paid - b["delivered"]
     by_cause, _ = loss_partition(ds, found, sel, start, end, paid)
-    money = prices(ds, s, ("h", "h_del"))
-    cost_paid = money["h"] + b["unknown"] * (money["h"] / max(float(s["h"].sum()), 1e-9) if len(s)
-                                             else ds.rate(None, None))
-    cost_del = money["h_del"]
+    cost_paid, cost_del = run_money(ds, s, alloc_mask, start, end)
     r = lambda x: round(float(x), 4)  # noqa: E731
     return {"paid": r(paid), "delivered": r(b["delivered"]), "lost": r(lost),
             "buckets": {"delivered": r(b["delivered"]), "underutilized": r(b["underutilized"]),
                         "starved": r(b["starved"]), "idle_held": r(b["idle_held"]), "unknown": r(b["unknown"]),
                         "throttled": {k: r(v) for k, v in b["throttled"].items()}},
             "by_cause": {k: r(v) for k, v in sorted(by_cause.items(), key=lambda kv: -kv[1])},
-            "currency": ds.currency, "cost": {"paid": round(cost_paid, 2), "delivered": round(cost_del, 2),
-                                              "lost": round(cost_paid - cost_del, 2)}}
+            "currency": ds.currency, "cost": {"paid": cost_paid, "delivered": cost_del,
+                                              "lost": cents(cost_paid - cost_del)}}
+
+
+def cents(x: float) -> float:
+    """Money rounded once, to the cent, half to even (the receipts' rule)."""
+    return float(Decimal(repr(float(x))).quantize(Decimal("0.01"), rounding=ROUND_HALF_EVEN))
+
+
+RUN_KEY = ["cluster", "job_id", "run"]
+
+
+def _run_keys(frame: pd.DataFrame) -> pd.Series:
+    """One text key per row naming its run (cluster, job, run number), the same for samples and allocations."""
+    run = pd.to_numeric(frame["run"], errors="coerce").fillna(-1).astype("int64").astype(str)
+    return frame["cluster"].fillna("-").astype(str) + "\x1f" + frame["job_id"].fillna("-").astype(str) + "\x1f" + run
+
+
+def run_money(ds: Dataset, samples: pd.DataFrame, alloc_mask: pd.Series | None = None, start: float | None = None,
+              end: float | None = None) -> tuple[float, float]:
+    """(cost of paid, cost of delivered) of a slice, priced the way the receipts price it: each run's part of the
+    slice at each device's tenant and SKU rate (paid: its allocated time in the period, unknown time included;
+    delivered: its samples' delivered hours), rounded once per run to the cent, then summed. Over whole runs this
+    is the sum of their receipts' ``cost.paid`` / ``cost.delivered``, so the statement's figure to the cent."""
+    al = ds.allocs if alloc_mask is None else ds.allocs[alloc_mask]
+    paid: dict = {}
+    if len(al):
+        a = al["start"].to_numpy(float)
+        b = al["end"].to_numpy(float)
+        if start is not None:
+            a, b = np.maximum(a, start), np.minimum(b, end)
+        hours = np.clip(b - a, 0, None) / 3600.0
+        sku = al["device"].map(ds.devices["sku"]) if "sku" in ds.devices else pd.Series(None, index=al.index)
+        rate = np.array([ds.rate(t if isinstance(t, str) else None, k if isinstance(k, str) else None)
+                         for t, k in zip(al["tenant"], sku)], dtype=float)
+        key = _run_keys(al)
+        paid = pd.Series(hours * rate, index=al.index).groupby(key).sum().to_dict()
+    delivered: dict = {}
+    if len(samples):
+        g = samples.groupby([_run_keys(samples), samples["tenant"].fillna("-"), samples["sku"].fillna("-")],
+                            dropna=False)["h_del"].sum()
+        for (k, ten, sku_), h in g.items():
+            delivered[k] = delivered.get(k, 0.0) + float(h) * ds.rate(None if ten == "-" else ten,
+                                                                       None if sku_ == "-" else sku_)
+    return (cents(sum(cents(v) for v in paid.values())), cents(sum(cents(v) for v in delivered.values())))
 
 
 def _day_names(t: pd.Series) -> pd.Series:
