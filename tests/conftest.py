@@ -34,6 +34,20 @@ def trials(soak):
 
 
 @pytest.fixture(scope="session")
+def demo(tmp_path_factory):
+    """`ipledger demo --small --seed 3` once per session: (its out directory, its JSON summary). Tests read it,
+    never write it."""
+    import json
+
+    from ledger.cli.main import cli
+
+    out = tmp_path_factory.mktemp("demo")
+    r = CliRunner().invoke(cli, ["demo", "--out", str(out), "--seed", "3", "--small", "--json"])
+    assert r.exit_code == 0, r.output
+    return out, json.loads(r.output)
+
+
+@pytest.fixture(scope="session")
 def postgres():
     pg = services.start_postgres()
     yield pg

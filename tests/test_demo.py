@@ -10,18 +10,6 @@ import pytest
 from ledger.sim.score import score
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    from click.testing import CliRunner
-
-    from ledger.cli.main import cli
-
-    out = tmp_path_factory.mktemp("demo")
-    r = CliRunner().invoke(cli, ["demo", "--out", str(out), "--seed", "3", "--small", "--json"])
-    assert r.exit_code == 0, r.output
-    return out, json.loads(r.output)
-
-
 def test_demo_writes_everything_it_promises(demo):
     out, summary = demo
     assert summary["out"] == str(out)
