@@ -442,7 +442,8 @@ def explain(ds: Dataset, found: list[Finding], kind: str, name: str | None, star
            "account": acct, "by_cause": {k: round(v, 4) for k, v in lines.items()}, "table": table,
            "findings": [dict(f.to_json(), gpu_hours_in_scope=round(h, 4)) for h, f in causes[:5]],
            "recommendations": [f.to_json() for f in recs[:3]],
-           "answer": headline(label, start, end, table)}
+           "answer": headline(label, start, end, table, redone=[round(h, DISPLAY_DP) for h, f in causes[:5]
+                                                                if f.cause == "requeue"])}
     if kind == "job":
         out["timeline"] = job_timeline(ds, found, name or "", start, end)
     return out
@@ -478,16 +479,20 @@ def loss_table(acct: dict, lines: dict[str, float]) -> dict:
             "lost": total, "lines": [{"cause": k, "gpu_hours": v} for k, v in shown]}
 
 
-def headline(label: str, start: float, end: float, table: dict, top: int = 3) -> str:
-    """One sentence made of the table's own shown figures (never recomputed)."""
+def headline(label: str, start: float, end: float, table: dict, top: int = 3, redone: list[float] = ()) -> str:
+    """One sentence made of the table's own shown figures (never recomputed); ``redone``: the shown GPU-hours of
+    the requeue findings listed beside it (delivered work to redo, not a line of paid - delivered)."""
     causes = [ln for ln in table["lines"] if ln["cause"] not in (WORKLOAD_LINE, OTHER_LINE, UNKNOWN_LINE, "rounding")]
     under = next((ln["gpu_hours"] for ln in table["lines"] if ln["cause"] == WORKLOAD_LINE), 0.0)
     head = (f"{label} was paid for {table['paid']:,.{DISPLAY_DP}f} GPU-hours from {fmt_ts(start)} to {fmt_ts(end)} "
             f"and delivered {table['delivered']:,.{DISPLAY_DP}f}; of the {table['lost']:,.{DISPLAY_DP}f} lost, ")
+    after = (f" Beside the loss, requeue loss: {sum(redone):,.{DISPLAY_DP}f} GPU-hours of delivered work to redo "
+             "(not a part of paid - delivered)." if redone else "")
     if causes:
         lead = "; ".join(f"{ln['cause'].replace('_', ' ')} {ln['gpu_hours']:,.{DISPLAY_DP}f}" for ln in causes[:top])
-        return head + f"the largest causes: {lead}; the workload itself left {under:,.{DISPLAY_DP}f} unused."
-    return head + f"no finding explains any beyond the workload's own underuse ({under:,.{DISPLAY_DP}f})."
+        return head + f"the largest causes: {lead}; the workload itself left {under:,.{DISPLAY_DP}f} unused." + after
+    return head + (f"no finding explains a part of it; the workload itself left {under:,.{DISPLAY_DP}f} unused."
+                   + after)
 
 
 # --- per-entity figures: the daily/weekly account and rankings ------------------------------------------------
