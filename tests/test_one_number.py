@@ -200,3 +200,24 @@ def test_an_explanation_names_the_requeue_loss_it_lists(issued):
     assert listed
     assert f"requeue loss: {sum(round(h, 1) for h in listed):,.1f} GPU-hours" in ex["answer"]
     assert "no finding explains any" not in ex["answer"]
+
+
+def test_the_statement_pdf_unknown_sentence_adds_up(demo, issued):
+    """The statement PDF's unknown section says the listed intervals' hours and the unknown time no interval
+    covers as two parts that add up to the month's unknown (was: 'N interval(s): ... X pending' above rows that
+    add up to far less)."""
+    from reports.export import build_statement
+    from reports.pdf_statement import fmt_hours, listed_unknown_hours
+    from tests.test_analysis_pdf import pdf_text
+
+    out, _ = demo
+    st = build_statement(issued["engine"], "2026-11")
+    text = " ".join(pdf_text(out / "statement-2026-11.pdf").split())
+    m = re.search(r"(\d+) interval\(s\) listed below: ([\d,.]+) GPU-hours; allocated time without telemetry and "
+                  r"without an interval entry: ([\d,.]+) GPU-hours; unknown in all ([\d,.]+) GPU-hours, of which "
+                  r"([\d,.]+) resolved and ([\d,.]+) pending", text)
+    assert m, text[:2000]
+    n, listed, rest, total, resolved, pending = (float(x.replace(",", "")) for x in m.groups())
+    assert n == len(st.flat.unknowns) and m.group(2) == fmt_hours(listed_unknown_hours(st.flat.unknowns))
+    assert m.group(4) == fmt_hours(st.totals["unknown_resolved"] + st.totals["unknown_pending"])
+    assert abs(listed + rest - total) <= 0.011 and abs(resolved + pending - total) <= 0.011

@@ -311,14 +311,14 @@ def daily(ds: Dataset, start: float | None = None, end: float | None = None) -> 
         s = s[(s["t"] >= start) & (s["t"] < end)]
     cols = {"h_del": "delivered", "h_under": "underutilized", "h_starved": "starved", "h_idle": "idle_held",
             "h_thr": "throttled"}
+    paid.index.names = list(DAILY_KEYS)
+    frame = pd.DataFrame({"paid": paid})
     if len(s):
         g = s.groupby([_day_names(s["t"]).rename("day"), *(s[c].fillna("-") for c in DAILY_KEYS[1:])])[
             list(cols)].sum().rename(columns=cols)
-    else:
-        g = pd.DataFrame(columns=list(cols.values()))
-    g.index.names = list(DAILY_KEYS)
-    paid.index.names = list(DAILY_KEYS)
-    frame = pd.DataFrame({"paid": paid}).join(g, how="left").fillna(0.0)
+        g.index.names = list(DAILY_KEYS)
+        frame = frame.join(g, how="left")
+    frame = frame.reindex(columns=["paid", *cols.values()]).fillna(0.0)
     out = []
     for k, row in frame.sort_index().iterrows():
         known = sum(float(row[c]) for c in cols.values())
