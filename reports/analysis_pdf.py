@@ -65,6 +65,16 @@ CAUSE_LABELS = {"thermal": "throttled: thermal", "power_cap": "throttled: power 
                 "xid": "XID errors", "drift": "slow device (drift)"}
 
 
+# the loss partition's own lines (ledger.agents.accounting): not a finding's cause
+PARTITION_LINES = ("underutilized (workload)", "other / unattributed", "unknown (no finding)", "rounding")
+
+
+def cause_label(k: str) -> str:
+    """A loss line's label: a finding's cause says so ("idle held (finding)"), so it never reads as the bucket of
+    the same name (every idle-held hour) on the same page."""
+    return k if k in PARTITION_LINES else f"{CAUSE_LABELS.get(k, k.replace('_', ' '))} (finding)"
+
+
 def _epoch(t: Any) -> float | None:
     if t is None:
         return None
@@ -301,13 +311,16 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
     story.append(Paragraph("Every allocated GPU-second falls into exactly one bucket: delivered, throttled (by "
                            "reason), underutilized, starved, idle held or unknown.", s["body"]))
     causes = sorted(by_cause.items(), key=lambda kv: -kv[1])
-    crow = [(CAUSE_LABELS.get(k, k), fmt_hours(v), fmt_pct(v / paid) if paid else "-") for k, v in causes]
+    story.append(Paragraph("A cause's line holds the hours a finding explains; what no finding explains stays "
+                           "under other / unattributed, so a line can be less than the bucket of the same name "
+                           "below.", s["small"]))
+    crow = [(cause_label(k), fmt_hours(v), fmt_pct(v / paid) if paid else "-") for k, v in causes]
     crow.append(("total lost", fmt_hours(sum(by_cause.values())),
                  fmt_pct(sum(by_cause.values()) / paid) if paid else "-"))
     story.append(table(["cause", "GPU-hours", "share of paid"], crow, numeric=[1, 2],
                        widths=[70 * mm, 35 * mm, 30 * mm], total_row=True))
     story.append(Spacer(1, 4))
-    story.append(charts.hbar_chart([CAUSE_LABELS.get(k, k) for k, _ in causes], [v for _, v in causes],
+    story.append(charts.hbar_chart([cause_label(k) for k, _ in causes], [v for _, v in causes],
                                    title="Lost GPU-hours by cause", unit="GPU-hours"))
     buckets = acct.get("buckets") if isinstance(acct.get("buckets"), Mapping) else None
     if buckets:

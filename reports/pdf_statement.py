@@ -33,6 +33,7 @@ BUCKET_LABELS = {"throttled_thermal": "throttled: thermal", "throttled_power_cap
                  "idle_held": "idle held", "unknown": "unknown"}
 
 
+
 def fmt_hours(x: float) -> str:
     """GPU-hours as printed in the PDFs: two decimals, thousands separated."""
     return f"{float(x):,.2f}"
@@ -41,6 +42,25 @@ def fmt_hours(x: float) -> str:
 def fmt_money(x: float) -> str:
     return f"{cents(float(x)):,.2f}"
 
+
+
+def listed_unknown_hours(unknowns) -> float:  # noqa: ANN001 - the statement's unknown intervals (a DataFrame)
+    """The GPU-hours of the unknown intervals the statement lists (an interval without hours counts 0)."""
+    if not len(unknowns) or "gpu_hours" not in unknowns:
+        return 0.0
+    return float(unknowns["gpu_hours"].fillna(0.0).sum())
+
+
+def unknown_sentence(n: int, listed: float, t: dict) -> str:
+    """The unknown section's sentence, written from the figures it heads: the listed intervals' hours, the
+    unknown time no interval entry covers (allocated time without telemetry) as its own named part, so the two
+    add up to the month's unknown; then that unknown split into resolved and pending."""
+    total = float(t.get("unknown_resolved", 0.0)) + float(t.get("unknown_pending", 0.0))
+    rest = total - listed
+    return (f"{n:,} interval(s) listed below: {fmt_hours(listed)} GPU-hours; allocated time without telemetry "
+            f"and without an interval entry: {fmt_hours(rest)} GPU-hours; unknown in all {fmt_hours(total)} "
+            f"GPU-hours, of which {fmt_hours(t['unknown_resolved'])} resolved and "
+            f"{fmt_hours(t['unknown_pending'])} pending resolution under the contract.")
 
 def fmt_pct(x: float) -> str:
     return f"{100.0 * float(x):.1f} %"
@@ -282,9 +302,7 @@ def render(st: Any, out_path: str | Path) -> Path:  # st: reports.export.Stateme
     # --- unknown intervals
     story.append(Paragraph("Unknown intervals and their resolution", s["h1"]))
     un = st.flat.unknowns
-    story.append(Paragraph(f"{len(un):,} interval(s): {fmt_hours(t['unknown_resolved'])} GPU-hours resolved, "
-                           f"{fmt_hours(t['unknown_pending'])} GPU-hours pending resolution under the contract.",
-                           s["body"]))
+    story.append(Paragraph(unknown_sentence(len(un), listed_unknown_hours(un), t), s["body"]))
     if len(un):
         urow = [(r.tenant, f"{r.job_id}/{r.run}", _txt(r.device, "whole run")[:20], _txt(r.start)[:16],
                  _txt(r.end)[:16], _txt(r.cause), fmt_hours(r.gpu_hours),

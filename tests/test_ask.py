@@ -225,5 +225,5 @@ def test_account_day_and_week(runner, cli, hall_db):
     assert r.exit_code == 0 and "lost by cause" in r.output
     r = runner.invoke(cli, ["--db", url, "account", "--week", "2026-13-99"])
     assert r.exit_code != 0 and len(r.output.strip().splitlines()) == 1
-    r = runner.invoke(cli, ["--db", url, "account"])
-    assert r.exit_code != 0 and "--day" in r.output
+    r = runner.invoke(cli, ["--db", url, "account", "--day", "2026-11-04", "--week", "2026-W45"])
+    assert r.exit_code != 0 and r.output.strip() == "ipledger: give at most one of --day, --week, --period"

@@ -80,8 +80,10 @@ def period_analysis(ds: Dataset, analysis: Analysis, start: float, end: float, l
     keep = [f for f in analysis.findings if f.agent != "recommendation" and f.start < end and f.end > start]
     ids = {f.id for f in keep}
     recs = [f for f in analysis.findings if f.agent == "recommendation" and set(dict(f.extra).get("based_on", [])) & ids]
-    sub = Analysis(findings=keep + recs, account=accounting.account(ds, keep, start=start, end=end),
-                   daily=[r for r in analysis.daily if format_ts(start)[:10] <= r["day"] < format_ts(end)[:10]],
+    from . import query
+
+    sub = Analysis(findings=keep + recs, account=query.scope(ds, keep, "fleet", None, start, end)["account"],
+                   daily=accounting.daily(ds, start, end),
                    meta=dict(analysis.meta, start=format_ts(max(start, ds.start)), end=format_ts(min(end, ds.end))),
                    context={"title": f"Where the GPU-hours went: {label}", "path": "ledger"})
     return sub.to_json()

@@ -5,7 +5,7 @@ a period, decomposed by bucket and by the causes the other agents found (docs/ag
 
 from __future__ import annotations
 
-from typing import Sequence
+from decimal import ROUND_HALF_EVEN, Decimal
 
 import numpy as np
 import pandas as pd
@@ -13,8 +13,8 @@ import pandas as pd
 from ..canonical import format_ts
 from ..method import nh_to_hours
 from ..receipts.progress import SAVED, lost_since_checkpoint
-from .common import fmt_h, fmt_ts, price, prices
-from .data import THROTTLE_REASONS, Dataset, bucket_totals, coverage_gaps
+from .common import fmt_h, fmt_ts, price
+from .data import THROTTLE_REASONS, Dataset, bucket_totals
 from .model import Evidence, Finding, make_scope
 
 AGENT = "accounting"
@@ -22,7 +22,7 @@ LOSS_CAUSES_ORDER = ("cooling", "power_cap", "drift", "xid", "checkpoint_starved
                      "requeue", "dcgm_host_engine_restart", "collector_down", "scrape_missing", "export_truncated")
 
 
-def _paid_hours(ds: Dataset, mask: pd.Series | None = None, start: float | None = None,
+def paid_hours(ds: Dataset, mask: pd.Series | None = None, start: float | None = None,
                 end: float | None = None) -> float:
     al = ds.allocs if mask is None else ds.allocs[mask]
     if not len(al):
@@ -204,24 +204,64 @@ def account(ds: Dataset, found: list[Finding], sel: pd.Series | None = None, sta
     s = s[s["ai"] >= 0]
     if start is not None:
         s = s[(s["t"] >= start) & (s["t"] < end)]
-    paid = _paid_hours(ds, alloc_mask, start, end)
+    paid = paid_hours(ds, alloc_mask, start, end)
     b = bucket_totals(s)
     known = b["delivered"] + sum(b["throttled"].values()) + b["underutilized"] + b["starved"] + b["idle_held"]
     b["unknown"] = max(paid - known, 0.0)
     lost = paid - b["delivered"]
     by_cause, _ = loss_partition(ds, found, sel, start, end, paid)
-    money = prices(ds, s, ("h", "h_del"))
-    cost_paid = money["h"] + b["unknown"] * (money["h"] / max(float(s["h"].sum()), 1e-9) if len(s)
-                                             else ds.rate(None, None))
-    cost_del = money["h_del"]
+    cost_paid, cost_del = run_money(ds, s, alloc_mask, start, end)
     r = lambda x: round(float(x), 4)  # noqa: E731
     return {"paid": r(paid), "delivered": r(b["delivered"]), "lost": r(lost),
             "buckets": {"delivered": r(b["delivered"]), "underutilized": r(b["underutilized"]),
                         "starved": r(b["starved"]), "idle_held": r(b["idle_held"]), "unknown": r(b["unknown"]),
                         "throttled": {k: r(v) for k, v in b["throttled"].items()}},
             "by_cause": {k: r(v) for k, v in sorted(by_cause.items(), key=lambda kv: -kv[1])},
-            "currency": ds.currency, "cost": {"paid": round(cost_paid, 2), "delivered": round(cost_del, 2),
-                                              "lost": round(cost_paid - cost_del, 2)}}
+            "currency": ds.currency, "cost": {"paid": cost_paid, "delivered": cost_del,
+                                              "lost": cents(cost_paid - cost_del)}}
+
+
+def cents(x: float) -> float:
+    """Money rounded once, to the cent, half to even (the receipts' rule)."""
+    return float(Decimal(repr(float(x))).quantize(Decimal("0.01"), rounding=ROUND_HALF_EVEN))
+
+
+RUN_KEY = ["cluster", "job_id", "run"]
+
+
+def _run_keys(frame: pd.DataFrame) -> pd.Series:
+    """One text key per row naming its run (cluster, job, run number), the same for samples and allocations."""
+    run = pd.to_numeric(frame["run"], errors="coerce").fillna(-1).astype("int64").astype(str)
+    return frame["cluster"].fillna("-").astype(str) + "\x1f" + frame["job_id"].fillna("-").astype(str) + "\x1f" + run
+
+
+def run_money(ds: Dataset, samples: pd.DataFrame, alloc_mask: pd.Series | None = None, start: float | None = None,
+              end: float | None = None) -> tuple[float, float]:
+    """(cost of paid, cost of delivered) of a slice, priced the way the receipts price it: each run's part of the
+    slice at each device's tenant and SKU rate (paid: its allocated time in the period, unknown time included;
+    delivered: its samples' delivered hours), rounded once per run to the cent, then summed. Over whole runs this
+    is the sum of their receipts' ``cost.paid`` / ``cost.delivered``, so the statement's figure to the cent."""
+    al = ds.allocs if alloc_mask is None else ds.allocs[alloc_mask]
+    paid: dict = {}
+    if len(al):
+        a = al["start"].to_numpy(float)
+        b = al["end"].to_numpy(float)
+        if start is not None:
+            a, b = np.maximum(a, start), np.minimum(b, end)
+        hours = np.clip(b - a, 0, None) / 3600.0
+        sku = al["device"].map(ds.devices["sku"]) if "sku" in ds.devices else pd.Series(None, index=al.index)
+        rate = np.array([ds.rate(t if isinstance(t, str) else None, k if isinstance(k, str) else None)
+                         for t, k in zip(al["tenant"], sku)], dtype=float)
+        key = _run_keys(al)
+        paid = pd.Series(hours * rate, index=al.index).groupby(key).sum().to_dict()
+    delivered: dict = {}
+    if len(samples):
+        g = samples.groupby([_run_keys(samples), samples["tenant"].fillna("-"), samples["sku"].fillna("-")],
+                            dropna=False)["h_del"].sum()
+        for (k, ten, sku_), h in g.items():
+            delivered[k] = delivered.get(k, 0.0) + float(h) * ds.rate(None if ten == "-" else ten,
+                                                                       None if sku_ == "-" else sku_)
+    return (cents(sum(cents(v) for v in paid.values())), cents(sum(cents(v) for v in delivered.values())))
 
 
 def _day_names(t: pd.Series) -> pd.Series:
@@ -233,37 +273,58 @@ def _day_names(t: pd.Series) -> pd.Series:
     return pd.Series(np.asarray(days.strftime("%Y-%m-%d"), dtype=object)[codes], index=t.index)
 
 
-def daily(ds: Dataset) -> list[dict]:
-    """Rows per (day, cluster, tenant, partition, qos): paid, delivered and each bucket, GPU-hours."""
-    s = ds.samples[ds.samples["ai"] >= 0]
-    if not len(s):
+def alloc_day_hours(ds: Dataset, start: float | None = None, end: float | None = None) -> pd.DataFrame:
+    """Each allocation's paid hours per UTC day it overlaps (within [start, end) when given): the columns of
+    ``ds.allocs`` with ``day`` and ``paid``. The same overlap :func:`account` sums, cut at midnight."""
+    al = ds.allocs
+    if not len(al):
+        return al.assign(day=pd.Series(dtype=object), paid=pd.Series(dtype=float))
+    a = al["start"].to_numpy(float)
+    b = al["end"].to_numpy(float)
+    if start is not None:
+        a, b = np.maximum(a, start), np.minimum(b, end)
+    lo = np.floor(np.nanmin(a) / DAY_S) * DAY_S
+    parts = []
+    for d0 in np.arange(lo, np.nanmax(b), DAY_S):
+        ov = np.clip(np.minimum(b, d0 + DAY_S) - np.maximum(a, d0), 0, None)
+        m = ov > 0
+        if m.any():
+            parts.append(al[m].assign(day=format_ts(float(d0))[:10], paid=ov[m] / 3600.0))
+    return pd.concat(parts) if parts else al.iloc[:0].assign(day=pd.Series(dtype=object), paid=pd.Series(dtype=float))
+
+
+DAY_S = 86400.0
+DAILY_KEYS = ("day", "cluster", "tenant", "partition", "qos")
+
+
+def daily(ds: Dataset, start: float | None = None, end: float | None = None) -> list[dict]:
+    """Rows per (day, cluster, tenant, partition, qos): paid (the allocations' overlap with the day, as
+    :func:`account` counts it), delivered and each bucket from the samples of that day, and unknown = paid less
+    the measured buckets; GPU-hours. Summed over a period's rows, paid is that period's :func:`account` paid."""
+    ad = alloc_day_hours(ds, start, end)
+    if not len(ad):
         return []
-    day = _day_names(s["t"])
-    keys = [day.rename("day"), s["cluster"].fillna("-"), s["tenant"].fillna("-"), s["partition"].fillna("-"),
-            s["qos"].fillna("-")]
-    cols = {"h": "observed", "h_del": "delivered", "h_under": "underutilized", "h_starved": "starved",
-            "h_idle": "idle_held", "h_thr": "throttled"}
-    g = s.groupby(keys)[list(cols)].sum().rename(columns=cols)
-    cg = coverage_gaps(ds)
-    unk = {}
-    if len(cg):
-        al = ds.allocs.drop_duplicates("device").set_index("device")
-        for r in cg.itertuples():
-            a = ds.allocs[(ds.allocs["device"] == r.device) & (ds.allocs["start"] <= r.start) &
-                          (ds.allocs["end"] >= r.end)]
-            row = a.iloc[0] if len(a) else al.loc[r.device] if r.device in al.index else None
-            if row is None:
-                continue
-            k = (pd.Timestamp(r.start, unit="s", tz="UTC").strftime("%Y-%m-%d"), row["cluster"] or "-",
-                 row["tenant"] or "-", row["partition"] or "-", row["qos"] or "-")
-            unk[k] = unk.get(k, 0.0) + (r.end - r.start) / 3600.0
+    keys = [ad["day"], *(ad[c].fillna("-") for c in DAILY_KEYS[1:])]
+    paid = ad.groupby(keys)["paid"].sum()
+    s = ds.samples[ds.samples["ai"] >= 0]
+    if start is not None:
+        s = s[(s["t"] >= start) & (s["t"] < end)]
+    cols = {"h_del": "delivered", "h_under": "underutilized", "h_starved": "starved", "h_idle": "idle_held",
+            "h_thr": "throttled"}
+    paid.index.names = list(DAILY_KEYS)
+    frame = pd.DataFrame({"paid": paid})
+    if len(s):
+        g = s.groupby([_day_names(s["t"]).rename("day"), *(s[c].fillna("-") for c in DAILY_KEYS[1:])])[
+            list(cols)].sum().rename(columns=cols)
+        g.index.names = list(DAILY_KEYS)
+        frame = frame.join(g, how="left")
+    frame = frame.reindex(columns=["paid", *cols.values()]).fillna(0.0)
     out = []
-    for k, row in g.iterrows():
-        u = unk.get(k, 0.0)
-        d = {"day": k[0], "cluster": k[1], "tenant": k[2], "partition": k[3], "qos": k[4],
-             "paid": round(float(row["observed"]) + u, 4), "unknown": round(u, 4)}
-        d.update({c: round(float(row[c]), 4) for c in ("delivered", "underutilized", "starved", "idle_held",
-                                                       "throttled")})
+    for k, row in frame.sort_index().iterrows():
+        known = sum(float(row[c]) for c in cols.values())
+        d = dict(zip(DAILY_KEYS, k))
+        d.update({"paid": round(float(row["paid"]), 4), "unknown": round(max(float(row["paid"]) - known, 0.0), 4)})
+        d.update({c: round(float(row[c]), 4) for c in cols.values()})
         out.append(d)
     return out
 
@@ -382,7 +443,8 @@ def explain(ds: Dataset, found: list[Finding], kind: str, name: str | None, star
            "account": acct, "by_cause": {k: round(v, 4) for k, v in lines.items()}, "table": table,
            "findings": listed,
            "recommendations": [f.to_json() for f in recs[:3]],
-           "answer": headline(label, start, end, table, findings=listed)}
+           "answer": headline(label, start, end, table, redone=[round(h, DISPLAY_DP) for h, f in causes[:5]
+                                                                if f.cause == "requeue"])}
     if kind == "job":
         out["timeline"] = job_timeline(ds, found, name or "", start, end)
     return out
@@ -418,26 +480,20 @@ def loss_table(acct: dict, lines: dict[str, float]) -> dict:
             "lost": total, "lines": [{"cause": k, "gpu_hours": v} for k, v in shown]}
 
 
-def headline(label: str, start: float, end: float, table: dict, top: int = 3,
-             findings: Sequence[dict] = ()) -> str:
-    """One sentence made of the table's own shown figures (never recomputed) and of the findings listed with
-    it (``findings``: their ``kind`` and ``gpu_hours_in_scope``, as shown): a finding whose hours are no loss
-    line of the table (work lost since a checkpoint sits inside the paid hours) is named, never denied."""
+def headline(label: str, start: float, end: float, table: dict, top: int = 3, redone: list[float] = ()) -> str:
+    """One sentence made of the table's own shown figures (never recomputed); ``redone``: the shown GPU-hours of
+    the requeue findings listed beside it (delivered work to redo, not a line of paid - delivered)."""
     causes = [ln for ln in table["lines"] if ln["cause"] not in (WORKLOAD_LINE, OTHER_LINE, UNKNOWN_LINE, "rounding")]
     under = next((ln["gpu_hours"] for ln in table["lines"] if ln["cause"] == WORKLOAD_LINE), 0.0)
     head = (f"{label} was paid for {table['paid']:,.{DISPLAY_DP}f} GPU-hours from {fmt_ts(start)} to {fmt_ts(end)} "
             f"and delivered {table['delivered']:,.{DISPLAY_DP}f}; of the {table['lost']:,.{DISPLAY_DP}f} lost, ")
-    lined = {ln["cause"] for ln in causes}
-    beside = [f for f in findings if f.get("kind") not in lined]
-    also = ("; the findings below also name " + ", ".join(
-        f"{str(f.get('kind')).replace('_', ' ')} {float(f.get('gpu_hours_in_scope') or 0):,.{DISPLAY_DP}f}"
-        for f in beside) + " GPU-hours within the paid hours, not a line of their own") if beside else ""
+    after = (f" Beside the loss, requeue loss: {sum(redone):,.{DISPLAY_DP}f} GPU-hours of delivered work to redo "
+             "(not a part of paid - delivered)." if redone else "")
     if causes:
         lead = "; ".join(f"{ln['cause'].replace('_', ' ')} {ln['gpu_hours']:,.{DISPLAY_DP}f}" for ln in causes[:top])
-        return head + f"the largest causes: {lead}; the workload itself left {under:,.{DISPLAY_DP}f} unused{also}."
-    if beside:
-        return head + f"no loss line is a finding's beyond the workload's own underuse ({under:,.{DISPLAY_DP}f}){also}."
-    return head + f"no finding explains any beyond the workload's own underuse ({under:,.{DISPLAY_DP}f})."
+        return head + f"the largest causes: {lead}; the workload itself left {under:,.{DISPLAY_DP}f} unused." + after
+    return head + (f"no finding explains a part of it; the workload itself left {under:,.{DISPLAY_DP}f} unused."
+                   + after)
 
 
 # --- per-entity figures: the daily/weekly account and rankings ------------------------------------------------
@@ -464,30 +520,6 @@ def per_entity(ds: Dataset, by: str, start: float, end: float) -> pd.DataFrame:
     return out.sort_values(["lost", "paid"], ascending=False)
 
 
-def period_account(ds: Dataset, found: list[Finding], start: float, end: float, label: str) -> dict:
-    """The daily (or weekly) account: one row per tenant (paid, delivered, lost, each rounded once), totals the
-    sums of the shown rows, the loss lines of the whole fleet beneath (a rounding line where they miss the shown
-    total), and a headline from those totals."""
-    ent = per_entity(ds, "tenant", start, end).sort_index()
-    rows = [{"tenant": t, "paid": round(r.paid, DISPLAY_DP), "delivered": round(r.delivered, DISPLAY_DP),
-             "lost": round(round(r.paid, DISPLAY_DP) - round(r.delivered, DISPLAY_DP), DISPLAY_DP)}
-            for t, r in ent.iterrows()]
-    tot = {k: round(sum(r[k] for r in rows), DISPLAY_DP) for k in ("paid", "delivered", "lost")}
-    acct = account(ds, found, start=start, end=end)
-    lines, _ = loss_partition(ds, found, None, start, end, acct["paid"])
-    shown, lost = shown_lines(lines, tot["lost"])
-    util = tot["delivered"] / tot["paid"] if tot["paid"] else 0.0
-    top = [f"{k.replace('_', ' ')} {v:,.{DISPLAY_DP}f}" for k, v in shown
-           if k not in (WORKLOAD_LINE, OTHER_LINE, UNKNOWN_LINE, "rounding")][:3]
-    text = (f"{label}: paid {tot['paid']:,.{DISPLAY_DP}f} GPU-hours, delivered {tot['delivered']:,.{DISPLAY_DP}f} "
-            f"({util:.0%}), lost {tot['lost']:,.{DISPLAY_DP}f}" + (f"; largest causes {'; '.join(top)}." if top else "."))
-    return {"period": {"label": label, "start": format_ts(start), "end": format_ts(end)}, "tenants": rows,
-            "total": tot, "table": {"paid": tot["paid"], "delivered": tot["delivered"], "lost": lost,
-                                    "lines": [{"cause": k, "gpu_hours": v} for k, v in shown]},
-            "by_cause": {k: round(v, 4) for k, v in lines.items()}, "currency": ds.currency,
-            "cost": acct["cost"], "answer": text}
-
-
 __all__ = ["account", "daily", "hour_of_day", "explain", "findings", "job_timeline", "loss_partition", "loss_table",
-           "headline", "per_entity", "period_account",
+           "headline", "per_entity", "alloc_day_hours", "run_money", "paid_hours", "cents",
            "ExplainError", "THROTTLE_REASONS"]

@@ -210,20 +210,21 @@ def prepare(ds, text: str) -> tuple:  # noqa: ANN001
     return q, kind, name, start, end, label
 
 
-def answer(ds, found, text: str, prepared: tuple | None = None) -> dict:  # noqa: ANN001
+def answer(ds, found, text: str, prepared: tuple | None = None, billed=None) -> dict:  # noqa: ANN001
     """Parse, resolve and answer a question with the accounting agent's explanation (one table behind each answer:
     the sentence restates its shown figures, never recomputes them).
 
-    ``found`` is the agents' findings, or a callable returning them (run only once the question is understood).
+    ``found`` is the agents' findings, or a callable returning them (run only once the question is understood);
+    ``billed`` the statement rows of the period when it is a billed month (:func:`ledger.agents.query.billed_rows`).
     """
-    from .accounting import explain
+    from . import query
 
     q, kind, name, start, end, label = prepared or prepare(ds, text)
     if callable(found):
         found = found()
     if q.form == "rank":
         return _rank(ds, q, start, end, label, text)
-    ex = explain(ds, found, kind, name, start, end)
+    ex = query.scope(ds, found, kind, name, start, end, billed)
     tab = ex["table"]   # the shown figures: an answer never restates a number differently from its table
     who = "the fleet" if kind == "fleet" else f"{kind} {name}"
     util = tab["delivered"] / tab["paid"] if tab["paid"] else 0.0
@@ -250,14 +251,16 @@ def answer(ds, found, text: str, prepared: tuple | None = None) -> dict:  # noqa
 
 
 def _money(x: float) -> float:
-    """Money rounded once, to the cent, half to even (the receipts' rule)."""
-    from decimal import ROUND_HALF_EVEN, Decimal
+    """Money rounded once, to the cent, half to even (the receipts' rule: :func:`accounting.cents`)."""
+    from .accounting import cents
 
-    return float(Decimal(repr(x)).quantize(Decimal("0.01"), rounding=ROUND_HALF_EVEN))
+    return cents(x)
 
 
 def _cost(ds, ex: dict, q: Question, who: str, label: str) -> tuple[str, dict]:  # noqa: ANN001
     """A cause's line (or a scope's paid hours) priced at the scope's mean rate: one figure, rounded once."""
+    from .query import rate_text
+
     acct = ex["account"]
     rate = acct["cost"]["paid"] / acct["paid"] if acct["paid"] else ds.rate(None, None)
     if q.scope_kind == "fleet" and q.verb in CAUSES:
@@ -266,9 +269,11 @@ def _cost(ds, ex: dict, q: Question, who: str, label: str) -> tuple[str, dict]: 
         hours = ex["by_cause"].get(cause, 0.0)
         amount = _money(hours * rate)
         what = cause.replace("_", " ")
+        shown_rate = rate_text(amount, line["gpu_hours"], rate)   # the printed figures multiply to the amount
         return (f"{what.capitalize()} cost the fleet {line['gpu_hours']:,.1f} GPU-hours in {label}, "
-                f"{amount:,.2f} {ds.currency} at {rate:,.2f} {ds.currency} per GPU-hour. " + ex["answer"],
-                {"cause": cause, "gpu_hours": line["gpu_hours"], "amount": amount, "currency": ds.currency})
+                f"{amount:,.2f} {ds.currency} at {shown_rate} {ds.currency} per GPU-hour. " + ex["answer"],
+                {"cause": cause, "gpu_hours": line["gpu_hours"], "amount": amount, "rate": shown_rate,
+                 "currency": ds.currency})
     paid_cost, lost_cost = _money(acct["cost"]["paid"]), _money(acct["cost"]["lost"])
     return (f"{who} cost {paid_cost:,.2f} {ds.currency} for {ex['table']['paid']:,.1f} GPU-hours in {label}, of "
             f"which {lost_cost:,.2f} {ds.currency} paid for work not delivered. " + ex["answer"],
@@ -277,16 +282,14 @@ def _cost(ds, ex: dict, q: Question, who: str, label: str) -> tuple[str, dict]: 
 
 def _rank(ds, q: Question, start: float, end: float, label: str, text: str) -> dict:  # noqa: ANN001
     """The top ten tenants / jobs / nodes / racks by lost (or delivered, or paid) GPU-hours in the period."""
-    from .accounting import per_entity
+    from .query import ranking
 
     by = {"jobs": "job", "job": "job", "tenants": "tenant", "tenant": "tenant", "accounts": "tenant",
           "account": "tenant", "nodes": "node", "node": "node", "racks": "rack", "rack": "rack"}[q.verb]
     col = {"lost": "lost", "wasted": "lost", "delivered": "delivered", "used": "delivered", "paid for": "paid"}
     m = re.search(r"(lost|wasted|delivered|used|paid for) the most", text.lower())
     key = col[m.group(1)] if m else "lost"
-    ent = per_entity(ds, by, start, end).sort_values(key, ascending=False).head(10)
-    rows = [{by: str(k), "paid": round(r.paid, 1), "delivered": round(r.delivered, 1),
-             "lost": round(round(r.paid, 1) - round(r.delivered, 1), 1)} for k, r in ent.iterrows()]
+    rows = ranking(ds, by, key, start, end)
     if not rows:
         raise CannotAnswer(f"I can't answer that: no {by}s held GPUs in {label}.")
     word = {"lost": "lost", "delivered": "delivered", "paid": "paid for"}[key]

@@ -165,6 +165,9 @@ def _print_explain(ex: dict) -> None:
                f"({a['cost']['lost']:,.2f} {a['currency']} lost)")
     for ln in t["lines"]:
         echo(f"    {ln['cause']:32s} {ln['gpu_hours']:10,.1f} GPU-h")
+    if "currency" not in ex:
+        ex = dict(ex, currency=a["currency"])
+    _print_basis(ex)
     for f in ex["findings"]:
         echo(f"  - {f['id']} {f['kind']} ({f['gpu_hours_in_scope']:.1f} GPU-h here): {f['summary']}")
         for e in f["evidence"][:3]:
@@ -204,7 +207,8 @@ def explain_cmd(app: AppContext, node: str | None, rack: str | None, tenant: str
       ipledger explain --job 4242          # with the job's timeline: runs, progress marks, lost work
     """
     from .. import agents
-    from ..agents.accounting import ExplainError, explain, scope_masks
+    from ..agents import query
+    from ..agents.accounting import ExplainError, scope_masks
 
     given = [(k, v) for k, v in (("node", node), ("rack", rack), ("tenant", tenant), ("job", job)) if v]
     if len(given) != 1:
@@ -217,7 +221,7 @@ def explain_cmd(app: AppContext, node: str | None, rack: str | None, tenant: str
             bar.step("run the agents")
             found = agents.run_agents(ds).findings
             bar.step("explain")
-            ex = explain(ds, found, kind, name, start, end)
+            ex = query.scope(ds, found, kind, name, start, end, _billed(app, start, end))
         except ExplainError as exc:
             raise UserError(str(exc).strip("'\"")) from None
     if as_json:
@@ -261,7 +265,9 @@ def ask_cmd(app: AppContext, question: str, from_samples: bool, as_json: bool) -
                 bar.step("run the agents")
                 return agents.run_agents(ds).findings
 
-            res = answer(ds, findings, question, prepare(ds, question))
+            prepared = prepare(ds, question)
+            res = answer(ds, findings, question, prepared,
+                         _billed(app, prepared[3], prepared[4]) if prepared[0].form != "rank" else None)
     except CannotAnswer as exc:
         raise UserError(str(exc)) from None
     if as_json:
@@ -299,47 +305,95 @@ def _dataset_in(app: AppContext, from_samples: bool, period: str, bar: Progress,
     return ds, _period_with_data(ds, period)
 
 
+def _billed(app: AppContext, start: float, end: float):  # noqa: ANN202 - statement rows or None
+    """The month's statement rows when [start, end) is a calendar month with issued receipts (the receipts basis
+    of :mod:`ledger.agents.query`), else None (device-hours)."""
+    from ..agents.query import billed_rows
+
+    return billed_rows(app.engine(), start, end)
+
+
+def _print_basis(res: dict) -> None:
+    """The billed figures and the named lines between them and the device-hours, when the period is billed."""
+    if res.get("basis") != "receipts":
+        if res.get("basis_note"):
+            echo(f"  basis: {res['basis_note']}")
+        return
+    b = res["billed"]
+    echo(f"  {'billed (issued receipts)':40s} {b['paid']:12,.4f} {b['delivered']:12,.4f} GPU-h  "
+               f"{b['cost']['paid']:12,.2f} {b['cost']['delivered']:12,.2f} {res['currency']}")
+    for ln in res.get("differences", []):
+        echo(f"  + {ln['line']:38s} {ln['paid']:12,.4f} {ln['delivered']:12,.4f} GPU-h  "
+                   f"{ln['cost']['paid']:12,.2f} {ln['cost']['delivered']:12,.2f} {res['currency']}")
+    a = res["account"]
+    echo(f"  = {'device-hours (paid, delivered)':38s} {a['paid']:12,.4f} {a['delivered']:12,.4f} GPU-h  "
+               f"{a['cost']['paid']:12,.2f} {a['cost']['delivered']:12,.2f} {res['currency']}")
+
+
+_ACCOUNT_PERIODS = (("--day", r"\d{4}-\d{2}-\d{2}|today|yesterday", "2026-11-04, today or yesterday"),
+                    ("--week", r"\d{4}-[wW]\d{1,2}|this-week|last-week", "2026-W45, this-week or last-week"))
+
+
 @click.command("account")
 @click.option("--day", help="A UTC day: 2026-11-04, today, yesterday.")
 @click.option("--week", help="An ISO week: 2026-W45, this-week, last-week.")
+@click.option("--period", help="Any period: 2026-11 (a billed month also shows its receipts), 2026-11-02..2026-11-05, "
+                               "all (the default).")
 @click.option("--samples", "from_samples", is_flag=True, help=SAMPLES_HELP)
 @click.option("--json", "as_json", is_flag=True)
 @pass_app
 @reads_only()
-def account_cmd(app: AppContext, day: str | None, week: str | None, from_samples: bool, as_json: bool) -> None:
-    """The daily (or weekly) account: paid, delivered and lost GPU-hours per tenant, totals, and the loss by cause.
+def account_cmd(app: AppContext, day: str | None, week: str | None, period: str | None, from_samples: bool,
+                as_json: bool) -> None:
+    """The account of a period (`daily` is the same command): paid, delivered and lost GPU-hours per tenant and per
+    day, totals, the loss by cause, and on a billed month the receipts' figures with the lines between them.
 
-    Read from the device-hours and the raw samples of what the agents find; --samples reads every sample.
+    Read from the device-hours and the raw samples of what the agents find; --samples reads every sample. Every
+    figure is the one `explain`, `ask`, the statement and `report analysis` give for the same question
+    (ledger.agents.query).
 
     \b
     Example:
       ipledger account --day 2026-11-04
       ipledger account --week 2026-W45 --json
+      ipledger account --period 2026-11
+      ipledger daily                       # the same command: every day of the ledger
     """
     from .. import agents
-    from ..agents.accounting import period_account
+    from ..agents import query
 
-    if bool(day) == bool(week):
-        raise UserError("give exactly one of --day, --week")
-    text = day or week
-    if week and not re.fullmatch(r"\d{4}-[wW]\d{1,2}|this-week|last-week", week.strip()):
-        raise UserError(f"--week: cannot read {week!r} (want 2026-W45, this-week or last-week)")
-    if day and not re.fullmatch(r"\d{4}-\d{2}-\d{2}|today|yesterday", day.strip()):
-        raise UserError(f"--day: cannot read {day!r} (want 2026-11-04, today or yesterday)")
+    given = [(o, v) for o, v in (("--day", day), ("--week", week), ("--period", period)) if v]
+    if len(given) > 1:
+        raise UserError("give at most one of --day, --week, --period")
+    for opt, pattern, want in _ACCOUNT_PERIODS:
+        v = day if opt == "--day" else week
+        if v and not re.fullmatch(pattern, v.strip()):
+            raise UserError(f"{opt}: cannot read {v!r} (want {want})")
     with Progress("account", quiet=as_json, steps=3) as bar:
         bar.step("read the ledger")
         ds = _dataset(app, from_samples)
         if not len(ds.allocs):
             raise UserError("the ledger holds no allocations to account for")
-        start, end, label = _period_with_data(ds, text)
+        start, end, label = _period_with_data(ds, given[0][1] if given else "all")
         bar.step("run the agents")
         found = agents.run_agents(ds).findings
         bar.step("account")
-        res = period_account(ds, found, start, end, label)
+        res = query.period(ds, found, start, end, label, _billed(app, start, end))
+    res["source"] = "samples" if from_samples else "device_hours"
     if as_json:
         emit_json(res)
         return
+    _print_account(res)
+
+
+def _print_account(res: dict) -> None:
     echo(res["answer"])
+    if len({r["day"] for r in res["daily"]}) > 1:
+        echo(f"  {'day':10s} {'tenant':16s} {'partition':12s} {'paid':>10s} {'delivered':>10s} {'unknown':>9s}"
+             "  GPU-h")
+        for r in res["daily"]:
+            echo(f"  {r['day']:10s} {r['tenant']:16s} {r['partition']:12s} {r['paid']:10,.1f} "
+                 f"{r['delivered']:10,.1f} {r['unknown']:9,.1f}")
     echo(f"  {'tenant':24s} {'paid':>10s} {'delivered':>10s} {'lost':>10s}  GPU-h")
     for r in res["tenants"]:
         echo(f"  {str(r['tenant']):24s} {r['paid']:10,.1f} {r['delivered']:10,.1f} {r['lost']:10,.1f}")
@@ -348,40 +402,9 @@ def account_cmd(app: AppContext, day: str | None, week: str | None, from_samples
     echo("  lost by cause:")
     for ln in res["table"]["lines"]:
         echo(f"    {ln['cause']:32s} {ln['gpu_hours']:10,.1f} GPU-h")
-
-
-@click.command("daily")
-@click.option("--samples", "from_samples", is_flag=True,
-              help="From every sample (the full-resolution reference) instead of the device-hours.")
-@click.option("--json", "as_json", is_flag=True)
-@pass_app
-@reads_only()
-def daily_cmd(app: AppContext, from_samples: bool, as_json: bool) -> None:
-    """The daily account per (day, cluster, tenant, partition, QOS), read from the device-hours sealed with the
-    telemetry (memory grows with devices x hours, not with samples; docs/scale.md).
-
-    \b
-    Example:
-      ipledger daily
-      ipledger daily --json
-    """
-    from ..agents.accounting import daily
-    from ..agents.data import load
-    from ..agents.hourly import load_compact
-
-    engine = app.engine()
-    rows = daily(load(engine) if from_samples else load_compact(engine))
-    if as_json:
-        emit_json({"daily": rows, "source": "samples" if from_samples else "device_hours"})
-        return
-    if not rows:
-        echo("no allocated device time in the ledger")
-        return
-    echo(f"  {'day':10s} {'tenant':16s} {'partition':12s} {'paid':>10s} {'delivered':>10s} {'unknown':>9s}"
-               "  GPU-h")
-    for r in rows:
-        echo(f"  {r['day']:10s} {r['tenant']:16s} {r['partition']:12s} {r['paid']:10,.1f} "
-                   f"{r['delivered']:10,.1f} {r['unknown']:9,.1f}")
+    echo(f"  cost: paid {res['cost']['paid']:,.2f}  delivered {res['cost']['delivered']:,.2f}  "
+               f"lost {res['cost']['lost']:,.2f} {res['currency']}")
+    _print_basis(res)
 
 
 @click.group("report")
@@ -516,6 +539,6 @@ def analyze_cmd(source: tuple[str, ...], fmt: str | None, node_from: str | None,
 
 
 def register(cli: click.Group) -> None:
-    for cmd in (findings_cmd, finding_group, explain_cmd, ask_cmd, account_cmd, daily_cmd, analyze_cmd,
-                report_group):
+    for cmd in (findings_cmd, finding_group, explain_cmd, ask_cmd, account_cmd, analyze_cmd, report_group):
         cli.add_command(cmd)
+    cli.add_command(account_cmd, name="daily")   # one command, two names: the same output
