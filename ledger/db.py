@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 from urllib.parse import quote
 
@@ -56,9 +57,15 @@ def make_engine(url: str, *, create: bool = True, read_only: bool = False) -> En
                 _create_private(path)
             elif not path.exists():
                 raise LedgerError(f"no ledger at {printable(str(path))}")
-            if read_only:
-                url = f"sqlite:///file:{quote(str(path.resolve()))}?mode=ro&uri=true"
-        engine = _create(url, connect_args={"timeout": 60})
+        if read_only and path is not None:
+            # mode=ro is given to the driver, not written into the URL: engine.url stays the ledger's plain URL,
+            # which the receipt workers reopen (SQLAlchemy renders a `file:` database as `file%3A...`, a
+            # relative path a worker would have created as a new, empty ledger)
+            uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+            engine = _create(url, creator=lambda: sqlite3.connect(uri, uri=True, timeout=60,
+                                                                  check_same_thread=False))
+        else:
+            engine = _create(url, connect_args={"timeout": 60})
 
         @event.listens_for(engine, "connect")
         def _sqlite_connect(dbapi_conn, _record):  # noqa: ANN001

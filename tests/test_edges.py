@@ -230,3 +230,25 @@ def test_an_agents_command_draws_its_steps_on_a_terminal(demo):
     assert rc == 0 and "tenant" in out
     assert "account: read the ledger" in shown and "account: run the agents" in shown and "3/3" in shown
     assert "3/3" not in out and "[#" not in out   # never on stdout
+
+
+def test_a_read_only_engine_s_url_reopens_the_same_ledger_and_creates_nothing(tmp_path, monkeypatch):
+    """The receipt workers reopen the ledger from ``engine.url``: a read-only engine's URL must name the same
+    file (it used to render as ``sqlite:///file%3A/...``, a relative path a worker created as a new, empty ledger
+    under the current directory)."""
+    from sqlalchemy import text
+
+    from ledger import db as db_mod
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    db_mod.upgrade(db_mod.make_engine(url))
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    ro = db_mod.make_engine(url, create=False, read_only=True)
+    again = db_mod.make_engine(ro.url.render_as_string(hide_password=False))
+    with again.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM alembic_version")).scalar() == 1
+    with ro.connect() as conn, pytest.raises(Exception, match="readonly"):
+        conn.execute(text("CREATE TABLE t (x)"))
+    assert list(cwd.iterdir()) == []
