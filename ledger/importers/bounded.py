@@ -37,8 +37,20 @@ CHUNK = 1 << 20
 RATIO_FLOOR = 16 << 20          # below this many inflated bytes a member's compression ratio is not held against it
 NESTED_SUFFIXES = (".zip", ".tar", ".tgz", ".tar.gz", ".gz", ".bz2", ".tbz2", ".xz", ".txz", ".zst", ".7z", ".rar",
                    ".jar", ".lz4", ".lzma")
-_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00", b"7z\xbc\xaf\x27\x1c",
-          b"\x28\xb5\x2f\xfd", b"Rar!\x1a\x07", b"\x04\x22\x4d\x18", b"\x5d\x00\x00")
+_MAGIC = ((b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip"), (b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"),
+          (b"\xfd7zXZ\x00", "xz"), (b"7z\xbc\xaf\x27\x1c", "7z"), (b"\x28\xb5\x2f\xfd", "zstd"),
+          (b"Rar!\x1a\x07", "rar"), (b"\x04\x22\x4d\x18", "lz4"), (b"\x5d\x00\x00", "lzma"))
+
+
+def archive_kind(head: bytes) -> str | None:
+    """'zip', 'gzip', 'tar', ... when these first bytes (at least 262 for a tar) start an archive or a
+    compressed file; None otherwise."""
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            return kind
+    if head[257:262] == b"ustar":
+        return "tar"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +71,7 @@ def _name(archive: Path, member: str) -> str:
 
 
 def _nested(name: str, head: bytes) -> bool:
-    return name.lower().endswith(NESTED_SUFFIXES) or head.startswith(_MAGIC) or head[257:262] == b"ustar"
+    return name.lower().endswith(NESTED_SUFFIXES) or archive_kind(head) is not None
 
 
 class _Budget:

@@ -14,34 +14,22 @@ their magic bytes, never read as text. Docs: docs/telemetry.md, "Capture sets".
 
 from __future__ import annotations
 
-import os
 import re
 import tarfile
 import zipfile
 from pathlib import Path
 from typing import Callable
 
+from .bounded import archive_kind, directory_files
 from .common import Collected, InputError
 
 CAPTURE_FORMATS = ("dmon", "amd-smi", "nvidia-smi")
 # dmon-gpu-07.txt, amdsmi-mi300-01.csv, nvsmi-gpu07-20261102T000000Z.csv -> gpu-07, mi300-01, gpu07
 DEFAULT_NODE_FROM = (r"^(?:dmon|dcgmi|amdsmi|amd-smi|amd_smi|nvsmi|nvidia-smi|nvidia_smi|smi)[-_]"
                      r"(?P<node>[A-Za-z0-9][A-Za-z0-9._-]*?)(?:[-_]\d{8}T\d{6}Z)?(?:\.[A-Za-z0-9]+)?$")
-_MAGIC = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"), (b"\x28\xb5\x2f\xfd", "zstd"),
-          (b"PK\x03\x04", "zip"))
 _WATCH_BANNER = "'CTRL' + 'C' to stop watching output"
 _NVSMI_COLUMNS = ("utilization.", "power.draw", "clocks.", "temperature.gpu", "memory.used", "pci.bus_id")
 SNIFF_BYTES = 16384
-
-
-def archive_kind(head: bytes) -> str | None:
-    """'gzip', 'zip', 'tar', ... when these first bytes (at least 512) start an archive or compressed file."""
-    for magic, kind in _MAGIC:
-        if head.startswith(magic):
-            return kind
-    if len(head) >= 262 and head[257:262] == b"ustar":
-        return "tar"
-    return None
 
 
 def sniff(head: str) -> str | None:
@@ -108,13 +96,9 @@ def expand(sources: list[str]) -> list[Path]:
         if not p.is_dir():
             out.append(p)
             continue
-        found = []
-        for root, dirs, files in os.walk(p, followlinks=False):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            for f in files:
-                q = Path(root) / f
-                if not f.startswith(".") and not _aside(f) and not q.is_symlink() and q.is_file():
-                    found.append(q)
+        files, _links = directory_files(p)   # symbolic links and other non-files: never followed
+        found = [Path(str(f)) for f in files if not any(part.startswith(".") for part in f.parts)
+                 and not _aside(f.name)]
         if not found:
             raise InputError(str(p), "", "no files in this directory")
         out.extend(sorted(found))
