@@ -77,6 +77,15 @@ def _export(runner, cli, url: str, fmt: str, out, key=None) -> str:
     return _export_text(out, fmt)
 
 
+
+def _issued_with_key(sqlite_url, receipts, tmp_path):
+    """The receipts issued into the ledger, and an alias key for its exports: (key path, its Aliaser)."""
+    eng = db_mod.make_engine(sqlite_url)
+    store.append(eng, [issue_entry(r, NOV + 20 * 86400) for r in receipts])
+    eng.dispose()
+    key = _key(tmp_path)
+    return key, Aliaser(read_key(key))
+
 def test_exports_with_a_key_carry_no_host_user_or_job_name(sqlite_url, runner, cli, tmp_path):
     rs = []
     for i in range(1, 6):
@@ -84,11 +93,7 @@ def test_exports_with_a_key_carry_no_host_user_or_job_name(sqlite_url, runner, c
                               node=SECRET_NODES[i % 2], shares={"unknown": 0.1})
         r["job"]["name"] = SECRET_JOB_NAME  # were a receipt ever to carry the job name, no export may pass it on
         rs.append(r)
-    eng = db_mod.make_engine(sqlite_url)
-    store.append(eng, [issue_entry(r, NOV + 20 * 86400) for r in rs])
-    eng.dispose()
-    key = _key(tmp_path)
-    alias = Aliaser(read_key(key))
+    key, alias = _issued_with_key(sqlite_url, rs, tmp_path)
     secrets = (SECRET_USER, *SECRET_NODES, SECRET_JOB_NAME)
     for fmt in FORMATS:
         plain = _export(runner, cli, sqlite_url, fmt, tmp_path / f"plain.{fmt}")
@@ -137,11 +142,7 @@ def test_every_device_key_form_is_aliased_in_every_format(sqlite_url, runner, cl
         r["job"]["devices"][0]["uuid"] = device
         r["unknown_intervals"][0].update(device=device, node=(host_a, host_b)[i % 2])
         rs.append(r)
-    eng = db_mod.make_engine(sqlite_url)
-    store.append(eng, [issue_entry(r, NOV + 20 * 86400) for r in rs])
-    eng.dispose()
-    key = _key(tmp_path)
-    alias = Aliaser(read_key(key))
+    key, alias = _issued_with_key(sqlite_url, rs, tmp_path)
     for fmt in FORMATS:
         plain = _export(runner, cli, sqlite_url, fmt, tmp_path / f"plain.{fmt}")
         aliased = _export(runner, cli, sqlite_url, fmt, tmp_path / f"aliased.{fmt}", key)

@@ -32,6 +32,7 @@ from ledger import spool, store
 from ledger.entries import Kind, make_entry
 from ledger.receipts.auto import verify_checks
 from ledger.receipts.example import KEY, load_example
+from tests import services
 from ledger.verify import verify
 
 JOB = KEY["job_id"]
@@ -133,7 +134,7 @@ def test_a_pinned_key_another_user_could_write_is_refused(runner, cli, tmp_path)
 def test_checkpoint_refuses_a_private_key_others_could_read_or_write(runner, cli, tmp_path, sqlite_url, attack):
     """Was: `checkpoint --key` signed with a 0666 key (any user could have replaced it, or copied it)."""
     if attack == "owned by nobody" and os.geteuid() != 0:
-        pytest.skip("a root reader is what this case is about (CI runs the tests as root)")
+        services.unavailable("a root reader is what this case is about (CI runs the tests as root)")
     key = tmp_path / "log.key"
     assert _cli(runner, cli, "--db", sqlite_url, "keygen", "--out", str(key)).exit_code == 0
     use = key
@@ -160,7 +161,7 @@ def test_checkpoint_refuses_a_private_key_others_could_read_or_write(runner, cli
 def test_a_config_another_user_could_write_is_refused(runner, cli, tmp_path, attack):
     """Was: a world-writable config let any user set `[commands] nvidia-smi` for the root prolog to run."""
     if attack == "owned by nobody" and os.geteuid() != 0:
-        pytest.skip("a root reader is what this case is about (CI runs the tests as root)")
+        services.unavailable("a root reader is what this case is about (CI runs the tests as root)")
     etc = tmp_path / "etc"
     etc.mkdir(mode=0o755)
     cfg = etc / "config.toml"
