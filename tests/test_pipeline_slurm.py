@@ -14,23 +14,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from ledger.cli.main import cli as ipledger
-from ledger.hooks.install import install, mark_path
 from tests import services, slurm_service
-from tests.standins import make_site
-from tests.test_progress_slurm import _trace, _wait
+from tests.test_progress_slurm import _trace, _wait, hooked_cluster
 
 pytestmark = pytest.mark.slurm
-SYSTEM_PY = "/usr/bin/python3"
 REPO = Path(__file__).resolve().parent.parent
 FORMATS = ("csv", "parquet", "focus", "json", "pdf")
 CONTRACT = """id = "acme-gpu"
@@ -58,18 +53,7 @@ def _text_of(path: Path, fmt: str) -> str:
 
 @pytest.fixture(scope="module")
 def cluster():
-    if not os.path.exists(SYSTEM_PY):
-        services.unavailable("the job's user needs an interpreter it may run: /usr/bin/python3")
-    root = Path(tempfile.mkdtemp(prefix="ipledger-pipeline-", dir="/tmp"))
-    os.chmod(root, 0o711)  # the job's user passes through to the drop place and the mark script
-    node = socket.gethostname().split(".")[0]
-    site = make_site(root, node=node, ngpus=4, scontrol_path=slurm_service._which("scontrol"),
-                     hooks={"trace": str(root / "trace.jsonl"), "drop_dir": str(root / "drop")})
-    scripts = install(root / "hooks", str(site.config), python=SYSTEM_PY)
-    s = slurm_service.start(str(scripts[0]), str(scripts[1]), ngpus=4)
-    yield s, site, mark_path(root / "hooks")
-    s.stop()
-    shutil.rmtree(root, ignore_errors=True)
+    yield from hooked_cluster("ipledger-pipeline-", accounting=False)
 
 
 def _sbatch_as_nobody(s, script: Path, *args: str) -> str:

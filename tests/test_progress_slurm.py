@@ -57,23 +57,30 @@ def _wait(cond, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.fixture(scope="module")
-def cluster():
+def hooked_cluster(prefix: str, accounting: bool):
+    """A real Slurm whose prolog/epilog are the hooks `ipledger hooks install` writes, run by the system
+    interpreter (the job's user needs one it may run), with a drop place and the stand-in GPU tools:
+    yields (slurm, site, the mark script's path). With ``accounting``: slurmdbd, and the shipper's sacct."""
     if not os.path.exists(SYSTEM_PY):
         services.unavailable("the job's user needs an interpreter it may run: /usr/bin/python3")
-    root = Path(tempfile.mkdtemp(prefix="ipledger-progress-", dir="/tmp"))
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     os.chmod(root, 0o711)  # the job's user passes through to the drop place and the mark script
     node = socket.gethostname().split(".")[0]
-    # The final state (NODE_FAIL) is the accounting database's: no hook runs a Slurm command, so the shipper's
-    # sacct (real slurmdbd) says how the run ended.
     site = make_site(root, node=node, ngpus=4, scontrol_path=slurm_service._which("scontrol"),
                      hooks={"trace": str(root / "trace.jsonl"), "drop_dir": str(root / "drop")},
-                     extra_commands={"sacct": slurm_service._which("sacct")})
+                     **({"extra_commands": {"sacct": slurm_service._which("sacct")}} if accounting else {}))
     scripts = install(root / "hooks", str(site.config), python=SYSTEM_PY)
-    s = slurm_service.start(str(scripts[0]), str(scripts[1]), ngpus=4, accounting=True)
+    s = slurm_service.start(str(scripts[0]), str(scripts[1]), ngpus=4, accounting=accounting)
     yield s, site, mark_path(root / "hooks")
     s.stop()
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # The final state (NODE_FAIL) is the accounting database's: no hook runs a Slurm command, so the shipper's
+    # sacct (real slurmdbd) says how the run ended.
+    yield from hooked_cluster("ipledger-progress-", accounting=True)
 
 
 def _trace(site) -> list[dict]:
