@@ -92,6 +92,13 @@ def loads(text: str) -> Any:
         obj, end = _scan(text, i)
     except StopIteration:
         raise ValueError(f"Expecting value at char {i}") from None
+    except SystemError:
+        # CPython 3.11's scanner reports an error inside a string (a raw control character) by looking up
+        # json.decoder.JSONDecodeError in sys.modules; without json imported it returns NULL with no
+        # exception set. The plain json module then gives the error it should have (a ValueError).
+        import json
+
+        return json.loads(text)
     while end < n and text[end] in _WS:
         end += 1
     if end != n:

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ledger import canonical, config, entries
@@ -95,6 +95,9 @@ def test_lean_json_is_the_json_module(value):
 
 
 @given(st.text(max_size=12))
+@example('"a\x01b"')
+@example('{"a":"\x00"}')
+@example('["\x1f"]')
 def test_lean_loads_refuses_what_json_refuses(text):
     try:
         expected = json.loads(text)
@@ -407,3 +410,24 @@ def test_frozen_records_pickle_and_copy_like_frozen_dataclasses(tmp_path):
     assert cfg.spool == config.DEFAULT_SPOOL and cfg.extra == {} and cfg.hook_timeout_s == 5.0
     with pytest.raises(AttributeError):
         cfg.db = "other"
+
+
+def test_lean_loads_refuses_raw_control_characters_without_json_imported():
+    """The hooks read with json never imported: CPython's scanner then cannot raise its own error for a raw
+    control character inside a string (it returned NULL and the hook saw SystemError, not ValueError)."""
+    import subprocess
+    import sys as _sys
+
+    code = (
+        "import sys; from ledger import canonical\n"
+        "assert 'json.decoder' not in sys.modules\n"
+        "for t in ['\"a\\x01b\"', '{\"k\":\"\\x00\"}', '[1,\"\\x1f\"]']:\n"
+        "    try:\n"
+        "        canonical.loads(t)\n"
+        "    except ValueError:\n"
+        "        continue\n"
+        "    raise SystemExit('accepted ' + repr(t))\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([_sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

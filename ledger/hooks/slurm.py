@@ -92,7 +92,7 @@ def parse_index_list(value: str | None, cap: int = MAX_GPUS) -> tuple[list[int],
     job without GPUs; an index above MAX_GPU_INDEX or a list of more than ``cap`` distinct GPUs is cut, with
     the reason returned.
     """
-    seen: set[int] = set()
+    spans: list[tuple[int, int]] = []
     note = None
     for part in (value or "").split(","):
         part = part.strip()
@@ -104,11 +104,19 @@ def parse_index_list(value: str | None, cap: int = MAX_GPUS) -> tuple[list[int],
         if hi > MAX_GPU_INDEX:
             note = f"GPU index above {MAX_GPU_INDEX} skipped ({part[:40]})"
             continue
-        for i in range(lo, hi + 1):
-            if len(seen) >= cap and i not in seen:
-                return sorted(seen), f"more than {cap} GPUs listed; the list was cut at {cap}"
-            seen.add(i)
-    return sorted(seen), note
+        if lo <= hi:
+            spans.append((lo, hi))
+    # The lowest ``cap`` indices, whatever order the list was written in; spans are merged first, so a long
+    # list of repeated ranges costs no more than its length.
+    spans.sort()
+    out: list[int] = []
+    for lo, hi in spans:
+        start = max(lo, out[-1] + 1) if out else lo
+        for i in range(start, hi + 1):
+            if len(out) >= cap:
+                return out, f"more than {cap} GPUs listed; the list was cut at {cap}"
+            out.append(i)
+    return out, note
 
 
 def clean_text(value: str | None) -> tuple[str | None, bool]:
