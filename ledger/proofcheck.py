@@ -1404,6 +1404,22 @@ def verify_consistency(raw: bytes, public_key: Any) -> dict:
             "trivial": old_size == 0}  # from the empty tree: true of every log, so it shows nothing of this one
 
 
+def _shown(text: object) -> str:
+    """Text from a bundle or a file name, safe to print on a terminal: a control character, DEL, a bidi
+    override or any other unprintable character becomes its ``\\x``/``\\u`` escape (a backslash is
+    doubled), so a crafted bundle cannot rewrite what the tenant sees."""
+    out = []
+    for c in str(text):
+        if c == "\\":
+            out.append("\\\\")
+        elif c.isprintable():
+            out.append(c)
+        else:
+            o = ord(c)
+            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
+    return "".join(out)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: exit 0 and print the receipt hash (or the consistency summary), else exit 1 naming
     what failed."""
@@ -1431,22 +1447,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise Failure(f"{exc.filename}: cannot read: {exc.strerror}") from None
         result = verify_consistency(raw, key) if args.consistency else verify_bundle(raw, key)
     except Failure as exc:
-        print(f"FAILED: {target}: {exc}", file=sys.stderr)
+        print(f"FAILED: {_shown(target)}: {_shown(exc)}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps({"ok": True, **result}, sort_keys=True))
     elif args.consistency and result["trivial"]:
         print(f"OK (trivial): the old head is the empty tree, which every tree extends; this proves nothing about "
-              f"the head of {result['new_tree_size']} entries (log {result['log_id']}): check against a non-empty "
+              f"the head of {result['new_tree_size']} entries (log {_shown(result['log_id'])}): check against a non-empty "
               f"head you kept")
     elif args.consistency:
         print(f"OK: head of {result['new_tree_size']} entries extends head of {result['old_tree_size']} "
-              f"(log {result['log_id']})")
+              f"(log {_shown(result['log_id'])})")
     else:
         print(result["receipt_hash"])
         print(f"OK: {result['entries']} entries included in the tree of {result['tree_size']} signed "
-              f"{result['timestamp']} (log {result['log_id']}); receipt recomputed"
-              + (f"; site SKU ratings used: {', '.join(result['site_skus'])}" if result["site_skus"] else ""),
+              f"{_shown(result['timestamp'])} (log {_shown(result['log_id'])}); receipt recomputed"
+              + (f"; site SKU ratings used: {_shown(', '.join(result['site_skus']))}" if result["site_skus"] else ""),
               file=sys.stderr)
     return 0
 

@@ -88,3 +88,22 @@ def test_printable_leaves_nothing_a_terminal_acts_on_and_always_encodes(text):
     out.encode("utf-8")   # a lone surrogate cannot make the print raise
     doc = json.dumps({"v": text}, ensure_ascii=False)
     assert json.loads(json_text(doc)) == {"v": text}
+
+
+def test_standalone_verifier_escapes_what_a_bundle_or_its_name_carries(tmp_path, capsys):
+    """ipledger-verify (the tenant's standalone checker) prints a failure naming the file and the cause; a crafted
+    file name or bundle field must not reach the terminal as escape sequences."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from ledger import proofcheck
+
+    pub = tmp_path / "site.pub"
+    pub.write_bytes(Ed25519PrivateKey.generate().public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    bundle = tmp_path / "b\x1b]0;owned\x07\x1b[2J.json"
+    bundle.write_text(json.dumps({"format": "\x1b[31mred\u202e"}))
+    assert proofcheck.main([str(bundle), "--pubkey", str(pub)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("FAILED: ") and err == printable(err.rstrip("\n")) + "\n"
+    assert "\x1b" not in err and "\u202e" not in err and "\\x1b" in err
