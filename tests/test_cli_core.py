@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 from sqlalchemy import text
 
@@ -77,13 +79,52 @@ def test_missing_config_file_named_in_error(runner, cli, tmp_path):
 
 
 def test_lazy_command_table_matches_what_the_modules_register():
-    from ledger.cli import main
+    import importlib
+
+    main = importlib.import_module("ledger.cli.main")  # `from ledger.cli import main` is the console script
 
     registered = {}
     for module in main.COMMAND_MODULES:
         for name in main.commands_of(module):
             registered[name] = module
     assert registered == main.COMMAND_HOMES
+
+
+def test_help_listing_is_the_one_click_prints_with_every_module_imported():
+    """`ipledger --help` lists the commands from main.COMMAND_HELP; it must be, byte for byte, what click prints
+    from the commands themselves (a changed docstring without the table fails here)."""
+    import importlib
+
+    import click
+
+    main = importlib.import_module("ledger.cli.main")  # `from ledger.cli import main` is the console script
+    assert set(main.COMMAND_HELP) == set(main.COMMAND_HOMES)
+
+    def listing(format_commands) -> str:
+        ctx = click.Context(main.cli, info_name="ipledger")
+        formatter = ctx.make_formatter()
+        format_commands(main.cli, ctx, formatter)
+        return formatter.getvalue()
+
+    eager = listing(click.Group.format_commands)  # imports every command module
+    assert listing(main.LazyGroup.format_commands) == eager
+    for name in main.COMMAND_HOMES:
+        cmd = main.cli.get_command(click.Context(main.cli), name)
+        assert main.COMMAND_HELP[name] == cmd.get_short_help_str(limit=10**6), name
+
+
+def test_top_level_help_imports_no_heavy_library():
+    """`ipledger --help` answers at once: it imports no database layer, dataframe, array or PDF library."""
+    code = ("import sys, importlib\n"
+            "m = importlib.import_module('ledger.cli.main')\n"
+            "try:\n    m.cli(['--help'], prog_name='ipledger')\n"
+            "except SystemExit:\n    pass\n"
+            "heavy = sorted(k for k in sys.modules if k.split('.')[0] in "
+            "('pandas', 'numpy', 'pyarrow', 'sqlalchemy', 'duckdb', 'reportlab', 'cryptography', 'alembic'))\n"
+            "sys.stderr.write(repr(heavy))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "Commands:" in done.stdout, done.stderr[-2000:]
+    assert done.stderr == "[]", done.stderr
 
 
 def test_every_command_has_help_with_an_example(runner, cli):

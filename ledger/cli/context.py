@@ -8,15 +8,18 @@ import json
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .. import config as config_mod
-from ..db import LedgerError, make_engine, require_schema, seq_standing_at
-from ..method.skus import SkuError
-from ..site import Site, site_from_config
 from ..textsafe import echo, json_text
+
+if TYPE_CHECKING:
+    from ..site import Site
+
+# The database layer (SQLAlchemy), the SKU table and the method (numpy) are imported when a command first needs
+# them, not here: `ipledger --help` and every command's --help load none of them (tests/test_cli_core.py).
 
 
 class UserError(click.ClickException):
@@ -50,6 +53,9 @@ class AppContext:
     def site(self) -> Site:
         """The site this command works for, built once from --config (and --db): every command passes it on."""
         if self._site is None:
+            from ..method.skus import SkuError
+            from ..site import site_from_config
+
             try:
                 # the CLI is a main program, so big receipts may start worker processes
                 self._site = site_from_config(self.config, db=self.db_option, main_program=True)
@@ -65,6 +71,8 @@ class AppContext:
         """The ledger's engine. ``require``: the ledger must exist and carry this ipledger's schema (every command
         but ``init``, the one that may create a database); a missing SQLite file is "no ledger at PATH" and
         nothing is created. Opened read-only for a command marked :func:`reads_only`."""
+        from ..db import LedgerError, make_engine, require_schema
+
         if self._engine is None:
             try:
                 self._engine = make_engine(self.db_url, create=not require, read_only=require and self.read_only)
@@ -94,6 +102,8 @@ class AppContext:
 
         if value.epoch > time.time():
             raise UserError(f"--as-of {value.text}: past the ledger's end (that time is still to come)")
+        from ..db import seq_standing_at
+
         seq = seq_standing_at(self.engine(), value.epoch)
         if seq == 0:
             raise UserError(f"--as-of {value.text}: before the ledger's first entry")

@@ -45,6 +45,41 @@ COMMAND_HOMES = {
     "keygen": "ledger.cli.proofs", "checkpoint": "ledger.cli.proofs", "consistency": "ledger.cli.proofs",
 }
 
+# Each top-level command's one-line help, as click derives it from the command's own help: `ipledger --help`
+# lists the commands from this table without importing a command module (tests/test_cli_core.py holds the
+# table to the commands and the listing to the one click would print with every module imported).
+COMMAND_HELP = {
+    'account': "The account of a period (`daily` is the same command): paid, delivered and lost GPU-hours per tenant and per day, totals, the loss by cause, and on a billed month the receipts' figures with the lines between them.",
+    'adjust': 'Credit or debit a job run by GPU-hours or an amount (an adjustment entry; usage is never edited).',
+    'analyze': 'an export analysed in one shot: run every agent over a telemetry export or a capture set (several files or a directory of per-node dmon / amd-smi / nvidia-smi / Prometheus files, mixed is fine: all nodes in one analysis).',
+    'ask': 'Answer a question about where GPU-hours went (a small grammar, docs/agents.md); refuses anything else.',
+    'checkpoint': "Sign the ledger's Merkle tree head and record it in the ledger (a tree_head entry).",
+    'collect': 'Sample GPU telemetry into the spool at a cadence; record gaps when the source fails.',
+    'consistency': "Prove that NEW_HEAD's tree extends OLD_HEAD's: nothing before the old head was removed or rewritten.",
+    'contract': 'Contracts: the versioned terms receipts are priced under.',
+    'daily': "The account of a period (`daily` is the same command): paid, delivered and lost GPU-hours per tenant and per day, totals, the loss by cause, and on a billed month the receipts' figures with the lines between them.",
+    'demo': 'Run the demo hall: simulate a week of a GPU hall with known faults, fill a ledger, issue receipts, run the agents, and write findings beside the ground truth (docs/demo.md).',
+    'explain': 'Where the GPU-hours of a node, rack, tenant or job went in a period, by cause, with evidence.',
+    'export': 'Exports for finance: the monthly tenant statement.',
+    'finding': "Confirm or dismiss a recorded finding (an operator's verdict, recorded as a ledger entry).",
+    'findings': "List the agents' findings over the ledger, with operators' verdicts.",
+    'hook': "Run a Slurm hook (node prolog/epilog, or the controller's) for the job in the environment (exits 0).",
+    'hooks': 'Install the Slurm prolog/epilog hooks; sweep the drop places epilogs could not empty.',
+    'import': 'Import telemetry exports into the ledger (samples, gaps, synthetic runs).',
+    'init': 'Create the ledger schema, or upgrade it (alembic upgrade head).',
+    'issue': 'Issue (or re-issue where changed) the receipt of every closed run, so statements can sum them.',
+    'keygen': "Create the site's Ed25519 signing key for tree heads.",
+    'log': 'List ledger entries in sequence order.',
+    'mark': 'Record a progress mark (checkpoint, output or step) for the run in the environment.',
+    'pathb-command': "Print the exact commands that produce a capture set `ipledger analyze DIR` reads: one file per node, the node's name in the file name, a wall-clock start line at each (re)start (appended: restart-safe).",
+    'receipt': 'Print the receipt of one job run: where every paid GPU-hour went, priced under the contract.',
+    'reconcile': 'Close runs whose epilog never ran: allocation_ended + unknown interval (cause epilog_missing).',
+    'report': 'Written reports built from the ledger.',
+    'resolve': 'Resolve an unknown interval as charge, credit or estimate.',
+    'ship': 'Move spooled entries into the ledger (idempotent; safe to run twice or concurrently).',
+    'verify': 'Walk the hash chain (and replay issued receipts); exit 1 naming the first entry that does not match.',
+}
+
 
 def commands_of(module_name: str) -> dict[str, click.Command]:
     """The commands a module registers (imports it)."""
@@ -58,6 +93,14 @@ class LazyGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMAND_HOMES)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list of ``--help`` from :data:`COMMAND_HELP`, cut to the width as click cuts it."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = [(n, click.Command(n, help=COMMAND_HELP[n]).get_short_help_str(limit)) for n in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands:
