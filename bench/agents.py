@@ -113,8 +113,8 @@ def build(work: Path, gpus: int, days: int) -> tuple[str, Path, int, float]:
                 conn.execute(text("INSERT INTO sample_blocks (segment_id, format, rows, sha256, data) "
                                   "VALUES (:s, :f, :n, :h, :d)"),
                              {"s": sid, "f": block.format, "n": block.rows, "h": block.sha256, "d": block.data})
-                conn.execute(hours._insert_sql(), [{"segment_id": sid, **dict(zip(hours.FIELDS, map(
-                    hours._db_value, (getattr(h, f) for f in hours.FIELDS))))} for h in rows])
+                conn.execute(hours.device_hours_insert_sql(), [{"segment_id": sid, **dict(zip(hours.FIELDS, map(
+                    hours.device_hours_db_value, (getattr(h, f) for f in hours.FIELDS))))} for h in rows])
             key = dict(cluster="bench", job_id=str(100000 + node * 100 + day), run=0, node=f"n{node:04d}")
             a, b = T0 + day * 86400.0, T0 + (day + 1) * 86400.0
             entries.append(make_entry(Kind.ALLOCATION_STARTED, a, {"account": f"t{node % 5}", "partition": "gpu",

@@ -54,7 +54,7 @@ def build_ledger(db_path: Path, n: int) -> tuple[str, Path]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from bench.ship_sqlite import _fresh_db
+    from bench.ship_sqlite import fresh_db
     from ledger import receipt_lines
     from ledger.canonical import ts_to_epoch
     from ledger.entries import GENESIS_HASH, Kind, chain_hash, make_entry
@@ -62,7 +62,7 @@ def build_ledger(db_path: Path, n: int) -> tuple[str, Path]:
     from reports import synthetic
     from reports.monthly import SUM_COLUMNS, flatten
 
-    url = _fresh_db(db_path)
+    url = fresh_db(db_path)
     con = sqlite3.connect(db_path, isolation_level=None)
     con.execute("PRAGMA synchronous=OFF")
     sql = f"INSERT INTO entries ({', '.join(ENTRY_COLUMNS)}) VALUES ({','.join('?' * len(ENTRY_COLUMNS))})"

@@ -32,7 +32,7 @@ SAMPLES_PER_DAY = 24 * 3600 // 15
 STAGE_TIMERS = {"read": ("ledger.importers.prometheus:read",), "write": ("ledger.importers.pipeline:write",),
                 "hours": ("ledger.telemetry.hours:store_in",), "hours_aggregate": ("ledger.telemetry.hours:aggregate",),
                 "block_encode": ("ledger.telemetry.blocks:encode", "ledger.telemetry.blocks:encode_columns"),
-                "digest": ("ledger.telemetry.store:_digest_normalised",),
+                "digest": ("ledger.telemetry.store:digest_normalised",),
                 "receipts": ("ledger.cli.importers:_issue_closed",)}
 STAGES = (("read", "reading the query_range files (ledger.importers.prometheus.read)"),
           ("write", "the pipeline's write: timelines, segments, blocks, device-hours, one transaction"),
@@ -160,7 +160,7 @@ def run(scale: float, repeat: int) -> Figure:
     import duckdb
 
     from bench.analyze import floor_query as plain_read_query
-    from bench.ship_sqlite import _fresh_db
+    from bench.ship_sqlite import fresh_db
 
     gpus = max(1, int(FULL_GPUS * scale))
     work = Path(tempfile.mkdtemp(prefix="ipledger-bench-import-"))
@@ -172,7 +172,7 @@ def run(scale: float, repeat: int) -> Figure:
         floor_parts: dict = {}
 
         def setup_subject() -> None:
-            state["url"] = _fresh_db(ledger)
+            state["url"] = fresh_db(ledger)
 
         def subject() -> None:
             args = ["--db", state["url"], "import", "prometheus", *map(str, files), "--json", "--quiet"]
@@ -197,7 +197,7 @@ def run(scale: float, repeat: int) -> Figure:
         held = ledger_rows(ledger)
 
         def setup_extra() -> None:
-            _fresh_db(extra_db)
+            fresh_db(extra_db)
 
         extra_t = timeit_interleaved([("", lambda: insert_ledger_rows(extra_db, held), setup_extra)], repeat)[0]
         counts.update(gpus=gpus, files=len(files), size=sum(p.stat().st_size for p in files))

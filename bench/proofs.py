@@ -68,7 +68,7 @@ def _proof_part(work: Path, gpus: int, repeat: int) -> tuple[Timing, Timing, Tim
 
 
 def _ship_part(work: Path, scale: float, repeat: int) -> tuple[Timing, Timing, Timing, int]:
-    from bench.ship_sqlite import _fresh_db, raw_insert
+    from bench.ship_sqlite import fresh_db, raw_insert
 
     n = max(100, int(SHIP_FULL_ENTRIES * scale))
     pristine = work / "spool-pristine"
@@ -78,7 +78,7 @@ def _ship_part(work: Path, scale: float, repeat: int) -> tuple[Timing, Timing, T
     state: dict = {}
 
     def setup() -> None:
-        state["url"] = _fresh_db(db_path)
+        state["url"] = fresh_db(db_path)
         restore_spool(pristine, spool_dir)
 
     def floor() -> None:

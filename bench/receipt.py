@@ -49,14 +49,14 @@ def build_ledger(db_path: Path, gpus: int, hours: float) -> tuple[str, int, Path
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from bench.ship_sqlite import _fresh_db
+    from bench.ship_sqlite import fresh_db
     from ledger import db as db_mod
     from ledger.entries import Kind, make_entry
     from ledger.store import append
     from ledger.telemetry.model import SAMPLE_COLUMNS
     from ledger.telemetry.store import segment_entry_rows, write_segment_rows_in
 
-    url = _fresh_db(db_path)
+    url = fresh_db(db_path)
     n = int(hours * 3600 / CADENCE)
     key = {"cluster": "hpc1", "job_id": "990001", "run": 0}
     nodes = [f"gpu-n{j:04d}" for j in range((gpus + 7) // 8)]

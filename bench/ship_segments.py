@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 from bench.common import Figure, Timing, main_for, restore_spool, run_cli, run_cli_timed, timeit_interleaved
-from bench.ship_sqlite import _fresh_db
+from bench.ship_sqlite import fresh_db
 
 TITLE = "Ship collector segments into SQLite"
 FULL_NODES = 36
@@ -218,7 +218,7 @@ def run(scale: float, repeat: int) -> Figure:
         state: dict = {}
 
         def setup_subject() -> None:
-            state["url"] = _fresh_db(db_path)
+            state["url"] = fresh_db(db_path)
             restore_spool(pristine, spool_dir)
 
         hours_s: list[float] = []
@@ -241,7 +241,7 @@ def run(scale: float, repeat: int) -> Figure:
         assert held["entries"][0] == tuple(ENTRY_COLUMNS)
 
         def setup_floor() -> None:
-            _fresh_db(db_path)
+            fresh_db(db_path)
             con = sqlite3.connect(db_path)
             con.execute(f"CREATE TABLE {PLAIN_SAMPLES} (segment_id TEXT, device TEXT, "
                         + ", ".join(f"{c} REAL" for c in INSERT_COLUMNS[2:]) + ")")
@@ -251,7 +251,7 @@ def run(scale: float, repeat: int) -> Figure:
             (f"raw sqlite3.executemany: {entries:,} entries + {counts['samples']:,} sample rows, one tx",
              lambda: floor_insert(db_path, plain), setup_floor),
             ("raw executemany of the rows the ledger holds (entries, sample_blocks, device_hours)",
-             lambda: floor_insert(db_path, held), lambda: _fresh_db(db_path)),
+             lambda: floor_insert(db_path, held), lambda: fresh_db(db_path)),
             (f"`ipledger ship` ({counts['files']:,} spool files)", subject, setup_subject)], repeat)
         checked = check_ledger(state["url"], db_path, counts, entries)
         hours_t = Timing("time inside telemetry.hours.segments_hours and insert_in", tuple(hours_s))

@@ -23,7 +23,7 @@ TITLE = "Ship into SQLite"
 FULL_ENTRIES = 1_000_000
 
 
-def _fresh_db(path: Path) -> str:
+def fresh_db(path: Path) -> str:
     if path.exists():
         path.unlink()
     for suffix in ("-wal", "-shm"):
@@ -61,19 +61,19 @@ def run(scale: float, repeat: int) -> Figure:
         state: dict = {}
 
         def setup_floor() -> None:
-            state["url"] = _fresh_db(db_path)
+            state["url"] = fresh_db(db_path)
 
         def floor(cache_kib: int | None = None) -> None:
             raw_insert(db_path, rows, cache_kib)
 
         def setup_subject() -> None:
-            state["url"] = _fresh_db(db_path)
+            state["url"] = fresh_db(db_path)
             restore_spool(pristine, spool_dir)
 
         def subject() -> None:
             run_cli(["--db", state["url"], "ship", "--spool", str(spool_dir), "--quiet", "--no-receipts"])
 
-        cache = ship_mod._SQLITE_CACHE_KIB
+        cache = ship_mod.SQLITE_CACHE_KIB
         floor_t, cached_t, subj_t = timeit_interleaved(  # the subject last: its ledger is checked below
             [(f"raw sqlite3.executemany, {len(rows):,} rows, one tx", floor, setup_floor),
              ("the same executemany with the shipper's page cache", lambda: floor(cache), setup_floor),

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from bench import data
 from bench.common import Figure, Timing, main_for, run_cli, timeit
-from bench.ship_sqlite import _fresh_db
+from bench.ship_sqlite import fresh_db
 from ledger import db as db_mod
 from ledger import merkle
 from ledger.entries import SQLITE_CHAIN, SQLITE_IDENTITY, chain_encoding, row_encodings
@@ -84,7 +84,7 @@ def build_ledger(db_path: Path, n: int) -> tuple[str, int]:
         eng.dispose()
         return url, kept
     sidecar.unlink(missing_ok=True)
-    url = _fresh_db(db_path)
+    url = fresh_db(db_path)
     sql = f"INSERT INTO entries ({', '.join(ENTRY_COLUMNS)}) VALUES ({','.join('?' * len(ENTRY_COLUMNS))})"
     rows_iter = data.chained_rows(n)
     total, head = 0, ""

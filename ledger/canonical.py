@@ -153,7 +153,7 @@ _CANONICAL_TS_PATTERN = r"[1-9]\d{3}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{0,5}[1-9])?
 _canonical_ts_fullmatch = None
 
 
-def _canonical_ts_match(value: str):  # noqa: ANN202
+def canonical_ts_match(value: str):  # noqa: ANN202
     global _canonical_ts_fullmatch
     if _canonical_ts_fullmatch is None:
         import re
@@ -162,7 +162,7 @@ def _canonical_ts_match(value: str):  # noqa: ANN202
     return _canonical_ts_fullmatch(value)
 
 
-def _fromisoformat(text: str) -> _dt.datetime:
+def datetime_from_iso(text: str) -> _dt.datetime:
     import datetime
 
     return datetime.datetime.fromisoformat(text)
@@ -196,7 +196,7 @@ def format_ts(value: "_dt.datetime | float | int | str | None") -> str | None:
     import datetime
 
     if isinstance(value, str):
-        if _canonical_ts_match(value) is not None:
+        if canonical_ts_match(value) is not None:
             datetime.datetime.fromisoformat(value[:-1] + "+00:00")  # same validation as the slow path (raises)
             return value
         value = parse_ts(value)

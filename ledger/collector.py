@@ -31,7 +31,7 @@ from .importers import dmon as dmon_mod
 from .importers.common import Collected, DeviceInfo, InputError
 from .importers.dcgm_fields import COLLECT_FIELD_IDS
 from .importers.pipeline import ImportOptions, timeline_for
-from .telemetry.store import _row_values, segment_entry
+from .telemetry.store import sample_row_values, segment_entry
 
 SOURCE = "collector"
 
@@ -211,7 +211,7 @@ def batch_records(c: Collected, cfg: CollectorConfig, own: Mapping[str, dict]) -
                  "missing": {k: dict(v) for k, v in tl.missing.items()}}
         entry = segment_entry(samples, node=cfg.node, source=SOURCE, cluster=keys["cluster"], extra=extra)
         rec = entry.to_record()
-        rec["samples"] = [list(_row_values(s)) for s in samples]
+        rec["samples"] = [list(sample_row_values(s)) for s in samples]
         records.append(rec)
         n_samples += len(samples)
         for g in tl.gaps:

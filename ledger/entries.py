@@ -75,10 +75,10 @@ _chain_of_entry = attrgetter(*CHAIN_COLUMNS[1:-1])
 
 def compute_entry_id(e: Entry) -> str:
     """Identity of a fact: everything that says *what* was observed, nothing about *when it was written*."""
-    return _entry_id_of(tuple(getattr(e, name) for name in _ENTRY_FIELDS[:-1]))
+    return entry_id_of_fields(tuple(getattr(e, name) for name in _ENTRY_FIELDS[:-1]))
 
 
-def _entry_id_of(f: tuple) -> str:
+def entry_id_of_fields(f: tuple) -> str:
     """The entry id from Entry's positional fields (all but entry_id), before the Entry exists."""
     return entry_id(*_id_of_fields(f))
 
@@ -151,7 +151,7 @@ def entry_from_record(rec: Mapping[str, Any]) -> Entry:
     fields = (kind, format_ts(rec["ts"]), payload, format_ts(get("ts_end")), format_ts(get("recorded_at")),
               get("cluster"), None if job_id is None else str(job_id), None if run is None else int(run),
               get("node"), get("device"), get("source") or "ipledger", get("source_version") or "")
-    return Entry(*fields, _entry_id_of(fields))  # type: ignore[arg-type]
+    return Entry(*fields, entry_id_of_fields(fields))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,8 +27,8 @@ import json
 import math
 from typing import Any, Mapping
 
-from .canonical import _canonical_ts_match, _fromisoformat, canonical_json, format_ts, ts_to_epoch
-from .entries import ALL_KINDS, Entry, _entry_id_of
+from .canonical import canonical_ts_match, datetime_from_iso, canonical_json, format_ts, ts_to_epoch
+from .entries import ALL_KINDS, Entry, entry_id_of_fields
 from .kinds import Kind
 
 # What a spool may hold: observations. Everything else in the vocabulary is an operator's (or the ledger's own)
@@ -96,9 +96,9 @@ def _utf8(name: str, v: str) -> None:
 def canonical_epoch(v: str) -> float | None:
     """Epoch seconds of a time in the writers' canonical spelling (one parse), None for any other text;
     ValueError for canonical-looking text that is no date. The plain reference of :func:`_canonical_epoch_memo`."""
-    if _canonical_ts_match(v) is None:
+    if canonical_ts_match(v) is None:
         return None
-    return _fromisoformat(v[:-1] + "+00:00").timestamp()
+    return datetime_from_iso(v[:-1] + "+00:00").timestamp()
 
 
 # Canonical times already parsed by this process. One epilog's records repeat a few instants (the run's start
@@ -241,7 +241,7 @@ def check_record(rec: Any, now: float | None = None) -> tuple[Entry, list | None
               None if recorded is None else recorded[0], get("cluster"), job_id, run, get("node"), get("device"),
               source or "ipledger", get("source_version") or "")
     try:
-        entry = Entry(*fields, _entry_id_of(fields))
+        entry = Entry(*fields, entry_id_of_fields(fields))
     except UnicodeEncodeError:  # a lone surrogate inside the payload
         raise Refused("payload: not valid Unicode (lone surrogate)") from None
     rows = get("samples")
@@ -253,7 +253,7 @@ def check_record(rec: Any, now: float | None = None) -> tuple[Entry, list | None
 def _segment_rows(kind: str, payload: Mapping, rows: Any, latest: float) -> list[tuple]:
     """Embedded rows checked cell by cell and against the digest the segment entry seals; returned in the
     normalised form the ledger stores (``telemetry.store._norm``)."""
-    from .telemetry.store import _digest_normalised, normalised
+    from .telemetry.store import digest_normalised, normalised
 
     if kind == Kind.TELEMETRY_SEGMENT and not rows:
         # a segment entry seals rows that ship with it; one without them would be a segment whose samples
@@ -273,7 +273,7 @@ def _segment_rows(kind: str, payload: Mapping, rows: Any, latest: float) -> list
 
         t = values[0]
         out = Checked(out, cols[0], values, len(set(cols[0])) == 1 and bool((t[1:] >= t[:-1]).all()))
-    if _digest_normalised(out) != payload.get("samples_sha256"):
+    if digest_normalised(out) != payload.get("samples_sha256"):
         raise Refused("samples: rows do not hash to the segment's samples_sha256")
     if payload.get("rows") != len(rows):
         raise Refused("samples: row count differs from the segment's rows")

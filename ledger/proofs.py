@@ -23,7 +23,7 @@ from .method import METHOD_NAME, METHOD_VERSION
 from .method.skus import SkuRating, builtin_table
 from .proofcheck import BUNDLE_FORMAT, SAMPLE_COLUMNS, load_public_key, samples_digest
 from .receipts.compute import RECEIPT_VERSION, compute_receipt, run_frame
-from .receipts.gather import _overlapping, gather
+from .receipts.gather import overlapping_entries, gather
 from .telemetry import blocks
 from .telemetry.model import SAMPLE_COLUMNS as LEDGER_SAMPLE_COLUMNS
 from .telemetry.store import read_samples
@@ -98,7 +98,7 @@ def build_bundle(engine: Engine, job_id: str, run: int | None, signed_head: Mapp
         segments = list(inputs.segments)
         if frame.open and inputs.open_end is not None:  # the segments that set the open run's end
             uuids = {d["uuid"] for d in frame.devices}
-            segments += [s for s in _overlapping(conn, Kind.TELEMETRY_SEGMENT, frame.start or "",
+            segments += [s for s in overlapping_entries(conn, Kind.TELEMETRY_SEGMENT, frame.start or "",
                                                  "9999-12-31T23:59:59Z", size)
                          if set(s.entry.data.get("devices") or [s.entry.device]) & uuids]
         chosen: dict[int, ChainedEntry] = {}

@@ -75,7 +75,7 @@ REPORT_MAX = 1000
 # SQLite's page cache while shipping (negative: KiB), instead of its 2 MiB default: inserting into the
 # entries table's indexes (random entry ids) touches pages all over them, and once they outgrow the cache
 # every insert reads pages back from the OS. Per connection, allocated only as pages are used.
-_SQLITE_CACHE_KIB = -262_144
+SQLITE_CACHE_KIB = -262_144
 # Sample rows of collector segments per transaction: a fleet's hour is 10^6 of them, and a batch's columns,
 # blocks and device-hours are held at once; smaller batches also let the worker processes prepare the next
 # batch while this one is written (they run at most _AHEAD chunks ahead).
@@ -334,7 +334,7 @@ def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batc
             sealed = _seal(segments, packs) if segments else None   # before the chain's lock: CPU only
             with write_tx(engine) as conn:
                 if conn.dialect.name == "sqlite":
-                    conn.exec_driver_sql(f"PRAGMA cache_size={_SQLITE_CACHE_KIB}")
+                    conn.exec_driver_sql(f"PRAGMA cache_size={SQLITE_CACHE_KIB}")
                 result = append_in(conn, entries)
                 if sealed is not None:
                     _write_samples(conn, sealed)

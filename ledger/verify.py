@@ -101,7 +101,7 @@ def check_chain(rows: Iterable[ChainedEntry], anchors: Sequence[Anchor] = ()) ->
                                                         f"{expected_seq} links to entry {expected_seq - 2}")
                 else:
                     problem = "prev_hash does not link to the previous entry's hash"
-            elif float in map(type, row := _row_values(ce)):
+            elif float in map(type, row := sample_row_values(ce)):
                 col, value = next((c, v) for c, v in zip(CHAIN_COLUMNS, row) if type(v) is float)
                 problem = (f"{col} holds a floating-point value ({value!r}); the ledger stores only text and "
                            f"integers (one canonical spelling each)")
@@ -122,7 +122,7 @@ def check_chain(rows: Iterable[ChainedEntry], anchors: Sequence[Anchor] = ()) ->
 
 
 # A stored row's values in CHAIN_COLUMNS order: a REAL read from SQLite is a float here (see SQLITE_NO_REAL).
-_row_values = attrgetter("seq", *(f"entry.{c}" for c in CHAIN_COLUMNS[1:-1]), "prev_hash")
+sample_row_values = attrgetter("seq", *(f"entry.{c}" for c in CHAIN_COLUMNS[1:-1]), "prev_hash")
 
 
 @dataclass(frozen=True)

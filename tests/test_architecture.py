@@ -201,6 +201,44 @@ def _private_imports(module: str, path: Path) -> list[str]:
     return out
 
 
-def test_reports_import_no_private_names_across_modules():
-    bad = [b for m, p in MODULES.items() if m.startswith("reports") for b in _private_imports(m, p)]
+def _private_attribute_uses(module: str, path: Path) -> list[str]:
+    """``mod._name`` where ``mod`` names another module of the project (bound by ``import`` or
+    ``from pkg import mod``): the same private use, written as an attribute."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_pkg = path.name == "__init__.py"
+    bound: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname and a.name in ALL_MODULES:
+                    bound[a.asname] = a.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base[: len(base) - node.level + (1 if is_pkg else 0)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            for a in node.names:
+                if f"{prefix}.{a.name}" in ALL_MODULES:
+                    bound[a.asname or a.name] = f"{prefix}.{a.name}"
+    out = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound
+                and node.attr.startswith("_") and not node.attr.startswith("__") and bound[node.value.id] != module):
+            out.append(f"{module}:{node.lineno}: {node.value.id}.{node.attr} ({bound[node.value.id]})")
+    return out
+
+
+def _bench_modules() -> dict[str, Path]:
+    return {f"bench.{p.stem}" if p.stem != "__init__" else "bench": p for p in (ROOT / "bench").glob("*.py")}
+
+
+ALL_MODULES = {**MODULES, **_bench_modules()}
+
+
+def test_no_private_names_cross_modules():
+    """No module of ledger/, reports/ or bench/ takes another module's private name (``from x import _y`` or
+    ``x._y``): what one module shares with another is public, and named as such."""
+    bad = [b for m, p in ALL_MODULES.items() for b in (*_private_imports(m, p), *_private_attribute_uses(m, p))]
     assert not bad, "\n".join(bad)

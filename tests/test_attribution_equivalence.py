@@ -30,7 +30,7 @@ from ledger.method.attribution import (
     TIMELINE_CODES,
     DeviceAccount,
     _clip,
-    _gap_portions,
+    gap_portions,
     _measure,
     _nh,
     _overlap_with,
@@ -87,7 +87,7 @@ def _old_attribute_device(
         # A sample with a measured activity beats a gap over the same time (the gap is another source's
         # missing evidence, e.g. an epilog that never ran); a sample without one yields to the gap's cause.
         has = ~missing & (length > 0)
-        portions, gaps = _gap_portions((s, e), susp, unknown, (a[has], b[has]))
+        portions, gaps = gap_portions((s, e), susp, unknown, (a[has], b[has]))
         gap_total = sum(portions.values())
         covered = length - _overlap_with(susp, a, b)
         covered = np.maximum(np.where(missing, covered - _overlap_with(gaps, a, b), covered), 0.0)
@@ -121,7 +121,7 @@ def _old_attribute_device(
             timeline = _old_timeline((s, e), a, b, per_sample, reason, susp, thresholds.timeline_bins)
         return finish_account(paid_nh, suspended_nh, portions, sums, timeline)
     else:
-        portions, _gaps = _gap_portions((s, e), susp, unknown)
+        portions, _gaps = gap_portions((s, e), susp, unknown)
         gap_total = sum(portions.values())
         causes = {"field_missing": 0, "no_telemetry": paid_nh - gap_total}
         buckets[B_UNKNOWN] = paid_nh

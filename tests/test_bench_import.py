@@ -33,13 +33,13 @@ def test_import_figure_has_the_floor_the_extra_floor_and_the_share(tmp_path, mon
 
 def test_a_broken_import_is_not_reported(tmp_path):
     """check_ledger holds the subject's ledger to the export: device-hours lost (or a sample short) is an error."""
-    from bench.ship_sqlite import _fresh_db
+    from bench.ship_sqlite import fresh_db
     from ledger.importers import synth
 
     files = synth.write_query_range(tmp_path / "export", n_gpus=1, hours=24, cadence=15, jobs="slurm",
                                     metrics=bench_import.METRICS)
     db = tmp_path / "ledger.db"
-    url = _fresh_db(db)
+    url = fresh_db(db)
     summary = json.loads(common.run_cli(["--db", url, "import", "prometheus", *map(str, files), "--json",
                                          "--quiet"]).stdout)
     want = bench_import.SAMPLES_PER_DAY

@@ -194,7 +194,7 @@ def test_segment_digest_one_shot_encoding_equals_row_by_row(rows):
     for r in sorted(rows, key=operator.itemgetter(0, 1)):
         h.update(canonical_json(list(r)).encode("utf-8"))
         h.update(b"\n")
-    assert store._digest_normalised(rows) == h.hexdigest()
+    assert store.digest_normalised(rows) == h.hexdigest()
 
 
 def test_amd_smi_csv_with_its_own_timestamp_column_needs_no_start():

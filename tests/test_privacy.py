@@ -22,7 +22,7 @@ from ledger import db as db_mod
 from ledger import spool, store
 from ledger.entries import Kind
 from ledger.fsmodes import LEDGER_DIR, LEDGER_FILE, RECEIPTS_DIR, RECEIPTS_FILE, SPOOL_DIR, SPOOL_FILE
-from ledger.hooks.core import _save_state
+from ledger.hooks.core import save_state
 from ledger.receipts.example import example_entries
 
 
@@ -56,7 +56,7 @@ def test_modes_under_a_permissive_umask(tmp_path, runner, cli):
             assert mode(d) == SPOOL_DIR, d
         # the prolog's state for its epilog (default: SPOOL/hook-state/)
         state = sp / "hook-state" / "c1-4242-0.json"
-        _save_state(str(state.parent), state.name, {"devices": ["GPU-aaa"]})
+        save_state(str(state.parent), state.name, {"devices": ["GPU-aaa"]})
         assert mode(state) == SPOOL_FILE and mode(state.parent) == SPOOL_DIR
         # a crashed writer's torn tail: shipping sets it aside in torn/
         torn = Path(spool.write(sp, [entries[0].to_record()]))

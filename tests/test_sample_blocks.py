@@ -19,7 +19,7 @@ from ledger.receipts import receipt_for
 from ledger.receipts.gather import load_sample_arrays
 from ledger.telemetry import blocks
 from ledger.telemetry.model import SAMPLE_COLUMNS, Sample
-from ledger.telemetry.store import (INSERT_COLUMNS, _row_values, load_samples, read_samples, samples_digest,
+from ledger.telemetry.store import (INSERT_COLUMNS, sample_row_values, load_samples, read_samples, samples_digest,
                                     segment_entry, write_segment)
 from ledger.receipts.auto import verify_checks
 from ledger.verify import verify
@@ -84,7 +84,7 @@ def test_float_values_equal_pyarrow_conversion(values, as_int, cut_front, cut_ba
 
 
 def test_decode_refuses_unknown_format_and_damaged_bytes():
-    block = blocks.encode([_row_values(s) for s in _samples(n=3)])
+    block = blocks.encode([sample_row_values(s) for s in _samples(n=3)])
     with pytest.raises(blocks.BlockError, match="unknown sample block format"):
         blocks.decode("parquet/9", block.data)
     with pytest.raises(blocks.BlockError, match="does not decode"):
@@ -140,7 +140,7 @@ def test_tampered_block_is_named_by_verify_at_its_segment_seq(engine):
     seq = [ce.seq for ce in store.iter_entries(engine, kinds=[Kind.TELEMETRY_SEGMENT])][0]
     assert seq == 4
     # an edit that keeps the block self-consistent (re-encoded, new sha256): only the entry's digest catches it
-    edited = [_row_values(x) for x in s]
+    edited = [sample_row_values(x) for x in s]
     edited[5] = edited[5][:4] + (0.99,) + edited[5][5:]
     forged = blocks.encode(edited)
     with engine.begin() as conn:
@@ -186,7 +186,7 @@ def _write_legacy(engine, samples, entry, others=()):
         store.append_in(conn, [entry, *others])
         marks = ", ".join(f":c{i}" for i in range(len(INSERT_COLUMNS)))
         conn.execute(text(f"INSERT INTO samples ({', '.join(INSERT_COLUMNS)}) VALUES ({marks})"),
-                     [{f"c{i}": v for i, v in enumerate((entry.entry_id, *_row_values(x)))} for x in samples])
+                     [{f"c{i}": v for i, v in enumerate((entry.entry_id, *sample_row_values(x)))} for x in samples])
 
 
 def test_legacy_row_segments_still_read_and_verified(engine):

@@ -24,7 +24,7 @@ from ledger import intake
 from ledger.entries import entry_from_record
 from ledger.telemetry import blocks, hours
 from ledger.telemetry.model import SAMPLE_COLUMNS, Sample
-from ledger.telemetry.store import _row_values, normalised
+from ledger.telemetry.store import sample_row_values, normalised
 from tests.test_device_hours import fleets
 
 LATEST = 4_000_000_000.0
@@ -132,7 +132,7 @@ def test_normalised_rows_are_the_reference_norm():
 
 
 def _rows(samples: list[Sample]) -> list[tuple]:
-    return [_row_values(s) for s in samples]
+    return [sample_row_values(s) for s in samples]
 
 
 def _same(a: hours.DeviceHour, b: hours.DeviceHour) -> bool:
@@ -224,7 +224,7 @@ def test_one_pass_ship_leaves_the_rows_the_one_by_one_path_leaves(tmp_path, monk
             monkeypatch.setattr(ship_mod, "_write_samples", one_by_one)
         shutil.copytree(tmp_path / "pristine", tmp_path / name)
         shutil.copy(again, tmp_path / name / "collector-zz-copy.jsonl")   # a segment twice in one batch
-        url = bench._fresh_db(tmp_path / f"{name}.db")
+        url = bench.fresh_db(tmp_path / f"{name}.db")
         eng = db_mod.make_engine(url)
         try:
             report = ship_mod.ship(eng, tmp_path / name, run_after=False, batch_samples=1000)

@@ -165,11 +165,11 @@ def _columns_hold_to_the_samples(a, b):
     import pandas as pd
 
     from ledger.agents.memory import _sample_frame
-    from ledger.telemetry.store import _row_values
+    from ledger.telemetry.store import sample_row_values
     from ledger.telemetry.timeline import timeline_columns
 
     if a.columns is not None:   # else a duplicate instant sent it down the reference path (no rows kept)
-        assert a.rows == tuple(_row_values(s) for s in b.samples)
+        assert a.rows == tuple(sample_row_values(s) for s in b.samples)
     if b.samples:
         pd.testing.assert_frame_equal(_sample_frame([("G", timeline_columns(a))]),
                                       _sample_frame([("G", timeline_columns(b))]))

@@ -148,10 +148,10 @@ def assemble(scan: EntryScan, s: pd.DataFrame, topology: dict | None = None) -> 
     cadence = float(s["dt"].median()) if len(s) else 300.0
     start, end = close_allocations(allocs, float(s["t"].min()) if len(s) else None,
                                    float(s["t"].max()) + cadence if len(s) else 0.0)
-    s = _assign(s, allocs)
+    s = assign_runs(s, allocs)
     s = s.join(devices[["node", "rack", "sku", "vendor", "rated"]], on="device")
-    _fill_rated(s, devices)
-    _buckets(s)
+    fill_rated_clock(s, devices)
+    add_bucket_hours(s)
     return finish(scan, s, allocs, devices, cadence, start, end)
 
 
@@ -234,7 +234,7 @@ def finish(scan: EntryScan, s: pd.DataFrame, allocs: pd.DataFrame, devices: pd.D
                    start=start, end=end, through_seq=scan.seq, currency=currency, rates=rates)
 
 
-def _assign(s: pd.DataFrame, allocs: pd.DataFrame) -> pd.DataFrame:
+def assign_runs(s: pd.DataFrame, allocs: pd.DataFrame) -> pd.DataFrame:
     """Attach the allocation (run) each sample belongs to: sample start within [alloc start, alloc end)."""
     n = len(s)
     ai = np.full(n, -1, dtype=np.int64)
@@ -259,7 +259,7 @@ def _assign(s: pd.DataFrame, allocs: pd.DataFrame) -> pd.DataFrame:
     return s
 
 
-def _fill_rated(s: pd.DataFrame, devices: pd.DataFrame) -> None:
+def fill_rated_clock(s: pd.DataFrame, devices: pd.DataFrame) -> None:
     """A device with no SKU rating gets the 99th percentile of its own loaded clock (documented fallback)."""
     missing = s["rated"].isna()
     if missing.any():
@@ -271,7 +271,7 @@ def _fill_rated(s: pd.DataFrame, devices: pd.DataFrame) -> None:
                 devices.at[dev, "rated"] = v
 
 
-def _buckets(s: pd.DataFrame) -> None:
+def add_bucket_hours(s: pd.DataFrame) -> None:
     """Per-sample GPU-hours in each bucket (only for allocated samples), the method's formulas vectorised."""
     fine = s["sm"].where(s["sm"].notna(), s["tensor"])
     act = fine.where(fine.notna(), s["gpu_util"]).to_numpy(float)

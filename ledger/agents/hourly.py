@@ -11,7 +11,7 @@ Exactness, where an hour's sums are not enough:
 
 - an hour in which a run starts or ends on the device (its samples belong to two runs), or whose clock went above
   the device's rated clock (the clock ratio is clipped there), brings its raw samples, bucketed by the
-  full-resolution code (:func:`ledger.agents.data._buckets`), instead of its piece: a bounded read, two hours
+  full-resolution code (:func:`ledger.agents.data.add_bucket_hours`), instead of its piece: a bounded read, two hours
   per run and device;
 - coverage gaps (allocated time with no sample) need the sample times: an hour whose longest step between
   samples is at most 2.5 cadences (no room for a gap inside it) is one row spanning its first to its last sample
@@ -39,7 +39,7 @@ from ..telemetry.blocks import float_values
 from ..telemetry.store import iter_sample_pieces, read_samples
 from . import hourstats
 from .common import DAY
-from .data import (SAMPLE_READ_COLUMNS, Dataset, EntryScan, _assign, _buckets, _fill_rated, allocations_frame,
+from .data import (SAMPLE_READ_COLUMNS, Dataset, EntryScan, assign_runs, add_bucket_hours, fill_rated_clock, allocations_frame,
                    close_allocations, coverage_gaps, devices_frame, finish, sample_frame)
 
 ALLOC_COLS = ("cluster", "job_id", "run", "tenant", "partition", "qos")
@@ -283,11 +283,11 @@ def _rate_fallback(src, devices: pd.DataFrame) -> None:  # noqa: ANN001
     s = src.device_samples(missing, ("device", "t", "sm_active", "tensor_active", "gpu_util", "sm_clock_mhz"))
     s = s.rename(columns={"sm_active": "sm", "tensor_active": "tensor", "sm_clock_mhz": "clk"})
     s["rated"] = np.nan
-    _fill_rated(s, devices)
+    fill_rated_clock(s, devices)
 
 
 def _assign_hours(hrs: pd.DataFrame, allocs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per device-hour: the run its samples belong to (-1: none) as data._assign decides per sample, and whether
+    """Per device-hour: the run its samples belong to (-1: none) as data.assign_runs decides per sample, and whether
     a run starts or ends among them (an edge hour: its samples belong to more than one)."""
     n = len(hrs)
     ai, edge = np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=bool)
@@ -343,11 +343,11 @@ def _pieces(h: pd.DataFrame, ai: np.ndarray, rated: np.ndarray, runs: np.ndarray
 
 
 def _raw(src, keys: pd.DataFrame, allocs: pd.DataFrame, devices: pd.DataFrame) -> pd.DataFrame:  # noqa: ANN001
-    """The raw samples of these device-hours, bucketed by the full-resolution code (data._assign, _buckets)."""
+    """The raw samples of these device-hours, bucketed by the full-resolution code (data.assign_runs, add_bucket_hours)."""
     s = src.hour_samples(keys.groupby("device")["hour"].agg(set).to_dict())
-    s = _assign(sample_frame(s), allocs)
+    s = assign_runs(sample_frame(s), allocs)
     s["rated"] = s["device"].map(devices["rated"])
-    _buckets(s)
+    add_bucket_hours(s)
     return s
 
 

@@ -21,7 +21,7 @@ COLUMNS = ("device", "hour", *SUM_COLS, *EXT_COLS)
 
 
 def from_samples(s: pd.DataFrame) -> pd.DataFrame:
-    """The statistics of every (device, hour) of the agents' per-sample frame (``data._buckets`` columns), as
+    """The statistics of every (device, hour) of the agents' per-sample frame (``data.add_bucket_hours`` columns), as
     `device_hours` defines them: running samples with power and temperature (``hot``), those without a thermal
     reason bit (the fit's), running samples at activity >= 0.3 with a clock and no reason bit (``loaded``)."""
     if not len(s):

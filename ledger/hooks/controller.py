@@ -52,7 +52,7 @@ def prolog(h: core.Hook) -> None:
     h.add(Kind.ALLOCATION_STARTED, now, payload, keys)
     h.write_spool("prolog_slurmctld")  # the start is on disk before anything else can go wrong
     try:
-        core._save_state(h.settings.state_dir, _state_name(h), {"run": run, "cluster": cluster, "start": now})
+        core.save_state(h.settings.state_dir, _state_name(h), {"run": run, "cluster": cluster, "start": now})
     except OSError as exc:
         h.error("state", f"hook state not saved in {h.settings.state_dir}: {type(exc).__name__}: {exc}")
     for err in h.errors:
@@ -63,7 +63,7 @@ def prolog(h: core.Hook) -> None:
 def epilog(h: core.Hook) -> None:
     now = time.time()
     name = _state_name(h)
-    state = core._load_state(h.settings.state_dir, name)
+    state = core.load_state(h.settings.state_dir, name)
     if state is not None and isinstance(state.get("run"), int):
         run = state["run"]
     else:
@@ -78,7 +78,7 @@ def epilog(h: core.Hook) -> None:
     try:
         h.write_spool("epilog_slurmctld")
     finally:
-        core._drop_state(h.settings.state_dir, name)
+        core.drop_state(h.settings.state_dir, name)
 
 
 def run(h: core.Hook) -> None:

@@ -313,7 +313,7 @@ def _state_dir_fd(path: str, create: bool) -> int:
     return os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW)
 
 
-def _load_state(state_dir: str, name: str) -> dict | None:
+def load_state(state_dir: str, name: str) -> dict | None:
     try:
         dfd = _state_dir_fd(state_dir, create=False)
     except OSError:
@@ -337,7 +337,7 @@ def _load_state(state_dir: str, name: str) -> dict | None:
         os.close(dfd)
 
 
-def _save_state(state_dir: str, name: str, state: dict) -> None:
+def save_state(state_dir: str, name: str, state: dict) -> None:
     # The state names the job's devices and keys: spool modes (docs/ledger.md, "Permissions"), whatever the umask.
     dfd = _state_dir_fd(state_dir, create=True)
     try:
@@ -361,7 +361,7 @@ def _save_state(state_dir: str, name: str, state: dict) -> None:
         os.close(dfd)
 
 
-def _drop_state(state_dir: str, name: str) -> None:
+def drop_state(state_dir: str, name: str) -> None:
     try:
         dfd = _state_dir_fd(state_dir, create=False)
     except OSError:
@@ -434,7 +434,7 @@ def prolog(h: Hook) -> None:
             h.error("amd-smi counters", ("timeout" if call["timed_out"] else "error") + ": "
                     + (call["stderr"] or call["stdout"]).strip()[:200])
     try:
-        _save_state(h.settings.state_dir, state_name(h.env.job_id), state)
+        save_state(h.settings.state_dir, state_name(h.env.job_id), state)
     except OSError as exc:  # the epilog then records the run from the environment, with prolog_missing
         h.error("state", f"hook state not saved in {h.settings.state_dir}: {type(exc).__name__}: {exc}")
     for err in h.errors:
@@ -512,7 +512,7 @@ def record_end(h: Hook, keys: dict, end: float, run: int, has_state: bool, **ext
 def epilog(h: Hook) -> None:
     now = time.time()
     name = state_name(h.env.job_id)
-    state = _load_state(h.settings.state_dir, name)
+    state = load_state(h.settings.state_dir, name)
     if state is not None and isinstance(state.get("run"), int):
         run = state["run"]  # the epilog of a requeued run already sees the next restart count
     else:
@@ -561,7 +561,7 @@ def epilog(h: Hook) -> None:
         try:
             _release_dcgm(h, dstate)
         finally:
-            _drop_state(h.settings.state_dir, name)
+            drop_state(h.settings.state_dir, name)
             _drop_place(h, keys, start, end, now, reported, written)
 
 

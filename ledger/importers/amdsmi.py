@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..textsafe import excerpt
 from .common import Collected, CsvReader, DeviceInfo, InputError, decode_text, noise_reason, small_index
-from .dmon import Segments, _epoch, anchor_meta
+from .dmon import Segments, epoch_seconds, anchor_meta
 
 PCT = 0.01
 METRIC_MAP = {
@@ -416,7 +416,7 @@ def parse_csv(text: str, path: str, ticker: _Ticker) -> None:
         explicit = None
         if ts:
             try:
-                explicit = _epoch(ts)
+                explicit = epoch_seconds(ts)
             except ValueError:
                 raise InputError(path, f"line {reader.line_num} column timestamp", f"not a time: '{excerpt(ts)}'") from None
         _add_row(ticker.c, ticker, gpu, rec, f"line {reader.line_num}", explicit, names)

@@ -19,7 +19,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from ..textsafe import excerpt, printable
-from ..telemetry.timeline import (DCGM_FP64_BLANKS, DCGM_INT32_BLANKS, FIELDS, FRACTIONS, _INT64_BLANK_FLOAT,
+from ..telemetry.timeline import (DCGM_FP64_BLANKS, DCGM_INT32_BLANKS, FIELDS, FRACTIONS, INT64_BLANK_FLOAT,
                                   BadValue, check_range, clean)
 from .dcgm_fields import GR_ENGINE_ACTIVE
 
@@ -206,7 +206,7 @@ class Collected:
         with np.errstate(invalid="ignore"):
             nan = np.isnan(v)
             inf = np.isinf(v)
-            blank = ~nan & ~inf & ((v >= _INT64_BLANK_FLOAT) | np.isin(v, _FP64_BLANKS))
+            blank = ~nan & ~inf & ((v >= INT64_BLANK_FLOAT) | np.isin(v, _FP64_BLANKS))
             if name != "energy_j":
                 blank |= np.isin(v, _INT32_BLANKS)
             neg = ~nan & ~inf & ~blank & (v < 0)

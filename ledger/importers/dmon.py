@@ -35,7 +35,7 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _ANCHOR = re.compile(r"#\s*ipledger-start\s+(\S+)(.*)")
 
 
-def _epoch(s: str) -> float:
+def epoch_seconds(s: str) -> float:
     try:
         return float(s)
     except ValueError:
@@ -86,7 +86,7 @@ class Segments:
 
     def anchor(self, meta: dict[str, str], place: str) -> None:
         try:
-            start = _epoch(meta["start"]) if "start" in meta else None
+            start = epoch_seconds(meta["start"]) if "start" in meta else None
             interval = float(meta["interval_ms"]) / 1000.0 if "interval_ms" in meta else None
         except ValueError:
             raise InputError(self.path, place, "start/interval_ms not understood") from None

@@ -26,7 +26,7 @@ from sqlalchemy.engine import Engine
 from ..db import write_tx
 from ..entries import Entry, Kind, make_entry
 from ..store import append_in
-from ..telemetry.store import _row_values, segment_entry_rows, write_segment_rows_in
+from ..telemetry.store import sample_row_values, segment_entry_rows, write_segment_rows_in
 from ..telemetry.timeline import TOLERANCE_FACTOR, Timeline, build_timeline_arrays
 from .common import Collected, Context, restart_holes
 
@@ -125,7 +125,7 @@ def unknown_entries(c: Collected, tl: Timeline, opts: ImportOptions) -> dict[int
 def sample_windows(tl: Timeline, opts: ImportOptions) -> dict[int, list]:
     """The device's normalised sample rows by segment window."""
     windows: dict[int, list] = defaultdict(list)
-    for r in tl.rows or tuple(_row_values(s) for s in tl.samples):
+    for r in tl.rows or tuple(sample_row_values(s) for s in tl.samples):
         windows[int(math.floor(r[1] / opts.segment_seconds))].append(r)
     return windows
 

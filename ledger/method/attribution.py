@@ -237,7 +237,7 @@ def _gap_spans(window: tuple[float, float], suspended: list[tuple[float, float]]
     return spans
 
 
-def _gap_portions(window: tuple[float, float], suspended: list[tuple[float, float]],
+def gap_portions(window: tuple[float, float], suspended: list[tuple[float, float]],
                   unknown: Sequence[tuple[float, float, str]],
                   measured: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict[str, int], list[tuple[float, float]]]:
     """(nanohours per gap, union of all gap spans). ``measured``: sorted disjoint (starts, ends) of samples
@@ -303,7 +303,7 @@ def attribute_device(
     if samples is not None and len(samples):
         return _attribute_samples((s, e), samples, susp, unknown, paid_nh, suspended_nh, rated_clock_mhz,
                                   thresholds)
-    portions, _gaps = _gap_portions((s, e), susp, unknown)
+    portions, _gaps = gap_portions((s, e), susp, unknown)
     gap_total = sum(portions.values())
     causes = {"field_missing": 0, "no_telemetry": paid_nh - gap_total}
     buckets = np.zeros(len(BUCKETS), dtype=np.int64)
@@ -357,7 +357,7 @@ def _attribute_samples(window: tuple[float, float], samples: SampleArrays, susp:
     if unknown:
         has = present & (covered > 0)
         measured = (a[has], b[has])
-    portions, gaps = _gap_portions((s, e), susp, unknown, measured)
+    portions, gaps = gap_portions((s, e), susp, unknown, measured)
     if susp:
         covered -= _overlap_with(susp, a, b)
     if gaps:
@@ -592,7 +592,7 @@ def attribute_summary(
     susp = _union(_clip(suspended, s, e))
     paid_nh = seconds_to_nh(e - s - _measure(susp))
     suspended_nh = seconds_to_nh(e - s) - paid_nh
-    portions, _gaps = _gap_portions((s, e), susp, unknown)
+    portions, _gaps = gap_portions((s, e), susp, unknown)
     gap_total = sum(portions.values())
     covered = max(paid_nh - gap_total, 0)
     f = summary_fields(payload)

@@ -27,7 +27,7 @@ from .attribution import (
     DeviceAccount,
     SampleArrays,
     Thresholds,
-    _gap_portions,
+    gap_portions,
     finish_account,
     paid_window,
 )
@@ -92,7 +92,7 @@ def attribute_device_reference(
     s, e, susp, paid_nh, suspended_nh = paid_window(window, suspended)   # paid = window minus suspended time
 
     if samples is None or not len(samples):
-        portions, _ = _gap_portions((s, e), susp, unknown)
+        portions, _ = gap_portions((s, e), susp, unknown)
         buckets = np.zeros(len(BUCKETS), dtype=np.int64)
         buckets[B_UNKNOWN] = paid_nh
         return DeviceAccount(paid_nh=paid_nh, buckets=buckets, suspended_nh=suspended_nh, gap_nh=portions,
@@ -115,7 +115,7 @@ def attribute_device_reference(
 
     # Unknown intervals: each gap's share, minus the time samples with a measured activity cover.
     measured = [(a, b) for (a, b), r in zip(spans, rows) if r[2] == r[2] and b - a > 0]
-    portions, gaps = _gap_portions((s, e), susp, unknown, (np.array([a for a, _ in measured]),
+    portions, gaps = gap_portions((s, e), susp, unknown, (np.array([a for a, _ in measured]),
                                                           np.array([b for _, b in measured])))
 
     sums = {"delivered": 0, "under": 0, "starved": 0, "idle": 0, "field_missing": 0, "coarse": 0,

@@ -58,7 +58,7 @@ def _select(conn: Connection, where: str, params: dict) -> list[ChainedEntry]:
     return [to_chained(r) for r in conn.execute(sql, params)]
 
 
-def _overlapping(conn: Connection, kind: str, start: str, end: str, as_of: int | None, extra: str = "") -> list[ChainedEntry]:
+def overlapping_entries(conn: Connection, kind: str, start: str, end: str, as_of: int | None, extra: str = "") -> list[ChainedEntry]:
     """Entries of a kind whose [ts, ts_end] overlaps the window; compared on the seconds prefix (so a
     fraction of a second of slack), then filtered exactly by the caller."""
     where = "kind = :kind AND substr(ts, 1, 19) <= :end AND substr(COALESCE(ts_end, ts), 1, 19) >= :start"
@@ -94,7 +94,7 @@ def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | Non
     open_end = None
     if frame.open:  # extend an open run to the end of the latest telemetry on its devices
         uuids0 = {d["uuid"] for d in frame.devices}
-        later = [s for s in _overlapping(conn, Kind.TELEMETRY_SEGMENT, frame.start, "9999-12-31T23:59:59Z", as_of)
+        later = [s for s in overlapping_entries(conn, Kind.TELEMETRY_SEGMENT, frame.start, "9999-12-31T23:59:59Z", as_of)
                  if set(s.entry.data.get("devices") or [s.entry.device]) & uuids0]
         if later:
             open_end = max((s.entry.ts_end or s.entry.ts for s in later), key=ts_to_epoch)
@@ -106,14 +106,14 @@ def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | Non
     asof_clause = "" if as_of is None else " AND seq <= :asof"
     asof_param = {} if as_of is None else {"asof": as_of}
 
-    gaps = [g for g in _overlapping(conn, Kind.UNKNOWN_INTERVAL, start, end, as_of, " AND job_id IS NULL")
+    gaps = [g for g in overlapping_entries(conn, Kind.UNKNOWN_INTERVAL, start, end, as_of, " AND job_id IS NULL")
             if (g.entry.device in uuids or (g.entry.device is None and g.entry.node in nodes))
             and ts_to_epoch(g.entry.ts_end or g.entry.ts) > w0 and ts_to_epoch(g.entry.ts) < w1]
     # resolutions keyed to this run come with its entries; un-keyed ones (a gap resolved without --job) here
     resolutions = _select(conn, "kind = :k AND job_id IS NULL" + asof_clause, {"k": Kind.GAP_RESOLUTION, **asof_param})
     contracts = _select(conn, "kind = :k" + asof_clause, {"k": Kind.CONTRACT_VERSION, **asof_param})
     segments = []
-    for seg in _overlapping(conn, Kind.TELEMETRY_SEGMENT, start, end, as_of):
+    for seg in overlapping_entries(conn, Kind.TELEMETRY_SEGMENT, start, end, as_of):
         devs = set(seg.entry.data.get("devices") or ([seg.entry.device] if seg.entry.device else []))
         if devs & uuids and ts_to_epoch(seg.entry.ts_end or seg.entry.ts) > w0 and ts_to_epoch(seg.entry.ts) < w1:
             segments.append(seg)

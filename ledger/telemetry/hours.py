@@ -403,7 +403,7 @@ def _nanext(fn, xs: list[float]) -> float:  # noqa: ANN001
 _INSERT = None
 
 
-def _insert_sql():  # noqa: ANN202
+def device_hours_insert_sql():  # noqa: ANN202
     from sqlalchemy import text
 
     global _INSERT
@@ -413,7 +413,7 @@ def _insert_sql():  # noqa: ANN202
     return _INSERT
 
 
-def _db_value(v: float | int | str):  # noqa: ANN202
+def device_hours_db_value(v: float | int | str):  # noqa: ANN202
     return None if isinstance(v, float) and v != v else v
 
 
@@ -450,12 +450,12 @@ def insert_in(conn, hours: Sequence[tuple[str, DeviceHour]]) -> int:  # noqa: AN
     # more than computing the rows
     mark = {"qmark": "?", "format": "%s", "pyformat": "%s"}.get(conn.dialect.paramstyle)
     if mark is None:
-        conn.execute(_insert_sql(), [{"segment_id": sid, **dict(zip(FIELDS, map(_db_value, values(h))))}
+        conn.execute(device_hours_insert_sql(), [{"segment_id": sid, **dict(zip(FIELDS, map(device_hours_db_value, values(h))))}
                                      for sid, h in hours])
         return len(hours)
     names = ("segment_id", *FIELDS)
     conn.exec_driver_sql(f"INSERT INTO {TABLE} ({', '.join(names)}) VALUES ({', '.join([mark] * len(names))})",
-                         [(sid, *map(_db_value, values(h))) for sid, h in hours])
+                         [(sid, *map(device_hours_db_value, values(h))) for sid, h in hours])
     return len(hours)
 
 

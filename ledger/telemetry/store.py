@@ -50,7 +50,7 @@ _ALL_GETTER = operator.attrgetter(*SAMPLE_COLUMNS)
 _FLOAT_OR_NONE = frozenset({float, type(None)})
 
 
-def _row_values(s: Sample) -> tuple:
+def sample_row_values(s: Sample) -> tuple:
     """The same values as ``_norm`` over the sample's columns, without the per-column dispatch (hot path)."""
     vals = _ALL_GETTER(s)
     cr = vals[3]
@@ -63,7 +63,7 @@ def _row_values(s: Sample) -> tuple:
 
 def normalised(row: Sequence) -> tuple:
     """``_norm(row)``, taking the row as it is where every value already has its column's type (a spool's rows,
-    written by the collector from ``_row_values``, always do): the hot path of shipping segments."""
+    written by the collector from ``sample_row_values``, always do): the hot path of shipping segments."""
     cr = row[3]
     if type(row[0]) is str and type(row[1]) is float and type(row[2]) is float \
             and (cr is None or type(cr) is int) and set(map(type, row[4:])) <= _FLOAT_OR_NONE:
@@ -73,11 +73,11 @@ def normalised(row: Sequence) -> tuple:
 
 def samples_digest(rows: Iterable[tuple]) -> str:
     """sha256 over canonical JSON lines of the rows (SAMPLE_COLUMNS order), sorted by (device, t)."""
-    return _digest_normalised([_norm(r) for r in rows])
+    return digest_normalised([_norm(r) for r in rows])
 
 
-def _digest_normalised(rows: list[tuple]) -> str:
-    """The digest of rows already in ``_norm`` form (segment_entry's rows come from ``_row_values``)."""
+def digest_normalised(rows: list[tuple]) -> str:
+    """The digest of rows already in ``_norm`` form (segment_entry's rows come from ``sample_row_values``)."""
     ordered = sorted(rows, key=operator.itemgetter(0, 1))
     if ordered and not any("]" in r[0] for r in {r[0]: r for r in ordered}.values()):
         # One C-level encode of all rows, then the row separators turned into newlines: the same bytes as
@@ -94,7 +94,7 @@ def _digest_normalised(rows: list[tuple]) -> str:
 def segment_entry(samples: Sequence[Sample], *, node: str | None, source: str, source_version: str = "",
                   cluster: str | None = None, extra: dict | None = None) -> Entry:
     """The sealing entry for one batch (all samples of one device, or of one import, as the caller chooses)."""
-    return segment_entry_rows([_row_values(s) for s in samples], node=node, source=source,
+    return segment_entry_rows([sample_row_values(s) for s in samples], node=node, source=source,
                               source_version=source_version, cluster=cluster, extra=extra)
 
 
@@ -104,7 +104,7 @@ def segment_entry_rows(rows: Sequence[tuple], *, node: str | None, source: str, 
     devices = sorted({r[0] for r in rows})
     start = min(r[1] for r in rows)
     end = max(r[1] + r[2] for r in rows)
-    payload = {"devices": devices, "rows": len(rows), "samples_sha256": _digest_normalised(list(rows)),
+    payload = {"devices": devices, "rows": len(rows), "samples_sha256": digest_normalised(list(rows)),
                "columns": list(SAMPLE_COLUMNS), **(extra or {})}
     return make_entry(Kind.TELEMETRY_SEGMENT, start, payload, ts_end=end, node=node, cluster=cluster,
                       device=devices[0] if len(devices) == 1 else None, source=source,
@@ -114,7 +114,7 @@ def segment_entry_rows(rows: Sequence[tuple], *, node: str | None, source: str, 
 def write_segment_in(conn: Connection, samples: Sequence[Sample], entry: Entry,
                      other_entries: Sequence[Entry] = ()) -> AppendResult:
     """Append the segment entry (plus e.g. its unknown intervals) and, if it is new, its samples."""
-    return write_segment_rows_in(conn, [_row_values(s) for s in samples], entry, other_entries)
+    return write_segment_rows_in(conn, [sample_row_values(s) for s in samples], entry, other_entries)
 
 
 def write_segment_rows_in(conn: Connection, rows: Sequence[tuple], entry: Entry,
@@ -364,7 +364,7 @@ def segment_samples(conn: Connection, ce: ChainedEntry) -> tuple[Any, ChainProbl
     sid = ce.entry.entry_id
     try:
         table = read_samples(conn, segment_ids=[sid], check_blocks=True)
-        digest = _digest_normalised(blocks.table_rows(table)) if table.num_rows else None
+        digest = digest_normalised(blocks.table_rows(table)) if table.num_rows else None
     except blocks.BlockError as exc:
         return None, ChainProblem(ce.seq, sid, str(exc))
     except Exception as exc:  # noqa: BLE001 - any decode failure (LZ4, Arrow, driver) is a named problem

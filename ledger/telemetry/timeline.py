@@ -43,7 +43,7 @@ FRACTIONS = frozenset({"sm_active", "sm_occupancy", "tensor_active", "dram_activ
 DCGM_INT64_BLANK = 9223372036854775792
 DCGM_INT32_BLANKS = frozenset(range(2147483632, 2147483636))
 DCGM_FP64_BLANKS = frozenset(140737488355328.0 + i for i in range(4))
-_INT64_BLANK_FLOAT = float(DCGM_INT64_BLANK) * (1 - 1e-15)
+INT64_BLANK_FLOAT = float(DCGM_INT64_BLANK) * (1 - 1e-15)
 
 # Text a tool prints instead of a number, and the reason we record for it.
 _TEXT_REASONS = {
@@ -88,7 +88,7 @@ def clean(raw: object, field_name: str = "") -> tuple[float | None, str | None]:
         return None, "nan"
     if math.isinf(v):
         return None, "infinite"
-    if v >= _INT64_BLANK_FLOAT:
+    if v >= INT64_BLANK_FLOAT:
         return None, "dcgm_blank"
     if v in DCGM_FP64_BLANKS:
         return None, "dcgm_blank"
