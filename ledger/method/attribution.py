@@ -60,13 +60,23 @@ class SampleArrays:
     reasons: np.ndarray       # int64 clock-event reason bitmask
     procs: np.ndarray         # compute processes on the device
     fb_used: np.ndarray       # MiB
+    # The raw pipe and memory fields the effective-compute lens reads (method 1.1, ledger.method.lens); NaN =
+    # not measured, None = not read at all (the time identity never looks at them).
+    sm: np.ndarray | None = None
+    tensor: np.ndarray | None = None
+    occupancy: np.ndarray | None = None
+    dram: np.ndarray | None = None
+    fp64: np.ndarray | None = None
+    fp32: np.ndarray | None = None
+    fp16: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.t.shape[0])
 
     @classmethod
     def from_columns(cls, t, dt, sm_active=None, tensor_active=None, gpu_util=None, sm_clock=None,  # noqa: ANN001
-                     reasons=None, procs=None, fb_used=None) -> "SampleArrays":
+                     reasons=None, procs=None, fb_used=None, sm_occupancy=None, dram_active=None,
+                     fp64_active=None, fp32_active=None, fp16_active=None) -> "SampleArrays":
         t = np.asarray(t, dtype=np.float64)
         n = t.shape[0]
 
@@ -90,7 +100,8 @@ class SampleArrays:
             # NaN (not measured) is -1; infinities as nan_to_num makes them (no bitmask is infinite)
             r = rf.astype(np.int64) if np.isfinite(rf).all() else np.where(np.isnan(rf), -1, np.nan_to_num(rf)).astype(np.int64)
         return cls(t=t, dt=col(dt), activity=act, coarse=coarse, sm_clock=col(sm_clock), reasons=r,
-                   procs=col(procs), fb_used=col(fb_used))
+                   procs=col(procs), fb_used=col(fb_used), sm=sm, tensor=ten, occupancy=col(sm_occupancy),
+                   dram=col(dram_active), fp64=col(fp64_active), fp32=col(fp32_active), fp16=col(fp16_active))
 
     @classmethod
     def from_samples(cls, samples: Sequence[Any]) -> "SampleArrays":
@@ -99,7 +110,8 @@ class SampleArrays:
             return [np.nan if getattr(s, name) is None else getattr(s, name) for s in samples]
 
         return cls.from_columns(g("t"), g("dt"), g("sm_active"), g("tensor_active"), g("gpu_util"),
-                                g("sm_clock_mhz"), g("clock_reasons"), g("compute_procs"), g("fb_used_mib"))
+                                g("sm_clock_mhz"), g("clock_reasons"), g("compute_procs"), g("fb_used_mib"),
+                                sm_occupancy=g("sm_occupancy"), dram_active=g("dram_active"))
 
 
 @dataclass
