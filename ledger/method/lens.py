@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -46,6 +46,14 @@ class LensThresholds:
 
 
 DEFAULT_LENS_THRESHOLDS = LensThresholds()
+
+
+@dataclass(frozen=True)
+class LensSettings:
+    """Method 1.1's effective-compute lens is on; ``compute_precision`` as the site gives it (one name, or a
+    table by account or SKU key with a ``default``)."""
+
+    compute_precision: Any = "bf16"
 
 
 @dataclass

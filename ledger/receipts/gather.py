@@ -25,7 +25,7 @@ from .compute import ReceiptError, RunInputs, RunKey, run_frame
 from .progress import end_state
 
 SAMPLE_READ_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "tensor_active", "gpu_util",
-                       "sm_clock_mhz", "compute_procs", "fb_used_mib")
+                       "sm_clock_mhz", "compute_procs", "fb_used_mib", "sm_occupancy", "dram_active")
 
 
 def runs_of_job(conn: Connection, job_id: str, as_of: int | None) -> dict[RunKey, list[ChainedEntry]]:
@@ -179,10 +179,11 @@ def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Se
             # Sort by t, then every other column: the same order whatever order the segments came in.
             order = np.lexsort(tuple(reversed(cols)))
             cols = [c[order] for c in cols]
-        t, dt, reasons, sm_active, tensor_active, gpu_util, sm_clock, procs, fb_used = cols
+        t, dt, reasons, sm_active, tensor_active, gpu_util, sm_clock, procs, fb_used, occupancy, dram = cols
         out[device] = SampleArrays.from_columns(t=t, dt=dt, reasons=reasons, sm_active=sm_active,
                                                 tensor_active=tensor_active, gpu_util=gpu_util, sm_clock=sm_clock,
-                                                procs=procs, fb_used=fb_used)
+                                                procs=procs, fb_used=fb_used, sm_occupancy=occupancy,
+                                                dram_active=dram)
     return out
 
 
