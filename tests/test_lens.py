@@ -47,7 +47,7 @@ def device_timeline(draw):
         sm_clock=col(st.one_of(st.none(), st.floats(0, 3000))), procs=col(st.one_of(st.none(), st.integers(0, 2))),
         fb_used=col(st.one_of(st.none(), st.floats(0, 80000))), sm_occupancy=col(maybe_frac),
         dram_active=col(maybe_frac), fp64_active=col(maybe_frac), fp32_active=col(maybe_frac),
-        fp16_active=col(maybe_frac))
+        fp16_active=col(maybe_frac), ops=col(st.one_of(st.none(), st.floats(0, 1e16))))
     end = T0 + draw(st.floats(0, 60 * cadence))
     span = st.tuples(st.floats(T0 - 60, end + 60), st.floats(0, 600))
     gaps = [(a, a + w, f"g{i}") for i, (a, w) in enumerate(draw(st.lists(span, max_size=3)))]
@@ -66,6 +66,8 @@ def test_vectorised_lens_equals_the_per_sample_reference(tl):
     assert a.nh(a.measured_s) == b.nh(b.measured_s) and a.nh(a.unmeasured_s) == b.nh(b.unmeasured_s)
     assert {p: a.nh(v) for p, v in a.pipes_s.items()} == {p: b.nh(v) for p, v in b.pipes_s.items()}
     assert a.nh(a.delivered_s) == b.nh(b.delivered_s)
+    assert a.counted_flop == b.counted_flop and a.nh(a.counted_s) == b.nh(b.counted_s)
+    assert a.nh(a.tensor_uncounted_s) == b.nh(b.tensor_uncounted_s) and a.nh(a.rated_s) == b.nh(b.rated_s)
     assert {k: a.nh(v) for k, v in a.bound_s.items()} == {k: b.nh(v) for k, v in b.bound_s.items()}
     # the split covers delivered time, and tensor time never exceeds the measured covered time
     assert abs(sum(a.bound_s.values()) - a.delivered_s) <= 1e-6 * max(1.0, a.delivered_s)
@@ -79,6 +81,30 @@ def test_peaks_and_precision():
     assert precision_for({}, None, None) == "bf16"
     assert precision_for({"compute_precision": {"chem": "fp64", "default": "fp8"}}, "H100", "chem") == "fp64"
     assert precision_for({"compute_precision": {"chem": "fp64", "default": "fp8"}}, "H100", "bio") == "fp8"
+
+
+def test_op_counters_give_achieved_flops_first_and_the_block_says_which():
+    """AMD: the total FP16/32/64 op counters, where read, are the achieved FLOPs; without them, activity × peak."""
+    from ledger.method.lens import lens_block
+
+    n, dt = 30, 10.0
+    t = T0 + dt * np.arange(n)
+    mi300x = builtin_table()["MI300X"]
+    counted = SampleArrays.from_columns(t=t, dt=np.full(n, dt), sm_active=np.full(n, 0.9),
+                                        tensor_active=np.full(n, 0.5), sm_clock=np.full(n, 2100.0),
+                                        ops=np.full(n, 4e15))  # 4e15 operations per 10 s: 400 TFLOPS
+    x = lens_device((T0, T0 + n * dt), counted, rated_clock_mhz=2100.0)
+    block = lens_block([(x, peak_tflops(mi300x, "bf16"), None)], "bf16")
+    assert block["source"] == "op_counters"
+    assert abs(block["achieved_pflop_hours"] - n * 4e15 / 1e15 / 3600) < 1e-9
+    assert abs(block["rated_pflop_hours"] - n * dt / 3600 * 1.3074) < 1e-9
+    inferred = SampleArrays.from_columns(t=t, dt=np.full(n, dt), sm_active=np.full(n, 0.9),
+                                         tensor_active=np.full(n, 0.5), sm_clock=np.full(n, 2100.0))
+    y = lens_device((T0, T0 + n * dt), inferred, rated_clock_mhz=2100.0)
+    block = lens_block([(y, peak_tflops(mi300x, "bf16"), None)], "bf16")
+    assert block["source"] == "tensor_active"
+    assert abs(block["achieved_pflop_hours"] - n * dt * 0.5 / 3600 * 1.3074) < 1e-9
+    assert lens_block([(x, 1307.4, None), (y, 1307.4, None)], "bf16")["source"] == "mixed"
 
 
 # --- end to end through the CLI ----------------------------------------------------------------------------

@@ -69,6 +69,7 @@ class SampleArrays:
     fp64: np.ndarray | None = None
     fp32: np.ndarray | None = None
     fp16: np.ndarray | None = None
+    ops: np.ndarray | None = None   # floating-point operations counted in the sample's dt (AMD op counters)
 
     def __len__(self) -> int:
         return int(self.t.shape[0])
@@ -76,7 +77,7 @@ class SampleArrays:
     @classmethod
     def from_columns(cls, t, dt, sm_active=None, tensor_active=None, gpu_util=None, sm_clock=None,  # noqa: ANN001
                      reasons=None, procs=None, fb_used=None, sm_occupancy=None, dram_active=None,
-                     fp64_active=None, fp32_active=None, fp16_active=None) -> "SampleArrays":
+                     fp64_active=None, fp32_active=None, fp16_active=None, ops=None) -> "SampleArrays":
         t = np.asarray(t, dtype=np.float64)
         n = t.shape[0]
 
@@ -101,7 +102,8 @@ class SampleArrays:
             r = rf.astype(np.int64) if np.isfinite(rf).all() else np.where(np.isnan(rf), -1, np.nan_to_num(rf)).astype(np.int64)
         return cls(t=t, dt=col(dt), activity=act, coarse=coarse, sm_clock=col(sm_clock), reasons=r,
                    procs=col(procs), fb_used=col(fb_used), sm=sm, tensor=ten, occupancy=col(sm_occupancy),
-                   dram=col(dram_active), fp64=col(fp64_active), fp32=col(fp32_active), fp16=col(fp16_active))
+                   dram=col(dram_active), fp64=col(fp64_active), fp32=col(fp32_active), fp16=col(fp16_active),
+                   ops=col(ops))
 
     @classmethod
     def from_samples(cls, samples: Sequence[Any]) -> "SampleArrays":

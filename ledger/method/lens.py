@@ -63,6 +63,10 @@ class DeviceLens:
     tensor_s: float = 0.0
     pipes_s: dict[str, float | None] = field(default_factory=lambda: {p: None for p in PIPES})
     measured_s: float = 0.0               # covered seconds with tensor active measured
+    counted_flop: float = 0.0             # operations the op counters counted in covered time (c / dt of each)
+    counted_s: float = 0.0                # covered seconds with an op count
+    tensor_uncounted_s: float = 0.0       # Σ c × tensor × r over samples with tensor active but no op count
+    rated_s: float = 0.0                  # covered seconds with either (the rated figure's time)
     unmeasured_s: float = 0.0             # covered seconds without it
     delivered_s: float = 0.0              # Σ c × activity × r over working samples (the bound split's whole)
     bound_s: dict[str, float] = field(default_factory=lambda: {b: 0.0 for b in (*BOUNDS, "unmeasured")})
@@ -128,6 +132,14 @@ def lens_device(window: tuple[float, float], samples: SampleArrays | None, *,
     out.tensor_s = math.fsum((c * tclip * r)[has_t])
     out.measured_s = math.fsum(c[has_t])
     out.unmeasured_s = math.fsum(c[~has_t])
+    ops = _col(samples.ops, n, order)
+    dts = samples.dt[order]
+    has_o = ~np.isnan(ops) & (dts > 0)
+    if has_o.any():  # counted, not inferred: the share of the sample's count that falls in its covered time
+        out.counted_flop = math.fsum((np.maximum(np.where(has_o, ops, 0.0), 0.0) * c / np.where(has_o, dts, 1.0))[has_o])
+        out.counted_s = math.fsum(c[has_o])
+    out.tensor_uncounted_s = math.fsum((c * tclip * r)[has_t & ~has_o])
+    out.rated_s = math.fsum(c[has_t | has_o])
     pipe_high = np.zeros(n, dtype=bool)
     for p in PIPES:
         v = _col(getattr(samples, p), n, order)
@@ -178,6 +190,7 @@ def lens_device_reference(window: tuple[float, float], samples: SampleArrays | N
         return None if v != v else v
 
     tensor, measured, unmeasured, delivered = [], [], [], []
+    counted, counted_s, uncounted, rated_s = [], [], [], []
     pipes: dict[str, list[float]] = {p: [] for p in PIPES}
     seen = {p: False for p in PIPES}
     bound: dict[str, list[float]] = {b: [] for b in (*BOUNDS, "unmeasured")}
@@ -194,6 +207,15 @@ def lens_device_reference(window: tuple[float, float], samples: SampleArrays | N
             ten = min(max(ten, 0.0), 1.0)
             tensor.append(cov * ten * r)
             measured.append(cov)
+        ops, dt = get(samples.ops, i), get(samples.dt, i)
+        has_ops = ops is not None and dt is not None and dt > 0
+        if has_ops:
+            counted.append(max(ops, 0.0) * cov / dt)
+            counted_s.append(cov)
+        elif ten is not None:
+            uncounted.append(cov * ten * r)
+        if has_ops or ten is not None:
+            rated_s.append(cov)
         high = ten is not None and ten >= lens.pipe_high
         for p in PIPES:
             v = get(getattr(samples, p), i)
@@ -220,6 +242,8 @@ def lens_device_reference(window: tuple[float, float], samples: SampleArrays | N
             bound["other"].append(d)
     out.tensor_s, out.measured_s, out.unmeasured_s = math.fsum(tensor), math.fsum(measured), math.fsum(unmeasured)
     out.delivered_s = math.fsum(delivered)
+    out.counted_flop, out.counted_s = math.fsum(counted), math.fsum(counted_s)
+    out.tensor_uncounted_s, out.rated_s = math.fsum(uncounted), math.fsum(rated_s)
     out.pipes_s = {p: (math.fsum(pipes[p]) if seen[p] else None) for p in PIPES}
     out.bound_s = {b: math.fsum(v) for b, v in bound.items()}
     return out
@@ -246,14 +270,25 @@ def lens_block(per_device: Sequence[tuple[DeviceLens, float | None, float | None
         vals = [x.nh(x.pipes_s[p]) for x, _p, _m in per_device if x.pipes_s[p] is not None]
         pipes[p] = sum(vals) / 1e9 if vals else None
     achieved = rated = 0.0
-    peak_known = False
+    peak_known = counted_any = unrated = False
+    sources = set()
     for x, peak, share in per_device:
-        if peak is None or x.measured_s <= 0:
+        if x.counted_s > 0:
+            sources.add("op_counters")
+        if x.tensor_uncounted_s > 0 or (x.measured_s > 0 and x.counted_s <= 0):
+            sources.add("tensor_active")
+        # counted operations first (ops counted, not inferred: no peak needed); tensor activity × peak where
+        # no counter was read
+        achieved += x.counted_flop / 1e15 / 3600.0
+        counted_any = counted_any or x.counted_s > 0
+        if peak is None and x.rated_s > 0:
+            unrated = True  # measured time with no rating: the share would mix rated and unrated parts
+        if peak is None or x.rated_s <= 0:
             continue
         peak_known = True
         pf = peak / 1000.0 * (1.0 if share is None else share)
-        achieved += x.tensor_s / 3600.0 * pf
-        rated += x.measured_s / 3600.0 * pf
+        achieved += x.tensor_uncounted_s / 3600.0 * pf
+        rated += x.rated_s / 3600.0 * pf
     delivered = math.fsum(x.delivered_s for x, _p, _m in per_device)
     bound = {}
     for b in (*BOUNDS, "unmeasured"):
@@ -262,12 +297,12 @@ def lens_block(per_device: Sequence[tuple[DeviceLens, float | None, float | None
     return {
         "method": {"name": "ipledger-attribution", "version": LENS_METHOD_VERSION},
         "precision": precision,
-        "source": "tensor_active",
+        "source": "mixed" if len(sources) > 1 else (sources.pop() if sources else None),
         "tensor_gpu_hours": tensor_nh / 1e9,
         "fp64_gpu_hours": pipes["fp64"], "fp32_gpu_hours": pipes["fp32"], "fp16_gpu_hours": pipes["fp16"],
-        "achieved_pflop_hours": round(achieved, 9) if peak_known else None,
+        "achieved_pflop_hours": round(achieved, 9) if peak_known or counted_any else None,
         "rated_pflop_hours": round(rated, 9) if peak_known else None,
-        "rated_share": round(achieved / rated, 6) if peak_known and rated > 0 else None,
+        "rated_share": round(achieved / rated, 6) if peak_known and rated > 0 and not unrated else None,
         "bound_split": bound,
         "unmeasured_gpu_hours": unmeasured_nh / 1e9,
     }
