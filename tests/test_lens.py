@@ -227,3 +227,6 @@ def test_issued_under_1_0_replays_under_1_0_and_1_1_under_1_1(tmp_path, runner, 
     assert body["receipt_version"] == "1.3" and body["effective_compute"]["rated_share"] is not None
     res = runner.invoke(cli, ["--db", url, "verify", "--json"])
     assert res.exit_code == 0, res.output
+    # bulk issuing under the same site computes the same 1.1.0 receipt: nothing new to issue
+    again = _json(runner, cli, "--db", url, "--config", cfg11, "issue", "--all", "--json")
+    assert again["unchanged"] == 1 and again["issued"] == again["reissued"] == 0, again

@@ -170,7 +170,7 @@ def issue_cmd(app: AppContext, month: str | None, all_runs: bool, include_open: 
     bar = Progress(f"issue {month or 'all'}", quiet=quiet or as_json)
     try:
         res = issue_runs(engine, keys, sku_table=skus, progress=bar, reprice_closed=reprice_closed,
-                         dry_run=dry_run)
+                         dry_run=dry_run, lens=app.site.lens)
     finally:
         bar.close()
     if as_json:

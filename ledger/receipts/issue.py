@@ -294,7 +294,7 @@ def runs_to_issue(engine: Engine, period: tuple[float, float] | None = None, inc
 
 def issue_runs(engine: Engine, keys: Iterable[RunKey], *, sku_table: Mapping | None = None,
                progress: Callable[[int, int], None] | None = None, reprice_closed: bool = False,
-               dry_run: bool = False) -> IssueSummary:
+               dry_run: bool = False, lens: LensSettings | None = None) -> IssueSummary:
     """Issue (or re-issue where changed) the receipt of each run; a run that cannot be computed is counted
     as failed with its reason and does not stop the others. Idempotent: a second pass issues nothing.
     Exported months keep their contract unless ``reprice_closed`` (see the module doc); ``dry_run`` records
@@ -305,7 +305,7 @@ def issue_runs(engine: Engine, keys: Iterable[RunKey], *, sku_table: Mapping | N
     for n, key in enumerate(keys, start=1):
         try:
             res = issue_receipt(engine, key.job_id, key.run, cluster=key.cluster, sku_table=sku_table,
-                                closed=closed, reprice_closed=reprice_closed, dry_run=dry_run)
+                                closed=closed, reprice_closed=reprice_closed, dry_run=dry_run, lens=lens)
         except ReceiptError as exc:
             out.failed.append((key, str(exc)))
         except Exception as exc:  # noqa: BLE001 - one bad run must not stop the others (as auto_issue)
