@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .config import Config, normalise_db_url
-from .method.lens import LensSettings
+from .method.lens import LensSettings, precision_for
 from .method.skus import SkuError, SkuRating, builtin_table, site_table
 
 
@@ -65,4 +65,10 @@ def site_lens(extra: Mapping) -> LensSettings | None:
     version = str(extra.get("method_version", "1.0.0"))
     if version not in ("1.0.0", "1.1.0"):
         raise SkuError(f"config: method_version must be 1.0.0 or 1.1.0, got {version!r}")
-    return LensSettings(compute_precision=extra.get("compute_precision", "bf16")) if version == "1.1.0" else None
+    precision = extra.get("compute_precision", "bf16")
+    for v in (precision.values() if isinstance(precision, Mapping) else [precision]):
+        try:
+            precision_for({"compute_precision": v}, None, None)
+        except ValueError as exc:
+            raise SkuError(f"config: {exc}") from None
+    return LensSettings(compute_precision=precision) if version == "1.1.0" else None

@@ -230,3 +230,13 @@ def test_issued_under_1_0_replays_under_1_0_and_1_1_under_1_1(tmp_path, runner, 
     # bulk issuing under the same site computes the same 1.1.0 receipt: nothing new to issue
     again = _json(runner, cli, "--db", url, "--config", cfg11, "issue", "--all", "--json")
     assert again["unchanged"] == 1 and again["issued"] == again["reissued"] == 0, again
+
+
+def test_a_bad_precision_is_one_line_naming_the_setting(tmp_path, runner, cli):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('method_version = "1.1.0"\ncompute_precision = "fp4"\n')
+    os.chmod(cfg, 0o600)
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    _ledger(url, [("GPU-b-0", SKUS[0], [(0.9, 0.6, 1800.0, 0.5, 0.2)])])
+    res = runner.invoke(cli, ["--db", url, "--config", str(cfg), "receipt", "9100"])
+    assert res.exit_code != 0 and "compute_precision" in res.output and "Traceback" not in res.output
