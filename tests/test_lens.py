@@ -240,3 +240,17 @@ def test_a_bad_precision_is_one_line_naming_the_setting(tmp_path, runner, cli):
     _ledger(url, [("GPU-b-0", SKUS[0], [(0.9, 0.6, 1800.0, 0.5, 0.2)])])
     res = runner.invoke(cli, ["--db", url, "--config", str(cfg), "receipt", "9100"])
     assert res.exit_code != 0 and "compute_precision" in res.output and "Traceback" not in res.output
+
+
+def test_bound_split_reads_occupancy_and_dram_from_the_stored_samples(tmp_path, runner, cli):
+    """Memory-bound on one device, latency-bound on another, compute on a third: equal delivered time each."""
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+    devs = [("GPU-m", SKUS[0], [(0.9, 0.1, 1980.0, 0.5, 0.6)] * 10),   # DRAM high, pipes low
+            ("GPU-l", SKUS[0], [(0.9, 0.05, 1980.0, 0.1, 0.1)] * 10),  # SM busy, occupancy low
+            ("GPU-c", SKUS[0], [(0.9, 0.8, 1980.0, 0.5, 0.6)] * 10)]   # tensor high wins over DRAM
+    _ledger(url, devs)
+    ec = _json(runner, cli, "--db", url, "--config", _config(tmp_path, "1.1.0"), "receipt", "9100",
+               "--json")["effective_compute"]
+    third = round(1 / 3, 6)
+    assert ec["bound_split"] == {"compute": third, "memory": third, "latency": third, "other": 0.0,
+                                 "unmeasured": 0.0}

@@ -46,7 +46,8 @@ def receipt_for(engine: Engine, job_id: str, run: int | None = None, *, cluster:
                 workers: int = 1, lens: LensSettings | None = None) -> Receipt:
     """The receipt of one run as the ledger stands at ``as_of`` (default: now); ``lens``: method 1.1."""
     return compute_receipt(gather(engine, str(job_id), run, cluster=cluster, as_of=as_of,
-                                  contract_id=contract_id, workers=workers), sku_table, lens=lens)
+                                  contract_id=contract_id, workers=workers, lens_columns=lens is not None),
+                           sku_table, lens=lens)
 
 
 def runs_of(entries: Iterable[ChainedEntry], job_id: str) -> dict[tuple[str | None, int], list[ChainedEntry]]:

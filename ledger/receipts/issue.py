@@ -59,7 +59,8 @@ def replay(engine: Engine, issued: ChainedEntry, sku_table: Mapping | None = Non
     d = issued.entry.data
     return compute_receipt(gather(engine, issued.entry.job_id, issued.entry.run or 0, cluster=issued.entry.cluster,
                                   as_of=d["through_seq"], contract_id=d["contract"]["id"], workers=workers,
-                                  contract_entry_id=_pin(d)), sku_table, lens=issued_lens(d))
+                                  contract_entry_id=_pin(d), lens_columns=issued_lens(d) is not None), sku_table,
+                           lens=issued_lens(d))
 
 
 def issued_lens(issued_data: Mapping) -> LensSettings | None:
@@ -141,8 +142,8 @@ def issue_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluste
 
     A run billed in an exported month (``closed``; read from the ledger when None) keeps the contract of its
     last issue unless ``reprice_closed``. ``dry_run``: say what would be issued, record nothing."""
-    receipt = compute_receipt(gather(engine, job_id, run, cluster=cluster, contract_id=contract_id, workers=workers),
-                              sku_table, lens=lens)
+    receipt = compute_receipt(gather(engine, job_id, run, cluster=cluster, contract_id=contract_id, workers=workers,
+                                     lens_columns=lens is not None), sku_table, lens=lens)
     job = receipt.body["job"]
     key = RunKey(job["cluster"], job["job_id"], job["run"])
     prior = issued_entries(engine, key)
@@ -157,7 +158,8 @@ def issue_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluste
         elif months:  # an exported month: the terms its statement was computed under stay
             kept = months
             receipt = compute_receipt(gather(engine, job_id, key.run, cluster=key.cluster, workers=workers,
-                                             contract_entry_id=_pin(previous.entry.data)), sku_table, lens=lens)
+                                             contract_entry_id=_pin(previous.entry.data),
+                                             lens_columns=lens is not None), sku_table, lens=lens)
     if previous is not None and previous.entry.data.get("receipt_hash") == receipt.hash:
         return IssueResult(receipt, "unchanged", None, previous, (), kept)
     if dry_run:
