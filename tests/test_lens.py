@@ -62,13 +62,17 @@ def test_vectorised_lens_equals_the_per_sample_reference(tl):
     window, arr, gaps, susp, rated = tl
     a = lens_device(window, arr, unknown=gaps, suspended=susp, rated_clock_mhz=rated)
     b = lens_device_reference(window, arr, unknown=gaps, suspended=susp, rated_clock_mhz=rated)
-    assert a.nh(a.tensor_s) == b.nh(b.tensor_s)
-    assert a.nh(a.measured_s) == b.nh(b.measured_s) and a.nh(a.unmeasured_s) == b.nh(b.unmeasured_s)
-    assert {p: a.nh(v) for p, v in a.pipes_s.items()} == {p: b.nh(v) for p, v in b.pipes_s.items()}
-    assert a.nh(a.delivered_s) == b.nh(b.delivered_s)
-    assert a.counted_flop == b.counted_flop and a.nh(a.counted_s) == b.nh(b.counted_s)
-    assert a.nh(a.tensor_uncounted_s) == b.nh(b.tensor_uncounted_s) and a.nh(a.rated_s) == b.nh(b.rated_s)
-    assert {k: a.nh(v) for k, v in a.bound_s.items()} == {k: b.nh(v) for k, v in b.bound_s.items()}
+
+    def close(x, y):  # the lens sums with numpy, the reference exactly: within a nanohour (3.6 µs)
+        if x is None or y is None:
+            return x is None and y is None
+        return abs(x - y) <= 3.6e-6 + 1e-12 * abs(y)
+
+    for f in ("tensor_s", "measured_s", "unmeasured_s", "delivered_s", "counted_s", "tensor_uncounted_s", "rated_s"):
+        assert close(getattr(a, f), getattr(b, f)), f
+    assert abs(a.counted_flop - b.counted_flop) <= 1e-9 * max(1.0, b.counted_flop)
+    assert all(close(a.pipes_s[p], b.pipes_s[p]) for p in a.pipes_s)
+    assert all(close(a.bound_s[k], b.bound_s[k]) for k in a.bound_s)
     # the split covers delivered time, and tensor time never exceeds the measured covered time
     assert abs(sum(a.bound_s.values()) - a.delivered_s) <= 1e-6 * max(1.0, a.delivered_s)
     assert a.tensor_s <= a.measured_s + 1e-9

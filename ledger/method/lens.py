@@ -14,8 +14,9 @@ covered GPU-second did against the device's rating. Per sample, with the covered
   read as zero; a device with only a summary or coarse utilisation contributes nothing else.
 
 Pure and vectorised: :func:`lens_device` is what receipts use; :func:`lens_device_reference` is the same
-definition as a plain loop, held equal to it by tests/test_lens.py. Sums are kept in seconds (math.fsum) and
-rounded to whole nanohours once per device, so a device's figures are the same in every process.
+definition as a plain loop (exact sums, math.fsum), held equal to it within a nanohour by tests/test_lens.py.
+Sums are kept in seconds and rounded to whole nanohours once per device, so a device's figures are the same in
+every process.
 """
 
 from __future__ import annotations
@@ -115,6 +116,11 @@ def _col(x: np.ndarray | None, n: int, order: np.ndarray) -> np.ndarray:
     return np.full(n, np.nan) if x is None else np.asarray(x, dtype=np.float64)[order]
 
 
+def _sum(x: np.ndarray, mask: np.ndarray) -> float:
+    """Σ x over the mask (numpy's reduction: the same order, so the same float, in every process)."""
+    return float(np.add.reduce(x, where=mask, initial=0.0))
+
+
 def lens_device(window: tuple[float, float], samples: SampleArrays | None, *,
                 unknown: Sequence[tuple[float, float, str]] = (), suspended: Sequence[tuple[float, float]] = (),
                 rated_clock_mhz: float | None = None, thresholds: Thresholds = DEFAULT_THRESHOLDS,
@@ -129,24 +135,24 @@ def lens_device(window: tuple[float, float], samples: SampleArrays | None, *,
     ten = _col(samples.tensor, n, order)
     has_t = ~np.isnan(ten)
     tclip = np.clip(np.where(has_t, ten, 0.0), 0.0, 1.0)
-    out.tensor_s = math.fsum((c * tclip * r)[has_t])
-    out.measured_s = math.fsum(c[has_t])
-    out.unmeasured_s = math.fsum(c[~has_t])
+    out.tensor_s = _sum(c * tclip * r, has_t)
+    out.measured_s = _sum(c, has_t)
+    out.unmeasured_s = _sum(c, ~has_t)
     ops = _col(samples.ops, n, order)
     dts = samples.dt[order]
     has_o = ~np.isnan(ops) & (dts > 0)
     if has_o.any():  # counted, not inferred: the share of the sample's count that falls in its covered time
-        out.counted_flop = math.fsum((np.maximum(np.where(has_o, ops, 0.0), 0.0) * c / np.where(has_o, dts, 1.0))[has_o])
-        out.counted_s = math.fsum(c[has_o])
-    out.tensor_uncounted_s = math.fsum((c * tclip * r)[has_t & ~has_o])
-    out.rated_s = math.fsum(c[has_t | has_o])
+        out.counted_flop = _sum(np.maximum(np.where(has_o, ops, 0.0), 0.0) * c / np.where(has_o, dts, 1.0), has_o)
+        out.counted_s = _sum(c, has_o)
+    out.tensor_uncounted_s = _sum(c * tclip * r, has_t & ~has_o)
+    out.rated_s = _sum(c, has_t | has_o)
     pipe_high = np.zeros(n, dtype=bool)
     for p in PIPES:
         v = _col(getattr(samples, p), n, order)
         has = ~np.isnan(v)
         if has.any():
             vc = np.clip(np.where(has, v, 0.0), 0.0, 1.0)
-            out.pipes_s[p] = math.fsum((c * vc * r)[has])
+            out.pipes_s[p] = _sum(c * vc * r, has)
             pipe_high |= has & (vc >= lens.pipe_high)
     # The bound split over delivered time: working samples (activity measured and at least active_min).
     act = samples.activity[order]
@@ -154,7 +160,7 @@ def lens_device(window: tuple[float, float], samples: SampleArrays | None, *,
     actc = np.clip(np.where(present, act, 0.0), 0.0, 1.0)
     working = present & (actc >= thresholds.active_min)
     deliv = np.where(working, c * actc * r, 0.0)
-    out.delivered_s = math.fsum(deliv)
+    out.delivered_s = _sum(deliv, working)
     dram = _col(samples.dram, n, order)
     occ = _col(samples.occupancy, n, order)
     sm = _col(samples.sm, n, order)
@@ -167,7 +173,7 @@ def lens_device(window: tuple[float, float], samples: SampleArrays | None, *,
     other = working & ~compute & ~memory & ~latency & ~unmeasured
     for name, mask in (("compute", compute), ("memory", memory), ("latency", latency), ("other", other),
                        ("unmeasured", unmeasured)):
-        out.bound_s[name] = math.fsum(deliv[mask])
+        out.bound_s[name] = _sum(deliv, mask)
     return out
 
 
