@@ -355,29 +355,8 @@ def _attribute_samples(window: tuple[float, float], samples: SampleArrays, susp:
         def take(x: np.ndarray) -> np.ndarray:
             return x[order]
         t = take(t)
-    dt = take(samples.dt)
-    # A sample lasts dt (none without one) and at most until the next sample starts.
-    b = np.add(t, dt) if np.isfinite(dt).all() else np.add(t, np.nan_to_num(dt))
-    np.minimum(b[:-1], t[1:], out=b[:-1])
-    np.clip(b, s, e, out=b)
-    a = np.clip(t, s, e)
-    covered = np.subtract(b, a)
-    np.maximum(covered, 0.0, out=covered)
     act = take(samples.activity)
-    present = np.equal(act, act)  # activity measured (not NaN)
-    # A sample with a measured activity beats a gap over the same time (the gap is another source's
-    # missing evidence, e.g. an epilog that never ran); a sample without one yields to the gap's cause.
-    measured = None
-    if unknown:
-        has = present & (covered > 0)
-        measured = (a[has], b[has])
-    portions, gaps = _gap_portions((s, e), susp, unknown, measured)
-    if susp:
-        covered -= _overlap_with(susp, a, b)
-    if gaps:
-        np.subtract(covered, _overlap_with(gaps, a, b), out=covered, where=~present)
-    if susp or gaps:
-        np.maximum(covered, 0.0, out=covered)
+    a, b, covered, present, portions = covered_time(t, take(samples.dt), act, (s, e), susp, unknown)
     # Activity clipped to [0, 1], unmeasured as 0 (fmax drops the NaN).
     activity = np.fmax(act, 0.0)
     np.fmin(activity, 1.0, out=activity)
@@ -426,6 +405,36 @@ def _attribute_samples(window: tuple[float, float], samples: SampleArrays, susp:
         timeline = _timeline((s, e), a, b, (delivered, (throttled_at, throttled_nz, reason_nz), under, starved,
                                             idle, field_missing), susp, thresholds.timeline_bins)
     return finish_account(paid_nh, suspended_nh, portions, sums, timeline)
+
+
+def covered_time(t: np.ndarray, dt: np.ndarray, act: np.ndarray, window: tuple[float, float],
+                 susp: list[tuple[float, float]], unknown: Sequence[tuple[float, float, str]]
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
+    """Samples in time order -> (span starts, span ends, covered seconds, activity measured, nanohours per gap):
+    the covered time ``c`` both the time identity and method 1.1's lens use."""
+    s, e = window
+    # A sample lasts dt (none without one) and at most until the next sample starts.
+    b = np.add(t, dt) if np.isfinite(dt).all() else np.add(t, np.nan_to_num(dt))
+    np.minimum(b[:-1], t[1:], out=b[:-1])
+    np.clip(b, s, e, out=b)
+    a = np.clip(t, s, e)
+    covered = np.subtract(b, a)
+    np.maximum(covered, 0.0, out=covered)
+    present = np.equal(act, act)  # activity measured (not NaN)
+    # A sample with a measured activity beats a gap over the same time (the gap is another source's
+    # missing evidence, e.g. an epilog that never ran); a sample without one yields to the gap's cause.
+    measured = None
+    if unknown:
+        has = present & (covered > 0)
+        measured = (a[has], b[has])
+    portions, gaps = _gap_portions((s, e), susp, unknown, measured)
+    if susp:
+        covered -= _overlap_with(susp, a, b)
+    if gaps:
+        np.subtract(covered, _overlap_with(gaps, a, b), out=covered, where=~present)
+    if susp or gaps:
+        np.maximum(covered, 0.0, out=covered)
+    return a, b, covered, present, portions
 
 
 def _nh_inplace(seconds: np.ndarray) -> np.ndarray:

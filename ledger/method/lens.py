@@ -27,8 +27,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .attribution import (DEFAULT_THRESHOLDS, NH_PER_SECOND, SampleArrays, Thresholds, _gap_portions,
-                          _overlap_with, paid_window)
+from .attribution import DEFAULT_THRESHOLDS, NH_PER_SECOND, SampleArrays, Thresholds, covered_time, paid_window
 
 LENS_METHOD_VERSION = "1.1.0"
 PRECISIONS = ("bf16", "fp16", "fp8", "tf32", "fp64")
@@ -78,30 +77,12 @@ class DeviceLens:
 
 def _covered(window: tuple[float, float], samples: SampleArrays, unknown: Sequence[tuple[float, float, str]],
              suspended: Sequence[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """(order, covered seconds per sample in that order, window start, end): the same c the time identity uses
-    (a sample lasts until dt or the next sample, clipped to the window, minus suspended time; a sample without an
-    activity yields to a gap)."""
+    """(order, covered seconds per sample in that order, window start, end): the time identity's own c."""
     s, e, susp, _paid, _s = paid_window(window, suspended)
     order = np.argsort(samples.t, kind="stable")
-    t = samples.t[order]
-    dt = np.nan_to_num(samples.dt[order])
-    b = t + dt
-    b[:-1] = np.minimum(b[:-1], t[1:])
-    b = np.clip(b, s, e)
-    a = np.clip(t, s, e)
-    covered = np.maximum(b - a, 0.0)
-    act = samples.activity[order]
-    present = act == act
-    measured = None
-    if unknown:
-        has = present & (covered > 0)
-        measured = (a[has], b[has])
-    _portions, gaps = _gap_portions((s, e), susp, unknown, measured)
-    if susp:
-        covered = covered - _overlap_with(susp, a, b)
-    if gaps:
-        covered = np.where(present, covered, covered - _overlap_with(gaps, a, b))
-    return order, np.maximum(covered, 0.0), s, e
+    _a, _b, covered, _present, _portions = covered_time(samples.t[order], samples.dt[order],
+                                                        samples.activity[order], (s, e), susp, unknown)
+    return order, covered, s, e
 
 
 def _ratio(clock: np.ndarray, rated: float | None) -> np.ndarray:
