@@ -258,3 +258,36 @@ def test_bound_split_reads_occupancy_and_dram_from_the_stored_samples(tmp_path, 
     third = round(1 / 3, 6)
     assert ec["bound_split"] == {"compute": third, "memory": third, "latency": third, "other": 0.0,
                                  "unmeasured": 0.0}
+
+
+def test_statements_of_1_1_receipts_still_export_and_pass_the_focus_validator(tmp_path, runner, cli):
+    """Receipts issued under 1.1.0 go through the monthly export (the lens is not a statement column yet)."""
+    from tests.focus_validator import Unavailable, validate
+    from tests.services import unavailable
+    from tests.test_issue_cli import write_export
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    cfg = _config(tmp_path, "1.1.0")
+    for args in (["init"], ["import", "prometheus", str(write_export(tmp_path / "export")), "--quiet"],
+                 ["issue", "--all", "--quiet"],
+                 ["export", "monthly", "--month", "2026-11", "--format", "focus", "--out",
+                  str(tmp_path / "nov.focus.csv"), "--quiet"]):
+        res = runner.invoke(cli, ["--db", url, "--config", cfg, *args])
+        assert res.exit_code == 0, res.output
+    nov = _json(runner, cli, "--db", url, "--config", cfg, "export", "monthly", "--month", "2026-11",
+                "--format", "json", "--out", "-")
+    assert nov["totals"]["paid"] > 0, nov["totals"]
+    from ledger import db as _db
+    from ledger.entries import Kind as _Kind
+    from ledger.rows import iter_entries
+
+    eng = _db.make_engine(url)
+    issued = [c.entry.data for c in iter_entries(eng, kinds=[_Kind.RECEIPT_ISSUED])]
+    eng.dispose()
+    assert issued and all(d["method"]["version"] == "1.1.0" and "effective_compute" in d["receipt"]
+                          for d in issued)
+    try:
+        v = validate(tmp_path / "nov.focus.csv")
+    except Unavailable as exc:
+        unavailable(str(exc))
+    assert v.failed == [], v.summary()
