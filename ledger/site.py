@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Mapping
 
 from .config import Config, normalise_db_url
-from .method.skus import SkuRating, builtin_table, site_table
+from .method.lens import LensSettings, precision_for
+from .method.skus import SkuError, SkuRating, builtin_table, site_table
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class Site:
     receipts_dir: str | None = None
     auto_receipts: bool = True         # issue a run's receipt once its allocation_ended is shipped
     receipt_workers: int = 1           # processes a big receipt may use (>1 needs a main guard in scripts)
+    # method 1.1's effective-compute lens: on with ``method_version = "1.1.0"`` in the site file (None: 1.0.0)
+    lens: LensSettings | None = None
 
 
 _OFF = ("0", "false", "no")
@@ -54,4 +57,18 @@ def site_from_config(cfg: Config, *, db: str | None = None, environ: Mapping[str
             workers = 1
     return Site(db=normalise_db_url(db or cfg.db), spool=cfg.spool, cluster=cfg.cluster,
                 sku_table=site_table(cfg.extra, str(Path(cfg.path).parent) if cfg.path else None),
-                receipts_dir=cfg.receipts_dir, auto_receipts=auto, receipt_workers=workers)
+                receipts_dir=cfg.receipts_dir, auto_receipts=auto, receipt_workers=workers, lens=site_lens(cfg.extra))
+
+
+def site_lens(extra: Mapping) -> LensSettings | None:
+    """``method_version = "1.1.0"`` (and ``compute_precision``, default bf16) turns the lens on."""
+    version = str(extra.get("method_version", "1.0.0"))
+    if version not in ("1.0.0", "1.1.0"):
+        raise SkuError(f"config: method_version must be 1.0.0 or 1.1.0, got {version!r}")
+    precision = extra.get("compute_precision", "bf16")
+    for v in (precision.values() if isinstance(precision, Mapping) else [precision]):
+        try:
+            precision_for({"compute_precision": v}, None, None)
+        except ValueError as exc:
+            raise SkuError(f"config: {exc}") from None
+    return LensSettings(compute_precision=precision) if version == "1.1.0" else None

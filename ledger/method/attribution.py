@@ -60,13 +60,24 @@ class SampleArrays:
     reasons: np.ndarray       # int64 clock-event reason bitmask
     procs: np.ndarray         # compute processes on the device
     fb_used: np.ndarray       # MiB
+    # The raw pipe and memory fields the effective-compute lens reads (method 1.1, ledger.method.lens); NaN =
+    # not measured, None = not read at all (the time identity never looks at them).
+    sm: np.ndarray | None = None
+    tensor: np.ndarray | None = None
+    occupancy: np.ndarray | None = None
+    dram: np.ndarray | None = None
+    fp64: np.ndarray | None = None
+    fp32: np.ndarray | None = None
+    fp16: np.ndarray | None = None
+    ops: np.ndarray | None = None   # floating-point operations counted in the sample's dt (AMD op counters)
 
     def __len__(self) -> int:
         return int(self.t.shape[0])
 
     @classmethod
     def from_columns(cls, t, dt, sm_active=None, tensor_active=None, gpu_util=None, sm_clock=None,  # noqa: ANN001
-                     reasons=None, procs=None, fb_used=None) -> "SampleArrays":
+                     reasons=None, procs=None, fb_used=None, sm_occupancy=None, dram_active=None,
+                     fp64_active=None, fp32_active=None, fp16_active=None, ops=None) -> "SampleArrays":
         t = np.asarray(t, dtype=np.float64)
         n = t.shape[0]
 
@@ -90,7 +101,9 @@ class SampleArrays:
             # NaN (not measured) is -1; infinities as nan_to_num makes them (no bitmask is infinite)
             r = rf.astype(np.int64) if np.isfinite(rf).all() else np.where(np.isnan(rf), -1, np.nan_to_num(rf)).astype(np.int64)
         return cls(t=t, dt=col(dt), activity=act, coarse=coarse, sm_clock=col(sm_clock), reasons=r,
-                   procs=col(procs), fb_used=col(fb_used))
+                   procs=col(procs), fb_used=col(fb_used), sm=sm, tensor=ten, occupancy=col(sm_occupancy),
+                   dram=col(dram_active), fp64=col(fp64_active), fp32=col(fp32_active), fp16=col(fp16_active),
+                   ops=col(ops))
 
     @classmethod
     def from_samples(cls, samples: Sequence[Any]) -> "SampleArrays":
@@ -99,7 +112,8 @@ class SampleArrays:
             return [np.nan if getattr(s, name) is None else getattr(s, name) for s in samples]
 
         return cls.from_columns(g("t"), g("dt"), g("sm_active"), g("tensor_active"), g("gpu_util"),
-                                g("sm_clock_mhz"), g("clock_reasons"), g("compute_procs"), g("fb_used_mib"))
+                                g("sm_clock_mhz"), g("clock_reasons"), g("compute_procs"), g("fb_used_mib"),
+                                sm_occupancy=g("sm_occupancy"), dram_active=g("dram_active"))
 
 
 @dataclass
@@ -341,29 +355,8 @@ def _attribute_samples(window: tuple[float, float], samples: SampleArrays, susp:
         def take(x: np.ndarray) -> np.ndarray:
             return x[order]
         t = take(t)
-    dt = take(samples.dt)
-    # A sample lasts dt (none without one) and at most until the next sample starts.
-    b = np.add(t, dt) if np.isfinite(dt).all() else np.add(t, np.nan_to_num(dt))
-    np.minimum(b[:-1], t[1:], out=b[:-1])
-    np.clip(b, s, e, out=b)
-    a = np.clip(t, s, e)
-    covered = np.subtract(b, a)
-    np.maximum(covered, 0.0, out=covered)
     act = take(samples.activity)
-    present = np.equal(act, act)  # activity measured (not NaN)
-    # A sample with a measured activity beats a gap over the same time (the gap is another source's
-    # missing evidence, e.g. an epilog that never ran); a sample without one yields to the gap's cause.
-    measured = None
-    if unknown:
-        has = present & (covered > 0)
-        measured = (a[has], b[has])
-    portions, gaps = gap_portions((s, e), susp, unknown, measured)
-    if susp:
-        covered -= _overlap_with(susp, a, b)
-    if gaps:
-        np.subtract(covered, _overlap_with(gaps, a, b), out=covered, where=~present)
-    if susp or gaps:
-        np.maximum(covered, 0.0, out=covered)
+    a, b, covered, present, portions = covered_time(t, take(samples.dt), act, (s, e), susp, unknown)
     # Activity clipped to [0, 1], unmeasured as 0 (fmax drops the NaN).
     activity = np.fmax(act, 0.0)
     np.fmin(activity, 1.0, out=activity)
@@ -412,6 +405,36 @@ def _attribute_samples(window: tuple[float, float], samples: SampleArrays, susp:
         timeline = _timeline((s, e), a, b, (delivered, (throttled_at, throttled_nz, reason_nz), under, starved,
                                             idle, field_missing), susp, thresholds.timeline_bins)
     return finish_account(paid_nh, suspended_nh, portions, sums, timeline)
+
+
+def covered_time(t: np.ndarray, dt: np.ndarray, act: np.ndarray, window: tuple[float, float],
+                 susp: list[tuple[float, float]], unknown: Sequence[tuple[float, float, str]]
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
+    """Samples in time order -> (span starts, span ends, covered seconds, activity measured, nanohours per gap):
+    the covered time ``c`` both the time identity and method 1.1's lens use."""
+    s, e = window
+    # A sample lasts dt (none without one) and at most until the next sample starts.
+    b = np.add(t, dt) if np.isfinite(dt).all() else np.add(t, np.nan_to_num(dt))
+    np.minimum(b[:-1], t[1:], out=b[:-1])
+    np.clip(b, s, e, out=b)
+    a = np.clip(t, s, e)
+    covered = np.subtract(b, a)
+    np.maximum(covered, 0.0, out=covered)
+    present = np.equal(act, act)  # activity measured (not NaN)
+    # A sample with a measured activity beats a gap over the same time (the gap is another source's
+    # missing evidence, e.g. an epilog that never ran); a sample without one yields to the gap's cause.
+    measured = None
+    if unknown:
+        has = present & (covered > 0)
+        measured = (a[has], b[has])
+    portions, gaps = gap_portions((s, e), susp, unknown, measured)
+    if susp:
+        covered -= _overlap_with(susp, a, b)
+    if gaps:
+        np.subtract(covered, _overlap_with(gaps, a, b), out=covered, where=~present)
+    if susp or gaps:
+        np.maximum(covered, 0.0, out=covered)
+    return a, b, covered, present, portions
 
 
 def _nh_inplace(seconds: np.ndarray) -> np.ndarray:

@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Mapping
 
 
+PEAK_FIELDS = ("peak_fp16_dense_tflops", "peak_fp8_dense_tflops", "peak_tf32_dense_tflops", "peak_fp64_tensor_tflops",
+               "peak_fp32_tflops")
+
+
 class SkuError(ValueError):
     """A bad SKU table entry, phrased as one line naming the file and the field."""
 
@@ -27,6 +31,13 @@ class SkuRating:
     peak_bf16_dense_tflops: float | None
     match: tuple[str, ...]
     source: str
+    # method 1.1's lens: dense peaks per precision (None: the table has no public figure for it)
+    peak_fp16_dense_tflops: float | None = None
+    peak_fp8_dense_tflops: float | None = None
+    peak_tf32_dense_tflops: float | None = None
+    peak_fp64_tensor_tflops: float | None = None
+    peak_fp32_tflops: float | None = None
+    peaks_source: str = ""
 
 
 def _parse_table(data: Mapping, origin: str) -> dict[str, SkuRating]:
@@ -35,7 +46,7 @@ def _parse_table(data: Mapping, origin: str) -> dict[str, SkuRating]:
         if not isinstance(row, Mapping):
             raise SkuError(f"{origin}: skus.{key} must be a table")
         nums = {}
-        for f in ("rated_sm_clock_mhz", "tdp_w", "peak_bf16_dense_tflops"):
+        for f in ("rated_sm_clock_mhz", "tdp_w", "peak_bf16_dense_tflops", *PEAK_FIELDS):
             v = row.get(f)
             if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0):
                 raise SkuError(f"{origin}: skus.{key}.{f} must be a positive number, got {v!r}")
@@ -44,7 +55,8 @@ def _parse_table(data: Mapping, origin: str) -> dict[str, SkuRating]:
         if isinstance(match, str):
             match = [match]
         out[key] = SkuRating(key=key, vendor=str(row.get("vendor", "")), match=tuple(str(m) for m in match),
-                             source=str(row.get("source", origin)), **nums)
+                             source=str(row.get("source", origin)), peaks_source=str(row.get("peaks_source", "")),
+                             **nums)
     return out
 
 
@@ -86,7 +98,9 @@ def _merge(table: Mapping[str, SkuRating], raw: Mapping, origin: str) -> dict[st
         base = table.get(key)
         full = {} if base is None else {"vendor": base.vendor, "rated_sm_clock_mhz": base.rated_sm_clock_mhz,
                                          "tdp_w": base.tdp_w, "peak_bf16_dense_tflops": base.peak_bf16_dense_tflops,
-                                         "match": list(base.match), "source": base.source}
+                                         "match": list(base.match), "source": base.source,
+                                         "peaks_source": base.peaks_source,
+                                         **{f: getattr(base, f) for f in PEAK_FIELDS}}
         full.update(row)
         if "source" not in row:
             full["source"] = f"site override ({origin})" + (f"; built-in: {base.source}" if base else "")

@@ -31,22 +31,23 @@ from typing import Iterable
 from sqlalchemy.engine import Engine
 
 from ..entries import ChainedEntry, Kind
-from .compute import RECEIPT_VERSION, Receipt, ReceiptError, RunInputs, RunKey, compute_receipt, receipt_hash, run_frame
+from .compute import RECEIPT_VERSION, LensSettings, Receipt, ReceiptError, RunInputs, RunKey, compute_receipt, receipt_hash, run_frame
 from .gather import gather
 from .issue import IssueResult, issue_receipt, replay, verify_receipt, write_receipt_files
 from .render import render_pdf, render_text
 
-__all__ = ["RECEIPT_VERSION", "Receipt", "ReceiptError", "RunInputs", "RunKey", "IssueResult", "build_receipt",
+__all__ = ["RECEIPT_VERSION", "LensSettings", "Receipt", "ReceiptError", "RunInputs", "RunKey", "IssueResult", "build_receipt",
            "compute_receipt", "gather", "issue_receipt", "receipt_for", "receipt_hash", "render_pdf", "render_text",
            "replay", "run_frame", "runs_of", "verify_receipt", "write_receipt_files"]
 
 
 def receipt_for(engine: Engine, job_id: str, run: int | None = None, *, cluster: str | None = None,
                 as_of: int | None = None, contract_id: str | None = None, sku_table=None,  # noqa: ANN001
-                workers: int = 1) -> Receipt:
-    """The receipt of one run as the ledger stands at ``as_of`` (default: now)."""
+                workers: int = 1, lens: LensSettings | None = None) -> Receipt:
+    """The receipt of one run as the ledger stands at ``as_of`` (default: now); ``lens``: method 1.1."""
     return compute_receipt(gather(engine, str(job_id), run, cluster=cluster, as_of=as_of,
-                                  contract_id=contract_id, workers=workers), sku_table)
+                                  contract_id=contract_id, workers=workers, lens_columns=lens is not None),
+                           sku_table, lens=lens)
 
 
 def runs_of(entries: Iterable[ChainedEntry], job_id: str) -> dict[tuple[str | None, int], list[ChainedEntry]]:

@@ -37,7 +37,7 @@ def issue_ended_runs(engine: Engine, shipped: list[Entry], site: Site) -> list[s
     failed = []
     for cluster, job_id, run in ended:
         try:
-            res = issue_receipt(engine, job_id, run, cluster=cluster, sku_table=site.sku_table)
+            res = issue_receipt(engine, job_id, run, cluster=cluster, sku_table=site.sku_table, lens=site.lens)
             if site.receipts_dir:
                 write_receipt_files(res.receipt, site.receipts_dir)
         except Exception as exc:  # noqa: BLE001 - any failure is reported; the shipment itself has committed

@@ -31,6 +31,7 @@ from ..method import (
 from ..method.attribution import DEFAULT_THRESHOLDS, seconds_to_nh
 from ..method.evidence import (REPLACED_BY_SAMPLES, controlled_by, rests_on_dcgm_job_record, user_controlled,
                                xids_raised)
+from ..method.lens import LENS_METHOD_VERSION, LensSettings, lens_block, lens_device, peak_tflops, precision_for
 from ..method.mig import mig_share
 from ..method.skus import SkuRating, match_sku
 from ..accounting import run_accounting
@@ -39,6 +40,8 @@ from .progress import minus, progress_block, seconds
 RECEIPT_VERSION = "1.2"  # 1.1: the progress block, provider_failure_loss, lost_since_checkpoint_credited;
 # 1.2: who controls each piece of evidence (controlled_by, replaced_by, the failure's evidence), provider
 # failures need provider-side evidence, user_caused_unknown
+# 1.3 (method 1.1.0): the effective_compute block; a receipt computed without the lens stays 1.2 exactly
+LENS_RECEIPT_VERSION = "1.3"
 CENT = Decimal("0.01")
 NH = Decimal(10) ** 9
 
@@ -188,7 +191,9 @@ def _billed_nh(nh: int, gran_s: int, min_s: int, paid_nh: int) -> int:
 # --- the receipt -------------------------------------------------------------------------------------------
 
 def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None = None,
-                    thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Receipt:
+                    thresholds: Thresholds = DEFAULT_THRESHOLDS, lens: LensSettings | None = None) -> Receipt:
+    """The receipt body; ``lens`` None computes method 1.0.0 / receipt 1.2 exactly as before, a
+    :class:`LensSettings` method 1.1.0 / receipt 1.3 (the same body plus ``effective_compute``)."""
     key = inputs.key
     frame = run_frame(inputs.entries, inputs.open_end)
     if frame.start is None:
@@ -439,8 +444,35 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
     accounting = run_accounting(c.entry for c in inputs.entries)
     if accounting is not None:  # runs the Slurm hooks recorded: the accounting record, or what still waits for it
         body["job"]["accounting"] = accounting
+    if lens is not None:
+        _add_lens(body, inputs, frame, plan, accounts, lens, (w0, w1), thresholds)
     body["receipt_hash"] = receipt_hash(body)
     return Receipt(body=body, timelines=timelines)
+
+
+def _add_lens(body: dict, inputs: RunInputs, frame: Any, plan: Sequence, accounts: Sequence, lens: LensSettings,
+              window: tuple[float, float], thresholds: Thresholds) -> None:
+    """Method 1.1: the effective_compute block (docs/method.md, "Effective compute"); the rest is untouched."""
+    precision = None
+    per_device = []
+    summary_nh = 0
+    for (dev, rating, rated, mine), (_d, _r, acc) in zip(plan, accounts):
+        p = precision_for({"compute_precision": lens.compute_precision}, rating.key if rating else None,
+                          frame.account)
+        precision = p if precision in (None, p) else "mixed"
+        if acc.fidelity == "summary":  # a summary carries no pipe field: its covered time is unmeasured
+            summary_nh += acc.paid_nh - sum(acc.gap_nh.values())
+            continue
+        samples = inputs.samples.get(dev["uuid"]) if acc.fidelity == "samples" else None
+        x = lens_device(window, samples, unknown=mine, suspended=frame.suspended, rated_clock_mhz=rated,
+                        thresholds=thresholds)
+        share = mig_share(dev.get("mig_profile"), dev.get("sku")) if dev.get("mig_profile") else None
+        per_device.append((x, peak_tflops(rating, p), None if share is None else float(share)))
+    block = lens_block(per_device, precision or precision_for({"compute_precision": lens.compute_precision},
+                                                             None, frame.account), summary_nh)
+    body["receipt_version"] = LENS_RECEIPT_VERSION
+    body["method"]["version"] = LENS_METHOD_VERSION
+    body["effective_compute"] = block
 
 
 def sampled_devices(segments: Sequence[ChainedEntry]) -> frozenset[str]:
@@ -489,5 +521,5 @@ def _hours_block(buckets: np.ndarray, paid_nh: int, suspended_nh: int) -> dict:
             "throttled": {r: nh_to_hours(d[f"throttled.{r}"]) for r in THROTTLE_REASONS}}
 
 
-__all__ = ["RECEIPT_VERSION", "Receipt", "ReceiptError", "RunFrame", "RunInputs", "RunKey", "compute_receipt",
+__all__ = ["LENS_RECEIPT_VERSION", "LensSettings", "RECEIPT_VERSION", "Receipt", "ReceiptError", "RunFrame", "RunInputs", "RunKey", "compute_receipt",
            "gap_applies", "receipt_hash", "run_frame", "Contract"]

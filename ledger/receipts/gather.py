@@ -26,6 +26,8 @@ from .progress import end_state
 
 SAMPLE_READ_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "tensor_active", "gpu_util",
                        "sm_clock_mhz", "compute_procs", "fb_used_mib")
+# read as well only for method 1.1's effective-compute lens (a 1.0.0 receipt reads what it always read)
+LENS_READ_COLUMNS = ("sm_occupancy", "dram_active")
 
 
 def runs_of_job(conn: Connection, job_id: str, as_of: int | None) -> dict[RunKey, list[ChainedEntry]]:
@@ -71,19 +73,20 @@ def overlapping_entries(conn: Connection, kind: str, start: str, end: str, as_of
 
 def gather(engine_or_conn: Engine | Connection, job_id: str, run: int | None = None, *, cluster: str | None = None,
            as_of: int | None = None, contract_id: str | None = None, workers: int = 1,
-           contract_entry_id: str | None = None) -> RunInputs:
-    """The run's inputs. ``workers`` > 1 lets a big run (an engine, not a connection) read and attribute its
+           contract_entry_id: str | None = None, lens_columns: bool = False) -> RunInputs:
+    """The run's inputs (``lens_columns``: the samples also carry what method 1.1's lens reads). ``workers`` > 1 lets a big run (an engine, not a connection) read and attribute its
     devices in that many processes (spawned: a script needs the ``if __name__ == "__main__"`` guard).
     ``contract_entry_id`` pins the contract (an issued receipt's replay)."""
     if isinstance(engine_or_conn, Engine):
         with engine_or_conn.connect() as conn:
-            return _gather(conn, engine_or_conn, job_id, run, cluster, as_of, contract_id, workers,
+            return _gather(conn, engine_or_conn, job_id, run, cluster, as_of, contract_id, workers, lens_columns,
                            contract_entry_id)
-    return _gather(engine_or_conn, None, job_id, run, cluster, as_of, contract_id, workers, contract_entry_id)
+    return _gather(engine_or_conn, None, job_id, run, cluster, as_of, contract_id, workers, lens_columns,
+                   contract_entry_id)
 
 
 def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | None, cluster: str | None,
-            as_of: int | None, contract_id: str | None, workers: int = 1,
+            as_of: int | None, contract_id: str | None, workers: int = 1, lens_columns: bool = False,
             contract_entry_id: str | None = None) -> RunInputs:
     runs = runs_of_job(conn, str(job_id), as_of)
     key = pick_run(runs, str(job_id), run, cluster)
@@ -123,9 +126,11 @@ def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | Non
             if d in by_device:
                 by_device[d].append(seg.entry.entry_id)
     if engine is not None:
-        samples: Mapping[str, SampleArrays] = LazySamples(engine, by_device, w0, w1, workers=workers)
+        samples: Mapping[str, SampleArrays] = LazySamples(engine, by_device, w0, w1, workers=workers,
+                                                          lens_columns=lens_columns)
     else:
-        samples = load_sample_arrays(conn, [s.entry.entry_id for s in segments], sorted(uuids), w0, w1)
+        samples = load_sample_arrays(conn, [s.entry.entry_id for s in segments], sorted(uuids), w0, w1,
+                                     lens_columns)
     used = {s for s in segments}
     xid_samples = {}
     if end_state(entries) not in (None, "COMPLETED"):  # only a run that did not complete can be a provider failure
@@ -155,7 +160,7 @@ DEVICE_BATCH = 16
 
 
 def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Sequence[str], start: float,
-                       end: float) -> dict[str, SampleArrays]:
+                       end: float, lens_columns: bool = False) -> dict[str, SampleArrays]:
     """Columns of the samples of these segments and devices overlapping [start, end), one array set per device.
 
     Read through :func:`ledger.telemetry.store.iter_sample_pieces` (columnar blocks, decompressing only these
@@ -166,7 +171,8 @@ def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Se
         return {}
     parts: dict[str, list[list[np.ndarray]]] = defaultdict(list)
     for device, table in iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start, end=end,
-                                            columns=SAMPLE_READ_COLUMNS[1:]):
+                                            columns=SAMPLE_READ_COLUMNS[1:] + (LENS_READ_COLUMNS if lens_columns
+                                                                               else ())):
         parts[device].append([float_values(c) for c in table.columns])
     out = {}
     for device in devices:
@@ -179,10 +185,12 @@ def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Se
             # Sort by t, then every other column: the same order whatever order the segments came in.
             order = np.lexsort(tuple(reversed(cols)))
             cols = [c[order] for c in cols]
-        t, dt, reasons, sm_active, tensor_active, gpu_util, sm_clock, procs, fb_used = cols
+        t, dt, reasons, sm_active, tensor_active, gpu_util, sm_clock, procs, fb_used, *lens = cols
+        occupancy, dram = lens if lens else (None, None)
         out[device] = SampleArrays.from_columns(t=t, dt=dt, reasons=reasons, sm_active=sm_active,
                                                 tensor_active=tensor_active, gpu_util=gpu_util, sm_clock=sm_clock,
-                                                procs=procs, fb_used=fb_used)
+                                                procs=procs, fb_used=fb_used, sm_occupancy=occupancy,
+                                                dram_active=dram)
     return out
 
 
@@ -191,13 +199,14 @@ class LazySamples(Mapping):
     receipt's memory is bounded by one batch, not by the whole run."""
 
     def __init__(self, engine: Engine, segments_by_device: Mapping[str, Sequence[str]], start: float, end: float,
-                 batch: int = DEVICE_BATCH, workers: int = 1) -> None:
+                 batch: int = DEVICE_BATCH, workers: int = 1, lens_columns: bool = False) -> None:
         self._engine = engine
         self._workers = workers
         self._segs = {d: list(s) for d, s in segments_by_device.items() if s}
         self._order = list(self._segs)
         self._pos = {d: i for i, d in enumerate(self._order)}
         self._start, self._end, self._batch = start, end, batch
+        self._lens = lens_columns
         self._cache: dict[str, SampleArrays] = {}
         self._loaded: set[str] = set()
 
@@ -209,7 +218,7 @@ class LazySamples(Mapping):
             batch = self._order[i:i + self._batch]
             segs = sorted({s for d in batch for s in self._segs[d]})
             with self._engine.connect() as conn:
-                self._cache = load_sample_arrays(conn, segs, batch, self._start, self._end)
+                self._cache = load_sample_arrays(conn, segs, batch, self._start, self._end, self._lens)
             self._loaded = set(batch)
         if device not in self._cache:
             raise KeyError(device)

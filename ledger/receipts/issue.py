@@ -32,7 +32,8 @@ from ..fsmodes import RECEIPTS_DIR, RECEIPTS_FILE, make_dirs, open_subdir, write
 from ..method import METHOD_NAME, METHOD_VERSION
 from ..db import write_tx
 from ..store import append_in, iter_entries, lock_chain
-from .compute import Receipt, ReceiptError, RunKey, compute_receipt
+from ..method.lens import LENS_METHOD_VERSION
+from .compute import LensSettings, Receipt, ReceiptError, RunKey, compute_receipt
 from .gather import gather
 
 
@@ -53,11 +54,21 @@ def issued_entries(engine_or_conn, key: RunKey) -> list[ChainedEntry]:  # noqa: 
 
 
 def replay(engine: Engine, issued: ChainedEntry, sku_table: Mapping | None = None, workers: int = 1) -> Receipt:
-    """Recompute the receipt an issued entry names: same run, same through_seq, same contract."""
+    """Recompute the receipt an issued entry names: same run, same through_seq, same contract, and the same
+    method version it was issued under (1.0.0 without the lens, 1.1.0 with it at its recorded precision)."""
     d = issued.entry.data
     return compute_receipt(gather(engine, issued.entry.job_id, issued.entry.run or 0, cluster=issued.entry.cluster,
                                   as_of=d["through_seq"], contract_id=d["contract"]["id"], workers=workers,
-                                  contract_entry_id=_pin(d)), sku_table)
+                                  contract_entry_id=_pin(d), lens_columns=issued_lens(d) is not None), sku_table,
+                           lens=issued_lens(d))
+
+
+def issued_lens(issued_data: Mapping) -> LensSettings | None:
+    """The lens an issued receipt was computed with: None under method 1.0.0; under 1.1.0 its precision."""
+    if (issued_data.get("method") or {}).get("version") != LENS_METHOD_VERSION:
+        return None
+    block = (issued_data.get("receipt") or {}).get("effective_compute") or {}
+    return LensSettings(compute_precision=block.get("precision", "bf16"))
 
 
 def _pin(issued_data: Mapping) -> str:
@@ -107,7 +118,7 @@ def receipt_issued_entry(r: Receipt, previous: ChainedEntry | None, changes: lis
                "head_hash": b["ledger"]["head_hash"],
                "contract": {"id": b["contract"]["id"], "version": b["contract"]["version"],
                             "entry_id": b["contract"]["entry_id"]},
-               "method": {"name": METHOD_NAME, "version": METHOD_VERSION},
+               "method": {"name": METHOD_NAME, "version": b["method"]["version"]},
                "receipt_version": b["receipt_version"],
                "previous": None if previous is None else {"entry_id": previous.entry.entry_id,
                                                           "receipt_hash": previous.entry.data.get("receipt_hash")},
@@ -120,19 +131,19 @@ def receipt_issued_entry(r: Receipt, previous: ChainedEntry | None, changes: lis
     job = b["job"]
     return make_entry(Kind.RECEIPT_ISSUED, b["window"]["end"] or b["window"]["start"], payload,
                       cluster=job["cluster"], job_id=job["job_id"], run=job["run"], source="ipledger.receipt",
-                      source_version=METHOD_VERSION)
+                      source_version=b["method"]["version"])
 
 
 def issue_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluster: str | None = None,
                   contract_id: str | None = None, sku_table: Mapping | None = None, workers: int = 1,
                   closed: ClosedMonths | None = None, reprice_closed: bool = False,
-                  dry_run: bool = False) -> IssueResult:
+                  dry_run: bool = False, lens: LensSettings | None = None) -> IssueResult:
     """Compute the run's receipt at the ledger head and record it, unless the last issued one is identical.
 
     A run billed in an exported month (``closed``; read from the ledger when None) keeps the contract of its
     last issue unless ``reprice_closed``. ``dry_run``: say what would be issued, record nothing."""
-    receipt = compute_receipt(gather(engine, job_id, run, cluster=cluster, contract_id=contract_id, workers=workers),
-                              sku_table)
+    receipt = compute_receipt(gather(engine, job_id, run, cluster=cluster, contract_id=contract_id, workers=workers,
+                                     lens_columns=lens is not None), sku_table, lens=lens)
     job = receipt.body["job"]
     key = RunKey(job["cluster"], job["job_id"], job["run"])
     prior = issued_entries(engine, key)
@@ -147,7 +158,8 @@ def issue_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluste
         elif months:  # an exported month: the terms its statement was computed under stay
             kept = months
             receipt = compute_receipt(gather(engine, job_id, key.run, cluster=key.cluster, workers=workers,
-                                             contract_entry_id=_pin(previous.entry.data)), sku_table)
+                                             contract_entry_id=_pin(previous.entry.data),
+                                             lens_columns=lens is not None), sku_table, lens=lens)
     if previous is not None and previous.entry.data.get("receipt_hash") == receipt.hash:
         return IssueResult(receipt, "unchanged", None, previous, (), kept)
     if dry_run:
@@ -284,7 +296,7 @@ def runs_to_issue(engine: Engine, period: tuple[float, float] | None = None, inc
 
 def issue_runs(engine: Engine, keys: Iterable[RunKey], *, sku_table: Mapping | None = None,
                progress: Callable[[int, int], None] | None = None, reprice_closed: bool = False,
-               dry_run: bool = False) -> IssueSummary:
+               dry_run: bool = False, lens: LensSettings | None = None) -> IssueSummary:
     """Issue (or re-issue where changed) the receipt of each run; a run that cannot be computed is counted
     as failed with its reason and does not stop the others. Idempotent: a second pass issues nothing.
     Exported months keep their contract unless ``reprice_closed`` (see the module doc); ``dry_run`` records
@@ -295,7 +307,7 @@ def issue_runs(engine: Engine, keys: Iterable[RunKey], *, sku_table: Mapping | N
     for n, key in enumerate(keys, start=1):
         try:
             res = issue_receipt(engine, key.job_id, key.run, cluster=key.cluster, sku_table=sku_table,
-                                closed=closed, reprice_closed=reprice_closed, dry_run=dry_run)
+                                closed=closed, reprice_closed=reprice_closed, dry_run=dry_run, lens=lens)
         except ReceiptError as exc:
             out.failed.append((key, str(exc)))
         except Exception as exc:  # noqa: BLE001 - one bad run must not stop the others (as auto_issue)

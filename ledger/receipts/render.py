@@ -144,11 +144,36 @@ def text_lines(r: Receipt) -> list[str]:
             out.append(f"  {a['direction']:<7} {qty:>10} {sign}{money_str(a['amount'])} {cur}  by {a['by']}: {a['reason']}")
     out.append(f"{'Billed after adjustments':<28}{hours_str(b['totals']['after_adjustments']['gpu_hours']):>16}"
                f"{money_str(b['totals']['after_adjustments']['amount']):>16}")
+    out += effective_compute_lines(b)
     out += ["", f"receipt {b['receipt_hash']}",
             f"ledger through seq {b['ledger']['through_seq']}  head {b['ledger']['head_hash']}"]
     from ..textsafe import printable  # account/user/job names as the fleet sent them: no control characters shown
 
     return [printable(line) for line in out]
+
+
+def effective_compute_lines(b: dict) -> list[str]:
+    """Method 1.1's "Effective compute" block (nothing under 1.0.0, whose lines stay as they were)."""
+    ec = b.get("effective_compute")
+    if not ec:
+        return []
+
+    def h(v: float | None) -> str:
+        return "not measured" if v is None else f"{hours_str(v)} h"
+
+    def pf(v: float | None) -> str:
+        return "no peak rating" if v is None else f"{v:.6f} PFLOP-h"
+
+    share = ec["rated_share"]
+    bound = ", ".join(f"{k} {'-' if v is None else f'{100 * v:.1f} %'}" for k, v in ec["bound_split"].items())
+    return ["", f"Effective compute (hardware-counter estimate, precision {ec['precision']}, from {ec['source']})",
+            f"  {'tensor GPU-hours':<26}{h(ec['tensor_gpu_hours']):>20}",
+            *(f"  {p + ' GPU-hours':<26}{h(ec[p + '_gpu_hours']):>20}" for p in ("fp64", "fp32", "fp16")),
+            f"  {'achieved':<26}{pf(ec['achieved_pflop_hours']):>20}",
+            f"  {'rated':<26}{pf(ec['rated_pflop_hours']):>20}",
+            f"  {'rated share':<26}{'-' if share is None else f'{100 * share:.2f} %':>20}",
+            f"  bound (of delivered time): {bound}",
+            f"  {'unmeasured GPU-hours':<26}{h(ec['unmeasured_gpu_hours']):>20}"]
 
 
 def render_text(r: Receipt) -> str:

@@ -1,0 +1,306 @@
+"""The effective-compute lens of "ipledger-attribution" 1.1 (docs/method.md, "Effective compute").
+
+Beside the time identity (which 1.1 leaves exactly as 1.0 computes it), the lens says how much math each
+covered GPU-second did against the device's rating. Per sample, with the covered time ``c`` and the clock ratio
+``r`` the time identity already uses:
+
+* ``tensor_gpu_hours`` = Σ c × tensor_active × r, and likewise ``fp64/fp32/fp16_gpu_hours`` from DCGM's pipe
+  fields (1006-1008) where they were measured;
+* ``achieved_pflop_hours`` = Σ c × tensor_active × r × peak and ``rated_pflop_hours`` = Σ c × peak over the
+  same samples (peak: the SKU's dense PFLOPS at the run's precision, a MIG slice at its share), and their ratio
+  ``rated_share``;
+* the bound split of delivered time (c × activity × r): compute / memory / latency / other;
+* ``unmeasured_gpu_hours``: covered time of samples without the needed field (tensor active) — unknown, never
+  read as zero; a device with only a summary or coarse utilisation contributes nothing else.
+
+Pure and vectorised: :func:`lens_device` is what receipts use; :func:`lens_device_reference` is the same
+definition as a plain loop (exact sums, math.fsum), held equal to it within a nanohour by tests/test_lens.py.
+Sums are kept in seconds and rounded to whole nanohours once per device, so a device's figures are the same in
+every process.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .attribution import DEFAULT_THRESHOLDS, NH_PER_SECOND, SampleArrays, Thresholds, covered_time, paid_window
+
+LENS_METHOD_VERSION = "1.1.0"
+PRECISIONS = ("bf16", "fp16", "fp8", "tf32", "fp64")
+BOUNDS = ("compute", "memory", "latency", "other")
+PIPES = ("fp64", "fp32", "fp16")
+
+
+@dataclass(frozen=True)
+class LensThresholds:
+    """What counts as "high" for the bound split (part of method 1.1: changing one changes its version)."""
+
+    pipe_high: float = 0.3        # tensor or any FP pipe at or above this: compute-bound
+    dram_high: float = 0.3        # DRAM active at or above this (pipes low): memory-bound
+    sm_high: float = 0.5          # SM active at or above this ...
+    occupancy_low: float = 0.2    # ... with occupancy below this (pipes and DRAM low): latency-bound
+
+
+DEFAULT_LENS_THRESHOLDS = LensThresholds()
+
+
+@dataclass(frozen=True)
+class LensSettings:
+    """Method 1.1's effective-compute lens is on; ``compute_precision`` as the site gives it (one name, or a
+    table by account or SKU key with a ``default``)."""
+
+    compute_precision: Any = "bf16"
+
+
+@dataclass
+class DeviceLens:
+    """One device's lens in seconds (floats, exact sums) and, for the receipt, whole nanohours."""
+
+    tensor_s: float = 0.0
+    pipes_s: dict[str, float | None] = field(default_factory=lambda: {p: None for p in PIPES})
+    measured_s: float = 0.0               # covered seconds with tensor active measured
+    counted_flop: float = 0.0             # operations the op counters counted in covered time (c / dt of each)
+    counted_s: float = 0.0                # covered seconds with an op count
+    tensor_uncounted_s: float = 0.0       # Σ c × tensor × r over samples with tensor active but no op count
+    rated_s: float = 0.0                  # covered seconds with either (the rated figure's time)
+    unmeasured_s: float = 0.0             # covered seconds without it
+    delivered_s: float = 0.0              # Σ c × activity × r over working samples (the bound split's whole)
+    bound_s: dict[str, float] = field(default_factory=lambda: {b: 0.0 for b in (*BOUNDS, "unmeasured")})
+
+    def nh(self, seconds: float | None) -> int | None:
+        return None if seconds is None else int(math.floor(seconds * NH_PER_SECOND + 0.5))
+
+
+def _covered(window: tuple[float, float], samples: SampleArrays, unknown: Sequence[tuple[float, float, str]],
+             suspended: Sequence[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """(order, covered seconds per sample in that order, window start, end): the time identity's own c."""
+    s, e, susp, _paid, _s = paid_window(window, suspended)
+    order = np.argsort(samples.t, kind="stable")
+    _a, _b, covered, _present, _portions = covered_time(samples.t[order], samples.dt[order],
+                                                        samples.activity[order], (s, e), susp, unknown)
+    return order, covered, s, e
+
+
+def _ratio(clock: np.ndarray, rated: float | None) -> np.ndarray:
+    if not rated:
+        return np.ones_like(clock)
+    r = np.fmin(clock / float(rated), 1.0)     # an unmeasured clock (NaN) counts as full speed
+    r = np.where(np.isnan(r), 1.0, r)
+    return np.maximum(r, 0.0)
+
+
+def _col(x: np.ndarray | None, n: int, order: np.ndarray) -> np.ndarray:
+    return np.full(n, np.nan) if x is None else np.asarray(x, dtype=np.float64)[order]
+
+
+def _sum(x: np.ndarray, mask: np.ndarray) -> float:
+    """Σ x over the mask (numpy's reduction: the same order, so the same float, in every process)."""
+    return float(np.add.reduce(x, where=mask, initial=0.0))
+
+
+def lens_device(window: tuple[float, float], samples: SampleArrays | None, *,
+                unknown: Sequence[tuple[float, float, str]] = (), suspended: Sequence[tuple[float, float]] = (),
+                rated_clock_mhz: float | None = None, thresholds: Thresholds = DEFAULT_THRESHOLDS,
+                lens: LensThresholds = DEFAULT_LENS_THRESHOLDS) -> DeviceLens:
+    """One device's effective-compute lens from its samples (None or empty: nothing measured, nothing known)."""
+    out = DeviceLens()
+    if samples is None or not len(samples):
+        return out
+    order, c, _s, _e = _covered(window, samples, unknown, suspended)
+    n = c.shape[0]
+    r = _ratio(samples.sm_clock[order], rated_clock_mhz)
+    ten = _col(samples.tensor, n, order)
+    has_t = ~np.isnan(ten)
+    tclip = np.clip(np.where(has_t, ten, 0.0), 0.0, 1.0)
+    out.tensor_s = _sum(c * tclip * r, has_t)
+    out.measured_s = _sum(c, has_t)
+    out.unmeasured_s = _sum(c, ~has_t)
+    ops = _col(samples.ops, n, order)
+    dts = samples.dt[order]
+    has_o = ~np.isnan(ops) & (dts > 0)
+    if has_o.any():  # counted, not inferred: the share of the sample's count that falls in its covered time
+        out.counted_flop = _sum(np.maximum(np.where(has_o, ops, 0.0), 0.0) * c / np.where(has_o, dts, 1.0), has_o)
+        out.counted_s = _sum(c, has_o)
+    out.tensor_uncounted_s = _sum(c * tclip * r, has_t & ~has_o)
+    out.rated_s = _sum(c, has_t | has_o)
+    pipe_high = np.zeros(n, dtype=bool)
+    for p in PIPES:
+        v = _col(getattr(samples, p), n, order)
+        has = ~np.isnan(v)
+        if has.any():
+            vc = np.clip(np.where(has, v, 0.0), 0.0, 1.0)
+            out.pipes_s[p] = _sum(c * vc * r, has)
+            pipe_high |= has & (vc >= lens.pipe_high)
+    # The bound split over delivered time: working samples (activity measured and at least active_min).
+    act = samples.activity[order]
+    present = act == act
+    actc = np.clip(np.where(present, act, 0.0), 0.0, 1.0)
+    working = present & (actc >= thresholds.active_min)
+    deliv = np.where(working, c * actc * r, 0.0)
+    out.delivered_s = _sum(deliv, working)
+    dram = _col(samples.dram, n, order)
+    occ = _col(samples.occupancy, n, order)
+    sm = _col(samples.sm, n, order)
+    known_any = has_t | ~np.isnan(dram) | ~np.isnan(occ) | pipe_high
+    compute = working & (pipe_high | (has_t & (tclip >= lens.pipe_high)))
+    memory = working & ~compute & (np.nan_to_num(dram) >= lens.dram_high)
+    latency = (working & ~compute & ~memory & (np.nan_to_num(sm) >= lens.sm_high)
+               & ~np.isnan(occ) & (np.nan_to_num(occ) < lens.occupancy_low))
+    unmeasured = working & ~known_any
+    other = working & ~compute & ~memory & ~latency & ~unmeasured
+    for name, mask in (("compute", compute), ("memory", memory), ("latency", latency), ("other", other),
+                       ("unmeasured", unmeasured)):
+        out.bound_s[name] = _sum(deliv, mask)
+    return out
+
+
+def lens_device_reference(window: tuple[float, float], samples: SampleArrays | None, *,
+                          unknown: Sequence[tuple[float, float, str]] = (),
+                          suspended: Sequence[tuple[float, float]] = (), rated_clock_mhz: float | None = None,
+                          thresholds: Thresholds = DEFAULT_THRESHOLDS,
+                          lens: LensThresholds = DEFAULT_LENS_THRESHOLDS) -> DeviceLens:
+    """:func:`lens_device` one sample at a time, as docs/method.md states it (covered time from the same
+    interval helpers)."""
+    out = DeviceLens()
+    if samples is None or not len(samples):
+        return out
+    order, c, _s, _e = _covered(window, samples, unknown, suspended)
+
+    def get(x: np.ndarray | None, i: int) -> float | None:
+        if x is None:
+            return None
+        v = float(x[i])
+        return None if v != v else v
+
+    tensor, measured, unmeasured, delivered = [], [], [], []
+    counted, counted_s, uncounted, rated_s = [], [], [], []
+    pipes: dict[str, list[float]] = {p: [] for p in PIPES}
+    seen = {p: False for p in PIPES}
+    bound: dict[str, list[float]] = {b: [] for b in (*BOUNDS, "unmeasured")}
+    for k, i in enumerate(order.tolist()):
+        cov = float(c[k])
+        clock = get(samples.sm_clock, i)
+        r = 1.0
+        if rated_clock_mhz:
+            r = 1.0 if clock is None else max(min(clock / float(rated_clock_mhz), 1.0), 0.0)
+        ten = get(samples.tensor, i)
+        if ten is None:
+            unmeasured.append(cov)
+        else:
+            ten = min(max(ten, 0.0), 1.0)
+            tensor.append(cov * ten * r)
+            measured.append(cov)
+        ops, dt = get(samples.ops, i), get(samples.dt, i)
+        has_ops = ops is not None and dt is not None and dt > 0
+        if has_ops:
+            counted.append(max(ops, 0.0) * cov / dt)
+            counted_s.append(cov)
+        elif ten is not None:
+            uncounted.append(cov * ten * r)
+        if has_ops or ten is not None:
+            rated_s.append(cov)
+        high = ten is not None and ten >= lens.pipe_high
+        for p in PIPES:
+            v = get(getattr(samples, p), i)
+            if v is not None:
+                v = min(max(v, 0.0), 1.0)
+                seen[p] = True
+                pipes[p].append(cov * v * r)
+                high = high or v >= lens.pipe_high
+        act = get(samples.activity, i)
+        if act is None or min(max(act, 0.0), 1.0) < thresholds.active_min:
+            continue
+        d = cov * min(max(act, 0.0), 1.0) * r
+        delivered.append(d)
+        dram, occ, sm = get(samples.dram, i), get(samples.occupancy, i), get(samples.sm, i)
+        if high:
+            bound["compute"].append(d)
+        elif dram is not None and dram >= lens.dram_high:
+            bound["memory"].append(d)
+        elif sm is not None and sm >= lens.sm_high and occ is not None and occ < lens.occupancy_low:
+            bound["latency"].append(d)
+        elif ten is None and dram is None and occ is None:
+            bound["unmeasured"].append(d)
+        else:
+            bound["other"].append(d)
+    out.tensor_s, out.measured_s, out.unmeasured_s = math.fsum(tensor), math.fsum(measured), math.fsum(unmeasured)
+    out.delivered_s = math.fsum(delivered)
+    out.counted_flop, out.counted_s = math.fsum(counted), math.fsum(counted_s)
+    out.tensor_uncounted_s, out.rated_s = math.fsum(uncounted), math.fsum(rated_s)
+    out.pipes_s = {p: (math.fsum(pipes[p]) if seen[p] else None) for p in PIPES}
+    out.bound_s = {b: math.fsum(v) for b, v in bound.items()}
+    return out
+
+
+def peak_tflops(rating, precision: str) -> float | None:  # noqa: ANN001 - a skus.SkuRating
+    """The SKU's dense peak at the precision (None: not rated, or the table has no figure for it)."""
+    if rating is None:
+        return None
+    return getattr(rating, {"bf16": "peak_bf16_dense_tflops", "fp16": "peak_fp16_dense_tflops",
+                            "fp8": "peak_fp8_dense_tflops", "tf32": "peak_tf32_dense_tflops",
+                            "fp64": "peak_fp64_tensor_tflops"}[precision], None)
+
+
+def lens_block(per_device: Sequence[tuple[DeviceLens, float | None, float | None]], precision: str,
+               unmeasured_extra_nh: int = 0) -> dict:
+    """The receipt's ``effective_compute`` block from (lens, peak TFLOPS at the precision, MIG share) per device.
+
+    ``unmeasured_extra_nh``: covered time of devices measured by a summary only (no samples, so no field)."""
+    tensor_nh = sum(x.nh(x.tensor_s) for x, _p, _m in per_device)
+    unmeasured_nh = sum(x.nh(x.unmeasured_s) for x, _p, _m in per_device) + unmeasured_extra_nh
+    pipes = {}
+    for p in PIPES:
+        vals = [x.nh(x.pipes_s[p]) for x, _p, _m in per_device if x.pipes_s[p] is not None]
+        pipes[p] = sum(vals) / 1e9 if vals else None
+    achieved = rated = 0.0
+    peak_known = counted_any = unrated = False
+    sources = set()
+    for x, peak, share in per_device:
+        if x.counted_s > 0:
+            sources.add("op_counters")
+        if x.tensor_uncounted_s > 0 or (x.measured_s > 0 and x.counted_s <= 0):
+            sources.add("tensor_active")
+        # counted operations first (ops counted, not inferred: no peak needed); tensor activity × peak where
+        # no counter was read
+        achieved += x.counted_flop / 1e15 / 3600.0
+        counted_any = counted_any or x.counted_s > 0
+        if peak is None and x.rated_s > 0:
+            unrated = True  # measured time with no rating: the share would mix rated and unrated parts
+        if peak is None or x.rated_s <= 0:
+            continue
+        peak_known = True
+        pf = peak / 1000.0 * (1.0 if share is None else share)
+        achieved += x.tensor_uncounted_s / 3600.0 * pf
+        rated += x.rated_s / 3600.0 * pf
+    delivered = math.fsum(x.delivered_s for x, _p, _m in per_device)
+    bound = {}
+    for b in (*BOUNDS, "unmeasured"):
+        part = math.fsum(x.bound_s[b] for x, _p, _m in per_device)
+        bound[b] = round(part / delivered, 6) if delivered > 0 else None
+    return {
+        "method": {"name": "ipledger-attribution", "version": LENS_METHOD_VERSION},
+        "precision": precision,
+        "source": "mixed" if len(sources) > 1 else (sources.pop() if sources else None),
+        "tensor_gpu_hours": tensor_nh / 1e9,
+        "fp64_gpu_hours": pipes["fp64"], "fp32_gpu_hours": pipes["fp32"], "fp16_gpu_hours": pipes["fp16"],
+        "achieved_pflop_hours": round(achieved, 9) if peak_known or counted_any else None,
+        "rated_pflop_hours": round(rated, 9) if peak_known else None,
+        "rated_share": round(achieved / rated, 6) if peak_known and rated > 0 and not unrated else None,
+        "bound_split": bound,
+        "unmeasured_gpu_hours": unmeasured_nh / 1e9,
+    }
+
+
+def precision_for(site_or_contract: Mapping | None, sku_key: str | None, account: str | None) -> str:
+    """``compute_precision``: a per-account or per-SKU table, or one string; bf16 by default."""
+    v = (site_or_contract or {}).get("compute_precision", "bf16")
+    if isinstance(v, Mapping):
+        v = v.get(account or "", v.get(sku_key or "", v.get("default", "bf16")))
+    v = str(v).lower()
+    if v not in PRECISIONS:
+        raise ValueError(f"compute_precision: {v!r} is not one of {', '.join(PRECISIONS)}")
+    return v

@@ -1,0 +1,293 @@
+"""Method 1.1's effective-compute lens (docs/method.md, "Effective compute").
+
+* the vectorised lens equals the plain per-sample reference on random timelines (hypothesis);
+* through the CLI, on a ledger with known pipe activities: ``receipt --json``'s tensor_gpu_hours is
+  Σ c × tensor × r to 1e-9 h and unmeasured_gpu_hours the covered time of the samples without the field;
+* the lens adds a block and changes no existing line: the 1.1 body minus the lens is the 1.0 body, and the
+  1.0 text lines are all there;
+* a receipt issued under 1.0.0 still verifies under 1.0.0 after the site turns 1.1.0 on, and one issued
+  under 1.1.0 verifies too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ledger import db as db_mod
+from ledger import store
+from ledger.entries import Kind, make_entry
+from ledger.method import SampleArrays
+from ledger.method.lens import BOUNDS, lens_device, lens_device_reference, peak_tflops, precision_for
+from ledger.method.skus import builtin_table
+from ledger.telemetry.model import Sample
+from ledger.telemetry.store import segment_entry, write_segment
+
+T0 = 1_790_000_000.0  # 2026-09-21
+maybe_frac = st.one_of(st.none(), st.floats(0, 1), st.sampled_from([0.0, 0.04, 0.3, 0.9]))
+
+
+@st.composite
+def device_timeline(draw):
+    n = draw(st.integers(0, 40))
+    cadence = draw(st.sampled_from([1.0, 10.0, 30.0]))
+    ts = [T0 + i * cadence + draw(st.sampled_from([0.0, 0.0, 0.5, -0.5, 7.0])) for i in range(n)]
+    m = len(ts)
+
+    def col(strategy):
+        return np.array([np.nan if x is None else x for x in (draw(strategy) for _ in range(m))], dtype=np.float64)
+
+    arr = SampleArrays.from_columns(
+        t=np.array(ts, dtype=np.float64), dt=col(st.sampled_from([cadence, cadence * 2, 0.0])),
+        sm_active=col(maybe_frac), tensor_active=col(maybe_frac), gpu_util=col(maybe_frac),
+        sm_clock=col(st.one_of(st.none(), st.floats(0, 3000))), procs=col(st.one_of(st.none(), st.integers(0, 2))),
+        fb_used=col(st.one_of(st.none(), st.floats(0, 80000))), sm_occupancy=col(maybe_frac),
+        dram_active=col(maybe_frac), fp64_active=col(maybe_frac), fp32_active=col(maybe_frac),
+        fp16_active=col(maybe_frac), ops=col(st.one_of(st.none(), st.floats(0, 1e16))))
+    end = T0 + draw(st.floats(0, 60 * cadence))
+    span = st.tuples(st.floats(T0 - 60, end + 60), st.floats(0, 600))
+    gaps = [(a, a + w, f"g{i}") for i, (a, w) in enumerate(draw(st.lists(span, max_size=3)))]
+    susp = [(a, a + w) for a, w in draw(st.lists(span, max_size=2))]
+    rated = draw(st.one_of(st.none(), st.sampled_from([1410.0, 1980.0])))
+    return (T0 - draw(st.floats(0, 30)), end), arr, gaps, susp, rated
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(device_timeline())
+def test_vectorised_lens_equals_the_per_sample_reference(tl):
+    window, arr, gaps, susp, rated = tl
+    a = lens_device(window, arr, unknown=gaps, suspended=susp, rated_clock_mhz=rated)
+    b = lens_device_reference(window, arr, unknown=gaps, suspended=susp, rated_clock_mhz=rated)
+
+    def close(x, y):  # the lens sums with numpy, the reference exactly: within a nanohour (3.6 µs)
+        if x is None or y is None:
+            return x is None and y is None
+        return abs(x - y) <= 3.6e-6 + 1e-12 * abs(y)
+
+    for f in ("tensor_s", "measured_s", "unmeasured_s", "delivered_s", "counted_s", "tensor_uncounted_s", "rated_s"):
+        assert close(getattr(a, f), getattr(b, f)), f
+    assert abs(a.counted_flop - b.counted_flop) <= 1e-9 * max(1.0, b.counted_flop)
+    assert all(close(a.pipes_s[p], b.pipes_s[p]) for p in a.pipes_s)
+    assert all(close(a.bound_s[k], b.bound_s[k]) for k in a.bound_s)
+    # the split covers delivered time, and tensor time never exceeds the measured covered time
+    assert abs(sum(a.bound_s.values()) - a.delivered_s) <= 1e-6 * max(1.0, a.delivered_s)
+    assert a.tensor_s <= a.measured_s + 1e-9
+
+
+def test_peaks_and_precision():
+    h100 = builtin_table()["H100-SXM5-80GB"]
+    assert peak_tflops(h100, "bf16") == 989.4 and peak_tflops(h100, "fp8") == 1978.9
+    assert peak_tflops(builtin_table()["A100-SXM4-80GB"], "fp8") is None  # no FP8 on Ampere: not invented
+    assert precision_for({}, None, None) == "bf16"
+    assert precision_for({"compute_precision": {"chem": "fp64", "default": "fp8"}}, "H100", "chem") == "fp64"
+    assert precision_for({"compute_precision": {"chem": "fp64", "default": "fp8"}}, "H100", "bio") == "fp8"
+
+
+def test_op_counters_give_achieved_flops_first_and_the_block_says_which():
+    """AMD: the total FP16/32/64 op counters, where read, are the achieved FLOPs; without them, activity × peak."""
+    from ledger.method.lens import lens_block
+
+    n, dt = 30, 10.0
+    t = T0 + dt * np.arange(n)
+    mi300x = builtin_table()["MI300X"]
+    counted = SampleArrays.from_columns(t=t, dt=np.full(n, dt), sm_active=np.full(n, 0.9),
+                                        tensor_active=np.full(n, 0.5), sm_clock=np.full(n, 2100.0),
+                                        ops=np.full(n, 4e15))  # 4e15 operations per 10 s: 400 TFLOPS
+    x = lens_device((T0, T0 + n * dt), counted, rated_clock_mhz=2100.0)
+    block = lens_block([(x, peak_tflops(mi300x, "bf16"), None)], "bf16")
+    assert block["source"] == "op_counters"
+    assert abs(block["achieved_pflop_hours"] - n * 4e15 / 1e15 / 3600) < 1e-9
+    assert abs(block["rated_pflop_hours"] - n * dt / 3600 * 1.3074) < 1e-9
+    inferred = SampleArrays.from_columns(t=t, dt=np.full(n, dt), sm_active=np.full(n, 0.9),
+                                         tensor_active=np.full(n, 0.5), sm_clock=np.full(n, 2100.0))
+    y = lens_device((T0, T0 + n * dt), inferred, rated_clock_mhz=2100.0)
+    block = lens_block([(y, peak_tflops(mi300x, "bf16"), None)], "bf16")
+    assert block["source"] == "tensor_active"
+    assert abs(block["achieved_pflop_hours"] - n * dt * 0.5 / 3600 * 1.3074) < 1e-9
+    assert lens_block([(x, 1307.4, None), (y, 1307.4, None)], "bf16")["source"] == "mixed"
+
+
+# --- end to end through the CLI ----------------------------------------------------------------------------
+
+CADENCE = 10.0
+SKUS = ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB")
+RATED = {SKUS[0]: 1980.0, SKUS[1]: 1410.0}
+
+
+@st.composite
+def fleets(draw):
+    """Devices with known per-sample pipe activity (None: the field was not measured on that sample)."""
+    devs = []
+    for i in range(draw(st.integers(1, 3))):
+        n = draw(st.integers(1, 30))
+        sku = draw(st.sampled_from(SKUS))
+        no_tensor = draw(st.booleans())  # a device whose collector never had the profiling field
+        rows = []
+        for _ in range(n):
+            sm = draw(st.floats(0.1, 1.0))
+            ten = None if no_tensor else draw(st.one_of(st.none(), st.floats(0, 1)))
+            clock = draw(st.floats(300, 2100))
+            rows.append((sm, ten, clock, draw(maybe_frac), draw(maybe_frac)))
+        devs.append((f"GPU-lens-{i}", sku, rows))
+    return devs
+
+
+def _ledger(url, devs, job="9100"):
+    eng = db_mod.make_engine(url)
+    db_mod.upgrade(eng)
+    key = dict(cluster="c1", job_id=job, run=0)
+    n = max(len(r) for _u, _s, r in devs)
+    es = [make_entry(Kind.ALLOCATION_STARTED, T0, {"account": "chem", "partition": "gpu", "qos": "normal"},
+                     node="n1", **key)]
+    es += [make_entry(Kind.DEVICE_BOUND, T0, {"index": i, "sku": sku}, device=u, node="n1", **key)
+           for i, (u, sku, _r) in enumerate(devs)]
+    store.append(eng, es)
+    for u, _sku, rows in devs:
+        samples = [Sample(device=u, t=T0 + k * CADENCE, dt=CADENCE, sm_active=sm, tensor_active=ten,
+                          sm_clock_mhz=clk, sm_occupancy=occ, dram_active=dram, compute_procs=1.0)
+                   for k, (sm, ten, clk, occ, dram) in enumerate(rows)]
+        write_segment(eng, samples, segment_entry(samples, node="n1", source="test"))
+    store.append(eng, [make_entry(Kind.ALLOCATION_ENDED, T0 + n * CADENCE, {"exit_code": 0}, node="n1", **key)])
+    eng.dispose()
+
+
+def _config(tmp_path, version):
+    cfg = tmp_path / f"site-{version}.toml"
+    cfg.write_text(f'method_version = "{version}"\ncompute_precision = "bf16"\n')
+    os.chmod(cfg, 0o600)
+    return str(cfg)
+
+
+def _json(runner, cli, *args):
+    res = runner.invoke(cli, list(args))
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(fleets())
+def test_receipt_lens_is_sum_of_covered_time_tensor_and_clock_ratio(tmp_path_factory, runner, cli, devs):
+    tmp = tmp_path_factory.mktemp("lens")
+    url = f"sqlite:///{tmp / 'l.db'}"
+    _ledger(url, devs)
+    body = _json(runner, cli, "--db", url, "--config", _config(tmp, "1.1.0"), "receipt", "9100", "--json")
+    ec = body["effective_compute"]
+    # The truth, computed here from what was written: every sample covers its full 10 s (regular cadence, the
+    # window holds them all), r = min(clock / rated, 1).
+    want_tensor = sum(CADENCE * ten * min(clk / RATED[sku], 1.0) for _u, sku, rows in devs
+                      for _sm, ten, clk, _o, _d in rows if ten is not None) / 3600.0
+    want_unmeasured = sum(CADENCE for _u, _s, rows in devs for r in rows if r[1] is None) / 3600.0
+    assert abs(ec["tensor_gpu_hours"] - want_tensor) <= 1e-9 * max(1, len(devs))
+    assert abs(ec["unmeasured_gpu_hours"] - want_unmeasured) <= 1e-9 * max(1, len(devs))
+    assert ec["precision"] == "bf16" and ec["method"]["version"] == "1.1.0"
+    assert ec["fp64_gpu_hours"] is None  # never measured here: unknown, not zero
+    measured = [(sku, ten, clk) for _u, sku, rows in devs for _sm, ten, clk, _o, _d in rows if ten is not None]
+    if measured:
+        peak = {SKUS[0]: 989.4, SKUS[1]: 312.0}
+        want_ach = sum(CADENCE * t * min(c / RATED[s], 1.0) * peak[s] / 1000 for s, t, c in measured) / 3600
+        want_rated = sum(CADENCE * peak[s] / 1000 for s, _t, _c in measured) / 3600
+        assert abs(ec["achieved_pflop_hours"] - want_ach) <= 1e-8
+        assert abs(ec["rated_pflop_hours"] - want_rated) <= 1e-8
+    split = [v for k, v in ec["bound_split"].items() if v is not None]
+    assert not split or abs(sum(split) - 1.0) < 1e-5
+    assert set(ec["bound_split"]) == {*BOUNDS, "unmeasured"}
+
+    # 1.0.0: the same body without the lens; every 1.0 text line is in the 1.1 text unchanged but the method's
+    old = _json(runner, cli, "--db", url, "receipt", "9100", "--json")
+    assert old["receipt_version"] == "1.2" and old["method"]["version"] == "1.0.0"
+    assert "effective_compute" not in old
+    stripped = {k: v for k, v in body.items() if k not in ("effective_compute", "receipt_hash", "receipt_version")}
+    stripped["method"] = {**stripped["method"], "version": "1.0.0"}
+    assert stripped == {k: v for k, v in old.items() if k not in ("receipt_hash", "receipt_version")}
+    text_old = runner.invoke(cli, ["--db", url, "receipt", "9100"]).output.splitlines()
+    text_new = runner.invoke(cli, ["--db", url, "--config", _config(tmp, "1.1.0"), "receipt", "9100"]).output
+    lines_new = text_new.splitlines()
+    assert "Effective compute" in text_new
+    for line in text_old:
+        if line.startswith("method ") or line.startswith("receipt "):
+            continue
+        assert line in lines_new
+
+
+def test_issued_under_1_0_replays_under_1_0_and_1_1_under_1_1(tmp_path, runner, cli):
+    url = f"sqlite:///{tmp_path / 'v.db'}"
+    devs = [("GPU-v-0", SKUS[0], [(0.9, 0.6, 1800.0, 0.5, 0.2)] * 20)]
+    _ledger(url, devs)
+    cfg10, cfg11 = _config(tmp_path, "1.0.0"), _config(tmp_path, "1.1.0")
+    assert runner.invoke(cli, ["--db", url, "--config", cfg10, "receipt", "9100", "--issue"]).exit_code == 0
+    # the site moves to 1.1.0: the receipt issued under 1.0.0 still replays byte-identically under 1.0.0
+    v = _json(runner, cli, "--db", url, "--config", cfg11, "receipt", "9100", "--verify", "--json")
+    assert v["ok"] is True
+    res = runner.invoke(cli, ["--db", url, "--config", cfg11, "receipt", "9100", "--issue"])
+    assert res.exit_code == 0 and "reissued" in res.output
+    v = _json(runner, cli, "--db", url, "--config", cfg10, "receipt", "9100", "--verify", "--json")
+    assert v["ok"] is True
+    body = _json(runner, cli, "--db", url, "--config", cfg11, "receipt", "9100", "--json")
+    assert body["receipt_version"] == "1.3" and body["effective_compute"]["rated_share"] is not None
+    res = runner.invoke(cli, ["--db", url, "verify", "--json"])
+    assert res.exit_code == 0, res.output
+    # bulk issuing under the same site computes the same 1.1.0 receipt: nothing new to issue
+    again = _json(runner, cli, "--db", url, "--config", cfg11, "issue", "--all", "--json")
+    assert again["unchanged"] == 1 and again["issued"] == again["reissued"] == 0, again
+
+
+def test_a_bad_precision_is_one_line_naming_the_setting(tmp_path, runner, cli):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('method_version = "1.1.0"\ncompute_precision = "fp4"\n')
+    os.chmod(cfg, 0o600)
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    _ledger(url, [("GPU-b-0", SKUS[0], [(0.9, 0.6, 1800.0, 0.5, 0.2)])])
+    res = runner.invoke(cli, ["--db", url, "--config", str(cfg), "receipt", "9100"])
+    assert res.exit_code != 0 and "compute_precision" in res.output and "Traceback" not in res.output
+
+
+def test_bound_split_reads_occupancy_and_dram_from_the_stored_samples(tmp_path, runner, cli):
+    """Memory-bound on one device, latency-bound on another, compute on a third: equal delivered time each."""
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+    devs = [("GPU-m", SKUS[0], [(0.9, 0.1, 1980.0, 0.5, 0.6)] * 10),   # DRAM high, pipes low
+            ("GPU-l", SKUS[0], [(0.9, 0.05, 1980.0, 0.1, 0.1)] * 10),  # SM busy, occupancy low
+            ("GPU-c", SKUS[0], [(0.9, 0.8, 1980.0, 0.5, 0.6)] * 10)]   # tensor high wins over DRAM
+    _ledger(url, devs)
+    ec = _json(runner, cli, "--db", url, "--config", _config(tmp_path, "1.1.0"), "receipt", "9100",
+               "--json")["effective_compute"]
+    third = round(1 / 3, 6)
+    assert ec["bound_split"] == {"compute": third, "memory": third, "latency": third, "other": 0.0,
+                                 "unmeasured": 0.0}
+
+
+def test_statements_of_1_1_receipts_still_export_and_pass_the_focus_validator(tmp_path, runner, cli):
+    """Receipts issued under 1.1.0 go through the monthly export (the lens is not a statement column yet)."""
+    from tests.focus_validator import Unavailable, validate
+    from tests.services import unavailable
+    from tests.test_issue_cli import write_export
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    cfg = _config(tmp_path, "1.1.0")
+    for args in (["init"], ["import", "prometheus", str(write_export(tmp_path / "export")), "--quiet"],
+                 ["issue", "--all", "--quiet"],
+                 ["export", "monthly", "--month", "2026-11", "--format", "focus", "--out",
+                  str(tmp_path / "nov.focus.csv"), "--quiet"]):
+        res = runner.invoke(cli, ["--db", url, "--config", cfg, *args])
+        assert res.exit_code == 0, res.output
+    nov = _json(runner, cli, "--db", url, "--config", cfg, "export", "monthly", "--month", "2026-11",
+                "--format", "json", "--out", "-")
+    assert nov["totals"]["paid"] > 0, nov["totals"]
+    from ledger import db as _db
+    from ledger.entries import Kind as _Kind
+    from ledger.rows import iter_entries
+
+    eng = _db.make_engine(url)
+    issued = [c.entry.data for c in iter_entries(eng, kinds=[_Kind.RECEIPT_ISSUED])]
+    eng.dispose()
+    assert issued and all(d["method"]["version"] == "1.1.0" and "effective_compute" in d["receipt"]
+                          for d in issued)
+    try:
+        v = validate(tmp_path / "nov.focus.csv")
+    except Unavailable as exc:
+        unavailable(str(exc))
+    assert v.failed == [], v.summary()
