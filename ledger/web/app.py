@@ -116,8 +116,8 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False) -> 
                                  f"{access.user_header} (docs/web.md)")
         return u
 
-    def page(name: str, request: Request, user: User, snap: Snapshot, **kw) -> HTMLResponse:  # noqa: ANN003
-        return HTMLResponse(env.get_template(name).render(user=user, snap=snap, **kw))
+    def page(template: str, request: Request, user: User, snap: Snapshot, **kw) -> HTMLResponse:  # noqa: ANN003
+        return HTMLResponse(env.get_template(template).render(user=user, snap=snap, **kw))
 
     def guarded(fn):  # noqa: ANN001, ANN202
         async def endpoint(request: Request) -> Response:
