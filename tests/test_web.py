@@ -164,3 +164,17 @@ def test_dashboard_queries_name_served_metrics():
         ours = [n for n in re.findall(r"\b(ipledger_[a-z_]+)", e)]
         for n in ours:
             assert n in FAMILIES, (n, e)
+
+
+def test_local_operator_is_loopback_only(web, cli, runner):
+    from ledger.web.access import local_operator
+
+    _, view, _, _ = web
+    acc = local_operator(from_config({}), "127.0.0.1")
+    app = create_app(view, acc)
+    assert TestClient(app, client=("127.0.0.1", 1)).get("/fleet?period=2026-W45").status_code == 200
+    assert TestClient(app, client=("192.0.2.7", 1)).get("/fleet").status_code == 401
+    with pytest.raises(AccessError, match="--local-operator"):
+        local_operator(from_config({}), "0.0.0.0")
+    r = runner.invoke(cli, ["--db", web[0], "serve", "--local-operator", "--host", "0.0.0.0"])
+    assert r.exit_code == 1 and "--local-operator" in r.output and len(r.output.strip().splitlines()) == 1

@@ -36,6 +36,7 @@ class Access:
     user_header: str
     trusted_proxies: tuple  # ipaddress networks
     users: Mapping[str, User]
+    local_user: User | None = None   # `serve --local-operator`: loopback requests without the header
 
     def user(self, headers: Mapping[str, str], peer: str | None) -> User | None:
         """The user a request is made by: the header's name, only from a trusted proxy and only when the config
@@ -44,6 +45,8 @@ class Access:
             return None
         name = headers.get(self.user_header.lower()) or headers.get(self.user_header)
         if not name:
+            if self.local_user is not None and ipaddress.ip_address(peer).is_loopback:
+                return self.local_user
             return None
         return self.users.get(name.strip())
 
@@ -53,6 +56,19 @@ class Access:
         except ValueError:
             return False
         return any(addr in net for net in self.trusted_proxies)
+
+
+def local_operator(access: Access, host: str) -> Access:
+    """``access`` where a request from this machine with no user header is the operator ``local`` (for the
+    demo and a single-user workstation); refused unless the server listens on a loopback address only."""
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        raise AccessError(f"--local-operator: only with a loopback --host (127.0.0.1), not {host!r}")
+    nets = access.trusted_proxies + tuple(ipaddress.ip_network(a) for a in ("127.0.0.0/8", "::1/128"))
+    return Access(access.user_header, nets, access.users, User("local", OPERATOR))
 
 
 def from_config(extra: Mapping[str, object], where: str = "config") -> Access:
