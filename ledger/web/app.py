@@ -50,7 +50,8 @@ def fleet_figures(view: LedgerView, snap: Snapshot, period: str | None) -> dict:
     from ..agents import query
 
     start, end, label = _period(snap, period)
-    return query.period(snap.ds, snap.found, start, end, label, query.billed_rows(view.engine, start, end))
+    return snap.memo(("fleet", start, end), lambda: query.period(snap.ds, snap.found, start, end, label,
+                                                                 query.billed_rows(view.engine, start, end)))
 
 
 def scope_figures(view: LedgerView, snap: Snapshot, kind: str, name: str, period: str | None) -> dict:
@@ -61,7 +62,8 @@ def scope_figures(view: LedgerView, snap: Snapshot, kind: str, name: str, period
     start, end, _ = _period(snap, period)
     try:
         scope_masks(snap.ds, kind, name)
-        return query.scope(snap.ds, snap.found, kind, name, start, end, query.billed_rows(view.engine, start, end))
+        return snap.memo((kind, name, start, end), lambda: query.scope(
+            snap.ds, snap.found, kind, name, start, end, query.billed_rows(view.engine, start, end)))
     except ExplainError as exc:
         raise HTTPError(404, str(exc).strip("'\"")) from None
 
@@ -145,7 +147,8 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False) -> 
         from ..agents import query
 
         start, end, _ = _period(snap, period)
-        nodes = sorted(query.ranking(snap.ds, "node", "paid", start, end, n=10_000), key=lambda r: r["node"])
+        nodes = snap.memo(("nodes", start, end), lambda: sorted(
+            query.ranking(snap.ds, "node", "paid", start, end, n=10_000), key=lambda r: r["node"]))
         openf = [f for f in snap.recorded if f["status"]["status"] == "open"]
         newest = format_ts(snap.last_ts) if snap.last_ts else "-"
         return page("fleet.html", request, user, snap, title=f"Fleet: {res['period']['label']}", res=res,
@@ -287,7 +290,7 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False) -> 
                 raise HTTPError(404, "not found")
         snap = view.snapshot(with_agents=False)
         try:
-            st = build_statement(view.engine, month, tenant=tenant_q)
+            st = snap.memo(("statement", month, tenant_q), lambda: build_statement(view.engine, month, tenant=tenant_q))
         except ExportError as exc:
             raise HTTPError(404, str(exc)) from None
         if as_json:

@@ -14,6 +14,9 @@ from ..kinds import Kind
 from ..store import head, iter_entries
 
 
+MEMO_LIMIT = 256
+
+
 @dataclass
 class Snapshot:
     """The ledger as read at one head: everything a page needs that is not per request."""
@@ -27,6 +30,16 @@ class Snapshot:
     receipts: dict = field(default_factory=dict)   # (cluster, job_id, run) -> latest issued receipt body
     last_ts: float | None = None                   # the newest entry's time
     months: list = field(default_factory=list)     # months with issued receipts
+    cache: dict = field(default_factory=dict)      # figures already computed at this head, by question
+
+    def memo(self, key: tuple, compute):  # noqa: ANN001, ANN201
+        """``compute()``, once per question at this head (the ledger is append-only: the same head, the same
+        answer)."""
+        if key not in self.cache:
+            if len(self.cache) >= MEMO_LIMIT:   # arbitrary periods cannot grow the server without bound
+                self.cache.clear()
+            self.cache[key] = compute()
+        return self.cache[key]
 
 
 class LedgerView:
