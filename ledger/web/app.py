@@ -162,9 +162,12 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False) -> 
         devices, chart = [], ""
         if kind in ("node", "rack"):
             col = "node" if kind == "node" else "rack"
-            sel = ds.samples[ds.samples[col].astype(str) == name]
-            devices = sorted({str(d) for d in sel["device"].unique()})
-            chart = hourly_svg(sel)
+
+            def compute():  # noqa: ANN202 - once per scope at this head
+                sel = ds.samples[ds.samples[col].astype(str) == name]
+                return sorted({str(d) for d in sel["device"].unique()}), hourly_svg(sel)
+
+            devices, chart = snap.memo((kind, name, "devices"), compute)
         findings = [f for f in visible_findings(user, snap) if str(f["scope"].get(kind) or "") == name
                     or (kind == "node" and name in (f.get("nodes") or []))]
         return page("scope.html", request, user, snap, title=f"{kind.capitalize()} {name}", res=res, period=period,
@@ -184,19 +187,29 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False) -> 
         snap = view.snapshot()
         uuid = request.path_params["uuid"]
         ds = snap.ds
-        sel = ds.samples[ds.samples["device"].astype(str).isin({uuid, uuid.removeprefix("GPU-")})]
-        if not len(sel):
+
+        def compute():  # noqa: ANN202 - once per device at this head
+            sel = ds.samples[ds.samples["device"].astype(str).isin({uuid, uuid.removeprefix("GPU-")})]
+            if not len(sel):
+                return None
+            charts = {"delivered share": hourly_svg(sel)}
+            for col, lab in (("clk", "SM clock (MHz)"), ("power", "power (W)"), ("temp", "temperature (degC)")):
+                charts[lab] = _line_svg(sel, col)
+            nodes = set(sel["node"].astype(str))
+            findings = [f for f in snap.recorded
+                        if str(f["scope"].get("device_uuid") or "") in (uuid, uuid.removeprefix("GPU-"))
+                        or str(f["scope"].get("node") or "") in nodes]
+            receipts = [b for b in snap.receipts.values()
+                        if any(d.get("uuid") in (uuid, "GPU-" + uuid) for d in b.get("job", {}).get("devices", []))]
+            return charts, findings, receipts, _device_res(sel, ds.currency)
+
+        got = snap.memo(("device", uuid), compute)
+        if got is None:
             raise HTTPError(404, f"no device {uuid} in the ledger")
-        charts = {"delivered share": hourly_svg(sel)}
-        for col, lab in (("clk", "SM clock (MHz)"), ("power", "power (W)"), ("temp", "temperature (degC)")):
-            charts[lab] = _line_svg(sel, col)
-        findings = [f for f in snap.recorded if str(f["scope"].get("device_uuid") or "") in (uuid, uuid.removeprefix("GPU-"))
-                    or str(f["scope"].get("node") or "") in set(sel["node"].astype(str))]
-        receipts = [b for b in snap.receipts.values()
-                    if any(d.get("uuid") in (uuid, "GPU-" + uuid) for d in b.get("job", {}).get("devices", []))]
+        charts, findings, receipts, res = got
         html = "".join(f"<h3>{k}</h3>{v}" for k, v in charts.items())
         return page("scope.html", request, user, snap, title=f"Device {uuid}",
-                    res=_device_res(sel, ds.currency), period="all", currency=ds.currency, devices=[], chart=html,
+                    res=res, period="all", currency=ds.currency, devices=[], chart=html,
                     receipts=receipts, months=[], findings=findings, name=uuid)
 
     def tenant(request: Request, user: User) -> Response:
