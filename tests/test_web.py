@@ -178,3 +178,11 @@ def test_local_operator_is_loopback_only(web, cli, runner):
         local_operator(from_config({}), "0.0.0.0")
     r = runner.invoke(cli, ["--db", web[0], "serve", "--local-operator", "--host", "0.0.0.0"])
     assert r.exit_code == 1 and "--local-operator" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_demo_says_how_to_open_it_in_serve(runner, cli, tmp_path):
+    r = runner.invoke(cli, ["demo", "--out", str(tmp_path / "d"), "--seed", "3", "--small"])
+    assert r.exit_code == 0, r.output
+    last = r.output.strip().splitlines()[-1]
+    assert "serve --local-operator" in last and "http://127.0.0.1:8787/" in last
+    assert f"sqlite:///{tmp_path / 'd' / 'ledger.db'}" in last
