@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from html import escape
 import tempfile
 from pathlib import Path
 
@@ -98,6 +99,33 @@ def hourly_svg(samples, width: int = 600, height: int = 80) -> str:  # noqa: ANN
             f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fafafa" stroke="#ccc"/>{lines}</svg>')
 
 
+def heatmap_svg(samples, start: float, end: float, cell: int = 4, row: int = 12) -> str:  # noqa: ANN001
+    """Delivered share by node x hour as an inline SVG heat map (green: delivered, red: lost); an hour a node
+    ran nothing is blank, an hour with no telemetry grey."""
+    s = samples[(samples["ai"] >= 0) & (samples["t"] >= start) & (samples["t"] < end)]
+    if not len(s):
+        return ""
+    hour = ((s["t"] - start) // 3600).astype("int64")
+    g = s.assign(hour=hour).groupby(["node", "hour"])[["h", "h_del", "h_missing"]].sum()
+    nodes = sorted({str(n) for n in g.index.get_level_values(0)})
+    hours = int(hour.max()) + 1
+    out = [f'<svg class="chart heatmap" xmlns="http://www.w3.org/2000/svg" width="{50 + hours * cell}" '
+           f'height="{len(nodes) * row + 4}" role="img">']
+    for i, n in enumerate(nodes):
+        out.append(f'<text x="0" y="{i * row + 10}" font-size="10">{escape(n)}</text>')
+    for (n, hr), r in g.iterrows():
+        i = nodes.index(str(n))
+        h, known = float(r["h"]), float(r["h"] - r["h_missing"])
+        if h <= 0:
+            continue
+        share = float(r["h_del"]) / h
+        fill = "#bbb" if known <= 0 else f"rgb({int(200 * (1 - share)) + 30},{int(170 * share) + 40},70)"
+        out.append(f'<rect x="{50 + int(hr) * cell}" y="{i * row + 1}" width="{cell}" height="{row - 2}" '
+                   f'fill="{fill}"><title>{escape(str(n))} +{int(hr)} h: {share:.0%} delivered</title></rect>')
+    out.append("</svg>")
+    return "".join(out)
+
+
 def _cents(x: float) -> float:
     from reports.monthly import cents
 
@@ -149,10 +177,11 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False) -> 
         start, end, _ = _period(snap, period)
         nodes = snap.memo(("nodes", start, end), lambda: sorted(
             query.ranking(snap.ds, "node", "paid", start, end, n=10_000), key=lambda r: r["node"]))
+        heat = snap.memo(("heat", start, end), lambda: heatmap_svg(snap.ds.samples, start, end))
         openf = [f for f in snap.recorded if f["status"]["status"] == "open"]
         newest = format_ts(snap.last_ts) if snap.last_ts else "-"
         return page("fleet.html", request, user, snap, title=f"Fleet: {res['period']['label']}", res=res,
-                    period=period, nodes=nodes, findings=openf, newest=newest)
+                    period=period, nodes=nodes, findings=openf, newest=newest, heat=heat)
 
     def _scope_page(request: Request, user: User, kind: str, name: str) -> Response:
         snap = view.snapshot()
