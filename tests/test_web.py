@@ -186,3 +186,26 @@ def test_demo_says_how_to_open_it_in_serve(runner, cli, tmp_path):
     last = r.output.strip().splitlines()[-1]
     assert "serve --local-operator" in last and "http://127.0.0.1:8787/" in last
     assert f"sqlite:///{tmp_path / 'd' / 'ledger.db'}" in last
+
+
+def test_proof_bundle_route_equals_the_cli_bundle(demo, runner, cli, tmp_path):
+    """After `ipledger checkpoint`, /receipts/JOB.bundle.json is the bundle `ipledger receipt JOB --proof` makes
+    under the same head (on a copy of the demo ledger: the checkpoint appends)."""
+    import shutil
+
+    out, _ = demo
+    db = tmp_path / "ledger.db"
+    shutil.copy(out / "ledger.db", db)
+    url = f"sqlite:///{db}"
+    key, head = tmp_path / "site.key", tmp_path / "head.json"
+    assert runner.invoke(cli, ["--db", url, "keygen", "--out", str(key)]).exit_code == 0
+    r = runner.invoke(cli, ["--db", url, "checkpoint", "--key", str(key), "--out", str(head)])
+    assert r.exit_code == 0, r.output
+    view = LedgerView(make_engine(url, read_only=True), site_from_config(config.load(None, environ={}), db=url))
+    client = TestClient(create_app(view, from_config(SERVE)), client=("127.0.0.1", 1))
+    job = next(b for b in view.snapshot(False).receipts.values() if b["job"]["account"] == "astro")["job"]["job_id"]
+    got = client.get(f"/receipts/{job}.bundle.json", headers={"X-Remote-User": "ast"})
+    assert got.status_code == 200, got.text[:300]
+    r = runner.invoke(cli, ["--db", url, "receipt", job, "--proof", "--head", str(head), "--out", str(tmp_path / "b.json")])
+    assert r.exit_code == 0, r.output
+    assert got.content == (tmp_path / "b.json").read_bytes()

@@ -238,7 +238,7 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False) -> 
         charts, findings, receipts, res = got
         html = "".join(f"<h3>{k}</h3>{v}" for k, v in charts.items())
         return page("scope.html", request, user, snap, title=f"Device {uuid}",
-                    res=res, period="all", currency=ds.currency, devices=[], chart=html,
+                    res=res, period=None, currency=None, devices=[], chart=html,
                     receipts=receipts, months=[], findings=findings, name=uuid)
 
     def tenant(request: Request, user: User) -> Response:
@@ -305,8 +305,23 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False) -> 
             h = latest_head(conn)
         if h is None:
             raise HTTPError(404, "the ledger has no signed tree head yet (ipledger checkpoint makes one)")
-        b = build_bundle(view.engine, job, run, h.get("head", h), sku_table=view.site.sku_table)
-        return Response(json.dumps(b, indent=2, sort_keys=True) + "\n", media_type="application/json")
+        from ..heads import HeadError
+        from ..merkle import TreeError
+        from ..proofcheck import Failure
+        from ..receipts import ReceiptError
+
+        try:
+            b = build_bundle(view.engine, job, run, h, sku_table=view.site.sku_table)
+        except ReceiptError as exc:
+            raise HTTPError(404, str(exc)) from None
+        except (HeadError, Failure, TreeError) as exc:
+            raise HTTPError(500, f"the proof bundle cannot be made: {exc}") from None
+        from ..proofs import write_bundle
+
+        with tempfile.TemporaryDirectory() as d:   # the bytes `ipledger receipt JOB --proof --out` writes
+            p = Path(d) / "bundle.json"
+            write_bundle(b, str(p))
+            return Response(p.read_bytes(), media_type="application/json")
 
     def finding(request: Request, user: User) -> Response:
         snap = view.snapshot(with_agents=False)
@@ -383,6 +398,6 @@ def _device_res(sel, currency: str) -> dict:  # noqa: ANN001
     """A device's sealed device-hours in the ledger (its samples' sums), in the scope page's shape."""
     s = sel[sel["ai"] >= 0]
     paid, deliv = float(s["h"].sum()), float(s["h_del"].sum())
-    return {"answer": f"device: {paid:,.2f} GPU-hours in runs, {deliv:,.2f} delivered",
+    return {"answer": f"device: {paid:,.2f} GPU-hours in runs, {deliv:,.2f} delivered (priced on its runs' receipts)",
             "account": {"paid": paid, "delivered": deliv, "cost": {"paid": 0.0, "delivered": 0.0, "lost": 0.0}},
             "table": {"lines": []}, "basis": "device_hours"}
