@@ -37,6 +37,7 @@ def test_grant_reader_on_sqlite_is_one_line(runner, cli, tmp_path):
     assert r.exit_code == 1 and "PostgreSQL" in r.output and len(r.output.strip().splitlines()) == 1
 
 
+@pytest.mark.postgres
 def test_grant_reader_refuses_odd_names(postgres, runner, cli):
     url = postgres.create_db(f"ipledger_reader_bad_{os.getpid()}")
     r = runner.invoke(cli, ["--db", url, "init", "--grant-reader", 'x"; DROP TABLE entries; --'])

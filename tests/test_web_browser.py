@@ -19,6 +19,7 @@ import pytest
 
 from tests.services import free_port, unavailable
 
+pytestmark = pytest.mark.browser
 ROOT = Path(__file__).parents[1]
 CHROMIUM = os.environ.get("IPLEDGER_TEST_CHROMIUM", "/usr/bin/chromium")
 DRIVER = os.environ.get("IPLEDGER_TEST_CHROMEDRIVER", "/usr/bin/chromedriver")

@@ -20,6 +20,7 @@ import pytest
 from tests.prom_service import start_scraping_prometheus
 from tests.services import free_port, unavailable
 
+pytestmark = pytest.mark.prometheus
 ROOT = Path(__file__).parents[1]
 DCGM = ROOT / "tests" / "fixtures" / "real" / "dcgm_exporter" / "empty_pod_labels_gpumontools138.prom"
 
