@@ -11,6 +11,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
@@ -153,7 +154,7 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False) -> 
         async def endpoint(request: Request) -> Response:
             try:
                 user = user_of(request)
-                return fn(request, user)
+                return await run_in_threadpool(fn, request, user)   # pandas work off the event loop
             except HTTPError as exc:
                 return HTMLResponse(env.get_template("error.html").render(code=exc.code, message=exc.message),
                                     status_code=exc.code)
@@ -358,7 +359,7 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False) -> 
                     currency=",".join(t["currencies"]))
 
     async def metrics(request: Request) -> Response:
-        return metrics_response(view, request.headers.get("accept", ""))
+        return await run_in_threadpool(metrics_response, view, request.headers.get("accept", ""))
 
     routes = [Route("/metrics", metrics)]
     if not metrics_only:
