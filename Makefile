@@ -19,7 +19,7 @@ demo: venv
 
 # Installs (as root) and checks the Debian packages the integration tests start: slurm-wlm, munge, slurmdbd,
 # mariadb-server (real Slurm accounting storage),
-# postgresql, prometheus, poppler-utils. The tests themselves start the servers on 127.0.0.1.
+# postgresql, prometheus, poppler-utils, chromium and chromium-driver (the web view's browser test). The tests themselves start the servers on 127.0.0.1.
 system-deps:
 	bash tests/setup-system.sh
 
@@ -32,7 +32,7 @@ test: system-deps venv focus-validator
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider
 
 test-fast: venv
-	$(VENV)/bin/python -m pytest -q -x -m "not slurm and not prometheus"
+	$(VENV)/bin/python -m pytest -q -x -m "not slurm and not prometheus and not browser"
 
 # The adversarial suite at full size (docs/reliability.md): 100 kill trials, 10,000 inputs per parser.
 soak: system-deps venv

@@ -5,4 +5,4 @@
 """
 
 FIGURES = ["hook", "mark", "ship_sqlite", "ship_segments", "ship_postgres", "analyze", "receipt", "export", "verify",
-           "load_pg", "proofs", "agents", "import_export"]
+           "load_pg", "proofs", "agents", "import_export", "web"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from pathlib import Path
 from urllib.parse import quote
@@ -237,3 +238,28 @@ def seq_standing_at(engine: Engine, epoch: float) -> int:
             if parse_ts(ts).timestamp() > epoch:
                 return int(seq) - 1
     return int(last)
+
+
+READER_ROLE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def grant_reader(engine: Engine, role: str) -> None:
+    """PostgreSQL: make ``role`` (a LOGIN role, created when missing) able to read the ledger and nothing else:
+    CONNECT on the database, USAGE on its schema, SELECT on every table now and later; never INSERT, UPDATE or
+    DELETE (`ipledger serve` connects as it; docs/web.md). :class:`LedgerError` on SQLite or a bad name."""
+    if engine.dialect.name != "postgresql":
+        raise LedgerError(f"--grant-reader: a read-only role is PostgreSQL's; an SQLite ledger is opened "
+                          f"read-only by the reading commands themselves ({engine.dialect.name})")
+    if not READER_ROLE.fullmatch(role):
+        raise LedgerError(f"--grant-reader: {role!r} is not a plain role name (lower-case letters, digits, _)")
+    with engine.begin() as conn:
+        exists = conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role}).first()
+        if not exists:
+            conn.exec_driver_sql(f'CREATE ROLE "{role}" LOGIN')
+        dbname = conn.execute(text("SELECT current_database()")).scalar_one()
+        schema = conn.execute(text("SELECT current_schema()")).scalar_one()
+        conn.exec_driver_sql(f'GRANT CONNECT ON DATABASE "{dbname}" TO "{role}"')
+        conn.exec_driver_sql(f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"')
+        conn.exec_driver_sql(f'REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON ALL TABLES IN SCHEMA "{schema}" FROM "{role}"')
+        conn.exec_driver_sql(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO "{role}"')
+        conn.exec_driver_sql(f'ALTER DEFAULT PRIVILEGES IN SCHEMA "{schema}" GRANT SELECT ON TABLES TO "{role}"')

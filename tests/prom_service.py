@@ -70,3 +70,38 @@ def start_prometheus(openmetrics_file: Path) -> Prometheus:
     Prometheus(url=url, workdir=work, proc=proc).stop()
     unavailable(f"Prometheus did not become ready: {text}")
     raise AssertionError("unreachable")
+
+
+def start_scraping_prometheus(targets: list[str], interval_s: int = 1) -> Prometheus:
+    """A real Prometheus scraping ``targets`` (host:port, path /metrics) every ``interval_s`` seconds; ready
+    once every target has been scraped up (``up == 1``)."""
+    import json as _json
+
+    if not os.access(PROMETHEUS, os.X_OK):
+        unavailable(f"{PROMETHEUS} not installed (Debian package `prometheus`; `make test` installs it)")
+    work = Path(tempfile.mkdtemp(prefix="ipledger-prom-scrape-"))
+    (work / "data").mkdir()
+    config = work / "prometheus.yml"
+    config.write_text(f"global:\n  scrape_interval: {interval_s}s\n  scrape_timeout: {interval_s}s\n"
+                      f"scrape_configs:\n  - job_name: t\n    static_configs:\n      - targets: {_json.dumps(targets)}\n",
+                      encoding="utf-8")
+    port = free_port()
+    log = (work / "prometheus.log").open("wb")
+    proc = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={work / 'data'}",
+                             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                            stdout=log, stderr=subprocess.STDOUT, cwd=work)
+    prom = Prometheus(url=f"http://127.0.0.1:{port}", workdir=work, proc=proc)
+    deadline = time.time() + 90
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{prom.url}/api/v1/query?query=up", timeout=2) as r:  # noqa: S310
+                res = _json.loads(r.read())["data"]["result"]
+            if len(res) == len(targets) and all(x["value"][1] == "1" for x in res):
+                return prom
+        except (OSError, KeyError, ValueError):
+            pass
+        time.sleep(0.5)
+    text = (work / "prometheus.log").read_text(errors="replace")[-600:]
+    prom.stop()
+    unavailable(f"Prometheus did not scrape {targets}: {text}")
+    raise AssertionError("unreachable")

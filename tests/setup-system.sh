@@ -2,7 +2,7 @@
 # Install the Debian packages the integration tests run for real (no mocks of the real parts). Idempotent.
 # As root it installs what is missing; as another user it only reports what is missing.
 set -euo pipefail
-PKGS="slurm-wlm munge postgresql prometheus poppler-utils sqlite3 slurmdbd mariadb-server"
+PKGS="slurm-wlm munge postgresql prometheus poppler-utils sqlite3 slurmdbd mariadb-server chromium chromium-driver"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -18,14 +18,18 @@ from .context import SEQ, AppContext, UserError, emit_json, pass_app, reads_only
 
 @click.command("init")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--grant-reader", "reader", metavar="ROLE", default=None,
+              help="PostgreSQL: also create ROLE (LOGIN) that can read the ledger and never write it (for ipledger "
+                   "serve).")
 @pass_app
-def init_cmd(app: AppContext, as_json: bool) -> None:
+def init_cmd(app: AppContext, as_json: bool, reader: str | None) -> None:
     """Create the ledger schema, or upgrade it (alembic upgrade head).
 
     \b
     Example:
       ipledger --db sqlite:///ledger.db init
       ipledger --db postgresql+psycopg://ipledger@dbhost/ipledger init
+      ipledger --db postgresql+psycopg://ipledger@dbhost/ipledger init --grant-reader ipledger_web
     """
     from ..telemetry import derived
 
@@ -36,10 +40,19 @@ def init_cmd(app: AppContext, as_json: bool) -> None:
             derived.backfill(conn)
     except Exception as exc:  # noqa: BLE001 - any driver error becomes one line
         raise UserError(f"cannot initialise {app.db_url}: {str(exc).splitlines()[0]}") from None
+    if reader is not None:
+        try:
+            db_mod.grant_reader(engine, reader)
+        except db_mod.LedgerError as exc:
+            raise UserError(str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - any driver error becomes one line
+            raise UserError(f"--grant-reader {reader}: {str(exc).splitlines()[0]}") from None
     if as_json:
-        emit_json({"db": engine.url.render_as_string(hide_password=True), "revision": rev})
+        emit_json({"db": engine.url.render_as_string(hide_password=True), "revision": rev,
+                   **({"reader": reader} if reader else {})})
     else:
-        echo(f"ledger ready at {engine.url.render_as_string(hide_password=True)} (schema {rev})")
+        echo(f"ledger ready at {engine.url.render_as_string(hide_password=True)} (schema {rev})"
+             + (f"; role {reader} reads it (SELECT only)" if reader else ""))
 
 
 @click.command("ship")

@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "ledger.cli.export",
     "ledger.cli.mark",
     "ledger.cli.proofs",
+    "ledger.cli.serve",
 ]
 
 # Which module provides each top-level command, so that `ipledger verify` does not pay for importing pandas,
@@ -43,6 +44,7 @@ COMMAND_HOMES = {
     "export": "ledger.cli.export",
     "mark": "ledger.cli.mark",
     "keygen": "ledger.cli.proofs", "checkpoint": "ledger.cli.proofs", "consistency": "ledger.cli.proofs",
+    "serve": "ledger.cli.serve",
 }
 
 # Each top-level command's one-line help, as click derives it from the command's own help: `ipledger --help`

@@ -1,0 +1,103 @@
+"""Figure: `ipledger serve` on the demo ledger — each page's time warm (the server's answer to a second request
+at the same ledger head), /metrics, and the server's peak memory, against the framework's own round trip (a
+route the app does not have: Starlette's 404) in the same run.
+
+The budgets are absolute (issue 33): each page ≤ 200 ms, /metrics ≤ 100 ms, the server ≤ 300 MiB.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from bench.common import PY, Figure, cli_env, main_for, timeit_interleaved
+
+TITLE = "Web view (`ipledger serve`): pages warm, /metrics, server memory"
+PAGE_S, METRICS_S, MEMORY_MIB = 0.200, 0.100, 300
+
+
+def _get(url: str) -> None:
+    try:
+        with urllib.request.urlopen(url, timeout=120) as r:  # noqa: S310 - our own server on loopback
+            r.read()
+    except urllib.error.HTTPError as exc:
+        if exc.code != 404:
+            raise
+
+
+def _peak_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def run(scale: float, repeat: int) -> Figure:
+    from ledger.demo import run_demo
+    from ledger.sim import FleetSpec
+    from tests.services import free_port
+
+    work = Path(tempfile.mkdtemp(prefix="ipledger-bench-web-"))
+    proc = None
+    try:
+        summary = run_demo(work / "demo", seed=3, spec=FleetSpec.small())
+        port = free_port()
+        proc = subprocess.Popen([PY, "-m", "ledger.cli.main", "--db", f"sqlite:///{summary['ledger']}", "serve",
+                                 "--local-operator", "--port", str(port)], env=cli_env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 60
+        while True:
+            try:
+                _get(base + "/metrics")
+                break
+            except OSError:
+                if time.time() > deadline or proc.poll() is not None:
+                    raise RuntimeError("ipledger serve did not start") from None
+                time.sleep(0.3)
+        from ledger.db import make_engine
+        from ledger.web.views import LedgerView
+
+        snap = LedgerView(make_engine(f"sqlite:///{summary['ledger']}", read_only=True), None).snapshot(False)
+        body = next(iter(snap.receipts.values()))
+        job, dev = body["job"]["job_id"], body["job"]["devices"][0]
+        fid = snap.recorded[0]["id"]
+        pages = ["/fleet", "/fleet?period=2026-W45", f"/racks/{snap.recorded[0]['scope'].get('rack') or 'R1'}",
+                 f"/nodes/{dev['node']}", f"/devices/{dev['uuid']}", f"/tenants/{body['job']['account']}",
+                 f"/receipts/{job}", f"/receipts/{job}.json", f"/findings/{fid}", "/statements/2026-11"]
+        for p in [*pages, "/metrics"]:
+            _get(base + p)   # warm: the first request at a head reads the ledger and runs the agents
+        cases = [("framework round trip (Starlette 404)", lambda: _get(base + "/no-such-route"), None)]
+        cases += [(f"page {p}", (lambda p=p: _get(base + p)), None) for p in pages]
+        cases.append(("/metrics", lambda: _get(base + "/metrics"), None))
+        floor, *subjects = timeit_interleaved(cases, max(repeat, 5))
+        peak = _peak_mib(proc.pid)
+        over = [t.label for t in subjects if t.median > (METRICS_S if t.label == "/metrics" else PAGE_S)]
+        if peak > MEMORY_MIB:
+            over.append(f"server memory {peak:.0f} MiB")
+        return Figure(key="web", title=TITLE, target=float("inf"), floor=floor, subjects=tuple(subjects),
+                      scale_note=f"the small demo hall (seed 3): {summary['jobs']} jobs, {summary['devices']} devices",
+                      extra={"server peak memory (VmHWM)": f"{peak:.0f} MiB (budget {MEMORY_MIB} MiB)",
+                             "budgets": f"each page ≤ {PAGE_S * 1000:.0f} ms, /metrics ≤ {METRICS_S * 1000:.0f} ms "
+                                        "(medians, warm)",
+                             "met": "yes" if not over else f"NO: {', '.join(over)}"},
+                      notes=("Times are the client's (HTTP on loopback included), so the server's own time is "
+                             "a little less.",))
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=10)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> Figure:
+    return main_for(run, __doc__.splitlines()[0], default_scale=1.0, default_repeat=5, argv=argv)
+
+
+if __name__ == "__main__":
+    main()

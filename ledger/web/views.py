@@ -1,0 +1,111 @@
+"""What the pages show, read through the same calls the CLI makes: the agents' dataset and findings
+(`ipledger account`/`explain` read :mod:`ledger.agents.query`), the recorded findings (`ipledger findings
+--no-refresh`), the issued receipts and the month's statement (`ipledger export monthly`). Read once per ledger
+head and kept until the head moves."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ..canonical import ts_to_epoch
+from ..kinds import Kind
+from ..store import head, iter_entries
+
+
+MEMO_LIMIT = 256
+
+
+@dataclass
+class Snapshot:
+    """The ledger as read at one head: everything a page needs that is not per request."""
+
+    seq: int
+    head_hash: str
+    read_at: float
+    ds: object = None           # ledger.agents.data.Dataset (device-hours)
+    found: list = field(default_factory=list)      # the agents' findings now (the account's)
+    recorded: list = field(default_factory=list)   # recorded findings with status (dicts)
+    receipts: dict = field(default_factory=dict)   # (cluster, job_id, run) -> latest issued receipt body
+    last_ts: float | None = None                   # the newest entry's time
+    months: list = field(default_factory=list)     # months with issued receipts
+    cache: dict = field(default_factory=dict)      # figures already computed at this head, by question
+
+    def memo(self, key: tuple, compute):  # noqa: ANN001, ANN201
+        """``compute()``, once per question at this head (the ledger is append-only: the same head, the same
+        answer)."""
+        if key not in self.cache:
+            if len(self.cache) >= MEMO_LIMIT:   # arbitrary periods cannot grow the server without bound
+                self.cache.clear()
+            self.cache[key] = compute()
+        return self.cache[key]
+
+
+class LedgerView:
+    """The pages' reader of one ledger: a snapshot per head (thread-safe), and the per-request calls."""
+
+    def __init__(self, engine, site) -> None:  # noqa: ANN001
+        self.engine, self.site = engine, site
+        self._lock = threading.Lock()
+        self._snap: Snapshot | None = None
+
+    def head(self) -> tuple[int, str]:
+        with self.engine.connect() as conn:
+            return head(conn)
+
+    def snapshot(self, with_agents: bool = True) -> Snapshot:
+        seq, h = self.head()
+        with self._lock:
+            s = self._snap
+            if s is None or s.seq != seq or (with_agents and s.ds is None):
+                s = self._read(seq, h, with_agents)
+                self._snap = s
+            return s
+
+    def _read(self, seq: int, h: str, with_agents: bool) -> Snapshot:
+        from .. import agents
+
+        s = Snapshot(seq, h, time.time())
+        if with_agents:
+            from ..agents import hourly
+
+            s.ds = hourly.load_compact(self.engine, detail=True)
+            if len(s.ds.allocs):
+                s.found = agents.run_agents(s.ds).findings
+        s.recorded = agents.recorded_findings(self.engine)
+        months = set()
+        with self.engine.connect() as conn:
+            for ce in iter_entries(conn, kinds=[Kind.RECEIPT_ISSUED]):
+                r = ce.entry.data.get("receipt", {})
+                j = r.get("job", {})
+                s.receipts[(j.get("cluster"), str(j.get("job_id")), int(j.get("run", 0)))] = r
+                w = r.get("window", {})
+                if w.get("start"):
+                    months.add(w["start"][:7])
+            row = conn.exec_driver_sql("SELECT ts FROM entries ORDER BY seq DESC LIMIT 1").first()
+        if row is not None:
+            v = row[0]
+            s.last_ts = v.timestamp() if hasattr(v, "timestamp") else ts_to_epoch(str(v))
+        s.months = sorted(months)
+        return s
+
+
+def receipt_account(body: dict) -> str | None:
+    return body.get("job", {}).get("account")
+
+
+def finding_accounts(f: dict, snap: Snapshot) -> set[str]:
+    """The accounts whose runs a recorded finding is on: its tenant, or the account of its job's receipts.
+    A finding of a rack, node or device with no job names no tenant (operators only)."""
+    sc = f.get("scope", {})
+    out = {sc["tenant"]} if sc.get("tenant") else set()
+    if sc.get("job_id"):
+        out |= {receipt_account(b) for (c, j, _r), b in snap.receipts.items() if j == str(sc["job_id"])}
+    return {a for a in out if a}
+
+
+def visible_findings(user, snap: Snapshot) -> list[dict]:  # noqa: ANN001
+    if user.operator:
+        return list(snap.recorded)
+    return [f for f in snap.recorded if finding_accounts(f, snap) & user.accounts]

@@ -1,0 +1,211 @@
+"""`ipledger serve` (ledger.web): who sees what on every route, and the pages' figures equal the CLI's JSON on the
+demo ledger (Starlette TestClient over the real app)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("httpx")
+
+from starlette.testclient import TestClient  # noqa: E402
+
+from ledger import config  # noqa: E402
+from ledger.db import make_engine  # noqa: E402
+from ledger.site import site_from_config  # noqa: E402
+from ledger.web.access import AccessError, from_config  # noqa: E402
+from ledger.web.app import create_app  # noqa: E402
+from ledger.web.metrics import FAMILIES  # noqa: E402
+from ledger.web.views import LedgerView  # noqa: E402
+
+SERVE = {"serve": {"user_header": "X-Remote-User", "trusted_proxies": ["127.0.0.1"],
+                   "users": {"op": {"role": "operator"}, "ast": {"role": "tenant", "accounts": ["astro"]}}}}
+
+
+@pytest.fixture(scope="module")
+def web(demo):
+    out, _ = demo
+    url = f"sqlite:///{out / 'ledger.db'}"
+    site = site_from_config(config.load(None, environ={}), db=url)
+    view = LedgerView(make_engine(url, read_only=True), site)
+    app = create_app(view, from_config(SERVE))
+    return url, view, TestClient(app, client=("127.0.0.1", 40000)), TestClient(app, client=("10.9.9.9", 40000))
+
+
+def _cli_json(cli, runner, url, *args):
+    r = runner.invoke(cli, ["--db", url, *args])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout if hasattr(r, "stdout") else r.output)
+
+
+def _figures(html: str) -> dict[str, float]:
+    return {k: float(v.replace(",", "")) for k, v in re.findall(r'data-figure="([^"]+)">([-0-9.,]+)<', html)}
+
+
+def _routes(view) -> dict[str, str]:
+    """One path per route, with the owner account of what it shows (None: operators only)."""
+    snap = view.snapshot()
+    other = next(b for b in snap.receipts.values() if b["job"]["account"] != "astro")
+    mine = next(b for b in snap.receipts.values() if b["job"]["account"] == "astro")
+    rack_f = next(f for f in snap.recorded if f["scope"].get("rack") and not f["scope"].get("tenant"))
+    other_f = next(f for f in snap.recorded if f["scope"].get("tenant") not in (None, "astro"))
+    dev = other["job"]["devices"][0]
+    routes = {"/fleet": None, "/fleet?period=2026-11": None, f"/racks/{rack_f['scope']['rack']}": None,
+              f"/nodes/{dev['node']}": None, f"/devices/{dev['uuid']}": None, "/tenants/astro": "astro",
+              f"/tenants/{other['job']['account']}": other["job"]["account"],
+              f"/findings/{rack_f['id']}": None, f"/findings/{other_f['id']}": other_f["scope"]["tenant"],
+              "/statements/2026-11?tenant=astro": "astro",
+              f"/statements/2026-11?tenant={other['job']['account']}": other["job"]["account"],
+              "/statements/2026-11.json?tenant=astro": "astro"}
+    for b in (mine, other):
+        j = b["job"]
+        for suffix in ("", ".json", ".pdf"):
+            routes[f"/receipts/{j['job_id']}{suffix}"] = j["account"]
+            routes[f"/receipts/{j['job_id']}/{j['run']}{suffix}"] = j["account"]
+        routes[f"/receipts/{j['job_id']}.bundle.json"] = j["account"]
+    return routes
+
+
+def test_every_route_is_401_without_a_trusted_user(web):
+    _, view, local, remote = web
+    for path in ["/", *_routes(view)]:
+        assert local.get(path).status_code == 401, path                        # no header
+        assert local.get(path, headers={"X-Remote-User": "nobody"}).status_code == 401, path   # not configured
+        assert remote.get(path, headers={"X-Remote-User": "op"}).status_code == 401, path      # untrusted peer
+
+
+def test_a_tenant_sees_only_their_own(web):
+    _, view, local, _ = web
+    for path, owner in _routes(view).items():
+        op = local.get(path, headers={"X-Remote-User": "op"})
+        ten = local.get(path, headers={"X-Remote-User": "ast"})
+        if path.endswith(".bundle.json"):
+            assert op.status_code == 404 and "signed tree head" in op.text   # the demo signs no head
+        else:
+            assert op.status_code == 200, (path, op.text[:300])
+        if owner == "astro":
+            assert ten.status_code == op.status_code, path
+        else:
+            assert ten.status_code == 404, path
+            assert "signed tree head" not in ten.text     # the same answer as a receipt that does not exist
+
+
+def test_a_tenant_listing_names_no_other_tenants_runs(web):
+    _, view, local, _ = web
+    snap = view.snapshot()
+    html = local.get("/tenants/astro", headers={"X-Remote-User": "ast"}).text
+    listed = set(re.findall(r'href="/receipts/([^/"]+)/\d+"', html))
+    mine = {b["job"]["job_id"] for b in snap.receipts.values() if b["job"]["account"] == "astro"}
+    assert listed == mine and listed
+    shown_f = set(re.findall(r'href="/findings/([^"]+)"', html))
+    for fid in shown_f:
+        assert local.get(f"/findings/{fid}", headers={"X-Remote-User": "ast"}).status_code == 200
+    start = local.get("/", headers={"X-Remote-User": "ast"}).text
+    assert "/fleet" not in start and "/tenants/astro" in start
+
+
+def test_fleet_figures_equal_ipledger_account(web, cli, runner):
+    url, _, local, _ = web
+    for period in ("all", "2026-11", "2026-W45"):
+        want = _cli_json(cli, runner, url, "account", "--period", period, "--json")
+        got = _figures(local.get(f"/fleet?period={period}", headers={"X-Remote-User": "op"}).text)
+        acct = want["account"]
+        assert got["paid"] == round(acct["paid"], 4) and got["delivered"] == round(acct["delivered"], 4)
+        assert got["cost.paid"] == acct["cost"]["paid"] and got["cost.delivered"] == acct["cost"]["delivered"]
+        for k in ("paid", "delivered", "lost"):
+            assert got[f"total.{k}"] == want["total"][k]
+
+
+def test_tenant_figures_equal_explain_and_receipts(web, cli, runner):
+    url, view, local, _ = web
+    want = _cli_json(cli, runner, url, "explain", "--tenant", "astro", "--period", "2026-11", "--json")
+    got = _figures(local.get("/tenants/astro?period=2026-11", headers={"X-Remote-User": "ast"}).text)
+    assert got["paid"] == round(want["account"]["paid"], 4)
+    assert got["cost.lost"] == want["account"]["cost"]["lost"]
+    if want["basis"] == "receipts":
+        assert got["billed.paid"] == want["billed"]["paid"]
+    job = next(b for b in view.snapshot().receipts.values() if b["job"]["account"] == "astro")["job"]["job_id"]
+    r = local.get(f"/receipts/{job}.json", headers={"X-Remote-User": "ast"})
+    assert r.json() == _cli_json(cli, runner, url, "receipt", job, "--format", "json")
+
+
+def test_metrics_are_openmetrics_with_bounded_labels(web):
+    _, view, local, _ = web
+    r = local.get("/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    assert r.status_code == 200 and r.text.rstrip().endswith("# EOF")
+    names = set(re.findall(r"^([a-z_]+)(?:\{|\s)", r.text, re.M))
+    for fam in FAMILIES:
+        assert any(n == fam or n.startswith(fam + "_") for n in names), fam
+    labels = set(re.findall(r"([a-z_]+)=\"", r.text))
+    assert labels <= {"tenant", "cluster", "cause", "kind"}
+    paid = sum(float(v) for v in re.findall(r'^ipledger_paid_gpu_hours\{[^}]*\} (\S+)', r.text, re.M))
+    assert paid == pytest.approx(sum(b["gpu_hours"]["paid"] for b in view.snapshot().receipts.values()))
+
+
+def test_bad_serve_settings_are_one_line_errors():
+    for bad, field in (({"serve": {"trusted_proxies": ["not-an-ip"]}}, "trusted_proxies"),
+                       ({"serve": {"users": {"x": {"role": "admin"}}}}, "serve.users.x.role"),
+                       ({"serve": {"users": {"x": {"role": "tenant"}}}}, "serve.users.x")):
+        with pytest.raises(AccessError, match=re.escape(field)) as e:
+            from_config(bad, "site.toml")
+        assert str(e.value).startswith("site.toml: ") and "\n" not in str(e.value)
+
+
+def test_dashboard_queries_name_served_metrics():
+    from pathlib import Path
+
+    dash = json.loads((Path(__file__).parents[1] / "dashboards" / "ipledger.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    assert exprs
+    for e in exprs:
+        ours = [n for n in re.findall(r"\b(ipledger_[a-z_]+)", e)]
+        for n in ours:
+            assert n in FAMILIES, (n, e)
+
+
+def test_local_operator_is_loopback_only(web, cli, runner):
+    from ledger.web.access import local_operator
+
+    _, view, _, _ = web
+    acc = local_operator(from_config({}), "127.0.0.1")
+    app = create_app(view, acc)
+    assert TestClient(app, client=("127.0.0.1", 1)).get("/fleet?period=2026-W45").status_code == 200
+    assert TestClient(app, client=("192.0.2.7", 1)).get("/fleet").status_code == 401
+    with pytest.raises(AccessError, match="--local-operator"):
+        local_operator(from_config({}), "0.0.0.0")
+    r = runner.invoke(cli, ["--db", web[0], "serve", "--local-operator", "--host", "0.0.0.0"])
+    assert r.exit_code == 1 and "--local-operator" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_demo_says_how_to_open_it_in_serve(runner, cli, tmp_path):
+    r = runner.invoke(cli, ["demo", "--out", str(tmp_path / "d"), "--seed", "3", "--small"])
+    assert r.exit_code == 0, r.output
+    last = r.output.strip().splitlines()[-1]
+    assert "serve --local-operator" in last and "http://127.0.0.1:8787/" in last
+    assert f"sqlite:///{tmp_path / 'd' / 'ledger.db'}" in last
+
+
+def test_proof_bundle_route_equals_the_cli_bundle(demo, runner, cli, tmp_path):
+    """After `ipledger checkpoint`, /receipts/JOB.bundle.json is the bundle `ipledger receipt JOB --proof` makes
+    under the same head (on a copy of the demo ledger: the checkpoint appends)."""
+    import shutil
+
+    out, _ = demo
+    db = tmp_path / "ledger.db"
+    shutil.copy(out / "ledger.db", db)
+    url = f"sqlite:///{db}"
+    key, head = tmp_path / "site.key", tmp_path / "head.json"
+    assert runner.invoke(cli, ["--db", url, "keygen", "--out", str(key)]).exit_code == 0
+    r = runner.invoke(cli, ["--db", url, "checkpoint", "--key", str(key), "--out", str(head)])
+    assert r.exit_code == 0, r.output
+    view = LedgerView(make_engine(url, read_only=True), site_from_config(config.load(None, environ={}), db=url))
+    client = TestClient(create_app(view, from_config(SERVE)), client=("127.0.0.1", 1))
+    job = next(b for b in view.snapshot(False).receipts.values() if b["job"]["account"] == "astro")["job"]["job_id"]
+    got = client.get(f"/receipts/{job}.bundle.json", headers={"X-Remote-User": "ast"})
+    assert got.status_code == 200, got.text[:300]
+    r = runner.invoke(cli, ["--db", url, "receipt", job, "--proof", "--head", str(head), "--out", str(tmp_path / "b.json")])
+    assert r.exit_code == 0, r.output
+    assert got.content == (tmp_path / "b.json").read_bytes()
