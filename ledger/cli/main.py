@@ -78,6 +78,7 @@ COMMAND_HELP = {
     'reconcile': 'Close runs whose epilog never ran: allocation_ended + unknown interval (cause epilog_missing).',
     'report': 'Written reports built from the ledger.',
     'resolve': 'Resolve an unknown interval as charge, credit or estimate.',
+    'serve': "Serve the read-only web view of the ledger (fleet, racks, nodes, devices, tenants, receipts, findings, statements) and /metrics, behind the site's authenticating proxy ([serve] in the config).",
     'ship': 'Move spooled entries into the ledger (idempotent; safe to run twice or concurrently).',
     'verify': 'Walk the hash chain (and replay issued receipts); exit 1 naming the first entry that does not match.',
 }
