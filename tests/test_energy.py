@@ -131,3 +131,42 @@ def test_units_follow_the_field_id_and_version() -> None:
         joules_per_count("dcgm", 155)
     with pytest.raises(EnergyUnitError, match="no known"):
         joules_per_count("ipmi")
+
+
+# --- contract terms: energy_basis, energy_price_per_kwh and pue (ledger.contracts) ---------------------------
+
+from decimal import Decimal  # noqa: E402
+
+from ledger.contracts import ContractError, parse_contract  # noqa: E402
+
+
+def _contract(**sku):
+    return parse_contract({"id": "c", "version": "1", "skus": {"H100": sku}}, "c.toml")
+
+
+def test_measured_energy_is_its_own_line_with_tdp_beside_it() -> None:
+    c = _contract(capex_price="24000", capex_years=4, energy_price_per_kwh="0.20", pue=1.5, energy_basis="measured")
+    b = c.basis_for("H100")
+    assert b.hourly(700.0) == Decimal(24000) / (4 * 8760)      # the rate holds no energy
+    line = b.energy_cost(Decimal("2.0"), 700.0, Decimal(10))
+    assert line == {"basis": "measured", "charged": Decimal("0.600"), "measured": Decimal("0.600"),
+                    "tdp": Decimal("2.1000")}
+    assert b.energy_cost(None, 700.0, Decimal(10))["basis"] == "tdp_fallback"
+    assert parse_contract(c.to_payload(), "payload") == c        # the payload carries the basis
+
+
+def test_contracts_without_the_option_keep_their_payload_and_price() -> None:
+    old = _contract(capex_price="24000", capex_years=4, energy_price_per_kwh="0.11", pue=1.3)
+    assert "energy_basis" not in old.to_payload()["skus"]["H100"]
+    b = old.basis_for("H100")
+    assert b.hourly(700.0) == Decimal(24000) / (4 * 8760) + Decimal("0.7") * Decimal("1.3") * Decimal("0.11")
+    rental = _contract(rate_per_gpu_hour="2.50", energy_price_per_kwh="0.11")   # ignored without a basis
+    assert rental.to_payload()["skus"]["H100"] == {"rate_per_gpu_hour": "2.50"}
+    beside = _contract(rate_per_gpu_hour="2.50", energy_price_per_kwh="0.11", energy_basis="measured")
+    assert beside.to_payload()["skus"]["H100"] == {"rate_per_gpu_hour": "2.50", "energy_price_per_kwh": "0.11",
+                                                   "energy_basis": "measured"}
+
+
+def test_a_bad_energy_basis_is_a_one_line_error() -> None:
+    with pytest.raises(ContractError, match=r"c.toml: skus.H100.energy_basis must be one of measured, tdp"):
+        _contract(rate_per_gpu_hour="1", energy_basis="guess")
