@@ -1,0 +1,77 @@
+"""A receipt's energy and carbon blocks (ledger.receipts.energy): they add up and replay byte for byte."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger.contracts import parse_contract
+from ledger.method.carbon import constant_intensity, parse_intensity
+from ledger.method.energy import CounterReading, PowerSample, device_energy
+from ledger.receipts.energy import DeviceEnergyInput, carbon_block, energy_block, energy_lines
+
+T0 = 1_764_547_200.0   # 2025-12-01 00:00 UTC
+BASIS = parse_contract({"id": "c", "version": "1", "skus": {"H100": {
+    "rate_per_gpu_hour": "2.00", "energy_price_per_kwh": "0.25", "pue": 1.2, "energy_basis": "measured"}}},
+    "c.toml").basis_for("H100")
+
+
+def _device(watts: float, hours: float, counter: bool = True) -> DeviceEnergyInput:
+    ts = [T0 + 60.0 * i for i in range(int(hours * 60) + 1)]
+    rs = [CounterReading(t, 1e9 + watts * (t - T0) / 1e-3, 1e-3) for t in ts] if counter else []
+    de = device_energy("GPU", rs, ts[0], ts[-1], [PowerSample(t, watts) for t in ts] if not counter else [])
+    half = T0 + (ts[-1] - T0) / 2
+    return DeviceEnergyInput(de, ((T0, half, "delivered"), (half, ts[-1], "idle")), 700.0,
+                             Decimal(str(hours)), BASIS)
+
+
+def test_measured_and_tdp_side_by_side() -> None:
+    block = energy_block([_device(350.0, 2.0), _device(200.0, 2.0)], "EUR")
+    assert block["kwh"] == 1.1 and block["source"] == "counter"
+    assert block["cost"] == {"currency": "EUR", "basis": "measured", "charged": "0.33", "measured": "0.33",
+                             "tdp": "0.84"}
+    assert abs(sum(block["by_bucket"].values()) - block["kwh"]) < 1e-6
+    lines = energy_lines(block)
+    assert "1.100 kWh" in lines[0] and "measured 0.33" in lines[1] and "TDP pricing 0.84" in lines[1]
+
+
+def test_nothing_measured_falls_back_to_tdp_by_name() -> None:
+    empty = DeviceEnergyInput(device_energy("GPU", [], T0, T0 + 3600), ((T0, T0 + 3600, "delivered"),), 700.0,
+                              Decimal(1), BASIS)
+    block = energy_block([empty], "EUR")
+    assert block["source"] == "unknown" and block["unknown_gpu_hours"] == 1.0
+    assert block["cost"]["basis"] == "tdp_fallback" and block["cost"]["measured"] is None
+    assert block["cost"]["charged"] == block["cost"]["tdp"] == "0.21"
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.floats(50, 700), st.integers(1, 3)), min_size=1, max_size=4), st.floats(0, 800))
+def test_blocks_replay_byte_identically_and_add_up(devs, g) -> None:
+    inputs = [_device(w, h) for w, h in devs]
+    a = json.dumps([energy_block(inputs, "EUR"), carbon_block(inputs, constant_intensity("DE", g, "site"), 1.2)],
+                   sort_keys=True)
+    b = json.dumps([energy_block(inputs, "EUR"), carbon_block(inputs, constant_intensity("DE", g, "site"), 1.2)],
+                   sort_keys=True)
+    assert a == b
+    e, c = json.loads(a)
+    assert abs(e["kwh"] - sum(w * h / 1000 for w, h in devs)) <= 1e-5
+    assert abs(c["kg_co2e"] - e["kwh"] * 1.2 * g / 1000) <= 1e-5
+
+
+def test_carbon_names_zone_source_and_version() -> None:
+    text = (Path(__file__).parent / "fixtures" / "carbon" / "electricitymaps_DE_hourly.csv").read_text("utf-8")
+    table = parse_intensity(text, "DE")
+    first = min(table.hourly)
+    d = DeviceEnergyInput(device_energy("GPU", [CounterReading(first, 0.0, 1.0),
+                                                 CounterReading(first + 3600, 3_600_000.0, 1.0)],
+                                        first, first + 3600), ((first, first + 3600, "delivered"),), 700.0,
+                          Decimal(1), BASIS)
+    c = carbon_block([d], table, 1.2)
+    assert c == {"kg_co2e": round(1.0 * 1.2 * 418.9 / 1000, 6), "zone": "DE",
+                 "intensity_source": "electricitymaps:lca", "intensity_version": table.version, "pue": 1.2,
+                 "hours_without_intensity": 0}
+    assert "zone DE" in energy_lines(energy_block([d], "EUR"), c)[-1]
