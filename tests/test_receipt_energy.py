@@ -75,3 +75,27 @@ def test_carbon_names_zone_source_and_version() -> None:
                  "intensity_source": "electricitymaps:lca", "intensity_version": table.version, "pue": 1.2,
                  "hours_without_intensity": 0}
     assert "zone DE" in energy_lines(energy_block([d], "EUR"), c)[-1]
+
+
+# --- end to end: a dcgm-exporter export, imported, read back as energy -------------------------------------
+
+def test_imported_export_energy_equals_the_exporters_counter(tmp_path) -> None:
+    from ledger.importers import prometheus, synth
+    from ledger.telemetry.energy import device_energy_of
+
+    kw = dict(n_gpus=2, hours=2, cadence=60, holes=[(1, 1800, 1200)])   # GPU 1 is silent for 20 minutes
+    truth = {}
+    for labels, pts in synth.series(**kw):
+        if labels["__name__"] == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION":
+            truth[labels["UUID"]] = (pts[0][0], pts[-1][0], (int(pts[-1][1]) - int(pts[0][1])) / 1000.0,
+                                     labels["gpu"] == "1")
+    c = prometheus.read(synth.write_query_range(tmp_path, **kw))
+    assert set(c.series) == set(truth)
+    for dev, (t0, t1, joules, holed) in truth.items():
+        de = device_energy_of(dev, c.series[dev], t0, t1)
+        assert abs(de.joules - joules) / 3.6e6 <= 1e-6          # bridged across the hole by the counter
+        assert de.source == "counter" and de.unknown_seconds == 0
+        no_counter = device_energy_of(dev, {"power_w": c.series[dev]["power_w"]}, t0, t1)
+        # power alone cannot cross the 20-minute hole (more than 300 s between samples): that time is unknown
+        assert no_counter.unknown_seconds == (1200.0 + 60.0 if holed else 0.0)
+        assert no_counter.source == ("mixed" if holed else "power_integral")
