@@ -170,3 +170,23 @@ def test_contracts_without_the_option_keep_their_payload_and_price() -> None:
 def test_a_bad_energy_basis_is_a_one_line_error() -> None:
     with pytest.raises(ContractError, match=r"c.toml: skus.H100.energy_basis must be one of measured, tdp"):
         _contract(rate_per_gpu_hour="1", energy_basis="guess")
+
+
+def test_a_dcgm_job_record_of_zero_joules_with_power_is_the_power_integral() -> None:
+    """The real `dcgmi stats -v -j` of tests/fixtures/dcgmi_stats (DCGM 2.x, V100): Energy Consumed 0 J
+    while Power Usage averages 37.9 W over the 48-second job."""
+    from pathlib import Path
+
+    from ledger.method.energy import summary_energy
+    from ledger.sources.dcgm import parse_stats
+
+    text = (Path(__file__).parent / "fixtures" / "dcgmi_stats" / "dcgmi_stats_x_then_v_j_1gpu_uberprof.txt")
+    report = parse_stats(text.read_text(encoding="utf-8"))
+    gpu = next(b for b in report.blocks if b.gpu_id == 0)
+    assert gpu.values["energy_j"] == 0
+    de = summary_energy("gpu0", gpu.values["energy_j"], gpu.values.get("power_w_avg"), gpu.start, gpu.end)
+    (span,) = de.spans
+    assert (span.source, span.cause) == ("power_integral", "job_record_zero")
+    assert span.joules == pytest.approx(37.8985 * (gpu.end - gpu.start))
+    assert summary_energy("g", 1234.0, 40.0, 0.0, 60.0).spans[0].source == "job_record"
+    assert summary_energy("g", None, None, 0.0, 60.0).spans[0].joules is None

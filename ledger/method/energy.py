@@ -231,3 +231,23 @@ def _add(s: EnergySpan, ov: float, length: float, name: str, kwh: dict, unk: dic
         kwh.setdefault(name, 0.0)
     else:
         kwh[name] = kwh.get(name, 0.0) + s.joules * ov / length / J_PER_KWH
+
+
+def summary_energy(device: str, joules: float | None, power_avg_w: float | None, start: float, end: float,
+                   frozen_min_w: float = 5.0) -> DeviceEnergy:
+    """A device's energy from a job summary (``dcgmi stats -v -j``: Energy Consumed and average power).
+
+    The record's energy is used when positive (``source = "job_record"``). A zero or missing energy while the
+    average power says the device drew (DCGM 2.x reports 0 J on some parts) is average power x duration,
+    ``source = "power_integral"`` (cause ``job_record_zero`` / ``no_counter``); with neither, unknown.
+    """
+    if end <= start:
+        return DeviceEnergy(device, ())
+    if joules is not None and joules > 0:
+        return DeviceEnergy(device, (EnergySpan(start, end, float(joules), "job_record"),))
+    cause = "job_record_zero" if joules is not None else "no_counter"
+    if power_avg_w is not None and power_avg_w > frozen_min_w:
+        return DeviceEnergy(device, (EnergySpan(start, end, power_avg_w * (end - start), "power_integral", cause),))
+    if joules is not None and power_avg_w is not None:   # a zero that power agrees with: nothing drawn
+        return DeviceEnergy(device, (EnergySpan(start, end, 0.0, "job_record"),))
+    return DeviceEnergy(device, (EnergySpan(start, end, None, "unknown", f"{cause}+no_power"),))
