@@ -99,3 +99,52 @@ def test_imported_export_energy_equals_the_exporters_counter(tmp_path) -> None:
         # power alone cannot cross the 20-minute hole (more than 300 s between samples): that time is unknown
         assert no_counter.unknown_seconds == (1200.0 + 60.0 if holed else 0.0)
         assert no_counter.source == ("mixed" if holed else "power_integral")
+
+
+# --- through the CLI: a contract with energy_basis gives receipt 1.3 with the energy block; verify replays ---
+
+def test_receipt_under_measured_energy_terms_replays(tmp_path) -> None:
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from ledger.cli.main import cli
+    from ledger.importers import synth
+
+    env = {"IPLEDGER_CONFIG": ""}
+    from ledger import db as db_mod
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    eng = db_mod.make_engine(url)
+    db_mod.upgrade(eng)
+    eng.dispose()
+    run = CliRunner()
+    kw = dict(n_gpus=4, hours=2, cadence=60, jobs="slurm")
+    synth.write_query_range(tmp_path / "qr", **kw)
+    r = run.invoke(cli, ["--db", url, "import", "prometheus", str(tmp_path / "qr")], env=env)
+    assert r.exit_code == 0, r.output
+    before = run.invoke(cli, ["--db", url, "receipt", "1000", "--json"], env=env)
+    assert before.exit_code == 0, before.output
+    assert _json.loads(before.output)["receipt_version"] == "1.2" and "energy" not in _json.loads(before.output)
+    (tmp_path / "c.toml").write_text('id = "e"\nversion = "1"\ncurrency = "EUR"\n'
+                                     'effective_from = "2020-01-01"\n[skus.default]\nrate_per_gpu_hour = "2.00"\n'
+                                     'energy_price_per_kwh = "0.25"\npue = 1.2\nenergy_basis = "measured"\n')
+    r = run.invoke(cli, ["--db", url, "contract", "set", str(tmp_path / "c.toml")], env=env)
+    assert r.exit_code == 0, r.output
+    r = run.invoke(cli, ["--db", url, "receipt", "1000", "--json", "--issue"], env=env)
+    assert r.exit_code == 0, r.output
+    body = _json.loads(r.output[r.output.index("{"):])   # after the line saying it was re-issued
+    assert body["receipt_version"] == "1.3"
+    e = body["energy"]
+    truth_j = 0.0
+    for labels, pts in synth.series(**kw):
+        if labels["__name__"] == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" and labels["gpu"] in "0123":
+            truth_j += (int(pts[-1][1]) - int(pts[0][1])) / 1000.0
+    # the counter's energy from first to last reading, exactly; the last sample's minute (after the last
+    # reading, no later power sample) is unknown, not zero and not TDP
+    assert abs(e["kwh"] - truth_j / 3.6e6) <= 1e-6
+    assert e["source"] == "mixed" and e["unknown_gpu_hours"] == round(4 * 60 / 3600, 6)
+    assert e["cost"]["basis"] == "measured" and e["cost"]["tdp"] is not None
+    assert abs(sum(e["by_bucket"].values()) - e["kwh"]) <= 1e-5
+    v = run.invoke(cli, ["--db", url, "verify"], env=env)
+    assert v.exit_code == 0, v.output

@@ -34,11 +34,14 @@ from ..method.evidence import (REPLACED_BY_SAMPLES, controlled_by, rests_on_dcgm
 from ..method.mig import mig_share
 from ..method.skus import SkuRating, match_sku
 from ..accounting import run_accounting
+from ..telemetry.energy import device_energy_of
+from .energy import DeviceEnergyInput, energy_block
 from .progress import minus, progress_block, seconds
 
 RECEIPT_VERSION = "1.2"  # 1.1: the progress block, provider_failure_loss, lost_since_checkpoint_credited;
 # 1.2: who controls each piece of evidence (controlled_by, replaced_by, the failure's evidence), provider
 # failures need provider-side evidence, user_caused_unknown
+ENERGY_RECEIPT_VERSION = "1.3"  # 1.3: the energy block, for runs priced under a contract with energy_basis
 CENT = Decimal("0.01")
 NH = Decimal(10) ** 9
 
@@ -71,6 +74,8 @@ class RunInputs:
     # device -> ((t, xid), ...) of its samples in the window (DCGM field 230); read for runs that did not
     # complete, where a provider-side XID can make the end the provider's failure
     xid_samples: Mapping[str, tuple[tuple[float, float | None], ...]] = field(default_factory=dict)
+    # device -> {"energy_j": (times, values), "power_w": (...)}: read only when a contract names energy_basis
+    energy_columns: Mapping[str, Mapping[str, tuple]] = field(default_factory=dict)
 
 
 @dataclass
@@ -436,11 +441,30 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         },
         "ledger": {"through_seq": last.seq, "head_hash": last.hash},
     }
+    energy = _energy(inputs, contract, frame, accounts, (w0, w1))
+    if energy is not None:   # only under measured-energy terms: every other receipt keeps version 1.2 and its bytes
+        body["receipt_version"] = ENERGY_RECEIPT_VERSION
+        body["energy"] = energy
     accounting = run_accounting(c.entry for c in inputs.entries)
     if accounting is not None:  # runs the Slurm hooks recorded: the accounting record, or what still waits for it
         body["job"]["accounting"] = accounting
     body["receipt_hash"] = receipt_hash(body)
     return Receipt(body=body, timelines=timelines)
+
+
+def _energy(inputs: RunInputs, contract: Any, frame: RunFrame, accounts: list, window: tuple[float, float]):
+    """The receipt's ``energy`` block (ledger.receipts.energy), or None when no device's terms name a basis."""
+    rows = []
+    for dev, rating, acc in accounts:
+        basis = contract.basis_for(rating.key if rating else None)
+        if basis.energy_basis is None:
+            continue
+        de = device_energy_of(dev["uuid"], inputs.energy_columns.get(dev["uuid"], {}), *window)
+        buckets = tuple((a, b, "paid") for a, b in minus(window, list(frame.suspended))) + tuple(
+            (a, b, "suspended") for a, b in frame.suspended)
+        rows.append(DeviceEnergyInput(de, buckets, rating.tdp_w if rating else None,
+                                      Decimal(acc.paid_nh) / NH, basis))
+    return energy_block(rows, contract.currency) if rows else None
 
 
 def sampled_devices(segments: Sequence[ChainedEntry]) -> frozenset[str]:
