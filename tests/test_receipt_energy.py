@@ -146,5 +146,11 @@ def test_receipt_under_measured_energy_terms_replays(tmp_path) -> None:
     assert e["source"] == "mixed" and e["unknown_gpu_hours"] == round(4 * 60 / 3600, 6)
     assert e["cost"]["basis"] == "measured" and e["cost"]["tdp"] is not None
     assert abs(sum(e["by_bucket"].values()) - e["kwh"]) <= 1e-5
+    gpu_h = body["totals"]["before_adjustments"]["gpu_hours"]
+    assert body["totals"]["before_adjustments"]["amount"] == round(gpu_h * 2.00 + float(e["cost"]["charged"]), 2)
+    assert body["cost"]["energy"] == e["cost"]["charged"]
+    text = run.invoke(cli, ["--db", url, "receipt", "1000"], env=env).output
+    assert f"Energy cost (measured): {e['cost']['charged']} EUR" in text and "TDP pricing" in text
+    assert f"Energy: {e['kwh']:.3f} kWh measured (mixed)" in text
     v = run.invoke(cli, ["--db", url, "verify"], env=env)
     assert v.exit_code == 0, v.output

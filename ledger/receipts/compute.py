@@ -390,6 +390,11 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
     if by_policy["estimate"] and known > 0:
         est_delivered = (by_policy["estimate"] * int(total[0]) + known // 2) // known
 
+    # energy under an energy_basis is its own line, billed on top of the GPU-hours (the rate holds none of it)
+    energy = _energy(inputs, contract, frame, accounts, (w0, w1))
+    if energy is not None:
+        billed_cost += Decimal(energy["cost"]["charged"])
+
     body: dict[str, Any] = {
         "receipt_version": RECEIPT_VERSION,
         "job": {"cluster": key.cluster, "job_id": key.job_id, "run": key.run, "account": frame.account,
@@ -441,10 +446,10 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         },
         "ledger": {"through_seq": last.seq, "head_hash": last.hash},
     }
-    energy = _energy(inputs, contract, frame, accounts, (w0, w1))
     if energy is not None:   # only under measured-energy terms: every other receipt keeps version 1.2 and its bytes
         body["receipt_version"] = ENERGY_RECEIPT_VERSION
         body["energy"] = energy
+        body["cost"]["energy"] = energy["cost"]["charged"]
     accounting = run_accounting(c.entry for c in inputs.entries)
     if accounting is not None:  # runs the Slurm hooks recorded: the accounting record, or what still waits for it
         body["job"]["accounting"] = accounting

@@ -132,6 +132,7 @@ def text_lines(r: Receipt) -> list[str]:
             out.append(f"  {u['id'][:14]}  {u['start']} .. {u['end']}  {u['cause']}  "
                        f"{hours_str(u['gpu_hours'])} h  {how}{who}")
         out.append("")
+    out += energy_text(b)
     pol = b["billing"]["unknown_gpu_hours_by_policy"]
     out.append("Billing of unknown time: " + ", ".join(f"{k} {hours_str(v)} h" for k, v in pol.items()))
     out.append(f"{'Billed before adjustments':<28}{hours_str(b['totals']['before_adjustments']['gpu_hours']):>16}"
@@ -149,6 +150,15 @@ def text_lines(r: Receipt) -> list[str]:
     from ..textsafe import printable  # account/user/job names as the fleet sent them: no control characters shown
 
     return [printable(line) for line in out]
+
+
+def energy_text(b: dict) -> list[str]:
+    """Receipt 1.3's energy lines (measured kWh, the energy cost billed and TDP pricing beside it), else none."""
+    if "energy" not in b:
+        return []
+    from .energy import energy_lines
+
+    return [*energy_lines(b["energy"], b.get("carbon")), ""]
 
 
 def render_text(r: Receipt) -> str:
