@@ -154,3 +154,62 @@ def test_receipt_under_measured_energy_terms_replays(tmp_path) -> None:
     assert f"Energy: {e['kwh']:.3f} kWh measured (mixed)" in text
     v = run.invoke(cli, ["--db", url, "verify"], env=env)
     assert v.exit_code == 0, v.output
+
+
+# --- the tenant's offline checker recomputes receipt 1.3 (energy block included) from a proof bundle --------
+
+def test_proof_bundle_of_a_13_receipt_passes_ipledger_verify(tmp_path) -> None:
+    import json as _json
+    import subprocess
+    import sys
+
+    from click.testing import CliRunner
+
+    import ledger.proofcheck as pc
+    from ledger import db as db_mod
+    from ledger.cli.main import cli
+    from ledger.importers import synth
+
+    env = {"IPLEDGER_CONFIG": ""}
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    eng = db_mod.make_engine(url)
+    db_mod.upgrade(eng)
+    eng.dispose()
+    run = CliRunner()
+    synth.write_query_range(tmp_path / "qr", n_gpus=2, hours=1, cadence=60, jobs="slurm",
+                            holes=[(1, 1200, 900)])   # GPU 1 silent 15 minutes: the counter bridges it
+    assert run.invoke(cli, ["--db", url, "import", "prometheus", str(tmp_path / "qr")], env=env).exit_code == 0
+    (tmp_path / "c.toml").write_text('id = "e"\nversion = "1"\ncurrency = "EUR"\n'
+                                     'effective_from = "2020-01-01"\n[skus.default]\nrate_per_gpu_hour = "2.00"\n'
+                                     'energy_price_per_kwh = "0.25"\npue = 1.2\nenergy_basis = "measured"\n')
+    assert run.invoke(cli, ["--db", url, "contract", "set", str(tmp_path / "c.toml")], env=env).exit_code == 0
+    key = tmp_path / "site.key"
+    assert run.invoke(cli, ["--db", url, "keygen", "--out", str(key)], env=env).exit_code == 0
+    head = tmp_path / "head.json"
+    r = run.invoke(cli, ["--db", url, "checkpoint", "--key", str(key), "--out", str(head)], env=env)
+    assert r.exit_code == 0, r.output
+    bundle = tmp_path / "bundle.json"
+    r = run.invoke(cli, ["--db", url, "receipt", "1000", "--proof", "--head", str(head), "--out", str(bundle)],
+                   env=env)
+    assert r.exit_code == 0, r.output
+    body = _json.loads(run.invoke(cli, ["--db", url, "receipt", "1000", "--json"], env=env).output)
+    assert body["receipt_version"] == "1.3" and body["energy"]["kwh"] > 0
+    raw = bundle.read_bytes()
+    assert _json.loads(raw)["method"]["receipt_version"] == "1.3"
+    pub = pc.load_public_key(Path(str(key) + ".pub").read_bytes())
+    assert pc.verify_bundle(raw, pub)["receipt_hash"] == body["receipt_hash"]
+    exe = Path(sys.executable).with_name("ipledger-verify")
+    res = subprocess.run([str(exe), str(bundle), "--pubkey", str(key) + ".pub"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == body["receipt_hash"]
+    # an energy figure changed in the bundled receipt is named, not accepted
+    doc = _json.loads(raw)
+    doc["receipt"]["energy"]["kwh"] = round(doc["receipt"]["energy"]["kwh"] + 0.001, 6)
+    bad = (pc.canonical_json(doc) + "\n").encode("utf-8")
+    try:
+        pc.verify_bundle(bad, pub)
+    except pc.Failure as exc:
+        assert "energy" in str(exc) or "receipt" in str(exc)
+    else:
+        raise AssertionError("a changed energy figure passed")
