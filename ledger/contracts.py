@@ -32,6 +32,13 @@ File format::
     capex_residual = "2000"
     energy_price_per_kwh = "0.11"
     pue = 1.3                     # optional, default 1.0; energy = TDP x PUE x price
+    energy_basis = "measured"     # optional: measured | tdp. measured: the rate holds no energy; energy is its
+                                  # own line, measured kWh x PUE x price (TDP x hours x PUE x price beside it).
+                                  # Absent: TDP energy in the hourly rate, as contracts before the option.
+    [skus.A100]                   # energy_price_per_kwh, pue and energy_basis may stand beside a rental rate
+    rate_per_gpu_hour = "1.20"    # too (energy then comes on top of the rate)
+    energy_price_per_kwh = "0.20"
+    energy_basis = "measured"
 
 A receipt is priced under the latest recorded version (by sequence) that applies to the run's account and
 was in effect when the run started (``effective_from`` <= start < ``effective_to``), else
@@ -56,6 +63,7 @@ POLICIES = ("charge", "credit", "estimate", "hold")
 LOSS_POLICIES = ("charge", "credit")
 USER_CAUSED_POLICIES = ("charge", "hold")  # never credit: the billed party cannot move its own bill
 PERIOD_RULES = ("split", "end")
+ENERGY_BASES = ("measured", "tdp")
 HOURS_PER_YEAR = Decimal(8760)
 
 
@@ -71,15 +79,38 @@ class CostBasis:
     capex_residual: Decimal = Decimal(0)
     energy_price_per_kwh: Decimal = Decimal(0)
     pue: Decimal = Decimal(1)
+    energy_basis: str | None = None   # "measured" | "tdp" | None (legacy: TDP energy inside the capex rate)
 
     def hourly(self, tdp_w: float | None) -> Decimal:
-        """Price of one GPU-hour: the rental rate, or capex amortised over its years plus TDP energy."""
+        """Price of one GPU-hour: the rental rate, or capex amortised over its years plus TDP energy.
+
+        With an ``energy_basis`` the rate holds no energy: :meth:`energy_cost` prices it as its own line.
+        """
         if self.rate_per_gpu_hour is not None:
             return self.rate_per_gpu_hour
         assert self.capex_price is not None and self.capex_years
         amort = (self.capex_price - self.capex_residual) / (self.capex_years * HOURS_PER_YEAR)
+        if self.energy_basis is not None:
+            return amort
         energy = Decimal(str(tdp_w or 0)) / Decimal(1000) * self.pue * self.energy_price_per_kwh
         return amort + energy
+
+    def energy_cost(self, measured_kwh: Decimal | None, tdp_w: float | None, gpu_hours: Decimal) -> dict:
+        """The energy line: what was charged and what the other basis would have charged, beside it.
+
+        ``measured_kwh`` None (nothing measured) under ``measured`` falls back to TDP, named as such
+        (``basis = "tdp_fallback"``), never zero. Returns Decimals: ``charged``, ``measured``, ``tdp``, ``basis``.
+        """
+        price = self.energy_price_per_kwh * self.pue
+        tdp = Decimal(str(tdp_w or 0)) / Decimal(1000) * gpu_hours * price
+        measured = None if measured_kwh is None else measured_kwh * price
+        if self.energy_basis == "measured" and measured is not None:
+            basis, charged = "measured", measured
+        elif self.energy_basis == "measured":
+            basis, charged = "tdp_fallback", tdp
+        else:
+            basis, charged = "tdp", tdp
+        return {"basis": basis, "charged": charged, "measured": measured, "tdp": tdp}
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {}
@@ -88,6 +119,8 @@ class CostBasis:
             if v is not None and not (k in ("capex_residual", "energy_price_per_kwh") and v == 0 and
                                       self.rate_per_gpu_hour is not None) and not (k == "pue" and v == 1):
                 out[k] = str(v)
+        if self.energy_basis is not None:   # only when set: contracts before the option keep their payload
+            out["energy_basis"] = self.energy_basis
         return out
 
 
@@ -197,8 +230,16 @@ def parse_contract(data: Mapping[str, Any], origin: str = "contract") -> Contrac
         w = f"{origin}: skus.{key}"
         if not isinstance(row, Mapping):
             raise ContractError(f"{w} must be a table")
+        basis = row.get("energy_basis")
+        if basis is not None and basis not in ENERGY_BASES:
+            raise ContractError(f"{w}.energy_basis must be one of {', '.join(ENERGY_BASES)}, got {basis!r}")
         if "rate_per_gpu_hour" in row:
-            skus[key] = CostBasis(rate_per_gpu_hour=_dec(row["rate_per_gpu_hour"], f"{w}.rate_per_gpu_hour"))
+            # energy beside a rental rate only with an energy_basis (before the option such keys were ignored)
+            extra = {} if basis is None else {
+                "energy_price_per_kwh": _dec(row.get("energy_price_per_kwh", 0), f"{w}.energy_price_per_kwh"),
+                "pue": _dec(row.get("pue", 1), f"{w}.pue", positive=True)}
+            skus[key] = CostBasis(rate_per_gpu_hour=_dec(row["rate_per_gpu_hour"], f"{w}.rate_per_gpu_hour"),
+                                  energy_basis=basis, **extra)
         elif "capex_price" in row:
             if "capex_years" not in row:
                 raise ContractError(f"{w}.capex_years is required with capex_price")
@@ -207,7 +248,7 @@ def parse_contract(data: Mapping[str, Any], origin: str = "contract") -> Contrac
                 capex_years=_dec(row["capex_years"], f"{w}.capex_years", positive=True),
                 capex_residual=_dec(row.get("capex_residual", 0), f"{w}.capex_residual"),
                 energy_price_per_kwh=_dec(row.get("energy_price_per_kwh", 0), f"{w}.energy_price_per_kwh"),
-                pue=_dec(row.get("pue", 1), f"{w}.pue", positive=True))
+                pue=_dec(row.get("pue", 1), f"{w}.pue", positive=True), energy_basis=basis)
             if skus[key].capex_residual > skus[key].capex_price:
                 raise ContractError(f"{w}.capex_residual exceeds capex_price")
         else:

@@ -15,7 +15,9 @@ A bundle is checked in this order, and the first thing that fails is named (exit
 4. every bundled block of samples hashes to the digest its (included) telemetry segment entry sealed;
 5. the receipt recomputed from those entries and samples with the reference implementation of the method
    below (method ``ipledger-attribution`` 1.0.0, receipt 1.2: buckets, unknown intervals and who controls
-   each one's evidence, progress marks and the lost work a provider's failure credits, the run's accounting state, MIG slice pricing, billing) is
+   each one's evidence, progress marks and the lost work a provider's failure credits, the run's accounting state, MIG slice pricing, billing;
+   receipt 1.4 adds the energy block for runs priced under a contract naming ``energy_basis``: counter deltas
+   from the sealed ``energy_j`` samples, the power integral where the counter froze, unknown with neither) is
    exactly the bundled receipt, and its hash is printed.
 
 The ledger itself uses the hashing, proof and signature functions of this module (``ledger.merkle``), so the
@@ -295,6 +297,8 @@ def parse_leaf(text: str, where: str) -> Entry:
 # implementation, so every integer (nanohour) comes out identical.
 
 METHOD_NAME, METHOD_VERSION, RECEIPT_VERSION = "ipledger-attribution", "1.0.0", "1.2"
+ENERGY_RECEIPT_VERSION = "1.4"   # 1.4: the energy block, for runs priced under a contract with energy_basis
+RECEIPT_VERSIONS = (RECEIPT_VERSION, ENERGY_RECEIPT_VERSION)
 NH_PER_SECOND = 1e9 / 3600.0
 ACTIVE_MIN, RESIDENT_FB_MIB = 0.05, 512.0
 THROTTLE_REASONS = ("thermal", "power_cap", "hw_slowdown", "sync_boost", "other")
@@ -757,6 +761,163 @@ def device_rate(contract: Mapping[str, Any], key: str | None, tdp_w: float | Non
     return rate, f"{key or 'unrated'}/{profile}", mig
 
 
+# --- energy (receipt 1.4; ledger/method/energy.py and ledger/receipts/energy.py) -----------------------------
+# A device's energy from its energy_j counter (joules, as stored) and power_w: counter deltas span by span,
+# resets and wraps bridged, a frozen counter replaced by the power integral, no counter and no power unknown.
+
+J_PER_KWH = 3_600_000.0
+
+
+def power_integral(power: Sequence[tuple[float, float]], start: float, end: float,
+                   max_gap_s: float = 300.0) -> tuple[float, float]:
+    joules = covered = 0.0
+    for (at, aw), (bt, bw) in zip(power, power[1:]):
+        if bt <= at or bt - at > max_gap_s or bt <= start or at >= end:
+            continue
+        lo, hi = max(at, start), min(bt, end)
+        slope = (bw - aw) / (bt - at)
+        w_lo, w_hi = aw + slope * (lo - at), aw + slope * (hi - at)
+        joules += (w_lo + w_hi) / 2 * (hi - lo)
+        covered += hi - lo
+    return joules, covered
+
+
+def _power_span(power, start, end, cause, max_gap_s) -> list[tuple]:  # noqa: ANN001
+    """(start, end, joules or None, source, cause) spans of [start, end] from power alone."""
+    if end <= start:
+        return []
+    j, cov = power_integral(power, start, end, max_gap_s)
+    if cov <= 0:
+        return [(start, end, None, "unknown", f"{cause}+no_power" if cause else "no_power")]
+    if cov >= (end - start) * (1 - 1e-9):
+        return [(start, end, j, "power_integral", cause)]
+    mid = start + cov
+    return [(start, mid, j, "power_integral", cause),
+            (mid, end, None, "unknown", f"{cause}+power_gap" if cause else "power_gap")]
+
+
+def device_energy(readings: Sequence[tuple[float, float]], start: float, end: float,
+                  power: Sequence[tuple[float, float]], frozen_min_w: float = 5.0,
+                  max_gap_s: float = 300.0) -> list[tuple]:
+    """The spans of one device's energy over [start, end] (counter readings in J, no modulus)."""
+    rs = sorted((r for r in readings if start <= r[0] <= end), key=lambda r: r[0])
+    ps = sorted(power, key=lambda p: p[0])
+    if not rs:
+        return _power_span(ps, start, end, "no_counter", max_gap_s)
+    spans = _power_span(ps, start, rs[0][0], "before_first_reading", max_gap_s)
+    for (at, ja), (bt, jb) in zip(rs, rs[1:]):
+        if bt <= at:
+            continue
+        delta, cause = jb - ja, ""
+        if delta < 0:
+            delta, cause = jb, "counter_reset"
+        if delta == 0:
+            pj, cov = power_integral(ps, at, bt, max_gap_s)
+            if cov > 0 and pj / cov > frozen_min_w:
+                spans += _power_span(ps, at, bt, "frozen_counter", max_gap_s)
+                continue
+        spans.append((at, bt, delta, "counter", cause))
+    return spans + _power_span(ps, rs[-1][0], end, "after_last_reading", max_gap_s)
+
+
+def _spans_source(spans: Sequence[tuple]) -> str:
+    kinds = {s[3] for s in spans if s[1] > s[0]}
+    return kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else "unknown")
+
+
+def energy_by_bucket(spans: Sequence[tuple], buckets: Sequence[tuple[float, float, str]]) -> tuple[dict, dict]:
+    kwh: dict[str, float] = {}
+    unk: dict[str, float] = {}
+
+    def add(s: tuple, ov: float, length: float, name: str) -> None:
+        if s[2] is None:
+            unk[name] = unk.get(name, 0.0) + ov / 3600.0
+            kwh.setdefault(name, 0.0)
+        else:
+            kwh[name] = kwh.get(name, 0.0) + s[2] * ov / length / J_PER_KWH
+
+    for s in spans:
+        length = s[1] - s[0]
+        if length <= 0:
+            continue
+        assigned = 0.0
+        for b0, b1, name in buckets:
+            ov = min(s[1], b1) - max(s[0], b0)
+            if ov <= 0:
+                continue
+            assigned += ov
+            add(s, ov, length, name)
+        if length - assigned > 1e-9:
+            add(s, length - assigned, length, "unassigned")
+    return kwh, unk
+
+
+def energy_cost(basis: Mapping[str, Any], measured_kwh: Decimal | None, tdp_w: float | None,
+                gpu_hours: Decimal) -> dict:
+    price = Decimal(str(basis.get("energy_price_per_kwh", 0))) * Decimal(str(basis.get("pue", 1)))
+    tdp = Decimal(str(tdp_w or 0)) / Decimal(1000) * gpu_hours * price
+    measured = None if measured_kwh is None else measured_kwh * price
+    if basis.get("energy_basis") == "measured" and measured is not None:
+        name, charged = "measured", measured
+    elif basis.get("energy_basis") == "measured":
+        name, charged = "tdp_fallback", tdp
+    else:
+        name, charged = "tdp", tdp
+    return {"basis": name, "charged": charged, "measured": measured, "tdp": tdp}
+
+
+def _r6(x: float) -> float:
+    return round(x + 0.0, 6)
+
+
+def _money_text(d: Decimal | None) -> str | None:
+    return None if d is None else str(d.quantize(CENT, rounding=ROUND_HALF_EVEN))
+
+
+def energy_block(devices: Sequence[tuple], currency: str) -> dict:
+    """``devices``: (spans, buckets, tdp_w, gpu_hours, basis) per device priced under an energy_basis."""
+    kwh = unknown_h = 0.0
+    buckets: dict[str, float] = {}
+    sources, bases = set(), set()
+    charged = measured = tdp = Decimal(0)
+    any_unmeasured = False
+    for spans, dev_buckets, tdp_w, gpu_hours, basis in devices:
+        dev_kwh = sum(s[2] for s in spans if s[2] is not None) / J_PER_KWH
+        kwh += dev_kwh
+        source = _spans_source(spans)
+        sources.add(source)
+        bk, unk = energy_by_bucket(spans, dev_buckets)
+        for k, v in bk.items():
+            buckets[k] = buckets.get(k, 0.0) + v
+        unknown_h += sum(unk.values())
+        known = Decimal(repr(_r6(dev_kwh))) if spans and source != "unknown" else None
+        line = energy_cost(basis, known, tdp_w, gpu_hours)
+        bases.add(line["basis"])
+        charged += line["charged"]
+        tdp += line["tdp"]
+        if line["measured"] is None:
+            any_unmeasured = True
+        else:
+            measured += line["measured"]
+    source = sources.pop() if len(sources) == 1 else ("mixed" if sources else "unknown")
+    return {"kwh": _r6(kwh), "source": source,
+            "by_bucket": {k: _r6(v) for k, v in sorted(buckets.items())},
+            "unknown_gpu_hours": _r6(unknown_h),
+            "cost": {"currency": currency, "basis": bases.pop() if len(bases) == 1 else "mixed",
+                     "charged": _money_text(charged), "measured": None if any_unmeasured else _money_text(measured),
+                     "tdp": _money_text(tdp)}}
+
+
+def _column_pairs(rows: Sequence[Sequence], column: str) -> list[tuple[float, float]]:
+    i, ti = SAMPLE_COLUMNS.index(column), SAMPLE_COLUMNS.index("t")
+    out = []
+    for r in sorted(rows, key=lambda r: float(r[ti])):
+        v = r[i]
+        if v is not None and not math.isnan(float(v)) and not math.isnan(float(r[ti])):
+            out.append((float(r[ti]), float(v)))
+    return out
+
+
 # --- the run's end and progress (docs/receipts.md, "Progress") ----------------------------------------------
 
 SAVED_MARKS = ("checkpoint", "output")   # marks after which the work done so far survives a failure
@@ -1186,6 +1347,20 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
     fidelities = sorted({acc.fidelity for _d, _k, acc in accounts})
     fidelity = fidelities[0] if len(fidelities) == 1 else ("mixed" if fidelities else "none")
     paid_cost, delivered_cost, billed_cost = money(cost["paid"]), money(cost["delivered"]), money(cost["billed"])
+    # receipt 1.4: energy under an energy_basis is its own line, billed on top of the GPU-hours
+    energy_rows = []
+    for dev, key, acc in accounts:
+        basis = basis_for(contract, key)
+        if basis.get("energy_basis") is None:
+            continue
+        rows = rows_of.get(dev["uuid"], [])
+        spans = device_energy(_column_pairs(rows, "energy_j"), w0, w1, _column_pairs(rows, "power_w"))
+        dev_buckets = tuple((a, b, "paid") for a, b in subtract((w0, w1), sorted(frame.suspended))) + tuple(
+            (a, b, "suspended") for a, b in frame.suspended)
+        energy_rows.append((spans, dev_buckets, table[key][1] if key else None, Decimal(acc.paid_nh) / NH, basis))
+    energy = energy_block(energy_rows, contract["currency"]) if energy_rows else None
+    if energy is not None:
+        billed_cost += Decimal(energy["cost"]["charged"])
     mean_rate = (sum(rates.values(), Decimal(0)) / len(rates)) if rates else Decimal(0)
 
     adjustments, adj_total, adj_nh = [], Decimal(0), 0
@@ -1260,6 +1435,10 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
                                          "amount": float(billed_cost + adj_total)}},
         "ledger": {"through_seq": last.seq, "head_hash": last.hash},
     }
+    if energy is not None:   # only under measured-energy terms: every other receipt keeps version 1.2
+        body["receipt_version"] = ENERGY_RECEIPT_VERSION
+        body["energy"] = energy
+        body["cost"]["energy"] = energy["cost"]["charged"]
     accounting = run_accounting(mine)
     if accounting is not None:
         body["job"]["accounting"] = accounting
@@ -1334,10 +1513,10 @@ def verify_bundle(raw: bytes, public_key: Any) -> dict:
     size, root = check_head(bundle["head"], public_key, "head")
     method = bundle["method"]
     if not isinstance(method, dict) or set(method) != {"name", "version", "receipt_version", "site_skus"} or (
-            method["name"], method["version"], method["receipt_version"]) != (METHOD_NAME, METHOD_VERSION,
-                                                                              RECEIPT_VERSION):
+            method["name"], method["version"]) != (METHOD_NAME, METHOD_VERSION) or \
+            method["receipt_version"] not in RECEIPT_VERSIONS:
         raise Failure(f"method: this verifier implements {METHOD_NAME} {METHOD_VERSION} (receipt "
-                      f"{RECEIPT_VERSION}) only")
+                      f"{' and '.join(RECEIPT_VERSIONS)}) only")
     site_skus = _site_skus(method["site_skus"])
     entries: list[Entry] = []
     if not isinstance(bundle["entries"], list) or not bundle["entries"]:

@@ -22,8 +22,8 @@ from .heads import HeadError, check_head_against_ledger, recorded_heads
 from .method import METHOD_NAME, METHOD_VERSION
 from .method.skus import SkuRating, builtin_table
 from .proofcheck import BUNDLE_FORMAT, SAMPLE_COLUMNS, load_public_key, samples_digest
-from .receipts.compute import RECEIPT_VERSION, compute_receipt, run_frame
-from .receipts.gather import overlapping_entries, gather
+from .receipts.compute import compute_receipt, run_frame
+from .receipts.gather import _overlapping, gather
 from .telemetry import blocks
 from .telemetry.model import SAMPLE_COLUMNS as LEDGER_SAMPLE_COLUMNS
 from .telemetry.store import read_samples
@@ -112,7 +112,7 @@ def build_bundle(engine: Engine, job_id: str, run: int | None, signed_head: Mapp
     return {
         "format": BUNDLE_FORMAT,
         "head": dict(signed_head),
-        "method": {"name": METHOD_NAME, "version": METHOD_VERSION, "receipt_version": RECEIPT_VERSION,
+        "method": {"name": METHOD_NAME, "version": METHOD_VERSION, "receipt_version": receipt.body["receipt_version"],
                    "site_skus": site_ratings(sku_table)},
         "receipt": receipt.body,
         "entries": [{"leaf": hash_fields(ce.seq, ce.entry, ce.prev_hash),

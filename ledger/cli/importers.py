@@ -9,8 +9,8 @@ from typing import Callable
 import click
 
 from ..importers import amdsmi, dmon, nvidia_smi, pipeline, prometheus
-from ..importers.common import Collected, InputError
-from ..importers.dcgm_fields import COLLECT_FIELD_IDS
+from ..importers.common import Collected, InputError, rescale_energy
+from ..importers.dcgm_fields import BY_ID, COLLECT_FIELD_IDS
 from ..textsafe import echo
 from .context import AppContext, UserError, emit_json, pass_app
 
@@ -59,6 +59,22 @@ def parse_tenants(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
             raise UserError(f"--tenant: expected LABEL_VALUE=TENANT (e.g. ml-prod=team-ml), got {v!r}")
         out.append((key, tenant))
     return tuple(sorted(out))
+
+
+def _energy_unit(parse: Callable[[], Collected], exporter_version: str | None) -> Callable[[], Collected]:
+    """The parse, with field 156 rescaled from the field table's mJ to the exporter version's unit."""
+    if exporter_version is None:
+        return parse
+    from ..method.energy import joules_per_count
+
+    unit = joules_per_count("dcgm-exporter", 156, exporter_version)
+
+    def parsed() -> Collected:
+        c = parse()
+        rescale_energy(c, unit / BY_ID[156].scale, f"dcgm-exporter {exporter_version}: field 156 in "
+                                                          f"{'J' if unit == 1.0 else 'mJ'}")
+        return c
+    return parsed
 
 
 def _run(app: AppContext, parse: Callable[[], Collected], cluster: str, synthetic: bool, as_json: bool,
@@ -158,10 +174,13 @@ def register(cli: click.Group) -> None:
     @click.option("--end", help="Range end (inclusive, like query_range).")
     @click.option("--step", help="Live: query step = the scrape cadence (default 15s).")
     @click.option("--at", "at", help="Scrape time for exposition files without timestamps.")
+    @click.option("--dcgm-exporter-version", "exporter_version", metavar="VERSION",
+                  help="The exporter's version: from 4.9 the energy counter (field 156) is in J, before in mJ.")
     @_common
     @pass_app
     def import_prometheus(app: AppContext, source: tuple[str, ...], url: str | None, start: str | None,
-                          end: str | None, step: str | None, at: str | None, cluster: str, tenant: tuple[str, ...],
+                          end: str | None, step: str | None, at: str | None, exporter_version: str | None,
+                          cluster: str, tenant: tuple[str, ...],
                           no_synthetic_runs: bool, as_json: bool, quiet: bool) -> None:
         """Prometheus / dcgm-exporter data: files (query_range JSON, JSON Lines, dir, tar/zip, long CSV,
         text exposition / OpenMetrics) or live chunked query_range calls.
@@ -182,14 +201,15 @@ def register(cli: click.Group) -> None:
             if t1 < t0:
                 raise UserError("--end is before --start")
             step_s = step_s or 15.0
-            _run(app, lambda: prometheus.fetch(url, t0, t1, step_s, progress=_progress(quiet)), cluster,
+            _run(app, _energy_unit(lambda: prometheus.fetch(url, t0, t1, step_s, progress=_progress(quiet)),
+                                   exporter_version), cluster,
                  not no_synthetic_runs, as_json, quiet, tenants=parse_tenants(tenant))
             return
         if not source:
             raise UserError("give SOURCE files/directories/archives, or --url")
         span = (t0, t1 + step_s if (t1 is not None and step_s) else t1) if (t0 is not None or t1 is not None) else None
         at_s = parse_time(at, "--at")
-        _run(app, lambda: prometheus.read(list(source), default_ts=at_s), cluster, not no_synthetic_runs, as_json,
+        _run(app, _energy_unit(lambda: prometheus.read(list(source), default_ts=at_s), exporter_version), cluster, not no_synthetic_runs, as_json,
              quiet, span=span, cadence=step_s, tenants=parse_tenants(tenant))
 
     def _capture_cmd(name: str, module, helptext: str):  # noqa: ANN001, ANN202

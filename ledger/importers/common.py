@@ -324,6 +324,27 @@ class Collected:
         self.capture_segments.extend(other.capture_segments)
 
 
+def rescale_energy(c: Collected, factor: float, why: str) -> int:
+    """Multiply every stored ``energy_j`` reading by ``factor`` (the field's unit was other than the table's).
+
+    dcgm-exporter 4.9 and DCGM 4.7 report field 156 in J where the field table (and earlier versions) say mJ:
+    the caller, who knows the version, passes ``factor`` = 1000. Returns how many readings changed; the
+    collection says so in a warning naming ``why``.
+    """
+    n = 0
+    for cols in c.series.values():
+        col = cols.get("energy_j")
+        if col is None:
+            continue
+        vs = col[1]
+        for i in range(len(vs)):
+            vs[i] *= factor
+        n += len(vs)
+    if n and factor != 1.0:
+        c.warn(f"{c.path}: energy_j: {n} readings x {factor:g} ({why})")
+    return n
+
+
 def restart_holes(c: Collected) -> dict[str, list[tuple[float, float]]]:
     """node -> the holes between its capture segments, in time order: where a capture stopped and the next
     (a second anchor in one file, or a later file of the node) started. Overlapping segments leave no hole."""

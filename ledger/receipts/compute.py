@@ -35,6 +35,8 @@ from ..method.lens import LENS_METHOD_VERSION, LensSettings, lens_block, lens_de
 from ..method.mig import mig_share
 from ..method.skus import SkuRating, match_sku
 from ..accounting import run_accounting
+from ..telemetry.energy import device_energy_of
+from .energy import DeviceEnergyInput, energy_block
 from .progress import minus, progress_block, seconds
 
 RECEIPT_VERSION = "1.2"  # 1.1: the progress block, provider_failure_loss, lost_since_checkpoint_credited;
@@ -42,6 +44,9 @@ RECEIPT_VERSION = "1.2"  # 1.1: the progress block, provider_failure_loss, lost_
 # failures need provider-side evidence, user_caused_unknown
 # 1.3 (method 1.1.0): the effective_compute block; a receipt computed without the lens stays 1.2 exactly
 LENS_RECEIPT_VERSION = "1.3"
+# 1.4: the energy block, for runs priced under a contract with energy_basis (with method 1.1.0 it carries the
+# effective_compute block too); every other receipt keeps its version and its bytes
+ENERGY_RECEIPT_VERSION = "1.4"
 CENT = Decimal("0.01")
 NH = Decimal(10) ** 9
 
@@ -74,6 +79,8 @@ class RunInputs:
     # device -> ((t, xid), ...) of its samples in the window (DCGM field 230); read for runs that did not
     # complete, where a provider-side XID can make the end the provider's failure
     xid_samples: Mapping[str, tuple[tuple[float, float | None], ...]] = field(default_factory=dict)
+    # device -> {"energy_j": (times, values), "power_w": (...)}: read only when a contract names energy_basis
+    energy_columns: Mapping[str, Mapping[str, tuple]] = field(default_factory=dict)
 
 
 @dataclass
@@ -390,6 +397,11 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
     if by_policy["estimate"] and known > 0:
         est_delivered = (by_policy["estimate"] * int(total[0]) + known // 2) // known
 
+    # energy under an energy_basis is its own line, billed on top of the GPU-hours (the rate holds none of it)
+    energy = _energy(inputs, contract, frame, accounts, (w0, w1))
+    if energy is not None:
+        billed_cost += Decimal(energy["cost"]["charged"])
+
     body: dict[str, Any] = {
         "receipt_version": RECEIPT_VERSION,
         "job": {"cluster": key.cluster, "job_id": key.job_id, "run": key.run, "account": frame.account,
@@ -441,6 +453,10 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         },
         "ledger": {"through_seq": last.seq, "head_hash": last.hash},
     }
+    if energy is not None:   # only under measured-energy terms: every other receipt keeps version 1.2 and its bytes
+        body["receipt_version"] = ENERGY_RECEIPT_VERSION
+        body["energy"] = energy
+        body["cost"]["energy"] = energy["cost"]["charged"]
     accounting = run_accounting(c.entry for c in inputs.entries)
     if accounting is not None:  # runs the Slurm hooks recorded: the accounting record, or what still waits for it
         body["job"]["accounting"] = accounting
@@ -470,9 +486,24 @@ def _add_lens(body: dict, inputs: RunInputs, frame: Any, plan: Sequence, account
         per_device.append((x, peak_tflops(rating, p), None if share is None else float(share)))
     block = lens_block(per_device, precision or precision_for({"compute_precision": lens.compute_precision},
                                                              None, frame.account), summary_nh)
-    body["receipt_version"] = LENS_RECEIPT_VERSION
+    if body["receipt_version"] == RECEIPT_VERSION:  # an energy receipt (1.4) keeps its version
+        body["receipt_version"] = LENS_RECEIPT_VERSION
     body["method"]["version"] = LENS_METHOD_VERSION
     body["effective_compute"] = block
+
+def _energy(inputs: RunInputs, contract: Any, frame: RunFrame, accounts: list, window: tuple[float, float]):
+    """The receipt's ``energy`` block (ledger.receipts.energy), or None when no device's terms name a basis."""
+    rows = []
+    for dev, rating, acc in accounts:
+        basis = contract.basis_for(rating.key if rating else None)
+        if basis.energy_basis is None:
+            continue
+        de = device_energy_of(dev["uuid"], inputs.energy_columns.get(dev["uuid"], {}), *window)
+        buckets = tuple((a, b, "paid") for a, b in minus(window, list(frame.suspended))) + tuple(
+            (a, b, "suspended") for a, b in frame.suspended)
+        rows.append(DeviceEnergyInput(de, buckets, rating.tdp_w if rating else None,
+                                      Decimal(acc.paid_nh) / NH, basis))
+    return energy_block(rows, contract.currency) if rows else None
 
 
 def sampled_devices(segments: Sequence[ChainedEntry]) -> frozenset[str]:

@@ -135,10 +135,35 @@ def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | Non
     xid_samples = {}
     if end_state(entries) not in (None, "COMPLETED"):  # only a run that did not complete can be a provider failure
         xid_samples = load_xid_samples(conn, [s.entry.entry_id for s in segments], sorted(uuids), w0, w1)
+    energy_columns = {}
+    if any("energy_basis" in sku for c in contracts for sku in (c.entry.data.get("skus") or {}).values()):
+        # only a ledger with measured-energy terms reads the counter (receipt 1.4's energy block)
+        energy_columns = load_energy_columns(conn, [s.entry.entry_id for s in segments], sorted(uuids), w0, w1)
     return RunInputs(key=key, entries=tuple(entries), gaps=tuple(gaps), resolutions=tuple(resolutions),
                      contracts=tuple(contracts), segments=tuple(sorted(used, key=lambda c: c.seq)),
                      samples=samples, contract_id=contract_id, contract_entry_id=contract_entry_id,
-                     open_end=open_end, xid_samples=xid_samples)
+                     open_end=open_end, xid_samples=xid_samples, energy_columns=energy_columns)
+
+
+def load_energy_columns(conn: Connection, segment_ids: Sequence[str], devices: Sequence[str], start: float,
+                        end: float) -> dict[str, dict[str, tuple[tuple[float, ...], tuple[float, ...]]]]:
+    """Each device's ``energy_j`` and ``power_w`` columns (times, values) over these segments' samples."""
+    if not segment_ids or not devices:
+        return {}
+    parts: dict[str, list[list[float]]] = defaultdict(lambda: [[], [], []])
+    for device, table in iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start, end=end,
+                                            columns=("t", "energy_j", "power_w")):
+        t, e, p = (float_values(c).tolist() for c in table.columns)
+        acc = parts[device]
+        acc[0].extend(t)
+        acc[1].extend(e)
+        acc[2].extend(p)
+    out = {}
+    for d, (t, e, p) in parts.items():
+        order = sorted(range(len(t)), key=t.__getitem__)
+        ts = tuple(t[i] for i in order)
+        out[d] = {"energy_j": (ts, tuple(e[i] for i in order)), "power_w": (ts, tuple(p[i] for i in order))}
+    return out
 
 
 def load_xid_samples(conn: Connection, segment_ids: Sequence[str], devices: Sequence[str], start: float,

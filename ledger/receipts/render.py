@@ -132,6 +132,7 @@ def text_lines(r: Receipt) -> list[str]:
             out.append(f"  {u['id'][:14]}  {u['start']} .. {u['end']}  {u['cause']}  "
                        f"{hours_str(u['gpu_hours'])} h  {how}{who}")
         out.append("")
+    out += energy_text(b)
     pol = b["billing"]["unknown_gpu_hours_by_policy"]
     out.append("Billing of unknown time: " + ", ".join(f"{k} {hours_str(v)} h" for k, v in pol.items()))
     out.append(f"{'Billed before adjustments':<28}{hours_str(b['totals']['before_adjustments']['gpu_hours']):>16}"
@@ -174,6 +175,14 @@ def effective_compute_lines(b: dict) -> list[str]:
             f"  {'rated share':<26}{'-' if share is None else f'{100 * share:.2f} %':>20}",
             f"  bound (of delivered time): {bound}",
             f"  {'unmeasured GPU-hours':<26}{h(ec['unmeasured_gpu_hours']):>20}"]
+
+def energy_text(b: dict) -> list[str]:
+    """Receipt 1.4's energy lines (measured kWh, the energy cost billed and TDP pricing beside it), else none."""
+    if "energy" not in b:
+        return []
+    from .energy import energy_lines
+
+    return [*energy_lines(b["energy"], b.get("carbon")), ""]
 
 
 def render_text(r: Receipt) -> str:

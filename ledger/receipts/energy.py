@@ -1,0 +1,102 @@
+"""A receipt's energy and carbon blocks and their text lines (docs/receipts.md, "Energy and carbon").
+
+Pure: from each device's :class:`ledger.method.energy.DeviceEnergy`, its bucket intervals, its TDP and its
+paid GPU-hours, with the contract's cost basis and the site's intensity table, build
+
+* ``energy`` = ``{kwh, source, by_bucket, unknown_gpu_hours, cost}``, ``cost`` = ``{currency, basis,
+  charged, measured, tdp}`` (the charged line and what TDP pricing would have charged beside it);
+* ``carbon`` = ``{kg_co2e, zone, intensity_source, intensity_version, pue, hours_without_intensity}``.
+
+Figures are rounded (kWh and kg to 6 decimals, money to cents, as text) so the JSON is byte-stable on replay.
+Kept apart from ``compute`` so the blocks can be added to a receipt version of their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Sequence
+
+from ..contracts import CostBasis
+from ..method.carbon import IntensityTable, carbon, hourly_kwh
+from ..method.energy import DeviceEnergy, by_bucket
+
+CENT = Decimal("0.01")
+
+
+@dataclass(frozen=True)
+class DeviceEnergyInput:
+    energy: DeviceEnergy
+    buckets: tuple[tuple[float, float, str], ...]   # (start, end, bucket) of the device's time
+    tdp_w: float | None
+    gpu_hours: Decimal                              # paid GPU-hours of the device (what TDP pricing bills)
+    basis: CostBasis
+
+
+def _r6(x: float) -> float:
+    return round(x + 0.0, 6)
+
+
+def _money(d: Decimal | None) -> str | None:
+    return None if d is None else str(d.quantize(CENT, rounding=ROUND_HALF_EVEN))
+
+
+def energy_block(devices: Sequence[DeviceEnergyInput], currency: str) -> dict:
+    kwh = 0.0
+    buckets: dict[str, float] = {}
+    unknown_h = 0.0
+    sources = set()
+    charged = measured = tdp = Decimal(0)
+    any_unmeasured = False
+    bases = set()
+    for d in devices:
+        kwh += d.energy.kwh
+        sources.add(d.energy.source)
+        be = by_bucket(d.energy.spans, d.buckets)
+        for k, v in be.kwh.items():
+            buckets[k] = buckets.get(k, 0.0) + v
+        unknown_h += sum(be.unknown_gpu_hours.values())
+        known = Decimal(repr(_r6(d.energy.kwh))) if d.energy.spans and d.energy.source != "unknown" else None
+        line = d.basis.energy_cost(known, d.tdp_w, d.gpu_hours)
+        bases.add(line["basis"])
+        charged += line["charged"]
+        tdp += line["tdp"]
+        if line["measured"] is None:
+            any_unmeasured = True
+        else:
+            measured += line["measured"]
+    source = sources.pop() if len(sources) == 1 else ("mixed" if sources else "unknown")
+    return {"kwh": _r6(kwh), "source": source,
+            "by_bucket": {k: _r6(v) for k, v in sorted(buckets.items())},
+            "unknown_gpu_hours": _r6(unknown_h),
+            "cost": {"currency": currency, "basis": bases.pop() if len(bases) == 1 else "mixed",
+                     "charged": _money(charged), "measured": None if any_unmeasured else _money(measured),
+                     "tdp": _money(tdp)}}
+
+
+def carbon_block(devices: Sequence[DeviceEnergyInput], table: IntensityTable, pue: float) -> dict:
+    by_hour: dict[int, float] = {}
+    for d in devices:
+        for h, v in hourly_kwh(d.energy.spans).items():
+            by_hour[h] = by_hour.get(h, 0.0) + v
+    c = carbon(by_hour, table, pue)
+    return {"kg_co2e": _r6(c.kg_co2e), "zone": c.zone, "intensity_source": c.intensity_source,
+            "intensity_version": c.intensity_version, "pue": c.pue,
+            "hours_without_intensity": c.hours_without_intensity}
+
+
+def energy_lines(energy: dict, carbon_: dict | None = None) -> list[str]:
+    """The receipt's text lines for the blocks (values only; the caller escapes and prints them)."""
+    c = energy["cost"]
+    out = [f"Energy: {energy['kwh']:.3f} kWh measured ({energy['source']})"
+           + (f", {energy['unknown_gpu_hours']:.2f} GPU-h unknown" if energy["unknown_gpu_hours"] else ""),
+           f"Energy cost ({c['basis']}): {c['charged']} {c['currency']}"
+           f"   [measured {c['measured'] if c['measured'] is not None else 'n/a'}, TDP pricing {c['tdp']}]"]
+    if energy["by_bucket"]:
+        out.append("  by bucket: " + ", ".join(f"{k} {v:.3f} kWh" for k, v in energy["by_bucket"].items()))
+    if carbon_ is not None:
+        out.append(f"Carbon: {carbon_['kg_co2e']:.3f} kg CO2e (zone {carbon_['zone']}, "
+                   f"{carbon_['intensity_source']} {carbon_['intensity_version']}, PUE {carbon_['pue']})"
+                   + (f", {carbon_['hours_without_intensity']} h without intensity"
+                      if carbon_["hours_without_intensity"] else ""))
+    return out
