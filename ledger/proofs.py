@@ -23,7 +23,7 @@ from .method import METHOD_NAME, METHOD_VERSION
 from .method.skus import SkuRating, builtin_table
 from .proofcheck import BUNDLE_FORMAT, SAMPLE_COLUMNS, load_public_key, samples_digest
 from .receipts.compute import compute_receipt, run_frame
-from .receipts.gather import _overlapping, gather
+from .receipts.gather import overlapping_entries, gather
 from .telemetry import blocks
 from .telemetry.model import SAMPLE_COLUMNS as LEDGER_SAMPLE_COLUMNS
 from .telemetry.store import read_samples
