@@ -1,0 +1,136 @@
+"""Pods as runs: the collector against a stand-in kubelet serving the real pod-resources v1 proto over a unix
+socket (pod churn, MIG, time-slicing with 4 pods, a restarted pod, the socket going away), then ship, the
+receipt of a pod by its job id, and the device ids the ledger names."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ledger import db as db_mod
+from ledger import k8s, spool
+from ledger.entries import Kind
+from ledger.sources.kubelet import Assignment, PodResourcesClient, physical_device
+from ledger.store import iter_entries
+
+grpc = pytest.importorskip("grpc")
+from tests.kubelet_standin import StandinKubelet, pod  # noqa: E402
+
+T0 = 1767225600.0
+GPU_A = "GPU-1d4b2c6e-8c0f-4a35-9f1e-0a1b2c3d4e5f"            # time-sliced: 4 replicas
+GPU_B = "GPU-7a8b9c0d-1e2f-4a3b-8c5d-6e7f8a9b0c1d"            # whole, pod churn
+MIG_1 = "MIG-4f2a9d1e-3b7c-5e8f-a0b1-c2d3e4f5a6b7"            # a MIG slice
+ALLOC = {"nvidia.com/gpu": [f"{GPU_A}::{n}" for n in range(4)] + [GPU_B], "nvidia.com/mig-1g.10gb": [MIG_1]}
+
+
+@pytest.fixture
+def kubelet(tmp_path):
+    k = StandinKubelet(str(tmp_path / "kubelet.sock"), ALLOC).start()
+    yield k
+    k.stop()
+
+
+def _records(sp):
+    return [r for p in sorted(spool.pending_files(sp)) for r in spool.read(p).records]
+
+
+def test_client_reads_list_allocatable_and_get(kubelet):
+    kubelet.set_pods([pod("team-a", "train-0", {"nvidia.com/gpu": [f"{GPU_A}::2"]})])
+    with PodResourcesClient(kubelet.socket) as c:
+        (a,) = c.list()
+        assert (a.namespace, a.pod, a.container, a.device, a.replica) == ("team-a", "train-0", "main", GPU_A, 2)
+        assert ("nvidia.com/mig-1g.10gb", MIG_1) in c.allocatable()
+        assert c.get("team-a", "train-0") == (a,)
+    kubelet.serve_get = False
+    with PodResourcesClient(kubelet.socket) as c:
+        assert c.get("team-a", "train-0") is None          # Get not served: None, not an error
+    assert kubelet.calls.count("Get") == 2
+
+
+@given(st.text(alphabet="0123456789abcdef-", min_size=1, max_size=40), st.integers(0, 4096))
+def test_a_replica_id_names_its_physical_gpu(uuid, n):
+    assert physical_device(f"GPU-{uuid}::{n}") == (f"GPU-{uuid}", n)
+    assert physical_device(f"GPU-{uuid}") == (f"GPU-{uuid}", None)
+
+
+def test_socket_gone_records_nothing_then_the_hole(kubelet, tmp_path):
+    sp = tmp_path / "spool"
+    cfg = k8s.PodRunsConfig(spool=str(sp), node="gpu-node-1", socket=kubelet.socket, max_gap_s=180)
+    kubelet.set_pods([pod("team-a", "train-0", {"nvidia.com/gpu": [GPU_B]})])
+    assert k8s.collect_tick(cfg, now=lambda: T0).started == 1
+    kubelet.stop()
+    rep = k8s.collect_tick(cfg, now=lambda: T0 + 60)
+    assert rep.error.startswith("kubelet_unavailable") and rep.spool_file is None
+    kubelet.start()
+    rep = k8s.collect_tick(cfg, now=lambda: T0 + 600)
+    assert rep.error is None and rep.gaps == 1 and rep.started == 0
+    gap = [r for r in _records(sp) if r["kind"] == Kind.UNKNOWN_INTERVAL][0]
+    assert (gap["job_id"], gap["device"], json.loads(gap["payload"])["cause"]) == ("k8s:team-a/train-0", GPU_B,
+                                                                                  "collector_down")
+
+
+def _churn(kubelet, cli, runner, conf, sp):
+    """Six ticks a minute apart: 4 time-sliced pods, a MIG pod, a whole-GPU pod that restarts."""
+    sliced = [pod("team-a", f"train-{n}", {"nvidia.com/gpu": [f"{GPU_A}::{n}"]}) for n in range(4)]
+    mig = pod("team-b", "infer-0", {"nvidia.com/mig-1g.10gb": [MIG_1]})
+    whole = pod("team-c", "batch-0", {"nvidia.com/gpu": [GPU_B]})
+    ticks = [sliced + [mig, whole], sliced + [mig, whole], sliced + [mig], sliced + [mig, whole],
+             sliced + [whole], []]
+    for k, pods in enumerate(ticks):
+        kubelet.set_pods(pods)
+        r = runner.invoke(cli, ["--config", str(conf), "collect", "--kubelet-socket", kubelet.socket, "--source",
+                                "none", "--once", "--node", "gpu-node-1", "--json"],
+                          env={"IPLEDGER_SPOOL": ""})
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.output)["kubelet"]["error"] is None
+
+
+def test_pods_become_runs_through_ship_and_receipt(kubelet, runner, cli, tmp_path, monkeypatch, sqlite_url):
+    sp = tmp_path / "spool"
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'spool = "{sp}"\ncluster = "prod-k8s"\n')
+    clock = iter(T0 + 60 * k for k in range(100))
+    monkeypatch.setattr(k8s, "clock", lambda: next(clock))
+    _churn(kubelet, cli, runner, conf, sp)
+    recs = _records(sp)
+    started = [r for r in recs if r["kind"] == Kind.ALLOCATION_STARTED]
+    ended = [r for r in recs if r["kind"] == Kind.ALLOCATION_ENDED]
+    bound = [r for r in recs if r["kind"] == Kind.DEVICE_BOUND]
+    runs = sorted((r["job_id"], r["run"]) for r in started)
+    assert runs == sorted([(f"k8s:team-a/train-{n}", 0) for n in range(4)] + [
+        ("k8s:team-b/infer-0", 0), ("k8s:team-c/batch-0", 0), ("k8s:team-c/batch-0", 1)])
+    assert all(r["cluster"] == "prod-k8s" and json.loads(r["payload"])["account"] == r["job_id"][4:10]
+               for r in started)
+    assert len(ended) == 7
+    # receipts name the physical device, never the replica id
+    assert {r["device"] for r in bound} == {GPU_A, MIG_1, GPU_B}
+    sliced = [json.loads(r["payload"]) for r in bound if r["device"] == GPU_A]
+    assert sorted(p["device_id"] for p in sliced) == [f"{GPU_A}::{n}" for n in range(4)]
+    assert {(p["sharers"], p["share_rule"]) for p in sliced} == {(4, "equal")}
+    assert {json.loads(r["payload"])["share_rule"] for r in bound if r["device"] == MIG_1} == {"mig_slice"}
+
+    r = runner.invoke(cli, ["--db", sqlite_url, "--config", str(conf), "ship", "--spool", str(sp), "--json",
+                            "--no-receipts"])
+    assert r.exit_code == 0, r.output
+    eng = db_mod.make_engine(sqlite_url)
+    try:
+        kinds = [ce.entry.kind for ce in iter_entries(eng)]
+        assert kinds.count(Kind.ALLOCATION_STARTED) == 7
+    finally:
+        eng.dispose()
+    r = runner.invoke(cli, ["--db", sqlite_url, "--config", str(conf), "receipt", "k8s:team-a/train-0",
+                            "--format", "json"])
+    assert r.exit_code == 0, r.output
+    rec = json.loads(r.output)
+    assert rec["window"] == {"start": "2026-01-01T00:00:00Z", "end": "2026-01-01T00:05:00Z"}
+    assert (rec["job"]["account"], rec["job"]["cluster"], rec["job"]["run"]) == ("team-a", "prod-k8s", 0)
+    assert [d["uuid"] for d in rec["job"]["devices"]] == [GPU_A] == [d["uuid"] for d in rec["devices"]]
+    assert rec["gpu_hours"]["paid"] == pytest.approx(5 / 60, abs=1e-9)   # the whole GPU: no share rule yet
+    assert GPU_A in json.dumps(rec) and f"{GPU_A}::" not in json.dumps(rec)
+    # the restarted pod: two runs, each its own window
+    r1 = json.loads(runner.invoke(cli, ["--db", sqlite_url, "receipt", "k8s:team-c/batch-0", "--run", "1",
+                                        "--format", "json"]).output)
+    assert r1["window"] == {"start": "2026-01-01T00:03:00Z", "end": "2026-01-01T00:05:00Z"}
