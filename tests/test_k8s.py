@@ -5,6 +5,7 @@ receipt of a pod by its job id, and the device ids the ledger names."""
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 
 import pytest
 from hypothesis import given
@@ -13,6 +14,8 @@ from hypothesis import strategies as st
 from ledger import db as db_mod
 from ledger import k8s, spool
 from ledger.entries import Kind
+from ledger.method import BUCKETS, shares
+from ledger.method.attribution import DeviceAccount
 from ledger.sources.kubelet import Assignment, PodResourcesClient, physical_device
 from ledger.store import iter_entries
 
@@ -31,6 +34,21 @@ def kubelet(tmp_path):
     k = StandinKubelet(str(tmp_path / "kubelet.sock"), ALLOC).start()
     yield k
     k.stop()
+
+
+@given(st.lists(st.integers(0, 10**12), min_size=len(BUCKETS), max_size=len(BUCKETS)), st.integers(2, 64))
+def test_shares_of_a_device_sum_to_its_paid_time(buckets, n):
+    paid = sum(buckets)
+    acc = DeviceAccount(paid_nh=paid, buckets=shares.np.array(buckets, dtype=shares.np.int64), suspended_nh=0)
+    parts = [shares.scale_account(acc, Fraction(1, n)) for _ in range(n)]
+    for p in parts:
+        assert int(p.buckets.sum()) == p.paid_nh == paid // n
+        assert all(0 <= int(b) <= int(a) for a, b in zip(acc.buckets, p.buckets))
+    left = shares.remainder_nh(paid, [Fraction(1, n)] * n)
+    assert sum(p.paid_nh for p in parts) + left == paid and 0 <= left < n
+    assert shares.share_of({"sharers": n}) == ("equal", Fraction(1, n))
+    assert shares.share_of({"sharers": n, "declared_share": "1/3"}) == ("declared", Fraction(1, 3))
+    assert shares.share_of({"sharers": 1}) is None and shares.share_of({}) is None
 
 
 def _records(sp):
@@ -128,7 +146,23 @@ def test_pods_become_runs_through_ship_and_receipt(kubelet, runner, cli, tmp_pat
     assert rec["window"] == {"start": "2026-01-01T00:00:00Z", "end": "2026-01-01T00:05:00Z"}
     assert (rec["job"]["account"], rec["job"]["cluster"], rec["job"]["run"]) == ("team-a", "prod-k8s", 0)
     assert [d["uuid"] for d in rec["job"]["devices"]] == [GPU_A] == [d["uuid"] for d in rec["devices"]]
-    assert rec["gpu_hours"]["paid"] == pytest.approx(5 / 60, abs=1e-9)   # the whole GPU: no share rule yet
+    (line,) = rec["devices"]
+    assert line["share"] == {"rule": "equal", "ratio": "1/4", "device_paid_gpu_hours": 0.083333333}
+    # four pods time-sliced on one GPU each pay a quarter; the four plus the remainder are the device's paid time
+    paid_nh = []
+    for n in range(4):
+        rn = json.loads(runner.invoke(cli, ["--db", sqlite_url, "receipt", f"k8s:team-a/train-{n}", "--format",
+                                            "json"]).output)
+        paid_nh.append(round(rn["gpu_hours"]["paid"] * 1e9))
+        assert rn["devices"][0]["uuid"] == GPU_A and rn["devices"][0]["share"]["ratio"] == "1/4"
+    device_nh = round(line["share"]["device_paid_gpu_hours"] * 1e9)
+    assert paid_nh == [device_nh // 4] * 4
+    assert sum(paid_nh) + shares.remainder_nh(device_nh, [Fraction(1, 4)] * 4) == device_nh
+    # the MIG slice and the whole GPU are held alone: no share block, the whole device-time
+    r0 = json.loads(runner.invoke(cli, ["--db", sqlite_url, "receipt", "k8s:team-b/infer-0", "--format",
+                                        "json"]).output)
+    assert "share" not in r0["devices"][0] and r0["devices"][0]["uuid"] == MIG_1
+    assert r0["gpu_hours"]["paid"] == pytest.approx(4 / 60, abs=1e-9)     # gone at the fifth tick
     assert GPU_A in json.dumps(rec) and f"{GPU_A}::" not in json.dumps(rec)
     # the restarted pod: two runs, each its own window
     r1 = json.loads(runner.invoke(cli, ["--db", sqlite_url, "receipt", "k8s:team-c/batch-0", "--run", "1",

@@ -32,6 +32,7 @@ from ..method.attribution import DEFAULT_THRESHOLDS, seconds_to_nh
 from ..method.evidence import (REPLACED_BY_SAMPLES, controlled_by, rests_on_dcgm_job_record, user_controlled,
                                xids_raised)
 from ..method.mig import mig_share
+from ..method.shares import scale_account, share_of
 from ..method.skus import SkuRating, match_sku
 from ..accounting import run_accounting
 from .progress import minus, progress_block, seconds
@@ -133,7 +134,8 @@ def run_frame(entries: Sequence[ChainedEntry], open_end: str | None = None) -> R
             continue
         devices[uuid] = {"uuid": uuid, "node": c.entry.node or d.get("node"), "index": d.get("index"),
                          "sku": d.get("sku"), "vendor": d.get("vendor"), "mig_profile": d.get("mig_profile"),
-                         "mig_instance": d.get("mig_instance"), "gpu_uuid": d.get("gpu_uuid")}
+                         "mig_instance": d.get("mig_instance"), "gpu_uuid": d.get("gpu_uuid"),
+                         "shared": share_of(d)}
     nodes = sorted({d["node"] for d in devices.values() if d["node"]} |
                    {c.entry.node for c in started if c.entry.node})
     susp = []
@@ -238,6 +240,7 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
     # a sample source that cannot, or a small run, does it here, one batch of devices at a time.
     parallel = getattr(inputs.samples, "attribute_all", None)
     done: dict[str, DeviceAccount | None] = {}
+    device_paid: dict[str, int] = {}
     if parallel is not None:
         done = parallel([(dev["uuid"], (w0, w1), mine, frame.suspended, rated, thresholds)
                          for dev, _r, rated, mine in plan]) or {}
@@ -256,6 +259,9 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         elif acc is None:
             acc = attribute_device((w0, w1), None, unknown=mine, suspended=frame.suspended,
                                    rated_clock_mhz=rated, thresholds=thresholds)
+        if dev.get("shared") is not None:   # several runs hold it: this run pays its share (method.shares)
+            device_paid[dev["uuid"]] = acc.paid_nh
+            acc = scale_account(acc, dev["shared"][1])
         accounts.append((dev, rating, acc))
         timelines[dev["uuid"]] = acc.timeline
 
@@ -346,6 +352,10 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
                 "billed_gpu_hours": nh_to_hours(billed), "rate": str(rate)}
         if mig is not None:   # only MIG slices carry it, so whole-GPU receipts keep their bytes and hashes
             line["mig"] = mig
+        if dev.get("shared") is not None:   # likewise only shared devices (receipts of held-alone ones unchanged)
+            rule, share = dev["shared"]
+            line["share"] = {"rule": rule, "ratio": f"{share.numerator}/{share.denominator}",
+                             "device_paid_gpu_hours": nh_to_hours(device_paid[dev["uuid"]])}
         dev_lines.append(line)
     fidelities = sorted({acc.fidelity for _d, _r, acc in accounts})
     fidelity = fidelities[0] if len(fidelities) == 1 else ("mixed" if fidelities else "none")
