@@ -158,6 +158,17 @@ def test_pods_become_runs_through_ship_and_receipt(kubelet, runner, cli, tmp_pat
     device_nh = round(line["share"]["device_paid_gpu_hours"] * 1e9)
     assert paid_nh == [device_nh // 4] * 4
     assert sum(paid_nh) + shares.remainder_nh(device_nh, [Fraction(1, 4)] * 4) == device_nh
+    # issued, the shared receipts replay byte-identically (ipledger verify)
+    r = runner.invoke(cli, ["--db", sqlite_url, "--config", str(conf), "issue", "--all", "--quiet"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(cli, ["--db", sqlite_url, "--config", str(conf), "verify"])
+    assert r.exit_code == 0, r.output
+    eng = db_mod.make_engine(sqlite_url)
+    try:
+        issued = [ce.entry for ce in iter_entries(eng) if ce.entry.kind == Kind.RECEIPT_ISSUED]
+        assert sorted((e.job_id, e.run) for e in issued) == runs
+    finally:
+        eng.dispose()
     # the MIG slice and the whole GPU are held alone: no share block, the whole device-time
     r0 = json.loads(runner.invoke(cli, ["--db", sqlite_url, "receipt", "k8s:team-b/infer-0", "--format",
                                         "json"]).output)
