@@ -14,7 +14,7 @@ A bundle is checked in this order, and the first thing that fails is named (exit
 3. every bundled entry is included in that tree (RFC 9162 inclusion proof from its leaf hash);
 4. every bundled block of samples hashes to the digest its (included) telemetry segment entry sealed;
 5. the receipt recomputed from those entries and samples with the reference implementation of the method
-   below (method ``ipledger-attribution`` 1.0.0, receipt 1.2: buckets, unknown intervals and who controls
+   below (method ``ipledger-attribution`` 1.0.0, receipt 1.2: buckets, a shared device's share (docs/kubernetes.md), unknown intervals and who controls
    each one's evidence, progress marks and the lost work a provider's failure credits, the run's accounting state, MIG slice pricing, billing) is
    exactly the bundled receipt, and its hash is printed.
 
@@ -713,6 +713,36 @@ def money(x: Decimal) -> Decimal:
     return (x / NH).quantize(CENT, rounding=ROUND_HALF_EVEN)
 
 
+def share_of(bound: Mapping) -> tuple[str, Fraction] | None:
+    """A shared device's (rule, share) from its device_bound payload (docs/kubernetes.md, "Shared GPUs")."""
+    sharers = bound.get("sharers")
+    if not isinstance(sharers, int) or isinstance(sharers, bool) or sharers < 2:
+        return None
+    for rule in ("declared", "measured"):
+        text = bound.get(f"{rule}_share")
+        if isinstance(text, str):
+            try:
+                f = Fraction(text)
+            except (ValueError, ZeroDivisionError):
+                continue
+            if 0 < f <= 1:
+                return rule, f
+    return "equal", Fraction(1, sharers)
+
+
+def scale_account(acc: Account, share: Fraction) -> Account:
+    """The run's share of a device account: buckets floor(b × share), largest remainders topped up to
+    floor(paid × share); gaps, causes, suspended and coarse time floor(x × share)."""
+    num, den = share.numerator, share.denominator
+    paid = acc.paid_nh * num // den
+    raw = [b * num for b in acc.buckets]
+    out = [r // den for r in raw]
+    for i in sorted(range(len(raw)), key=lambda i: (-(raw[i] % den), i))[:max(paid - sum(out), 0)]:
+        out[i] += 1
+    return Account(paid, out, acc.suspended_nh * num // den, {g: v * num // den for g, v in acc.gap_nh.items()},
+                   {c: v * num // den for c, v in acc.causes.items()}, acc.fidelity, acc.coarse_nh * num // den)
+
+
 def billed_nh(nh: int, gran_s: int, min_s: int, paid_nh: int) -> int:
     if nh <= 0:
         return 0
@@ -977,7 +1007,7 @@ def run_frame(entries: Sequence[Entry], open_end: str | None = None) -> Frame:
             continue
         devices[uuid] = {"uuid": uuid, "node": c.node or d.get("node"), "index": d.get("index"), "sku": d.get("sku"),
                          "mig_profile": d.get("mig_profile"), "mig_instance": d.get("mig_instance"),
-                         "gpu_uuid": d.get("gpu_uuid")}
+                         "gpu_uuid": d.get("gpu_uuid"), "shared": share_of(d)}
     nodes = sorted({d["node"] for d in devices.values() if d["node"]} | {c.node for c in started if c.node})
     resumed = sorted(to_epoch(c.ts) for c in entries if c.kind == "allocation_resumed")
     susp = []
@@ -1083,6 +1113,7 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
     sampled = {d for s in segments for d in _seg_devices(s) if d}
     replaced, kept = set(), set()
     accounts, gaps_of = [], {}
+    device_paid: dict[str, int] = {}
     for dev in frame.devices:
         key = match_sku(dev.get("sku"), table)
         rated = table[key][0] if key else None
@@ -1102,6 +1133,9 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
             acc = attribute_summary((w0, w1), summaries[dev["uuid"]].data, spans, frame.suspended, rated)
         else:
             acc = attribute_samples((w0, w1), [], spans, frame.suspended, rated)
+        if dev["shared"] is not None:   # several runs hold the device: this run pays its share
+            device_paid[dev["uuid"]] = acc.paid_nh
+            acc = scale_account(acc, dev["shared"][1])
         accounts.append((dev, key, acc))
         gaps_of[dev["uuid"]] = spans
 
@@ -1182,7 +1216,11 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
                           "sku_rating": key, "fidelity": acc.fidelity,
                           "gpu_hours": _hours_block(acc.buckets, acc.paid_nh, acc.suspended_nh),
                           "billed_gpu_hours": hours(billed), "rate": str(rate),
-                          **({} if mig is None else {"mig": mig})})
+                          **({} if mig is None else {"mig": mig}),
+                          **({} if dev["shared"] is None else {"share": {
+                              "rule": dev["shared"][0],
+                              "ratio": f"{dev['shared'][1].numerator}/{dev['shared'][1].denominator}",
+                              "device_paid_gpu_hours": hours(device_paid[dev["uuid"]])}})})
     fidelities = sorted({acc.fidelity for _d, _k, acc in accounts})
     fidelity = fidelities[0] if len(fidelities) == 1 else ("mixed" if fidelities else "none")
     paid_cost, delivered_cost, billed_cost = money(cost["paid"]), money(cost["delivered"]), money(cost["billed"])

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import ledger.proofcheck as pc
 from ledger import db as db_mod
 from ledger import k8s, spool
 from ledger.entries import Kind
@@ -169,6 +170,13 @@ def test_pods_become_runs_through_ship_and_receipt(kubelet, runner, cli, tmp_pat
         assert sorted((e.job_id, e.run) for e in issued) == runs
     finally:
         eng.dispose()
+    # a tenant's offline check (ledger/proofcheck.py, the second implementation) recomputes the shared receipt
+    key, head, bundle = tmp_path / "site.key", tmp_path / "head.json", tmp_path / "bundle.json"
+    for args in (["keygen", "--out", str(key)], ["checkpoint", "--key", str(key), "--out", str(head)],
+                 ["receipt", "k8s:team-a/train-1", "--proof", "--head", str(head), "--out", str(bundle)]):
+        r = runner.invoke(cli, ["--db", sqlite_url, *args])
+        assert r.exit_code == 0, r.output
+    assert pc.main([str(bundle), "--pubkey", str(key) + ".pub"]) == 0
     # the MIG slice and the whole GPU are held alone: no share block, the whole device-time
     r0 = json.loads(runner.invoke(cli, ["--db", sqlite_url, "receipt", "k8s:team-b/infer-0", "--format",
                                         "json"]).output)
