@@ -20,8 +20,13 @@ from ledger.method.attribution import DeviceAccount
 from ledger.sources.kubelet import Assignment, PodResourcesClient, physical_device
 from ledger.store import iter_entries
 
-grpc = pytest.importorskip("grpc")
-from tests.kubelet_standin import StandinKubelet, pod  # noqa: E402
+from tests.services import unavailable
+
+try:   # grpcio: the `kubernetes` extra (in `dev`); without it the stand-in kubelet cannot start
+    from tests.kubelet_standin import StandinKubelet, pod
+except ImportError as exc:
+    StandinKubelet = pod = None
+    NO_GRPC = f"grpcio is not installed: {exc}"
 
 T0 = 1767225600.0
 GPU_A = "GPU-1d4b2c6e-8c0f-4a35-9f1e-0a1b2c3d4e5f"            # time-sliced: 4 replicas
@@ -32,6 +37,8 @@ ALLOC = {"nvidia.com/gpu": [f"{GPU_A}::{n}" for n in range(4)] + [GPU_B], "nvidi
 
 @pytest.fixture
 def kubelet(tmp_path):
+    if StandinKubelet is None:
+        unavailable(NO_GRPC)
     k = StandinKubelet(str(tmp_path / "kubelet.sock"), ALLOC).start()
     yield k
     k.stop()

@@ -11,9 +11,20 @@ from pathlib import Path
 
 import pytest
 
-yaml = pytest.importorskip("yaml")
+from tests.services import unavailable
+
+try:
+    import yaml
+except ImportError:   # PyYAML is in the `dev` extra
+    yaml = None
 
 ROOT = Path(__file__).parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _needs_yaml():
+    if yaml is None:
+        unavailable("PyYAML is not installed (the dev extra)")
 DEPLOY = ROOT / "deploy" / "kubernetes"
 
 
@@ -78,8 +89,10 @@ def test_containerfile_runs_the_daemonsets_command_as_the_same_user():
 
 
 def test_the_daemonsets_command_runs_against_a_stand_in_kubelet(runner, cli, tmp_path):
-    pytest.importorskip("grpc")
-    from tests.kubelet_standin import StandinKubelet, pod
+    try:
+        from tests.kubelet_standin import StandinKubelet, pod
+    except ImportError as exc:
+        unavailable(f"grpcio is not installed: {exc}")
 
     _, docs = _docs()
     args = docs[("DaemonSet", "ipledger-collector")]["spec"]["template"]["spec"]["containers"][0]["args"]
