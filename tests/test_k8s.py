@@ -20,6 +20,9 @@ from ledger.method.attribution import DeviceAccount
 from ledger.sources.kubelet import Assignment, PodResourcesClient, physical_device
 from ledger.store import iter_entries
 
+from reports import focus
+from tests.focus_validator import Unavailable as FocusUnavailable
+from tests.focus_validator import validate as validate_focus
 from tests.services import unavailable
 
 try:   # grpcio: the `kubernetes` extra (in `dev`); without it the stand-in kubelet cannot start
@@ -177,6 +180,28 @@ def test_pods_become_runs_through_ship_and_receipt(kubelet, runner, cli, tmp_pat
         assert sorted((e.job_id, e.run) for e in issued) == runs
     finally:
         eng.dispose()
+    # FOCUS: each time-sliced pod's charge carries its split (AllocatedRatio); per device the ratios sum to 1
+    out = tmp_path / "jan.focus.csv"
+    r = runner.invoke(cli, ["--db", sqlite_url, "--config", str(conf), "export", "monthly", "--month", "2026-01",
+                            "--format", "focus", "--out", str(out), "--quiet"])
+    assert r.exit_code == 0, r.output
+    df = focus.read_focus(out)
+    usage = df[df.ChargeCategory == "Usage"]
+    split = usage[usage.AllocatedMethodId.notna()]
+    assert sorted(split.x_JobId) == [f"k8s:team-a/train-{n}" for n in range(4)]
+    assert set(split.AllocatedMethodId) == {"ipledger-device-share-equal"}
+    ratios: dict[str, float] = {}
+    for d in split.AllocatedMethodDetails:
+        for el in json.loads(d)["Elements"]:
+            ratios[el["x_Device"]] = ratios.get(el["x_Device"], 0.0) + el["AllocatedRatio"]
+    assert ratios == {GPU_A: 1.0}
+    assert usage[usage.AllocatedMethodId.isna()].AllocatedMethodDetails.isna().all()
+    assert focus.validate(df) == []
+    try:
+        v = validate_focus(out)
+    except FocusUnavailable as exc:
+        unavailable(str(exc))
+    assert v.failed == [], v.summary()
     # a tenant's offline check (ledger/proofcheck.py, the second implementation) recomputes the shared receipt
     key, head, bundle = tmp_path / "site.key", tmp_path / "head.json", tmp_path / "bundle.json"
     for args in (["keygen", "--out", str(key)], ["checkpoint", "--key", str(key), "--out", str(head)],
