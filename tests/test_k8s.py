@@ -101,6 +101,12 @@ def test_socket_gone_records_nothing_then_the_hole(kubelet, tmp_path):
                                                                                   "collector_down")
 
 
+def test_collect_source_none_needs_a_kubelet_socket(runner, cli, tmp_path):
+    r = runner.invoke(cli, ["collect", "--source", "none", "--once", "--spool", str(tmp_path / "sp")],
+                      env={"IPLEDGER_CONFIG": ""})
+    assert r.exit_code != 0 and "--kubelet-socket" in r.output and "Traceback" not in r.output
+
+
 def _churn(kubelet, cli, runner, conf, sp):
     """Six ticks a minute apart: 4 time-sliced pods, a MIG pod, a whole-GPU pod that restarts."""
     sliced = [pod("team-a", f"train-{n}", {"nvidia.com/gpu": [f"{GPU_A}::{n}"]}) for n in range(4)]
