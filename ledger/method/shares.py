@@ -70,3 +70,65 @@ def scale_account(acc: DeviceAccount, share: Fraction) -> DeviceAccount:
 def remainder_nh(device_paid_nh: int, shares: list[Fraction]) -> int:
     """What the sharing runs leave of the device's paid time (idle or rounding): paid − Σ floor(paid × share)."""
     return device_paid_nh - sum(_scale(device_paid_nh, s) for s in shares)
+
+
+# --- Sharers that change (issue 32): a device-second is split among the pods holding it at that second. ---
+
+def nh_at(t: float) -> int:
+    """An instant on the nanohour grid (so that the nanohours of adjacent intervals add up exactly)."""
+    return int(round(Fraction(t) * 1_000_000_000 / 3600))
+
+
+def membership_intervals(holds: Mapping[str, tuple[float, float]]) -> list[tuple[float, float, tuple[str, ...]]]:
+    """Each pod's hold ``[start, end)`` of one device -> the intervals of constant membership, in time order
+    (only those some pod holds; members sorted)."""
+    cuts = sorted({t for a, b in holds.values() if b > a for t in (a, b)})
+    out = []
+    for a, b in zip(cuts, cuts[1:]):
+        members = tuple(sorted(p for p, (s, e) in holds.items() if s <= a and e >= b and e > s))
+        if members:
+            out.append((a, b, members))
+    return out
+
+
+def interval_shares(members: tuple[str, ...], declared: Mapping[str, Fraction] | None = None,
+                    measured: Mapping[str, Fraction] | None = None) -> tuple[str, dict[str, Fraction]]:
+    """The rule and each member's share over one interval: ``declared`` when every member has a declared share
+    summing to at most 1, else ``measured`` likewise, else ``equal``. A lone member holds the whole device."""
+    if len(members) == 1:
+        return "whole", {members[0]: Fraction(1)}
+    for rule, given in (("declared", declared), ("measured", measured)):
+        if given and all(m in given for m in members):
+            s = {m: Fraction(given[m]) for m in members}
+            if all(0 < v <= 1 for v in s.values()) and sum(s.values()) <= 1:
+                return rule, s
+    return "equal", {m: Fraction(1, len(members)) for m in members}
+
+
+def split_device(holds: Mapping[str, tuple[float, float]], declared: Mapping[str, Fraction] | None = None,
+                 measured: Mapping[str, Fraction] | None = None) -> tuple[dict[str, int], int, int]:
+    """(each pod's nanohours, the idle/rounding remainder, the device's paid nanohours over the time any pod held
+    it). Per interval of constant membership, a pod gets ``floor(paid_k × share)``; the remainder is what is
+    left, so ``Σ pods + remainder == paid`` exactly."""
+    pods = {p: 0 for p in holds}
+    paid = 0
+    for a, b, members in membership_intervals(holds):
+        p_k = nh_at(b) - nh_at(a)
+        paid += p_k
+        _rule, s = interval_shares(members, declared, measured)
+        for m in members:
+            pods[m] += _scale(p_k, s[m])
+    return pods, paid - sum(pods.values()), paid
+
+
+def share_segments(bounds: list[tuple[float, Mapping]]) -> list[tuple[float, tuple[str, Fraction] | None]]:
+    """A run's ``device_bound`` facts for one device, (ts, payload) in ledger order -> (from ts, share or None
+    when it holds the device alone) segments: each later fact restates the share from its ts on (the collector
+    writes one whenever the pods holding the device change). Consecutive equal shares merge."""
+    out: list[tuple[float, tuple[str, Fraction] | None]] = []
+    for ts, payload in sorted(bounds, key=lambda x: x[0]):
+        s = share_of(payload)
+        if out and out[-1][1] == s:
+            continue
+        out.append((ts, s))
+    return out
