@@ -135,7 +135,35 @@ def tick(state: dict[str, Any], held: Iterable[Assignment], now: float, *, node:
         open_runs[j] = {"run": run, "since": now, "devices": [a.device for a in assigned]}
         last_run[j] = run
         rep.started += 1
-    return records, {"last_tick": now, "open": open_runs, "last_run": last_run}, rep
+    # The pods holding a device changed (one joined or left): every pod that held it before and still does gets
+    # a new device_bound restating its share from now on (a device-second is split among the pods holding it at
+    # that second: method.shares.share_segments). A device one pod held throughout gets nothing new.
+    members: dict[str, list[str]] = {}
+    for j in sorted(open_runs):
+        for dev in open_runs[j]["devices"]:
+            members.setdefault(dev, []).append(j)
+    before = state.get("members")
+    if not isinstance(before, dict):
+        before = {}
+        for j, o in state.get("open", {}).items():
+            for dev in o.get("devices", []):
+                before.setdefault(dev, []).append(j)
+        before = {d: sorted(v) for d, v in before.items()}
+    for dev in sorted(members):
+        now_m, was = members[dev], before.get(dev, [])
+        if not was or now_m == sorted(was):
+            continue
+        for j in now_m:
+            if j not in was:
+                continue   # just bound above, with the share at this tick
+            a = next(x for x in pods_now[j] if x.device == dev)
+            n = len(now_m)
+            records.append(make_entry(Kind.DEVICE_BOUND, now, {
+                "index": None, "uuid": a.device, "sku": None, "vendor": "amd" if a.resource.startswith("amd.com/")
+                else "nvidia", "node": node, "resource": a.resource, "device_id": a.device_id,
+                "replica": a.replica, "container": a.container, "sharers": n, "share_rule": _share_rule(a, n),
+                "restated": True}, device=a.device, **keys(j, open_runs[j]["run"])).to_record())
+    return records, {"last_tick": now, "open": open_runs, "last_run": last_run, "members": members}, rep
 
 
 def load_state(spool_dir: str) -> dict[str, Any]:
