@@ -132,3 +132,18 @@ def share_segments(bounds: list[tuple[float, Mapping]]) -> list[tuple[float, tup
             continue
         out.append((ts, s))
     return out
+
+
+def sum_accounts(parts: list[DeviceAccount], fidelity: str) -> DeviceAccount:
+    """The accounts of a device over adjacent parts of a window, added (integer nanohours; no timeline)."""
+    gap_nh: dict[str, int] = {}
+    causes: dict[str, int] = {}
+    for p in parts:
+        for g, v in p.gap_nh.items():
+            gap_nh[g] = gap_nh.get(g, 0) + v
+        for c, v in p.unknown_causes.items():
+            causes[c] = causes.get(c, 0) + v
+    return DeviceAccount(paid_nh=sum(p.paid_nh for p in parts),
+                         buckets=np.sum([p.buckets for p in parts], axis=0).astype(np.int64),
+                         suspended_nh=sum(p.suspended_nh for p in parts), gap_nh=gap_nh, unknown_causes=causes,
+                         fidelity=fidelity, coarse_nh=sum(p.coarse_nh for p in parts))
