@@ -225,3 +225,86 @@ def test_pods_become_runs_through_ship_and_receipt(kubelet, runner, cli, tmp_pat
     r1 = json.loads(runner.invoke(cli, ["--db", sqlite_url, "receipt", "k8s:team-c/batch-0", "--run", "1",
                                         "--format", "json"]).output)
     assert r1["window"] == {"start": "2026-01-01T00:03:00Z", "end": "2026-01-01T00:05:00Z"}
+
+
+# --- issue 32: sharers that change (pods joining and leaving a GPU at any tick) ---
+
+def _plain_split(holds, step):
+    """Second by second (in steps of ``step`` s): each pod gets 1/n of every step n pods hold the device."""
+    got = {p: Fraction(0) for p in holds}
+    paid = Fraction(0)
+    ends = [e for _s, e in holds.values()]
+    t = min(s for s, _e in holds.values())
+    while t < max(ends):
+        on = [p for p, (s, e) in holds.items() if s <= t < e]
+        if on:
+            paid += step
+            for p in on:
+                got[p] += Fraction(step, len(on))
+        t += step
+    per_s = Fraction(1_000_000_000, 3600)
+    return {p: v * per_s for p, v in got.items()}, paid * per_s
+
+
+_holds = st.lists(st.tuples(st.integers(0, 40), st.integers(1, 40)), min_size=1, max_size=6).map(
+    lambda xs: {f"pod-{i}": (a, a + d) for i, (a, d) in enumerate(xs)})
+
+
+@given(_holds)
+def test_changing_sharers_split_each_second_among_the_pods_holding_it(holds):
+    # on a grid of 108 s (3e7 nh, divisible by 1..6) the split is exact: each pod's share is the plain one
+    h = {p: (a * 108, b * 108) for p, (a, b) in holds.items()}
+    pods, left, paid = shares.split_device(h)
+    want, want_paid = _plain_split(h, 108)
+    assert paid == want_paid and pods == {p: int(v) for p, v in want.items()} and left == 0
+    # at any seconds, the identity holds to the nanohour and each pod is within a nanohour an interval
+    h = {p: (a * 7.5 + 0.25, b * 7.5 + 0.25) for p, (a, b) in holds.items()}
+    pods, left, paid = shares.split_device(h)
+    n_iv = len(shares.membership_intervals(h))
+    assert sum(pods.values()) + left == paid and 0 <= left <= 6 * n_iv
+    want, _ = _plain_split({p: (Fraction(a), Fraction(b)) for p, (a, b) in h.items()}, Fraction(1, 4))
+    assert all(abs(pods[p] - want[p]) <= n_iv + 1 for p in h)
+
+
+def test_a_pod_joining_later_shares_from_then_on(kubelet, runner, cli, tmp_path, monkeypatch, sqlite_url):
+    """train-0 alone on GPU_A for 2 ticks, then train-1 joins for 2, then train-0 leaves (108 s ticks)."""
+    sp = tmp_path / "spool"
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'spool = "{sp}"\n')
+    clock = iter(T0 + 108 * k for k in range(100))
+    monkeypatch.setattr(k8s, "clock", lambda: next(clock))
+    p0 = pod("team-a", "train-0", {"nvidia.com/gpu": [f"{GPU_A}::0"]})
+    p1 = pod("team-a", "train-1", {"nvidia.com/gpu": [f"{GPU_A}::1"]})
+    whole = pod("team-c", "batch-0", {"nvidia.com/gpu": [GPU_B]})
+    for pods in ([p0, whole], [p0, whole], [p0, p1, whole], [p0, p1, whole], [p1, whole], [p1, whole], []):
+        kubelet.set_pods(pods)
+        r = runner.invoke(cli, ["--config", str(conf), "collect", "--kubelet-socket", kubelet.socket, "--source",
+                                "none", "--once", "--node", "gpu-node-1", "--json"], env={"IPLEDGER_SPOOL": ""})
+        assert r.exit_code == 0, r.output
+    r = runner.invoke(cli, ["--db", sqlite_url, "--config", str(conf), "ship", "--spool", str(sp), "--json",
+                            "--no-receipts"])
+    assert r.exit_code == 0, r.output
+    got = {}
+    for j in ("train-0", "train-1"):
+        r = runner.invoke(cli, ["--db", sqlite_url, "receipt", f"k8s:team-a/{j}", "--format", "json"])
+        assert r.exit_code == 0, r.output
+        got[f"pod-{j[-1]}"] = json.loads(r.output)
+    w = {p: (got[p]["window"]["start"], got[p]["window"]["end"]) for p in got}
+    assert w == {"pod-0": ("2026-01-01T00:00:00Z", "2026-01-01T00:07:12Z"),
+                 "pod-1": ("2026-01-01T00:03:36Z", "2026-01-01T00:10:48Z")}
+    holds = {"pod-0": (0, 4 * 108), "pod-1": (2 * 108, 6 * 108)}
+    want, device_nh = _plain_split(holds, 108)
+    paid = {p: round(got[p]["gpu_hours"]["paid"] * 1e9) for p in got}
+    assert paid == {p: int(v) for p, v in want.items()}
+    pods, left, dev = shares.split_device(holds)
+    assert pods == paid and sum(paid.values()) + left == dev == int(device_nh)
+    assert [s["ratio"] for s in got["pod-0"]["devices"][0]["share"]["segments"]] == ["1/1", "1/2"]
+    assert [s["ratio"] for s in got["pod-1"]["devices"][0]["share"]["segments"]] == ["1/2", "1/1"]
+    # the GPU one pod held throughout: no share block, the whole device-time
+    rb = json.loads(runner.invoke(cli, ["--db", sqlite_url, "receipt", "k8s:team-c/batch-0", "--format",
+                                        "json"]).output)
+    assert "share" not in rb["devices"][0]
+    r = runner.invoke(cli, ["--db", sqlite_url, "--config", str(conf), "issue", "--all", "--quiet"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(cli, ["--db", sqlite_url, "--config", str(conf), "verify"])
+    assert r.exit_code == 0, r.output
