@@ -998,16 +998,29 @@ def run_frame(entries: Sequence[Entry], open_end: str | None = None) -> Frame:
         for k, v in c.data.items():
             ctx.setdefault(k, v)
     devices: dict[str, dict] = {}
+    bounds: dict[str, list] = {}
     for c in entries:
         if c.kind != "device_bound":
             continue
         d = c.data
         uuid = c.device or d.get("uuid")
-        if uuid is None or uuid in devices:
+        if uuid is None:
+            continue
+        bounds.setdefault(uuid, []).append((to_epoch(c.ts), d))
+        if uuid in devices:
             continue
         devices[uuid] = {"uuid": uuid, "node": c.node or d.get("node"), "index": d.get("index"), "sku": d.get("sku"),
                          "mig_profile": d.get("mig_profile"), "mig_instance": d.get("mig_instance"),
                          "gpu_uuid": d.get("gpu_uuid"), "shared": share_of(d)}
+    for uuid, dev in devices.items():   # the pods holding it changed: each later device_bound restates the share
+        segs: list = []
+        for ts, d in sorted(bounds[uuid], key=lambda x: x[0]):
+            sh = share_of(d)
+            if not segs or segs[-1][1] != sh:
+                segs.append((ts, sh))
+        if len(segs) > 1:
+            dev["segments"] = segs
+            dev["shared"] = ("segments", None)
     nodes = sorted({d["node"] for d in devices.values() if d["node"]} | {c.node for c in started if c.node})
     resumed = sorted(to_epoch(c.ts) for c in entries if c.kind == "allocation_resumed")
     susp = []
@@ -1133,7 +1146,34 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
             acc = attribute_summary((w0, w1), summaries[dev["uuid"]].data, spans, frame.suspended, rated)
         else:
             acc = attribute_samples((w0, w1), [], spans, frame.suspended, rated)
-        if dev["shared"] is not None:   # several runs hold the device: this run pays its share
+        if dev.get("segments"):   # the sharers changed: each part of the window pays that part's share
+            device_paid[dev["uuid"]] = acc.paid_nh
+            parts = []
+            sg = dev["segments"]
+            for i, (t0, sh) in enumerate(sg):
+                a = w0 if i == 0 else max(w0, min(w1, t0))
+                b = w1 if i + 1 == len(sg) else max(w0, min(w1, sg[i + 1][0]))
+                if b <= a:
+                    continue
+                if rows:
+                    part = attribute_samples((a, b), rows, spans, frame.suspended, rated)
+                elif dev["uuid"] in summaries:
+                    part = attribute_summary((a, b), summaries[dev["uuid"]].data, spans, frame.suspended, rated)
+                else:
+                    part = attribute_samples((a, b), [], spans, frame.suspended, rated)
+                parts.append(part if sh is None else scale_account(part, sh[1]))
+            if parts:
+                gsum: dict[str, int] = {}
+                csum: dict[str, int] = {}
+                for q in parts:
+                    for g, v in q.gap_nh.items():
+                        gsum[g] = gsum.get(g, 0) + v
+                    for c, v in q.causes.items():
+                        csum[c] = csum.get(c, 0) + v
+                acc = Account(sum(q.paid_nh for q in parts), [sum(x) for x in zip(*(q.buckets for q in parts))],
+                              sum(q.suspended_nh for q in parts), gsum, csum, acc.fidelity,
+                              sum(q.coarse_nh for q in parts))
+        elif dev["shared"] is not None:   # several runs hold the device: this run pays its share
             device_paid[dev["uuid"]] = acc.paid_nh
             acc = scale_account(acc, dev["shared"][1])
         accounts.append((dev, key, acc))
@@ -1217,7 +1257,12 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
                           "gpu_hours": _hours_block(acc.buckets, acc.paid_nh, acc.suspended_nh),
                           "billed_gpu_hours": hours(billed), "rate": str(rate),
                           **({} if mig is None else {"mig": mig}),
-                          **({} if dev["shared"] is None else {"share": {
+                          **({} if not dev.get("segments") else {"share": {"rule": "segments", "segments": [
+                              {"from": format_ts(max(t0, w0)), "rule": sh[0] if sh else "whole",
+                               "ratio": f"{sh[1].numerator}/{sh[1].denominator}" if sh else "1/1"}
+                              for t0, sh in dev["segments"]],
+                              "device_paid_gpu_hours": hours(device_paid[dev["uuid"]])}}),
+                          **({} if dev["shared"] is None or dev.get("segments") else {"share": {
                               "rule": dev["shared"][0],
                               "ratio": f"{dev['shared'][1].numerator}/{dev['shared'][1].denominator}",
                               "device_paid_gpu_hours": hours(device_paid[dev["uuid"]])}})})

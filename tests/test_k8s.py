@@ -308,3 +308,14 @@ def test_a_pod_joining_later_shares_from_then_on(kubelet, runner, cli, tmp_path,
     assert r.exit_code == 0, r.output
     r = runner.invoke(cli, ["--db", sqlite_url, "--config", str(conf), "verify"])
     assert r.exit_code == 0, r.output
+    # the tenant's offline checker (ledger/proofcheck.py) recomputes the segmented shares to the same bytes
+    key, head = tmp_path / "site.key", tmp_path / "head.json"
+    for j in ("train-0", "train-1"):
+        bundle = tmp_path / f"{j}.json"
+        for args in (["keygen", "--out", str(key)], ["checkpoint", "--key", str(key), "--out", str(head)],
+                     ["receipt", f"k8s:team-a/{j}", "--proof", "--head", str(head), "--out", str(bundle)]):
+            if args[0] == "keygen" and key.exists():
+                continue
+            r = runner.invoke(cli, ["--db", sqlite_url, *args])
+            assert r.exit_code == 0, r.output
+        assert pc.main([str(bundle), "--pubkey", str(key) + ".pub"]) == 0
