@@ -11,7 +11,9 @@ hooks' (docs/kubernetes.md).
 * Device ids: a time-slicing replica ``GPU-<uuid>::<n>`` is bound as the physical ``GPU-<uuid>`` (the replica
   id is kept in the payload, never as the device); a MIG device UUID is its own device. Each ``device_bound``
   says how many pods held the device at that tick (``sharers``) and the share rule the collector saw
-  (``mig_slice``/``whole`` for a device one pod holds, ``equal`` for time-slicing).
+  (``mig_slice``/``whole`` for a device one pod holds, ``equal`` for time-slicing). When the pods holding a
+  device change, each pod that still holds it gets a new ``device_bound`` (``restated``) with the new count, so
+  its receipt pays each part of its window at that part's share (:func:`ledger.method.shares.share_segments`).
 * The collector's own downtime: when two successful ticks lie further apart than ``max_gap_s``, every run still
   held gets an ``unknown_interval`` (cause ``collector_down``, scope ``device``) over the hole. A kubelet that
   does not answer changes nothing (its view is unknown); the hole is recorded when it answers again.
