@@ -1140,12 +1140,16 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
             kept.add(g.entry_id)
             spans.append((to_epoch(g.ts), to_epoch(g.ts_end or g.ts), g.entry_id))
         rows = sorted(rows_of.get(dev["uuid"], []), key=order)
-        if rows:
-            acc = attribute_samples((w0, w1), rows, spans, frame.suspended, rated)
-        elif dev["uuid"] in summaries:
-            acc = attribute_summary((w0, w1), summaries[dev["uuid"]].data, spans, frame.suspended, rated)
-        else:
-            acc = attribute_samples((w0, w1), [], spans, frame.suspended, rated)
+
+        def attribute_window(window: tuple[float, float], rows=rows, spans=spans, uuid=dev["uuid"],
+                             rated=rated) -> Account:
+            if rows:
+                return attribute_samples(window, rows, spans, frame.suspended, rated)
+            if uuid in summaries:
+                return attribute_summary(window, summaries[uuid].data, spans, frame.suspended, rated)
+            return attribute_samples(window, [], spans, frame.suspended, rated)
+
+        acc = attribute_window((w0, w1))
         if dev.get("segments"):   # the sharers changed: each part of the window pays that part's share
             device_paid[dev["uuid"]] = acc.paid_nh
             parts = []
@@ -1155,12 +1159,7 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
                 b = w1 if i + 1 == len(sg) else max(w0, min(w1, sg[i + 1][0]))
                 if b <= a:
                     continue
-                if rows:
-                    part = attribute_samples((a, b), rows, spans, frame.suspended, rated)
-                elif dev["uuid"] in summaries:
-                    part = attribute_summary((a, b), summaries[dev["uuid"]].data, spans, frame.suspended, rated)
-                else:
-                    part = attribute_samples((a, b), [], spans, frame.suspended, rated)
+                part = attribute_window((a, b))
                 parts.append(part if sh is None else scale_account(part, sh[1]))
             if parts:
                 gsum: dict[str, int] = {}
