@@ -254,11 +254,14 @@ def collect_batch(cfg: CollectorConfig, *, now: Callable[[], float] = time.time,
 
 
 def run(cfg: CollectorConfig, *, once: bool = False, batches: int | None = None,
-        on_batch: Callable[[BatchReport], None] | None = None) -> int:
+        on_batch: Callable[[BatchReport], None] | None = None,
+        before_batch: Callable[[], None] | None = None) -> int:
     """The collector loop: batch after batch until stopped (SIGTERM ends it between batches via KeyboardInterrupt)."""
     done = 0
     try:
         while True:
+            if before_batch:   # the kubelet's pods (ledger.k8s), so the batch's owners include them
+                before_batch()
             rep = collect_batch(cfg)
             done += 1
             if on_batch:

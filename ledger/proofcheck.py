@@ -14,10 +14,11 @@ A bundle is checked in this order, and the first thing that fails is named (exit
 3. every bundled entry is included in that tree (RFC 9162 inclusion proof from its leaf hash);
 4. every bundled block of samples hashes to the digest its (included) telemetry segment entry sealed;
 5. the receipt recomputed from those entries and samples with the reference implementation of the method
-   below (method ``ipledger-attribution`` 1.0.0, receipt 1.2: buckets, unknown intervals and who controls
-   each one's evidence, progress marks and the lost work a provider's failure credits, the run's accounting state, MIG slice pricing, billing;
-   receipt 1.4 adds the energy block for runs priced under a contract naming ``energy_basis``: counter deltas
-   from the sealed ``energy_j`` samples, the power integral where the counter froze, unknown with neither) is
+   below (method ``ipledger-attribution`` 1.0.0, receipt 1.2: buckets, a shared device's share (docs/kubernetes.md),
+   unknown intervals and who controls each one's evidence, progress marks and the lost work a provider's failure
+   credits, the run's accounting state, MIG slice pricing, billing; receipt 1.4 adds the energy block for runs
+   priced under a contract naming ``energy_basis``: counter deltas from the sealed ``energy_j`` samples, the power
+   integral where the counter froze, unknown with neither) is
    exactly the bundled receipt, and its hash is printed.
 
 The ledger itself uses the hashing, proof and signature functions of this module (``ledger.merkle``), so the
@@ -717,6 +718,36 @@ def money(x: Decimal) -> Decimal:
     return (x / NH).quantize(CENT, rounding=ROUND_HALF_EVEN)
 
 
+def share_of(bound: Mapping) -> tuple[str, Fraction] | None:
+    """A shared device's (rule, share) from its device_bound payload (docs/kubernetes.md, "Shared GPUs")."""
+    sharers = bound.get("sharers")
+    if not isinstance(sharers, int) or isinstance(sharers, bool) or sharers < 2:
+        return None
+    for rule in ("declared", "measured"):
+        text = bound.get(f"{rule}_share")
+        if isinstance(text, str):
+            try:
+                f = Fraction(text)
+            except (ValueError, ZeroDivisionError):
+                continue
+            if 0 < f <= 1:
+                return rule, f
+    return "equal", Fraction(1, sharers)
+
+
+def scale_account(acc: Account, share: Fraction) -> Account:
+    """The run's share of a device account: buckets floor(b × share), largest remainders topped up to
+    floor(paid × share); gaps, causes, suspended and coarse time floor(x × share)."""
+    num, den = share.numerator, share.denominator
+    paid = acc.paid_nh * num // den
+    raw = [b * num for b in acc.buckets]
+    out = [r // den for r in raw]
+    for i in sorted(range(len(raw)), key=lambda i: (-(raw[i] % den), i))[:max(paid - sum(out), 0)]:
+        out[i] += 1
+    return Account(paid, out, acc.suspended_nh * num // den, {g: v * num // den for g, v in acc.gap_nh.items()},
+                   {c: v * num // den for c, v in acc.causes.items()}, acc.fidelity, acc.coarse_nh * num // den)
+
+
 def billed_nh(nh: int, gran_s: int, min_s: int, paid_nh: int) -> int:
     if nh <= 0:
         return 0
@@ -1129,16 +1160,29 @@ def run_frame(entries: Sequence[Entry], open_end: str | None = None) -> Frame:
         for k, v in c.data.items():
             ctx.setdefault(k, v)
     devices: dict[str, dict] = {}
+    bounds: dict[str, list] = {}
     for c in entries:
         if c.kind != "device_bound":
             continue
         d = c.data
         uuid = c.device or d.get("uuid")
-        if uuid is None or uuid in devices:
+        if uuid is None:
+            continue
+        bounds.setdefault(uuid, []).append((to_epoch(c.ts), d))
+        if uuid in devices:
             continue
         devices[uuid] = {"uuid": uuid, "node": c.node or d.get("node"), "index": d.get("index"), "sku": d.get("sku"),
                          "mig_profile": d.get("mig_profile"), "mig_instance": d.get("mig_instance"),
-                         "gpu_uuid": d.get("gpu_uuid")}
+                         "gpu_uuid": d.get("gpu_uuid"), "shared": share_of(d)}
+    for uuid, dev in devices.items():   # the pods holding it changed: each later device_bound restates the share
+        segs: list = []
+        for ts, d in sorted(bounds[uuid], key=lambda x: x[0]):
+            sh = share_of(d)
+            if not segs or segs[-1][1] != sh:
+                segs.append((ts, sh))
+        if len(segs) > 1:
+            dev["segments"] = segs
+            dev["shared"] = ("segments", None)
     nodes = sorted({d["node"] for d in devices.values() if d["node"]} | {c.node for c in started if c.node})
     resumed = sorted(to_epoch(c.ts) for c in entries if c.kind == "allocation_resumed")
     susp = []
@@ -1244,6 +1288,7 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
     sampled = {d for s in segments for d in _seg_devices(s) if d}
     replaced, kept = set(), set()
     accounts, gaps_of = [], {}
+    device_paid: dict[str, int] = {}
     for dev in frame.devices:
         key = match_sku(dev.get("sku"), table)
         rated = table[key][0] if key else None
@@ -1257,12 +1302,41 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
             kept.add(g.entry_id)
             spans.append((to_epoch(g.ts), to_epoch(g.ts_end or g.ts), g.entry_id))
         rows = sorted(rows_of.get(dev["uuid"], []), key=order)
-        if rows:
-            acc = attribute_samples((w0, w1), rows, spans, frame.suspended, rated)
-        elif dev["uuid"] in summaries:
-            acc = attribute_summary((w0, w1), summaries[dev["uuid"]].data, spans, frame.suspended, rated)
-        else:
-            acc = attribute_samples((w0, w1), [], spans, frame.suspended, rated)
+
+        def attribute_window(window: tuple[float, float], rows=rows, spans=spans, uuid=dev["uuid"],
+                             rated=rated) -> Account:
+            if rows:
+                return attribute_samples(window, rows, spans, frame.suspended, rated)
+            if uuid in summaries:
+                return attribute_summary(window, summaries[uuid].data, spans, frame.suspended, rated)
+            return attribute_samples(window, [], spans, frame.suspended, rated)
+
+        acc = attribute_window((w0, w1))
+        if dev.get("segments"):   # the sharers changed: each part of the window pays that part's share
+            device_paid[dev["uuid"]] = acc.paid_nh
+            parts = []
+            sg = dev["segments"]
+            for i, (t0, sh) in enumerate(sg):
+                a = w0 if i == 0 else max(w0, min(w1, t0))
+                b = w1 if i + 1 == len(sg) else max(w0, min(w1, sg[i + 1][0]))
+                if b <= a:
+                    continue
+                part = attribute_window((a, b))
+                parts.append(part if sh is None else scale_account(part, sh[1]))
+            if parts:
+                gsum: dict[str, int] = {}
+                csum: dict[str, int] = {}
+                for q in parts:
+                    for g, v in q.gap_nh.items():
+                        gsum[g] = gsum.get(g, 0) + v
+                    for c, v in q.causes.items():
+                        csum[c] = csum.get(c, 0) + v
+                acc = Account(sum(q.paid_nh for q in parts), [sum(x) for x in zip(*(q.buckets for q in parts))],
+                              sum(q.suspended_nh for q in parts), gsum, csum, acc.fidelity,
+                              sum(q.coarse_nh for q in parts))
+        elif dev["shared"] is not None:   # several runs hold the device: this run pays its share
+            device_paid[dev["uuid"]] = acc.paid_nh
+            acc = scale_account(acc, dev["shared"][1])
         accounts.append((dev, key, acc))
         gaps_of[dev["uuid"]] = spans
 
@@ -1343,7 +1417,16 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
                           "sku_rating": key, "fidelity": acc.fidelity,
                           "gpu_hours": _hours_block(acc.buckets, acc.paid_nh, acc.suspended_nh),
                           "billed_gpu_hours": hours(billed), "rate": str(rate),
-                          **({} if mig is None else {"mig": mig})})
+                          **({} if mig is None else {"mig": mig}),
+                          **({} if not dev.get("segments") else {"share": {"rule": "segments", "segments": [
+                              {"from": format_ts(max(t0, w0)), "rule": sh[0] if sh else "whole",
+                               "ratio": f"{sh[1].numerator}/{sh[1].denominator}" if sh else "1/1"}
+                              for t0, sh in dev["segments"]],
+                              "device_paid_gpu_hours": hours(device_paid[dev["uuid"]])}}),
+                          **({} if dev["shared"] is None or dev.get("segments") else {"share": {
+                              "rule": dev["shared"][0],
+                              "ratio": f"{dev['shared'][1].numerator}/{dev['shared'][1].denominator}",
+                              "device_paid_gpu_hours": hours(device_paid[dev["uuid"]])}})})
     fidelities = sorted({acc.fidelity for _d, _k, acc in accounts})
     fidelity = fidelities[0] if len(fidelities) == 1 else ("mixed" if fidelities else "none")
     paid_cost, delivered_cost, billed_cost = money(cost["paid"]), money(cost["delivered"]), money(cost["billed"])

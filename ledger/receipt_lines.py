@@ -195,6 +195,9 @@ def lines_of(seq: int, payload: Any) -> list[tuple]:
             nodes.add(node)
         if sku:
             skus.add(sku)
+    lines = r.get("devices")
+    if isinstance(lines, list) and any(isinstance(d, Mapping) and "share" in d for d in lines):
+        sh.plain = False  # a shared device's split (FOCUS AllocatedMethodDetails): the export reads the JSON
     adjs = r.get("adjustments")
     if adjs not in (None, []):
         sh.plain = False  # adjustment lines: the export reads the receipt from its JSON

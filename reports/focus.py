@@ -22,6 +22,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,10 @@ SERVICE_CATEGORIES = ("AI and Machine Learning", "Analytics", "Business Applicat
                       "Storage", "Web", "Other")
 
 FOCUS_COLUMNS: tuple[Column, ...] = (
+    # FOCUS 1.3's split-cost allocation columns: set on the charge of a run that shared a device with other runs
+    # (docs/kubernetes.md), null otherwise
+    Column("AllocatedMethodDetails", "JSON", "Conditional", True),
+    Column("AllocatedMethodId", "String", "Conditional", True),
     Column("BilledCost", "Decimal", "Mandatory", False),
     Column("BillingAccountId", "String", "Mandatory", False),
     Column("BillingAccountName", "String", "Mandatory", True),
@@ -260,9 +265,32 @@ def _base(st: Any, r: pd.DataFrame, provider: str | None,
     b["x_ContractId"] = r["contract_id"]
     b["x_ContractVersion"] = r["contract_version"]
     b["x_Method"] = r["method"]
+    b["AllocatedMethodId"], b["AllocatedMethodDetails"] = _allocation(r["allocation"])
     b["x_LedgerThroughSeq"] = st.through_seq
     b["x_LedgerHeadHash"] = st.head_hash
     return b
+
+
+ALLOCATED_METHOD_PREFIX = "ipledger-device-share-"   # + the rule: declared | measured | equal (| mixed)
+
+
+def _allocation(col: pd.Series) -> tuple[list, list]:
+    """(AllocatedMethodId, AllocatedMethodDetails) per row from the row's ``allocation`` (monthly.allocation_of):
+    one element per shared device, its ``AllocatedRatio`` the run's share; over the runs that shared a device the
+    ratios of its elements sum to 1 (the equal rule: n runs of 1/n)."""
+    ids, details = [], []
+    for v in col.tolist():
+        if not isinstance(v, str):
+            ids.append(None)
+            details.append(None)
+            continue
+        parts = json.loads(v)
+        rules = sorted({p["rule"] for p in parts})
+        ids.append(ALLOCATED_METHOD_PREFIX + (rules[0] if len(rules) == 1 else "mixed"))
+        details.append(json.dumps({"Elements": [
+            {"AllocatedRatio": float(Fraction(p["ratio"])), "x_AllocatedRule": p["rule"], "x_Device": p["device"]}
+            for p in parts]}, sort_keys=True))
+    return ids, details
 
 
 def _tags(r: pd.DataFrame) -> list[str]:

@@ -104,9 +104,10 @@ def _receipt_sql() -> str:
     The payload is parsed twice (types, values); the devices list again, on its own text only."""
     sel, cols, ok = _field_sql(_FIELDS, "payload", "$.receipt.")
     return f"""
-    WITH p AS (SELECT i, {sel} FROM batch),
+    WITH p AS (SELECT i, {sel}, json_extract_string(payload, '$.receipt.devices[*].share') AS shares_v
+               FROM batch),
     q AS (
-      SELECT i, t AS tt, {cols} FROM p
+      SELECT i, t AS tt, shares_v, {cols} FROM p
     ), r AS (
       SELECT *, json_type(devices_json, '$[*]') AS dev_t,
              json_type(devices_json, '$[*].node') AS node_t, json_type(devices_json, '$[*].sku') AS sku_t,
@@ -114,12 +115,14 @@ def _receipt_sql() -> str:
              json_extract_string(devices_json, '$[*].sku') AS sku_v
       FROM q
     )
-    SELECT * EXCLUDE (tt, dev_t, node_t, sku_t, node_v, sku_v, devices_json, method_json, adjs_json),
+    SELECT * EXCLUDE (tt, shares_v, dev_t, node_t, sku_t, node_v, sku_v, devices_json, method_json, adjs_json),
            receipt_t = 'OBJECT' AND job IS NOT NULL AND gh IS NOT NULL AND {ok.replace("t[", "tt[")}
              AND len(list_filter(dev_t, lambda x: x <> 'OBJECT')) = 0
              AND len(list_filter(node_t, lambda x: x NOT IN ('VARCHAR', 'NULL'))) = 0
              AND len(list_filter(sku_t, lambda x: x NOT IN ('VARCHAR', 'NULL'))) = 0
-             AND (adjs IS DISTINCT FROM 'ARRAY' OR adjs_json = '[]') AS fast,
+             AND (adjs IS DISTINCT FROM 'ARRAY' OR adjs_json = '[]')
+             -- a shared device's receipt (its split-cost allocation) is read by the dict path
+             AND len(list_filter(coalesce(shares_v, []), lambda x: x IS NOT NULL)) = 0 AS fast,
            coalesce(len(dev_t), 0) AS n_devices,
            CASE WHEN method = 'OBJECT' AND method_json <> '{{}}' THEN 1 ELSE 0 END AS method_keys,
            nullif(array_to_string(list_sort(list_distinct(list_filter(node_v, lambda x: x <> ''))), ','), '')
@@ -283,7 +286,7 @@ def flat_rows(d: pd.DataFrame, ivs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Data
         "contract_version": _text(d["contract_version"]),
         "method": np.where(d["method_keys"].to_numpy() > 0, method.to_numpy(dtype=object), None),
         "receipt_hash": _text(d["receipt_hash"]), "replaces_hash": _text(d["replaces_hash"]),
-        "currency": _text(d["currency"]),
+        "currency": _text(d["currency"]), "allocation": np.full(n, None, dtype=object),
         "run": d["run"].fillna(0).to_numpy(dtype="int64"), "through_seq": d["through_seq"].fillna(0).to_numpy(dtype="int64"),
         "window_start": _epochs_now(d["start"]), "window_end": _epochs_now(d["end"]),
         "paid": paid, "delivered": _num(d["delivered"]),

@@ -51,7 +51,8 @@ MONEY_COLUMNS = ("cost_paid", "cost_delivered", "cost_lost", "billed_before_adju
 COUNT_COLUMNS = ("n_devices", "n_unknown_intervals", "n_adjustments")
 NUMERIC_COLUMNS = HOUR_COLUMNS + MONEY_COLUMNS + COUNT_COLUMNS
 TEXT_COLUMNS = ("row_kind", "cluster", "job_id", "tenant", "partition", "qos", "user", "nodes", "sku",
-                "contract_id", "contract_version", "method", "receipt_hash", "replaces_hash", "currency")
+                "contract_id", "contract_version", "method", "receipt_hash", "replaces_hash", "currency",
+                "allocation")
 ROW_COLUMNS = TEXT_COLUMNS + ("run", "through_seq", "window_start", "window_end") + NUMERIC_COLUMNS
 SUM_COLUMNS = HOUR_COLUMNS + MONEY_COLUMNS
 _UTC = dt.timezone.utc
@@ -227,7 +228,7 @@ def flatten(receipts: Iterable[Mapping[str, Any]], row_kind: str = "usage") -> F
             ",".join(nodes) if nodes else None, skus[0] if len(skus) == 1 else ("mixed" if skus else None),
             contract.get("id"), None if cv is None else str(cv),
             f"{method.get('name')}/{method.get('version')}" if method else None,
-            r.get("receipt_hash"), r.get("_replaces_hash"), currency,
+            r.get("receipt_hash"), r.get("_replaces_hash"), currency, allocation_of(r),
             # run, through_seq, window
             key[2], int(ledger.get("through_seq") or 0), epoch(win.get("start")), epoch(win.get("end")),
             # HOUR_COLUMNS
@@ -246,6 +247,19 @@ def flatten(receipts: Iterable[Mapping[str, Any]], row_kind: str = "usage") -> F
     rows = rows.astype({c: column_dtype(c) for c in ROW_COLUMNS})
     return Flat(rows=rows, unknowns=pd.DataFrame(unk, columns=list(UNKNOWN_COLUMNS)),
                 adjustments=pd.DataFrame(adj, columns=list(ADJUSTMENT_COLUMNS)))
+
+
+def allocation_of(receipt: Mapping[str, Any]) -> str | None:
+    """The split-cost allocation of a receipt whose devices other runs shared (docs/kubernetes.md): canonical
+    JSON ``[{"device", "rule", "ratio", "paid_gpu_hours"}]``, one per shared device; None when none was shared."""
+    out = []
+    for d in receipt.get("devices") or []:
+        sh = d.get("share") if isinstance(d, Mapping) else None
+        if isinstance(sh, Mapping) and sh.get("ratio") is not None:
+            gh = d.get("gpu_hours") if isinstance(d.get("gpu_hours"), Mapping) else {}
+            out.append({"device": d.get("uuid"), "rule": sh.get("rule"), "ratio": str(sh.get("ratio")),
+                        "paid_gpu_hours": gh.get("paid")})
+    return json.dumps(out, sort_keys=True, separators=(",", ":")) if out else None
 
 
 def column_dtype(col: str) -> str:

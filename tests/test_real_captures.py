@@ -694,4 +694,10 @@ def test_path_b_real_mps_scrape_two_namespaces_on_one_gpu_gives_one_run_each_and
     assert [w for w in report["warnings"] if w.startswith(gpu)] == [
         f"{gpu}: held by 2 workloads at once (default/gpu-burn-deployment-1-85dc8ff699-clvh5, "
         "vllm-inference/vllm-medgemma-4b-it-d599b4c99-f95nk; time-slicing or MPS); "
-        "each run is paid the whole GPU for the shared seconds"]
+        "each run pays an equal share (1/2) of the GPU (ledger.method.shares)"]
+    for job in runs:   # each receipt names the physical GPU and pays half of it
+        r = runner.invoke(cli, ["--db", sqlite_url, "receipt", job, "--format", "json"], env=ENV)
+        assert r.exit_code == 0, r.output
+        (line,) = json.loads(r.output)["devices"]
+        assert line["uuid"] == gpu and line["share"]["rule"] == "equal" and line["share"]["ratio"] == "1/2"
+        assert round(line["gpu_hours"]["paid"] * 1e9) == round(line["share"]["device_paid_gpu_hours"] * 1e9) // 2

@@ -231,6 +231,7 @@ def run_entries(c: Collected, spans: dict[str, tuple[float, float, float]], opts
             contexts[ctx][dev] = [sp[0], sp[1]]
     entries: list[Entry] = []
     tenant_of = dict(opts.tenants)
+    shared = shared_devices(c, spans)   # held by several workloads at once: each pays an equal share
     for ctx in sorted(contexts, key=lambda x: (x.kind, x.job_id, x.tenant or "")):
         devs = contexts[ctx]
         tenant = tenant_of.get(ctx.tenant, ctx.tenant) if ctx.tenant is not None else None
@@ -252,7 +253,9 @@ def run_entries(c: Collected, spans: dict[str, tuple[float, float, float]], opts
                 # uuid = the Sample.device key (a MIG instance's "UUID/giN"), so receipts find its samples
                 "index": info.index, "uuid": d, "gpu_uuid": info.uuid, "sku": info.sku, "vendor": info.vendor,
                 "node": info.node, "mig_profile": info.mig_profile, "mig_instance": info.mig_instance,
-                "pci_bus_id": info.pci_bus_id, "synthetic": True},
+                "pci_bus_id": info.pci_bus_id, "synthetic": True,
+                # only on a shared device, so the entries of devices one workload holds stay what they were
+                **({"sharers": len(shared[d]), "share_rule": "equal"} if d in shared else {})},
                 node=info.node, device=d, **key))
         entries.append(make_entry(Kind.ALLOCATION_ENDED, end, {"exit_code": None, "state": "OBSERVED_END",
                                                                 "synthetic": True}, **key))
@@ -303,13 +306,14 @@ def counted_runs(res: ImportResult, c: Collected, spans: dict[str, tuple], opts:
     for dev, jobs in shared_devices(c, spans).items():
         res.input_report.setdefault("warnings", []).append(
             f"{dev}: held by {len(jobs)} workloads at once ({', '.join(jobs)}; time-slicing or MPS); "
-            "each run is paid the whole GPU for the shared seconds")
+            f"each run pays an equal share (1/{len(jobs)}) of the GPU (ledger.method.shares)")
     return runs
 
 
 def shared_devices(c: Collected, spans: dict[str, tuple]) -> dict[str, list[str]]:
     """Billable devices that two or more workloads hold over overlapping spans (dcgm-exporter writes one series per
-    pod sharing a GPU, e.g. with its ``vgpu`` label): each of their runs is bound to the whole device."""
+    pod sharing a GPU, e.g. with its ``vgpu`` label): each of their runs is bound to the device with ``sharers``,
+    so its receipt pays an equal share (:mod:`ledger.method.shares`)."""
     billable = billable_devices(c)
     held: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
     for (dev, ctx), (a, b) in c.contexts.items():

@@ -7,7 +7,7 @@ is rounded to cents, once per figure (docs/receipts.md, "Rounding").
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any, Mapping, Sequence
 
@@ -33,6 +33,7 @@ from ..method.evidence import (REPLACED_BY_SAMPLES, controlled_by, rests_on_dcgm
                                xids_raised)
 from ..method.lens import LENS_METHOD_VERSION, LensSettings, lens_block, lens_device, peak_tflops, precision_for
 from ..method.mig import mig_share
+from ..method.shares import scale_account, share_of, share_segments, sum_accounts
 from ..method.skus import SkuRating, match_sku
 from ..accounting import run_accounting
 from ..telemetry.energy import device_energy_of
@@ -134,16 +135,26 @@ def run_frame(entries: Sequence[ChainedEntry], open_end: str | None = None) -> R
         for k, v in c.entry.data.items():
             ctx.setdefault(k, v)
     devices: dict[str, dict] = {}
+    bounds: dict[str, list] = {}
     for c in entries:
         if c.entry.kind != Kind.DEVICE_BOUND:
             continue
         d = c.entry.data
         uuid = c.entry.device or d.get("uuid")
-        if uuid is None or uuid in devices:
+        if uuid is None:
+            continue
+        bounds.setdefault(uuid, []).append((ts_to_epoch(c.entry.ts), d))
+        if uuid in devices:
             continue
         devices[uuid] = {"uuid": uuid, "node": c.entry.node or d.get("node"), "index": d.get("index"),
                          "sku": d.get("sku"), "vendor": d.get("vendor"), "mig_profile": d.get("mig_profile"),
-                         "mig_instance": d.get("mig_instance"), "gpu_uuid": d.get("gpu_uuid")}
+                         "mig_instance": d.get("mig_instance"), "gpu_uuid": d.get("gpu_uuid"),
+                         "shared": share_of(d)}
+    for uuid, dev in devices.items():   # the pods holding it changed during the run (method.shares.share_segments)
+        segs = share_segments(bounds[uuid]) if len(bounds[uuid]) > 1 else []
+        if len(segs) > 1:
+            dev["segments"] = tuple(segs)
+            dev["shared"] = ("segments", None)
     nodes = sorted({d["node"] for d in devices.values() if d["node"]} |
                    {c.entry.node for c in started if c.entry.node})
     susp = []
@@ -162,6 +173,22 @@ def run_frame(entries: Sequence[ChainedEntry], open_end: str | None = None) -> R
     return RunFrame(start=start, end=end, open=is_open, account=ctx.get("account"),
                     partition=ctx.get("partition"), qos=ctx.get("qos"), devices=devs, nodes=tuple(nodes),
                     suspended=tuple(sorted(susp)))
+
+
+def _attribute_window(uuid, window, inputs, summaries, mine, suspended, rated, thresholds) -> DeviceAccount:
+    """One device's account over a part of the run's window, by the same sources as the whole (samples, else the
+    job summary, else none)."""
+    samples = inputs.samples.get(uuid)
+    if samples is not None and len(samples):
+        acc = attribute_device(window, samples, unknown=mine, suspended=suspended, rated_clock_mhz=rated,
+                               thresholds=thresholds)
+        if acc is not None:
+            return acc
+    if uuid in summaries:
+        return attribute_summary(window, summaries[uuid].entry.data, unknown=mine, suspended=suspended,
+                                 rated_clock_mhz=rated, thresholds=thresholds)
+    return attribute_device(window, None, unknown=mine, suspended=suspended, rated_clock_mhz=rated,
+                            thresholds=thresholds)
 
 
 def gap_applies(gap: ChainedEntry, device: Mapping, key: RunKey) -> bool:
@@ -250,6 +277,7 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
     # a sample source that cannot, or a small run, does it here, one batch of devices at a time.
     parallel = getattr(inputs.samples, "attribute_all", None)
     done: dict[str, DeviceAccount | None] = {}
+    device_paid: dict[str, int] = {}
     if parallel is not None:
         done = parallel([(dev["uuid"], (w0, w1), mine, frame.suspended, rated, thresholds)
                          for dev, _r, rated, mine in plan]) or {}
@@ -268,6 +296,21 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         elif acc is None:
             acc = attribute_device((w0, w1), None, unknown=mine, suspended=frame.suspended,
                                    rated_clock_mhz=rated, thresholds=thresholds)
+        if dev.get("segments"):   # the sharers changed: each segment of the window pays that segment's share
+            device_paid[dev["uuid"]] = acc.paid_nh
+            parts = []
+            for i, (t0, sh) in enumerate(dev["segments"]):
+                a = w0 if i == 0 else max(w0, min(w1, t0))
+                b = w1 if i + 1 == len(dev["segments"]) else max(w0, min(w1, dev["segments"][i + 1][0]))
+                if b <= a:
+                    continue
+                part = _attribute_window(dev["uuid"], (a, b), inputs, summaries, mine, frame.suspended, rated,
+                                         thresholds)
+                parts.append(part if sh is None else scale_account(part, sh[1]))
+            acc = replace(sum_accounts(parts, acc.fidelity), timeline=acc.timeline) if parts else acc
+        elif dev.get("shared") is not None:   # several runs hold it: this run pays its share (method.shares)
+            device_paid[dev["uuid"]] = acc.paid_nh
+            acc = scale_account(acc, dev["shared"][1])
         accounts.append((dev, rating, acc))
         timelines[dev["uuid"]] = acc.timeline
 
@@ -358,6 +401,15 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
                 "billed_gpu_hours": nh_to_hours(billed), "rate": str(rate)}
         if mig is not None:   # only MIG slices carry it, so whole-GPU receipts keep their bytes and hashes
             line["mig"] = mig
+        if dev.get("segments"):   # the sharers changed during the run: the share from each instant on
+            line["share"] = {"rule": "segments", "segments": [
+                {"from": format_ts(max(t0, w0)), "rule": sh[0] if sh else "whole",
+                 "ratio": f"{sh[1].numerator}/{sh[1].denominator}" if sh else "1/1"} for t0, sh in dev["segments"]],
+                "device_paid_gpu_hours": nh_to_hours(device_paid[dev["uuid"]])}
+        elif dev.get("shared") is not None:   # likewise only shared devices (receipts of held-alone ones unchanged)
+            rule, share = dev["shared"]
+            line["share"] = {"rule": rule, "ratio": f"{share.numerator}/{share.denominator}",
+                             "device_paid_gpu_hours": nh_to_hours(device_paid[dev["uuid"]])}
         dev_lines.append(line)
     fidelities = sorted({acc.fidelity for _d, _r, acc in accounts})
     fidelity = fidelities[0] if len(fidelities) == 1 else ("mixed" if fidelities else "none")
