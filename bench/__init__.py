@@ -5,4 +5,5 @@
 """
 
 FIGURES = ["hook", "mark", "ship_sqlite", "ship_segments", "ship_postgres", "analyze", "receipt", "export", "verify",
-           "load_pg", "proofs", "agents", "import_export", "web"]
+           "load_pg", "proofs", "agents", "import_export", "web",
+           "k8s_tick"]

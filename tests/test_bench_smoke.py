@@ -160,3 +160,13 @@ def test_a_figure_taken_under_load_says_so():
     assert "not comparable" in common.load_note(1.5, 1.6, cpus=2)
     assert "not comparable" in common.load_note(3.0, 0.2, cpus=2)
     assert common.load_note(None, 1.0) == "Machine load: unknown."
+
+
+def test_k8s_tick_figure_runs_against_the_stand_in_kubelet(tmp_path, monkeypatch):
+    """bench.k8s_tick at 8 pods: the floor and both subjects measured in CPU seconds, the first-seen ticks
+    spooled their runs, and the budget line written."""
+    fig = _run("k8s_tick", 0.125, tmp_path, monkeypatch)
+    assert fig.status == "ok" and fig.floor.median > 0 and len(fig.subjects) == 2
+    assert all(t.median > 0 for t in fig.subjects) and "8 pods" in fig.scale_note
+    assert fig.extra["CPU per tick"].count(" ms") == 2
+    assert f"## {fig.title}" in (tmp_path / "performance.md").read_text()
