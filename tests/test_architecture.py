@@ -35,6 +35,15 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
+def _from_prefix(module: str, node: ast.ImportFrom, is_pkg: bool) -> str:
+    """The absolute module a ``from ... import`` statement of ``module`` takes its names from."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    base = base[: len(base) - node.level + (1 if is_pkg else 0)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _imported(module: str, path: Path) -> set[str]:
     """Every name this module imports, made absolute (``from . import x`` gives both the package and ``.x``)."""
     is_pkg = path.name == "__init__.py"
@@ -43,12 +52,7 @@ def _imported(module: str, path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = module.split(".")
-                base = base[: len(base) - node.level + (1 if is_pkg else 0)]
-                prefix = ".".join(base + ([node.module] if node.module else []))
-            else:
-                prefix = node.module or ""
+            prefix = _from_prefix(module, node, is_pkg)
             subs = {f"{prefix}.{a.name}" for a in node.names}
             names.update(subs)
             # ``from pkg import mod`` loads pkg's __init__ anyway (as any import of a submodule does); it depends
@@ -213,12 +217,7 @@ def _private_attribute_uses(module: str, path: Path) -> list[str]:
                 if a.asname and a.name in ALL_MODULES:
                     bound[a.asname] = a.name
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = module.split(".")
-                base = base[: len(base) - node.level + (1 if is_pkg else 0)]
-                prefix = ".".join(base + ([node.module] if node.module else []))
-            else:
-                prefix = node.module or ""
+            prefix = _from_prefix(module, node, is_pkg)
             for a in node.names:
                 if f"{prefix}.{a.name}" in ALL_MODULES:
                     bound[a.asname or a.name] = f"{prefix}.{a.name}"
