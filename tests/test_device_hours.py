@@ -130,11 +130,11 @@ def test_verify_names_a_wrong_and_a_stray_device_hour(engine) -> None:  # noqa: 
         conn.execute(text("DROP TRIGGER IF EXISTS device_hours_no_delete")) if engine.dialect.name == "sqlite" \
             else conn.execute(text("ALTER TABLE device_hours DISABLE TRIGGER USER"))
         conn.execute(text("DELETE FROM device_hours WHERE hour = :h"), {"h": first.hour})
-        conn.execute(hours._insert_sql(), [dict(zip(("segment_id", *hours.FIELDS),
-                                                    (seg.entry_id, *map(hours._db_value, _astuple(
+        conn.execute(hours.device_hours_insert_sql(), [dict(zip(("segment_id", *hours.FIELDS),
+                                                    (seg.entry_id, *map(hours.device_hours_db_value, _astuple(
                                                         replace(first, busy_s=first.busy_s + 1.0)))))),
                                            dict(zip(("segment_id", *hours.FIELDS),
-                                                    ("0" * 64, *map(hours._db_value, _astuple(first)))))])
+                                                    ("0" * 64, *map(hours.device_hours_db_value, _astuple(first)))))])
     report = verify(engine, checks=verify_checks())
     text_ = "\n".join(map(str, report.problems))
     assert not report.ok
