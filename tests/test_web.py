@@ -8,18 +8,16 @@ import re
 
 import pytest
 
-pytest.importorskip("starlette")
-pytest.importorskip("httpx")
+# starlette, httpx and uvicorn are in the dev extra `make test` installs: a missing one fails collection, never skips
+from starlette.testclient import TestClient
 
-from starlette.testclient import TestClient  # noqa: E402
-
-from ledger import config  # noqa: E402
-from ledger.db import make_engine  # noqa: E402
-from ledger.site import site_from_config  # noqa: E402
-from ledger.web.access import AccessError, from_config  # noqa: E402
-from ledger.web.app import create_app  # noqa: E402
-from ledger.web.metrics import FAMILIES  # noqa: E402
-from ledger.web.views import LedgerView  # noqa: E402
+from ledger import config
+from ledger.db import make_engine
+from ledger.site import site_from_config
+from ledger.web.access import AccessError, from_config
+from ledger.web.app import create_app
+from ledger.web.metrics import FAMILIES
+from ledger.web.views import LedgerView
 
 SERVE = {"serve": {"user_header": "X-Remote-User", "trusted_proxies": ["127.0.0.1"],
                    "users": {"op": {"role": "operator"}, "ast": {"role": "tenant", "accounts": ["astro"]}}}}

@@ -39,7 +39,8 @@ def _wait(url: str, proc: subprocess.Popen, seconds: float = 60) -> None:
 
 @pytest.fixture(scope="module")
 def scraped(demo):
-    pytest.importorskip("uvicorn")
+    import uvicorn  # noqa: F401 - the server below needs it (dev extra): missing, the test fails, never skips
+
     out, _ = demo
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT), IPLEDGER_CONFIG="")
