@@ -103,33 +103,50 @@ def test_imported_export_energy_equals_the_exporters_counter(tmp_path) -> None:
 
 # --- through the CLI: a contract with energy_basis gives receipt 1.4 with the energy block; verify replays ---
 
-def test_receipt_under_measured_energy_terms_replays(tmp_path) -> None:
-    import json as _json
+MEASURED_TERMS = ('id = "e"\nversion = "1"\ncurrency = "EUR"\n'
+                  'effective_from = "2020-01-01"\n[skus.default]\nrate_per_gpu_hour = "2.00"\n'
+                  'energy_price_per_kwh = "0.25"\npue = 1.2\nenergy_basis = "measured"\n')
 
+
+def _imported_ledger(tmp_path, **synth_kw):  # noqa: ANN001, ANN202
+    """A new SQLite ledger holding a synthetic Prometheus export imported through the CLI: (url, runner, env)."""
     from click.testing import CliRunner
 
+    from ledger import db as db_mod
     from ledger.cli.main import cli
     from ledger.importers import synth
 
     env = {"IPLEDGER_CONFIG": ""}
-    from ledger import db as db_mod
-
     url = f"sqlite:///{tmp_path / 'l.db'}"
     eng = db_mod.make_engine(url)
     db_mod.upgrade(eng)
     eng.dispose()
     run = CliRunner()
-    kw = dict(n_gpus=4, hours=2, cadence=60, jobs="slurm")
-    synth.write_query_range(tmp_path / "qr", **kw)
+    synth.write_query_range(tmp_path / "qr", **synth_kw)
     r = run.invoke(cli, ["--db", url, "import", "prometheus", str(tmp_path / "qr")], env=env)
     assert r.exit_code == 0, r.output
+    return url, run, env
+
+
+def _set_measured_terms(tmp_path, url: str, run, env: dict):  # noqa: ANN001, ANN202
+    from ledger.cli.main import cli
+
+    (tmp_path / "c.toml").write_text(MEASURED_TERMS)
+    return run.invoke(cli, ["--db", url, "contract", "set", str(tmp_path / "c.toml")], env=env)
+
+
+def test_receipt_under_measured_energy_terms_replays(tmp_path) -> None:
+    import json as _json
+
+    from ledger.cli.main import cli
+    from ledger.importers import synth
+
+    kw = dict(n_gpus=4, hours=2, cadence=60, jobs="slurm")
+    url, run, env = _imported_ledger(tmp_path, **kw)
     before = run.invoke(cli, ["--db", url, "receipt", "1000", "--json"], env=env)
     assert before.exit_code == 0, before.output
     assert _json.loads(before.output)["receipt_version"] == "1.2" and "energy" not in _json.loads(before.output)
-    (tmp_path / "c.toml").write_text('id = "e"\nversion = "1"\ncurrency = "EUR"\n'
-                                     'effective_from = "2020-01-01"\n[skus.default]\nrate_per_gpu_hour = "2.00"\n'
-                                     'energy_price_per_kwh = "0.25"\npue = 1.2\nenergy_basis = "measured"\n')
-    r = run.invoke(cli, ["--db", url, "contract", "set", str(tmp_path / "c.toml")], env=env)
+    r = _set_measured_terms(tmp_path, url, run, env)
     assert r.exit_code == 0, r.output
     r = run.invoke(cli, ["--db", url, "receipt", "1000", "--json", "--issue"], env=env)
     assert r.exit_code == 0, r.output
@@ -163,26 +180,12 @@ def test_proof_bundle_of_a_14_receipt_passes_ipledger_verify(tmp_path) -> None:
     import subprocess
     import sys
 
-    from click.testing import CliRunner
-
     import ledger.proofcheck as pc
-    from ledger import db as db_mod
     from ledger.cli.main import cli
-    from ledger.importers import synth
 
-    env = {"IPLEDGER_CONFIG": ""}
-    url = f"sqlite:///{tmp_path / 'l.db'}"
-    eng = db_mod.make_engine(url)
-    db_mod.upgrade(eng)
-    eng.dispose()
-    run = CliRunner()
-    synth.write_query_range(tmp_path / "qr", n_gpus=2, hours=1, cadence=60, jobs="slurm",
-                            holes=[(1, 1200, 900)])   # GPU 1 silent 15 minutes: the counter bridges it
-    assert run.invoke(cli, ["--db", url, "import", "prometheus", str(tmp_path / "qr")], env=env).exit_code == 0
-    (tmp_path / "c.toml").write_text('id = "e"\nversion = "1"\ncurrency = "EUR"\n'
-                                     'effective_from = "2020-01-01"\n[skus.default]\nrate_per_gpu_hour = "2.00"\n'
-                                     'energy_price_per_kwh = "0.25"\npue = 1.2\nenergy_basis = "measured"\n')
-    assert run.invoke(cli, ["--db", url, "contract", "set", str(tmp_path / "c.toml")], env=env).exit_code == 0
+    url, run, env = _imported_ledger(tmp_path, n_gpus=2, hours=1, cadence=60, jobs="slurm",
+                                     holes=[(1, 1200, 900)])   # GPU 1 silent 15 minutes: the counter bridges it
+    assert _set_measured_terms(tmp_path, url, run, env).exit_code == 0
     key = tmp_path / "site.key"
     assert run.invoke(cli, ["--db", url, "keygen", "--out", str(key)], env=env).exit_code == 0
     head = tmp_path / "head.json"
