@@ -241,3 +241,26 @@ def test_no_private_names_cross_modules():
     ``x._y``): what one module shares with another is public, and named as such."""
     bad = [b for m, p in ALL_MODULES.items() for b in (*_private_imports(m, p), *_private_attribute_uses(m, p))]
     assert not bad, "\n".join(bad)
+
+
+def test_receipts_package_reexports_resolve_and_stay_light() -> None:
+    """`ledger.receipts` names its re-exports by module and imports them on first use: each name resolves to the
+    object its module defines, `__all__` lists exactly the table plus the package's own functions, and importing a
+    light submodule (what `account` and the agents read) loads neither SQLAlchemy nor the receipt's compute."""
+    import importlib
+    import subprocess
+    import sys
+
+    import ledger.receipts as receipts
+
+    for mod, names in receipts.REEXPORTS.items():
+        m = importlib.import_module(f"ledger.receipts.{mod}")
+        for name in names:
+            assert getattr(receipts, name) is getattr(m, name), (mod, name)
+    own = {"build_receipt", "receipt_for", "runs_of"}
+    assert set(receipts.__all__) == own | {n for names in receipts.REEXPORTS.values() for n in names}
+    code = ("import sys, ledger.receipts.progress; "
+            "print(sorted(m for m in ('sqlalchemy', 'ledger.receipts.compute', 'reportlab') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parent.parent).stdout.strip()
+    assert out == "[]", out

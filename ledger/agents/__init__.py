@@ -55,14 +55,24 @@ def method_info() -> dict:
     return {"name": METHOD_NAME, "version": METHOD_VERSION, "notes": "docs/method.md; agents: docs/agents.md"}
 
 
-def run_agents(ds: Dataset) -> Analysis:
+def find(ds: Dataset) -> list[Finding]:
+    """Every agent's findings over ``ds``: the causes by GPU-hours, then the recommendations in their own order
+    (confirmed causes first). What `account`, `explain`, `ask` and the web view need; :func:`run_agents` adds the
+    whole-dataset account, daily rows and metadata that `analyze` and the written analysis print."""
+    return _find(ds)[1]
+
+
+def _find(ds: Dataset) -> tuple[list[Finding], list[Finding]]:
+    """(the causes in the order the agents produce them, every finding in :func:`find`'s order)."""
     drift_f, xid_mask = drift.run(ds)
     attr_f = attribution.run(ds, xid_mask)
     acct_f = accounting.findings(ds)
     base = [*attr_f, *drift_f, *acct_f]
-    recs = recommendation.run(ds, base)
-    # causes by GPU-hours, then the recommendations in their own order (confirmed causes first)
-    findings = sorted(base, key=lambda f: (-f.gpu_hours, f.id)) + recs
+    return base, sorted(base, key=lambda f: (-f.gpu_hours, f.id)) + recommendation.run(ds, base)
+
+
+def run_agents(ds: Dataset) -> Analysis:
+    base, findings = _find(ds)
     account = accounting.account(ds, base)
     meta = {"through_seq": ds.through_seq, "start": format_ts(ds.start) if ds.end else None,
             "end": format_ts(ds.end) if ds.end else None, "devices": int(len(ds.devices)),
@@ -153,5 +163,5 @@ def verdict(engine: Engine, finding_id: str, confirm: bool, by: str, note: str =
     return append(engine, [e])
 
 
-__all__ = ["Analysis", "Finding", "Dataset", "analyze", "run_agents", "load", "record", "verdict",
+__all__ = ["Analysis", "Finding", "Dataset", "analyze", "find", "run_agents", "load", "record", "verdict",
            "recorded_findings", "UnknownFinding"]

@@ -235,6 +235,32 @@ def _run_keys(frame: pd.DataFrame) -> pd.Series:
     return frame["cluster"].fillna("-").astype(str) + "\x1f" + frame["job_id"].fillna("-").astype(str) + "\x1f" + run
 
 
+def _delivered_by_run_rate(samples: pd.DataFrame) -> list[tuple[str, str, str, float]]:
+    """(run key, tenant, SKU, delivered GPU-hours) per distinct triple, in the order of the sorted text keys
+    ("-" for a missing tenant or SKU): the samples grouped on their own columns, and only the groups' keys turned
+    into text, so the per-sample frame is never formatted (tests/test_agents_hourly.py holds it to
+    :func:`delivered_by_run_rate_reference`)."""
+    cols = ["cluster", "job_id", "run", "tenant", "sku"]
+    g = samples.groupby([samples[c] for c in cols], dropna=False, sort=False)["h_del"].sum()
+    if not len(g):
+        return []
+    keys = g.index.to_frame(index=False).astype(object)   # an all-missing level comes back as float
+    keys.columns = cols
+    run_key = _run_keys(keys)
+    ten = keys["tenant"].fillna("-")
+    sku = keys["sku"].fillna("-")
+    rows = [(k, str(t), str(u), float(h)) for k, t, u, h in zip(run_key, ten, sku, g.to_numpy(float))]
+    rows.sort(key=lambda r: r[:3])
+    return rows
+
+
+def delivered_by_run_rate_reference(samples: pd.DataFrame) -> list[tuple[str, str, str, float]]:
+    """The plain version of :func:`_delivered_by_run_rate`: every sample's key formatted, then grouped."""
+    g = samples.groupby([_run_keys(samples), samples["tenant"].fillna("-"), samples["sku"].fillna("-")],
+                        dropna=False)["h_del"].sum()
+    return [(k, str(t), str(u), float(h)) for (k, t, u), h in g.items()]
+
+
 def run_money(ds: Dataset, samples: pd.DataFrame, alloc_mask: pd.Series | None = None, start: float | None = None,
               end: float | None = None) -> tuple[float, float]:
     """(cost of paid, cost of delivered) of a slice, priced the way the receipts price it: each run's part of the
@@ -256,11 +282,9 @@ def run_money(ds: Dataset, samples: pd.DataFrame, alloc_mask: pd.Series | None =
         paid = pd.Series(hours * rate, index=al.index).groupby(key).sum().to_dict()
     delivered: dict = {}
     if len(samples):
-        g = samples.groupby([_run_keys(samples), samples["tenant"].fillna("-"), samples["sku"].fillna("-")],
-                            dropna=False)["h_del"].sum()
-        for (k, ten, sku_), h in g.items():
-            delivered[k] = delivered.get(k, 0.0) + float(h) * ds.rate(None if ten == "-" else ten,
-                                                                       None if sku_ == "-" else sku_)
+        for k, ten, sku_, h in _delivered_by_run_rate(samples):
+            delivered[k] = delivered.get(k, 0.0) + h * ds.rate(None if ten == "-" else ten,
+                                                               None if sku_ == "-" else sku_)
     return (cents(sum(cents(v) for v in paid.values())), cents(sum(cents(v) for v in delivered.values())))
 
 

@@ -219,7 +219,7 @@ def explain_cmd(app: AppContext, node: str | None, rack: str | None, tenant: str
         try:
             scope_masks(ds, kind, name)  # an unknown scope is refused before the agents run
             bar.step("run the agents")
-            found = agents.run_agents(ds).findings
+            found = agents.find(ds)
             bar.step("explain")
             ex = query.scope(ds, found, kind, name, start, end, _billed(app, start, end))
         except ExplainError as exc:
@@ -263,7 +263,7 @@ def ask_cmd(app: AppContext, question: str, from_samples: bool, as_json: bool) -
 
             def findings():  # noqa: ANN202 - run only for the questions that need them
                 bar.step("run the agents")
-                return agents.run_agents(ds).findings
+                return agents.find(ds)
 
             prepared = prepare(ds, question)
             res = answer(ds, findings, question, prepared,
@@ -376,7 +376,7 @@ def account_cmd(app: AppContext, day: str | None, week: str | None, period: str 
             raise UserError("the ledger holds no allocations to account for")
         start, end, label = _period_with_data(ds, given[0][1] if given else "all")
         bar.step("run the agents")
-        found = agents.run_agents(ds).findings
+        found = agents.find(ds)
         bar.step("account")
         res = query.period(ds, found, start, end, label, _billed(app, start, end))
     res["source"] = "samples" if from_samples else "device_hours"

@@ -13,7 +13,7 @@ Public API (other areas build on these; docs/receipts.md describes the JSON)::
     write_receipt_files(r, receipts_dir)         # DIR/<account>/<cluster>-<job>-<run>.json
 
     # lower level, no database:
-    inputs = gather(engine, job_id, run, as_of=SEQ)   # RunInputs (entries, gaps, contract, samples)
+    inputs = gather(engine, job_id, run, as_of=SEQ)   # from ledger.receipts.gather import gather   # RunInputs (entries, gaps, contract, samples)
     r = compute_receipt(inputs, sku_table)            # pure
     build_receipt(entries, job_id, run=None)          # from an in-memory list of ChainedEntry (no samples);
                                                       # returns the body dict (kept for the demo)
@@ -25,19 +25,40 @@ Errors the user can fix raise :class:`ReceiptError` (one line).
 
 from __future__ import annotations
 
+import importlib
 from collections import defaultdict
-from typing import Iterable
-
-from sqlalchemy.engine import Engine
+from typing import TYPE_CHECKING, Iterable
 
 from ..entries import ChainedEntry, Kind
-from .compute import RECEIPT_VERSION, LensSettings, Receipt, ReceiptError, RunInputs, RunKey, compute_receipt, receipt_hash, run_frame
-from .gather import gather
-from .issue import IssueResult, issue_receipt, replay, verify_receipt, write_receipt_files
-from .render import render_pdf, render_text
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from .compute import LensSettings, Receipt
+
+# The names this package re-exports, by the module that defines them: imported when first used (PEP 562), so a
+# caller of one light submodule (`ledger.receipts.progress`, which `account` and the agents read) does not pay
+# for SQLAlchemy, the sample reader and the PDF renderer. tests/test_architecture.py holds the table to the modules.
+# `gather` is not re-exported: the name is its submodule's, which the import system binds on the package.
+REEXPORTS = {
+    "compute": ("RECEIPT_VERSION", "LensSettings", "Receipt", "ReceiptError", "RunInputs", "RunKey",
+                "compute_receipt", "receipt_hash", "run_frame"),
+    "issue": ("IssueResult", "issue_receipt", "replay", "verify_receipt", "write_receipt_files"),
+    "render": ("render_pdf", "render_text"),
+}
+_HOME = {name: mod for mod, names in REEXPORTS.items() for name in names}
+
+
+def __getattr__(name: str):  # noqa: ANN202 - whatever the defining module holds
+    mod = _HOME.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+    globals()[name] = value
+    return value
 
 __all__ = ["RECEIPT_VERSION", "LensSettings", "Receipt", "ReceiptError", "RunInputs", "RunKey", "IssueResult", "build_receipt",
-           "compute_receipt", "gather", "issue_receipt", "receipt_for", "receipt_hash", "render_pdf", "render_text",
+           "compute_receipt", "issue_receipt", "receipt_for", "receipt_hash", "render_pdf", "render_text",
            "replay", "run_frame", "runs_of", "verify_receipt", "write_receipt_files"]
 
 
@@ -45,6 +66,9 @@ def receipt_for(engine: Engine, job_id: str, run: int | None = None, *, cluster:
                 as_of: int | None = None, contract_id: str | None = None, sku_table=None,  # noqa: ANN001
                 workers: int = 1, lens: LensSettings | None = None) -> Receipt:
     """The receipt of one run as the ledger stands at ``as_of`` (default: now); ``lens``: method 1.1."""
+    from .compute import compute_receipt
+    from .gather import gather
+
     return compute_receipt(gather(engine, str(job_id), run, cluster=cluster, as_of=as_of,
                                   contract_id=contract_id, workers=workers, lens_columns=lens is not None),
                            sku_table, lens=lens)
@@ -60,6 +84,8 @@ def runs_of(entries: Iterable[ChainedEntry], job_id: str) -> dict[tuple[str | No
 
 def build_receipt(entries: list[ChainedEntry], job_id: str, run: int | None = None) -> dict:
     """Receipt body from an in-memory list of entries (no telemetry samples: DCGM summaries and gaps only)."""
+    from .compute import ReceiptError, RunInputs, RunKey, compute_receipt
+
     runs = runs_of(entries, str(job_id))
     if not runs:
         raise ReceiptError(f"job {job_id}: no entries in the ledger")

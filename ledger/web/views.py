@@ -72,7 +72,7 @@ class LedgerView:
 
             s.ds = hourly.load_compact(self.engine, detail=True)
             if len(s.ds.allocs):
-                s.found = agents.run_agents(s.ds).findings
+                s.found = agents.find(s.ds)
         s.recorded = agents.recorded_findings(self.engine)
         months = set()
         with self.engine.connect() as conn:
