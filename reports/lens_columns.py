@@ -89,6 +89,12 @@ def lens_columns_of(d: pd.DataFrame, paid: np.ndarray, delivered: np.ndarray) ->
     return out
 
 
+def lens_sql_of_lines(paid: str) -> str:
+    """The ``LENS_COLUMNS`` as SQL select items for rows read from the receipt lines (receipts without the
+    lens, by :data:`LINES_WITHOUT_LENS`): nothing measured, the paid time unmeasured."""
+    return ", ".join([*(f"0.0 AS {c}" for c in LENS_COLUMNS[:-1]), f"{paid} AS lens_unmeasured_gpu_hours"])
+
+
 def rated_share(achieved: float, rated: float) -> float | None:
     """The statement's MFU-like figure for summed columns (None without a rating)."""
     return round(achieved / rated, 6) if rated > 0 else None
