@@ -6,7 +6,8 @@
 * the lens adds a block and changes no existing line: the 1.1 body minus the lens is the 1.0 body, and the
   1.0 text lines are all there;
 * a receipt issued under 1.0.0 still verifies under 1.0.0 after the site turns 1.1.0 on, and one issued
-  under 1.1.0 verifies too.
+  under 1.1.0 verifies too;
+* the monthly statement's lens columns (JSON, CSV, FOCUS x_) are the sum of the issued receipts' lens.
 """
 
 from __future__ import annotations
