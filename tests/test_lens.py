@@ -371,3 +371,33 @@ def test_statement_lens_columns_are_the_sum_of_the_receipts_lens(tmp_path, runne
         assert rows[key].sort_values("job_id").reset_index(drop=True).equals(
             dict_rows[key].sort_values("job_id").reset_index(drop=True))
     eng.dispose()
+
+
+def test_the_lens_computed_in_worker_processes_equals_the_in_process_lens(tmp_path, monkeypatch):
+    """The lens is computed beside the attribution, in the workers on a big run: the same receipt either way."""
+    import importlib
+
+    from ledger.method.lens import LensSettings
+    from ledger.receipts import receipt_for
+
+    gmod = importlib.import_module("ledger.receipts.gather")
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    _ledger(url, [(f"GPU-w-{i}", SKUS[i % 2], [(0.9, 0.2 * i if i else None, 1500.0 + 100 * i, 0.3, 0.4)] * 12)
+                  for i in range(4)])
+    eng = db_mod.make_engine(url)
+    here = receipt_for(eng, "9100", lens=LensSettings())
+    monkeypatch.setattr(gmod, "PARALLEL_MIN_DEVICES", 2)
+    calls = []
+    original = gmod.LazySamples.attribute_all
+
+    def spy(self, tasks):
+        out = original(self, tasks)
+        calls.append(out)
+        return out
+
+    monkeypatch.setattr(gmod.LazySamples, "attribute_all", spy)
+    there = receipt_for(eng, "9100", workers=2, lens=LensSettings())
+    eng.dispose()
+    assert calls and calls[0] is not None and all(v[1] is not None for v in calls[0].values())
+    assert "effective_compute" in here.body and here.body["effective_compute"]["tensor_gpu_hours"] > 0
+    assert there.canonical() == here.canonical()
