@@ -76,10 +76,13 @@ class DeviceLens:
 
 
 def _covered(window: tuple[float, float], samples: SampleArrays, unknown: Sequence[tuple[float, float, str]],
-             suspended: Sequence[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray, float, float]:
+             suspended: Sequence[tuple[float, float]]) -> tuple[np.ndarray | slice, np.ndarray, float, float]:
     """(order, covered seconds per sample in that order, window start, end): the time identity's own c."""
     s, e, susp, _paid, _s = paid_window(window, suspended)
-    order = np.argsort(samples.t, kind="stable")
+    t = samples.t
+    # Samples come sorted by time (the reader sorts them): then the stable order is the identity, and a slice
+    # (a view) stands for it without copying every column
+    order = slice(None) if len(t) < 2 or bool(np.all(t[1:] >= t[:-1])) else np.argsort(t, kind="stable")
     _a, _b, covered, _present, _portions = covered_time(samples.t[order], samples.dt[order],
                                                         samples.activity[order], (s, e), susp, unknown)
     return order, covered, s, e
@@ -93,7 +96,7 @@ def _ratio(clock: np.ndarray, rated: float | None) -> np.ndarray:
     return np.maximum(r, 0.0)
 
 
-def _col(x: np.ndarray | None, n: int, order: np.ndarray) -> np.ndarray:
+def _col(x: np.ndarray | None, n: int, order: np.ndarray | slice) -> np.ndarray:
     return np.full(n, np.nan) if x is None else np.asarray(x, dtype=np.float64)[order]
 
 
@@ -181,7 +184,7 @@ def lens_device_reference(window: tuple[float, float], samples: SampleArrays | N
     pipes: dict[str, list[float]] = {p: [] for p in PIPES}
     seen = {p: False for p in PIPES}
     bound: dict[str, list[float]] = {b: [] for b in (*BOUNDS, "unmeasured")}
-    for k, i in enumerate(order.tolist()):
+    for k, i in enumerate(range(len(samples)) if isinstance(order, slice) else order.tolist()):
         cov = float(c[k])
         clock = get(samples.sm_clock, i)
         r = 1.0
