@@ -119,19 +119,28 @@ def lens_device(window: tuple[float, float], samples: SampleArrays | None, *,
     ten = _col(samples.tensor, n, order)
     has_t = ~np.isnan(ten)
     tclip = np.clip(np.where(has_t, ten, 0.0), 0.0, 1.0)
-    out.tensor_s = _sum(c * tclip * r, has_t)
+    ctr = c * tclip * r
+    out.tensor_s = _sum(ctr, has_t)
     out.measured_s = _sum(c, has_t)
     out.unmeasured_s = _sum(c, ~has_t)
-    ops = _col(samples.ops, n, order)
-    dts = samples.dt[order]
-    has_o = ~np.isnan(ops) & (dts > 0)
-    if has_o.any():  # counted, not inferred: the share of the sample's count that falls in its covered time
-        out.counted_flop = _sum(np.maximum(np.where(has_o, ops, 0.0), 0.0) * c / np.where(has_o, dts, 1.0), has_o)
-        out.counted_s = _sum(c, has_o)
-    out.tensor_uncounted_s = _sum(c * tclip * r, has_t & ~has_o)
-    out.rated_s = _sum(c, has_t | has_o)
+    counted_or_t = has_t
+    if samples.ops is not None:  # a field no sample carries is skipped: the same sums, without its arrays
+        ops = _col(samples.ops, n, order)
+        dts = samples.dt[order]
+        has_o = ~np.isnan(ops) & (dts > 0)
+        if has_o.any():  # counted, not inferred: the share of the sample's count that falls in its covered time
+            out.counted_flop = _sum(np.maximum(np.where(has_o, ops, 0.0), 0.0) * c / np.where(has_o, dts, 1.0),
+                                    has_o)
+            out.counted_s = _sum(c, has_o)
+        out.tensor_uncounted_s = _sum(ctr, has_t & ~has_o)
+        counted_or_t = has_t | has_o
+    else:
+        out.tensor_uncounted_s = out.tensor_s
+    out.rated_s = _sum(c, counted_or_t)
     pipe_high = np.zeros(n, dtype=bool)
     for p in PIPES:
+        if getattr(samples, p) is None:
+            continue
         v = _col(getattr(samples, p), n, order)
         has = ~np.isnan(v)
         if has.any():
@@ -145,14 +154,19 @@ def lens_device(window: tuple[float, float], samples: SampleArrays | None, *,
     working = present & (actc >= thresholds.active_min)
     deliv = np.where(working, c * actc * r, 0.0)
     out.delivered_s = _sum(deliv, working)
-    dram = _col(samples.dram, n, order)
-    occ = _col(samples.occupancy, n, order)
-    sm = _col(samples.sm, n, order)
-    known_any = has_t | ~np.isnan(dram) | ~np.isnan(occ) | pipe_high
+    known_any = has_t | pipe_high
     compute = working & (pipe_high | (has_t & (tclip >= lens.pipe_high)))
-    memory = working & ~compute & (np.nan_to_num(dram) >= lens.dram_high)
-    latency = (working & ~compute & ~memory & (np.nan_to_num(sm) >= lens.sm_high)
-               & ~np.isnan(occ) & (np.nan_to_num(occ) < lens.occupancy_low))
+    memory = latency = np.zeros(n, dtype=bool)
+    if samples.dram is not None:
+        dram = _col(samples.dram, n, order)
+        known_any = known_any | ~np.isnan(dram)
+        memory = working & ~compute & (np.nan_to_num(dram) >= lens.dram_high)
+    if samples.occupancy is not None:
+        occ = _col(samples.occupancy, n, order)
+        sm = _col(samples.sm, n, order)
+        known_any = known_any | ~np.isnan(occ)
+        latency = (working & ~compute & ~memory & (np.nan_to_num(sm) >= lens.sm_high)
+                   & ~np.isnan(occ) & (np.nan_to_num(occ) < lens.occupancy_low))
     unmeasured = working & ~known_any
     other = working & ~compute & ~memory & ~latency & ~unmeasured
     for name, mask in (("compute", compute), ("memory", memory), ("latency", latency), ("other", other),
