@@ -350,14 +350,21 @@ def test_statement_lens_columns_are_the_sum_of_the_receipts_lens(tmp_path, runne
     for row in nov["classes"]:
         for c in LENS_COLUMNS:
             close(row[c], by_tenant[row["tenant"]][c])
-    csv_path, focus_path = tmp_path / "s.csv", tmp_path / "s.focus.csv"
-    for fmt, p in (("csv", csv_path), ("focus", focus_path)):
+    csv_path, focus_path, pq_path = tmp_path / "s.csv", tmp_path / "s.focus.csv", tmp_path / "s.parquet"
+    for fmt, p in (("csv", csv_path), ("focus", focus_path), ("parquet", pq_path)):
         res = runner.invoke(cli, ["--db", url, "export", "monthly", "--month", "2026-09", "--format", fmt,
                                   "--out", str(p), "--quiet"])
         assert res.exit_code == 0, res.output
     tenant_rows = [r for r in csv.DictReader(csv_path.open()) if r["level"] == "tenant"]
     assert len(tenant_rows) == 2
     for row in tenant_rows:
+        for c in LENS_COLUMNS:
+            close(row[c], by_tenant[row["tenant"]][c])
+    import pandas as pd
+
+    pq_tenants = pd.read_parquet(pq_path).query("level == 'tenant'")
+    assert len(pq_tenants) == 2
+    for _i, row in pq_tenants.iterrows():
         for c in LENS_COLUMNS:
             close(row[c], by_tenant[row["tenant"]][c])
     focus = list(csv.DictReader(focus_path.open()))
@@ -401,3 +408,37 @@ def test_the_lens_computed_in_worker_processes_equals_the_in_process_lens(tmp_pa
     assert calls and calls[0] is not None and all(v[1] is not None for v in calls[0].values())
     assert "effective_compute" in here.body and here.body["effective_compute"]["tensor_gpu_hours"] > 0
     assert there.canonical() == here.canonical()
+
+
+def test_odd_lens_values_in_a_receipt_count_zero_on_both_statement_paths():
+    """A receipt's lens figures are the ledger's own, but a statement reads whatever an issue holds: text, a
+    bool, an infinity or a missing block never becomes a figure, and the column path agrees with the dict path."""
+    import pandas as pd
+
+    from reports.lens_columns import LENS_COLUMNS, LENS_FIELDS, lens_columns_of, lens_values
+
+    blocks = [None, "x", {"tensor_gpu_hours": "1.5", "rated_pflop_hours": True, "achieved_pflop_hours": 2.0,
+                          "unmeasured_gpu_hours": float("inf"), "bound_split": {"compute": 0.5, "memory": "a"}},
+              {"tensor_gpu_hours": 3.0, "unmeasured_gpu_hours": 1.0, "bound_split": None}]
+    paid, delivered = np.array([2.0, 3.0, 4.0, 5.0]), np.array([1.0, 1.0, 2.0, 4.0])
+    want = [lens_values({"effective_compute": b} if b is not None else {}, p, d)
+            for b, p, d in zip(blocks, paid, delivered)]
+    assert want[0][-1] == 2.0 and want[1][-1] == 3.0 and sum(want[0][:-1]) == 0.0  # no lens: paid unmeasured
+    assert want[2][LENS_COLUMNS.index("achieved_pflop_hours")] == 2.0
+    assert want[2][LENS_COLUMNS.index("tensor_gpu_hours")] == 0.0 and want[2][-1] == 0.0
+    assert want[2][LENS_COLUMNS.index("compute_bound_gpu_hours")] == 1.0
+    # the column reader's frame: JSON type names for containers, numbers only where the JSON had a number
+    frame = {"ec": [None, "VARCHAR", "OBJECT", "OBJECT"]}
+    for name, path, _types in LENS_FIELDS[1:]:
+        key = path.split(".")[-1]
+        vals = []
+        for b in blocks:
+            src = b if isinstance(b, dict) else {}
+            if path.startswith("effective_compute.bound_split."):
+                src = src.get("bound_split") if isinstance(src.get("bound_split"), dict) else {}
+            v = src.get(key)
+            vals.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan)
+        frame[name] = vals
+    got = lens_columns_of(pd.DataFrame(frame), paid, delivered)
+    for j, c in enumerate(LENS_COLUMNS):
+        assert got[c].tolist() == [w[j] for w in want], c
