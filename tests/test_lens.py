@@ -386,6 +386,7 @@ def test_the_lens_computed_in_worker_processes_equals_the_in_process_lens(tmp_pa
 
     from ledger.method.lens import LensSettings
     from ledger.receipts import receipt_for
+    from tests.test_receipt_replay import spy_attribute_all
 
     gmod = importlib.import_module("ledger.receipts.gather")
     url = f"sqlite:///{tmp_path / 'w.db'}"
@@ -394,15 +395,7 @@ def test_the_lens_computed_in_worker_processes_equals_the_in_process_lens(tmp_pa
     eng = db_mod.make_engine(url)
     here = receipt_for(eng, "9100", lens=LensSettings())
     monkeypatch.setattr(gmod, "PARALLEL_MIN_DEVICES", 2)
-    calls = []
-    original = gmod.LazySamples.attribute_all
-
-    def spy(self, tasks):
-        out = original(self, tasks)
-        calls.append(out)
-        return out
-
-    monkeypatch.setattr(gmod.LazySamples, "attribute_all", spy)
+    calls = spy_attribute_all(monkeypatch, gmod)
     there = receipt_for(eng, "9100", workers=2, lens=LensSettings())
     eng.dispose()
     assert calls and calls[0] is not None and all(v[1] is not None for v in calls[0].values())
