@@ -30,6 +30,7 @@ from sqlalchemy import text
 from ledger import receipt_lines
 
 from .issued import ledger_head
+from .lens_columns import LINES_WITHOUT_LENS
 from .issued_columns import MonthRead, flat_rows, assemble
 from .monthly import resolution_text, month_bounds
 
@@ -45,7 +46,7 @@ _PART = {"seq": "seq", "cluster": "cluster", "job_id": "job_id", "run": "run", "
 _IV = {"seq": "seq", "line_no": "pos", "iv_id": "id", "iv_device": "device", "iv_node": "node",
        "iv_start": "start", "iv_end": "end", "iv_cause": "cause", "iv_policy": "policy",
        "iv_resolution": "resolution", "iv_gpu_hours": "gpu_hours"}
-FAST = "plain = 1 AND n_parts = 1 AND open = 0"
+FAST = f"plain = 1 AND n_parts = 1 AND open = 0 AND {LINES_WITHOUT_LENS}"
 _PER_ROW = {"job_id", "receipt_hash", "start", "end", "id"}  # text that differs from row to row
 
 

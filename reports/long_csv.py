@@ -38,6 +38,7 @@ import numpy as np
 
 from . import csvwrite, issued_lines
 from .issued import ledger_head
+from .lens_columns import LENS_METHOD_VERSIONS, lens_sql_of_lines
 from .monthly import MONEY_COLUMNS, SUM_COLUMNS, month_bounds
 
 BATCH_ROWS = 100_000
@@ -51,7 +52,7 @@ _FIGURES = ("paid", "delivered", "th_thermal", "th_power_cap", "th_hw_slowdown",
 _TEXT = ("cluster", "job_id", "tenant", "partition", "qos", "user", "nodes", "sku", "receipt_hash",
          "replaces_hash", "currency")
 _PART = {c: c for c in ("seq", *_TEXT, "run", "n_devices", "window_start", "window_end", "by_policy", "plain",
-                        "n_parts", "open", *_FIGURES)}
+                        "n_parts", "open", "method_version", *_FIGURES)}
 _IV = {"seq": "seq", "line_no": "pos", "iv_device": "device", "iv_start": "start", "iv_end": "end",
        "iv_resolution": "resolution", "iv_gpu_hours": "gpu_hours"}
 
@@ -128,7 +129,8 @@ def _flat_sql() -> str:
       0.0 AS adjustment_gpu_hours, {num["flc"]} AS failure_loss_credited,
       {num["cost_paid"]} AS cost_paid, {num["cost_delivered"]} AS cost_delivered, {num["cost_lost"]} AS cost_lost,
       {before} AS billed_before_adjustments, {num["cost_adj"]} AS adjustment_cost,
-      CASE WHEN after IS NOT NULL THEN after ELSE {before} + {num["cost_adj"]} END AS billed
+      CASE WHEN after IS NOT NULL THEN after ELSE {before} + {num["cost_adj"]} END AS billed,
+      {lens_sql_of_lines(num["paid"])}
     FROM (SELECT *, coalesce(by_policy = 1, false) AS bp FROM lines)
     """
 
@@ -283,6 +285,9 @@ def _read(engine, month: str, seq_head: int):  # noqa: ANN001, ANN202
     lines = pa.concat_tables(halves)
     fast = pc.and_(pc.and_(pc.equal(lines.column("plain"), 1), pc.equal(lines.column("n_parts"), 1)),
                    pc.equal(lines.column("open"), 0)).fill_null(False)
+    # a receipt with the effective-compute lens is read from its JSON (issued_lines.FAST: LINES_WITHOUT_LENS)
+    fast = pc.and_(fast, pc.invert(pc.is_in(lines.column("method_version"),
+                                            pa.array(LENS_METHOD_VERSIONS, pa.string()))).fill_null(True))
     seqs = lines.column("seq").to_numpy()
     slow = np.union1d(slow, seqs[~fast.to_numpy(zero_copy_only=False)])
     if len(slow):  # the month's other rows come from the dict path
@@ -295,7 +300,7 @@ def _read(engine, month: str, seq_head: int):  # noqa: ANN001, ANN202
     resolved = _resolved(seqs, n_dev, ivs)
     # what the rows no longer need is let go (≈ 100 MB at a million rows): the shape flags, and figures no
     # receipt of the month has (the view `lines` gives them back as NULL)
-    keep = [c for c in lines.column_names if c not in ("plain", "n_parts", "open")
+    keep = [c for c in lines.column_names if c not in ("plain", "n_parts", "open", "method_version")
             and not (c in _FIGURES and lines.column(c).null_count == lines.num_rows)]
     return None if resolved is None else (lines.select(keep), resolved, slow)
 

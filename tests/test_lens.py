@@ -6,7 +6,8 @@
 * the lens adds a block and changes no existing line: the 1.1 body minus the lens is the 1.0 body, and the
   1.0 text lines are all there;
 * a receipt issued under 1.0.0 still verifies under 1.0.0 after the site turns 1.1.0 on, and one issued
-  under 1.1.0 verifies too.
+  under 1.1.0 verifies too;
+* the monthly statement's lens columns (JSON, CSV, FOCUS x_) are the sum of the issued receipts' lens.
 """
 
 from __future__ import annotations
@@ -136,12 +137,12 @@ def fleets(draw):
     return devs
 
 
-def _ledger(url, devs, job="9100"):
+def _ledger(url, devs, job="9100", account="chem"):
     eng = db_mod.make_engine(url)
     db_mod.upgrade(eng)
     key = dict(cluster="c1", job_id=job, run=0)
     n = max(len(r) for _u, _s, r in devs)
-    es = [make_entry(Kind.ALLOCATION_STARTED, T0, {"account": "chem", "partition": "gpu", "qos": "normal"},
+    es = [make_entry(Kind.ALLOCATION_STARTED, T0, {"account": account, "partition": "gpu", "qos": "normal"},
                      node="n1", **key)]
     es += [make_entry(Kind.DEVICE_BOUND, T0, {"index": i, "sku": sku}, device=u, node="n1", **key)
            for i, (u, sku, _r) in enumerate(devs)]
@@ -261,7 +262,8 @@ def test_bound_split_reads_occupancy_and_dram_from_the_stored_samples(tmp_path, 
 
 
 def test_statements_of_1_1_receipts_still_export_and_pass_the_focus_validator(tmp_path, runner, cli):
-    """Receipts issued under 1.1.0 go through the monthly export (the lens is not a statement column yet)."""
+    """Receipts issued under 1.1.0 go through the monthly export, and its FOCUS file (with the lens's x_ columns)
+    passes the validator."""
     from tests.focus_validator import Unavailable, validate
     from tests.services import unavailable
     from tests.test_issue_cli import write_export
@@ -291,3 +293,145 @@ def test_statements_of_1_1_receipts_still_export_and_pass_the_focus_validator(tm
     except Unavailable as exc:
         unavailable(str(exc))
     assert v.failed == [], v.summary()
+
+
+def test_statement_lens_columns_are_the_sum_of_the_receipts_lens(tmp_path, runner, cli):
+    """Per tenant and class, in the JSON, the long CSV and FOCUS's x_ columns, each lens column is the sum of
+    the issued receipts' effective_compute figures; a receipt issued under 1.0.0 adds its paid time to
+    lens_unmeasured_gpu_hours and nothing else; the column reader and the lines agree with the dict path."""
+    import csv
+
+    from reports import issued_columns
+    from reports.export import build_statement
+    from reports.lens_columns import LENS_COLUMNS, LENS_FOCUS, LENS_METHOD_VERSIONS
+    from ledger.method.lens import LENS_METHOD_VERSION
+    from ledger.rows import iter_entries
+
+    assert LENS_METHOD_VERSION in LENS_METHOD_VERSIONS
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    _ledger(url, [("GPU-s-0", SKUS[0], [(0.9, 0.6, 1800.0, 0.5, 0.2), (0.8, None, 1980.0, 0.1, 0.7)] * 9),
+                  ("GPU-s-1", SKUS[1], [(0.7, 0.05, 1500.0, 0.1, 0.1)] * 14)], job="9100", account="chem")
+    _ledger(url, [("GPU-s-2", SKUS[0], [(0.95, 0.9, 1980.0, 0.6, 0.2)] * 11)], job="9101", account="astro")
+    _ledger(url, [("GPU-s-3", SKUS[1], [(0.5, 0.5, 1200.0, 0.5, 0.5)] * 7)], job="9102", account="chem")
+    cfg10, cfg11 = _config(tmp_path, "1.0.0"), _config(tmp_path, "1.1.0")
+    for job, cfg in (("9100", cfg11), ("9101", cfg11), ("9102", cfg10)):
+        assert runner.invoke(cli, ["--db", url, "--config", cfg, "receipt", job, "--issue"]).exit_code == 0
+    eng = db_mod.make_engine(url)
+    receipts = [c.entry.data["receipt"] for c in iter_entries(eng, kinds=[Kind.RECEIPT_ISSUED])]
+    assert sorted(r["method"]["version"] for r in receipts) == ["1.0.0", "1.1.0", "1.1.0"]
+
+    def want(rs):
+        out = dict.fromkeys(LENS_COLUMNS, 0.0)
+        for r in rs:
+            ec = r.get("effective_compute")
+            if ec is None:
+                out["lens_unmeasured_gpu_hours"] += r["gpu_hours"]["paid"]
+                continue
+            for k in LENS_COLUMNS[:6]:
+                out[k] += ec[k] or 0.0
+            for b in BOUNDS[:4]:
+                out[f"{b}_bound_gpu_hours"] += (ec["bound_split"][b] or 0.0) * r["gpu_hours"]["delivered"]
+            out["lens_unmeasured_gpu_hours"] += ec["unmeasured_gpu_hours"]
+        return out
+
+    by_tenant = {t: want([r for r in receipts if r["job"]["account"] == t]) for t in ("chem", "astro")}
+    assert by_tenant["astro"]["tensor_gpu_hours"] > 0 and by_tenant["chem"]["lens_unmeasured_gpu_hours"] > 0
+
+    def close(got, exp, tol=2e-6):
+        assert abs(float(got) - exp) <= tol, (got, exp)
+
+    nov = _json(runner, cli, "--db", url, "export", "monthly", "--month", "2026-09", "--format", "json",
+                "--out", "-")
+    for row in nov["tenants"]:
+        for c in LENS_COLUMNS:
+            close(row[c], by_tenant[row["tenant"]][c])
+    close(nov["totals"]["tensor_gpu_hours"], sum(v["tensor_gpu_hours"] for v in by_tenant.values()))
+    assert len(nov["classes"]) == 2  # one partition and QOS per tenant: a class per tenant
+    for row in nov["classes"]:
+        for c in LENS_COLUMNS:
+            close(row[c], by_tenant[row["tenant"]][c])
+    csv_path, focus_path, pq_path = tmp_path / "s.csv", tmp_path / "s.focus.csv", tmp_path / "s.parquet"
+    for fmt, p in (("csv", csv_path), ("focus", focus_path), ("parquet", pq_path)):
+        res = runner.invoke(cli, ["--db", url, "export", "monthly", "--month", "2026-09", "--format", fmt,
+                                  "--out", str(p), "--quiet"])
+        assert res.exit_code == 0, res.output
+    tenant_rows = [r for r in csv.DictReader(csv_path.open()) if r["level"] == "tenant"]
+    assert len(tenant_rows) == 2
+    for row in tenant_rows:
+        for c in LENS_COLUMNS:
+            close(row[c], by_tenant[row["tenant"]][c])
+    import pandas as pd
+
+    pq_tenants = pd.read_parquet(pq_path).query("level == 'tenant'")
+    assert len(pq_tenants) == 2
+    for _i, row in pq_tenants.iterrows():
+        for c in LENS_COLUMNS:
+            close(row[c], by_tenant[row["tenant"]][c])
+    focus = list(csv.DictReader(focus_path.open()))
+    for t, exp in by_tenant.items():
+        for xc, c in LENS_FOCUS:
+            close(sum(float(r[xc] or 0) for r in focus if r["SubAccountId"] == t), exp[c], 1e-5)
+    # the three readers: the lines (default), the receipts' JSON column-wise, and the dict path
+    dict_rows = build_statement(eng, "2026-09", columnar=False).rows
+    for rows in (build_statement(eng, "2026-09").rows, issued_columns.read_month(eng, "2026-09").usage.rows):
+        key = ["job_id", *LENS_COLUMNS]
+        assert rows[key].sort_values("job_id").reset_index(drop=True).equals(
+            dict_rows[key].sort_values("job_id").reset_index(drop=True))
+    eng.dispose()
+
+
+def test_the_lens_computed_in_worker_processes_equals_the_in_process_lens(tmp_path, monkeypatch):
+    """The lens is computed beside the attribution, in the workers on a big run: the same receipt either way."""
+    import importlib
+
+    from ledger.method.lens import LensSettings
+    from ledger.receipts import receipt_for
+    from tests.test_receipt_replay import spy_attribute_all
+
+    gmod = importlib.import_module("ledger.receipts.gather")
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    _ledger(url, [(f"GPU-w-{i}", SKUS[i % 2], [(0.9, 0.2 * i if i else None, 1500.0 + 100 * i, 0.3, 0.4)] * 12)
+                  for i in range(4)])
+    eng = db_mod.make_engine(url)
+    here = receipt_for(eng, "9100", lens=LensSettings())
+    monkeypatch.setattr(gmod, "PARALLEL_MIN_DEVICES", 2)
+    calls = spy_attribute_all(monkeypatch, gmod)
+    there = receipt_for(eng, "9100", workers=2, lens=LensSettings())
+    eng.dispose()
+    assert calls and calls[0] is not None and all(v[1] is not None for v in calls[0].values())
+    assert "effective_compute" in here.body and here.body["effective_compute"]["tensor_gpu_hours"] > 0
+    assert there.canonical() == here.canonical()
+
+
+def test_odd_lens_values_in_a_receipt_count_zero_on_both_statement_paths():
+    """A receipt's lens figures are the ledger's own, but a statement reads whatever an issue holds: text, a
+    bool, an infinity or a missing block never becomes a figure, and the column path agrees with the dict path."""
+    import pandas as pd
+
+    from reports.lens_columns import LENS_COLUMNS, LENS_FIELDS, lens_columns_of, lens_values
+
+    blocks = [None, "x", {"tensor_gpu_hours": "1.5", "rated_pflop_hours": True, "achieved_pflop_hours": 2.0,
+                          "unmeasured_gpu_hours": float("inf"), "bound_split": {"compute": 0.5, "memory": "a"}},
+              {"tensor_gpu_hours": 3.0, "unmeasured_gpu_hours": 1.0, "bound_split": None}]
+    paid, delivered = np.array([2.0, 3.0, 4.0, 5.0]), np.array([1.0, 1.0, 2.0, 4.0])
+    want = [lens_values({"effective_compute": b} if b is not None else {}, p, d)
+            for b, p, d in zip(blocks, paid, delivered)]
+    assert want[0][-1] == 2.0 and want[1][-1] == 3.0 and sum(want[0][:-1]) == 0.0  # no lens: paid unmeasured
+    assert want[2][LENS_COLUMNS.index("achieved_pflop_hours")] == 2.0
+    assert want[2][LENS_COLUMNS.index("tensor_gpu_hours")] == 0.0 and want[2][-1] == 0.0
+    assert want[2][LENS_COLUMNS.index("compute_bound_gpu_hours")] == 1.0
+    # the column reader's frame: JSON type names for containers, numbers only where the JSON had a number
+    frame = {"ec": [None, "VARCHAR", "OBJECT", "OBJECT"]}
+    for name, path, _types in LENS_FIELDS[1:]:
+        key = path.split(".")[-1]
+        vals = []
+        for b in blocks:
+            src = b if isinstance(b, dict) else {}
+            if path.startswith("effective_compute.bound_split."):
+                src = src.get("bound_split") if isinstance(src.get("bound_split"), dict) else {}
+            v = src.get(key)
+            vals.append(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan)
+        frame[name] = vals
+    got = lens_columns_of(pd.DataFrame(frame), paid, delivered)
+    for j, c in enumerate(LENS_COLUMNS):
+        assert got[c].tolist() == [w[j] for w in want], c

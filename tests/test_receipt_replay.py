@@ -143,16 +143,22 @@ def test_worker_processes_give_the_same_receipt(sqlite_url, monkeypatch):
     _noisy_run(eng)
     here = receipt_for(eng, "8001")  # library default: in-process
     monkeypatch.setattr(gmod, "PARALLEL_MIN_DEVICES", 2)
+    results = spy_attribute_all(monkeypatch, gmod)
+    there = receipt_for(eng, "8001", workers=2)
+    eng.dispose()
+    assert results and results[0] is not None and len(results[0]) == 4  # the worker path did the devices
+    assert there.canonical() == here.canonical()
+
+
+def spy_attribute_all(monkeypatch, gmod) -> list:  # noqa: ANN001
+    """Record what LazySamples.attribute_all (the worker path) returns, call by call."""
     results = []
     original = gmod.LazySamples.attribute_all
 
-    def spy(self, tasks):
+    def spy(self, tasks):  # noqa: ANN001, ANN202
         out = original(self, tasks)
         results.append(out)
         return out
 
     monkeypatch.setattr(gmod.LazySamples, "attribute_all", spy)
-    there = receipt_for(eng, "8001", workers=2)
-    eng.dispose()
-    assert results and results[0] is not None and len(results[0]) == 4  # the worker path did the devices
-    assert there.canonical() == here.canonical()
+    return results

@@ -76,10 +76,13 @@ class DeviceLens:
 
 
 def _covered(window: tuple[float, float], samples: SampleArrays, unknown: Sequence[tuple[float, float, str]],
-             suspended: Sequence[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray, float, float]:
+             suspended: Sequence[tuple[float, float]]) -> tuple[np.ndarray | slice, np.ndarray, float, float]:
     """(order, covered seconds per sample in that order, window start, end): the time identity's own c."""
     s, e, susp, _paid, _s = paid_window(window, suspended)
-    order = np.argsort(samples.t, kind="stable")
+    t = samples.t
+    # Samples come sorted by time (the reader sorts them): then the stable order is the identity, and a slice
+    # (a view) stands for it without copying every column
+    order = slice(None) if len(t) < 2 or bool(np.all(t[1:] >= t[:-1])) else np.argsort(t, kind="stable")
     _a, _b, covered, _present, _portions = covered_time(samples.t[order], samples.dt[order],
                                                         samples.activity[order], (s, e), susp, unknown)
     return order, covered, s, e
@@ -93,7 +96,7 @@ def _ratio(clock: np.ndarray, rated: float | None) -> np.ndarray:
     return np.maximum(r, 0.0)
 
 
-def _col(x: np.ndarray | None, n: int, order: np.ndarray) -> np.ndarray:
+def _col(x: np.ndarray | None, n: int, order: np.ndarray | slice) -> np.ndarray:
     return np.full(n, np.nan) if x is None else np.asarray(x, dtype=np.float64)[order]
 
 
@@ -116,19 +119,28 @@ def lens_device(window: tuple[float, float], samples: SampleArrays | None, *,
     ten = _col(samples.tensor, n, order)
     has_t = ~np.isnan(ten)
     tclip = np.clip(np.where(has_t, ten, 0.0), 0.0, 1.0)
-    out.tensor_s = _sum(c * tclip * r, has_t)
+    ctr = c * tclip * r
+    out.tensor_s = _sum(ctr, has_t)
     out.measured_s = _sum(c, has_t)
     out.unmeasured_s = _sum(c, ~has_t)
-    ops = _col(samples.ops, n, order)
-    dts = samples.dt[order]
-    has_o = ~np.isnan(ops) & (dts > 0)
-    if has_o.any():  # counted, not inferred: the share of the sample's count that falls in its covered time
-        out.counted_flop = _sum(np.maximum(np.where(has_o, ops, 0.0), 0.0) * c / np.where(has_o, dts, 1.0), has_o)
-        out.counted_s = _sum(c, has_o)
-    out.tensor_uncounted_s = _sum(c * tclip * r, has_t & ~has_o)
-    out.rated_s = _sum(c, has_t | has_o)
+    counted_or_t = has_t
+    if samples.ops is not None:  # a field no sample carries is skipped: the same sums, without its arrays
+        ops = _col(samples.ops, n, order)
+        dts = samples.dt[order]
+        has_o = ~np.isnan(ops) & (dts > 0)
+        if has_o.any():  # counted, not inferred: the share of the sample's count that falls in its covered time
+            out.counted_flop = _sum(np.maximum(np.where(has_o, ops, 0.0), 0.0) * c / np.where(has_o, dts, 1.0),
+                                    has_o)
+            out.counted_s = _sum(c, has_o)
+        out.tensor_uncounted_s = _sum(ctr, has_t & ~has_o)
+        counted_or_t = has_t | has_o
+    else:
+        out.tensor_uncounted_s = out.tensor_s
+    out.rated_s = _sum(c, counted_or_t)
     pipe_high = np.zeros(n, dtype=bool)
     for p in PIPES:
+        if getattr(samples, p) is None:
+            continue
         v = _col(getattr(samples, p), n, order)
         has = ~np.isnan(v)
         if has.any():
@@ -142,14 +154,19 @@ def lens_device(window: tuple[float, float], samples: SampleArrays | None, *,
     working = present & (actc >= thresholds.active_min)
     deliv = np.where(working, c * actc * r, 0.0)
     out.delivered_s = _sum(deliv, working)
-    dram = _col(samples.dram, n, order)
-    occ = _col(samples.occupancy, n, order)
-    sm = _col(samples.sm, n, order)
-    known_any = has_t | ~np.isnan(dram) | ~np.isnan(occ) | pipe_high
+    known_any = has_t | pipe_high
     compute = working & (pipe_high | (has_t & (tclip >= lens.pipe_high)))
-    memory = working & ~compute & (np.nan_to_num(dram) >= lens.dram_high)
-    latency = (working & ~compute & ~memory & (np.nan_to_num(sm) >= lens.sm_high)
-               & ~np.isnan(occ) & (np.nan_to_num(occ) < lens.occupancy_low))
+    memory = latency = np.zeros(n, dtype=bool)
+    if samples.dram is not None:
+        dram = _col(samples.dram, n, order)
+        known_any = known_any | ~np.isnan(dram)
+        memory = working & ~compute & (np.nan_to_num(dram) >= lens.dram_high)
+    if samples.occupancy is not None:
+        occ = _col(samples.occupancy, n, order)
+        sm = _col(samples.sm, n, order)
+        known_any = known_any | ~np.isnan(occ)
+        latency = (working & ~compute & ~memory & (np.nan_to_num(sm) >= lens.sm_high)
+                   & ~np.isnan(occ) & (np.nan_to_num(occ) < lens.occupancy_low))
     unmeasured = working & ~known_any
     other = working & ~compute & ~memory & ~latency & ~unmeasured
     for name, mask in (("compute", compute), ("memory", memory), ("latency", latency), ("other", other),
@@ -181,7 +198,7 @@ def lens_device_reference(window: tuple[float, float], samples: SampleArrays | N
     pipes: dict[str, list[float]] = {p: [] for p in PIPES}
     seen = {p: False for p in PIPES}
     bound: dict[str, list[float]] = {b: [] for b in (*BOUNDS, "unmeasured")}
-    for k, i in enumerate(order.tolist()):
+    for k, i in enumerate(range(len(samples)) if isinstance(order, slice) else order.tolist()):
         cov = float(c[k])
         clock = get(samples.sm_clock, i)
         r = 1.0

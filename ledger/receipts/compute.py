@@ -31,7 +31,7 @@ from ..method import (
 from ..method.attribution import DEFAULT_THRESHOLDS, seconds_to_nh
 from ..method.evidence import (REPLACED_BY_SAMPLES, controlled_by, rests_on_dcgm_job_record, user_controlled,
                                xids_raised)
-from ..method.lens import LENS_METHOD_VERSION, LensSettings, lens_block, lens_device, peak_tflops, precision_for
+from ..method.lens import LENS_METHOD_VERSION, DeviceLens, LensSettings, lens_block, lens_device, peak_tflops, precision_for
 from ..method.mig import mig_share
 from ..method.shares import scale_account, share_of, share_segments, sum_accounts
 from ..method.skus import SkuRating, match_sku
@@ -276,20 +276,26 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
     # Big runs read and attribute their samples in worker processes (same functions, same integers);
     # a sample source that cannot, or a small run, does it here, one batch of devices at a time.
     parallel = getattr(inputs.samples, "attribute_all", None)
-    done: dict[str, DeviceAccount | None] = {}
+    done: dict[str, tuple[DeviceAccount | None, DeviceLens | None]] = {}
     device_paid: dict[str, int] = {}
+    # Method 1.1's lens is computed from the same samples in the same pass as the attribution (one read)
+    sample_lens: dict[str, DeviceLens | None] = {}
     if parallel is not None:
         done = parallel([(dev["uuid"], (w0, w1), mine, frame.suspended, rated, thresholds)
                          for dev, _r, rated, mine in plan]) or {}
     for dev, rating, rated, mine in plan:
         if dev["uuid"] in done:
-            acc = done[dev["uuid"]]
+            acc, sample_lens[dev["uuid"]] = done[dev["uuid"]]
         else:
             samples = inputs.samples.get(dev["uuid"])
             acc = None
             if samples is not None and len(samples):
                 acc = attribute_device((w0, w1), samples, unknown=mine, suspended=frame.suspended,
                                        rated_clock_mhz=rated, thresholds=thresholds)
+                if lens is not None:
+                    sample_lens[dev["uuid"]] = lens_device((w0, w1), samples, unknown=mine,
+                                                           suspended=frame.suspended, rated_clock_mhz=rated,
+                                                           thresholds=thresholds)
         if acc is None and dev["uuid"] in summaries:
             acc = attribute_summary((w0, w1), summaries[dev["uuid"]].entry.data, unknown=mine,
                                     suspended=frame.suspended, rated_clock_mhz=rated, thresholds=thresholds)
@@ -513,14 +519,15 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
     if accounting is not None:  # runs the Slurm hooks recorded: the accounting record, or what still waits for it
         body["job"]["accounting"] = accounting
     if lens is not None:
-        _add_lens(body, inputs, frame, plan, accounts, lens, (w0, w1), thresholds)
+        _add_lens(body, sample_lens, frame, plan, accounts, lens, (w0, w1), thresholds)
     body["receipt_hash"] = receipt_hash(body)
     return Receipt(body=body, timelines=timelines)
 
 
-def _add_lens(body: dict, inputs: RunInputs, frame: Any, plan: Sequence, accounts: Sequence, lens: LensSettings,
-              window: tuple[float, float], thresholds: Thresholds) -> None:
-    """Method 1.1: the effective_compute block (docs/method.md, "Effective compute"); the rest is untouched."""
+def _add_lens(body: dict, sample_lens: Mapping[str, DeviceLens | None], frame: Any, plan: Sequence,
+              accounts: Sequence, lens: LensSettings, window: tuple[float, float], thresholds: Thresholds) -> None:
+    """Method 1.1: the effective_compute block (docs/method.md, "Effective compute") from each device's lens of
+    its samples (computed beside its attribution); the rest is untouched."""
     precision = None
     per_device = []
     summary_nh = 0
@@ -531,9 +538,10 @@ def _add_lens(body: dict, inputs: RunInputs, frame: Any, plan: Sequence, account
         if acc.fidelity == "summary":  # a summary carries no pipe field: its covered time is unmeasured
             summary_nh += acc.paid_nh - sum(acc.gap_nh.values())
             continue
-        samples = inputs.samples.get(dev["uuid"]) if acc.fidelity == "samples" else None
-        x = lens_device(window, samples, unknown=mine, suspended=frame.suspended, rated_clock_mhz=rated,
-                        thresholds=thresholds)
+        x = sample_lens.get(dev["uuid"]) if acc.fidelity == "samples" else None
+        if x is None:  # no samples: nothing measured, nothing known
+            x = lens_device(window, None, unknown=mine, suspended=frame.suspended, rated_clock_mhz=rated,
+                            thresholds=thresholds)
         share = mig_share(dev.get("mig_profile"), dev.get("sku")) if dev.get("mig_profile") else None
         per_device.append((x, peak_tflops(rating, p), None if share is None else float(share)))
     block = lens_block(per_device, precision or precision_for({"compute_precision": lens.compute_precision},

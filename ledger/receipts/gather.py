@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 from ..canonical import ts_to_epoch
 from ..entries import ChainedEntry, Kind
 from ..method import DeviceAccount, SampleArrays, attribute_device
+from ..method.lens import DeviceLens, lens_device
 from ..rows import ENTRY_COLUMNS, iter_entries, to_chained
 from ..telemetry.blocks import float_values
 from ..telemetry.store import iter_sample_pieces
@@ -252,9 +253,10 @@ class LazySamples(Mapping):
     def __iter__(self) -> Iterator[str]:
         return iter(self._order)
 
-    def attribute_all(self, tasks: Sequence[tuple]) -> dict[str, DeviceAccount | None] | None:
-        """Read and attribute many devices in worker processes and this one; None when not worth it (small
-        runs, one worker). Each device's result is computed by the same pure function
+    def attribute_all(self, tasks: Sequence[tuple]) -> dict[str, tuple[DeviceAccount | None, DeviceLens | None]] | None:
+        """Read and attribute many devices in worker processes and this one, each as (account, lens: method
+        1.1's effective-compute lens of the same samples, or None with the lens off); None when not worth it
+        (small runs, one worker). Each device's result is computed by the same pure function
         from the same rows as the in-process path, so the receipt is byte-identical either way."""
         workers = self._workers
         mine = [t for t in tasks if t[0] in self._segs]
@@ -265,7 +267,7 @@ class LazySamples(Mapping):
         for i in range(0, len(mine), self._batch):
             batch = mine[i:i + self._batch]
             segs = sorted({s for t in batch for s in self._segs[t[0]]})
-            jobs.append((url, segs, batch, self._start, self._end))
+            jobs.append((url, segs, batch, self._start, self._end, self._lens))
         import multiprocessing
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
         from concurrent.futures.process import BrokenProcessPool
@@ -275,7 +277,7 @@ class LazySamples(Mapping):
         # keeps two jobs in flight; the parent takes the next one while they run.
         spawned = min(workers - 1, len(jobs))
         pending = deque(jobs)
-        out: dict[str, DeviceAccount | None] = {}
+        out: dict[str, tuple[DeviceAccount | None, DeviceLens | None]] = {}
         try:
             # spawn, not fork: the caller may hold threads and pooled connections
             with ProcessPoolExecutor(spawned, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -299,21 +301,26 @@ class LazySamples(Mapping):
         return len(self._order)
 
 
-def _attribute_batch(job: tuple) -> dict[str, DeviceAccount | None]:
-    """Worker: read one batch of devices' samples and attribute each (None = no samples for it)."""
+def _attribute_batch(job: tuple) -> dict[str, tuple[DeviceAccount | None, DeviceLens | None]]:
+    """Worker: read one batch of devices' samples and attribute each (None = no samples for it); with the lens
+    on (method 1.1), the same samples give each device's effective-compute lens in the same pass."""
     from ..db import make_engine
 
-    url, segs, batch, start, end = job
+    url, segs, batch, start, end, lens = job
     engine = make_engine(url)
     try:
         with engine.connect() as conn:
-            arrays = load_sample_arrays(conn, segs, [t[0] for t in batch], start, end)
+            arrays = load_sample_arrays(conn, segs, [t[0] for t in batch], start, end, lens)
     finally:
         engine.dispose()
-    out: dict[str, DeviceAccount | None] = {}
+    out: dict[str, tuple[DeviceAccount | None, DeviceLens | None]] = {}
     for uuid, window, unknown, suspended, rated, thresholds in batch:
         sa = arrays.get(uuid)
-        out[uuid] = None if sa is None or not len(sa) else attribute_device(
-            window, sa, unknown=unknown, suspended=suspended, rated_clock_mhz=rated, thresholds=thresholds)
+        if sa is None or not len(sa):
+            out[uuid] = (None, None)
+            continue
+        acc = attribute_device(window, sa, unknown=unknown, suspended=suspended, rated_clock_mhz=rated,
+                               thresholds=thresholds)
+        out[uuid] = (acc, lens_device(window, sa, unknown=unknown, suspended=suspended, rated_clock_mhz=rated,
+                                      thresholds=thresholds) if lens else None)
     return out
-
