@@ -102,3 +102,30 @@ def test_receipt_carries_carbon_replays_and_a_changed_file_is_named(tmp_path) ->
     # without a [carbon] section the same run's energy receipt has no carbon block (and the replay names that)
     bare = run.invoke(cli, ["--db", url, "receipt", "1000", "--json"], env={**env, "IPLEDGER_CONFIG": ""})
     assert "carbon" not in json.loads(bare.output) and "energy" in json.loads(bare.output)
+
+
+def test_pdf_receipt_prints_the_same_energy_and_carbon_lines_as_the_text(tmp_path) -> None:
+    import shutil
+    import subprocess
+
+    from ledger.cli.main import cli
+    from ledger.importers.synth import DEFAULT_START
+    from tests.test_receipt_energy import _imported_ledger, _set_measured_terms
+
+    assert shutil.which("pdftotext"), "pdftotext (poppler-utils) is needed to read the PDF back"
+    url, run, env = _imported_ledger(tmp_path, n_gpus=1, hours=1, cadence=60, jobs="slurm")
+    assert _set_measured_terms(tmp_path, url, run, env).exit_code == 0
+    cfg = tmp_path / "site.toml"
+    cfg.write_text('[carbon]\nzone = "DE"\nintensity_constant = 350\n', encoding="utf-8")
+    env = {**env, "IPLEDGER_CONFIG": str(cfg)}
+    text = run.invoke(cli, ["--db", url, "receipt", "1000"], env=env).output
+    pdf = tmp_path / "r.pdf"
+    r = run.invoke(cli, ["--db", url, "receipt", "1000", "--format", "pdf", "--out", str(pdf)], env=env)
+    assert r.exit_code == 0, r.output
+    got = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], capture_output=True, text=True, check=True).stdout
+    squash = " ".join(got.split())
+    lines = [ln for ln in text.splitlines() if ln.startswith(("Energy:", "Energy cost", "Carbon:"))]
+    assert len(lines) == 3, text
+    for line in lines:
+        assert " ".join(line.split()) in squash, line
+    assert "constant: site constant" in squash
