@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .config import Config, normalise_db_url
+from .method.carbon import CarbonSettings, IntensityError, constant_intensity, parse_intensity
 from .method.lens import LensSettings, precision_for
 from .method.skus import SkuError, SkuRating, builtin_table, site_table
 
@@ -31,6 +32,8 @@ class Site:
     receipt_workers: int = 1           # processes a big receipt may use (>1 needs a main guard in scripts)
     # method 1.1's effective-compute lens: on with ``method_version = "1.1.0"`` in the site file (None: 1.0.0)
     lens: LensSettings | None = None
+    # the ``[carbon]`` section: zones and intensity tables (None: receipts carry no carbon block)
+    carbon: CarbonSettings | None = None
 
 
 _OFF = ("0", "false", "no")
@@ -57,7 +60,8 @@ def site_from_config(cfg: Config, *, db: str | None = None, environ: Mapping[str
             workers = 1
     return Site(db=normalise_db_url(db or cfg.db), spool=cfg.spool, cluster=cfg.cluster,
                 sku_table=site_table(cfg.extra, str(Path(cfg.path).parent) if cfg.path else None),
-                receipts_dir=cfg.receipts_dir, auto_receipts=auto, receipt_workers=workers, lens=site_lens(cfg.extra))
+                receipts_dir=cfg.receipts_dir, auto_receipts=auto, receipt_workers=workers, lens=site_lens(cfg.extra),
+                carbon=site_carbon(cfg.extra, str(Path(cfg.path).parent) if cfg.path else None))
 
 
 def site_lens(extra: Mapping) -> LensSettings | None:
@@ -72,3 +76,59 @@ def site_lens(extra: Mapping) -> LensSettings | None:
         except ValueError as exc:
             raise SkuError(f"config: {exc}") from None
     return LensSettings(compute_precision=precision) if version == "1.1.0" else None
+
+
+INTENSITY_FILE_MAX_BYTES = 64 * 1024 * 1024   # an intensity file is read whole; a bigger one is refused
+
+
+def site_carbon(extra: Mapping, base_dir: str | None = None) -> CarbonSettings | None:
+    """The ``[carbon]`` section: ``zone`` (default) and/or ``[carbon.zones]`` (cluster or node -> zone), with
+    ``intensity_file`` (Electricity Maps or WattTime CSV, relative to the config file; ``column`` = lca | direct)
+    or ``intensity_constant`` (gCO2e/kWh, labelled ``intensity_label``). None when the section is absent.
+    Raises :class:`~ledger.method.skus.SkuError` (one line naming the file and field) for a bad section."""
+    sec = extra.get("carbon")
+    if sec is None:
+        return None
+    if not isinstance(sec, Mapping):
+        raise SkuError("config: [carbon] must be a table")
+    zone = sec.get("zone")
+    zones = sec.get("zones", {})
+    if zone is not None and (not isinstance(zone, str) or not zone.strip()):
+        raise SkuError(f"config: carbon.zone must be a zone name, got {zone!r}")
+    if not isinstance(zones, Mapping) or not all(isinstance(k, str) and isinstance(v, str) and v.strip()
+                                                 for k, v in zones.items()):
+        raise SkuError("config: carbon.zones must map cluster or node names to zone names")
+    if zone is None and not zones:
+        raise SkuError("config: [carbon] names no zone (carbon.zone or [carbon.zones])")
+    names = sorted({*([zone] if zone else []), *zones.values()})
+    path, constant = sec.get("intensity_file"), sec.get("intensity_constant")
+    if (path is None) == (constant is None):
+        raise SkuError("config: [carbon] needs exactly one of carbon.intensity_file or carbon.intensity_constant")
+    try:
+        if constant is not None:
+            if isinstance(constant, bool) or not isinstance(constant, (int, float)):
+                raise SkuError(f"config: carbon.intensity_constant must be a number, got {constant!r}")
+            label = str(sec.get("intensity_label", "site constant"))
+            tables = {z: constant_intensity(z, float(constant), label) for z in names}
+        else:
+            text = _read_intensity(str(path), base_dir)
+            column = str(sec.get("column", "lca"))
+            tables = {z: parse_intensity(text, z, column, origin=str(path)) for z in names}
+    except IntensityError as exc:
+        raise SkuError(str(exc)) from None
+    return CarbonSettings(tables=tables, zone=zone, zones=dict(zones))
+
+
+def _read_intensity(path: str, base_dir: str | None) -> str:
+    full = Path(path) if Path(path).is_absolute() or base_dir is None else Path(base_dir) / path
+    try:
+        with open(full, "rb") as fh:
+            raw = fh.read(INTENSITY_FILE_MAX_BYTES + 1)
+    except OSError as exc:
+        raise SkuError(f"{path}: carbon.intensity_file cannot be read: {exc.strerror}") from None
+    if len(raw) > INTENSITY_FILE_MAX_BYTES:
+        raise SkuError(f"{path}: carbon.intensity_file is over {INTENSITY_FILE_MAX_BYTES} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SkuError(f"{path}: carbon.intensity_file is not UTF-8 text") from None

@@ -52,9 +52,9 @@ def test_nothing_measured_falls_back_to_tdp_by_name() -> None:
 @given(st.lists(st.tuples(st.floats(50, 700), st.integers(1, 3)), min_size=1, max_size=4), st.floats(0, 800))
 def test_blocks_replay_byte_identically_and_add_up(devs, g) -> None:
     inputs = [_device(w, h) for w, h in devs]
-    a = json.dumps([energy_block(inputs, "EUR"), carbon_block(inputs, constant_intensity("DE", g, "site"), 1.2)],
+    a = json.dumps([energy_block(inputs, "EUR"), carbon_block([(constant_intensity("DE", g, "site"), d) for d in inputs])],
                    sort_keys=True)
-    b = json.dumps([energy_block(inputs, "EUR"), carbon_block(inputs, constant_intensity("DE", g, "site"), 1.2)],
+    b = json.dumps([energy_block(inputs, "EUR"), carbon_block([(constant_intensity("DE", g, "site"), d) for d in inputs])],
                    sort_keys=True)
     assert a == b
     e, c = json.loads(a)
@@ -70,7 +70,7 @@ def test_carbon_names_zone_source_and_version() -> None:
                                                  CounterReading(first + 3600, 3_600_000.0, 1.0)],
                                         first, first + 3600), ((first, first + 3600, "delivered"),), 700.0,
                           Decimal(1), BASIS)
-    c = carbon_block([d], table, 1.2)
+    c = carbon_block([(table, d)])
     assert c == {"kg_co2e": round(1.0 * 1.2 * 418.9 / 1000, 6), "zone": "DE",
                  "intensity_source": "electricitymaps:lca", "intensity_version": table.version, "pue": 1.2,
                  "hours_without_intensity": 0}

@@ -133,7 +133,8 @@ def _issue_closed(app: AppContext, engine, after_seq: int):  # noqa: ANN001, ANN
     if not site.auto_receipts:
         return None
     keys = runs_to_issue(engine, after_seq=after_seq)
-    return issue_runs(engine, keys, sku_table=site.sku_table, lens=site.lens) if keys else None
+    return issue_runs(engine, keys, sku_table=site.sku_table, lens=site.lens,
+                      carbon=site.carbon) if keys else None
 
 
 def _common(f):  # noqa: ANN001, ANN202

@@ -63,7 +63,7 @@ def receipt_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | No
     try:
         if verify:
             ok, issued, recomputed = verify_receipt(engine, job_id, run, cluster=cluster, sku_table=skus,
-                                                    workers=workers)
+                                                    workers=workers, carbon=app.site.carbon)
             rec = issued.entry.data
             if fmt == "json":
                 emit_json({"ok": ok, "issued_hash": rec.get("receipt_hash"), "recomputed_hash": recomputed.hash,
@@ -77,7 +77,7 @@ def receipt_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | No
         status_lines: list[str] = []
         if issue:
             res = issue_receipt(engine, job_id, run, cluster=cluster, contract_id=contract_id, sku_table=skus,
-                                workers=workers, lens=app.site.lens)
+                                workers=workers, lens=app.site.lens, carbon=app.site.carbon)
             r = res.receipt
             status_lines.append(f"{res.status}: {r.hash}")
             status_lines += [f"  changed {c}" for c in res.changes]
@@ -86,14 +86,14 @@ def receipt_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | No
                                     f"{', '.join(res.kept_months)} (ipledger issue --reprice-closed to reprice)")
         elif as_of is None and contract_id is None:  # at the head: the terms an issue would use
             res = issue_receipt(engine, job_id, run, cluster=cluster, sku_table=skus, workers=workers, dry_run=True,
-                                lens=app.site.lens)
+                                lens=app.site.lens, carbon=app.site.carbon)
             r = res.receipt
             if res.kept_months:
                 status_lines.append(f"kept the contract of its last issue: exported month(s) "
                                     f"{', '.join(res.kept_months)} (ipledger issue --reprice-closed to reprice)")
         else:
             r = receipt_for(engine, job_id, run, cluster=cluster, as_of=as_of, contract_id=contract_id,
-                            sku_table=skus, workers=workers, lens=app.site.lens)
+                            sku_table=skus, workers=workers, lens=app.site.lens, carbon=app.site.carbon)
     except ReceiptError as exc:
         raise UserError(str(exc)) from None
     try:
@@ -170,7 +170,7 @@ def issue_cmd(app: AppContext, month: str | None, all_runs: bool, include_open: 
     bar = Progress(f"issue {month or 'all'}", quiet=quiet or as_json)
     try:
         res = issue_runs(engine, keys, sku_table=skus, progress=bar, reprice_closed=reprice_closed,
-                         dry_run=dry_run, lens=app.site.lens)
+                         dry_run=dry_run, lens=app.site.lens, carbon=app.site.carbon)
     finally:
         bar.close()
     if as_json:

@@ -10,7 +10,8 @@ Pure functions (docs/method.md, "Carbon"). :func:`parse_intensity` reads the two
 
 :func:`constant_intensity` is the labelled fallback (``intensity_source = "constant: <label>"``). The table's
 ``version`` is the SHA-256 of the file's text (its first 16 hex digits), so a receipt that names it can be
-replayed against the very same file.
+replayed against the very same file. :class:`CarbonSettings` is the site's ``[carbon]`` section once read
+(zones by cluster or node, a table per zone); ledger.site builds it and passes it down.
 """
 
 from __future__ import annotations
@@ -156,3 +157,24 @@ def carbon(kwh_by_hour: Mapping[int, float], table: IntensityTable, pue: float |
         kg += kwh_by_hour[h] * p * g / 1000.0
     shown = pue if not isinstance(pue, Mapping) else (sum(pue.values()) / len(pue) if pue else 1.0)
     return Carbon(kg, table.zone, table.intensity_source, table.version, float(shown), missing)
+
+
+@dataclass(frozen=True)
+class CarbonSettings:
+    """The site's ``[carbon]`` settings, read once (ledger.site): the default zone, the zone of each cluster or
+    node (``[carbon.zones]``, a node's own entry before its cluster's) and each zone's intensity table."""
+
+    tables: Mapping[str, IntensityTable]       # zone -> its hourly (or constant) intensity
+    zone: str | None = None                    # the default zone
+    zones: Mapping[str, str] = field(default_factory=dict)   # cluster or node name -> zone
+
+    def zone_for(self, cluster: str | None, node: str | None) -> str | None:
+        """The zone of a device on ``node`` in ``cluster``: the node's entry, else the cluster's, else the default."""
+        for name in (node, cluster):
+            if name is not None and name in self.zones:
+                return self.zones[name]
+        return self.zone
+
+    def table_for(self, cluster: str | None, node: str | None) -> IntensityTable | None:
+        z = self.zone_for(cluster, node)
+        return None if z is None else self.tables.get(z)

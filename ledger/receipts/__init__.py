@@ -64,14 +64,14 @@ __all__ = ["RECEIPT_VERSION", "LensSettings", "Receipt", "ReceiptError", "RunInp
 
 def receipt_for(engine: Engine, job_id: str, run: int | None = None, *, cluster: str | None = None,
                 as_of: int | None = None, contract_id: str | None = None, sku_table=None,  # noqa: ANN001
-                workers: int = 1, lens: LensSettings | None = None) -> Receipt:
+                workers: int = 1, lens: LensSettings | None = None, carbon=None) -> Receipt:  # noqa: ANN001
     """The receipt of one run as the ledger stands at ``as_of`` (default: now); ``lens``: method 1.1."""
     from .compute import compute_receipt
     from .gather import gather
 
     return compute_receipt(gather(engine, str(job_id), run, cluster=cluster, as_of=as_of,
                                   contract_id=contract_id, workers=workers, lens_columns=lens is not None),
-                           sku_table, lens=lens)
+                           sku_table, lens=lens, carbon=carbon)
 
 
 def runs_of(entries: Iterable[ChainedEntry], job_id: str) -> dict[tuple[str | None, int], list[ChainedEntry]]:

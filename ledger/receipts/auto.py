@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from functools import partial
+from typing import Mapping
 
 from sqlalchemy.engine import Engine
 
@@ -37,7 +38,8 @@ def issue_ended_runs(engine: Engine, shipped: list[Entry], site: Site) -> list[s
     failed = []
     for cluster, job_id, run in ended:
         try:
-            res = issue_receipt(engine, job_id, run, cluster=cluster, sku_table=site.sku_table, lens=site.lens)
+            res = issue_receipt(engine, job_id, run, cluster=cluster, sku_table=site.sku_table, lens=site.lens,
+                               carbon=site.carbon)
             if site.receipts_dir:
                 write_receipt_files(res.receipt, site.receipts_dir)
         except Exception as exc:  # noqa: BLE001 - any failure is reported; the shipment itself has committed
@@ -62,17 +64,33 @@ def after_ship_steps(site: Site) -> list:
 def check_issued_receipts(engine: Engine, report: VerifyReport, site: Site | None = None) -> list[ChainProblem]:
     """Every issued receipt recomputes, under the site's SKU table, to the hash it recorded."""
     skus = None if site is None else site.sku_table
+    carbon = None if site is None else site.carbon
     problems = []
     for ce in iter_entries(engine, kinds=[Kind.RECEIPT_ISSUED]):
         try:
-            r = replay(engine, ce, skus)
+            r = replay(engine, ce, skus, carbon=carbon)
         except Exception as exc:  # noqa: BLE001 - whatever stops a replay (a damaged block too) is a named problem
             problems.append(ChainProblem(ce.seq, ce.entry.entry_id, f"issued receipt cannot be replayed: {exc}"))
             continue
         if r.hash != ce.entry.data.get("receipt_hash"):
             problems.append(ChainProblem(ce.seq, ce.entry.entry_id,
-                                         f"issued receipt {ce.entry.data.get('receipt_hash')} replays as {r.hash}"))
+                                         f"issued receipt {ce.entry.data.get('receipt_hash')} replays as {r.hash}"
+                                         + intensity_change(ce.entry.data.get("receipt") or {}, r.body)))
     return problems
+
+
+def intensity_change(issued: Mapping, replayed: Mapping) -> str:
+    """``": the carbon intensity file changed (...)"`` when the two bodies' carbon blocks name different intensity
+    tables (or one has a block and the other none), else ""."""
+    a, b = issued.get("carbon"), replayed.get("carbon")
+    if a is None and b is None:
+        return ""
+    va = None if a is None else f"{a.get('zone')} {a.get('intensity_version')}"
+    vb = None if b is None else f"{b.get('zone')} {b.get('intensity_version')}"
+    if va == vb:
+        return ""
+    return f": the carbon intensity changed (issued under {va or 'no carbon settings'}, the site now has " \
+           f"{vb or 'no carbon settings'})"
 
 
 def check_receipt_lines(engine: Engine, report: VerifyReport) -> list[ChainProblem]:

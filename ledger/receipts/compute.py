@@ -37,7 +37,8 @@ from ..method.shares import scale_account, share_of, share_segments, sum_account
 from ..method.skus import SkuRating, match_sku
 from ..accounting import run_accounting
 from ..telemetry.energy import device_energy_of
-from .energy import DeviceEnergyInput, energy_block
+from ..method.carbon import CarbonSettings
+from .energy import DeviceEnergyInput, carbon_block, energy_block
 from .progress import minus, progress_block, seconds
 
 RECEIPT_VERSION = "1.2"  # 1.1: the progress block, provider_failure_loss, lost_since_checkpoint_credited;
@@ -225,9 +226,12 @@ def _billed_nh(nh: int, gran_s: int, min_s: int, paid_nh: int) -> int:
 # --- the receipt -------------------------------------------------------------------------------------------
 
 def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None = None,
-                    thresholds: Thresholds = DEFAULT_THRESHOLDS, lens: LensSettings | None = None) -> Receipt:
+                    thresholds: Thresholds = DEFAULT_THRESHOLDS, lens: LensSettings | None = None,
+                    carbon: CarbonSettings | None = None) -> Receipt:
     """The receipt body; ``lens`` None computes method 1.0.0 / receipt 1.2 exactly as before, a
-    :class:`LensSettings` method 1.1.0 / receipt 1.3 (the same body plus ``effective_compute``)."""
+    :class:`LensSettings` method 1.1.0 / receipt 1.3 (the same body plus ``effective_compute``). ``carbon`` (the
+    site's zones and intensity tables) adds the ``carbon`` block to an energy receipt (1.4) whose devices have a
+    zone; it changes no other receipt."""
     key = inputs.key
     frame = run_frame(inputs.entries, inputs.open_end)
     if frame.start is None:
@@ -456,7 +460,8 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         est_delivered = (by_policy["estimate"] * int(total[0]) + known // 2) // known
 
     # energy under an energy_basis is its own line, billed on top of the GPU-hours (the rate holds none of it)
-    energy = _energy(inputs, contract, frame, accounts, (w0, w1))
+    energy_rows = _energy_rows(inputs, contract, frame, accounts, (w0, w1))
+    energy = energy_block(energy_rows, contract.currency) if energy_rows else None
     if energy is not None:
         billed_cost += Decimal(energy["cost"]["charged"])
 
@@ -515,6 +520,9 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         body["receipt_version"] = ENERGY_RECEIPT_VERSION
         body["energy"] = energy
         body["cost"]["energy"] = energy["cost"]["charged"]
+        carbon_ = _carbon(energy_rows, carbon, key.cluster) if carbon is not None else None
+        if carbon_ is not None:
+            body["carbon"] = carbon_
     accounting = run_accounting(c.entry for c in inputs.entries)
     if accounting is not None:  # runs the Slurm hooks recorded: the accounting record, or what still waits for it
         body["job"]["accounting"] = accounting
@@ -551,8 +559,9 @@ def _add_lens(body: dict, sample_lens: Mapping[str, DeviceLens | None], frame: A
     body["method"]["version"] = LENS_METHOD_VERSION
     body["effective_compute"] = block
 
-def _energy(inputs: RunInputs, contract: Any, frame: RunFrame, accounts: list, window: tuple[float, float]):
-    """The receipt's ``energy`` block (ledger.receipts.energy), or None when no device's terms name a basis."""
+def _energy_rows(inputs: RunInputs, contract: Any, frame: RunFrame, accounts: list,
+                 window: tuple[float, float]) -> list[DeviceEnergyInput]:
+    """Each device's energy input (ledger.receipts.energy); empty when no device's terms name a basis."""
     rows = []
     for dev, rating, acc in accounts:
         basis = contract.basis_for(rating.key if rating else None)
@@ -562,8 +571,15 @@ def _energy(inputs: RunInputs, contract: Any, frame: RunFrame, accounts: list, w
         buckets = tuple((a, b, "paid") for a, b in minus(window, list(frame.suspended))) + tuple(
             (a, b, "suspended") for a, b in frame.suspended)
         rows.append(DeviceEnergyInput(de, buckets, rating.tdp_w if rating else None,
-                                      Decimal(acc.paid_nh) / NH, basis))
-    return energy_block(rows, contract.currency) if rows else None
+                                      Decimal(acc.paid_nh) / NH, basis, dev.get("node")))
+    return rows
+
+
+def _carbon(rows: Sequence[DeviceEnergyInput], carbon: CarbonSettings, cluster: str | None) -> dict | None:
+    """The ``carbon`` block under the site's settings, or None when no device of the run has a zone."""
+    zoned = [(carbon.table_for(cluster, r.node), r) for r in rows]
+    zoned = [(t, r) for t, r in zoned if t is not None]
+    return carbon_block(zoned) if zoned else None
 
 
 def sampled_devices(segments: Sequence[ChainedEntry]) -> frozenset[str]:

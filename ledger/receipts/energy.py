@@ -31,6 +31,7 @@ class DeviceEnergyInput:
     tdp_w: float | None
     gpu_hours: Decimal                              # paid GPU-hours of the device (what TDP pricing bills)
     basis: CostBasis
+    node: str | None = None                         # the device's node (its carbon zone may be the node's own)
 
 
 def _r6(x: float) -> float:
@@ -74,15 +75,30 @@ def energy_block(devices: Sequence[DeviceEnergyInput], currency: str) -> dict:
                      "tdp": _money(tdp)}}
 
 
-def carbon_block(devices: Sequence[DeviceEnergyInput], table: IntensityTable, pue: float) -> dict:
-    by_hour: dict[int, float] = {}
-    for d in devices:
+def carbon_block(devices: Sequence[tuple[IntensityTable, DeviceEnergyInput]]) -> dict:
+    """The run's carbon: each (zone table, device) by its own hourly kWh x its contract's PUE x the zone's
+    intensity. Devices in several zones (or under several PUEs) sum, and the block names them all joined by "+"."""
+    groups: dict[tuple[str, str, str, float], dict[int, float]] = {}
+    tables: dict[tuple[str, str, str, float], IntensityTable] = {}
+    for table, d in devices:
+        k = (table.zone, table.intensity_source, table.version, float(d.basis.pue))
+        tables[k] = table
+        by_hour = groups.setdefault(k, {})
         for h, v in hourly_kwh(d.energy.spans).items():
             by_hour[h] = by_hour.get(h, 0.0) + v
-    c = carbon(by_hour, table, pue)
-    return {"kg_co2e": _r6(c.kg_co2e), "zone": c.zone, "intensity_source": c.intensity_source,
-            "intensity_version": c.intensity_version, "pue": c.pue,
-            "hours_without_intensity": c.hours_without_intensity}
+    kg, missing = 0.0, 0
+    for k in sorted(groups):
+        c = carbon(groups[k], tables[k], k[3])
+        kg += c.kg_co2e
+        missing += c.hours_without_intensity
+    ks = sorted(groups)
+
+    def joined(i: int) -> str:
+        return "+".join(dict.fromkeys(str(k[i]) for k in ks))
+    pues = sorted({k[3] for k in ks})
+    return {"kg_co2e": _r6(kg), "zone": joined(0), "intensity_source": joined(1), "intensity_version": joined(2),
+            "pue": pues[0] if len(pues) == 1 else "+".join(str(p) for p in pues),
+            "hours_without_intensity": missing}
 
 
 def energy_lines(energy: dict, carbon_: dict | None = None) -> list[str]:

@@ -32,6 +32,7 @@ from ..fsmodes import RECEIPTS_DIR, RECEIPTS_FILE, make_dirs, open_subdir, write
 from ..method import METHOD_NAME, METHOD_VERSION
 from ..db import write_tx
 from ..store import append_in, iter_entries, lock_chain
+from ..method.carbon import CarbonSettings
 from ..method.lens import LENS_METHOD_VERSION
 from .compute import LensSettings, Receipt, ReceiptError, RunKey, compute_receipt
 from .gather import gather
@@ -53,14 +54,16 @@ def issued_entries(engine_or_conn, key: RunKey) -> list[ChainedEntry]:  # noqa: 
             if c.entry.cluster == key.cluster and (c.entry.run or 0) == key.run]
 
 
-def replay(engine: Engine, issued: ChainedEntry, sku_table: Mapping | None = None, workers: int = 1) -> Receipt:
+def replay(engine: Engine, issued: ChainedEntry, sku_table: Mapping | None = None, workers: int = 1,
+           carbon: CarbonSettings | None = None) -> Receipt:
     """Recompute the receipt an issued entry names: same run, same through_seq, same contract, and the same
-    method version it was issued under (1.0.0 without the lens, 1.1.0 with it at its recorded precision)."""
+    method version it was issued under (1.0.0 without the lens, 1.1.0 with it at its recorded precision).
+    ``carbon`` is the site's carbon settings now: a changed intensity file shows as a changed carbon block."""
     d = issued.entry.data
     return compute_receipt(gather(engine, issued.entry.job_id, issued.entry.run or 0, cluster=issued.entry.cluster,
                                   as_of=d["through_seq"], contract_id=d["contract"]["id"], workers=workers,
                                   contract_entry_id=_pin(d), lens_columns=issued_lens(d) is not None), sku_table,
-                           lens=issued_lens(d))
+                           lens=issued_lens(d), carbon=carbon)
 
 
 def issued_lens(issued_data: Mapping) -> LensSettings | None:
@@ -137,13 +140,14 @@ def receipt_issued_entry(r: Receipt, previous: ChainedEntry | None, changes: lis
 def issue_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluster: str | None = None,
                   contract_id: str | None = None, sku_table: Mapping | None = None, workers: int = 1,
                   closed: ClosedMonths | None = None, reprice_closed: bool = False,
-                  dry_run: bool = False, lens: LensSettings | None = None) -> IssueResult:
+                  dry_run: bool = False, lens: LensSettings | None = None,
+                  carbon: CarbonSettings | None = None) -> IssueResult:
     """Compute the run's receipt at the ledger head and record it, unless the last issued one is identical.
 
     A run billed in an exported month (``closed``; read from the ledger when None) keeps the contract of its
     last issue unless ``reprice_closed``. ``dry_run``: say what would be issued, record nothing."""
     receipt = compute_receipt(gather(engine, job_id, run, cluster=cluster, contract_id=contract_id, workers=workers,
-                                     lens_columns=lens is not None), sku_table, lens=lens)
+                                     lens_columns=lens is not None), sku_table, lens=lens, carbon=carbon)
     job = receipt.body["job"]
     key = RunKey(job["cluster"], job["job_id"], job["run"])
     prior = issued_entries(engine, key)
@@ -159,7 +163,7 @@ def issue_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluste
             kept = months
             receipt = compute_receipt(gather(engine, job_id, key.run, cluster=key.cluster, workers=workers,
                                              contract_entry_id=_pin(previous.entry.data),
-                                             lens_columns=lens is not None), sku_table, lens=lens)
+                                             lens_columns=lens is not None), sku_table, lens=lens, carbon=carbon)
     if previous is not None and previous.entry.data.get("receipt_hash") == receipt.hash:
         return IssueResult(receipt, "unchanged", None, previous, (), kept)
     if dry_run:
@@ -167,7 +171,7 @@ def issue_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluste
     changes: list[str] = []
     if previous is not None:
         try:
-            changes = describe_changes(replay(engine, previous, sku_table, workers).body, receipt.body)
+            changes = describe_changes(replay(engine, previous, sku_table, workers, carbon).body, receipt.body)
         except ReceiptError as exc:  # pragma: no cover - the previous inputs are still in the ledger
             changes = [f"previous receipt could not be replayed: {exc}"]
     with engine.connect() as conn:
@@ -186,7 +190,8 @@ def issue_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluste
 
 
 def verify_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluster: str | None = None,
-                   sku_table: Mapping | None = None, workers: int = 1) -> tuple[bool, ChainedEntry, Receipt]:
+                   sku_table: Mapping | None = None, workers: int = 1,
+                   carbon: CarbonSettings | None = None) -> tuple[bool, ChainedEntry, Receipt]:
     """Replay the latest issued receipt of the run; True when the recomputed hash equals the recorded one."""
     from .gather import pick_run, runs_of_job
 
@@ -195,7 +200,7 @@ def verify_receipt(engine: Engine, job_id: str, run: int | None = None, *, clust
     prior = issued_entries(engine, key)
     if not prior:
         raise ReceiptError(f"job {job_id} run {key.run}: no receipt has been issued (use --issue first)")
-    r = replay(engine, prior[-1], sku_table, workers)
+    r = replay(engine, prior[-1], sku_table, workers, carbon)
     return r.hash == prior[-1].entry.data.get("receipt_hash"), prior[-1], r
 
 
@@ -296,7 +301,8 @@ def runs_to_issue(engine: Engine, period: tuple[float, float] | None = None, inc
 
 def issue_runs(engine: Engine, keys: Iterable[RunKey], *, sku_table: Mapping | None = None,
                progress: Callable[[int, int], None] | None = None, reprice_closed: bool = False,
-               dry_run: bool = False, lens: LensSettings | None = None) -> IssueSummary:
+               dry_run: bool = False, lens: LensSettings | None = None,
+               carbon: CarbonSettings | None = None) -> IssueSummary:
     """Issue (or re-issue where changed) the receipt of each run; a run that cannot be computed is counted
     as failed with its reason and does not stop the others. Idempotent: a second pass issues nothing.
     Exported months keep their contract unless ``reprice_closed`` (see the module doc); ``dry_run`` records
@@ -307,7 +313,8 @@ def issue_runs(engine: Engine, keys: Iterable[RunKey], *, sku_table: Mapping | N
     for n, key in enumerate(keys, start=1):
         try:
             res = issue_receipt(engine, key.job_id, key.run, cluster=key.cluster, sku_table=sku_table,
-                                closed=closed, reprice_closed=reprice_closed, dry_run=dry_run, lens=lens)
+                                closed=closed, reprice_closed=reprice_closed, dry_run=dry_run, lens=lens,
+                                carbon=carbon)
         except ReceiptError as exc:
             out.failed.append((key, str(exc)))
         except Exception as exc:  # noqa: BLE001 - one bad run must not stop the others (as auto_issue)
@@ -317,7 +324,7 @@ def issue_runs(engine: Engine, keys: Iterable[RunKey], *, sku_table: Mapping | N
             if res.kept_months:
                 out.kept.append((key, res.kept_months))
             if res.repriced_months and res.previous is not None:
-                old = res.previous.entry.data.get("receipt") or replay(engine, res.previous, sku_table).body
+                old = res.previous.entry.data.get("receipt") or replay(engine, res.previous, sku_table, carbon=carbon).body
                 out.repriced.append(Repriced(key, res.repriced_months, res.receipt.body["job"].get("account"),
                                              _billed(old), _billed(res.receipt.body),
                                              res.receipt.body["cost"]["currency"]))

@@ -291,6 +291,14 @@ def render_pdf(receipts: Sequence[Receipt], path: str | Path) -> Path:
         for line in progress_lines(b):
             y -= 10
             c.drawString(40, y, line.strip()[:150])
+        if "energy" in b:   # receipt 1.4: the same energy and carbon lines as the text receipt
+            y -= 18
+            c.setFont("Helvetica-Bold", 9)
+            c.drawString(40, y, "Energy and carbon")
+            c.setFont("Helvetica", 7.5)
+            for line in energy_text(b)[:-1]:
+                y -= 10
+                c.drawString(40, y, line.strip()[:150])
         # adjustments and totals
         y -= 18
         c.setFont("Helvetica-Bold", 9)
