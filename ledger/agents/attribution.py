@@ -41,6 +41,10 @@ OWN_NORMAL_Q = 0.2          # a device's normal: this quantile of its hourly (te
 OWN_NORMAL_CAP_C = 3.0      # ... at most this far above the fleet's median normal
 THERMAL = 0                 # index of "thermal" in THROTTLE_REASONS
 POWER_CAP = 1
+HW_SLOWDOWN = 2
+SYNC_BOOST = 3
+REASON_MIN_H = 0.25         # GPU-hours a device (hw slowdown) or a node's group (sync boost) must lose
+REASON_CONF = 0.65          # the reason bit is the board's own word, but not why it was asserted
 
 
 @dataclass(frozen=True)
@@ -537,13 +541,79 @@ def _sku(ds: Dataset, node: str | None) -> str | None:
     return d.iloc[0] if len(d) else None
 
 
+def _reason_rows(s: pd.DataFrame, idx: int) -> pd.DataFrame:
+    return s[(s["rbucket"] == idx) & (s["h_thr"] > 0)]
+
+
+def hw_slowdown(ds: Dataset) -> list[Finding]:
+    """One finding per device whose samples carry the HW slowdown / power brake bits (0x8, 0x80) for at least
+    REASON_MIN_H GPU-hours: the loss already in the account's ``throttled.hw_slowdown`` bucket, named."""
+    s = ds.samples
+    out = []
+    for dev, g in _reason_rows(s, HW_SLOWDOWN).groupby("device"):
+        hours = float(g["h_thr"].sum())
+        if hours < REASON_MIN_H:
+            continue
+        a, b = float(g["t"].min()), float(g["t"].max() + ds.cadence)
+        full = s[s["device"] == dev]
+        loaded = full[full["running"] & (full["act"] >= 0.2)]
+        ev = (evidence(loaded.assign(c=(loaded["rbucket"] == HW_SLOWDOWN) & (loaded["h_thr"] > 0)), "c",
+                       "share_of_samples_with_hw_slowdown_bit", "fraction", a, b, stat="mean"),
+              evidence(loaded, "clk", "sm_clock_mhz_under_load", "MHz", a, b),
+              evidence(loaded, "power", "power_w_under_load", "W", a, b),
+              Evidence("hw_slowdown_samples", "count", None, float(len(g)), None))
+        node = g["node"].iloc[0]
+        out.append(Finding(AGENT, "hw_slowdown", make_scope(device_uuid=dev, node=node, rack=g["rack"].iloc[0]),
+                           a, b, hours, price(ds, g, "h_thr"), REASON_CONF, ev,
+                           f"GPU {dev} on {node} was slowed in hardware (HW slowdown / power brake) {len(g)} times "
+                           f"from {fmt_ts(a)} to {fmt_ts(b)}: {fmt_h(hours)} GPU-hours; check the board's power "
+                           f"supply and the BMC's power brake.", cause="hw_slowdown", level="device"))
+    return out
+
+
+def sync_boost(ds: Dataset) -> list[Finding]:
+    """One finding per node whose devices carry the sync-boost bit (0x10) for at least REASON_MIN_H GPU-hours
+    together: the group held at its slowest member's clock. The slowest member is the loaded device of the node
+    *without* the bit whose median clock over the window is nearest the held devices' median clock (the clock they
+    were held to; a device slowed for another reason runs below it); with no such device, the lowest clock."""
+    s = ds.samples
+    out = []
+    for node, g in _reason_rows(s, SYNC_BOOST).groupby("node"):
+        hours = float(g["h_thr"].sum())
+        if hours < REASON_MIN_H:
+            continue
+        a, b = float(g["t"].min()), float(g["t"].max() + ds.cadence)
+        sl = s[(s["node"] == node) & (s["t"] >= a) & (s["t"] < b) & s["running"] & (s["act"] >= 0.2)]
+        held = sorted(str(d) for d in g["device"].unique())
+        clk = sl.groupby("device")["clk"].median().dropna()
+        held_clk = float(g["clk"].median()) if g["clk"].notna().any() else np.nan
+        free = clk[~clk.index.isin(held)]
+        pick = free if len(free) and np.isfinite(held_clk) else clk
+        slowest = str((pick - held_clk).abs().idxmin() if pick is free else pick.idxmin()) if len(pick) else None
+        rest = sl[sl["device"] != slowest]
+        ev = (evidence(sl[sl["device"] == slowest], "clk", "slowest_member_sm_clock_mhz", "MHz", a, b,
+                       reference=float(rest["clk"].median()) if len(rest) else None,
+                       reference_label="the other members, same window (median clock)"),
+              evidence(sl.assign(c=(sl["rbucket"] == SYNC_BOOST) & (sl["h_thr"] > 0)), "c",
+                       "share_of_samples_with_sync_boost_bit", "fraction", a, b, stat="mean"),
+              Evidence("devices_held_back", "count", None, float(len(held)), None))
+        out.append(Finding(AGENT, "sync_boost", make_scope(node=node, rack=g["rack"].iloc[0]), a, b, hours,
+                           price(ds, g, "h_thr"), REASON_CONF, ev,
+                           f"{len(held)} GPUs on {node} were held to their sync-boost group's slowest member "
+                           f"{slowest} from {fmt_ts(a)} to {fmt_ts(b)}: {fmt_h(hours)} GPU-hours.",
+                           cause="sync_boost", level="node",
+                           extra=(("slowest_device", slowest), ("held_devices", held))))
+    return out
+
+
 def run(ds: Dataset, xid_mask: pd.Series | None = None) -> list[Finding]:
     """All attribution findings over a dataset."""
     if not len(ds.samples):
         return unknown_gaps(ds)
     model = residual_model(ds)
     cool = cooling(ds, model)
-    return [*cool, *hot_because_working(ds, model, cool), *power_cap(ds), *starved(ds),
+    return [*cool, *hot_because_working(ds, model, cool), *power_cap(ds), *hw_slowdown(ds), *sync_boost(ds),
+            *starved(ds),
             *idle_held(ds, xid_mask), *unknown_gaps(ds)]
 
 
