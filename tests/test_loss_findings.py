@@ -41,16 +41,15 @@ def _analyze(runner, cli, src: Path) -> dict:  # noqa: ANN001
 def test_hw_slowdown_and_sync_boost_losses_are_findings(runner, cli, tmp_path):
     out = _analyze(runner, cli, _dmon_capture(tmp_path / "dmon-gpu-07.txt"))
     found = out["findings"]
-    thr = out["account"]["throttled"] if "throttled" in out["account"] else {}
+    thr = out["account"]["buckets"]["throttled"]
     hw = [f for f in found if f["kind"] == "hw_slowdown"]
     assert [f["scope"]["device_uuid"] for f in hw] == [f"gpu-07/gpu{BRAKED}"], [(f["kind"], f["scope"]) for f in found]
     sb = [f for f in found if f["kind"] == "sync_boost"]
     assert len(sb) == 1 and sb[0]["slowest_device"] == f"gpu-07/gpu{SLOWEST}"
     assert sb[0]["scope"]["node"] == "gpu-07" and f"gpu-07/gpu{SLOWEST}" not in sb[0]["held_devices"]
     # each finding's hours are its bucket's (one device braked, one node held): the account and the findings agree
-    if isinstance(thr, dict) and "hw_slowdown" in thr:
-        assert abs(hw[0]["gpu_hours"] - thr["hw_slowdown"]) < 0.01
-        assert abs(sb[0]["gpu_hours"] - thr["sync_boost"]) < 0.01
+    assert abs(hw[0]["gpu_hours"] - thr["hw_slowdown"]) < 0.01
+    assert abs(sb[0]["gpu_hours"] - thr["sync_boost"]) < 0.01
     assert hw[0]["gpu_hours"] > 1.0 and sb[0]["gpu_hours"] > 1.0
 
 
