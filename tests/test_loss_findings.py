@@ -1,6 +1,8 @@
 """A finding for every loss bucket (issue 28): HW slowdown (power brake) and sync-boost losses, measured in the
 account's ``throttled.*`` buckets, are named by findings; the sync-boost finding names the slowest member holding
-the group back. Captures shaped like the issue's miss: one node's ``dcgmi dmon`` file, as `pathb-command` makes it."""
+the group back; thermal throttling at high power with normal cooling is found at job scope when each device's
+loss is under the device floor. Captures shaped like the issue's misses: one node's ``dcgmi dmon`` file, and a
+dcgm-exporter range export with ``hpc_job`` labels."""
 
 from __future__ import annotations
 
@@ -57,3 +59,48 @@ def test_no_reason_bits_no_reason_findings(runner, cli, tmp_path):
     """The same capture without the brake and the sync boost: neither finding (the rule is the bits, not the clock)."""
     found = _analyze(runner, cli, _dmon_capture(tmp_path / "dmon-gpu-07.txt", brake=False, sync=False))["findings"]
     assert not [f for f in found if f["kind"] in ("hw_slowdown", "sync_boost")]
+
+
+def _prom_export(path: Path) -> Path:
+    """A dcgm-exporter range export (the shape bench/scenario.py writes): 2 nodes x 8 GPUs for HOURS at 60 s,
+    temperature following power the same way on every GPU (30 + 0.07 W: the cooling is normal). Job `train-1` on
+    node a's GPUs 0-3 runs at full power and tensor load; each of those GPUs throttles for heat 40 times (about
+    0.2 GPU-h each: under the per-device floor, about 0.8 over the job)."""
+    result = []
+    n = HOURS * 60
+    t0 = 1793577600
+    for node in ("a", "b"):
+        for g in range(8):
+            job = "train-1" if node == "a" and g < 4 else f"other-{node}"
+            base = {"gpu": str(g), "UUID": f"GPU-{node}{g}", "modelName": "NVIDIA H100 80GB HBM3",
+                    "Hostname": f"node-{node}", "hpc_job": job}
+            power = [690.0 if job == "train-1" else 420.0 + 200.0 * ((k // 30 + g) % 2) for k in range(n)]
+            hot = [job == "train-1" and 120 + 7 * g <= k < 120 + 7 * g + 40 for k in range(n)]
+            series = {"DCGM_FI_PROF_SM_ACTIVE": [0.95] * n, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": [0.8] * n,
+                      "DCGM_FI_DEV_POWER_USAGE": power, "DCGM_FI_DEV_GPU_TEMP": [round(30 + 0.07 * p) for p in power],
+                      "DCGM_FI_DEV_SM_CLOCK": [1400.0 if h else 1980.0 for h in hot],
+                      "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": [0x40 if h else 0 for h in hot],
+                      "DCGM_FI_DEV_FB_USED": [60000.0] * n}
+            for name, vals in series.items():
+                result.append({"metric": {"__name__": name, **base},
+                               "values": [[t0 + 60 * k, f"{v:g}"] for k, v in enumerate(vals)]})
+    path.write_text(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}))
+    return path
+
+
+def test_hot_because_working_is_found_at_job_scope_under_the_device_floor(runner, cli, tmp_path):
+    """The issue's miss: a job at full load whose 4 GPUs throttle for heat at high power with normal cooling, each
+    under the 0.25 GPU-h device floor: one hot_because_working finding on the job, its hours the job's thermal
+    bucket, its evidence power and activity high and the temperature normal for the power; no cooling finding."""
+    out = _analyze(runner, cli, _prom_export(tmp_path / "export.json"))
+    found = out["findings"]
+    working = [f for f in found if f["kind"] == "hot_because_working"]
+    assert [f["scope"].get("job_id") for f in working] == ["train-1"], [(f["kind"], f["scope"]) for f in found]
+    w = working[0]
+    assert w["level"] == "job" and w["devices"] == [f"GPU-a{g}" for g in range(4)]
+    assert abs(w["gpu_hours"] - out["account"]["buckets"]["throttled"]["thermal"]) < 0.01
+    assert w["gpu_hours"] >= 0.25
+    ev = {e["signal"]: e for e in w["evidence"]}
+    assert ev["power_w_under_load"]["during"] >= 680 and ev["activity_under_load"]["during"] >= 0.9
+    assert abs(ev["gpu_temp_c_above_own_normal_at_same_power"]["during"]) <= 3.0
+    assert not [f for f in found if f["kind"] == "hot_because_cooling"]

@@ -237,6 +237,38 @@ def hot_because_working(ds: Dataset, model: ResidualModel, cooling_found: list[F
                            f"GPU {dev} on {node} throttled for heat {len(g)} times at high power, with temperatures "
                            f"normal for that power: the workload, not the facility ({fmt_h(hours)} GPU-hours).",
                            cause="workload", level="device"))
+    found = {f.scope_dict()["device_uuid"] for f in out}
+    return out + _working_jobs(ds, model, th[~th["device"].isin(found)])
+
+
+def _working_jobs(ds: Dataset, model: ResidualModel, th: pd.DataFrame) -> list[Finding]:
+    """Hot because working at job scope: a run whose devices each lost less than WORKING_MIN_H to thermal
+    throttling but which lost at least that much over all of them, at temperatures normal for their power."""
+    s = ds.samples
+    out = []
+    for key, g in _runs(th[th["job_id"].notna()]):
+        hours = float(g["h_thr"].sum())
+        if hours < WORKING_MIN_H or not g["resid"].notna().any() or g["resid"].median() > 3.0:
+            continue
+        cluster, job, run = key
+        a, b = float(g["t"].min()), float(g["t"].max() + ds.cadence)
+        devs = sorted(str(d) for d in g["device"].unique())
+        full = s[s["device"].isin(devs) & (s["job_id"] == job) & (s["run"] == run)]
+        full = full.assign(resid=model.of(full))
+        loaded = full[full["act"] >= 0.2]
+        ev = (evidence(loaded, "power", "power_w_under_load", "W", a, b),
+              evidence(loaded, "act", "activity_under_load", "fraction", a, b,
+                       note="SM activity, tensor activity where SM is not exported"),
+              evidence(full, "resid", "gpu_temp_c_above_own_normal_at_same_power", "degC", a, b,
+                       note="the cooling is normal when this is near 0"),
+              Evidence("thermal_throttled_samples", "count", None, float(len(g)), None),
+              Evidence("devices_throttled", "count", None, float(len(devs)), None))
+        tenant = g["tenant"].dropna().iloc[0] if "tenant" in g and g["tenant"].notna().any() else None
+        out.append(Finding(AGENT, "hot_because_working", make_scope(cluster=cluster, job_id=job, tenant=tenant), a, b, hours, price(ds, g, "h_thr"), 0.6, ev,
+                           f"{_who(job, tenant)} throttled for heat on {len(devs)} GPUs at high power, with "
+                           f"temperatures normal for that power: the workload, not the facility "
+                           f"({fmt_h(hours)} GPU-hours over the job).", cause="workload", level="job",
+                           extra=(("devices", devs),)))
     return out
 
 
