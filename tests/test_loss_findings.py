@@ -104,3 +104,18 @@ def test_hot_because_working_is_found_at_job_scope_under_the_device_floor(runner
     assert ev["power_w_under_load"]["during"] >= 680 and ev["activity_under_load"]["during"] >= 0.9
     assert abs(ev["gpu_temp_c_above_own_normal_at_same_power"]["during"]) <= 3.0
     assert not [f for f in found if f["kind"] == "hot_because_cooling"]
+
+
+def test_new_findings_agree_between_device_hours_and_every_sample(runner, cli, tmp_path):
+    """`analyze` decides from device-hours by default and from every sample with --samples: the new findings are
+    the same (kind, scope, window, GPU-hours, evidence) either way."""
+    for src in (_dmon_capture(tmp_path / "dmon-gpu-07.txt"), _prom_export(tmp_path / "export.json")):
+        runs = []
+        for extra in ([], ["--samples"]):
+            r = runner.invoke(cli, ["analyze", str(src), "--json", *extra])
+            assert r.exit_code == 0, r.output
+            runs.append(sorted((f["kind"], json.dumps(f["scope"], sort_keys=True), f["start"], f["end"],
+                                round(f["gpu_hours"], 3), json.dumps(f["evidence"], sort_keys=True))
+                               for f in json.loads(r.output)["findings"]
+                               if f["kind"] in ("hw_slowdown", "sync_boost", "hot_because_working")))
+        assert runs[0] and runs[0] == runs[1]
