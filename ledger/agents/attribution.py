@@ -573,8 +573,13 @@ def _sku(ds: Dataset, node: str | None) -> str | None:
     return d.iloc[0] if len(d) else None
 
 
-def _reason_rows(s: pd.DataFrame, idx: int) -> pd.DataFrame:
-    return s[(s["rbucket"] == idx) & (s["h_thr"] > 0)]
+def _reason_groups(ds: Dataset, idx: int, key: str):  # noqa: ANN202 - yields (name, rows, hours, start, end)
+    """Per ``key`` (device or node): its samples throttled for reason ``idx``, when they lost >= REASON_MIN_H."""
+    s = ds.samples
+    for name, g in s[(s["rbucket"] == idx) & (s["h_thr"] > 0)].groupby(key):
+        hours = float(g["h_thr"].sum())
+        if hours >= REASON_MIN_H:
+            yield name, g, hours, float(g["t"].min()), float(g["t"].max() + ds.cadence)
 
 
 def hw_slowdown(ds: Dataset) -> list[Finding]:
@@ -582,11 +587,7 @@ def hw_slowdown(ds: Dataset) -> list[Finding]:
     REASON_MIN_H GPU-hours: the loss already in the account's ``throttled.hw_slowdown`` bucket, named."""
     s = ds.samples
     out = []
-    for dev, g in _reason_rows(s, HW_SLOWDOWN).groupby("device"):
-        hours = float(g["h_thr"].sum())
-        if hours < REASON_MIN_H:
-            continue
-        a, b = float(g["t"].min()), float(g["t"].max() + ds.cadence)
+    for dev, g, hours, a, b in _reason_groups(ds, HW_SLOWDOWN, "device"):
         full = s[s["device"] == dev]
         loaded = full[full["running"] & (full["act"] >= 0.2)]
         ev = (evidence(loaded.assign(c=(loaded["rbucket"] == HW_SLOWDOWN) & (loaded["h_thr"] > 0)), "c",
@@ -610,11 +611,7 @@ def sync_boost(ds: Dataset) -> list[Finding]:
     were held to; a device slowed for another reason runs below it); with no such device, the lowest clock."""
     s = ds.samples
     out = []
-    for node, g in _reason_rows(s, SYNC_BOOST).groupby("node"):
-        hours = float(g["h_thr"].sum())
-        if hours < REASON_MIN_H:
-            continue
-        a, b = float(g["t"].min()), float(g["t"].max() + ds.cadence)
+    for node, g, hours, a, b in _reason_groups(ds, SYNC_BOOST, "node"):
         sl = s[(s["node"] == node) & (s["t"] >= a) & (s["t"] < b) & s["running"] & (s["act"] >= 0.2)]
         held = sorted(str(d) for d in g["device"].unique())
         clk = sl.groupby("device")["clk"].median().dropna()
