@@ -119,3 +119,28 @@ def test_new_findings_agree_between_device_hours_and_every_sample(runner, cli, t
                                for f in json.loads(r.output)["findings"]
                                if f["kind"] in ("hw_slowdown", "sync_boost", "hot_because_working")))
         assert runs[0] and runs[0] == runs[1]
+
+
+def test_a_node_with_no_job_labels_and_no_process_is_unallocated_not_idle_held(runner, cli, tmp_path):
+    """The issue's false alarm: an export with no job labels (one run per node), one node idle with no process,
+    was `idle_held` at high confidence. It is `unallocated` capacity on that node, its hours the account's
+    `unallocated` line, and no idle_held finding or tell-the-tenant recommendation; the busy node has neither."""
+    src = _prom_export(tmp_path / "export.json")
+    d = json.loads(src.read_text())
+    for s in d["data"]["result"]:
+        s["metric"].pop("hpc_job")
+        if s["metric"]["Hostname"] == "node-b":
+            name = s["metric"]["__name__"]
+            zero = name in ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_DEV_FB_USED")
+            s["values"] = [[t, "0" if zero else ("70" if name == "DCGM_FI_DEV_POWER_USAGE" else v)]
+                           for t, v in s["values"]]
+    src.write_text(json.dumps(d))
+    for extra in ([], ["--samples"]):
+        r = runner.invoke(cli, ["analyze", str(src), "--json", *extra])
+        assert r.exit_code == 0, r.output
+        out = json.loads(r.output)
+        found = out["findings"]
+        assert not [f for f in found if f["kind"] in ("idle_held", "tell_tenant_idle")], [f["kind"] for f in found]
+        un = [f for f in found if f["kind"] == "unallocated"]
+        assert [f["scope"]["node"] for f in un] == ["node-b"] and un[0]["gpu_hours"] >= 0.9 * 8 * HOURS
+        assert abs(out["account"]["by_cause"]["unallocated"] - un[0]["gpu_hours"]) < 0.1

@@ -351,6 +351,7 @@ def _who(job: str, tenant: str | None) -> str:
 
 
 RUN_KEY = ("cluster", "job_id", "run")
+NO_SCHEDULER_RUN = "node:"   # the importers' run per node of a capture with no job labels (importers/pipeline.py)
 
 
 def _runs(frame: pd.DataFrame) -> pd.core.groupby.DataFrameGroupBy:
@@ -458,6 +459,9 @@ def idle_held(ds: Dataset, exclude: pd.Series | None = None) -> list[Finding]:
               evidence(runs, "power", "power_w", "W", a, b),
               evidence(runs, "fb", "fb_used_mib", "MiB", a, b),
               Evidence("share_of_paid_gpu_hours_idle", "fraction", None, hours / total if total else None, None))
+        if str(job).startswith(NO_SCHEDULER_RUN):   # nothing held it: a node of a capture with no job labels
+            out.append(_unallocated(ds, g, ev, cluster, a, b, hours))
+            continue
         tenant = g["tenant"].iloc[0]
         conf = clamp01(0.7 + 0.25 * min(1.0, hours / max(total, 1e-9)))
         out.append(Finding(AGENT, "idle_held", make_scope(cluster=cluster, job_id=job, tenant=tenant,
@@ -468,6 +472,17 @@ def idle_held(ds: Dataset, exclude: pd.Series | None = None) -> list[Finding]:
                            f"{fmt_h(hours)} GPU-hours ({hours / total:.0%} of what it paid).", cause="idle_held",
                            level="job", extra=(("run", int(run)),)))
     return out
+
+
+def _unallocated(ds: Dataset, g: pd.DataFrame, ev: tuple, cluster: str, a: float, b: float,
+                 hours: float) -> Finding:
+    """A node of a capture with no job labels (the importer's one run per node) idle with no process: capacity
+    no one used, not time a job held idle."""
+    node, ndev = g["node"].iloc[0], g["device"].nunique()
+    return Finding(AGENT, "unallocated", make_scope(cluster=cluster, node=node), a, b, hours,
+                   price(ds, g, "h_idle"), 0.6, ev,
+                   f"{ndev} GPUs on {node} ran no process and carry no job label for {fmt_h(hours)} GPU-hours: "
+                   f"unallocated capacity (no job held them).", cause="unallocated", level="node")
 
 
 def _alloc_overlap_hours(ds: Dataset, a: float, b: float, node: str | None, device: str | None) -> float:
