@@ -19,7 +19,7 @@ from .model import Evidence, Finding, make_scope
 
 AGENT = "accounting"
 LOSS_CAUSES_ORDER = ("cooling", "power_cap", "drift", "xid", "checkpoint_starved", "starved", "idle_held",
-                     "requeue", "dcgm_host_engine_restart", "collector_down", "scrape_missing", "export_truncated")
+                     "unallocated", "requeue", "dcgm_host_engine_restart", "collector_down", "scrape_missing", "export_truncated")
 
 
 def paid_hours(ds: Dataset, mask: pd.Series | None = None, start: float | None = None,
@@ -87,7 +87,8 @@ def findings(ds: Dataset) -> list[Finding]:
 
 # which per-sample bucket each cause can claim: thermal / power-cap / other-reason throttling, starved, idle held
 _CLAIMS = {"cooling": ("thr", 0), "power_cap": ("thr", 1), "drift": ("thr", 4), "checkpoint_starved": ("starved", None),
-           "starved": ("starved", None), "xid": ("idle", None), "idle_held": ("idle", None)}
+           "starved": ("starved", None), "xid": ("idle", None), "idle_held": ("idle", None),
+           "unallocated": ("idle", None)}
 WORKLOAD_LINE, OTHER_LINE, UNKNOWN_LINE = "underutilized (workload)", "other / unattributed", "unknown (no finding)"
 DISPLAY_DP = 1   # GPU-hours are shown to one decimal; lines are rounded once, totals are sums of shown lines
 

@@ -41,6 +41,10 @@ OWN_NORMAL_Q = 0.2          # a device's normal: this quantile of its hourly (te
 OWN_NORMAL_CAP_C = 3.0      # ... at most this far above the fleet's median normal
 THERMAL = 0                 # index of "thermal" in THROTTLE_REASONS
 POWER_CAP = 1
+HW_SLOWDOWN = 2
+SYNC_BOOST = 3
+REASON_MIN_H = 0.25         # GPU-hours a device (hw slowdown) or a node's group (sync boost) must lose
+REASON_CONF = 0.65          # the reason bit is the board's own word, but not why it was asserted
 
 
 @dataclass(frozen=True)
@@ -233,6 +237,38 @@ def hot_because_working(ds: Dataset, model: ResidualModel, cooling_found: list[F
                            f"GPU {dev} on {node} throttled for heat {len(g)} times at high power, with temperatures "
                            f"normal for that power: the workload, not the facility ({fmt_h(hours)} GPU-hours).",
                            cause="workload", level="device"))
+    found = {f.scope_dict()["device_uuid"] for f in out}
+    return out + _working_jobs(ds, model, th[~th["device"].isin(found)])
+
+
+def _working_jobs(ds: Dataset, model: ResidualModel, th: pd.DataFrame) -> list[Finding]:
+    """Hot because working at job scope: a run whose devices each lost less than WORKING_MIN_H to thermal
+    throttling but which lost at least that much over all of them, at temperatures normal for their power."""
+    s = ds.samples
+    out = []
+    for key, g in _runs(th[th["job_id"].notna()]):
+        hours = float(g["h_thr"].sum())
+        if hours < WORKING_MIN_H or not g["resid"].notna().any() or g["resid"].median() > 3.0:
+            continue
+        cluster, job, run = key
+        a, b = float(g["t"].min()), float(g["t"].max() + ds.cadence)
+        devs = sorted(str(d) for d in g["device"].unique())
+        full = s[s["device"].isin(devs) & (s["job_id"] == job) & (s["run"] == run)]
+        full = full.assign(resid=model.of(full))
+        loaded = full[full["act"] >= 0.2]
+        ev = (evidence(loaded, "power", "power_w_under_load", "W", a, b),
+              evidence(loaded, "act", "activity_under_load", "fraction", a, b,
+                       note="SM activity, tensor activity where SM is not exported"),
+              evidence(full, "resid", "gpu_temp_c_above_own_normal_at_same_power", "degC", a, b,
+                       note="the cooling is normal when this is near 0"),
+              Evidence("thermal_throttled_samples", "count", None, float(len(g)), None),
+              Evidence("devices_throttled", "count", None, float(len(devs)), None))
+        tenant = g["tenant"].dropna().iloc[0] if "tenant" in g and g["tenant"].notna().any() else None
+        out.append(Finding(AGENT, "hot_because_working", make_scope(cluster=cluster, job_id=job, tenant=tenant), a, b, hours, price(ds, g, "h_thr"), 0.6, ev,
+                           f"{_who(job, tenant)} throttled for heat on {len(devs)} GPUs at high power, with "
+                           f"temperatures normal for that power: the workload, not the facility "
+                           f"({fmt_h(hours)} GPU-hours over the job).", cause="workload", level="job",
+                           extra=(("devices", devs),)))
     return out
 
 
@@ -315,6 +351,7 @@ def _who(job: str, tenant: str | None) -> str:
 
 
 RUN_KEY = ("cluster", "job_id", "run")
+NO_SCHEDULER_RUN = "node:"   # the importers' run per node of a capture with no job labels (importers/pipeline.py)
 
 
 def _runs(frame: pd.DataFrame) -> pd.core.groupby.DataFrameGroupBy:
@@ -422,6 +459,9 @@ def idle_held(ds: Dataset, exclude: pd.Series | None = None) -> list[Finding]:
               evidence(runs, "power", "power_w", "W", a, b),
               evidence(runs, "fb", "fb_used_mib", "MiB", a, b),
               Evidence("share_of_paid_gpu_hours_idle", "fraction", None, hours / total if total else None, None))
+        if str(job).startswith(NO_SCHEDULER_RUN):   # nothing held it: a node of a capture with no job labels
+            out.append(_unallocated(ds, g, ev, cluster, a, b, hours))
+            continue
         tenant = g["tenant"].iloc[0]
         conf = clamp01(0.7 + 0.25 * min(1.0, hours / max(total, 1e-9)))
         out.append(Finding(AGENT, "idle_held", make_scope(cluster=cluster, job_id=job, tenant=tenant,
@@ -432,6 +472,17 @@ def idle_held(ds: Dataset, exclude: pd.Series | None = None) -> list[Finding]:
                            f"{fmt_h(hours)} GPU-hours ({hours / total:.0%} of what it paid).", cause="idle_held",
                            level="job", extra=(("run", int(run)),)))
     return out
+
+
+def _unallocated(ds: Dataset, g: pd.DataFrame, ev: tuple, cluster: str, a: float, b: float,
+                 hours: float) -> Finding:
+    """A node of a capture with no job labels (the importer's one run per node) idle with no process: capacity
+    no one used, not time a job held idle."""
+    node, ndev = g["node"].iloc[0], g["device"].nunique()
+    return Finding(AGENT, "unallocated", make_scope(cluster=cluster, node=node), a, b, hours,
+                   price(ds, g, "h_idle"), 0.6, ev,
+                   f"{ndev} GPUs on {node} ran no process and carry no job label for {fmt_h(hours)} GPU-hours: "
+                   f"unallocated capacity (no job held them).", cause="unallocated", level="node")
 
 
 def _alloc_overlap_hours(ds: Dataset, a: float, b: float, node: str | None, device: str | None) -> float:
@@ -537,13 +588,76 @@ def _sku(ds: Dataset, node: str | None) -> str | None:
     return d.iloc[0] if len(d) else None
 
 
+def _reason_groups(ds: Dataset, idx: int, key: str):  # noqa: ANN202 - yields (name, rows, hours, start, end)
+    """Per ``key`` (device or node): its samples throttled for reason ``idx``, when they lost >= REASON_MIN_H."""
+    s = ds.samples
+    for name, g in s[(s["rbucket"] == idx) & (s["h_thr"] > 0)].groupby(key):
+        hours = float(g["h_thr"].sum())
+        if hours >= REASON_MIN_H:
+            yield name, g, hours, float(g["t"].min()), float(g["t"].max() + ds.cadence)
+
+
+def hw_slowdown(ds: Dataset) -> list[Finding]:
+    """One finding per device whose samples carry the HW slowdown / power brake bits (0x8, 0x80) for at least
+    REASON_MIN_H GPU-hours: the loss already in the account's ``throttled.hw_slowdown`` bucket, named."""
+    s = ds.samples
+    out = []
+    for dev, g, hours, a, b in _reason_groups(ds, HW_SLOWDOWN, "device"):
+        full = s[s["device"] == dev]
+        loaded = full[full["running"] & (full["act"] >= 0.2)]
+        ev = (evidence(loaded.assign(c=(loaded["rbucket"] == HW_SLOWDOWN) & (loaded["h_thr"] > 0)), "c",
+                       "share_of_samples_with_hw_slowdown_bit", "fraction", a, b, stat="mean"),
+              evidence(loaded, "clk", "sm_clock_mhz_under_load", "MHz", a, b),
+              evidence(loaded, "power", "power_w_under_load", "W", a, b),
+              Evidence("hw_slowdown_samples", "count", None, float(len(g)), None))
+        node = g["node"].iloc[0]
+        out.append(Finding(AGENT, "hw_slowdown", make_scope(device_uuid=dev, node=node, rack=g["rack"].iloc[0]),
+                           a, b, hours, price(ds, g, "h_thr"), REASON_CONF, ev,
+                           f"GPU {dev} on {node} was slowed in hardware (HW slowdown / power brake) {len(g)} times "
+                           f"from {fmt_ts(a)} to {fmt_ts(b)}: {fmt_h(hours)} GPU-hours; check the board's power "
+                           f"supply and the BMC's power brake.", cause="hw_slowdown", level="device"))
+    return out
+
+
+def sync_boost(ds: Dataset) -> list[Finding]:
+    """One finding per node whose devices carry the sync-boost bit (0x10) for at least REASON_MIN_H GPU-hours
+    together: the group held at its slowest member's clock. The slowest member is the loaded device of the node
+    *without* the bit whose median clock over the window is nearest the held devices' median clock (the clock they
+    were held to; a device slowed for another reason runs below it); with no such device, the lowest clock."""
+    s = ds.samples
+    out = []
+    for node, g, hours, a, b in _reason_groups(ds, SYNC_BOOST, "node"):
+        sl = s[(s["node"] == node) & (s["t"] >= a) & (s["t"] < b) & s["running"] & (s["act"] >= 0.2)]
+        held = sorted(str(d) for d in g["device"].unique())
+        clk = sl.groupby("device")["clk"].median().dropna()
+        held_clk = float(g["clk"].median()) if g["clk"].notna().any() else np.nan
+        free = clk[~clk.index.isin(held)]
+        pick = free if len(free) and np.isfinite(held_clk) else clk
+        slowest = str((pick - held_clk).abs().idxmin() if pick is free else pick.idxmin()) if len(pick) else None
+        rest = sl[sl["device"] != slowest]
+        ev = (evidence(sl[sl["device"] == slowest], "clk", "slowest_member_sm_clock_mhz", "MHz", a, b,
+                       reference=float(rest["clk"].median()) if len(rest) else None,
+                       reference_label="the other members, same window (median clock)"),
+              evidence(sl.assign(c=(sl["rbucket"] == SYNC_BOOST) & (sl["h_thr"] > 0)), "c",
+                       "share_of_samples_with_sync_boost_bit", "fraction", a, b, stat="mean"),
+              Evidence("devices_held_back", "count", None, float(len(held)), None))
+        out.append(Finding(AGENT, "sync_boost", make_scope(node=node, rack=g["rack"].iloc[0]), a, b, hours,
+                           price(ds, g, "h_thr"), REASON_CONF, ev,
+                           f"{len(held)} GPUs on {node} were held to their sync-boost group's slowest member "
+                           f"{slowest} from {fmt_ts(a)} to {fmt_ts(b)}: {fmt_h(hours)} GPU-hours.",
+                           cause="sync_boost", level="node",
+                           extra=(("slowest_device", slowest), ("held_devices", held))))
+    return out
+
+
 def run(ds: Dataset, xid_mask: pd.Series | None = None) -> list[Finding]:
     """All attribution findings over a dataset."""
     if not len(ds.samples):
         return unknown_gaps(ds)
     model = residual_model(ds)
     cool = cooling(ds, model)
-    return [*cool, *hot_because_working(ds, model, cool), *power_cap(ds), *starved(ds),
+    return [*cool, *hot_because_working(ds, model, cool), *power_cap(ds), *hw_slowdown(ds), *sync_boost(ds),
+            *starved(ds),
             *idle_held(ds, xid_mask), *unknown_gaps(ds)]
 
 

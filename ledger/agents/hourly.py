@@ -429,8 +429,9 @@ def _cap_screen(hrs: pd.DataFrame, node_of: pd.Series) -> np.ndarray:
 def _hourly_rule_hours(ds: Dataset, hrs: pd.DataFrame) -> set:
     """The device-hours the rules decided on hourly statistics need raw samples for, to price and show what they
     found: a cooling window's rack or node, and a clock-drift or ECC finding's node, over the window with its
-    evidence each side; every hour of a device with thermal throttling past hot-because-working's floor (the
-    median residual of its throttled samples decides) and of a device with row-remap readings, a day each side."""
+    evidence each side; a hw-slowdown device's and a sync-boost node's reason hours; every hour of a device with
+    thermal throttling past hot-because-working's floor, alone or summed over its job's devices (the median residual
+    of the throttled samples decides), and of a device with row-remap readings, a day each side."""
     from . import attribution, drift
 
     keys: set = set()
@@ -448,8 +449,18 @@ def _hourly_rule_hours(ds: Dataset, hrs: pd.DataFrame) -> set:
     s = ds.samples
     thermal = s[(s["rbucket"] == attribution.THERMAL) & (s["h_thr"] > 0)]
     per_dev = thermal.groupby("device")["h_thr"].sum()
-    flagged = hrs[hrs["device"].isin(per_dev.index[per_dev >= attribution.WORKING_MIN_H]) & (hrs["busy_r0"] > 0)]
+    per_run = thermal[thermal["job_id"].notna()].groupby(list(attribution.RUN_KEY), dropna=False)
+    job_devs = [d for _, g in per_run if g["h_thr"].sum() >= attribution.WORKING_MIN_H for d in g["device"].unique()]
+    flagged = hrs[hrs["device"].isin([*per_dev.index[per_dev >= attribution.WORKING_MIN_H], *job_devs])
+                  & (hrs["busy_r0"] > 0)]
     remapped = hrs[(hrs["remap_pending_max"] > 0) | (hrs["remap_failure_max"] > 0)]
+    for idx, key in ((attribution.HW_SLOWDOWN, "device"), (attribution.SYNC_BOOST, "node")):
+        rows = s[(s["rbucket"] == idx) & (s["h_thr"] > 0)]
+        lost = rows.groupby(key)["h_thr"].sum()
+        for name in lost.index[lost >= attribution.REASON_MIN_H]:
+            g = rows[rows[key] == name]
+            scope = [name] if key == "device" else devs.index[devs["node"] == name]
+            keys |= _span_hours(scope, float(g["t"].min()) - dh.HOUR, float(g["t"].max()) + 2 * dh.HOUR)
     for dev, g in pd.concat([flagged, remapped]).groupby("device"):
         keys |= _span_hours([dev], g["hour"].min() - DAY - dh.HOUR, g["hour"].max() + DAY + 2 * dh.HOUR)
     return keys
