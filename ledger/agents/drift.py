@@ -207,6 +207,26 @@ def _rho(series: np.ndarray) -> float:
     return float(pd.Series(series).rank().corr(pd.Series(np.arange(len(series))).rank()))
 
 
+def ecc_hour_flags(row: np.ndarray, sib_med: np.ndarray) -> np.ndarray:
+    """The hours whose correctable-ECC increment counts as flagged: at least :data:`ECC_HOUR_MIN`, and
+    :data:`ECC_HOUR_FACTOR` times both the siblings' median that hour + 1 and the median of the device's earlier
+    hours + 1. The earlier hours' median is taken only at the hours the first two tests pass (rare: a healthy
+    device has none), not at every hour; :func:`ecc_hour_flags_reference` takes it at every hour, and a test
+    holds the two equal."""
+    flag = (row >= ECC_HOUR_MIN) & (row >= ECC_HOUR_FACTOR * (sib_med + 1))
+    for k in np.flatnonzero(flag):
+        earlier = np.median(row[:k]) if k else 0.0
+        flag[k] = row[k] >= ECC_HOUR_FACTOR * (earlier + 1)
+    return flag
+
+
+def ecc_hour_flags_reference(row: np.ndarray, sib_med: np.ndarray) -> np.ndarray:
+    """The plain version of :func:`ecc_hour_flags`: the earlier hours' median at every hour, then the three tests."""
+    earlier = np.array([np.median(row[:k]) if k else 0.0 for k in range(len(row))])
+    return (row >= ECC_HOUR_MIN) & (row >= ECC_HOUR_FACTOR * (sib_med + 1)) & \
+        (row >= ECC_HOUR_FACTOR * (earlier + 1))
+
+
 def ecc_trend(ds: Dataset) -> dict[str, dict]:
     """Devices whose correctable-ECC count is accelerating, against their own past and their siblings: over days
     (the last two days against the siblings') and within a day (hours against the device's earlier hours and the
@@ -238,9 +258,7 @@ def ecc_trend(ds: Dataset) -> dict[str, dict]:
             row = block.loc[dev].to_numpy()
             sib = block.drop(index=dev)
             sib_med = sib.median(axis=0).to_numpy() if len(sib) else np.zeros_like(row)
-            earlier = np.array([np.median(row[:k]) if k else 0.0 for k in range(len(row))])
-            flag = (row >= ECC_HOUR_MIN) & (row >= ECC_HOUR_FACTOR * (sib_med + 1)) & \
-                   (row >= ECC_HOUR_FACTOR * (earlier + 1))
+            flag = ecc_hour_flags(row, sib_med)
             if flag.sum() < ECC_HOURS:
                 continue
             first = int(np.argmax(flag))
