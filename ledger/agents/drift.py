@@ -238,12 +238,17 @@ def ecc_trend(ds: Dataset) -> dict[str, dict]:
         return {}
     if daily.shape[1] >= 3:
         last2 = daily.iloc[:, -2:].sum(axis=1)
+        node_of_last2 = nodes.reindex(last2.index)
         for dev, v in last2.items():
-            sib = last2[(nodes.reindex(last2.index) == nodes.get(dev)) & (last2.index != dev)]
+            if v < ECC_LAST2_MIN:   # the first test alone rules it out: no sibling median or trend needed
+                continue
+            sib = last2[(node_of_last2 == nodes.get(dev)) & (last2.index != dev)]
             ref = float(sib.median()) if len(sib) else float(last2.median())
+            if v < ECC_SIB_FACTOR * (ref + 1):
+                continue
             series = daily.loc[dev].to_numpy()
             rho = _rho(series)
-            if v >= ECC_LAST2_MIN and v >= ECC_SIB_FACTOR * (ref + 1) and rho >= 0.6:
+            if rho >= 0.6:
                 out[dev] = {"start": max(ds.start, daily.columns[-2] * DAY), "count": float(v), "sibling": ref,
                             "rho": rho, "series": series.tolist(), "unit": "day", "span": "the last two days"}
     hourly = _increments(ds, HOUR)
@@ -256,6 +261,8 @@ def ecc_trend(ds: Dataset) -> dict[str, dict]:
             if dev in out:
                 continue
             row = block.loc[dev].to_numpy()
+            if (row >= ECC_HOUR_MIN).sum() < ECC_HOURS:   # too few hours can pass ecc_hour_flags' first test
+                continue
             sib = block.drop(index=dev)
             sib_med = sib.median(axis=0).to_numpy() if len(sib) else np.zeros_like(row)
             flag = ecc_hour_flags(row, sib_med)
