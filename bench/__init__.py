@@ -6,4 +6,4 @@
 
 FIGURES = ["hook", "mark", "ship_sqlite", "ship_segments", "ship_postgres", "analyze", "receipt", "export", "verify",
            "load_pg", "proofs", "agents", "import_export", "web",
-           "k8s_tick"]
+           "k8s_tick", "latency"]

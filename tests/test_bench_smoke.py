@@ -170,3 +170,15 @@ def test_k8s_tick_figure_runs_against_the_stand_in_kubelet(tmp_path, monkeypatch
     assert all(t.median > 0 for t in fig.subjects) and "8 pods" in fig.scale_note
     assert fig.extra["CPU per tick"].count(" ms") == 2
     assert f"## {fig.title}" in (tmp_path / "performance.md").read_text()
+
+
+def test_latency_figure_times_each_interactive_command_against_its_budget(tmp_path, monkeypatch):
+    """bench.latency on the two-day small hall: every command of the budget table ran (a failing command raises),
+    and the figure names each budget and whether it was met."""
+    from bench import latency
+
+    fig = _run("latency", 0.01, tmp_path, monkeypatch)
+    assert fig.status == "ok" and fig.floor.median > 0
+    assert len(fig.subjects) == len(latency.BUDGETS_S) and all(t.median > 0 for t in fig.subjects)
+    assert fig.extra["met"] == "all" or fig.extra["met"].startswith("NOT met: ")
+    assert all(f"{name} ≤ " in fig.extra["budgets (median wall seconds)"] for name in latency.BUDGETS_S)
