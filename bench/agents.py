@@ -153,8 +153,10 @@ def floor_query(pq_dir: Path) -> str:
 
 NOTE = ("The subject is every agent over device-hours (`ipledger findings`: allocation entries and the "
         "`device_hours` rows, plus the raw samples of its findings' scopes and windows read from their blocks); "
-        "`ipledger daily` (the daily account alone) is the second line. The seal-time aggregation above runs on "
-        "columns, as `ipledger ship` (a batch's segments grouped in one pass) and `ipledger import` (each "
+        "`ipledger daily` is the second line: since `daily` became `account` (one command, one number), it gives the "
+        "loss by cause beside the daily rows, so it runs the agents as `findings` does and costs what `account` "
+        "cost before (the daily rows alone, as `daily` once printed them, were about half). The seal-time "
+        "aggregation above runs on columns, as `ipledger ship` (a batch's segments grouped in one pass) and `ipledger import` (each "
         "segment's timeline columns) now run it; its share of those commands is in their own figures (Ship "
         "collector segments into SQLite, Import a Prometheus export into SQLite).")
 
@@ -223,7 +225,7 @@ def run(scale: float, repeat: int) -> Figure:
         floor_t, subj_t, daily_t = timeit_interleaved(
             [("DuckDB: the hourly aggregates from the Parquet files", floor, None),
              ("`ipledger findings --json` (device-hours)", subject, None),
-             ("`ipledger daily --json` (device-hours)", daily, None)], repeat)
+             ("`ipledger daily --json` (device-hours; `account` under its other name)", daily, None)], repeat)
         for p in (out["proc"], out["daily"]):
             if p.returncode != 0:
                 raise RuntimeError(p.stderr.strip()[-300:])
