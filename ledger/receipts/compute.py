@@ -28,7 +28,7 @@ from ..method import (
     attribute_summary,
     nh_to_hours,
 )
-from ..method.attribution import DEFAULT_THRESHOLDS, seconds_to_nh
+from ..method.attribution import DEFAULT_THRESHOLDS, attribute_device_covered, seconds_to_nh
 from ..method.evidence import (REPLACED_BY_SAMPLES, controlled_by, rests_on_dcgm_job_record, user_controlled,
                                xids_raised)
 from ..method.lens import LENS_METHOD_VERSION, DeviceLens, LensSettings, lens_block, lens_device, peak_tflops, precision_for
@@ -293,13 +293,16 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         else:
             samples = inputs.samples.get(dev["uuid"])
             acc = None
-            if samples is not None and len(samples):
+            if samples is not None and len(samples) and lens is not None:
+                # one pass: the lens reads the covered time and clock ratio the attribution computed
+                acc, covered = attribute_device_covered((w0, w1), samples, unknown=mine,
+                                                        suspended=frame.suspended, rated_clock_mhz=rated,
+                                                        thresholds=thresholds)
+                sample_lens[dev["uuid"]] = lens_device((w0, w1), samples, rated_clock_mhz=rated,
+                                                       thresholds=thresholds, covered=covered)
+            elif samples is not None and len(samples):
                 acc = attribute_device((w0, w1), samples, unknown=mine, suspended=frame.suspended,
                                        rated_clock_mhz=rated, thresholds=thresholds)
-                if lens is not None:
-                    sample_lens[dev["uuid"]] = lens_device((w0, w1), samples, unknown=mine,
-                                                           suspended=frame.suspended, rated_clock_mhz=rated,
-                                                           thresholds=thresholds)
         if acc is None and dev["uuid"] in summaries:
             acc = attribute_summary((w0, w1), summaries[dev["uuid"]].entry.data, unknown=mine,
                                     suspended=frame.suspended, rated_clock_mhz=rated, thresholds=thresholds)

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 from ..canonical import ts_to_epoch
 from ..entries import ChainedEntry, Kind
 from ..method import DeviceAccount, SampleArrays, attribute_device
+from ..method.attribution import attribute_device_covered
 from ..method.lens import DeviceLens, lens_device
 from ..rows import ENTRY_COLUMNS, iter_entries, to_chained
 from ..telemetry.blocks import float_values
@@ -319,8 +320,11 @@ def _attribute_batch(job: tuple) -> dict[str, tuple[DeviceAccount | None, Device
         if sa is None or not len(sa):
             out[uuid] = (None, None)
             continue
-        acc = attribute_device(window, sa, unknown=unknown, suspended=suspended, rated_clock_mhz=rated,
-                               thresholds=thresholds)
-        out[uuid] = (acc, lens_device(window, sa, unknown=unknown, suspended=suspended, rated_clock_mhz=rated,
-                                      thresholds=thresholds) if lens else None)
+        if not lens:
+            out[uuid] = (attribute_device(window, sa, unknown=unknown, suspended=suspended, rated_clock_mhz=rated,
+                                          thresholds=thresholds), None)
+            continue
+        acc, covered = attribute_device_covered(window, sa, unknown=unknown, suspended=suspended,
+                                                rated_clock_mhz=rated, thresholds=thresholds)
+        out[uuid] = (acc, lens_device(window, sa, rated_clock_mhz=rated, thresholds=thresholds, covered=covered))
     return out
