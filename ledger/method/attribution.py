@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -316,14 +316,18 @@ def attribute_device(
     ``unknown`` are (start, end, gap_id) spans of unknown_interval entries that apply to this device, in
     ledger order; ``suspended`` are suspended spans (reported beside the buckets, not inside them).
     """
-    return _attribute(window, samples, unknown, suspended, rated_clock_mhz, thresholds, keep=False)[0]
+    return _attribute(window, samples, unknown, suspended, rated_clock_mhz, thresholds, None)[0]
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class CoveredSamples:
     """Per-sample figures of one device that :func:`attribute_device` computes on the way to its integers and
     method 1.1's lens (:func:`ledger.method.lens.lens_device`) reads instead of computing them again. Columns
-    are in ``order`` (an index into the device's samples, or a slice standing for the identity)."""
+    are in ``order`` (an index into the device's samples, or a slice standing for the identity); the arrays are
+    the attribution's own, valid only while :func:`attribute_device_covered` runs ``use``."""
 
     order: np.ndarray | slice
     covered: np.ndarray          # covered seconds c
@@ -340,20 +344,22 @@ def attribute_device_covered(
     suspended: Sequence[tuple[float, float]] = (),
     rated_clock_mhz: float | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
-) -> tuple[DeviceAccount, CoveredSamples | None]:
-    """:func:`attribute_device` (the same account, integer for integer) and its per-sample figures (None
-    without samples), for the lens to reuse."""
-    return _attribute(window, samples, unknown, suspended, rated_clock_mhz, thresholds, keep=True)
+    use: Callable[[CoveredSamples], T],
+) -> tuple[DeviceAccount, T | None]:
+    """:func:`attribute_device` (the same account, integer for integer) and what ``use`` made of its per-sample
+    figures (None without samples): the lens reads them in the attribution's own pass. The arrays are valid only
+    during the call (the attribution then rounds them to nanohours in place)."""
+    return _attribute(window, samples, unknown, suspended, rated_clock_mhz, thresholds, use)
 
 
 def _attribute(window: tuple[float, float], samples: SampleArrays | None,
                unknown: Sequence[tuple[float, float, str]], suspended: Sequence[tuple[float, float]],
-               rated_clock_mhz: float | None, thresholds: Thresholds, keep: bool
-               ) -> tuple[DeviceAccount, CoveredSamples | None]:
+               rated_clock_mhz: float | None, thresholds: Thresholds, use: Callable[[CoveredSamples], T] | None
+               ) -> tuple[DeviceAccount, T | None]:
     s, e, susp, paid_nh, suspended_nh = paid_window(window, suspended)
     if samples is not None and len(samples):
         return _attribute_samples((s, e), samples, susp, unknown, paid_nh, suspended_nh, rated_clock_mhz,
-                                  thresholds, keep)
+                                  thresholds, use)
     portions, _gaps = gap_portions((s, e), susp, unknown)
     gap_total = sum(portions.values())
     causes = {"field_missing": 0, "no_telemetry": paid_nh - gap_total}
@@ -370,11 +376,11 @@ def _attribute(window: tuple[float, float], samples: SampleArrays | None,
 
 def _attribute_samples(window: tuple[float, float], samples: SampleArrays, susp: list[tuple[float, float]],
                        unknown: Sequence[tuple[float, float, str]], paid_nh: int, suspended_nh: int,
-                       rated_clock_mhz: float | None, thresholds: Thresholds, keep: bool = False
-                       ) -> tuple[DeviceAccount, CoveredSamples | None]:
-    """The per-sample half of :func:`attribute_device`, in as few numpy passes as the formulas allow; ``keep``
-    also hands back the per-sample seconds it rounds (:class:`CoveredSamples`: the same passes, into fresh
-    arrays instead of in place).
+                       rated_clock_mhz: float | None, thresholds: Thresholds,
+                       use: Callable[[CoveredSamples], T] | None = None) -> tuple[DeviceAccount, T | None]:
+    """The per-sample half of :func:`attribute_device`, in as few numpy passes as the formulas allow; ``use``
+    is handed the per-sample seconds (:class:`CoveredSamples`) before they are rounded in place (one array
+    more: delivered seconds beside the clock ratio).
 
     This is the receipt's hot loop (tens of thousands of samples per device, a thousand devices), so work is
     done in place and skipped where it cannot change a result (no reordering of ordered samples, no overlap
@@ -412,18 +418,24 @@ def _attribute_samples(window: tuple[float, float], samples: SampleArrays, susp:
     # Each sample's covered time is rounded to nanohours once; its parts are split from that integer,
     # so per sample delivered + throttled + underutilized (or starved, idle, missing) == covered exactly.
     busy = np.multiply(covered, activity)  # seconds at work, before the clock ratio
-    cov = _nh_inplace(covered, keep)
     ratio = None
     if rated_clock_mhz:
         ratio = np.divide(take(samples.sm_clock), float(rated_clock_mhz))
         np.fmin(ratio, 1.0, out=ratio)  # an unmeasured clock (NaN) counts as full speed
         np.maximum(ratio, 0.0, out=ratio)
-        delivered_s = np.multiply(busy, ratio, out=None if keep else ratio)
-        delivered = _nh_inplace(delivered_s, keep)
-        active = _nh_inplace(busy)
+        delivered_s = np.multiply(busy, ratio, out=None if use else ratio)
     else:  # full speed throughout: delivered starts from the same integers as active
         delivered_s = busy
-        active = _nh_inplace(busy, keep)
+    used = None
+    if use is not None:
+        used = use(CoveredSamples(order=slice(None) if ordered else order, covered=covered, ratio=ratio,
+                                  delivered=delivered_s, working=working))
+    cov = _nh_inplace(covered)
+    if rated_clock_mhz:
+        delivered = _nh_inplace(delivered_s)
+        active = _nh_inplace(busy)
+    else:
+        active = _nh_inplace(busy)
         delivered = active.copy()
     np.minimum(active, cov, out=active)
     active *= working
@@ -447,11 +459,7 @@ def _attribute_samples(window: tuple[float, float], samples: SampleArrays, susp:
     if thresholds.timeline_bins and e > s:
         timeline = _timeline((s, e), a, b, (delivered, (throttled_at, throttled_nz, reason_nz), under, starved,
                                             idle, field_missing), susp, thresholds.timeline_bins)
-    kept = None
-    if keep:
-        kept = CoveredSamples(order=slice(None) if ordered else order, covered=covered, ratio=ratio,
-                              delivered=delivered_s, working=working)
-    return finish_account(paid_nh, suspended_nh, portions, sums, timeline), kept
+    return finish_account(paid_nh, suspended_nh, portions, sums, timeline), used
 
 
 def covered_time(t: np.ndarray, dt: np.ndarray, act: np.ndarray, window: tuple[float, float],
@@ -484,14 +492,9 @@ def covered_time(t: np.ndarray, dt: np.ndarray, act: np.ndarray, window: tuple[f
     return a, b, covered, present, portions
 
 
-def _nh_inplace(seconds: np.ndarray, keep: bool = False) -> np.ndarray:
-    """:func:`_nh` of non-negative (or NaN) seconds, reusing the argument's memory (``keep``: leaving the
-    argument as it was, the same operations into a fresh array): x * NH + 0.5 is then at least 0.5, where the
-    integer conversion's truncation is the floor, so that pass is left out."""
-    if keep:
-        seconds = np.multiply(seconds, NH_PER_SECOND)
-        seconds += 0.5
-        return seconds.astype(np.int64)
+def _nh_inplace(seconds: np.ndarray) -> np.ndarray:
+    """:func:`_nh` of non-negative (or NaN) seconds, reusing the argument's memory: x * NH + 0.5 is then at
+    least 0.5, where the integer conversion's truncation is the floor, so that pass is left out."""
     seconds *= NH_PER_SECOND
     seconds += 0.5
     return seconds.astype(np.int64)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -76,24 +76,16 @@ class DeviceLens:
         return None if seconds is None else int(math.floor(seconds * NH_PER_SECOND + 0.5))
 
 
-def _covered(window: tuple[float, float], samples: SampleArrays, unknown: Sequence[tuple[float, float, str]],
-             suspended: Sequence[tuple[float, float]], rated_clock_mhz: float | None,
-             thresholds: Thresholds) -> CoveredSamples:
-    """The time identity's own per-sample figures (c, r, c x activity x r, working), from the attribution."""
-    _acc, covered = attribute_device_covered(window, samples, unknown=unknown, suspended=suspended,
-                                             rated_clock_mhz=rated_clock_mhz, thresholds=thresholds)
-    return covered
-
-
-def _sum(x: np.ndarray, mask: np.ndarray | None = None) -> float:
+def _sum(x: np.ndarray, mask: np.ndarray | None = None, scratch: np.ndarray | None = None) -> float:
     """Σ x over the mask, x finite: the sum of x × mask (numpy's pairwise sum: the same order, so the same
-    float, in every process). A mask of every sample or of none changes no term, so it is left out."""
+    float, in every process; ``scratch``, an array like x, holds the product). A mask of every sample or of
+    none changes no term, so it is left out."""
     if mask is None:
         return float(x.sum())
     k = int(np.count_nonzero(mask))
     if k == 0:
         return 0.0
-    return float(x.sum()) if k == mask.shape[0] else float(np.multiply(x, mask).sum())
+    return float(x.sum()) if k == mask.shape[0] else float(np.multiply(x, mask, out=scratch).sum())
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -117,27 +109,31 @@ def lens_device(window: tuple[float, float], samples: SampleArrays | None, *,
                 ) -> DeviceLens:
     """One device's effective-compute lens from its samples (None or empty: nothing measured, nothing known).
 
-    ``covered``: what :func:`ledger.method.attribution.attribute_device_covered` handed back for the same
-    samples, window, spans, rated clock and thresholds (the receipt attributes and reads the lens in one pass);
-    without it the lens asks the attribution for it."""
-    out = DeviceLens()
+    ``covered``: the per-sample figures the attribution of the same samples, window, spans, rated clock and
+    thresholds computed (:func:`ledger.method.attribution.attribute_device_covered` hands them to this inside
+    its pass, so the receipt attributes and reads the lens at once); without it the lens runs that pass."""
     if samples is None or not len(samples):
-        return out
-    cs = covered if covered is not None else _covered(window, samples, unknown, suspended, rated_clock_mhz,
-                                                      thresholds)
-    order, c, r = cs.order, cs.covered, cs.ratio
+        return DeviceLens()
+    if covered is None:
+        return attribute_device_covered(window, samples, unknown=unknown, suspended=suspended,
+                                        rated_clock_mhz=rated_clock_mhz, thresholds=thresholds,
+                                        use=lens_reader(samples, lens))[1]
+    out = DeviceLens()
+    order, c, r = covered.order, covered.covered, covered.ratio
     n = c.shape[0]
     ten = samples.tensor[order]
     has_t = ten == ten
-    n_t = int(np.count_nonzero(has_t))
-    tclip = _unit(ten)
-    ctr = np.multiply(c, tclip)
+    no_t = None if int(np.count_nonzero(has_t)) == n else ~has_t
+    ctr = _unit(ten)
+    hot = ctr >= lens.pipe_high       # compute-bound by tensor activity (unmeasured: 0, never high ...)
+    if lens.pipe_high <= 0:
+        hot &= has_t                  # ... unless "high" starts at 0)
+    ctr *= c
     if r is not None:
         ctr *= r
-    out.tensor_s = _sum(ctr)    # (0 where tensor active was not measured)
+    out.tensor_s = _sum(ctr)          # (0 where tensor active was not measured)
     out.measured_s = _sum(c, has_t)
-    no_t = None if n_t == n else ~has_t
-    if no_t is not None:    # (every sample measured: the sum over none, 0.0)
+    if no_t is not None:
         out.unmeasured_s = _sum(c, no_t)
     out.tensor_uncounted_s = out.tensor_s
     out.rated_s = out.measured_s
@@ -151,57 +147,60 @@ def lens_device(window: tuple[float, float], samples: SampleArrays | None, *,
             out.counted_s = _sum(c, has_o)
         out.tensor_uncounted_s = _sum(ctr, has_t & ~has_o)
         out.rated_s = _sum(c, has_t | has_o)
-    pipe_high = None
+    scratch = ctr                     # (free from here: each masked sum's product goes there)
+    known_any = has_t if no_t is not None else None
     for p in PIPES:
         v = _measured(getattr(samples, p), order)
         if v is None:
             continue
         has = v == v
         vc = _unit(v)
-        vcr = np.multiply(c, vc)
-        if r is not None:
-            vcr *= r
-        out.pipes_s[p] = _sum(vcr)   # (0 where the pipe was not measured)
         high = vc >= lens.pipe_high
         if lens.pipe_high <= 0:
             high &= has
-        pipe_high = high if pipe_high is None else (pipe_high | high)
-    # The bound split over delivered time: working samples (activity measured and at least active_min).
-    working, deliv = cs.working, cs.delivered
-    out.delivered_s = _sum(deliv, working)
-    hot = tclip >= lens.pipe_high
-    if lens.pipe_high <= 0:
-        hot &= has_t
-    if pipe_high is not None:
-        hot |= pipe_high
+        hot |= high
+        if known_any is not None:
+            known_any = known_any | high
+        vc *= c
+        if r is not None:
+            vc *= r
+        out.pipes_s[p] = _sum(vc)     # (0 where the pipe was not measured)
+    # The bound split over delivered time: working samples (activity measured and at least active_min), each
+    # in one part; delivered time is the sum of the parts.
+    working, deliv = covered.working, covered.delivered
     compute = working & hot
-    known_any = None if no_t is None else (has_t if pipe_high is None else has_t | pipe_high)
-    settled = compute    # samples given a bound so far
+    out.bound_s["compute"] = _sum(deliv, compute, scratch)
+    settled = compute                 # samples given a bound so far
     dram = _measured(samples.dram, order)
     if dram is not None:
-        has_d = dram == dram
         if known_any is not None:
-            known_any = known_any | has_d
+            known_any = known_any | (dram == dram)
         memory = working & (dram >= lens.dram_high)   # (NaN compares false)
         memory &= ~settled
-        out.bound_s["memory"] = _sum(deliv, memory)
+        out.bound_s["memory"] = _sum(deliv, memory, scratch)
         settled = settled | memory
     occ = _measured(samples.occupancy, order)
     if occ is not None:
         if known_any is not None:
             known_any = known_any | (occ == occ)
-        sm = samples.sm[order]
-        latency = working & (sm >= lens.sm_high) & (occ < lens.occupancy_low)   # (NaN compares false)
+        latency = working & (samples.sm[order] >= lens.sm_high) & (occ < lens.occupancy_low)  # (NaN: false)
         latency &= ~settled
-        out.bound_s["latency"] = _sum(deliv, latency)
+        out.bound_s["latency"] = _sum(deliv, latency, scratch)
         settled = settled | latency
-    out.bound_s["compute"] = _sum(deliv, compute)
     if known_any is not None:
         unmeasured = working & ~known_any
-        out.bound_s["unmeasured"] = _sum(deliv, unmeasured)
+        out.bound_s["unmeasured"] = _sum(deliv, unmeasured, scratch)
         settled = settled | unmeasured
-    out.bound_s["other"] = _sum(deliv, working & ~settled)
+    out.bound_s["other"] = _sum(deliv, working ^ settled, scratch)   # (settled lies inside working)
+    out.delivered_s = math.fsum(out.bound_s.values())
     return out
+
+
+def lens_reader(samples: SampleArrays, lens: LensThresholds = DEFAULT_LENS_THRESHOLDS
+                ) -> Callable[[CoveredSamples], DeviceLens]:
+    """``use`` for :func:`ledger.method.attribution.attribute_device_covered`: the device's lens, read in the
+    attribution's pass over these samples (the window, spans, clock and thresholds are the attribution's)."""
+    return lambda covered: lens_device((0.0, 0.0), samples, lens=lens, covered=covered)
 
 
 def lens_device_reference(window: tuple[float, float], samples: SampleArrays | None, *,
@@ -214,8 +213,9 @@ def lens_device_reference(window: tuple[float, float], samples: SampleArrays | N
     out = DeviceLens()
     if samples is None or not len(samples):
         return out
-    cs = _covered(window, samples, unknown, suspended, rated_clock_mhz, thresholds)
-    order, c = cs.order, cs.covered
+    order, c = attribute_device_covered(window, samples, unknown=unknown, suspended=suspended,
+                                        rated_clock_mhz=rated_clock_mhz, thresholds=thresholds,
+                                        use=lambda cs: (cs.order, cs.covered.copy()))[1]
 
     def get(x: np.ndarray | None, i: int) -> float | None:
         if x is None:

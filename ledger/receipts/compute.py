@@ -31,7 +31,8 @@ from ..method import (
 from ..method.attribution import DEFAULT_THRESHOLDS, attribute_device_covered, seconds_to_nh
 from ..method.evidence import (REPLACED_BY_SAMPLES, controlled_by, rests_on_dcgm_job_record, user_controlled,
                                xids_raised)
-from ..method.lens import LENS_METHOD_VERSION, DeviceLens, LensSettings, lens_block, lens_device, peak_tflops, precision_for
+from ..method.lens import (LENS_METHOD_VERSION, DeviceLens, LensSettings, lens_block, lens_device, lens_reader,
+                           peak_tflops, precision_for)
 from ..method.mig import mig_share
 from ..method.shares import scale_account, share_of, share_segments, sum_accounts
 from ..method.skus import SkuRating, match_sku
@@ -295,11 +296,9 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
             acc = None
             if samples is not None and len(samples) and lens is not None:
                 # one pass: the lens reads the covered time and clock ratio the attribution computed
-                acc, covered = attribute_device_covered((w0, w1), samples, unknown=mine,
-                                                        suspended=frame.suspended, rated_clock_mhz=rated,
-                                                        thresholds=thresholds)
-                sample_lens[dev["uuid"]] = lens_device((w0, w1), samples, rated_clock_mhz=rated,
-                                                       thresholds=thresholds, covered=covered)
+                acc, sample_lens[dev["uuid"]] = attribute_device_covered(
+                    (w0, w1), samples, unknown=mine, suspended=frame.suspended, rated_clock_mhz=rated,
+                    thresholds=thresholds, use=lens_reader(samples))
             elif samples is not None and len(samples):
                 acc = attribute_device((w0, w1), samples, unknown=mine, suspended=frame.suspended,
                                        rated_clock_mhz=rated, thresholds=thresholds)
