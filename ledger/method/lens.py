@@ -132,9 +132,10 @@ def lens_device(window: tuple[float, float], samples: SampleArrays | None, *,
     if r is not None:
         ctr *= r
     out.tensor_s = _sum(ctr)          # (0 where tensor active was not measured)
-    out.measured_s = _sum(c, has_t)
-    if no_t is not None:
-        out.unmeasured_s = _sum(c, no_t)
+    if no_t is None:                  # (every sample measured: the sum over all, and over none 0.0)
+        out.measured_s = float(c.sum())
+    else:
+        out.measured_s, out.unmeasured_s = _sum(c, has_t), _sum(c, no_t)
     out.tensor_uncounted_s = out.tensor_s
     out.rated_s = out.measured_s
     ops = _measured(samples.ops, order)
