@@ -292,7 +292,9 @@ def run(scale: float, repeat: int) -> Figure:
             f"{', '.join(f'{x * 100:.1f}' for x in shares)} %); the same shipment without it: "
             f"{statistics.median(without):.2f}× the floor",
         "the subject's ledger, checked after the last round": f"{checked}; `ipledger verify` clean",
-        "the lens (method 1.1.0) adds to the device-hours' aggregation": _lens_note(hours_t, lens_hours_t),
+        "the lens (method 1.1.0) adds to the device-hours' aggregation":
+            "the same code under both (device-hours read no lens field; a difference is the machine's noise): "
+            + _lens_note(hours_t, lens_hours_t),
         "the lens (method 1.1.0) adds to the shipment": _lens_note(subj_t, lens_t),
     }
     notes = ("The floor is a bulk append of this data: the entries, and each sample the collectors produced as "

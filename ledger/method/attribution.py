@@ -336,16 +336,10 @@ class CoveredSamples:
     working: np.ndarray          # bool: activity measured and at least active_min
 
 
-def attribute_device_covered(
-    window: tuple[float, float],
-    samples: SampleArrays | None = None,
-    *,
-    unknown: Sequence[tuple[float, float, str]] = (),
-    suspended: Sequence[tuple[float, float]] = (),
-    rated_clock_mhz: float | None = None,
-    thresholds: Thresholds = DEFAULT_THRESHOLDS,
-    use: Callable[[CoveredSamples], T],
-) -> tuple[DeviceAccount, T | None]:
+def attribute_device_covered(window: tuple[float, float], samples: SampleArrays | None, *,
+                             use: Callable[[CoveredSamples], T], unknown: Sequence[tuple[float, float, str]] = (),
+                             suspended: Sequence[tuple[float, float]] = (), rated_clock_mhz: float | None = None,
+                             thresholds: Thresholds = DEFAULT_THRESHOLDS) -> tuple[DeviceAccount, T | None]:
     """:func:`attribute_device` (the same account, integer for integer) and what ``use`` made of its per-sample
     figures (None without samples): the lens reads them in the attribution's own pass. The arrays are valid only
     during the call (the attribution then rounds them to nanohours in place)."""
