@@ -205,6 +205,14 @@ def check_ledger(url: str, db_path: Path, counts: dict, entries: int) -> str:
     return f"{got['entries']:,} entries, {got['sample_blocks']:,} blocks, {got['device_hours']:,} device-hours"
 
 
+def _lens_note(off: Timing, on: Timing) -> str:
+    """Method 1.1.0 against 1.0.0, same rounds: medians, the median of the rounds' ratios, the target."""
+    extra = on.median / off.median - 1.0 if off.median > 0 else float("nan")
+    pairs = statistics.median(b / a - 1.0 for a, b in zip(off.runs, on.runs) if a > 0)
+    return (f"{extra * 100:+.1f} % ({on.median:.3f} s against {off.median:.3f} s, medians; median of the rounds' "
+            f"ratios {pairs * 100:+.1f} %; target ≤ 10 %: {'met' if extra <= 0.10 else 'NOT met'})")
+
+
 def run(scale: float, repeat: int) -> Figure:
     from ledger.store import ENTRY_COLUMNS
     from ledger.telemetry.store import INSERT_COLUMNS
@@ -222,13 +230,23 @@ def run(scale: float, repeat: int) -> Figure:
             restore_spool(pristine, spool_dir)
 
         hours_s: list[float] = []
+        lens_hours_s: list[float] = []
+        site = work / "site-1.1.0.toml"  # method 1.1.0 (the effective-compute lens) on, as a site turns it on
+        site.write_text('method_version = "1.1.0"\ncompute_precision = "bf16"\n')
+        site.chmod(0o600)
 
-        def subject() -> None:
-            args = ["--db", state["url"], "ship", "--spool", str(spool_dir), "--quiet", "--no-receipts"]
+        def shipment(extra: tuple[str, ...], into: list[float]) -> None:
+            args = ["--db", state["url"], *extra, "ship", "--spool", str(spool_dir), "--quiet", "--no-receipts"]
             proc, took = run_cli_timed(args, DEVICE_HOURS_TIMERS, spent)
             if proc.returncode != 0:
                 raise RuntimeError(f"ship failed: {proc.stderr.strip()[-300:]}")
-            hours_s.append(took.get("hours", 0.0))
+            into.append(took.get("hours", 0.0))
+
+        def subject() -> None:
+            shipment((), hours_s)
+
+        def subject_lens() -> None:
+            shipment(("--config", str(site)), lens_hours_s)
 
         # one shipment first, untimed: its ledger gives the rows the floors insert
         setup_subject()
@@ -247,14 +265,16 @@ def run(scale: float, repeat: int) -> Figure:
                         + ", ".join(f"{c} REAL" for c in INSERT_COLUMNS[2:]) + ")")
             con.close()
 
-        floor_t, held_t, subj_t = timeit_interleaved([  # the subject last: its ledger is checked below
+        floor_t, held_t, lens_t, subj_t = timeit_interleaved([  # the subject last: its ledger is checked below
             (f"raw sqlite3.executemany: {entries:,} entries + {counts['samples']:,} sample rows, one tx",
              lambda: floor_insert(db_path, plain), setup_floor),
             ("raw executemany of the rows the ledger holds (entries, sample_blocks, device_hours)",
              lambda: floor_insert(db_path, held), lambda: fresh_db(db_path)),
+            ("the same under a site of method 1.1.0 (the effective-compute lens on)", subject_lens, setup_subject),
             (f"`ipledger ship` ({counts['files']:,} spool files)", subject, setup_subject)], repeat)
         checked = check_ledger(state["url"], db_path, counts, entries)
         hours_t = Timing("time inside telemetry.hours.segments_hours and insert_in", tuple(hours_s))
+        lens_hours_t = Timing("the same, method 1.1.0", tuple(lens_hours_s))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     ratios = [s / f for s, f in zip(subj_t.runs, floor_t.runs)]
@@ -272,6 +292,10 @@ def run(scale: float, repeat: int) -> Figure:
             f"{', '.join(f'{x * 100:.1f}' for x in shares)} %); the same shipment without it: "
             f"{statistics.median(without):.2f}× the floor",
         "the subject's ledger, checked after the last round": f"{checked}; `ipledger verify` clean",
+        "the lens (method 1.1.0) adds to the device-hours' aggregation":
+            "the same code under both (device-hours read no lens field; a difference is the machine's noise): "
+            + _lens_note(hours_t, lens_hours_t),
+        "the lens (method 1.1.0) adds to the shipment": _lens_note(subj_t, lens_t),
     }
     notes = ("The floor is a bulk append of this data: the entries, and each sample the collectors produced as "
              "a row of a plain table of the sample columns. The ledger stores less than that — one compressed "

@@ -1,6 +1,7 @@
 """Method 1.1's effective-compute lens (docs/method.md, "Effective compute").
 
-* the vectorised lens equals the plain per-sample reference on random timelines (hypothesis);
+* the vectorised lens equals the plain per-sample reference on random timelines (hypothesis), and reading it
+  inside the attribution's pass changes no integer of the attribution (hypothesis);
 * through the CLI, on a ledger with known pipe activities: ``receipt --json``'s tensor_gpu_hours is
   Σ c × tensor × r to 1e-9 h and unmeasured_gpu_hours the covered time of the samples without the field;
 * the lens adds a block and changes no existing line: the 1.1 body minus the lens is the 1.0 body, and the
@@ -77,6 +78,29 @@ def test_vectorised_lens_equals_the_per_sample_reference(tl):
     # the split covers delivered time, and tensor time never exceeds the measured covered time
     assert abs(sum(a.bound_s.values()) - a.delivered_s) <= 1e-6 * max(1.0, a.delivered_s)
     assert a.tensor_s <= a.measured_s + 1e-9
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(device_timeline())
+def test_the_lens_read_in_the_attributions_pass_changes_no_integer_of_it(tl):
+    """The receipt reads the lens inside the attribution's pass (its covered time, clock ratio and delivered
+    seconds, before they are rounded in place): the account is attribute_device's, integer for integer, and
+    the lens is the one lens_device gives on its own."""
+    from ledger.method import attribute_device
+    from ledger.method.attribution import attribute_device_covered
+    from ledger.method.lens import lens_reader
+
+    window, arr, gaps, susp, rated = tl
+    kw = dict(unknown=gaps, suspended=susp, rated_clock_mhz=rated)
+    plain = attribute_device(window, arr, **kw)
+    acc, lens = attribute_device_covered(window, arr, use=lens_reader(arr), **kw)
+    assert acc.paid_nh == plain.paid_nh and acc.buckets.tolist() == plain.buckets.tolist()
+    assert acc.gap_nh == plain.gap_nh and acc.unknown_causes == plain.unknown_causes
+    assert (acc.timeline is None) == (plain.timeline is None)
+    if acc.timeline is not None:
+        assert np.array_equal(acc.timeline, plain.timeline)
+    alone = lens_device(window, arr, **kw)
+    assert (lens is None and not len(arr)) or lens == alone
 
 
 def test_peaks_and_precision():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -100,10 +100,13 @@ class SampleArrays:
             rf = np.asarray(reasons, dtype=np.float64)
             # NaN (not measured) is -1; infinities as nan_to_num makes them (no bitmask is infinite)
             r = rf.astype(np.int64) if np.isfinite(rf).all() else np.where(np.isnan(rf), -1, np.nan_to_num(rf)).astype(np.int64)
+        def lens_col(x):  # noqa: ANN001, ANN202 - a field only the lens reads: None when not read at all
+            return None if x is None else np.asarray(x, dtype=np.float64)
+
         return cls(t=t, dt=col(dt), activity=act, coarse=coarse, sm_clock=col(sm_clock), reasons=r,
-                   procs=col(procs), fb_used=col(fb_used), sm=sm, tensor=ten, occupancy=col(sm_occupancy),
-                   dram=col(dram_active), fp64=col(fp64_active), fp32=col(fp32_active), fp16=col(fp16_active),
-                   ops=col(ops))
+                   procs=col(procs), fb_used=col(fb_used), sm=sm, tensor=ten, occupancy=lens_col(sm_occupancy),
+                   dram=lens_col(dram_active), fp64=lens_col(fp64_active), fp32=lens_col(fp32_active),
+                   fp16=lens_col(fp16_active), ops=lens_col(ops))
 
     @classmethod
     def from_samples(cls, samples: Sequence[Any]) -> "SampleArrays":
@@ -313,10 +316,44 @@ def attribute_device(
     ``unknown`` are (start, end, gap_id) spans of unknown_interval entries that apply to this device, in
     ledger order; ``suspended`` are suspended spans (reported beside the buckets, not inside them).
     """
+    return _attribute(window, samples, unknown, suspended, rated_clock_mhz, thresholds, None)[0]
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class CoveredSamples:
+    """Per-sample figures of one device that :func:`attribute_device` computes on the way to its integers and
+    method 1.1's lens (:func:`ledger.method.lens.lens_device`) reads instead of computing them again. Columns
+    are in ``order`` (an index into the device's samples, or a slice standing for the identity); the arrays are
+    the attribution's own, valid only while :func:`attribute_device_covered` runs ``use``."""
+
+    order: np.ndarray | slice
+    covered: np.ndarray          # covered seconds c
+    ratio: np.ndarray | None     # clock ratio r = min(clock / rated, 1), at least 0 (None: no rated clock, r = 1)
+    delivered: np.ndarray        # c x activity x r seconds (activity clipped to [0, 1], unmeasured as 0)
+    working: np.ndarray          # bool: activity measured and at least active_min
+
+
+def attribute_device_covered(window: tuple[float, float], samples: SampleArrays | None, *,
+                             use: Callable[[CoveredSamples], T], unknown: Sequence[tuple[float, float, str]] = (),
+                             suspended: Sequence[tuple[float, float]] = (), rated_clock_mhz: float | None = None,
+                             thresholds: Thresholds = DEFAULT_THRESHOLDS) -> tuple[DeviceAccount, T | None]:
+    """:func:`attribute_device` (the same account, integer for integer) and what ``use`` made of its per-sample
+    figures (None without samples): the lens reads them in the attribution's own pass. The arrays are valid only
+    during the call (the attribution then rounds them to nanohours in place)."""
+    return _attribute(window, samples, unknown, suspended, rated_clock_mhz, thresholds, use)
+
+
+def _attribute(window: tuple[float, float], samples: SampleArrays | None,
+               unknown: Sequence[tuple[float, float, str]], suspended: Sequence[tuple[float, float]],
+               rated_clock_mhz: float | None, thresholds: Thresholds, use: Callable[[CoveredSamples], T] | None
+               ) -> tuple[DeviceAccount, T | None]:
     s, e, susp, paid_nh, suspended_nh = paid_window(window, suspended)
     if samples is not None and len(samples):
         return _attribute_samples((s, e), samples, susp, unknown, paid_nh, suspended_nh, rated_clock_mhz,
-                                  thresholds)
+                                  thresholds, use)
     portions, _gaps = gap_portions((s, e), susp, unknown)
     gap_total = sum(portions.values())
     causes = {"field_missing": 0, "no_telemetry": paid_nh - gap_total}
@@ -328,13 +365,16 @@ def attribute_device(
         timeline = _timeline((s, e), np.zeros(0), np.zeros(0), (none, (none, none, none), none, none, none, none),
                              susp, thresholds.timeline_bins)
     return DeviceAccount(paid_nh=paid_nh, buckets=buckets, suspended_nh=suspended_nh, gap_nh=portions,
-                         unknown_causes=causes, fidelity="none", coarse_nh=0, timeline=timeline)
+                         unknown_causes=causes, fidelity="none", coarse_nh=0, timeline=timeline), None
 
 
 def _attribute_samples(window: tuple[float, float], samples: SampleArrays, susp: list[tuple[float, float]],
                        unknown: Sequence[tuple[float, float, str]], paid_nh: int, suspended_nh: int,
-                       rated_clock_mhz: float | None, thresholds: Thresholds) -> DeviceAccount:
-    """The per-sample half of :func:`attribute_device`, in as few numpy passes as the formulas allow.
+                       rated_clock_mhz: float | None, thresholds: Thresholds,
+                       use: Callable[[CoveredSamples], T] | None = None) -> tuple[DeviceAccount, T | None]:
+    """The per-sample half of :func:`attribute_device`, in as few numpy passes as the formulas allow; ``use``
+    is handed the per-sample seconds (:class:`CoveredSamples`) before they are rounded in place (one array
+    more: delivered seconds beside the clock ratio).
 
     This is the receipt's hot loop (tens of thousands of samples per device, a thousand devices), so work is
     done in place and skipped where it cannot change a result (no reordering of ordered samples, no overlap
@@ -372,14 +412,23 @@ def _attribute_samples(window: tuple[float, float], samples: SampleArrays, susp:
     # Each sample's covered time is rounded to nanohours once; its parts are split from that integer,
     # so per sample delivered + throttled + underutilized (or starved, idle, missing) == covered exactly.
     busy = np.multiply(covered, activity)  # seconds at work, before the clock ratio
-    cov = _nh_inplace(covered)
+    ratio = None
     if rated_clock_mhz:
         ratio = np.divide(take(samples.sm_clock), float(rated_clock_mhz))
         np.fmin(ratio, 1.0, out=ratio)  # an unmeasured clock (NaN) counts as full speed
         np.maximum(ratio, 0.0, out=ratio)
-        delivered = _nh_inplace(np.multiply(busy, ratio, out=ratio))
-        active = _nh_inplace(busy)
+        delivered_s = np.multiply(busy, ratio, out=None if use else ratio)
     else:  # full speed throughout: delivered starts from the same integers as active
+        delivered_s = busy
+    used = None
+    if use is not None:
+        used = use(CoveredSamples(order=slice(None) if ordered else order, covered=covered, ratio=ratio,
+                                  delivered=delivered_s, working=working))
+    cov = _nh_inplace(covered)
+    if rated_clock_mhz:
+        delivered = _nh_inplace(delivered_s)
+        active = _nh_inplace(busy)
+    else:
         active = _nh_inplace(busy)
         delivered = active.copy()
     np.minimum(active, cov, out=active)
@@ -404,7 +453,7 @@ def _attribute_samples(window: tuple[float, float], samples: SampleArrays, susp:
     if thresholds.timeline_bins and e > s:
         timeline = _timeline((s, e), a, b, (delivered, (throttled_at, throttled_nz, reason_nz), under, starved,
                                             idle, field_missing), susp, thresholds.timeline_bins)
-    return finish_account(paid_nh, suspended_nh, portions, sums, timeline)
+    return finish_account(paid_nh, suspended_nh, portions, sums, timeline), used
 
 
 def covered_time(t: np.ndarray, dt: np.ndarray, act: np.ndarray, window: tuple[float, float],

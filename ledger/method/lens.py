@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .attribution import DEFAULT_THRESHOLDS, NH_PER_SECOND, SampleArrays, Thresholds, covered_time, paid_window
+from .attribution import (DEFAULT_THRESHOLDS, NH_PER_SECOND, CoveredSamples, SampleArrays, Thresholds,
+                          attribute_device_covered)
 
 LENS_METHOD_VERSION = "1.1.0"
 PRECISIONS = ("bf16", "fp16", "fp8", "tf32", "fp64")
@@ -75,104 +76,132 @@ class DeviceLens:
         return None if seconds is None else int(math.floor(seconds * NH_PER_SECOND + 0.5))
 
 
-def _covered(window: tuple[float, float], samples: SampleArrays, unknown: Sequence[tuple[float, float, str]],
-             suspended: Sequence[tuple[float, float]]) -> tuple[np.ndarray | slice, np.ndarray, float, float]:
-    """(order, covered seconds per sample in that order, window start, end): the time identity's own c."""
-    s, e, susp, _paid, _s = paid_window(window, suspended)
-    t = samples.t
-    # Samples come sorted by time (the reader sorts them): then the stable order is the identity, and a slice
-    # (a view) stands for it without copying every column
-    order = slice(None) if len(t) < 2 or bool(np.all(t[1:] >= t[:-1])) else np.argsort(t, kind="stable")
-    _a, _b, covered, _present, _portions = covered_time(samples.t[order], samples.dt[order],
-                                                        samples.activity[order], (s, e), susp, unknown)
-    return order, covered, s, e
+def _sum(x: np.ndarray, mask: np.ndarray | None = None, scratch: np.ndarray | None = None) -> float:
+    """Σ x over the mask, x finite: the sum of x × mask (numpy's pairwise sum: the same order, so the same
+    float, in every process; ``scratch``, an array like x, holds the product). A mask of every sample or of
+    none changes no term, so it is left out."""
+    if mask is None:
+        return float(x.sum())
+    k = int(np.count_nonzero(mask))
+    if k == 0:
+        return 0.0
+    return float(x.sum()) if k == mask.shape[0] else float(np.multiply(x, mask, out=scratch).sum())
 
 
-def _ratio(clock: np.ndarray, rated: float | None) -> np.ndarray:
-    if not rated:
-        return np.ones_like(clock)
-    r = np.fmin(clock / float(rated), 1.0)     # an unmeasured clock (NaN) counts as full speed
-    r = np.where(np.isnan(r), 1.0, r)
-    return np.maximum(r, 0.0)
+def _unit(x: np.ndarray) -> np.ndarray:
+    """x clipped to [0, 1], unmeasured (NaN) as 0 (fmax drops the NaN)."""
+    out = np.fmax(x, 0.0)
+    return np.fmin(out, 1.0, out=out)
 
 
-def _col(x: np.ndarray | None, n: int, order: np.ndarray | slice) -> np.ndarray:
-    return np.full(n, np.nan) if x is None else np.asarray(x, dtype=np.float64)[order]
-
-
-def _sum(x: np.ndarray, mask: np.ndarray) -> float:
-    """Σ x over the mask (numpy's reduction: the same order, so the same float, in every process)."""
-    return float(np.add.reduce(x, where=mask, initial=0.0))
+def _measured(x: np.ndarray | None, order: np.ndarray | slice) -> np.ndarray | None:
+    """A lens field in time order, or None where no sample measured it (the same sums as a column of NaN)."""
+    if x is None:
+        return None
+    x = x[order]
+    return x if bool(np.any(x == x)) else None
 
 
 def lens_device(window: tuple[float, float], samples: SampleArrays | None, *,
                 unknown: Sequence[tuple[float, float, str]] = (), suspended: Sequence[tuple[float, float]] = (),
                 rated_clock_mhz: float | None = None, thresholds: Thresholds = DEFAULT_THRESHOLDS,
-                lens: LensThresholds = DEFAULT_LENS_THRESHOLDS) -> DeviceLens:
-    """One device's effective-compute lens from its samples (None or empty: nothing measured, nothing known)."""
-    out = DeviceLens()
+                lens: LensThresholds = DEFAULT_LENS_THRESHOLDS, covered: CoveredSamples | None = None
+                ) -> DeviceLens:
+    """One device's effective-compute lens from its samples (None or empty: nothing measured, nothing known).
+
+    ``covered``: the per-sample figures the attribution of the same samples, window, spans, rated clock and
+    thresholds computed (:func:`ledger.method.attribution.attribute_device_covered` hands them to this inside
+    its pass, so the receipt attributes and reads the lens at once); without it the lens runs that pass."""
     if samples is None or not len(samples):
-        return out
-    order, c, _s, _e = _covered(window, samples, unknown, suspended)
+        return DeviceLens()
+    if covered is None:
+        return attribute_device_covered(window, samples, unknown=unknown, suspended=suspended,
+                                        rated_clock_mhz=rated_clock_mhz, thresholds=thresholds,
+                                        use=lens_reader(samples, lens))[1]
+    out = DeviceLens()
+    order, c, r = covered.order, covered.covered, covered.ratio
     n = c.shape[0]
-    r = _ratio(samples.sm_clock[order], rated_clock_mhz)
-    ten = _col(samples.tensor, n, order)
-    has_t = ~np.isnan(ten)
-    tclip = np.clip(np.where(has_t, ten, 0.0), 0.0, 1.0)
-    ctr = c * tclip * r
-    out.tensor_s = _sum(ctr, has_t)
-    out.measured_s = _sum(c, has_t)
-    out.unmeasured_s = _sum(c, ~has_t)
-    counted_or_t = has_t
-    if samples.ops is not None:  # a field no sample carries is skipped: the same sums, without its arrays
-        ops = _col(samples.ops, n, order)
+    ten = samples.tensor[order]
+    has_t = ten == ten
+    no_t = None if int(np.count_nonzero(has_t)) == n else ~has_t
+    ctr = _unit(ten)
+    hot = ctr >= lens.pipe_high       # compute-bound by tensor activity (unmeasured: 0, never high ...)
+    if lens.pipe_high <= 0:
+        hot &= has_t                  # ... unless "high" starts at 0)
+    ctr *= c
+    if r is not None:
+        ctr *= r
+    out.tensor_s = _sum(ctr)          # (0 where tensor active was not measured)
+    if no_t is None:                  # (every sample measured: the sum over all, and over none 0.0)
+        out.measured_s = float(c.sum())
+    else:
+        out.measured_s, out.unmeasured_s = _sum(c, has_t), _sum(c, no_t)
+    out.tensor_uncounted_s = out.tensor_s
+    out.rated_s = out.measured_s
+    ops = _measured(samples.ops, order)
+    if ops is not None:  # counted, not inferred: the share of the sample's count that falls in its covered time
         dts = samples.dt[order]
-        has_o = ~np.isnan(ops) & (dts > 0)
-        if has_o.any():  # counted, not inferred: the share of the sample's count that falls in its covered time
+        has_o = (ops == ops) & (dts > 0)
+        if has_o.any():
             out.counted_flop = _sum(np.maximum(np.where(has_o, ops, 0.0), 0.0) * c / np.where(has_o, dts, 1.0),
                                     has_o)
             out.counted_s = _sum(c, has_o)
         out.tensor_uncounted_s = _sum(ctr, has_t & ~has_o)
-        counted_or_t = has_t | has_o
-    else:
-        out.tensor_uncounted_s = out.tensor_s
-    out.rated_s = _sum(c, counted_or_t)
-    pipe_high = np.zeros(n, dtype=bool)
+        out.rated_s = _sum(c, has_t | has_o)
+    scratch = ctr                     # (free from here: each masked sum's product goes there)
+    known_any = has_t if no_t is not None else None
     for p in PIPES:
-        if getattr(samples, p) is None:
+        v = _measured(getattr(samples, p), order)
+        if v is None:
             continue
-        v = _col(getattr(samples, p), n, order)
-        has = ~np.isnan(v)
-        if has.any():
-            vc = np.clip(np.where(has, v, 0.0), 0.0, 1.0)
-            out.pipes_s[p] = _sum(c * vc * r, has)
-            pipe_high |= has & (vc >= lens.pipe_high)
-    # The bound split over delivered time: working samples (activity measured and at least active_min).
-    act = samples.activity[order]
-    present = act == act
-    actc = np.clip(np.where(present, act, 0.0), 0.0, 1.0)
-    working = present & (actc >= thresholds.active_min)
-    deliv = np.where(working, c * actc * r, 0.0)
-    out.delivered_s = _sum(deliv, working)
-    known_any = has_t | pipe_high
-    compute = working & (pipe_high | (has_t & (tclip >= lens.pipe_high)))
-    memory = latency = np.zeros(n, dtype=bool)
-    if samples.dram is not None:
-        dram = _col(samples.dram, n, order)
-        known_any = known_any | ~np.isnan(dram)
-        memory = working & ~compute & (np.nan_to_num(dram) >= lens.dram_high)
-    if samples.occupancy is not None:
-        occ = _col(samples.occupancy, n, order)
-        sm = _col(samples.sm, n, order)
-        known_any = known_any | ~np.isnan(occ)
-        latency = (working & ~compute & ~memory & (np.nan_to_num(sm) >= lens.sm_high)
-                   & ~np.isnan(occ) & (np.nan_to_num(occ) < lens.occupancy_low))
-    unmeasured = working & ~known_any
-    other = working & ~compute & ~memory & ~latency & ~unmeasured
-    for name, mask in (("compute", compute), ("memory", memory), ("latency", latency), ("other", other),
-                       ("unmeasured", unmeasured)):
-        out.bound_s[name] = _sum(deliv, mask)
+        has = v == v
+        vc = _unit(v)
+        high = vc >= lens.pipe_high
+        if lens.pipe_high <= 0:
+            high &= has
+        hot |= high
+        if known_any is not None:
+            known_any = known_any | high
+        vc *= c
+        if r is not None:
+            vc *= r
+        out.pipes_s[p] = _sum(vc)     # (0 where the pipe was not measured)
+    # The bound split over delivered time: working samples (activity measured and at least active_min), each
+    # in one part; delivered time is the sum of the parts.
+    working, deliv = covered.working, covered.delivered
+    compute = working & hot
+    out.bound_s["compute"] = _sum(deliv, compute, scratch)
+    settled = compute                 # samples given a bound so far
+    dram = _measured(samples.dram, order)
+    if dram is not None:
+        if known_any is not None:
+            known_any = known_any | (dram == dram)
+        memory = working & (dram >= lens.dram_high)   # (NaN compares false)
+        memory &= ~settled
+        out.bound_s["memory"] = _sum(deliv, memory, scratch)
+        settled = settled | memory
+    occ = _measured(samples.occupancy, order)
+    if occ is not None:
+        if known_any is not None:
+            known_any = known_any | (occ == occ)
+        latency = working & (samples.sm[order] >= lens.sm_high) & (occ < lens.occupancy_low)  # (NaN: false)
+        latency &= ~settled
+        out.bound_s["latency"] = _sum(deliv, latency, scratch)
+        settled = settled | latency
+    if known_any is not None:
+        unmeasured = working & ~known_any
+        out.bound_s["unmeasured"] = _sum(deliv, unmeasured, scratch)
+        settled = settled | unmeasured
+    out.bound_s["other"] = _sum(deliv, working ^ settled, scratch)   # (settled lies inside working)
+    out.delivered_s = math.fsum(out.bound_s.values())
     return out
+
+
+def lens_reader(samples: SampleArrays, lens: LensThresholds = DEFAULT_LENS_THRESHOLDS
+                ) -> Callable[[CoveredSamples], DeviceLens]:
+    """``use`` for :func:`ledger.method.attribution.attribute_device_covered`: the device's lens, read in the
+    attribution's pass over these samples (the window, spans, clock and thresholds are the attribution's)."""
+    return lambda covered: lens_device((0.0, 0.0), samples, lens=lens, covered=covered)
 
 
 def lens_device_reference(window: tuple[float, float], samples: SampleArrays | None, *,
@@ -185,7 +214,9 @@ def lens_device_reference(window: tuple[float, float], samples: SampleArrays | N
     out = DeviceLens()
     if samples is None or not len(samples):
         return out
-    order, c, _s, _e = _covered(window, samples, unknown, suspended)
+    order, c = attribute_device_covered(window, samples, unknown=unknown, suspended=suspended,
+                                        rated_clock_mhz=rated_clock_mhz, thresholds=thresholds,
+                                        use=lambda cs: (cs.order, cs.covered.copy()))[1]
 
     def get(x: np.ndarray | None, i: int) -> float | None:
         if x is None:

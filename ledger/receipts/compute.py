@@ -28,10 +28,11 @@ from ..method import (
     attribute_summary,
     nh_to_hours,
 )
-from ..method.attribution import DEFAULT_THRESHOLDS, seconds_to_nh
+from ..method.attribution import DEFAULT_THRESHOLDS, attribute_device_covered, seconds_to_nh
 from ..method.evidence import (REPLACED_BY_SAMPLES, controlled_by, rests_on_dcgm_job_record, user_controlled,
                                xids_raised)
-from ..method.lens import LENS_METHOD_VERSION, DeviceLens, LensSettings, lens_block, lens_device, peak_tflops, precision_for
+from ..method.lens import (LENS_METHOD_VERSION, DeviceLens, LensSettings, lens_block, lens_device, lens_reader,
+                           peak_tflops, precision_for)
 from ..method.mig import mig_share
 from ..method.shares import scale_account, share_of, share_segments, sum_accounts
 from ..method.skus import SkuRating, match_sku
@@ -293,13 +294,14 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         else:
             samples = inputs.samples.get(dev["uuid"])
             acc = None
-            if samples is not None and len(samples):
+            if samples is not None and len(samples) and lens is not None:
+                # one pass: the lens reads the covered time and clock ratio the attribution computed
+                acc, sample_lens[dev["uuid"]] = attribute_device_covered(
+                    (w0, w1), samples, unknown=mine, suspended=frame.suspended, rated_clock_mhz=rated,
+                    thresholds=thresholds, use=lens_reader(samples))
+            elif samples is not None and len(samples):
                 acc = attribute_device((w0, w1), samples, unknown=mine, suspended=frame.suspended,
                                        rated_clock_mhz=rated, thresholds=thresholds)
-                if lens is not None:
-                    sample_lens[dev["uuid"]] = lens_device((w0, w1), samples, unknown=mine,
-                                                           suspended=frame.suspended, rated_clock_mhz=rated,
-                                                           thresholds=thresholds)
         if acc is None and dev["uuid"] in summaries:
             acc = attribute_summary((w0, w1), summaries[dev["uuid"]].entry.data, unknown=mine,
                                     suspended=frame.suspended, rated_clock_mhz=rated, thresholds=thresholds)

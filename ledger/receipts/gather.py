@@ -18,7 +18,8 @@ from sqlalchemy.engine import Connection, Engine
 from ..canonical import ts_to_epoch
 from ..entries import ChainedEntry, Kind
 from ..method import DeviceAccount, SampleArrays, attribute_device
-from ..method.lens import DeviceLens, lens_device
+from ..method.attribution import attribute_device_covered
+from ..method.lens import DeviceLens, lens_reader
 from ..rows import ENTRY_COLUMNS, iter_entries, to_chained
 from ..telemetry.blocks import float_values
 from ..telemetry.store import iter_sample_pieces
@@ -195,22 +196,27 @@ def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Se
     """
     if not segment_ids or not devices:
         return {}
-    parts: dict[str, list[list[np.ndarray]]] = defaultdict(list)
+    parts: dict[str, list[list[np.ndarray | None]]] = defaultdict(list)
+    base = len(SAMPLE_READ_COLUMNS) - 1
     for device, table in iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start, end=end,
                                             columns=SAMPLE_READ_COLUMNS[1:] + (LENS_READ_COLUMNS if lens_columns
                                                                                else ())):
-        parts[device].append([float_values(c) for c in table.columns])
+        # a lens column no sample of the piece measured is None (the lens skips it), not a column of NaN
+        parts[device].append([float_values(c) if i < base or c.null_count < len(c) else None
+                              for i, c in enumerate(table.columns)])
     out = {}
     for device in devices:
         if device not in parts:
             continue
         pieces = parts.pop(device)
-        cols = pieces[0] if len(pieces) == 1 else [np.concatenate(c) for c in zip(*pieces)]
+        lengths = [len(p[0]) for p in pieces]
+        cols = pieces[0] if len(pieces) == 1 else [_concatenate(c, lengths) for c in zip(*pieces)]
         t = cols[0]
         if len(t) > 1 and not bool(np.all(t[1:] > t[:-1])):
             # Sort by t, then every other column: the same order whatever order the segments came in.
-            order = np.lexsort(tuple(reversed(cols)))
-            cols = [c[order] for c in cols]
+            nan = np.full(len(t), np.nan)
+            order = np.lexsort(tuple(reversed([nan if c is None else c for c in cols])))
+            cols = [None if c is None else c[order] for c in cols]
         t, dt, reasons, sm_active, tensor_active, gpu_util, sm_clock, procs, fb_used, *lens = cols
         occupancy, dram = lens if lens else (None, None)
         out[device] = SampleArrays.from_columns(t=t, dt=dt, reasons=reasons, sm_active=sm_active,
@@ -218,6 +224,13 @@ def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Se
                                                 procs=procs, fb_used=fb_used, sm_occupancy=occupancy,
                                                 dram_active=dram)
     return out
+
+
+def _concatenate(pieces: Sequence[np.ndarray | None], lengths: Sequence[int]) -> np.ndarray | None:
+    """One column from a device's pieces of these lengths (None: unmeasured in all of them)."""
+    if all(p is None for p in pieces):
+        return None
+    return np.concatenate([np.full(n, np.nan) if p is None else p for p, n in zip(pieces, lengths)])
 
 
 class LazySamples(Mapping):
@@ -319,8 +332,10 @@ def _attribute_batch(job: tuple) -> dict[str, tuple[DeviceAccount | None, Device
         if sa is None or not len(sa):
             out[uuid] = (None, None)
             continue
-        acc = attribute_device(window, sa, unknown=unknown, suspended=suspended, rated_clock_mhz=rated,
-                               thresholds=thresholds)
-        out[uuid] = (acc, lens_device(window, sa, unknown=unknown, suspended=suspended, rated_clock_mhz=rated,
-                                      thresholds=thresholds) if lens else None)
+        if not lens:
+            out[uuid] = (attribute_device(window, sa, unknown=unknown, suspended=suspended, rated_clock_mhz=rated,
+                                          thresholds=thresholds), None)
+            continue
+        out[uuid] = attribute_device_covered(window, sa, unknown=unknown, suspended=suspended,
+                                             rated_clock_mhz=rated, thresholds=thresholds, use=lens_reader(sa))
     return out

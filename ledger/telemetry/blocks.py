@@ -354,11 +354,20 @@ def decode(format_: str, data: bytes, columns: Sequence[str] = SAMPLE_COLUMNS,
             if first < 0 or n < 0 or first + n > batch.num_rows:
                 raise BlockError(f"sample block layout out of range for device {device!r}")
             part = batch.slice(first, n)
-            arrays = [part.column(c) if c in present else pa.nulls(n, full.field(c).type) for c in columns]
+            arrays = [part.column(c) if c in present else _nulls(n, full.field(c).type) for c in columns]
             out.append((device, pa.Table.from_arrays(arrays, names=list(columns))))
         return out
     except (pa.ArrowException, OSError, KeyError, ValueError, IndexError, TypeError) as exc:  # LZ4: OSError
         raise BlockError(f"sample block does not decode: {exc}") from None
+
+
+@functools.lru_cache(maxsize=8)
+def _nulls(n: int, type_):  # noqa: ANN001, ANN202 - a column the block does not hold: n NULLs of its type
+    """Arrow arrays are immutable, so the NULL column of a length is built once and shared (a receipt of the
+    lens asks for the same absent columns of every device's same-length slice)."""
+    import pyarrow as pa
+
+    return pa.nulls(n, type_)
 
 
 def table_rows(table) -> list[tuple]:  # noqa: ANN001
