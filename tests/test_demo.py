@@ -47,7 +47,8 @@ def test_findings_cli_lists_recorded_findings_and_verdicts(runner, cli, demo, tm
     assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
     r = runner.invoke(cli, ["--db", url, "findings", "--since", "yesterday-ish"])
     assert r.exit_code == 1 and "--since" in r.output
-    r = runner.invoke(cli, ["--db", url, "verify"])
+    # the receipts' carbon blocks replay under the demo site's intensity file (site.toml beside the ledger)
+    r = runner.invoke(cli, ["--config", str(demo[0] / "site.toml"), "--db", url, "verify"])
     assert r.exit_code == 0, r.output
 
 
