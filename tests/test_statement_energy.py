@@ -57,7 +57,7 @@ def _ledger(tmp_path):  # noqa: ANN001, ANN202
 
 def test_statement_energy_adds_up_and_agrees_with_the_receipts(tmp_path) -> None:  # noqa: PLR0915
     invoke = _ledger(tmp_path)
-    out = {fmt: tmp_path / f"s.{fmt}" for fmt in ("json", "csv", "focus.csv")}
+    out = {fmt: tmp_path / f"s.{fmt}" for fmt in ("json", "csv", "parquet", "focus.csv")}
     out["focus"] = out.pop("focus.csv")
     for fmt, p in out.items():
         invoke("export", "monthly", "--month", MONTH, "--format", fmt, "--out", str(p), "--quiet")
@@ -100,6 +100,12 @@ def test_statement_energy_adds_up_and_agrees_with_the_receipts(tmp_path) -> None
         tenant_rows = [float(r[col]) for r in rows if r["level"] == "tenant"]
         total_row = [float(r[col]) for r in rows if r["level"] == "total"]
         assert sum(tenant_rows) == pytest.approx(total_row[0], abs=1e-5), col
+    import pandas as pd
+
+    pq = pd.read_parquet(out["parquet"])
+    runs_pq = pq[pq["level"] == "run"] if "level" in pq.columns else pq
+    for col in ENERGY_COLUMNS:
+        assert runs_pq[col].astype(float).sum() == pytest.approx(tot[col], abs=1e-5), col
     df = read_focus(out["focus"])
     for xc, col in ENERGY_FOCUS:
         assert df[xc].astype(float).sum() == pytest.approx(tot[col], abs=1e-4), xc
