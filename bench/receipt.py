@@ -48,6 +48,7 @@ def _device_columns(i: int, n: int):  # noqa: ANN202
 
 def build_ledger(db_path: Path, gpus: int, hours: float) -> tuple[str, int, Path]:
     """The run in a fresh SQLite ledger, and the same samples in Parquet; returns (url, rows, parquet)."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -78,9 +79,12 @@ def build_ledger(db_path: Path, gpus: int, hours: float) -> tuple[str, int, Path
     fast = engine.execution_options(ipledger_write=True)
     for i, u in enumerate(uuids):
         t, act, reasons, clock, busy = _device_columns(i, n)
+        power = 70.0 + 600.0 * act
         cols = {"t": t, "sm_active": act, "tensor_active": act * 0.4, "gpu_util": (act * 1.1).clip(0, 1),
                 "sm_clock_mhz": clock, "compute_procs": busy.astype(float),
-                "fb_used_mib": busy * 70000.0 + 1024.0}
+                "fb_used_mib": busy * 70000.0 + 1024.0, "power_w": power,
+                # the device's energy counter in joules (as the collector stores NVML's), from a per-device start
+                "energy_j": 1e6 * (1 + i) + np.cumsum(power * CADENCE) - power * CADENCE}
         # Rows in the normalised form the collector ships (every other metric not measured: NULL).
         values = [[None] * n for _ in SAMPLE_COLUMNS]
         values[0], values[1], values[2], values[3] = [u] * n, t.tolist(), [CADENCE] * n, reasons.tolist()
@@ -127,6 +131,27 @@ def lens_in_process(url: str, pairs: int) -> tuple[Timing, Timing, dict, dict]:
             bodies["1.0.0"], bodies["1.1.0"])
 
 
+ENERGY_CONTRACT = {"id": "bench-energy", "version": "1", "currency": "USD", "effective_from": "2020-01-01",
+                   "skus": {"default": {"rate_per_gpu_hour": "2.00", "energy_price_per_kwh": "0.15", "pue": 1.2,
+                                        "energy_basis": "measured"}}}
+
+
+def energy_ledger(db_path: Path, energy_path: Path) -> str:
+    """A copy of the built ledger with a contract pricing measured energy (receipt 1.4 reads the counters)."""
+    from ledger import db as db_mod
+    from ledger.contracts import contract_entry, parse_contract
+    from ledger.store import append
+
+    for p in energy_path.parent.glob(energy_path.name + "*"):
+        p.unlink()
+    shutil.copyfile(db_path, energy_path)
+    url = f"sqlite:///{energy_path}"
+    engine = db_mod.make_engine(url)
+    append(engine, [contract_entry(parse_contract(ENERGY_CONTRACT, "bench contract"), "2020-01-01T00:00:00Z")])
+    engine.dispose()
+    return url
+
+
 def run(scale: float, repeat: int) -> Figure:
     import duckdb
 
@@ -140,7 +165,8 @@ def run(scale: float, repeat: int) -> Figure:
     keep = os.environ.get(KEEP_ENV)
     work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="ipledger-bench-receipt-"))
     try:
-        stamp = {"gpus": gpus, "hours": HOURS, "format": blocks.FORMAT, "batch_rows": blocks.BATCH_ROWS}
+        stamp = {"gpus": gpus, "hours": HOURS, "format": blocks.FORMAT, "batch_rows": blocks.BATCH_ROWS,
+                 "energy": 1}
         built = work / "built.json"
         if keep and built.exists() and json.loads(built.read_text()) == stamp:
             url, rows, parquet = f"sqlite:///{work / 'ledger.db'}", gpus * int(HOURS * 3600 / CADENCE), \
@@ -151,6 +177,7 @@ def run(scale: float, repeat: int) -> Figure:
             url, rows, parquet = build_ledger(work / "ledger.db", gpus, HOURS)
             built.write_text(json.dumps(stamp))
         ledger_bytes = sum(f.stat().st_size for f in work.glob("ledger.db*"))
+        energy_url = energy_ledger(work / "ledger.db", work / "energy.db")
         q = (f"SELECT device, sum(dt), sum(sm_active * dt), sum(tensor_active * dt), sum(gpu_util * dt), "
              f"sum(sm_clock_mhz * dt), sum(compute_procs), sum(fb_used_mib), count(*) FILTER (clock_reasons > 0) "
              f"FROM read_parquet('{parquet}') GROUP BY device")
@@ -161,14 +188,14 @@ def run(scale: float, repeat: int) -> Figure:
             out["floor"] = con.execute(q).fetchall()
             con.close()
 
-        peaks: dict[str, list[float]] = {"default": [], "in-process": [], "lens": []}
+        peaks: dict[str, list[float]] = {"default": [], "in-process": [], "lens": [], "energy": []}
         site = work / "site-1.1.0.toml"  # method 1.1.0: the same receipt plus the effective-compute lens
         site.write_text('method_version = "1.1.0"\ncompute_precision = "bf16"\n')
         site.chmod(0o600)
 
-        def subject(kind: str, env: dict | None, extra: tuple[str, ...] = ()) -> Callable[[], None]:
+        def subject(kind: str, env: dict | None, extra: tuple[str, ...] = (), db: str = url) -> Callable[[], None]:
             def go() -> None:
-                proc, peak = run_cli_measured(["--db", url, *extra, "receipt", "990001", "--format", "json"],
+                proc, peak = run_cli_measured(["--db", db, *extra, "receipt", "990001", "--format", "json"],
                                               env=env)
                 if proc.returncode != 0:
                     raise RuntimeError(f"ipledger receipt failed: {proc.stderr.strip()[-300:]}")
@@ -176,14 +203,16 @@ def run(scale: float, repeat: int) -> Figure:
                 peaks[kind].append(peak)
             return go
 
-        floor_t, subj_t, one_t, lens_t = timeit_interleaved([
+        floor_t, subj_t, one_t, lens_t, energy_t = timeit_interleaved([
             (f"DuckDB: sum the {rows:,} samples per device (Parquet)", floor, None),
             ("`ipledger receipt JOB --format json` (SQLite ledger; worker processes where ≥ 128 GPUs)",
              subject("default", None), None),
             ("the same, in one process (`IPLEDGER_RECEIPT_WORKERS=1`)",
              subject("in-process", {"IPLEDGER_RECEIPT_WORKERS": "1"}), None),
             ("the default receipt under method 1.1.0 (`method_version = \"1.1.0\"`: plus the lens)",
-             subject("lens", None, ("--config", str(site))), None)], repeat)
+             subject("lens", None, ("--config", str(site))), None),
+            ("the default receipt with energy (a contract with `energy_basis = \"measured\"`: receipt 1.4)",
+             subject("energy", None, db=energy_url), None)], repeat)
         if out["default"] != out["in-process"]:
             raise RuntimeError("the receipt differs between worker processes and one process")
         r = json.loads(out["default"])
@@ -200,6 +229,11 @@ def run(scale: float, repeat: int) -> Figure:
             raise RuntimeError("in one process, the 1.1.0 receipt's time identity differs from 1.0.0's")
         pair_extra = statistics.median(b / a - 1.0 for a, b in zip(off_t.runs, on_t.runs))
         warm_extra = on_t.median / off_t.median - 1.0
+        en = json.loads(out["energy"])
+        if abs(en["gpu_hours"]["paid"] - paid) > 1e-9 or en.get("receipt_version") != "1.4" or \
+                not en["energy"]["kwh"] > 0:
+            raise RuntimeError("the energy receipt's time identity differs, or it measured no energy")
+        energy_extra = energy_t.median / subj_t.median - 1.0
         return Figure(key="receipt", title=TITLE, target=3.0, floor=floor_t, subjects=(subj_t, one_t),
                       scale_note=f"{gpus:,} GPUs × {HOURS} h at {CADENCE:g} s = {rows:,} samples "
                                  f"(scale {scale:g} of {FULL_GPUS:,} GPUs)",
@@ -221,6 +255,11 @@ def run(scale: float, repeat: int) -> Figure:
                                  f"of the pairs' ratios {pair_extra * 100:+.1f} %; minimums {min(on_t.runs):.3f} s "
                                  f"against {min(off_t.runs):.3f} s; target ≤ 10 %: "
                                  f"{'met' if warm_extra <= 0.10 else 'NOT met'}; time identity equal)",
+                             "energy (receipt 1.4) adds": f"{energy_extra * 100:+.1f} % to the default receipt "
+                                                          f"({energy_t.median:.2f} s against {subj_t.median:.2f} s,"
+                                                          f" medians; {en['energy']['kwh']:,.1f} kWh measured, "
+                                                          f"source {en['energy']['source']}; target ≤ 10 %: "
+                                                          f"{'met' if energy_extra <= 0.10 else 'NOT met'})",
                              "paid GPU-hours on the receipt": f"{paid:,.1f}",
                              "delivered GPU-hours": f"{r['gpu_hours']['delivered']:,.1f}"})
     finally:

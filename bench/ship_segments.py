@@ -55,10 +55,13 @@ def plan(scale: float) -> tuple[int, int]:
     return nodes, max(1, round(total / nodes))
 
 
-def dmon_batch(rng: random.Random, node: int, batch: int, energy: list[float]) -> str:
+def dmon_batch(rng: random.Random, node: int, batch: int, energy: list[float], with_energy: bool = True) -> str:
     """One ``dcgmi dmon -e ... -d 1000 -c 60`` output of 8 GPUs: header, units line, a tick per second, the
-    header repeated every 14 ticks as dmon does. ``energy`` (mJ, per GPU) carries the counter across batches."""
-    head = "#Entity    " + "".join(f"{c:<13}" for c in DMON_COLUMNS)
+    header repeated every 14 ticks as dmon does. ``energy`` (mJ, per GPU) carries the counter across batches;
+    without ``with_energy`` the energy counter's column (TOTEC, field 156) is not asked for (the same other
+    values: the same random draws)."""
+    columns = DMON_COLUMNS if with_energy else tuple(c for c in DMON_COLUMNS if c != "TOTEC")
+    head = "#Entity    " + "".join(f"{c:<13}" for c in columns)
     lines = []
     for k in range(TICKS):
         if k % 14 == 0:
@@ -74,6 +77,8 @@ def dmon_batch(rng: random.Random, node: int, batch: int, energy: list[float]) -
                     "4" if capped else "0", f"{power:.3f}", str(round(35 + act * 40)),
                     "N/A" if g == 7 else str(round(40 + act * 35)), str(round(energy[g])),
                     str(round(1024 + act * 70000)) if act > 0.05 else "0", "0")
+            if not with_energy:
+                vals = vals[:DMON_COLUMNS.index("TOTEC")] + vals[DMON_COLUMNS.index("TOTEC") + 1:]
             lines.append(f"GPU {g:<6} " + "".join(f"{v:<13}" for v in vals))
     return "\n".join(lines) + "\n"
 
@@ -103,7 +108,7 @@ def _write(directory: Path, name: str, records: list[dict]) -> None:
     (directory / f"{name}.jsonl").write_text(data, encoding="utf-8")
 
 
-def write_spool(directory: Path, nodes: int, batches: int, seed: int = 21) -> dict:
+def write_spool(directory: Path, nodes: int, batches: int, seed: int = 21, with_energy: bool = True) -> dict:
     """The fleet's spool: per node its hooks' file, then one collector file per batch. Returns the counts."""
     from ledger import collector
     from ledger.importers import dmon
@@ -127,7 +132,8 @@ def write_spool(directory: Path, nodes: int, batches: int, seed: int = 21) -> di
                                         interval=1.0, count=TICKS, cluster="hpc1")
         for b in range(batches):
             start = float(HOUR0 + b * TICKS + node % 17)    # nodes' collectors do not start in step
-            c = dmon.parse(dmon_batch(rng, node, b, energy), "dcgmi dmon", start=start, interval=1.0, node=cfg.node)
+            c = dmon.parse(dmon_batch(rng, node, b, energy, with_energy), "dcgmi dmon", start=start, interval=1.0,
+                           node=cfg.node)
             records, n_samples, _gaps = collector.batch_records(c, cfg, own)
             _write(directory, f"collector-{b:06d}-{node:04d}", records)
             counts["files"] += 1
@@ -222,6 +228,8 @@ def run(scale: float, repeat: int) -> Figure:
     try:
         pristine = work / "spool-pristine"
         counts = write_spool(pristine, nodes, batches)
+        no_energy = work / "spool-no-energy"   # the same fleet, its collectors not asking for the energy counter
+        write_spool(no_energy, nodes, batches, with_energy=False)
         db_path, spool_dir, spent = work / "ledger.db", work / "spool", work / "hours-seconds"
         state: dict = {}
 
@@ -234,6 +242,16 @@ def run(scale: float, repeat: int) -> Figure:
         site = work / "site-1.1.0.toml"  # method 1.1.0 (the effective-compute lens) on, as a site turns it on
         site.write_text('method_version = "1.1.0"\ncompute_precision = "bf16"\n')
         site.chmod(0o600)
+
+        def setup_no_energy() -> None:
+            state["url_ne"] = fresh_db(work / "ledger-no-energy.db")
+            restore_spool(no_energy, work / "spool-ne")
+
+        def subject_no_energy() -> None:
+            args = ["--db", state["url_ne"], "ship", "--spool", str(work / "spool-ne"), "--quiet", "--no-receipts"]
+            proc, _took = run_cli_timed(args, DEVICE_HOURS_TIMERS, work / "hours-seconds-ne")  # timed alike
+            if proc.returncode != 0:
+                raise RuntimeError(f"ship (no energy) failed: {proc.stderr.strip()[-300:]}")
 
         def shipment(extra: tuple[str, ...], into: list[float]) -> None:
             args = ["--db", state["url"], *extra, "ship", "--spool", str(spool_dir), "--quiet", "--no-receipts"]
@@ -265,12 +283,14 @@ def run(scale: float, repeat: int) -> Figure:
                         + ", ".join(f"{c} REAL" for c in INSERT_COLUMNS[2:]) + ")")
             con.close()
 
-        floor_t, held_t, lens_t, subj_t = timeit_interleaved([  # the subject last: its ledger is checked below
+        floor_t, held_t, lens_t, ne_t, subj_t = timeit_interleaved([  # the subject last: checked below
             (f"raw sqlite3.executemany: {entries:,} entries + {counts['samples']:,} sample rows, one tx",
              lambda: floor_insert(db_path, plain), setup_floor),
             ("raw executemany of the rows the ledger holds (entries, sample_blocks, device_hours)",
              lambda: floor_insert(db_path, held), lambda: fresh_db(db_path)),
             ("the same under a site of method 1.1.0 (the effective-compute lens on)", subject_lens, setup_subject),
+            ("`ipledger ship` of the same spool without the energy counter (no TOTEC column)", subject_no_energy,
+             setup_no_energy),
             (f"`ipledger ship` ({counts['files']:,} spool files)", subject, setup_subject)], repeat)
         checked = check_ledger(state["url"], db_path, counts, entries)
         hours_t = Timing("time inside telemetry.hours.segments_hours and insert_in", tuple(hours_s))
@@ -296,6 +316,9 @@ def run(scale: float, repeat: int) -> Figure:
             "the same code under both (device-hours read no lens field; a difference is the machine's noise): "
             + _lens_note(hours_t, lens_hours_t),
         "the lens (method 1.1.0) adds to the shipment": _lens_note(subj_t, lens_t),
+        "the energy counter adds": f"{(subj_t.median / ne_t.median - 1) * 100:+.1f} % to the shipment "
+                                   f"({subj_t.median:.3f} s against {ne_t.median:.3f} s without it, medians; "
+                                   f"target ≤ 10 %: {'met' if subj_t.median <= 1.10 * ne_t.median else 'NOT met'})",
     }
     notes = ("The floor is a bulk append of this data: the entries, and each sample the collectors produced as "
              "a row of a plain table of the sample columns. The ledger stores less than that — one compressed "

@@ -20,20 +20,43 @@ from .contracts import contract_entry, parse_contract
 from .sim import FleetSpec, simulate
 from .sim.write import write_ledger, write_prometheus_export
 
+# Energy is its own line, priced from the devices' counters (energy_basis = "measured"; TDP pricing beside it)
+_ENERGY_TERMS = {"energy_price_per_kwh": "0.18", "pue": 1.25, "energy_basis": "measured"}
 DEMO_CONTRACT = {
     "id": "demo-hall", "version": "2026-11", "currency": "USD",
-    "skus": {"H100-SXM5-80GB": {"rate_per_gpu_hour": "2.50"}, "MI300X": {"rate_per_gpu_hour": "2.20"},
-             "default": {"rate_per_gpu_hour": "2.00"}},
+    "skus": {"H100-SXM5-80GB": {"rate_per_gpu_hour": "2.50", **_ENERGY_TERMS},
+             "MI300X": {"rate_per_gpu_hour": "2.20", **_ENERGY_TERMS},
+             "default": {"rate_per_gpu_hour": "2.00", **_ENERGY_TERMS}},
     "unknown_policy": "hold", "effective_from": "2026-11-01T00:00:00Z",
 }
+# The demo site's grid zone and its carbon intensity: an ILLUSTRATIVE hourly file in Electricity Maps' export
+# shape, shipped beside the simulator (its .source.txt says how it was written). Copied into the output with a
+# site.toml naming it, so `ipledger --config demo-out/site.toml ...` replays the receipts' carbon blocks.
+DEMO_INTENSITY = Path(__file__).parent / "sim" / "carbon-intensity-DE-2026-11.csv"
+DEMO_SITE_TOML = ('# the demo site: its grid zone and an illustrative carbon-intensity file (not real grid data)\n'
+                  '[carbon]\nzone = "DE"\nintensity_file = "carbon-intensity-DE-2026-11.csv"\n')
+
+
+def write_demo_site(out: Path):  # noqa: ANN201 - a ledger.site.Site
+    """Write ``out/site.toml`` and the intensity file beside it; the site they describe (its ``[carbon]``)."""
+    import shutil
+
+    from .config import load
+    from .site import site_from_config
+
+    shutil.copyfile(DEMO_INTENSITY, out / DEMO_INTENSITY.name)
+    (out / "site.toml").write_text(DEMO_SITE_TOML, encoding="utf-8")
+    return site_from_config(load(str(out / "site.toml"), environ={}), db=f"sqlite:///{out / 'ledger.db'}",
+                            environ={})
 
 
 def _contract_entries() -> list:
     return [contract_entry(parse_contract(DEMO_CONTRACT, "demo contract"), "2026-11-01T00:00:00Z")]
 
 
-def _receipts(engine, out: Path, sim, files: int = 12) -> tuple[int, list[str]]:  # noqa: ANN001
-    """Issue every run's receipt (receipt_issued entries); write those of faulty and a few healthy jobs as files."""
+def _receipts(engine, out: Path, sim, carbon=None, files: int = 12) -> tuple[int, list[str]]:  # noqa: ANN001
+    """Issue every run's receipt (receipt_issued entries) under the site's ``carbon`` settings; write those of
+    faulty and a few healthy jobs as files."""
     from .receipts import issue_receipt
 
     show = {(j.job_id, j.run) for j in ([j for j in sim.jobs if j.tags][:files // 2] +
@@ -43,7 +66,7 @@ def _receipts(engine, out: Path, sim, files: int = 12) -> tuple[int, list[str]]:
     rdir.mkdir(exist_ok=True)
     for j in sim.jobs:
         try:
-            body = issue_receipt(engine, j.job_id, run=j.run, cluster=sim.spec.cluster).receipt.body
+            body = issue_receipt(engine, j.job_id, run=j.run, cluster=sim.spec.cluster, carbon=carbon).receipt.body
         except Exception as exc:  # a receipt failure must not stop the demo; it is reported  # noqa: BLE001
             written.append(f"receipt {j.job_id}/{j.run} failed: {exc}")
             continue
@@ -139,11 +162,12 @@ def run_demo(out: Path, seed: int = 0, spec: FleetSpec | None = None,
     tell(DEMO_STEPS[1])
     prom = write_pathb_export(sim, out / "prometheus-export.json")
     tell(DEMO_STEPS[2])
-    issued, receipts = _receipts(engine, out, sim)
+    site = write_demo_site(out)
+    issued, receipts = _receipts(engine, out, sim, carbon=site.carbon)
     from .receipts.auto import verify_checks
     from .verify import verify
     tell(DEMO_STEPS[3])
-    report = verify(engine, checks=verify_checks())
+    report = verify(engine, checks=verify_checks(site))
     (out / "ground-truth.json").write_text(json.dumps(sim.truth, indent=2, sort_keys=True) + "\n")
     (out / "findings.json").write_text(json.dumps(analysis.to_json(), indent=2, sort_keys=True) + "\n")
     tell(DEMO_STEPS[4])
@@ -157,7 +181,7 @@ def run_demo(out: Path, seed: int = 0, spec: FleetSpec | None = None,
             "faults_injected": len(sim.truth["faults"]), "findings": len(analysis.findings),
             "finding_kinds": sorted(found), "verified": report.ok, "ground_truth": str(out / "ground-truth.json"),
             "findings_json": str(out / "findings.json"), "prometheus_export": prom["path"],
-            "receipts_issued": issued, "receipt_files": str(out / "receipts"),
+            "receipts_issued": issued, "receipt_files": str(out / "receipts"), "site_config": str(out / "site.toml"),
             "receipt_errors": [r for r in receipts if not r.endswith(".json")][:3], "reports": reports,
             "paid_gpu_hours": analysis.account["paid"], "delivered_gpu_hours": analysis.account["delivered"],
             "seconds": round(time.monotonic() - t0, 1)}

@@ -23,7 +23,7 @@ run key, so counting and grouping that column sees every issue once.
 A line records the receipt's values as the JSON holds them (numbers as 64-bit floats: exactly the JSON's
 numbers, which are shortest-round-trip decimals; a part's share is a whole number of nano-units). ``plain``
 says the receipt has the ordinary shape (every field of the type the receipt format gives it, no adjustment
-lines, timestamps spelled ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z``): the export reads plain single-part receipts from
+lines, no energy or carbon block, timestamps spelled ``YYYY-MM-DDTHH:MM:SS[.ffffff]Z``): the export reads plain single-part receipts from
 these lines, anything else from the receipt JSON itself, whose reading stays the definition.
 """
 
@@ -198,6 +198,8 @@ def lines_of(seq: int, payload: Any) -> list[tuple]:
     lines = r.get("devices")
     if isinstance(lines, list) and any(isinstance(d, Mapping) and "share" in d for d in lines):
         sh.plain = False  # a shared device's split (FOCUS AllocatedMethodDetails): the export reads the JSON
+    if r.get("energy") is not None or r.get("carbon") is not None:
+        sh.plain = False  # receipt 1.4's energy and carbon: the lines carry no such figures, the export reads the JSON
     adjs = r.get("adjustments")
     if adjs not in (None, []):
         sh.plain = False  # adjustment lines: the export reads the receipt from its JSON

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .energy_columns import ENERGY_FOCUS
 from .lens_columns import LENS_FOCUS
 
 FOCUS_VERSION = "1.2"
@@ -122,7 +123,7 @@ X_COLUMNS: tuple[Column, ...] = tuple(Column(n, t, "Custom", True) for n, t in (
     ("x_AdjustmentId", "String"), ("x_AdjustmentReason", "String"), ("x_ReceiptHash", "String"),
     ("x_ReplacesReceiptHash", "String"), ("x_ContractId", "String"), ("x_ContractVersion", "String"),
     ("x_Method", "String"), ("x_LedgerThroughSeq", "Decimal"), ("x_LedgerHeadHash", "String"),
-)) + tuple(Column(n, "Decimal", "Custom", True) for n, _ in LENS_FOCUS)
+)) + tuple(Column(n, "Decimal", "Custom", True) for n, _ in (*LENS_FOCUS, *ENERGY_FOCUS))
 
 ALL_COLUMNS = FOCUS_COLUMNS + X_COLUMNS
 COLUMN_NAMES = tuple(c.name for c in ALL_COLUMNS)
@@ -373,7 +374,8 @@ def focus_table(st: Any, provider: str | None = None,  # st: reports.export.Stat
         u["x_LostCost"] = r["cost_lost"].astype(float).round(2)
         for xc, col in _BUCKETS:
             u[xc] = r[col].astype(float).round(6)
-        for xc, col in LENS_FOCUS:  # the effective-compute lens (reports/lens_columns.py)
+        # the effective-compute lens (reports/lens_columns.py), energy and carbon (reports/energy_columns.py)
+        for xc, col in (*LENS_FOCUS, *ENERGY_FOCUS):
             u[xc] = r[col].astype(float).round(6)
         u["Tags"] = _tags(r)
         # FOCUS: a non-correction Usage row needs a positive ConsumedQuantity. A zero-hour run bills nothing

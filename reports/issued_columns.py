@@ -25,6 +25,7 @@ import pandas as pd
 from sqlalchemy import bindparam, text
 
 from . import periods
+from .energy_columns import ENERGY_FIELDS, energy_columns_of
 from .lens_columns import LENS_FIELDS, lens_columns_of
 from .issued import Correction, Issue, is_receipt, flatten_issues, ledger_closes, ledger_head, select_month
 from .monthly import (ROW_COLUMNS, TEXT_COLUMNS, UNKNOWN_COLUMNS, Flat, column_dtype, epoch, flatten, month_bounds)
@@ -64,6 +65,7 @@ _FIELDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
                                                                   "BOOLEAN")),
     *((f"pol_{p}", f"billing.unknown_gpu_hours_by_policy.{p}", _NUM) for p in ("charge", "credit", "estimate", "hold")),
     *LENS_FIELDS,
+    *ENERGY_FIELDS,
 )
 _RESOLUTION_KEYS = ("as", "resolution", "kind", "policy", "outcome")
 _IV_FIELDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -302,6 +304,7 @@ def flat_rows(d: pd.DataFrame, ivs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Data
         "cost_lost": _num(d["cost_lost"]), "billed_before_adjustments": before, "adjustment_cost": adj_cost,
         "billed": billed, "n_devices": n_dev, "n_unknown_intervals": n_ivs, "n_adjustments": np.zeros(n, dtype="int64"),
         **lens_columns_of(d, paid, _num(d["delivered"])),
+        **energy_columns_of(d, paid),
     }
     # each column built in its final dtype (text stays object: no inference to a string dtype and back)
     rows = pd.DataFrame({c: pd.Series(np.asarray(cols[c], dtype=object) if c in TEXT_COLUMNS else cols[c],

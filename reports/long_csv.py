@@ -38,6 +38,7 @@ import numpy as np
 
 from . import csvwrite, issued_lines
 from .issued import ledger_head
+from .energy_columns import energy_sql_of_lines
 from .lens_columns import LENS_METHOD_VERSIONS, lens_sql_of_lines
 from .monthly import MONEY_COLUMNS, SUM_COLUMNS, month_bounds
 
@@ -130,7 +131,7 @@ def _flat_sql() -> str:
       {num["cost_paid"]} AS cost_paid, {num["cost_delivered"]} AS cost_delivered, {num["cost_lost"]} AS cost_lost,
       {before} AS billed_before_adjustments, {num["cost_adj"]} AS adjustment_cost,
       CASE WHEN after IS NOT NULL THEN after ELSE {before} + {num["cost_adj"]} END AS billed,
-      {lens_sql_of_lines(num["paid"])}
+      {lens_sql_of_lines(num["paid"])}, {energy_sql_of_lines(num["paid"])}
     FROM (SELECT *, coalesce(by_policy = 1, false) AS bp FROM lines)
     """
 

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from . import periods
+from .energy_columns import ENERGY_COLUMNS, energy_values
 from .lens_columns import LENS_COLUMNS, lens_values
 from .periods import month_of  # noqa: F401 - re-exported for callers
 
@@ -50,12 +51,12 @@ HOUR_COLUMNS = ("paid", "delivered") + LOSS_BUCKETS + ("unknown_resolved", "unkn
 MONEY_COLUMNS = ("cost_paid", "cost_delivered", "cost_lost", "billed_before_adjustments", "adjustment_cost",
                  "billed")
 COUNT_COLUMNS = ("n_devices", "n_unknown_intervals", "n_adjustments")
-NUMERIC_COLUMNS = HOUR_COLUMNS + MONEY_COLUMNS + COUNT_COLUMNS + LENS_COLUMNS
+NUMERIC_COLUMNS = HOUR_COLUMNS + MONEY_COLUMNS + COUNT_COLUMNS + LENS_COLUMNS + ENERGY_COLUMNS
 TEXT_COLUMNS = ("row_kind", "cluster", "job_id", "tenant", "partition", "qos", "user", "nodes", "sku",
                 "contract_id", "contract_version", "method", "receipt_hash", "replaces_hash", "currency",
                 "allocation")
 ROW_COLUMNS = TEXT_COLUMNS + ("run", "through_seq", "window_start", "window_end") + NUMERIC_COLUMNS
-SUM_COLUMNS = HOUR_COLUMNS + MONEY_COLUMNS + LENS_COLUMNS
+SUM_COLUMNS = HOUR_COLUMNS + MONEY_COLUMNS + LENS_COLUMNS + ENERGY_COLUMNS
 _UTC = dt.timezone.utc
 
 
@@ -244,7 +245,9 @@ def flatten(receipts: Iterable[Mapping[str, Any]], row_kind: str = "usage") -> F
             # COUNT_COLUMNS
             n_dev, len(ivs), len(adjs),
             # LENS_COLUMNS (reports/lens_columns.py)
-            *lens_values(r, paid, num(gh.get("delivered")))))
+            *lens_values(r, paid, num(gh.get("delivered"))),
+            # ENERGY_COLUMNS (reports/energy_columns.py)
+            *energy_values(r, paid)))
     rows = pd.DataFrame.from_records(out, columns=list(ROW_COLUMNS), nrows=len(out)) if out else \
         pd.DataFrame({c: pd.Series(dtype=column_dtype(c)) for c in ROW_COLUMNS})
     rows = rows.astype({c: column_dtype(c) for c in ROW_COLUMNS})

@@ -41,6 +41,7 @@ def test_ship_segments_figure_has_both_floors_and_the_device_hours_share(tmp_pat
     extra = "\n".join(f"{k}: {v}" for k, v in fig.extra.items())
     assert "rows the ledger holds" in extra or "the ledger's own rows" in extra
     assert "% of the shipment" in extra and "without it" in extra and "verify` clean" in extra
+    assert "the energy counter adds" in extra
     assert "## Ship collector segments into SQLite" in (tmp_path / "performance.md").read_text()
 
 

@@ -47,7 +47,8 @@ def test_findings_cli_lists_recorded_findings_and_verdicts(runner, cli, demo, tm
     assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
     r = runner.invoke(cli, ["--db", url, "findings", "--since", "yesterday-ish"])
     assert r.exit_code == 1 and "--since" in r.output
-    r = runner.invoke(cli, ["--db", url, "verify"])
+    # the receipts' carbon blocks replay under the demo site's intensity file (site.toml beside the ledger)
+    r = runner.invoke(cli, ["--config", str(demo[0] / "site.toml"), "--db", url, "verify"])
     assert r.exit_code == 0, r.output
 
 
@@ -122,3 +123,36 @@ def test_a_requeued_jobs_later_run_says_how_it_itself_ended(runner, cli, demo):
         assert "REQUEUED" not in r.output
 
 
+
+
+def test_demo_receipt_prints_kwh_energy_cost_and_carbon_and_replays(runner, cli, demo):
+    """A run on the demo hall: its receipt (1.4) prints measured kWh, the energy cost with TDP pricing beside it
+    and kg CO2e under the demo site's illustrative DE intensity file; replaying it gives the issued hash; the
+    demo statement's tenant kWh sum to the hall's."""
+    import csv
+    import re
+
+    out, summary = demo
+    site = summary["site_config"]
+    assert "illustrative" in (out / "site.toml").read_text() and (out / "carbon-intensity-DE-2026-11.csv").exists()
+    body = json.loads(sorted((out / "receipts").glob("receipt-*.json"))[0].read_text())
+    job, run = body["job"]["job_id"], str(body["job"]["run"])
+    base = ["--config", site, "--db", f"sqlite:///{summary['ledger']}"]
+    res = runner.invoke(cli, [*base, "receipt", job, "--run", run])
+    assert res.exit_code == 0, res.output
+    e, c = body["energy"], body["carbon"]
+    assert body["receipt_version"] == "1.4" and e["kwh"] > 0 and c["kg_co2e"] > 0
+    assert e["cost"]["basis"] == "measured" and float(e["cost"]["tdp"]) > float(e["cost"]["measured"]) > 0
+    assert re.search(rf"^Energy: {e['kwh']:.3f} kWh measured", res.output, re.M), res.output
+    assert (f"Energy cost (measured): {e['cost']['charged']} USD   [measured {e['cost']['measured']}, "
+            f"TDP pricing {e['cost']['tdp']}]") in res.output
+    assert f"Carbon: {c['kg_co2e']:.3f} kg CO2e (zone DE, electricitymaps:lca {c['intensity_version']}" in res.output
+    v = runner.invoke(cli, [*base, "receipt", job, "--run", run, "--verify"])
+    assert v.exit_code == 0 and v.output.startswith("OK") and body["receipt_hash"] in v.output, v.output
+    assert v.output.count(body["receipt_hash"]) == 2   # issued and recomputed
+    rows = list(csv.DictReader((out / "statement-2026-11.csv").open(encoding="utf-8")))
+    total = next(float(r["kwh"]) for r in rows if r["level"] == "total")
+    tenants = [float(r["kwh"]) for r in rows if r["level"] == "tenant"]
+    runs = [float(r["kwh"]) for r in rows if r["level"] == "run"]
+    assert total > 0 and len(tenants) == 5
+    assert abs(sum(tenants) - total) <= 1e-5 and abs(sum(runs) - total) <= 1e-4

@@ -81,6 +81,13 @@ def _oddity(r: dict, rng: random.Random) -> dict:
                                                                                            minute=0, second=0)
         r["window"]["start"] = _iso(start.timestamp() - rng.choice([1, 3600, 5 * 86400]))
         r["open"] = rng.random() < 0.3
+    elif k == 12:  # receipt 1.4's energy and carbon blocks (money as text; a measured figure may be null)
+        kwh = round(rng.uniform(0, 40), 6)
+        r["energy"] = {"kwh": kwh, "source": "counter", "unknown_gpu_hours": rng.choice([0.0, 0.25, 1]),
+                       "cost": {"currency": "EUR", "basis": "measured", "charged": f"{kwh * 0.25:.2f}",
+                                "measured": rng.choice([None, f"{kwh * 0.25:.2f}"]), "tdp": f"{kwh * 0.4:.2f}"}}
+        if rng.random() < 0.5:
+            r["carbon"] = {"kg_co2e": round(kwh * 0.3, 6), "zone": "DE", "pue": 1.2}
     return r
 
 

@@ -120,9 +120,10 @@ def parse_intensity(text: str, zone: str, column: str = "lca", origin: str = "in
     return IntensityTable(zone, source, version, hourly)
 
 
-def hourly_kwh(spans: Iterable[EnergySpan]) -> dict[int, float]:
-    """Known energy by clock hour (epoch second of the hour's start), each span spread evenly over its time."""
-    out: dict[int, float] = {}
+def hourly_kwh(spans: Iterable[EnergySpan], into: dict[int, float] | None = None) -> dict[int, float]:
+    """Known energy by clock hour (epoch second of the hour's start), each span spread evenly over its time
+    (added to ``into`` when given, which is returned)."""
+    out: dict[int, float] = {} if into is None else into
     for s in spans:
         if s.joules is None or s.end <= s.start:
             continue

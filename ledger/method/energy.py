@@ -116,6 +116,10 @@ class DeviceEnergy:
         return sum(s.end - s.start for s in self.spans if s.joules is None)
 
     @property
+    def has_spans(self) -> bool:
+        return bool(self.spans)
+
+    @property
     def source(self) -> str:
         """``counter``, ``power_integral``, ``unknown``, or ``mixed`` when spans differ."""
         kinds = {s.source for s in self.spans if s.end > s.start}
@@ -209,6 +213,13 @@ def by_bucket(spans: Iterable[EnergySpan], buckets: Sequence[tuple[float, float,
     """
     kwh: dict[str, float] = {}
     unk: dict[str, float] = {}
+    add_by_bucket(kwh, unk, spans, buckets)
+    return BucketEnergy(kwh, unk)
+
+
+def add_by_bucket(kwh: dict[str, float], unk: dict[str, float], spans: Iterable[EnergySpan],
+                  buckets: Sequence[tuple[float, float, str]]) -> None:
+    """:func:`by_bucket`'s sums, added span by span into ``kwh`` and ``unk`` (the loop itself)."""
     for s in spans:
         length = s.end - s.start
         if length <= 0:
@@ -222,7 +233,6 @@ def by_bucket(spans: Iterable[EnergySpan], buckets: Sequence[tuple[float, float,
             _add(s, ov, length, name, kwh, unk)
         if length - assigned > 1e-9:
             _add(s, length - assigned, length, "unassigned", kwh, unk)
-    return BucketEnergy(kwh, unk)
 
 
 def _add(s: EnergySpan, ov: float, length: float, name: str, kwh: dict, unk: dict) -> None:

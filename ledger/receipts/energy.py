@@ -18,15 +18,16 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Sequence
 
 from ..contracts import CostBasis
-from ..method.carbon import IntensityTable, carbon, hourly_kwh
-from ..method.energy import DeviceEnergy, by_bucket
+from ..method.carbon import IntensityTable, carbon
+from ..method.energy import DeviceEnergy
+from ..method.energy_arrays import SpanArrays, bucket_energy, energy_by_hour
 
 CENT = Decimal("0.01")
 
 
 @dataclass(frozen=True)
 class DeviceEnergyInput:
-    energy: DeviceEnergy
+    energy: DeviceEnergy | SpanArrays
     buckets: tuple[tuple[float, float, str], ...]   # (start, end, bucket) of the device's time
     tdp_w: float | None
     gpu_hours: Decimal                              # paid GPU-hours of the device (what TDP pricing bills)
@@ -53,11 +54,12 @@ def energy_block(devices: Sequence[DeviceEnergyInput], currency: str) -> dict:
     for d in devices:
         kwh += d.energy.kwh
         sources.add(d.energy.source)
-        be = by_bucket(d.energy.spans, d.buckets)
+        be = bucket_energy(d.energy, d.buckets)
         for k, v in be.kwh.items():
             buckets[k] = buckets.get(k, 0.0) + v
         unknown_h += sum(be.unknown_gpu_hours.values())
-        known = Decimal(repr(_r6(d.energy.kwh))) if d.energy.spans and d.energy.source != "unknown" else None
+        known = Decimal(repr(_r6(d.energy.kwh))) if d.energy.has_spans and d.energy.source != "unknown" \
+            else None
         line = d.basis.energy_cost(known, d.tdp_w, d.gpu_hours)
         bases.add(line["basis"])
         charged += line["charged"]
@@ -84,7 +86,7 @@ def carbon_block(devices: Sequence[tuple[IntensityTable, DeviceEnergyInput]]) ->
         k = (table.zone, table.intensity_source, table.version, float(d.basis.pue))
         tables[k] = table
         by_hour = groups.setdefault(k, {})
-        for h, v in hourly_kwh(d.energy.spans).items():
+        for h, v in energy_by_hour(d.energy).items():
             by_hour[h] = by_hour.get(h, 0.0) + v
     kg, missing = 0.0, 0
     for k in sorted(groups):

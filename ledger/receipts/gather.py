@@ -149,22 +149,22 @@ def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | Non
 
 def load_energy_columns(conn: Connection, segment_ids: Sequence[str], devices: Sequence[str], start: float,
                         end: float) -> dict[str, dict[str, tuple[tuple[float, ...], tuple[float, ...]]]]:
-    """Each device's ``energy_j`` and ``power_w`` columns (times, values) over these segments' samples."""
+    """Each device's ``energy_j`` and ``power_w`` columns (times, values as float arrays, NaN: not measured)
+    over these segments' samples, in time order."""
     if not segment_ids or not devices:
         return {}
-    parts: dict[str, list[list[float]]] = defaultdict(lambda: [[], [], []])
+    parts: dict[str, list[list]] = defaultdict(lambda: [[], [], []])
     for device, table in iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start, end=end,
                                             columns=("t", "energy_j", "power_w")):
-        t, e, p = (float_values(c).tolist() for c in table.columns)
         acc = parts[device]
-        acc[0].extend(t)
-        acc[1].extend(e)
-        acc[2].extend(p)
+        for k, c in enumerate(table.columns):
+            acc[k].append(float_values(c))
     out = {}
     for d, (t, e, p) in parts.items():
-        order = sorted(range(len(t)), key=t.__getitem__)
-        ts = tuple(t[i] for i in order)
-        out[d] = {"energy_j": (ts, tuple(e[i] for i in order)), "power_w": (ts, tuple(p[i] for i in order))}
+        ts, es, ps = (np.concatenate(x) for x in (t, e, p))
+        order = np.argsort(ts, kind="stable")   # pieces in time order; equal times keep their reading order
+        ts = ts[order]
+        out[d] = {"energy_j": (ts, es[order]), "power_w": (ts, ps[order])}
     return out
 
 

@@ -345,6 +345,11 @@ def simulate(spec: FleetSpec = FleetSpec(), seed: int = 0) -> Simulation:
         "fb_used_mib": np.round(fb), "compute_procs": procs, "clock_reasons": reasons,
         "gpu_util": np.round(np.minimum(1.0, act * 1.15 + 0.02 * running), 2),
     }
+    # each device's cumulative energy counter (NVML / amd-smi, as the collector stores it: joules), from a reading
+    # at the week's start as if the driver had loaded before it: at each step what the device drew in the steps
+    # before, at the power it reported. Drawn from no random number, so every other array stays as it was.
+    pw = arrays["power_w"] * dt
+    arrays["energy_j"] = np.round(1e6 * (1.0 + np.arange(D))[:, None] + np.cumsum(pw, axis=1) - pw, 3)
     gaps = [{"node": devices[restart_node[0]].node, "start": float(t[restart_w[0]]),
              "end": float(t[restart_w[0]] + (restart_w[1] - restart_w[0]) * dt),
              "cause": "dcgm_host_engine_restart",

@@ -64,7 +64,7 @@ def _samples(sim: Simulation, devs: list[int], a: int, b: int) -> list[Sample]:
         out.extend(Sample(*row) for row in zip(
             [d.uuid] * n, sim.t[m].tolist(), [dt] * n, [int(x) for x in cols["clock_reasons"]],
             cols["sm_active"], none, none if amd else cols["tensor_active"], none, cols["gpu_util"], none,
-            cols["sm_clock_mhz"], none, cols["power_w"], cols["gpu_temp_c"], none, none,
+            cols["sm_clock_mhz"], none, cols["power_w"], cols["gpu_temp_c"], none, cols["energy_j"],
             none, none, cols["ecc_sbe_aggregate"], [0.0] * n, [0.0] * n, [0.0] * n,
             cols["xid"], cols["fb_used_mib"], cols["compute_procs"]))
     return out

@@ -1,0 +1,100 @@
+"""The energy speed trick (ledger/method/energy_arrays.py) against the plain method (ledger/method/energy.py):
+for counters rising in time and count, the column form gives the reference's spans, kWh, source, unknown
+time, bucket split, hourly split and receipt blocks to the bit; any other counter takes the reference path."""
+
+from __future__ import annotations
+
+import json
+import math
+from decimal import Decimal
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ledger.contracts import parse_contract
+from ledger.method.carbon import constant_intensity, hourly_kwh
+from ledger.method.energy import CounterReading, DeviceEnergy, PowerSample, by_bucket, device_energy
+from ledger.method.energy_arrays import SpanArrays, bucket_energy, energy_by_hour
+from ledger.receipts.energy import DeviceEnergyInput, carbon_block, energy_block
+from ledger.telemetry.energy import device_energy_of
+
+T0 = 1_767_225_600.0 + 1234.5
+BASIS = parse_contract({"id": "c", "version": "1", "skus": {"default": {
+    "rate_per_gpu_hour": "2.00", "energy_price_per_kwh": "0.25", "pue": 1.2, "energy_basis": "measured"}}},
+    "c.toml").basis_for(None)
+
+
+@st.composite
+def devices(draw, clean: bool):  # noqa: ANN001, ANN201
+    n = draw(st.integers(2, 120))
+    steps = draw(st.lists(st.floats(0.5, 900.0), min_size=n, max_size=n))
+    t = [T0 + draw(st.floats(0, 400))]
+    for s in steps[1:]:
+        t.append(t[-1] + s)
+    watts = draw(st.lists(st.floats(1.0, 900.0), min_size=n, max_size=n))
+    count = [draw(st.floats(0, 1e9))]
+    for k in range(1, n):
+        count.append(count[-1] + watts[k] * steps[k] + draw(st.floats(1e-3, 5.0)))
+    if not clean:   # a reset, a repeated reading or a frozen stretch somewhere
+        k = draw(st.integers(1, n - 1))
+        kind = draw(st.sampled_from(["reset", "repeat", "frozen"]))
+        if kind == "reset":
+            count[k:] = [c - count[k] + 10.0 for c in count[k:]]
+        elif kind == "repeat":
+            count[k] = count[k - 1]
+        else:
+            t[k] = t[k - 1]
+    drop = draw(st.sets(st.integers(0, n - 1), max_size=n // 3))
+    power = [(x, w) for i, (x, w) in enumerate(zip(t, watts)) if i not in drop]
+    nan_at = draw(st.sets(st.integers(0, n - 1), max_size=3))
+    ev = [math.nan if i in nan_at else c for i, c in enumerate(count)]
+    lo = T0 + draw(st.floats(-600, 600))
+    hi = t[-1] + draw(st.floats(-300, 900))
+    return t, ev, power, lo, max(hi, lo + 1.0)
+
+
+def _buckets(lo: float, hi: float, cut: float, pause: float) -> tuple:
+    a = lo + (hi - lo) * cut
+    b = min(hi, a + pause)
+    return ((lo, a, "paid"), (a, b, "suspended"), (b, hi, "paid"))
+
+
+def _reference(t, ev, power, lo, hi) -> DeviceEnergy:  # noqa: ANN001
+    rs = [CounterReading(x, c, 1.0) for x, c in zip(t, ev) if not math.isnan(c)]
+    return device_energy("GPU", rs, lo, hi, [PowerSample(x, w) for x, w in power])
+
+
+def _same(fast, ref: DeviceEnergy, buckets) -> None:  # noqa: ANN001
+    assert fast.spans == ref.spans
+    assert (fast.joules, fast.kwh, fast.source, fast.unknown_seconds, fast.has_spans) == (
+        ref.joules, ref.kwh, ref.source, ref.unknown_seconds, ref.has_spans)
+    assert bucket_energy(fast, buckets) == by_bucket(ref.spans, buckets)
+    assert energy_by_hour(fast) == hourly_kwh(ref.spans)
+    table = constant_intensity("DE", 321.0, "test")
+    f_in = DeviceEnergyInput(fast, buckets, 700.0, Decimal("3.5"), BASIS)
+    r_in = DeviceEnergyInput(ref, buckets, 700.0, Decimal("3.5"), BASIS)
+    assert json.dumps([energy_block([f_in], "EUR"), carbon_block([(table, f_in)])], sort_keys=True) == \
+        json.dumps([energy_block([r_in], "EUR"), carbon_block([(table, r_in)])], sort_keys=True)
+
+
+def _columns(t, ev, power) -> dict:  # noqa: ANN001
+    return {"energy_j": (tuple(t), tuple(ev)), "power_w": (tuple(x for x, _ in power), tuple(w for _, w in power))}
+
+
+@settings(max_examples=200, deadline=None)
+@given(devices(clean=True), st.floats(0, 1), st.floats(0, 20_000))
+def test_rising_counters_take_the_column_path_and_equal_the_reference(dev, cut, pause) -> None:
+    t, ev, power, lo, hi = dev
+    fast = device_energy_of("GPU", _columns(t, ev, power), lo, hi)
+    ref = _reference(t, ev, power, lo, hi)
+    inside = [x for x, c in zip(t, ev) if lo <= x <= hi and not math.isnan(c)]
+    assert isinstance(fast, SpanArrays) == (len(inside) >= 2)
+    _same(fast, ref, _buckets(lo, hi, cut, pause))
+
+
+@settings(max_examples=100, deadline=None)
+@given(devices(clean=False), st.floats(0, 1), st.floats(0, 20_000))
+def test_any_other_counter_takes_the_reference_path(dev, cut, pause) -> None:
+    t, ev, power, lo, hi = dev
+    fast = device_energy_of("GPU", _columns(t, ev, power), lo, hi)
+    _same(fast, _reference(t, ev, power, lo, hi), _buckets(lo, hi, cut, pause))
