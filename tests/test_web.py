@@ -207,3 +207,24 @@ def test_proof_bundle_route_equals_the_cli_bundle(demo, runner, cli, tmp_path):
     r = runner.invoke(cli, ["--db", url, "receipt", job, "--proof", "--head", str(head), "--out", str(tmp_path / "b.json")])
     assert r.exit_code == 0, r.output
     assert got.content == (tmp_path / "b.json").read_bytes()
+
+
+def test_statement_page_equals_export_monthly(web, cli, runner):
+    """/statements/MONTH (and .json) shows what `ipledger export monthly --month MONTH [--tenant T] --format json`
+    writes, for the operator's whole month and for a tenant's own account (--as-of the head: the CLI then records
+    nothing, so both read the same ledger)."""
+    url, view, local, _ = web
+    seq = view.snapshot(False).seq
+    for user, query, tenant in (("op", "", None), ("ast", "", "astro"), ("op", "?tenant=astro", "astro")):
+        args = ["export", "monthly", "--month", "2026-11", "--format", "json", "--out", "-", "--as-of", str(seq)]
+        want = _cli_json(cli, runner, url, *args, *(["--tenant", tenant] if tenant else []))
+        got = local.get(f"/statements/2026-11.json{query}", headers={"X-Remote-User": user})
+        assert got.status_code == 200, got.text[:300]
+        assert got.json() == json.loads(json.dumps(want, default=str)), (user, query)
+        html = local.get(f"/statements/2026-11{query}", headers={"X-Remote-User": user}).text
+        shown = _figures(html)
+        t = want["totals"]
+        assert t["runs"] > 0 and want["tenant"] == tenant
+        assert shown["runs"] == t["runs"]
+        assert shown["paid"] == round(t["paid"], 6) and shown["delivered"] == round(t["delivered"], 6)
+        assert shown["billed"] == t["billed"]

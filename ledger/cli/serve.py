@@ -41,7 +41,7 @@ def serve_cmd(app: AppContext, host: str, port: int, metrics_only: bool, local_o
             access = local_op(access, host)
     except AccessError as exc:
         raise UserError(str(exc)) from None
-    view = LedgerView(app.engine(), app.site)
+    view = LedgerView(app.engine(), app.site, log=lambda line: echo(line, err=True))
     echo(f"ipledger serve: http://{printable(host)}:{port}/" + (" (metrics only)" if metrics_only else ""), err=True)
     uvicorn.run(create_app(view, access, metrics_only=metrics_only), host=host, port=port, log_level="warning")
 

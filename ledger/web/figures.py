@@ -114,16 +114,15 @@ def fleet_figures(engine, ds, found, start: float, end: float, label: str) -> di
     return {"res": res, "nodes": nodes, "heat": heatmap_svg(ds.samples, start, end)}
 
 
-def scope_figures(engine, ds, found, kind: str, name: str, start: float, end: float, sel=None) -> dict:  # noqa: ANN001
+def scope_figures(engine, ds, found, kind: str, name: str, start: float, end: float) -> dict:  # noqa: ANN001
     """`ipledger explain --KIND NAME --period P --json`'s figures (the same call); for a rack or node also its
-    devices and delivered share per hour (``sel``: its samples, when the caller has them grouped)."""
+    devices and delivered share per hour."""
     from ..agents import query
 
     res = query.scope(ds, found, kind, name, start, end, query.billed_rows(engine, start, end))
     devices, chart = [], ""
     if kind in ("node", "rack"):
-        if sel is None:
-            sel = ds.samples[ds.samples[kind].astype(str) == name]
+        sel = ds.samples[ds.samples[kind].astype(str) == name]
         devices, chart = sorted({str(d) for d in sel["device"].unique()}), hourly_svg(sel)
     return {"res": res, "devices": devices, "chart": chart}
 
@@ -154,11 +153,9 @@ def prefetch(engine, ds, found, bounds: Bounds) -> dict:  # noqa: ANN001
     by_key[k] = a
     start, end = bounds.start, bounds.end
     s = ds.samples
-    for kind in SCOPE_KINDS:
-        groups = dict(iter(s.groupby(s[kind].astype(str), sort=False))) if kind != "tenant" else {}
+    for kind in SCOPE_KINDS:   # one scope's samples at a time: all groups at once would copy the dataset
         for name in sorted(bounds.known[kind]):
-            by_key[("scope", kind, name, start, end)] = scope_figures(
-                engine, ds, found, kind, name, start, end, sel=groups.get(name, s.iloc[:0]) if groups else None)
+            by_key[("scope", kind, name, start, end)] = scope_figures(engine, ds, found, kind, name, start, end)
     for d, sel in s.groupby(s["device"].astype(str).map(device_id), sort=False):
         by_key[("device", d)] = device_figures(sel, ds.currency)
     return by_key

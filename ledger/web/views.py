@@ -49,8 +49,9 @@ class Snapshot:
 class LedgerView:
     """The pages' reader of one ledger: a snapshot per head (thread-safe), and the per-request calls."""
 
-    def __init__(self, engine, site) -> None:  # noqa: ANN001
-        self.engine, self.site = engine, site
+    def __init__(self, engine, site, log=None) -> None:  # noqa: ANN001
+        """``log``: called with one line per figures child (its head, time and peak memory); None: silent."""
+        self.engine, self.site, self.log = engine, site, log
         self.url = engine.url.render_as_string(hide_password=False)   # for the child, on its stdin only
         self._lock = threading.Lock()
         self._figures_lock = threading.Lock()   # one figures child at a time
@@ -96,6 +97,9 @@ class LedgerView:
                 snap.figures.clear()   # arbitrary periods cannot grow the server without bound
             snap.figures.update(got.by_key)
             snap.child_peaks_mib.append(got.peak_mib)
+            if self.log is not None:
+                self.log(f"ipledger serve: figures at head {snap.seq}: {len(got.by_key)} answers in {got.seconds:.1f} s, "
+                         f"child peak {got.peak_mib:.0f} MiB")
             if snap.bounds is None:
                 snap.bounds = got.bounds
 
