@@ -228,3 +228,33 @@ def test_statement_page_equals_export_monthly(web, cli, runner):
         assert shown["runs"] == t["runs"]
         assert shown["paid"] == round(t["paid"], 6) and shown["delivered"] == round(t["delivered"], 6)
         assert shown["billed"] == t["billed"]
+
+
+def test_metrics_export_the_recorded_verify(web, cli, runner, tmp_path):
+    """`ipledger verify --record FILE` writes the outcome; /metrics exports it ([serve] verify_status). None
+    recorded or an unreadable file: ok 0 and age +Inf. A bad file's field is named in one line."""
+    from ledger.verify_status import VerifyStatusError, parse
+
+    url, view, _, _ = web
+
+    def scrape(status) -> dict[str, float]:
+        app = create_app(view, from_config(SERVE), metrics_only=True, verify_status=str(status))
+        text = TestClient(app, client=("127.0.0.1", 1)).get("/metrics").text
+        return {k: float(v) for k, v in re.findall(r"^(ipledger_verify_[a-z_]+) (\S+)$", text, re.M)}
+
+    status = tmp_path / "verify.json"
+    assert scrape(status) == {"ipledger_verify_ok": 0.0, "ipledger_verify_age_seconds": float("inf"),
+                              "ipledger_verify_head_seq": -1.0}
+    r = runner.invoke(cli, ["--db", url, "verify", "--record", str(status)])
+    assert r.exit_code == 0, r.output
+    got = scrape(status)
+    assert got["ipledger_verify_ok"] == 1.0 and got["ipledger_verify_head_seq"] == view.snapshot(False).seq
+    assert 0 <= got["ipledger_verify_age_seconds"] < 600
+    doc = json.loads(status.read_text())
+    status.write_text(json.dumps({**doc, "ok": False}))           # a failed verify, as recorded
+    assert scrape(status)["ipledger_verify_ok"] == 0.0
+    status.write_text("{not json")
+    assert scrape(status)["ipledger_verify_age_seconds"] == float("inf")
+    with pytest.raises(VerifyStatusError, match=r"^st\.json: field head_seq: ") as e:
+        parse(json.dumps({**doc, "head_seq": "12"}), "st.json")
+    assert "\n" not in str(e.value)

@@ -48,8 +48,10 @@ def _cents(x: float) -> float:
     return cents(x)
 
 
-def create_app(view: LedgerView, access: Access, metrics_only: bool = False) -> Starlette:
-    """The application over ``view``'s ledger; ``metrics_only``: /metrics alone (no user header needed)."""
+def create_app(view: LedgerView, access: Access, metrics_only: bool = False,
+               verify_status: str | None = None) -> Starlette:
+    """The application over ``view``'s ledger; ``metrics_only``: /metrics alone (no user header needed);
+    ``verify_status``: the file `ipledger verify --record` writes, exported on /metrics."""
     from .metrics import metrics_response
 
     env = _env()
@@ -245,7 +247,7 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False) -> 
                     currency=",".join(t["currencies"]))
 
     async def metrics(request: Request) -> Response:
-        return await run_in_threadpool(metrics_response, view, request.headers.get("accept", ""))
+        return await run_in_threadpool(metrics_response, view, request.headers.get("accept", ""), verify_status)
 
     routes = [Route("/metrics", metrics)]
     if not metrics_only:
