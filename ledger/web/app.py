@@ -15,9 +15,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from ..canonical import format_ts
+from ..canonical import format_ts, ts_to_epoch
 from .access import Access, User
-from .figures import NotAnswerable, device_id
+from .figures import THROTTLE_FILL, NotAnswerable, device_chart, device_id
 from .views import LedgerView, Snapshot, receipt_account, visible_findings
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -40,6 +40,14 @@ def figures(view: LedgerView, snap: Snapshot, question: tuple):  # noqa: ANN201
         return view.figures(snap, question)
     except NotAnswerable as exc:
         raise HTTPError(exc.code, str(exc.message).strip("'\"")) from None
+
+
+def _legend() -> str:
+    """What the device charts' shading means."""
+    items = "".join(f'<span class="key"><svg width="12" height="10"><rect width="12" height="10" fill="{c}"/></svg> '
+                    f'throttled: {r}</span> ' for r, c in THROTTLE_FILL.items())
+    return (f'<p class="legend"><small>{items}<span class="key">grey: unknown telemetry (the line breaks where the '
+            'hour has none)</span> <span class="key">dashed red: a finding\'s evidence window</span></small></p>')
 
 
 def _cents(x: float) -> float:
@@ -120,12 +128,15 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False,
         snap = view.snapshot()
         uuid = request.path_params["uuid"]
         got = figures(view, snap, ("device", uuid))
-        charts, res, nodes = got["charts"], got["res"], set(got["nodes"])
+        res, nodes = got["res"], set(got["nodes"])
         findings = [f for f in snap.recorded if device_id(str(f["scope"].get("device_uuid") or "")) == device_id(uuid)
                     or str(f["scope"].get("node") or "") in nodes]
         receipts = [b for b in snap.receipts.values()
                     if any(device_id(str(d.get("uuid"))) == device_id(uuid) for d in b.get("job", {}).get("devices", []))]
-        html = "".join(f"<h3>{k}</h3>{v}" for k, v in charts.items())
+        windows = [(ts_to_epoch(f["start"]), ts_to_epoch(f["end"]), f"{f['id']} {f['kind']}") for f in findings
+                   if f.get("start") and f.get("end")]
+        html = "".join(f"<h3>{k}</h3>{device_chart(part, got['axis'], windows)}" for k, part in got["charts"].items())
+        html += _legend()
         return page("scope.html", request, user, snap, title=f"Device {uuid}",
                     res=res, period=None, currency=None, devices=[], chart=html,
                     receipts=receipts, months=[], findings=findings, name=uuid)

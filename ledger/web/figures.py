@@ -127,12 +127,23 @@ def scope_figures(engine, ds, found, kind: str, name: str, start: float, end: fl
     return {"res": res, "devices": devices, "chart": chart}
 
 
-def device_figures(sel, currency: str) -> dict:  # noqa: ANN001 - one device's samples
-    """A device's charts (delivered share, SM clock, power, temperature per hour), its nodes and GPU-hours."""
-    charts = {"delivered share": hourly_svg(sel)}
+def device_figures(sel, currency: str, gaps: list[dict] = ()) -> dict:  # noqa: ANN001 - one device's samples
+    """A device's charts (delivered share, SM clock, power, temperature per hour on one hour axis, throttled
+    hours shaded by reason, unknown telemetry marked: the recorded gaps of the device, its node or its cluster,
+    and hours of its runs with a field missing), its nodes and GPU-hours. A chart is its parts (see
+    `device_chart`): the server adds the marks of the device's findings, which it holds."""
+    axis = hour_axis(sel)
+    nodes = set(sel["node"].astype(str))
+    dev = device_id(str(sel["device"].iloc[0])) if len(sel) else ""
+    mine = [g for g in gaps if (device_id(str(g["device"])) == dev if g.get("device")
+                                else (g.get("node") in nodes if g.get("node") else True))]
+    shade = throttle_shading(sel, axis) + unknown_shading(sel, axis) + [
+        ("gap", float(g["start"]) / 3600, float(g["end"]) / 3600, str(g.get("cause") or "gap")) for g in mine]
+    charts = {"delivered share": {"height": 80, "shade": shade, "lines": hourly_lines(sel, axis, 80)}}
     for col, lab in (("clk", "SM clock (MHz)"), ("power", "power (W)"), ("temp", "temperature (degC)")):
-        charts[lab] = line_svg(sel, col)
-    return {"charts": charts, "nodes": sorted(set(sel["node"].astype(str))), "res": device_res(sel, currency)}
+        charts[lab] = {"height": 60, "shade": shade, "lines": column_lines(sel, col, axis, 60)}
+    return {"charts": charts, "axis": axis, "nodes": sorted(nodes),
+            "res": device_res(sel, currency)}
 
 
 def answer(engine, ds, found, bounds: Bounds, question: tuple) -> tuple[tuple, object]:  # noqa: ANN001
@@ -143,7 +154,7 @@ def answer(engine, ds, found, bounds: Bounds, question: tuple) -> tuple[tuple, o
     if k[0] == "scope":
         return k, scope_figures(engine, ds, found, *k[1:])
     sel = ds.samples[ds.samples["device"].astype(str).map(device_id) == k[1]]
-    return k, device_figures(sel, ds.currency)
+    return k, device_figures(sel, ds.currency, ds.gaps)
 
 
 def prefetch(engine, ds, found, bounds: Bounds) -> dict:  # noqa: ANN001
@@ -157,7 +168,7 @@ def prefetch(engine, ds, found, bounds: Bounds) -> dict:  # noqa: ANN001
         for name in sorted(bounds.known[kind]):
             by_key[("scope", kind, name, start, end)] = scope_figures(engine, ds, found, kind, name, start, end)
     for d, sel in s.groupby(s["device"].astype(str).map(device_id), sort=False):
-        by_key[("device", d)] = device_figures(sel, ds.currency)
+        by_key[("device", d)] = device_figures(sel, ds.currency, ds.gaps)
     return by_key
 
 
@@ -218,6 +229,11 @@ def ask(url: str, questions: list[tuple], with_prefetch: bool) -> Answers:
 # --- charts (inline SVG) ---------------------------------------------------------------------------------------
 
 
+CHART_WIDTH = 600
+THROTTLE_FILL = {"thermal": "#f4a582", "power_cap": "#fddb87", "hw_slowdown": "#d6a5e0", "sync_boost": "#a6d9f0",
+                 "other": "#d9d9d9"}
+
+
 def _svg(width: int, height: int, body: str, cls: str = "chart") -> str:
     return (f'<svg class="{cls}" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">'
             f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fafafa" stroke="#ccc"/>{body}</svg>')
@@ -227,19 +243,71 @@ def _polylines(segs: list[list[str]], stroke: str, extra: str = "") -> str:
     return "".join(f'<polyline fill="none" stroke="{stroke}"{extra} points="{" ".join(p)}"/>' for p in segs)
 
 
-def hourly_svg(samples, width: int = 600, height: int = 80) -> str:  # noqa: ANN001 - a samples frame
-    """Delivered share per hour as an inline SVG polyline; hours with no telemetry are gaps (the line breaks)."""
-    if samples is None or not len(samples):
+def hour_axis(sel) -> tuple[int, int]:  # noqa: ANN001
+    """The first and last hour (epoch hours) of the samples: the x axis of a chart."""
+    hour = (sel["t"] // 3600).astype("int64")
+    return (int(hour.min()), int(hour.max())) if len(hour) else (0, 0)
+
+
+def _x(hour: float, axis: tuple[int, int], width: int = CHART_WIDTH) -> float:
+    lo, hi = axis
+    return (hour - lo) / max(hi - lo, 1) * (width - 10) + 5
+
+
+def _band(h0: float, h1: float, axis: tuple[int, int], height: int, attrs: str, title: str) -> str:
+    """A full-height rectangle over hours [h0, h1) (clipped to the axis): a shaded interval."""
+    lo, hi = axis
+    a, b = max(h0, lo), min(h1, hi + 1)
+    if b <= a:
         return ""
+    x0, x1 = _x(a, axis), _x(b, axis)
+    return (f'<rect x="{x0:.1f}" y="0" width="{max(x1 - x0, 1.0):.1f}" height="{height}" {attrs}>'
+            f'<title>{escape(title)}</title></rect>')
+
+
+MIN_THROTTLE_SHARE = 0.05   # an hour is shaded when at least this share of its GPU-hours were throttled
+
+
+def throttle_shading(sel, axis: tuple[int, int]) -> list[tuple]:  # noqa: ANN001
+    """Hours with at least MIN_THROTTLE_SHARE of their GPU-hours throttled, each with its largest reason:
+    ("throttle", hour, reason, share of the hour throttled)."""
+    from ..method import THROTTLE_REASONS
+
+    s = sel[sel["ai"] >= 0]
+    hour = (s["t"] // 3600).astype("int64")
+    total = s.groupby(hour)["h"].sum()
+    thr = s[s["h_thr"] > 0]
+    if not len(thr):
+        return []
+    g = thr.groupby([hour[thr.index], thr["rbucket"].astype("int64")])["h_thr"].sum()
+    out = []
+    for hr, per in g.groupby(level=0):
+        share = float(per.sum()) / float(total.get(hr, 0.0) or 1.0)
+        if share < MIN_THROTTLE_SHARE:
+            continue
+        top = int(per.idxmax()[1])
+        out.append(("throttle", int(hr), THROTTLE_REASONS[top] if 0 <= top < len(THROTTLE_REASONS) else "other", share))
+    return out
+
+
+def unknown_shading(sel, axis: tuple[int, int]) -> list[tuple]:  # noqa: ANN001
+    """Hours with unknown (missing) telemetry in a run: ("unknown", hour, share of the hour unknown)."""
+    s = sel[sel["ai"] >= 0]
+    g = s.groupby((s["t"] // 3600).astype("int64"))[["h", "h_missing"]].sum()
+    return [("unknown", int(hr), float(r["h_missing"] / r["h"])) for hr, r in g.iterrows()
+            if r["h"] > 0 and r["h_missing"] > 0]
+
+
+def hourly_lines(samples, axis: tuple[int, int] | None, height: int, width: int = CHART_WIDTH) -> str:  # noqa: ANN001
+    """Delivered share per hour as SVG polylines; hours with no telemetry are gaps (the line breaks)."""
     s = samples[samples["ai"] >= 0]
     if not len(s):
         return ""
     hour = (s["t"] // 3600).astype("int64")
     g = s.groupby(hour)[["h", "h_del", "h_missing"]].sum()
-    lo, hi = int(g.index.min()), int(g.index.max())
-    span = max(hi - lo, 1)
+    axis = axis or (int(g.index.min()), int(g.index.max()))
     segs, cur = [], []
-    for hr in range(lo, hi + 1):
+    for hr in range(axis[0], axis[1] + 1):
         row = g.loc[hr] if hr in g.index else None
         known = row is not None and float(row["h"] - row["h_missing"]) > 0
         if not known:
@@ -248,32 +316,61 @@ def hourly_svg(samples, width: int = 600, height: int = 80) -> str:  # noqa: ANN
             cur = []
             continue
         share = float(row["h_del"]) / float(row["h"]) if float(row["h"]) else 0.0
-        cur.append(f"{(hr - lo) / span * (width - 10) + 5:.1f},{height - 5 - share * (height - 10):.1f}")
+        cur.append(f"{_x(hr, axis, width):.1f},{height - 5 - share * (height - 10):.1f}")
     if cur:
         segs.append(cur)
-    return _svg(width, height, _polylines(segs, "#4a7", ' stroke-width="1.5"'))
+    return _polylines(segs, "#4a7", ' stroke-width="1.5"')
 
 
-def line_svg(sel, col: str, width: int = 600, height: int = 60) -> str:  # noqa: ANN001
-    """One sample column per hour (mean) as an inline SVG polyline, broken where the hour has no samples."""
-    hour = (sel["t"] // 3600).astype("int64")
-    g = sel.groupby(hour)[col].mean()
+def hourly_svg(samples, width: int = CHART_WIDTH, height: int = 80) -> str:  # noqa: ANN001 - a samples frame
+    """Delivered share per hour as an inline SVG chart; hours with no telemetry are gaps (the line breaks)."""
+    if samples is None or not len(samples):
+        return ""
+    lines = hourly_lines(samples, None, height, width)
+    return _svg(width, height, lines) if lines else ""
+
+
+def column_lines(sel, col: str, axis: tuple[int, int], height: int, width: int = CHART_WIDTH) -> str:  # noqa: ANN001
+    """One sample column per hour (mean) as SVG polylines, broken where the hour has no value (unknown)."""
+    g = sel.groupby((sel["t"] // 3600).astype("int64"))[col].mean().dropna()
     if not len(g):
         return ""
-    lo, hi = int(g.index.min()), int(g.index.max())
     vmax = float(g.max()) or 1.0
-    span = max(hi - lo, 1)
     segs, cur = [], []
-    for hr in range(lo, hi + 1):
+    for hr in range(axis[0], axis[1] + 1):
         if hr not in g.index:
             if cur:
                 segs.append(cur)
             cur = []
             continue
-        cur.append(f"{(hr - lo) / span * (width - 10) + 5:.1f},{height - 5 - float(g.loc[hr]) / vmax * (height - 10):.1f}")
+        cur.append(f"{_x(hr, axis, width):.1f},{height - 5 - float(g.loc[hr]) / vmax * (height - 10):.1f}")
     if cur:
         segs.append(cur)
-    return _svg(width, height, _polylines(segs, "#57a"))
+    return _polylines(segs, "#57a")
+
+
+def device_chart(part: dict, axis: tuple[int, int], windows: list[tuple[float, float, str]]) -> str:
+    """A device chart from its parts: throttled hours shaded by reason, unknown hours grey, the
+    findings' evidence windows (epoch seconds start, end, label) outlined, then the lines."""
+    h = part["height"]
+    out = []
+    for shade in part["shade"]:
+        if shade[0] == "throttle":
+            _, hr, reason, share = shade
+            out.append(_band(hr, hr + 1, axis, h, f'class="throttle" data-reason="{reason}" '
+                             f'fill="{THROTTLE_FILL.get(reason, "#d9d9d9")}"', f"throttled ({reason}): {share:.0%} of the hour"))
+        elif shade[0] == "unknown":
+            _, hr, share = shade
+            out.append(_band(hr, hr + 1, axis, h, 'class="unknown" fill="#999" fill-opacity="0.35"',
+                             f"unknown telemetry: {share:.0%} of the hour"))
+        else:
+            _, h0, h1, cause = shade
+            out.append(_band(h0, h1, axis, h, 'class="unknown gap" fill="#999" fill-opacity="0.35"',
+                             f"unknown telemetry (gap: {cause})"))
+    for start, end, label in windows:
+        out.append(_band(start / 3600, end / 3600, axis, h, 'class="finding-window" fill="none" stroke="#c33" '
+                         'stroke-width="1.5" stroke-dasharray="4 2"', f"finding {label}"))
+    return _svg(CHART_WIDTH, h, "".join(out) + part["lines"])
 
 
 def heatmap_svg(samples, start: float, end: float, cell: int = 4, row: int = 12) -> str:  # noqa: ANN001
