@@ -81,7 +81,7 @@ def run(scale: float, repeat: int) -> Figure:
         cases.append(("/metrics", lambda: _get(base + "/metrics"), None))
         floor, *subjects = timeit_interleaved(cases, max(repeat, 5))
         peak = _peak_mib(proc.pid)
-        # each figures child reports its own peak (getrusage in the child) on the server's stderr
+        # each figures child reports its own peak (VmHWM read in the child) on the server's stderr
         children = [float(x) for x in re.findall(r"child peak ([0-9.]+) MiB", log.read_text())]
         child = max(children) if children else float("nan")
         over = [t.label for t in subjects if t.median > (METRICS_S if t.label == "/metrics" else PAGE_S)]
@@ -93,7 +93,7 @@ def run(scale: float, repeat: int) -> Figure:
                       scale_note=(f"the {'' if scale >= 1 else 'small '}demo hall (seed 3): {summary['jobs']} jobs, "
                                   f"{summary['devices']} devices"),
                       extra={"server peak memory (VmHWM)": f"{peak:.0f} MiB (budget {MEMORY_MIB} MiB)",
-                             "figures child peak memory (its ru_maxrss)":
+                             "figures child peak memory (its own VmHWM)":
                                  f"{child:.0f} MiB over {len(children)} children (budget {MEMORY_MIB} MiB each; "
                                  "while a child runs, seconds per head, the server and it hold their sum)",
                              "budgets": f"each page ≤ {PAGE_S * 1000:.0f} ms, /metrics ≤ {METRICS_S * 1000:.0f} ms "

@@ -192,8 +192,20 @@ def compute(url: str, questions: list[tuple], with_prefetch: bool) -> Answers:
             continue
         by_key[k] = a
     engine.dispose()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return Answers(bounds, by_key, peak, time.monotonic() - t0)
+    return Answers(bounds, by_key, peak_mib(), time.monotonic() - t0)
+
+
+def peak_mib() -> float:
+    """This process's peak resident memory: VmHWM (of this program's own image; getrusage's ru_maxrss would keep
+    the parent's peak across fork and exec), else ru_maxrss."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def release_freed_memory() -> None:
