@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from ..canonical import format_ts, ts_to_epoch
 from .access import Access, User
-from .figures import THROTTLE_FILL, NotAnswerable, device_chart, device_id
+from .figures import THROTTLE_FILL, FiguresError, NotAnswerable, device_chart, device_id
 from .views import LedgerView, Snapshot, receipt_account, visible_findings
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -40,6 +40,8 @@ def figures(view: LedgerView, snap: Snapshot, question: tuple):  # noqa: ANN201
         return view.figures(snap, question)
     except NotAnswerable as exc:
         raise HTTPError(exc.code, str(exc.message).strip("'\"")) from None
+    except FiguresError as exc:   # the child could not read the ledger: say so, the next request tries again
+        raise HTTPError(503, str(exc)) from None
 
 
 def _legend() -> str:

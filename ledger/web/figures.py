@@ -229,8 +229,11 @@ def ask(url: str, questions: list[tuple], with_prefetch: bool) -> Answers:
                # Arrow's own allocator keeps freed blocks; the system's gives them back (about 30 MiB less peak)
                ARROW_DEFAULT_MEMORY_POOL="system")
     request = pickle.dumps({"url": url, "questions": questions, "prefetch": with_prefetch})
-    p = subprocess.run([sys.executable, "-m", "ledger.web.figures"], input=request, capture_output=True, env=env,
-                       timeout=CHILD_TIMEOUT_S, check=False)
+    try:
+        p = subprocess.run([sys.executable, "-m", "ledger.web.figures"], input=request, capture_output=True,
+                           env=env, timeout=CHILD_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise FiguresError(f"the figures' child process did not finish in {CHILD_TIMEOUT_S} s") from None
     if p.returncode != 0:
         lines = p.stderr.decode("utf-8", "replace").strip().splitlines()
         raise FiguresError(f"the figures' child process failed (exit {p.returncode}): "
