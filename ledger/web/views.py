@@ -79,11 +79,13 @@ class LedgerView:
         if snap.bounds is None:
             self._ask(snap, [question], with_prefetch=True)
         k = key(question, snap.bounds)
-        if k not in snap.figures:
+        got = snap.figures.get(k)   # one lookup: another request's child may clear the dict meanwhile
+        if got is None:
             self._ask(snap, [question], with_prefetch=False)
-        if k not in snap.figures:   # the child had no answer to a question its bounds allow
+            got = snap.figures.get(k)
+        if got is None:   # the child had no answer to a question its bounds allow
             raise NotAnswerable(404, "not found")
-        return snap.figures[k]
+        return got
 
     def _ask(self, snap: Snapshot, questions: list[tuple], with_prefetch: bool) -> None:
         with self._figures_lock:
