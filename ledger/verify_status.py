@@ -24,7 +24,7 @@ class VerifyStatusError(ValueError):
 class VerifyStatus:
     ok: bool
     finished_at: float     # epoch seconds, when the verify finished
-    head_seq: int          # the head it verified
+    head_seq: int          # the seq it reached: the head it verified, or where a failed walk stopped
     head_hash: str
     entries: int
     problems: int

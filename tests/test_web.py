@@ -258,3 +258,30 @@ def test_metrics_export_the_recorded_verify(web, cli, runner, tmp_path):
     with pytest.raises(VerifyStatusError, match=r"^st\.json: field head_seq: ") as e:
         parse(json.dumps({**doc, "head_seq": "12"}), "st.json")
     assert "\n" not in str(e.value)
+
+
+def test_a_failed_verify_is_recorded_and_exported(demo, cli, runner, tmp_path):
+    """On a copy of the demo ledger with one entry's node edited behind ipledger's back, `verify --record` exits 1
+    and still records the failure; /metrics then says ok 0 for the head it checked."""
+    import shutil
+    import sqlite3
+
+    out, _ = demo
+    db = tmp_path / "ledger.db"
+    shutil.copy(out / "ledger.db", db)
+    con = sqlite3.connect(db)
+    con.execute("DROP TRIGGER entries_no_update")
+    con.execute("UPDATE entries SET node = 'forged' WHERE seq = 3")
+    con.commit()
+    con.close()
+    url, status = f"sqlite:///{db}", tmp_path / "verify.json"
+    r = runner.invoke(cli, ["--db", url, "verify", "--record", str(status)])
+    assert r.exit_code == 1 and "seq 3" in r.output
+    view = LedgerView(make_engine(url, read_only=True), None)
+    app = create_app(view, from_config(SERVE), metrics_only=True, verify_status=str(status))
+    text = TestClient(app, client=("127.0.0.1", 1)).get("/metrics").text
+    got = {k: float(v) for k, v in re.findall(r"^(ipledger_verify_[a-z_]+) (\S+)$", text, re.M)}
+    recorded = json.loads(status.read_text())
+    assert got["ipledger_verify_ok"] == 0.0 and recorded["problems"] >= 1 and recorded["ok"] is False
+    # the seq the walk reached: a failed verify stops before the head, so the head shows as not verified
+    assert got["ipledger_verify_head_seq"] == recorded["head_seq"] < view.snapshot(False).seq

@@ -112,8 +112,8 @@ class LedgerCollector:
                 value=1.0 if st is not None and st.ok else 0.0)
         yield g("ipledger_verify_age_seconds", "Seconds since the last recorded `ipledger verify` finished "
                 "(+Inf: none recorded).", value=max(now - st.finished_at, 0.0) if st is not None else math.inf)
-        yield g("ipledger_verify_head_seq", "Ledger head sequence number the last recorded verify checked "
-                "(-1: none recorded).", value=st.head_seq if st is not None else -1)
+        yield g("ipledger_verify_head_seq", "Sequence number the last recorded verify reached: the head it checked, "
+                "or where a failed walk stopped (-1: none recorded).", value=st.head_seq if st is not None else -1)
 
 
 def registry(view, verify_status: str | None = None) -> CollectorRegistry:  # noqa: ANN001
