@@ -207,3 +207,81 @@ def test_proof_bundle_route_equals_the_cli_bundle(demo, runner, cli, tmp_path):
     r = runner.invoke(cli, ["--db", url, "receipt", job, "--proof", "--head", str(head), "--out", str(tmp_path / "b.json")])
     assert r.exit_code == 0, r.output
     assert got.content == (tmp_path / "b.json").read_bytes()
+
+
+def test_statement_page_equals_export_monthly(web, cli, runner):
+    """/statements/MONTH (and .json) shows what `ipledger export monthly --month MONTH [--tenant T] --format json`
+    writes, for the operator's whole month and for a tenant's own account (--as-of the head: the CLI then records
+    nothing, so both read the same ledger)."""
+    url, view, local, _ = web
+    seq = view.snapshot(False).seq
+    for user, query, tenant in (("op", "", None), ("ast", "", "astro"), ("op", "?tenant=astro", "astro")):
+        args = ["export", "monthly", "--month", "2026-11", "--format", "json", "--out", "-", "--as-of", str(seq)]
+        want = _cli_json(cli, runner, url, *args, *(["--tenant", tenant] if tenant else []))
+        got = local.get(f"/statements/2026-11.json{query}", headers={"X-Remote-User": user})
+        assert got.status_code == 200, got.text[:300]
+        assert got.json() == json.loads(json.dumps(want, default=str)), (user, query)
+        html = local.get(f"/statements/2026-11{query}", headers={"X-Remote-User": user}).text
+        shown = _figures(html)
+        t = want["totals"]
+        assert t["runs"] > 0 and want["tenant"] == tenant
+        assert shown["runs"] == t["runs"]
+        assert shown["paid"] == round(t["paid"], 6) and shown["delivered"] == round(t["delivered"], 6)
+        assert shown["billed"] == t["billed"]
+
+
+def test_metrics_export_the_recorded_verify(web, cli, runner, tmp_path):
+    """`ipledger verify --record FILE` writes the outcome; /metrics exports it ([serve] verify_status). None
+    recorded or an unreadable file: ok 0 and age +Inf. A bad file's field is named in one line."""
+    from ledger.verify_status import VerifyStatusError, parse
+
+    url, view, _, _ = web
+
+    def scrape(status) -> dict[str, float]:
+        app = create_app(view, from_config(SERVE), metrics_only=True, verify_status=str(status))
+        text = TestClient(app, client=("127.0.0.1", 1)).get("/metrics").text
+        return {k: float(v) for k, v in re.findall(r"^(ipledger_verify_[a-z_]+) (\S+)$", text, re.M)}
+
+    status = tmp_path / "verify.json"
+    assert scrape(status) == {"ipledger_verify_ok": 0.0, "ipledger_verify_age_seconds": float("inf"),
+                              "ipledger_verify_head_seq": -1.0}
+    r = runner.invoke(cli, ["--db", url, "verify", "--record", str(status)])
+    assert r.exit_code == 0, r.output
+    got = scrape(status)
+    assert got["ipledger_verify_ok"] == 1.0 and got["ipledger_verify_head_seq"] == view.snapshot(False).seq
+    assert 0 <= got["ipledger_verify_age_seconds"] < 600
+    doc = json.loads(status.read_text())
+    status.write_text(json.dumps({**doc, "ok": False}))           # a failed verify, as recorded
+    assert scrape(status)["ipledger_verify_ok"] == 0.0
+    status.write_text("{not json")
+    assert scrape(status)["ipledger_verify_age_seconds"] == float("inf")
+    with pytest.raises(VerifyStatusError, match=r"^st\.json: field head_seq: ") as e:
+        parse(json.dumps({**doc, "head_seq": "12"}), "st.json")
+    assert "\n" not in str(e.value)
+
+
+def test_a_failed_verify_is_recorded_and_exported(demo, cli, runner, tmp_path):
+    """On a copy of the demo ledger with one entry's node edited behind ipledger's back, `verify --record` exits 1
+    and still records the failure; /metrics then says ok 0 for the head it checked."""
+    import shutil
+    import sqlite3
+
+    out, _ = demo
+    db = tmp_path / "ledger.db"
+    shutil.copy(out / "ledger.db", db)
+    con = sqlite3.connect(db)
+    con.execute("DROP TRIGGER entries_no_update")
+    con.execute("UPDATE entries SET node = 'forged' WHERE seq = 3")
+    con.commit()
+    con.close()
+    url, status = f"sqlite:///{db}", tmp_path / "verify.json"
+    r = runner.invoke(cli, ["--db", url, "verify", "--record", str(status)])
+    assert r.exit_code == 1 and "seq 3" in r.output
+    view = LedgerView(make_engine(url, read_only=True), None)
+    app = create_app(view, from_config(SERVE), metrics_only=True, verify_status=str(status))
+    text = TestClient(app, client=("127.0.0.1", 1)).get("/metrics").text
+    got = {k: float(v) for k, v in re.findall(r"^(ipledger_verify_[a-z_]+) (\S+)$", text, re.M)}
+    recorded = json.loads(status.read_text())
+    assert got["ipledger_verify_ok"] == 0.0 and recorded["problems"] >= 1 and recorded["ok"] is False
+    # the seq the walk reached: a failed verify stops before the head, so the head shows as not verified
+    assert got["ipledger_verify_head_seq"] == recorded["head_seq"] < view.snapshot(False).seq

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.browser
 ROOT = Path(__file__).parents[1]
 CHROMIUM = os.environ.get("IPLEDGER_TEST_CHROMIUM", "/usr/bin/chromium")
 DRIVER = os.environ.get("IPLEDGER_TEST_CHROMEDRIVER", "/usr/bin/chromedriver")
+THROTTLING = ("power_cap", "restore_power_limit", "inspect_cooling", "hot_because_cooling")
 CONFIG = """[serve]
 user_header = "X-Remote-User"
 trusted_proxies = ["127.0.0.1"]
@@ -134,6 +135,27 @@ def test_operator_pages_in_chromium(served, browser, cli, runner):
     dev = receipt["job"]["devices"][0]["uuid"]
     _load(browser, base, f"/devices/{dev}", "op", "device-operator")
     assert _charts(browser) >= 4
+
+
+def test_device_charts_shade_throttling_and_mark_findings(served, browser, cli, runner):
+    """A device on the node of a throttling finding: its charts shade the throttled hours by reason and outline
+    the finding's evidence window; unknown telemetry is marked (and its hours are gaps in the lines)."""
+    from selenium.webdriver.common.by import By
+
+    base, url = served
+    found = _cli(cli, runner, url, "findings", "--no-refresh", "--json")["findings"]
+    hot = next(f for f in found if f["kind"] in THROTTLING and f["scope"].get("node"))
+    _load(browser, base, f"/nodes/{hot['scope']['node']}", "op", "node-operator")
+    dev = browser.find_elements(By.CSS_SELECTOR, 'a[href^="/devices/"]')[0].get_attribute("href")
+    _load(browser, base, dev.removeprefix(base), "op", "device-throttled")
+    charts = browser.find_elements(By.CSS_SELECTOR, "svg.chart")
+    assert len(charts) >= 4
+    for c in charts:   # every chart of the device carries the shading and the marks
+        reasons = {r.get_attribute("data-reason") for r in c.find_elements(By.CSS_SELECTOR, "rect.throttle")}
+        assert reasons and reasons <= {"thermal", "power_cap", "hw_slowdown", "sync_boost", "other"}
+        windows = c.find_elements(By.CSS_SELECTOR, "rect.finding-window")
+        assert any(hot["id"] in w.find_element(By.TAG_NAME, "title").get_attribute("textContent") for w in windows)
+        assert all(float(w.get_attribute("width")) > 0 for w in windows)
 
 
 def test_tenant_pages_in_chromium(served, browser, cli, runner):

@@ -38,14 +38,21 @@ def _wait(url: str, proc: subprocess.Popen, seconds: float = 60) -> None:
 
 
 @pytest.fixture(scope="module")
-def scraped(demo):
+def scraped(demo, tmp_path_factory):
     import uvicorn  # noqa: F401 - the server below needs it (dev extra): missing, the test fails, never skips
 
     out, _ = demo
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT), IPLEDGER_CONFIG="")
     env.pop("IPLEDGER_CONFIG")
-    serve = subprocess.Popen([sys.executable, "-m", "ledger.cli.main", "--db", f"sqlite:///{out / 'ledger.db'}",
+    db = ["--db", f"sqlite:///{out / 'ledger.db'}"]
+    work = tmp_path_factory.mktemp("prom-serve")
+    status = work / "verify-status.json"   # a real `ipledger verify --record`, as a site's cron runs it
+    subprocess.run([sys.executable, "-m", "ledger.cli.main", *db, "verify", "--record", str(status)], env=env,
+                   cwd=ROOT, check=True, capture_output=True)
+    site = work / "site.toml"
+    site.write_text(f'[serve]\nverify_status = "{status}"\n')
+    serve = subprocess.Popen([sys.executable, "-m", "ledger.cli.main", *db, "--config", str(site),
                               "serve", "--metrics-only", "--port", str(port)], env=env, cwd=ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     body = DCGM.read_bytes()
@@ -93,3 +100,17 @@ def test_scraped_figures_equal_the_receipts(scraped, demo):
     with urllib.request.urlopen(f"{scraped.url}/api/v1/query?{q}", timeout=10) as r:  # noqa: S310
         got = float(json.loads(r.read())["data"]["result"][0]["value"][1])
     assert got == summary["receipts_issued"]
+
+
+def _value(scraped, expr: str) -> float:
+    q = urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(f"{scraped.url}/api/v1/query?{q}", timeout=10) as r:  # noqa: S310
+        return float(json.loads(r.read())["data"]["result"][0]["value"][1])
+
+
+def test_scraped_verify_status_is_the_recorded_verify(scraped, demo):
+    """The verify the fixture recorded passed, checked the whole demo ledger, and finished before the scrape."""
+    assert _value(scraped, "ipledger_verify_ok") == 1
+    assert _value(scraped, "ipledger_verify_head_seq") == _value(scraped, "ipledger_ledger_head_seq")
+    assert 0 <= _value(scraped, "ipledger_verify_age_seconds") < 600
+

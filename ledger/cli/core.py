@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -132,10 +133,13 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
 @click.option("--pubkey", "pubkeys", multiple=True, metavar="KEY.pub", type=click.Path(dir_okay=False),
               help="The site's public key: every signed tree head must be signed by it (repeatable, for rotated "
                    "keys; default: the config's trusted_keys). Without a pinned key heads are checked unpinned.")
+@click.option("--record", "record", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Also write the outcome (ok, time, head verified) to FILE, a small JSON file outside the ledger "
+                   "that `ipledger serve` exports on /metrics ([serve] verify_status; docs/web.md).")
 @pass_app
 @reads_only("deep")   # --deep may create PostgreSQL's amcheck extension
 def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[str, ...], deep: bool,
-               pubkeys: tuple[str, ...]) -> None:
+               pubkeys: tuple[str, ...], record: str | None) -> None:
     """Walk the hash chain (and replay issued receipts); exit 1 naming the first entry that does not match.
 
     \b
@@ -143,6 +147,7 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
       ipledger verify --pubkey /etc/ipledger/log.key.pub
       ipledger verify --json --anchor 1200:3f5e...c1
       ipledger verify --deep
+      ipledger verify --record /var/lib/ipledger/verify-status.json   # from cron; /metrics shows it
     """
     from ..heads import HeadError, read_pinned_keys
     from ..receipts.auto import verify_checks
@@ -159,6 +164,14 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
         bar.step("hash chain")
         report = verify_ledger(engine, chain_only=chain_only, anchors=parsed, deep=deep,
                                checks=[_step(bar, c) for c in checks])
+    if record is not None:
+        from ..safeout import OutputError, write_output
+        from ..verify_status import render, status_of
+
+        try:
+            write_output(record, render(status_of(report, time.time())))
+        except OutputError as exc:
+            raise UserError(str(exc)) from None
     if as_json:
         emit_json(report.to_json())
     elif report.ok:

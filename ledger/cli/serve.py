@@ -32,18 +32,21 @@ def serve_cmd(app: AppContext, host: str, port: int, metrics_only: bool, local_o
 
         from ..web.access import AccessError, from_config, local_operator as local_op
         from ..web.app import create_app
+        from ..web.metrics import verify_status_setting
         from ..web.views import LedgerView
+        from ..verify_status import VerifyStatusError
     except ImportError as exc:
         raise UserError(f"ipledger serve needs the web extra (pip install 'ipledger[web]'): {exc}") from None
     try:
         access = from_config(app.config.extra, app.config.path or "config")
         if local_operator:
             access = local_op(access, host)
-    except AccessError as exc:
+        verify_status = verify_status_setting(app.config.extra, app.config.path or "config")
+    except (AccessError, VerifyStatusError) as exc:
         raise UserError(str(exc)) from None
-    view = LedgerView(app.engine(), app.site)
+    view = LedgerView(app.engine(), app.site, log=lambda line: echo(line, err=True))
     echo(f"ipledger serve: http://{printable(host)}:{port}/" + (" (metrics only)" if metrics_only else ""), err=True)
-    uvicorn.run(create_app(view, access, metrics_only=metrics_only), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(view, access, metrics_only=metrics_only, verify_status=verify_status), host=host, port=port, log_level="warning")
 
 
 def register(cli: click.Group) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from html import escape
 import tempfile
 from pathlib import Path
 
@@ -16,8 +15,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from ..canonical import format_ts
+from ..canonical import format_ts, ts_to_epoch
 from .access import Access, User
+from .figures import THROTTLE_FILL, FiguresError, NotAnswerable, device_chart, device_id
 from .views import LedgerView, Snapshot, receipt_account, visible_findings
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -34,97 +34,22 @@ def _env() -> Environment:
     return env
 
 
-def _period(snap: Snapshot, text: str | None) -> tuple[float, float, str]:
-    from ..agents.ask import BadPeriod, parse_period
-
-    ds = snap.ds
+def figures(view: LedgerView, snap: Snapshot, question: tuple):  # noqa: ANN201
+    """The answer to a figures question (ledger.web.figures: the same calls as `ipledger account`/`explain`)."""
     try:
-        start, end, label = parse_period(text or "all", ds.start, ds.end)
-    except BadPeriod as exc:
-        raise HTTPError(400, str(exc)) from None
-    if end <= ds.start or start >= ds.end:
-        raise HTTPError(404, f"the ledger has no data in {label}")
-    return start, end, label
+        return view.figures(snap, question)
+    except NotAnswerable as exc:
+        raise HTTPError(exc.code, str(exc.message).strip("'\"")) from None
+    except FiguresError as exc:   # the child could not read the ledger: say so, the next request tries again
+        raise HTTPError(503, str(exc)) from None
 
 
-def fleet_figures(view: LedgerView, snap: Snapshot, period: str | None) -> dict:
-    """`ipledger account --period P --json`'s figures (the same call)."""
-    from ..agents import query
-
-    start, end, label = _period(snap, period)
-    return snap.memo(("fleet", start, end), lambda: query.period(snap.ds, snap.found, start, end, label,
-                                                                 query.billed_rows(view.engine, start, end)))
-
-
-def scope_figures(view: LedgerView, snap: Snapshot, kind: str, name: str, period: str | None) -> dict:
-    """`ipledger explain --KIND NAME --period P --json`'s figures (the same call)."""
-    from ..agents import query
-    from ..agents.accounting import ExplainError, scope_masks
-
-    start, end, _ = _period(snap, period)
-    try:
-        scope_masks(snap.ds, kind, name)
-        return snap.memo((kind, name, start, end), lambda: query.scope(
-            snap.ds, snap.found, kind, name, start, end, query.billed_rows(view.engine, start, end)))
-    except ExplainError as exc:
-        raise HTTPError(404, str(exc).strip("'\"")) from None
-
-
-def hourly_svg(samples, width: int = 600, height: int = 80) -> str:  # noqa: ANN001 - a samples frame
-    """Delivered share per hour as an inline SVG polyline; hours with no telemetry are gaps (the line breaks)."""
-    if samples is None or not len(samples):
-        return ""
-    s = samples[samples["ai"] >= 0]
-    if not len(s):
-        return ""
-    hour = (s["t"] // 3600).astype("int64")
-    g = s.groupby(hour)[["h", "h_del", "h_missing"]].sum()
-    lo, hi = int(g.index.min()), int(g.index.max())
-    span = max(hi - lo, 1)
-    segs, cur = [], []
-    for hr in range(lo, hi + 1):
-        row = g.loc[hr] if hr in g.index else None
-        known = row is not None and float(row["h"] - row["h_missing"]) > 0
-        if not known:
-            if cur:
-                segs.append(cur)
-            cur = []
-            continue
-        share = float(row["h_del"]) / float(row["h"]) if float(row["h"]) else 0.0
-        cur.append(f"{(hr - lo) / span * (width - 10) + 5:.1f},{height - 5 - share * (height - 10):.1f}")
-    if cur:
-        segs.append(cur)
-    lines = "".join(f'<polyline fill="none" stroke="#4a7" stroke-width="1.5" points="{" ".join(p)}"/>'
-                    for p in segs)
-    return (f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">'
-            f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fafafa" stroke="#ccc"/>{lines}</svg>')
-
-
-def heatmap_svg(samples, start: float, end: float, cell: int = 4, row: int = 12) -> str:  # noqa: ANN001
-    """Delivered share by node x hour as an inline SVG heat map (green: delivered, red: lost); an hour a node
-    ran nothing is blank, an hour with no telemetry grey."""
-    s = samples[(samples["ai"] >= 0) & (samples["t"] >= start) & (samples["t"] < end)]
-    if not len(s):
-        return ""
-    hour = ((s["t"] - start) // 3600).astype("int64")
-    g = s.assign(hour=hour).groupby(["node", "hour"])[["h", "h_del", "h_missing"]].sum()
-    nodes = sorted({str(n) for n in g.index.get_level_values(0)})
-    hours = int(hour.max()) + 1
-    out = [f'<svg class="chart heatmap" xmlns="http://www.w3.org/2000/svg" width="{50 + hours * cell}" '
-           f'height="{len(nodes) * row + 4}" role="img">']
-    for i, n in enumerate(nodes):
-        out.append(f'<text x="0" y="{i * row + 10}" font-size="10">{escape(n)}</text>')
-    for (n, hr), r in g.iterrows():
-        i = nodes.index(str(n))
-        h, known = float(r["h"]), float(r["h"] - r["h_missing"])
-        if h <= 0:
-            continue
-        share = float(r["h_del"]) / h
-        fill = "#bbb" if known <= 0 else f"rgb({int(200 * (1 - share)) + 30},{int(170 * share) + 40},70)"
-        out.append(f'<rect x="{50 + int(hr) * cell}" y="{i * row + 1}" width="{cell}" height="{row - 2}" '
-                   f'fill="{fill}"><title>{escape(str(n))} +{int(hr)} h: {share:.0%} delivered</title></rect>')
-    out.append("</svg>")
-    return "".join(out)
+def _legend() -> str:
+    """What the device charts' shading means."""
+    items = "".join(f'<span class="key"><svg width="12" height="10"><rect width="12" height="10" fill="{c}"/></svg> '
+                    f'throttled: {r}</span> ' for r, c in THROTTLE_FILL.items())
+    return (f'<p class="legend"><small>{items}<span class="key">grey: unknown telemetry (the line breaks where the '
+            'hour has none)</span> <span class="key">dashed red: a finding\'s evidence window</span></small></p>')
 
 
 def _cents(x: float) -> float:
@@ -133,8 +58,10 @@ def _cents(x: float) -> float:
     return cents(x)
 
 
-def create_app(view: LedgerView, access: Access, metrics_only: bool = False) -> Starlette:
-    """The application over ``view``'s ledger; ``metrics_only``: /metrics alone (no user header needed)."""
+def create_app(view: LedgerView, access: Access, metrics_only: bool = False,
+               verify_status: str | None = None) -> Starlette:
+    """The application over ``view``'s ledger; ``metrics_only``: /metrics alone (no user header needed);
+    ``verify_status``: the file `ipledger verify --record` writes, exported on /metrics."""
     from .metrics import metrics_response
 
     env = _env()
@@ -172,13 +99,8 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False) -> 
         operator_only(user)
         snap = view.snapshot()
         period = request.query_params.get("period", "all")
-        res = fleet_figures(view, snap, period)
-        from ..agents import query
-
-        start, end, _ = _period(snap, period)
-        nodes = snap.memo(("nodes", start, end), lambda: sorted(
-            query.ranking(snap.ds, "node", "paid", start, end, n=10_000), key=lambda r: r["node"]))
-        heat = snap.memo(("heat", start, end), lambda: heatmap_svg(snap.ds.samples, start, end))
+        got = figures(view, snap, ("fleet", period))
+        res, nodes, heat = got["res"], got["nodes"], got["heat"]
         openf = [f for f in snap.recorded if f["status"]["status"] == "open"]
         newest = format_ts(snap.last_ts) if snap.last_ts else "-"
         return page("fleet.html", request, user, snap, title=f"Fleet: {res['period']['label']}", res=res,
@@ -187,21 +109,12 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False) -> 
     def _scope_page(request: Request, user: User, kind: str, name: str) -> Response:
         snap = view.snapshot()
         period = request.query_params.get("period", "all")
-        res = scope_figures(view, snap, kind, name, period)
-        ds = snap.ds
-        devices, chart = [], ""
-        if kind in ("node", "rack"):
-            col = "node" if kind == "node" else "rack"
-
-            def compute():  # noqa: ANN202 - once per scope at this head
-                sel = ds.samples[ds.samples[col].astype(str) == name]
-                return sorted({str(d) for d in sel["device"].unique()}), hourly_svg(sel)
-
-            devices, chart = snap.memo((kind, name, "devices"), compute)
+        got = figures(view, snap, ("scope", kind, name, period))
+        res, devices, chart = got["res"], got["devices"], got["chart"]
         findings = [f for f in visible_findings(user, snap) if str(f["scope"].get(kind) or "") == name
                     or (kind == "node" and name in (f.get("nodes") or []))]
         return page("scope.html", request, user, snap, title=f"{kind.capitalize()} {name}", res=res, period=period,
-                    currency=ds.currency, devices=devices, chart=chart, receipts=None, months=[],
+                    currency=snap.bounds.currency, devices=devices, chart=chart, receipts=None, months=[],
                     findings=findings, name=name)
 
     def rack(request: Request, user: User) -> Response:
@@ -216,28 +129,16 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False) -> 
         operator_only(user)
         snap = view.snapshot()
         uuid = request.path_params["uuid"]
-        ds = snap.ds
-
-        def compute():  # noqa: ANN202 - once per device at this head
-            sel = ds.samples[ds.samples["device"].astype(str).isin({uuid, uuid.removeprefix("GPU-")})]
-            if not len(sel):
-                return None
-            charts = {"delivered share": hourly_svg(sel)}
-            for col, lab in (("clk", "SM clock (MHz)"), ("power", "power (W)"), ("temp", "temperature (degC)")):
-                charts[lab] = _line_svg(sel, col)
-            nodes = set(sel["node"].astype(str))
-            findings = [f for f in snap.recorded
-                        if str(f["scope"].get("device_uuid") or "") in (uuid, uuid.removeprefix("GPU-"))
-                        or str(f["scope"].get("node") or "") in nodes]
-            receipts = [b for b in snap.receipts.values()
-                        if any(d.get("uuid") in (uuid, "GPU-" + uuid) for d in b.get("job", {}).get("devices", []))]
-            return charts, findings, receipts, _device_res(sel, ds.currency)
-
-        got = snap.memo(("device", uuid), compute)
-        if got is None:
-            raise HTTPError(404, f"no device {uuid} in the ledger")
-        charts, findings, receipts, res = got
-        html = "".join(f"<h3>{k}</h3>{v}" for k, v in charts.items())
+        got = figures(view, snap, ("device", uuid))
+        res, nodes = got["res"], set(got["nodes"])
+        findings = [f for f in snap.recorded if device_id(str(f["scope"].get("device_uuid") or "")) == device_id(uuid)
+                    or str(f["scope"].get("node") or "") in nodes]
+        receipts = [b for b in snap.receipts.values()
+                    if any(device_id(str(d.get("uuid"))) == device_id(uuid) for d in b.get("job", {}).get("devices", []))]
+        windows = [(ts_to_epoch(f["start"]), ts_to_epoch(f["end"]), f"{f['id']} {f['kind']}") for f in findings
+                   if f.get("start") and f.get("end")]
+        html = "".join(f"<h3>{k}</h3>{device_chart(part, got['axis'], windows)}" for k, part in got["charts"].items())
+        html += _legend()
         return page("scope.html", request, user, snap, title=f"Device {uuid}",
                     res=res, period=None, currency=None, devices=[], chart=html,
                     receipts=receipts, months=[], findings=findings, name=uuid)
@@ -248,14 +149,14 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False) -> 
             raise HTTPError(404, "not found")
         snap = view.snapshot()
         period = request.query_params.get("period", "all")
-        res = scope_figures(view, snap, "tenant", name, period)
+        res = figures(view, snap, ("scope", "tenant", name, period))["res"]
         receipts = sorted((b for b in snap.receipts.values() if receipt_account(b) == name),
                           key=lambda b: (b["window"]["start"], str(b["job"]["job_id"])))
         findings = [f for f in visible_findings(user, snap) if f["scope"].get("tenant") == name
                     or any(receipt_account(b) == name for (c, j, r), b in snap.receipts.items()
                            if j == str(f["scope"].get("job_id")))]
         return page("scope.html", request, user, snap, title=f"Tenant {name}", res=res, period=period,
-                    currency=snap.ds.currency, devices=[], chart="", receipts=receipts, months=snap.months,
+                    currency=snap.bounds.currency, devices=[], chart="", receipts=receipts, months=snap.months,
                     findings=findings, name=name)
 
     def _receipt_key(request: Request, user: User) -> tuple[str, int | None, str]:
@@ -359,7 +260,7 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False) -> 
                     currency=",".join(t["currencies"]))
 
     async def metrics(request: Request) -> Response:
-        return await run_in_threadpool(metrics_response, view, request.headers.get("accept", ""))
+        return await run_in_threadpool(metrics_response, view, request.headers.get("accept", ""), verify_status)
 
     routes = [Route("/metrics", metrics)]
     if not metrics_only:
@@ -369,36 +270,3 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False) -> 
                    Route("/receipts/{job}/{run}", guarded(receipt)), Route("/findings/{fid}", guarded(finding)),
                    Route("/statements/{month}", guarded(statement))]
     return Starlette(routes=routes)
-
-
-def _line_svg(sel, col: str, width: int = 600, height: int = 60) -> str:  # noqa: ANN001
-    """One sample column per hour (mean) as an inline SVG polyline, broken where the hour has no samples."""
-    hour = (sel["t"] // 3600).astype("int64")
-    g = sel.groupby(hour)[col].mean()
-    if not len(g):
-        return ""
-    lo, hi = int(g.index.min()), int(g.index.max())
-    vmax = float(g.max()) or 1.0
-    span = max(hi - lo, 1)
-    segs, cur = [], []
-    for hr in range(lo, hi + 1):
-        if hr not in g.index:
-            if cur:
-                segs.append(cur)
-            cur = []
-            continue
-        cur.append(f"{(hr - lo) / span * (width - 10) + 5:.1f},{height - 5 - float(g.loc[hr]) / vmax * (height - 10):.1f}")
-    if cur:
-        segs.append(cur)
-    lines = "".join(f'<polyline fill="none" stroke="#57a" points="{" ".join(p)}"/>' for p in segs)
-    return (f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">'
-            f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fafafa" stroke="#ccc"/>{lines}</svg>')
-
-
-def _device_res(sel, currency: str) -> dict:  # noqa: ANN001
-    """A device's sealed device-hours in the ledger (its samples' sums), in the scope page's shape."""
-    s = sel[sel["ai"] >= 0]
-    paid, deliv = float(s["h"].sum()), float(s["h_del"].sum())
-    return {"answer": f"device: {paid:,.2f} GPU-hours in runs, {deliv:,.2f} delivered (priced on its runs' receipts)",
-            "account": {"paid": paid, "delivered": deliv, "cost": {"paid": 0.0, "delivered": 0.0, "lost": 0.0}},
-            "table": {"lines": []}, "basis": "device_hours"}

@@ -5,6 +5,7 @@ docs/web.md lists every family)."""
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -12,11 +13,13 @@ from prometheus_client.core import CollectorRegistry, GaugeMetricFamily
 from starlette.responses import Response
 
 from ..spool import QUARANTINE_DIR, SHIPPED_DIR
+from ..verify_status import VerifyStatusError, read as read_verify_status
 
 FAMILIES = ("ipledger_ledger_head_seq", "ipledger_ledger_head_age_seconds", "ipledger_last_ship_timestamp_seconds",
             "ipledger_ship_lag_seconds", "ipledger_spool_backlog_files", "ipledger_spool_quarantined_files",
             "ipledger_unknown_seconds", "ipledger_paid_gpu_hours", "ipledger_delivered_gpu_hours",
-            "ipledger_lost_gpu_hours", "ipledger_open_findings", "ipledger_receipts_issued")
+            "ipledger_lost_gpu_hours", "ipledger_open_findings", "ipledger_receipts_issued", "ipledger_verify_ok",
+            "ipledger_verify_age_seconds", "ipledger_verify_head_seq")
 
 
 def _files(path: str) -> int:
@@ -26,12 +29,21 @@ def _files(path: str) -> int:
         return 0
 
 
-class LedgerCollector:
-    """Reads the view's snapshot (without running the agents: issued receipts and recorded findings) on each
-    scrape."""
+def verify_status_setting(extra: dict, where: str = "config") -> str | None:
+    """`[serve] verify_status`: the file `ipledger verify --record` writes (None: not configured)."""
+    serve = extra.get("serve", {})
+    v = serve.get("verify_status") if isinstance(serve, dict) else None
+    if v is not None and (not isinstance(v, str) or not v.strip()):
+        raise VerifyStatusError(f"{where}: serve.verify_status must be a file path, got {v!r}")
+    return v
 
-    def __init__(self, view, now=time.time) -> None:  # noqa: ANN001
-        self.view, self.now = view, now
+
+class LedgerCollector:
+    """Reads the view's snapshot (without running the agents: issued receipts and recorded findings) and the last
+    recorded verify (``verify_status``: its file, or None) on each scrape."""
+
+    def __init__(self, view, verify_status: str | None = None, now=time.time) -> None:  # noqa: ANN001
+        self.view, self.verify_status, self.now = view, verify_status, now
 
     def describe(self):  # noqa: ANN201 - no scrape at registration
         return []
@@ -82,17 +94,37 @@ class LedgerCollector:
             openf.add_metric([k], kinds[k])
         yield openf
         yield g("ipledger_receipts_issued", "Runs with an issued receipt.", value=len(snap.receipts))
+        yield from self._verify(now)
+
+    def _verify(self, now: float):  # noqa: ANN202
+        """ok 1 only for a recorded verify that passed; with none recorded (or an unreadable file) ok is 0 and the
+        age +Inf, so an alert on either fires."""
+        st = None
+        if self.verify_status:
+            try:
+                st = read_verify_status(self.verify_status)
+            except VerifyStatusError as exc:
+                log = getattr(self.view, "log", None)
+                if log is not None:
+                    log(f"ipledger serve: /metrics: {exc}")
+        g = GaugeMetricFamily
+        yield g("ipledger_verify_ok", "1 when the last recorded `ipledger verify` passed, else 0.",
+                value=1.0 if st is not None and st.ok else 0.0)
+        yield g("ipledger_verify_age_seconds", "Seconds since the last recorded `ipledger verify` finished "
+                "(+Inf: none recorded).", value=max(now - st.finished_at, 0.0) if st is not None else math.inf)
+        yield g("ipledger_verify_head_seq", "Sequence number the last recorded verify reached: the head it checked, "
+                "or where a failed walk stopped (-1: none recorded).", value=st.head_seq if st is not None else -1)
 
 
-def registry(view) -> CollectorRegistry:  # noqa: ANN001
+def registry(view, verify_status: str | None = None) -> CollectorRegistry:  # noqa: ANN001
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(LedgerCollector(view))
+    reg.register(LedgerCollector(view, verify_status))
     return reg
 
 
-def metrics_response(view, accept: str) -> Response:  # noqa: ANN001
+def metrics_response(view, accept: str, verify_status: str | None = None) -> Response:  # noqa: ANN001
     from prometheus_client import exposition
 
     encoder, content_type = exposition.choose_encoder(accept)
-    return Response(encoder(registry(view)), media_type=content_type.split(";")[0],
+    return Response(encoder(registry(view, verify_status)), media_type=content_type.split(";")[0],
                     headers={"Content-Type": content_type})

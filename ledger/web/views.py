@@ -1,7 +1,8 @@
 """What the pages show, read through the same calls the CLI makes: the agents' dataset and findings
 (`ipledger account`/`explain` read :mod:`ledger.agents.query`), the recorded findings (`ipledger findings
 --no-refresh`), the issued receipts and the month's statement (`ipledger export monthly`). Read once per ledger
-head and kept until the head moves."""
+head and kept until the head moves. The figures that need the agents' dataset are computed in a short-lived
+child process (:mod:`ledger.web.figures`): the server keeps their answers, never the dataset."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from dataclasses import dataclass, field
 from ..canonical import ts_to_epoch
 from ..kinds import Kind
 from ..store import head, iter_entries
+from .figures import Bounds, NotAnswerable, ask, key
 
 
-MEMO_LIMIT = 256
+MEMO_LIMIT = 256       # answers to per-request questions (statements)
+FIGURES_LIMIT = 4096   # the figures children's answers: the prefetch of the demo is about 200 of them
 
 
 @dataclass
@@ -24,13 +27,14 @@ class Snapshot:
     seq: int
     head_hash: str
     read_at: float
-    ds: object = None           # ledger.agents.data.Dataset (device-hours)
-    found: list = field(default_factory=list)      # the agents' findings now (the account's)
+    bounds: Bounds | None = None                   # the dataset's span and names (None: no child has run yet)
+    child_peaks_mib: list = field(default_factory=list)   # each figures child's own peak memory at this head
     recorded: list = field(default_factory=list)   # recorded findings with status (dicts)
     receipts: dict = field(default_factory=dict)   # (cluster, job_id, run) -> latest issued receipt body
     last_ts: float | None = None                   # the newest entry's time
     months: list = field(default_factory=list)     # months with issued receipts
     cache: dict = field(default_factory=dict)      # figures already computed at this head, by question
+    figures: dict = field(default_factory=dict)    # the figures children's answers at this head, by key
 
     def memo(self, key: tuple, compute):  # noqa: ANN001, ANN201
         """``compute()``, once per question at this head (the ledger is append-only: the same head, the same
@@ -45,9 +49,12 @@ class Snapshot:
 class LedgerView:
     """The pages' reader of one ledger: a snapshot per head (thread-safe), and the per-request calls."""
 
-    def __init__(self, engine, site) -> None:  # noqa: ANN001
-        self.engine, self.site = engine, site
+    def __init__(self, engine, site, log=None) -> None:  # noqa: ANN001
+        """``log``: called with one line per figures child (its head, time and peak memory); None: silent."""
+        self.engine, self.site, self.log = engine, site, log
+        self.url = engine.url.render_as_string(hide_password=False)   # for the child, on its stdin only
         self._lock = threading.Lock()
+        self._figures_lock = threading.Lock()   # one figures child at a time
         self._snap: Snapshot | None = None
 
     def head(self) -> tuple[int, str]:
@@ -55,24 +62,53 @@ class LedgerView:
             return head(conn)
 
     def snapshot(self, with_agents: bool = True) -> Snapshot:
+        """The snapshot at the head; ``with_agents``: with the figures children's bounds (a child has run)."""
         seq, h = self.head()
         with self._lock:
             s = self._snap
-            if s is None or s.seq != seq or (with_agents and s.ds is None):
-                s = self._read(seq, h, with_agents)
+            if s is None or s.seq != seq:
+                s = self._read(seq, h)
                 self._snap = s
-            return s
+        if with_agents and s.bounds is None:
+            self._ask(s, [], with_prefetch=True)
+        return s
 
-    def _read(self, seq: int, h: str, with_agents: bool) -> Snapshot:
+    def figures(self, snap: Snapshot, question: tuple):  # noqa: ANN201
+        """The answer to ``question`` at ``snap``'s head (ledger.web.figures), from a child when not yet kept;
+        NotAnswerable for a bad period or an unknown name."""
+        if snap.bounds is None:
+            self._ask(snap, [question], with_prefetch=True)
+        k = key(question, snap.bounds)
+        got = snap.figures.get(k)   # one lookup: another request's child may clear the dict meanwhile
+        if got is None:
+            self._ask(snap, [question], with_prefetch=False)
+            got = snap.figures.get(k)
+        if got is None:   # the child had no answer to a question its bounds allow
+            raise NotAnswerable(404, "not found")
+        return got
+
+    def _ask(self, snap: Snapshot, questions: list[tuple], with_prefetch: bool) -> None:
+        with self._figures_lock:
+            if with_prefetch and snap.bounds is not None:   # another request's child did it meanwhile
+                with_prefetch = False
+                questions = [q for q in questions if key(q, snap.bounds) not in snap.figures]
+                if not questions:
+                    return
+            got = ask(self.url, questions, with_prefetch)
+            if len(snap.figures) + len(got.by_key) > FIGURES_LIMIT:
+                snap.figures.clear()   # arbitrary periods cannot grow the server without bound
+            snap.figures.update(got.by_key)
+            snap.child_peaks_mib.append(got.peak_mib)
+            if self.log is not None:
+                self.log(f"ipledger serve: figures at head {snap.seq}: {len(got.by_key)} answers in {got.seconds:.1f} s, "
+                         f"child peak {got.peak_mib:.0f} MiB")
+            if snap.bounds is None:
+                snap.bounds = got.bounds
+
+    def _read(self, seq: int, h: str) -> Snapshot:
         from .. import agents
 
         s = Snapshot(seq, h, time.time())
-        if with_agents:
-            from ..agents import hourly
-
-            s.ds = hourly.load_compact(self.engine, detail=True)
-            if len(s.ds.allocs):
-                s.found = agents.find(s.ds)
         s.recorded = agents.recorded_findings(self.engine)
         months = set()
         with self.engine.connect() as conn:
