@@ -39,6 +39,8 @@ def demo_cmd(out: Path, seed: int, small: bool, as_json: bool) -> None:
         echo(f"{k}: {v}")
     echo(f"demo output is in {summary['out']}  (try: ipledger --db sqlite:///{summary['ledger']} "
                f"ask \"why did rack R3 lose GPU-hours this week?\")")
+    echo(f"verify it under the demo's site (its carbon zone replays the receipts' carbon blocks): ipledger --db "
+         f"sqlite:///{summary['ledger']} --config {summary['site_config']} verify")
     echo(f"open the demo hall in the web view: ipledger --db sqlite:///{summary['ledger']} serve --local-operator, "
          "then http://127.0.0.1:8787/fleet (docs/web.md)")
 
