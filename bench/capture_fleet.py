@@ -143,7 +143,6 @@ class Fleet:
     unallocated: np.ndarray         # bool (device, tick): no process on the GPU
     segments: dict[str, list[Segment]]
     faults: list[Fault]
-    workload_hot: np.ndarray        # bool (device, tick): thermal slowdown from the workload alone
 
     def truth(self) -> dict:
         return {"seed": self.seed, "start": float(self.t[0]), "end": float(self.t[-1] + self.cadence),
@@ -194,16 +193,19 @@ def generate(seed: int, hours: float = 24.0, cadence: float = 30.0, nv_nodes: in
     a100s, h100s, amds = nodes[:half], nodes[half:nv_nodes], nodes[nv_nodes:]
 
     # --- placement: each fault on its own node --------------------------------------------------------------
-    nv_order = list(rng.permutation(nodes[:nv_nodes]))
+    nv_order = [str(x) for x in rng.permutation(nodes[:nv_nodes])]
     h_first = sorted(nv_order, key=lambda x: 0 if x in h100s else 1)
     place: dict[str, str] = {}
     for cause in ("xid", "sync_boost", "hot_working"):        # H100 nodes
         place[cause] = next(x for x in h_first if x not in place.values())
     place["ecc"] = next(x for x in nv_order if x in a100s and x not in place.values())
-    for cause in ("fan", "crac", "power_brake", "starved", "operator_restart"):
+    for cause in ("fan", "crac", "power_brake", "starved"):
         free = [x for x in nv_order if x not in place.values()]
-        place[cause] = free[0] if free else nv_order[len(place) % nv_nodes]
-    amd_order = list(rng.permutation(amds))
+        place[cause] = free[0] if free else next(x for x in nv_order if x != place["xid"])
+    # the operator's restart shares a node with another fault (never the XID node, whose reboot restarts dmon)
+    place["operator_restart"] = next(x for x in nv_order if x not in place.values()) \
+        if len(set(place.values())) < nv_nodes else str(rng.choice([x for x in nv_order if x != place["xid"]]))
+    amd_order = [str(x) for x in rng.permutation(amds)]
     place["ppt_cap"], place["amd_restart"], place["amd_drift"] = (amd_order[i % len(amd_order)] for i in range(3))
     win = {"fan": _draw_window(rng, steps, cadence, 5, 9), "crac": _draw_window(rng, steps, cadence, 4, 7),
            "power_brake": _draw_window(rng, steps, cadence, 3, 6), "sync_boost": _draw_window(rng, steps, cadence, 6, 10),
@@ -217,6 +219,11 @@ def generate(seed: int, hours: float = 24.0, cadence: float = 30.0, nv_nodes: in
     op_resume = op_stop + tick(rng.uniform(30, 60))
     amd_stop = int(rng.uniform(3, hours - 4) * HOUR / cadence)
     amd_resume = amd_stop + tick(rng.uniform(25, 50))
+    holes = ((place["xid"], reboot_at, boot_end), (place["operator_restart"], op_stop, op_resume),
+             (place["amd_restart"], amd_stop, amd_resume))
+    in_hole = np.zeros((n, steps), dtype=bool)     # no capture ran: nothing observed
+    for nd, a, b in holes:
+        in_hole[devs_of[nd], a:b] = True
 
     # --- schedule: per node one 8-GPU lane or two 4-GPU lanes; a fault's job spans its window ---------------
     job = np.full((n, steps), -1, dtype=np.int32)
@@ -292,7 +299,7 @@ def generate(seed: int, hours: float = 24.0, cadence: float = 30.0, nv_nodes: in
     act = np.where(stall, rng.uniform(0.0, 0.04, (n, steps)), act)
     tensor = np.where(stall, 0.0, tensor)
     faults.append(Fault("starved", sv_nd, tuple(keys[d] for d in devs_of[sv_nd]), float(t[a]), float(t[b]),
-                        float(stall.sum()) * cadence / HOUR, {"stalls_per_h": round(rate_h, 1)}))
+                        float((stall & ~in_hole).sum()) * cadence / HOUR, {"stalls_per_h": round(rate_h, 1)}))
 
     # --- physics per tick ----------------------------------------------------------------------------------------
     inlet = np.repeat(np.array([rng.normal(23.5, 0.8) for _ in nodes]), GPUS)[:, None] + \
@@ -413,7 +420,7 @@ def generate(seed: int, hours: float = 24.0, cadence: float = 30.0, nv_nodes: in
     dt_h = cadence / HOUR
 
     def lost(mask: np.ndarray) -> float:
-        return float((act * (1 - f_out) * mask * running).sum() * dt_h)
+        return float((act * (1 - f_out) * (mask & running & answers & ~in_hole)).sum() * dt_h)
 
     def window_mask(devs: list[int], a: int, b: int) -> np.ndarray:
         m = np.zeros((n, steps), dtype=bool)
@@ -439,14 +446,12 @@ def generate(seed: int, hours: float = 24.0, cadence: float = 30.0, nv_nodes: in
                         {"cap_w": round(cap_w)}))
     dr_m = window_mask([dr_dev], da, steps) & (reasons == 0)
     faults.append(Fault("amd_drift", place["amd_drift"], (keys[dr_dev],), float(t[da]), float(t[-1] + cadence),
-                        float((act * (1 - f_cap) * dr_m).sum() * dt_h), {"clock_loss": round(d_loss, 3)}))
+                        float((act * (1 - f_cap) * (dr_m & ~in_hole)).sum() * dt_h), {"clock_loss": round(d_loss, 3)}))
     hw_devs = devs_of[place["hot_working"]][:4]
     ha, hb = win["hot_working"]
     hot_j = {int(job[hw_devs[0], ha])}
     hw_m = np.isin(job, list(hot_j)) & thermal
     hw_m[[d for d in range(n) if d not in hw_devs]] = False
-    workload_hot = thermal & running
-    workload_hot[[fan_dev] + devs_of[place["crac"]]] = False
     hj = int(job[hw_devs[0], ha])
     faults.append(Fault("hot_working", place["hot_working"], tuple(keys[d] for d in hw_devs),
                         float(t[jobs[hj][2]]), float(t[jobs[hj][3] - 1] + cadence), lost(hw_m),
@@ -481,7 +486,7 @@ def generate(seed: int, hours: float = 24.0, cadence: float = 30.0, nv_nodes: in
               "reasons": reasons.astype(float), "fb": fb, "xid": xid, "ecc_vol": vol, "ecc_agg": agg,
               "energy_mj": energy, "mem_clock": np.array([s.mem_clock_mhz for s in sku_rows])[:, None] * np.ones((1, steps)),
               "mem_temp": temp_obs - rng.uniform(3, 8, n)[:, None]}
-    unalloc = ~running & answers      # no process on a GPU that answered
+    unalloc = ~running & answers & ~in_hole      # no process on a GPU that answered
 
     # --- capture segments: the reboot (appended), the operator (second file), the amd-smi loop (appended) -------
     segments: dict[str, list[Segment]] = {}
@@ -497,16 +502,11 @@ def generate(seed: int, hours: float = 24.0, cadence: float = 30.0, nv_nodes: in
             segments[nd] = [Segment(0, amd_stop, name), Segment(amd_resume, steps, name)]
         else:
             segments[nd] = [Segment(0, steps, name)]
-    for cause, nd, a, b in (("capture_restarted", place["xid"], reboot_at, boot_end),
-                            ("capture_restarted", place["operator_restart"], op_stop, op_resume),
-                            ("capture_restarted", place["amd_restart"], amd_stop, amd_resume)):
-        faults.append(Fault(cause, nd, tuple(keys[d] for d in devs_of[nd]), float(t[a]), float(t[b]),
-                            GPUS * (b - a) * dt_h, {"how": "reboot after XID, appended" if nd == place["xid"] else
-                                                    "operator restart, second file" if nd == place["operator_restart"]
-                                                    else "amd-smi loop restarted, appended"}))
-        unalloc[devs_of[nd], a:b] = False        # not observed: neither used nor unused
-    return Fleet(seed, t, cadence, nodes, sku_of, keys, node_of, arrays, answers, unalloc, segments, faults,
-                 workload_hot)
+    for how, (nd, a, b) in zip(("dmon restarted by the reboot after the XID, appended",
+                                "dmon restarted by an operator, second file", "amd-smi loop restarted, appended"), holes):
+        faults.append(Fault("capture_restarted", nd, tuple(keys[d] for d in devs_of[nd]), float(t[a]), float(t[b]),
+                            GPUS * (b - a) * dt_h, {"how": how}))
+    return Fleet(seed, t, cadence, nodes, sku_of, keys, node_of, arrays, answers, unalloc, segments, faults)
 
 
 # --- writers ---------------------------------------------------------------------------------------------------
