@@ -149,3 +149,20 @@ def test_scorer_verdicts_and_calibration_bins():
     assert [v.kind for v in false_alarms(verdicts)] == ["power_cap", "starved"]
     bins = {label: (n, right) for label, n, right in calibration(verdicts)}
     assert bins["0.7–0.8"] == (1, 0) and bins["≥ 0.9"] == (4, 3)
+
+
+def test_calibration_section_is_written_once_and_says_whether_the_target_holds(tmp_path):
+    from bench.accuracy import calibration_table, write_calibration
+    from bench.capture_fleet_score import Verdict
+
+    verdicts = [Verdict("power_cap", 0.95, True, "ppt_cap")] * 9 + [Verdict("starved", 0.7, False, "no such fault")]
+    table = calibration_table(verdicts)
+    assert "At confidence ≥ 0.7: 9 of 10 findings right = 90% (target ≥ 90 %: met)" in table
+    assert "| `starved` | 1 | 0 | 1 |" in table
+    doc = tmp_path / "agents.md"
+    doc.write_text("# Agents\n\n## Calibration\n\nstale figures\n\n## Entries\n\nkept\n")
+    write_calibration(table, doc)
+    write_calibration(calibration_table(verdicts[1:]), doc)
+    text = doc.read_text()
+    assert text.count("## Calibration") == 1 and "stale figures" not in text and "## Entries\n\nkept" in text
+    assert "8 of 9 findings right = 89% (target ≥ 90 %: NOT met)" in text
