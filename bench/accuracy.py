@@ -65,16 +65,23 @@ def run_independent(seeds: list[int]) -> tuple[list[dict], dict]:
     return rows, totals
 
 
-def independent_table(rows: list[dict], totals: dict) -> str:
-    from bench.scenario_score import ERR_FLOOR_H
-
-    lines = ["| fault (physically modelled) | faults | recall | true GPU-h (mean) | GPU-h error (mean) | "
+def fault_rows(heading: str, totals: dict, digits: int) -> list[str]:
+    """The per-fault table: recall, mean truth, GPU-hours error (mean, max) and the largest miss."""
+    lines = [f"| {heading} | faults | recall | true GPU-h (mean) | GPU-h error (mean) | "
              "GPU-h error (max) | largest miss (GPU-h) |", "|---|---:|---:|---:|---:|---:|---:|"]
     for cause, t in sorted(totals.items()):
         errs = t["errs"]
-        err = (f"{100 * sum(errs) / len(errs):.2f} % | {100 * max(errs):.2f} %" if errs else "n/a (no GPU-hours) | n/a")
-        lines.append(f"| {cause} | {t['faults']} | {t['found'] / t['faults']:.3f} | {t['truth_h'] / t['faults']:.2f} | "
-                     f"{err} | {t['abs']:.3f} |")
+        err = (f"{100 * sum(errs) / len(errs):.{digits - 1}f} % | {100 * max(errs):.{digits - 1}f} %" if errs
+               else "n/a (no GPU-hours) | n/a")
+        lines.append(f"| {cause} | {t['faults']} | {t['found'] / t['faults']:.{digits}f} | "
+                     f"{t['truth_h'] / t['faults']:.2f} | {err} | {t['abs']:.{digits}f} |")
+    return lines
+
+
+def independent_table(rows: list[dict], totals: dict) -> str:
+    from bench.scenario_score import ERR_FLOOR_H
+
+    lines = fault_rows("fault (physically modelled)", totals, digits=3)
     found = sum(t["found"] for t in totals.values())
     faults = sum(t["faults"] for t in totals.values())
     return "\n".join(lines) + (f"\n\nSeeds {[r['seed'] for r in rows]} ({len(rows)} exports of "
@@ -124,13 +131,7 @@ def run_captures(seeds: list[int], hours: float = 24.0) -> tuple[list[dict], dic
 def capture_table(rows: list[dict], totals: dict, hours: float = 24.0) -> str:
     from bench.capture_fleet_score import ERR_FLOOR_H
 
-    lines = ["| fault (report-on generator) | faults | recall | true GPU-h (mean) | GPU-h error (mean) | "
-             "GPU-h error (max) | largest miss (GPU-h) |", "|---|---:|---:|---:|---:|---:|---:|"]
-    for cause, t in sorted(totals.items()):
-        errs = t["errs"]
-        err = (f"{100 * sum(errs) / len(errs):.1f} % | {100 * max(errs):.1f} %" if errs else "n/a (no GPU-hours) | n/a")
-        lines.append(f"| {cause} | {t['faults']} | {t['found'] / t['faults']:.2f} | {t['truth_h'] / t['faults']:.2f} | "
-                     f"{err} | {t['abs']:.2f} |")
+    lines = fault_rows("fault (report-on generator)", totals, digits=2)
     found = sum(t["found"] for t in totals.values())
     faults = sum(t["faults"] for t in totals.values())
     kinds = sorted({k for r in rows for k in r["false_kinds"]})

@@ -170,9 +170,12 @@ def _fill(rng: np.random.Generator, lo: int, hi: int, per_h: float, min_h: float
 
 def _draw_window(rng: np.random.Generator, steps: int, cadence: float, lo_h: float, hi_h: float,
                  earliest_h: float = 1.5) -> tuple[int, int]:
-    dur = int(rng.uniform(lo_h, hi_h) * HOUR / cadence)
-    a = int(rng.uniform(earliest_h * HOUR / cadence, steps - dur - int(1.5 * HOUR / cadence)))
-    return a, a + dur
+    """[first, end) ticks: lo_h..hi_h hours long, placed uniformly from earliest_h to 1.5 h before the end."""
+    per_h = HOUR / cadence
+    length = rng.uniform(lo_h, hi_h) * per_h
+    room = max(0.0, steps - (1.5 + earliest_h) * per_h - length)
+    first = earliest_h * per_h + rng.random() * room
+    return int(first), int(first + length)
 
 
 def generate(seed: int, hours: float = 24.0, cadence: float = 30.0, nv_nodes: int = NV_NODES,
