@@ -156,7 +156,7 @@ def calibration_table(verdicts: list) -> str:
     verdict = "met" if share >= 0.9 else "NOT met"
     lines.append("")
     lines.append(f"At confidence ≥ 0.7: {right} of {len(high)} findings right = {share:.0%} (target ≥ 90 %: {verdict}).")
-    lines += ["", "| kind | findings at ≥ 0.7 | right | wrong (what they said that was not so) |", "|---|---:|---:|---|"]
+    lines += ["", "| kind | findings at ≥ 0.7 | right | wrong |", "|---|---:|---:|---|"]
     for kind in sorted({v.kind for v in high}):
         vs = [v for v in high if v.kind == kind]
         lines.append(f"| `{kind}` | {len(vs)} | {sum(v.right for v in vs)} | {sum(not v.right for v in vs)} |")
