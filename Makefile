@@ -38,8 +38,9 @@ test-fast: venv
 soak: system-deps venv
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --soak -m soak
 
+# Every figure, then the accuracy figure (tune-on and report-on generators, the demo hall; the calibration table).
 bench: venv
-	$(VENV)/bin/python -m bench
+	$(VENV)/bin/python -m bench; rc=$$?; $(VENV)/bin/python -m bench.accuracy && exit $$rc
 
 clean:
 	rm -rf $(VENV) .focus-venv demo-out .pytest_cache

@@ -4,6 +4,6 @@
 ``--repeat N``, ``--no-write``; or ``IPLEDGER_BENCH_SCALE``).
 """
 
-FIGURES = ["hook", "mark", "ship_sqlite", "ship_segments", "ship_postgres", "analyze", "receipt", "export", "verify",
+FIGURES = ["hook", "mark", "ship_sqlite", "ship_segments", "ship_postgres", "analyze", "analyze_captures", "receipt", "export", "verify",
            "load_pg", "proofs", "agents", "import_export", "web",
            "k8s_tick", "latency"]

@@ -45,6 +45,17 @@ def test_ship_segments_figure_has_both_floors_and_the_device_hours_share(tmp_pat
     assert "## Ship collector segments into SQLite" in (tmp_path / "performance.md").read_text()
 
 
+def test_capture_set_figure_prints_both_ratios_and_peak_memory(tmp_path, monkeypatch):
+    """bench.analyze_captures at 600 s sampling: the dmon set against its DuckDB floor in the table, the amd-smi
+    set's own ratio and both sets' peak memory beside it, each set seen whole (64 GPUs) by analyze and the floor."""
+    fig = _run("analyze_captures", 0.02, tmp_path, monkeypatch)
+    assert fig.status == "ok" and fig.floor.median > 0 and fig.subjects[0].median > 0
+    for name in ("dmon", "amd-smi"):
+        line = fig.extra[f"{name} set"]
+        assert "64 GPUs" in line and "×" in line and "peak memory" in line and "MiB" in line
+    assert "## Capture-set analysis" in (tmp_path / "performance.md").read_text()
+
+
 def test_write_doc_keeps_other_sections(tmp_path):
     doc = tmp_path / "performance.md"
     doc.write_text("# Performance\n\nintro\n\n## Accuracy\n\nsomeone else's numbers\n")
