@@ -30,6 +30,8 @@ HOUR = 3600.0
 COOL_RESID_C = 5.0          # median temperature excess at the same power that counts as "hot"
 COOL_MARGIN_C = 4.0         # ... and by how much it must exceed the other racks at the same hour
 COOL_NODE_FRAC = 0.6        # share of a rack's nodes that must be hot for a rack-scope finding
+COOL_DEVICE_SIBLINGS = 4    # devices of a node with data in an hour (the hot one included) to compare one GPU
+COOL_DEVICE_POWER = 0.10    # ... drawing at most this much more power than their median (hot at the same power)
 PCAP_FRAC = 0.5             # share of a node's (or one device's) loaded samples with the power-cap bit
 PCAP_DEVICE_MIN_H = 0.25    # GPU-hours a single capped device must lose to be a finding of its own
 STARVED_MIN_H = 0.5         # GPU-hours of starvation before a run gets a finding
@@ -146,12 +148,37 @@ def cooling_windows(ds: Dataset, model: ResidualModel) -> list[tuple]:
     if gcol == "node":  # no topology (imported telemetry): compare each node with the other nodes at the same hour
         node_h["rack_med"] = _others_median(node_h)
     nflag = (node_h["nr"] >= COOL_RESID_C) & (node_h["nr"] - node_h["rack_med"] >= COOL_MARGIN_C)
+    node_flag_hours: dict[str, np.ndarray] = {}
     for node, g in node_h[nflag].groupby("node"):
         hrs = g["hb"].to_numpy()
         rack_hours = rack_flag_hours.get(g["grp"].iloc[0], np.zeros(0))
+        node_flag_hours[node] = np.concatenate([g["hb"].to_numpy(), rack_hours])
         hrs = hrs[~np.isin(hrs, rack_hours)]
         for a, b in windows(hrs, HOUR, 2 * HOUR, 2 * HOUR):
             out.append(("node", node, a, b))
+    for grp, hrs in rack_flag_hours.items():   # a hot rack's nodes that were not hot themselves
+        for node in node_grp.index[node_grp == grp]:
+            node_flag_hours.setdefault(node, hrs)
+    return out + _hot_devices(f, node_flag_hours)
+
+
+def _hot_devices(f: pd.DataFrame, node_flag_hours: dict[str, np.ndarray]) -> list[tuple]:
+    """("device", uuid, start, end) of one GPU hotter than its own normal at the same power *and* than its siblings
+    in the node, drawing no more power than they do (the board's own cooling: a fan, a heatsink, its paste), outside
+    the hours its node or rack is hot. Per device-hour (``f``: the model's hours with their node): residual >=
+    COOL_RESID_C, >= COOL_MARGIN_C above the node-hour's median residual (>= COOL_DEVICE_SIBLINGS devices with data
+    that hour), mean power <= the node-hour's median power x (1 + COOL_DEVICE_POWER) + 10 W; windows as the node's."""
+    f = f[f["n"] >= 3]
+    g = f.groupby(["node", "hour"])
+    f = f.assign(sib_r=g["r"].transform("median"), sib_p=g["power"].transform("median"), m=g["r"].transform("size"))
+    flag = (f["r"] >= COOL_RESID_C) & (f["r"] - f["sib_r"] >= COOL_MARGIN_C) & (f["m"] >= COOL_DEVICE_SIBLINGS) & \
+           (f["power"] <= f["sib_p"] * (1 + COOL_DEVICE_POWER) + 10.0)
+    out = []
+    for (node, dev), d in f[flag].groupby(["node", "device"]):
+        hrs = d["hour"].to_numpy(float)
+        hrs = hrs[~np.isin(hrs, node_flag_hours.get(node, np.zeros(0)))]
+        for a, b in windows(hrs, HOUR, 2 * HOUR, 2 * HOUR):
+            out.append(("device", dev, a, b))
     return out
 
 
@@ -171,7 +198,7 @@ def _others_median(node_h: pd.DataFrame) -> np.ndarray:
 
 def _cool_finding(ds: Dataset, model: ResidualModel, level: str, name: str, a: float, b: float) -> Finding:
     s = ds.samples
-    col = "rack" if level == "rack" else "node"
+    col = {"rack": "rack", "node": "node", "device": "device"}[level]
     inscope = s[col] == name
     sl = s[inscope]
     sl = sl.assign(resid=model.of(sl))
@@ -181,19 +208,23 @@ def _cool_finding(ds: Dataset, model: ResidualModel, level: str, name: str, a: f
     cost = price(ds, loss_rows, "h_thr")
     # the others' reference from their device-hours (the median of their hourly means), not their every sample
     mh = model.hours
-    scope_devs = set(ds.devices.index[ds.devices[col] == name])
+    scope_devs = {name} if level == "device" else set(ds.devices.index[ds.devices[col] == name])
     oth = mh[~mh["device"].isin(scope_devs) & (mh["hour"] >= a) & (mh["hour"] < b)]
+    if level == "device":   # the reference is its siblings in the node, not the fleet
+        node = sl["node"].iloc[0]
+        oth = oth[oth["device"].isin(ds.devices.index[ds.devices["node"] == node])]
+    ref_label = ("its siblings in the node, same hours (median of their device-hour means)" if level == "device"
+                 else "other racks/nodes, same hours (median of their device-hour means)")
     loaded = sl[sl["running"] & (sl["act"] >= 0.2)]
     mres = float(win["resid"].median()) if win["resid"].notna().any() else 0.0
     nodes = sorted(win.loc[win["resid"] > COOL_MARGIN_C, "node"].dropna().unique())
     ev = (
         evidence(sl, "resid", "gpu_temp_c_above_own_normal_at_same_power", "degC", a, b,
-                 reference=float(oth["r"].median()) if len(oth) else None,
-                 reference_label="other racks/nodes, same hours (median of their device-hour means)"),
+                 reference=float(oth["r"].median()) if len(oth) else None, reference_label=ref_label),
         evidence(loaded, "temp", "gpu_temp_c_under_load", "degC", a, b),
         evidence(loaded, "power", "power_w_under_load", "W", a, b,
                  reference=float(oth["power"].median()) if len(oth) else None,
-                 reference_label="other racks/nodes running, same hours (median of their device-hour means)"),
+                 reference_label=ref_label.replace(", same", " running, same")),
         evidence(loaded, "clk", "sm_clock_mhz_under_load", "MHz", a, b),
         evidence(loaded.assign(th=(loaded["rbucket"] == THERMAL) & (loaded["h_thr"] > 0)), "th",
                  "share_of_samples_with_thermal_reason_bit", "fraction", a, b, stat="mean"),
@@ -201,13 +232,16 @@ def _cool_finding(ds: Dataset, model: ResidualModel, level: str, name: str, a: f
     frac = len(nodes) / max(1, sl["node"].nunique())
     conf = clamp01(0.55 + 0.04 * (mres - COOL_RESID_C) + 0.25 * frac + (0.05 if hours > 1 else 0.0))
     conf = min(conf, 0.97)
-    where = f"rack {name}" if level == "rack" else f"node {name}"
-    others_word = "the other racks" if level == "rack" else "its siblings"
+    node = sl["node"].iloc[0] if len(sl) else None
+    where = {"rack": f"rack {name}", "node": f"node {name}", "device": f"GPU {name} on {node}"}[level]
+    others_word = {"rack": "the other racks", "node": "its siblings", "device": "its siblings at the same power"}[level]
+    what = "the board's own cooling (fan, heatsink, thermal paste)" if level == "device" else "a cooling problem"
     summary = (f"{where} ran {mres:.0f} degC hotter than its normal at the same power from {fmt_ts(a)} to "
-               f"{fmt_ts(b)} while {others_word} did not: a cooling problem, costing {fmt_h(hours)} GPU-hours of "
+               f"{fmt_ts(b)} while {others_word} did not: {what}, costing {fmt_h(hours)} GPU-hours of "
                f"thermal throttling.")
     rack = name if level == "rack" else (sl["rack"].dropna().iloc[0] if sl["rack"].notna().any() else None)
-    scope = make_scope(rack=rack, node=name if level == "node" else None)
+    scope = make_scope(rack=rack, node=None if level == "rack" else node,
+                       device_uuid=name if level == "device" else None)
     return Finding(AGENT, "hot_because_cooling", scope, a, b, hours, cost, conf, ev, summary, cause="cooling",
                    level=level, extra=(("nodes", nodes),))
 
@@ -218,7 +252,8 @@ def hot_because_working(ds: Dataset, model: ResidualModel, cooling_found: list[F
     th = th.assign(resid=model.of(th))
     for f in cooling_found:
         sc = f.scope_dict()
-        col, name = ("rack", sc["rack"]) if f.level == "rack" else ("node", sc["node"])
+        col, name = {"rack": ("rack", sc["rack"]), "device": ("device", sc["device_uuid"])}.get(f.level,
+                                                                                             ("node", sc["node"]))
         th = th[~((th[col] == name) & (th["t"] >= f.start) & (th["t"] < f.end))]
     out = []
     for dev, g in th.groupby("device"):

@@ -438,7 +438,9 @@ def _hourly_rule_hours(ds: Dataset, hrs: pd.DataFrame) -> set:
     devs = ds.devices
     model = attribution.residual_model(ds)
     for level, name, a, b in attribution.cooling_windows(ds, model):
-        scope = devs.index[devs["rack" if level == "rack" else "node"] == name]
+        # a device's evidence compares it with its siblings: the node's hours
+        node = devs.at[name, "node"] if level == "device" else name
+        scope = devs.index[devs["rack"] == name] if level == "rack" else devs.index[devs["node"] == node]
         keys |= _span_hours(scope, a - _side(a, b) - dh.HOUR, b + _side(a, b) + dh.HOUR)
     for dev, c in drift.clock_drift(ds).items():
         keys |= _span_hours(devs.index[devs["node"] == devs.at[dev, "node"]], c["start"] - _side(c["start"], c["end"])

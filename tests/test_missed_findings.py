@@ -1,0 +1,97 @@
+"""Issue 28's misses and false alarms, each on a capture shaped like it, through `ipledger analyze`: one GPU hot at
+the same power as its siblings (hot_because_cooling at device scope); an 8-GPU job's model loading at its start
+(not `starved`); the hours silent after an XID 79 (on the XID finding); a job that ends inside a collector outage
+(its share of the hole is unknown); ECC drift from the volatile counter alone; a power cap on one MI300X from
+amd-smi's violation statuses (a power finding, not sibling_divergence)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+from ledger.sim.captures import DMON_COLUMNS, DMON_UNITS
+
+HOT_NODE, HOT_GPU = "gpu-01", 5
+HOT_FROM, HOT_TO = 2 * 60, 6 * 60          # minutes: the hot GPU's fan failure
+
+
+def _dmon_line(g: int, sm: float, clk: float, power: float, temp: float, reasons: int = 0, xid: int = 0,
+               fb: float = 60000, ecc: float = 0) -> str:
+    return (f"GPU {g}     {sm:.3f}  {0.8 * sm:.3f}  {100 * sm:.0f}  {clk:.0f}  {power:.2f}  {temp:.0f}  {reasons}  "
+            f"{xid}  {fb:.0f}  {ecc:.0f}")
+
+
+def _header() -> list[str]:
+    return ["#Entity   " + "  ".join(c for c, _, _ in DMON_COLUMNS), "ID        " + "  ".join(DMON_UNITS)]
+
+
+def _cooling_set(out: Path, hot: bool = True, whole_node: bool = False) -> Path:
+    """Two nodes' `dcgmi dmon` files, 8 GPUs each at full load for 8 hours at 60 s, power stepping between 560 and
+    660 W, temperature 30 + 0.07 W on every GPU (the cooling is normal). With ``hot``: GPU HOT_GPU of HOT_NODE runs
+    14 degC hotter at the same power from HOT_FROM to HOT_TO (its fan failed) and, above 85 degC, throttles for heat
+    (reason 0x20, a lower clock, a few watts less). ``whole_node``: all of that node's GPUs do (a node problem)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for node in (HOT_NODE, "gpu-02"):
+        lines = [f"# ipledger-start 2026-11-02T00:00:00Z node={node} interval_ms=60000"]
+        for k in range(8 * 60):
+            if k % 30 == 0:
+                lines += _header()
+            for g in range(8):
+                power = 560.0 + 100.0 * ((k // 20 + g) % 2) + (k + g) % 3
+                temp, clk, reasons = 30 + 0.07 * power, 1980.0, 0
+                if hot and node == HOT_NODE and (whole_node or g == HOT_GPU) and HOT_FROM <= k < HOT_TO:
+                    temp += 14
+                    if temp >= 85:
+                        clk, reasons, power = 1500.0, 0x20, power - 5
+                lines.append(_dmon_line(g, 0.95, clk, power, temp, reasons))
+        (out / f"dmon-{node}.txt").write_text("\n".join(lines) + "\n")
+    return out
+
+
+def _epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def _analyze(runner, cli, *args: str) -> dict:  # noqa: ANN001
+    r = runner.invoke(cli, ["analyze", *args, "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+def test_one_gpu_hot_at_its_siblings_power_is_device_scope_cooling(runner, cli, tmp_path):
+    """The issue's miss: one GPU hot at the same power as its siblings had no rule (cooling was judged per node or
+    rack). It is hot_because_cooling at device scope, its window the fan failure's, its GPU-hours its thermal
+    throttling, its evidence the residual against its siblings' at the same hours and its power against theirs;
+    its node is not called hot, nor is the heat the workload's; the recommendation names the GPU."""
+    src = _cooling_set(tmp_path / "captures")
+    dev = f"{HOT_NODE}/gpu{HOT_GPU}"
+    for extra in ([], ["--samples"]):
+        out = _analyze(runner, cli, str(src), *extra)
+        found = out["findings"]
+        cool = [f for f in found if f["kind"] == "hot_because_cooling"]
+        assert [(f["level"], f["scope"]["device_uuid"], f["scope"]["node"]) for f in cool] == \
+            [("device", dev, HOT_NODE)], [(f["kind"], f["level"], f["scope"]) for f in found]
+        c = cool[0]
+        t0 = 1793577600
+        a, b = _epoch(c["start"]), _epoch(c["end"])
+        assert t0 + HOT_FROM * 60 - 3600 <= a and b <= t0 + HOT_TO * 60 + 3600 and b - a >= 2 * 3600
+        assert abs(c["gpu_hours"] - out["account"]["buckets"]["throttled"]["thermal"]) < 0.01
+        assert c["gpu_hours"] > 0.3 and c["confidence"] >= 0.7
+        ev = {e["signal"]: e for e in c["evidence"]}
+        resid = ev["gpu_temp_c_above_own_normal_at_same_power"]
+        assert resid["during"] >= 10 and abs(resid["reference"]) <= 2 and "siblings" in resid["reference_label"]
+        power = ev["power_w_under_load"]
+        assert abs(power["during"] - power["reference"]) <= 0.1 * power["reference"]
+        assert not [f for f in found if f["kind"] == "hot_because_working" and f["scope"].get("device_uuid") == dev]
+        rec = [f for f in found if f["kind"] == "inspect_cooling"]
+        assert len(rec) == 1 and dev in rec[0]["summary"] and rec[0]["scope"]["device_uuid"] == dev
+        assert out["account"]["by_cause"]["cooling"] > 0.3
+
+
+def test_a_whole_hot_node_stays_a_node_finding_and_a_healthy_set_has_none(runner, cli, tmp_path):
+    found = _analyze(runner, cli, str(_cooling_set(tmp_path / "node", whole_node=True)))["findings"]
+    cool = [(f["level"], f["scope"]["node"]) for f in found if f["kind"] == "hot_because_cooling"]
+    assert cool == [("node", HOT_NODE)], cool
+    found = _analyze(runner, cli, str(_cooling_set(tmp_path / "fine", hot=False)))["findings"]
+    assert not [f for f in found if f["kind"] in ("hot_because_cooling", "hot_because_working")]
