@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from .common import bda, evidence, fmt_h, fmt_ts, price, windows
-from .data import Dataset, coverage_gaps
+from .data import ACTIVE_MIN, Dataset, coverage_gaps
 from .hourstats import hour_stats
 from .model import Evidence, Finding, clamp01, make_scope
 
@@ -38,6 +38,8 @@ STARVED_MIN_H = 0.5         # GPU-hours of starvation before a run gets a findin
 IDLE_MIN_H = 1.0            # GPU-hours idle held ...
 IDLE_MIN_SHARE = 0.10       # ... and share of the run's paid time,
 IDLE_ABS_H = 2.0            # ... or this many GPU-hours whatever the share (one idle GPU of a big, long job)
+STARTUP_MAX_S = 20 * 60.0   # a run's start-up (loading, compiling) at low activity lasts at most this long ...
+STARTUP_FB_SHARE = 0.9      # ... with its framebuffer filling (below this share of the first active sample's)
 WORKING_MIN_H = 0.25        # thermal-throttled GPU-hours of a device before it gets a hot-because-working finding
 OWN_NORMAL_Q = 0.2          # a device's normal: this quantile of its hourly (temp - k * power) medians ...
 OWN_NORMAL_CAP_C = 3.0      # ... at most this far above the fleet's median normal
@@ -401,9 +403,40 @@ def _run_rows(s: pd.DataFrame):  # noqa: ANN202
     return lambda key: s.iloc[alloc[idx[key]]] if key in idx else s.iloc[0:0]
 
 
+def startup_mask(ds: Dataset) -> pd.Series:
+    """The samples of each run's start-up on each of its devices (loading a model, compiling): from the run's start
+    (its first sample within 2 cadences of the allocation's start) until the device's first sample at activity >=
+    the method's ``active_min``, when that comes within STARTUP_MAX_S of the start and the framebuffer was filling
+    meanwhile (its last reading in the stretch above its first, or its first below STARTUP_FB_SHARE of the first
+    active sample's). Normal life, not a starved job; the receipt's starved bucket is unchanged."""
+    s = ds.samples
+    out = np.zeros(len(s), dtype=bool)
+    ai = s["ai"].to_numpy()
+    sel = np.flatnonzero(ai >= 0)
+    if not len(sel) or not len(ds.allocs):
+        return pd.Series(out, index=s.index)
+    f = pd.DataFrame({"i": sel, "ai": ai[sel], "t": s["t"].to_numpy(float)[sel],
+                      "act": s["act"].to_numpy(float)[sel], "fb": s["fb"].to_numpy(float)[sel]})
+    f = f.sort_values(["ai", "t"], kind="stable")
+    a0 = ds.allocs["start"].to_numpy(float)[f["ai"].to_numpy()]
+    active = pd.Series(np.nan_to_num(f["act"].to_numpy()) >= ACTIVE_MIN, index=f.index)
+    by = f["ai"]
+    lead = ~active.groupby(by).cummax()
+    t_first = f["t"].groupby(by).transform("min")
+    t_on = f["t"].where(active).groupby(by).transform("min")
+    fb_lead = f["fb"].where(lead).groupby(by)
+    fb_on = f["fb"].where(active & (f["t"] == t_on)).groupby(by).transform("max")
+    filling = (fb_lead.transform("last") > fb_lead.transform("first")) | \
+              (fb_lead.transform("first") < STARTUP_FB_SHARE * fb_on)
+    ok = lead & (t_first - a0 <= 2 * ds.cadence) & (t_on - t_first <= STARTUP_MAX_S) & filling
+    out[f["i"].to_numpy()[ok.to_numpy()]] = True
+    return pd.Series(out, index=s.index)
+
+
 def starved(ds: Dataset) -> list[Finding]:
     s = ds.samples
-    st = s.loc[s["h_starved"] > 0, [*RUN_KEY, "t", "device", "h_starved", "tenant", "sku", "node"]]
+    st = s.loc[(s["h_starved"] > 0) & ~startup_mask(ds), [*RUN_KEY, "t", "device", "h_starved", "tenant", "sku",
+                                                           "node"]]
     if not len(st):
         return []
     hours_by_hour = st.groupby((st["t"] // HOUR) * HOUR)["job_id"].nunique()
