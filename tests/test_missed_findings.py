@@ -172,3 +172,49 @@ def test_a_start_that_never_gets_going_is_starved(runner, cli, tmp_path):
     out = _analyze(runner, cli, str(_startup_export(tmp_path / "slow.json", stall=False, load_min=40)))
     st = [f for f in out["findings"] if f["kind"] == "starved"]
     assert [f["scope"]["job_id"] for f in st] == ["train-8"] and st[0]["gpu_hours"] >= 8 * 39 / 60
+
+
+XID_AT, XID_TAIL, XID_BACK = 120, 3, 300
+
+
+def _xid_export(path: Path) -> Path:
+    """Two nodes x 8 GPUs, one job per node for 8 hours. GPU 3 of node a raises XID 79 at minute XID_AT: the
+    exporter reports it XID_TAIL more times (activity 0, no memory: the process died), then nothing until minute
+    XID_BACK, when it comes back idle (the job still holds it)."""
+    series = []
+    for node in "ab":
+        for g in range(8):
+            act, xid, fb, pw = [], [], [], []
+            for k in range(480):
+                dead = node == "a" and g == 3 and k >= XID_AT
+                if dead and XID_AT + XID_TAIL <= k < XID_BACK:
+                    vals = (None, None, None, None)
+                else:
+                    vals = (0.0, 79 if k < XID_BACK else 0, 0, 70) if dead else (0.9, 0, 50000, 600)
+                for col, v in zip((act, xid, fb, pw), vals):
+                    col.append(v)
+            series.append((_gpu_labels(node, g, f"job-{node}"), {
+                "DCGM_FI_PROF_SM_ACTIVE": act, "DCGM_FI_DEV_XID_ERRORS": xid, "DCGM_FI_DEV_FB_USED": fb,
+                "DCGM_FI_DEV_POWER_USAGE": pw}))
+    return _prom(series, path, [0] * len(series))
+
+
+def test_the_hours_silent_after_an_xid_79_are_on_the_xid_finding(runner, cli, tmp_path):
+    """The issue's miss: the silence after an XID 79 was a separate unknown gap and `hours_silent_after_xid` stayed
+    0 (the device answered a few more scrapes before it fell silent). The silence is on the XID finding (evidence
+    `hours_silent_after_xid`, and in its GPU-hours), no unknown gap is reported for it, and the account's `xid`
+    line holds the device's lost hours (none left unknown)."""
+    src = _xid_export(tmp_path / "xid.json")
+    silent_h = (XID_BACK - XID_AT - XID_TAIL) / 60
+    for extra in ([], ["--samples"]):
+        out = _analyze(runner, cli, str(src), *extra)
+        found = [f for f in out["findings"] if f["agent"] != "recommendation"]
+        xid = [f for f in found if f["kind"] == "xid"]
+        assert [f["scope"]["device_uuid"] for f in xid] == ["GPU-a3"], [(f["kind"], f["scope"]) for f in found]
+        ev = {e["signal"]: e for e in xid[0]["evidence"]}
+        assert abs(ev["hours_silent_after_xid"]["during"] - silent_h) < 0.05
+        assert xid[0]["gpu_hours"] >= silent_h
+        assert not [f for f in found if f["kind"] == "unknown_gap"], [(f["kind"], f["scope"]) for f in found]
+        lines = out["account"]["by_cause"]
+        lost_on_gpu = (480 - XID_AT) / 60     # from the XID to the end: silent, then idle held
+        assert abs(lines["xid"] - lost_on_gpu) < 0.05 and lines["unknown (no finding)"] < 0.01

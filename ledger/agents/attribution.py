@@ -584,11 +584,24 @@ def _whole_node_gaps(ds: Dataset) -> list[list[dict]]:
     return out
 
 
-def unknown_gaps(ds: Dataset) -> list[Finding]:
+def _silent_after_xid(silent: dict, device: str | None, a: float, b: float) -> bool:
+    """Is most of [a, b) on ``device`` a silence its XID finding already counts (fallen off the bus)?"""
+    spans = silent.get(device) if device else None
+    if not spans or b <= a:
+        return False
+    return sum(max(0.0, min(b, y) - max(a, x)) for x, y in spans) >= 0.5 * (b - a)
+
+
+def unknown_gaps(ds: Dataset, silent: dict | None = None) -> list[Finding]:
+    """Unknown-interval entries and uncovered allocated spans, less a device's silence after an XID (``silent``:
+    device -> spans, :func:`ledger.agents.drift.silent_spans`), which is the XID finding's."""
+    silent = silent or {}
     out = []
     for gs in _whole_node_gaps(ds):
         g = gs[0]
         whole = len(gs) > 1
+        if not whole and _silent_after_xid(silent, g["device"], g["start"], g["end"]):
+            continue
         hours = sum(_alloc_overlap_hours(ds, x["start"], x["end"], x["node"], x["device"]) for x in gs)
         if hours <= 0 and g["job_id"] is None:
             continue
@@ -634,6 +647,8 @@ def unknown_gaps(ds: Dataset) -> list[Finding]:
                 continue
             devs = {r.device for r in c["rows"]}
             whole = len(devs) >= max(1, 0.75 * len(node_devs))
+            if not whole and len(devs) == 1 and _silent_after_xid(silent, next(iter(devs)), c["start"], c["end"]):
+                continue
             cause = "collector_down" if whole else "scrape_missing"
             dev = None if whole else sorted(devs)[0] if len(devs) == 1 else None
             node_s = ds.samples[ds.samples["node"] == node]
@@ -718,15 +733,15 @@ def sync_boost(ds: Dataset) -> list[Finding]:
     return out
 
 
-def run(ds: Dataset, xid_mask: pd.Series | None = None) -> list[Finding]:
-    """All attribution findings over a dataset."""
+def run(ds: Dataset, xid_mask: pd.Series | None = None, silent: dict | None = None) -> list[Finding]:
+    """All attribution findings over a dataset (``silent``: device -> its silences after an XID, not gaps)."""
     if not len(ds.samples):
-        return unknown_gaps(ds)
+        return unknown_gaps(ds, silent)
     model = residual_model(ds)
     cool = cooling(ds, model)
     return [*cool, *hot_because_working(ds, model, cool), *power_cap(ds), *hw_slowdown(ds), *sync_boost(ds),
             *starved(ds),
-            *idle_held(ds, xid_mask), *unknown_gaps(ds)]
+            *idle_held(ds, xid_mask), *unknown_gaps(ds, silent)]
 
 
 __all__ = ["run", "residual_model", "ResidualModel", "bda"]
