@@ -218,3 +218,51 @@ def test_the_hours_silent_after_an_xid_79_are_on_the_xid_finding(runner, cli, tm
         lines = out["account"]["by_cause"]
         lost_on_gpu = (480 - XID_AT) / 60     # from the XID to the end: silent, then idle held
         assert abs(lines["xid"] - lost_on_gpu) < 0.05 and lines["unknown (no finding)"] < 0.01
+
+
+OUT_FROM, OUT_TO, JOB_END = 240, 360, 270   # minutes: node a's collector outage; job-a1's true end inside it
+
+
+def _outage_export(path: Path, next_job: bool) -> Path:
+    """Node a: job-a1 on GPUs 0-3 ends at minute JOB_END, inside the collector outage [OUT_FROM, OUT_TO) (no
+    sample from any of its GPUs); after it GPUs 0-3 report with no job label (idle) or, with ``next_job``, job-a3's
+    label; job-a2 holds GPUs 4-7 throughout. Node b's job runs through, its collector up."""
+    series, starts = [], []
+
+    def add(node: str, g: int, job: str | None, k0: int, k1: int, act: float) -> None:
+        labels = _gpu_labels(node, g, job or "")
+        if job is None:
+            labels.pop("hpc_job")
+        vals = [None if node == "a" and OUT_FROM <= k < OUT_TO else act for k in range(k0, k1)]
+        series.append((labels, {"DCGM_FI_PROF_SM_ACTIVE": vals,
+                                "DCGM_FI_DEV_FB_USED": [None if v is None else (50000 if act else 0) for v in vals],
+                                "DCGM_FI_DEV_POWER_USAGE": [None if v is None else 600 * act + 70 for v in vals]}))
+        starts.append(k0)
+
+    for g in range(8):
+        if g < 4:
+            add("a", g, "job-a1", 0, JOB_END, 0.9)
+            add("a", g, "job-a3" if next_job else None, JOB_END, 480, 0.9 if next_job else 0.0)
+        else:
+            add("a", g, "job-a2", 0, 480, 0.9)
+        add("b", g, "job-b", 0, 480, 0.9)
+    return _prom(series, path, starts)
+
+
+def test_a_job_that_ends_inside_a_collector_outage_keeps_its_share_of_the_hole(runner, cli, tmp_path):
+    """The issue's miss: a job ending inside a collector outage lost its share of the hole (its labels stop where
+    the outage starts, so it was taken to end there: unknown 3.00 vs 5.27). Its end is unknown inside the hole: it
+    is held to the hole's midpoint, so the unknown time is job-a2's whole hole (4 GPUs x 2 h) and half of job-a1's
+    (4 GPUs x 1 h); with a next job starting inside the hole, the other half is that job's: the whole hole of
+    GPUs 0-3 is unknown, split between the two runs at its midpoint."""
+    hole_h = (OUT_TO - OUT_FROM) / 60
+    for next_job, want in ((False, 4 * hole_h + 4 * hole_h / 2), (True, 8 * hole_h)):
+        out = _analyze(runner, cli, str(_outage_export(tmp_path / f"outage-{next_job}.json", next_job)))
+        unknown = out["account"]["buckets"]["unknown"]
+        assert abs(unknown - want) < 0.02, (next_job, unknown, want)
+        gaps = [f for f in out["findings"] if f["kind"] == "unknown_gap"]
+        assert [f["cause"] for f in gaps] == ["collector_down"] and gaps[0]["scope"]["node"] == "node-a"
+        assert abs(gaps[0]["gpu_hours"] - want) < 0.02
+        assert abs(out["account"]["by_cause"]["collector_down"] - want) < 0.02
+        r = runner.invoke(cli, ["analyze", str(tmp_path / f"outage-{next_job}.json"), "--json", "--samples"])
+        assert abs(json.loads(r.output)["account"]["buckets"]["unknown"] - want) < 0.02
