@@ -266,3 +266,73 @@ def test_a_job_that_ends_inside_a_collector_outage_keeps_its_share_of_the_hole(r
         assert abs(out["account"]["by_cause"]["collector_down"] - want) < 0.02
         r = runner.invoke(cli, ["analyze", str(tmp_path / f"outage-{next_job}.json"), "--json", "--samples"])
         assert abs(json.loads(r.output)["account"]["buckets"]["unknown"] - want) < 0.02
+
+
+ECC_GPU, ECC_FROM = 2, 2
+
+
+def _ecc_export(path: Path, field: str) -> Path:
+    """Two nodes x 8 GPUs at work for 8 hours, only one correctable-ECC counter exported (``field``). GPU ECC_GPU of
+    node a: from hour ECC_FROM its errors double every hour (4, 8, 16, ... per hour); the others a trickle (one
+    every 3 hours on some)."""
+    series = []
+    for node in "ab":
+        for g in range(8):
+            count, ecc = 0.0, []
+            for k in range(480):
+                h, m = divmod(k, 60)
+                if node == "a" and g == ECC_GPU and h >= ECC_FROM and m % max(1, 60 // 2 ** (h - ECC_FROM + 2)) == 0:
+                    count += 1
+                elif (g + h) % 3 == 0 and m == 30:
+                    count += 1
+                ecc.append(count)
+            series.append((_gpu_labels(node, g, f"job-{node}"), {
+                "DCGM_FI_PROF_SM_ACTIVE": [0.9] * 480, "DCGM_FI_DEV_FB_USED": [50000] * 480,
+                "DCGM_FI_DEV_POWER_USAGE": [600] * 480, field: ecc}))
+    return _prom(series, path, [0] * len(series))
+
+
+def test_ecc_drift_from_the_volatile_counter_alone(runner, cli, tmp_path, sqlite_url):
+    """The issue's miss: ECC drift was missed when only the volatile SBE counter (field 310) is exported. It is
+    found from field 310 as from the aggregate (312), on the device-hours and on every sample, and through a
+    ledger (`import` + `findings`, which reads the sealed device-hours' volatile columns)."""
+    dev = f"GPU-a{ECC_GPU}"
+    for field in ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"):
+        src = _ecc_export(tmp_path / f"{field}.json", field)
+        for extra in ([], ["--samples"]):
+            found = _analyze(runner, cli, str(src), *extra)["findings"]
+            ecc = [f for f in found if f["kind"] == "ecc_drift"]
+            assert [f["scope"]["device_uuid"] for f in ecc] == [dev], (field, [(f["kind"], f["scope"]) for f in found])
+            assert _epoch(ecc[0]["start"]) <= T0 + (ECC_FROM + 2) * 3600
+    env = {"IPLEDGER_CONFIG": ""}
+    r = runner.invoke(cli, ["--db", sqlite_url, "import", "prometheus", str(tmp_path / "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL.json"),
+                            "--quiet"], env=env)
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(cli, ["--db", sqlite_url, "findings", "--json"], env=env)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["source"] == "device_hours"
+    assert [f["scope"]["device_uuid"] for f in out["findings"] if f["kind"] == "ecc_drift"] == [dev]
+    assert runner.invoke(cli, ["--db", sqlite_url, "verify"], env=env).exit_code == 0
+
+
+def test_a_ledger_sealed_before_the_volatile_ecc_columns_still_verifies(runner, cli, tmp_path, sqlite_url):
+    """The volatile ECC extremes are new sealed columns (migration 0008): a ledger whose device-hours were sealed
+    before holds NULL there and still verifies; a stored value that the samples do not give is a mismatch."""
+    import sqlite3
+
+    env = {"IPLEDGER_CONFIG": ""}
+    src = _ecc_export(tmp_path / "vol.json", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL")
+    assert runner.invoke(cli, ["--db", sqlite_url, "import", "prometheus", str(src), "--quiet"], env=env).exit_code == 0
+    db = sqlite_url.removeprefix("sqlite:///")
+    with sqlite3.connect(db) as con:   # as a ledger sealed before migration 0008 holds them (the triggers set aside)
+        for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'device_hours'"
+                               ).fetchall():
+            con.execute(f"DROP TRIGGER {row[0]}")
+        assert con.execute("SELECT count(*) FROM device_hours WHERE eccv_max IS NOT NULL").fetchone()[0] > 0
+        con.execute("UPDATE device_hours SET eccv_min = NULL, eccv_max = NULL")
+    assert runner.invoke(cli, ["--db", sqlite_url, "verify"], env=env).exit_code == 0
+    with sqlite3.connect(db) as con:
+        con.execute("UPDATE device_hours SET eccv_max = 12345 WHERE rowid = (SELECT min(rowid) FROM device_hours)")
+    r = runner.invoke(cli, ["--db", sqlite_url, "verify"], env=env)
+    assert r.exit_code != 0 and "eccv_max" in r.output, r.output

@@ -148,13 +148,13 @@ def _compact(src, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None) -> 
     s = _assemble(parts + times, allocs, devices)
     del parts, times
     ds = finish(scan, s, allocs, devices, cadence, start, end)
-    ds.hourly = hrs[list(hourstats.COLUMNS)].reset_index(drop=True)
+    ds.hourly = hourstats.correctable(hrs)[list(hourstats.COLUMNS)].reset_index(drop=True)
     return ds
 
 
 def _raw_part(raw: pd.DataFrame) -> pd.DataFrame:
     """What the agents read of raw samples (the run's and the device's labels are set on assembly)."""
-    keep = [c for c in raw.columns if c not in ("rated", "reasons", "tensor", "gpu_util", "ecc_sbe_volatile",
+    keep = [c for c in raw.columns if c not in ("rated", "reasons", "tensor", "gpu_util", "eccv",
                                                 *ALLOC_COLS)]
     return raw[keep].assign(span_end=raw["t"].to_numpy())
 
