@@ -336,3 +336,43 @@ def test_a_ledger_sealed_before_the_volatile_ecc_columns_still_verifies(runner, 
         con.execute("UPDATE device_hours SET eccv_max = 12345 WHERE rowid = (SELECT min(rowid) FROM device_hours)")
     r = runner.invoke(cli, ["--db", sqlite_url, "verify"], env=env)
     assert r.exit_code != 0 and "eccv_max" in r.output, r.output
+
+
+AMD_METRIC_COLS = ("timestamp,gpu,gfx_activity,umc_activity,socket_power,gfx_0_clk,mem_0_clk,hotspot,mem,"
+                   "prochot_violation_status,ppt_violation_status,socket_thermal_violation_status,"
+                   "vr_thermal_violation_status,hbm_thermal_violation_status,throttle_status")
+
+
+def _amd_metric_capture(path: Path, capped: int) -> Path:
+    """`amd-smi metric --csv -w 60` of 8 MI300X for 6 hours as amd-smi writes it (its watch banner, CRLF, the header
+    again at each iteration), GPU ``capped`` held at a 420 W power cap from hour 1: `ppt_violation_status` ACTIVE and
+    `throttle_status` THROTTLED on its rows, a lower clock than its siblings at full activity."""
+    lines = ["'CTRL' + 'C' to stop watching output:"]
+    for k in range(6 * 60):
+        lines.append(AMD_METRIC_COLS)
+        for g in range(8):
+            cap = g == capped and k >= 60
+            power, clk = (420, 1420) if cap else (700 - (k + g) % 7, 2100)
+            status = "ACTIVE" if cap else "NOT ACTIVE"
+            lines.append(f"{T0 + 60 * k},{g},97,40,{power},{clk},1300,{72 if cap else 84},70,NOT ACTIVE,{status},"
+                         f"NOT ACTIVE,NOT ACTIVE,NOT ACTIVE,{'THROTTLED' if cap else 'UNTHROTTLED'}")
+    path.write_bytes(("\r\n".join(lines) + "\r\n").encode())
+    return path
+
+
+def test_a_power_cap_on_one_mi300x_from_amd_smi_metric_statuses_is_power_cap(runner, cli, tmp_path):
+    """The issue's false alarm, on `amd-smi metric` CSV: a power cap held on one MI300X was `sibling_divergence`
+    with a drain/RMA recommendation because `ppt_violation_status` / `throttle_status` were not mapped. Mapped
+    (PPT -> the power-cap reason 0x4), it is a power_cap finding on that GPU, its hours the account's power-cap
+    bucket, and no sibling_divergence or drain/RMA on it."""
+    src = _amd_metric_capture(tmp_path / "amdsmi-mi300-01.csv", capped=5)
+    for extra in ([], ["--samples"]):
+        out = _analyze(runner, cli, str(src), *extra)
+        on_gpu = [f for f in out["findings"] if f["scope"].get("device_uuid") == "mi300-01/gpu5"]
+        kinds = {f["kind"] for f in on_gpu}
+        assert "power_cap" in kinds and not kinds & {"sibling_divergence", "drain_and_check_device",
+                                                    "reseat_or_rma_device"}, kinds
+        cap = next(f for f in on_gpu if f["kind"] == "power_cap")
+        assert abs(cap["gpu_hours"] - out["account"]["buckets"]["throttled"]["power_cap"]) < 0.01
+        assert cap["gpu_hours"] > 1.0
+        assert not [f for f in out["findings"] if f["kind"] == "sibling_divergence"]
