@@ -3,11 +3,13 @@ into causes, each priced in GPU-hours and money (docs/agents.md, "Attribution").
 
 - hot because cooling: temperature above the device's own normal *at the same power* (a per-device linear
   temperature-vs-power model, fitted robustly) and above the other racks' at the same hour -> rack (most of a
-  rack's nodes) or node (one node) facility problem; priced as the thermal-throttle GPU-hours in that window.
+  rack's nodes) or node (one node) facility problem, or one device hotter than its siblings at the same power
+  (its own cooling); priced as the thermal-throttle GPU-hours in that window.
 - hot because working: thermal throttling where temperature matches the device's own normal at that power.
 - power cap: most loaded samples of a node carry the SW power-cap reason bit (0x4) -> node-scope finding.
 - cool because starved: a run whose devices hold a resident process while activity collapses below the
-  method's threshold; joined with application progress marks and with other runs starving at the same hours.
+  method's threshold (its start-up, loading with memory filling, excepted); joined with application progress
+  marks and with other runs starving at the same hours.
 - idle held: allocated devices with no process (XID-induced stalls are left to the drift agent).
 - unknown gaps: every unknown_interval entry, and allocated time with no samples that no entry explains
   (a whole node silent = collector down).
@@ -32,6 +34,7 @@ COOL_MARGIN_C = 4.0         # ... and by how much it must exceed the other racks
 COOL_NODE_FRAC = 0.6        # share of a rack's nodes that must be hot for a rack-scope finding
 COOL_DEVICE_SIBLINGS = 4    # devices of a node with data in an hour (the hot one included) to compare one GPU
 COOL_DEVICE_POWER = 0.10    # ... drawing at most this much more power than their median (hot at the same power)
+COOL_DEVICE_POWER_W = 10.0  # ... plus this much (a few watts of noise at low power)
 PCAP_FRAC = 0.5             # share of a node's (or one device's) loaded samples with the power-cap bit
 PCAP_DEVICE_MIN_H = 0.25    # GPU-hours a single capped device must lose to be a finding of its own
 STARVED_MIN_H = 0.5         # GPU-hours of starvation before a run gets a finding
@@ -169,12 +172,13 @@ def _hot_devices(f: pd.DataFrame, node_flag_hours: dict[str, np.ndarray]) -> lis
     in the node, drawing no more power than they do (the board's own cooling: a fan, a heatsink, its paste), outside
     the hours its node or rack is hot. Per device-hour (``f``: the model's hours with their node): residual >=
     COOL_RESID_C, >= COOL_MARGIN_C above the node-hour's median residual (>= COOL_DEVICE_SIBLINGS devices with data
-    that hour), mean power <= the node-hour's median power x (1 + COOL_DEVICE_POWER) + 10 W; windows as the node's."""
+    that hour), mean power <= the node-hour's median power x (1 + COOL_DEVICE_POWER) + COOL_DEVICE_POWER_W;
+    windows as the node's."""
     f = f[f["n"] >= 3]
     g = f.groupby(["node", "hour"])
     f = f.assign(sib_r=g["r"].transform("median"), sib_p=g["power"].transform("median"), m=g["r"].transform("size"))
     flag = (f["r"] >= COOL_RESID_C) & (f["r"] - f["sib_r"] >= COOL_MARGIN_C) & (f["m"] >= COOL_DEVICE_SIBLINGS) & \
-           (f["power"] <= f["sib_p"] * (1 + COOL_DEVICE_POWER) + 10.0)
+           (f["power"] <= f["sib_p"] * (1 + COOL_DEVICE_POWER) + COOL_DEVICE_POWER_W)
     out = []
     for (node, dev), d in f[flag].groupby(["node", "device"]):
         hrs = d["hour"].to_numpy(float)
