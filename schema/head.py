@@ -7,5 +7,5 @@ without updating this file.
 """
 
 # Oldest first, as alembic applies them.
-REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007")
+REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008")
 HEAD_REVISION = REVISIONS[-1]

@@ -152,12 +152,15 @@ def loss_partition(ds: Dataset, found: list[Finding], sel: pd.Series | None = No
     gap_total = 0.0
     gaps = []
     for f in found:
-        if f.agent == "recommendation" or f.kind != "unknown_gap" or f.gpu_hours <= 0:
+        if f.agent == "recommendation":
             continue
-        a, b = max(f.start, start if start is not None else f.start), min(f.end, end if end is not None else f.end)
-        if b <= a:
+        if f.kind == "xid":   # its silence after the XID: allocated time without samples, claimed as the gaps are
+            share = _silence_share(f, start, end)
+        elif f.kind != "unknown_gap" or f.gpu_hours <= 0:
             continue
-        share = f.gpu_hours * (b - a) / max(f.end - f.start, 1e-9)
+        else:
+            a, b = max(f.start, start if start is not None else f.start), min(f.end, end if end is not None else f.end)
+            share = f.gpu_hours * (b - a) / max(f.end - f.start, 1e-9) if b > a else 0.0
         if sel is not None:
             share *= _scope_share(ds, f, sel)
         if share > 0:
@@ -172,6 +175,19 @@ def loss_partition(ds: Dataset, found: list[Finding], sel: pd.Series | None = No
     out[OTHER_LINE] = other
     out[UNKNOWN_LINE] = max(unknown - gap_total * scale, 0.0)
     return out, per_finding
+
+
+def _silence_share(f: Finding, start: float | None, end: float | None) -> float:
+    """The allocated GPU-hours of an XID finding's silence after the XID inside [start, end) (all of them when
+    no period is given), spread evenly over the silent spans."""
+    x = dict(f.extra)
+    spans, hours = x.get("silent_spans") or [], float(x.get("silent_allocated_gpu_hours") or 0.0)
+    length = sum(b - a for a, b in spans)
+    if hours <= 0 or length <= 0:
+        return 0.0
+    lo, hi = (-np.inf, np.inf) if start is None else (start, end)
+    inside = sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in spans)
+    return hours * inside / length
 
 
 def _scope_share(ds: Dataset, f: Finding, sel: pd.Series) -> float:

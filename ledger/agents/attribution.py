@@ -3,11 +3,13 @@ into causes, each priced in GPU-hours and money (docs/agents.md, "Attribution").
 
 - hot because cooling: temperature above the device's own normal *at the same power* (a per-device linear
   temperature-vs-power model, fitted robustly) and above the other racks' at the same hour -> rack (most of a
-  rack's nodes) or node (one node) facility problem; priced as the thermal-throttle GPU-hours in that window.
+  rack's nodes) or node (one node) facility problem, or one device hotter than its siblings at the same power
+  (its own cooling); priced as the thermal-throttle GPU-hours in that window.
 - hot because working: thermal throttling where temperature matches the device's own normal at that power.
 - power cap: most loaded samples of a node carry the SW power-cap reason bit (0x4) -> node-scope finding.
 - cool because starved: a run whose devices hold a resident process while activity collapses below the
-  method's threshold; joined with application progress marks and with other runs starving at the same hours.
+  method's threshold (its start-up, loading with memory filling, excepted); joined with application progress
+  marks and with other runs starving at the same hours.
 - idle held: allocated devices with no process (XID-induced stalls are left to the drift agent).
 - unknown gaps: every unknown_interval entry, and allocated time with no samples that no entry explains
   (a whole node silent = collector down).
@@ -21,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .common import bda, evidence, fmt_h, fmt_ts, price, windows
-from .data import Dataset, coverage_gaps
+from .data import ACTIVE_MIN, Dataset, coverage_gaps
 from .hourstats import hour_stats
 from .model import Evidence, Finding, clamp01, make_scope
 
@@ -30,12 +32,17 @@ HOUR = 3600.0
 COOL_RESID_C = 5.0          # median temperature excess at the same power that counts as "hot"
 COOL_MARGIN_C = 4.0         # ... and by how much it must exceed the other racks at the same hour
 COOL_NODE_FRAC = 0.6        # share of a rack's nodes that must be hot for a rack-scope finding
+COOL_DEVICE_SIBLINGS = 4    # devices of a node with data in an hour (the hot one included) to compare one GPU
+COOL_DEVICE_POWER = 0.10    # ... drawing at most this much more power than their median (hot at the same power)
+COOL_DEVICE_POWER_W = 10.0  # ... plus this much (a few watts of noise at low power)
 PCAP_FRAC = 0.5             # share of a node's (or one device's) loaded samples with the power-cap bit
 PCAP_DEVICE_MIN_H = 0.25    # GPU-hours a single capped device must lose to be a finding of its own
 STARVED_MIN_H = 0.5         # GPU-hours of starvation before a run gets a finding
 IDLE_MIN_H = 1.0            # GPU-hours idle held ...
 IDLE_MIN_SHARE = 0.10       # ... and share of the run's paid time,
 IDLE_ABS_H = 2.0            # ... or this many GPU-hours whatever the share (one idle GPU of a big, long job)
+STARTUP_MAX_S = 20 * 60.0   # a run's start-up (loading, compiling) at low activity lasts at most this long ...
+STARTUP_FB_SHARE = 0.9      # ... with its framebuffer filling (below this share of the first active sample's)
 WORKING_MIN_H = 0.25        # thermal-throttled GPU-hours of a device before it gets a hot-because-working finding
 OWN_NORMAL_Q = 0.2          # a device's normal: this quantile of its hourly (temp - k * power) medians ...
 OWN_NORMAL_CAP_C = 3.0      # ... at most this far above the fleet's median normal
@@ -146,12 +153,38 @@ def cooling_windows(ds: Dataset, model: ResidualModel) -> list[tuple]:
     if gcol == "node":  # no topology (imported telemetry): compare each node with the other nodes at the same hour
         node_h["rack_med"] = _others_median(node_h)
     nflag = (node_h["nr"] >= COOL_RESID_C) & (node_h["nr"] - node_h["rack_med"] >= COOL_MARGIN_C)
+    node_flag_hours: dict[str, np.ndarray] = {}
     for node, g in node_h[nflag].groupby("node"):
         hrs = g["hb"].to_numpy()
         rack_hours = rack_flag_hours.get(g["grp"].iloc[0], np.zeros(0))
+        node_flag_hours[node] = np.concatenate([g["hb"].to_numpy(), rack_hours])
         hrs = hrs[~np.isin(hrs, rack_hours)]
         for a, b in windows(hrs, HOUR, 2 * HOUR, 2 * HOUR):
             out.append(("node", node, a, b))
+    for grp, hrs in rack_flag_hours.items():   # a hot rack's nodes that were not hot themselves
+        for node in node_grp.index[node_grp == grp]:
+            node_flag_hours.setdefault(node, hrs)
+    return out + _hot_devices(f, node_flag_hours)
+
+
+def _hot_devices(f: pd.DataFrame, node_flag_hours: dict[str, np.ndarray]) -> list[tuple]:
+    """("device", uuid, start, end) of one GPU hotter than its own normal at the same power *and* than its siblings
+    in the node, drawing no more power than they do (the board's own cooling: a fan, a heatsink, its paste), outside
+    the hours its node or rack is hot. Per device-hour (``f``: the model's hours with their node): residual >=
+    COOL_RESID_C, >= COOL_MARGIN_C above the node-hour's median residual (>= COOL_DEVICE_SIBLINGS devices with data
+    that hour), mean power <= the node-hour's median power x (1 + COOL_DEVICE_POWER) + COOL_DEVICE_POWER_W;
+    windows as the node's."""
+    f = f[f["n"] >= 3]
+    g = f.groupby(["node", "hour"])
+    f = f.assign(sib_r=g["r"].transform("median"), sib_p=g["power"].transform("median"), m=g["r"].transform("size"))
+    flag = (f["r"] >= COOL_RESID_C) & (f["r"] - f["sib_r"] >= COOL_MARGIN_C) & (f["m"] >= COOL_DEVICE_SIBLINGS) & \
+           (f["power"] <= f["sib_p"] * (1 + COOL_DEVICE_POWER) + COOL_DEVICE_POWER_W)
+    out = []
+    for (node, dev), d in f[flag].groupby(["node", "device"]):
+        hrs = d["hour"].to_numpy(float)
+        hrs = hrs[~np.isin(hrs, node_flag_hours.get(node, np.zeros(0)))]
+        for a, b in windows(hrs, HOUR, 2 * HOUR, 2 * HOUR):
+            out.append(("device", dev, a, b))
     return out
 
 
@@ -171,7 +204,7 @@ def _others_median(node_h: pd.DataFrame) -> np.ndarray:
 
 def _cool_finding(ds: Dataset, model: ResidualModel, level: str, name: str, a: float, b: float) -> Finding:
     s = ds.samples
-    col = "rack" if level == "rack" else "node"
+    col = {"rack": "rack", "node": "node", "device": "device"}[level]
     inscope = s[col] == name
     sl = s[inscope]
     sl = sl.assign(resid=model.of(sl))
@@ -181,19 +214,23 @@ def _cool_finding(ds: Dataset, model: ResidualModel, level: str, name: str, a: f
     cost = price(ds, loss_rows, "h_thr")
     # the others' reference from their device-hours (the median of their hourly means), not their every sample
     mh = model.hours
-    scope_devs = set(ds.devices.index[ds.devices[col] == name])
+    scope_devs = {name} if level == "device" else set(ds.devices.index[ds.devices[col] == name])
     oth = mh[~mh["device"].isin(scope_devs) & (mh["hour"] >= a) & (mh["hour"] < b)]
+    if level == "device":   # the reference is its siblings in the node, not the fleet
+        node = sl["node"].iloc[0]
+        oth = oth[oth["device"].isin(ds.devices.index[ds.devices["node"] == node])]
+    ref_label = ("its siblings in the node, same hours (median of their device-hour means)" if level == "device"
+                 else "other racks/nodes, same hours (median of their device-hour means)")
     loaded = sl[sl["running"] & (sl["act"] >= 0.2)]
     mres = float(win["resid"].median()) if win["resid"].notna().any() else 0.0
     nodes = sorted(win.loc[win["resid"] > COOL_MARGIN_C, "node"].dropna().unique())
     ev = (
         evidence(sl, "resid", "gpu_temp_c_above_own_normal_at_same_power", "degC", a, b,
-                 reference=float(oth["r"].median()) if len(oth) else None,
-                 reference_label="other racks/nodes, same hours (median of their device-hour means)"),
+                 reference=float(oth["r"].median()) if len(oth) else None, reference_label=ref_label),
         evidence(loaded, "temp", "gpu_temp_c_under_load", "degC", a, b),
         evidence(loaded, "power", "power_w_under_load", "W", a, b,
                  reference=float(oth["power"].median()) if len(oth) else None,
-                 reference_label="other racks/nodes running, same hours (median of their device-hour means)"),
+                 reference_label=ref_label.replace(", same", " running, same")),
         evidence(loaded, "clk", "sm_clock_mhz_under_load", "MHz", a, b),
         evidence(loaded.assign(th=(loaded["rbucket"] == THERMAL) & (loaded["h_thr"] > 0)), "th",
                  "share_of_samples_with_thermal_reason_bit", "fraction", a, b, stat="mean"),
@@ -201,13 +238,16 @@ def _cool_finding(ds: Dataset, model: ResidualModel, level: str, name: str, a: f
     frac = len(nodes) / max(1, sl["node"].nunique())
     conf = clamp01(0.55 + 0.04 * (mres - COOL_RESID_C) + 0.25 * frac + (0.05 if hours > 1 else 0.0))
     conf = min(conf, 0.97)
-    where = f"rack {name}" if level == "rack" else f"node {name}"
-    others_word = "the other racks" if level == "rack" else "its siblings"
+    node = sl["node"].iloc[0] if len(sl) else None
+    where = {"rack": f"rack {name}", "node": f"node {name}", "device": f"GPU {name} on {node}"}[level]
+    others_word = {"rack": "the other racks", "node": "its siblings", "device": "its siblings at the same power"}[level]
+    what = "the board's own cooling (fan, heatsink, thermal paste)" if level == "device" else "a cooling problem"
     summary = (f"{where} ran {mres:.0f} degC hotter than its normal at the same power from {fmt_ts(a)} to "
-               f"{fmt_ts(b)} while {others_word} did not: a cooling problem, costing {fmt_h(hours)} GPU-hours of "
+               f"{fmt_ts(b)} while {others_word} did not: {what}, costing {fmt_h(hours)} GPU-hours of "
                f"thermal throttling.")
     rack = name if level == "rack" else (sl["rack"].dropna().iloc[0] if sl["rack"].notna().any() else None)
-    scope = make_scope(rack=rack, node=name if level == "node" else None)
+    scope = make_scope(rack=rack, node=None if level == "rack" else node,
+                       device_uuid=name if level == "device" else None)
     return Finding(AGENT, "hot_because_cooling", scope, a, b, hours, cost, conf, ev, summary, cause="cooling",
                    level=level, extra=(("nodes", nodes),))
 
@@ -218,7 +258,8 @@ def hot_because_working(ds: Dataset, model: ResidualModel, cooling_found: list[F
     th = th.assign(resid=model.of(th))
     for f in cooling_found:
         sc = f.scope_dict()
-        col, name = ("rack", sc["rack"]) if f.level == "rack" else ("node", sc["node"])
+        col, name = {"rack": ("rack", sc["rack"]), "device": ("device", sc["device_uuid"])}.get(f.level,
+                                                                                             ("node", sc["node"]))
         th = th[~((th[col] == name) & (th["t"] >= f.start) & (th["t"] < f.end))]
     out = []
     for dev, g in th.groupby("device"):
@@ -366,9 +407,40 @@ def _run_rows(s: pd.DataFrame):  # noqa: ANN202
     return lambda key: s.iloc[alloc[idx[key]]] if key in idx else s.iloc[0:0]
 
 
+def startup_mask(ds: Dataset) -> pd.Series:
+    """The samples of each run's start-up on each of its devices (loading a model, compiling): from the run's start
+    (its first sample within 2 cadences of the allocation's start) until the device's first sample at activity >=
+    the method's ``active_min``, when that comes within STARTUP_MAX_S of the start and the framebuffer was filling
+    meanwhile (its last reading in the stretch above its first, or its first below STARTUP_FB_SHARE of the first
+    active sample's). Normal life, not a starved job; the receipt's starved bucket is unchanged."""
+    s = ds.samples
+    out = np.zeros(len(s), dtype=bool)
+    ai = s["ai"].to_numpy()
+    sel = np.flatnonzero(ai >= 0)
+    if not len(sel) or not len(ds.allocs):
+        return pd.Series(out, index=s.index)
+    f = pd.DataFrame({"i": sel, "ai": ai[sel], "t": s["t"].to_numpy(float)[sel],
+                      "act": s["act"].to_numpy(float)[sel], "fb": s["fb"].to_numpy(float)[sel]})
+    f = f.sort_values(["ai", "t"], kind="stable")
+    a0 = ds.allocs["start"].to_numpy(float)[f["ai"].to_numpy()]
+    active = pd.Series(np.nan_to_num(f["act"].to_numpy()) >= ACTIVE_MIN, index=f.index)
+    by = f["ai"]
+    lead = ~active.groupby(by).cummax()
+    t_first = f["t"].groupby(by).transform("min")
+    t_on = f["t"].where(active).groupby(by).transform("min")
+    fb_lead = f["fb"].where(lead).groupby(by)
+    fb_on = f["fb"].where(active & (f["t"] == t_on)).groupby(by).transform("max")
+    filling = (fb_lead.transform("last") > fb_lead.transform("first")) | \
+              (fb_lead.transform("first") < STARTUP_FB_SHARE * fb_on)
+    ok = lead & (t_first - a0 <= 2 * ds.cadence) & (t_on - t_first <= STARTUP_MAX_S) & filling
+    out[f["i"].to_numpy()[ok.to_numpy()]] = True
+    return pd.Series(out, index=s.index)
+
+
 def starved(ds: Dataset) -> list[Finding]:
     s = ds.samples
-    st = s.loc[s["h_starved"] > 0, [*RUN_KEY, "t", "device", "h_starved", "tenant", "sku", "node"]]
+    st = s.loc[(s["h_starved"] > 0) & ~startup_mask(ds), [*RUN_KEY, "t", "device", "h_starved", "tenant", "sku",
+                                                           "node"]]
     if not len(st):
         return []
     hours_by_hour = st.groupby((st["t"] // HOUR) * HOUR)["job_id"].nunique()
@@ -516,11 +588,24 @@ def _whole_node_gaps(ds: Dataset) -> list[list[dict]]:
     return out
 
 
-def unknown_gaps(ds: Dataset) -> list[Finding]:
+def _silent_after_xid(silent: dict, device: str | None, a: float, b: float) -> bool:
+    """Is most of [a, b) on ``device`` a silence its XID finding already counts (fallen off the bus)?"""
+    spans = silent.get(device) if device else None
+    if not spans or b <= a:
+        return False
+    return sum(max(0.0, min(b, y) - max(a, x)) for x, y in spans) >= 0.5 * (b - a)
+
+
+def unknown_gaps(ds: Dataset, silent: dict | None = None) -> list[Finding]:
+    """Unknown-interval entries and uncovered allocated spans, less a device's silence after an XID (``silent``:
+    device -> spans, :func:`ledger.agents.drift.silent_spans`), which is the XID finding's."""
+    silent = silent or {}
     out = []
     for gs in _whole_node_gaps(ds):
         g = gs[0]
         whole = len(gs) > 1
+        if not whole and _silent_after_xid(silent, g["device"], g["start"], g["end"]):
+            continue
         hours = sum(_alloc_overlap_hours(ds, x["start"], x["end"], x["node"], x["device"]) for x in gs)
         if hours <= 0 and g["job_id"] is None:
             continue
@@ -566,6 +651,8 @@ def unknown_gaps(ds: Dataset) -> list[Finding]:
                 continue
             devs = {r.device for r in c["rows"]}
             whole = len(devs) >= max(1, 0.75 * len(node_devs))
+            if not whole and len(devs) == 1 and _silent_after_xid(silent, next(iter(devs)), c["start"], c["end"]):
+                continue
             cause = "collector_down" if whole else "scrape_missing"
             dev = None if whole else sorted(devs)[0] if len(devs) == 1 else None
             node_s = ds.samples[ds.samples["node"] == node]
@@ -650,15 +737,15 @@ def sync_boost(ds: Dataset) -> list[Finding]:
     return out
 
 
-def run(ds: Dataset, xid_mask: pd.Series | None = None) -> list[Finding]:
-    """All attribution findings over a dataset."""
+def run(ds: Dataset, xid_mask: pd.Series | None = None, silent: dict | None = None) -> list[Finding]:
+    """All attribution findings over a dataset (``silent``: device -> its silences after an XID, not gaps)."""
     if not len(ds.samples):
-        return unknown_gaps(ds)
+        return unknown_gaps(ds, silent)
     model = residual_model(ds)
     cool = cooling(ds, model)
     return [*cool, *hot_because_working(ds, model, cool), *power_cap(ds), *hw_slowdown(ds), *sync_boost(ds),
             *starved(ds),
-            *idle_held(ds, xid_mask), *unknown_gaps(ds)]
+            *idle_held(ds, xid_mask), *unknown_gaps(ds, silent)]
 
 
 __all__ = ["run", "residual_model", "ResidualModel", "bda"]

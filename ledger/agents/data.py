@@ -158,7 +158,8 @@ def assemble(scan: EntryScan, s: pd.DataFrame, topology: dict | None = None) -> 
 def sample_frame(s: pd.DataFrame) -> pd.DataFrame:
     """Samples as read (SAMPLE_READ_COLUMNS) under the agents' short column names, floats, in (device, t) order."""
     s = s.rename(columns={"clock_reasons": "reasons", "sm_active": "sm", "sm_clock_mhz": "clk", "power_w": "power",
-                          "gpu_temp_c": "temp", "ecc_sbe_aggregate": "ecc", "fb_used_mib": "fb",
+                          "gpu_temp_c": "temp", "ecc_sbe_aggregate": "ecc", "ecc_sbe_volatile": "eccv",
+                          "fb_used_mib": "fb",
                           "compute_procs": "procs", "tensor_active": "tensor"})
     for col in s.columns:  # all-NULL columns come back as object dtype: the agents need floats (NaN = not measured)
         if col != "device":

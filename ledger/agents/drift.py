@@ -78,15 +78,46 @@ def xid_stall_mask(ds: Dataset, events: pd.DataFrame | None = None) -> pd.Series
     return pd.Series(mask, index=s.index)
 
 
-def silent_after(ds: Dataset, times: np.ndarray, events: np.ndarray) -> list[tuple[float, float]]:
-    """The stretches a device sent nothing right after each event (fallen off the bus, lost until reset):
-    from one cadence after the event's sample to its next sample, or to the end of the data."""
+def silent_after(ds: Dataset, times: np.ndarray, events: np.ndarray,
+                 dead: np.ndarray | None = None) -> list[tuple[float, float]]:
+    """The stretches a device sent nothing after each event (fallen off the bus, lost until reset): the first hole
+    in its samples (a step over 2 cadences) that opens within XID_STALL_S of the event, the device dead (no process,
+    no activity: ``dead``, per sample of ``times``) from the event to the hole — a driver may report it a few more
+    times before it is gone; the stretch runs from one cadence after its last sample to its next sample, or to the
+    end of the data."""
     out = []
+    dead = np.ones(len(times), dtype=bool) if dead is None else dead
     for te in events:
-        k = int(np.searchsorted(times, te, side="right"))
-        nxt = float(times[k]) if k < len(times) else ds.end
-        if nxt - te > 2 * ds.cadence:
-            out.append((float(te + ds.cadence), nxt))
+        k = int(np.searchsorted(times, te, side="left"))       # the event's sample
+        while k + 1 < len(times) and times[k + 1] - times[k] <= 2 * ds.cadence and times[k + 1] < te + XID_STALL_S \
+                and dead[k + 1]:
+            k += 1
+        last = float(times[k]) if k < len(times) else float(te)
+        nxt = float(times[k + 1]) if k + 1 < len(times) else ds.end
+        if nxt - last > 2 * ds.cadence:
+            span = (last + ds.cadence, nxt)
+            if not out or span[0] >= out[-1][1]:
+                out.append(span)
+    return out
+
+
+def _allocated_hours(ds: Dataset, dev: str, spans: list[tuple[float, float]]) -> float:
+    """Device-hours of ``dev``'s allocations inside ``spans``."""
+    al = ds.allocs[ds.allocs["device"] == dev] if len(ds.allocs) else ds.allocs
+    total = 0.0
+    for a, b in spans:
+        ov = np.clip(np.minimum(al["end"].to_numpy(float), b) - np.maximum(al["start"].to_numpy(float), a), 0, None)
+        total += float(ov.sum())
+    return total / 3600.0
+
+
+def silent_spans(found: list[Finding]) -> dict[str, list[tuple[float, float]]]:
+    """Device -> the spans its XID findings say it was silent after the XID (what an unknown gap there is)."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for f in found:
+        if f.kind == "xid":
+            out.setdefault(f.scope_dict()["device_uuid"], []).extend(
+                tuple(x) for x in dict(f.extra).get("silent_spans", []))
     return out
 
 
@@ -99,8 +130,9 @@ def xid_findings(ds: Dataset, events: pd.DataFrame, stall: pd.Series) -> list[Fi
     for dev, g in events.groupby("device"):
         codes = sorted({int(c) for c in g["xid"]})
         st = s[stall & (s["device"] == dev)]
-        ds_dev = s[s["device"] == dev]
-        silent = silent_after(ds, np.sort(ds_dev["t"].to_numpy(float)), g["t"].to_numpy(float))
+        ds_dev = s[s["device"] == dev].sort_values("t")
+        dead = ~ds_dev["running"].to_numpy(bool) & (np.nan_to_num(ds_dev["act"].to_numpy(float)) < 0.05)
+        silent = silent_after(ds, ds_dev["t"].to_numpy(float), np.sort(g["t"].to_numpy(float)), dead)
         silent_h = sum(y - x for x, y in silent) / 3600.0
         hours = float(st["h_idle"].sum()) + silent_h
         a = float(g["t"].min())
@@ -123,7 +155,10 @@ def xid_findings(ds: Dataset, events: pd.DataFrame, stall: pd.Series) -> list[Fi
                            hours, cost, conf, ev,
                            f"GPU {dev} on {node} raised {n} {text} events from {fmt_ts(a)}; it {lost}, losing "
                            f"{fmt_h(hours)} GPU-hours.", cause="xid",
-                           level="device", extra=(("xid_codes", codes), ("events", n))))
+                           level="device", extra=(("xid_codes", codes), ("events", n),
+                                                  ("silent_spans", [[x, y] for x, y in silent]),
+                                                  ("silent_allocated_gpu_hours",
+                                                   round(_allocated_hours(ds, dev, silent), 6)))))
     return out
 
 

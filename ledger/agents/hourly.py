@@ -148,13 +148,13 @@ def _compact(src, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None) -> 
     s = _assemble(parts + times, allocs, devices)
     del parts, times
     ds = finish(scan, s, allocs, devices, cadence, start, end)
-    ds.hourly = hrs[list(hourstats.COLUMNS)].reset_index(drop=True)
+    ds.hourly = hourstats.correctable(hrs)[list(hourstats.COLUMNS)].reset_index(drop=True)
     return ds
 
 
 def _raw_part(raw: pd.DataFrame) -> pd.DataFrame:
     """What the agents read of raw samples (the run's and the device's labels are set on assembly)."""
-    keep = [c for c in raw.columns if c not in ("rated", "reasons", "tensor", "gpu_util", "ecc_sbe_volatile",
+    keep = [c for c in raw.columns if c not in ("rated", "reasons", "tensor", "gpu_util", "eccv",
                                                 *ALLOC_COLS)]
     return raw[keep].assign(span_end=raw["t"].to_numpy())
 
@@ -438,7 +438,9 @@ def _hourly_rule_hours(ds: Dataset, hrs: pd.DataFrame) -> set:
     devs = ds.devices
     model = attribution.residual_model(ds)
     for level, name, a, b in attribution.cooling_windows(ds, model):
-        scope = devs.index[devs["rack" if level == "rack" else "node"] == name]
+        # a device's evidence compares it with its siblings: the node's hours
+        node = devs.at[name, "node"] if level == "device" else name
+        scope = devs.index[devs["rack"] == name] if level == "rack" else devs.index[devs["node"] == node]
         keys |= _span_hours(scope, a - _side(a, b) - dh.HOUR, b + _side(a, b) + dh.HOUR)
     for dev, c in drift.clock_drift(ds).items():
         keys |= _span_hours(devs.index[devs["node"] == devs.at[dev, "node"]], c["start"] - _side(c["start"], c["end"])

@@ -1,5 +1,6 @@
 """Per device-hour statistics for the rules that look past an hour's GPU-hours: the temperature-on-power residual
-(cooling, hot because working), the loaded clock (drift), correctable-ECC extremes and row-remap flags.
+(cooling, hot because working), the loaded clock (drift), correctable-ECC extremes (the aggregate counter's, else
+the volatile counter's: :func:`correctable`) and row-remap flags.
 
 One definition, two sources, so the agents decide alike on either: over device-hours the columns are the
 `device_hours` table's own (:mod:`ledger.telemetry.hours`, derived when a segment is sealed); over every sample
@@ -16,7 +17,8 @@ import pandas as pd
 from ..telemetry.hours import HOUR, LOADED_ACT, OTHER, THERMAL  # the seal-time definitions, so both sources agree
 
 SUM_COLS = ("hot_n", "hot_p", "hot_t", "fit_n", "fit_p", "fit_t", "fit_pp", "fit_pt", "loaded_n", "loaded_clk")
-EXT_COLS = {"ecc_min": "min", "ecc_max": "max", "remap_pending_max": "max", "remap_failure_max": "max"}
+EXT_COLS = {"ecc_min": "min", "ecc_max": "max", "remap_pending_max": "max", "remap_failure_max": "max",
+            "eccv_min": "min", "eccv_max": "max"}
 COLUMNS = ("device", "hour", *SUM_COLS, *EXT_COLS)
 
 
@@ -40,9 +42,26 @@ def from_samples(s: pd.DataFrame) -> pd.DataFrame:
                       "loaded_n": loaded.astype(np.int64), "loaded_clk": np.where(loaded, np.nan_to_num(clk), 0.0),
                       "ecc_min": s["ecc"].to_numpy(float), "ecc_max": s["ecc"].to_numpy(float),
                       "remap_pending_max": s["row_remap_pending"].to_numpy(float),
-                      "remap_failure_max": s["row_remap_failure"].to_numpy(float)})
+                      "remap_failure_max": s["row_remap_failure"].to_numpy(float),
+                      "eccv_min": s["eccv"].to_numpy(float) if "eccv" in s else np.nan,
+                      "eccv_max": s["eccv"].to_numpy(float) if "eccv" in s else np.nan})
     agg = {c: "sum" for c in SUM_COLS} | EXT_COLS
-    return f.groupby(["device", "hour"], sort=True).agg(agg).reset_index()[list(COLUMNS)]
+    return correctable(f.groupby(["device", "hour"], sort=True).agg(agg).reset_index())[list(COLUMNS)]
+
+
+def correctable(h: pd.DataFrame) -> pd.DataFrame:
+    """``ecc_min`` / ``ecc_max`` of each device-hour from whichever correctable-ECC counter it has: the aggregate
+    counter's extremes, else the volatile counter's (``eccv_*``: DCGM field 310 where 312 is not exported). The
+    drift agent's ECC rule reads the increments of these, so either counter's rise is seen."""
+    if "eccv_max" not in h:
+        return h
+    none = h["ecc_max"].isna() & h["eccv_max"].notna()
+    if not none.any():
+        return h
+    h = h.copy()
+    h.loc[none, "ecc_min"] = h.loc[none, "eccv_min"]
+    h.loc[none, "ecc_max"] = h.loc[none, "eccv_max"]
+    return h
 
 
 def hour_stats(ds) -> pd.DataFrame:  # noqa: ANN001 - a Dataset

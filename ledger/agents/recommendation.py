@@ -37,13 +37,17 @@ def _one(ds: Dataset, f: Finding) -> tuple[str, str, list[str], str, tuple] | No
         nodes = dict(f.extra).get("nodes") or sorted(ds.devices.loc[ds.devices["rack"] == rack, "node"].unique()) \
             if rack else [node]
         where = f"rack {rack}" if f.level == "rack" else f"node {node}"
-        return ("inspect_cooling", f"Inspect cooling for {where} (CRAH/CDU, rear-door, blanking panels, inlet "
-                                   f"sensors); until fixed, keep heavy jobs off {where}.",
+        what = (f"Inspect GPU {dev}'s own cooling on node {node} (its fans, heatsink, thermal paste, airflow past "
+                f"its slot); until fixed, keep heavy jobs off node {node}." if f.level == "device" else
+                f"Inspect cooling for {where} (CRAH/CDU, rear-door, blanking panels, inlet sensors); until fixed, "
+                f"keep heavy jobs off {where}.")
+        return ("inspect_cooling", what,
                 [f"ssh {n} nvidia-smi -q -d TEMPERATURE,PERFORMANCE" for n in nodes[:2]] +
                 [f"ssh {nodes[0] if nodes else node} ipmitool sdr type Temperature"],
                 f"scontrol update NodeName={_node_list(nodes)} State=DRAIN Reason=\"cooling {rack or node}\"  "
                 f"# undo: scontrol update NodeName={_node_list(nodes)} State=RESUME",
-                make_scope(rack=rack, node=None if f.level == "rack" else node))
+                make_scope(rack=rack, node=None if f.level == "rack" else node,
+                           device_uuid=dev if f.level == "device" else None))
     if f.kind == "power_cap":
         return ("restore_power_limit", f"Check why node {node} runs with a lowered power limit and restore the "
                                        f"default limit.",

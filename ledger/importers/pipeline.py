@@ -215,13 +215,51 @@ def billable_devices(c: Collected) -> set[str]:
             if not i.partitioned and not (i.mig_instance is None and i.uuid in parents)}
 
 
-def run_entries(c: Collected, spans: dict[str, tuple[float, float, float]], opts: ImportOptions) -> list[Entry]:
-    """Synthetic Path B allocations from labels (or one per node when there are none)."""
+def held_through_holes(contexts: dict, spans: dict[str, tuple[float, float, float]],
+                       holes: dict[str, list[tuple[float, float]]]) -> None:
+    """A run whose labels stop at a hole in its device's telemetry (``holes``: the timeline's unknown intervals,
+    the collector down) ended somewhere inside the hole, and one whose labels start where a hole ends began inside
+    it; the labels cannot say where. Each is held to the hole's midpoint (the expected end or start when nothing
+    says where it fell), so the hole's allocated time stays unknown time of the runs around it instead of
+    vanishing; a hole inside another run's labels is that run's already. In place on ``contexts``' spans."""
+    by_dev: dict[str, list[list[float]]] = defaultdict(list)
+    for devs in contexts.values():
+        for dev, span in devs.items():
+            by_dev[dev].append(span)
+    for dev, runs in by_dev.items():
+        gaps = holes.get(dev) or []
+        if not gaps:
+            continue
+        cadence = spans[dev][2]
+        before = [tuple(r) for r in runs]                  # the labels' own spans, before any is moved
+        for a, b in gaps:
+            mid = (a + b) / 2.0
+            for i, span in enumerate(runs):
+                x, y = before[i]
+                if _held(before, i, a, b):
+                    continue
+                if a - cadence <= y <= a + cadence:        # its labels end where the hole begins
+                    span[1] = max(span[1], mid)
+                if b - cadence <= x <= b + cadence:        # its labels begin where the hole ends
+                    span[0] = min(span[0], mid)
+
+
+def _held(runs: list[tuple[float, float]], me: int, a: float, b: float) -> bool:
+    """Does another run of the device span the hole [a, b) (the hole is inside that run)?"""
+    return any(k != me and x < a and y > b for k, (x, y) in enumerate(runs))
+
+
+def run_entries(c: Collected, spans: dict[str, tuple[float, float, float]], opts: ImportOptions,
+                holes: dict[str, list[tuple[float, float]]] | None = None) -> list[Entry]:
+    """Synthetic Path B allocations from labels (or one per node when there are none); a run ending or starting
+    at one of ``holes`` (device -> its telemetry's unknown intervals) is held to its midpoint."""
     billable = billable_devices(c)
     contexts: dict[Context, dict[str, list[float]]] = defaultdict(dict)
     for (dev, ctx), (a, b) in c.contexts.items():
         if dev in spans and dev in billable:
             contexts[ctx][dev] = [a, min(b + spans[dev][2], spans[dev][1])]
+    if contexts and holes:
+        held_through_holes(contexts, spans, holes)
     if not contexts:
         for dev, sp in spans.items():
             if dev not in billable:
@@ -299,7 +337,8 @@ def counted_runs(res: ImportResult, c: Collected, spans: dict[str, tuple], opts:
     """The synthetic run entries (none unless ``opts.synthetic_runs``), counted into ``res`` (runs, clock skew)."""
     if not (opts.synthetic_runs and spans):
         return []
-    runs = run_entries(c, spans, opts)
+    holes = {d: [(g["start"], g["end"]) for g in info.get("gaps", [])] for d, info in res.per_device.items()}
+    runs = run_entries(c, spans, opts, holes)
     res.runs = sum(1 for e in runs if e.kind == Kind.ALLOCATION_STARTED)
     res.clock_skew = {e.job_id: e.data["clock_skew_s"] for e in runs
                       if e.kind == Kind.ALLOCATION_STARTED and '"clock_skew_s"' in e.payload}

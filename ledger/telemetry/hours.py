@@ -36,7 +36,7 @@ LOADED_ACT = 0.3               # "under load", as the drift agent reads the cloc
 THERMAL, OTHER = THROTTLE_REASONS.index("thermal"), THROTTLE_REASONS.index("other")
 NEEDED = ("device", "t", "dt", "clock_reasons", "sm_active", "tensor_active", "gpu_util", "sm_clock_mhz",
           "power_w", "gpu_temp_c", "ecc_sbe_aggregate", "xid", "fb_used_mib", "compute_procs", "row_remap_pending",
-          "row_remap_failure")
+          "row_remap_failure", "ecc_sbe_volatile")
 _R = range(len(THROTTLE_REASONS))
 
 
@@ -102,6 +102,8 @@ class DeviceHour:
     remap_failure_max: float    # row-remapping failure flag
     pcap_loaded_n: float        # running at activity >= 0.2 (the power-cap rule's loaded samples; a count)
     pcap_n: float               # ... of them with the power-cap reason
+    eccv_min: float             # correctable ECC, volatile counter (DCGM field 310; what a source without the
+    eccv_max: float             # aggregate counter has): the agents read it where ecc_min/ecc_max are NaN
 
     def throttle_split(self, rated_mhz: float | None) -> tuple[float, list[float]]:
         """(delivered seconds, throttled seconds per reason) at this rated clock: the method's
@@ -119,9 +121,9 @@ class DeviceHour:
 FIELDS = tuple(f.name for f in fields(DeviceHour))
 SUMS = ("n", *(f for f in FIELDS[FIELDS.index("gap_max") + 1:] if not f.endswith(("_max", "_min", "_first", "_last"))))
 REMAPS = ("remap_pending_max", "remap_failure_max")
-# Columns added after device-hours were first sealed (migration 0007): a row sealed before holds NULL there, which
+# Columns added after device-hours were first sealed (migrations 0007, 0008): a row sealed before holds NULL there, which
 # the agents read as "not known" (they read the hour's raw samples) and verify does not count as a mismatch.
-LATER = (*REMAPS, "pcap_loaded_n", "pcap_n")
+LATER = (*REMAPS, "pcap_loaded_n", "pcap_n", "eccv_min", "eccv_max")   # 0007; 0008: the volatile ECC extremes
 PCAP_ACT = 0.2                 # "loaded", as the power-cap rule reads it
 POWER_CAP = THROTTLE_REASONS.index("power_cap")
 INT_FIELDS = frozenset(f.name for f in fields(DeviceHour) if f.type == "int")
@@ -231,6 +233,8 @@ def _aggregate(cols: Mapping[str, Sequence], group: np.ndarray | None) -> list[t
         "remap_pending_max": _group_reduce(f("row_remap_pending")[order], starts, "max"),
         "remap_failure_max": _group_reduce(f("row_remap_failure")[order], starts, "max"),
         "pcap_loaded_n": s(pcap_loaded), "pcap_n": s(pcap_loaded & (rb == POWER_CAP)),
+        "eccv_min": _group_reduce(f("ecc_sbe_volatile")[order], starts, "min"),
+        "eccv_max": _group_reduce(f("ecc_sbe_volatile")[order], starts, "max"),
     }
     cols_out = [names[code[starts]].tolist(), hour[starts].tolist()]
     for name in FIELDS[2:]:
@@ -294,7 +298,7 @@ def aggregate_reference(samples: Iterable) -> list[DeviceHour]:  # noqa: ANN001 
     out = []
     for (device, hour), ss in sorted(groups.items()):
         acc = {k: 0.0 for k in SUMS}
-        clk_max = fb_max = procs_max = ecc_min = ecc_max = pending = failure = nan
+        clk_max = fb_max = procs_max = ecc_min = ecc_max = eccv_min = eccv_max = pending = failure = nan
         prev = None
         for x in ss:
             act = num(x.sm_active)
@@ -355,6 +359,10 @@ def aggregate_reference(samples: Iterable) -> list[DeviceHour]:  # noqa: ANN001 
             if not math.isnan(e):
                 ecc_min = e if math.isnan(ecc_min) else min(ecc_min, e)
                 ecc_max = e if math.isnan(ecc_max) else max(ecc_max, e)
+            ev = num(x.ecc_sbe_volatile)
+            if not math.isnan(ev):
+                eccv_min = ev if math.isnan(eccv_min) else min(eccv_min, ev)
+                eccv_max = ev if math.isnan(eccv_max) else max(eccv_max, ev)
             pending = _nanext(max, [pending, num(x.row_remap_pending)])
             failure = _nanext(max, [failure, num(x.row_remap_failure)])
             xv = 0.0 if x.xid is None else float(x.xid)
@@ -366,7 +374,7 @@ def aggregate_reference(samples: Iterable) -> list[DeviceHour]:  # noqa: ANN001 
         vals = dict(acc, gap_max=max(steps) if steps else nan, t_first=ss[0].t, t_last=ss[-1].t,
                     t_end=max(x.t + x.dt for x in ss), clk_max=clk_max, fb_max=fb_max,
                     procs_max=procs_max, ecc_min=ecc_min, ecc_max=ecc_max, xid_first=first_x, xid_last=prev,
-                    remap_pending_max=pending, remap_failure_max=failure)
+                    remap_pending_max=pending, remap_failure_max=failure, eccv_min=eccv_min, eccv_max=eccv_max)
         out.append(DeviceHour(device, float(hour), *[int(vals[k]) if k in INT_FIELDS else vals[k]
                                                      for k in FIELDS[2:]]))
     return out
@@ -380,9 +388,10 @@ def merge(parts: Sequence[DeviceHour]) -> DeviceHour:
         return parts[0]
     ps = sorted(parts, key=lambda p: p.t_first)
     v = {k: sum(getattr(p, k) for p in ps) for k in SUMS}
-    for k in ("clk_max", "fb_max", "procs_max", "ecc_max", *REMAPS):
+    for k in ("clk_max", "fb_max", "procs_max", "ecc_max", "eccv_max", *REMAPS):
         v[k] = _nanext(max, [getattr(p, k) for p in ps])
     v["ecc_min"] = _nanext(min, [p.ecc_min for p in ps])
+    v["eccv_min"] = _nanext(min, [p.eccv_min for p in ps])
     v["xid_events"] += sum(1 for a, b in zip(ps, ps[1:]) if b.xid_first > 0 and b.xid_first != a.xid_last)
     # pieces that interleave in time leave the longest step unknown (NaN): a reader needing it reads the samples
     apart = all(b.t_first >= a.t_last for a, b in zip(ps, ps[1:]))
@@ -550,8 +559,10 @@ def merge_frame(f: "pd.DataFrame") -> "pd.DataFrame":  # noqa: F821
         f = f.assign(_edge=edge_event.astype(float), _step=step,
                      _overlap=(same & (step < 0)).astype(float))
         agg = {c: "sum" for c in SUMS}
-        agg.update({c: "max" for c in ("clk_max", "fb_max", "procs_max", "ecc_max", "t_last", "t_end", *REMAPS)})
-        agg.update({"ecc_min": "min", "t_first": "min", "xid_first": "first", "gap_max": "max", "_edge": "sum",
+        agg.update({c: "max" for c in ("clk_max", "fb_max", "procs_max", "ecc_max", "eccv_max", "t_last", "t_end",
+                                       *REMAPS)})
+        agg.update({"ecc_min": "min", "eccv_min": "min", "t_first": "min", "xid_first": "first", "gap_max": "max",
+                    "_edge": "sum",
                     "_step": "max", "_overlap": "max"})
         g = f.groupby(keys, sort=False)
         out = g.agg(agg)
