@@ -216,3 +216,48 @@ def test_proof_bundle_of_a_14_receipt_passes_ipledger_verify(tmp_path) -> None:
         assert "energy" in str(exc) or "receipt" in str(exc)
     else:
         raise AssertionError("a changed energy figure passed")
+
+
+def test_a_real_amd_smi_energy_csv_gives_the_counters_joules(tmp_path) -> None:
+    """The real `amd-smi metric -E -w 1 --csv` loop of tests/fixtures/real/amd_smi (two MI210s; banner, a header
+    per iteration): each device's energy over its readings is its counter's rise in joules, from the counter; and
+    through the CLI, an import priced on measured terms gives a 1.4 receipt with that energy."""
+    import json
+
+    from ledger.cli.main import cli
+    from ledger.importers import amdsmi
+    from ledger.telemetry.energy import device_energy_of
+
+    path = Path(__file__).parent / "fixtures" / "real" / "amd_smi" / "metric_csv_watch_energy_mi210_amdsmi38.csv"
+    rows = [ln.split(",") for ln in path.read_text("utf-8").splitlines() if ln[:1].isdigit()]
+    first, last = {}, {}
+    for ts, gpu, joules in rows:
+        first.setdefault(gpu, (float(ts), float(joules)))
+        last[gpu] = (float(ts), float(joules))
+    c = amdsmi.read(path, node="mi210")
+    assert len(c.series) == 2
+    for dev, series in c.series.items():
+        gpu = dev.rsplit("gpu", 1)[1]
+        (t0, j0), (t1, j1) = first[gpu], last[gpu]
+        de = device_energy_of(dev, series, t0, t1)
+        assert de.source == "counter" and de.unknown_seconds == 0
+        assert abs(de.joules - (j1 - j0)) < 1e-6
+    from click.testing import CliRunner
+
+    from ledger import db as db_mod
+
+    env, url, run = {"IPLEDGER_CONFIG": ""}, f"sqlite:///{tmp_path / 'l.db'}", CliRunner()
+    eng = db_mod.make_engine(url)
+    db_mod.upgrade(eng)
+    eng.dispose()
+    r = run.invoke(cli, ["--db", url, "import", "amd-smi", str(path), "--node", "mi210", "--json"], env=env)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["mapped_fields"] == {"total_energy_consumption": "energy_j"}
+    assert _set_measured_terms(tmp_path, url, run, env).exit_code == 0
+    log = run.invoke(cli, ["--db", url, "log", "--json"], env=env)
+    job = next(e["job_id"] for e in json.loads(log.output) if e["kind"] == "allocation_started")
+    r = run.invoke(cli, ["--db", url, "receipt", job, "--json"], env=env)
+    assert r.exit_code == 0, r.output
+    body = json.loads(r.output)
+    assert body["receipt_version"] == "1.4" and body["energy"]["kwh"] > 0
+    assert body["energy"]["source"] in ("counter", "mixed")

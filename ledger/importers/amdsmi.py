@@ -130,6 +130,8 @@ METRIC_CSV_MAP = {
     "mem_0_clk": ("mem_clock_mhz", 1.0), "hotspot": ("gpu_temp_c", 1.0), "mem": ("mem_temp_c", 1.0),
     "used_vram": ("fb_used_mib", 1.0), "total_correctable_count": ("ecc_sbe_aggregate", 1.0),
     "total_uncorrectable_count": ("ecc_dbe_aggregate", 1.0),
+    # `amd-smi metric -E --csv`: the energy accumulator already converted by amd-smi to joules (no unit in the cell)
+    "total_energy_consumption": ("energy_j", 1.0),
 }
 _GFX_CLK = re.compile(r"^(?:clock\.)?gfx_(\d+)[._]clk$")
 _NUM_UNIT = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(\S+)?\s*$")
@@ -395,7 +397,7 @@ def parse_csv(text: str, path: str, ticker: _Ticker) -> None:
     header = [h.strip().lower() for h in next(reader)]
     if "gpu" not in header:
         raise InputError(path, "line 1", f"wrong columns: no 'gpu' column in {excerpt(','.join(header), 80)}")
-    metric = bool({"gfx_activity", "hotspot", "edge", "socket_power"} & set(header)) or \
+    metric = bool({"gfx_activity", "hotspot", "edge", "socket_power", "total_energy_consumption"} & set(header)) or \
         any(_GFX_CLK.match(h) for h in header)
     names = METRIC_CSV_MAP if metric else MONITOR_MAP
     for h in header:
