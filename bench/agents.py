@@ -72,7 +72,8 @@ def _chunk(rng: np.random.Generator, node: int, day: int) -> dict:
     out = {k: np.concatenate(v) for k, v in cols.items()}
     out["device"] = np.concatenate(dev)
     out["dt"] = np.full(len(out["t"]), CADENCE)
-    for k in ("tensor_active", "gpu_util", "ecc_sbe_aggregate", "xid", "row_remap_pending", "row_remap_failure"):
+    for k in ("tensor_active", "gpu_util", "ecc_sbe_aggregate", "ecc_sbe_volatile", "xid", "row_remap_pending",
+              "row_remap_failure"):
         out[k] = np.full(len(out["t"]), np.nan)
     return out
 

@@ -48,7 +48,8 @@ def scraped(demo, tmp_path_factory):
     db = ["--db", f"sqlite:///{out / 'ledger.db'}"]
     work = tmp_path_factory.mktemp("prom-serve")
     status = work / "verify-status.json"   # a real `ipledger verify --record`, as a site's cron runs it
-    subprocess.run([sys.executable, "-m", "ledger.cli.main", *db, "verify", "--record", str(status)], env=env,
+    subprocess.run([sys.executable, "-m", "ledger.cli.main", *db, "--config", str(out / "site.toml"),   # its carbon zone
+                    "verify", "--record", str(status)], env=env,
                    cwd=ROOT, check=True, capture_output=True)
     site = work / "site.toml"
     site.write_text(f'[serve]\nverify_status = "{status}"\n')

@@ -1,7 +1,7 @@
 """The pages' figures that need the agents' dataset (fleet, rack, node, tenant and device pages), computed in a
 short-lived child process per ledger head so that the server never holds the dataset.
 
-`ask(url, questions, prefetch)` starts ``python -m ledger.web.figures``, which reads the ledger, runs the agents
+`ask(url, questions, prefetch)` starts a fresh interpreter (multiprocessing's spawn), which reads the ledger, runs the agents
 (the same `hourly.load_compact` and `agents.find` that `ipledger account`/`explain` run), answers the questions
 with the same `ledger.agents.query` calls, and exits; the server keeps only the answers (plain dicts and SVG
 text) keyed by question. ``prefetch`` also answers every question of the period `all` (the fleet, every rack,
@@ -14,10 +14,7 @@ spellings of one period share an answer: `key(question, bounds)`."""
 from __future__ import annotations
 
 import os
-import pickle
 import resource
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from html import escape
@@ -209,36 +206,46 @@ def peak_mib() -> float:
 
 
 def release_freed_memory() -> None:
-    """Return the allocator's freed pages to the system (glibc's malloc_trim; elsewhere nothing), so that the
-    figures' temporaries reuse them instead of raising the child's peak (about 40 MiB on the demo)."""
-    import ctypes
-    import ctypes.util
+    """Collect garbage, then return the allocator's freed pages to the system (:func:`ledger.heap.return_freed_heap`),
+    so that the figures' temporaries reuse them instead of raising the child's peak (about 40 MiB on the demo)."""
     import gc
 
+    from ..heap import return_freed_heap
+
     gc.collect()
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    return_freed_heap()
+
+
+def _child_settings() -> None:
+    """The child's set-up, before it imports pyarrow: Arrow's own allocator keeps freed blocks, the system's gives
+    them back (about 30 MiB less peak)."""
+    os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "system"
 
 
 def ask(url: str, questions: list[tuple], with_prefetch: bool) -> Answers:
-    """`compute` in a short-lived child process (the server's memory never holds the dataset)."""
-    root = str(Path(__file__).resolve().parents[2])   # this checkout's packages first, as in the server
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]),
-               # Arrow's own allocator keeps freed blocks; the system's gives them back (about 30 MiB less peak)
-               ARROW_DEFAULT_MEMORY_POOL="system")
-    request = pickle.dumps({"url": url, "questions": questions, "prefetch": with_prefetch})
+    """`compute` in a short-lived child process (the server's memory never holds the dataset): a fresh interpreter
+    started by multiprocessing's spawn (this process's import path, no fork of the server), ended after one answer.
+    A child that raises, dies or runs past :data:`CHILD_TIMEOUT_S` is a :class:`FiguresError` naming why."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import TimeoutError as FutureTimeout
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_child_settings)
     try:
-        p = subprocess.run([sys.executable, "-m", "ledger.web.figures"], input=request, capture_output=True,
-                           env=env, timeout=CHILD_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
+        return pool.submit(compute, url, questions, with_prefetch).result(timeout=CHILD_TIMEOUT_S)
+    except FutureTimeout:
+        for child in multiprocessing.active_children():   # the pool's one process: end it now, not at its end
+            child.terminate()
         raise FiguresError(f"the figures' child process did not finish in {CHILD_TIMEOUT_S} s") from None
-    if p.returncode != 0:
-        lines = p.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise FiguresError(f"the figures' child process failed (exit {p.returncode}): "
-                           f"{lines[-1] if lines else 'no message'}")
-    return pickle.loads(p.stdout)   # noqa: S301 - our own child's answer
+    except BrokenProcessPool:
+        raise FiguresError("the figures' child process died before it answered") from None
+    except Exception as exc:  # noqa: BLE001 - the child's own error, named in one line
+        lines = str(exc).strip().splitlines()
+        raise FiguresError(f"the figures' child process failed: {type(exc).__name__}: "
+                           f"{lines[-1] if lines else 'no message'}") from None
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 # --- charts (inline SVG) ---------------------------------------------------------------------------------------
@@ -422,16 +429,3 @@ def device_res(sel, currency: str) -> dict:  # noqa: ANN001
     return {"answer": f"device: {paid:,.2f} GPU-hours in runs, {deliv:,.2f} delivered (priced on its runs' receipts)",
             "account": {"paid": paid, "delivered": deliv, "cost": {"paid": 0.0, "delivered": 0.0, "lost": 0.0}},
             "table": {"lines": []}, "basis": "device_hours"}
-
-
-def main() -> None:
-    """The child: a pickled request on stdin, the pickled Answers on stdout."""
-    from ledger.web import figures   # not this __main__: the server unpickles ledger.web.figures.Answers
-
-    req = pickle.loads(sys.stdin.buffer.read())   # noqa: S301 - from our own server
-    out = figures.compute(req["url"], [tuple(q) for q in req["questions"]], bool(req["prefetch"]))
-    sys.stdout.buffer.write(pickle.dumps(out))
-
-
-if __name__ == "__main__":
-    main()
