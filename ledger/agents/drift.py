@@ -102,13 +102,13 @@ def silent_after(ds: Dataset, times: np.ndarray, events: np.ndarray,
 
 
 def _allocated_hours(ds: Dataset, dev: str, spans: list[tuple[float, float]]) -> float:
-    """Device-hours of ``dev``'s allocations inside ``spans``."""
-    al = ds.allocs[ds.allocs["device"] == dev] if len(ds.allocs) else ds.allocs
-    total = 0.0
-    for a, b in spans:
-        ov = np.clip(np.minimum(al["end"].to_numpy(float), b) - np.maximum(al["start"].to_numpy(float), a), 0, None)
-        total += float(ov.sum())
-    return total / 3600.0
+    """Device-hours of ``dev``'s allocations inside ``spans`` (the account's own overlap, per span)."""
+    from .accounting import paid_hours
+
+    if not len(ds.allocs):
+        return 0.0
+    mine = ds.allocs["device"] == dev
+    return sum(paid_hours(ds, mine, a, b) for a, b in spans)
 
 
 def silent_spans(found: list[Finding]) -> dict[str, list[tuple[float, float]]]:
