@@ -65,4 +65,5 @@ def test_the_child_answers_as_the_library_does(demo):
     key = next(k for k in got.by_key if k[0] == "fleet")
     want = fleet_figures(engine, ds, agents.find(ds), *key[1:])
     assert got.by_key[key] == want
-    assert 0 < got.peak_mib < 300 and start < end
+    # the child reports its own peak (a real reading, > 0); how large it may be is bench.web's figure, not a test's
+    assert got.peak_mib > 0 and start < end
