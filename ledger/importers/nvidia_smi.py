@@ -71,6 +71,22 @@ def _value(s: str) -> str:
     return m.group(1) if m and not s.startswith("[") else s
 
 
+def _columns_by_field(header: list[str]) -> list[tuple[str, list[str]]]:
+    """Each Sample field the header carries, with its columns in :data:`QUERY_FIELDS`' order (best first)."""
+    out: dict[str, list[str]] = {}
+    for name, (field, _) in QUERY_FIELDS.items():
+        if name in header:
+            out.setdefault(field, []).append(name)
+    return list(out.items())
+
+
+def _readable(raw: str, field: str) -> bool:
+    try:
+        return clean(raw, field)[0] is not None
+    except BadValue:
+        return False
+
+
 def parse_csv(text: str | Iterable[str], path: str = "<input>", *, start: float | None = None,
               interval: float | None = None, node: str | None = None) -> Collected:
     """``--format=csv`` output: the text, or its lines as :func:`common.read_lines` yields them (a long capture
@@ -112,10 +128,11 @@ def parse_csv(text: str | Iterable[str], path: str = "<input>", *, start: float 
         key = uuid or (f"{node}/gpu{idx}" if idx is not None else (f"{node}/{bus}" if bus else f"{node}/gpu0"))
         dev = c.device(DeviceInfo(device=key, node=node, index=small_index(idx) if idx else None,
                                   uuid=uuid, sku=rec.get("name"), pci_bus_id=rec.get("pci.bus_id")))
-        for name, raw in rec.items():
-            spec = QUERY_FIELDS.get(name)
-            if spec is not None:
-                c.add_raw(dev, spec[0], t, _value(raw), spec[1], place=f"line {n} column {name}")
+        for field, names in _columns_by_field(header):
+            # several columns can carry one field (power.draw, .average, .instant): the first readable one in
+            # QUERY_FIELDS' order is the sample; with none readable, the first one's cause is recorded
+            name = next((x for x in names if _readable(_value(rec[x]), field)), names[0])
+            c.add_raw(dev, field, t, _value(rec[name]), QUERY_FIELDS[name][1], place=f"line {n} column {name}")
     if header is None:
         raise InputError(path, "", "no nvidia-smi CSV header found")
     return c
