@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .common import bda, evidence, fmt_h, fmt_ts, price, windows
-from .data import ACTIVE_MIN, Dataset, coverage_gaps
+from .data import ACTIVE_MIN, RESIDENT_FB_MIB, Dataset, coverage_gaps
 from .hourstats import hour_stats
 from .model import Evidence, Finding, clamp01, make_scope
 
@@ -42,7 +42,7 @@ IDLE_MIN_H = 1.0            # GPU-hours idle held ...
 IDLE_MIN_SHARE = 0.10       # ... and share of the run's paid time,
 IDLE_ABS_H = 2.0            # ... or this many GPU-hours whatever the share (one idle GPU of a big, long job)
 STARTUP_MAX_S = 20 * 60.0   # a run's start-up (loading, compiling) at low activity lasts at most this long ...
-STARTUP_FB_SHARE = 0.9      # ... with its framebuffer filling (below this share of the first active sample's)
+STARTUP_FB_SHARE = 0.9      # ... until its framebuffer reaches this share of what the run holds (its median while held)
 WORKING_MIN_H = 0.25        # thermal-throttled GPU-hours of a device before it gets a hot-because-working finding
 OWN_NORMAL_Q = 0.2          # a device's normal: this quantile of its hourly (temp - k * power) medians ...
 OWN_NORMAL_CAP_C = 3.0      # ... at most this far above the fleet's median normal
@@ -409,30 +409,43 @@ def _run_rows(s: pd.DataFrame):  # noqa: ANN202
 
 def startup_mask(ds: Dataset) -> pd.Series:
     """The samples of each run's start-up on each of its devices (loading a model, compiling): from the run's start
-    (its first sample within 2 cadences of the allocation's start) until the device's first sample at activity >=
-    the method's ``active_min``, when that comes within STARTUP_MAX_S of the start and the framebuffer was filling
-    meanwhile (its last reading in the stretch above its first, or its first below STARTUP_FB_SHARE of the first
-    active sample's). Normal life, not a starved job; the receipt's starved bucket is unchanged."""
+    (its first sample within 2 cadences of the allocation's start) until the framebuffer is loaded (its first
+    reading at STARTUP_FB_SHARE or more of the run's median while the device is held), when that comes within
+    STARTUP_MAX_S of the start. Memory filling is the sign, not activity: loading and compiling flicker above the
+    method's ``active_min`` and back. Normal life, not a starved job; the receipt's starved bucket is unchanged.
+
+    A capture with no job labels has one run per node (``node:...``) over the whole capture, so its jobs' starts
+    are not the allocation's: there a job starts wherever a device that held nothing (no process, framebuffer at
+    most the method's ``resident_fb_mib``) is held again one cadence later, and the same rule reads from there."""
     s = ds.samples
     out = np.zeros(len(s), dtype=bool)
     ai = s["ai"].to_numpy()
     sel = np.flatnonzero(ai >= 0)
     if not len(sel) or not len(ds.allocs):
         return pd.Series(out, index=s.index)
+    fb = s["fb"].to_numpy(float)[sel]
+    held = (np.nan_to_num(s["procs"].to_numpy(float)[sel]) > 0) | (np.nan_to_num(fb) > RESIDENT_FB_MIB)
     f = pd.DataFrame({"i": sel, "ai": ai[sel], "t": s["t"].to_numpy(float)[sel],
-                      "act": s["act"].to_numpy(float)[sel], "fb": s["fb"].to_numpy(float)[sel]})
+                      "act": s["act"].to_numpy(float)[sel], "fb": fb, "held": held})
     f = f.sort_values(["ai", "t"], kind="stable")
     a0 = ds.allocs["start"].to_numpy(float)[f["ai"].to_numpy()]
-    active = pd.Series(np.nan_to_num(f["act"].to_numpy()) >= ACTIVE_MIN, index=f.index)
-    by = f["ai"]
-    lead = ~active.groupby(by).cummax()
+    capture = ds.allocs["job_id"].astype(str).str.startswith(NO_SCHEDULER_RUN).to_numpy()[f["ai"].to_numpy()]
+    # a job's start inside a label-less capture: held now, free at the sample one cadence before (same device)
+    prev_t = f["t"].groupby(f["ai"]).shift(1)
+    prev_free = ~f["held"].groupby(f["ai"]).shift(1, fill_value=True).astype(bool)
+    arrived = capture & f["held"].to_numpy() & prev_free.to_numpy() & \
+        (f["t"] - prev_t <= 1.01 * ds.cadence).to_numpy()
+    stretch = pd.Series(arrived, index=f.index).groupby(f["ai"]).cumsum()
+    by = [f["ai"], stretch]
+    # loaded: the framebuffer has reached STARTUP_FB_SHARE of what the run holds (its median while held); the
+    # start-up is the stretch before that, when it comes within STARTUP_MAX_S of the start
+    plateau = f["fb"].where(f["held"]).groupby(by).transform("median")
+    loaded = pd.Series(f["fb"].to_numpy() >= STARTUP_FB_SHARE * plateau.to_numpy(), index=f.index)
+    lead = ~loaded.groupby(by).cummax()
     t_first = f["t"].groupby(by).transform("min")
-    t_on = f["t"].where(active).groupby(by).transform("min")
-    fb_lead = f["fb"].where(lead).groupby(by)
-    fb_on = f["fb"].where(active & (f["t"] == t_on)).groupby(by).transform("max")
-    filling = (fb_lead.transform("last") > fb_lead.transform("first")) | \
-              (fb_lead.transform("first") < STARTUP_FB_SHARE * fb_on)
-    ok = lead & (t_first - a0 <= 2 * ds.cadence) & (t_on - t_first <= STARTUP_MAX_S) & filling
+    t_on = f["t"].where(loaded).groupby(by).transform("min")
+    began = np.where(stretch.to_numpy() > 0, True, (t_first - a0 <= 2 * ds.cadence).to_numpy())
+    ok = lead & began & (t_on - t_first <= STARTUP_MAX_S)
     out[f["i"].to_numpy()[ok.to_numpy()]] = True
     return pd.Series(out, index=s.index)
 
