@@ -806,3 +806,17 @@ def test_rocm_smi_energy_counter_is_refused_and_agrees_with_amd_smi():
     for gpu, count, uj in got:
         assert round(int(count) * float(np.float32(15.3)), 2) == float(uj)
         assert round(float(uj) / 1e6, 3) in amd_j[gpu]
+
+
+def test_exporter_mig_slices_each_carry_the_whole_gpus_power_and_energy_counter():
+    # dcgm-exporter prints field 155/156 once per GPU instance with the parent's reading (issue 317's A30 node):
+    # the slice devices' energy_j is the physical GPU's counter, not a share of it
+    c = prometheus.read(R / "dcgm_exporter" / "a30_mig_power_energy_per_slice_issue317.prom", default_ts=T0)
+    gpu0 = "GPU-265c9814-6156-355b-e589-ff2064894f16"
+    assert sorted(c.devices)[:4] == [f"{gpu0}/gi{g}" for g in (3, 4, 5, 6)]
+    energy = {g: vals(c, f"{gpu0}/gi{g}", "energy_j") for g in (3, 4, 5, 6)}
+    assert energy == {3: [126272101.025], 4: [126272101.025], 5: [126272106.318], 6: [126272101.025]}
+    assert [vals(c, f"{gpu0}/gi{g}", "power_w") for g in (3, 4, 5, 6)] == [[52.636], [52.636], [52.746], [52.746]]
+    gpu1 = "GPU-2d20791a-b4a6-ba59-97f1-e95b99fe5b49"
+    assert vals(c, f"{gpu1}/gi3", "energy_j") == [134473486.744] and "energy_j" not in c.series[f"{gpu1}/gi4"]
+    assert c.warnings == [] and c.unmapped == {}
