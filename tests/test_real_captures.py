@@ -820,3 +820,19 @@ def test_exporter_mig_slices_each_carry_the_whole_gpus_power_and_energy_counter(
     gpu1 = "GPU-2d20791a-b4a6-ba59-97f1-e95b99fe5b49"
     assert vals(c, f"{gpu1}/gi3", "energy_j") == [134473486.744] and "energy_j" not in c.series[f"{gpu1}/gi4"]
     assert c.warnings == [] and c.unmapped == {}
+
+
+def test_amd_metric_pE_of_rocm602_reads_current_power_beside_the_frozen_counter():
+    # amd-smi 6.0 text: sections in column 0 and power as CURRENT_POWER (dropped silently before, so a frozen
+    # counter had no power beside it to be found out by); the same 131.426 J on four MI100s (ROCm/amdsmi#22)
+    c = amd("metric_pE_text_rocm602_4x_mi100_same_energy_amdsmi22.txt")
+    assert sorted(c.devices) == [f"n/gpu{g}" for g in range(4)] and c.skipped == {} and c.warnings == []
+    assert [vals(c, f"n/gpu{g}", "power_w") for g in range(4)] == [[33.0], [34.0], [34.0], [34.0]]
+    assert {vals(c, f"n/gpu{g}", "energy_j")[0] for g in range(4)} == {131.426}
+    assert vals(c, "n/gpu0", "clock_reasons") == [0.0]                 # THROTTLE_STATUS: UNTHROTTLED
+    # two refreshes of this screen (the reporter: the numbers "never change") are a frozen counter under 33 W
+    two = amdsmi.parse(text("amd_smi", "metric_pE_text_rocm602_4x_mi100_same_energy_amdsmi22.txt") * 2, "w.txt",
+                       start=T0, interval=0.1, node="n")
+    e = _energy(two, "n/gpu0", T0, T0 + 0.1)
+    assert [(s.source, s.cause) for s in e.spans] == [("power_integral", "frozen_counter")]
+    assert abs(e.joules - 3.3) < 1e-5           # 33 W x 0.1 s (epoch-second floats hold 0.1 s to ~1e-7)
