@@ -701,3 +701,138 @@ def test_path_b_real_mps_scrape_two_namespaces_on_one_gpu_gives_one_run_each_and
         (line,) = json.loads(r.output)["devices"]
         assert line["uuid"] == gpu and line["share"]["rule"] == "equal" and line["share"]["ratio"] == "1/2"
         assert round(line["gpu_hours"]["paid"] * 1e9) == round(line["share"]["device_paid_gpu_hours"] * 1e9) // 2
+
+
+# --- energy counters: one real capture per source (issue 34) -------------------------------------------------------
+
+def _energy(c, device, start, end):
+    from ledger.telemetry.energy import device_energy_of
+
+    return device_energy_of(device, c.series[device], start, end)
+
+
+def test_dmon_power_and_energy_counter_of_two_gpus_itu_hpc():
+    # dcgmi dmon -e 155,156,...: TOTEC is field 156 in mJ, stored in J; GPU 1 is listed first in every tick
+    c = dmon.read(R / "dcgmi_dmon" / "dmon_e155_156_power_totec_2gpu_itu_hpc.txt", start=T0, interval=1.0, node="n")
+    assert sorted(c.devices) == ["n/gpu0", "n/gpu1"] and c.mapped["TOTEC"] == "energy_j"
+    assert c.mapped["POWER"] == "power_w" and c.skipped == {} and c.warnings == []
+    g0, g1 = vals(c, "n/gpu0", "energy_j"), vals(c, "n/gpu1", "energy_j")
+    assert len(g0) == len(g1) == 17                           # 15 ticks, the repeated header, 2 more
+    assert g0[0] == 22351345.411 and g0[-1] == 22352180.494 and g1[0] == 20848390.074
+    assert vals(c, "n/gpu0", "power_w")[:3] == [28.696, 33.653, 56.167]
+    assert round(g0[-1] - g0[0], 3) == 835.083 and round(g1[-1] - g1[0], 3) == 419.28   # the counters' rise, J
+    # one tick on each GPU repeats its reading while power reads 56 W / 27 W: that span is priced by the power
+    # integral and says so; every other span is the counter's own delta
+    e0 = _energy(c, "n/gpu0", T0, T0 + 16)
+    odd = [(s.start - T0, s.end - T0, s.source, s.cause, round(s.joules, 4)) for s in e0.spans if s.source != "counter"]
+    assert odd == [(12.0, 13.0, "power_integral", "frozen_counter", 56.6385)]       # (56.834 + 56.443) / 2
+    assert e0.source == "mixed" and e0.unknown_seconds == 0
+    assert abs(e0.joules - (835.083 + 56.6385)) < 1e-6
+    e1 = _energy(c, "n/gpu1", T0, T0 + 16)
+    assert [(s.start - T0, s.cause) for s in e1.spans if s.source != "counter"] == [(10.0, "frozen_counter")]
+    assert abs(e1.joules - (419.28 + 27.493)) < 1e-6
+
+
+def test_dmon_energy_capture_imported_prices_its_measured_kwh(runner, cli, tmp_path, sqlite_url):
+    # the same capture through `ipledger import dmon`: the run's receipt under measured terms reports the kWh the
+    # counters (and the one power-priced tick per GPU) give over the run's window
+    src = R / "dcgmi_dmon" / "dmon_e155_156_power_totec_2gpu_itu_hpc.txt"
+    r = runner.invoke(cli, ["--db", sqlite_url, "import", "dmon", str(src), "--start", str(T0), "--interval", "1s",
+                            "--node", "itu", "--json", "--quiet"], env=ENV)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["mapped_fields"]["TOTEC"] == "energy_j"
+    terms = tmp_path / "c.toml"
+    terms.write_text('id = "e"\nversion = "1"\ncurrency = "EUR"\neffective_from = "2020-01-01"\n[skus.default]\n'
+                     'rate_per_gpu_hour = "2.00"\nenergy_price_per_kwh = "0.25"\npue = 1.2\n'
+                     'energy_basis = "measured"\n', encoding="utf-8")
+    assert runner.invoke(cli, ["--db", sqlite_url, "contract", "set", str(terms)], env=ENV).exit_code == 0
+    r = runner.invoke(cli, ["--db", sqlite_url, "receipt", "node:itu", "--json"], env=ENV)
+    assert r.exit_code == 0, r.output
+    body = json.loads(r.output)
+    joules = (835.083 + 56.6385) + (419.28 + 27.493)         # the two devices of the test above, ticks 0..16
+    assert body["energy"]["kwh"] == round(joules / 3.6e6, 6) and body["energy"]["source"] == "mixed"
+    # the window runs one interval past the last tick, where neither counter nor power was read: unknown, not 0
+    assert body["energy"]["unknown_gpu_hours"] == round(2 / 3600, 6)
+
+
+def test_exporter_4x_scrape_of_an_l4_with_pci_bus_id_and_driver_labels():
+    c = prometheus.read(R / "dcgm_exporter" / "l4_exporter4x_pci_bus_id_driver580_kops_conformance.prom", default_ts=T0)
+    d = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
+    info = c.devices[d]
+    assert (info.sku, info.node, info.pci_bus_id, info.driver) == ("NVIDIA L4", "i-030791dc5a37cd257",
+                                                                   "00000000:31:00.0", "580.105.08")
+    assert vals(c, d, "energy_j") == [4742.776] and vals(c, d, "power_w") == [16.365]     # field 156: mJ -> J
+    assert c.reasons[d][(T0, "mem_temp_c")] == "zero_unsupported" and vals(c, d, GRACT) == [0.0]
+    assert "DCGM_FI_PROF_PCIE_TX_BYTES" in c.unmapped and c.warnings == []
+    # one scrape is one counter reading: no energy over the scrape's interval, and it says so (never 0 J)
+    e = _energy(c, d, T0 - 30, T0)
+    assert e.joules == 0 and e.unknown_seconds == 30 and e.source == "unknown"
+
+
+def test_amd_metric_energy_text_of_two_gpus_ten_seconds_apart_rocm630():
+    c = amdsmi.read(R / "amd_smi" / "metric_energy_text_2gpu_rocm630_amdsmi38.txt", start=T0, interval=10.0,
+                    node="n")
+    assert sorted(c.devices) == ["n/gpu0", "n/gpu1"] and c.skipped == {} and c.unmapped == {}
+    assert vals(c, "n/gpu0", "energy_j") == [1.004, 1.01] and vals(c, "n/gpu1", "energy_j") == [0.906, 0.912]
+    # the accumulator too slow by orders of magnitude (ROCm/amdsmi#38): with no power in the output nothing can
+    # tell it from an idle GPU, so the counter's own 0.006 J is what the span holds
+    for dev in c.devices:
+        e = _energy(c, dev, T0, T0 + 10)
+        assert e.source == "counter" and abs(e.joules - 0.006) < 1e-9
+
+
+def test_amd_metric_pE_frozen_counter_is_replaced_by_the_power_integral():
+    c = amd("metric_pE_text_frozen_counter_mi100_amdsmi38.txt")
+    assert c.skipped == {"elision": 2} and sorted(c.devices) == ["n/gpu0"]
+    assert vals(c, "n/gpu0", "energy_j") == [16.43, 16.43] and vals(c, "n/gpu0", "power_w") == [35.0, 35.0]
+    e = _energy(c, "n/gpu0", T0, T0 + 1)
+    assert [(s.source, s.cause, s.joules) for s in e.spans] == [("power_integral", "frozen_counter", 35.0)]
+
+
+def test_rocm_smi_energy_counter_is_refused_and_agrees_with_amd_smi():
+    import re
+
+    import numpy as np
+
+    src = R / "amd_smi" / "rocm_smi_showenergycount_2gpu_rocm630_amdsmi38.txt"
+    with pytest.raises(InputError, match=r"line 1: not amd-smi metric/monitor output"):
+        amdsmi.read(src, start=T0, interval=10.0, node="n")
+    # the fallback's figures: Accumulated Energy (uJ) = Energy counter x the counter resolution (15.3 uJ as the
+    # library's float32, rocm-smi rounds to 0.01 uJ), and equal to what amd-smi printed for the same GPUs then
+    got = re.findall(r"GPU\[(\d)\]\s+: Energy counter: (\d+)\nGPU\[\d\]\s+: Accumulated Energy \(uJ\): ([\d.]+)",
+                     src.read_text(encoding="utf-8"))
+    amd_j = {"0": [1.004, 1.01], "1": [0.906, 0.912]}
+    assert len(got) == 4
+    for gpu, count, uj in got:
+        assert round(int(count) * float(np.float32(15.3)), 2) == float(uj)
+        assert round(float(uj) / 1e6, 3) in amd_j[gpu]
+
+
+def test_exporter_mig_slices_each_carry_the_whole_gpus_power_and_energy_counter():
+    # dcgm-exporter prints field 155/156 once per GPU instance with the parent's reading (issue 317's A30 node):
+    # the slice devices' energy_j is the physical GPU's counter, not a share of it
+    c = prometheus.read(R / "dcgm_exporter" / "a30_mig_power_energy_per_slice_issue317.prom", default_ts=T0)
+    gpu0 = "GPU-265c9814-6156-355b-e589-ff2064894f16"
+    assert sorted(c.devices)[:4] == [f"{gpu0}/gi{g}" for g in (3, 4, 5, 6)]
+    energy = {g: vals(c, f"{gpu0}/gi{g}", "energy_j") for g in (3, 4, 5, 6)}
+    assert energy == {3: [126272101.025], 4: [126272101.025], 5: [126272106.318], 6: [126272101.025]}
+    assert [vals(c, f"{gpu0}/gi{g}", "power_w") for g in (3, 4, 5, 6)] == [[52.636], [52.636], [52.746], [52.746]]
+    gpu1 = "GPU-2d20791a-b4a6-ba59-97f1-e95b99fe5b49"
+    assert vals(c, f"{gpu1}/gi3", "energy_j") == [134473486.744] and "energy_j" not in c.series[f"{gpu1}/gi4"]
+    assert c.warnings == [] and c.unmapped == {}
+
+
+def test_amd_metric_pE_of_rocm602_reads_current_power_beside_the_frozen_counter():
+    # amd-smi 6.0 text: sections in column 0 and power as CURRENT_POWER (dropped silently before, so a frozen
+    # counter had no power beside it to be found out by); the same 131.426 J on four MI100s (ROCm/amdsmi#22)
+    c = amd("metric_pE_text_rocm602_4x_mi100_same_energy_amdsmi22.txt")
+    assert sorted(c.devices) == [f"n/gpu{g}" for g in range(4)] and c.skipped == {} and c.warnings == []
+    assert [vals(c, f"n/gpu{g}", "power_w") for g in range(4)] == [[33.0], [34.0], [34.0], [34.0]]
+    assert {vals(c, f"n/gpu{g}", "energy_j")[0] for g in range(4)} == {131.426}
+    assert vals(c, "n/gpu0", "clock_reasons") == [0.0]                 # THROTTLE_STATUS: UNTHROTTLED
+    # two refreshes of this screen (the reporter: the numbers "never change") are a frozen counter under 33 W
+    two = amdsmi.parse(text("amd_smi", "metric_pE_text_rocm602_4x_mi100_same_energy_amdsmi22.txt") * 2, "w.txt",
+                       start=T0, interval=0.1, node="n")
+    e = _energy(two, "n/gpu0", T0, T0 + 0.1)
+    assert [(s.source, s.cause) for s in e.spans] == [("power_integral", "frozen_counter")]
+    assert abs(e.joules - 3.3) < 1e-5           # 33 W x 0.1 s (epoch-second floats hold 0.1 s to ~1e-7)

@@ -33,6 +33,7 @@ METRIC_MAP = {
     "usage.gfx_activity": ("gpu_util", PCT), "usage.umc_activity": ("mem_copy_util", PCT),
     "power.socket_power": ("power_w", 1.0), "power.current_socket_power": ("power_w", 1.0),
     "power.average_socket_power": ("power_w", 1.0),
+    "power.current_power": ("power_w", 1.0),   # amd-smi of ROCm 6.0 (`metric -p`: POWER: CURRENT_POWER: 33 W)
     "temperature.hotspot": ("gpu_temp_c", 1.0), "temperature.mem": ("mem_temp_c", 1.0),
     "temperature.memory": ("mem_temp_c", 1.0),
     "clock.gfx.clk": ("sm_clock_mhz", 1.0),
