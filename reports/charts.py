@@ -187,3 +187,39 @@ def split_bar(parts: Sequence[tuple[str, float]], *, title: str, unit: str, widt
         d.add(String(cx + 10, cy, f"{lab}: {v:,.2f} {unit} ({100 * v / total:.1f} %)", fontName=FONT,
                      fontSize=7))
     return d
+
+
+def waterfall(paid: float, delivered: float, losses: Sequence[tuple[str, float]], *, title: str, unit: str,
+              fmt=lambda v: f"{v:,.2f}", width: float = 460) -> Drawing:
+    """Paid -> delivered -> each loss: one row per step, the paid bar full length, the delivered bar from zero, and
+    each loss a floating bar that starts where the previous one ended, so the losses stack from delivered up to
+    paid. Every row is labelled with its value in ``unit`` and its share of paid."""
+    rows = [("Paid", 0.0, max(float(paid), 0.0)), ("Delivered (real work)", 0.0, max(float(delivered), 0.0))]
+    x = max(float(delivered), 0.0)
+    for lab, v in losses:
+        v = max(float(v), 0.0)
+        rows.append((str(lab), x, v))
+        x += v
+    total = max(float(paid), x, 0.0)
+    row_h, top = 15, 22
+    height = top + row_h * len(rows) + 14
+    if total <= 0:
+        return _empty(width, 60, title)
+    d = Drawing(width, height)
+    d.add(String(0, height - 12, title, fontName=FONT + "-Bold", fontSize=10))
+    label_w, value_w = 150, 110
+    bar_w = width - label_w - value_w
+    for i, (lab, start, v) in enumerate(rows):
+        y = height - top - (i + 1) * row_h + 3
+        col = PALETTE[0] if i == 0 else PALETTE[2] if i == 1 else PALETTE[3]
+        d.add(String(label_w - 4, y + 2, lab[:34], fontName=FONT + ("-Bold" if i < 2 else ""), fontSize=7.5,
+                     textAnchor="end"))
+        w = bar_w * v / total
+        if w > 0:
+            d.add(Rect(label_w + bar_w * start / total, y, max(w, 0.5), row_h - 5, fillColor=col, strokeColor=None))
+        d.add(String(label_w + bar_w + 4, y + 2, f"{fmt(v)} {unit} ({100 * v / total:.1f} %)"
+                     if i else f"{fmt(v)} {unit}", fontName=FONT, fontSize=7.5))
+    d.add(Line(label_w, 10, label_w + bar_w, 10, strokeColor=colors.grey, strokeWidth=0.4))
+    d.add(String(label_w, 2, "0", fontName=FONT, fontSize=6.5))
+    d.add(String(label_w + bar_w, 2, f"{fmt(total)} {unit}"[:28], fontName=FONT, fontSize=6.5, textAnchor="end"))
+    return d
