@@ -165,6 +165,8 @@ def _finding_series(f: Mapping, series: Mapping) -> tuple[dict[str, list], dict[
     if not lines:
         s0, s1 = _epoch(f.get("start")), _epoch(f.get("end"))
         src = series.get(str(f.get("id"))) if f.get("id") is not None else None
+        if not src and f.get("series_id") is not None:   # a rack group: its largest member's timeline
+            src = series.get(str(f["series_id"]))
         dev = (f.get("scope") or {}).get("device_uuid")
         if not src and dev:
             src = series.get(str(dev))
@@ -670,6 +672,7 @@ def group_racks(findings: list[Mapping]) -> list[Mapping]:
         item = dict(top)
         item.update({
             "id": f"rack-{rack}-{kind}", "level": "rack", "members": [f.get("id") for f in fs],
+            "series_id": top.get("id"),
             "scope": {"cluster": (top.get("scope") or {}).get("cluster"), "rack": rack, "nodes": nodes},
             "start": min(starts) if starts else top.get("start"), "end": max(ends) if ends else top.get("end"),
             "gpu_hours": hours, "confidence": max(_num(f.get("confidence")) for f in fs),
