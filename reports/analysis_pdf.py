@@ -62,6 +62,14 @@ MARGIN_TOP, MARGIN_BOTTOM = 16 * mm, 18 * mm
 FRAME_WIDTH = A4[0] - MARGIN_LEFT - MARGIN_RIGHT - 12   # the frame's own padding (6 pt a side)
 CELL_FONT, CELL_SIZE, CELL_PAD = "Helvetica", 7.5, 13.0   # pdf_statement.table's cell font; 6 pt padding a side
 MAX_LOSS_ROWS = 9   # the first page's chart: the largest loss lines, the rest summed in one row
+# the timelines (``series``) a finding's charts show first, by kind: two charts a finding keep it on one page
+KIND_SIGNALS = {"hot_because_cooling": ("gpu_temp", "sm_clock"), "hot_because_working": ("gpu_temp", "power_w"),
+                "thermal_throttle": ("gpu_temp", "sm_clock"), "power_cap": ("power_w", "sm_clock"),
+                "hw_slowdown": ("sm_clock", "power_w"), "sync_boost": ("sm_clock", "sm_active"),
+                "sibling_divergence": ("sm_clock", "sm_active"), "ecc_drift": ("sm_clock", "sm_active"),
+                "xid": ("sm_active", "power_w"), "idle_held": ("sm_active", "power_w"),
+                "starved": ("sm_active", "power_w"), "unknown_gap": ("sm_active", "power_w")}
+DEFAULT_SIGNALS = ("sm_active", "power_w", "sm_clock", "gpu_temp")
 SIGNAL_UNITS = {"sm": "fraction", "sm_active": "fraction", "clk": "MHz", "sm_clock": "MHz", "power": "W",
                 "power_w": "W", "temp": "C", "gpu_temp": "C"}
 MAX_SERIES_POINTS = 600  # charts are downsampled (every n-th point) beyond this
@@ -170,7 +178,10 @@ def _finding_series(f: Mapping, series: Mapping) -> tuple[dict[str, list], dict[
         dev = (f.get("scope") or {}).get("device_uuid")
         if not src and dev:
             src = series.get(str(dev))
-        for name, raw in (src or {}).items():
+        order = KIND_SIGNALS.get(str(f.get("kind")), DEFAULT_SIGNALS)
+        named = sorted((src or {}).items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order),
+                                                           str(kv[0])))
+        for name, raw in named[:2]:
             pts = _points(raw)
             if s0 is not None and s1 is not None and s1 > s0:
                 pad = max(s1 - s0, 600.0)
@@ -182,20 +193,52 @@ def _finding_series(f: Mapping, series: Mapping) -> tuple[dict[str, list], dict[
 
 
 def _evidence_chart(f: Mapping, lines: dict[str, list], units: dict[str, str]) -> list:
-    """One chart per unit (signals sharing a unit share an axis), x in hours relative to the finding start."""
+    """One chart per unit (signals sharing a unit share an axis), x in hours relative to the finding start; two
+    charts stand side by side (half the frame each), so a finding and its timelines fit in half a page."""
     s0, s1 = _epoch(f.get("start")), _epoch(f.get("end"))
     all_t = [p[0] for v in lines.values() for p in v]
     origin = s0 if s0 is not None else min(all_t)
     by_unit: dict[str, dict[str, list]] = {}
     for name, pts in lines.items():
-        by_unit.setdefault(units.get(name, ""), {})[name] = [((t - origin) / 3600.0, v) for t, v in pts]
-    out = []
-    for unit, sers in list(by_unit.items())[:3]:
+        by_unit.setdefault(units.get(name, ""), {})[name] = broken_at_gaps([((t - origin) / 3600.0, v)
+                                                                            for t, v in pts])
+    drawn = []
+    half = len(by_unit) > 1
+    for unit, sers in list(by_unit.items())[:4]:
         sers = dict(list(sers.items())[:4])
         shade = ((0.0, (s1 - origin) / 3600.0) if s0 is not None and s1 is not None else None)
-        out.append(charts.line_chart(sers, title=f"Evidence: {', '.join(sers)} before, during, after",
-                                     x_unit="hours from the finding's start (shaded: during)",
-                                     y_unit=unit or "value", shade=shade, height=150))
+        title = f"{', '.join(sers)} ({unit or 'value'})" if half else f"Evidence: {', '.join(sers)} before, during, after"
+        drawn.append(charts.line_chart(sers, title=title[:44], x_unit="hours from the finding's start (shaded: during)",
+                                       y_unit=unit or "value", shade=shade, height=125,
+                                       width=FRAME_WIDTH / 2 - 14 if half else 460))
+    return _side_by_side(drawn)
+
+
+def _side_by_side(drawn: list) -> list:
+    """Drawings two to a row (a borderless table of half-frame cells); one alone as it is."""
+    if len(drawn) < 2:
+        return drawn
+    from reportlab.platypus import Table, TableStyle
+
+    rows = [drawn[i:i + 2] + [""] * (2 - len(drawn[i:i + 2])) for i in range(0, len(drawn), 2)]
+    t = Table(rows, colWidths=[FRAME_WIDTH / 2] * 2, hAlign="LEFT")
+    t.setStyle(TableStyle([("LEFTPADDING", (0, 0), (-1, -1), 0), ("RIGHTPADDING", (0, 0), (-1, -1), 0),
+                           ("VALIGN", (0, 0), (-1, -1), "TOP")]))
+    return [t]
+
+
+def broken_at_gaps(pts: list[tuple[float, float]]) -> list:
+    """``pts`` (sorted by x) with a ``None`` wherever two neighbours lie more than three times the usual (median)
+    spacing apart: the chart leaves a stretch without samples empty instead of drawing a line across it."""
+    if len(pts) < 3:
+        return list(pts)
+    steps = sorted(b[0] - a[0] for a, b in zip(pts, pts[1:]))
+    usual = steps[len(steps) // 2]
+    out: list = [pts[0]]
+    for a, b in zip(pts, pts[1:]):
+        if usual > 0 and b[0] - a[0] > 3 * usual:
+            out.append(None)
+        out.append(b)
     return out
 
 
@@ -329,10 +372,11 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
     story.append(Spacer(1, 4))
     if findings:
         story.append(Paragraph("The largest findings", s["h2"]))
-        story.append(_table(["#", "finding", "where", "GPU-h", f"{cur}".strip() or "cost", "confidence"],
-                            [(i + 1, _txt(f.get("kind")), _scope(f), fmt_hours(_num(f.get("gpu_hours"))),
-                              money(_num(f.get("gpu_hours")), f.get("cost")), fmt_pct(_num(f.get("confidence"))))
-                             for i, f in enumerate(findings[:5])], numeric=[0, 3, 4, 5]))
+        story.append(_table(["#", "finding", "where", "GPU-h"] + ([f"cost {cur}"] if cur else []) + ["confidence"],
+                            [(i + 1, _txt(f.get("kind")), _scope(f), fmt_hours(_num(f.get("gpu_hours"))))
+                             + ((money(_num(f.get("gpu_hours")), f.get("cost")),) if cur else ())
+                             + (fmt_pct(_num(f.get("confidence"))),) for i, f in enumerate(findings[:5])],
+                            numeric=[0, 3, 4, 5] if cur else [0, 3, 4]))
         story.append(Paragraph(f"Each is shown with its timeline under Findings. Largest: "
                                f"{_e(findings[0].get('summary') or findings[0].get('kind'))}", s["small"]))
     else:
@@ -438,12 +482,13 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
                            "and after it. Findings are proposals; an operator confirms or dismisses them. Where "
                            "nodes of one rack share a finding, it is shown once, at rack scope.", s["small"]))
     if findings:
-        story.append(_table(["#", "kind", "where", "from (UTC)", "to (UTC)", "GPU-h", f"cost {cur}".strip(),
-                             "confidence"],
+        story.append(_table(["#", "kind", "where", "from (UTC)", "to (UTC)", "GPU-h"] +
+                            ([f"cost {cur}"] if cur else []) + ["confidence"],
                             [(i + 1, _txt(f.get("kind")), _scope(f), _when(f.get("start")), _when(f.get("end")),
-                              fmt_hours(_num(f.get("gpu_hours"))), money(_num(f.get("gpu_hours")), f.get("cost")),
-                              fmt_pct(_num(f.get("confidence")))) for i, f in enumerate(findings)],
-                            numeric=[0, 5, 6, 7]))
+                              fmt_hours(_num(f.get("gpu_hours"))))
+                             + ((money(_num(f.get("gpu_hours")), f.get("cost")),) if cur else ())
+                             + (fmt_pct(_num(f.get("confidence"))),) for i, f in enumerate(findings)],
+                            numeric=[0, 5, 6, 7] if cur else [0, 5, 6]))
     for i, f in enumerate(findings[:MAX_FINDINGS_WITH_CHARTS]):
         block = [Paragraph(f"{i + 1}. {_e(f.get('kind'))}: {_e(f.get('summary'))}", s["h2"]),
                  Paragraph(f"{_e(_scope(f))} · {_when(f.get('start'))} to {_when(f.get('end'))} UTC · "
@@ -475,13 +520,13 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
         story.append(Paragraph("Recoverable hours are what the findings behind a step cost over the period they "
                                "were seen (stated beside each), not extrapolated beyond it: under the same "
                                "workload, the step would have recovered them in that period.", s["small"]))
-        story.append(_table(["recommendation", "seen (UTC)", "GPU-h recoverable over that period",
-                             f"cost {cur}".strip(), "reversible"],
+        story.append(_table(["recommendation", "seen (UTC)", "GPU-h recoverable\n(over that period)"] +
+                            ([f"cost {cur}"] if price else []) + ["reversible"],
                             [(_txt(r.get("title")) or "-", _seen(r),
-                              fmt_hours(r["seen_hours"]) if r.get("seen_hours") is not None else "-",
-                              money(r["seen_hours"], None) if r.get("seen_hours") is not None else "-",
-                              {True: "yes", False: "no"}.get(r.get("reversible"), "-")) for r in recs],
-                            numeric=[2, 3]))
+                              fmt_hours(r["seen_hours"]) if r.get("seen_hours") is not None else "-")
+                             + ((money(r["seen_hours"]) if r.get("seen_hours") is not None else "-",) if price else ())
+                             + ({True: "yes", False: "no"}.get(r.get("reversible"), "-"),) for r in recs],
+                            numeric=[2, 3] if price else [2]))
         cmds = [r for r in recs if r.get("command")]
         if cmds:
             story.append(Paragraph("Commands an operator could run (ipledger never runs them):", s["body"]))
@@ -526,7 +571,7 @@ def _seen(r: Mapping) -> str:
     a, b = r.get("seen_from"), r.get("seen_to")
     if a is None or b is None:
         return "-"
-    return f"{_when(a)} to {_when(b)} ({fmt_hours((_num(b) - _num(a)) / 3600.0)} h)"
+    return f"{_when(a)} to\n{_when(b)}\n({fmt_hours((_num(b) - _num(a)) / 3600.0)} h)"
 
 
 def _contrast_chart(f: Mapping, contrasts: list[tuple]) -> list:
@@ -547,13 +592,15 @@ def _contrast_chart(f: Mapping, contrasts: list[tuple]) -> list:
         if len(pts) >= 2:
             by_unit.setdefault(unit or "", {})[str(name)[:28]] = pts
     out = []
+    half = len(by_unit) > 1
     for unit, sers in list(by_unit.items())[:2]:
         sers = dict(list(sers.items())[:4])
-        out.append(charts.line_chart(sers, title="Evidence: mean before, during and after (no per-sample timeline)",
+        out.append(charts.line_chart(sers, title=f"Mean before, during, after ({unit or 'value'})" if half else
+                                     "Evidence: mean before, during and after (no per-sample timeline)",
                                      x_unit="hours from the finding's start (shaded: during)",
                                      y_unit=unit or "value", shade=(0.0, span), x_range=(-span, 2 * span),
-                                     height=130))
-    return out
+                                     height=130, width=FRAME_WIDTH / 2 - 14 if half else 460))
+    return _side_by_side(out)
 
 
 def _count(v: Any, fallback: Any = None) -> str:

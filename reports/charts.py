@@ -50,14 +50,19 @@ def _vlabel(x: float, y: float, text: str) -> Group:
 
 
 def _legend(d: Drawing, names: Sequence[str], width: float, y: float) -> None:
+    """A legend right-aligned under the title: at most four entries a row (names cut to 22 characters), so it
+    never reaches left of the drawing however many series there are."""
+    import math
+
+    per_row = max(1, min(len(names), 4, int(width // 115)))
     lg = Legend()
-    lg.x, lg.y = width - 95 * len(names), y
+    lg.x, lg.y = width - 115 * per_row, y
     lg.fontName, lg.fontSize = FONT, 8
     lg.alignment = "right"
-    lg.columnMaximum = 1
-    lg.deltax = 95
+    lg.columnMaximum = math.ceil(len(names) / per_row)
+    lg.deltax = 115
     lg.dxTextSpace = 4
-    lg.colorNamePairs = [(PALETTE[i % len(PALETTE)], n) for i, n in enumerate(names)]
+    lg.colorNamePairs = [(PALETTE[i % len(PALETTE)], str(n)[:22]) for i, n in enumerate(names)]
     d.add(lg)
 
 
@@ -120,15 +125,27 @@ def hbar_chart(labels: Sequence[str], values: Sequence[float], *, title: str, un
 def line_chart(series: dict[str, Sequence[tuple[float, float]]], *, title: str, x_unit: str, y_unit: str,
                width: float = 460, height: float = 180, x_range: tuple[float, float] | None = None,
                shade: tuple[float, float] | None = None) -> Drawing:
-    """Lines over a numeric x axis; ``shade`` marks an x interval (a finding's span) in light red."""
-    pts = [p for v in series.values() for p in v]
+    """Lines over a numeric x axis; ``shade`` marks an x interval (a finding's span) in light red. A ``None`` in a
+    series breaks its line there (a stretch without data is left empty, never bridged)."""
+    pts = [p for v in series.values() for p in v if p is not None]
     if not pts:
         return _empty(width, height, title)
     d = Drawing(width, height)
     d.add(String(0, height - 12, title, fontName=FONT + "-Bold", fontSize=10))
     lp = LinePlot()
-    lp.x, lp.y, lp.width, lp.height = 50, 36, width - 70, height - 76
-    lp.data = [list(v) for v in series.values()]
+    rows = -(-len(series) // max(1, min(4, int(width // 115)))) if len(series) > 1 else 0   # legend rows
+    lp.x, lp.y, lp.width, lp.height = 50, 36, width - 70, height - 76 - 10 * rows
+    segs: list[tuple[int, list]] = []   # (series number, one unbroken run of its points)
+    for k, v in enumerate(series.values()):
+        run: list = []
+        for p in list(v) + [None]:
+            if p is None:
+                if run:
+                    segs.append((k, run))
+                run = []
+            else:
+                run.append(p)
+    lp.data = [run for _, run in segs]
     xs = [p[0] for p in pts]
     ys = [p[1] for p in pts]
     x0, x1 = x_range or (min(xs), max(xs))
@@ -141,8 +158,8 @@ def line_chart(series: dict[str, Sequence[tuple[float, float]]], *, title: str, 
     for ax in (lp.xValueAxis, lp.yValueAxis):
         ax.labels.fontName = FONT
         ax.labels.fontSize = 7
-    for i in range(len(lp.data)):
-        lp.lines[i].strokeColor = PALETTE[i % len(PALETTE)]
+    for i, (k, _) in enumerate(segs):
+        lp.lines[i].strokeColor = PALETTE[k % len(PALETTE)]
         lp.lines[i].strokeWidth = 1.2
     if shade is not None:
         sx0 = lp.x + (max(shade[0], x0) - x0) / (x1 - x0) * lp.width
@@ -155,7 +172,7 @@ def line_chart(series: dict[str, Sequence[tuple[float, float]]], *, title: str, 
     d.add(String(lp.x + lp.width / 2, 6, x_unit, fontName=FONT, fontSize=7, textAnchor="middle"))
     d.add(_vlabel(10, lp.y + lp.height / 2, y_unit))
     if len(series) > 1:
-        _legend(d, list(series), width, height - 8)
+        _legend(d, list(series), width, height - 22)
     return d
 
 
@@ -207,12 +224,12 @@ def waterfall(paid: float, delivered: float, losses: Sequence[tuple[str, float]]
         return _empty(width, 60, title)
     d = Drawing(width, height)
     d.add(String(0, height - 12, title, fontName=FONT + "-Bold", fontSize=10))
-    label_w, value_w = 150, 110
+    label_w, value_w = 175, 115
     bar_w = width - label_w - value_w
     for i, (lab, start, v) in enumerate(rows):
         y = height - top - (i + 1) * row_h + 3
         col = PALETTE[0] if i == 0 else PALETTE[2] if i == 1 else PALETTE[3]
-        d.add(String(label_w - 4, y + 2, lab[:34], fontName=FONT + ("-Bold" if i < 2 else ""), fontSize=7.5,
+        d.add(String(label_w - 4, y + 2, lab[:42], fontName=FONT + ("-Bold" if i < 2 else ""), fontSize=7.5,
                      textAnchor="end"))
         w = bar_w * v / total
         if w > 0:
