@@ -207,11 +207,22 @@ def _evidence_chart(f: Mapping, lines: dict[str, list], units: dict[str, str]) -
     for unit, sers in list(by_unit.items())[:4]:
         sers = dict(list(sers.items())[:4])
         shade = ((0.0, (s1 - origin) / 3600.0) if s0 is not None and s1 is not None else None)
-        title = f"{', '.join(sers)} ({unit or 'value'})" if half else f"Evidence: {', '.join(sers)} before, during, after"
-        drawn.append(charts.line_chart(sers, title=title[:44], x_unit="hours from the finding's start (shaded: during)",
-                                       y_unit=unit or "value", shade=shade, height=125,
-                                       width=FRAME_WIDTH / 2 - 14 if half else 460))
+        width = FRAME_WIDTH / 2 - 14 if half else 460
+        title = (f"{', '.join(sers)} ({unit or 'value'}): before, during, after" if half else
+                 f"Evidence: {', '.join(sers)} before, during, after")
+        drawn.append(charts.line_chart(sers, title=_cut(title, width), y_unit=unit or "value", shade=shade,
+                                       x_unit="hours from the finding's start (shaded: during)", height=125,
+                                       width=width))
     return _side_by_side(drawn)
+
+
+def _cut(text: str, width: float, font: str = "Helvetica-Bold", size: float = 10) -> str:
+    """``text`` cut (with an ellipsis) to fit ``width`` points: a chart's title never runs past its chart."""
+    if stringWidth(text, font, size) <= width:
+        return text
+    while text and stringWidth(text + "...", font, size) > width:
+        text = text[:-1]
+    return text + "..."
 
 
 def _side_by_side(drawn: list) -> list:
@@ -520,13 +531,14 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
         story.append(Paragraph("Recoverable hours are what the findings behind a step cost over the period they "
                                "were seen (stated beside each), not extrapolated beyond it: under the same "
                                "workload, the step would have recovered them in that period.", s["small"]))
-        story.append(_table(["recommendation", "seen (UTC)", "GPU-h recoverable\n(over that period)"] +
-                            ([f"cost {cur}"] if price else []) + ["reversible"],
-                            [(_txt(r.get("title")) or "-", _seen(r),
+        story.append(_table(["recommendation (and the period its findings were seen, UTC)",
+                             "GPU-h recoverable\n(over that period)"] + ([f"cost {cur}"] if price else []) +
+                            ["reversible"],
+                            [(f"{_txt(r.get('title')) or '-'}\nseen {_seen(r)}",
                               fmt_hours(r["seen_hours"]) if r.get("seen_hours") is not None else "-")
                              + ((money(r["seen_hours"]) if r.get("seen_hours") is not None else "-",) if price else ())
                              + ({True: "yes", False: "no"}.get(r.get("reversible"), "-"),) for r in recs],
-                            numeric=[2, 3] if price else [2]))
+                            numeric=[1, 2] if price else [1]))
         cmds = [r for r in recs if r.get("command")]
         if cmds:
             story.append(Paragraph("Commands an operator could run (ipledger never runs them):", s["body"]))
@@ -571,7 +583,9 @@ def _seen(r: Mapping) -> str:
     a, b = r.get("seen_from"), r.get("seen_to")
     if a is None or b is None:
         return "-"
-    return f"{_when(a)} to\n{_when(b)}\n({fmt_hours((_num(b) - _num(a)) / 3600.0)} h)"
+    a_, b_ = _when(a), _when(b)
+    to = b_[11:] if b_[:10] == a_[:10] else b_[5:]   # on one line: the second date only when it differs
+    return f"{a_} to {to} ({fmt_hours((_num(b) - _num(a)) / 3600.0)} h)"
 
 
 def _contrast_chart(f: Mapping, contrasts: list[tuple]) -> list:
@@ -595,8 +609,8 @@ def _contrast_chart(f: Mapping, contrasts: list[tuple]) -> list:
     half = len(by_unit) > 1
     for unit, sers in list(by_unit.items())[:2]:
         sers = dict(list(sers.items())[:4])
-        out.append(charts.line_chart(sers, title=f"Mean before, during, after ({unit or 'value'})" if half else
-                                     "Evidence: mean before, during and after (no per-sample timeline)",
+        out.append(charts.line_chart(sers, title=_cut(f"Mean before, during, after ({unit or 'value'})", FRAME_WIDTH / 2 - 14)
+                                     if half else "Evidence: mean before, during and after (no per-sample timeline)",
                                      x_unit="hours from the finding's start (shaded: during)",
                                      y_unit=unit or "value", shade=(0.0, span), x_range=(-span, 2 * span),
                                      height=130, width=FRAME_WIDTH / 2 - 14 if half else 460))
@@ -635,6 +649,7 @@ def _wrap_to(text: str, width: float, font: str = CELL_FONT, size: float = CELL_
     """``text`` broken into lines no wider than ``width`` points in ``font``: at spaces where it can, inside a word
     (a UUID, a long signal name) where a word alone is wider than the line."""
     out: list[str] = []
+    width += 0.01   # a cell exactly as wide as its text (column_widths) keeps it on one line
     for para in text.split("\n"):
         line = ""
         for word in para.split(" "):

@@ -13,6 +13,7 @@ from reportlab.graphics.charts.legends import Legend
 from reportlab.graphics.charts.lineplots import LinePlot
 from reportlab.graphics.shapes import Drawing, Group, Line, Rect, String
 from reportlab.lib import colors
+from reportlab.pdfbase.pdfmetrics import stringWidth
 
 PALETTE = (colors.HexColor("#1f77b4"), colors.HexColor("#ff7f0e"), colors.HexColor("#2ca02c"),
            colors.HexColor("#d62728"), colors.HexColor("#9467bd"), colors.HexColor("#8c564b"),
@@ -224,13 +225,15 @@ def waterfall(paid: float, delivered: float, losses: Sequence[tuple[str, float]]
         return _empty(width, 60, title)
     d = Drawing(width, height)
     d.add(String(0, height - 12, title, fontName=FONT + "-Bold", fontSize=10))
-    label_w, value_w = 175, 115
+    label_w, value_w = 185, 115
     bar_w = width - label_w - value_w
     for i, (lab, start, v) in enumerate(rows):
         y = height - top - (i + 1) * row_h + 3
         col = PALETTE[0] if i == 0 else PALETTE[2] if i == 1 else PALETTE[3]
-        d.add(String(label_w - 4, y + 2, lab[:42], fontName=FONT + ("-Bold" if i < 2 else ""), fontSize=7.5,
-                     textAnchor="end"))
+        font = FONT + ("-Bold" if i < 2 else "")
+        while len(lab) > 1 and stringWidth(lab, font, 7.5) > label_w - 6:   # cut to its column, never past it
+            lab = lab[:-4] + "..."
+        d.add(String(label_w - 4, y + 2, lab, fontName=font, fontSize=7.5, textAnchor="end"))
         w = bar_w * v / total
         if w > 0:
             d.add(Rect(label_w + bar_w * start / total, y, max(w, 0.5), row_h - 5, fillColor=col, strokeColor=None))
