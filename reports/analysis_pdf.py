@@ -1,8 +1,12 @@
 """The written analysis of a telemetry export: the PDF a prospect receives for a 24-hour telemetry export.
 
-``render(analysis, out_path)`` lays out what was measured (sources, devices, coverage and gaps), the account
-(paid vs delivered by cause), the findings with their evidence charts (signal timelines before, during and
-after each finding), the recommendations priced in GPU-hours, and the method and its limits.
+``render(analysis, out_path)`` lays out, first, one page that answers "how many of the paid GPU-hours did real work,
+and where did the rest go" (one chart: paid -> delivered -> each loss line, in GPU-hours, or in money only at a
+stated ``rate``), then what was measured (sources, devices, coverage and gaps), the account (paid vs delivered by
+cause), the findings with their evidence charts (signal timelines before, during and after each finding; one kind
+on several nodes of a rack shown once at rack scope: :func:`group_racks`), the recommendations with the hours
+they recover over the period their findings were seen (:func:`recommendations_seen`, never extrapolated), and the
+method and its limits. Every table is fitted to the frame (:func:`column_widths`), so no text runs past a margin.
 
 The ``analysis`` dict is the Findings JSON (docs/agents.md) plus optional context. Only ``findings`` and
 ``account`` are expected; every other key may be missing, and so may any key inside them::
@@ -28,6 +32,7 @@ The ``analysis`` dict is the Findings JSON (docs/agents.md) plus optional contex
       "series": {"<finding id or device uuid>": {"<signal>": [[t, v], ...]}},   # timelines for the charts
       "recommendations": [{"title", "gpu_hours", "cost", "command", "reversible": bool, "finding_ids": [..]}],
       "method": {"name", "version", "notes"}, "limits": [str],
+      "rate": {"price": float, "currency": str},   # ipledger analyze --rate PRICE --currency CUR; else GPU-hours
       "meta": {"start", "end", "devices": int, "samples": int, "cadence_s", "runs", "through_seq", "currency"},
       "daily": [{"day": "YYYY-MM-DD", "paid": h, "delivered": h, ...}]   # rows are summed per day
     }
