@@ -381,8 +381,16 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
                                             f"at {fmt_money(price[0])} per GPU-hour",
                                       unit=price[1]))
     else:
-        story.append(Paragraph("In GPU-hours: no price per GPU-hour was given (ipledger analyze --rate PRICE "
-                               "--currency CUR prices this analysis).", s["small"]))
+        cost = acct.get("cost") if isinstance(acct.get("cost"), Mapping) else {}
+        if cur and all(cost.get(k) is not None for k in ("paid", "delivered", "lost")):
+            # a ledger period: each run priced at its contract's rate, so only the totals have one price
+            story.append(Paragraph(f"In GPU-hours. At the contract's rates the paid hours cost "
+                                   f"{fmt_money(_num(cost['paid']))} {_e(cur)}, the delivered "
+                                   f"{fmt_money(_num(cost['delivered']))} {_e(cur)} and the lost "
+                                   f"{fmt_money(_num(cost['lost']))} {_e(cur)}.", s["small"]))
+        else:
+            story.append(Paragraph("In GPU-hours: no price per GPU-hour was given (ipledger analyze --rate PRICE "
+                                   "--currency CUR prices this analysis).", s["small"]))
         story.append(charts.waterfall(paid, delivered, losses, fmt=fmt_hours,
                                       title="Paid -> delivered -> each loss, in GPU-hours", unit="GPU-h"))
     story.append(Spacer(1, 4))

@@ -127,21 +127,15 @@ def finding_series(ds: Dataset, findings: list) -> dict[str, dict[str, list]]:  
     causes = sorted((f for f in findings if f.agent != "recommendation"), key=lambda f: (-f.gpu_hours, f.id))
     for f in causes[:SERIES_FINDINGS]:
         sc = f.scope_dict()
-        if sc.get("device_uuid"):
-            m = sm["device"] == sc["device_uuid"]
-        elif sc.get("job_id"):
-            m = sm["job_id"] == sc["job_id"]
-            if sc.get("node"):
-                m &= sm["node"] == sc["node"]
-        elif sc.get("node"):
-            m = sm["node"] == sc["node"]
-        elif sc.get("rack"):
-            m = sm["rack"] == sc["rack"]
-        else:
+        keys = next((ks for ks in (("device_uuid",), ("job_id", "node"), ("job_id",), ("node",), ("rack",))
+                     if all(sc.get(k) for k in ks)), None)
+        cols = {"device_uuid": "device", "job_id": "job_id", "node": "node", "rack": "rack"}
+        if keys is None or any(cols[k] not in sm for k in keys):
             continue
+        m = np.logical_and.reduce([(sm[cols[k]] == sc[k]).to_numpy() for k in keys])
         pad = max(f.end - f.start, 600.0)
         a, b = f.start - pad, f.end + pad
-        rows = sm.loc[m & (sm["t"] >= a) & (sm["t"] <= b)]
+        rows = sm.loc[m & (sm["t"] >= a).to_numpy() & (sm["t"] <= b).to_numpy()]
         if not len(rows):
             continue
         edges = np.linspace(a, b, SERIES_POINTS + 1)
