@@ -66,6 +66,7 @@ MARGIN_LEFT = MARGIN_RIGHT = 18 * mm
 MARGIN_TOP, MARGIN_BOTTOM = 16 * mm, 18 * mm
 FRAME_WIDTH = A4[0] - MARGIN_LEFT - MARGIN_RIGHT - 12   # the frame's own padding (6 pt a side)
 CELL_FONT, CELL_SIZE, CELL_PAD = "Helvetica", 7.5, 13.0   # pdf_statement.table's cell font; 6 pt padding a side
+MIN_COLUMN = 30.0   # points: the narrowest a wrapped column gets
 MAX_LOSS_ROWS = 9   # the first page's chart: the largest loss lines, the rest summed in one row
 # the timelines (``series``) a finding's charts show first, by kind: two charts a finding keep it on one page
 KIND_SIGNALS = {"hot_because_cooling": ("gpu_temp", "sm_clock"), "hot_because_working": ("gpu_temp", "power_w"),
@@ -705,9 +706,19 @@ def column_widths(header: list[str], rows: list[list[str]], numeric: Iterable[in
             break
         fixed.update(small)
     free = [i for i in range(n) if i not in fixed]
-    room = max(total - sum(nat[i] for i in fixed), 30.0 * len(free))
-    want = sum(nat[i] for i in free) or 1.0
-    return [nat[i] if i in fixed else max(room * nat[i] / want, 30.0) for i in range(n)]
+    room = max(total - sum(nat[i] for i in fixed), MIN_COLUMN * len(free))
+    out = {i: nat[i] for i in fixed}
+    while free:   # in proportion to natural width; a column that would get under MIN_COLUMN gets MIN_COLUMN
+        want = sum(nat[i] for i in free) or 1.0
+        thin = [i for i in free if room * nat[i] / want < MIN_COLUMN]
+        if not thin:
+            out.update({i: room * nat[i] / want for i in free})
+            break
+        for i in thin:
+            out[i] = MIN_COLUMN
+            room -= MIN_COLUMN
+            free.remove(i)
+    return [out[i] for i in range(n)]
 
 
 def _table(header: Iterable[Any], rows: Iterable[Iterable[Any]], numeric: Iterable[int] = (), total_row: bool = False,

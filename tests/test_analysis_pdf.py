@@ -370,3 +370,41 @@ def test_analyze_currency_needs_a_rate(tmp_path):
 
     r = CliRunner().invoke(cli, ["analyze", str(tmp_path / "x.json"), "--currency", "USD"])
     assert r.exit_code != 0 and "--rate" in r.output
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_cell_text = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=200)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=_cell_text, width=st.floats(min_value=12.0, max_value=400.0))
+def test_wrapped_cells_fit_their_column_and_keep_every_character(text, width):
+    """Every line of a wrapped cell is no wider than its column, and the lines hold the text's characters in
+    order (only the spaces the lines break at are dropped)."""
+    from reportlab.pdfbase.pdfmetrics import stringWidth
+
+    wrapped = analysis_pdf._wrap_to(text, width)
+    for line in wrapped.split("\n"):
+        assert stringWidth(line, analysis_pdf.CELL_FONT, analysis_pdf.CELL_SIZE) <= width + 0.01 or len(line) == 1
+    assert wrapped.replace("\n", "").replace(" ", "") == text.replace(" ", "")
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.lists(_cell_text, min_size=4, max_size=4), min_size=1, max_size=6),
+       numeric=st.sets(st.integers(0, 3), max_size=2))
+def test_fitted_columns_never_exceed_the_frame_unless_numbers_alone_do(rows, numeric):
+    """column_widths: the columns sum to at most the frame, unless the numeric columns (never wrapped) and a
+    30-point floor for the others are wider by themselves; a table that fits keeps its natural widths."""
+    from reportlab.pdfbase.pdfmetrics import stringWidth
+
+    head = ["a", "b", "c", "d"]
+    widths = analysis_pdf.column_widths(head, rows, numeric)
+    nat = [max([stringWidth(h, "Helvetica-Bold", 7.5) for h in [head[i]]] +
+               [stringWidth(ln, "Helvetica", 7.5) for r in rows for ln in r[i].split("\n")]) + analysis_pdf.CELL_PAD
+           for i in range(4)]
+    if sum(nat) <= analysis_pdf.FRAME_WIDTH:
+        assert widths == pytest.approx(nat)
+    else:
+        floor = sum(nat[i] for i in numeric) + analysis_pdf.MIN_COLUMN * (4 - len(numeric))
+        assert sum(widths) <= max(analysis_pdf.FRAME_WIDTH, floor) + 1e-6
