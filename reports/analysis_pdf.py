@@ -623,8 +623,9 @@ def _contrast_chart(f: Mapping, contrasts: list[tuple]) -> list:
     half = len(by_unit) > 1
     for unit, sers in list(by_unit.items())[:2]:
         sers = dict(list(sers.items())[:4])
-        out.append(charts.line_chart(sers, title=_cut(f"Mean before, during, after ({unit or 'value'})", FRAME_WIDTH / 2 - 14)
-                                     if half else "Evidence: mean before, during and after (no per-sample timeline)",
+        title = (_cut(f"Mean before, during, after ({unit or 'value'})", FRAME_WIDTH / 2 - 14) if half else
+                 "Evidence: mean before, during and after (no per-sample timeline)")
+        out.append(charts.line_chart(sers, title=title,
                                      x_unit="hours from the finding's start (shaded: during)",
                                      y_unit=unit or "value", shade=(0.0, span), x_range=(-span, 2 * span),
                                      height=130, width=FRAME_WIDTH / 2 - 14 if half else 460))

@@ -370,6 +370,9 @@ def test_analyze_currency_needs_a_rate(tmp_path):
 
     r = CliRunner().invoke(cli, ["analyze", str(tmp_path / "x.json"), "--currency", "USD"])
     assert r.exit_code != 0 and "--rate" in r.output
+    for bad in (["--rate", "inf"], ["--rate", "-1"], ["--rate", "2", "--currency", "U$D"]):
+        r = CliRunner().invoke(cli, ["analyze", str(tmp_path / "x.json"), *bad])
+        assert r.exit_code != 0 and ("--rate" in r.output or "--currency" in r.output), bad
 
 
 from hypothesis import given, settings, strategies as st  # noqa: E402

@@ -5,6 +5,7 @@ Each command is a thin layer over one library call in :mod:`ledger.agents` (docs
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -440,7 +441,8 @@ def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool, f
         doc = agents.period_analysis(ds, analysis, start, end, label)
         from ..agents.export_analysis import finding_series
 
-        doc["series"] = finding_series(ds, [f for f in analysis.findings if f.id in {x["id"] for x in doc["findings"]}])
+        kept = {x["id"] for x in doc["findings"]}
+        doc["series"] = finding_series(ds, [f for f in analysis.findings if f.id in kept])
         from reports import analysis_pdf
 
         bar.step("write the PDF")
@@ -502,6 +504,8 @@ def analyze_cmd(source: tuple[str, ...], fmt: str | None, node_from: str | None,
     from .importers import parse_duration, parse_time
 
     free_large_blocks_at_once()   # one command, one process: its peak is the figure docs/performance.md holds
+    if rate is not None and not math.isfinite(rate):
+        raise UserError(f"--rate: {rate} is not a price")
     if currency is not None and rate is None:
         raise UserError("--currency: give the price too (--rate PRICE)")
     if currency is not None and not (1 <= len(currency) <= 8 and currency.isalpha()):
