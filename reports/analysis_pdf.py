@@ -553,11 +553,11 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
                              + ((money(r["seen_hours"]) if r.get("seen_hours") is not None else "-",) if price else ())
                              + ({True: "yes", False: "no"}.get(r.get("reversible"), "-"),) for r in recs],
                             numeric=[1, 2] if price else [1]))
-        cmds = [r for r in recs if r.get("command")]
+        cmds = [c for r in recs for c in r.get("commands") or []]
         if cmds:
             story.append(Paragraph("Commands an operator could run (ipledger never runs them):", s["body"]))
-            for r in cmds:
-                story.append(Paragraph(_e(r["command"]), s["mono"]))
+            for c in cmds:
+                story.append(Paragraph(_e(c), s["mono"]))
     else:
         story.append(Paragraph("No recommendation: the findings do not point at a change with a measurable gain.",
                                s["body"]))
@@ -758,7 +758,8 @@ def group_racks(findings: list[Mapping]) -> list[Mapping]:
         hours = sum(_num(f.get("gpu_hours")) for f in fs)
         item = dict(top)
         item.update({
-            "id": f"rack-{rack}-{kind}", "level": "rack", "members": [f.get("id") for f in fs],
+            "id": f"rack-{rack}-{kind}" + (f"-{cause}" if cause and cause != kind else ""), "level": "rack",
+            "members": [f.get("id") for f in fs],
             "series_id": top.get("id"),
             "scope": {"cluster": (top.get("scope") or {}).get("cluster"), "rack": rack, "nodes": nodes},
             "start": min(starts) if starts else top.get("start"), "end": max(ends) if ends else top.get("end"),
@@ -785,7 +786,7 @@ def recommendations_seen(recs: list[dict], findings: list[Mapping]) -> list[dict
         for m in f.get("members") or []:
             by_id[str(m)] = f
     out: list[dict] = []
-    rack_recs: dict[tuple, dict] = {}
+    rack_recs: dict[str, dict] = {}
     for r in recs:
         based = [by_id[str(i)] for i in r.get("finding_ids") or [] if str(i) in by_id]
         r = dict(r)
@@ -799,14 +800,16 @@ def recommendations_seen(recs: list[dict], findings: list[Mapping]) -> list[dict
             r["seen_hours"], r["seen_from"], r["seen_to"] = _num(r.get("gpu_hours")), None, None
         else:
             r["seen_hours"], r["seen_from"], r["seen_to"] = None, None, None
+        r["commands"] = [r["command"]] if r.get("command") else []
         rack = [f for f in uniq if f.get("level") == "rack" and f.get("members")]
         if len(uniq) == 1 and rack:
-            key = (rack[0]["id"], str(r.get("title"))[:24])
-            if rack[0]["id"] in {k[0] for k in rack_recs}:
-                continue   # the rack's item already carries this step once
+            if rack[0]["id"] in rack_recs:   # the rack's step is listed once; its commands name every node
+                first = rack_recs[rack[0]["id"]]
+                first["commands"] += [c for c in r["commands"] if c not in first["commands"]]
+                continue
             sc = rack[0].get("scope") or {}
             r["title"] = f"Rack {sc.get('rack')} (nodes {', '.join(sc.get('nodes') or [])}): {_txt(r.get('title'))}"
-            rack_recs[key] = r
+            rack_recs[rack[0]["id"]] = r
         out.append(r)
     out.sort(key=lambda r: -_num(r.get("seen_hours")))
     return out

@@ -302,6 +302,9 @@ def test_rack_findings_are_shown_at_rack_scope():
     recs = analysis_pdf.recommendations_seen(analysis_pdf._recommendations(a), grouped)
     power = [r for r in recs if "lowered power limit" in r["title"]]
     assert len(power) == 3 + 1 and sum(r["title"].startswith("Rack ") for r in power) == 3
+    # one step per rack, but every node's command is kept
+    assert sorted(c for r in power for c in r["commands"]) == sorted(r["command"] for r in a["recommendations"]
+                                                                     if "lowered power limit" in r["title"])
 
 
 def test_recommendation_hours_are_over_the_period_seen():
