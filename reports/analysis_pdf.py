@@ -67,6 +67,7 @@ MARGIN_TOP, MARGIN_BOTTOM = 16 * mm, 18 * mm
 FRAME_WIDTH = A4[0] - MARGIN_LEFT - MARGIN_RIGHT - 12   # the frame's own padding (6 pt a side)
 CELL_FONT, CELL_SIZE, CELL_PAD = "Helvetica", 7.5, 13.0   # pdf_statement.table's cell font; 6 pt padding a side
 MIN_COLUMN = 30.0   # points: the narrowest a wrapped column gets
+FIRST_PAGE_TIMELINES = 4   # the largest findings' first timeline, small, two to a row, on the first page
 MAX_LOSS_ROWS = 9   # the first page's chart: the largest loss lines, the rest summed in one row
 # the timelines (``series``) a finding's charts show first, by kind: two charts a finding keep it on one page
 KIND_SIGNALS = {"hot_because_cooling": ("gpu_temp", "sm_clock"), "hot_because_working": ("gpu_temp", "power_w"),
@@ -219,6 +220,27 @@ def _evidence_chart(f: Mapping, lines: dict[str, list], units: dict[str, str]) -
         drawn.append(charts.line_chart(sers, title=_cut(title, width), y_unit=unit or "value", shade=shade,
                                        x_unit="hours from the finding's start (shaded: during)", height=125,
                                        width=width))
+    return _side_by_side(drawn)
+
+
+def _first_page_timelines(findings: list[Mapping], series: Mapping) -> list:
+    """For each of these findings that has one, its first timeline as a small chart (x = hours from its start, its
+    span shaded), two to a row, titled with the finding's number and kind."""
+    drawn = []
+    for i, f in enumerate(findings):
+        lines, units, _ = _finding_series(f, series)
+        if not lines:
+            continue
+        name, pts = next(iter(lines.items()))
+        s0, s1 = _epoch(f.get("start")), _epoch(f.get("end"))
+        origin = s0 if s0 is not None else pts[0][0]
+        unit = units.get(name) or "value"
+        width = FRAME_WIDTH / 2 - 14
+        drawn.append(charts.line_chart(
+            {name: broken_at_gaps([((t - origin) / 3600.0, v) for t, v in pts])},
+            title=_cut(f"{i + 1}. {_txt(f.get('kind'))}: {name} ({unit})", width), x_unit="hours from its start",
+            y_unit=unit, shade=(0.0, (s1 - origin) / 3600.0) if s0 is not None and s1 is not None else None,
+            height=110, width=width))
     return _side_by_side(drawn)
 
 
@@ -402,8 +424,9 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
                              + ((money(_num(f.get("gpu_hours")), f.get("cost")),) if cur else ())
                              + (fmt_pct(_num(f.get("confidence"))),) for i, f in enumerate(findings[:5])],
                             numeric=[0, 3, 4, 5] if cur else [0, 3, 4]))
-        story.append(Paragraph(f"Each is shown with its timeline under Findings. Largest: "
-                               f"{_e(findings[0].get('summary') or findings[0].get('kind'))}", s["small"]))
+        story.append(Paragraph(f"Largest: {_e(findings[0].get('summary') or findings[0].get('kind'))} Each finding "
+                               "is shown with its evidence and timelines under Findings.", s["small"]))
+        story.extend(_first_page_timelines(findings[:FIRST_PAGE_TIMELINES], series))
     else:
         story.append(Paragraph("No findings: nothing in the data explains a loss with enough confidence.",
                                s["body"]))

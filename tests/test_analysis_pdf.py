@@ -364,6 +364,8 @@ def test_analyze_pdf_of_a_real_export_priced_and_over_the_period_seen(tmp_path):
         pad = max(s1 - s0, 600.0)
         assert sig and all(s0 - pad <= t <= s1 + pad for pts in sig.values() for t, _ in pts), f["id"]
     assert "sm_active (fraction): before, during, after" in flat
+    for i, f in enumerate(top[:4]):   # the largest findings' timelines are on the first page too
+        assert f"{i + 1}. {f['kind']}: " in one, f["id"]
 
 
 def test_analyze_currency_needs_a_rate(tmp_path):
