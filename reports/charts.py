@@ -13,6 +13,7 @@ from reportlab.graphics.charts.legends import Legend
 from reportlab.graphics.charts.lineplots import LinePlot
 from reportlab.graphics.shapes import Drawing, Group, Line, Rect, String
 from reportlab.lib import colors
+from reportlab.pdfbase.pdfmetrics import stringWidth
 
 PALETTE = (colors.HexColor("#1f77b4"), colors.HexColor("#ff7f0e"), colors.HexColor("#2ca02c"),
            colors.HexColor("#d62728"), colors.HexColor("#9467bd"), colors.HexColor("#8c564b"),
@@ -50,14 +51,19 @@ def _vlabel(x: float, y: float, text: str) -> Group:
 
 
 def _legend(d: Drawing, names: Sequence[str], width: float, y: float) -> None:
+    """A legend right-aligned under the title: at most four entries a row (names cut to 22 characters), so it
+    never reaches left of the drawing however many series there are."""
+    import math
+
+    per_row = max(1, min(len(names), 4, int(width // 115)))
     lg = Legend()
-    lg.x, lg.y = width - 95 * len(names), y
+    lg.x, lg.y = width - 115 * per_row, y
     lg.fontName, lg.fontSize = FONT, 8
     lg.alignment = "right"
-    lg.columnMaximum = 1
-    lg.deltax = 95
+    lg.columnMaximum = math.ceil(len(names) / per_row)
+    lg.deltax = 115
     lg.dxTextSpace = 4
-    lg.colorNamePairs = [(PALETTE[i % len(PALETTE)], n) for i, n in enumerate(names)]
+    lg.colorNamePairs = [(PALETTE[i % len(PALETTE)], str(n)[:22]) for i, n in enumerate(names)]
     d.add(lg)
 
 
@@ -120,15 +126,27 @@ def hbar_chart(labels: Sequence[str], values: Sequence[float], *, title: str, un
 def line_chart(series: dict[str, Sequence[tuple[float, float]]], *, title: str, x_unit: str, y_unit: str,
                width: float = 460, height: float = 180, x_range: tuple[float, float] | None = None,
                shade: tuple[float, float] | None = None) -> Drawing:
-    """Lines over a numeric x axis; ``shade`` marks an x interval (a finding's span) in light red."""
-    pts = [p for v in series.values() for p in v]
+    """Lines over a numeric x axis; ``shade`` marks an x interval (a finding's span) in light red. A ``None`` in a
+    series breaks its line there (a stretch without data is left empty, never bridged)."""
+    pts = [p for v in series.values() for p in v if p is not None]
     if not pts:
         return _empty(width, height, title)
     d = Drawing(width, height)
     d.add(String(0, height - 12, title, fontName=FONT + "-Bold", fontSize=10))
     lp = LinePlot()
-    lp.x, lp.y, lp.width, lp.height = 50, 36, width - 70, height - 76
-    lp.data = [list(v) for v in series.values()]
+    rows = -(-len(series) // max(1, min(4, int(width // 115)))) if len(series) > 1 else 0   # legend rows
+    lp.x, lp.y, lp.width, lp.height = 50, 36, width - 70, height - 76 - 10 * rows
+    segs: list[tuple[int, list]] = []   # (series number, one unbroken run of its points)
+    for k, v in enumerate(series.values()):
+        run: list = []
+        for p in list(v) + [None]:
+            if p is None:
+                if run:
+                    segs.append((k, run))
+                run = []
+            else:
+                run.append(p)
+    lp.data = [run for _, run in segs]
     xs = [p[0] for p in pts]
     ys = [p[1] for p in pts]
     x0, x1 = x_range or (min(xs), max(xs))
@@ -141,8 +159,8 @@ def line_chart(series: dict[str, Sequence[tuple[float, float]]], *, title: str, 
     for ax in (lp.xValueAxis, lp.yValueAxis):
         ax.labels.fontName = FONT
         ax.labels.fontSize = 7
-    for i in range(len(lp.data)):
-        lp.lines[i].strokeColor = PALETTE[i % len(PALETTE)]
+    for i, (k, _) in enumerate(segs):
+        lp.lines[i].strokeColor = PALETTE[k % len(PALETTE)]
         lp.lines[i].strokeWidth = 1.2
     if shade is not None:
         sx0 = lp.x + (max(shade[0], x0) - x0) / (x1 - x0) * lp.width
@@ -155,7 +173,7 @@ def line_chart(series: dict[str, Sequence[tuple[float, float]]], *, title: str, 
     d.add(String(lp.x + lp.width / 2, 6, x_unit, fontName=FONT, fontSize=7, textAnchor="middle"))
     d.add(_vlabel(10, lp.y + lp.height / 2, y_unit))
     if len(series) > 1:
-        _legend(d, list(series), width, height - 8)
+        _legend(d, list(series), width, height - 22)
     return d
 
 
@@ -186,4 +204,42 @@ def split_bar(parts: Sequence[tuple[str, float]], *, title: str, unit: str, widt
         d.add(Rect(cx, cy, 7, 7, fillColor=col, strokeColor=None))
         d.add(String(cx + 10, cy, f"{lab}: {v:,.2f} {unit} ({100 * v / total:.1f} %)", fontName=FONT,
                      fontSize=7))
+    return d
+
+
+def waterfall(paid: float, delivered: float, losses: Sequence[tuple[str, float]], *, title: str, unit: str,
+              fmt=lambda v: f"{v:,.2f}", width: float = 460) -> Drawing:
+    """Paid -> delivered -> each loss: one row per step, the paid bar full length, the delivered bar from zero, and
+    each loss a floating bar that starts where the previous one ended, so the losses stack from delivered up to
+    paid. Every row is labelled with its value in ``unit`` and its share of paid."""
+    rows = [("Paid", 0.0, max(float(paid), 0.0)), ("Delivered (real work)", 0.0, max(float(delivered), 0.0))]
+    x = max(float(delivered), 0.0)
+    for lab, v in losses:
+        v = max(float(v), 0.0)
+        rows.append((str(lab), x, v))
+        x += v
+    total = max(float(paid), x, 0.0)
+    row_h, top = 15, 22
+    height = top + row_h * len(rows) + 14
+    if total <= 0:
+        return _empty(width, 60, title)
+    d = Drawing(width, height)
+    d.add(String(0, height - 12, title, fontName=FONT + "-Bold", fontSize=10))
+    label_w, value_w = 185, 115
+    bar_w = width - label_w - value_w
+    for i, (lab, start, v) in enumerate(rows):
+        y = height - top - (i + 1) * row_h + 3
+        col = PALETTE[0] if i == 0 else PALETTE[2] if i == 1 else PALETTE[3]
+        font = FONT + ("-Bold" if i < 2 else "")
+        while len(lab) > 1 and stringWidth(lab, font, 7.5) > label_w - 6:   # cut to its column, never past it
+            lab = lab[:-4] + "..."
+        d.add(String(label_w - 4, y + 2, lab, fontName=font, fontSize=7.5, textAnchor="end"))
+        w = bar_w * v / total
+        if w > 0:
+            d.add(Rect(label_w + bar_w * start / total, y, max(w, 0.5), row_h - 5, fillColor=col, strokeColor=None))
+        d.add(String(label_w + bar_w + 4, y + 2, f"{fmt(v)} {unit} ({100 * v / total:.1f} %)"
+                     if i else f"{fmt(v)} {unit}", fontName=FONT, fontSize=7.5))
+    d.add(Line(label_w, 10, label_w + bar_w, 10, strokeColor=colors.grey, strokeWidth=0.4))
+    d.add(String(label_w, 2, "0", fontName=FONT, fontSize=6.5))
+    d.add(String(label_w + bar_w, 2, f"{fmt(total)} {unit}"[:28], fontName=FONT, fontSize=6.5, textAnchor="end"))
     return d

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..importers.exports import FORMATS, AnalysisError, read_source
-from . import Analysis, analyze, method_info, run_agents
+from . import Analysis, method_info, run_agents
+from .data import Dataset, load
 
 __all__ = ["FORMATS", "AnalysisError", "analyze_collected", "read_source", "render_pdf"]
 
@@ -43,7 +44,7 @@ def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb
         from .memory import dataset_from_collected
 
         ds, res = dataset_from_collected(collected, opts, topology=topology, progress=progress, release=consume)
-        return _finish(run_agents(ds), collected, res, sources, digests)
+        return _finish(run_agents(ds), collected, res, sources, digests, ds)
     if keep is None:
         from ..heap import return_freed_heap
         from .memory import hourly_from_collected
@@ -52,7 +53,7 @@ def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb
         ds = hourly.compact_dataset(scan, src, topology, detail=True)
         del src   # the export's raw columns: what the agents need of them is in the dataset now
         return_freed_heap()
-        return _finish(run_agents(ds), collected, res, sources, digests)
+        return _finish(run_agents(ds), collected, res, sources, digests, ds)
     from .. import db as db_mod
 
     if keep.exists():
@@ -61,10 +62,11 @@ def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb
     try:
         db_mod.upgrade(engine)
         res = pipeline.write(engine, collected, opts, progress=progress)
-        analysis = analyze(engine, topology=topology) if samples else hourly.analyze(engine, topology=topology)
+        ds = load(engine, topology=topology) if samples else hourly.load_compact(engine, topology=topology,
+                                                                                 detail=True)
     finally:
         engine.dispose()
-    return _finish(analysis, collected, res, sources, digests)
+    return _finish(run_agents(ds), collected, res, sources, digests, ds)
 
 
 def _digests_meanwhile(sources: list[str]) -> Callable[[], dict[str, str]]:
@@ -97,11 +99,61 @@ def _digests_meanwhile(sources: list[str]) -> Callable[[], dict[str, str]]:
 
 
 def _finish(analysis: Analysis, collected, res, sources: list[str] | None,  # noqa: ANN001
-            digests: Callable[[], dict[str, str]]) -> Analysis:
+            digests: Callable[[], dict[str, str]], ds: Dataset) -> Analysis:
     # the samples analysed are the export's, whichever rows (samples or device-hours) the agents' frame held
     analysis.meta["samples"] = res.samples
     analysis.context = _context(collected, res, analysis, sources or [], digests())
+    analysis.context["series"] = finding_series(ds, analysis.findings)
     return analysis
+
+
+SERIES_SIGNALS = (("sm", "sm_active"), ("clk", "sm_clock"), ("power", "power_w"), ("temp", "gpu_temp"))
+SERIES_FINDINGS = 12   # the written analysis charts the twelve largest findings (reports.analysis_pdf)
+SERIES_POINTS = 150    # per signal: the mean of each of this many equal bins of the window
+
+
+def finding_series(ds: Dataset, findings: list) -> dict[str, dict[str, list]]:  # list[Finding]
+    """The timelines the written analysis draws for each of the largest findings: ``{finding id: {signal:
+    [[epoch, value], ...]}}`` over the finding's span widened by its length (at least 10 minutes) on each side,
+    the mean over the finding's devices (its device; its node's, job's or rack's) of each of SERIES_POINTS bins
+    that hold samples (a bin without any is left out, never filled in). Signals: SM activity (fraction), SM
+    clock (MHz), power (W), temperature (C), from the samples the agents read."""
+    import numpy as np
+
+    sm = ds.samples
+    out: dict[str, dict[str, list]] = {}
+    if sm is None or not len(sm):
+        return out
+    causes = sorted((f for f in findings if f.agent != "recommendation"), key=lambda f: (-f.gpu_hours, f.id))
+    for f in causes[:SERIES_FINDINGS]:
+        sc = f.scope_dict()
+        keys = next((ks for ks in (("device_uuid",), ("job_id", "node"), ("job_id",), ("node",), ("rack",))
+                     if all(sc.get(k) for k in ks)), None)
+        cols = {"device_uuid": "device", "job_id": "job_id", "node": "node", "rack": "rack"}
+        if keys is None or any(cols[k] not in sm for k in keys):
+            continue
+        m = np.logical_and.reduce([(sm[cols[k]] == sc[k]).to_numpy() for k in keys])
+        pad = max(f.end - f.start, 600.0)
+        a, b = f.start - pad, f.end + pad
+        rows = sm.loc[m & (sm["t"] >= a).to_numpy() & (sm["t"] <= b).to_numpy()]
+        if not len(rows):
+            continue
+        edges = np.linspace(a, b, SERIES_POINTS + 1)
+        idx = np.clip(np.searchsorted(edges, rows["t"].to_numpy(float), side="right") - 1, 0, SERIES_POINTS - 1)
+        mids = (edges[:-1] + edges[1:]) / 2
+        sig: dict[str, list] = {}
+        for col, name in SERIES_SIGNALS:
+            v = rows[col].to_numpy(float) if col in rows else np.zeros(0)
+            ok = np.isfinite(v)
+            if not ok.any():
+                continue
+            s_ = np.bincount(idx[ok], weights=v[ok], minlength=SERIES_POINTS)
+            n = np.bincount(idx[ok], minlength=SERIES_POINTS)
+            sig[name] = [[round(float(mids[i]), 1), round(float(s_[i] / n[i]), 4)] for i in range(SERIES_POINTS)
+                         if n[i]]
+        if sig:
+            out[f.id] = sig
+    return out
 
 
 _KINDS = {"dcgmi_dmon": "dmon", "amd_smi": "amd-smi", "nvidia_smi": "nvidia-smi", "capture_set": "capture set"}

@@ -5,6 +5,7 @@ Each command is a thin layer over one library call in :mod:`ledger.agents` (docs
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -438,6 +439,10 @@ def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool, f
         analysis = agents.run_agents(ds)
         bar.step("analyse")
         doc = agents.period_analysis(ds, analysis, start, end, label)
+        from ..agents.export_analysis import finding_series
+
+        kept = {x["id"] for x in doc["findings"]}
+        doc["series"] = finding_series(ds, [f for f in analysis.findings if f.id in kept])
         from reports import analysis_pdf
 
         bar.step("write the PDF")
@@ -470,9 +475,14 @@ def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool, f
               help="Also import the export into a SQLite ledger at this path (the agents then read it back; "
                    "the same analysis). Without it no ledger is written.")
 @click.option("--samples", "from_samples", is_flag=True, help=SAMPLES_HELP)
+@click.option("--rate", "rate", type=click.FloatRange(min=0.0), metavar="PRICE",
+              help="The price of one GPU-hour: the written analysis is then priced at it (without it, it is in "
+                   "GPU-hours and says so). E.g. --rate 2.49 --currency USD.")
+@click.option("--currency", default=None, metavar="CUR", help="The currency of --rate (e.g. USD, EUR).")
 def analyze_cmd(source: tuple[str, ...], fmt: str | None, node_from: str | None, url: str | None,
                 start: str | None, end: str | None, step: str | None, node: str | None, as_json: bool,
-                pdf: str | None, keep_ledger: str | None, from_samples: bool) -> None:
+                pdf: str | None, keep_ledger: str | None, from_samples: bool, rate: float | None,
+                currency: str | None) -> None:
     """an export analysed in one shot: run every agent over a telemetry export or a capture set (several files or
     a directory of per-node dmon / amd-smi / nvidia-smi / Prometheus files, mixed is fine: all nodes in one
     analysis). Nothing is written unless --keep-ledger.
@@ -481,6 +491,7 @@ def analyze_cmd(source: tuple[str, ...], fmt: str | None, node_from: str | None,
     Example:
       ipledger analyze demo-out/prometheus-export.json --json
       ipledger analyze dcgm-24h.tar.gz --pdf analysis.pdf
+      ipledger analyze dcgm-24h.tar.gz --pdf analysis.pdf --rate 2.49 --currency USD   # priced at 2.49 USD/GPU-h
       ipledger analyze captures/                       # dmon-NODE.txt, amdsmi-NODE.csv ... one file per node
       ipledger analyze dmon-*.txt --node-from 'dmon-(?P<node>[^.]+)' --json
       ipledger analyze --url http://127.0.0.1:9090 --start 2026-11-03T00:00:00Z --end 2026-11-04T00:00:00Z --step 60s
@@ -493,6 +504,12 @@ def analyze_cmd(source: tuple[str, ...], fmt: str | None, node_from: str | None,
     from .importers import parse_duration, parse_time
 
     free_large_blocks_at_once()   # one command, one process: its peak is the figure docs/performance.md holds
+    if rate is not None and not math.isfinite(rate):
+        raise UserError(f"--rate: {rate} is not a price")
+    if currency is not None and rate is None:
+        raise UserError("--currency: give the price too (--rate PRICE)")
+    if currency is not None and not (1 <= len(currency) <= 8 and currency.isalpha()):
+        raise UserError(f"--currency: {currency!r} is not a currency code (letters, e.g. USD)")
 
     def import_agents() -> None:   # while worker processes parse the files (the agents and pandas take ~1 s)
         importlib.import_module("ledger.agents.export_analysis")
@@ -520,6 +537,8 @@ def analyze_cmd(source: tuple[str, ...], fmt: str | None, node_from: str | None,
 
         analysis = analyze_collected(collected, keep=Path(keep_ledger) if keep_ledger else None,
                                      sources=list(source), consume=True, samples=from_samples)
+        if rate is not None:
+            analysis.context["rate"] = {"price": rate, "currency": (currency or "").upper()}
         if pdf:
             with output_file(pdf) as tmp:
                 render_pdf(analysis, tmp)
