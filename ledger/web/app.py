@@ -52,12 +52,6 @@ def _legend() -> str:
             'hour has none)</span> <span class="key">dashed red: a finding\'s evidence window</span></small></p>')
 
 
-def _cents(x: float) -> float:
-    from reports.monthly import cents
-
-    return cents(x)
-
-
 def create_app(view: LedgerView, access: Access, metrics_only: bool = False,
                verify_status: str | None = None) -> Starlette:
     """The application over ``view``'s ledger; ``metrics_only``: /metrics alone (no user header needed);
@@ -234,8 +228,6 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False,
         return page("finding.html", request, user, snap, title=f"Finding {fid}", f=f)
 
     def statement(request: Request, user: User) -> Response:
-        from reports.export import ExportError, build_statement, to_json
-
         month = request.path_params["month"]
         as_json = month.endswith(".json")
         month = month.removesuffix(".json")
@@ -248,16 +240,18 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False,
             if tenant_q is None or not user.sees(tenant_q):
                 raise HTTPError(404, "not found")
         snap = view.snapshot(with_agents=False)
-        try:
-            st = snap.memo(("statement", month, tenant_q), lambda: build_statement(view.engine, month, tenant=tenant_q))
-        except ExportError as exc:
-            raise HTTPError(404, str(exc)) from None
+        try:   # `ipledger export monthly`'s statement, built in a figures child (ledger.web.figures)
+            st = view.statement(snap, month, tenant_q)
+        except NotAnswerable as exc:
+            raise HTTPError(exc.code, exc.message) from None
+        except FiguresError as exc:
+            raise HTTPError(503, str(exc)) from None
+        if "error" in st:
+            raise HTTPError(404, st["error"])
         if as_json:
-            return JSONResponse(json.loads(json.dumps(to_json(st), default=str)))
-        t = st.totals
+            return JSONResponse(st["json"])
         return page("statement.html", request, user, snap, title=f"Statement {month}" + (f" — {tenant_q}" if tenant_q else ""),
-                    st=st, t=t, month=month, tenant=tenant_q, billed=_cents(t["billed"]),
-                    currency=",".join(t["currencies"]))
+                    st=st, t=st["totals"], month=month, tenant=tenant_q, billed=st["billed"], currency=st["currency"])
 
     async def metrics(request: Request) -> Response:
         return await run_in_threadpool(metrics_response, view, request.headers.get("accept", ""), verify_status)

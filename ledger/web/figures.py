@@ -9,7 +9,11 @@ node and tenant, every device), so that the links of a page are answered without
 
 A question is a tuple: ``("fleet", period_text)``, ``("scope", kind, name, period_text)`` (kind: rack, node,
 tenant), ``("device", uuid)``. Its key (what an answer is stored under) names the period by its bounds, so two
-spellings of one period share an answer: `key(question, bounds)`."""
+spellings of one period share an answer: `key(question, bounds)`. A month's statement, ``("statement", month,
+tenant)`` (`ipledger export monthly`'s `build_statement`), is its own key and is asked alone: its child reads the
+issued receipts, not the agents' dataset.
+
+The server process imports none of pandas, pyarrow or DuckDB: they load in the child only."""
 
 from __future__ import annotations
 
@@ -36,9 +40,10 @@ class Bounds:
 
 @dataclass(frozen=True)
 class Answers:
-    """What one child computed: the bounds, answers by key, and the child's own peak memory and time."""
+    """What one child computed: the bounds (None from a statements-only child), answers by key, and the child's
+    own peak memory and time."""
 
-    bounds: Bounds
+    bounds: Bounds | None
     by_key: dict
     peak_mib: float
     seconds: float
@@ -169,14 +174,39 @@ def prefetch(engine, ds, found, bounds: Bounds) -> dict:  # noqa: ANN001
     return by_key
 
 
+def statement_figures(engine, month: str, tenant: str | None) -> dict:  # noqa: ANN001
+    """A month's statement as the page shows it (`ipledger export monthly`'s own `build_statement` and
+    `to_json`): the JSON document, its totals, ledger head and billed amount as shown; ``{"error": line}`` when
+    the export refuses the month."""
+    import json
+
+    from reports.export import ExportError, build_statement, to_json
+    from reports.monthly import cents
+
+    try:
+        st = build_statement(engine, month, tenant=tenant)
+    except ExportError as exc:
+        return {"error": str(exc)}
+    t = st.totals
+    return {"json": json.loads(json.dumps(to_json(st), default=str)), "totals": json.loads(json.dumps(t, default=str)),
+            "through_seq": st.through_seq, "head_hash": st.head_hash, "billed": cents(t["billed"]),
+            "currency": ",".join(t["currencies"])}
+
+
 def compute(url: str, questions: list[tuple], with_prefetch: bool) -> Answers:
-    """Read the ledger at ``url`` (read-only), run the agents and answer: what the child does."""
-    from .. import agents
-    from ..agents import hourly
+    """Read the ledger at ``url`` (read-only), run the agents and answer: what the child does. Statement
+    questions alone (no prefetch) read only the issued receipts."""
     from ..db import make_engine
 
     t0 = time.monotonic()
     engine = make_engine(url, create=False, read_only=True)
+    if not with_prefetch and questions and all(q[0] == "statement" for q in questions):
+        by_key = {q: statement_figures(engine, q[1], q[2]) for q in questions}
+        engine.dispose()
+        return Answers(None, by_key, peak_mib(), time.monotonic() - t0)
+    from .. import agents
+    from ..agents import hourly
+
     ds = hourly.load_compact(engine, detail=True)
     found = agents.find(ds) if len(ds.allocs) else []
     release_freed_memory()   # the load's and the agents' temporaries: the figures below reuse the pages

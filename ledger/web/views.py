@@ -16,7 +16,6 @@ from ..store import head, iter_entries
 from .figures import Bounds, NotAnswerable, ask, key
 
 
-MEMO_LIMIT = 256       # answers to per-request questions (statements)
 FIGURES_LIMIT = 4096   # the figures children's answers: the prefetch of the demo is about 200 of them
 
 
@@ -33,17 +32,8 @@ class Snapshot:
     receipts: dict = field(default_factory=dict)   # (cluster, job_id, run) -> latest issued receipt body
     last_ts: float | None = None                   # the newest entry's time
     months: list = field(default_factory=list)     # months with issued receipts
-    cache: dict = field(default_factory=dict)      # figures already computed at this head, by question
     figures: dict = field(default_factory=dict)    # the figures children's answers at this head, by key
-
-    def memo(self, key: tuple, compute):  # noqa: ANN001, ANN201
-        """``compute()``, once per question at this head (the ledger is append-only: the same head, the same
-        answer)."""
-        if key not in self.cache:
-            if len(self.cache) >= MEMO_LIMIT:   # arbitrary periods cannot grow the server without bound
-                self.cache.clear()
-            self.cache[key] = compute()
-        return self.cache[key]
+                                                   # (the ledger is append-only: the same head, the same answer)
 
 
 class LedgerView:
@@ -87,6 +77,18 @@ class LedgerView:
             raise NotAnswerable(404, "not found")
         return got
 
+    def statement(self, snap: Snapshot, month: str, tenant: str | None) -> dict:
+        """The month's statement at ``snap``'s head (ledger.web.figures.statement_figures), from a child of its
+        own when not yet kept (it reads no agents' dataset)."""
+        k = ("statement", month, tenant)
+        got = snap.figures.get(k)
+        if got is None:
+            self._ask(snap, [k], with_prefetch=False)
+            got = snap.figures.get(k)
+        if got is None:
+            raise NotAnswerable(404, "not found")
+        return got
+
     def _ask(self, snap: Snapshot, questions: list[tuple], with_prefetch: bool) -> None:
         with self._figures_lock:
             if with_prefetch and snap.bounds is not None:   # another request's child did it meanwhile
@@ -102,7 +104,7 @@ class LedgerView:
             if self.log is not None:
                 self.log(f"ipledger serve: figures at head {snap.seq}: {len(got.by_key)} answers in {got.seconds:.1f} s, "
                          f"child peak {got.peak_mib:.0f} MiB")
-            if snap.bounds is None:
+            if snap.bounds is None and got.bounds is not None:
                 snap.bounds = got.bounds
 
     def _read(self, seq: int, h: str) -> Snapshot:
