@@ -9,11 +9,12 @@ node and tenant, every device), so that the links of a page are answered without
 
 A question is a tuple: ``("fleet", period_text)``, ``("scope", kind, name, period_text)`` (kind: rack, node,
 tenant), ``("device", uuid)``. Its key (what an answer is stored under) names the period by its bounds, so two
-spellings of one period share an answer: `key(question, bounds)`. A month's statement, ``("statement", month,
-tenant)`` (`ipledger export monthly`'s `build_statement`), is its own key and is asked alone: its child reads the
-issued receipts, not the agents' dataset.
+spellings of one period share an answer: `key(question, bounds)`. Two kinds are their own key and are asked
+alone (:data:`ALONE`), their child reading no agents' dataset: a month's statement, ``("statement", month,
+tenant)`` (`ipledger export monthly`'s `build_statement`), and a receipt's file, ``("receipt", job, run, suffix)``
+(`ipledger receipt`'s text, JSON, PDF or proof bundle: suffix "", ".json", ".pdf", ".bundle.json").
 
-The server process imports none of pandas, pyarrow or DuckDB: they load in the child only."""
+The server process imports none of pandas, pyarrow or DuckDB: they load in the children only."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from html import escape
 from pathlib import Path
 
 SCOPE_KINDS = ("rack", "node", "tenant")
+ALONE = ("statement", "receipt")   # questions a child answers without the agents' dataset
 CHILD_TIMEOUT_S = 600          # the demo takes seconds; a ledger this cannot read in ten minutes needs the CLI
 
 
@@ -193,15 +195,72 @@ def statement_figures(engine, month: str, tenant: str | None) -> dict:  # noqa: 
             "currency": ",".join(t["currencies"])}
 
 
-def compute(url: str, questions: list[tuple], with_prefetch: bool) -> Answers:
-    """Read the ledger at ``url`` (read-only), run the agents and answer: what the child does. Statement
-    questions alone (no prefetch) read only the issued receipts."""
+def receipt_file(engine, job: str, run: int | None, suffix: str, sku_table) -> dict:  # noqa: ANN001
+    """A receipt's file at the ledger's head, as `ipledger receipt JOB` gives it (the terms an issue would use):
+    ``{"content": text or bytes}`` — its text (suffix ""), JSON (".json"), PDF (".pdf") or the proof bundle
+    `ipledger receipt JOB --proof --out` writes (".bundle.json"); ``{"error": (code, line)}`` when refused."""
+    import json
+    import tempfile
+
+    from ..receipts import ReceiptError, issue_receipt, render_pdf, render_text
+
+    if suffix == ".bundle.json":
+        return _bundle_file(engine, job, run, sku_table)
+    try:
+        r = issue_receipt(engine, job, run, sku_table=sku_table, dry_run=True).receipt
+    except ReceiptError as exc:
+        return {"error": (404, str(exc))}
+    if suffix == ".json":
+        return {"content": json.dumps(r.body, indent=2, sort_keys=True, ensure_ascii=False) + "\n"}
+    if suffix == ".pdf":
+        with tempfile.TemporaryDirectory() as d:
+            p = Path(d) / "receipt.pdf"
+            render_pdf([r], p)
+            return {"content": p.read_bytes()}
+    return {"content": render_text(r)}
+
+
+def _bundle_file(engine, job: str, run: int | None, sku_table) -> dict:  # noqa: ANN001
+    import tempfile
+
+    from ..heads import HeadError, latest_head
+    from ..merkle import TreeError
+    from ..proofcheck import Failure
+    from ..proofs import build_bundle, write_bundle
+    from ..receipts import ReceiptError
+
+    with engine.connect() as conn:
+        h = latest_head(conn)
+    if h is None:
+        return {"error": (404, "the ledger has no signed tree head yet (ipledger checkpoint makes one)")}
+    try:
+        b = build_bundle(engine, job, run, h, sku_table=sku_table)
+    except ReceiptError as exc:
+        return {"error": (404, str(exc))}
+    except (HeadError, Failure, TreeError) as exc:
+        return {"error": (500, f"the proof bundle cannot be made: {exc}")}
+    with tempfile.TemporaryDirectory() as d:   # the bytes `ipledger receipt JOB --proof --out` writes
+        p = Path(d) / "bundle.json"
+        write_bundle(b, str(p))
+        return {"content": p.read_bytes()}
+
+
+def answer_alone(engine, question: tuple, sku_table) -> dict:  # noqa: ANN001
+    """The answer to a statement or receipt question (:data:`ALONE`)."""
+    if question[0] == "statement":
+        return statement_figures(engine, question[1], question[2])
+    return receipt_file(engine, *question[1:], sku_table)
+
+
+def compute(url: str, questions: list[tuple], with_prefetch: bool, sku_table=None) -> Answers:  # noqa: ANN001
+    """Read the ledger at ``url`` (read-only), run the agents and answer: what the child does. Questions that
+    need no dataset (:data:`ALONE`, without prefetch) read only what they need: the agents do not run."""
     from ..db import make_engine
 
     t0 = time.monotonic()
     engine = make_engine(url, create=False, read_only=True)
-    if not with_prefetch and questions and all(q[0] == "statement" for q in questions):
-        by_key = {q: statement_figures(engine, q[1], q[2]) for q in questions}
+    if not with_prefetch and questions and all(q[0] in ALONE for q in questions):
+        by_key = {q: answer_alone(engine, q, sku_table) for q in questions}
         engine.dispose()
         return Answers(None, by_key, peak_mib(), time.monotonic() - t0)
     from .. import agents
@@ -252,8 +311,9 @@ def _child_settings() -> None:
     os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "system"
 
 
-def ask(url: str, questions: list[tuple], with_prefetch: bool) -> Answers:
-    """`compute` in a short-lived child process (the server's memory never holds the dataset): a fresh interpreter
+def ask(url: str, questions: list[tuple], with_prefetch: bool, sku_table=None) -> Answers:  # noqa: ANN001
+    """`compute` in a short-lived child process (the server's memory never holds the dataset, nor imports what
+    reads it; ``sku_table``: the site's, for receipts): a fresh interpreter
     started by multiprocessing's spawn (this process's import path, no fork of the server), ended after one answer.
     A child that raises, dies or runs past :data:`CHILD_TIMEOUT_S` is a :class:`FiguresError` naming why."""
     import multiprocessing
@@ -263,7 +323,8 @@ def ask(url: str, questions: list[tuple], with_prefetch: bool) -> Answers:
 
     pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_child_settings)
     try:
-        return pool.submit(compute, url, questions, with_prefetch).result(timeout=CHILD_TIMEOUT_S)
+        table = dict(sku_table) if sku_table is not None else None   # a plain dict crosses to the child
+        return pool.submit(compute, url, questions, with_prefetch, table).result(timeout=CHILD_TIMEOUT_S)
     except FutureTimeout:
         for child in multiprocessing.active_children():   # the pool's one process: end it now, not at its end
             child.terminate()

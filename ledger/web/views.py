@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from ..canonical import ts_to_epoch
 from ..kinds import Kind
 from ..store import head, iter_entries
-from .figures import Bounds, NotAnswerable, ask, key
+from .figures import ALONE, Bounds, NotAnswerable, ask, key
 
 
 FIGURES_LIMIT = 4096   # the figures children's answers: the prefetch of the demo is about 200 of them
+FILES_LIMIT = 256      # statements and receipt files (text, JSON, PDF, proof bundle: up to tens of kB each)
 
 
 @dataclass
@@ -34,6 +35,7 @@ class Snapshot:
     months: list = field(default_factory=list)     # months with issued receipts
     figures: dict = field(default_factory=dict)    # the figures children's answers at this head, by key
                                                    # (the ledger is append-only: the same head, the same answer)
+    files: dict = field(default_factory=dict)      # statements and receipt files at this head, by question
 
 
 class LedgerView:
@@ -77,17 +79,14 @@ class LedgerView:
             raise NotAnswerable(404, "not found")
         return got
 
-    def statement(self, snap: Snapshot, month: str, tenant: str | None) -> dict:
-        """The month's statement at ``snap``'s head (ledger.web.figures.statement_figures), from a child of its
-        own when not yet kept (it reads no agents' dataset)."""
-        k = ("statement", month, tenant)
-        got = snap.figures.get(k)
+    def alone(self, snap: Snapshot, question: tuple) -> dict:
+        """The answer to a statement or receipt question at ``snap``'s head (ledger.web.figures.answer_alone),
+        from a child of its own (it reads no agents' dataset) when not yet kept."""
+        got = snap.files.get(question)
         if got is None:
-            self._ask(snap, [k], with_prefetch=False)
-            got = snap.figures.get(k)
-        if got is None:
-            raise NotAnswerable(404, "not found")
-        return got
+            self._ask(snap, [question], with_prefetch=False)
+            got = snap.files.get(question)
+        return got if got is not None else {"error": (404, "not found")}
 
     def _ask(self, snap: Snapshot, questions: list[tuple], with_prefetch: bool) -> None:
         with self._figures_lock:
@@ -96,10 +95,13 @@ class LedgerView:
                 questions = [q for q in questions if key(q, snap.bounds) not in snap.figures]
                 if not questions:
                     return
-            got = ask(self.url, questions, with_prefetch)
-            if len(snap.figures) + len(got.by_key) > FIGURES_LIMIT:
-                snap.figures.clear()   # arbitrary periods cannot grow the server without bound
-            snap.figures.update(got.by_key)
+            got = ask(self.url, questions, with_prefetch, getattr(self.site, "sku_table", None))
+            alone = {k: a for k, a in got.by_key.items() if k[0] in ALONE}
+            for kept, new, limit in ((snap.figures, {k: a for k, a in got.by_key.items() if k not in alone},
+                                      FIGURES_LIMIT), (snap.files, alone, FILES_LIMIT)):
+                if len(kept) + len(new) > limit:
+                    kept.clear()   # arbitrary periods and receipts cannot grow the server without bound
+                kept.update(new)
             snap.child_peaks_mib.append(got.peak_mib)
             if self.log is not None:
                 self.log(f"ipledger serve: figures at head {snap.seq}: {len(got.by_key)} answers in {got.seconds:.1f} s, "
