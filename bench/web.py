@@ -130,7 +130,7 @@ def run(scale: float, repeat: int) -> Figure:
         body = next(iter(snap.receipts.values()))
         job, dev = body["job"]["job_id"], body["job"]["devices"][0]
         fid = snap.recorded[0]["id"]
-        pages = ["/fleet", "/fleet?period=2026-W45", f"/racks/{snap.recorded[0]['scope'].get('rack') or 'R1'}",
+        pages = ["/fleet", "/fleet?period=2026-W45", "/fleet?period=2026-11", f"/racks/{snap.recorded[0]['scope'].get('rack') or 'R1'}",
                  f"/nodes/{dev['node']}", f"/devices/{dev['uuid']}", f"/tenants/{body['job']['account']}",
                  f"/receipts/{job}", f"/receipts/{job}.json", f"/findings/{fid}", "/statements/2026-11",
                  f"/statements/2026-11.json?tenant={body['job']['account']}"]

@@ -12,7 +12,9 @@ tenant), ``("device", uuid)``. Its key (what an answer is stored under) names th
 spellings of one period share an answer: `key(question, bounds)`. Two kinds are their own key and are asked
 alone (:data:`ALONE`), their child reading no agents' dataset: a month's statement, ``("statement", month,
 tenant)`` (`ipledger export monthly`'s `build_statement`), and a receipt's file, ``("receipt", job, run, suffix)``
-(`ipledger receipt`'s text, JSON, PDF or proof bundle: suffix "", ".json", ".pdf", ".bundle.json").
+(`ipledger receipt`'s text, JSON, PDF or proof bundle: suffix "", ".json", ".pdf", ".bundle.json"); and
+``("billed", month)``, the month's statement rows a question of that calendar month prices against, built in a
+child of their own and handed pickled to the child that answers the question (:func:`month_rows`).
 
 The server process imports none of pandas, pyarrow or DuckDB: they load in the children only."""
 
@@ -26,7 +28,13 @@ from html import escape
 from pathlib import Path
 
 SCOPE_KINDS = ("rack", "node", "tenant")
-ALONE = ("statement", "receipt")   # questions a child answers without the agents' dataset
+ALONE = ("statement", "billed", "receipt")   # questions a child answers without the agents' dataset
+# The samples' columns the figures read once the agents have run (ledger.agents.accounting and query, and the
+# charts here); the raw telemetry only the agents' rules read (span_end, dt, sm, ecc, row remaps, fb, procs, act,
+# ratio, resident, vendor, rated) is dropped then, so every copy a figure makes is that much smaller.
+FIGURE_COLUMNS = ("device", "t", "ai", "h", "h_del", "h_thr", "h_under", "h_starved", "h_idle", "h_missing",
+                  "rbucket", "clk", "power", "temp", "xid", "running", "cluster", "job_id", "run", "tenant",
+                  "partition", "qos", "node", "rack", "sku")
 CHILD_TIMEOUT_S = 600          # the demo takes seconds; a ledger this cannot read in ten minutes needs the CLI
 
 
@@ -109,21 +117,37 @@ def bounds_of(ds) -> Bounds:  # noqa: ANN001 - a Dataset
     return Bounds(float(ds.start), float(ds.end), str(ds.currency), known)
 
 
-def fleet_figures(engine, ds, found, start: float, end: float, label: str) -> dict:  # noqa: ANN001
+def month_rows(engine, start: float, end: float, billed: dict | None = None):  # noqa: ANN001, ANN201
+    """`query.billed_rows` of [start, end): from ``billed`` (month -> those rows as a child of their own pickled
+    them, the ("billed", month) question; None: nothing issued) where it holds the month, else read here."""
+    import pickle
+
+    from ..agents import query
+    from ..periods import calendar_month
+
+    month = calendar_month(start, end)
+    if billed and month in billed:
+        return pickle.loads(billed[month]) if billed[month] is not None else None  # noqa: S301 - our own child's
+    return query.billed_rows(engine, start, end)
+
+
+def fleet_figures(engine, ds, found, start: float, end: float, label: str,  # noqa: ANN001
+                  billed: dict | None = None) -> dict:
     """`ipledger account --period P --json`'s figures (the same call), the per-node ranking and the heat map."""
     from ..agents import query
 
-    res = query.period(ds, found, start, end, label, query.billed_rows(engine, start, end))
+    res = query.period(ds, found, start, end, label, month_rows(engine, start, end, billed))
     nodes = sorted(query.ranking(ds, "node", "paid", start, end, n=10_000), key=lambda r: r["node"])
     return {"res": res, "nodes": nodes, "heat": heatmap_svg(ds.samples, start, end)}
 
 
-def scope_figures(engine, ds, found, kind: str, name: str, start: float, end: float) -> dict:  # noqa: ANN001
+def scope_figures(engine, ds, found, kind: str, name: str, start: float, end: float,  # noqa: ANN001
+                  billed: dict | None = None) -> dict:
     """`ipledger explain --KIND NAME --period P --json`'s figures (the same call); for a rack or node also its
     devices and delivered share per hour."""
     from ..agents import query
 
-    res = query.scope(ds, found, kind, name, start, end, query.billed_rows(engine, start, end))
+    res = query.scope(ds, found, kind, name, start, end, month_rows(engine, start, end, billed))
     devices, chart = [], ""
     if kind in ("node", "rack"):
         sel = ds.samples[ds.samples[kind].astype(str) == name]
@@ -150,13 +174,14 @@ def device_figures(sel, currency: str, gaps: list[dict] = ()) -> dict:  # noqa: 
             "res": device_res(sel, currency)}
 
 
-def answer(engine, ds, found, bounds: Bounds, question: tuple) -> tuple[tuple, object]:  # noqa: ANN001
+def answer(engine, ds, found, bounds: Bounds, question: tuple,  # noqa: ANN001
+           billed: dict | None = None) -> tuple[tuple, object]:
     """(key, answer) of one question; NotAnswerable for one the pages refuse (the server says why)."""
     k = key(question, bounds)
     if k[0] == "fleet":
-        return k, fleet_figures(engine, ds, found, *k[1:])
+        return k, fleet_figures(engine, ds, found, *k[1:], billed=billed)
     if k[0] == "scope":
-        return k, scope_figures(engine, ds, found, *k[1:])
+        return k, scope_figures(engine, ds, found, *k[1:], billed=billed)
     sel = ds.samples[ds.samples["device"].astype(str).map(device_id) == k[1]]
     return k, device_figures(sel, ds.currency, ds.gaps)
 
@@ -246,15 +271,27 @@ def _bundle_file(engine, job: str, run: int | None, sku_table) -> dict:  # noqa:
 
 
 def answer_alone(engine, question: tuple, sku_table) -> dict:  # noqa: ANN001
-    """The answer to a statement or receipt question (:data:`ALONE`)."""
+    """The answer to a statement, billed-rows or receipt question (:data:`ALONE`)."""
     if question[0] == "statement":
         return statement_figures(engine, question[1], question[2])
+    if question[0] == "billed":   # a month's statement rows for a question child (`month_rows`), pickled
+        import pickle
+
+        from ..agents import query
+        from ..periods import month_bounds
+
+        a, b = month_bounds(question[1])
+        rows = query.billed_rows(engine, a.timestamp(), b.timestamp())
+        return {"rows": pickle.dumps(rows) if rows is not None else None}
     return receipt_file(engine, *question[1:], sku_table)
 
 
-def compute(url: str, questions: list[tuple], with_prefetch: bool, sku_table=None) -> Answers:  # noqa: ANN001
+def compute(url: str, questions: list[tuple], with_prefetch: bool, sku_table=None,  # noqa: ANN001
+            billed: dict | None = None) -> Answers:
     """Read the ledger at ``url`` (read-only), run the agents and answer: what the child does. Questions that
-    need no dataset (:data:`ALONE`, without prefetch) read only what they need: the agents do not run."""
+    need no dataset (:data:`ALONE`, without prefetch) read only what they need: the agents do not run. ``billed``:
+months' statement rows already pickled by another child (:func:`month_rows`), so that this one, which holds the
+dataset, never holds a statement's build as well."""
     from ..db import make_engine
 
     t0 = time.monotonic()
@@ -268,12 +305,14 @@ def compute(url: str, questions: list[tuple], with_prefetch: bool, sku_table=Non
 
     ds = hourly.load_compact(engine, detail=True)
     found = agents.find(ds) if len(ds.allocs) else []
+    ds.samples = ds.samples.drop(columns=[c for c in ds.samples.columns if c not in FIGURE_COLUMNS])   # no copy
+    ds.hourly = None   # the agents' per device-hour statistics: read by their rules only
     release_freed_memory()   # the load's and the agents' temporaries: the figures below reuse the pages
     bounds = bounds_of(ds)
     by_key = prefetch(engine, ds, found, bounds) if with_prefetch else {}
     for q in questions:
         try:
-            k, a = answer(engine, ds, found, bounds, q)
+            k, a = answer(engine, ds, found, bounds, q, billed)
         except NotAnswerable:
             continue
         by_key[k] = a
@@ -307,11 +346,16 @@ def release_freed_memory() -> None:
 
 def _child_settings() -> None:
     """The child's set-up, before it imports pyarrow: Arrow's own allocator keeps freed blocks, the system's gives
-    them back (about 30 MiB less peak)."""
+    them back (about 30 MiB less peak); glibc serves the columns from their own mappings, given back when freed
+    (:func:`ledger.heap.free_large_blocks_at_once`)."""
+    from ..heap import free_large_blocks_at_once
+
     os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "system"
+    free_large_blocks_at_once()
 
 
-def ask(url: str, questions: list[tuple], with_prefetch: bool, sku_table=None) -> Answers:  # noqa: ANN001
+def ask(url: str, questions: list[tuple], with_prefetch: bool, sku_table=None,  # noqa: ANN001
+        billed: dict | None = None) -> Answers:
     """`compute` in a short-lived child process (the server's memory never holds the dataset, nor imports what
     reads it; ``sku_table``: the site's, for receipts): a fresh interpreter
     started by multiprocessing's spawn (this process's import path, no fork of the server), ended after one answer.
@@ -324,7 +368,7 @@ def ask(url: str, questions: list[tuple], with_prefetch: bool, sku_table=None) -
     pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_child_settings)
     try:
         table = dict(sku_table) if sku_table is not None else None   # a plain dict crosses to the child
-        return pool.submit(compute, url, questions, with_prefetch, table).result(timeout=CHILD_TIMEOUT_S)
+        return pool.submit(compute, url, questions, with_prefetch, table, billed).result(timeout=CHILD_TIMEOUT_S)
     except FutureTimeout:
         for child in multiprocessing.active_children():   # the pool's one process: end it now, not at its end
             child.terminate()
