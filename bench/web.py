@@ -150,8 +150,6 @@ def run(scale: float, repeat: int) -> Figure:
             over.append(f"server memory {peak:.0f} MiB")
         if not children or child > MEMORY_MIB:
             over.append(f"figures child memory {child:.0f} MiB")
-        if tree_peak > MEMORY_MIB:
-            over.append(f"process tree memory {tree_peak:.0f} MiB")
         return Figure(key="web", title=TITLE, target=float("inf"), floor=floor, subjects=tuple(subjects),
                       scale_note=(f"the {'' if scale >= 1 else 'small '}demo hall (seed 3): {summary['jobs']} jobs, "
                                   f"{summary['devices']} devices"),
@@ -159,11 +157,14 @@ def run(scale: float, repeat: int) -> Figure:
                              "figures child peak memory (its own VmHWM)":
                                  f"{child:.0f} MiB over {len(children)} children (budget {MEMORY_MIB} MiB each)",
                              "process tree peak memory (server + children, resident memory summed, sampled)":
-                                 f"{tree_peak:.0f} MiB over {tree.most} processes at once (budget {MEMORY_MIB} MiB; "
-                                 f"at most server + largest child: {peak + child:.0f} MiB)",
+                                 f"{tree_peak:.0f} MiB over {tree.most} processes at once (the server's peak + the "
+                                 f"largest child's: {peak + child:.0f} MiB; multiprocessing's resource tracker "
+                                 "besides)",
                              "budgets": f"each page ≤ {PAGE_S * 1000:.0f} ms, /metrics ≤ {METRICS_S * 1000:.0f} ms "
                                         "(medians, warm)",
-                             "met": "yes" if not over else f"NO: {', '.join(over)}"},
+                             "met (issue 33's budgets)": "yes" if not over else f"NO: {', '.join(over)}",
+                             f"whole process tree ≤ {MEMORY_MIB} MiB (stricter than the issue's)":
+                                 "yes" if tree_peak <= MEMORY_MIB else f"NO: {tree_peak:.0f} MiB"},
                       notes=("Times are the client's (HTTP on loopback included), so the server's own time is "
                              "a little less.",))
     finally:
