@@ -1,17 +1,22 @@
 """Figure: `ipledger serve` on the demo ledger — each page's time warm (the server's answer to a second request
-at the same ledger head), /metrics, the server's peak memory and the peak of its figures child (the short-lived
-process that reads the ledger and runs the agents for a head, ledger.web.figures), against the framework's own round trip (a
+at the same ledger head), /metrics, the server's peak memory, the peak of its figures children (the short-lived
+processes that read the ledger and run the agents for a head, or build a month's statement: ledger.web.figures)
+and the peak of the whole process tree (the server and every child, their resident memory summed, sampled every
+few milliseconds from the server's start to the end of the timing), against the framework's own round trip (a
 route the app does not have: Starlette's 404) in the same run.
 
-The budgets are absolute (issue 33): each page ≤ 200 ms, /metrics ≤ 100 ms, the server ≤ 300 MiB.
+The budgets are absolute (issue 33): each page ≤ 200 ms, /metrics ≤ 100 ms, the server ≤ 300 MiB, and (this
+figure's own, stricter) the whole tree ≤ 300 MiB while a child runs.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -39,6 +44,59 @@ def _peak_mib(pid: int) -> float:
     return float("nan")
 
 
+def _rss_mib(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return 0.0   # the process ended between listing and reading
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (from each process's parent in /proc/*/stat)."""
+    parent = {}
+    for e in os.scandir("/proc"):
+        if e.name.isdigit():
+            try:
+                with open(f"/proc/{e.name}/stat", encoding="ascii", errors="replace") as f:
+                    parent[int(e.name)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += [c for c, pp in parent.items() if pp == p]
+    return out
+
+
+class TreePeak:
+    """The largest sum of resident memory over ``pid`` and its descendants, sampled in a thread until stopped
+    (the process list every 50 ms, their memory every 5 ms): what the machine holds for the server at once."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.peak, self.most = pid, 0.0, 1
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        pids, n = [self.pid], 0
+        while not self._stop.is_set():
+            if n % 10 == 0:
+                pids = _tree(self.pid)
+            n += 1
+            total = sum(_rss_mib(p) for p in pids)
+            if total > self.peak:
+                self.peak, self.most = total, len(pids)
+            time.sleep(0.005)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
 def run(scale: float, repeat: int) -> Figure:
     from ledger.demo import run_demo
     from ledger.sim import FleetSpec
@@ -54,6 +112,7 @@ def run(scale: float, repeat: int) -> Figure:
         proc = subprocess.Popen([PY, "-m", "ledger.cli.main", "--db", f"sqlite:///{summary['ledger']}", "serve",
                                  "--local-operator", "--port", str(port)], env=cli_env(),
                                 stdout=subprocess.DEVNULL, stderr=log.open("w"))
+        tree = TreePeak(proc.pid)
         base = f"http://127.0.0.1:{port}"
         deadline = time.time() + 60
         while True:
@@ -71,9 +130,10 @@ def run(scale: float, repeat: int) -> Figure:
         body = next(iter(snap.receipts.values()))
         job, dev = body["job"]["job_id"], body["job"]["devices"][0]
         fid = snap.recorded[0]["id"]
-        pages = ["/fleet", "/fleet?period=2026-W45", f"/racks/{snap.recorded[0]['scope'].get('rack') or 'R1'}",
+        pages = ["/fleet", "/fleet?period=2026-W45", "/fleet?period=2026-11", f"/racks/{snap.recorded[0]['scope'].get('rack') or 'R1'}",
                  f"/nodes/{dev['node']}", f"/devices/{dev['uuid']}", f"/tenants/{body['job']['account']}",
-                 f"/receipts/{job}", f"/receipts/{job}.json", f"/findings/{fid}", "/statements/2026-11"]
+                 f"/receipts/{job}", f"/receipts/{job}.json", f"/findings/{fid}", "/statements/2026-11",
+                 f"/statements/2026-11.json?tenant={body['job']['account']}"]
         for p in [*pages, "/metrics"]:
             _get(base + p)   # warm: the first request at a head reads the ledger and runs the agents
         cases = [("framework round trip (Starlette 404)", lambda: _get(base + "/no-such-route"), None)]
@@ -81,6 +141,7 @@ def run(scale: float, repeat: int) -> Figure:
         cases.append(("/metrics", lambda: _get(base + "/metrics"), None))
         floor, *subjects = timeit_interleaved(cases, max(repeat, 5))
         peak = _peak_mib(proc.pid)
+        tree_peak = tree.stop()
         # each figures child reports its own peak (VmHWM read in the child) on the server's stderr
         children = [float(x) for x in re.findall(r"child peak ([0-9.]+) MiB", log.read_text())]
         child = max(children) if children else float("nan")
@@ -94,11 +155,16 @@ def run(scale: float, repeat: int) -> Figure:
                                   f"{summary['devices']} devices"),
                       extra={"server peak memory (VmHWM)": f"{peak:.0f} MiB (budget {MEMORY_MIB} MiB)",
                              "figures child peak memory (its own VmHWM)":
-                                 f"{child:.0f} MiB over {len(children)} children (budget {MEMORY_MIB} MiB each; "
-                                 "while a child runs, seconds per head, the server and it hold their sum)",
+                                 f"{child:.0f} MiB over {len(children)} children (budget {MEMORY_MIB} MiB each)",
+                             "process tree peak memory (server + children, resident memory summed, sampled)":
+                                 f"{tree_peak:.0f} MiB over {tree.most} processes at once (the server's peak + the "
+                                 f"largest child's: {peak + child:.0f} MiB; multiprocessing's resource tracker "
+                                 "besides)",
                              "budgets": f"each page ≤ {PAGE_S * 1000:.0f} ms, /metrics ≤ {METRICS_S * 1000:.0f} ms "
                                         "(medians, warm)",
-                             "met": "yes" if not over else f"NO: {', '.join(over)}"},
+                             "met (issue 33's budgets)": "yes" if not over else f"NO: {', '.join(over)}",
+                             f"whole process tree ≤ {MEMORY_MIB} MiB (stricter than the issue's)":
+                                 "yes" if tree_peak <= MEMORY_MIB else f"NO: {tree_peak:.0f} MiB"},
                       notes=("Times are the client's (HTTP on loopback included), so the server's own time is "
                              "a little less.",))
     finally:

@@ -44,6 +44,15 @@ def month_bounds(month: str) -> tuple[dt.datetime, dt.datetime]:
     return start, end
 
 
+def calendar_month(start: float, end: float) -> str | None:
+    """"YYYY-MM" when [start, end) is exactly one UTC calendar month, else None."""
+    a = dt.datetime.fromtimestamp(start, _UTC)
+    if (a.day, a.hour, a.minute, a.second, a.microsecond) != (1, 0, 0, 0, 0):
+        return None
+    nxt = (a.replace(year=a.year + 1, month=1) if a.month == 12 else a.replace(month=a.month + 1)).timestamp()
+    return a.strftime("%Y-%m") if abs(end - nxt) < 1e-6 else None
+
+
 def month_of(epoch: float) -> str:
     """The month containing the instant ``epoch`` (a month starts at its first instant)."""
     return dt.datetime.fromtimestamp(epoch, tz=_UTC).strftime("%Y-%m")

@@ -287,3 +287,38 @@ def test_a_failed_verify_is_recorded_and_exported(demo, cli, runner, tmp_path):
     assert got["ipledger_verify_ok"] == 0.0 and recorded["problems"] >= 1 and recorded["ok"] is False
     # the seq the walk reached: a failed verify stops before the head, so the head shows as not verified
     assert got["ipledger_verify_head_seq"] == recorded["head_seq"] < view.snapshot(False).seq
+
+
+SERVER_PAGES = ("/", "/fleet", "/fleet?period=2026-11", "/tenants/astro", "/tenants/astro?period=2026-11",
+                "/statements/2026-11", "/statements/2026-11.json?tenant=astro", "/metrics")
+
+
+def test_the_server_process_never_imports_the_analysis_stack(demo):
+    """The pages' heavy work (the agents' dataset, statements, receipt files) runs in figures children: after
+    every kind of page, a receipt's text, JSON and PDF included, the server process has imported none of pandas,
+    pyarrow or DuckDB (how much memory that saves is bench.web's figure)."""
+    import subprocess
+    import sys
+
+    out, _ = demo
+    code = f"""
+import sys
+from starlette.testclient import TestClient
+from ledger import config
+from ledger.db import make_engine
+from ledger.site import site_from_config
+from ledger.web.access import from_config
+from ledger.web.app import create_app
+from ledger.web.views import LedgerView
+url = {f"sqlite:///{out / 'ledger.db'}"!r}
+view = LedgerView(make_engine(url, read_only=True), site_from_config(config.load(None, environ={{}}), db=url))
+c = TestClient(create_app(view, from_config({SERVE!r})), client=("127.0.0.1", 40000))
+job = next(b for b in view.snapshot(False).receipts.values() if b["job"]["account"] == "astro")["job"]["job_id"]
+codes = [c.get(p, headers={{"X-Remote-User": "op"}}).status_code
+         for p in [*{SERVER_PAGES!r}, f"/receipts/{{job}}", f"/receipts/{{job}}.json", f"/receipts/{{job}}.pdf"]]
+print(codes, sorted(m for m in ("pandas", "pyarrow", "duckdb", "reportlab") if m in sys.modules))
+"""
+    r = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parent.parent, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == f"{[200] * (len(SERVER_PAGES) + 3)} []", r.stdout

@@ -48,22 +48,34 @@ def test_device_chart_shades_marks_and_breaks():
 
 
 def test_the_child_answers_as_the_library_does(demo):
-    """`ask` (a real child process) and the in-process library calls give the same device and fleet answers."""
+    """`ask` (a real child process, which drops the raw telemetry columns once the agents have run) and the
+    in-process library calls over the whole dataset give the same fleet, scope and device answers; so does a
+    month's question given its statement rows pickled by a child of their own (the ("billed", month) question)."""
     from ledger import agents
     from ledger.agents import hourly
     from ledger.db import make_engine
-    from ledger.web.figures import bounds_of, fleet_figures
+    from ledger.web.figures import answer, bounds_of, key
 
     out, _ = demo
     url = f"sqlite:///{out / 'ledger.db'}"
-    got = ask(url, [("fleet", "2026-11")], with_prefetch=False)
     engine = make_engine(url, read_only=True)
     ds = hourly.load_compact(engine, detail=True)
+    found = agents.find(ds)
     want_bounds = bounds_of(ds)
+    node, rack = sorted(want_bounds.known["node"])[0], sorted(want_bounds.known["rack"])[-1]
+    device = sorted(want_bounds.known["device"])[0]
+    questions = [("fleet", "2026-11"), ("fleet", "2026-W45"), ("scope", "node", node, "all"),
+                 ("scope", "rack", rack, "2026-11"), ("scope", "tenant", "astro", "2026-11"), ("device", device)]
+    got = ask(url, questions, with_prefetch=False)
     assert got.bounds == want_bounds
-    start, end = got.bounds.start, got.bounds.end
-    key = next(k for k in got.by_key if k[0] == "fleet")
-    want = fleet_figures(engine, ds, agents.find(ds), *key[1:])
-    assert got.by_key[key] == want
+    want = dict(answer(engine, ds, found, want_bounds, q) for q in questions)
+    assert got.by_key.keys() == want.keys()
+    for k in want:
+        assert got.by_key[k] == want[k], k
+    rows = ask(url, [("billed", "2026-11")], with_prefetch=False).by_key[("billed", "2026-11")]["rows"]
+    assert rows is not None   # the demo issued November's receipts
+    month = ask(url, [("fleet", "2026-11")], with_prefetch=False, billed={"2026-11": rows})
+    k = key(("fleet", "2026-11"), want_bounds)
+    assert month.by_key == {k: want[k]}
     # the child reports its own peak (a real reading, > 0); how large it may be is bench.web's figure, not a test's
-    assert got.peak_mib > 0 and start < end
+    assert got.peak_mib > 0 and got.bounds.start < got.bounds.end

@@ -20,12 +20,24 @@ from typing import TYPE_CHECKING
 
 from ..canonical import format_ts, now_ts
 from ..entries import Kind, make_entry
-from . import accounting, attribution, drift, recommendation
-from .data import Dataset, load
-from .model import Finding
 
 if TYPE_CHECKING:   # a ledger only where one is read or written: `ipledger analyze` of an export needs none
     from sqlalchemy.engine import Engine
+
+    from .data import Dataset
+    from .model import Finding
+
+# The agents (pandas) load on first use, not with the package: a reader of recorded findings or of a period's
+# text (`ipledger serve`'s server process, ledger.web) never loads the analysis stack.
+_LAZY = {"Dataset": ".data", "load": ".data", "Finding": ".model"}
+
+
+def __getattr__(name: str):  # noqa: ANN202 - PEP 562: ``Dataset``, ``load`` and ``Finding`` on first use
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -64,6 +76,8 @@ def find(ds: Dataset) -> list[Finding]:
 
 def _find(ds: Dataset) -> tuple[list[Finding], list[Finding]]:
     """(the causes in the order the agents produce them, every finding in :func:`find`'s order)."""
+    from . import accounting, attribution, drift, recommendation
+
     drift_f, xid_mask = drift.run(ds)
     attr_f = attribution.run(ds, xid_mask, drift.silent_spans(drift_f))
     acct_f = accounting.findings(ds)
@@ -72,6 +86,8 @@ def _find(ds: Dataset) -> tuple[list[Finding], list[Finding]]:
 
 
 def run_agents(ds: Dataset) -> Analysis:
+    from . import accounting
+
     base, findings = _find(ds)
     account = accounting.account(ds, base)
     meta = {"through_seq": ds.through_seq, "start": format_ts(ds.start) if ds.end else None,
@@ -90,7 +106,7 @@ def period_analysis(ds: Dataset, analysis: Analysis, start: float, end: float, l
     keep = [f for f in analysis.findings if f.agent != "recommendation" and f.start < end and f.end > start]
     ids = {f.id for f in keep}
     recs = [f for f in analysis.findings if f.agent == "recommendation" and set(dict(f.extra).get("based_on", [])) & ids]
-    from . import query
+    from . import accounting, query
 
     sub = Analysis(findings=keep + recs, account=query.scope(ds, keep, "fleet", None, start, end)["account"],
                    daily=accounting.daily(ds, start, end),
@@ -100,6 +116,8 @@ def period_analysis(ds: Dataset, analysis: Analysis, start: float, end: float, l
 
 
 def analyze(engine: Engine, through_seq: int | None = None, topology: dict | None = None) -> Analysis:
+    from .data import load
+
     return run_agents(load(engine, through_seq=through_seq, topology=topology))
 
 

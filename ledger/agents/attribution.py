@@ -403,7 +403,7 @@ def _run_rows(s: pd.DataFrame):  # noqa: ANN202
     """(cluster, job, run) -> that run's samples, from one groupby (not a scan per run, nor a copy of the
     allocated samples: the rows are taken from ``s`` when asked for)."""
     alloc = np.flatnonzero(s["ai"].to_numpy() >= 0)
-    idx = s.iloc[alloc][list(RUN_KEY)].groupby(list(RUN_KEY), dropna=False).indices
+    idx = s[list(RUN_KEY)].iloc[alloc].groupby(list(RUN_KEY), dropna=False).indices   # the keys' columns only
     return lambda key: s.iloc[alloc[idx[key]]] if key in idx else s.iloc[0:0]
 
 

@@ -21,11 +21,10 @@ shown figures.
 
 from __future__ import annotations
 
-import datetime as _dt
-
 import pandas as pd
 
 from ..canonical import format_ts
+from ..periods import calendar_month
 from . import accounting
 from .accounting import DISPLAY_DP, cents, run_money, scope_masks
 from .data import Dataset
@@ -35,15 +34,6 @@ DEVICE_HOURS, RECEIPTS = "device_hours", "receipts"
 OPEN_LINE = "open runs (no receipt issued yet)"
 SPLIT_LINE = "receipt month split vs telemetry"
 ROUNDING_ROW = "(rounding)"
-
-
-def calendar_month(start: float, end: float) -> str | None:
-    """"YYYY-MM" when [start, end) is exactly one UTC calendar month, else None."""
-    a = _dt.datetime.fromtimestamp(start, _dt.timezone.utc)
-    if (a.day, a.hour, a.minute, a.second, a.microsecond) != (1, 0, 0, 0, 0):
-        return None
-    nxt = (a.replace(year=a.year + 1, month=1) if a.month == 12 else a.replace(month=a.month + 1)).timestamp()
-    return a.strftime("%Y-%m") if abs(end - nxt) < 1e-6 else None
 
 
 def billed_rows(engine, start: float, end: float) -> pd.DataFrame | None:  # noqa: ANN001

@@ -3,9 +3,7 @@ same library calls the CLI's `account`, `explain`, `receipt`, `findings` and `ex
 
 from __future__ import annotations
 
-import json
 import re
-import tempfile
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -44,18 +42,24 @@ def figures(view: LedgerView, snap: Snapshot, question: tuple):  # noqa: ANN201
         raise HTTPError(503, str(exc)) from None
 
 
+def answer_alone(view: LedgerView, snap: Snapshot, question: tuple) -> dict:
+    """The answer to a receipt or statement question (ledger.web.figures: the CLI's own calls, in a child that
+    reads no agents' dataset); its refusal (an unknown receipt, a month with nothing issued) as the HTTP error."""
+    try:
+        got = view.alone(snap, question)
+    except FiguresError as exc:
+        raise HTTPError(503, str(exc)) from None
+    if "error" in got:
+        raise HTTPError(*got["error"])
+    return got
+
+
 def _legend() -> str:
     """What the device charts' shading means."""
     items = "".join(f'<span class="key"><svg width="12" height="10"><rect width="12" height="10" fill="{c}"/></svg> '
                     f'throttled: {r}</span> ' for r, c in THROTTLE_FILL.items())
     return (f'<p class="legend"><small>{items}<span class="key">grey: unknown telemetry (the line breaks where the '
             'hour has none)</span> <span class="key">dashed red: a finding\'s evidence window</span></small></p>')
-
-
-def _cents(x: float) -> float:
-    from reports.monthly import cents
-
-    return cents(x)
 
 
 def create_app(view: LedgerView, access: Access, metrics_only: bool = False,
@@ -177,53 +181,17 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False,
         return job, run_n, suffix
 
     def receipt(request: Request, user: User) -> Response:
-        from ..receipts import ReceiptError, issue_receipt, render_pdf, render_text
-
         job, run, suffix = _receipt_key(request, user)
         snap = view.snapshot(with_agents=False)
-        if suffix == ".bundle.json":
-            return _bundle(job, run)
-        try:  # at the head, the terms an issue would use: what `ipledger receipt JOB` prints
-            r = issue_receipt(view.engine, job, run, sku_table=view.site.sku_table, dry_run=True).receipt
-        except ReceiptError as exc:
-            raise HTTPError(404, str(exc)) from None
-        if suffix == ".json":
-            return Response(json.dumps(r.body, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
-                            media_type="application/json")
+        # at the head, the terms an issue would use: what `ipledger receipt JOB` prints (a figures child makes it)
+        got = answer_alone(view, snap, ("receipt", job, run, suffix))
+        if suffix in (".json", ".bundle.json"):
+            return Response(got["content"], media_type="application/json")
         if suffix == ".pdf":
-            with tempfile.TemporaryDirectory() as d:
-                p = Path(d) / "receipt.pdf"
-                render_pdf([r], p)
-                return Response(p.read_bytes(), media_type="application/pdf",
-                                headers={"Content-Disposition": f'attachment; filename="receipt-{job}.pdf"'})
+            return Response(got["content"], media_type="application/pdf",
+                            headers={"Content-Disposition": f'attachment; filename="receipt-{job}.pdf"'})
         base = f"/receipts/{job}" + (f"/{run}" if run is not None else "")
-        return page("receipt.html", request, user, snap, title=f"Receipt of job {job}", text=render_text(r), base=base)
-
-    def _bundle(job: str, run: int | None) -> Response:
-        from ..heads import latest_head
-        from ..proofs import build_bundle
-
-        with view.engine.connect() as conn:
-            h = latest_head(conn)
-        if h is None:
-            raise HTTPError(404, "the ledger has no signed tree head yet (ipledger checkpoint makes one)")
-        from ..heads import HeadError
-        from ..merkle import TreeError
-        from ..proofcheck import Failure
-        from ..receipts import ReceiptError
-
-        try:
-            b = build_bundle(view.engine, job, run, h, sku_table=view.site.sku_table)
-        except ReceiptError as exc:
-            raise HTTPError(404, str(exc)) from None
-        except (HeadError, Failure, TreeError) as exc:
-            raise HTTPError(500, f"the proof bundle cannot be made: {exc}") from None
-        from ..proofs import write_bundle
-
-        with tempfile.TemporaryDirectory() as d:   # the bytes `ipledger receipt JOB --proof --out` writes
-            p = Path(d) / "bundle.json"
-            write_bundle(b, str(p))
-            return Response(p.read_bytes(), media_type="application/json")
+        return page("receipt.html", request, user, snap, title=f"Receipt of job {job}", text=got["content"], base=base)
 
     def finding(request: Request, user: User) -> Response:
         snap = view.snapshot(with_agents=False)
@@ -234,8 +202,6 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False,
         return page("finding.html", request, user, snap, title=f"Finding {fid}", f=f)
 
     def statement(request: Request, user: User) -> Response:
-        from reports.export import ExportError, build_statement, to_json
-
         month = request.path_params["month"]
         as_json = month.endswith(".json")
         month = month.removesuffix(".json")
@@ -248,16 +214,11 @@ def create_app(view: LedgerView, access: Access, metrics_only: bool = False,
             if tenant_q is None or not user.sees(tenant_q):
                 raise HTTPError(404, "not found")
         snap = view.snapshot(with_agents=False)
-        try:
-            st = snap.memo(("statement", month, tenant_q), lambda: build_statement(view.engine, month, tenant=tenant_q))
-        except ExportError as exc:
-            raise HTTPError(404, str(exc)) from None
+        st = answer_alone(view, snap, ("statement", month, tenant_q))   # `ipledger export monthly`'s statement
         if as_json:
-            return JSONResponse(json.loads(json.dumps(to_json(st), default=str)))
-        t = st.totals
+            return JSONResponse(st["json"])
         return page("statement.html", request, user, snap, title=f"Statement {month}" + (f" — {tenant_q}" if tenant_q else ""),
-                    st=st, t=t, month=month, tenant=tenant_q, billed=_cents(t["billed"]),
-                    currency=",".join(t["currencies"]))
+                    st=st, t=st["totals"], month=month, tenant=tenant_q, billed=st["billed"], currency=st["currency"])
 
     async def metrics(request: Request) -> Response:
         return await run_in_threadpool(metrics_response, view, request.headers.get("accept", ""), verify_status)

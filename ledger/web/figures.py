@@ -9,7 +9,14 @@ node and tenant, every device), so that the links of a page are answered without
 
 A question is a tuple: ``("fleet", period_text)``, ``("scope", kind, name, period_text)`` (kind: rack, node,
 tenant), ``("device", uuid)``. Its key (what an answer is stored under) names the period by its bounds, so two
-spellings of one period share an answer: `key(question, bounds)`."""
+spellings of one period share an answer: `key(question, bounds)`. Two kinds are their own key and are asked
+alone (:data:`ALONE`), their child reading no agents' dataset: a month's statement, ``("statement", month,
+tenant)`` (`ipledger export monthly`'s `build_statement`), and a receipt's file, ``("receipt", job, run, suffix)``
+(`ipledger receipt`'s text, JSON, PDF or proof bundle: suffix "", ".json", ".pdf", ".bundle.json"); and
+``("billed", month)``, the month's statement rows a question of that calendar month prices against, built in a
+child of their own and handed pickled to the child that answers the question (:func:`month_rows`).
+
+The server process imports none of pandas, pyarrow or DuckDB: they load in the children only."""
 
 from __future__ import annotations
 
@@ -21,6 +28,13 @@ from html import escape
 from pathlib import Path
 
 SCOPE_KINDS = ("rack", "node", "tenant")
+ALONE = ("statement", "billed", "receipt")   # questions a child answers without the agents' dataset
+# The samples' columns the figures read once the agents have run (ledger.agents.accounting and query, and the
+# charts here); the raw telemetry only the agents' rules read (span_end, dt, sm, ecc, row remaps, fb, procs, act,
+# ratio, resident, vendor, rated) is dropped then, so every copy a figure makes is that much smaller.
+FIGURE_COLUMNS = ("device", "t", "ai", "h", "h_del", "h_thr", "h_under", "h_starved", "h_idle", "h_missing",
+                  "rbucket", "clk", "power", "temp", "xid", "running", "cluster", "job_id", "run", "tenant",
+                  "partition", "qos", "node", "rack", "sku")
 CHILD_TIMEOUT_S = 600          # the demo takes seconds; a ledger this cannot read in ten minutes needs the CLI
 
 
@@ -36,9 +50,10 @@ class Bounds:
 
 @dataclass(frozen=True)
 class Answers:
-    """What one child computed: the bounds, answers by key, and the child's own peak memory and time."""
+    """What one child computed: the bounds (None from a statements-only child), answers by key, and the child's
+    own peak memory and time."""
 
-    bounds: Bounds
+    bounds: Bounds | None
     by_key: dict
     peak_mib: float
     seconds: float
@@ -102,21 +117,37 @@ def bounds_of(ds) -> Bounds:  # noqa: ANN001 - a Dataset
     return Bounds(float(ds.start), float(ds.end), str(ds.currency), known)
 
 
-def fleet_figures(engine, ds, found, start: float, end: float, label: str) -> dict:  # noqa: ANN001
+def month_rows(engine, start: float, end: float, billed: dict | None = None):  # noqa: ANN001, ANN201
+    """`query.billed_rows` of [start, end): from ``billed`` (month -> those rows as a child of their own pickled
+    them, the ("billed", month) question; None: nothing issued) where it holds the month, else read here."""
+    import pickle
+
+    from ..agents import query
+    from ..periods import calendar_month
+
+    month = calendar_month(start, end)
+    if billed and month in billed:
+        return pickle.loads(billed[month]) if billed[month] is not None else None  # noqa: S301 - our own child's
+    return query.billed_rows(engine, start, end)
+
+
+def fleet_figures(engine, ds, found, start: float, end: float, label: str,  # noqa: ANN001
+                  billed: dict | None = None) -> dict:
     """`ipledger account --period P --json`'s figures (the same call), the per-node ranking and the heat map."""
     from ..agents import query
 
-    res = query.period(ds, found, start, end, label, query.billed_rows(engine, start, end))
+    res = query.period(ds, found, start, end, label, month_rows(engine, start, end, billed))
     nodes = sorted(query.ranking(ds, "node", "paid", start, end, n=10_000), key=lambda r: r["node"])
     return {"res": res, "nodes": nodes, "heat": heatmap_svg(ds.samples, start, end)}
 
 
-def scope_figures(engine, ds, found, kind: str, name: str, start: float, end: float) -> dict:  # noqa: ANN001
+def scope_figures(engine, ds, found, kind: str, name: str, start: float, end: float,  # noqa: ANN001
+                  billed: dict | None = None) -> dict:
     """`ipledger explain --KIND NAME --period P --json`'s figures (the same call); for a rack or node also its
     devices and delivered share per hour."""
     from ..agents import query
 
-    res = query.scope(ds, found, kind, name, start, end, query.billed_rows(engine, start, end))
+    res = query.scope(ds, found, kind, name, start, end, month_rows(engine, start, end, billed))
     devices, chart = [], ""
     if kind in ("node", "rack"):
         sel = ds.samples[ds.samples[kind].astype(str) == name]
@@ -143,13 +174,14 @@ def device_figures(sel, currency: str, gaps: list[dict] = ()) -> dict:  # noqa: 
             "res": device_res(sel, currency)}
 
 
-def answer(engine, ds, found, bounds: Bounds, question: tuple) -> tuple[tuple, object]:  # noqa: ANN001
+def answer(engine, ds, found, bounds: Bounds, question: tuple,  # noqa: ANN001
+           billed: dict | None = None) -> tuple[tuple, object]:
     """(key, answer) of one question; NotAnswerable for one the pages refuse (the server says why)."""
     k = key(question, bounds)
     if k[0] == "fleet":
-        return k, fleet_figures(engine, ds, found, *k[1:])
+        return k, fleet_figures(engine, ds, found, *k[1:], billed=billed)
     if k[0] == "scope":
-        return k, scope_figures(engine, ds, found, *k[1:])
+        return k, scope_figures(engine, ds, found, *k[1:], billed=billed)
     sel = ds.samples[ds.samples["device"].astype(str).map(device_id) == k[1]]
     return k, device_figures(sel, ds.currency, ds.gaps)
 
@@ -169,22 +201,118 @@ def prefetch(engine, ds, found, bounds: Bounds) -> dict:  # noqa: ANN001
     return by_key
 
 
-def compute(url: str, questions: list[tuple], with_prefetch: bool) -> Answers:
-    """Read the ledger at ``url`` (read-only), run the agents and answer: what the child does."""
-    from .. import agents
-    from ..agents import hourly
+def statement_figures(engine, month: str, tenant: str | None) -> dict:  # noqa: ANN001
+    """A month's statement as the page shows it (`ipledger export monthly`'s own `build_statement` and
+    `to_json`): the JSON document, its totals, ledger head and billed amount as shown; ``{"error": line}`` when
+    the export refuses the month."""
+    import json
+
+    from reports.export import ExportError, build_statement, to_json
+    from reports.monthly import cents
+
+    try:
+        st = build_statement(engine, month, tenant=tenant)
+    except ExportError as exc:
+        return {"error": str(exc)}
+    t = st.totals
+    return {"json": json.loads(json.dumps(to_json(st), default=str)), "totals": json.loads(json.dumps(t, default=str)),
+            "through_seq": st.through_seq, "head_hash": st.head_hash, "billed": cents(t["billed"]),
+            "currency": ",".join(t["currencies"])}
+
+
+def receipt_file(engine, job: str, run: int | None, suffix: str, sku_table) -> dict:  # noqa: ANN001
+    """A receipt's file at the ledger's head, as `ipledger receipt JOB` gives it (the terms an issue would use):
+    ``{"content": text or bytes}`` — its text (suffix ""), JSON (".json"), PDF (".pdf") or the proof bundle
+    `ipledger receipt JOB --proof --out` writes (".bundle.json"); ``{"error": (code, line)}`` when refused."""
+    import json
+    import tempfile
+
+    from ..receipts import ReceiptError, issue_receipt, render_pdf, render_text
+
+    if suffix == ".bundle.json":
+        return _bundle_file(engine, job, run, sku_table)
+    try:
+        r = issue_receipt(engine, job, run, sku_table=sku_table, dry_run=True).receipt
+    except ReceiptError as exc:
+        return {"error": (404, str(exc))}
+    if suffix == ".json":
+        return {"content": json.dumps(r.body, indent=2, sort_keys=True, ensure_ascii=False) + "\n"}
+    if suffix == ".pdf":
+        with tempfile.TemporaryDirectory() as d:
+            p = Path(d) / "receipt.pdf"
+            render_pdf([r], p)
+            return {"content": p.read_bytes()}
+    return {"content": render_text(r)}
+
+
+def _bundle_file(engine, job: str, run: int | None, sku_table) -> dict:  # noqa: ANN001
+    import tempfile
+
+    from ..heads import HeadError, latest_head
+    from ..merkle import TreeError
+    from ..proofcheck import Failure
+    from ..proofs import build_bundle, write_bundle
+    from ..receipts import ReceiptError
+
+    with engine.connect() as conn:
+        h = latest_head(conn)
+    if h is None:
+        return {"error": (404, "the ledger has no signed tree head yet (ipledger checkpoint makes one)")}
+    try:
+        b = build_bundle(engine, job, run, h, sku_table=sku_table)
+    except ReceiptError as exc:
+        return {"error": (404, str(exc))}
+    except (HeadError, Failure, TreeError) as exc:
+        return {"error": (500, f"the proof bundle cannot be made: {exc}")}
+    with tempfile.TemporaryDirectory() as d:   # the bytes `ipledger receipt JOB --proof --out` writes
+        p = Path(d) / "bundle.json"
+        write_bundle(b, str(p))
+        return {"content": p.read_bytes()}
+
+
+def answer_alone(engine, question: tuple, sku_table) -> dict:  # noqa: ANN001
+    """The answer to a statement, billed-rows or receipt question (:data:`ALONE`)."""
+    if question[0] == "statement":
+        return statement_figures(engine, question[1], question[2])
+    if question[0] == "billed":   # a month's statement rows for a question child (`month_rows`), pickled
+        import pickle
+
+        from ..agents import query
+        from ..periods import month_bounds
+
+        a, b = month_bounds(question[1])
+        rows = query.billed_rows(engine, a.timestamp(), b.timestamp())
+        return {"rows": pickle.dumps(rows) if rows is not None else None}
+    return receipt_file(engine, *question[1:], sku_table)
+
+
+def compute(url: str, questions: list[tuple], with_prefetch: bool, sku_table=None,  # noqa: ANN001
+            billed: dict | None = None) -> Answers:
+    """Read the ledger at ``url`` (read-only), run the agents and answer: what the child does. Questions that
+    need no dataset (:data:`ALONE`, without prefetch) read only what they need: the agents do not run. ``billed``:
+months' statement rows already pickled by another child (:func:`month_rows`), so that this one, which holds the
+dataset, never holds a statement's build as well."""
     from ..db import make_engine
 
     t0 = time.monotonic()
     engine = make_engine(url, create=False, read_only=True)
+    if not with_prefetch and questions and all(q[0] in ALONE for q in questions):
+        by_key = {q: answer_alone(engine, q, sku_table) for q in questions}
+        engine.dispose()
+        return Answers(None, by_key, peak_mib(), time.monotonic() - t0)
+    from .. import agents
+    from ..agents import hourly
+
     ds = hourly.load_compact(engine, detail=True)
     found = agents.find(ds) if len(ds.allocs) else []
+    ds.samples = ds.samples.drop(columns=[c for c in ds.samples.columns if c not in FIGURE_COLUMNS])   # no copy
+    ds.hourly = None   # the agents' per device-hour statistics: read by their rules only
     release_freed_memory()   # the load's and the agents' temporaries: the figures below reuse the pages
     bounds = bounds_of(ds)
     by_key = prefetch(engine, ds, found, bounds) if with_prefetch else {}
     for q in questions:
         try:
-            k, a = answer(engine, ds, found, bounds, q)
+            k, a = answer(engine, ds, found, bounds, q, billed)
         except NotAnswerable:
             continue
         by_key[k] = a
@@ -218,12 +346,18 @@ def release_freed_memory() -> None:
 
 def _child_settings() -> None:
     """The child's set-up, before it imports pyarrow: Arrow's own allocator keeps freed blocks, the system's gives
-    them back (about 30 MiB less peak)."""
+    them back (about 30 MiB less peak); glibc serves the columns from their own mappings, given back when freed
+    (:func:`ledger.heap.free_large_blocks_at_once`)."""
+    from ..heap import free_large_blocks_at_once
+
     os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "system"
+    free_large_blocks_at_once()
 
 
-def ask(url: str, questions: list[tuple], with_prefetch: bool) -> Answers:
-    """`compute` in a short-lived child process (the server's memory never holds the dataset): a fresh interpreter
+def ask(url: str, questions: list[tuple], with_prefetch: bool, sku_table=None,  # noqa: ANN001
+        billed: dict | None = None) -> Answers:
+    """`compute` in a short-lived child process (the server's memory never holds the dataset, nor imports what
+    reads it; ``sku_table``: the site's, for receipts): a fresh interpreter
     started by multiprocessing's spawn (this process's import path, no fork of the server), ended after one answer.
     A child that raises, dies or runs past :data:`CHILD_TIMEOUT_S` is a :class:`FiguresError` naming why."""
     import multiprocessing
@@ -233,7 +367,8 @@ def ask(url: str, questions: list[tuple], with_prefetch: bool) -> Answers:
 
     pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_child_settings)
     try:
-        return pool.submit(compute, url, questions, with_prefetch).result(timeout=CHILD_TIMEOUT_S)
+        table = dict(sku_table) if sku_table is not None else None   # a plain dict crosses to the child
+        return pool.submit(compute, url, questions, with_prefetch, table, billed).result(timeout=CHILD_TIMEOUT_S)
     except FutureTimeout:
         for child in multiprocessing.active_children():   # the pool's one process: end it now, not at its end
             child.terminate()

@@ -11,13 +11,17 @@ import time
 from dataclasses import dataclass, field
 
 from ..canonical import ts_to_epoch
+from ..heap import return_freed_heap
 from ..kinds import Kind
+from ..periods import calendar_month
 from ..store import head, iter_entries
-from .figures import Bounds, NotAnswerable, ask, key
+from .figures import ALONE, Bounds, NotAnswerable, ask, key
 
 
-MEMO_LIMIT = 256       # answers to per-request questions (statements)
 FIGURES_LIMIT = 4096   # the figures children's answers: the prefetch of the demo is about 200 of them
+# what the pages and /metrics read of an issued receipt (the whole body is its JSON file, made on request)
+RECEIPT_FIELDS = ("job", "window", "gpu_hours", "cost", "unknown_by_cause")
+FILES_LIMIT = 256      # statements and receipt files (text, JSON, PDF, proof bundle: up to tens of kB each)
 
 
 @dataclass
@@ -30,20 +34,13 @@ class Snapshot:
     bounds: Bounds | None = None                   # the dataset's span and names (None: no child has run yet)
     child_peaks_mib: list = field(default_factory=list)   # each figures child's own peak memory at this head
     recorded: list = field(default_factory=list)   # recorded findings with status (dicts)
-    receipts: dict = field(default_factory=dict)   # (cluster, job_id, run) -> latest issued receipt body
+    receipts: dict = field(default_factory=dict)   # (cluster, job_id, run) -> latest issued receipt body's
+                                                   # RECEIPT_FIELDS
     last_ts: float | None = None                   # the newest entry's time
     months: list = field(default_factory=list)     # months with issued receipts
-    cache: dict = field(default_factory=dict)      # figures already computed at this head, by question
     figures: dict = field(default_factory=dict)    # the figures children's answers at this head, by key
-
-    def memo(self, key: tuple, compute):  # noqa: ANN001, ANN201
-        """``compute()``, once per question at this head (the ledger is append-only: the same head, the same
-        answer)."""
-        if key not in self.cache:
-            if len(self.cache) >= MEMO_LIMIT:   # arbitrary periods cannot grow the server without bound
-                self.cache.clear()
-            self.cache[key] = compute()
-        return self.cache[key]
+                                                   # (the ledger is append-only: the same head, the same answer)
+    files: dict = field(default_factory=dict)      # statements and receipt files at this head, by question
 
 
 class LedgerView:
@@ -81,28 +78,50 @@ class LedgerView:
         k = key(question, snap.bounds)
         got = snap.figures.get(k)   # one lookup: another request's child may clear the dict meanwhile
         if got is None:
-            self._ask(snap, [question], with_prefetch=False)
+            self._ask(snap, [question], with_prefetch=False, billed=self._billed(snap, k))
             got = snap.figures.get(k)
         if got is None:   # the child had no answer to a question its bounds allow
             raise NotAnswerable(404, "not found")
         return got
 
-    def _ask(self, snap: Snapshot, questions: list[tuple], with_prefetch: bool) -> None:
+    def alone(self, snap: Snapshot, question: tuple) -> dict:
+        """The answer to a statement or receipt question at ``snap``'s head (ledger.web.figures.answer_alone),
+        from a child of its own (it reads no agents' dataset) when not yet kept."""
+        got = snap.files.get(question)
+        if got is None:
+            self._ask(snap, [question], with_prefetch=False)
+            got = snap.files.get(question)
+        return got if got is not None else {"error": (404, "not found")}
+
+    def _billed(self, snap: Snapshot, k: tuple) -> dict | None:
+        """For a question of a calendar month: {month: its statement rows}, pickled by a child of their own (the
+        ("billed", month) question), so that the child holding the dataset does not also build the statement."""
+        bounds = {"fleet": k[1:3], "scope": k[3:5]}.get(k[0])
+        month = calendar_month(*bounds) if bounds else None
+        if month is None:
+            return None
+        got = self.alone(snap, ("billed", month))
+        return {month: got["rows"]} if "rows" in got else None
+
+    def _ask(self, snap: Snapshot, questions: list[tuple], with_prefetch: bool, billed: dict | None = None) -> None:
         with self._figures_lock:
             if with_prefetch and snap.bounds is not None:   # another request's child did it meanwhile
                 with_prefetch = False
                 questions = [q for q in questions if key(q, snap.bounds) not in snap.figures]
                 if not questions:
                     return
-            got = ask(self.url, questions, with_prefetch)
-            if len(snap.figures) + len(got.by_key) > FIGURES_LIMIT:
-                snap.figures.clear()   # arbitrary periods cannot grow the server without bound
-            snap.figures.update(got.by_key)
+            got = ask(self.url, questions, with_prefetch, getattr(self.site, "sku_table", None), billed)
+            alone = {k: a for k, a in got.by_key.items() if k[0] in ALONE}
+            for kept, new, limit in ((snap.figures, {k: a for k, a in got.by_key.items() if k not in alone},
+                                      FIGURES_LIMIT), (snap.files, alone, FILES_LIMIT)):
+                if len(kept) + len(new) > limit:
+                    kept.clear()   # arbitrary periods and receipts cannot grow the server without bound
+                kept.update(new)
             snap.child_peaks_mib.append(got.peak_mib)
             if self.log is not None:
                 self.log(f"ipledger serve: figures at head {snap.seq}: {len(got.by_key)} answers in {got.seconds:.1f} s, "
                          f"child peak {got.peak_mib:.0f} MiB")
-            if snap.bounds is None:
+            if snap.bounds is None and got.bounds is not None:
                 snap.bounds = got.bounds
 
     def _read(self, seq: int, h: str) -> Snapshot:
@@ -115,7 +134,8 @@ class LedgerView:
             for ce in iter_entries(conn, kinds=[Kind.RECEIPT_ISSUED]):
                 r = ce.entry.data.get("receipt", {})
                 j = r.get("job", {})
-                s.receipts[(j.get("cluster"), str(j.get("job_id")), int(j.get("run", 0)))] = r
+                s.receipts[(j.get("cluster"), str(j.get("job_id")), int(j.get("run", 0)))] = {
+                    k: r[k] for k in RECEIPT_FIELDS if k in r}
                 w = r.get("window", {})
                 if w.get("start"):
                     months.add(w["start"][:7])
@@ -124,6 +144,7 @@ class LedgerView:
             v = row[0]
             s.last_ts = v.timestamp() if hasattr(v, "timestamp") else ts_to_epoch(str(v))
         s.months = sorted(months)
+        return_freed_heap()   # the entries' decoded payloads, dropped but for the fields kept
         return s
 
 
