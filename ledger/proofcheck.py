@@ -504,64 +504,91 @@ def reason_index(mask: int) -> int:
     return THROTTLE_REASONS.index("other")
 
 
-def attribute_samples(window: tuple[float, float], rows: Sequence[Sequence], unknown: Sequence[tuple],
-                      suspended: Sequence[tuple[float, float]], rated: float | None) -> Account:
-    """One device's buckets from its samples (rows in SAMPLE_COLUMNS order, sorted, None = not measured)."""
+FLOAT_MAX = sys.float_info.max
+
+
+def _finite(x: float) -> float:
+    """A not-a-number as 0 and an infinity as the largest float, so a sample's end stays a number."""
+    if x != x:
+        return 0.0
+    return max(-FLOAT_MAX, min(x, FLOAT_MAX))
+
+
+def frame_samples(rows: Sequence[Sequence]) -> list[tuple]:
+    """Stage "frame" of one device's samples: bundle rows (SAMPLE_COLUMNS order, None = not measured) to the
+    figures the method reads, one tuple per sample: (t, dt, activity, coarse, sm clock, clock-event mask,
+    compute processes, framebuffer MiB), NaN = not measured, mask -1 = not measured. Activity is the best
+    signal: SM active, else tensor active, else the coarse gpu_util (``coarse`` then True)."""
+    col = {name: i for i, name in enumerate(SAMPLE_COLUMNS)}
+    nan = float("nan")
+    out = []
+    for r in rows:
+        def get(name: str, r: Sequence = r) -> float:
+            v = r[col[name]]
+            return nan if v is None else float(v)
+
+        sm, ten, gu = get("sm_active"), get("tensor_active"), get("gpu_util")
+        fine = ten if sm != sm else sm
+        mask = r[col["clock_reasons"]]
+        out.append((get("t"), get("dt"), gu if fine != fine else fine, fine != fine and gu == gu,
+                    get("sm_clock_mhz"), -1 if mask is None else int(mask), get("compute_procs"),
+                    get("fb_used_mib")))
+    return out
+
+
+def attribute_device(window: tuple[float, float], samples: Sequence[tuple], unknown: Sequence[tuple] = (),
+                     suspended: Sequence[tuple[float, float]] = (), rated: float | None = None,
+                     active_min: float = ACTIVE_MIN, resident_fb_mib: float = RESIDENT_FB_MIB) -> Account:
+    """Stage "attribute": one device's allocated window [start, end) in integer nanohours per bucket, one sample
+    at a time (docs/method.md, "Per sample"), from :func:`frame_samples` tuples in any order (a stable sort by
+    time first). This is the method's plain reference: tests hold ``ledger.method.attribute_device`` (numpy)
+    equal to it under hypothesis, integer for integer."""
     s, e, susp, paid_nh, suspended_nh = _frame(window, suspended)
-    if not rows:
+    if not samples:
         portions, _ = gap_portions((s, e), susp, unknown)
         buckets = [0] * len(BUCKETS)
         buckets[B_UNKNOWN] = paid_nh
         return Account(paid_nh, buckets, suspended_nh, portions,
                        {"field_missing": 0, "no_telemetry": paid_nh - sum(portions.values())}, "none")
-    col = {name: i for i, name in enumerate(SAMPLE_COLUMNS)}
-    nan = float("nan")
-
-    def get(r: Sequence, name: str) -> float:
-        v = r[col[name]]
-        return nan if v is None else float(v)
-
-    t = [get(r, "t") for r in rows]
+    rows = sorted(samples, key=lambda r: r[0])
+    if any(r[0] != r[0] for r in rows):
+        raise Failure("a sample's time is not a number")
+    t = [r[0] for r in rows]
     n = len(t)
-    b = [t[i] + (0.0 if rows[i][col["dt"]] is None else float(rows[i][col["dt"]])) for i in range(n)]
+    # Each sample covers [t, min(t + dt, next t)) clipped to the window.
+    b = [t[i] + _finite(rows[i][1]) for i in range(n)]
     for i in range(n - 1):
         b[i] = min(b[i], t[i + 1])
     b = [min(max(x, s), e) for x in b]
     a = [min(max(x, s), e) for x in t]
     covered = [max(y - x, 0.0) for x, y in zip(a, b)]
-    act, coarse = [], []
-    for r in rows:
-        sm, ten, gu = get(r, "sm_active"), get(r, "tensor_active"), get(r, "gpu_util")
-        fine = ten if sm != sm else sm
-        act.append(gu if fine != fine else fine)
-        coarse.append(fine != fine and gu == gu)
-    present = [x == x for x in act]
+    present = [r[2] == r[2] for r in rows]
+    # Unknown intervals: each gap's share, minus the time samples with a measured activity cover.
     measured = None
     if unknown:
         has = [i for i in range(n) if present[i] and covered[i] > 0]
         measured = Spans([a[i] for i in has], [b[i] for i in has])
     portions, gaps = gap_portions((s, e), susp, unknown, measured)
-    if susp:
+    if susp:                                   # suspended time is not paid
         sp = Spans([x for x, _ in susp], [y for _, y in susp])
         covered = [c - sp.overlap(x, y) for c, x, y in zip(covered, a, b)]
-    if gaps:
+    if gaps:                                   # a sample without activity yields to a gap
         gp = Spans([x for x, _ in gaps], [y for _, y in gaps])
         covered = [c if present[i] else c - gp.overlap(a[i], b[i]) for i, c in enumerate(covered)]
     if susp or gaps:
         covered = [max(c, 0.0) for c in covered]
     sums = [0] * len(BUCKETS)
     coarse_nh = 0
-    for i, r in enumerate(rows):
-        activity = min(max(act[i], 0.0), 1.0) if present[i] else 0.0
-        procs, fb = get(r, "compute_procs"), get(r, "fb_used_mib")
-        resident = procs > 0.0 or fb > RESIDENT_FB_MIB
-        low = present[i] and activity < ACTIVE_MIN
+    for i, (_t, _dt, act, coarse, clock, mask, procs, fb) in enumerate(rows):
+        activity = min(max(act, 0.0), 1.0) if present[i] else 0.0
+        fb_seen = fb if resident_fb_mib >= 0 else _finite(fb)   # a negative threshold: unmeasured fb is 0
+        resident = procs > 0.0 or fb_seen > resident_fb_mib
+        low = present[i] and activity < active_min
         working = present[i] and not low
         busy = covered[i] * activity
-        cov = int(covered[i] * NH_PER_SECOND + 0.5)
+        cov = int(covered[i] * NH_PER_SECOND + 0.5)   # rounded once; the parts are split from this integer
         active = int(busy * NH_PER_SECOND + 0.5)
-        if rated:
-            clock = get(r, "sm_clock_mhz")
+        if rated:                               # clock ratio r = min(clock / rated, 1); unmeasured: 1
             ratio = clock / float(rated)
             ratio = max(1.0 if ratio != ratio else min(ratio, 1.0), 0.0)
             delivered = int(busy * ratio * NH_PER_SECOND + 0.5)
@@ -570,18 +597,23 @@ def attribute_samples(window: tuple[float, float], rows: Sequence[Sequence], unk
         active = min(active, cov) if working else 0
         delivered = min(delivered, active)
         if active - delivered:
-            mask = r[col["clock_reasons"]]
-            sums[B_THROTTLED[THROTTLE_REASONS[reason_index(-1 if mask is None else int(mask))]]] += active - delivered
+            sums[B_THROTTLED[THROTTLE_REASONS[reason_index(mask)]]] += active - delivered
         sums[B_DELIVERED] += delivered
         if working:
             sums[B_UNDER] += cov - active
         if low:
             sums[B_STARVED if resident else B_IDLE] += cov
         if not present[i]:
-            sums[B_UNKNOWN] += cov
-        elif coarse[i]:
+            sums[B_UNKNOWN] += cov             # unknown, cause field_missing: never read as zero
+        elif coarse:
             coarse_nh += cov
     return _finish(paid_nh, suspended_nh, portions, sums, "samples", coarse_nh)
+
+
+def attribute_samples(window: tuple[float, float], rows: Sequence[Sequence], unknown: Sequence[tuple],
+                      suspended: Sequence[tuple[float, float]], rated: float | None) -> Account:
+    """One device's buckets from its bundled sample rows: :func:`frame_samples`, then :func:`attribute_device`."""
+    return attribute_device(window, frame_samples(rows), unknown, suspended, rated)
 
 
 def _flatten(d: Mapping, prefix: str = "") -> dict[str, Any]:

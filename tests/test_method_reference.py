@@ -1,4 +1,5 @@
-"""The vectorised attribution equals the method as written: ``ledger.method.reference``, one sample at a time.
+"""The vectorised attribution equals the method as written: the tenant's verifier ``ledger/proofcheck.py``,
+one sample at a time (its stage "attribute", :func:`ledger.proofcheck.attribute_device`, standard library only).
 
 hypothesis draws the same nasty devices as tests/test_attribution_equivalence.py (NaN in every column, gaps
 and overlaps, unsorted and duplicated times, infinities, zero-length windows, suspended spans, unknown
@@ -12,18 +13,34 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 
 from ledger.method import DeviceAccount, SampleArrays, attribute_device
-from ledger.method.attribution import THROTTLE_REASONS, reason_bucket
-from ledger.method.reference import attribute_device_reference, reason_of
+from ledger.method.attribution import BUCKETS, THROTTLE_REASONS, reason_bucket
+from ledger import proofcheck as pc
 from ledger.receipts.example import BLOCKS, EXPECTED_HOURS, START, example_entries
 from tests.test_attribution_equivalence import cases
 
 
-def _same_figures(fast: DeviceAccount, ref: DeviceAccount) -> None:
+def attribute_device_reference(window, samples: SampleArrays | None, *, unknown=(), suspended=(),  # noqa: ANN001
+                               rated_clock_mhz=None, thresholds=None) -> pc.Account:  # noqa: ANN001
+    """proofcheck's plain attribution of the same device: the arrays as its per-sample tuples, plain floats."""
+    rows = [] if samples is None else list(zip(
+        samples.t.tolist(), samples.dt.tolist(), samples.activity.tolist(), samples.coarse.tolist(),
+        samples.sm_clock.tolist(), samples.reasons.tolist(), samples.procs.tolist(), samples.fb_used.tolist()))
+    kw = {} if thresholds is None else {"active_min": thresholds.active_min,
+                                        "resident_fb_mib": thresholds.resident_fb_mib}
+    return pc.attribute_device(window, rows, list(unknown), list(suspended), rated_clock_mhz, **kw)
+
+
+def reason_of(mask: int) -> str:
+    return THROTTLE_REASONS[pc.reason_index(mask)]
+
+
+def _same_figures(fast: DeviceAccount, ref: pc.Account) -> None:
     assert (fast.paid_nh, fast.suspended_nh) == (ref.paid_nh, ref.suspended_nh)
-    assert fast.buckets.tolist() == ref.buckets.tolist()
-    assert fast.gap_nh == ref.gap_nh and fast.unknown_causes == ref.unknown_causes
+    assert fast.buckets.tolist() == ref.buckets
+    assert fast.gap_nh == ref.gap_nh and fast.unknown_causes == ref.causes
     assert (fast.fidelity, fast.coarse_nh) == (ref.fidelity, ref.coarse_nh)
-    assert ref.paid_nh == int(ref.buckets.sum())
+    assert ref.paid_nh == sum(ref.buckets)
+    assert pc.BUCKETS == BUCKETS and pc.THROTTLE_REASONS == THROTTLE_REASONS
 
 
 def test_vectorised_attribution_equals_the_reference(soak) -> None:  # noqa: ANN001
@@ -55,7 +72,7 @@ def test_reference_on_the_worked_example_of_the_document() -> None:
             "starved": EXPECTED_HOURS["starved"], "idle_held": EXPECTED_HOURS["idle_held"],
             "unknown": EXPECTED_HOURS["unknown"],
             **{f"throttled.{k}": v for k, v in EXPECTED_HOURS["throttled"].items()}}
-    assert {k: v / 1e9 for k, v in ref.as_dict().items()} == want
+    assert {k: v / 1e9 for k, v in zip(pc.BUCKETS, ref.buckets)} == want
     assert (ref.paid_nh / 1e9, ref.suspended_nh / 1e9) == (EXPECTED_HOURS["paid"], EXPECTED_HOURS["suspended"])
 
 

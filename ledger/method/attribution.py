@@ -380,7 +380,8 @@ def _attribute_samples(window: tuple[float, float], samples: SampleArrays, susp:
     done in place and skipped where it cannot change a result (no reordering of ordered samples, no overlap
     with spans that are absent); every float operation is the one docs/method.md defines, in the same order,
     so the integers are exactly those of the method as written, one sample at a time, in
-    :mod:`ledger.method.reference` (tests/test_method_reference.py compares under hypothesis).
+    :func:`ledger.proofcheck.attribute_device`, the tenant's verifier (tests/test_method_reference.py compares
+    under hypothesis).
     """
     s, e = window
     t = samples.t
