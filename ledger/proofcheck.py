@@ -428,9 +428,10 @@ class Spans:
         return max(self._f(b) - self._f(a), 0.0)
 
 
-def gap_portions(window: tuple[float, float], susp: list[tuple[float, float]],
-                 unknown: Sequence[tuple[float, float, str]],
-                 measured: Spans | None = None) -> tuple[dict[str, int], list[tuple[float, float]]]:
+def gap_spans(window: tuple[float, float], susp: Sequence[tuple[float, float]],
+              unknown: Sequence[tuple[float, float, str]]) -> dict[str, list[tuple[float, float]]]:
+    """Each gap's exclusive spans inside the window: minus suspended time, minus what earlier gaps (in the
+    given ledger order) already took, so overlapping gaps are never counted twice."""
     s, e = window
     taken = list(susp)
     spans: dict[str, list[tuple[float, float]]] = {}
@@ -442,6 +443,14 @@ def gap_portions(window: tuple[float, float], susp: list[tuple[float, float]],
         free = subtract(span, union(taken))
         spans[gid].extend(free)
         taken.extend(free)
+    return spans
+
+
+def gap_portions(window: tuple[float, float], susp: list[tuple[float, float]],
+                 unknown: Sequence[tuple[float, float, str]],
+                 measured: Spans | None = None) -> tuple[dict[str, int], list[tuple[float, float]]]:
+    """(nanohours per gap, union of all gap spans); a gap yields to the ``measured`` spans of samples."""
+    spans = gap_spans(window, susp, unknown)
     portions = {}
     for gid, sp in spans.items():
         secs = math.fsum(b - a for a, b in sp)
@@ -452,6 +461,9 @@ def gap_portions(window: tuple[float, float], susp: list[tuple[float, float]],
 
 
 def settle(paid_nh: int, buckets: list[int], gap_total: int) -> tuple[list[int], int]:
+    """Uncovered time (no sample, no gap) is unknown; per-sample rounding residue lands there too. If rounding
+    made the parts exceed paid (by a few nanohours), the excess is taken from the largest bucket (the first
+    of equals). Returns (buckets, uncovered nanohours)."""
     rest = paid_nh - sum(buckets) - gap_total
     if rest < 0:
         buckets = list(buckets)
@@ -477,8 +489,10 @@ class Account:
     coarse_nh: int = 0
 
 
-def _finish(paid_nh: int, suspended_nh: int, portions: dict[str, int], buckets: list[int], fidelity: str,
-            coarse_nh: int = 0) -> Account:
+def finish_account(paid_nh: int, suspended_nh: int, portions: dict[str, int], buckets: list[int], fidelity: str,
+                   coarse_nh: int = 0) -> Account:
+    """From a device's integer sums per bucket (unknown holding only field_missing) to its account: settle the
+    rounding residue, then split unknown by cause (``ledger.method.attribution`` ends its vectorised pass here)."""
     gap_total = sum(portions.values())
     buckets, uncovered = settle(paid_nh, buckets, gap_total)
     causes = {"field_missing": buckets[B_UNKNOWN], "no_telemetry": uncovered}
@@ -486,7 +500,10 @@ def _finish(paid_nh: int, suspended_nh: int, portions: dict[str, int], buckets: 
     return Account(paid_nh, buckets, suspended_nh, portions, causes, fidelity, coarse_nh)
 
 
-def _frame(window: tuple[float, float], suspended: Sequence[tuple[float, float]]):  # noqa: ANN202
+def paid_window(window: tuple[float, float], suspended: Sequence[tuple[float, float]]
+                ) -> tuple[float, float, list[tuple[float, float]], int, int]:
+    """Stage "frame" of one device's window: (start, end, its suspended spans merged, paid nanohours, suspended
+    nanohours); paid is the window minus its suspended time (a window that ends before it starts is empty)."""
     s, e = float(window[0]), float(window[1])
     e = max(e, s)
     susp = union((max(a, s), min(b, e)) for a, b in suspended if min(b, e) > max(a, s))
@@ -543,7 +560,7 @@ def attribute_device(window: tuple[float, float], samples: Sequence[tuple], unkn
     at a time (docs/method.md, "Per sample"), from :func:`frame_samples` tuples in any order (a stable sort by
     time first). This is the method's plain reference: tests hold ``ledger.method.attribute_device`` (numpy)
     equal to it under hypothesis, integer for integer."""
-    s, e, susp, paid_nh, suspended_nh = _frame(window, suspended)
+    s, e, susp, paid_nh, suspended_nh = paid_window(window, suspended)
     if not samples:
         portions, _ = gap_portions((s, e), susp, unknown)
         buckets = [0] * len(BUCKETS)
@@ -607,7 +624,7 @@ def attribute_device(window: tuple[float, float], samples: Sequence[tuple], unkn
             sums[B_UNKNOWN] += cov             # unknown, cause field_missing: never read as zero
         elif coarse:
             coarse_nh += cov
-    return _finish(paid_nh, suspended_nh, portions, sums, "samples", coarse_nh)
+    return finish_account(paid_nh, suspended_nh, portions, sums, "samples", coarse_nh)
 
 
 def attribute_samples(window: tuple[float, float], rows: Sequence[Sequence], unknown: Sequence[tuple],
@@ -634,6 +651,7 @@ def _num(v: Any) -> float | None:
 
 
 def _pick(flat: Mapping[str, Any], *candidates: str) -> float | None:
+    """First numeric value whose normalised key equals a candidate, else one that ends with it."""
     for c in candidates:
         if c in flat and _num(flat[c]) is not None:
             return _num(flat[c])
@@ -645,6 +663,8 @@ def _pick(flat: Mapping[str, Any], *candidates: str) -> float | None:
 
 
 def summary_fields(payload: Mapping[str, Any]) -> dict[str, float | None]:
+    """The few DCGM job-stats figures the method uses, tolerant of how the adapter spelled the keys:
+    percentages stay percentages (0-100); None means the summary did not carry a number for it."""
     flat = _flatten(payload)
     return {
         "util": _pick(flat, "smutilpctavg", "smutilizationavg", "smutilavg", "smutilization", "avgsmutilization",
@@ -665,6 +685,7 @@ def summary_fields(payload: Mapping[str, Any]) -> dict[str, float | None]:
 
 
 def largest_remainder(total: int, weights: Sequence[float]) -> list[int]:
+    """Split an integer total by weights; leftovers go to the largest fractional parts (ties: first)."""
     s = math.fsum(weights)
     if total <= 0 or s <= 0:
         return [0] * len(weights)
@@ -677,9 +698,12 @@ def largest_remainder(total: int, weights: Sequence[float]) -> list[int]:
 
 
 def attribute_summary(window: tuple[float, float], payload: Mapping[str, Any], unknown: Sequence[tuple],
-                      suspended: Sequence[tuple[float, float]], rated: float | None) -> Account:
-    """One device's buckets from its DCGM job-stats summary alone."""
-    s, e, susp, paid_nh, suspended_nh = _frame(window, suspended)
+                      suspended: Sequence[tuple[float, float]], rated: float | None,
+                      active_min: float = ACTIVE_MIN) -> Account:
+    """Stage "attribute" of a device with no samples but its DCGM job-stats summary: the summary's averages
+    spread over the covered time by largest remainders (``ledger.method.attribute_summary`` is this, plus the
+    PDF's timeline strip)."""
+    s, e, susp, paid_nh, suspended_nh = paid_window(window, suspended)
     portions, _ = gap_portions((s, e), susp, unknown)
     covered = max(paid_nh - sum(portions.values()), 0)
     f = summary_fields(payload)
@@ -691,7 +715,7 @@ def attribute_summary(window: tuple[float, float], payload: Mapping[str, Any], u
         clk = f["clock"]
         ratio = 1.0 if not (clk and rated) else min(max(clk / rated, 0.0), 1.0)
         procs = f["processes"]
-        if act < ACTIVE_MIN:
+        if act < active_min:
             resident = procs is None and act > 0 or (procs or 0) > 0
             buckets[B_STARVED if resident else B_IDLE] = covered
         else:
@@ -704,7 +728,7 @@ def attribute_summary(window: tuple[float, float], payload: Mapping[str, Any], u
             for name, part in zip(["thermal", "hw_slowdown", "power_cap", "sync_boost", "other"],
                                   largest_remainder(thr, w)):
                 buckets[B_THROTTLED[name]] = part
-    return _finish(paid_nh, suspended_nh, portions, buckets, "summary")
+    return finish_account(paid_nh, suspended_nh, portions, buckets, "summary")
 
 
 def match_sku(name: str | None, table: Mapping[str, tuple]) -> str | None:
@@ -780,12 +804,82 @@ def scale_account(acc: Account, share: Fraction) -> Account:
                    {c: v * num // den for c, v in acc.causes.items()}, acc.fidelity, acc.coarse_nh * num // den)
 
 
+def sum_accounts(parts: Sequence[Account], fidelity: str) -> Account:
+    """The accounts of a device over adjacent parts of a window, added (integer nanohours)."""
+    gap_nh: dict[str, int] = {}
+    causes: dict[str, int] = {}
+    for p in parts:
+        for g, v in p.gap_nh.items():
+            gap_nh[g] = gap_nh.get(g, 0) + v
+        for c, v in p.causes.items():
+            causes[c] = causes.get(c, 0) + v
+    return Account(sum(p.paid_nh for p in parts), [sum(x) for x in zip(*(p.buckets for p in parts))],
+                   sum(p.suspended_nh for p in parts), gap_nh, causes, fidelity, sum(p.coarse_nh for p in parts))
+
+
 def billed_nh(nh: int, gran_s: int, min_s: int, paid_nh: int) -> int:
     if nh <= 0:
         return 0
     units = -((-nh * 3600) // (gran_s * 10**9))
     rounded = (units * gran_s * 10**9 + 1800) // 3600
     return max(rounded, to_nh(min_s)) if paid_nh > 0 else rounded
+
+
+POLICIES = ("charge", "credit", "estimate", "hold")   # how unknown time is billed (docs/receipts.md)
+
+
+def bill_device(acc: Account, gaps: Sequence[tuple[float, float, str]], gap_policy: Mapping[str, str],
+                default_policy: str, charge_suspended: bool, credited_span: tuple[float, float] | None,
+                suspended: Sequence[tuple[float, float]], gran_s: int, min_s: int) -> tuple[dict[str, int], int, int]:
+    """Stage "bill" of one device: (its unknown nanohours by policy, the lost work credited, nanohours billed).
+
+    Unknown time goes to its gap's policy (unattributed unknown to the contract's); credit and hold are not
+    billed; suspended time is billed only if the contract says so; a provider's failure credits the work lost
+    since the last saved mark, less what is already unbilled; then granularity and minimum."""
+    unknown_by = {p: 0 for p in POLICIES}
+    for gid, v in acc.gap_nh.items():
+        unknown_by[gap_policy.get(gid, default_policy)] += v
+    unknown_by[default_policy] += int(acc.buckets[-1]) - sum(acc.gap_nh.values())
+    billable = acc.paid_nh - unknown_by["credit"] - unknown_by["hold"]
+    if charge_suspended:
+        billable += acc.suspended_nh
+    lost = 0
+    if credited_span is not None:  # the lost work, less what is already unbilled (suspended, credit/hold)
+        not_billed = [(a, b) for a, b, gid in gaps if gap_policy.get(gid, default_policy) in ("credit", "hold")]
+        lost = min(to_nh(seconds_of(cut(credited_span, [*suspended, *not_billed]))), max(billable, 0))
+        billable -= lost
+    return unknown_by, lost, billed_nh(billable, gran_s, min_s, acc.paid_nh)
+
+
+def adjustments_block(adjustments: Iterable[Any], mean_rate: Decimal) -> tuple[list[dict], Decimal, int]:
+    """The receipt's adjustment lines from the run's ``adjustment`` entries (anything with ``entry_id``, ``ts``
+    and ``data``), with their signed total amount and signed nanohours: hours are priced at the run's mean rate."""
+    lines, total, adj_nh = [], Decimal(0), 0
+    for e in adjustments:
+        d = e.data
+        sign = Decimal(1) if d.get("direction") == "debit" else Decimal(-1)
+        if "hours" in d:
+            h = Decimal(str(d["hours"]))
+            amount = (h * mean_rate).quantize(CENT, rounding=ROUND_HALF_EVEN)
+            adj_nh += int(sign) * int((h * NH).to_integral_value(rounding=ROUND_HALF_EVEN))
+        else:
+            h = None
+            amount = Decimal(str(d["amount"])).quantize(CENT)
+        total += sign * amount
+        lines.append({"id": e.entry_id, "direction": d.get("direction"),
+                      "gpu_hours": None if h is None else float(h), "amount": float(amount),
+                      "reason": d.get("reason"), "by": d.get("by"), "ts": e.ts,
+                      "references": d.get("references", [])})
+    return lines, total, adj_nh
+
+
+def estimated_delivered(estimate_nh: int, delivered_nh: int, paid_nh: int, unknown_nh: int) -> int:
+    """Nanohours of the unknown time under the ``estimate`` policy that the known time's delivered share
+    suggests were delivered (integer, half up)."""
+    known = paid_nh - unknown_nh
+    if estimate_nh and known > 0:
+        return (estimate_nh * delivered_nh + known // 2) // known
+    return 0
 
 
 # MIG: an instance is priced at the share of its parent GPU its profile's compute slices hold
@@ -929,32 +1023,44 @@ def energy_cost(basis: Mapping[str, Any], measured_kwh: Decimal | None, tdp_w: f
     return {"basis": name, "charged": charged, "measured": measured, "tdp": tdp}
 
 
-def _r6(x: float) -> float:
+def round6(x: float) -> float:
+    """kWh and kg to 6 decimals (and -0.0 as 0.0), so the JSON is byte-stable on replay."""
     return round(x + 0.0, 6)
 
 
-def _money_text(d: Decimal | None) -> str | None:
+def money_text(d: Decimal | None) -> str | None:
+    """Money to cents (half even) as text; None stays None."""
     return None if d is None else str(d.quantize(CENT, rounding=ROUND_HALF_EVEN))
 
 
 def energy_block(devices: Sequence[tuple], currency: str) -> dict:
     """``devices``: (spans, buckets, tdp_w, gpu_hours, basis) per device priced under an energy_basis."""
+    def lines() -> Iterable[tuple]:
+        for spans, dev_buckets, tdp_w, gpu_hours, basis in devices:
+            dev_kwh = sum(s[2] for s in spans if s[2] is not None) / J_PER_KWH
+            source = _spans_source(spans)
+            bk, unk = energy_by_bucket(spans, dev_buckets)
+            known = Decimal(repr(round6(dev_kwh))) if spans and source != "unknown" else None
+            yield dev_kwh, source, bk, sum(unk.values()), energy_cost(basis, known, tdp_w, gpu_hours)
+
+    return energy_totals(lines(), currency)
+
+
+def energy_totals(devices: Iterable[tuple[float, str, Mapping[str, float], float, Mapping[str, Any]]],
+                  currency: str) -> dict:
+    """Stage "bill" of energy: the receipt's ``energy`` block from each device's (kWh, source, kWh by bucket,
+    unknown GPU-hours, cost line), added in device order; kWh rounded to 6 places, money to cents as text."""
     kwh = unknown_h = 0.0
     buckets: dict[str, float] = {}
     sources, bases = set(), set()
     charged = measured = tdp = Decimal(0)
     any_unmeasured = False
-    for spans, dev_buckets, tdp_w, gpu_hours, basis in devices:
-        dev_kwh = sum(s[2] for s in spans if s[2] is not None) / J_PER_KWH
+    for dev_kwh, source, bucket_kwh, dev_unknown_h, line in devices:
         kwh += dev_kwh
-        source = _spans_source(spans)
         sources.add(source)
-        bk, unk = energy_by_bucket(spans, dev_buckets)
-        for k, v in bk.items():
+        for k, v in bucket_kwh.items():
             buckets[k] = buckets.get(k, 0.0) + v
-        unknown_h += sum(unk.values())
-        known = Decimal(repr(_r6(dev_kwh))) if spans and source != "unknown" else None
-        line = energy_cost(basis, known, tdp_w, gpu_hours)
+        unknown_h += dev_unknown_h
         bases.add(line["basis"])
         charged += line["charged"]
         tdp += line["tdp"]
@@ -963,12 +1069,12 @@ def energy_block(devices: Sequence[tuple], currency: str) -> dict:
         else:
             measured += line["measured"]
     source = sources.pop() if len(sources) == 1 else ("mixed" if sources else "unknown")
-    return {"kwh": _r6(kwh), "source": source,
-            "by_bucket": {k: _r6(v) for k, v in sorted(buckets.items())},
-            "unknown_gpu_hours": _r6(unknown_h),
+    return {"kwh": round6(kwh), "source": source,
+            "by_bucket": {k: round6(v) for k, v in sorted(buckets.items())},
+            "unknown_gpu_hours": round6(unknown_h),
             "cost": {"currency": currency, "basis": bases.pop() if len(bases) == 1 else "mixed",
-                     "charged": _money_text(charged), "measured": None if any_unmeasured else _money_text(measured),
-                     "tdp": _money_text(tdp)}}
+                     "charged": money_text(charged), "measured": None if any_unmeasured else money_text(measured),
+                     "tdp": money_text(tdp)}}
 
 
 def _column_pairs(rows: Sequence[Sequence], column: str) -> list[tuple[float, float]]:
@@ -1002,7 +1108,8 @@ END_STATE_CONTROLLED_BY = {"NODE_FAIL": "scheduler", "BOOT_FAIL": "scheduler", "
 XID_CLASS = {8: "application", 13: "application", 31: "application", 32: "driver", 43: "application",
              45: "application", 48: "hardware", 62: "hardware", 63: "hardware", 64: "hardware", 74: "hardware",
              79: "hardware", 92: "hardware", 94: "hardware", 95: "hardware", 119: "driver", 120: "driver"}
-PROVIDER_XIDS = frozenset(x for x, c in XID_CLASS.items() if c in ("hardware", "driver"))
+PROVIDER_XID_CLASSES = frozenset({"hardware", "driver"})
+PROVIDER_XIDS = frozenset(x for x, c in XID_CLASS.items() if c in PROVIDER_XID_CLASSES)
 REPLACED_BY_SAMPLES = "node_collector_samples"
 
 
@@ -1062,22 +1169,31 @@ def end_state(entries: Sequence[Entry]) -> str | None:
     return "REQUEUED" if requeued else None
 
 
-def provider_failure(state: str | None, xids: Sequence[tuple]) -> str | None:
+def provider_failure(state: str | None, xids: Sequence[tuple],
+                     classes: Mapping[int, str] = XID_CLASS) -> str | None:
+    """The provider's failure that ended a run (the state, or ``xid``), or None: the scheduler's NODE_FAIL or
+    BOOT_FAIL, or an XID of a hardware or driver class (``classes``: XID -> class) raised on one of the run's
+    devices, (device, t, code), in a run that did not complete."""
     if state in PROVIDER_FAILURE_STATES:
         return state
-    if state not in (None, "COMPLETED") and any(code in PROVIDER_XIDS for _d, _t, code in xids):
+    if state not in (None, "COMPLETED") and any(classes.get(code) in PROVIDER_XID_CLASSES for _d, _t, code in xids):
         return "xid"
     return None
 
 
-def failure_evidence(state: str | None, xids: Sequence[tuple], dcgm_count: int) -> list[dict]:
+def failure_evidence(state: str | None, xids: Sequence[tuple], dcgm_count: int | None,
+                     classes: Mapping[int, str] = XID_CLASS) -> list[dict]:
+    """What the provider-failure answer rests on, each piece with the party that controls it."""
     out: list[dict] = [{"what": "end_state", "value": state,
                         "controlled_by": END_STATE_CONTROLLED_BY.get(str(state), "job_user"),
                         "provider_side": state in PROVIDER_FAILURE_STATES}]
     for device, _t, code in sorted(xids, key=lambda x: (x[1], x[0], x[2])):
-        out.append({"what": "xid", "value": code, "device": device, "class": XID_CLASS.get(code, "unclassified"),
-                    "controlled_by": "vendor_tool", "provider_side": code in PROVIDER_XIDS})
+        cls = classes.get(code, "unclassified")
+        out.append({"what": "xid", "value": code, "device": device, "class": cls,
+                    "controlled_by": "vendor_tool", "provider_side": cls in PROVIDER_XID_CLASSES})
     if dcgm_count:
+        # DCGM's job statistics count XIDs of any class (a device assert in the user's kernel counts too) and
+        # name none of them: not provider-side evidence on its own.
         out.append({"what": "dcgm_critical_xid_errors", "value": dcgm_count, "controlled_by": "vendor_tool",
                     "provider_side": False})
     return out
@@ -1155,7 +1271,8 @@ def progress_block(entries: Sequence[Entry], window: tuple[float, float], n_devi
 
 # --- the receipt -------------------------------------------------------------------------------------------
 
-def _hours_block(b: Sequence[int], paid_nh: int, suspended_nh: int) -> dict:
+def hours_block(b: Sequence[int], paid_nh: int, suspended_nh: int) -> dict:
+    """A ``gpu_hours`` block (the receipt's and each device line's) from integer nanohours per bucket."""
     d = dict(zip(BUCKETS, b))
     return {"paid": hours(paid_nh), "delivered": hours(d["delivered"]), "underutilized": hours(d["underutilized"]),
             "starved": hours(d["starved"]), "idle_held": hours(d["idle_held"]), "unknown": hours(d["unknown"]),
@@ -1356,16 +1473,7 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
                 part = attribute_window((a, b))
                 parts.append(part if sh is None else scale_account(part, sh[1]))
             if parts:
-                gsum: dict[str, int] = {}
-                csum: dict[str, int] = {}
-                for q in parts:
-                    for g, v in q.gap_nh.items():
-                        gsum[g] = gsum.get(g, 0) + v
-                    for c, v in q.causes.items():
-                        csum[c] = csum.get(c, 0) + v
-                acc = Account(sum(q.paid_nh for q in parts), [sum(x) for x in zip(*(q.buckets for q in parts))],
-                              sum(q.suspended_nh for q in parts), gsum, csum, acc.fidelity,
-                              sum(q.coarse_nh for q in parts))
+                acc = sum_accounts(parts, acc.fidelity)
         elif dev["shared"] is not None:   # several runs hold the device: this run pays its share
             device_paid[dev["uuid"]] = acc.paid_nh
             acc = scale_account(acc, dev["shared"][1])
@@ -1414,7 +1522,7 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
                 "entry_id": res.entry_id, "ts": res.ts},
         })
 
-    by_policy = {p: 0 for p in ("charge", "credit", "estimate", "hold")}
+    by_policy = {p: 0 for p in POLICIES}
     rates: dict[str, Decimal] = {}
     cost = {k: Decimal(0) for k in ("paid", "billed", "suspended", *BUCKETS)}
     billed_total = lost_credited = 0
@@ -1423,22 +1531,12 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
     for dev, key, acc in accounts:
         rate, rate_key, mig = device_rate(contract, key, table[key][1] if key else None, dev)
         rates[rate_key] = rate
-        unknown_by = {p: 0 for p in by_policy}
-        for gid, v in acc.gap_nh.items():
-            unknown_by[gap_policy.get(gid, default_policy)] += v
-        unknown_by[default_policy] += acc.buckets[-1] - sum(acc.gap_nh.values())
+        unknown_by, lost, billed = bill_device(acc, gaps_of[dev["uuid"]], gap_policy, default_policy,
+                                               contract["charge_suspended"], credited_span, frame.suspended,
+                                               contract["billing_granularity_s"], contract["billing_minimum_s"])
         for p, v in unknown_by.items():
             by_policy[p] += v
-        billable = acc.paid_nh - unknown_by["credit"] - unknown_by["hold"]
-        if contract["charge_suspended"]:
-            billable += acc.suspended_nh
-        if credited_span is not None:  # the lost work, less what is already unbilled (suspended, credit/hold)
-            not_billed = [(a, b) for a, b, gid in gaps_of[dev["uuid"]]
-                          if gap_policy.get(gid, default_policy) in ("credit", "hold")]
-            lost = min(to_nh(seconds_of(cut(credited_span, [*frame.suspended, *not_billed]))), max(billable, 0))
-            billable -= lost
-            lost_credited += lost
-        billed = billed_nh(billable, contract["billing_granularity_s"], contract["billing_minimum_s"], acc.paid_nh)
+        lost_credited += lost
         billed_total += billed
         cost["paid"] += acc.paid_nh * rate
         cost["billed"] += billed * rate
@@ -1447,7 +1545,7 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
             cost[name] += v * rate
         dev_lines.append({"uuid": dev["uuid"], "node": dev["node"], "index": dev["index"], "sku": dev["sku"],
                           "sku_rating": key, "fidelity": acc.fidelity,
-                          "gpu_hours": _hours_block(acc.buckets, acc.paid_nh, acc.suspended_nh),
+                          "gpu_hours": hours_block(acc.buckets, acc.paid_nh, acc.suspended_nh),
                           "billed_gpu_hours": hours(billed), "rate": str(rate),
                           **({} if mig is None else {"mig": mig}),
                           **({} if not dev.get("segments") else {"share": {"rule": "segments", "segments": [
@@ -1478,32 +1576,12 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
         billed_cost += Decimal(energy["cost"]["charged"])
     mean_rate = (sum(rates.values(), Decimal(0)) / len(rates)) if rates else Decimal(0)
 
-    adjustments, adj_total, adj_nh = [], Decimal(0), 0
-    for c in mine:
-        if c.kind != "adjustment":
-            continue
-        d = c.data
-        sign = Decimal(1) if d.get("direction") == "debit" else Decimal(-1)
-        if "hours" in d:
-            h = Decimal(str(d["hours"]))
-            amount = (h * mean_rate).quantize(CENT, rounding=ROUND_HALF_EVEN)
-            adj_nh += int(sign) * int((h * NH).to_integral_value(rounding=ROUND_HALF_EVEN))
-        else:
-            h = None
-            amount = Decimal(str(d["amount"])).quantize(CENT)
-        adj_total += sign * amount
-        adjustments.append({"id": c.entry_id, "direction": d.get("direction"),
-                            "gpu_hours": None if h is None else float(h), "amount": float(amount),
-                            "reason": d.get("reason"), "by": d.get("by"), "ts": c.ts,
-                            "references": d.get("references", [])})
+    adjustments, adj_total, adj_nh = adjustments_block((c for c in mine if c.kind == "adjustment"), mean_rate)
 
     relevant = [*mine, *(g for g in gaps if g.entry_id in gap_policy), *resolutions.values(), *segments,
                 *([chosen] if chosen is not None else [])]
     last = max(relevant, key=lambda c: c.seq)
-    est = 0
-    known = paid_nh - total[-1]
-    if by_policy["estimate"] and known > 0:
-        est = (by_policy["estimate"] * total[0] + known // 2) // known
+    est = estimated_delivered(by_policy["estimate"], total[0], paid_nh, total[-1])
 
     body: dict[str, Any] = {
         "receipt_version": RECEIPT_VERSION,
@@ -1526,7 +1604,7 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
         "method": {"name": METHOD_NAME, "version": METHOD_VERSION, "fidelity": fidelity,
                    "coarse_signal_gpu_hours": hours(coarse_nh),
                    "thresholds": {"active_min": ACTIVE_MIN, "resident_fb_mib": RESIDENT_FB_MIB}},
-        "gpu_hours": _hours_block(total, paid_nh, suspended_nh),
+        "gpu_hours": hours_block(total, paid_nh, suspended_nh),
         "unknown_by_cause": {k: hours(v) for k, v in sorted(causes.items()) if v},
         "unknown_intervals": intervals,
         "progress": progress,

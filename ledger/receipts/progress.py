@@ -20,6 +20,7 @@ from ..canonical import format_ts, ts_to_epoch
 from ..entries import ChainedEntry, Kind
 from ..method import nh_to_hours
 from ..method.attribution import seconds_to_nh
+from ..proofcheck import cut, seconds_of
 from ..method.evidence import (MARKS_CONTROLLED_BY, PROVIDER_FAILURE_STATES, dcgm_xid_count, failure_evidence,
                                provider_failure)
 
@@ -54,33 +55,12 @@ def marks_of(entries: Sequence[ChainedEntry]) -> list[dict]:
     return sorted(out, key=lambda m: (m["t"], m["kind"]))
 
 
-def minus(span: tuple[float, float], cuts: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    """``span`` without the parts inside any of ``cuts`` (half-open intervals)."""
-    parts = [span]
-    for a, b in sorted(cuts):
-        nxt = []
-        for x, y in parts:
-            if b <= x or a >= y:
-                nxt.append((x, y))
-                continue
-            if a > x:
-                nxt.append((x, a))
-            if b < y:
-                nxt.append((b, y))
-        parts = nxt
-    return parts
-
-
-def seconds(parts: Sequence[tuple[float, float]]) -> float:
-    return sum(b - a for a, b in parts)
-
-
 def lost_since_checkpoint(saved: Sequence[float], window: tuple[float, float], n_devices: int,
                           suspended: Sequence[tuple[float, float]] = ()) -> tuple[float | None, int]:
     """(the last saved mark inside the window, or None for the start; device-nanohours paid after it)."""
     w0, w1 = window
     frm = max((t for t in saved if w0 <= t <= w1), default=None)
-    return frm, n_devices * seconds_to_nh(seconds(minus((w0 if frm is None else frm, w1), suspended)))
+    return frm, n_devices * seconds_to_nh(seconds_of(cut((w0 if frm is None else frm, w1), suspended)))
 
 
 def progress_block(entries: Sequence[ChainedEntry], window: tuple[float, float], n_devices: int,
