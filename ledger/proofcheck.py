@@ -851,6 +851,39 @@ def bill_device(acc: Account, gaps: Sequence[tuple[float, float, str]], gap_poli
     return unknown_by, lost, billed_nh(billable, gran_s, min_s, acc.paid_nh)
 
 
+def price_device(cost: dict[str, Decimal], acc: Account, billed: int, rate: Decimal) -> None:
+    """Stage "price" of one device: its paid, billed, suspended and per-bucket nanohours at its hourly rate,
+    added into ``cost`` (nanohours x rate, exact Decimals; :func:`money` rounds each figure to cents once)."""
+    cost["paid"] += acc.paid_nh * rate
+    cost["billed"] += billed * rate
+    cost["suspended"] += acc.suspended_nh * rate
+    for name, v in zip(BUCKETS, acc.buckets):
+        cost[name] += int(v) * rate
+
+
+def device_line(dev: Mapping[str, Any], sku_rating: str | None, acc: Account, billed: int, rate: Decimal,
+                mig: dict | None, window_start: float, device_paid_nh: int | None) -> dict:
+    """One device's line on the receipt. ``mig`` only on MIG slices and ``share`` only on shared devices, so
+    receipts of whole GPUs held alone keep their bytes: under changing sharers the share from each instant on
+    (``dev["segments"]``), else the one share (``dev["shared"]``)."""
+    line = {"uuid": dev["uuid"], "node": dev["node"], "index": dev["index"], "sku": dev["sku"],
+            "sku_rating": sku_rating, "fidelity": acc.fidelity,
+            "gpu_hours": hours_block(acc.buckets, acc.paid_nh, acc.suspended_nh),
+            "billed_gpu_hours": hours(billed), "rate": str(rate)}
+    if mig is not None:
+        line["mig"] = mig
+    if dev.get("segments"):
+        line["share"] = {"rule": "segments", "segments": [
+            {"from": format_ts(max(t0, window_start)), "rule": sh[0] if sh else "whole",
+             "ratio": f"{sh[1].numerator}/{sh[1].denominator}" if sh else "1/1"} for t0, sh in dev["segments"]],
+            "device_paid_gpu_hours": hours(device_paid_nh)}
+    elif dev.get("shared") is not None:
+        rule, share = dev["shared"]
+        line["share"] = {"rule": rule, "ratio": f"{share.numerator}/{share.denominator}",
+                         "device_paid_gpu_hours": hours(device_paid_nh)}
+    return line
+
+
 def adjustments_block(adjustments: Iterable[Any], mean_rate: Decimal) -> tuple[list[dict], Decimal, int]:
     """The receipt's adjustment lines from the run's ``adjustment`` entries (anything with ``entry_id``, ``ts``
     and ``data``), with their signed total amount and signed nanohours: hours are priced at the run's mean rate."""
@@ -1538,25 +1571,8 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
             by_policy[p] += v
         lost_credited += lost
         billed_total += billed
-        cost["paid"] += acc.paid_nh * rate
-        cost["billed"] += billed * rate
-        cost["suspended"] += acc.suspended_nh * rate
-        for name, v in zip(BUCKETS, acc.buckets):
-            cost[name] += v * rate
-        dev_lines.append({"uuid": dev["uuid"], "node": dev["node"], "index": dev["index"], "sku": dev["sku"],
-                          "sku_rating": key, "fidelity": acc.fidelity,
-                          "gpu_hours": hours_block(acc.buckets, acc.paid_nh, acc.suspended_nh),
-                          "billed_gpu_hours": hours(billed), "rate": str(rate),
-                          **({} if mig is None else {"mig": mig}),
-                          **({} if not dev.get("segments") else {"share": {"rule": "segments", "segments": [
-                              {"from": format_ts(max(t0, w0)), "rule": sh[0] if sh else "whole",
-                               "ratio": f"{sh[1].numerator}/{sh[1].denominator}" if sh else "1/1"}
-                              for t0, sh in dev["segments"]],
-                              "device_paid_gpu_hours": hours(device_paid[dev["uuid"]])}}),
-                          **({} if dev["shared"] is None or dev.get("segments") else {"share": {
-                              "rule": dev["shared"][0],
-                              "ratio": f"{dev['shared'][1].numerator}/{dev['shared'][1].denominator}",
-                              "device_paid_gpu_hours": hours(device_paid[dev["uuid"]])}})})
+        price_device(cost, acc, billed, rate)
+        dev_lines.append(device_line(dev, key, acc, billed, rate, mig, w0, device_paid.get(dev["uuid"])))
     fidelities = sorted({acc.fidelity for _d, _k, acc in accounts})
     fidelity = fidelities[0] if len(fidelities) == 1 else ("mixed" if fidelities else "none")
     paid_cost, delivered_cost, billed_cost = money(cost["paid"]), money(cost["delivered"]), money(cost["billed"])

@@ -16,17 +16,7 @@ import numpy as np
 from ..canonical import canonical_json, format_ts, sha256_hex, ts_to_epoch
 from ..contracts import Contract, select_contract
 from ..entries import ChainedEntry, Kind
-from ..method import (
-    BUCKETS,
-    METHOD_NAME,
-    METHOD_VERSION,
-    DeviceAccount,
-    SampleArrays,
-    Thresholds,
-    attribute_device,
-    attribute_summary,
-    nh_to_hours,
-)
+from ..method import DeviceAccount, SampleArrays, Thresholds, attribute_device, attribute_summary
 from ..method.attribution import DEFAULT_THRESHOLDS, attribute_device_covered
 from ..method.evidence import (REPLACED_BY_SAMPLES, controlled_by, rests_on_dcgm_job_record, user_controlled,
                                xids_raised)
@@ -40,7 +30,10 @@ from ..telemetry.energy import device_energy_of
 from ..method.carbon import CarbonSettings
 from .energy import DeviceEnergyInput, carbon_block, energy_block
 from .progress import progress_block
-from ..proofcheck import POLICIES, adjustments_block, bill_device, cut, estimated_delivered, hours_block, money
+# the receipt's plain stages (price, bill) and the method's constants are the tenant's verifier's: one definition
+from ..proofcheck import (BUCKETS, METHOD_NAME, METHOD_VERSION, POLICIES, adjustments_block, bill_device, cut,
+                          device_line, estimated_delivered, hours_block, money, price_device)
+from ..proofcheck import hours as nh_to_hours
 
 RECEIPT_VERSION = "1.2"  # 1.1: the progress block, provider_failure_loss, lost_since_checkpoint_credited;
 # 1.2: who controls each piece of evidence (controlled_by, replaced_by, the failure's evidence), provider
@@ -370,27 +363,9 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
             by_policy[p] += v
         lost_credited_nh += lost_nh
         billed_total_nh += billed
-        cost_nh["paid"] += acc.paid_nh * rate
-        cost_nh["billed"] += billed * rate
-        cost_nh["suspended"] += acc.suspended_nh * rate
-        for name, v in zip(BUCKETS, acc.buckets):
-            cost_nh[name] += int(v) * rate
-        line = {"uuid": dev["uuid"], "node": dev["node"], "index": dev["index"], "sku": dev["sku"],
-                "sku_rating": rating.key if rating else None, "fidelity": acc.fidelity,
-                "gpu_hours": hours_block(acc.buckets, acc.paid_nh, acc.suspended_nh),
-                "billed_gpu_hours": nh_to_hours(billed), "rate": str(rate)}
-        if mig is not None:   # only MIG slices carry it, so whole-GPU receipts keep their bytes and hashes
-            line["mig"] = mig
-        if dev.get("segments"):   # the sharers changed during the run: the share from each instant on
-            line["share"] = {"rule": "segments", "segments": [
-                {"from": format_ts(max(t0, w0)), "rule": sh[0] if sh else "whole",
-                 "ratio": f"{sh[1].numerator}/{sh[1].denominator}" if sh else "1/1"} for t0, sh in dev["segments"]],
-                "device_paid_gpu_hours": nh_to_hours(device_paid[dev["uuid"]])}
-        elif dev.get("shared") is not None:   # likewise only shared devices (receipts of held-alone ones unchanged)
-            rule, share = dev["shared"]
-            line["share"] = {"rule": rule, "ratio": f"{share.numerator}/{share.denominator}",
-                             "device_paid_gpu_hours": nh_to_hours(device_paid[dev["uuid"]])}
-        dev_lines.append(line)
+        price_device(cost_nh, acc, billed, rate)
+        dev_lines.append(device_line(dev, rating.key if rating else None, acc, billed, rate, mig, w0,
+                                     device_paid.get(dev["uuid"])))
     fidelities = sorted({acc.fidelity for _d, _r, acc in accounts})
     fidelity = fidelities[0] if len(fidelities) == 1 else ("mixed" if fidelities else "none")
 
