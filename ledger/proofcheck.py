@@ -22,9 +22,25 @@ A bundle is checked in this order, and the first thing that fails is named (exit
    exactly the bundled receipt, and its hash is printed.
 
 The ledger itself uses the hashing, proof and signature functions of this module (``ledger.merkle``), so the
-operator's and the tenant's code cannot drift apart; the reference method is deliberately a second,
-plain-Python implementation of docs/method.md (no numpy), and tests compare it with the ledger's.
-This module never imports ``ledger``.
+operator's and the tenant's code cannot drift apart. The method below is the method's one plain reference
+(docs/method.md, no numpy), in four named stages:
+
+* **frame** -- a run's window, devices and context (:func:`run_frame`), a device's paid window
+  (:func:`paid_window`), its sample rows as the figures the method reads (:func:`frame_samples`);
+* **attribute** -- one device's integer nanohours per bucket, one sample at a time (:func:`attribute_device`),
+  or from a DCGM summary alone (:func:`attribute_summary`); a shared device's share (:func:`scale_account`);
+* **price** -- a device's hourly rate (:func:`device_rate`) and its cost per figure (:func:`price_device`);
+* **bill** -- unknown time by policy, lost work credited, granularity and minimum (:func:`bill_device`), the
+  device line, adjustments, the energy block's totals (:func:`energy_totals`) and the receipt
+  (:func:`compute_receipt`).
+
+The package's vectorised attribution (``ledger.method.attribution``, numpy) is held equal to
+:func:`attribute_device` under hypothesis (tests/test_method_reference.py) and the whole receipt to
+:func:`compute_receipt` byte for byte (tests/test_proofcheck_method.py); every plain scalar part (constants,
+intervals, settling, the summary path, shares, progress, pricing, billing, the energy totals, the failure
+evidence) the package imports from here instead of writing it again. The direction is one way: this module
+imports nothing from ``ledger`` and nothing outside the standard library but ``cryptography``
+(tests/test_proofcheck_alone.py runs it as a lone file under ``python -I``).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from ledger.method import DeviceAccount, SampleArrays, attribute_device
 from ledger.method.attribution import BUCKETS, THROTTLE_REASONS, reason_bucket
@@ -79,3 +80,41 @@ def test_reference_on_the_worked_example_of_the_document() -> None:
 def test_reason_precedence_is_the_table() -> None:
     masks = np.arange(-2, 0x200, dtype=np.int64)
     assert [THROTTLE_REASONS[i] for i in reason_bucket(masks)] == [reason_of(int(m)) for m in masks]
+
+
+def _maybe(x: st.SearchStrategy) -> st.SearchStrategy:
+    return st.one_of(st.none(), x)
+
+
+_unit = st.floats(-0.5, 1.5, allow_nan=False)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.floats(0, 1e6, allow_nan=False), _maybe(st.floats(0, 100, allow_nan=False)),
+                          _maybe(_unit), _maybe(_unit), _maybe(_unit), _maybe(st.floats(0, 3000, allow_nan=False)),
+                          _maybe(st.integers(0, 0x1FF)), _maybe(st.integers(0, 8)),
+                          _maybe(st.floats(0, 80_000, allow_nan=False))), max_size=30))
+def test_the_frame_stage_reads_rows_as_the_sample_arrays_do(cols) -> None:  # noqa: ANN001
+    """Stage "frame": proofcheck's sample tuples from bundle rows are the columns SampleArrays builds from the same
+    samples (best activity signal, coarse flag, the clock-event mask with -1 for not measured)."""
+    rows = []
+    for t, dt, sm, ten, gu, clock, mask, procs, fb in cols:
+        r = [None] * len(pc.SAMPLE_COLUMNS)
+        for name, v in (("t", t), ("dt", dt), ("sm_active", sm), ("tensor_active", ten), ("gpu_util", gu),
+                        ("sm_clock_mhz", clock), ("clock_reasons", mask), ("compute_procs", procs),
+                        ("fb_used_mib", fb)):
+            r[pc.SAMPLE_COLUMNS.index(name)] = v
+        rows.append(r)
+
+    def column(i: int) -> list:
+        return [np.nan if c[i] is None else c[i] for c in cols]
+
+    arrays = SampleArrays.from_columns(column(0), column(1), column(2), column(3), column(4), column(5),
+                                       column(6), column(7), column(8))
+    want = list(zip(arrays.t.tolist(), arrays.dt.tolist(), arrays.activity.tolist(), arrays.coarse.tolist(),
+                    arrays.sm_clock.tolist(), arrays.reasons.tolist(), arrays.procs.tolist(),
+                    arrays.fb_used.tolist()))
+    got = pc.frame_samples(rows)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert [x if x == x else "nan" for x in g] == [x if x == x else "nan" for x in w]
