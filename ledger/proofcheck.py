@@ -1281,8 +1281,12 @@ def seconds_of(parts: Sequence[tuple[float, float]]) -> float:
 
 def progress_block(entries: Sequence[Entry], window: tuple[float, float], n_devices: int,
                    suspended: Sequence[tuple[float, float]],
-                   credit: bool, xids: Sequence[tuple] = ()) -> tuple[dict[str, Any], tuple[float, float] | None]:
-    """The receipt's ``progress`` block, and the span [from, end) credited as lost work (else None)."""
+                   credit: bool, xids: Sequence[tuple] = (), classes: Mapping[int, str] = XID_CLASS
+                   ) -> tuple[dict[str, Any], tuple[float, float] | None]:
+    """The receipt's ``progress`` block, and the span [from, end) credited as lost work (else None).
+
+    ``entries``: the run's own (anything with ``kind``, ``ts``, ``data``, ``source``); ``xids``: (device, t, code)
+    raised on its devices in its window; ``classes``: XID -> class (the verifier's table unless given)."""
     w0, w1 = window
     marks = sorted(({"ts": e.ts, "t": to_epoch(e.ts), "kind": e.data.get("kind") or "checkpoint",
                      "step": e.data.get("step"), "note": e.data.get("note")}
@@ -1308,13 +1312,13 @@ def progress_block(entries: Sequence[Entry], window: tuple[float, float], n_devi
     saved = [m for m in marks if m["kind"] in SAVED_MARKS]
     frm = max(m["t"] for m in saved) if saved else w0
     lost_nh = n_devices * to_nh(seconds_of(cut((frm, w1), suspended)))
-    cause = provider_failure(state, xids)
+    cause = provider_failure(state, xids, classes)
     credited = cause is not None and credit
     block["lost_since_checkpoint"] = {
         "gpu_hours": hours(lost_nh), "from": saved[-1]["ts"] if saved else format_ts(w0),
         "from_basis": saved[-1]["kind"] if saved else "start", "to": format_ts(w1),
         "provider_failure": cause, "billed_as": "credit" if credited else "charge",
-        "evidence": failure_evidence(state, xids, dcgm_xid_count(entries))}
+        "evidence": failure_evidence(state, xids, dcgm_xid_count(entries), classes)}
     return block, ((frm, w1) if credited else None)
 
 
