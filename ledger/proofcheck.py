@@ -821,7 +821,8 @@ def scale_account(acc: Account, share: Fraction) -> Account:
 
 
 def sum_accounts(parts: Sequence[Account], fidelity: str) -> Account:
-    """The accounts of a device over adjacent parts of a window, added (integer nanohours)."""
+    """Accounts added, in integer nanohours: a device's over adjacent parts of its window, or a run's devices
+    into the run's totals (no parts: all zero)."""
     gap_nh: dict[str, int] = {}
     causes: dict[str, int] = {}
     for p in parts:
@@ -829,7 +830,8 @@ def sum_accounts(parts: Sequence[Account], fidelity: str) -> Account:
             gap_nh[g] = gap_nh.get(g, 0) + v
         for c, v in p.causes.items():
             causes[c] = causes.get(c, 0) + v
-    return Account(sum(p.paid_nh for p in parts), [sum(x) for x in zip(*(p.buckets for p in parts))],
+    buckets = [sum(x) for x in zip(*(p.buckets for p in parts))] if parts else [0] * len(BUCKETS)
+    return Account(sum(p.paid_nh for p in parts), buckets,
                    sum(p.suspended_nh for p in parts), gap_nh, causes, fidelity, sum(p.coarse_nh for p in parts))
 
 
@@ -1426,6 +1428,7 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
     ordered = sorted(entries, key=lambda c: c.seq)
     mine = [c for c in ordered if c.job_id == job_id and c.cluster == cluster and (c.run or 0) == run
             and c.kind not in ("receipt_issued", "evidence_refused")]
+    # Stage frame: the run's window, devices and context.
     frame = run_frame(mine)
     if frame.start is None:
         raise Failure(f"job {job_id} run {run}: no allocation_started entry among the bundled entries")
@@ -1485,8 +1488,9 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
     def order(r: Sequence) -> tuple:
         return tuple((1, 0.0) if r[i] is None else (0, float(r[i])) for i in cols)
 
-    # Independent evidence wins: a device the collector's segments cover is measured by its samples where an
-    # interval rests only on DCGM's job record.
+    # Stage attribute: each device's integer nanohours per bucket, one sample at a time. Independent evidence
+    # wins: a device the collector's segments cover is measured by its samples where an interval rests only on
+    # DCGM's job record.
     sampled = {d for s in segments for d in _seg_devices(s) if d}
     replaced, kept = set(), set()
     accounts, gaps_of = [], {}
@@ -1533,19 +1537,10 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
         accounts.append((dev, key, acc))
         gaps_of[dev["uuid"]] = spans
 
-    total = [0] * len(BUCKETS)
-    paid_nh = suspended_nh = coarse_nh = 0
-    gap_nh: dict[str, int] = {}
-    causes: dict[str, int] = {}
-    for _d, _k, acc in accounts:
-        total = [x + y for x, y in zip(total, acc.buckets)]
-        paid_nh += acc.paid_nh
-        suspended_nh += acc.suspended_nh
-        coarse_nh += acc.coarse_nh
-        for g, v in acc.gap_nh.items():
-            gap_nh[g] = gap_nh.get(g, 0) + v
-        for c, v in acc.causes.items():
-            causes[c] = causes.get(c, 0) + v
+    run_total = sum_accounts([acc for _d, _k, acc in accounts], "run")
+    total, paid_nh, suspended_nh, coarse_nh = run_total.buckets, run_total.paid_nh, run_total.suspended_nh, \
+        run_total.coarse_nh
+    gap_nh, causes = run_total.gap_nh, run_total.causes
 
     replaced -= kept
     xid_col = SAMPLE_COLUMNS.index("xid")
@@ -1575,6 +1570,7 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
                 "entry_id": res.entry_id, "ts": res.ts},
         })
 
+    # Stages price and bill, per device.
     by_policy = {p: 0 for p in POLICIES}
     rates: dict[str, Decimal] = {}
     cost = {k: Decimal(0) for k in ("paid", "billed", "suspended", *BUCKETS)}

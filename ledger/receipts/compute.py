@@ -11,8 +11,6 @@ from dataclasses import dataclass, field, replace
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
 from ..canonical import canonical_json, format_ts, sha256_hex, ts_to_epoch
 from ..contracts import Contract, select_contract
 from ..entries import ChainedEntry, Kind
@@ -207,6 +205,7 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
     site's zones and intensity tables) adds the ``carbon`` block to an energy receipt (1.4) whose devices have a
     zone; it changes no other receipt."""
     key = inputs.key
+    # Stage frame: the run's window, devices and context (the verifier's compute_receipt has the same stages).
     frame = run_frame(inputs.entries, inputs.open_end)
     if frame.start is None:
         raise ReceiptError(f"job {key.job_id} run {key.run}: no allocation_started entry in the ledger")
@@ -231,6 +230,7 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
 
     accounts: list[tuple[dict, SkuRating | None, DeviceAccount]] = []
     timelines: dict[str, Any] = {}
+    # Stage attribute: each device's integer nanohours per bucket (vectorised; proofcheck's is one sample at a time).
     plan = []
     # Independent evidence wins: on a device the node collector's sealed samples cover, an interval that rests
     # only on DCGM's job record (which anyone reaching the host engine can remove) is measured by the samples.
@@ -299,19 +299,10 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         accounts.append((dev, rating, acc))
         timelines[dev["uuid"]] = acc.timeline
 
-    total = np.zeros(len(BUCKETS), dtype=np.int64)
-    paid_nh = suspended_nh = coarse_nh = 0
-    gap_nh: dict[str, int] = {}
-    causes: dict[str, int] = {}
-    for _dev, _r, acc in accounts:
-        total += acc.buckets
-        paid_nh += acc.paid_nh
-        suspended_nh += acc.suspended_nh
-        coarse_nh += acc.coarse_nh
-        for g, v in acc.gap_nh.items():
-            gap_nh[g] = gap_nh.get(g, 0) + v
-        for c, v in acc.unknown_causes.items():
-            causes[c] = causes.get(c, 0) + v
+    run_total = sum_accounts([acc for _dev, _r, acc in accounts], "run")   # the devices added: the run's figures
+    total, paid_nh, suspended_nh, coarse_nh = run_total.buckets, run_total.paid_nh, run_total.suspended_nh, \
+        run_total.coarse_nh
+    gap_nh, causes = run_total.gap_nh, run_total.unknown_causes
     assert int(total.sum()) == paid_nh, "accounting identity broken"
     xids = [(dev["uuid"], t, code) for dev in frame.devices
             for t, code in xids_raised(inputs.xid_samples.get(dev["uuid"], ()))]
@@ -343,7 +334,7 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
                 "by": res.entry.data.get("by"), "entry_id": res.entry.entry_id, "ts": res.entry.ts},
         })
 
-    # Billing, per device (each device has its own SKU and rate).
+    # Stages price and bill, per device (each device has its own SKU and rate): proofcheck's own functions.
     by_policy = {p: 0 for p in POLICIES}
     rates: dict[str, Decimal] = {}
     cost_nh: dict[str, Decimal] = {k: Decimal(0) for k in ("paid", "delivered", "billed", "suspended",
