@@ -950,17 +950,30 @@ def mig_share(profile: str | None, sku: str | None) -> Fraction | None:
 def device_rate(contract: Mapping[str, Any], key: str | None, tdp_w: float | None,
                 dev: Mapping[str, Any]) -> tuple[Decimal, str, dict | None]:
     """(hourly rate, its key in the receipt's rate table, the device line's ``mig`` block or None)."""
+    skus = contract.get("skus") or {}
+    return rate_of(key, dev, lambda: hourly(basis_for(contract, key), tdp_w),
+                   lambda name: None if name not in skus else hourly(skus[name], tdp_w))
+
+
+def rate_of(key: str | None, dev: Mapping[str, Any], whole_rate: Callable[[], Decimal],
+            named_rate: Callable[[str], Decimal | None]) -> tuple[Decimal, str, dict | None]:
+    """Stage "price" of one device's hour: (rate, its key in the receipt's rate table, the ``mig`` block or None).
+
+    ``whole_rate()`` is the contract's rate for the SKU ``key`` (else its default); ``named_rate(name)`` the rate
+    of a price the contract names exactly, or None. A MIG instance pays the contract's price for its profile
+    (``<SKU key>/<profile>``) when there is one, else the whole GPU's rate times the share of compute slices
+    its profile holds; a profile the MIG table does not know is billed as a whole GPU, and says so."""
     profile = dev.get("mig_profile")
     if not profile:
-        return hourly(basis_for(contract, key), tdp_w), key or "unrated", None
+        return whole_rate(), key or "unrated", None
     share = mig_share(profile, dev.get("sku"))
     mig = {"gpu_uuid": dev.get("gpu_uuid"), "gpu_instance": dev.get("mig_instance"), "profile": profile,
            "share": None if share is None else f"{share.numerator}/{share.denominator}"}
-    priced = (contract.get("skus") or {}).get(f"{key}/{profile}") if key else None
+    priced = named_rate(f"{key}/{profile}") if key else None
     if priced is not None:
         mig["priced_as"] = "contract profile"
-        return hourly(priced, tdp_w), f"{key}/{profile}", mig
-    whole = hourly(basis_for(contract, key), tdp_w)
+        return priced, f"{key}/{profile}", mig
+    whole = whole_rate()
     if share is None:
         mig["priced_as"] = "whole GPU (profile not in the MIG table)"
         return whole, key or "unrated", mig

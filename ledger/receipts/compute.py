@@ -8,7 +8,7 @@ is rounded to cents, once per figure (docs/receipts.md, "Rounding").
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 from typing import Any, Mapping, Sequence
 
 from ..canonical import canonical_json, format_ts, sha256_hex, ts_to_epoch
@@ -30,7 +30,7 @@ from .energy import DeviceEnergyInput, carbon_block, energy_block
 from .progress import progress_block
 # the receipt's plain stages (price, bill) and the method's constants are the tenant's verifier's: one definition
 from ..proofcheck import (BUCKETS, METHOD_NAME, METHOD_VERSION, POLICIES, adjustments_block, bill_device, cut,
-                          device_line, estimated_delivered, hours_block, money, price_device)
+                          device_line, estimated_delivered, hours_block, money, price_device, rate_of)
 from ..proofcheck import hours as nh_to_hours
 
 RECEIPT_VERSION = "1.2"  # 1.1: the progress block, provider_failure_loss, lost_since_checkpoint_credited;
@@ -503,30 +503,16 @@ def sampled_devices(segments: Sequence[ChainedEntry]) -> frozenset[str]:
 
 
 def _device_rate(contract: Any, rating: SkuRating | None, dev: Mapping) -> tuple[Decimal, str, dict | None]:
-    """(hourly rate, its key in the receipt's rate table, the MIG slice it names or None) for one device.
-
-    A MIG instance pays the contract's price for its profile when the contract names one
-    (``<SKU key>/<profile>``), else the whole GPU's rate times the fraction its profile holds
-    (method.mig.mig_share); a profile the table does not know is billed as a whole GPU, and says so.
-    """
+    """(hourly rate, its key in the receipt's rate table, the MIG slice it names or None) for one device: the
+    verifier's :func:`ledger.proofcheck.rate_of` over this contract's prices (MIG shares: ``method.mig``)."""
     key = rating.key if rating else None
-    profile = dev.get("mig_profile")
-    if not profile:
-        return contract.basis_for(key).hourly(rating.tdp_w if rating else None), key or "unrated", None
-    share = mig_share(profile, dev.get("sku"))
-    mig = {"gpu_uuid": dev.get("gpu_uuid"), "gpu_instance": dev.get("mig_instance"), "profile": profile,
-           "share": None if share is None else f"{share.numerator}/{share.denominator}"}
-    priced = contract.skus.get(f"{key}/{profile}") if key else None
-    if priced is not None:
-        mig["priced_as"] = "contract profile"
-        return priced.hourly(rating.tdp_w if rating else None), f"{key}/{profile}", mig
-    whole = contract.basis_for(key).hourly(rating.tdp_w if rating else None)
-    if share is None:
-        mig["priced_as"] = "whole GPU (profile not in the MIG table)"
-        return whole, key or "unrated", mig
-    mig["priced_as"] = "share of the whole GPU's rate"
-    rate = (whole * share.numerator / share.denominator).quantize(Decimal("1e-12"), rounding=ROUND_HALF_EVEN)
-    return rate, f"{key or 'unrated'}/{profile}", mig
+    tdp_w = rating.tdp_w if rating else None
+
+    def named(name: str) -> Decimal | None:
+        priced = contract.skus.get(name)
+        return None if priced is None else priced.hourly(tdp_w)
+
+    return rate_of(key, dev, lambda: contract.basis_for(key).hourly(tdp_w), named)
 
 
 def receipt_hash(body: Mapping[str, Any]) -> str:
