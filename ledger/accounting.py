@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from . import __version__, commands as commands_mod
+from . import proofcheck as plain
 from .entries import Entry, Kind, make_entry
 from .hooks import slurm
 from .hooks.core import FINAL_STATES
@@ -37,8 +38,9 @@ FIELDS = ("JobIDRaw", "State", "ExitCode", "DerivedExitCode", "Start", "End", "E
 # A run's own end: a later run exists (REQUEUED) or the job is over. Anything else (RUNNING, PENDING,
 # SUSPENDED, COMPLETING, REQUEUE_HOLD...) is asked again at the next shipment.
 RUN_FINAL = FINAL_STATES | {"REQUEUED", "REVOKED"}
-# What a receipt lacks until accounting has answered (the environment of a hook does not hold them).
-ACCOUNTING_FIELDS = ("qos", "tres", "time_limit_s", "suspended_s", "final_state")
+# What a receipt lacks until accounting has answered (the environment of a hook does not hold them): the
+# verifier's list, which its receipt names the same way.
+ACCOUNTING_FIELDS = plain.ACCOUNTING_FIELDS
 DEFAULT_BATCH = 1000
 DEFAULT_LOOKBACK_DAYS = 14.0
 
@@ -232,29 +234,17 @@ def enrich(engine, cmds: Mapping[str, str], *, batch: int = DEFAULT_BATCH,  # no
 
 def end_state(entries: Iterable[Entry]) -> tuple[str | None, str | None]:
     """(final state, its source) for one run's entries: the accounting database's, else the controller's
-    epilog's, else a node epilog's (or reconcile's) view; (None, None) without any end."""
-    rank = {SOURCE: 0, "hook.slurmctld": 1}
-    best = None
-    for e in entries:
-        if e.kind != Kind.ALLOCATION_ENDED:
-            continue
-        r = rank.get(e.source, 2)
-        if best is None or r <= best[0]:  # among equals the latest (entries come in chain order)
-            best = (r, e.data.get("state"), e.source)
-    return (best[1], best[2]) if best else (None, None)
+    epilog's, else a node epilog's (or reconcile's) view, among equals the latest; (None, None) without any end.
+    The tenant's verifier's rule (:func:`ledger.proofcheck.final_state`), so a receipt's end is the same in both."""
+    return plain.final_state(list(entries))
 
 
 def run_accounting(entries: Iterable[Entry]) -> dict | None:
     """What a receipt says about the run's accounting record: {"source": "sacct", "state": final state} once
     recorded, else {"pending": [fields]} naming what the hooks' environment could not give; None for a run
-    the Slurm hooks did not record (imports, simulations: no accounting database to wait for)."""
-    es = list(entries)
-    if not any(e.source in ("hook.slurm", "hook.slurmctld") for e in es):
-        return None
-    state, source = end_state(es)
-    if source == SOURCE:
-        return {"source": SOURCE, "state": state}
-    return {"pending": list(ACCOUNTING_FIELDS)}
+    the Slurm hooks did not record (imports, simulations: no accounting database to wait for). The verifier's
+    :func:`ledger.proofcheck.run_accounting`."""
+    return plain.run_accounting(list(entries))
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,25 @@ A bundle is checked in this order, and the first thing that fails is named (exit
    exactly the bundled receipt, and its hash is printed.
 
 The ledger itself uses the hashing, proof and signature functions of this module (``ledger.merkle``), so the
-operator's and the tenant's code cannot drift apart; the reference method is deliberately a second,
-plain-Python implementation of docs/method.md (no numpy), and tests compare it with the ledger's.
-This module never imports ``ledger``.
+operator's and the tenant's code cannot drift apart. The method below is the method's one plain reference
+(docs/method.md, no numpy), in four named stages:
+
+* **frame** -- a run's window, devices and context (:func:`run_frame`), a device's paid window
+  (:func:`paid_window`), its sample rows as the figures the method reads (:func:`frame_samples`);
+* **attribute** -- one device's integer nanohours per bucket, one sample at a time (:func:`attribute_device`),
+  or from a DCGM summary alone (:func:`attribute_summary`); a shared device's share (:func:`scale_account`);
+* **price** -- a device's hourly rate (:func:`device_rate`) and its cost per figure (:func:`price_device`);
+* **bill** -- unknown time by policy, lost work credited, granularity and minimum (:func:`bill_device`), the
+  device line, adjustments, the energy block's totals (:func:`energy_totals`) and the receipt
+  (:func:`compute_receipt`).
+
+The package's vectorised attribution (``ledger.method.attribution``, numpy) is held equal to
+:func:`attribute_device` under hypothesis (tests/test_method_reference.py) and the whole receipt to
+:func:`compute_receipt` byte for byte (tests/test_proofcheck_method.py); every plain scalar part (constants,
+intervals, settling, the summary path, shares, progress, pricing, billing, the energy totals, the failure
+evidence) the package imports from here instead of writing it again. The direction is one way: this module
+imports nothing from ``ledger`` and nothing outside the standard library but ``cryptography``
+(tests/test_proofcheck_alone.py runs it as a lone file under ``python -I``).
 """
 
 from __future__ import annotations
@@ -428,9 +444,10 @@ class Spans:
         return max(self._f(b) - self._f(a), 0.0)
 
 
-def gap_portions(window: tuple[float, float], susp: list[tuple[float, float]],
-                 unknown: Sequence[tuple[float, float, str]],
-                 measured: Spans | None = None) -> tuple[dict[str, int], list[tuple[float, float]]]:
+def gap_spans(window: tuple[float, float], susp: Sequence[tuple[float, float]],
+              unknown: Sequence[tuple[float, float, str]]) -> dict[str, list[tuple[float, float]]]:
+    """Each gap's exclusive spans inside the window: minus suspended time, minus what earlier gaps (in the
+    given ledger order) already took, so overlapping gaps are never counted twice."""
     s, e = window
     taken = list(susp)
     spans: dict[str, list[tuple[float, float]]] = {}
@@ -442,6 +459,14 @@ def gap_portions(window: tuple[float, float], susp: list[tuple[float, float]],
         free = subtract(span, union(taken))
         spans[gid].extend(free)
         taken.extend(free)
+    return spans
+
+
+def gap_portions(window: tuple[float, float], susp: list[tuple[float, float]],
+                 unknown: Sequence[tuple[float, float, str]],
+                 measured: Spans | None = None) -> tuple[dict[str, int], list[tuple[float, float]]]:
+    """(nanohours per gap, union of all gap spans); a gap yields to the ``measured`` spans of samples."""
+    spans = gap_spans(window, susp, unknown)
     portions = {}
     for gid, sp in spans.items():
         secs = math.fsum(b - a for a, b in sp)
@@ -452,6 +477,9 @@ def gap_portions(window: tuple[float, float], susp: list[tuple[float, float]],
 
 
 def settle(paid_nh: int, buckets: list[int], gap_total: int) -> tuple[list[int], int]:
+    """Uncovered time (no sample, no gap) is unknown; per-sample rounding residue lands there too. If rounding
+    made the parts exceed paid (by a few nanohours), the excess is taken from the largest bucket (the first
+    of equals). Returns (buckets, uncovered nanohours)."""
     rest = paid_nh - sum(buckets) - gap_total
     if rest < 0:
         buckets = list(buckets)
@@ -477,8 +505,10 @@ class Account:
     coarse_nh: int = 0
 
 
-def _finish(paid_nh: int, suspended_nh: int, portions: dict[str, int], buckets: list[int], fidelity: str,
-            coarse_nh: int = 0) -> Account:
+def finish_account(paid_nh: int, suspended_nh: int, portions: dict[str, int], buckets: list[int], fidelity: str,
+                   coarse_nh: int = 0) -> Account:
+    """From a device's integer sums per bucket (unknown holding only field_missing) to its account: settle the
+    rounding residue, then split unknown by cause (``ledger.method.attribution`` ends its vectorised pass here)."""
     gap_total = sum(portions.values())
     buckets, uncovered = settle(paid_nh, buckets, gap_total)
     causes = {"field_missing": buckets[B_UNKNOWN], "no_telemetry": uncovered}
@@ -486,7 +516,10 @@ def _finish(paid_nh: int, suspended_nh: int, portions: dict[str, int], buckets: 
     return Account(paid_nh, buckets, suspended_nh, portions, causes, fidelity, coarse_nh)
 
 
-def _frame(window: tuple[float, float], suspended: Sequence[tuple[float, float]]):  # noqa: ANN202
+def paid_window(window: tuple[float, float], suspended: Sequence[tuple[float, float]]
+                ) -> tuple[float, float, list[tuple[float, float]], int, int]:
+    """Stage "frame" of one device's window: (start, end, its suspended spans merged, paid nanohours, suspended
+    nanohours); paid is the window minus its suspended time (a window that ends before it starts is empty)."""
     s, e = float(window[0]), float(window[1])
     e = max(e, s)
     susp = union((max(a, s), min(b, e)) for a, b in suspended if min(b, e) > max(a, s))
@@ -504,64 +537,91 @@ def reason_index(mask: int) -> int:
     return THROTTLE_REASONS.index("other")
 
 
-def attribute_samples(window: tuple[float, float], rows: Sequence[Sequence], unknown: Sequence[tuple],
-                      suspended: Sequence[tuple[float, float]], rated: float | None) -> Account:
-    """One device's buckets from its samples (rows in SAMPLE_COLUMNS order, sorted, None = not measured)."""
-    s, e, susp, paid_nh, suspended_nh = _frame(window, suspended)
-    if not rows:
+FLOAT_MAX = sys.float_info.max
+
+
+def _finite(x: float) -> float:
+    """A not-a-number as 0 and an infinity as the largest float, so a sample's end stays a number."""
+    if x != x:
+        return 0.0
+    return max(-FLOAT_MAX, min(x, FLOAT_MAX))
+
+
+def frame_samples(rows: Sequence[Sequence]) -> list[tuple]:
+    """Stage "frame" of one device's samples: bundle rows (SAMPLE_COLUMNS order, None = not measured) to the
+    figures the method reads, one tuple per sample: (t, dt, activity, coarse, sm clock, clock-event mask,
+    compute processes, framebuffer MiB), NaN = not measured, mask -1 = not measured. Activity is the best
+    signal: SM active, else tensor active, else the coarse gpu_util (``coarse`` then True)."""
+    col = {name: i for i, name in enumerate(SAMPLE_COLUMNS)}
+    nan = float("nan")
+    out = []
+    for r in rows:
+        def get(name: str, r: Sequence = r) -> float:
+            v = r[col[name]]
+            return nan if v is None else float(v)
+
+        sm, ten, gu = get("sm_active"), get("tensor_active"), get("gpu_util")
+        fine = ten if sm != sm else sm
+        mask = r[col["clock_reasons"]]
+        out.append((get("t"), get("dt"), gu if fine != fine else fine, fine != fine and gu == gu,
+                    get("sm_clock_mhz"), -1 if mask is None else int(mask), get("compute_procs"),
+                    get("fb_used_mib")))
+    return out
+
+
+def attribute_device(window: tuple[float, float], samples: Sequence[tuple], unknown: Sequence[tuple] = (),
+                     suspended: Sequence[tuple[float, float]] = (), rated: float | None = None,
+                     active_min: float = ACTIVE_MIN, resident_fb_mib: float = RESIDENT_FB_MIB) -> Account:
+    """Stage "attribute": one device's allocated window [start, end) in integer nanohours per bucket, one sample
+    at a time (docs/method.md, "Per sample"), from :func:`frame_samples` tuples in any order (a stable sort by
+    time first). This is the method's plain reference: tests hold ``ledger.method.attribute_device`` (numpy)
+    equal to it under hypothesis, integer for integer."""
+    s, e, susp, paid_nh, suspended_nh = paid_window(window, suspended)
+    if not samples:
         portions, _ = gap_portions((s, e), susp, unknown)
         buckets = [0] * len(BUCKETS)
         buckets[B_UNKNOWN] = paid_nh
         return Account(paid_nh, buckets, suspended_nh, portions,
                        {"field_missing": 0, "no_telemetry": paid_nh - sum(portions.values())}, "none")
-    col = {name: i for i, name in enumerate(SAMPLE_COLUMNS)}
-    nan = float("nan")
-
-    def get(r: Sequence, name: str) -> float:
-        v = r[col[name]]
-        return nan if v is None else float(v)
-
-    t = [get(r, "t") for r in rows]
+    rows = sorted(samples, key=lambda r: r[0])
+    if any(r[0] != r[0] for r in rows):
+        raise Failure("a sample's time is not a number")
+    t = [r[0] for r in rows]
     n = len(t)
-    b = [t[i] + (0.0 if rows[i][col["dt"]] is None else float(rows[i][col["dt"]])) for i in range(n)]
+    # Each sample covers [t, min(t + dt, next t)) clipped to the window.
+    b = [t[i] + _finite(rows[i][1]) for i in range(n)]
     for i in range(n - 1):
         b[i] = min(b[i], t[i + 1])
     b = [min(max(x, s), e) for x in b]
     a = [min(max(x, s), e) for x in t]
     covered = [max(y - x, 0.0) for x, y in zip(a, b)]
-    act, coarse = [], []
-    for r in rows:
-        sm, ten, gu = get(r, "sm_active"), get(r, "tensor_active"), get(r, "gpu_util")
-        fine = ten if sm != sm else sm
-        act.append(gu if fine != fine else fine)
-        coarse.append(fine != fine and gu == gu)
-    present = [x == x for x in act]
+    present = [r[2] == r[2] for r in rows]
+    # Unknown intervals: each gap's share, minus the time samples with a measured activity cover.
     measured = None
     if unknown:
         has = [i for i in range(n) if present[i] and covered[i] > 0]
         measured = Spans([a[i] for i in has], [b[i] for i in has])
     portions, gaps = gap_portions((s, e), susp, unknown, measured)
-    if susp:
+    if susp:                                   # suspended time is not paid
         sp = Spans([x for x, _ in susp], [y for _, y in susp])
         covered = [c - sp.overlap(x, y) for c, x, y in zip(covered, a, b)]
-    if gaps:
+    if gaps:                                   # a sample without activity yields to a gap
         gp = Spans([x for x, _ in gaps], [y for _, y in gaps])
         covered = [c if present[i] else c - gp.overlap(a[i], b[i]) for i, c in enumerate(covered)]
     if susp or gaps:
         covered = [max(c, 0.0) for c in covered]
     sums = [0] * len(BUCKETS)
     coarse_nh = 0
-    for i, r in enumerate(rows):
-        activity = min(max(act[i], 0.0), 1.0) if present[i] else 0.0
-        procs, fb = get(r, "compute_procs"), get(r, "fb_used_mib")
-        resident = procs > 0.0 or fb > RESIDENT_FB_MIB
-        low = present[i] and activity < ACTIVE_MIN
+    for i, (_t, _dt, act, coarse, clock, mask, procs, fb) in enumerate(rows):
+        activity = min(max(act, 0.0), 1.0) if present[i] else 0.0
+        fb_seen = fb if resident_fb_mib >= 0 else _finite(fb)   # a negative threshold: unmeasured fb is 0
+        resident = procs > 0.0 or fb_seen > resident_fb_mib
+        low = present[i] and activity < active_min
         working = present[i] and not low
         busy = covered[i] * activity
-        cov = int(covered[i] * NH_PER_SECOND + 0.5)
+        cov = int(covered[i] * NH_PER_SECOND + 0.5)   # rounded once; the parts are split from this integer
         active = int(busy * NH_PER_SECOND + 0.5)
-        if rated:
-            clock = get(r, "sm_clock_mhz")
+        if rated:                               # clock ratio r = min(clock / rated, 1); unmeasured: 1
             ratio = clock / float(rated)
             ratio = max(1.0 if ratio != ratio else min(ratio, 1.0), 0.0)
             delivered = int(busy * ratio * NH_PER_SECOND + 0.5)
@@ -570,18 +630,23 @@ def attribute_samples(window: tuple[float, float], rows: Sequence[Sequence], unk
         active = min(active, cov) if working else 0
         delivered = min(delivered, active)
         if active - delivered:
-            mask = r[col["clock_reasons"]]
-            sums[B_THROTTLED[THROTTLE_REASONS[reason_index(-1 if mask is None else int(mask))]]] += active - delivered
+            sums[B_THROTTLED[THROTTLE_REASONS[reason_index(mask)]]] += active - delivered
         sums[B_DELIVERED] += delivered
         if working:
             sums[B_UNDER] += cov - active
         if low:
             sums[B_STARVED if resident else B_IDLE] += cov
         if not present[i]:
-            sums[B_UNKNOWN] += cov
-        elif coarse[i]:
+            sums[B_UNKNOWN] += cov             # unknown, cause field_missing: never read as zero
+        elif coarse:
             coarse_nh += cov
-    return _finish(paid_nh, suspended_nh, portions, sums, "samples", coarse_nh)
+    return finish_account(paid_nh, suspended_nh, portions, sums, "samples", coarse_nh)
+
+
+def attribute_samples(window: tuple[float, float], rows: Sequence[Sequence], unknown: Sequence[tuple],
+                      suspended: Sequence[tuple[float, float]], rated: float | None) -> Account:
+    """One device's buckets from its bundled sample rows: :func:`frame_samples`, then :func:`attribute_device`."""
+    return attribute_device(window, frame_samples(rows), unknown, suspended, rated)
 
 
 def _flatten(d: Mapping, prefix: str = "") -> dict[str, Any]:
@@ -602,6 +667,7 @@ def _num(v: Any) -> float | None:
 
 
 def _pick(flat: Mapping[str, Any], *candidates: str) -> float | None:
+    """First numeric value whose normalised key equals a candidate, else one that ends with it."""
     for c in candidates:
         if c in flat and _num(flat[c]) is not None:
             return _num(flat[c])
@@ -613,6 +679,8 @@ def _pick(flat: Mapping[str, Any], *candidates: str) -> float | None:
 
 
 def summary_fields(payload: Mapping[str, Any]) -> dict[str, float | None]:
+    """The few DCGM job-stats figures the method uses, tolerant of how the adapter spelled the keys:
+    percentages stay percentages (0-100); None means the summary did not carry a number for it."""
     flat = _flatten(payload)
     return {
         "util": _pick(flat, "smutilpctavg", "smutilizationavg", "smutilavg", "smutilization", "avgsmutilization",
@@ -633,6 +701,7 @@ def summary_fields(payload: Mapping[str, Any]) -> dict[str, float | None]:
 
 
 def largest_remainder(total: int, weights: Sequence[float]) -> list[int]:
+    """Split an integer total by weights; leftovers go to the largest fractional parts (ties: first)."""
     s = math.fsum(weights)
     if total <= 0 or s <= 0:
         return [0] * len(weights)
@@ -645,9 +714,12 @@ def largest_remainder(total: int, weights: Sequence[float]) -> list[int]:
 
 
 def attribute_summary(window: tuple[float, float], payload: Mapping[str, Any], unknown: Sequence[tuple],
-                      suspended: Sequence[tuple[float, float]], rated: float | None) -> Account:
-    """One device's buckets from its DCGM job-stats summary alone."""
-    s, e, susp, paid_nh, suspended_nh = _frame(window, suspended)
+                      suspended: Sequence[tuple[float, float]], rated: float | None,
+                      active_min: float = ACTIVE_MIN) -> Account:
+    """Stage "attribute" of a device with no samples but its DCGM job-stats summary: the summary's averages
+    spread over the covered time by largest remainders (``ledger.method.attribute_summary`` is this, plus the
+    PDF's timeline strip)."""
+    s, e, susp, paid_nh, suspended_nh = paid_window(window, suspended)
     portions, _ = gap_portions((s, e), susp, unknown)
     covered = max(paid_nh - sum(portions.values()), 0)
     f = summary_fields(payload)
@@ -659,7 +731,7 @@ def attribute_summary(window: tuple[float, float], payload: Mapping[str, Any], u
         clk = f["clock"]
         ratio = 1.0 if not (clk and rated) else min(max(clk / rated, 0.0), 1.0)
         procs = f["processes"]
-        if act < ACTIVE_MIN:
+        if act < active_min:
             resident = procs is None and act > 0 or (procs or 0) > 0
             buckets[B_STARVED if resident else B_IDLE] = covered
         else:
@@ -672,7 +744,7 @@ def attribute_summary(window: tuple[float, float], payload: Mapping[str, Any], u
             for name, part in zip(["thermal", "hw_slowdown", "power_cap", "sync_boost", "other"],
                                   largest_remainder(thr, w)):
                 buckets[B_THROTTLED[name]] = part
-    return _finish(paid_nh, suspended_nh, portions, buckets, "summary")
+    return finish_account(paid_nh, suspended_nh, portions, buckets, "summary")
 
 
 def match_sku(name: str | None, table: Mapping[str, tuple]) -> str | None:
@@ -748,12 +820,117 @@ def scale_account(acc: Account, share: Fraction) -> Account:
                    {c: v * num // den for c, v in acc.causes.items()}, acc.fidelity, acc.coarse_nh * num // den)
 
 
+def sum_accounts(parts: Sequence[Account], fidelity: str) -> Account:
+    """Accounts added, in integer nanohours: a device's over adjacent parts of its window, or a run's devices
+    into the run's totals (no parts: all zero)."""
+    gap_nh: dict[str, int] = {}
+    causes: dict[str, int] = {}
+    for p in parts:
+        for g, v in p.gap_nh.items():
+            gap_nh[g] = gap_nh.get(g, 0) + v
+        for c, v in p.causes.items():
+            causes[c] = causes.get(c, 0) + v
+    buckets = [sum(x) for x in zip(*(p.buckets for p in parts))] if parts else [0] * len(BUCKETS)
+    return Account(sum(p.paid_nh for p in parts), buckets,
+                   sum(p.suspended_nh for p in parts), gap_nh, causes, fidelity, sum(p.coarse_nh for p in parts))
+
+
 def billed_nh(nh: int, gran_s: int, min_s: int, paid_nh: int) -> int:
     if nh <= 0:
         return 0
     units = -((-nh * 3600) // (gran_s * 10**9))
     rounded = (units * gran_s * 10**9 + 1800) // 3600
     return max(rounded, to_nh(min_s)) if paid_nh > 0 else rounded
+
+
+POLICIES = ("charge", "credit", "estimate", "hold")   # how unknown time is billed (docs/receipts.md)
+
+
+def bill_device(acc: Account, gaps: Sequence[tuple[float, float, str]], gap_policy: Mapping[str, str],
+                default_policy: str, charge_suspended: bool, credited_span: tuple[float, float] | None,
+                suspended: Sequence[tuple[float, float]], gran_s: int, min_s: int) -> tuple[dict[str, int], int, int]:
+    """Stage "bill" of one device: (its unknown nanohours by policy, the lost work credited, nanohours billed).
+
+    Unknown time goes to its gap's policy (unattributed unknown to the contract's); credit and hold are not
+    billed; suspended time is billed only if the contract says so; a provider's failure credits the work lost
+    since the last saved mark, less what is already unbilled; then granularity and minimum."""
+    unknown_by = {p: 0 for p in POLICIES}
+    for gid, v in acc.gap_nh.items():
+        unknown_by[gap_policy.get(gid, default_policy)] += v
+    unknown_by[default_policy] += int(acc.buckets[-1]) - sum(acc.gap_nh.values())
+    billable = acc.paid_nh - unknown_by["credit"] - unknown_by["hold"]
+    if charge_suspended:
+        billable += acc.suspended_nh
+    lost = 0
+    if credited_span is not None:  # the lost work, less what is already unbilled (suspended, credit/hold)
+        not_billed = [(a, b) for a, b, gid in gaps if gap_policy.get(gid, default_policy) in ("credit", "hold")]
+        lost = min(to_nh(seconds_of(cut(credited_span, [*suspended, *not_billed]))), max(billable, 0))
+        billable -= lost
+    return unknown_by, lost, billed_nh(billable, gran_s, min_s, acc.paid_nh)
+
+
+def price_device(cost: dict[str, Decimal], acc: Account, billed: int, rate: Decimal) -> None:
+    """Stage "price" of one device: its paid, billed, suspended and per-bucket nanohours at its hourly rate,
+    added into ``cost`` (nanohours x rate, exact Decimals; :func:`money` rounds each figure to cents once)."""
+    cost["paid"] += acc.paid_nh * rate
+    cost["billed"] += billed * rate
+    cost["suspended"] += acc.suspended_nh * rate
+    for name, v in zip(BUCKETS, acc.buckets):
+        cost[name] += int(v) * rate
+
+
+def device_line(dev: Mapping[str, Any], sku_rating: str | None, acc: Account, billed: int, rate: Decimal,
+                mig: dict | None, window_start: float, device_paid_nh: int | None) -> dict:
+    """One device's line on the receipt. ``mig`` only on MIG slices and ``share`` only on shared devices, so
+    receipts of whole GPUs held alone keep their bytes: under changing sharers the share from each instant on
+    (``dev["segments"]``), else the one share (``dev["shared"]``)."""
+    line = {"uuid": dev["uuid"], "node": dev["node"], "index": dev["index"], "sku": dev["sku"],
+            "sku_rating": sku_rating, "fidelity": acc.fidelity,
+            "gpu_hours": hours_block(acc.buckets, acc.paid_nh, acc.suspended_nh),
+            "billed_gpu_hours": hours(billed), "rate": str(rate)}
+    if mig is not None:
+        line["mig"] = mig
+    if dev.get("segments"):
+        line["share"] = {"rule": "segments", "segments": [
+            {"from": format_ts(max(t0, window_start)), "rule": sh[0] if sh else "whole",
+             "ratio": f"{sh[1].numerator}/{sh[1].denominator}" if sh else "1/1"} for t0, sh in dev["segments"]],
+            "device_paid_gpu_hours": hours(device_paid_nh)}
+    elif dev.get("shared") is not None:
+        rule, share = dev["shared"]
+        line["share"] = {"rule": rule, "ratio": f"{share.numerator}/{share.denominator}",
+                         "device_paid_gpu_hours": hours(device_paid_nh)}
+    return line
+
+
+def adjustments_block(adjustments: Iterable[Any], mean_rate: Decimal) -> tuple[list[dict], Decimal, int]:
+    """The receipt's adjustment lines from the run's ``adjustment`` entries (anything with ``entry_id``, ``ts``
+    and ``data``), with their signed total amount and signed nanohours: hours are priced at the run's mean rate."""
+    lines, total, adj_nh = [], Decimal(0), 0
+    for e in adjustments:
+        d = e.data
+        sign = Decimal(1) if d.get("direction") == "debit" else Decimal(-1)
+        if "hours" in d:
+            h = Decimal(str(d["hours"]))
+            amount = (h * mean_rate).quantize(CENT, rounding=ROUND_HALF_EVEN)
+            adj_nh += int(sign) * int((h * NH).to_integral_value(rounding=ROUND_HALF_EVEN))
+        else:
+            h = None
+            amount = Decimal(str(d["amount"])).quantize(CENT)
+        total += sign * amount
+        lines.append({"id": e.entry_id, "direction": d.get("direction"),
+                      "gpu_hours": None if h is None else float(h), "amount": float(amount),
+                      "reason": d.get("reason"), "by": d.get("by"), "ts": e.ts,
+                      "references": d.get("references", [])})
+    return lines, total, adj_nh
+
+
+def estimated_delivered(estimate_nh: int, delivered_nh: int, paid_nh: int, unknown_nh: int) -> int:
+    """Nanohours of the unknown time under the ``estimate`` policy that the known time's delivered share
+    suggests were delivered (integer, half up)."""
+    known = paid_nh - unknown_nh
+    if estimate_nh and known > 0:
+        return (estimate_nh * delivered_nh + known // 2) // known
+    return 0
 
 
 # MIG: an instance is priced at the share of its parent GPU its profile's compute slices hold
@@ -773,17 +950,30 @@ def mig_share(profile: str | None, sku: str | None) -> Fraction | None:
 def device_rate(contract: Mapping[str, Any], key: str | None, tdp_w: float | None,
                 dev: Mapping[str, Any]) -> tuple[Decimal, str, dict | None]:
     """(hourly rate, its key in the receipt's rate table, the device line's ``mig`` block or None)."""
+    skus = contract.get("skus") or {}
+    return rate_of(key, dev, lambda: hourly(basis_for(contract, key), tdp_w),
+                   lambda name: None if name not in skus else hourly(skus[name], tdp_w))
+
+
+def rate_of(key: str | None, dev: Mapping[str, Any], whole_rate: Callable[[], Decimal],
+            named_rate: Callable[[str], Decimal | None]) -> tuple[Decimal, str, dict | None]:
+    """Stage "price" of one device's hour: (rate, its key in the receipt's rate table, the ``mig`` block or None).
+
+    ``whole_rate()`` is the contract's rate for the SKU ``key`` (else its default); ``named_rate(name)`` the rate
+    of a price the contract names exactly, or None. A MIG instance pays the contract's price for its profile
+    (``<SKU key>/<profile>``) when there is one, else the whole GPU's rate times the share of compute slices
+    its profile holds; a profile the MIG table does not know is billed as a whole GPU, and says so."""
     profile = dev.get("mig_profile")
     if not profile:
-        return hourly(basis_for(contract, key), tdp_w), key or "unrated", None
+        return whole_rate(), key or "unrated", None
     share = mig_share(profile, dev.get("sku"))
     mig = {"gpu_uuid": dev.get("gpu_uuid"), "gpu_instance": dev.get("mig_instance"), "profile": profile,
            "share": None if share is None else f"{share.numerator}/{share.denominator}"}
-    priced = (contract.get("skus") or {}).get(f"{key}/{profile}") if key else None
+    priced = named_rate(f"{key}/{profile}") if key else None
     if priced is not None:
         mig["priced_as"] = "contract profile"
-        return hourly(priced, tdp_w), f"{key}/{profile}", mig
-    whole = hourly(basis_for(contract, key), tdp_w)
+        return priced, f"{key}/{profile}", mig
+    whole = whole_rate()
     if share is None:
         mig["priced_as"] = "whole GPU (profile not in the MIG table)"
         return whole, key or "unrated", mig
@@ -897,32 +1087,44 @@ def energy_cost(basis: Mapping[str, Any], measured_kwh: Decimal | None, tdp_w: f
     return {"basis": name, "charged": charged, "measured": measured, "tdp": tdp}
 
 
-def _r6(x: float) -> float:
+def round6(x: float) -> float:
+    """kWh and kg to 6 decimals (and -0.0 as 0.0), so the JSON is byte-stable on replay."""
     return round(x + 0.0, 6)
 
 
-def _money_text(d: Decimal | None) -> str | None:
+def money_text(d: Decimal | None) -> str | None:
+    """Money to cents (half even) as text; None stays None."""
     return None if d is None else str(d.quantize(CENT, rounding=ROUND_HALF_EVEN))
 
 
 def energy_block(devices: Sequence[tuple], currency: str) -> dict:
     """``devices``: (spans, buckets, tdp_w, gpu_hours, basis) per device priced under an energy_basis."""
+    def lines() -> Iterable[tuple]:
+        for spans, dev_buckets, tdp_w, gpu_hours, basis in devices:
+            dev_kwh = sum(s[2] for s in spans if s[2] is not None) / J_PER_KWH
+            source = _spans_source(spans)
+            bk, unk = energy_by_bucket(spans, dev_buckets)
+            known = Decimal(repr(round6(dev_kwh))) if spans and source != "unknown" else None
+            yield dev_kwh, source, bk, sum(unk.values()), energy_cost(basis, known, tdp_w, gpu_hours)
+
+    return energy_totals(lines(), currency)
+
+
+def energy_totals(devices: Iterable[tuple[float, str, Mapping[str, float], float, Mapping[str, Any]]],
+                  currency: str) -> dict:
+    """Stage "bill" of energy: the receipt's ``energy`` block from each device's (kWh, source, kWh by bucket,
+    unknown GPU-hours, cost line), added in device order; kWh rounded to 6 places, money to cents as text."""
     kwh = unknown_h = 0.0
     buckets: dict[str, float] = {}
     sources, bases = set(), set()
     charged = measured = tdp = Decimal(0)
     any_unmeasured = False
-    for spans, dev_buckets, tdp_w, gpu_hours, basis in devices:
-        dev_kwh = sum(s[2] for s in spans if s[2] is not None) / J_PER_KWH
+    for dev_kwh, source, bucket_kwh, dev_unknown_h, line in devices:
         kwh += dev_kwh
-        source = _spans_source(spans)
         sources.add(source)
-        bk, unk = energy_by_bucket(spans, dev_buckets)
-        for k, v in bk.items():
+        for k, v in bucket_kwh.items():
             buckets[k] = buckets.get(k, 0.0) + v
-        unknown_h += sum(unk.values())
-        known = Decimal(repr(_r6(dev_kwh))) if spans and source != "unknown" else None
-        line = energy_cost(basis, known, tdp_w, gpu_hours)
+        unknown_h += dev_unknown_h
         bases.add(line["basis"])
         charged += line["charged"]
         tdp += line["tdp"]
@@ -931,12 +1133,12 @@ def energy_block(devices: Sequence[tuple], currency: str) -> dict:
         else:
             measured += line["measured"]
     source = sources.pop() if len(sources) == 1 else ("mixed" if sources else "unknown")
-    return {"kwh": _r6(kwh), "source": source,
-            "by_bucket": {k: _r6(v) for k, v in sorted(buckets.items())},
-            "unknown_gpu_hours": _r6(unknown_h),
+    return {"kwh": round6(kwh), "source": source,
+            "by_bucket": {k: round6(v) for k, v in sorted(buckets.items())},
+            "unknown_gpu_hours": round6(unknown_h),
             "cost": {"currency": currency, "basis": bases.pop() if len(bases) == 1 else "mixed",
-                     "charged": _money_text(charged), "measured": None if any_unmeasured else _money_text(measured),
-                     "tdp": _money_text(tdp)}}
+                     "charged": money_text(charged), "measured": None if any_unmeasured else money_text(measured),
+                     "tdp": money_text(tdp)}}
 
 
 def _column_pairs(rows: Sequence[Sequence], column: str) -> list[tuple[float, float]]:
@@ -970,7 +1172,8 @@ END_STATE_CONTROLLED_BY = {"NODE_FAIL": "scheduler", "BOOT_FAIL": "scheduler", "
 XID_CLASS = {8: "application", 13: "application", 31: "application", 32: "driver", 43: "application",
              45: "application", 48: "hardware", 62: "hardware", 63: "hardware", 64: "hardware", 74: "hardware",
              79: "hardware", 92: "hardware", 94: "hardware", 95: "hardware", 119: "driver", 120: "driver"}
-PROVIDER_XIDS = frozenset(x for x, c in XID_CLASS.items() if c in ("hardware", "driver"))
+PROVIDER_XID_CLASSES = frozenset({"hardware", "driver"})
+PROVIDER_XIDS = frozenset(x for x, c in XID_CLASS.items() if c in PROVIDER_XID_CLASSES)
 REPLACED_BY_SAMPLES = "node_collector_samples"
 
 
@@ -1030,22 +1233,31 @@ def end_state(entries: Sequence[Entry]) -> str | None:
     return "REQUEUED" if requeued else None
 
 
-def provider_failure(state: str | None, xids: Sequence[tuple]) -> str | None:
+def provider_failure(state: str | None, xids: Sequence[tuple],
+                     classes: Mapping[int, str] = XID_CLASS) -> str | None:
+    """The provider's failure that ended a run (the state, or ``xid``), or None: the scheduler's NODE_FAIL or
+    BOOT_FAIL, or an XID of a hardware or driver class (``classes``: XID -> class) raised on one of the run's
+    devices, (device, t, code), in a run that did not complete."""
     if state in PROVIDER_FAILURE_STATES:
         return state
-    if state not in (None, "COMPLETED") and any(code in PROVIDER_XIDS for _d, _t, code in xids):
+    if state not in (None, "COMPLETED") and any(classes.get(code) in PROVIDER_XID_CLASSES for _d, _t, code in xids):
         return "xid"
     return None
 
 
-def failure_evidence(state: str | None, xids: Sequence[tuple], dcgm_count: int) -> list[dict]:
+def failure_evidence(state: str | None, xids: Sequence[tuple], dcgm_count: int | None,
+                     classes: Mapping[int, str] = XID_CLASS) -> list[dict]:
+    """What the provider-failure answer rests on, each piece with the party that controls it."""
     out: list[dict] = [{"what": "end_state", "value": state,
                         "controlled_by": END_STATE_CONTROLLED_BY.get(str(state), "job_user"),
                         "provider_side": state in PROVIDER_FAILURE_STATES}]
     for device, _t, code in sorted(xids, key=lambda x: (x[1], x[0], x[2])):
-        out.append({"what": "xid", "value": code, "device": device, "class": XID_CLASS.get(code, "unclassified"),
-                    "controlled_by": "vendor_tool", "provider_side": code in PROVIDER_XIDS})
+        cls = classes.get(code, "unclassified")
+        out.append({"what": "xid", "value": code, "device": device, "class": cls,
+                    "controlled_by": "vendor_tool", "provider_side": cls in PROVIDER_XID_CLASSES})
     if dcgm_count:
+        # DCGM's job statistics count XIDs of any class (a device assert in the user's kernel counts too) and
+        # name none of them: not provider-side evidence on its own.
         out.append({"what": "dcgm_critical_xid_errors", "value": dcgm_count, "controlled_by": "vendor_tool",
                     "provider_side": False})
     return out
@@ -1084,8 +1296,12 @@ def seconds_of(parts: Sequence[tuple[float, float]]) -> float:
 
 def progress_block(entries: Sequence[Entry], window: tuple[float, float], n_devices: int,
                    suspended: Sequence[tuple[float, float]],
-                   credit: bool, xids: Sequence[tuple] = ()) -> tuple[dict[str, Any], tuple[float, float] | None]:
-    """The receipt's ``progress`` block, and the span [from, end) credited as lost work (else None)."""
+                   credit: bool, xids: Sequence[tuple] = (), classes: Mapping[int, str] = XID_CLASS
+                   ) -> tuple[dict[str, Any], tuple[float, float] | None]:
+    """The receipt's ``progress`` block, and the span [from, end) credited as lost work (else None).
+
+    ``entries``: the run's own (anything with ``kind``, ``ts``, ``data``, ``source``); ``xids``: (device, t, code)
+    raised on its devices in its window; ``classes``: XID -> class (the verifier's table unless given)."""
     w0, w1 = window
     marks = sorted(({"ts": e.ts, "t": to_epoch(e.ts), "kind": e.data.get("kind") or "checkpoint",
                      "step": e.data.get("step"), "note": e.data.get("note")}
@@ -1111,19 +1327,20 @@ def progress_block(entries: Sequence[Entry], window: tuple[float, float], n_devi
     saved = [m for m in marks if m["kind"] in SAVED_MARKS]
     frm = max(m["t"] for m in saved) if saved else w0
     lost_nh = n_devices * to_nh(seconds_of(cut((frm, w1), suspended)))
-    cause = provider_failure(state, xids)
+    cause = provider_failure(state, xids, classes)
     credited = cause is not None and credit
     block["lost_since_checkpoint"] = {
         "gpu_hours": hours(lost_nh), "from": saved[-1]["ts"] if saved else format_ts(w0),
         "from_basis": saved[-1]["kind"] if saved else "start", "to": format_ts(w1),
         "provider_failure": cause, "billed_as": "credit" if credited else "charge",
-        "evidence": failure_evidence(state, xids, dcgm_xid_count(entries))}
+        "evidence": failure_evidence(state, xids, dcgm_xid_count(entries), classes)}
     return block, ((frm, w1) if credited else None)
 
 
 # --- the receipt -------------------------------------------------------------------------------------------
 
-def _hours_block(b: Sequence[int], paid_nh: int, suspended_nh: int) -> dict:
+def hours_block(b: Sequence[int], paid_nh: int, suspended_nh: int) -> dict:
+    """A ``gpu_hours`` block (the receipt's and each device line's) from integer nanohours per bucket."""
     d = dict(zip(BUCKETS, b))
     return {"paid": hours(paid_nh), "delivered": hours(d["delivered"]), "underutilized": hours(d["underutilized"]),
             "starved": hours(d["starved"]), "idle_held": hours(d["idle_held"]), "unknown": hours(d["unknown"]),
@@ -1224,6 +1441,7 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
     ordered = sorted(entries, key=lambda c: c.seq)
     mine = [c for c in ordered if c.job_id == job_id and c.cluster == cluster and (c.run or 0) == run
             and c.kind not in ("receipt_issued", "evidence_refused")]
+    # Stage frame: the run's window, devices and context.
     frame = run_frame(mine)
     if frame.start is None:
         raise Failure(f"job {job_id} run {run}: no allocation_started entry among the bundled entries")
@@ -1283,8 +1501,9 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
     def order(r: Sequence) -> tuple:
         return tuple((1, 0.0) if r[i] is None else (0, float(r[i])) for i in cols)
 
-    # Independent evidence wins: a device the collector's segments cover is measured by its samples where an
-    # interval rests only on DCGM's job record.
+    # Stage attribute: each device's integer nanohours per bucket, one sample at a time. Independent evidence
+    # wins: a device the collector's segments cover is measured by its samples where an interval rests only on
+    # DCGM's job record.
     sampled = {d for s in segments for d in _seg_devices(s) if d}
     replaced, kept = set(), set()
     accounts, gaps_of = [], {}
@@ -1324,35 +1543,17 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
                 part = attribute_window((a, b))
                 parts.append(part if sh is None else scale_account(part, sh[1]))
             if parts:
-                gsum: dict[str, int] = {}
-                csum: dict[str, int] = {}
-                for q in parts:
-                    for g, v in q.gap_nh.items():
-                        gsum[g] = gsum.get(g, 0) + v
-                    for c, v in q.causes.items():
-                        csum[c] = csum.get(c, 0) + v
-                acc = Account(sum(q.paid_nh for q in parts), [sum(x) for x in zip(*(q.buckets for q in parts))],
-                              sum(q.suspended_nh for q in parts), gsum, csum, acc.fidelity,
-                              sum(q.coarse_nh for q in parts))
+                acc = sum_accounts(parts, acc.fidelity)
         elif dev["shared"] is not None:   # several runs hold the device: this run pays its share
             device_paid[dev["uuid"]] = acc.paid_nh
             acc = scale_account(acc, dev["shared"][1])
         accounts.append((dev, key, acc))
         gaps_of[dev["uuid"]] = spans
 
-    total = [0] * len(BUCKETS)
-    paid_nh = suspended_nh = coarse_nh = 0
-    gap_nh: dict[str, int] = {}
-    causes: dict[str, int] = {}
-    for _d, _k, acc in accounts:
-        total = [x + y for x, y in zip(total, acc.buckets)]
-        paid_nh += acc.paid_nh
-        suspended_nh += acc.suspended_nh
-        coarse_nh += acc.coarse_nh
-        for g, v in acc.gap_nh.items():
-            gap_nh[g] = gap_nh.get(g, 0) + v
-        for c, v in acc.causes.items():
-            causes[c] = causes.get(c, 0) + v
+    run_total = sum_accounts([acc for _d, _k, acc in accounts], "run")
+    total, paid_nh, suspended_nh, coarse_nh = run_total.buckets, run_total.paid_nh, run_total.suspended_nh, \
+        run_total.coarse_nh
+    gap_nh, causes = run_total.gap_nh, run_total.causes
 
     replaced -= kept
     xid_col = SAMPLE_COLUMNS.index("xid")
@@ -1382,7 +1583,8 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
                 "entry_id": res.entry_id, "ts": res.ts},
         })
 
-    by_policy = {p: 0 for p in ("charge", "credit", "estimate", "hold")}
+    # Stages price and bill, per device.
+    by_policy = {p: 0 for p in POLICIES}
     rates: dict[str, Decimal] = {}
     cost = {k: Decimal(0) for k in ("paid", "billed", "suspended", *BUCKETS)}
     billed_total = lost_credited = 0
@@ -1391,42 +1593,15 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
     for dev, key, acc in accounts:
         rate, rate_key, mig = device_rate(contract, key, table[key][1] if key else None, dev)
         rates[rate_key] = rate
-        unknown_by = {p: 0 for p in by_policy}
-        for gid, v in acc.gap_nh.items():
-            unknown_by[gap_policy.get(gid, default_policy)] += v
-        unknown_by[default_policy] += acc.buckets[-1] - sum(acc.gap_nh.values())
+        unknown_by, lost, billed = bill_device(acc, gaps_of[dev["uuid"]], gap_policy, default_policy,
+                                               contract["charge_suspended"], credited_span, frame.suspended,
+                                               contract["billing_granularity_s"], contract["billing_minimum_s"])
         for p, v in unknown_by.items():
             by_policy[p] += v
-        billable = acc.paid_nh - unknown_by["credit"] - unknown_by["hold"]
-        if contract["charge_suspended"]:
-            billable += acc.suspended_nh
-        if credited_span is not None:  # the lost work, less what is already unbilled (suspended, credit/hold)
-            not_billed = [(a, b) for a, b, gid in gaps_of[dev["uuid"]]
-                          if gap_policy.get(gid, default_policy) in ("credit", "hold")]
-            lost = min(to_nh(seconds_of(cut(credited_span, [*frame.suspended, *not_billed]))), max(billable, 0))
-            billable -= lost
-            lost_credited += lost
-        billed = billed_nh(billable, contract["billing_granularity_s"], contract["billing_minimum_s"], acc.paid_nh)
+        lost_credited += lost
         billed_total += billed
-        cost["paid"] += acc.paid_nh * rate
-        cost["billed"] += billed * rate
-        cost["suspended"] += acc.suspended_nh * rate
-        for name, v in zip(BUCKETS, acc.buckets):
-            cost[name] += v * rate
-        dev_lines.append({"uuid": dev["uuid"], "node": dev["node"], "index": dev["index"], "sku": dev["sku"],
-                          "sku_rating": key, "fidelity": acc.fidelity,
-                          "gpu_hours": _hours_block(acc.buckets, acc.paid_nh, acc.suspended_nh),
-                          "billed_gpu_hours": hours(billed), "rate": str(rate),
-                          **({} if mig is None else {"mig": mig}),
-                          **({} if not dev.get("segments") else {"share": {"rule": "segments", "segments": [
-                              {"from": format_ts(max(t0, w0)), "rule": sh[0] if sh else "whole",
-                               "ratio": f"{sh[1].numerator}/{sh[1].denominator}" if sh else "1/1"}
-                              for t0, sh in dev["segments"]],
-                              "device_paid_gpu_hours": hours(device_paid[dev["uuid"]])}}),
-                          **({} if dev["shared"] is None or dev.get("segments") else {"share": {
-                              "rule": dev["shared"][0],
-                              "ratio": f"{dev['shared'][1].numerator}/{dev['shared'][1].denominator}",
-                              "device_paid_gpu_hours": hours(device_paid[dev["uuid"]])}})})
+        price_device(cost, acc, billed, rate)
+        dev_lines.append(device_line(dev, key, acc, billed, rate, mig, w0, device_paid.get(dev["uuid"])))
     fidelities = sorted({acc.fidelity for _d, _k, acc in accounts})
     fidelity = fidelities[0] if len(fidelities) == 1 else ("mixed" if fidelities else "none")
     paid_cost, delivered_cost, billed_cost = money(cost["paid"]), money(cost["delivered"]), money(cost["billed"])
@@ -1446,32 +1621,12 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
         billed_cost += Decimal(energy["cost"]["charged"])
     mean_rate = (sum(rates.values(), Decimal(0)) / len(rates)) if rates else Decimal(0)
 
-    adjustments, adj_total, adj_nh = [], Decimal(0), 0
-    for c in mine:
-        if c.kind != "adjustment":
-            continue
-        d = c.data
-        sign = Decimal(1) if d.get("direction") == "debit" else Decimal(-1)
-        if "hours" in d:
-            h = Decimal(str(d["hours"]))
-            amount = (h * mean_rate).quantize(CENT, rounding=ROUND_HALF_EVEN)
-            adj_nh += int(sign) * int((h * NH).to_integral_value(rounding=ROUND_HALF_EVEN))
-        else:
-            h = None
-            amount = Decimal(str(d["amount"])).quantize(CENT)
-        adj_total += sign * amount
-        adjustments.append({"id": c.entry_id, "direction": d.get("direction"),
-                            "gpu_hours": None if h is None else float(h), "amount": float(amount),
-                            "reason": d.get("reason"), "by": d.get("by"), "ts": c.ts,
-                            "references": d.get("references", [])})
+    adjustments, adj_total, adj_nh = adjustments_block((c for c in mine if c.kind == "adjustment"), mean_rate)
 
     relevant = [*mine, *(g for g in gaps if g.entry_id in gap_policy), *resolutions.values(), *segments,
                 *([chosen] if chosen is not None else [])]
     last = max(relevant, key=lambda c: c.seq)
-    est = 0
-    known = paid_nh - total[-1]
-    if by_policy["estimate"] and known > 0:
-        est = (by_policy["estimate"] * total[0] + known // 2) // known
+    est = estimated_delivered(by_policy["estimate"], total[0], paid_nh, total[-1])
 
     body: dict[str, Any] = {
         "receipt_version": RECEIPT_VERSION,
@@ -1494,7 +1649,7 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
         "method": {"name": METHOD_NAME, "version": METHOD_VERSION, "fidelity": fidelity,
                    "coarse_signal_gpu_hours": hours(coarse_nh),
                    "thresholds": {"active_min": ACTIVE_MIN, "resident_fb_mib": RESIDENT_FB_MIB}},
-        "gpu_hours": _hours_block(total, paid_nh, suspended_nh),
+        "gpu_hours": hours_block(total, paid_nh, suspended_nh),
         "unknown_by_cause": {k: hours(v) for k, v in sorted(causes.items()) if v},
         "unknown_intervals": intervals,
         "progress": progress,

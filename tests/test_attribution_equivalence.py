@@ -29,15 +29,20 @@ from ledger.method.attribution import (
     REASON_BITS,
     TIMELINE_CODES,
     DeviceAccount,
-    _clip,
     gap_portions,
     _measure,
     _nh,
     _overlap_with,
-    _union,
     finish_account,
     seconds_to_nh,
 )
+
+from ledger.proofcheck import union as _union
+
+
+def _clip(spans, lo: float, hi: float) -> list[tuple[float, float]]:  # noqa: ANN001
+    return [(max(a, lo), min(b, hi)) for a, b in spans if min(b, hi) > max(a, lo)]
+
 
 # --- the replaced formulation, verbatim -------------------------------------------------------------------
 

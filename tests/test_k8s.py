@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from fractions import Fraction
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -50,7 +51,7 @@ def kubelet(tmp_path):
 @given(st.lists(st.integers(0, 10**12), min_size=len(BUCKETS), max_size=len(BUCKETS)), st.integers(2, 64))
 def test_shares_of_a_device_sum_to_its_paid_time(buckets, n):
     paid = sum(buckets)
-    acc = DeviceAccount(paid_nh=paid, buckets=shares.np.array(buckets, dtype=shares.np.int64), suspended_nh=0)
+    acc = DeviceAccount(paid_nh=paid, buckets=np.array(buckets, dtype=np.int64), suspended_nh=0)
     parts = [shares.scale_account(acc, Fraction(1, n)) for _ in range(n)]
     for p in parts:
         assert int(p.buckets.sum()) == p.paid_nh == paid // n

@@ -12,7 +12,9 @@ from ledger.contracts import contract_entry, parse_contract
 from ledger.entries import ChainedEntry, Kind, make_entry
 from ledger.method.attribution import seconds_to_nh
 from ledger.receipts import build_receipt
-from ledger.receipts.progress import end_state, minus, seconds
+from ledger.proofcheck import cut as minus
+from ledger.proofcheck import seconds_of as seconds
+from ledger.receipts.progress import end_state
 
 T0 = 1_764_590_400.0  # 2025-12-01T12:00:00Z
 KEYS = {"cluster": "c1", "job_id": "77", "run": 0, "node": "n1"}

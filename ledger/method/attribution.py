@@ -4,36 +4,44 @@ Everything here is pure and vectorised (numpy): one call per device, arrays in, 
 account is the **nanohour** (1e-9 GPU-hour, 3.6 µs): each sample's share of each bucket is rounded to whole
 nanohours once, then only integers are added, so the identity ``paid = Σ buckets`` holds exactly and the
 result is the same in every process and on every database backend.
+
+The method's plain scalar parts are the tenant's verifier's, imported from :mod:`ledger.proofcheck` (standard
+library only, which imports nothing from here): its constants, the interval arithmetic (paid window, gap spans),
+the settling of the rounding residue and the whole summary-only path. What is here is the vectorised per-sample
+pass; ``ledger.proofcheck.attribute_device`` is the same pass one sample at a time, and
+tests/test_method_reference.py holds the two equal under hypothesis.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-METHOD_NAME = "ipledger-attribution"
-METHOD_VERSION = "1.0.0"
-
-NH_PER_SECOND = 1e9 / 3600.0
-THROTTLE_REASONS = ("thermal", "power_cap", "hw_slowdown", "sync_boost", "other")
-# Order of the integer bucket vector. "unknown" is the sum of all unknown causes.
-BUCKETS = ("delivered", *(f"throttled.{r}" for r in THROTTLE_REASONS), "underutilized", "starved",
-           "idle_held", "unknown")
-B_DELIVERED, B_UNDER, B_STARVED, B_IDLE, B_UNKNOWN = 0, 6, 7, 8, 9
-B_THROTTLED = {r: 1 + i for i, r in enumerate(THROTTLE_REASONS)}
-TIMELINE_CODES = (*BUCKETS, "suspended")  # timeline strip values index this tuple
-
-# Clock-event reason bits (nvml.h nvmlClocksEventReason*), highest precedence first. HW power brake (0x80)
-# is an external assertion (PSU/BMC) that slows the board in hardware: hw_slowdown, not the software cap.
-REASON_BITS = (
-    ("thermal", 0x20 | 0x40),      # SW thermal slowdown, HW thermal slowdown
-    ("hw_slowdown", 0x8 | 0x80),   # HW slowdown, HW power brake slowdown
-    ("power_cap", 0x4),            # SW power cap
-    ("sync_boost", 0x10),          # sync boost group held at the group's minimum
+from .. import proofcheck as plain
+from ..proofcheck import (  # noqa: F401  (the method's constants: one definition, the verifier's)
+    B_DELIVERED,
+    B_IDLE,
+    B_STARVED,
+    B_THROTTLED,
+    B_UNDER,
+    B_UNKNOWN,
+    BUCKETS,
+    METHOD_NAME,
+    METHOD_VERSION,
+    NH_PER_SECOND,
+    REASON_BITS,
+    THROTTLE_REASONS,
+    gap_spans,
+    paid_window,
 )
+from ..proofcheck import hours as nh_to_hours  # noqa: F401  (exactly the decimal with 9 places)
+from ..proofcheck import to_nh as seconds_to_nh
+from ..proofcheck import union
+
+TIMELINE_CODES = (*BUCKETS, "suspended")  # timeline strip values index this tuple
 
 
 @dataclass(frozen=True)
@@ -136,51 +144,23 @@ class DeviceAccount:
     def as_dict(self) -> dict[str, int]:
         return {name: int(v) for name, v in zip(BUCKETS, self.buckets)}
 
+    def plain(self) -> plain.Account:
+        """The same integers as the verifier's :class:`ledger.proofcheck.Account` (no timeline strip)."""
+        return plain.Account(int(self.paid_nh), [int(b) for b in self.buckets], int(self.suspended_nh),
+                             dict(self.gap_nh), dict(self.unknown_causes), self.fidelity, int(self.coarse_nh))
 
-def seconds_to_nh(seconds: float) -> int:
-    return int(round(seconds * NH_PER_SECOND))
-
-
-def nh_to_hours(nh: int) -> float:
-    """Exactly the decimal with 9 places (shortest float repr of n / 1e9)."""
-    return int(nh) / 1e9
+    @classmethod
+    def of_plain(cls, acc: plain.Account, timeline: np.ndarray | None = None) -> "DeviceAccount":
+        """The verifier's account as the package's (buckets as an int64 vector, beside the timeline strip)."""
+        return cls(paid_nh=acc.paid_nh, buckets=np.array(acc.buckets, dtype=np.int64),
+                   suspended_nh=acc.suspended_nh, gap_nh=acc.gap_nh, unknown_causes=acc.causes,
+                   fidelity=acc.fidelity, coarse_nh=acc.coarse_nh, timeline=timeline)
 
 
 # --- interval helpers (sorted, disjoint lists of (a, b)) ---------------------------------------------------
 
-def _union(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for a, b in sorted((a, b) for a, b in spans if b > a):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
-
-
-def _clip(spans: Iterable[tuple[float, float]], lo: float, hi: float) -> list[tuple[float, float]]:
-    return [(max(a, lo), min(b, hi)) for a, b in spans if min(b, hi) > max(a, lo)]
-
-
 def _measure(spans: Sequence[tuple[float, float]]) -> float:
     return math.fsum(b - a for a, b in spans)
-
-
-def _subtract(span: tuple[float, float], minus: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    a, b = span
-    out = []
-    cur = a
-    for x, y in minus:
-        if y <= cur or x >= b:
-            continue
-        if x > cur:
-            out.append((cur, x))
-        cur = max(cur, y)
-        if cur >= b:
-            break
-    if cur < b:
-        out.append((cur, b))
-    return out
 
 
 def _overlap_with(spans: Sequence[tuple[float, float]], a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -236,30 +216,12 @@ def _nh(x: np.ndarray) -> np.ndarray:
     return np.floor(x * NH_PER_SECOND + 0.5).astype(np.int64)
 
 
-def _gap_spans(window: tuple[float, float], suspended: list[tuple[float, float]],
-               unknown: Sequence[tuple[float, float, str]]) -> dict[str, list[tuple[float, float]]]:
-    """Each gap's exclusive spans inside the window: minus suspended time, minus what earlier gaps (in the
-    given ledger order) already took, so overlapping gaps are never counted twice."""
-    s, e = window
-    taken = list(suspended)
-    spans: dict[str, list[tuple[float, float]]] = {}
-    for a, b, gap_id in unknown:
-        span = (max(a, s), min(b, e))
-        spans.setdefault(gap_id, [])
-        if span[1] <= span[0]:
-            continue
-        free = _subtract(span, _union(taken))
-        spans[gap_id].extend(free)
-        taken.extend(free)
-    return spans
-
-
 def gap_portions(window: tuple[float, float], suspended: list[tuple[float, float]],
                   unknown: Sequence[tuple[float, float, str]],
                   measured: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict[str, int], list[tuple[float, float]]]:
     """(nanohours per gap, union of all gap spans). ``measured``: sorted disjoint (starts, ends) of samples
     that carry a measurement; a gap yields to them (evidence from another source beats a missing one)."""
-    spans = _gap_spans(window, suspended, unknown)
+    spans = gap_spans(window, suspended, unknown)
     portions = {}
     for gap_id, sp in spans.items():
         secs = _measure(sp)
@@ -267,39 +229,7 @@ def gap_portions(window: tuple[float, float], suspended: list[tuple[float, float
             secs -= float(_overlap_arrays(measured[0], measured[1], np.array([x for x, _ in sp]),
                                           np.array([y for _, y in sp])).sum())
         portions[gap_id] = seconds_to_nh(max(secs, 0.0))
-    return portions, _union([x for sp in spans.values() for x in sp])
-
-
-def _settle(paid_nh: int, buckets: np.ndarray, gap_total: int) -> tuple[np.ndarray, int]:
-    """Uncovered time (no sample, no gap) is unknown; per-sample rounding residue lands there too.
-
-    If rounding made the parts exceed paid (by a few nanohours), the excess is taken from the largest bucket.
-    Returns (buckets, uncovered_nh).
-    """
-    rest = paid_nh - int(buckets.sum()) - gap_total
-    if rest < 0:
-        buckets = buckets.copy()
-        while rest < 0:
-            k = int(np.argmax(buckets))
-            take = min(-rest, int(buckets[k]))
-            if take == 0:
-                break
-            buckets[k] -= take
-            rest += take
-        rest = max(rest, 0)
-    return buckets, rest
-
-
-def paid_window(window: tuple[float, float], suspended: Sequence[tuple[float, float]]
-                ) -> tuple[float, float, list[tuple[float, float]], int, int]:
-    """(start, end, suspended spans inside the window merged, paid nanohours, suspended nanohours): paid is the
-    window minus its suspended time (a window that ends before it starts is empty)."""
-    s, e = float(window[0]), float(window[1])
-    if e < s:
-        e = s
-    susp = _union(_clip(suspended, s, e))
-    paid_nh = seconds_to_nh(e - s - _measure(susp))
-    return s, e, susp, paid_nh, seconds_to_nh(e - s) - paid_nh
+    return portions, union([x for sp in spans.values() for x in sp])
 
 
 def attribute_device(
@@ -380,7 +310,8 @@ def _attribute_samples(window: tuple[float, float], samples: SampleArrays, susp:
     done in place and skipped where it cannot change a result (no reordering of ordered samples, no overlap
     with spans that are absent); every float operation is the one docs/method.md defines, in the same order,
     so the integers are exactly those of the method as written, one sample at a time, in
-    :mod:`ledger.method.reference` (tests/test_method_reference.py compares under hypothesis).
+    :func:`ledger.proofcheck.attribute_device`, the tenant's verifier (tests/test_method_reference.py compares
+    under hypothesis).
     """
     s, e = window
     t = samples.t
@@ -507,12 +438,8 @@ def finish_account(paid_nh: int, suspended_nh: int, portions: dict[str, int], su
     buckets[B_IDLE] = sums["idle"]
     # field_missing is unknown but not a gap: it stays inside the settled vector for the residue step.
     buckets[B_UNKNOWN] = sums["field_missing"]
-    gap_total = sum(portions.values())
-    buckets, uncovered = _settle(paid_nh, buckets, gap_total)
-    causes = {"field_missing": int(buckets[B_UNKNOWN]), "no_telemetry": uncovered}
-    buckets[B_UNKNOWN] += uncovered + gap_total
-    return DeviceAccount(paid_nh=paid_nh, buckets=buckets, suspended_nh=suspended_nh, gap_nh=portions,
-                         unknown_causes=causes, fidelity="samples", coarse_nh=sums["coarse"], timeline=timeline)
+    settled = plain.finish_account(paid_nh, suspended_nh, portions, buckets.tolist(), "samples", sums["coarse"])
+    return DeviceAccount.of_plain(settled, timeline)
 
 
 def _timeline(window: tuple[float, float], a: np.ndarray, b: np.ndarray, per_sample: tuple,
@@ -576,79 +503,6 @@ def _bin_sums(idx: np.ndarray, bins: int, weights: Sequence[np.ndarray]) -> list
 
 # --- summary-only runs (DCGM job stats) --------------------------------------------------------------------
 
-def _norm_key(k: str) -> str:
-    return "".join(ch for ch in k.lower() if ch.isalnum())
-
-
-def _flatten(d: Mapping, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = prefix + _norm_key(str(k))
-        if isinstance(v, Mapping):
-            out.update(_flatten(v, key))
-        else:
-            out[key] = v
-    return out
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or v is None:
-        return None
-    if isinstance(v, (int, float)):
-        return float(v) if math.isfinite(v) else None
-    return None
-
-
-def _pick(flat: Mapping[str, Any], *candidates: str) -> float | None:
-    """First numeric value whose normalised key equals a candidate, else one that ends with it."""
-    for c in candidates:
-        if c in flat and _num(flat[c]) is not None:
-            return _num(flat[c])
-    for c in candidates:
-        for k in sorted(flat):
-            if k.endswith(c) and _num(flat[k]) is not None:
-                return _num(flat[k])
-    return None
-
-
-def summary_fields(payload: Mapping[str, Any]) -> dict[str, float | None]:
-    """The few DCGM job-stats figures the method uses, tolerant of how the adapter spelled the keys.
-
-    Percentages stay percentages (0-100); None means the summary did not carry a number for it.
-    """
-    flat = _flatten(payload)
-    return {
-        "sm_util_pct": _pick(flat, "smutilpctavg", "smutilizationavg", "smutilavg", "smutilization", "avgsmutilization",
-                             "smutilpct", "gfxactivityavg", "gfxactivity"),
-        "sm_clock_mhz": _pick(flat, "smclockmhzavg", "smclockavg", "smclockmhz", "smclock", "gfxclockavg"),
-        "power_pct": _pick(flat, "slowdownpowerpct", "slowdownpower", "violationpowerpct", "powerviolationpct", "powerpct",
-                           "slowdownpowerpct", "power"),
-        "thermal_pct": _pick(flat, "slowdownthermalpct", "slowdownthermal", "violationthermalpct", "thermalviolationpct",
-                             "thermalpct", "slowdownthermalpct", "thermal"),
-        "sync_boost_pct": _pick(flat, "slowdownsyncboostpct", "slowdownsyncboost", "violationsyncboostpct", "syncboostpct",
-                                "syncboost"),
-        "board_limit_pct": _pick(flat, "slowdownboardlimitpct", "slowdownboardlimit", "violationboardlimitpct", "boardlimitpct",
-                                 "boardlimit"),
-        "reliability_pct": _pick(flat, "slowdownreliabilitypct", "slowdownreliability", "violationreliabilitypct", "reliabilitypct",
-                                 "reliability"),
-        "processes": _pick(flat, "numprocesses", "noofprocesses", "processes", "processcount"),
-    }
-
-
-def _largest_remainder(total: int, weights: Sequence[float]) -> list[int]:
-    """Split an integer total by weights; leftovers go to the largest fractional parts (ties: first)."""
-    s = math.fsum(weights)
-    if total <= 0 or s <= 0:
-        return [0] * len(weights)
-    raw = [total * w / s for w in weights]
-    base = [int(math.floor(x)) for x in raw]
-    left = total - sum(base)
-    order = sorted(range(len(raw)), key=lambda i: (-(raw[i] - base[i]), i))
-    for i in order[:left]:
-        base[i] += 1
-    return base
-
-
 def attribute_summary(
     window: tuple[float, float],
     payload: Mapping[str, Any],
@@ -658,44 +512,11 @@ def attribute_summary(
     rated_clock_mhz: float | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
 ) -> DeviceAccount:
-    """Bucket one device from its DCGM job-stats summary alone (fidelity "summary")."""
-    s, e = float(window[0]), float(window[1])
-    e = max(e, s)
-    susp = _union(_clip(suspended, s, e))
-    paid_nh = seconds_to_nh(e - s - _measure(susp))
-    suspended_nh = seconds_to_nh(e - s) - paid_nh
-    portions, _gaps = gap_portions((s, e), susp, unknown)
-    gap_total = sum(portions.values())
-    covered = max(paid_nh - gap_total, 0)
-    f = summary_fields(payload)
-    buckets = np.zeros(len(BUCKETS), dtype=np.int64)
-    causes = {"field_missing": 0, "no_telemetry": 0}
-    util = f["sm_util_pct"]
-    if util is None:
-        causes["field_missing"] = covered
-    else:
-        act = min(max(util / 100.0, 0.0), 1.0)
-        clk = f["sm_clock_mhz"]
-        ratio = 1.0 if not (clk and rated_clock_mhz) else min(max(clk / rated_clock_mhz, 0.0), 1.0)
-        procs = f["processes"]
-        if act < thresholds.active_min:
-            resident = procs is None and act > 0 or (procs or 0) > 0
-            buckets[B_STARVED if resident else B_IDLE] = covered
-        else:
-            d, thr, under = _largest_remainder(covered, [act * ratio, act * (1 - ratio), 1 - act])
-            buckets[B_DELIVERED] = d
-            buckets[B_UNDER] = under
-            w = [f["thermal_pct"] or 0.0, 0.0, f["power_pct"] or 0.0, f["sync_boost_pct"] or 0.0,
-                 (f["board_limit_pct"] or 0.0) + (f["reliability_pct"] or 0.0)]
-            order = ["thermal", "hw_slowdown", "power_cap", "sync_boost", "other"]
-            if sum(w) <= 0:
-                w = [0, 0, 0, 0, 1.0]
-            for name, part in zip(order, _largest_remainder(thr, w)):
-                buckets[B_THROTTLED[name]] = part
-    buckets[B_UNKNOWN] = causes["field_missing"]
-    buckets, uncovered = _settle(paid_nh, buckets, gap_total)
-    causes = {"field_missing": int(buckets[B_UNKNOWN]), "no_telemetry": uncovered}
-    buckets[B_UNKNOWN] += uncovered + gap_total
+    """Bucket one device from its DCGM job-stats summary alone (fidelity "summary"): the verifier's plain
+    :func:`ledger.proofcheck.attribute_summary` (a few integers, nothing to vectorise), and its timeline strip."""
+    settled = plain.attribute_summary(window, payload, unknown, suspended, rated_clock_mhz, thresholds.active_min)
+    s, e, susp, _paid, _suspended = paid_window(window, suspended)
+    buckets = np.array(settled.buckets, dtype=np.int64)
     timeline = None
     if thresholds.timeline_bins and e > s:  # a summary has no time structure: the same shares in every bin
         bins = thresholds.timeline_bins
@@ -706,5 +527,4 @@ def attribute_summary(
         timeline = np.zeros((bins, len(TIMELINE_CODES)), dtype=np.float32)
         timeline[:, :len(BUCKETS)] = np.outer(1.0 - sus, shares)
         timeline[:, len(BUCKETS)] = sus
-    return DeviceAccount(paid_nh=paid_nh, buckets=buckets, suspended_nh=suspended_nh, gap_nh=portions,
-                         unknown_causes=causes, fidelity="summary", timeline=timeline)
+    return DeviceAccount.of_plain(settled, timeline)

@@ -24,6 +24,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Iterable, Mapping, Sequence
 
+from .. import proofcheck as plain
+
 PARTIES = ("provider", "scheduler", "vendor_tool", "job_user")
 XID_CLASSES = ("hardware", "driver", "application")
 PROVIDER_XID_CLASSES = frozenset({"hardware", "driver"})
@@ -156,34 +158,26 @@ def xids_raised(samples: Iterable[tuple[float, float | None]]) -> list[tuple[flo
     return sorted(((t, code) for code, t in out.items()), key=lambda p: (p[0], p[1]))
 
 
+@lru_cache(maxsize=1)
+def xid_classes() -> Mapping[int, str]:
+    """XID -> its class, from the package's table (what the verifier's functions take)."""
+    return {x: r["class"] for x, r in xid_table().items()}
+
+
 def provider_failure(state: str | None, xids: Sequence[tuple[str, float, int]]) -> str | None:
-    """The provider's failure that ended a run (the state, or ``xid``), or None.
+    """The provider's failure that ended a run (the state, or ``xid``), or None: the verifier's
+    :func:`ledger.proofcheck.provider_failure` under this package's XID table.
 
     ``xids``: (device, t, code) raised on the run's devices during its window (:func:`xids_raised`).
     """
-    if state in PROVIDER_FAILURE_STATES:
-        return state
-    if state in (None, "COMPLETED"):
-        return None
-    provider = provider_xids()
-    return "xid" if any(code in provider for _d, _t, code in xids) else None
+    return plain.provider_failure(state, xids, xid_classes())
 
 
 def failure_evidence(state: str | None, xids: Sequence[tuple[str, float, int]],
                      dcgm_xid_count: int | None) -> list[dict]:
-    """What the provider-failure answer rests on, each piece with the party that controls it."""
-    out: list[dict] = [{"what": "end_state", "value": state, "controlled_by": end_state_controlled_by(state),
-                        "provider_side": state in PROVIDER_FAILURE_STATES}]
-    provider = provider_xids()
-    for device, _t, code in sorted(xids, key=lambda x: (x[1], x[0], x[2])):
-        out.append({"what": "xid", "value": code, "device": device, "class": xid_class(code),
-                    "controlled_by": "vendor_tool", "provider_side": code in provider})
-    if dcgm_xid_count:
-        # DCGM's job statistics count XIDs of any class (a device assert in the user's kernel counts too) and
-        # name none of them: not provider-side evidence on its own.
-        out.append({"what": "dcgm_critical_xid_errors", "value": dcgm_xid_count, "controlled_by": "vendor_tool",
-                    "provider_side": False})
-    return out
+    """What the provider-failure answer rests on, each piece with the party that controls it (the verifier's
+    :func:`ledger.proofcheck.failure_evidence` under this package's XID table)."""
+    return plain.failure_evidence(state, xids, dcgm_xid_count, xid_classes())
 
 
 def dcgm_xid_count(summary_payloads: Iterable[Mapping]) -> int:

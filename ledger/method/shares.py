@@ -9,7 +9,8 @@ shared (a MIG slice is its own device, billed through its profile: ``method.mig`
 :func:`scale_account` applies a share to a run's account of the device in integer nanohours: every bucket is
 ``floor(bucket × share)`` with the largest remainders topped up so the buckets still sum to the scaled paid
 time, which is ``floor(paid × share)``. Over the runs sharing a device, the shares plus the unallocated
-remainder (:func:`remainder_nh`) equal the device's paid time exactly. Pure; no I/O.
+remainder (:func:`remainder_nh`) equal the device's paid time exactly. Pure; no I/O. The scalar rules
+(:func:`share_of`, the scaling and adding of accounts) are the tenant's verifier's (:mod:`ledger.proofcheck`).
 """
 
 from __future__ import annotations
@@ -18,33 +19,11 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Mapping
 
-import numpy as np
-
+from .. import proofcheck as plain
+from ..proofcheck import share_of  # noqa: F401  (rule, share) from a device_bound payload, or None: alone
 from .attribution import DeviceAccount
 
 RULES = ("declared", "measured", "equal")
-
-
-def _fraction(text: object) -> Fraction | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        f = Fraction(text)
-    except (ValueError, ZeroDivisionError):
-        return None
-    return f if 0 < f <= 1 else None
-
-
-def share_of(bound: Mapping) -> tuple[str, Fraction] | None:
-    """(rule, share) from a ``device_bound`` payload, or None when the run holds the device alone."""
-    sharers = bound.get("sharers")
-    if not isinstance(sharers, int) or isinstance(sharers, bool) or sharers < 2:
-        return None
-    for rule in ("declared", "measured"):
-        f = _fraction(bound.get(f"{rule}_share"))
-        if f is not None:
-            return rule, f
-    return "equal", Fraction(1, sharers)
 
 
 def _scale(n: int, share: Fraction) -> int:
@@ -52,19 +31,9 @@ def _scale(n: int, share: Fraction) -> int:
 
 
 def scale_account(acc: DeviceAccount, share: Fraction) -> DeviceAccount:
-    """The run's share of its account of a device, in whole nanohours (buckets still sum to paid)."""
-    paid = _scale(acc.paid_nh, share)
-    raw = [int(b) * share.numerator for b in acc.buckets]
-    floors = [r // share.denominator for r in raw]
-    left = paid - sum(floors)
-    order = sorted(range(len(raw)), key=lambda i: (-(raw[i] % share.denominator), i))
-    for i in order[:max(left, 0)]:
-        floors[i] += 1
-    buckets = np.array(floors, dtype=np.int64)
-    gap_nh = {g: _scale(v, share) for g, v in acc.gap_nh.items()}
-    causes = {c: _scale(v, share) for c, v in acc.unknown_causes.items()}
-    return replace(acc, paid_nh=paid, buckets=buckets, suspended_nh=_scale(acc.suspended_nh, share),
-                   gap_nh=gap_nh, unknown_causes=causes, coarse_nh=_scale(acc.coarse_nh, share))
+    """The run's share of its account of a device, in whole nanohours (buckets still sum to paid): the
+    verifier's :func:`ledger.proofcheck.scale_account` on the same integers."""
+    return replace(DeviceAccount.of_plain(plain.scale_account(acc.plain(), share)), timeline=acc.timeline)
 
 
 def remainder_nh(device_paid_nh: int, shares: list[Fraction]) -> int:
@@ -135,15 +104,6 @@ def share_segments(bounds: list[tuple[float, Mapping]]) -> list[tuple[float, tup
 
 
 def sum_accounts(parts: list[DeviceAccount], fidelity: str) -> DeviceAccount:
-    """The accounts of a device over adjacent parts of a window, added (integer nanohours; no timeline)."""
-    gap_nh: dict[str, int] = {}
-    causes: dict[str, int] = {}
-    for p in parts:
-        for g, v in p.gap_nh.items():
-            gap_nh[g] = gap_nh.get(g, 0) + v
-        for c, v in p.unknown_causes.items():
-            causes[c] = causes.get(c, 0) + v
-    return DeviceAccount(paid_nh=sum(p.paid_nh for p in parts),
-                         buckets=np.sum([p.buckets for p in parts], axis=0).astype(np.int64),
-                         suspended_nh=sum(p.suspended_nh for p in parts), gap_nh=gap_nh, unknown_causes=causes,
-                         fidelity=fidelity, coarse_nh=sum(p.coarse_nh for p in parts))
+    """The accounts of a device over adjacent parts of a window, added (integer nanohours; no timeline): the
+    verifier's :func:`ledger.proofcheck.sum_accounts`."""
+    return DeviceAccount.of_plain(plain.sum_accounts([p.plain() for p in parts], fidelity))

@@ -8,27 +8,14 @@ is rounded to cents, once per figure (docs/receipts.md, "Rounding").
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 from typing import Any, Mapping, Sequence
-
-import numpy as np
 
 from ..canonical import canonical_json, format_ts, sha256_hex, ts_to_epoch
 from ..contracts import Contract, select_contract
 from ..entries import ChainedEntry, Kind
-from ..method import (
-    BUCKETS,
-    METHOD_NAME,
-    METHOD_VERSION,
-    THROTTLE_REASONS,
-    DeviceAccount,
-    SampleArrays,
-    Thresholds,
-    attribute_device,
-    attribute_summary,
-    nh_to_hours,
-)
-from ..method.attribution import DEFAULT_THRESHOLDS, attribute_device_covered, seconds_to_nh
+from ..method import DeviceAccount, SampleArrays, Thresholds, attribute_device, attribute_summary
+from ..method.attribution import DEFAULT_THRESHOLDS, attribute_device_covered
 from ..method.evidence import (REPLACED_BY_SAMPLES, controlled_by, rests_on_dcgm_job_record, user_controlled,
                                xids_raised)
 from ..method.lens import (LENS_METHOD_VERSION, DeviceLens, LensSettings, lens_block, lens_device, lens_reader,
@@ -40,7 +27,11 @@ from ..accounting import run_accounting
 from ..telemetry.energy import device_energy_of
 from ..method.carbon import CarbonSettings
 from .energy import DeviceEnergyInput, carbon_block, energy_block
-from .progress import minus, progress_block, seconds
+from .progress import progress_block
+# the receipt's plain stages (price, bill) and the method's constants are the tenant's verifier's: one definition
+from ..proofcheck import (BUCKETS, METHOD_NAME, METHOD_VERSION, POLICIES, adjustments_block, bill_device, cut,
+                          device_line, estimated_delivered, hours_block, money, price_device, rate_of)
+from ..proofcheck import hours as nh_to_hours
 
 RECEIPT_VERSION = "1.2"  # 1.1: the progress block, provider_failure_loss, lost_since_checkpoint_credited;
 # 1.2: who controls each piece of evidence (controlled_by, replaced_by, the failure's evidence), provider
@@ -50,7 +41,6 @@ LENS_RECEIPT_VERSION = "1.3"
 # 1.4: the energy block, for runs priced under a contract with energy_basis (with method 1.1.0 it carries the
 # effective_compute block too); every other receipt keeps its version and its bytes
 ENERGY_RECEIPT_VERSION = "1.4"
-CENT = Decimal("0.01")
 NH = Decimal(10) ** 9
 
 
@@ -205,25 +195,6 @@ def gap_applies(gap: ChainedEntry, device: Mapping, key: RunKey) -> bool:
     return e.job_id is not None  # a whole-run gap; an un-keyed gap with no device or node applies to nothing
 
 
-# --- money -------------------------------------------------------------------------------------------------
-
-def _money(nh_times_rate: Decimal) -> Decimal:
-    return (nh_times_rate / NH).quantize(CENT, rounding=ROUND_HALF_EVEN)
-
-
-def _f(d: Decimal) -> float:
-    return float(d)
-
-
-def _billed_nh(nh: int, gran_s: int, min_s: int, paid_nh: int) -> int:
-    """Round billed time up to the granularity, then apply the minimum (only to runs that held the device)."""
-    if nh <= 0:
-        return 0  # nothing billable (all credited or held): no minimum either
-    units = -((-nh * 3600) // (gran_s * 10**9))  # ceil(nh / granularity_in_nh), integers only
-    rounded = (units * gran_s * 10**9 + 1800) // 3600
-    return max(rounded, seconds_to_nh(min_s)) if paid_nh > 0 else rounded
-
-
 # --- the receipt -------------------------------------------------------------------------------------------
 
 def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None = None,
@@ -234,6 +205,7 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
     site's zones and intensity tables) adds the ``carbon`` block to an energy receipt (1.4) whose devices have a
     zone; it changes no other receipt."""
     key = inputs.key
+    # Stage frame: the run's window, devices and context (the verifier's compute_receipt has the same stages).
     frame = run_frame(inputs.entries, inputs.open_end)
     if frame.start is None:
         raise ReceiptError(f"job {key.job_id} run {key.run}: no allocation_started entry in the ledger")
@@ -258,6 +230,7 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
 
     accounts: list[tuple[dict, SkuRating | None, DeviceAccount]] = []
     timelines: dict[str, Any] = {}
+    # Stage attribute: each device's integer nanohours per bucket (vectorised; proofcheck's is one sample at a time).
     plan = []
     # Independent evidence wins: on a device the node collector's sealed samples cover, an interval that rests
     # only on DCGM's job record (which anyone reaching the host engine can remove) is measured by the samples.
@@ -326,19 +299,10 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         accounts.append((dev, rating, acc))
         timelines[dev["uuid"]] = acc.timeline
 
-    total = np.zeros(len(BUCKETS), dtype=np.int64)
-    paid_nh = suspended_nh = coarse_nh = 0
-    gap_nh: dict[str, int] = {}
-    causes: dict[str, int] = {}
-    for _dev, _r, acc in accounts:
-        total += acc.buckets
-        paid_nh += acc.paid_nh
-        suspended_nh += acc.suspended_nh
-        coarse_nh += acc.coarse_nh
-        for g, v in acc.gap_nh.items():
-            gap_nh[g] = gap_nh.get(g, 0) + v
-        for c, v in acc.unknown_causes.items():
-            causes[c] = causes.get(c, 0) + v
+    run_total = sum_accounts([acc for _dev, _r, acc in accounts], "run")   # the devices added: the run's figures
+    total, paid_nh, suspended_nh, coarse_nh = run_total.buckets, run_total.paid_nh, run_total.suspended_nh, \
+        run_total.coarse_nh
+    gap_nh, causes = run_total.gap_nh, run_total.unknown_causes
     assert int(total.sum()) == paid_nh, "accounting identity broken"
     xids = [(dev["uuid"], t, code) for dev in frame.devices
             for t, code in xids_raised(inputs.xid_samples.get(dev["uuid"], ()))]
@@ -370,8 +334,8 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
                 "by": res.entry.data.get("by"), "entry_id": res.entry.entry_id, "ts": res.entry.ts},
         })
 
-    # Billing, per device (each device has its own SKU and rate).
-    by_policy = {p: 0 for p in ("charge", "credit", "estimate", "hold")}
+    # Stages price and bill, per device (each device has its own SKU and rate): proofcheck's own functions.
+    by_policy = {p: 0 for p in POLICIES}
     rates: dict[str, Decimal] = {}
     cost_nh: dict[str, Decimal] = {k: Decimal(0) for k in ("paid", "delivered", "billed", "suspended",
                                                             *BUCKETS)}
@@ -383,83 +347,32 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
     for dev, rating, acc in accounts:
         rate, rate_key, mig = _device_rate(contract, rating, dev)
         rates[rate_key] = rate
-        unknown_by_policy = {p: 0 for p in by_policy}
-        for gid, v in acc.gap_nh.items():
-            unknown_by_policy[gap_policy.get(gid, unattributed_policy)] += v
-        unattributed = int(acc.buckets[-1]) - sum(acc.gap_nh.values())
-        unknown_by_policy[unattributed_policy] += unattributed
+        unknown_by_policy, lost_nh, billed = bill_device(
+            acc, gaps_of[dev["uuid"]], gap_policy, unattributed_policy, contract.charge_suspended, credited_span,
+            frame.suspended, contract.billing_granularity_s, contract.billing_minimum_s)
         for p, v in unknown_by_policy.items():
             by_policy[p] += v
-        billable = acc.paid_nh - unknown_by_policy["credit"] - unknown_by_policy["hold"]
-        if contract.charge_suspended:
-            billable += acc.suspended_nh
-        if credited_span is not None:  # work lost to the provider's failure, less what is already unbilled
-            not_billed = [(a, b) for a, b, gid in gaps_of[dev["uuid"]]
-                          if gap_policy.get(gid, unattributed_policy) in ("credit", "hold")]
-            lost_nh = min(seconds_to_nh(seconds(minus(credited_span, [*frame.suspended, *not_billed]))),
-                          max(billable, 0))
-            billable -= lost_nh
-            lost_credited_nh += lost_nh
-        billed = _billed_nh(billable, contract.billing_granularity_s, contract.billing_minimum_s, acc.paid_nh)
+        lost_credited_nh += lost_nh
         billed_total_nh += billed
-        cost_nh["paid"] += acc.paid_nh * rate
-        cost_nh["billed"] += billed * rate
-        cost_nh["suspended"] += acc.suspended_nh * rate
-        for name, v in zip(BUCKETS, acc.buckets):
-            cost_nh[name] += int(v) * rate
-        line = {"uuid": dev["uuid"], "node": dev["node"], "index": dev["index"], "sku": dev["sku"],
-                "sku_rating": rating.key if rating else None, "fidelity": acc.fidelity,
-                "gpu_hours": _hours_block(acc.buckets, acc.paid_nh, acc.suspended_nh),
-                "billed_gpu_hours": nh_to_hours(billed), "rate": str(rate)}
-        if mig is not None:   # only MIG slices carry it, so whole-GPU receipts keep their bytes and hashes
-            line["mig"] = mig
-        if dev.get("segments"):   # the sharers changed during the run: the share from each instant on
-            line["share"] = {"rule": "segments", "segments": [
-                {"from": format_ts(max(t0, w0)), "rule": sh[0] if sh else "whole",
-                 "ratio": f"{sh[1].numerator}/{sh[1].denominator}" if sh else "1/1"} for t0, sh in dev["segments"]],
-                "device_paid_gpu_hours": nh_to_hours(device_paid[dev["uuid"]])}
-        elif dev.get("shared") is not None:   # likewise only shared devices (receipts of held-alone ones unchanged)
-            rule, share = dev["shared"]
-            line["share"] = {"rule": rule, "ratio": f"{share.numerator}/{share.denominator}",
-                             "device_paid_gpu_hours": nh_to_hours(device_paid[dev["uuid"]])}
-        dev_lines.append(line)
+        price_device(cost_nh, acc, billed, rate)
+        dev_lines.append(device_line(dev, rating.key if rating else None, acc, billed, rate, mig, w0,
+                                     device_paid.get(dev["uuid"])))
     fidelities = sorted({acc.fidelity for _d, _r, acc in accounts})
     fidelity = fidelities[0] if len(fidelities) == 1 else ("mixed" if fidelities else "none")
 
-    paid_cost = _money(cost_nh["paid"])
-    delivered_cost = _money(cost_nh["delivered"])
-    billed_cost = _money(cost_nh["billed"])
+    paid_cost = money(cost_nh["paid"])
+    delivered_cost = money(cost_nh["delivered"])
+    billed_cost = money(cost_nh["billed"])
     mean_rate = (sum(rates.values(), Decimal(0)) / len(rates)) if rates else Decimal(0)
 
-    adjustments = []
-    adj_total = Decimal(0)
-    adj_hours_nh = 0
-    for c in inputs.entries:
-        if c.entry.kind != Kind.ADJUSTMENT:
-            continue
-        d = c.entry.data
-        sign = Decimal(1) if d.get("direction") == "debit" else Decimal(-1)
-        if "hours" in d:
-            h = Decimal(str(d["hours"]))
-            amount = (h * mean_rate).quantize(CENT, rounding=ROUND_HALF_EVEN)
-            adj_hours_nh += int(sign) * int((h * NH).to_integral_value(rounding=ROUND_HALF_EVEN))
-        else:
-            h = None
-            amount = Decimal(str(d["amount"])).quantize(CENT)
-        adj_total += sign * amount
-        adjustments.append({"id": c.entry.entry_id, "direction": d.get("direction"),
-                            "gpu_hours": None if h is None else float(h), "amount": _f(amount),
-                            "reason": d.get("reason"), "by": d.get("by"), "ts": c.entry.ts,
-                            "references": d.get("references", [])})
+    adjustments, adj_total, adj_hours_nh = adjustments_block(
+        (c.entry for c in inputs.entries if c.entry.kind == Kind.ADJUSTMENT), mean_rate)
 
     relevant = [*inputs.entries, *(g for g in inputs.gaps if g.entry.entry_id in gap_policy),
                 *(r for r in resolutions.values()), *inputs.segments,
                 *([contract_ce] if contract_ce is not None else [])]
     last = max(relevant, key=lambda c: c.seq)
-    est_delivered = 0
-    known = paid_nh - int(total[-1])
-    if by_policy["estimate"] and known > 0:
-        est_delivered = (by_policy["estimate"] * int(total[0]) + known // 2) // known
+    est_delivered = estimated_delivered(by_policy["estimate"], int(total[0]), paid_nh, int(total[-1]))
 
     # energy under an energy_basis is its own line, billed on top of the GPU-hours (the rate holds none of it)
     energy_rows = _energy_rows(inputs, contract, frame, accounts, (w0, w1))
@@ -488,7 +401,7 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
                    "coarse_signal_gpu_hours": nh_to_hours(coarse_nh),
                    "thresholds": {"active_min": thresholds.active_min,
                                   "resident_fb_mib": thresholds.resident_fb_mib}},
-        "gpu_hours": _hours_block(total, paid_nh, suspended_nh),
+        "gpu_hours": hours_block(total, paid_nh, suspended_nh),
         "unknown_by_cause": {k: nh_to_hours(v) for k, v in sorted(causes.items()) if v},
         "unknown_intervals": intervals,
         "progress": progress,
@@ -505,16 +418,16 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         "cost": {
             "currency": contract.currency,
             "rates_per_gpu_hour": {k: str(v) for k, v in sorted(rates.items())},
-            "paid": _f(paid_cost), "delivered": _f(delivered_cost), "lost": _f(paid_cost - delivered_cost),
-            "by_bucket": {name: _f(_money(cost_nh[name])) for name in BUCKETS},
-            "billed_before_adjustments": _f(billed_cost),
-            "adjustments": _f(adj_total),
-            "billed_after_adjustments": _f(billed_cost + adj_total),
+            "paid": float(paid_cost), "delivered": float(delivered_cost), "lost": float(paid_cost - delivered_cost),
+            "by_bucket": {name: float(money(cost_nh[name])) for name in BUCKETS},
+            "billed_before_adjustments": float(billed_cost),
+            "adjustments": float(adj_total),
+            "billed_after_adjustments": float(billed_cost + adj_total),
         },
         "totals": {
-            "before_adjustments": {"gpu_hours": nh_to_hours(billed_total_nh), "amount": _f(billed_cost)},
+            "before_adjustments": {"gpu_hours": nh_to_hours(billed_total_nh), "amount": float(billed_cost)},
             "after_adjustments": {"gpu_hours": nh_to_hours(billed_total_nh + adj_hours_nh),
-                                  "amount": _f(billed_cost + adj_total)},
+                                  "amount": float(billed_cost + adj_total)},
         },
         "ledger": {"through_seq": last.seq, "head_hash": last.hash},
     }
@@ -570,7 +483,7 @@ def _energy_rows(inputs: RunInputs, contract: Any, frame: RunFrame, accounts: li
         if basis.energy_basis is None:
             continue
         de = device_energy_of(dev["uuid"], inputs.energy_columns.get(dev["uuid"], {}), *window)
-        buckets = tuple((a, b, "paid") for a, b in minus(window, list(frame.suspended))) + tuple(
+        buckets = tuple((a, b, "paid") for a, b in cut(window, list(frame.suspended))) + tuple(
             (a, b, "suspended") for a, b in frame.suspended)
         rows.append(DeviceEnergyInput(de, buckets, rating.tdp_w if rating else None,
                                       Decimal(acc.paid_nh) / NH, basis, dev.get("node")))
@@ -590,44 +503,21 @@ def sampled_devices(segments: Sequence[ChainedEntry]) -> frozenset[str]:
 
 
 def _device_rate(contract: Any, rating: SkuRating | None, dev: Mapping) -> tuple[Decimal, str, dict | None]:
-    """(hourly rate, its key in the receipt's rate table, the MIG slice it names or None) for one device.
-
-    A MIG instance pays the contract's price for its profile when the contract names one
-    (``<SKU key>/<profile>``), else the whole GPU's rate times the fraction its profile holds
-    (method.mig.mig_share); a profile the table does not know is billed as a whole GPU, and says so.
-    """
+    """(hourly rate, its key in the receipt's rate table, the MIG slice it names or None) for one device: the
+    verifier's :func:`ledger.proofcheck.rate_of` over this contract's prices (MIG shares: ``method.mig``)."""
     key = rating.key if rating else None
-    profile = dev.get("mig_profile")
-    if not profile:
-        return contract.basis_for(key).hourly(rating.tdp_w if rating else None), key or "unrated", None
-    share = mig_share(profile, dev.get("sku"))
-    mig = {"gpu_uuid": dev.get("gpu_uuid"), "gpu_instance": dev.get("mig_instance"), "profile": profile,
-           "share": None if share is None else f"{share.numerator}/{share.denominator}"}
-    priced = contract.skus.get(f"{key}/{profile}") if key else None
-    if priced is not None:
-        mig["priced_as"] = "contract profile"
-        return priced.hourly(rating.tdp_w if rating else None), f"{key}/{profile}", mig
-    whole = contract.basis_for(key).hourly(rating.tdp_w if rating else None)
-    if share is None:
-        mig["priced_as"] = "whole GPU (profile not in the MIG table)"
-        return whole, key or "unrated", mig
-    mig["priced_as"] = "share of the whole GPU's rate"
-    rate = (whole * share.numerator / share.denominator).quantize(Decimal("1e-12"), rounding=ROUND_HALF_EVEN)
-    return rate, f"{key or 'unrated'}/{profile}", mig
+    tdp_w = rating.tdp_w if rating else None
+
+    def named(name: str) -> Decimal | None:
+        priced = contract.skus.get(name)
+        return None if priced is None else priced.hourly(tdp_w)
+
+    return rate_of(key, dev, lambda: contract.basis_for(key).hourly(tdp_w), named)
 
 
 def receipt_hash(body: Mapping[str, Any]) -> str:
     """sha256 of the canonical JSON of the body without its own hash field."""
     return "sha256:" + sha256_hex(canonical_json({k: v for k, v in body.items() if k != "receipt_hash"}))
-
-
-def _hours_block(buckets: np.ndarray, paid_nh: int, suspended_nh: int) -> dict:
-    d = {name: int(v) for name, v in zip(BUCKETS, buckets)}
-    return {"paid": nh_to_hours(paid_nh), "delivered": nh_to_hours(d["delivered"]),
-            "underutilized": nh_to_hours(d["underutilized"]), "starved": nh_to_hours(d["starved"]),
-            "idle_held": nh_to_hours(d["idle_held"]), "unknown": nh_to_hours(d["unknown"]),
-            "suspended": nh_to_hours(suspended_nh),
-            "throttled": {r: nh_to_hours(d[f"throttled.{r}"]) for r in THROTTLE_REASONS}}
 
 
 __all__ = ["LENS_RECEIPT_VERSION", "LensSettings", "RECEIPT_VERSION", "Receipt", "ReceiptError", "RunFrame", "RunInputs", "RunKey", "compute_receipt",

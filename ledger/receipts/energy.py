@@ -8,21 +8,21 @@ paid GPU-hours, with the contract's cost basis and the site's intensity table, b
 * ``carbon`` = ``{kg_co2e, zone, intensity_source, intensity_version, pue, hours_without_intensity}``.
 
 Figures are rounded (kWh and kg to 6 decimals, money to cents, as text) so the JSON is byte-stable on replay.
-Kept apart from ``compute`` so the blocks can be added to a receipt version of their own.
+Kept apart from ``compute`` so the blocks can be added to a receipt version of their own. The adding up and
+rounding are the tenant's verifier's (:func:`ledger.proofcheck.energy_totals`), so both write the same block.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import ROUND_HALF_EVEN, Decimal
-from typing import Sequence
+from decimal import Decimal
+from typing import Iterator, Sequence
 
 from ..contracts import CostBasis
 from ..method.carbon import IntensityTable, carbon
 from ..method.energy import DeviceEnergy
 from ..method.energy_arrays import SpanArrays, bucket_energy, energy_by_hour
-
-CENT = Decimal("0.01")
+from ..proofcheck import energy_totals, round6
 
 
 @dataclass(frozen=True)
@@ -35,46 +35,18 @@ class DeviceEnergyInput:
     node: str | None = None                         # the device's node (its carbon zone may be the node's own)
 
 
-def _r6(x: float) -> float:
-    return round(x + 0.0, 6)
-
-
-def _money(d: Decimal | None) -> str | None:
-    return None if d is None else str(d.quantize(CENT, rounding=ROUND_HALF_EVEN))
-
-
 def energy_block(devices: Sequence[DeviceEnergyInput], currency: str) -> dict:
-    kwh = 0.0
-    buckets: dict[str, float] = {}
-    unknown_h = 0.0
-    sources = set()
-    charged = measured = tdp = Decimal(0)
-    any_unmeasured = False
-    bases = set()
-    for d in devices:
-        kwh += d.energy.kwh
-        sources.add(d.energy.source)
-        be = bucket_energy(d.energy, d.buckets)
-        for k, v in be.kwh.items():
-            buckets[k] = buckets.get(k, 0.0) + v
-        unknown_h += sum(be.unknown_gpu_hours.values())
-        known = Decimal(repr(_r6(d.energy.kwh))) if d.energy.has_spans and d.energy.source != "unknown" \
-            else None
-        line = d.basis.energy_cost(known, d.tdp_w, d.gpu_hours)
-        bases.add(line["basis"])
-        charged += line["charged"]
-        tdp += line["tdp"]
-        if line["measured"] is None:
-            any_unmeasured = True
-        else:
-            measured += line["measured"]
-    source = sources.pop() if len(sources) == 1 else ("mixed" if sources else "unknown")
-    return {"kwh": _r6(kwh), "source": source,
-            "by_bucket": {k: _r6(v) for k, v in sorted(buckets.items())},
-            "unknown_gpu_hours": _r6(unknown_h),
-            "cost": {"currency": currency, "basis": bases.pop() if len(bases) == 1 else "mixed",
-                     "charged": _money(charged), "measured": None if any_unmeasured else _money(measured),
-                     "tdp": _money(tdp)}}
+    """Each device's energy by the vectorised spans (``ledger.method.energy_arrays``), added into the block by
+    the verifier's :func:`ledger.proofcheck.energy_totals`."""
+    def lines() -> Iterator[tuple]:
+        for d in devices:
+            be = bucket_energy(d.energy, d.buckets)
+            known = Decimal(repr(round6(d.energy.kwh))) if d.energy.has_spans and d.energy.source != "unknown" \
+                else None
+            yield (d.energy.kwh, d.energy.source, be.kwh, sum(be.unknown_gpu_hours.values()),
+                   d.basis.energy_cost(known, d.tdp_w, d.gpu_hours))
+
+    return energy_totals(lines(), currency)
 
 
 def carbon_block(devices: Sequence[tuple[IntensityTable, DeviceEnergyInput]]) -> dict:
@@ -98,7 +70,7 @@ def carbon_block(devices: Sequence[tuple[IntensityTable, DeviceEnergyInput]]) ->
     def joined(i: int) -> str:
         return "+".join(dict.fromkeys(str(k[i]) for k in ks))
     pues = sorted({k[3] for k in ks})
-    return {"kg_co2e": _r6(kg), "zone": joined(0), "intensity_source": joined(1), "intensity_version": joined(2),
+    return {"kg_co2e": round6(kg), "zone": joined(0), "intensity_source": joined(1), "intensity_version": joined(2),
             "pue": pues[0] if len(pues) == 1 else "+".join(str(p) for p in pues),
             "hours_without_intensity": missing}
 
