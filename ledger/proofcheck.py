@@ -315,7 +315,10 @@ def parse_leaf(text: str, where: str) -> Entry:
 
 METHOD_NAME, METHOD_VERSION, RECEIPT_VERSION = "ipledger-attribution", "1.0.0", "1.2"
 ENERGY_RECEIPT_VERSION = "1.4"   # 1.4: the energy block, for runs priced under a contract with energy_basis
-RECEIPT_VERSIONS = (RECEIPT_VERSION, ENERGY_RECEIPT_VERSION)
+# 1.5: 1.4 where a device is shared (a MIG slice, a GPU several runs hold): its energy is its share of the GPU's
+# (energy_parts); a 1.4 receipt of a shared device billed the whole GPU's and replays so
+ENERGY_SHARE_RECEIPT_VERSION = "1.5"
+RECEIPT_VERSIONS = (RECEIPT_VERSION, ENERGY_RECEIPT_VERSION, ENERGY_SHARE_RECEIPT_VERSION)
 NH_PER_SECOND = 1e9 / 3600.0
 ACTIVE_MIN, RESIDENT_FB_MIB = 0.05, 512.0
 THROTTLE_REASONS = ("thermal", "power_cap", "hw_slowdown", "sync_boost", "other")
@@ -1097,15 +1100,61 @@ def money_text(d: Decimal | None) -> str | None:
     return None if d is None else str(d.quantize(CENT, rounding=ROUND_HALF_EVEN))
 
 
+def energy_parts(dev: Mapping[str, Any], w0: float, w1: float) -> tuple[tuple[float, float, Fraction], ...]:
+    """Stage "price" of a shared device's energy: the parts of the window [w0, w1] and the share of the GPU's
+    energy this run bears in each — its pods' share (``dev["shared"]``, or from each instant on under changing
+    sharers, ``dev["segments"]``) times a MIG slice's share of its GPU (``mig_share``; a profile the MIG table does
+    not know bears the whole, as its rate does). Empty for a whole GPU held alone: its energy is all the run's."""
+    mig = mig_share(dev.get("mig_profile"), dev.get("sku")) if dev.get("mig_profile") else None
+    if dev.get("segments"):
+        segs, parts = dev["segments"], []
+        for i, (t0, sh) in enumerate(segs):
+            a = w0 if i == 0 else max(w0, min(w1, t0))
+            b = w1 if i + 1 == len(segs) else max(w0, min(w1, segs[i + 1][0]))
+            if b > a:
+                parts.append((a, b, (sh[1] if sh else Fraction(1)) * (mig or 1)))
+        return tuple(parts)
+    share = dev["shared"][1] if dev.get("shared") is not None else None
+    if share is None and mig is None:
+        return ()
+    return ((w0, w1, (share or Fraction(1)) * (mig or 1)),)
+
+
+def part_buckets(a: float, b: float, suspended: Sequence[tuple[float, float]]) -> tuple:
+    """A part [a, b] of the window as energy buckets: paid, and suspended where the run was suspended in it."""
+    sus = sorted((max(a, x), min(b, y)) for x, y in suspended if min(b, y) > max(a, x))
+    return tuple((x, y, "paid") for x, y in subtract((a, b), sus)) + tuple((x, y, "suspended") for x, y in sus)
+
+
+def scaled(x: float, share: Fraction) -> float:
+    """A float figure times a share, in the order both implementations use (exact for a share of 1)."""
+    return x * share.numerator / share.denominator
+
+
 def energy_block(devices: Sequence[tuple], currency: str) -> dict:
-    """``devices``: (spans, buckets, tdp_w, gpu_hours, basis) per device priced under an energy_basis."""
+    """``devices``: (spans, buckets, tdp_w, gpu_hours, basis[, parts]) per device priced under an energy_basis;
+    ``parts`` (receipt 1.5: a shared device) are (spans, buckets, share) whose shares of energy the run bears,
+    and ``gpu_hours`` is then already the run's share of the GPU's hours."""
     def lines() -> Iterable[tuple]:
-        for spans, dev_buckets, tdp_w, gpu_hours, basis in devices:
-            dev_kwh = sum(s[2] for s in spans if s[2] is not None) / J_PER_KWH
-            source = _spans_source(spans)
-            bk, unk = energy_by_bucket(spans, dev_buckets)
-            known = Decimal(repr(round6(dev_kwh))) if spans and source != "unknown" else None
-            yield dev_kwh, source, bk, sum(unk.values()), energy_cost(basis, known, tdp_w, gpu_hours)
+        for spans, dev_buckets, tdp_w, gpu_hours, basis, *more in devices:
+            parts = more[0] if more and more[0] else ((spans, dev_buckets, None),)
+            dev_kwh, dev_unk, bk, sources, any_spans = 0.0, 0.0, {}, set(), False
+            for p_spans, p_buckets, share in parts:
+                p_kwh = sum(s[2] for s in p_spans if s[2] is not None) / J_PER_KWH
+                p_bk, p_unk = energy_by_bucket(p_spans, p_buckets)
+                if share is not None:
+                    p_kwh = scaled(p_kwh, share)
+                    p_bk = {k: scaled(v, share) for k, v in p_bk.items()}
+                    p_unk = {k: scaled(v, share) for k, v in p_unk.items()}
+                dev_kwh += p_kwh
+                dev_unk += sum(p_unk.values())
+                for k, v in p_bk.items():
+                    bk[k] = bk.get(k, 0.0) + v
+                sources.add(_spans_source(p_spans))
+                any_spans = any_spans or bool(p_spans)
+            source = sources.pop() if len(sources) == 1 else "mixed"
+            known = Decimal(repr(round6(dev_kwh))) if any_spans and source != "unknown" else None
+            yield dev_kwh, source, bk, dev_unk, energy_cost(basis, known, tdp_w, gpu_hours)
 
     return energy_totals(lines(), currency)
 
@@ -1433,9 +1482,10 @@ def _seg_devices(e: Entry) -> list:
 
 
 def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Sequence]], job: Mapping[str, Any],
-                    site_skus: Mapping[str, tuple]) -> dict:
+                    site_skus: Mapping[str, tuple], energy_shares: bool = True) -> dict:
     """The receipt body of run (cluster, job_id, run) from the ledger's entries (any superset of those it
-    depends on, all at or before the head) and the rows of its telemetry segments."""
+    depends on, all at or before the head) and the rows of its telemetry segments. ``energy_shares`` False: a
+    shared device's energy as receipt 1.4 billed it (the whole GPU's), to check a receipt issued as 1.4."""
     cluster, job_id, run = job["cluster"], job["job_id"], job["run"]
     table = {**SKUS, **site_skus}
     ordered = sorted(entries, key=lambda c: c.seq)
@@ -1606,16 +1656,26 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
     fidelity = fidelities[0] if len(fidelities) == 1 else ("mixed" if fidelities else "none")
     paid_cost, delivered_cost, billed_cost = money(cost["paid"]), money(cost["delivered"]), money(cost["billed"])
     # receipt 1.4: energy under an energy_basis is its own line, billed on top of the GPU-hours
-    energy_rows = []
+    energy_rows, any_share = [], False
     for dev, key, acc in accounts:
         basis = basis_for(contract, key)
         if basis.get("energy_basis") is None:
             continue
         rows = rows_of.get(dev["uuid"], [])
-        spans = device_energy(_column_pairs(rows, "energy_j"), w0, w1, _column_pairs(rows, "power_w"))
+        energy_j, power_w = _column_pairs(rows, "energy_j"), _column_pairs(rows, "power_w")
+        spans = device_energy(energy_j, w0, w1, power_w)
         dev_buckets = tuple((a, b, "paid") for a, b in subtract((w0, w1), sorted(frame.suspended))) + tuple(
             (a, b, "suspended") for a, b in frame.suspended)
-        energy_rows.append((spans, dev_buckets, table[key][1] if key else None, Decimal(acc.paid_nh) / NH, basis))
+        gpu_hours = Decimal(acc.paid_nh) / NH
+        parts = energy_parts(dev, w0, w1) if energy_shares else ()
+        if parts:   # receipt 1.5: the run bears its share of the GPU's energy (and of its TDP hours on a slice)
+            any_share = True
+            parts = tuple((device_energy(energy_j, a, b, power_w), part_buckets(a, b, frame.suspended), sh)
+                          for a, b, sh in parts)
+            mig = mig_share(dev.get("mig_profile"), dev.get("sku")) if dev.get("mig_profile") else None
+            if mig is not None:
+                gpu_hours = gpu_hours * mig.numerator / mig.denominator
+        energy_rows.append((spans, dev_buckets, table[key][1] if key else None, gpu_hours, basis, parts))
     energy = energy_block(energy_rows, contract["currency"]) if energy_rows else None
     if energy is not None:
         billed_cost += Decimal(energy["cost"]["charged"])
@@ -1674,7 +1734,7 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
         "ledger": {"through_seq": last.seq, "head_hash": last.hash},
     }
     if energy is not None:   # only under measured-energy terms: every other receipt keeps version 1.2
-        body["receipt_version"] = ENERGY_RECEIPT_VERSION
+        body["receipt_version"] = ENERGY_SHARE_RECEIPT_VERSION if any_share else ENERGY_RECEIPT_VERSION
         body["energy"] = energy
         body["cost"]["energy"] = energy["cost"]["charged"]
     accounting = run_accounting(mine)
@@ -1793,7 +1853,8 @@ def verify_bundle(raw: bytes, public_key: Any) -> dict:
     claimed = bundle["receipt"]
     if not isinstance(claimed, dict) or not isinstance(claimed.get("job"), dict):
         raise Failure("receipt: expected a receipt object")
-    recomputed = compute_receipt(entries, samples, claimed["job"], site_skus)
+    recomputed = compute_receipt(entries, samples, claimed["job"], site_skus,
+                                 energy_shares=method["receipt_version"] != ENERGY_RECEIPT_VERSION)
     if canonical_json(recomputed) != canonical_json(claimed):
         raise Failure("receipt: the bundled receipt is not what its entries give: "
                       + first_difference(recomputed, claimed))

@@ -30,6 +30,7 @@ from .energy import DeviceEnergyInput, carbon_block, energy_block
 from .progress import progress_block
 # the receipt's plain stages (price, bill) and the method's constants are the tenant's verifier's: one definition
 from ..proofcheck import (BUCKETS, METHOD_NAME, METHOD_VERSION, POLICIES, adjustments_block, bill_device, cut,
+                          energy_parts, part_buckets,
                           device_line, estimated_delivered, hours_block, money, price_device, rate_of)
 from ..proofcheck import hours as nh_to_hours
 
@@ -41,6 +42,9 @@ LENS_RECEIPT_VERSION = "1.3"
 # 1.4: the energy block, for runs priced under a contract with energy_basis (with method 1.1.0 it carries the
 # effective_compute block too); every other receipt keeps its version and its bytes
 ENERGY_RECEIPT_VERSION = "1.4"
+# 1.5: 1.4 where a device is shared (a MIG slice, a GPU several runs hold): the run bears its share of the GPU's
+# energy (ledger.proofcheck.energy_parts); a 1.4 receipt of a shared device billed the whole GPU's, and replays so
+ENERGY_SHARE_RECEIPT_VERSION = "1.5"
 NH = Decimal(10) ** 9
 
 
@@ -199,11 +203,12 @@ def gap_applies(gap: ChainedEntry, device: Mapping, key: RunKey) -> bool:
 
 def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None = None,
                     thresholds: Thresholds = DEFAULT_THRESHOLDS, lens: LensSettings | None = None,
-                    carbon: CarbonSettings | None = None) -> Receipt:
+                    carbon: CarbonSettings | None = None, energy_shares: bool = True) -> Receipt:
     """The receipt body; ``lens`` None computes method 1.0.0 / receipt 1.2 exactly as before, a
     :class:`LensSettings` method 1.1.0 / receipt 1.3 (the same body plus ``effective_compute``). ``carbon`` (the
     site's zones and intensity tables) adds the ``carbon`` block to an energy receipt (1.4) whose devices have a
-    zone; it changes no other receipt."""
+    zone; it changes no other receipt. ``energy_shares`` False: a shared device's energy as receipt 1.4 billed it
+    (the whole GPU's), to replay a receipt issued as 1.4; else such a receipt is 1.5."""
     key = inputs.key
     # Stage frame: the run's window, devices and context (the verifier's compute_receipt has the same stages).
     frame = run_frame(inputs.entries, inputs.open_end)
@@ -375,7 +380,7 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
     est_delivered = estimated_delivered(by_policy["estimate"], int(total[0]), paid_nh, int(total[-1]))
 
     # energy under an energy_basis is its own line, billed on top of the GPU-hours (the rate holds none of it)
-    energy_rows = _energy_rows(inputs, contract, frame, accounts, (w0, w1))
+    energy_rows = _energy_rows(inputs, contract, frame, accounts, (w0, w1), energy_shares)
     energy = energy_block(energy_rows, contract.currency) if energy_rows else None
     if energy is not None:
         billed_cost += Decimal(energy["cost"]["charged"])
@@ -432,7 +437,8 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         "ledger": {"through_seq": last.seq, "head_hash": last.hash},
     }
     if energy is not None:   # only under measured-energy terms: every other receipt keeps version 1.2 and its bytes
-        body["receipt_version"] = ENERGY_RECEIPT_VERSION
+        shared = any(r.parts for r in energy_rows)
+        body["receipt_version"] = ENERGY_SHARE_RECEIPT_VERSION if shared else ENERGY_RECEIPT_VERSION
         body["energy"] = energy
         body["cost"]["energy"] = energy["cost"]["charged"]
         carbon_ = _carbon(energy_rows, carbon, key.cluster) if carbon is not None else None
@@ -475,18 +481,29 @@ def _add_lens(body: dict, sample_lens: Mapping[str, DeviceLens | None], frame: A
     body["effective_compute"] = block
 
 def _energy_rows(inputs: RunInputs, contract: Any, frame: RunFrame, accounts: list,
-                 window: tuple[float, float]) -> list[DeviceEnergyInput]:
-    """Each device's energy input (ledger.receipts.energy); empty when no device's terms name a basis."""
+                 window: tuple[float, float], energy_shares: bool = True) -> list[DeviceEnergyInput]:
+    """Each device's energy input (ledger.receipts.energy); empty when no device's terms name a basis. A shared
+    device (a MIG slice, a GPU several runs hold) bears its share of the GPU's energy, part by part of the window
+    (the verifier's energy_parts), and a slice its share of the GPU's TDP hours."""
     rows = []
     for dev, rating, acc in accounts:
         basis = contract.basis_for(rating.key if rating else None)
         if basis.energy_basis is None:
             continue
-        de = device_energy_of(dev["uuid"], inputs.energy_columns.get(dev["uuid"], {}), *window)
+        columns = inputs.energy_columns.get(dev["uuid"], {})
+        de = device_energy_of(dev["uuid"], columns, *window)
         buckets = tuple((a, b, "paid") for a, b in cut(window, list(frame.suspended))) + tuple(
             (a, b, "suspended") for a, b in frame.suspended)
-        rows.append(DeviceEnergyInput(de, buckets, rating.tdp_w if rating else None,
-                                      Decimal(acc.paid_nh) / NH, basis, dev.get("node")))
+        gpu_hours = Decimal(acc.paid_nh) / NH
+        parts = energy_parts(dev, *window) if energy_shares else ()
+        if parts:
+            parts = tuple((device_energy_of(dev["uuid"], columns, a, b), part_buckets(a, b, frame.suspended), sh)
+                          for a, b, sh in parts)
+            mig = mig_share(dev.get("mig_profile"), dev.get("sku")) if dev.get("mig_profile") else None
+            if mig is not None:
+                gpu_hours = gpu_hours * mig.numerator / mig.denominator
+        rows.append(DeviceEnergyInput(de, buckets, rating.tdp_w if rating else None, gpu_hours, basis,
+                                      dev.get("node"), parts))
     return rows
 
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 from typing import Iterator, Sequence
 
 from ..contracts import CostBasis
 from ..method.carbon import IntensityTable, carbon
 from ..method.energy import DeviceEnergy
 from ..method.energy_arrays import SpanArrays, bucket_energy, energy_by_hour
-from ..proofcheck import energy_totals, round6
+from ..proofcheck import energy_totals, round6, scaled
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,10 @@ class DeviceEnergyInput:
     gpu_hours: Decimal                              # paid GPU-hours of the device (what TDP pricing bills)
     basis: CostBasis
     node: str | None = None                         # the device's node (its carbon zone may be the node's own)
+    # receipt 1.5, a shared device (MIG slice, GPU several runs hold): (energy, buckets, share) of each part of
+    # the window, whose share of the GPU's energy the run bears (ledger.proofcheck.energy_parts); gpu_hours is
+    # then the run's share of the GPU's hours. Empty: the device's energy is all the run's (as before 1.5).
+    parts: tuple[tuple[DeviceEnergy | SpanArrays, tuple[tuple[float, float, str], ...], Fraction], ...] = ()
 
 
 def energy_block(devices: Sequence[DeviceEnergyInput], currency: str) -> dict:
@@ -40,11 +45,25 @@ def energy_block(devices: Sequence[DeviceEnergyInput], currency: str) -> dict:
     the verifier's :func:`ledger.proofcheck.energy_totals`."""
     def lines() -> Iterator[tuple]:
         for d in devices:
-            be = bucket_energy(d.energy, d.buckets)
-            known = Decimal(repr(round6(d.energy.kwh))) if d.energy.has_spans and d.energy.source != "unknown" \
-                else None
-            yield (d.energy.kwh, d.energy.source, be.kwh, sum(be.unknown_gpu_hours.values()),
-                   d.basis.energy_cost(known, d.tdp_w, d.gpu_hours))
+            if not d.parts:
+                be = bucket_energy(d.energy, d.buckets)
+                known = Decimal(repr(round6(d.energy.kwh))) if d.energy.has_spans and d.energy.source != "unknown" \
+                    else None
+                yield (d.energy.kwh, d.energy.source, be.kwh, sum(be.unknown_gpu_hours.values()),
+                       d.basis.energy_cost(known, d.tdp_w, d.gpu_hours))
+                continue
+            kwh, unknown_h, by_bucket, sources, any_spans = 0.0, 0.0, {}, set(), False
+            for energy, buckets, share in d.parts:   # the verifier's energy_block, part by part, in its order
+                be = bucket_energy(energy, buckets)
+                kwh += scaled(energy.kwh, share)
+                unknown_h += sum(scaled(v, share) for v in be.unknown_gpu_hours.values())
+                for k, v in be.kwh.items():
+                    by_bucket[k] = by_bucket.get(k, 0.0) + scaled(v, share)
+                sources.add(energy.source)
+                any_spans = any_spans or energy.has_spans
+            source = sources.pop() if len(sources) == 1 else "mixed"
+            known = Decimal(repr(round6(kwh))) if any_spans and source != "unknown" else None
+            yield kwh, source, by_bucket, unknown_h, d.basis.energy_cost(known, d.tdp_w, d.gpu_hours)
 
     return energy_totals(lines(), currency)
 
@@ -58,8 +77,9 @@ def carbon_block(devices: Sequence[tuple[IntensityTable, DeviceEnergyInput]]) ->
         k = (table.zone, table.intensity_source, table.version, float(d.basis.pue))
         tables[k] = table
         by_hour = groups.setdefault(k, {})
-        for h, v in energy_by_hour(d.energy).items():
-            by_hour[h] = by_hour.get(h, 0.0) + v
+        for energy, share in ([(p[0], p[2]) for p in d.parts] or [(d.energy, None)]):
+            for h, v in energy_by_hour(energy).items():
+                by_hour[h] = by_hour.get(h, 0.0) + (v if share is None else scaled(v, share))
     kg, missing = 0.0, 0
     for k in sorted(groups):
         c = carbon(groups[k], tables[k], k[3])
