@@ -528,6 +528,8 @@ def analyze_cmd(source: tuple[str, ...], fmt: str | None, node_from: str | None,
     if as_json:
         emit_json(analysis.to_json())
         return
+    for q in collected.quarantined:   # archive members left out (also in the JSON's import.quarantined)
+        echo(f"warning: quarantined, not analysed: {q}", err=True)
     a = analysis.account
     m = analysis.meta
     echo(f"analysed {m['devices']} devices, {m['samples']} samples, {m['start']} .. {m['end']}: paid "
