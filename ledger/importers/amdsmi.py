@@ -486,5 +486,8 @@ def _parse_chunk(c: Collected, lines: list[tuple[int, str]], path: str, seg: Seg
 
 
 def read(path: str | Path, **kw) -> Collected:
+    """A capture file, its CSV parsed column-wise (:mod:`ledger.importers.columnar`, held equal to :func:`parse`)."""
+    from .columnar import parse_amdsmi
+
     p = Path(path)
-    return parse(decode_text(p.read_bytes(), str(p)), str(p), **kw)
+    return parse_amdsmi(decode_text(p.read_bytes(), str(p)), str(p), **kw)

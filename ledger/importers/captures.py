@@ -140,7 +140,7 @@ class _Reader:
     def capture(self, kind: str, label: str, file_name: str, text: str | None = None, p: Path | None = None
                 ) -> Collected:
         """A capture file (``p``) or an archive member's text, parsed as ``kind`` (a capture format)."""
-        from . import amdsmi, dmon, nvidia_smi
+        from . import amdsmi, columnar, dmon, nvidia_smi
 
         hint = node_from_name(file_name, self.pattern)
         if hint is not None:
@@ -151,7 +151,8 @@ class _Reader:
         else:
             mod = dmon if kind == "dmon" else amdsmi
             kw = {"start": self.start, "interval": self.interval, "node": self.node, "node_hint": hint}
-            c = mod.read(p, **kw) if p is not None else mod.parse(text, label, **kw)
+            fast = columnar.parse_dmon if kind == "dmon" else columnar.parse_amdsmi
+            c = mod.read(p, **kw) if p is not None else fast(text, label, **kw)
         nodes = {i.node for i in c.devices.values()}
         if self.several and (None in nodes or "unknown-node" in nodes):
             raise InputError(label, "", f"no node name: the file name does not match the node pattern "

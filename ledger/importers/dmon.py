@@ -222,4 +222,7 @@ def _mark_mig_parent(c: Collected) -> None:
 
 
 def read(path: str | Path, **kw) -> Collected:
-    return parse(read_lines(path), str(path), **kw)
+    """A capture file, parsed column-wise (:mod:`ledger.importers.columnar`, held equal to :func:`parse`)."""
+    from .columnar import parse_dmon
+
+    return parse_dmon(read_lines(path), str(path), **kw)

@@ -1,0 +1,514 @@
+"""THE speed trick of the capture importers: ``dcgmi dmon`` and ``amd-smi --csv`` captures parsed column-wise.
+
+The plain parsers (:func:`ledger.importers.dmon.parse`, :func:`ledger.importers.amdsmi.parse`) clean and store
+every reading on its own (``Collected.add_raw``: ~10 µs a value, most of an ``analyze`` of a 24-hour set). The
+parsers here walk the same lines with the same state (capture segments, ticks, headers, noise, errors) but
+keep each row's cells as text, and convert and store them a device and a column at a time: ``float`` on the
+whole column in C (numpy), the text markers (``N/A``, ``N/W`` ...) looked up as :func:`timeline.clean` does,
+and the sentinels, units and ranges applied by :meth:`Collected.add_raw_many`. What they produce is the plain
+parsers' collection, field for field (tests/test_columnar.py holds them equal on generated captures: banners,
+CRLF, repeated and changing headers, blanks and ``N/A``, unreadable cells, restarts); anything they do not
+read column-wise (a cell that is no number and no known marker, two columns of one field, an amd-smi chunk
+that is no CSV) goes through the plain code for that column or chunk. Rows are held as text for at most
+:data:`FLUSH_ROWS` rows before they are stored, so memory stays bounded whatever the file's size.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+from ..telemetry.timeline import _TEXT_REASONS
+from ..textsafe import excerpt
+from .common import EARLIEST_TS, Collected, DeviceInfo, InputError, noise_reason, read_lines, small_index, time_problem
+
+FLUSH_ROWS = 32768
+_NAN = float("nan")
+
+
+def column_values(cells: list[str] | tuple[str, ...]) -> tuple[np.ndarray, dict[int, str]] | None:
+    """A column of cells as floats (``float`` on each, as :func:`timeline.clean`), the text markers as NaN with
+    their reasons by position; None when a cell is neither (the plain path then explains it)."""
+    try:
+        return np.array(cells, dtype=np.float64), {}
+    except (ValueError, TypeError):
+        pass
+    v = np.empty(len(cells), dtype=np.float64)
+    text: dict[int, str] = {}
+    for i, x in enumerate(cells):
+        r = _TEXT_REASONS.get(x.strip().lower())
+        if r is not None:
+            v[i] = _NAN
+            text[i] = r
+            continue
+        try:
+            v[i] = float(x)
+        except ValueError:
+            return None
+    return v, text
+
+
+def _text_reasons(c: Collected, dev: str, name: str, ts: np.ndarray, rows: list[int], text: dict[int, str]) -> None:
+    """The reasons of the text markers among one device's rows (``rows``: their positions in the column)."""
+    got = [(float(ts[j]), r) for j, i in enumerate(rows) if (r := text.get(i)) is not None]
+    if got:
+        rs = c.reasons.setdefault(dev, {})
+        for t, r in got:
+            rs[(t, name)] = r
+
+
+# --- dcgmi dmon --------------------------------------------------------------------------------------------------
+
+class _DmonRows:
+    """The rows of one header block, as text, until they are stored."""
+
+    def __init__(self, c: Collected, columns: list[str], specs: list) -> None:  # noqa: ANN001
+        self.c, self.columns, self.specs = c, columns, specs
+        self.devs: list[str] = []
+        self.times: list[float] = []
+        self.rows: list[list[str]] = []
+        self.lines: list[int] = []
+
+    @property
+    def n(self) -> int:
+        return len(self.rows)
+
+    def add(self, dev: str, t: float, values: list[str], line: int) -> None:
+        self.devs.append(dev)
+        self.times.append(t)
+        self.rows.append(values)
+        self.lines.append(line)
+
+    def flush(self) -> None:
+        c = self.c
+        if not self.rows:
+            return
+        cols = list(zip(*self.rows))
+        conv = {}
+        for k, spec in enumerate(self.specs):
+            if spec is not None:
+                conv[k] = column_values(cols[k])
+        if any(v is None for v in conv.values()):
+            # an unreadable cell: the block row by row, as the plain parser (its warnings in its order)
+            for dev, t, values, n in zip(self.devs, self.times, self.rows, self.lines):
+                for col, spec, v in zip(self.columns, self.specs, values):
+                    if spec is not None:
+                        c.add_raw(dev, spec.target, t, v, spec.scale, place=f"line {n} column {col}")
+        else:
+            times = np.array(self.times, dtype=np.float64)
+            by_dev: dict[str, list[int]] = {}
+            for i, d in enumerate(self.devs):
+                by_dev.setdefault(d, []).append(i)
+            single = len(by_dev) == 1
+            for dev, idx_list in by_dev.items():
+                idx = None if single else np.array(idx_list, dtype=np.int64)
+                ts = times if single else times[idx]
+                for k, spec in enumerate(self.specs):
+                    if spec is None:
+                        continue
+                    v, text = conv[k]
+                    c.add_raw_many(dev, spec.target, ts, v if single else v[idx], spec.scale)
+                    if text:
+                        _text_reasons(c, dev, spec.target, ts, idx_list, text)
+        self.devs, self.times, self.rows, self.lines = [], [], [], []
+
+
+def parse_dmon(text: str | Iterable[str], path: str = "<input>", *, start: float | None = None,
+               interval: float | None = None, node: str | None = None, node_hint: str | None = None) -> Collected:
+    """:func:`ledger.importers.dmon.parse`, column-wise (the same arguments, collection and errors)."""
+    from .dcgm_fields import BY_DMON
+    from .dmon import ENTITY_TYPES, _NUMBER, Segments, _mark_mig_parent, anchor_meta
+
+    lines = iter(text.splitlines() if isinstance(text, str) else text)
+    seg = Segments(path, start, interval, node, node_hint)
+    c = Collected("dcgmi_dmon", path=path, cadence=interval)
+    columns: list[str] | None = None
+    block: _DmonRows | None = None
+    rows = 0
+    first_bad: tuple[int, str] | None = None
+    devices: dict[tuple[str, str, str], str] = {}
+    entity_types = frozenset(ENTITY_TYPES)
+    latest = c.latest
+    for n, raw in enumerate(lines, start=1):
+        s = raw.strip()
+        if not s:
+            continue
+        if s[0] == "#":
+            if s.startswith("# ipledger"):
+                meta = anchor_meta(s)
+                if meta is not None:
+                    seg.anchor(meta, f"line {n}")
+                    if c.cadence is None:
+                        c.cadence = seg.interval
+                continue
+        toks = s.split()
+        t0 = toks[0]
+        if t0 == "#Entity" or toks[:2] == ["#", "Entity"]:
+            new = toks[1:] if t0 == "#Entity" else toks[2:]
+            if columns is None:
+                for col in new:
+                    spec = BY_DMON.get(col)
+                    if spec is None:
+                        c.note_unmapped(col)
+                    else:
+                        c.note_mapped(col, spec.target)
+            if new != columns:
+                if block is not None:
+                    block.flush()
+                block = _DmonRows(c, new, [BY_DMON.get(col) for col in new])
+            columns = new
+            continue
+        if t0.upper() == "ID" and not any(_NUMBER.fullmatch(x) for x in toks[1:]):
+            continue
+        if t0 not in entity_types or len(toks) < 2 or (columns is not None and len(toks) - 2 != len(columns)):
+            noise = noise_reason(s)
+            if noise is not None or s.startswith("Error") or "dcgmi dmon" in s:
+                c.skip(f"line {n}", noise or "tool_message", s)
+                continue
+            c.skip(f"line {n}", "not_a_dmon_row", s)
+            first_bad = first_bad or (n, s)
+            continue
+        if columns is None:
+            c.skip(f"line {n}", "row_before_header", s)
+            continue
+        if seg.start is None or seg.interval is None:
+            raise InputError(path, "", "dmon output has no timestamps: give --start and --interval "
+                                       "(or a '# ipledger-start TIME interval_ms=...' line)")
+        ident = toks[1]
+        t = seg.time_for(f"{t0} {ident}")
+        if not EARLIEST_TS <= t <= latest:   # where add_raw would stop: the row's first mapped column
+            first = next((col for col, sp in zip(columns, block.specs) if sp is not None), None)
+            if first is not None:
+                raise InputError(path, f"line {n} column {first}", time_problem(t, latest) or "")
+        dkey = (seg.node, t0, ident)
+        dev = devices.get(dkey)
+        if dev is None:
+            node_ = seg.node
+            key = f"{node_}/gpu{ident}" if t0 == "GPU" else f"{node_}/{t0.lower()}{ident}"
+            index = small_index(ident) if t0 == "GPU" else None
+            dev = devices[dkey] = c.device(DeviceInfo(device=key, node=node_, index=index,
+                                                      mig_instance=ident if t0 == "GPU-I" else None))
+        block.add(dev, t, toks[2:], n)
+        if block.n >= FLUSH_ROWS:
+            block.flush()
+        rows += 1
+    if block is not None:
+        block.flush()
+    if rows == 0 and first_bad is not None:
+        raise InputError(path, f"line {first_bad[0]}", f"expected a dmon row ('GPU <id> <values>' under an "
+                                                       f"#Entity header), got '{excerpt(first_bad[1])}'")
+    if columns is None:
+        raise InputError(path, "", "no '#Entity' header: not dcgmi dmon output")
+    _mark_mig_parent(c)
+    seg.finish(c)
+    return c
+
+
+def read_dmon(path: str | Path, **kw) -> Collected:
+    return parse_dmon(read_lines(path), str(path), **kw)
+
+
+# --- amd-smi --csv -------------------------------------------------------------------------------------------------
+
+_PLAIN_NUMBER_RISK = ("e", "E", "_")   # cells float() reads otherwise than amd-smi's 'value unit' split ("1e5")
+
+
+def _split_same(cells: list[str] | tuple[str, ...]) -> bool:
+    """Whether amd-smi's value/unit split (:func:`amdsmi._split_value`) leaves every float-readable cell whole."""
+    from .amdsmi import _split_value
+
+    joined = "\x00".join(cells)
+    if not any(ch in joined for ch in _PLAIN_NUMBER_RISK):
+        return True
+    for x in cells:
+        if ("e" in x or "E" in x or "_" in x) and _TEXT_REASONS.get(x.lower()) is None and _split_value(x)[0] != x:
+            return False
+    return True
+
+
+def _violation_outcome(col: str, cell: str) -> tuple[str, object]:
+    """What :meth:`amdsmi._Violations.add` does with one cell: ('skip'|'set'|'generic'|'none'|'warn', value)."""
+    from .amdsmi import (_ACTIVE, _INACTIVE, _THROTTLED, _VIOL_OTHER, GENERIC_THROTTLE_BIT, VIOLATION_BITS,
+                         _split_value)
+
+    k = col.lower().rsplit(".", 1)[-1]
+    value, _unit = _split_value(cell)
+    text = str(value).strip().upper()
+    if text in ("N/A", "") or text.startswith("["):
+        return "skip", None
+    if k in VIOLATION_BITS:
+        try:
+            return "set", float(value) > 0
+        except ValueError:
+            return "warn", None
+    bit = 0x20 if k == "tviol_active" else None
+    if k.endswith("_violation_status") and k[:-len("_violation_status")] in VIOLATION_BITS:
+        bit = VIOLATION_BITS[k[:-len("_violation_status")]]
+    if bit is not None:
+        if text in _ACTIVE or text in _INACTIVE:
+            return "set", text in _ACTIVE
+        return "warn", None
+    if k == "throttle_status":
+        if text in _THROTTLED:
+            return "generic", GENERIC_THROTTLE_BIT if _THROTTLED[text] else 0
+        return "skip", None
+    _ = _VIOL_OTHER
+    return "none", None
+
+
+def _violation_kind(col: str) -> int | None:
+    """The NVML bit a violation column sets, -1 for throttle_status, None for a column that sets nothing."""
+    from .amdsmi import VIOLATION_BITS
+
+    k = col.lower().rsplit(".", 1)[-1]
+    if k in VIOLATION_BITS:
+        return VIOLATION_BITS[k]
+    if k == "tviol_active":
+        return 0x20
+    if k.endswith("_violation_status") and k[:-len("_violation_status")] in VIOLATION_BITS:
+        return VIOLATION_BITS[k[:-len("_violation_status")]]
+    if k == "throttle_status":
+        return -1
+    return None
+
+
+def _amd_csv(text: str, path: str, ticker) -> None:  # noqa: ANN001
+    """:func:`amdsmi.parse_csv`, column-wise; the plain function itself for what it does not read so."""
+    from .amdsmi import _GFX_CLK, METRIC_CSV_MAP, MONITOR_MAP, is_violation_column, parse_csv
+    from .common import CsvReader
+    from .dmon import epoch_seconds
+
+    reader = CsvReader(text, path)
+    header = [h.strip().lower() for h in next(reader)]
+    if "gpu" not in header:
+        raise InputError(path, "line 1", f"wrong columns: no 'gpu' column in {excerpt(','.join(header), 80)}")
+    metric = bool({"gfx_activity", "hotspot", "edge", "socket_power", "total_energy_consumption"} & set(header)) or \
+        any(_GFX_CLK.match(h) for h in header)
+    names = METRIC_CSV_MAP if metric else MONITOR_MAP
+    cols = [h for h in header if h not in ("gpu", "timestamp")]
+    clocks = [h for h in cols if _GFX_CLK.match(h)]
+    mapped = [h for h in cols if h in names]
+    targets = [names[h][0] for h in mapped] + (["sm_clock_mhz"] if clocks else [])
+    if len(set(header)) != len(header) or len(set(targets)) != len(targets):
+        return parse_csv(text, path, ticker)       # dict(zip()) / two columns of one field: row order matters
+    rows: list[list[str]] = []
+    nums: list[int] = []
+    stop: InputError | None = None
+    width = len(header)
+    h0 = header[0]
+    try:
+        for row in reader:
+            if not row:
+                continue
+            if row[0].strip().lower() == h0 and [x.strip().lower() for x in row] == header:
+                continue
+            if len(row) != width:
+                stop = InputError(path, f"line {reader.line_num}", f"{len(row)} columns, header has {width}")
+                break
+            rows.append([x.strip() for x in row])
+            nums.append(reader.line_num)
+    except InputError as exc:
+        stop = exc
+    index = {h: i for i, h in enumerate(header)}
+    columns = list(zip(*rows)) if rows else [() for _ in header]
+    # every column read column-wise, or the plain function for the whole chunk (its warnings, its order)
+    conv: dict[str, tuple[np.ndarray, dict[int, str]]] = {}
+    for h in mapped:
+        cells = columns[index[h]]
+        got = column_values(cells)
+        if got is None or not _split_same(cells):
+            return parse_csv(text, path, ticker)
+        conv[h] = got
+    clock_vals: list[tuple[np.ndarray, np.ndarray]] = []
+    for h in clocks:
+        cells = columns[index[h]]
+        if not _split_same(cells):
+            return parse_csv(text, path, ticker)
+        v = np.empty(len(cells), dtype=np.float64)
+        ok = np.ones(len(cells), dtype=bool)
+        try:
+            v[:] = np.array(cells, dtype=np.float64)
+        except (ValueError, TypeError):
+            from .amdsmi import _split_value
+            for i, x in enumerate(cells):
+                try:
+                    v[i] = float(x)
+                except ValueError:
+                    try:
+                        float(_split_value(x)[0])
+                    except (TypeError, ValueError):
+                        ok[i] = False
+                        v[i] = 0.0
+                        continue
+                    return parse_csv(text, path, ticker)   # '2100 MHz': read through the plain split
+        clock_vals.append((v, ok))
+    viol: list[tuple[int, list[tuple[str, object]]]] = []
+    for h in cols:
+        if h in names or h in clocks:
+            continue
+        kind = _violation_kind(h)
+        if kind is None:
+            continue
+        cells = columns[index[h]]
+        memo = {x: _violation_outcome(h, x) for x in set(cells)}
+        if any(o[0] == "warn" for o in memo.values()):
+            return parse_csv(text, path, ticker)
+        viol.append((kind, [memo[x] for x in cells]))
+    c = ticker.c
+    for h in header:
+        if h in names:
+            c.note_mapped(h, names[h][0])
+        elif h not in ("gpu", "timestamp") and not _GFX_CLK.match(h) and not is_violation_column(h):
+            c.note_unmapped(h)
+    # the clock-event mask of each row (None: nothing known)
+    n = len(rows)
+    masks: list[float | None] = [None] * n
+    if viol:
+        for i in range(n):
+            mask, known, generic = 0, False, None
+            for kind, outs in viol:
+                what, val = outs[i]
+                if what == "set":
+                    known = True
+                    if val:
+                        mask |= kind
+                elif what == "generic":
+                    generic = val
+            m = mask if known else generic
+            masks[i] = None if m is None else float(m)
+    # clocks: the mean of the readable XCD clocks, summed in column order as the plain code does
+    if clocks:
+        acc = np.zeros(n, dtype=np.float64)
+        cnt = np.zeros(n, dtype=np.int64)
+        for v, ok in clock_vals:
+            acc = np.where(ok, acc + v, acc)
+            cnt += ok
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = acc / np.maximum(cnt, 1)
+        for h, (_v, ok) in zip(clocks, clock_vals):
+            if ok.any():
+                c.note_mapped(h, "sm_clock_mhz")
+    # times, devices and ticks, row by row (the ticker's rules); the first time out of range stops where
+    # add_raw / add would
+    ti = index.get("timestamp")
+    gi = index["gpu"]
+    times = np.empty(n, dtype=np.float64)
+    devs: list[str] = []
+    seen_dev: dict[str, str] = {}
+    latest = c.latest
+    first_mapped = next((h for h in cols if h in names), None)
+    for i, row in enumerate(rows):
+        place = f"line {nums[i]}"
+        explicit = None
+        if ti is not None and row[ti]:
+            try:
+                explicit = epoch_seconds(row[ti])
+            except ValueError:
+                raise InputError(path, f"{place} column timestamp", f"not a time: '{excerpt(row[ti])}'") from None
+        gpu = row[gi]
+        t = ticker.time_for(gpu, place, explicit)
+        dev = seen_dev.get(gpu)
+        if dev is None:
+            dev = seen_dev[gpu] = ticker.device(gpu)
+        if not EARLIEST_TS <= t <= latest:
+            where = (f"{place} gfx clocks" if cnt[i] else place) if clocks else \
+                (f"{place} column {first_mapped}" if first_mapped else (place if masks[i] is not None else None))
+            if where is not None:
+                raise InputError(c.path, where, time_problem(t, latest) or "")
+        times[i] = t
+        devs.append(dev)
+    if stop is not None:
+        raise stop
+    by_dev: dict[str, list[int]] = {}
+    for i, d in enumerate(devs):
+        by_dev.setdefault(d, []).append(i)
+    for dev, idx_list in by_dev.items():
+        idx = np.array(idx_list, dtype=np.int64)
+        ts = times[idx]
+        if clocks:
+            vals = mean[idx]
+            none = cnt[idx] == 0
+            vals = np.where(none, _NAN, vals)
+            c.add_raw_many(dev, "sm_clock_mhz", ts, vals, 1.0)
+            if none.any():
+                rs = c.reasons.setdefault(dev, {})
+                for j in np.flatnonzero(none):
+                    rs[(float(ts[j]), "sm_clock_mhz")] = "not_available"
+        for h in mapped:
+            v, text_ = conv[h]
+            target, scale = names[h]
+            c.add_raw_many(dev, target, ts, v[idx], scale)
+            if text_:
+                _text_reasons(c, dev, target, ts, idx_list, text_)
+        if viol:
+            keep = [j for j, i in enumerate(idx_list) if masks[i] is not None]
+            if keep:
+                c.add_raw_many(dev, "clock_reasons", ts[keep], np.array([masks[idx_list[j]] for j in keep]), 1.0)
+
+
+def parse_amdsmi(text: str, path: str = "<input>", *, start: float | None = None, interval: float | None = None,
+                 node: str | None = None, node_hint: str | None = None) -> Collected:
+    """:func:`ledger.importers.amdsmi.parse`, its CSV chunks column-wise (the same arguments, collection and
+    errors); the other forms (plain text, JSON, the monitor table) through the plain chunk parser."""
+    from .amdsmi import _WATCH_BANNER, _Ticker, _parse_chunk
+    from .dmon import Segments, anchor_meta
+
+    seg = Segments(path, start, interval, node, node_hint)
+    c = Collected("amd_smi", path=path, cadence=interval)
+    chunk: list[tuple[int, str]] = []
+    parsed = 0
+    noise: dict[str, str | None] = {}
+
+    def flush() -> None:
+        nonlocal parsed
+        if not chunk:
+            return
+        first = chunk[0][1].strip()
+        if not first.startswith(("[", "{", "GPU:")) and "," in first and \
+                "gpu" in [h.strip().lower() for h in first.split(",")]:
+            ticker = _Ticker(c, seg.start, seg.interval, seg.node)
+            _amd_csv("\n".join(s for _, s in chunk), path, ticker)
+            seg.ticks = ticker.tick + 1
+        else:
+            seg.ticks = _parse_chunk(c, chunk, path, seg)
+        parsed += 1
+        chunk.clear()
+
+    for n, raw in enumerate(text.splitlines(), start=1):
+        s = raw.strip()
+        if not s:
+            continue
+        if s[0].isdigit() and "@" not in s:   # a data row: no anchor, banner or noise pattern starts so
+            chunk.append((n, raw.rstrip()))
+            continue
+        meta = anchor_meta(s) if s.startswith("#") else None
+        if meta is not None:
+            if "start" in meta:
+                flush()
+            seg.anchor(meta, f"line {n}")
+            if c.cadence is None:
+                c.cadence = seg.interval
+            continue
+        if s in noise:
+            why = noise[s]
+        else:
+            why = noise[s] = "tool_banner" if _WATCH_BANNER.match(s) else noise_reason(s)
+        if why is not None:
+            c.skip(f"line {n}", why, s)
+            continue
+        chunk.append((n, raw.rstrip()))
+    flush()
+    if not parsed:
+        raise InputError(path, "", "no amd-smi output")
+    seg.finish(c)
+    return c
+
+
+def read_amdsmi(path: str | Path, **kw) -> Collected:
+    from .common import decode_text
+
+    p = Path(path)
+    return parse_amdsmi(decode_text(p.read_bytes(), str(p)), str(p), **kw)
