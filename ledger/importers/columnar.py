@@ -29,6 +29,11 @@ FLUSH_ROWS = 32768
 _NAN = float("nan")
 
 
+# The text markers as tools print them (N/A, N/W, [Not Supported] ...): each spelling whose cleaned form is one
+# of timeline.clean's markers. Found by exact comparison, a column at a time; any other spelling goes the slow way.
+_MARKER_SPELLINGS = tuple(sorted({v for k in _TEXT_REASONS if k for v in (k, k.upper(), k.title(), k.capitalize())}))
+
+
 def column_values(cells: list[str] | tuple[str, ...]) -> tuple[np.ndarray, dict[int, str]] | None:
     """A column of cells as floats (``float`` on each, as :func:`timeline.clean`), the text markers as NaN with
     their reasons by position; None when a cell is neither (the plain path then explains it)."""
@@ -36,8 +41,21 @@ def column_values(cells: list[str] | tuple[str, ...]) -> tuple[np.ndarray, dict[
         return np.array(cells, dtype=np.float64), {}
     except (ValueError, TypeError):
         pass
-    v = np.empty(len(cells), dtype=np.float64)
+    distinct = set(cells)
+    present = [m for m in _MARKER_SPELLINGS if m in distinct]
     text: dict[int, str] = {}
+    if present:
+        obj = np.array(cells, dtype=object)
+        for m in present:
+            at = np.flatnonzero(obj == m)
+            obj[at] = "nan"
+            reason = _TEXT_REASONS[m.strip().lower()]
+            text.update(dict.fromkeys(at.tolist(), reason))
+        try:
+            return obj.astype(np.float64), text
+        except (ValueError, TypeError):
+            text = {}
+    v = np.empty(len(cells), dtype=np.float64)
     for i, x in enumerate(cells):
         r = _TEXT_REASONS.get(x.strip().lower())
         if r is not None:
@@ -99,12 +117,14 @@ class _DmonRows:
                         c.add_raw(dev, spec.target, t, v, spec.scale, place=f"line {n} column {col}")
         else:
             times = np.array(self.times, dtype=np.float64)
-            by_dev: dict[str, list[int]] = {}
-            for i, d in enumerate(self.devs):
-                by_dev.setdefault(d, []).append(i)
-            single = len(by_dev) == 1
-            for dev, idx_list in by_dev.items():
-                idx = None if single else np.array(idx_list, dtype=np.int64)
+            order = list(dict.fromkeys(self.devs))
+            single = len(order) == 1
+            if not single:
+                code = {d: k for k, d in enumerate(order)}
+                codes = np.fromiter(map(code.__getitem__, self.devs), dtype=np.int64, count=len(self.devs))
+            for k, dev in enumerate(order):
+                idx = None if single else np.flatnonzero(codes == k)
+                idx_list = range(len(self.devs)) if single else idx.tolist()
                 ts = times if single else times[idx]
                 for k, spec in enumerate(self.specs):
                     if spec is None:
@@ -178,7 +198,12 @@ def parse_dmon(text: str | Iterable[str], path: str = "<input>", *, start: float
             raise InputError(path, "", "dmon output has no timestamps: give --start and --interval "
                                        "(or a '# ipledger-start TIME interval_ms=...' line)")
         ident = toks[1]
-        t = seg.time_for(f"{t0} {ident}")
+        entity = f"{t0} {ident}"
+        if entity in seg.seen or seg.tick < 0:     # Segments.time_for: a tick ends when an entity repeats
+            seg.tick, seg.seen = seg.tick + 1, set()
+            seg.ticks = seg.tick + 1
+        seg.seen.add(entity)
+        t = seg.start + seg.tick * seg.interval
         if not EARLIEST_TS <= t <= latest:   # where add_raw would stop: the row's first mapped column
             first = next((col for col, sp in zip(columns, block.specs) if sp is not None), None)
             if first is not None:
@@ -224,7 +249,8 @@ def _split_same(cells: list[str] | tuple[str, ...]) -> bool:
     if not any(ch in joined for ch in _PLAIN_NUMBER_RISK):
         return True
     for x in cells:
-        if ("e" in x or "E" in x or "_" in x) and _TEXT_REASONS.get(x.lower()) is None and _split_value(x)[0] != x:
+        if ("e" in x or "E" in x or "_" in x) and _TEXT_REASONS.get(x.strip().lower()) is None and \
+                _split_value(x)[0] != x.strip():
             return False
     return True
 
@@ -281,8 +307,7 @@ def _amd_csv(text: str, path: str, ticker) -> None:  # noqa: ANN001
     from .common import CsvReader
     from .dmon import epoch_seconds
 
-    reader = CsvReader(text, path)
-    header = [h.strip().lower() for h in next(reader)]
+    header = [h.strip().lower() for h in next(CsvReader(text, path))]
     if "gpu" not in header:
         raise InputError(path, "line 1", f"wrong columns: no 'gpu' column in {excerpt(','.join(header), 80)}")
     metric = bool({"gfx_activity", "hotspot", "edge", "socket_power", "total_energy_consumption"} & set(header)) or \
@@ -294,26 +319,38 @@ def _amd_csv(text: str, path: str, ticker) -> None:  # noqa: ANN001
     targets = [names[h][0] for h in mapped] + (["sm_clock_mhz"] if clocks else [])
     if len(set(header)) != len(header) or len(set(targets)) != len(targets):
         return parse_csv(text, path, ticker)       # dict(zip()) / two columns of one field: row order matters
-    rows: list[list[str]] = []
+    if '"' in text or "\x00" in text:
+        return parse_csv(text, path, ticker)       # quoting: csv's own reading, row by row
+    # no quote: a row is its line split at the commas (csv.reader's reading), one line per row
+    lines = text.split("\n")
+    first_line, width, h0 = lines[0], len(header), header[0]
+    digit_row = not h0[:1].isdigit()     # a row starting with a digit cannot be the header again
+    keep: list[str] = []
     nums: list[int] = []
     stop: InputError | None = None
-    width = len(header)
-    h0 = header[0]
-    try:
-        for row in reader:
-            if not row:
-                continue
-            if row[0].strip().lower() == h0 and [x.strip().lower() for x in row] == header:
-                continue
-            if len(row) != width:
-                stop = InputError(path, f"line {reader.line_num}", f"{len(row)} columns, header has {width}")
-                break
-            rows.append([x.strip() for x in row])
-            nums.append(reader.line_num)
-    except InputError as exc:
-        stop = exc
+    for num, line in enumerate(lines[1:], start=2):
+        if not line:
+            continue
+        commas = line.count(",")
+        if commas == width - 1 and not (digit_row and line[0].isdigit()) and (
+                line == first_line or (line.split(",", 1)[0].strip().lower() == h0 and
+                                                           [x.strip().lower() for x in line.split(",")] == header)):
+            continue                             # the header again (each watch iteration)
+        if commas != width - 1:
+            stop = InputError(path, f"line {num}", f"{commas + 1} columns, header has {width}")
+            break
+        keep.append(line)
+        nums.append(num)
+    n = len(keep)
+    flat = ",".join(keep).split(",") if keep else []
+    columns: list[list[str]] = []
+    for k in range(width):
+        col = flat[k::width]
+        if header[k] in ("gpu", "timestamp") and any(ch.isspace() for ch in set("".join(col))):
+            col = [x.strip() for x in col]   # the others are read as the plain code reads them, stripped or not
+        columns.append(col)
+    del flat, keep
     index = {h: i for i, h in enumerate(header)}
-    columns = list(zip(*rows)) if rows else [() for _ in header]
     # every column read column-wise, or the plain function for the whole chunk (its warnings, its order)
     conv: dict[str, tuple[np.ndarray, dict[int, str]]] = {}
     for h in mapped:
@@ -364,21 +401,22 @@ def _amd_csv(text: str, path: str, ticker) -> None:  # noqa: ANN001
         elif h not in ("gpu", "timestamp") and not _GFX_CLK.match(h) and not is_violation_column(h):
             c.note_unmapped(h)
     # the clock-event mask of each row (None: nothing known)
-    n = len(rows)
-    masks: list[float | None] = [None] * n
+    masks = np.full(n, _NAN)
     if viol:
-        for i in range(n):
-            mask, known, generic = 0, False, None
-            for kind, outs in viol:
-                what, val = outs[i]
-                if what == "set":
-                    known = True
-                    if val:
-                        mask |= kind
-                elif what == "generic":
-                    generic = val
-            m = mask if known else generic
-            masks[i] = None if m is None else float(m)
+        mask = np.zeros(n, dtype=np.int64)
+        known = np.zeros(n, dtype=bool)
+        generic = np.full(n, _NAN)
+        for kind, outs in viol:
+            if kind == -1:      # throttle_status: the row's generic reason, the last such column's
+                g = np.array([val if what == "generic" else _NAN for what, val in outs], dtype=np.float64)
+                generic = np.where(np.isnan(g), generic, g)
+                continue
+            got = np.array([what == "set" for what, _ in outs], dtype=bool)
+            on = np.array([what == "set" and bool(val) for what, val in outs], dtype=bool)
+            known |= got
+            mask |= np.where(on, kind, 0)
+        masks = np.where(known, mask.astype(np.float64), generic)
+    has_mask = ~np.isnan(masks)
     # clocks: the mean of the readable XCD clocks, summed in column order as the plain code does
     if clocks:
         acc = np.zeros(n, dtype=np.float64)
@@ -394,37 +432,70 @@ def _amd_csv(text: str, path: str, ticker) -> None:  # noqa: ANN001
     # times, devices and ticks, row by row (the ticker's rules); the first time out of range stops where
     # add_raw / add would
     ti = index.get("timestamp")
-    gi = index["gpu"]
-    times = np.empty(n, dtype=np.float64)
-    devs: list[str] = []
-    seen_dev: dict[str, str] = {}
     latest = c.latest
     first_mapped = next((h for h in cols if h in names), None)
-    for i, row in enumerate(rows):
+    gpus = columns[index["gpu"]]
+    # explicit times (the timestamp column), the first unreadable one
+    has_ex = np.zeros(n, dtype=bool)
+    ex = np.zeros(n, dtype=np.float64)
+    ts_bad = n
+    if ti is not None:
+        stamps = columns[ti]
+        has_ex = np.fromiter(map(bool, stamps), dtype=bool, count=n)
+        try:
+            ex = np.array([x or "0" for x in stamps], dtype=np.float64)
+        except ValueError:
+            for i, x in enumerate(stamps):
+                if x:
+                    try:
+                        ex[i] = epoch_seconds(x)
+                    except ValueError:
+                        ts_bad = i
+                        break
+    # ticks: a tick ends when a GPU repeats (the ticker's rule, its state carried on)
+    tick, seen = ticker.tick, ticker.seen
+    ticks: list[int] = []
+    for g in gpus:
+        if g in seen or tick < 0:
+            tick, seen = tick + 1, set()
+        seen.add(g)
+        ticks.append(tick)
+    ticker.tick, ticker.seen = tick, seen
+    timed = ticker.start is not None and ticker.interval is not None
+    if timed:
+        times = np.where(has_ex, ex, ticker.start + np.array(ticks, dtype=np.float64) * ticker.interval)
+    else:
+        times = np.where(has_ex, ex, _NAN)
+    # the first row the plain parser stops at: an unreadable timestamp, no time at all, a time out of range
+    # where the row stores something
+    stops = [(ts_bad, 0)] if ts_bad < n else []
+    if not timed and not has_ex.all():
+        stops.append((int(np.flatnonzero(~has_ex)[0]), 1))
+    with np.errstate(invalid="ignore"):
+        out = ~((times >= EARLIEST_TS) & (times <= latest))
+    if not (clocks or first_mapped):
+        out &= has_mask
+    if out.any():
+        stops.append((int(np.flatnonzero(out)[0]), 2))
+    if stops:
+        i, why = min(stops)
         place = f"line {nums[i]}"
-        explicit = None
-        if ti is not None and row[ti]:
-            try:
-                explicit = epoch_seconds(row[ti])
-            except ValueError:
-                raise InputError(path, f"{place} column timestamp", f"not a time: '{excerpt(row[ti])}'") from None
-        gpu = row[gi]
-        t = ticker.time_for(gpu, place, explicit)
-        dev = seen_dev.get(gpu)
-        if dev is None:
-            dev = seen_dev[gpu] = ticker.device(gpu)
-        if not EARLIEST_TS <= t <= latest:
-            where = (f"{place} gfx clocks" if cnt[i] else place) if clocks else \
-                (f"{place} column {first_mapped}" if first_mapped else (place if masks[i] is not None else None))
-            if where is not None:
-                raise InputError(c.path, where, time_problem(t, latest) or "")
-        times[i] = t
-        devs.append(dev)
+        if why == 0:
+            raise InputError(path, f"{place} column timestamp", f"not a time: '{excerpt(columns[ti][i])}'")
+        if why == 1:
+            raise InputError(c.path, "", "amd-smi output has no timestamps: give --start and --interval "
+                                         "(or a '# ipledger-start TIME interval_ms=...' line)")
+        where = (f"{place} gfx clocks" if cnt[i] else place) if clocks else \
+            (f"{place} column {first_mapped}" if first_mapped else place)
+        raise InputError(c.path, where, time_problem(float(times[i]), latest) or "")
     if stop is not None:
         raise stop
+    order = list(dict.fromkeys(gpus))
+    code = {g: k for k, g in enumerate(order)}
+    codes = np.fromiter(map(code.__getitem__, gpus), dtype=np.int64, count=n)
     by_dev: dict[str, list[int]] = {}
-    for i, d in enumerate(devs):
-        by_dev.setdefault(d, []).append(i)
+    for k, g in enumerate(order):
+        by_dev[ticker.device(g)] = np.flatnonzero(codes == k).tolist() if len(order) > 1 else list(range(n))
     for dev, idx_list in by_dev.items():
         idx = np.array(idx_list, dtype=np.int64)
         ts = times[idx]
@@ -444,9 +515,9 @@ def _amd_csv(text: str, path: str, ticker) -> None:  # noqa: ANN001
             if text_:
                 _text_reasons(c, dev, target, ts, idx_list, text_)
         if viol:
-            keep = [j for j, i in enumerate(idx_list) if masks[i] is not None]
-            if keep:
-                c.add_raw_many(dev, "clock_reasons", ts[keep], np.array([masks[idx_list[j]] for j in keep]), 1.0)
+            keep = has_mask[idx]
+            if keep.any():
+                c.add_raw_many(dev, "clock_reasons", ts[keep], masks[idx][keep], 1.0)
 
 
 def parse_amdsmi(text: str, path: str = "<input>", *, start: float | None = None, interval: float | None = None,
