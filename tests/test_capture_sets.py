@@ -478,3 +478,24 @@ def test_a_symlink_inside_a_capture_directory_is_not_followed(tmp_path):
     (d / "more").symlink_to(outside, target_is_directory=True)
     c = read_set([str(d)])
     assert {i.node for i in c.devices.values()} == {"n1"}
+
+
+def test_capture_files_parsed_in_workers_equal_the_files_parsed_here(hall, amd_hall, tmp_path):
+    """The worker processes that parse a set's files (captures.parsed_in_workers) give the collection parsed in
+    this process, and the same first error (a bad file in the middle of the set)."""
+    from tests.test_columnar import _snapshot
+
+    sim, start, nodes = hall
+    write_dmon_set(sim, tmp_path, nodes[:3], start, 40, restart=(nodes[0], start + 10, start + 14))
+    asim, anodes = amd_hall
+    write_amdsmi_set(asim, tmp_path, anodes[:2], 0, 40)
+    here, there = read_set([str(tmp_path)], workers=0), read_set([str(tmp_path)], workers=2)
+    assert _snapshot(here) == _snapshot(there) and len(here.devices) == 40
+    (tmp_path / "dmon-zz-bad.txt").write_text("# ipledger-start 1990-11-02T00:00:00Z node=zz interval_ms=1000\n"
+                                              "#Entity POWER\nID\nGPU 0 1\n")
+    errors = []
+    for w in (0, 2):
+        with pytest.raises(Exception) as exc:
+            read_set([str(tmp_path)], workers=w)
+        errors.append((type(exc.value), str(exc.value)))
+    assert errors[0] == errors[1] and "dmon-zz-bad.txt" in errors[0][1]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from ..textsafe import excerpt
 from .bounded import DEFAULT_LIMITS, ArchiveLimits, archive_entries, archive_kind, directory_files
@@ -137,9 +137,10 @@ class _Reader:
         self.several = several
         self.spans: dict[str, list[tuple[float, float, str]]] = {}
 
-    def capture(self, kind: str, label: str, file_name: str, text: str | None = None, p: Path | None = None
-                ) -> Collected:
-        """A capture file (``p``) or an archive member's text, parsed as ``kind`` (a capture format)."""
+    def parse(self, kind: str, label: str, file_name: str, text: str | None = None, p: Path | None = None
+              ) -> Collected:
+        """A capture file (``p``) or an archive member's text, parsed as ``kind`` (a capture format); no check
+        against the other captures (:meth:`checked`), so it may run in a worker process."""
         from . import amdsmi, columnar, dmon, nvidia_smi
 
         hint = node_from_name(file_name, self.pattern)
@@ -147,12 +148,18 @@ class _Reader:
             hint = dmon.host_name(hint, label, "file name")
         if kind == "nvidia-smi":
             kw = {"start": self.start, "interval": self.interval, "node": self.node or hint}
-            c = nvidia_smi.read(p, **kw) if p is not None else nvidia_smi.parse(text, label, **kw)
-        else:
-            mod = dmon if kind == "dmon" else amdsmi
-            kw = {"start": self.start, "interval": self.interval, "node": self.node, "node_hint": hint}
-            fast = columnar.parse_dmon if kind == "dmon" else columnar.parse_amdsmi
-            c = mod.read(p, **kw) if p is not None else fast(text, label, **kw)
+            return nvidia_smi.read(p, **kw) if p is not None else nvidia_smi.parse(text, label, **kw)
+        mod = dmon if kind == "dmon" else amdsmi
+        kw = {"start": self.start, "interval": self.interval, "node": self.node, "node_hint": hint}
+        fast = columnar.parse_dmon if kind == "dmon" else columnar.parse_amdsmi
+        return mod.read(p, **kw) if p is not None else fast(text, label, **kw)
+
+    def capture(self, kind: str, label: str, file_name: str, text: str | None = None, p: Path | None = None
+                ) -> Collected:
+        return self.checked(self.parse(kind, label, file_name, text, p), label)
+
+    def checked(self, c: Collected, label: str) -> Collected:
+        """A parsed capture, its node named and its segments clear of the other captures' of that node."""
         nodes = {i.node for i in c.devices.values()}
         if self.several and (None in nodes or "unknown-node" in nodes):
             raise InputError(label, "", f"no node name: the file name does not match the node pattern "
@@ -202,11 +209,51 @@ class _Reader:
         return parts
 
 
+READ_WORKERS = 2     # two parsers keep a 2-CPU machine busy while this process imports the agents and merges
+
+
+def _parse_file(reader: _Reader, kind: str, p: Path) -> Collected:
+    return reader.parse(kind, str(p), p.name, p=p)
+
+
+def parsed_in_workers(reader: _Reader, caps: list[tuple[Path, str]], workers: int | None,
+                      while_reading: Callable[[], None] | None = None) -> Iterator[tuple[Path, Collected]]:
+    """Each capture file's collection, in the files' order: parsed here one after another (``workers`` 0, the
+    reference), or by forked worker processes when there are several files and a second CPU, while this process
+    runs ``while_reading`` (analyze imports the agents then). The same collections and the same first error
+    either way (tests/test_capture_sets.py): the checks between captures run here, in order."""
+    import multiprocessing
+    import os
+    import threading
+
+    if workers is None:
+        workers = min(os.cpu_count() or 1, READ_WORKERS)
+    if (workers < 2 or len(caps) < 2 or threading.active_count() != 1
+            or "fork" not in multiprocessing.get_all_start_methods()):
+        if while_reading is not None:
+            while_reading()
+        for p, k in caps:
+            yield p, _parse_file(reader, k, p)
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(min(workers, len(caps)), mp_context=multiprocessing.get_context("fork"))
+    try:
+        futures = [(p, pool.submit(_parse_file, reader, k, p)) for p, k in caps]
+        if while_reading is not None:
+            while_reading()
+        for p, f in futures:
+            yield p, f.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def read_set(sources: list[str], fmt: str | None = None, *, start: float | None = None,
              interval: float | None = None, node: str | None = None, node_from: str | None = None,
              at: float | None = None, while_reading: Callable[[], None] | None = None,
-             limits: ArchiveLimits = DEFAULT_LIMITS) -> Collected:
-    """Every file of the sources in one collection (see the module doc); InputError on what it cannot read."""
+             limits: ArchiveLimits = DEFAULT_LIMITS, workers: int | None = None) -> Collected:
+    """Every file of the sources in one collection (see the module doc); InputError on what it cannot read.
+    ``workers``: processes parsing the capture files (:func:`parsed_in_workers`; 0: all here, the reference)."""
     from . import prometheus
 
     pattern = node_from or DEFAULT_NODE_FROM
@@ -224,13 +271,12 @@ def read_set(sources: list[str], fmt: str | None = None, *, start: float | None 
                                        f"each file's node in its name (--node-from REGEX) or its "
                                        f"'# ipledger-start ... node=NAME' line")
     parts: list[Collected] = []
+    reader = _Reader(pattern, start, interval, node, at, several=len(caps) > 1 or bool(archives))
     if proms:
         parts.append(prometheus.read(proms, default_ts=at, while_reading=while_reading))
-    elif while_reading is not None:
-        while_reading()
-    reader = _Reader(pattern, start, interval, node, at, several=len(caps) > 1 or bool(archives))
-    for p, k in caps:
-        parts.append(reader.capture(k, str(p), p.name, p=p))
+        while_reading = None
+    for p, c in parsed_in_workers(reader, caps, workers, while_reading):
+        parts.append(reader.checked(c, str(p)))
     for p in archives:
         parts.extend(reader.archive(p, fmt, limits))
     if not parts:

@@ -216,8 +216,11 @@ def parse_dmon(text: str | Iterable[str], path: str = "<input>", *, start: float
             index = small_index(ident) if t0 == "GPU" else None
             dev = devices[dkey] = c.device(DeviceInfo(device=key, node=node_, index=index,
                                                       mig_instance=ident if t0 == "GPU-I" else None))
-        block.add(dev, t, toks[2:], n)
-        if block.n >= FLUSH_ROWS:
+        block.devs.append(dev)
+        block.times.append(t)
+        block.rows.append(toks[2:])
+        block.lines.append(n)
+        if len(block.rows) >= FLUSH_ROWS:
             block.flush()
         rows += 1
     if block is not None:
