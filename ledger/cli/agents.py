@@ -473,15 +473,17 @@ def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool, f
 def analyze_cmd(source: tuple[str, ...], fmt: str | None, node_from: str | None, url: str | None,
                 start: str | None, end: str | None, step: str | None, node: str | None, as_json: bool,
                 pdf: str | None, keep_ledger: str | None, from_samples: bool) -> None:
-    """an export analysed in one shot: run every agent over a telemetry export or a capture set (several files or
-    a directory of per-node dmon / amd-smi / nvidia-smi / Prometheus files, mixed is fine: all nodes in one
-    analysis). Nothing is written unless --keep-ledger.
+    """an export analysed in one shot: run every agent over a telemetry export or a capture set (several files,
+    a directory or a .tar/.tar.gz/.zip of per-node dmon / amd-smi / nvidia-smi / Prometheus files, mixed is fine:
+    all nodes in one analysis; an archive member that fails is quarantined and named, the rest analysed).
+    Nothing is written unless --keep-ledger.
 
     \b
     Example:
       ipledger analyze demo-out/prometheus-export.json --json
       ipledger analyze dcgm-24h.tar.gz --pdf analysis.pdf
       ipledger analyze captures/                       # dmon-NODE.txt, amdsmi-NODE.csv ... one file per node
+      ipledger analyze captures.tar.gz --json          # the same set as an archive
       ipledger analyze dmon-*.txt --node-from 'dmon-(?P<node>[^.]+)' --json
       ipledger analyze --url http://127.0.0.1:9090 --start 2026-11-03T00:00:00Z --end 2026-11-04T00:00:00Z --step 60s
     """
