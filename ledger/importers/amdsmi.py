@@ -486,8 +486,7 @@ def _parse_chunk(c: Collected, lines: list[tuple[int, str]], path: str, seg: Seg
 
 
 def read(path: str | Path, **kw) -> Collected:
-    """A capture file, its CSV parsed column-wise (:mod:`ledger.importers.columnar`, held equal to :func:`parse`)."""
-    from .columnar import parse_amdsmi
-
+    """The reference reading of a capture file (what is read for import and analysis is
+    :func:`columnar.read_amdsmi`, held equal to :func:`parse`)."""
     p = Path(path)
-    return parse_amdsmi(decode_text(p.read_bytes(), str(p)), str(p), **kw)
+    return parse(decode_text(p.read_bytes(), str(p)), str(p), **kw)

@@ -141,7 +141,7 @@ class _Reader:
               ) -> Collected:
         """A capture file (``p``) or an archive member's text, parsed as ``kind`` (a capture format); no check
         against the other captures (:meth:`checked`), so it may run in a worker process."""
-        from . import amdsmi, columnar, dmon, nvidia_smi
+        from . import columnar, dmon, nvidia_smi
 
         hint = node_from_name(file_name, self.pattern)
         if hint is not None:
@@ -149,10 +149,10 @@ class _Reader:
         if kind == "nvidia-smi":
             kw = {"start": self.start, "interval": self.interval, "node": self.node or hint}
             return nvidia_smi.read(p, **kw) if p is not None else nvidia_smi.parse(text, label, **kw)
-        mod = dmon if kind == "dmon" else amdsmi
         kw = {"start": self.start, "interval": self.interval, "node": self.node, "node_hint": hint}
-        fast = columnar.parse_dmon if kind == "dmon" else columnar.parse_amdsmi
-        return mod.read(p, **kw) if p is not None else fast(text, label, **kw)
+        if p is not None:
+            return (columnar.read_dmon if kind == "dmon" else columnar.read_amdsmi)(p, **kw)
+        return (columnar.parse_dmon if kind == "dmon" else columnar.parse_amdsmi)(text, label, **kw)
 
     def capture(self, kind: str, label: str, file_name: str, text: str | None = None, p: Path | None = None
                 ) -> Collected:

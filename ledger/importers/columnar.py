@@ -26,6 +26,7 @@ from ..textsafe import excerpt
 from .common import EARLIEST_TS, Collected, DeviceInfo, InputError, noise_reason, read_lines, small_index, time_problem
 
 FLUSH_ROWS = 32768
+_PRINTABLE_ASCII = bytes(range(32, 127)) + b"\n"
 _NAN = float("nan")
 
 
@@ -138,7 +139,27 @@ class _DmonRows:
 
 def parse_dmon(text: str | Iterable[str], path: str = "<input>", *, start: float | None = None,
                interval: float | None = None, node: str | None = None, node_hint: str | None = None) -> Collected:
-    """:func:`ledger.importers.dmon.parse`, column-wise (the same arguments, collection and errors)."""
+    """:func:`ledger.importers.dmon.parse`, column-wise (the same arguments, collection and errors): a text (or
+    a list of its lines) is first read by :func:`_dmon_arrow`, its row blocks parsed by pyarrow; whatever that
+    does not read as the plain parser would (a row of the wrong width, a cell that is no number, any error)
+    is read again by :func:`_dmon_rows`, the rows split and converted by numpy."""
+    kw = {"start": start, "interval": interval, "node": node, "node_hint": node_hint}
+    if isinstance(text, (str, list)):
+        lines = text.splitlines() if isinstance(text, str) else text
+        try:
+            return _dmon_arrow(lines, path, **kw)
+        except _Irregular:
+            pass
+        text = lines
+    return _dmon_rows(text, path, **kw)
+
+
+class _Irregular(Exception):
+    """A capture the arrow reading does not take: read it again row by row."""
+
+
+def _dmon_rows(text: str | Iterable[str], path: str = "<input>", *, start: float | None = None,
+               interval: float | None = None, node: str | None = None, node_hint: str | None = None) -> Collected:
     from .dcgm_fields import BY_DMON
     from .dmon import ENTITY_TYPES, _NUMBER, Segments, _mark_mig_parent, anchor_meta
 
@@ -235,8 +256,204 @@ def parse_dmon(text: str | Iterable[str], path: str = "<input>", *, start: float
     return c
 
 
+ARROW_MAX_BYTES = 256 << 20    # a larger file is streamed line by line (never held whole)
+
+
 def read_dmon(path: str | Path, **kw) -> Collected:
-    return parse_dmon(read_lines(path), str(path), **kw)
+    p = Path(path)
+    lines = read_lines(p)
+    if p.stat().st_size <= ARROW_MAX_BYTES:
+        lines = list(lines)      # read_lines' own refusals (binary, not UTF-8, empty) as they come
+    return parse_dmon(lines, str(p), **kw)
+
+
+_ARROW_MARKERS = None
+
+
+def _arrow_values(col, n: int):  # noqa: ANN001, ANN202
+    """A pyarrow string column as floats and the markers' reasons by position, as :func:`column_values`
+    would give them; None when a cell is neither a number pyarrow reads nor a marker spelling."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    global _ARROW_MARKERS
+    if _ARROW_MARKERS is None:
+        _ARROW_MARKERS = pa.array(_MARKER_SPELLINGS, pa.string())
+    at = pc.index_in(col, value_set=_ARROW_MARKERS)
+    text: dict[int, str] = {}
+    if at.null_count < n:
+        hit = at.to_numpy(zero_copy_only=False)
+        where = np.flatnonzero(~np.isnan(hit.astype(np.float64)))
+        for i, k in zip(where.tolist(), hit[where].astype(np.int64).tolist()):
+            text[i] = _TEXT_REASONS[_MARKER_SPELLINGS[k].strip().lower()]
+        col = pc.if_else(pc.is_null(at), col, pa.scalar("nan"))
+    try:
+        v = pc.cast(col, pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if v.null_count:
+        return None
+    return np.asarray(v.to_numpy(zero_copy_only=False), dtype=np.float64), text
+
+
+def _dmon_arrow(lines: list[str], path: str, *, start: float | None, interval: float | None, node: str | None,
+                node_hint: str | None) -> Collected:
+    """The common capture (rows the header's width, numbers and markers), its row blocks parsed by pyarrow;
+    :class:`_Irregular` for anything else."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    from .dcgm_fields import BY_DMON
+    from .dmon import ENTITY_TYPES, _NUMBER, Segments, _mark_mig_parent, anchor_meta
+
+    try:
+        seg = Segments(path, start, interval, node, node_hint)
+    except InputError:
+        raise _Irregular() from None
+    c = Collected("dcgmi_dmon", path=path, cadence=interval)
+    columns: list[str] | None = None
+    specs: list = []
+    devs: list[str] = []
+    times: list[float] = []
+    rests: list[str] = []
+    devices: dict[tuple[str, str, str], str] = {}
+    entity_types = frozenset(ENTITY_TYPES)
+    latest = c.latest
+    rows = 0
+
+    def flush() -> None:
+        if not rests:
+            return
+        width = len(columns)
+        body = "\n".join(rests).encode()
+        # one space between cells: the runs of spaces collapsed in C; any other white space, or a control
+        # character, and the rows are read by str.split instead
+        if body.translate(None, _PRINTABLE_ASCII) or b"(" in body:   # "nan(1)": float() refuses, strtod not
+            raise _Irregular()
+        b = np.frombuffer(body, dtype=np.uint8)
+        sp = b == 32
+        keep = ~(sp & np.concatenate(([False], sp[:-1])))
+        body = b[keep].tobytes()
+        try:
+            table = pacsv.read_csv(io.BytesIO(body), read_options=pacsv.ReadOptions(
+                column_names=[f"c{k}" for k in range(width)], use_threads=False),
+                parse_options=pacsv.ParseOptions(delimiter=" ", quote_char=False, double_quote=False,
+                                                 escape_char=False, ignore_empty_lines=False),
+                convert_options=pacsv.ConvertOptions(column_types={f"c{k}": pa.string() for k in range(width)},
+                                                     strings_can_be_null=False, null_values=[]))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise _Irregular() from None
+        n = len(rests)
+        if table.num_rows != n:
+            raise _Irregular()
+        conv = {}
+        for k, spec in enumerate(specs):
+            if spec is not None:
+                got = _arrow_values(table.column(k), n)
+                if got is None:
+                    raise _Irregular()
+                conv[k] = got
+        ts_all = np.array(times, dtype=np.float64)
+        order = list(dict.fromkeys(devs))
+        single = len(order) == 1
+        if not single:
+            code = {d: k for k, d in enumerate(order)}
+            codes = np.fromiter(map(code.__getitem__, devs), dtype=np.int64, count=n)
+        for j, dev in enumerate(order):
+            idx = None if single else np.flatnonzero(codes == j)
+            idx_list = range(n) if single else idx.tolist()
+            ts = ts_all if single else ts_all[idx]
+            for k, spec in enumerate(specs):
+                if spec is None:
+                    continue
+                v, text = conv[k]
+                c.add_raw_many(dev, spec.target, ts, v if single else v[idx], spec.scale)
+                if text:
+                    _text_reasons(c, dev, spec.target, ts, idx_list, text)
+        devs.clear()
+        times.clear()
+        rests.clear()
+
+    try:
+        for n, raw in enumerate(lines, start=1):
+            s = raw.strip()
+            if not s:
+                continue
+            if s[0] == "#":
+                if s.startswith("# ipledger"):
+                    meta = anchor_meta(s)
+                    if meta is not None:
+                        seg.anchor(meta, f"line {n}")
+                        if c.cadence is None:
+                            c.cadence = seg.interval
+                    continue
+            parts = s.split(None, 2)
+            t0 = parts[0]
+            if t0 in entity_types and len(parts) == 3 and columns is not None:
+                if seg.start is None or seg.interval is None:
+                    raise _Irregular()
+                ident = parts[1]
+                entity = f"{t0} {ident}"
+                if entity in seg.seen or seg.tick < 0:
+                    seg.tick, seg.seen = seg.tick + 1, set()
+                    seg.ticks = seg.tick + 1
+                seg.seen.add(entity)
+                t = seg.start + seg.tick * seg.interval
+                if not EARLIEST_TS <= t <= latest:
+                    raise _Irregular()
+                dkey = (seg.node, t0, ident)
+                dev = devices.get(dkey)
+                if dev is None:
+                    key = f"{seg.node}/gpu{ident}" if t0 == "GPU" else f"{seg.node}/{t0.lower()}{ident}"
+                    index = small_index(ident) if t0 == "GPU" else None
+                    dev = devices[dkey] = c.device(DeviceInfo(device=key, node=seg.node, index=index,
+                                                              mig_instance=ident if t0 == "GPU-I" else None))
+                devs.append(dev)
+                times.append(t)
+                rests.append(parts[2])
+                rows += 1
+                if len(rests) >= FLUSH_ROWS:
+                    flush()
+                continue
+            toks = s.split()
+            if toks[0] == "#Entity" or toks[:2] == ["#", "Entity"]:
+                new = toks[1:] if toks[0] == "#Entity" else toks[2:]
+                if columns is None:
+                    for col in new:
+                        spec = BY_DMON.get(col)
+                        if spec is None:
+                            c.note_unmapped(col)
+                        else:
+                            c.note_mapped(col, spec.target)
+                if new != columns:
+                    flush()
+                    columns, specs = new, [BY_DMON.get(col) for col in new]
+                if not columns:
+                    raise _Irregular()
+                continue
+            if toks[0].upper() == "ID" and not any(_NUMBER.fullmatch(x) for x in toks[1:]):
+                continue
+            if toks[0] in entity_types and columns is None:
+                if len(toks) >= 2:
+                    c.skip(f"line {n}", "row_before_header", s)
+                    continue
+            if toks[0] in entity_types and len(toks) >= 2 and (columns is None or len(toks) - 2 == len(columns)):
+                raise _Irregular()     # a row this reading did not take above
+            noise = noise_reason(s)
+            if noise is not None or s.startswith("Error") or "dcgmi dmon" in s:
+                c.skip(f"line {n}", noise or "tool_message", s)
+                continue
+            raise _Irregular()         # not a row and not known noise: the exact reading names it
+        flush()
+    except InputError:
+        raise _Irregular() from None
+    if columns is None or rows == 0:
+        raise _Irregular()
+    _mark_mig_parent(c)
+    seg.finish(c)
+    return c
 
 
 # --- amd-smi --csv -------------------------------------------------------------------------------------------------

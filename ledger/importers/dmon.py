@@ -222,7 +222,6 @@ def _mark_mig_parent(c: Collected) -> None:
 
 
 def read(path: str | Path, **kw) -> Collected:
-    """A capture file, parsed column-wise (:mod:`ledger.importers.columnar`, held equal to :func:`parse`)."""
-    from .columnar import parse_dmon
-
-    return parse_dmon(read_lines(path), str(path), **kw)
+    """The reference reading of a capture file (what is read for analysis is :func:`columnar.read_dmon`, held
+    equal to :func:`parse`)."""
+    return parse(read_lines(path), str(path), **kw)
