@@ -56,7 +56,10 @@ noise = st.sampled_from(["^C", "$ dcgmi dmon -e 155", "dmon was stopped due to r
 
 
 @st.composite
-def dmon_text(draw):  # noqa: ANN001, ANN201
+def dmon_text(draw, cells=None, noises=None):  # noqa: ANN001, ANN201
+    only_regular = cells is not None
+    cell_ = cell if cells is None else cells
+    noise_ = noise if noises is None else noises
     lines: list[str] = []
     t = T0
     for _seg in range(draw(st.integers(1, 3))):
@@ -70,10 +73,10 @@ def dmon_text(draw):  # noqa: ANN001, ANN201
             if k % 4 == 0:
                 lines += ["#Entity   " + "  ".join(cols), "ID"]
             for g in gpus:
-                lines.append(f"{g}  " + "  ".join(draw(cell) if draw(st.integers(0, 30)) else "garbage"
+                lines.append(f"{g}  " + "  ".join(draw(cell_) if only_regular or draw(st.integers(0, 30)) else "garbage"
                                                    for _ in cols))
             if draw(st.integers(0, 6)) == 0:
-                lines.append(draw(noise))
+                lines.append(draw(noise_))
         t += 3600
     sep = draw(st.sampled_from(["\n", "\r\n"]))
     return sep.join(lines) + sep
@@ -84,6 +87,24 @@ def dmon_text(draw):  # noqa: ANN001, ANN201
 def test_dmon_column_wise_equals_the_plain_parser(text, given_start):
     kw = {"start": T0, "interval": 15.0} if given_start else {}
     assert _outcome(columnar.parse_dmon, text, **kw) == _outcome(dmon.parse, text, **kw)
+
+
+regular = st.one_of(number, marker, st.sampled_from(["Infinity", "+5", ".5", "NaN", "5."]))
+known_noise = st.sampled_from(["^C", "$ dcgmi dmon -e 155", "dmon was stopped due to receiving a signal", "",
+                               "Error: something"])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dmon_text(cells=regular, noises=known_noise))
+def test_dmon_arrow_reads_the_common_capture_as_the_plain_parser(text):
+    """Numbers, markers and known noise only: the pyarrow reading takes the capture (no fallback) and gives the
+    plain parser's collection."""
+    kw = {"start": T0, "interval": 15.0}
+    plain = _outcome(dmon.parse, text, **kw)
+    if isinstance(plain, tuple) or plain["points"] == 0:
+        return
+    got = _snapshot(columnar._dmon_arrow(text.splitlines(), "dmon-n1.txt", node=None, node_hint=None, **kw))
+    assert got == plain
 
 
 def test_dmon_flushes_in_bounded_batches_with_the_same_result(monkeypatch):
@@ -154,6 +175,9 @@ def test_the_project_generators_captures_read_the_same_both_ways(tmp_path):
             (amdsmi.parse, columnar.parse_amdsmi)
         a, b = _outcome(plain, text), _outcome(fast, text)
         assert a == b and isinstance(a, dict) and a["points"] > 0, p.name
+        if p.name.startswith("dmon"):     # read by pyarrow, not by the fallback
+            kw = {"start": None, "interval": None, "node": None, "node_hint": None}
+            assert _snapshot(columnar._dmon_arrow(text.splitlines(), "dmon-n1.txt", **kw)) == a
 
 
 def test_column_values_reads_markers_and_refuses_what_clean_refuses():

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Callable
 
 from ..textsafe import excerpt
 from .common import Collected, CsvReader, DeviceInfo, InputError, decode_text, noise_reason, small_index
@@ -428,25 +429,31 @@ _WATCH_BANNER = re.compile(r"^'CTRL' \+ 'C' to stop watching output:?$")
 
 
 def parse(text: str, path: str = "<input>", *, start: float | None = None, interval: float | None = None,
-          node: str | None = None, node_hint: str | None = None) -> Collected:
+          node: str | None = None, node_hint: str | None = None,
+          csv: Callable[[str, str, "_Ticker"], None] | None = None) -> Collected:
     """``node_hint``: the node the file name names, used when neither ``node`` nor an anchor line names one.
     Every wall-clock anchor (``# ipledger-start TIME ...``, or ``# ipledger: start=...``) starts a new capture
-    segment: the lines after it are parsed as their own output, ticks counted from that time."""
+    segment: the lines after it are parsed as their own output, ticks counted from that time. ``csv``: the
+    reader of a CSV segment (default :func:`parse_csv`; :func:`columnar.parse_amdsmi` passes its own)."""
     seg = Segments(path, start, interval, node, node_hint)
     c = Collected("amd_smi", path=path, cadence=interval)
     chunk: list[tuple[int, str]] = []
     parsed = 0
+    noise: dict[str, str | None] = {}
 
     def flush() -> None:
         nonlocal parsed
         if chunk:
-            seg.ticks = _parse_chunk(c, chunk, path, seg)
+            seg.ticks = _parse_chunk(c, chunk, path, seg, csv or parse_csv)
             parsed += 1
             chunk.clear()
 
     for n, raw in enumerate(text.splitlines(), start=1):
         s = raw.strip()
         if not s:
+            continue
+        if s[0].isdigit() and "@" not in s:   # a data row: no anchor, banner or noise pattern starts so
+            chunk.append((n, raw.rstrip()))
             continue
         meta = anchor_meta(s) if s.startswith("#") else None
         if meta is not None:
@@ -456,7 +463,8 @@ def parse(text: str, path: str = "<input>", *, start: float | None = None, inter
             if c.cadence is None:
                 c.cadence = seg.interval
             continue
-        why = "tool_banner" if _WATCH_BANNER.match(s) else noise_reason(s)
+        why = noise[s] if s in noise else noise.setdefault(s, "tool_banner" if _WATCH_BANNER.match(s)
+                                                            else noise_reason(s))
         if why is not None:
             c.skip(f"line {n}", why, s)
             continue
@@ -468,7 +476,8 @@ def parse(text: str, path: str = "<input>", *, start: float | None = None, inter
     return c
 
 
-def _parse_chunk(c: Collected, lines: list[tuple[int, str]], path: str, seg: Segments) -> int:
+def _parse_chunk(c: Collected, lines: list[tuple[int, str]], path: str, seg: Segments,
+                 csv: Callable[[str, str, "_Ticker"], None]) -> int:
     """One capture segment's output (metric/monitor, plain, JSON or CSV); returns its number of ticks."""
     ticker = _Ticker(c, seg.start, seg.interval, seg.node)
     first = lines[0][1].strip()
@@ -477,7 +486,7 @@ def _parse_chunk(c: Collected, lines: list[tuple[int, str]], path: str, seg: Seg
     elif first.startswith("GPU:"):
         parse_plain_metric(lines, path, ticker)
     elif "," in first and "gpu" in [h.strip().lower() for h in first.split(",")]:
-        parse_csv("\n".join(s for _, s in lines), path, ticker)
+        csv("\n".join(s for _, s in lines), path, ticker)
     elif first.split()[0] == "GPU":
         parse_table(lines, path, ticker)
     else:

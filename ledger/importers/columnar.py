@@ -25,7 +25,7 @@ from ..telemetry.timeline import _TEXT_REASONS
 from ..textsafe import excerpt
 from .common import EARLIEST_TS, Collected, DeviceInfo, InputError, noise_reason, read_lines, small_index, time_problem
 
-FLUSH_ROWS = 32768
+FLUSH_ROWS = 32768              # rows held as text before a block is parsed and stored
 _PRINTABLE_ASCII = bytes(range(32, 127)) + b"\n"
 _NAN = float("nan")
 
@@ -81,182 +81,29 @@ def _text_reasons(c: Collected, dev: str, name: str, ts: np.ndarray, rows: list[
 
 # --- dcgmi dmon --------------------------------------------------------------------------------------------------
 
-class _DmonRows:
-    """The rows of one header block, as text, until they are stored."""
-
-    def __init__(self, c: Collected, columns: list[str], specs: list) -> None:  # noqa: ANN001
-        self.c, self.columns, self.specs = c, columns, specs
-        self.devs: list[str] = []
-        self.times: list[float] = []
-        self.rows: list[list[str]] = []
-        self.lines: list[int] = []
-
-    @property
-    def n(self) -> int:
-        return len(self.rows)
-
-    def add(self, dev: str, t: float, values: list[str], line: int) -> None:
-        self.devs.append(dev)
-        self.times.append(t)
-        self.rows.append(values)
-        self.lines.append(line)
-
-    def flush(self) -> None:
-        c = self.c
-        if not self.rows:
-            return
-        cols = list(zip(*self.rows))
-        conv = {}
-        for k, spec in enumerate(self.specs):
-            if spec is not None:
-                conv[k] = column_values(cols[k])
-        if any(v is None for v in conv.values()):
-            # an unreadable cell: the block row by row, as the plain parser (its warnings in its order)
-            for dev, t, values, n in zip(self.devs, self.times, self.rows, self.lines):
-                for col, spec, v in zip(self.columns, self.specs, values):
-                    if spec is not None:
-                        c.add_raw(dev, spec.target, t, v, spec.scale, place=f"line {n} column {col}")
-        else:
-            times = np.array(self.times, dtype=np.float64)
-            order = list(dict.fromkeys(self.devs))
-            single = len(order) == 1
-            if not single:
-                code = {d: k for k, d in enumerate(order)}
-                codes = np.fromiter(map(code.__getitem__, self.devs), dtype=np.int64, count=len(self.devs))
-            for k, dev in enumerate(order):
-                idx = None if single else np.flatnonzero(codes == k)
-                idx_list = range(len(self.devs)) if single else idx.tolist()
-                ts = times if single else times[idx]
-                for k, spec in enumerate(self.specs):
-                    if spec is None:
-                        continue
-                    v, text = conv[k]
-                    c.add_raw_many(dev, spec.target, ts, v if single else v[idx], spec.scale)
-                    if text:
-                        _text_reasons(c, dev, spec.target, ts, idx_list, text)
-        self.devs, self.times, self.rows, self.lines = [], [], [], []
-
-
 def parse_dmon(text: str | Iterable[str], path: str = "<input>", *, start: float | None = None,
                interval: float | None = None, node: str | None = None, node_hint: str | None = None) -> Collected:
     """:func:`ledger.importers.dmon.parse`, column-wise (the same arguments, collection and errors): a text (or
-    a list of its lines) is first read by :func:`_dmon_arrow`, its row blocks parsed by pyarrow; whatever that
-    does not read as the plain parser would (a row of the wrong width, a cell that is no number, any error)
-    is read again by :func:`_dmon_rows`, the rows split and converted by numpy."""
+    a list of its lines) is read by :func:`_dmon_arrow`, its row blocks parsed by pyarrow; what that does not
+    read as the plain parser would (a row of the wrong width, a cell that is neither a number nor a marker, a
+    tab, any error), and a stream of lines, is read by the plain parser itself."""
+    from .dmon import parse
+
     kw = {"start": start, "interval": interval, "node": node, "node_hint": node_hint}
     if isinstance(text, (str, list)):
         lines = text.splitlines() if isinstance(text, str) else text
         try:
             return _dmon_arrow(lines, path, **kw)
         except _Irregular:
-            pass
-        text = lines
-    return _dmon_rows(text, path, **kw)
+            text = lines
+    return parse(text, path, **kw)
 
 
 class _Irregular(Exception):
     """A capture the arrow reading does not take: read it again row by row."""
 
 
-def _dmon_rows(text: str | Iterable[str], path: str = "<input>", *, start: float | None = None,
-               interval: float | None = None, node: str | None = None, node_hint: str | None = None) -> Collected:
-    from .dcgm_fields import BY_DMON
-    from .dmon import ENTITY_TYPES, _NUMBER, Segments, _mark_mig_parent, anchor_meta
-
-    lines = iter(text.splitlines() if isinstance(text, str) else text)
-    seg = Segments(path, start, interval, node, node_hint)
-    c = Collected("dcgmi_dmon", path=path, cadence=interval)
-    columns: list[str] | None = None
-    block: _DmonRows | None = None
-    rows = 0
-    first_bad: tuple[int, str] | None = None
-    devices: dict[tuple[str, str, str], str] = {}
-    entity_types = frozenset(ENTITY_TYPES)
-    latest = c.latest
-    for n, raw in enumerate(lines, start=1):
-        s = raw.strip()
-        if not s:
-            continue
-        if s[0] == "#":
-            if s.startswith("# ipledger"):
-                meta = anchor_meta(s)
-                if meta is not None:
-                    seg.anchor(meta, f"line {n}")
-                    if c.cadence is None:
-                        c.cadence = seg.interval
-                continue
-        toks = s.split()
-        t0 = toks[0]
-        if t0 == "#Entity" or toks[:2] == ["#", "Entity"]:
-            new = toks[1:] if t0 == "#Entity" else toks[2:]
-            if columns is None:
-                for col in new:
-                    spec = BY_DMON.get(col)
-                    if spec is None:
-                        c.note_unmapped(col)
-                    else:
-                        c.note_mapped(col, spec.target)
-            if new != columns:
-                if block is not None:
-                    block.flush()
-                block = _DmonRows(c, new, [BY_DMON.get(col) for col in new])
-            columns = new
-            continue
-        if t0.upper() == "ID" and not any(_NUMBER.fullmatch(x) for x in toks[1:]):
-            continue
-        if t0 not in entity_types or len(toks) < 2 or (columns is not None and len(toks) - 2 != len(columns)):
-            noise = noise_reason(s)
-            if noise is not None or s.startswith("Error") or "dcgmi dmon" in s:
-                c.skip(f"line {n}", noise or "tool_message", s)
-                continue
-            c.skip(f"line {n}", "not_a_dmon_row", s)
-            first_bad = first_bad or (n, s)
-            continue
-        if columns is None:
-            c.skip(f"line {n}", "row_before_header", s)
-            continue
-        if seg.start is None or seg.interval is None:
-            raise InputError(path, "", "dmon output has no timestamps: give --start and --interval "
-                                       "(or a '# ipledger-start TIME interval_ms=...' line)")
-        ident = toks[1]
-        entity = f"{t0} {ident}"
-        if entity in seg.seen or seg.tick < 0:     # Segments.time_for: a tick ends when an entity repeats
-            seg.tick, seg.seen = seg.tick + 1, set()
-            seg.ticks = seg.tick + 1
-        seg.seen.add(entity)
-        t = seg.start + seg.tick * seg.interval
-        if not EARLIEST_TS <= t <= latest:   # where add_raw would stop: the row's first mapped column
-            first = next((col for col, sp in zip(columns, block.specs) if sp is not None), None)
-            if first is not None:
-                raise InputError(path, f"line {n} column {first}", time_problem(t, latest) or "")
-        dkey = (seg.node, t0, ident)
-        dev = devices.get(dkey)
-        if dev is None:
-            node_ = seg.node
-            key = f"{node_}/gpu{ident}" if t0 == "GPU" else f"{node_}/{t0.lower()}{ident}"
-            index = small_index(ident) if t0 == "GPU" else None
-            dev = devices[dkey] = c.device(DeviceInfo(device=key, node=node_, index=index,
-                                                      mig_instance=ident if t0 == "GPU-I" else None))
-        block.devs.append(dev)
-        block.times.append(t)
-        block.rows.append(toks[2:])
-        block.lines.append(n)
-        if len(block.rows) >= FLUSH_ROWS:
-            block.flush()
-        rows += 1
-    if block is not None:
-        block.flush()
-    if rows == 0 and first_bad is not None:
-        raise InputError(path, f"line {first_bad[0]}", f"expected a dmon row ('GPU <id> <values>' under an "
-                                                       f"#Entity header), got '{excerpt(first_bad[1])}'")
-    if columns is None:
-        raise InputError(path, "", "no '#Entity' header: not dcgmi dmon output")
-    _mark_mig_parent(c)
-    seg.finish(c)
-    return c
-
-
-ARROW_MAX_BYTES = 256 << 20    # a larger file is streamed line by line (never held whole)
+ARROW_MAX_BYTES = 256 << 20    # a larger file is streamed line by line by the plain parser (never held whole)
 
 
 def read_dmon(path: str | Path, **kw) -> Collected:
@@ -742,60 +589,11 @@ def _amd_csv(text: str, path: str, ticker) -> None:  # noqa: ANN001
 
 def parse_amdsmi(text: str, path: str = "<input>", *, start: float | None = None, interval: float | None = None,
                  node: str | None = None, node_hint: str | None = None) -> Collected:
-    """:func:`ledger.importers.amdsmi.parse`, its CSV chunks column-wise (the same arguments, collection and
-    errors); the other forms (plain text, JSON, the monitor table) through the plain chunk parser."""
-    from .amdsmi import _WATCH_BANNER, _Ticker, _parse_chunk
-    from .dmon import Segments, anchor_meta
+    """:func:`ledger.importers.amdsmi.parse` with its CSV segments read column-wise (:func:`_amd_csv`); the
+    other forms (plain text, JSON, the monitor table) as the plain parser reads them."""
+    from .amdsmi import parse
 
-    seg = Segments(path, start, interval, node, node_hint)
-    c = Collected("amd_smi", path=path, cadence=interval)
-    chunk: list[tuple[int, str]] = []
-    parsed = 0
-    noise: dict[str, str | None] = {}
-
-    def flush() -> None:
-        nonlocal parsed
-        if not chunk:
-            return
-        first = chunk[0][1].strip()
-        if not first.startswith(("[", "{", "GPU:")) and "," in first and \
-                "gpu" in [h.strip().lower() for h in first.split(",")]:
-            ticker = _Ticker(c, seg.start, seg.interval, seg.node)
-            _amd_csv("\n".join(s for _, s in chunk), path, ticker)
-            seg.ticks = ticker.tick + 1
-        else:
-            seg.ticks = _parse_chunk(c, chunk, path, seg)
-        parsed += 1
-        chunk.clear()
-
-    for n, raw in enumerate(text.splitlines(), start=1):
-        s = raw.strip()
-        if not s:
-            continue
-        if s[0].isdigit() and "@" not in s:   # a data row: no anchor, banner or noise pattern starts so
-            chunk.append((n, raw.rstrip()))
-            continue
-        meta = anchor_meta(s) if s.startswith("#") else None
-        if meta is not None:
-            if "start" in meta:
-                flush()
-            seg.anchor(meta, f"line {n}")
-            if c.cadence is None:
-                c.cadence = seg.interval
-            continue
-        if s in noise:
-            why = noise[s]
-        else:
-            why = noise[s] = "tool_banner" if _WATCH_BANNER.match(s) else noise_reason(s)
-        if why is not None:
-            c.skip(f"line {n}", why, s)
-            continue
-        chunk.append((n, raw.rstrip()))
-    flush()
-    if not parsed:
-        raise InputError(path, "", "no amd-smi output")
-    seg.finish(c)
-    return c
+    return parse(text, path, start=start, interval=interval, node=node, node_hint=node_hint, csv=_amd_csv)
 
 
 def read_amdsmi(path: str | Path, **kw) -> Collected:
