@@ -153,7 +153,7 @@ def _dmon_arrow(lines: list[str], path: str, *, start: float | None, interval: f
     import pyarrow.csv as pacsv
 
     from .dcgm_fields import BY_DMON
-    from .dmon import ENTITY_TYPES, _NUMBER, Segments, _mark_mig_parent, anchor_meta
+    from .dmon import ENTITY_TYPES, _NUMBER, Segments, _mark_mig_parent
 
     try:
         seg = Segments(path, start, interval, node, node_hint)
@@ -228,14 +228,9 @@ def _dmon_arrow(lines: list[str], path: str, *, start: float | None, interval: f
             s = raw.strip()
             if not s:
                 continue
-            if s[0] == "#":
-                if s.startswith("# ipledger"):
-                    meta = anchor_meta(s)
-                    if meta is not None:
-                        seg.anchor(meta, f"line {n}")
-                        if c.cadence is None:
-                            c.cadence = seg.interval
-                    continue
+            if s[0] == "#" and s.startswith("# ipledger"):
+                seg.ipledger_line(s, f"line {n}", c)
+                continue
             parts = s.split(None, 2)
             t0 = parts[0]
             if t0 in entity_types and len(parts) == 3 and columns is not None:

@@ -102,6 +102,15 @@ class Segments:
             self.start = start
         self.tick, self.seen, self.ticks = -1, set(), 0
 
+    def ipledger_line(self, line: str, place: str, c: Collected) -> None:
+        """A ``# ipledger...`` line of a dmon capture: an anchor (or the older meta line) is applied, the
+        collection's cadence taken from it when none was given; any other such line is ignored."""
+        meta = anchor_meta(line)
+        if meta is not None:
+            self.anchor(meta, place)
+            if c.cadence is None:
+                c.cadence = self.interval
+
     def time_for(self, entity: str) -> float:
         """The time of this entity's row: a tick ends when an entity repeats."""
         if entity in self.seen or self.tick < 0:
@@ -147,11 +156,7 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
         if not s:
             continue
         if s.startswith("# ipledger"):
-            meta = anchor_meta(s)
-            if meta is not None:
-                seg.anchor(meta, f"line {n}")
-                if c.cadence is None:
-                    c.cadence = seg.interval
+            seg.ipledger_line(s, f"line {n}", c)
             continue
         toks = s.split()
         if toks[0] == "#Entity" or toks[:2] == ["#", "Entity"]:   # DCGM 3.x+ / older "# Entity"
