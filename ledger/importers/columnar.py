@@ -21,7 +21,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from ..telemetry.timeline import _TEXT_REASONS
+from ..telemetry.timeline import TEXT_REASONS
 from ..textsafe import excerpt
 from .common import EARLIEST_TS, Collected, DeviceInfo, InputError, noise_reason, read_lines, small_index, time_problem
 
@@ -32,7 +32,7 @@ _NAN = float("nan")
 
 # The text markers as tools print them (N/A, N/W, [Not Supported] ...): each spelling whose cleaned form is one
 # of timeline.clean's markers. Found by exact comparison, a column at a time; any other spelling goes the slow way.
-_MARKER_SPELLINGS = tuple(sorted({v for k in _TEXT_REASONS if k for v in (k, k.upper(), k.title(), k.capitalize())}))
+_MARKER_SPELLINGS = tuple(sorted({v for k in TEXT_REASONS if k for v in (k, k.upper(), k.title(), k.capitalize())}))
 
 
 def column_values(cells: list[str] | tuple[str, ...]) -> tuple[np.ndarray, dict[int, str]] | None:
@@ -50,7 +50,7 @@ def column_values(cells: list[str] | tuple[str, ...]) -> tuple[np.ndarray, dict[
         for m in present:
             at = np.flatnonzero(obj == m)
             obj[at] = "nan"
-            reason = _TEXT_REASONS[m.strip().lower()]
+            reason = TEXT_REASONS[m.strip().lower()]
             text.update(dict.fromkeys(at.tolist(), reason))
         try:
             return obj.astype(np.float64), text
@@ -58,7 +58,7 @@ def column_values(cells: list[str] | tuple[str, ...]) -> tuple[np.ndarray, dict[
             text = {}
     v = np.empty(len(cells), dtype=np.float64)
     for i, x in enumerate(cells):
-        r = _TEXT_REASONS.get(x.strip().lower())
+        r = TEXT_REASONS.get(x.strip().lower())
         if r is not None:
             v[i] = _NAN
             text[i] = r
@@ -132,7 +132,7 @@ def _arrow_values(col, n: int):  # noqa: ANN001, ANN202
         hit = at.to_numpy(zero_copy_only=False)
         where = np.flatnonzero(~np.isnan(hit.astype(np.float64)))
         for i, k in zip(where.tolist(), hit[where].astype(np.int64).tolist()):
-            text[i] = _TEXT_REASONS[_MARKER_SPELLINGS[k].strip().lower()]
+            text[i] = TEXT_REASONS[_MARKER_SPELLINGS[k].strip().lower()]
         col = pc.if_else(pc.is_null(at), col, pa.scalar("nan"))
     try:
         v = pc.cast(col, pa.float64())
@@ -153,7 +153,7 @@ def _dmon_arrow(lines: list[str], path: str, *, start: float | None, interval: f
     import pyarrow.csv as pacsv
 
     from .dcgm_fields import BY_DMON
-    from .dmon import ENTITY_TYPES, _NUMBER, Segments, _mark_mig_parent
+    from .dmon import ENTITY_TYPES, DMON_NUMBER, Segments, mark_mig_parent
 
     try:
         seg = Segments(path, start, interval, node, node_hint)
@@ -275,7 +275,7 @@ def _dmon_arrow(lines: list[str], path: str, *, start: float | None, interval: f
                 if not columns:
                     raise _Irregular()
                 continue
-            if toks[0].upper() == "ID" and not any(_NUMBER.fullmatch(x) for x in toks[1:]):
+            if toks[0].upper() == "ID" and not any(DMON_NUMBER.fullmatch(x) for x in toks[1:]):
                 continue
             if toks[0] in entity_types and columns is None:
                 if len(toks) >= 2:
@@ -293,7 +293,7 @@ def _dmon_arrow(lines: list[str], path: str, *, start: float | None, interval: f
         raise _Irregular() from None
     if columns is None or rows == 0:
         raise _Irregular()
-    _mark_mig_parent(c)
+    mark_mig_parent(c)
     seg.finish(c)
     return c
 
@@ -304,26 +304,26 @@ _PLAIN_NUMBER_RISK = ("e", "E", "_")   # cells float() reads otherwise than amd-
 
 
 def _split_same(cells: list[str] | tuple[str, ...]) -> bool:
-    """Whether amd-smi's value/unit split (:func:`amdsmi._split_value`) leaves every float-readable cell whole."""
-    from .amdsmi import _split_value
+    """Whether amd-smi's value/unit split (:func:`amdsmi.split_value`) leaves every float-readable cell whole."""
+    from .amdsmi import split_value
 
     joined = "\x00".join(cells)
     if not any(ch in joined for ch in _PLAIN_NUMBER_RISK):
         return True
     for x in cells:
-        if ("e" in x or "E" in x or "_" in x) and _TEXT_REASONS.get(x.strip().lower()) is None and \
-                _split_value(x)[0] != x.strip():
+        if ("e" in x or "E" in x or "_" in x) and TEXT_REASONS.get(x.strip().lower()) is None and \
+                split_value(x)[0] != x.strip():
             return False
     return True
 
 
 def _violation_outcome(col: str, cell: str) -> tuple[str, object]:
     """What :meth:`amdsmi._Violations.add` does with one cell: ('skip'|'set'|'generic'|'none'|'warn', value)."""
-    from .amdsmi import (_ACTIVE, _INACTIVE, _THROTTLED, _VIOL_OTHER, GENERIC_THROTTLE_BIT, VIOLATION_BITS,
-                         _split_value)
+    from .amdsmi import (STATUS_ACTIVE, STATUS_INACTIVE, THROTTLED, GENERIC_THROTTLE_BIT, VIOLATION_BITS,
+                         split_value)
 
     k = col.lower().rsplit(".", 1)[-1]
-    value, _unit = _split_value(cell)
+    value, _unit = split_value(cell)
     text = str(value).strip().upper()
     if text in ("N/A", "") or text.startswith("["):
         return "skip", None
@@ -336,14 +336,13 @@ def _violation_outcome(col: str, cell: str) -> tuple[str, object]:
     if k.endswith("_violation_status") and k[:-len("_violation_status")] in VIOLATION_BITS:
         bit = VIOLATION_BITS[k[:-len("_violation_status")]]
     if bit is not None:
-        if text in _ACTIVE or text in _INACTIVE:
-            return "set", text in _ACTIVE
+        if text in STATUS_ACTIVE or text in STATUS_INACTIVE:
+            return "set", text in STATUS_ACTIVE
         return "warn", None
     if k == "throttle_status":
-        if text in _THROTTLED:
-            return "generic", GENERIC_THROTTLE_BIT if _THROTTLED[text] else 0
+        if text in THROTTLED:
+            return "generic", GENERIC_THROTTLE_BIT if THROTTLED[text] else 0
         return "skip", None
-    _ = _VIOL_OTHER
     return "none", None
 
 
@@ -365,7 +364,7 @@ def _violation_kind(col: str) -> int | None:
 
 def _amd_csv(text: str, path: str, ticker) -> None:  # noqa: ANN001
     """:func:`amdsmi.parse_csv`, column-wise; the plain function itself for what it does not read so."""
-    from .amdsmi import _GFX_CLK, METRIC_CSV_MAP, MONITOR_MAP, is_violation_column, parse_csv
+    from .amdsmi import GFX_CLK, METRIC_CSV_MAP, MONITOR_MAP, is_violation_column, parse_csv
     from .common import CsvReader
     from .dmon import epoch_seconds
 
@@ -373,10 +372,10 @@ def _amd_csv(text: str, path: str, ticker) -> None:  # noqa: ANN001
     if "gpu" not in header:
         raise InputError(path, "line 1", f"wrong columns: no 'gpu' column in {excerpt(','.join(header), 80)}")
     metric = bool({"gfx_activity", "hotspot", "edge", "socket_power", "total_energy_consumption"} & set(header)) or \
-        any(_GFX_CLK.match(h) for h in header)
+        any(GFX_CLK.match(h) for h in header)
     names = METRIC_CSV_MAP if metric else MONITOR_MAP
     cols = [h for h in header if h not in ("gpu", "timestamp")]
-    clocks = [h for h in cols if _GFX_CLK.match(h)]
+    clocks = [h for h in cols if GFX_CLK.match(h)]
     mapped = [h for h in cols if h in names]
     targets = [names[h][0] for h in mapped] + (["sm_clock_mhz"] if clocks else [])
     if len(set(header)) != len(header) or len(set(targets)) != len(targets):
@@ -431,13 +430,13 @@ def _amd_csv(text: str, path: str, ticker) -> None:  # noqa: ANN001
         try:
             v[:] = np.array(cells, dtype=np.float64)
         except (ValueError, TypeError):
-            from .amdsmi import _split_value
+            from .amdsmi import split_value
             for i, x in enumerate(cells):
                 try:
                     v[i] = float(x)
                 except ValueError:
                     try:
-                        float(_split_value(x)[0])
+                        float(split_value(x)[0])
                     except (TypeError, ValueError):
                         ok[i] = False
                         v[i] = 0.0
@@ -460,7 +459,7 @@ def _amd_csv(text: str, path: str, ticker) -> None:  # noqa: ANN001
     for h in header:
         if h in names:
             c.note_mapped(h, names[h][0])
-        elif h not in ("gpu", "timestamp") and not _GFX_CLK.match(h) and not is_violation_column(h):
+        elif h not in ("gpu", "timestamp") and not GFX_CLK.match(h) and not is_violation_column(h):
             c.note_unmapped(h)
     # the clock-event mask of each row (None: nothing known)
     masks = np.full(n, _NAN)

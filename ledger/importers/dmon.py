@@ -31,7 +31,7 @@ ENTITY_TYPES = ("GPU", "GPU-I", "GPU-CI", "Switch", "CPU", "Core", "Link", "NvSw
 _META = re.compile(r"#\s*ipledger:\s*(.*)")
 # The wall-clock anchor `ipledger pathb-command` writes at each (re)start of a capture:
 #   # ipledger-start 2026-11-02T00:00:00Z node=gpu-07 interval_ms=15000
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+DMON_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _ANCHOR = re.compile(r"#\s*ipledger-start\s+(\S+)(.*)")
 
 
@@ -169,7 +169,7 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
                 else:
                     c.note_mapped(col, spec.target)
             continue
-        if toks[0].upper() == "ID" and not any(_NUMBER.fullmatch(x) for x in toks[1:]):
+        if toks[0].upper() == "ID" and not any(DMON_NUMBER.fullmatch(x) for x in toks[1:]):
             continue   # the units line under the header ("ID", older "Id", with units: "ID  %  MHZ  W  C")
         if toks[0] not in ENTITY_TYPES or len(toks) < 2 or (columns is not None and len(toks) - 2 != len(columns)):
             noise = noise_reason(s)   # only for lines that are not rows: the common path stays a dict lookup
@@ -205,12 +205,12 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
                                                        f"#Entity header), got '{excerpt(first_bad[1])}'")
     if columns is None:
         raise InputError(path, "", "no '#Entity' header: not dcgmi dmon output")
-    _mark_mig_parent(c)
+    mark_mig_parent(c)
     seg.finish(c)
     return c
 
 
-def _mark_mig_parent(c: Collected) -> None:
+def mark_mig_parent(c: Collected) -> None:
     """GPU instances (``GPU-I n``, DCGM's own numbering) in a capture of one GPU make that GPU their partitioned
     parent, never billed itself. dmon names no profile, so the instances' shares are unknown: said in a warning."""
     instances = [d for d, i in c.devices.items() if i.mig_instance is not None]
