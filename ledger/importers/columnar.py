@@ -114,7 +114,16 @@ def read_dmon(path: str | Path, **kw) -> Collected:
     return parse_dmon(lines, str(p), **kw)
 
 
-_ARROW_MARKERS = None
+_ARROW_MARKERS: list = []
+
+
+def _markers():  # noqa: ANN202
+    """:data:`_MARKER_SPELLINGS` as a pyarrow array (made once)."""
+    if not _ARROW_MARKERS:
+        import pyarrow as pa
+
+        _ARROW_MARKERS.append(pa.array(_MARKER_SPELLINGS, pa.string()))
+    return _ARROW_MARKERS[0]
 
 
 def _arrow_values(col, n: int):  # noqa: ANN001, ANN202
@@ -123,10 +132,7 @@ def _arrow_values(col, n: int):  # noqa: ANN001, ANN202
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    global _ARROW_MARKERS
-    if _ARROW_MARKERS is None:
-        _ARROW_MARKERS = pa.array(_MARKER_SPELLINGS, pa.string())
-    at = pc.index_in(col, value_set=_ARROW_MARKERS)
+    at = pc.index_in(col, value_set=_markers())
     text: dict[int, str] = {}
     if at.null_count < n:
         hit = at.to_numpy(zero_copy_only=False)
@@ -362,6 +368,84 @@ def _violation_kind(col: str) -> int | None:
     return None
 
 
+class _Cells:
+    """The kept rows of an amd-smi CSV segment, by column: pyarrow string arrays where pyarrow parses the rows
+    (in C, no Python string per cell), Python lists (the rows split at their commas) where asked for."""
+
+    def __init__(self, rows: list[str], header: list[str]) -> None:
+        import io
+
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+
+        self.header, self.width, self.n = header, len(header), len(rows)
+        self._rows = rows
+        self._flat: list[str] | None = None
+        self.table = None
+        if rows:
+            try:
+                t = pacsv.read_csv(io.BytesIO("\n".join(rows).encode()), read_options=pacsv.ReadOptions(
+                    column_names=[f"c{k}" for k in range(self.width)], use_threads=False),
+                    parse_options=pacsv.ParseOptions(delimiter=",", quote_char=False, double_quote=False,
+                                                     escape_char=False, ignore_empty_lines=False),
+                    convert_options=pacsv.ConvertOptions(
+                        column_types={f"c{k}": pa.string() for k in range(self.width)},
+                        strings_can_be_null=False, null_values=[]))
+                self.table = t if t.num_rows == self.n else None
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                self.table = None
+
+    def arrow(self, k: int):  # noqa: ANN201
+        return None if self.table is None else self.table.column(k).combine_chunks()
+
+    def list(self, k: int) -> list[str]:
+        """Column ``k`` as the row split gives it (gpu and timestamp stripped, as the plain reader has them)."""
+        if self._flat is None:
+            self._flat = ",".join(self._rows).split(",") if self._rows else []
+        col = self._flat[k::self.width]
+        if self.header[k] in ("gpu", "timestamp") and any(ch.isspace() for ch in set("".join(col))):
+            col = [x.strip() for x in col]   # the others are read as the plain code reads them, stripped or not
+        return col
+
+    def codes(self, k: int) -> tuple[list[str], np.ndarray]:
+        """Column ``k``'s distinct cells and each row's position among them."""
+        arr = self.arrow(k)
+        if arr is not None:
+            import pyarrow.compute as pc
+
+            uniq = pc.unique(arr)
+            return uniq.to_pylist(), np.asarray(pc.index_in(arr, value_set=uniq).to_numpy(), dtype=np.int64)
+        col = self.list(k)
+        uniq_l = list(dict.fromkeys(col))
+        at = {x: i for i, x in enumerate(uniq_l)}
+        return uniq_l, np.fromiter(map(at.__getitem__, col), dtype=np.int64, count=len(col))
+
+
+# a cell whose number amd-smi's 'value unit' split and float() read alike (no exponent, no unit, no sign but -)
+_STRICT_NUMBER = r"^-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)$"
+
+
+def _arrow_strict(arr, n: int, readable: bool = False):  # noqa: ANN001, ANN202
+    """:func:`_arrow_values` of a column holding only strict numbers and marker spellings, else None.
+    ``readable``: the markers must also be ones ``float`` refuses (a GFX clock's unreadable cells)."""
+    import pyarrow.compute as pc
+
+    strict = pc.match_substring_regex(arr, _STRICT_NUMBER)
+    if not pc.all(strict).as_py():
+        marker = pc.is_in(arr, value_set=_markers())
+        if not pc.all(pc.or_(strict, marker)).as_py():
+            return None
+        if readable:
+            present = pc.unique(pc.filter(arr, marker)).to_pylist()
+            for m in present:
+                try:
+                    float(m)
+                    return None           # 'nan', 'inf': readable clocks in the plain reading
+                except ValueError:
+                    pass
+    return _arrow_values(arr, n)
+
+
 def _amd_csv(text: str, path: str, ticker) -> None:  # noqa: ANN001
     """:func:`amdsmi.parse_csv`, column-wise; the plain function itself for what it does not read so."""
     from .amdsmi import GFX_CLK, METRIC_CSV_MAP, MONITOR_MAP, is_violation_column, parse_csv
@@ -403,35 +487,41 @@ def _amd_csv(text: str, path: str, ticker) -> None:  # noqa: ANN001
         keep.append(line)
         nums.append(num)
     n = len(keep)
-    flat = ",".join(keep).split(",") if keep else []
-    columns: list[list[str]] = []
-    for k in range(width):
-        col = flat[k::width]
-        if header[k] in ("gpu", "timestamp") and any(ch.isspace() for ch in set("".join(col))):
-            col = [x.strip() for x in col]   # the others are read as the plain code reads them, stripped or not
-        columns.append(col)
-    del flat, keep
+    cells = _Cells(keep, header)
+    del keep
     index = {h: i for i, h in enumerate(header)}
+    columns = {k: cells.list(index[k]) for k in ("gpu", "timestamp") if k in index}
     # every column read column-wise, or the plain function for the whole chunk (its warnings, its order)
     conv: dict[str, tuple[np.ndarray, dict[int, str]]] = {}
     for h in mapped:
-        cells = columns[index[h]]
-        got = column_values(cells)
-        if got is None or not _split_same(cells):
-            return parse_csv(text, path, ticker)
+        arr = cells.arrow(index[h])
+        got = _arrow_strict(arr, n) if arr is not None else None
+        if got is None:
+            lst = cells.list(index[h])
+            got = column_values(lst)
+            if got is None or not _split_same(lst):
+                return parse_csv(text, path, ticker)
         conv[h] = got
     clock_vals: list[tuple[np.ndarray, np.ndarray]] = []
     for h in clocks:
-        cells = columns[index[h]]
-        if not _split_same(cells):
+        arr = cells.arrow(index[h])
+        got = _arrow_strict(arr, n, readable=True) if arr is not None else None
+        if got is not None:
+            v, text_ = got
+            ok = np.ones(n, dtype=bool)
+            ok[list(text_)] = False
+            clock_vals.append((np.where(ok, v, 0.0), ok))
+            continue
+        lst = cells.list(index[h])
+        if not _split_same(lst):
             return parse_csv(text, path, ticker)
-        v = np.empty(len(cells), dtype=np.float64)
-        ok = np.ones(len(cells), dtype=bool)
+        v = np.empty(n, dtype=np.float64)
+        ok = np.ones(n, dtype=bool)
         try:
-            v[:] = np.array(cells, dtype=np.float64)
+            v[:] = np.array(lst, dtype=np.float64)
         except (ValueError, TypeError):
             from .amdsmi import split_value
-            for i, x in enumerate(cells):
+            for i, x in enumerate(lst):
                 try:
                     v[i] = float(x)
                 except ValueError:
@@ -443,18 +533,21 @@ def _amd_csv(text: str, path: str, ticker) -> None:  # noqa: ANN001
                         continue
                     return parse_csv(text, path, ticker)   # '2100 MHz': read through the plain split
         clock_vals.append((v, ok))
-    viol: list[tuple[int, list[tuple[str, object]]]] = []
+    viol: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
     for h in cols:
         if h in names or h in clocks:
             continue
         kind = _violation_kind(h)
         if kind is None:
             continue
-        cells = columns[index[h]]
-        memo = {x: _violation_outcome(h, x) for x in set(cells)}
-        if any(o[0] == "warn" for o in memo.values()):
+        uniq, pos = cells.codes(index[h])
+        memo = [_violation_outcome(h, x) for x in uniq]
+        if any(o[0] == "warn" for o in memo):
             return parse_csv(text, path, ticker)
-        viol.append((kind, [memo[x] for x in cells]))
+        got_u = np.array([o[0] == "set" for o in memo], dtype=bool)
+        on_u = np.array([o[0] == "set" and bool(o[1]) for o in memo], dtype=bool)
+        gen_u = np.array([o[1] if o[0] == "generic" else _NAN for o in memo], dtype=np.float64)
+        viol.append((kind, got_u[pos], on_u[pos], gen_u[pos]))
     c = ticker.c
     for h in header:
         if h in names:
@@ -467,13 +560,10 @@ def _amd_csv(text: str, path: str, ticker) -> None:  # noqa: ANN001
         mask = np.zeros(n, dtype=np.int64)
         known = np.zeros(n, dtype=bool)
         generic = np.full(n, _NAN)
-        for kind, outs in viol:
+        for kind, got, on, g in viol:
             if kind == -1:      # throttle_status: the row's generic reason, the last such column's
-                g = np.array([val if what == "generic" else _NAN for what, val in outs], dtype=np.float64)
                 generic = np.where(np.isnan(g), generic, g)
                 continue
-            got = np.array([what == "set" for what, _ in outs], dtype=bool)
-            on = np.array([what == "set" and bool(val) for what, val in outs], dtype=bool)
             known |= got
             mask |= np.where(on, kind, 0)
         masks = np.where(known, mask.astype(np.float64), generic)
@@ -495,13 +585,13 @@ def _amd_csv(text: str, path: str, ticker) -> None:  # noqa: ANN001
     ti = index.get("timestamp")
     latest = c.latest
     first_mapped = next((h for h in cols if h in names), None)
-    gpus = columns[index["gpu"]]
+    gpus = columns["gpu"]
     # explicit times (the timestamp column), the first unreadable one
     has_ex = np.zeros(n, dtype=bool)
     ex = np.zeros(n, dtype=np.float64)
     ts_bad = n
     if ti is not None:
-        stamps = columns[ti]
+        stamps = columns["timestamp"]
         has_ex = np.fromiter(map(bool, stamps), dtype=bool, count=n)
         try:
             ex = np.array([x or "0" for x in stamps], dtype=np.float64)
@@ -542,7 +632,7 @@ def _amd_csv(text: str, path: str, ticker) -> None:  # noqa: ANN001
         i, why = min(stops)
         place = f"line {nums[i]}"
         if why == 0:
-            raise InputError(path, f"{place} column timestamp", f"not a time: '{excerpt(columns[ti][i])}'")
+            raise InputError(path, f"{place} column timestamp", f"not a time: '{excerpt(columns['timestamp'][i])}'")
         if why == 1:
             raise InputError(c.path, "", "amd-smi output has no timestamps: give --start and --interval "
                                          "(or a '# ipledger-start TIME interval_ms=...' line)")
