@@ -2,22 +2,27 @@
 
 The plain parsers (:func:`ledger.importers.dmon.parse`, :func:`ledger.importers.amdsmi.parse`) clean and store
 every reading on its own (``Collected.add_raw``: ~10 µs a value, most of an ``analyze`` of a 24-hour set). The
-parsers here walk the same lines with the same state (capture segments, ticks, headers, noise, errors) but
-keep each row's cells as text, and convert and store them a device and a column at a time: ``float`` on the
-whole column in C (numpy), the text markers (``N/A``, ``N/W`` ...) looked up as :func:`timeline.clean` does,
-and the sentinels, units and ranges applied by :meth:`Collected.add_raw_many`. What they produce is the plain
-parsers' collection, field for field (tests/test_columnar.py holds them equal on generated captures: banners,
-CRLF, repeated and changing headers, blanks and ``N/A``, unreadable cells, restarts); anything they do not
-read column-wise (a cell that is no number and no known marker, two columns of one field, an amd-smi chunk
-that is no CSV) goes through the plain code for that column or chunk. Rows are held as text for at most
-:data:`FLUSH_ROWS` rows before they are stored, so memory stays bounded whatever the file's size.
+readers here walk the same lines with the same state (capture segments, ticks, headers, noise) but keep each
+row's cells as text and hand a block of rows to pyarrow as one buffer (dmon: its runs of spaces collapsed by
+numpy first), so the cells are split and converted in C: strict numbers cast to float64 (the cast and Python's
+``float`` both round correctly), the text markers (``N/A``, ``N/W`` ...) found by exact spelling and given
+:func:`timeline.clean`'s reasons, amd-smi's violation statuses mapped through their few distinct values, its
+per-XCD GFX clocks averaged in column order; sentinels, units and ranges are applied by
+:meth:`Collected.add_raw_many`. The result is the plain parser's collection, field for field
+(tests/test_columnar.py holds them equal with hypothesis on generated captures: banners, CRLF, repeated and
+changing headers, blanks, ``N/A``, sentinels, unreadable cells, restarts). What they do not read so is read by
+slower code that gives the same: a dmon capture with a row of the wrong width, a cell that is neither a number
+nor a marker spelling, a tab or any error is parsed by the plain :func:`dmon.parse` itself (as is a file
+over :data:`ARROW_MAX_BYTES`, streamed); an amd-smi column pyarrow does not take is read from its cells as
+Python strings (:func:`column_values`), and a CSV segment with quotes, two columns of one field or a cell that
+would warn goes to the plain :func:`amdsmi.parse_csv`. Rows are held as text for at most :data:`FLUSH_ROWS`
+rows of a dmon block before they are stored.
 """
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Iterable
 
 import numpy as np
 
