@@ -125,6 +125,35 @@ def test_one_analyze_of_the_mixed_set_finds_every_restart_as_capture_restarted(f
     assert len(verdicts) == len(found)
 
 
+@pytest.mark.parametrize("kind", ["tar.gz", "zip"])
+def test_the_mixed_set_as_an_archive_is_the_same_one_analysis(fleet, captures, runner, cli, tmp_path, kind):
+    """The same dmon + amd-smi files sent as one archive (``captures.tar.gz`` / ``captures.zip``, under a folder
+    as a prospect packs it): read in memory, each member's node from its own file name, and the analysis is the
+    directory's, findings, account and restarts included."""
+    import tarfile
+    import zipfile
+
+    out, paths = captures
+    arc = tmp_path / f"captures.{kind}"
+    if kind == "zip":
+        with zipfile.ZipFile(arc, "w", zipfile.ZIP_DEFLATED) as zf:
+            for p in paths:
+                zf.write(p, f"ipledger-capture/{p.name}")
+    else:
+        with tarfile.open(arc, "w:gz") as tf:
+            for p in paths:
+                tf.add(p, f"ipledger-capture/{p.name}")
+    direct = json.loads(runner.invoke(cli, ["analyze", str(out), "--json"]).output)
+    r = runner.invoke(cli, ["analyze", str(arc), "--json"])
+    assert r.exit_code == 0, r.output
+    a = json.loads(r.output)
+    assert a["meta"]["devices"] == 96 and {d["node"] for d in a["devices"]} == set(fleet.nodes)
+    assert a["import"]["quarantined"] == []
+    for key in ("findings", "account", "devices", "meta"):
+        assert json.dumps(a[key], sort_keys=True) == json.dumps(direct[key], sort_keys=True), key
+    assert not list(tmp_path.glob("ipledger-capture*"))          # nothing extracted beside the archive
+
+
 def test_scorer_verdicts_and_calibration_bins():
     truth = {"devices": {"n1/gpu0": "n1", "n1/gpu1": "n1", "n2/gpu0": "n2"},
              "faults": [{"cause": "ppt_cap", "node": "n1", "devices": ["n1/gpu1"], "start": 100.0, "end": 200.0,

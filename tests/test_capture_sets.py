@@ -4,6 +4,7 @@ capture commands `pathb-command` prints (every field the agents read; their outp
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -178,16 +179,132 @@ def test_a_mixed_set_of_dmon_and_amd_smi_files_is_one_analysis(hall, amd_hall, t
     assert out["meta"]["devices"] == 24
 
 
-def test_a_tarball_of_captures_is_refused_not_read_as_csv(hall, runner, cli, tmp_path):
+def _tar(path: Path, members: list[tuple[str, bytes | None, str | None]]) -> Path:
+    """A tar.gz written member by member: (name, bytes) a file, (name, None, target) a symbolic link."""
+    with tarfile.open(path, "w:gz") as tf:
+        for name, data, target in members:
+            ti = tarfile.TarInfo(name)
+            if target is not None:
+                ti.type, ti.linkname = tarfile.SYMTYPE, target
+                tf.addfile(ti)
+            else:
+                ti.size = len(data)
+                tf.addfile(ti, io.BytesIO(data))
+    return path
+
+
+def test_a_tarball_of_a_mixed_set_is_one_analysis(hall, amd_hall, runner, cli, tmp_path):
+    """dmon and amd-smi files of three nodes in one .tgz (main: 'an archive of captures: unpack it'; before
+    that, read as Prometheus CSV): one analysis, each node from its member's file name, with --format too."""
     sim, start, nodes = hall
-    write_dmon_set(sim, tmp_path / "captures", nodes[:2], start, 20)
-    tgz = tmp_path / "captures.tar.gz"
+    d = tmp_path / "captures"
+    write_dmon_set(sim, d, nodes[:2], start, 60)
+    asim, anodes = amd_hall
+    write_amdsmi_set(asim, d, anodes[:1], 0, 60)
+    tgz = tmp_path / "captures.tgz"
     with tarfile.open(tgz, "w:gz") as tf:
-        tf.add(tmp_path / "captures", arcname="captures")
-    for args in ([str(tgz)], ["--format", "dmon", str(tgz)]):
-        r = runner.invoke(cli, ["analyze", *args, "--json"])
-        assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1, r.output
-        assert "archive of captures" in r.output and "Traceback" not in r.output
+        tf.add(d, arcname="captures")
+    r = runner.invoke(cli, ["analyze", str(tgz), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["meta"]["devices"] == 24 and {d_["node"] for d_ in out["devices"]} == {*nodes[:2], anodes[0]}
+    direct = json.loads(runner.invoke(cli, ["analyze", str(d), "--json"]).output)
+    assert json.dumps(out["findings"], sort_keys=True) == json.dumps(direct["findings"], sort_keys=True)
+    only_dmon = tmp_path / "dmon.tar"
+    with tarfile.open(only_dmon, "w") as tf:
+        for p in sorted(d.glob("dmon-*")):
+            tf.add(p, arcname=p.name)
+    r = runner.invoke(cli, ["analyze", "--format", "dmon", str(only_dmon), "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["meta"]["devices"] == 16, r.output
+
+
+def _dmon_text(node: str, power: int = 300) -> bytes:
+    return (f"# ipledger-start 2026-11-02T00:00:00Z node={node} interval_ms=60000\n#Entity POWER SMACT\nID W\n"
+            + "".join(f"GPU 0 {power} 0.9\nGPU 1 {power} 0.9\n" for _ in range(30))).encode()
+
+
+def test_a_hostile_archive_quarantines_what_fails_and_analyses_the_rest(runner, cli, tmp_path):
+    """A traversal name, a symbolic link to a secret, a member that is not UTF-8 and a zip bomb (3 GiB declared,
+    ~3 MB on disk) beside two good captures: the good nodes are analysed, each bad member is named with its
+    reason (one line each), nothing is extracted or followed, and the secret is never read."""
+    secret = tmp_path / "shadow"
+    secret.write_text("root:secret-hash-do-not-print\n")
+    good = [("set/dmon-n1.txt", _dmon_text("n1"), None), ("set/dmon-n2.txt", _dmon_text("n2"), None)]
+    tgz = _tar(tmp_path / "hostile.tar.gz", [
+        *good, ("../../tmp/dmon-evil.txt", _dmon_text("evil"), None), ("/etc/dmon-abs.txt", _dmon_text("abs"), None),
+        ("set/dmon-link.txt", None, str(secret)), ("set/dmon-bin.txt", b"\xff\xfe GPU 0 1\n", None)])
+    r = runner.invoke(cli, ["analyze", str(tgz), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert {d["node"] for d in out["devices"]} == {"n1", "n2"}
+    q = out["import"]["quarantined"]
+    assert len(q) == 3 and all("\n" not in x and str(tgz) in x for x in q), q
+    assert sum("path traversal" in x for x in q) == 2 and any("dmon-bin.txt" in x and "UTF-8" in x for x in q)
+    assert "secret-hash" not in r.output and not (tmp_path / "tmp").exists() and not Path("/etc/dmon-abs.txt").exists()
+    r = runner.invoke(cli, ["analyze", str(tgz)])             # the text output names them on stderr
+    assert r.exit_code == 0 and r.output.count("warning: quarantined, not analysed:") == 3, r.output
+    # a zip: a bomb refused from its declared sizes before it inflates, and a symlink member never followed
+    from tests.test_bounded_inputs import MiB, _deflate_of_zeros
+    import zipfile
+
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data, _ in good:
+            zf.writestr(name, data)
+        link = zipfile.ZipInfo("set/dmon-link.txt")
+        link.external_attr = (stat.S_IFLNK | 0o777) << 16
+        zf.writestr(link, str(secret))
+    big = _deflate_of_zeros(3 * 1024)
+    _append_zip_member(bomb, "set/dmon-zeros.txt", big, 3 * 1024 * MiB)
+    assert bomb.stat().st_size < 8 * MiB
+    r = runner.invoke(cli, ["analyze", str(bomb), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert {d["node"] for d in out["devices"]} == {"n1", "n2"}
+    assert [x for x in out["import"]["quarantined"] if "dmon-zeros.txt" in x and "per-member cap" in x], out["import"]
+    assert len(out["import"]["quarantined"]) == 1 and "secret-hash" not in r.output
+
+
+def _append_zip_member(path: Path, name: str, deflated: bytes, size: int) -> None:
+    """Add a member whose raw deflate stream and declared size are given (a bomb: the sizes are honest, the
+    ratio is not) by rewriting the archive with it appended."""
+    import struct
+    import zipfile
+    import zlib
+
+    with zipfile.ZipFile(path) as zf:
+        old = [(i, zf.read(i)) for i in zf.infolist()]
+    n = name.encode()
+    body, central = b"", b""
+    for info, data in old:
+        fn = info.filename.encode()
+        crc = zlib.crc32(data)
+        local = struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 0, 0, 0x21, crc, len(data), len(data), len(fn), 0) + fn
+        central += struct.pack("<4s6H3L5H2L", b"PK\x01\x02", 0x0314, 20, 0, 0, 0, 0x21, crc, len(data), len(data),
+                               len(fn), 0, 0, 0, 0, info.external_attr, len(body)) + fn
+        body += local + data
+    local = struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 8, 0, 0x21, 0, len(deflated), size, len(n), 0) + n
+    central += struct.pack("<4s6H3L5H2L", b"PK\x01\x02", 20, 20, 0, 8, 0, 0x21, 0, len(deflated), size, len(n),
+                           0, 0, 0, 0, 0, len(body)) + n
+    body += local + deflated
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, len(old) + 1, len(old) + 1, len(central), len(body), 0)
+    path.write_bytes(body + central + end)
+
+
+def test_an_archive_past_a_whole_archive_cap_or_with_nothing_readable_is_refused_in_one_line(runner, cli, tmp_path):
+    from ledger.importers.bounded import ArchiveLimits
+    from ledger.importers.common import InputError
+
+    many = _tar(tmp_path / "many.tar.gz", [(f"dmon-n{k}.txt", _dmon_text(f"n{k}"), None) for k in range(3)])
+    assert len(read_set([str(many)]).devices) == 6
+    with pytest.raises(InputError, match="member cap"):
+        read_set([str(many)], limits=ArchiveLimits(members=2))
+    with pytest.raises(InputError, match="total cap"):
+        read_set([str(many)], limits=ArchiveLimits(total_bytes=2 * len(_dmon_text("n0"))))
+    bad = _tar(tmp_path / "bad.tar.gz", [("../dmon-x.txt", _dmon_text("x"), None), ("dmon-l.txt", None, "/etc/passwd")])
+    r = runner.invoke(cli, ["analyze", str(bad), "--json"])
+    assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1 and "no readable member" in r.output, r.output
+    assert "path traversal" in r.output and "Traceback" not in r.output
 
 
 def test_node_names_from_file_names_and_refusals(runner, cli, tmp_path):
@@ -361,3 +478,24 @@ def test_a_symlink_inside_a_capture_directory_is_not_followed(tmp_path):
     (d / "more").symlink_to(outside, target_is_directory=True)
     c = read_set([str(d)])
     assert {i.node for i in c.devices.values()} == {"n1"}
+
+
+def test_capture_files_parsed_in_workers_equal_the_files_parsed_here(hall, amd_hall, tmp_path):
+    """The worker processes that parse a set's files (captures.parsed_in_workers) give the collection parsed in
+    this process, and the same first error (a bad file in the middle of the set)."""
+    from tests.test_columnar import _snapshot
+
+    sim, start, nodes = hall
+    write_dmon_set(sim, tmp_path, nodes[:3], start, 40, restart=(nodes[0], start + 10, start + 14))
+    asim, anodes = amd_hall
+    write_amdsmi_set(asim, tmp_path, anodes[:2], 0, 40)
+    here, there = read_set([str(tmp_path)], workers=0), read_set([str(tmp_path)], workers=2)
+    assert _snapshot(here) == _snapshot(there) and len(here.devices) == 40
+    (tmp_path / "dmon-zz-bad.txt").write_text("# ipledger-start 1990-11-02T00:00:00Z node=zz interval_ms=1000\n"
+                                              "#Entity POWER\nID\nGPU 0 1\n")
+    errors = []
+    for w in (0, 2):
+        with pytest.raises(Exception) as exc:
+            read_set([str(tmp_path)], workers=w)
+        errors.append((type(exc.value), str(exc.value)))
+    assert errors[0] == errors[1] and "dmon-zz-bad.txt" in errors[0][1]

@@ -173,7 +173,7 @@ def _context(collected, res, analysis: Analysis, sources: list[str], digests: di
     return {"title": "ipledger export analysis", "sources": src or [{"kind": kind,
                                                                       "name": str(collected.source)}],
             "import": {"devices": res.devices, "samples": res.samples, "unknown_intervals": res.unknown_intervals,
-                       "missing": res.missing},
+                       "missing": res.missing, "quarantined": list(collected.quarantined)},
             "devices": [{"uuid": dev, "node": d.get("node"), "samples": d.get("samples"),
                          "sku": getattr(collected.devices.get(dev), "sku", None),
                          "index": getattr(collected.devices.get(dev), "index", None),

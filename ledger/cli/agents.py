@@ -483,9 +483,10 @@ def analyze_cmd(source: tuple[str, ...], fmt: str | None, node_from: str | None,
                 start: str | None, end: str | None, step: str | None, node: str | None, as_json: bool,
                 pdf: str | None, keep_ledger: str | None, from_samples: bool, rate: float | None,
                 currency: str | None) -> None:
-    """an export analysed in one shot: run every agent over a telemetry export or a capture set (several files or
-    a directory of per-node dmon / amd-smi / nvidia-smi / Prometheus files, mixed is fine: all nodes in one
-    analysis). Nothing is written unless --keep-ledger.
+    """an export analysed in one shot: run every agent over a telemetry export or a capture set (several files,
+    a directory or a .tar/.tar.gz/.zip of per-node dmon / amd-smi / nvidia-smi / Prometheus files, mixed is fine:
+    all nodes in one analysis; an archive member that fails is quarantined and named, the rest analysed).
+    Nothing is written unless --keep-ledger.
 
     \b
     Example:
@@ -493,6 +494,7 @@ def analyze_cmd(source: tuple[str, ...], fmt: str | None, node_from: str | None,
       ipledger analyze dcgm-24h.tar.gz --pdf analysis.pdf
       ipledger analyze dcgm-24h.tar.gz --pdf analysis.pdf --rate 2.49 --currency USD   # priced at 2.49 USD/GPU-h
       ipledger analyze captures/                       # dmon-NODE.txt, amdsmi-NODE.csv ... one file per node
+      ipledger analyze captures.tar.gz --json          # the same set as an archive
       ipledger analyze dmon-*.txt --node-from 'dmon-(?P<node>[^.]+)' --json
       ipledger analyze --url http://127.0.0.1:9090 --start 2026-11-03T00:00:00Z --end 2026-11-04T00:00:00Z --step 60s
     """
@@ -547,6 +549,8 @@ def analyze_cmd(source: tuple[str, ...], fmt: str | None, node_from: str | None,
     if as_json:
         emit_json(analysis.to_json())
         return
+    for q in collected.quarantined:   # archive members left out (also in the JSON's import.quarantined)
+        echo(f"warning: quarantined, not analysed: {q}", err=True)
     a = analysis.account
     m = analysis.meta
     echo(f"analysed {m['devices']} devices, {m['samples']} samples, {m['start']} .. {m['end']}: paid "

@@ -8,7 +8,7 @@ from typing import Callable
 
 import click
 
-from ..importers import amdsmi, dmon, nvidia_smi, pipeline, prometheus
+from ..importers import columnar, nvidia_smi, pipeline, prometheus
 from ..importers.common import Collected, InputError, rescale_energy
 from ..importers.dcgm_fields import BY_ID, COLLECT_FIELD_IDS
 from ..textsafe import echo
@@ -213,7 +213,7 @@ def register(cli: click.Group) -> None:
         _run(app, _energy_unit(lambda: prometheus.read(list(source), default_ts=at_s), exporter_version), cluster, not no_synthetic_runs, as_json,
              quiet, span=span, cadence=step_s, tenants=parse_tenants(tenant))
 
-    def _capture_cmd(name: str, module, helptext: str):  # noqa: ANN001, ANN202
+    def _capture_cmd(name: str, read, helptext: str):  # noqa: ANN001, ANN202
         @import_group.command(name, help=helptext)
         @click.argument("source", type=click.Path())
         @_timing
@@ -222,25 +222,25 @@ def register(cli: click.Group) -> None:
         def cmd(app: AppContext, source: str, start: str | None, interval: str | None, node: str | None,
                 cluster: str, tenant: tuple[str, ...], no_synthetic_runs: bool, as_json: bool, quiet: bool) -> None:
             t0, iv = parse_time(start, "--start"), parse_duration(interval, "--interval")
-            _run(app, lambda: module.read(source, start=t0, interval=iv, node=node), cluster,
+            _run(app, lambda: read(source, start=t0, interval=iv, node=node), cluster,
                  not no_synthetic_runs, as_json, quiet, tenants=parse_tenants(tenant))
 
         return cmd
 
-    _capture_cmd("dmon", dmon, """A `dcgmi dmon` capture (no timestamps: --start and --interval, or the
+    _capture_cmd("dmon", columnar.read_dmon, """A `dcgmi dmon` capture (no timestamps: --start and --interval, or the
         start line `ipledger pathb-command --format dmon` writes; a restart is a capture_restarted gap).
 
         \b
         Example:
           ipledger import dmon dmon-gpu07.txt --start 2026-01-01T00:00:00Z --interval 1s --node gpu07
         """)
-    _capture_cmd("amd-smi", amdsmi, """`amd-smi metric` / `amd-smi monitor` output, plain, --json or --csv.
+    _capture_cmd("amd-smi", columnar.read_amdsmi, """`amd-smi metric` / `amd-smi monitor` output, plain, --json or --csv.
 
         \b
         Example:
           ipledger import amd-smi monitor.csv --start 2026-01-01T00:00:00Z --interval 10s --node mi300-01
         """)
-    _capture_cmd("nvidia-smi", nvidia_smi, """`nvidia-smi --query-gpu=... --format=csv` loops or `nvidia-smi -q -x`.
+    _capture_cmd("nvidia-smi", nvidia_smi.read, """`nvidia-smi --query-gpu=... --format=csv` loops or `nvidia-smi -q -x`.
 
         \b
         Example:

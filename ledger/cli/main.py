@@ -53,7 +53,7 @@ COMMAND_HOMES = {
 COMMAND_HELP = {
     'account': "The account of a period (`daily` is the same command): paid, delivered and lost GPU-hours per tenant and per day, totals, the loss by cause, and on a billed month the receipts' figures with the lines between them.",
     'adjust': 'Credit or debit a job run by GPU-hours or an amount (an adjustment entry; usage is never edited).',
-    'analyze': 'an export analysed in one shot: run every agent over a telemetry export or a capture set (several files or a directory of per-node dmon / amd-smi / nvidia-smi / Prometheus files, mixed is fine: all nodes in one analysis).',
+    'analyze': 'an export analysed in one shot: run every agent over a telemetry export or a capture set (several files, a directory or a .tar/.tar.gz/.zip of per-node dmon / amd-smi / nvidia-smi / Prometheus files, mixed is fine: all nodes in one analysis; an archive member that fails is quarantined and named, the rest analysed).',
     'ask': 'Answer a question about where GPU-hours went (a small grammar, docs/agents.md); refuses anything else.',
     'checkpoint': "Sign the ledger's Merkle tree head and record it in the ledger (a tree_head entry).",
     'collect': 'Sample GPU telemetry into the spool at a cadence; record gaps when the source fails.',

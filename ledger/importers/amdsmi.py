@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Callable
 
 from ..textsafe import excerpt
 from .common import Collected, CsvReader, DeviceInfo, InputError, decode_text, noise_reason, small_index
@@ -59,10 +60,10 @@ VIOLATION_BITS = {"pviol": 0x4, "tviol": 0x20, "phot_tviol": 0x8, "vr_tviol": 0x
                   "ppt": 0x4, "socket_thermal": 0x20, "prochot": 0x8, "vr_thermal": 0x40, "hbm_thermal": 0x40}
 # Violation columns that carry no reason bit (counters, percentages over a window, per-XCP host limits):
 # known, so never reported unmapped, but not read.
-_VIOL_OTHER = re.compile(r"^(accumulation_counter|\w+_violation_(accumulated|activity)|\w+_accumulated|"
+VIOL_OTHER = re.compile(r"^(accumulation_counter|\w+_violation_(accumulated|activity)|\w+_accumulated|"
                          r"gfx_clk_?\w*viol\w*|gfxclk_\w+|low_util\w*|\w*_below_host_limit\w*)$")
-_ACTIVE, _INACTIVE = frozenset({"ACTIVE", "TRUE"}), frozenset({"NOT ACTIVE", "FALSE", "INACTIVE"})
-_THROTTLED = {"THROTTLED": True, "UNTHROTTLED": False}
+STATUS_ACTIVE, STATUS_INACTIVE = frozenset({"ACTIVE", "TRUE"}), frozenset({"NOT ACTIVE", "FALSE", "INACTIVE"})
+THROTTLED = {"THROTTLED": True, "UNTHROTTLED": False}
 # throttle_status (MI100/MI200 `metric --power`) says only that the clock is held: HW slowdown, unless a
 # violation column of the same row names the reason.
 GENERIC_THROTTLE_BIT = 0x8
@@ -70,7 +71,7 @@ GENERIC_THROTTLE_BIT = 0x8
 
 def is_violation_column(col: str) -> bool:
     k = col.lower().rsplit(".", 1)[-1]
-    return (k in VIOLATION_BITS or k in ("tviol_active", "throttle_status") or _VIOL_OTHER.match(k) is not None
+    return (k in VIOLATION_BITS or k in ("tviol_active", "throttle_status") or VIOL_OTHER.match(k) is not None
             or (k.endswith("_violation_status") and k[:-len("_violation_status")] in VIOLATION_BITS))
 
 
@@ -84,7 +85,7 @@ class _Violations:
     def add(self, col: str, raw: object) -> bool:
         """Fold one column in; False when it is no violation column."""
         k = col.lower().rsplit(".", 1)[-1]
-        value, _unit = _split_value(raw)
+        value, _unit = split_value(raw)
         text = str(value).strip().upper()
         if text in ("N/A", "") or text.startswith("["):
             return is_violation_column(k)
@@ -98,16 +99,16 @@ class _Violations:
         if k.endswith("_violation_status") and k[:-len("_violation_status")] in VIOLATION_BITS:
             bit = VIOLATION_BITS[k[:-len("_violation_status")]]
         if bit is not None:
-            if text in _ACTIVE or text in _INACTIVE:
-                self._set(bit, text in _ACTIVE)
+            if text in STATUS_ACTIVE or text in STATUS_INACTIVE:
+                self._set(bit, text in STATUS_ACTIVE)
             else:
                 self.c.warn(f"{self.c.path}: {self.place} column {col}: {str(raw)[:40]!r}: violation status unknown")
             return True
         if k == "throttle_status":
-            if text in _THROTTLED:
-                self.generic = GENERIC_THROTTLE_BIT if _THROTTLED[text] else 0
+            if text in THROTTLED:
+                self.generic = GENERIC_THROTTLE_BIT if THROTTLED[text] else 0
             return True
-        return _VIOL_OTHER.match(k) is not None
+        return VIOL_OTHER.match(k) is not None
 
     def _set(self, bit: int, active: bool) -> None:
         self.known = True
@@ -134,11 +135,11 @@ METRIC_CSV_MAP = {
     # `amd-smi metric -E --csv`: the energy accumulator already converted by amd-smi to joules (no unit in the cell)
     "total_energy_consumption": ("energy_j", 1.0),
 }
-_GFX_CLK = re.compile(r"^(?:clock\.)?gfx_(\d+)[._]clk$")
+GFX_CLK = re.compile(r"^(?:clock\.)?gfx_(\d+)[._]clk$")
 _NUM_UNIT = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(\S+)?\s*$")
 
 
-def _split_value(v) -> tuple[object, str | None]:  # noqa: ANN001
+def split_value(v) -> tuple[object, str | None]:  # noqa: ANN001
     """'10 W' -> ('10', 'W'); {'value': 10, 'unit': 'W'} -> (10, 'W'); 'N/A' -> ('N/A', None)."""
     if isinstance(v, dict) and "value" in v:
         return v["value"], v.get("unit")
@@ -174,7 +175,7 @@ class _Ticker:
 
 def _add_flat(c: Collected, dev: str, t: float, flat: dict[str, object], place: str) -> None:
     viol = _Violations(c, place)
-    clocks = [(k, v) for k, v in flat.items() if _GFX_CLK.match(k.lower())]
+    clocks = [(k, v) for k, v in flat.items() if GFX_CLK.match(k.lower())]
     if clocks:
         _add_gfx_clocks(c, dev, t, clocks, place)
     ecc = _ecc_blocks(flat)
@@ -188,7 +189,7 @@ def _add_flat(c: Collected, dev: str, t: float, flat: dict[str, object], place: 
             k = "temperature.hotspot"
         spec = METRIC_MAP.get(k)
         if spec is not None:
-            value, unit = _split_value(raw)
+            value, unit = split_value(raw)
             scale = spec[1]
             if scale is None:   # energy: the unit decides
                 scale = ENERGY_UNITS.get((unit or "j").lower(), 1.0)
@@ -212,7 +213,7 @@ def _ecc_blocks(flat: dict[str, object]) -> dict[str, float]:
         m = _ECC_BLOCK.match(key.lower())
         if m is None:
             continue
-        value, _unit = _split_value(raw)
+        value, _unit = split_value(raw)
         try:
             v = float(value)
         except (TypeError, ValueError):
@@ -362,12 +363,12 @@ def _add_row(c: Collected, ticker: _Ticker, gpu: str, row: dict[str, str], place
     t = ticker.time_for(gpu, place, explicit)
     dev = ticker.device(gpu)
     viol = _Violations(c, place)
-    clocks = [(col, cell) for col, cell in row.items() if _GFX_CLK.match(col)]
+    clocks = [(col, cell) for col, cell in row.items() if GFX_CLK.match(col)]
     if clocks:
         _add_gfx_clocks(c, dev, t, clocks, place)
     for col, cell in row.items():
         spec = names.get(col)
-        value, _unit = _split_value(cell)
+        value, _unit = split_value(cell)
         if spec is not None:
             c.add_raw(dev, spec[0], t, value, spec[1], place=f"{place} column {col}")
         else:
@@ -381,7 +382,7 @@ def _add_gfx_clocks(c: Collected, dev: str, t: float, clocks: list[tuple[str, ob
     their mean over the readable ones; none readable is missing."""
     got = []
     for col, cell in clocks:
-        value, _unit = _split_value(cell)
+        value, _unit = split_value(cell)
         try:
             got.append(float(value))
         except (TypeError, ValueError):
@@ -399,12 +400,12 @@ def parse_csv(text: str, path: str, ticker: _Ticker) -> None:
     if "gpu" not in header:
         raise InputError(path, "line 1", f"wrong columns: no 'gpu' column in {excerpt(','.join(header), 80)}")
     metric = bool({"gfx_activity", "hotspot", "edge", "socket_power", "total_energy_consumption"} & set(header)) or \
-        any(_GFX_CLK.match(h) for h in header)
+        any(GFX_CLK.match(h) for h in header)
     names = METRIC_CSV_MAP if metric else MONITOR_MAP
     for h in header:
         if h in names:
             ticker.c.note_mapped(h, names[h][0])
-        elif h not in ("gpu", "timestamp") and not _GFX_CLK.match(h) and not is_violation_column(h):
+        elif h not in ("gpu", "timestamp") and not GFX_CLK.match(h) and not is_violation_column(h):
             ticker.c.note_unmapped(h)
     for row in reader:
         if not row:
@@ -429,25 +430,31 @@ _WATCH_BANNER = re.compile(r"^'CTRL' \+ 'C' to stop watching output:?$")
 
 
 def parse(text: str, path: str = "<input>", *, start: float | None = None, interval: float | None = None,
-          node: str | None = None, node_hint: str | None = None) -> Collected:
+          node: str | None = None, node_hint: str | None = None,
+          csv: Callable[[str, str, "_Ticker"], None] | None = None) -> Collected:
     """``node_hint``: the node the file name names, used when neither ``node`` nor an anchor line names one.
     Every wall-clock anchor (``# ipledger-start TIME ...``, or ``# ipledger: start=...``) starts a new capture
-    segment: the lines after it are parsed as their own output, ticks counted from that time."""
+    segment: the lines after it are parsed as their own output, ticks counted from that time. ``csv``: the
+    reader of a CSV segment (default :func:`parse_csv`; :func:`columnar.parse_amdsmi` passes its own)."""
     seg = Segments(path, start, interval, node, node_hint)
     c = Collected("amd_smi", path=path, cadence=interval)
     chunk: list[tuple[int, str]] = []
     parsed = 0
+    noise: dict[str, str | None] = {}
 
     def flush() -> None:
         nonlocal parsed
         if chunk:
-            seg.ticks = _parse_chunk(c, chunk, path, seg)
+            seg.ticks = _parse_chunk(c, chunk, path, seg, csv or parse_csv)
             parsed += 1
             chunk.clear()
 
     for n, raw in enumerate(text.splitlines(), start=1):
         s = raw.strip()
         if not s:
+            continue
+        if s[0].isdigit() and "@" not in s:   # a data row: no anchor, banner or noise pattern starts so
+            chunk.append((n, raw.rstrip()))
             continue
         meta = anchor_meta(s) if s.startswith("#") else None
         if meta is not None:
@@ -457,7 +464,8 @@ def parse(text: str, path: str = "<input>", *, start: float | None = None, inter
             if c.cadence is None:
                 c.cadence = seg.interval
             continue
-        why = "tool_banner" if _WATCH_BANNER.match(s) else noise_reason(s)
+        why = noise[s] if s in noise else noise.setdefault(s, "tool_banner" if _WATCH_BANNER.match(s)
+                                                            else noise_reason(s))
         if why is not None:
             c.skip(f"line {n}", why, s)
             continue
@@ -469,7 +477,8 @@ def parse(text: str, path: str = "<input>", *, start: float | None = None, inter
     return c
 
 
-def _parse_chunk(c: Collected, lines: list[tuple[int, str]], path: str, seg: Segments) -> int:
+def _parse_chunk(c: Collected, lines: list[tuple[int, str]], path: str, seg: Segments,
+                 csv: Callable[[str, str, "_Ticker"], None]) -> int:
     """One capture segment's output (metric/monitor, plain, JSON or CSV); returns its number of ticks."""
     ticker = _Ticker(c, seg.start, seg.interval, seg.node)
     first = lines[0][1].strip()
@@ -478,7 +487,7 @@ def _parse_chunk(c: Collected, lines: list[tuple[int, str]], path: str, seg: Seg
     elif first.startswith("GPU:"):
         parse_plain_metric(lines, path, ticker)
     elif "," in first and "gpu" in [h.strip().lower() for h in first.split(",")]:
-        parse_csv("\n".join(s for _, s in lines), path, ticker)
+        csv("\n".join(s for _, s in lines), path, ticker)
     elif first.split()[0] == "GPU":
         parse_table(lines, path, ticker)
     else:
@@ -487,5 +496,7 @@ def _parse_chunk(c: Collected, lines: list[tuple[int, str]], path: str, seg: Seg
 
 
 def read(path: str | Path, **kw) -> Collected:
+    """The reference reading of a capture file (what is read for import and analysis is
+    :func:`columnar.read_amdsmi`, held equal to :func:`parse`)."""
     p = Path(path)
     return parse(decode_text(p.read_bytes(), str(p)), str(p), **kw)

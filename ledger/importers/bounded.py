@@ -10,7 +10,10 @@ operator did not name, or exhaust the machine:
   regular files pass), or once the archive holds more than ``members`` files. The declared sizes are checked
   before a byte is inflated; the counted bytes are checked as they come (a header that lies is caught too).
   An archive inside an archive (by name or by its first bytes) is refused, never opened. Links and device
-  members of a tar are not files and are skipped.
+  members are not files and are skipped; a member name that is absolute or has a ``..`` part (path traversal)
+  is refused. Members are read into memory, never extracted, and no path is ever built from a member name.
+  :func:`archive_entries` reports each unreadable member and goes on with the rest (a capture set quarantines
+  it); a cap of the whole archive (:class:`ArchiveRefused`) refuses the archive.
 * **Directories** (:func:`directory_files`, :func:`open_file`): the tree is walked through directory
   descriptors, each name opened with ``O_NOFOLLOW`` relative to its directory's descriptor, so a symbolic link
   (to ``/etc/shadow``, or a directory outside) is never followed, even one swapped in after the walk. Links
@@ -26,6 +29,7 @@ import os
 import stat
 import tarfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -74,21 +78,26 @@ def _nested(name: str, head: bytes) -> bool:
     return name.lower().endswith(NESTED_SUFFIXES) or archive_kind(head) is not None
 
 
+class ArchiveRefused(InputError):
+    """A cap of the whole archive (its member count, its total inflated size, a tar's ratio or a tar member past
+    the per-member cap, which a stream cannot skip without inflating): the archive is refused, not one member."""
+
+
 class _Budget:
     """The caps of one archive, counted as its members are read."""
 
     def __init__(self, archive: Path, limits: ArchiveLimits) -> None:
         self.archive, self.limits, self.total, self.count = archive, limits, 0, 0
 
-    def refuse(self, member: str, why: str) -> InputError:
-        return InputError(str(self.archive), f"member {excerpt(member, 120)}", why)
+    def refuse(self, member: str, why: str, whole: bool = False) -> InputError:
+        return (ArchiveRefused if whole else InputError)(str(self.archive), f"member {excerpt(member, 120)}", why)
 
     def admit(self, member: str, size: int, compressed: int | None) -> None:
         """A member about to be read, by its declared sizes."""
         lim = self.limits
         self.count += 1
         if self.count > lim.members:
-            raise self.refuse(member, f"more than {lim.members} members (archive member cap)")
+            raise self.refuse(member, f"more than {lim.members} members (archive member cap)", whole=True)
         self.check(member, size, compressed, self.total + size)
 
     def check(self, member: str, inflated: int, compressed: int | None, total: int) -> None:
@@ -96,7 +105,8 @@ class _Budget:
         if inflated > lim.member_bytes:
             raise self.refuse(member, f"inflates past {lim.member_bytes} bytes (per-member cap); refused unread")
         if total > lim.total_bytes:
-            raise self.refuse(member, f"the archive inflates past {lim.total_bytes} bytes (total cap); refused")
+            raise self.refuse(member, f"the archive inflates past {lim.total_bytes} bytes (total cap); refused",
+                              whole=True)
         if compressed is not None and inflated > RATIO_FLOOR and inflated > lim.ratio * max(compressed, 1):
             raise self.refuse(member, f"inflates more than {lim.ratio:g} times its compressed size "
                                       f"(ratio cap): an archive bomb?")
@@ -118,43 +128,148 @@ def is_archive(path: Path) -> bool:
     return tarfile.is_tarfile(path) or zipfile.is_zipfile(path)
 
 
-def archive_members(path: Path, limits: ArchiveLimits = DEFAULT_LIMITS) -> Iterator[tuple[str, bytes]]:
-    """``(archive:member, bytes)`` of every file member, in name order, one member in memory at a time; an
-    :class:`~ledger.importers.common.InputError` naming the archive and the member past a cap."""
+def unsafe_name(name: str) -> str | None:
+    """Why a member name could escape a directory if it were ever extracted (absolute, a drive, a ``..``
+    part, a NUL or control character); None for a plain relative name. Members are never extracted: a name
+    like this is refused all the same, as no honest capture tool writes one."""
+    if not name or any(ord(ch) < 32 for ch in name):
+        return "member name holds a control character; not read"
+    parts = name.replace("\\", "/").split("/")
+    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+        return "absolute member name (path traversal); not read"
+    if ".." in parts:
+        return "member name with a '..' part (path traversal); not read"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One member of an archive: its bytes, or why it was not read (``problem``; ``link``: a link, device or
+    other non-file member, skipped rather than quarantined)."""
+
+    label: str                 # "archive:member" as shown in messages (an excerpt of the name)
+    name: str                  # the member's own name: text only, never made into a path
+    data: bytes | None = None
+    problem: str | None = None
+    link: bool = False
+
+
+_NOT_A_FILE = "a link, device or other non-file member; not followed, not read"
+
+
+def archive_entries(path: Path, limits: ArchiveLimits = DEFAULT_LIMITS) -> Iterator[Member]:
+    """Every member of a tar or zip in name order, read into memory one at a time, never extracted. A member
+    that cannot be read (a link or device, a traversal name, past the per-member or ratio cap, an archive in
+    the archive, a corrupt zip member) comes with its ``problem`` and no bytes, and the rest are still read;
+    :class:`ArchiveRefused` for a cap of the whole archive (member count, total inflated bytes; a tar's ratio
+    or a tar member past the per-member cap, as a stream cannot skip a member without inflating it)."""
     budget = _Budget(path, limits)
     if tarfile.is_tarfile(path):
-        with tarfile.open(path) as tf:
-            members, declared, on_disk = [], 0, max(path.stat().st_size, 1)
-            while (m := tf.next()) is not None:   # headers checked as they come: a bomb is never skipped over
-                if not m.isfile():
-                    continue
-                if len(members) >= limits.members:
-                    raise budget.refuse(m.name, f"more than {limits.members} members (archive member cap)")
-                declared += m.size
-                budget.check(m.name, m.size, None, declared)
-                if declared > RATIO_FLOOR and declared > limits.ratio * on_disk:
-                    raise budget.refuse(m.name, f"the archive inflates more than {limits.ratio:g} times its size "
-                                                f"on disk (ratio cap): an archive bomb?")
-                members.append(m)
-            for m in sorted(members, key=lambda m: m.name):
-                budget.admit(m.name, m.size, None)
-                f = tf.extractfile(m)
-                if f is not None:
-                    yield _name(path, m.name), budget.read(m.name, f, None)
+        try:
+            yield from _tar_entries(path, limits, budget)
+        except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+            raise ArchiveRefused(str(path), "", f"unreadable tar archive ({excerpt(str(exc), 80)})") from None
     elif zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as zf:
-            infos = sorted((i for i in zf.infolist() if not i.is_dir()), key=lambda i: i.filename)
-            if len(infos) > limits.members:
-                raise budget.refuse(infos[limits.members].filename,
-                                    f"more than {limits.members} members (archive member cap)")
-            declared = 0
-            for i in infos:   # every declared size before any member is inflated
+        try:
+            zf = zipfile.ZipFile(path)
+        except (zipfile.BadZipFile, OSError, ValueError) as exc:
+            raise ArchiveRefused(str(path), "", f"unreadable zip archive ({excerpt(str(exc), 80)})") from None
+        with zf:
+            yield from _zip_entries(path, zf, limits, budget)
+    else:
+        raise ArchiveRefused(str(path), "", "not a tar or zip archive")
+
+
+def _tar_entries(path: Path, limits: ArchiveLimits, budget: _Budget) -> Iterator[Member]:
+    with tarfile.open(path) as tf:
+        heads: list[tuple[tarfile.TarInfo, str | None, bool]] = []
+        declared, on_disk, count = 0, max(path.stat().st_size, 1), 0
+        while (m := tf.next()) is not None:   # headers checked as they come: a bomb is never skipped over
+            if m.isdir():
+                continue
+            count += 1
+            if count > limits.members:
+                raise budget.refuse(m.name, f"more than {limits.members} members (archive member cap)", whole=True)
+            if not m.isfile():
+                heads.append((m, _NOT_A_FILE, True))
+                continue
+            if m.size > limits.member_bytes:   # skipping it in a compressed stream would inflate it
+                raise budget.refuse(m.name, f"inflates past {limits.member_bytes} bytes (per-member cap); "
+                                            f"refused unread", whole=True)
+            declared += m.size
+            budget.check(m.name, m.size, None, declared)
+            if declared > RATIO_FLOOR and declared > limits.ratio * on_disk:
+                raise budget.refuse(m.name, f"the archive inflates more than {limits.ratio:g} times its size "
+                                            f"on disk (ratio cap): an archive bomb?", whole=True)
+            heads.append((m, unsafe_name(m.name), False))
+        for m, why, link in sorted(heads, key=lambda h: h[0].name):
+            label = _name(path, m.name)
+            if why is not None:
+                yield Member(label, m.name, problem=why, link=link)
+                continue
+            f = tf.extractfile(m)
+            if f is None:
+                yield Member(label, m.name, problem=_NOT_A_FILE, link=True)
+                continue
+            try:
+                yield Member(label, m.name, budget.read(m.name, f, None))
+            except ArchiveRefused:
+                raise
+            except InputError as exc:
+                yield Member(label, m.name, problem=exc.message)
+
+
+def _zip_entries(path: Path, zf: zipfile.ZipFile, limits: ArchiveLimits, budget: _Budget) -> Iterator[Member]:
+    infos = sorted((i for i in zf.infolist() if not i.is_dir()), key=lambda i: i.filename)
+    if len(infos) > limits.members:
+        raise budget.refuse(infos[limits.members].filename,
+                            f"more than {limits.members} members (archive member cap)", whole=True)
+    plan: list[tuple[zipfile.ZipInfo, str | None, bool]] = []
+    declared = 0
+    for i in infos:   # every declared size before any member is inflated
+        if stat.S_IFMT(i.external_attr >> 16) not in (0, stat.S_IFREG):
+            plan.append((i, _NOT_A_FILE, True))
+            continue
+        why = unsafe_name(i.filename)
+        if why is None:
+            try:
+                budget.check(i.filename, i.file_size, i.compress_size, declared + i.file_size)
                 declared += i.file_size
-                budget.check(i.filename, i.file_size, i.compress_size, declared)
-            for i in infos:
-                budget.admit(i.filename, i.file_size, i.compress_size)
-                with zf.open(i) as f:
-                    yield _name(path, i.filename), budget.read(i.filename, f, i.compress_size)
+            except ArchiveRefused:
+                raise
+            except InputError as exc:
+                why = exc.message
+        plan.append((i, why, False))
+    for i, why, link in plan:
+        label = _name(path, i.filename)
+        if why is not None:
+            yield Member(label, i.filename, problem=why, link=link)
+            continue
+        try:
+            budget.admit(i.filename, i.file_size, i.compress_size)
+            with zf.open(i) as f:
+                data = budget.read(i.filename, f, i.compress_size)
+        except ArchiveRefused:
+            raise
+        except InputError as exc:
+            yield Member(label, i.filename, problem=exc.message)
+            continue
+        except (zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError, EOFError, OSError) as exc:
+            yield Member(label, i.filename, problem=f"unreadable member ({excerpt(str(exc), 80)})")
+            continue
+        yield Member(label, i.filename, data)
+
+
+def archive_members(path: Path, limits: ArchiveLimits = DEFAULT_LIMITS) -> Iterator[tuple[str, bytes]]:
+    """``(archive:member, bytes)`` of every file member, in name order, one member in memory at a time; an
+    :class:`~ledger.importers.common.InputError` naming the archive and the member that cannot be read (a cap,
+    a nested archive, a traversal name). Links and devices are skipped."""
+    for m in archive_entries(path, limits):
+        if m.link:
+            continue
+        if m.problem is not None:
+            raise InputError(str(path), f"member {excerpt(m.name, 120)}", m.problem)
+        yield m.label, m.data
 
 
 # --- directories ------------------------------------------------------------------------------------------------

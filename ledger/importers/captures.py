@@ -7,21 +7,28 @@ amd-smi / nvidia-smi file is ``--node`` (one capture only), else the ``node=`` o
 else the name :data:`DEFAULT_NODE_FROM` (or ``--node-from REGEX``) takes from its file name; a set of several
 captures in which a file names no node is refused, as are two files of one node that overlap in time (one
 node's name given twice). Prometheus files carry their node in their labels and are read together by
-:func:`ledger.importers.prometheus.read`. A tar/zip of Prometheus exports is read as before; an archive of
-captures is refused with a one-line error (unpack it and give the directory): archives are recognised by
-their magic bytes, never read as text. Docs: docs/telemetry.md, "Capture sets".
+:func:`ledger.importers.prometheus.read`.
+
+An archive (``.tar``, ``.tar.gz``/``.tgz``, ``.zip``; recognised by its magic bytes, never read as text) is a
+capture set too, mixed as a directory may be: its members are read in memory one at a time, in name order,
+never extracted (:func:`ledger.importers.bounded.archive_entries`: member count, per-member and total inflated
+bytes and the compression ratio capped; links, devices and directories skipped; a traversal name refused),
+each member's format sniffed, its node taken from the member's own file name as for a file. A member that
+fails (a cap, a traversal name, not UTF-8, unreadable as its format) is quarantined: named with its reason in
+``Collected.quarantined`` (the analysis' ``import.quarantined``) and left out, and the rest is still analysed;
+an archive with no readable member, or past a cap of the whole archive, is refused in one line. Docs:
+docs/telemetry.md, "Capture sets".
 """
 
 from __future__ import annotations
 
 import re
-import tarfile
-import zipfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
-from .bounded import archive_kind, directory_files
-from .common import Collected, InputError
+from ..textsafe import excerpt
+from .bounded import DEFAULT_LIMITS, ArchiveLimits, archive_entries, archive_kind, directory_files
+from .common import Collected, InputError, decode_text
 
 CAPTURE_FORMATS = ("dmon", "amd-smi", "nvidia-smi")
 # dmon-gpu-07.txt, amdsmi-mi300-01.csv, nvsmi-gpu07-20261102T000000Z.csv -> gpu-07, mi300-01, gpu07
@@ -110,47 +117,144 @@ def _head(p: Path) -> bytes:
         return f.read(SNIFF_BYTES)
 
 
-def _archive_member_kind(p: Path) -> str | None:
-    """The capture format of an archive's first regular member (None: not a capture, or unreadable)."""
-    try:
-        if zipfile.is_zipfile(p):
-            with zipfile.ZipFile(p) as zf:
-                name = next((n for n in sorted(zf.namelist()) if not n.endswith("/")), None)
-                if name is None:
-                    return None
-                with zf.open(name) as f:
-                    data = f.read(SNIFF_BYTES)
-        else:
-            with tarfile.open(p, "r:*") as tf:
-                m = next((m for m in tf if m.isfile()), None)
-                f = tf.extractfile(m) if m is not None else None
-                if f is None:
-                    return None
-                data = f.read(SNIFF_BYTES)
-    except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError):
-        return None
-    return sniff(data.decode("utf-8", "replace"))
-
-
 def classify(p: Path, fmt: str | None) -> str:
-    """'prometheus' or a capture format for this file; InputError for an archive of captures."""
+    """'archive', 'prometheus' or a capture format for this file."""
     head = _head(p)
-    kind = archive_kind(head)
-    if kind is not None:
-        if fmt not in (None, "prometheus") or _archive_member_kind(p) is not None:
-            raise InputError(str(p), "", f"a {kind} archive of captures: unpack it and give the directory "
-                                         f"(ipledger analyze DIR); only Prometheus exports are read from archives")
-        return "prometheus"
+    if archive_kind(head) is not None:
+        return "archive"
     if fmt is not None:
         return fmt
     return sniff(head.decode("utf-8", "replace")) or "prometheus"
 
 
+class _Reader:
+    """The captures of one set as they are read, one file or archive member at a time: each one's node named
+    and checked against the others' time spans (one node's name given twice)."""
+
+    def __init__(self, pattern: str, start: float | None, interval: float | None, node: str | None,
+                 at: float | None, several: bool) -> None:
+        self.pattern, self.start, self.interval, self.node, self.at = pattern, start, interval, node, at
+        self.several = several
+        self.spans: dict[str, list[tuple[float, float, str]]] = {}
+
+    def parse(self, kind: str, label: str, file_name: str, text: str | None = None, p: Path | None = None
+              ) -> Collected:
+        """A capture file (``p``) or an archive member's text, parsed as ``kind`` (a capture format); no check
+        against the other captures (:meth:`checked`), so it may run in a worker process."""
+        from . import columnar, dmon, nvidia_smi
+
+        hint = node_from_name(file_name, self.pattern)
+        if hint is not None:
+            hint = dmon.host_name(hint, label, "file name")
+        if kind == "nvidia-smi":
+            kw = {"start": self.start, "interval": self.interval, "node": self.node or hint}
+            return nvidia_smi.read(p, **kw) if p is not None else nvidia_smi.parse(text, label, **kw)
+        kw = {"start": self.start, "interval": self.interval, "node": self.node, "node_hint": hint}
+        if p is not None:
+            return (columnar.read_dmon if kind == "dmon" else columnar.read_amdsmi)(p, **kw)
+        return (columnar.parse_dmon if kind == "dmon" else columnar.parse_amdsmi)(text, label, **kw)
+
+    def capture(self, kind: str, label: str, file_name: str, text: str | None = None, p: Path | None = None
+                ) -> Collected:
+        return self.checked(self.parse(kind, label, file_name, text, p), label)
+
+    def checked(self, c: Collected, label: str) -> Collected:
+        """A parsed capture, its node named and its segments clear of the other captures' of that node."""
+        nodes = {i.node for i in c.devices.values()}
+        if self.several and (None in nodes or "unknown-node" in nodes):
+            raise InputError(label, "", f"no node name: the file name does not match the node pattern "
+                                        f"{self.pattern!r} and no '# ipledger-start ... node=NAME' line names one "
+                                        f"(rename the file or give --node-from REGEX)")
+        for n, a, b in c.capture_segments:
+            for a0, b0, other in self.spans.get(n, []):
+                if other != label and a < b0 and a0 < b:
+                    raise InputError(label, "", f"node {n}: overlaps {other} in time: the same node named "
+                                                f"twice? (name each file's node: --node-from REGEX)")
+        for n, a, b in c.capture_segments:
+            self.spans.setdefault(n, []).append((a, b, label))
+        return c
+
+    def archive(self, p: Path, fmt: str | None, limits: ArchiveLimits) -> list[Collected]:
+        """The collections of an archive's members (one each; Prometheus members parsed as exports); the
+        members that fail are quarantined on the first collection."""
+        from . import prometheus
+
+        parts: list[Collected] = []
+        quarantined: list[str] = []
+        links = 0
+        for m in archive_entries(p, limits):
+            base = m.name.replace("\\", "/").rsplit("/", 1)[-1]
+            if m.link:
+                links += 1
+                continue
+            if m.problem is None and (base.startswith(".") or _aside(base)):
+                continue
+            try:
+                if m.problem is not None:
+                    raise InputError(str(p), f"member {excerpt(m.name, 120)}", m.problem)
+                text = decode_text(m.data, m.label)
+                kind = fmt or sniff(text[:SNIFF_BYTES]) or "prometheus"
+                if kind == "prometheus":
+                    parts.append(prometheus.parse(text, m.label, self.at))
+                else:
+                    parts.append(self.capture(kind, m.label, base, text=text))
+            except InputError as exc:
+                quarantined.append(str(exc))
+        if not parts:
+            why = quarantined[0] if quarantined else f"{p}: no file member"
+            raise InputError(str(p), "", f"no readable member (first: {why})")
+        parts[0].quarantined.extend(quarantined)
+        if links:
+            parts[0].warn(f"{p}: {links} link/device member(s) skipped: not followed, not read")
+        return parts
+
+
+READ_WORKERS = 2     # two parsers keep a 2-CPU machine busy while this process imports the agents and merges
+
+
+def _parse_file(reader: _Reader, kind: str, p: Path) -> Collected:
+    return reader.parse(kind, str(p), p.name, p=p)
+
+
+def parsed_in_workers(reader: _Reader, caps: list[tuple[Path, str]], workers: int | None,
+                      while_reading: Callable[[], None] | None = None) -> Iterator[tuple[Path, Collected]]:
+    """Each capture file's collection, in the files' order: parsed here one after another (``workers`` 0, the
+    reference), or by forked worker processes when there are several files and a second CPU, while this process
+    runs ``while_reading`` (analyze imports the agents then). The same collections and the same first error
+    either way (tests/test_capture_sets.py): the checks between captures run here, in order."""
+    import multiprocessing
+    import os
+    import threading
+
+    if workers is None:
+        workers = min(os.cpu_count() or 1, READ_WORKERS)
+    if (workers < 2 or len(caps) < 2 or threading.active_count() != 1
+            or "fork" not in multiprocessing.get_all_start_methods()):
+        if while_reading is not None:
+            while_reading()
+        for p, k in caps:
+            yield p, _parse_file(reader, k, p)
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(min(workers, len(caps)), mp_context=multiprocessing.get_context("fork"))
+    try:
+        futures = [(p, pool.submit(_parse_file, reader, k, p)) for p, k in caps]
+        if while_reading is not None:
+            while_reading()
+        for p, f in futures:
+            yield p, f.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def read_set(sources: list[str], fmt: str | None = None, *, start: float | None = None,
              interval: float | None = None, node: str | None = None, node_from: str | None = None,
-             at: float | None = None, while_reading: Callable[[], None] | None = None) -> Collected:
-    """Every file of the sources in one collection (see the module doc); InputError on what it cannot read."""
-    from . import amdsmi, dmon, nvidia_smi, prometheus
+             at: float | None = None, while_reading: Callable[[], None] | None = None,
+             limits: ArchiveLimits = DEFAULT_LIMITS, workers: int | None = None) -> Collected:
+    """Every file of the sources in one collection (see the module doc); InputError on what it cannot read.
+    ``workers``: processes parsing the capture files (:func:`parsed_in_workers`; 0: all here, the reference)."""
+    from . import prometheus
 
     pattern = node_from or DEFAULT_NODE_FROM
     try:
@@ -160,38 +264,21 @@ def read_set(sources: list[str], fmt: str | None = None, *, start: float | None 
     files = expand(sources)
     kinds = [(p, classify(p, fmt)) for p in files]
     proms = [p for p, k in kinds if k == "prometheus"]
-    caps = [(p, k) for p, k in kinds if k != "prometheus"]
-    if node is not None and len(caps) > 1:
-        raise InputError("--node", "", f"one node for {len(caps)} capture files: name each file's node in its "
-                                       f"name (--node-from REGEX) or its '# ipledger-start ... node=NAME' line")
+    caps = [(p, k) for p, k in kinds if k not in ("prometheus", "archive")]
+    archives = [p for p, k in kinds if k == "archive"]
+    if node is not None and (len(caps) > 1 or archives):
+        raise InputError("--node", "", f"one node for {len(caps) + len(archives)} capture files/archives: name "
+                                       f"each file's node in its name (--node-from REGEX) or its "
+                                       f"'# ipledger-start ... node=NAME' line")
     parts: list[Collected] = []
+    reader = _Reader(pattern, start, interval, node, at, several=len(caps) > 1 or bool(archives))
     if proms:
         parts.append(prometheus.read(proms, default_ts=at, while_reading=while_reading))
-    elif while_reading is not None:
-        while_reading()
-    readers = {"dmon": dmon.read, "amd-smi": amdsmi.read}
-    spans: dict[str, list[tuple[float, float, str]]] = {}
-    for p, k in caps:
-        hint = node_from_name(p.name, pattern)
-        if hint is not None:
-            hint = dmon.host_name(hint, str(p), "file name")
-        if k == "nvidia-smi":
-            c = nvidia_smi.read(p, start=start, interval=interval, node=node or hint)
-        else:
-            c = readers[k](p, start=start, interval=interval, node=node, node_hint=hint)
-        nodes = {i.node for i in c.devices.values()}
-        if len(caps) > 1 and (None in nodes or "unknown-node" in nodes):
-            raise InputError(str(p), "", f"no node name: the file name does not match the node pattern "
-                                         f"{pattern!r} and no '# ipledger-start ... node=NAME' line names one "
-                                         f"(rename the file or give --node-from REGEX)")
-        for n, a, b in c.capture_segments:
-            for a0, b0, other in spans.get(n, []):
-                if other != str(p) and a < b0 and a0 < b:
-                    raise InputError(str(p), "", f"node {n}: overlaps {other} in time: the same node named "
-                                                 f"twice? (name each file's node: --node-from REGEX)")
-        for n, a, b in c.capture_segments:
-            spans.setdefault(n, []).append((a, b, str(p)))
-        parts.append(c)
+        while_reading = None
+    for p, c in parsed_in_workers(reader, caps, workers, while_reading):
+        parts.append(reader.checked(c, str(p)))
+    for p in archives:
+        parts.extend(reader.archive(p, fmt, limits))
     if not parts:
         raise InputError(", ".join(sources), "", "no export files found")
     out = parts[0]

@@ -119,6 +119,9 @@ class Collected:
     # Capture segments (node, start, end): each wall-clock anchor of a dmon / amd-smi capture starts one
     # (docs/telemetry.md, "Capture sets"); the time between two segments of one node is capture_restarted.
     capture_segments: list[tuple[str, float, float]] = field(default_factory=list)
+    # Archive members not analysed ("archive:member: why"): refused by a cap, a traversal name, or unreadable;
+    # the rest of the archive is still read (docs/telemetry.md, "Capture sets").
+    quarantined: list[str] = field(default_factory=list)
 
     def device(self, info: DeviceInfo) -> str:
         old = self.devices.get(info.device)
@@ -148,7 +151,7 @@ class Collected:
         """The import report's input half: mapped and unmapped fields, skipped lines, warnings."""
         return {"mapped_fields": dict(sorted(self.mapped.items())), "unmapped_fields": dict(sorted(self.unmapped.items())),
                 "skipped_lines": dict(sorted(self.skipped.items())), "skipped_examples": list(self.skipped_examples),
-                "warnings": list(self.warnings)}
+                "warnings": list(self.warnings), "quarantined": list(self.quarantined)}
 
     def add(self, device: str, name: str, t: float, value: float | None, reason: str | None = None, *,
             place: str = "") -> None:
@@ -322,6 +325,7 @@ class Collected:
         if self.cadence is None:
             self.cadence = other.cadence
         self.capture_segments.extend(other.capture_segments)
+        self.quarantined.extend(other.quarantined)
 
 
 def rescale_energy(c: Collected, factor: float, why: str) -> int:

@@ -31,7 +31,7 @@ ENTITY_TYPES = ("GPU", "GPU-I", "GPU-CI", "Switch", "CPU", "Core", "Link", "NvSw
 _META = re.compile(r"#\s*ipledger:\s*(.*)")
 # The wall-clock anchor `ipledger pathb-command` writes at each (re)start of a capture:
 #   # ipledger-start 2026-11-02T00:00:00Z node=gpu-07 interval_ms=15000
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+DMON_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _ANCHOR = re.compile(r"#\s*ipledger-start\s+(\S+)(.*)")
 
 
@@ -102,6 +102,15 @@ class Segments:
             self.start = start
         self.tick, self.seen, self.ticks = -1, set(), 0
 
+    def ipledger_line(self, line: str, place: str, c: Collected) -> None:
+        """A ``# ipledger...`` line of a dmon capture: an anchor (or the older meta line) is applied, the
+        collection's cadence taken from it when none was given; any other such line is ignored."""
+        meta = anchor_meta(line)
+        if meta is not None:
+            self.anchor(meta, place)
+            if c.cadence is None:
+                c.cadence = self.interval
+
     def time_for(self, entity: str) -> float:
         """The time of this entity's row: a tick ends when an entity repeats."""
         if entity in self.seen or self.tick < 0:
@@ -147,11 +156,7 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
         if not s:
             continue
         if s.startswith("# ipledger"):
-            meta = anchor_meta(s)
-            if meta is not None:
-                seg.anchor(meta, f"line {n}")
-                if c.cadence is None:
-                    c.cadence = seg.interval
+            seg.ipledger_line(s, f"line {n}", c)
             continue
         toks = s.split()
         if toks[0] == "#Entity" or toks[:2] == ["#", "Entity"]:   # DCGM 3.x+ / older "# Entity"
@@ -164,7 +169,7 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
                 else:
                     c.note_mapped(col, spec.target)
             continue
-        if toks[0].upper() == "ID" and not any(_NUMBER.fullmatch(x) for x in toks[1:]):
+        if toks[0].upper() == "ID" and not any(DMON_NUMBER.fullmatch(x) for x in toks[1:]):
             continue   # the units line under the header ("ID", older "Id", with units: "ID  %  MHZ  W  C")
         if toks[0] not in ENTITY_TYPES or len(toks) < 2 or (columns is not None and len(toks) - 2 != len(columns)):
             noise = noise_reason(s)   # only for lines that are not rows: the common path stays a dict lookup
@@ -200,12 +205,12 @@ def parse(text: str | Iterable[str], path: str = "<input>", *, start: float | No
                                                        f"#Entity header), got '{excerpt(first_bad[1])}'")
     if columns is None:
         raise InputError(path, "", "no '#Entity' header: not dcgmi dmon output")
-    _mark_mig_parent(c)
+    mark_mig_parent(c)
     seg.finish(c)
     return c
 
 
-def _mark_mig_parent(c: Collected) -> None:
+def mark_mig_parent(c: Collected) -> None:
     """GPU instances (``GPU-I n``, DCGM's own numbering) in a capture of one GPU make that GPU their partitioned
     parent, never billed itself. dmon names no profile, so the instances' shares are unknown: said in a warning."""
     instances = [d for d, i in c.devices.items() if i.mig_instance is not None]
@@ -222,4 +227,6 @@ def _mark_mig_parent(c: Collected) -> None:
 
 
 def read(path: str | Path, **kw) -> Collected:
+    """The reference reading of a capture file (what is read for analysis is :func:`columnar.read_dmon`, held
+    equal to :func:`parse`)."""
     return parse(read_lines(path), str(path), **kw)

@@ -46,7 +46,7 @@ DCGM_FP64_BLANKS = frozenset(140737488355328.0 + i for i in range(4))
 INT64_BLANK_FLOAT = float(DCGM_INT64_BLANK) * (1 - 1e-15)
 
 # Text a tool prints instead of a number, and the reason we record for it.
-_TEXT_REASONS = {
+TEXT_REASONS = {
     "n/a": "not_available", "[n/a]": "not_available", "na": "not_available", "-": "not_available",
     "n/w": "not_watched", "not supported": "not_supported", "[not supported]": "not_supported",
     "not specified": "not_specified", "not found": "not_found", "insf. permission": "no_permission",
@@ -71,7 +71,7 @@ def clean(raw: object, field_name: str = "") -> tuple[float | None, str | None]:
         raise BadValue(f"boolean {raw!r}")
     if isinstance(raw, str):
         s = raw.strip()
-        reason = _TEXT_REASONS.get(s.lower())
+        reason = TEXT_REASONS.get(s.lower())
         if reason is not None:
             return None, reason
         try:

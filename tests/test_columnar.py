@@ -1,0 +1,193 @@
+"""The column-wise capture parsers (ledger/importers/columnar.py, the capture importers' speed trick) give the
+plain parsers' collection, field for field, on generated captures: amd-smi's watch banner, CRLF, headers repeated
+and changed, blank lines, ``N/A`` / ``N/W`` cells, DCGM blank sentinels, negatives and fractions out of range,
+unreadable cells, terminal noise, and restarts (a second wall-clock anchor); and the same error where the plain
+parser stops."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from ledger.importers import amdsmi, columnar, dmon
+from ledger.importers.common import InputError
+
+T0 = 1793577600.0   # 2026-11-02T00:00:00Z
+DMON_COLS = ["SMACT", "POWER", "TOTEC", "GPUTL", "DVCCTR", "TMPTR", "MMTMP", "XIDER", "FOO"]
+AMD_COLS = ["gfx_activity", "socket_power", "gfx_0_clk", "gfx_1_clk", "mem_0_clk", "hotspot", "mem", "used_vram",
+            "total_correctable_count", "accumulation_counter", "ppt_violation_status",
+            "socket_thermal_violation_status", "throttle_status", "extra_col"]
+
+
+def _snapshot(c):  # noqa: ANN001, ANN202
+    return {
+        "series": {d: {f: (list(ts), [None if v != v else v for v in vs]) for f, (ts, vs) in fs.items()}
+                   for d, fs in c.series.items()},
+        "field_order": {d: list(fs) for d, fs in c.series.items()},
+        "reasons": c.reasons, "devices": c.devices, "device_order": list(c.devices), "skipped": c.skipped,
+        "examples": c.skipped_examples, "mapped": c.mapped, "unmapped": c.unmapped,
+        "warnings": sorted(c.warnings), "segments": c.capture_segments, "span": c.span, "points": c.points,
+        "cadence": c.cadence, "contexts": c.contexts, "source": c.source,
+    }
+
+
+def _outcome(parse, text: str, **kw):  # noqa: ANN001, ANN202
+    try:
+        return _snapshot(parse(text, "dmon-n1.txt", **kw))
+    except InputError as exc:
+        return ("error", str(exc))
+
+
+def _stamp(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+number = st.one_of(st.integers(0, 5000).map(str), st.floats(0, 3000, allow_nan=False).map(lambda x: f"{x:.3f}"),
+                   st.sampled_from(["0.5", "0.95", "1.2", "0", "-3", "1e3"]))
+marker = st.sampled_from(["N/A", "N/W", "n/a", "-", "nan", "inf", "2147483632", "9223372036854775807",
+                          "140737488355328"])
+cell = st.one_of(number, number, number, marker, st.sampled_from(["abc", "1,2", "nan(1)", "Infinity", "+5", ".5", "NaN",
+                                                                  "1_0", "1e400", "N/a"]))
+noise = st.sampled_from(["^C", "$ dcgmi dmon -e 155", "dmon was stopped due to receiving a signal", "", "  ",
+                         "garbage line here", "Error: something"])
+
+
+@st.composite
+def dmon_text(draw, cells=None, noises=None):  # noqa: ANN001, ANN201
+    only_regular = cells is not None
+    cell_ = cell if cells is None else cells
+    noise_ = noise if noises is None else noises
+    lines: list[str] = []
+    t = T0
+    for _seg in range(draw(st.integers(1, 3))):
+        if draw(st.booleans()):
+            iv = draw(st.sampled_from([1000, 15000]))
+            lines.append(f"# ipledger-start {_stamp(t)} node={draw(st.sampled_from(['n1', 'n2']))} interval_ms={iv}")
+        cols = draw(st.lists(st.sampled_from(DMON_COLS), min_size=1, max_size=5, unique=True))
+        gpus = draw(st.lists(st.sampled_from(["GPU 0", "GPU 1", "GPU 2", "GPU-I 3"]), min_size=1, max_size=3,
+                             unique=True))
+        for k in range(draw(st.integers(0, 12))):
+            if k % 4 == 0:
+                lines += ["#Entity   " + "  ".join(cols), "ID"]
+            for g in gpus:
+                lines.append(f"{g}  " + "  ".join(draw(cell_) if only_regular or draw(st.integers(0, 30)) else "garbage"
+                                                   for _ in cols))
+            if draw(st.integers(0, 6)) == 0:
+                lines.append(draw(noise_))
+        t += 3600
+    sep = draw(st.sampled_from(["\n", "\r\n"]))
+    return sep.join(lines) + sep
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dmon_text(), st.booleans())
+def test_dmon_column_wise_equals_the_plain_parser(text, given_start):
+    kw = {"start": T0, "interval": 15.0} if given_start else {}
+    assert _outcome(columnar.parse_dmon, text, **kw) == _outcome(dmon.parse, text, **kw)
+
+
+regular = st.one_of(number, marker, st.sampled_from(["Infinity", "+5", ".5", "NaN", "5."]))
+known_noise = st.sampled_from(["^C", "$ dcgmi dmon -e 155", "dmon was stopped due to receiving a signal", "",
+                               "Error: something"])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dmon_text(cells=regular, noises=known_noise))
+def test_dmon_arrow_reads_the_common_capture_as_the_plain_parser(text):
+    """Numbers, markers and known noise only: the pyarrow reading takes the capture (no fallback) and gives the
+    plain parser's collection."""
+    kw = {"start": T0, "interval": 15.0}
+    plain = _outcome(dmon.parse, text, **kw)
+    if isinstance(plain, tuple) or plain["points"] == 0:
+        return
+    got = _snapshot(columnar._dmon_arrow(text.splitlines(), "dmon-n1.txt", node=None, node_hint=None, **kw))
+    assert got == plain
+
+
+def test_dmon_flushes_in_bounded_batches_with_the_same_result(monkeypatch):
+    rows = "".join(f"GPU {g} {100 + k % 7} {'N/A' if k % 11 == 0 else 0.5}\n" for k in range(300) for g in range(4))
+    text = f"# ipledger-start {_stamp(T0)} node=n1 interval_ms=1000\n#Entity POWER SMACT\nID\n" + rows
+    whole = _outcome(columnar.parse_dmon, text)
+    monkeypatch.setattr(columnar, "FLUSH_ROWS", 7)
+    assert _outcome(columnar.parse_dmon, text) == whole == _outcome(dmon.parse, text)
+
+
+def test_dmon_same_error_as_the_plain_parser_on_a_time_out_of_range():
+    text = "# ipledger-start 1990-01-01T00:00:00Z node=n1 interval_ms=1000\n#Entity FOO POWER\nID\nGPU 0 1 2\n"
+    out = _outcome(columnar.parse_dmon, text)
+    assert out == _outcome(dmon.parse, text) and out[0] == "error" and "column POWER" in out[1]
+
+
+@st.composite
+def amd_text(draw):  # noqa: ANN001, ANN201
+    lines: list[str] = []
+    t = T0
+    status = st.sampled_from(["ACTIVE", "NOT ACTIVE", "N/A", "", "weird"])
+    for _seg in range(draw(st.integers(1, 3))):
+        if draw(st.booleans()):
+            lines.append(f"# ipledger-start {_stamp(t)} node=mi-{draw(st.integers(1, 2))} interval_ms=15000")
+        if draw(st.booleans()):
+            lines.append("'CTRL' + 'C' to stop watching output:")
+        cols = ["gpu"] + (["timestamp"] if draw(st.booleans()) else []) + \
+            draw(st.lists(st.sampled_from(AMD_COLS), min_size=1, max_size=8, unique=True))
+        gpus = draw(st.lists(st.sampled_from(["0", "1", "2"]), min_size=1, max_size=3, unique=True))
+        for k in range(draw(st.integers(1, 8))):
+            if k == 0 or draw(st.booleans()):
+                lines.append(",".join(cols))
+            for g in gpus:
+                row = []
+                for col in cols:
+                    if col == "gpu":
+                        row.append(g)
+                    elif col == "timestamp":
+                        row.append(draw(st.sampled_from([str(int(t + 15 * k)), "", _stamp(t + 15 * k)])))
+                    elif "status" in col:
+                        row.append(draw(status) if col != "throttle_status" else
+                                   draw(st.sampled_from(["THROTTLED", "UNTHROTTLED", "N/A"])))
+                    else:
+                        row.append(draw(st.one_of(cell, st.sampled_from(["421 W", "12 %", "1_0", "5."]))))
+                lines.append(",".join(row))
+            if draw(st.integers(0, 8)) == 0:
+                lines.append(draw(st.sampled_from(["", "^C", "$ amd-smi metric --csv"])))
+        t += 3600
+    sep = draw(st.sampled_from(["\n", "\r\n"]))
+    return sep.join(lines) + sep
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(amd_text(), st.booleans())
+def test_amd_csv_column_wise_equals_the_plain_parser(text, given_start):
+    kw = {"start": T0, "interval": 15.0, "node": None} if given_start else {"node_hint": "mi-9"}
+    assert _outcome(columnar.parse_amdsmi, text, **kw) == _outcome(amdsmi.parse, text, **kw)
+
+
+def test_the_project_generators_captures_read_the_same_both_ways(tmp_path, monkeypatch):
+    """The report-on generator's files (what the bench reads): equal collections either way, and read by
+    pyarrow (neither the plain parser nor the Python-list reading is what gives them)."""
+    from bench.capture_fleet import generate, write_captures
+
+    fl = generate(1, hours=24.0, cadence=600.0)
+    for p in write_captures(fl, tmp_path):
+        text = p.read_text()
+        plain, fast = (dmon.parse, columnar.parse_dmon) if p.name.startswith("dmon") else \
+            (amdsmi.parse, columnar.parse_amdsmi)
+        a = _outcome(plain, text)
+        with monkeypatch.context() as m:
+            m.setattr(columnar, "column_values", None)       # the slower readings would fail here
+            m.setattr(amdsmi, "parse_csv", None)
+            b = _outcome(fast, text)
+        assert a == b and isinstance(a, dict) and a["points"] > 0, p.name
+        if p.name.startswith("dmon"):     # read by pyarrow, not by the fallback
+            kw = {"start": None, "interval": None, "node": None, "node_hint": None}
+            assert _snapshot(columnar._dmon_arrow(text.splitlines(), "dmon-n1.txt", **kw)) == a
+
+
+def test_column_values_reads_markers_and_refuses_what_clean_refuses():
+    v, text = columnar.column_values(["1.5", "N/A", "n/w", "7"])
+    assert np.isnan(v[1]) and v[3] == 7.0 and text == {1: "not_available", 2: "not_watched"}
+    assert columnar.column_values(["1", "abc"]) is None
+    with pytest.raises(InputError):
+        columnar.parse_dmon("GPU 0 1\n", "x.txt")
