@@ -261,3 +261,41 @@ def test_a_real_amd_smi_energy_csv_gives_the_counters_joules(tmp_path) -> None:
     body = json.loads(r.output)
     assert body["receipt_version"] == "1.4" and body["energy"]["kwh"] > 0
     assert body["energy"]["source"] in ("counter", "mixed")
+
+
+def test_energy_columns_read_in_the_attributions_pass_equal_the_plain_second_pass(tmp_path) -> None:
+    """The receipt reads energy_j/power_w in the same pass over the sample blocks as the attribution's columns
+    (load_sample_arrays(energy_out=...), LazySamples' batches); load_energy_columns is the plain second pass it
+    replaced, kept as the reference: the same columns, bit for bit, by either path (engine: lazy batches of 1
+    device; connection: one read)."""
+    import numpy as np
+
+    from ledger.db import make_engine
+    from ledger.receipts import gather as g
+
+    url, run, env = _imported_ledger(tmp_path, n_gpus=3, hours=1, cadence=60, jobs="slurm", holes=[(1, 1200, 900)])
+    assert _set_measured_terms(tmp_path, url, run, env).exit_code == 0
+    engine = make_engine(url, read_only=True)
+    lazy = g.gather(engine, "1000")
+    with engine.connect() as conn:
+        eager = g.gather(conn, "1000")
+        segs = [s.entry.entry_id for s in eager.segments]
+        devices = sorted(eager.samples)
+        w0, w1 = min(float(a.t[0]) for a in eager.samples.values()), 2e12
+        plain = g.load_energy_columns(conn, segs, devices, w0, w1)
+        out: dict = {}
+        g.load_sample_arrays(conn, segs, devices, w0, w1, energy_out=out)
+    small = g.LazySamples(engine, {d: segs for d in devices}, w0, w1, batch=1, energy=True)
+    batched = g.LazyEnergy(small)
+    assert devices and sorted(plain) == devices
+    for d in devices:
+        for col in ("energy_j", "power_w"):
+            for got in (out[d][col], batched[d][col]):
+                assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(got, plain[d][col]))
+        assert np.isfinite(plain[d]["energy_j"][1]).any()
+    assert set(lazy.energy_columns) == set(eager.energy_columns) == set(devices)
+    for d in devices:
+        for col in ("energy_j", "power_w"):
+            assert all(np.array_equal(a, b, equal_nan=True)
+                       for a, b in zip(lazy.energy_columns[d][col], eager.energy_columns[d][col]))
+    assert batched.get("no-such-device", {}) == {}

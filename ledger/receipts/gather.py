@@ -30,6 +30,8 @@ SAMPLE_READ_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "tenso
                        "sm_clock_mhz", "compute_procs", "fb_used_mib")
 # read as well only for method 1.1's effective-compute lens (a 1.0.0 receipt reads what it always read)
 LENS_READ_COLUMNS = ("sm_occupancy", "dram_active")
+# read as well only under measured-energy terms (receipt 1.4's energy block), in the same pass
+ENERGY_READ_COLUMNS = ("energy_j", "power_w")
 
 
 def runs_of_job(conn: Connection, job_id: str, as_of: int | None) -> dict[RunKey, list[ChainedEntry]]:
@@ -127,20 +129,24 @@ def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | Non
         for d in seg.entry.data.get("devices") or [seg.entry.device]:
             if d in by_device:
                 by_device[d].append(seg.entry.entry_id)
+    # only a ledger with measured-energy terms reads the counter (receipt 1.4's energy block), in the same pass
+    # over the sample blocks as the attribution's columns
+    with_energy = any("energy_basis" in sku for c in contracts for sku in (c.entry.data.get("skus") or {}).values())
+    energy_columns: Mapping[str, Mapping[str, tuple]] = {}
     if engine is not None:
         samples: Mapping[str, SampleArrays] = LazySamples(engine, by_device, w0, w1, workers=workers,
-                                                          lens_columns=lens_columns)
+                                                          lens_columns=lens_columns, energy=with_energy)
+        if with_energy:
+            energy_columns = LazyEnergy(samples)
     else:
+        energy_out: dict | None = {} if with_energy else None
         samples = load_sample_arrays(conn, [s.entry.entry_id for s in segments], sorted(uuids), w0, w1,
-                                     lens_columns)
+                                     lens_columns, energy_out=energy_out)
+        energy_columns = energy_out or {}
     used = {s for s in segments}
     xid_samples = {}
     if end_state(entries) not in (None, "COMPLETED"):  # only a run that did not complete can be a provider failure
         xid_samples = load_xid_samples(conn, [s.entry.entry_id for s in segments], sorted(uuids), w0, w1)
-    energy_columns = {}
-    if any("energy_basis" in sku for c in contracts for sku in (c.entry.data.get("skus") or {}).values()):
-        # only a ledger with measured-energy terms reads the counter (receipt 1.4's energy block)
-        energy_columns = load_energy_columns(conn, [s.entry.entry_id for s in segments], sorted(uuids), w0, w1)
     return RunInputs(key=key, entries=tuple(entries), gaps=tuple(gaps), resolutions=tuple(resolutions),
                      contracts=tuple(contracts), segments=tuple(sorted(used, key=lambda c: c.seq)),
                      samples=samples, contract_id=contract_id, contract_entry_id=contract_entry_id,
@@ -159,6 +165,13 @@ def load_energy_columns(conn: Connection, segment_ids: Sequence[str], devices: S
         acc = parts[device]
         for k, c in enumerate(table.columns):
             acc[k].append(float_values(c))
+    return energy_columns_of(parts)
+
+
+def energy_columns_of(parts: Mapping[str, Sequence[Sequence[np.ndarray]]]
+                      ) -> dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """Each device's (t, energy_j, power_w) pieces, in the order read, as its columns in time order (equal times
+    keep their reading order)."""
     out = {}
     for d, (t, e, p) in parts.items():
         ts, es, ps = (np.concatenate(x) for x in (t, e, p))
@@ -187,23 +200,36 @@ DEVICE_BATCH = 16
 
 
 def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Sequence[str], start: float,
-                       end: float, lens_columns: bool = False) -> dict[str, SampleArrays]:
+                       end: float, lens_columns: bool = False, energy_out: dict | None = None
+                       ) -> dict[str, SampleArrays]:
     """Columns of the samples of these segments and devices overlapping [start, end), one array set per device.
 
     Read through :func:`ledger.telemetry.store.iter_sample_pieces` (columnar blocks, decompressing only these
     devices and the receipt's columns; legacy row segments alike) straight into float64 arrays, NULL as NaN:
-    no per-row Python objects.
+    no per-row Python objects. ``energy_out``: also each device's ``energy_j`` and ``power_w`` columns, read in
+    the same pass and put there as :func:`load_energy_columns` (the plain second pass, a test holds them equal)
+    gives them.
     """
     if not segment_ids or not devices:
         return {}
     parts: dict[str, list[list[np.ndarray | None]]] = defaultdict(list)
+    energy_parts: dict[str, list[list]] = defaultdict(lambda: [[], [], []])
     base = len(SAMPLE_READ_COLUMNS) - 1
+    extra = ENERGY_READ_COLUMNS if energy_out is not None else ()
     for device, table in iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start, end=end,
                                             columns=SAMPLE_READ_COLUMNS[1:] + (LENS_READ_COLUMNS if lens_columns
-                                                                               else ())):
+                                                                               else ()) + extra):
+        columns = table.columns
+        if extra:
+            acc = energy_parts[device]
+            for k, c in enumerate((columns[0], *columns[-len(extra):])):
+                acc[k].append(float_values(c))
+            columns = columns[:-len(extra)]
         # a lens column no sample of the piece measured is None (the lens skips it), not a column of NaN
         parts[device].append([float_values(c) if i < base or c.null_count < len(c) else None
-                              for i, c in enumerate(table.columns)])
+                              for i, c in enumerate(columns)])
+    if energy_out is not None:
+        energy_out.update(energy_columns_of(energy_parts))
     out = {}
     for device in devices:
         if device not in parts:
@@ -238,8 +264,12 @@ class LazySamples(Mapping):
     receipt's memory is bounded by one batch, not by the whole run."""
 
     def __init__(self, engine: Engine, segments_by_device: Mapping[str, Sequence[str]], start: float, end: float,
-                 batch: int = DEVICE_BATCH, workers: int = 1, lens_columns: bool = False) -> None:
+                 batch: int = DEVICE_BATCH, workers: int = 1, lens_columns: bool = False,
+                 energy: bool = False) -> None:
         self._engine = engine
+        # under measured-energy terms: every device's energy_j/power_w columns, kept (small) once its batch is read
+        self.energy: dict[str, dict] | None = {} if energy else None
+        self.energy_read: set[str] = set()
         self._workers = workers
         self._segs = {d: list(s) for d, s in segments_by_device.items() if s}
         self._order = list(self._segs)
@@ -257,8 +287,11 @@ class LazySamples(Mapping):
             batch = self._order[i:i + self._batch]
             segs = sorted({s for d in batch for s in self._segs[d]})
             with self._engine.connect() as conn:
-                self._cache = load_sample_arrays(conn, segs, batch, self._start, self._end, self._lens)
+                self._cache = load_sample_arrays(conn, segs, batch, self._start, self._end, self._lens,
+                                                 energy_out=self.energy)
             self._loaded = set(batch)
+            if self.energy is not None:
+                self.energy_read.update(batch)
         if device not in self._cache:
             raise KeyError(device)
         return self._cache[device]
@@ -312,6 +345,28 @@ class LazySamples(Mapping):
 
     def __len__(self) -> int:
         return len(self._order)
+
+
+class LazyEnergy(Mapping):
+    """A run's energy columns by device, from :class:`LazySamples`' own reads: a device whose batch was read has
+    them already; another (the worker processes attributed it) is read on asking."""
+
+    def __init__(self, samples: LazySamples) -> None:
+        self._samples = samples
+
+    def __getitem__(self, device: str) -> dict:
+        s = self._samples
+        if device not in s.energy_read:
+            s[device]   # reads its batch, energy columns included (KeyError: no segments for it)
+        if device not in s.energy:
+            raise KeyError(device)
+        return s.energy[device]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._samples)
+
+    def __len__(self) -> int:
+        return len(self._samples)
 
 
 def _attribute_batch(job: tuple) -> dict[str, tuple[DeviceAccount | None, DeviceLens | None]]:
