@@ -1105,7 +1105,7 @@ def energy_parts(dev: Mapping[str, Any], w0: float, w1: float) -> tuple[tuple[fl
     energy this run bears in each — its pods' share (``dev["shared"]``, or from each instant on under changing
     sharers, ``dev["segments"]``) times a MIG slice's share of its GPU (``mig_share``; a profile the MIG table does
     not know bears the whole, as its rate does). Empty for a whole GPU held alone: its energy is all the run's."""
-    mig = mig_share(dev.get("mig_profile"), dev.get("sku")) if dev.get("mig_profile") else None
+    mig = slice_share(dev)
     if dev.get("segments"):
         segs, parts = dev["segments"], []
         for i, (t0, sh) in enumerate(segs):
@@ -1118,6 +1118,17 @@ def energy_parts(dev: Mapping[str, Any], w0: float, w1: float) -> tuple[tuple[fl
     if share is None and mig is None:
         return ()
     return ((w0, w1, (share or Fraction(1)) * (mig or 1)),)
+
+
+def slice_share(dev: Mapping[str, Any]) -> Fraction | None:
+    """A MIG slice's share of its GPU (``mig_share``), None for a whole GPU or a profile the table does not know."""
+    return mig_share(dev.get("mig_profile"), dev.get("sku")) if dev.get("mig_profile") else None
+
+
+def slice_hours(dev: Mapping[str, Any], gpu_hours: Decimal) -> Decimal:
+    """The GPU-hours a slice's TDP pricing bears: its hours times its share of the GPU (a whole GPU: all)."""
+    mig = slice_share(dev)
+    return gpu_hours if mig is None else gpu_hours * mig.numerator / mig.denominator
 
 
 def part_buckets(a: float, b: float, suspended: Sequence[tuple[float, float]]) -> tuple:
@@ -1672,9 +1683,7 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
             any_share = True
             parts = tuple((device_energy(energy_j, a, b, power_w), part_buckets(a, b, frame.suspended), sh)
                           for a, b, sh in parts)
-            mig = mig_share(dev.get("mig_profile"), dev.get("sku")) if dev.get("mig_profile") else None
-            if mig is not None:
-                gpu_hours = gpu_hours * mig.numerator / mig.denominator
+            gpu_hours = slice_hours(dev, gpu_hours)
         energy_rows.append((spans, dev_buckets, table[key][1] if key else None, gpu_hours, basis, parts))
     energy = energy_block(energy_rows, contract["currency"]) if energy_rows else None
     if energy is not None:

@@ -30,7 +30,7 @@ from .energy import DeviceEnergyInput, carbon_block, energy_block
 from .progress import progress_block
 # the receipt's plain stages (price, bill) and the method's constants are the tenant's verifier's: one definition
 from ..proofcheck import (BUCKETS, METHOD_NAME, METHOD_VERSION, POLICIES, adjustments_block, bill_device, cut,
-                          energy_parts, part_buckets,
+                          energy_parts, part_buckets, slice_hours,
                           device_line, estimated_delivered, hours_block, money, price_device, rate_of)
 from ..proofcheck import hours as nh_to_hours
 
@@ -499,9 +499,7 @@ def _energy_rows(inputs: RunInputs, contract: Any, frame: RunFrame, accounts: li
         if parts:
             parts = tuple((device_energy_of(dev["uuid"], columns, a, b), part_buckets(a, b, frame.suspended), sh)
                           for a, b, sh in parts)
-            mig = mig_share(dev.get("mig_profile"), dev.get("sku")) if dev.get("mig_profile") else None
-            if mig is not None:
-                gpu_hours = gpu_hours * mig.numerator / mig.denominator
+            gpu_hours = slice_hours(dev, gpu_hours)
         rows.append(DeviceEnergyInput(de, buckets, rating.tdp_w if rating else None, gpu_hours, basis,
                                       dev.get("node"), parts))
     return rows
