@@ -131,7 +131,8 @@ def parse_csv(text: str | Iterable[str], path: str = "<input>", *, start: float 
         for field, names in _columns_by_field(header):
             # several columns can carry one field (power.draw, .average, .instant): the first readable one in
             # QUERY_FIELDS' order is the sample; with none readable, the first one's cause is recorded
-            name = next((x for x in names if _readable(_value(rec[x]), field)), names[0])
+            name = names[0] if len(names) == 1 else \
+                next((x for x in names if _readable(_value(rec[x]), field)), names[0])
             c.add_raw(dev, field, t, _value(rec[name]), QUERY_FIELDS[name][1], place=f"line {n} column {name}")
     if header is None:
         raise InputError(path, "", "no nvidia-smi CSV header found")
