@@ -99,18 +99,20 @@ def test_bundle_verifies_with_proofcheck_alone_in_a_bare_venv(example, bare_venv
         shutil.copy(example[name], tenant / example[name].name)
     shutil.copy(pc.__file__, tenant / "proofcheck.py")
     py = str(bare_venv / "bin" / "python")
+    # the tenant's machine: no PYTHONPATH pointing at a checkout, whatever the caller's shell has
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     # nothing of ipledger (or numpy, sqlalchemy...) is importable there
-    probe = subprocess.run([py, "-c", "import ledger"], cwd=tenant, capture_output=True)
+    probe = subprocess.run([py, "-c", "import ledger"], cwd=tenant, capture_output=True, env=env)
     assert probe.returncode != 0
     res = subprocess.run([py, "proofcheck.py", example["bundle"].name, "--pubkey", example["pub"].name],
-                         cwd=tenant, capture_output=True, text=True, timeout=120)
+                         cwd=tenant, capture_output=True, text=True, timeout=120, env=env)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == example["receipt_hash"]
     # and a bundle for another key's log is refused, naming the key
     other = tmp_path / "other"
     heads.keygen(other)
     res = subprocess.run([py, "proofcheck.py", example["bundle"].name, "--pubkey", str(other) + ".pub"],
-                         cwd=tenant, capture_output=True, text=True, timeout=120)
+                         cwd=tenant, capture_output=True, text=True, timeout=120, env=env)
     assert res.returncode == 1 and "head.log_id" in res.stderr
 
 
