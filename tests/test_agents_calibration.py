@@ -77,26 +77,34 @@ def test_a_chassis_hot_by_design_running_a_heavy_job_is_working_not_cooling(runn
     assert abs(ev["gpu_temp_c_above_own_normal_at_same_power"]["during"]) <= 3.0
 
 
-def test_the_same_node_hot_for_some_hours_at_the_same_power_is_still_cooling(runner, cli, tmp_path):
-    """The rule that spares the chassis must not spare a cooling failure: the same nodes with normal airflow,
-    every GPU of gpu-11 20 degC hotter (its inlet) from hour 3 to hour 7 at the power it drew before is a node
-    cooling finding."""
-    src = _chassis_set(tmp_path / "set", hot_chassis=False)
+def _hours_3_to_7(src: Path, prefix: str, edit) -> Path:  # noqa: ANN001
+    """``src`` with ``edit(cells)`` applied, in place, to gpu-11's rows starting with ``prefix`` from hour 3 to 7."""
     p = src / "dmon-gpu-11.txt"
     lines, k = [], -1
     for ln in p.read_text().splitlines():
         if ln.startswith("GPU 0 "):
             k += 1
-        if ln.startswith("GPU ") and 180 <= k < 420:
+        if ln.startswith(prefix) and 180 <= k < 420:
             cells = ln.split()
-            power, temp = float(cells[6]), float(cells[7]) + 20
-            reasons = 0x20 if temp > SLOWDOWN_C else 0
-            if reasons:
-                cells[5], cells[6], temp = "1500", f"{power - 10:.2f}", SLOWDOWN_C + 1
-            cells[7], cells[8] = f"{temp:.0f}", str(reasons)
+            edit(cells)
             ln = f"{cells[0]} {cells[1]}     " + "  ".join(cells[2:])
         lines.append(ln)
     p.write_text("\n".join(lines) + "\n")
+    return src
+
+
+def test_the_same_node_hot_for_some_hours_at_the_same_power_is_still_cooling(runner, cli, tmp_path):
+    """The rule that spares the chassis must not spare a cooling failure: the same nodes with normal airflow,
+    every GPU of gpu-11 20 degC hotter (its inlet) from hour 3 to hour 7 at the power it drew before is a node
+    cooling finding."""
+    def inlet(cells: list[str]) -> None:
+        power, temp = float(cells[6]), float(cells[7]) + 20
+        reasons = 0x20 if temp > SLOWDOWN_C else 0
+        if reasons:
+            cells[5], cells[6], temp = "1500", f"{power - 10:.2f}", SLOWDOWN_C + 1
+        cells[7], cells[8] = f"{temp:.0f}", str(reasons)
+
+    src = _hours_3_to_7(_chassis_set(tmp_path / "set", hot_chassis=False), "GPU ", inlet)
     found = _analyze(runner, cli, src)["findings"]
     cool = [f for f in found if f["kind"] == "hot_because_cooling"]
     assert [(f["level"], f["scope"]["node"]) for f in cool] == [("node", "gpu-11")], \
@@ -187,20 +195,11 @@ def test_one_gpu_far_hotter_than_its_siblings_is_its_cooling_not_the_nodes(runne
     """One GPU 60 degC hotter than its own normal at its siblings' power (its fan) lifts its node's mean residual
     past the node threshold, but the node is not hot where most of its GPUs are not: one device-scope finding on
     that GPU, none on the node (the tune-on set's fan on seed 7 was a node finding before)."""
-    src = _chassis_set(tmp_path / "set", hot_chassis=False)
-    p = src / "dmon-gpu-11.txt"
-    lines, k = [], -1
-    for ln in p.read_text().splitlines():
-        if ln.startswith("GPU 0 "):
-            k += 1
-        if ln.startswith("GPU 6 ") and 180 <= k < 420:
-            cells = ln.split()
-            power = float(cells[6])
-            temp = 25 + 0.055 * power + 60
-            cells[5], cells[6], cells[7], cells[8] = "1700", f"{power - 15:.2f}", f"{temp:.0f}", str(0x20)
-            ln = f"{cells[0]} {cells[1]}     " + "  ".join(cells[2:])
-        lines.append(ln)
-    p.write_text("\n".join(lines) + "\n")
+    def fan(cells: list[str]) -> None:
+        power = float(cells[6])
+        cells[5], cells[6], cells[7], cells[8] = "1700", f"{power - 15:.2f}", f"{25 + 0.055 * power + 60:.0f}", "32"
+
+    src = _hours_3_to_7(_chassis_set(tmp_path / "set", hot_chassis=False), "GPU 6 ", fan)
     cool = [f for f in _analyze(runner, cli, src)["findings"] if f["kind"] == "hot_because_cooling"]
     assert [(f["level"], f["scope"].get("device_uuid")) for f in cool] == [("device", "gpu-11/gpu6")], \
         [(f["level"], f["scope"]) for f in cool]
