@@ -155,8 +155,8 @@ def capture_table(rows: list[dict], totals: dict, hours: float = 24.0) -> str:
 
 KIND_RULES = {   # per finding kind: its rule and its evidence in a few words (docs/agents.md has them in full)
     "hot_because_cooling": ("hotter than its own normal at the same power and than its siblings / the other nodes "
-                            "that hour; node: >= 60 % of a rack's nodes (rack), the node alone (node), one GPU at "
-                            "its siblings' power (device)", "temperature residual at the same power, power under "
+                            "that hour; node: >= 60 % of a rack's nodes (rack), the node alone with >= half its GPUs hot "
+                            "(node), one GPU at its siblings' power (device)", "temperature residual at the same power, power under "
                             "load against the reference, thermal-bit share"),
     "hot_because_working": ("thermal throttling at temperatures normal for the power (own line), >= 0.25 GPU-h on "
                             "a device or over a run's devices", "power and activity under load, residual near 0"),
