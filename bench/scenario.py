@@ -15,7 +15,11 @@ right. Here each device follows a small physical model instead:
 - a correctable-ECC counter whose rate grows exponentially within hours;
 - an XID 79 ("fallen off the bus"): the job dies, the device stops reporting for hours;
 - a collector outage: a node reports nothing for a while, its jobs still running;
-- an idle-held device: one GPU of a 4-GPU job with no process for hours.
+- an idle-held device: one GPU of a 4-GPU job with no process for hours;
+- (``harder``, issue 28, from a stream of their own) a chassis with less airflow by design (``r`` 1.75-1.95x all
+  day on every GPU of a node) running a heavy 4-GPU job, hot because working with the inlet normal; a failing fan
+  on one GPU (its ``r`` ramps to 1.8-2.4x for 4-8 h: hot at its siblings' power); a sagging PSU's HW power-brake
+  bursts (0x8 | 0x80, 0.5-2 min, the clock held to 40-60 %) on every GPU of a node, a few GPU-minutes each.
 
 Placement (which node, device, job and hour) is drawn per seed; healthy devices beside them carry their own noise
 (a few 4x noisier than the rest, a steady trickle of correctable ECC errors on some). The truth of each fault is

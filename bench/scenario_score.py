@@ -7,7 +7,8 @@ zero GPU-hours, such as accelerating ECC, are scored for recall only; below ``ER
 against that floor, since a relative error on a few GPU-minutes, say a cooling fault on a lightly loaded node, says
 nothing). A *false finding on a healthy device* is a
 finding at confidence >= 0.7 whose devices (its device, its job's devices, or its node's devices) include no device
-any fault touched.
+any fault touched; and :func:`wrong_confident` counts every finding at >= 0.7 that states no injected fault (the
+tune-on set's calibration: a wrong cause on a faulty device counts there).
 """
 
 from __future__ import annotations
