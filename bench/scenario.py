@@ -113,8 +113,8 @@ def _window(rng: np.random.Generator, steps: int, cadence: float, lo_h: float, h
 
 def generate(seed: int, nodes: int = 8, gpus: int = 8, hours: float = 24.0, cadence: float = 30.0,
              harder: bool = True) -> Scenario:
-    """One hall; ``harder`` adds the faults of issue 28 (:func:`_harder_placement`) from a stream of their own, so
-    the first faults keep their placement and parameters."""
+    """One hall; ``harder`` adds the faults of issue 28 from a stream of their own: the first faults stay on their
+    nodes (the chassis node's two lanes change the schedule, so the jobs and devices drawn after it may differ)."""
     rng = np.random.default_rng(seed)
     steps = int(hours * HOUR / cadence)
     t = T0 + np.arange(steps) * cadence

@@ -203,3 +203,33 @@ def test_one_gpu_far_hotter_than_its_siblings_is_its_cooling_not_the_nodes(runne
     cool = [f for f in _analyze(runner, cli, src)["findings"] if f["kind"] == "hot_because_cooling"]
     assert [(f["level"], f["scope"].get("device_uuid")) for f in cool] == [("device", "gpu-11/gpu6")], \
         [(f["level"], f["scope"]) for f in cool]
+
+
+def test_the_tune_on_generators_harder_faults_follow_their_parameters_and_leave_the_first_faults_nodes():
+    """bench/scenario.py's issue-28 faults come from a stream of their own: the first faults stay on their nodes
+    (the chassis node's two lanes change the schedule, so jobs and devices drawn after it may differ); the brake bits are on the brake node's GPUs inside its window only; the heavy job's thermal bits
+    are on the chassis node; the fan GPU is hotter per watt than its siblings in its window."""
+    import numpy as np
+
+    from bench.scenario import generate
+
+    plain, hard = generate(4, harder=False), generate(4)
+    where = lambda sc: {(f.cause, f.node) for f in sc.faults  # noqa: E731
+                        if f.cause not in ("cooling", "fan", "hot_working", "power_brake")}
+    assert where(plain) == where(hard)
+    assert not {f.cause for f in plain.faults} & {"fan", "hot_working", "power_brake"}
+    fa = {f.cause: f for f in hard.faults}
+    reasons = hard.arrays["reasons"].astype(int)
+    node = np.array(hard.node_of)
+    brake = (reasons & 0x80) > 0
+    inside = (hard.t >= fa["power_brake"].start) & (hard.t < fa["power_brake"].end)
+    assert brake.any() and not brake[node != fa["power_brake"].node].any() and not brake[:, ~inside].any()
+    assert fa["power_brake"].gpu_hours / 8 < 0.25                      # small on each GPU: under the device floor
+    hot_job = hard.job_names.index(fa["hot_working"].job)
+    thermal = ((reasons & 0x20) > 0) & (hard.job == hot_job)
+    assert thermal.any() and set(node[np.nonzero(thermal.any(axis=1))[0]]) == {fa["hot_working"].node}
+    i = hard.uuids.index(fa["fan"].device)
+    sib = [k for k in range(len(node)) if node[k] == node[i] and k != i]
+    win = (hard.t >= fa["fan"].start + 3600) & (hard.t < fa["fan"].end)
+    per_w = lambda k: float(np.median((hard.arrays["temp"][k, win] - 24) / hard.arrays["power"][k, win]))  # noqa: E731
+    assert per_w(i) > 1.5 * np.median([per_w(k) for k in sib])
