@@ -4,6 +4,12 @@ Units are converted by ``scale`` (applied after sentinel checks): percent -> fra
 docs/telemetry.md prints this table. ``gr_engine_active`` is not a Sample column: it stands in for
 ``gpu_util`` on devices that export no DCGM_FI_DEV_GPU_UTIL (dcgm-exporter 4.x enables GR_ENGINE_ACTIVE by
 default, GPU_UTIL in 3.x).
+
+Energy (:data:`ENERGY_SPECS`): field 156 ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` is millijoules in every DCGM
+and dcgm-exporter version; DCGM 4.7 adds field 1611 ``DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL``, the same counter in
+whole joules, under its own id (NVIDIA keeps a unit change on a new id, never on the old one). The unit therefore
+comes from the field, never from a version. 1611 is stored as ``energy_j_whole``, which stands in for ``energy_j``
+only on a device that has no field 156 series, so a scrape carrying both is counted once.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ class FieldSpec:
 
 
 GR_ENGINE_ACTIVE = "gr_engine_active"
+ENERGY_WHOLE_J = "energy_j_whole"
 
 SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(100, ("DCGM_FI_DEV_SM_CLOCK",), "SMCLK", "sm_clock_mhz", 1.0, "MHz"),
@@ -51,8 +58,17 @@ SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(1005, ("DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_DRAM_UTIL_RATIO"), "DRAMA", "dram_active", 1.0, "ratio"),
 )
 
+# --- energy (kept in its own block) ---------------------------------------------------------------------------
+# 1611: DCGM 4.7's base-unit energy counter (NVIDIA/go-dcgm pkg/dcgm/base_unit_fields_test.go pairs it with the
+# legacy 156, "different units must retain different field IDs"). Its dcgmi dmon short name is not published in
+# any material we have, so no dmon column maps to it (a dmon capture of it is reported unmapped, not guessed).
+ENERGY_SPECS: tuple[FieldSpec, ...] = (
+    FieldSpec(1611, ("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL",), "", ENERGY_WHOLE_J, 1.0, "J"),
+)
+SPECS = SPECS + ENERGY_SPECS
+
 BY_NAME = {n: s for s in SPECS for n in s.names}
-BY_DMON = {s.dmon: s for s in SPECS}
+BY_DMON = {s.dmon: s for s in SPECS if s.dmon}
 BY_ID = {s.field_id: s for s in SPECS}
 # The fields the collector asks dcgmi dmon for (-e), in this order.
 COLLECT_FIELD_IDS = (1001, 1002, 1003, 1004, 1005, 203, 204, 100, 101, 112, 155, 150, 140, 156, 252, 230)
