@@ -1,0 +1,152 @@
+"""Energy in the formats no capture of ours covers: DCGM 4.7's joule counter beside field 156 in a dcgm-exporter
+scrape, and amd-smi ``metric --json`` energy in both JSON envelopes (issue 34, "a real-format fixture per source").
+
+The fixtures under tests/fixtures/real/ named ``*dcgm47*`` and ``metric_json_energy_*`` are assembled from the
+published formats (their ``.source.txt`` says from what, and that they are not captures). Each test goes through
+the real importer, and the receipts' ones through ``ipledger import`` and ``ipledger receipt --json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from ledger.importers import amdsmi, prometheus
+from ledger.method.energy import J_PER_KWH
+from ledger.telemetry.energy import device_energy_of
+
+R = Path(__file__).parent / "fixtures" / "real"
+EXP = R / "dcgm_exporter"
+AMD = R / "amd_smi"
+SCRAPES = [EXP / f"h100_dcgm47_fields_156_and_1611_scrape{k}.prom" for k in (0, 1)]
+T0 = 1_767_225_600.0
+STEP = 30.0                                   # dcgm-exporter's default collection interval (30000 ms)
+ENV = {"IPLEDGER_CONFIG": ""}
+GPU0, GPU1 = "GPU-4d1c7a2e-9b0f-4e3a-8c61-2f5b7e9a0d13", "GPU-a87f03c5-61d2-4b9e-9e7a-c40b18f2d65e"
+TERMS = ('id = "e"\nversion = "1"\ncurrency = "EUR"\neffective_from = "2020-01-01"\n[skus.default]\n'
+         'rate_per_gpu_hour = "2.00"\nenergy_price_per_kwh = "0.25"\npue = 1.2\nenergy_basis = "measured"\n')
+
+
+def vals(c, device, field):
+    return [None if math.isnan(v) else v for v in c.series[device][field][1]]
+
+
+def sample_values(path: Path, metric: str) -> dict[str, float]:
+    """UUID -> the value of ``metric`` in an exposition file, read with a plain split (not the importer)."""
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith(metric + "{"):
+            labels, value = line.rsplit(" ", 1)
+            out[labels.split('UUID="', 1)[1].split('"', 1)[0]] = float(value)
+    return out
+
+
+def without(path: Path, metric: str, tmp_path: Path) -> Path:
+    """A copy of a scrape without one metric's HELP/TYPE/sample lines (an exporter whose CSV leaves it out)."""
+    kept = [ln for ln in path.read_text(encoding="utf-8").splitlines()
+            if not (ln.startswith(metric + "{") or ln.startswith(f"# HELP {metric} ") or ln.startswith(f"# TYPE {metric} "))]
+    out = tmp_path / f"{path.stem}_without_{metric}.prom"
+    out.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    return out
+
+
+def both_scrapes(files=SCRAPES):
+    c = prometheus.read(files[0], default_ts=T0)
+    c.merge(prometheus.read(files[1], default_ts=T0 + STEP))
+    return c
+
+
+def counter_truth(metric: str, scale: float) -> dict[str, float]:
+    a, b = (sample_values(p, metric) for p in SCRAPES)
+    return {u: (b[u] - a[u]) * scale for u in a}
+
+
+# --- dcgm-exporter with DCGM 4.7's field names ------------------------------------------------------------------
+
+def test_the_dcgm47_scrape_maps_156_as_mj_and_1611_as_j_and_reports_the_new_base_unit_fields():
+    c = prometheus.read(SCRAPES[0], default_ts=T0)
+    assert sorted(c.devices) == [GPU0, GPU1] and c.devices[GPU0].sku == "NVIDIA H100 80GB HBM3"
+    e156 = sample_values(SCRAPES[0], "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+    e1611 = sample_values(SCRAPES[0], "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL")
+    for dev in (GPU0, GPU1):
+        assert vals(c, dev, "energy_j") == [e156[dev] / 1000]            # field 156: mJ -> J
+        assert vals(c, dev, "energy_j_whole") == [e1611[dev]]           # field 1611: whole J, as is
+        assert math.floor(e156[dev] / 1000) == e1611[dev]                # one counter in two units
+    assert c.mapped["DCGM_FI_DEV_BOARD_POWER_WATTS"] == "power_w"
+    assert c.mapped["DCGM_FI_DEV_GPU_TEMP_CELSIUS"] == "gpu_temp_c"
+    assert vals(c, GPU0, "power_w") == [690.123]
+    # the base-unit twins of fields the table reads in MHz / MiB are reported, never read in the wrong unit
+    assert {"DCGM_FI_DEV_SM_CLOCK_HERTZ", "DCGM_FI_DEV_FB_USED_BYTES"} <= set(c.unmapped)
+    assert "sm_clock_mhz" not in c.series[GPU0] and "fb_used_mib" not in c.series[GPU0]
+
+
+def test_both_energy_counters_in_one_scrape_are_counted_once_from_156():
+    c = both_scrapes()
+    truth = counter_truth("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 1e-3)
+    for dev in (GPU0, GPU1):
+        e = device_energy_of(dev, c.device_arrays(dev), T0, T0 + STEP)
+        assert e.source == "counter" and abs(e.joules - truth[dev]) <= 1e-6
+        assert "energy_j_whole" not in c.device_series_names(dev)
+    notes = c.energy_notes()
+    assert len(notes) == 2 and all("field 1611 (whole J) of the same GPU not read" in n for n in notes)
+
+
+def test_1611_alone_is_read_in_joules(tmp_path):
+    files = [without(p, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", tmp_path) for p in SCRAPES]
+    c = both_scrapes(files)
+    truth = counter_truth("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", 1.0)
+    finer = counter_truth("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 1e-3)
+    assert all(abs(truth[d] - finer[d]) < 1.0 for d in truth) and c.energy_notes() == []   # whole-J rounding only
+    for dev in (GPU0, GPU1):
+        e = device_energy_of(dev, c.device_arrays(dev), T0, T0 + STEP)
+        assert e.source == "counter" and e.joules == truth[dev]       # whole joules, not x 1000 or / 1000
+
+
+def _receipt(runner, cli, url, files, tmp_path, *extra):
+    for k, f in enumerate(files):
+        r = runner.invoke(cli, ["--db", url, "import", "prometheus", str(f), "--at", str(T0 + k * STEP),
+                                "--quiet", *extra], env=ENV)
+        assert r.exit_code == 0, r.output
+    terms = tmp_path / "c.toml"
+    terms.write_text(TERMS, encoding="utf-8")
+    assert runner.invoke(cli, ["--db", url, "contract", "set", str(terms)], env=ENV).exit_code == 0
+    r = runner.invoke(cli, ["--db", url, "receipt", "node:gpu-node-07", "--json"], env=ENV)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output), r
+
+
+def test_dcgm47_scrapes_through_the_cli_give_the_156_counters_kwh_on_the_receipt(runner, cli, tmp_path, sqlite_url):
+    body, r = _receipt(runner, cli, sqlite_url, SCRAPES, tmp_path)
+    joules = sum(counter_truth("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 1e-3).values())
+    e = body["energy"]
+    assert e["kwh"] == round(joules / J_PER_KWH, 6) and e["kwh"] > 0
+    # the window runs one collection interval past the second scrape, where nothing was read: unknown, not 0
+    assert e["source"] == "mixed" and e["unknown_gpu_hours"] == round(2 * STEP / 3600, 6)
+    assert e["cost"]["basis"] == "measured" and "tdp" in e["cost"]
+
+
+def test_156_alone_1611_alone_and_both_give_one_energy_and_a_version_rescales_nothing(runner, cli, tmp_path):
+    from ledger import db as db_mod
+
+    def url(name):
+        u = f"sqlite:///{tmp_path / (name + '.db')}"
+        eng = db_mod.make_engine(u)
+        db_mod.upgrade(eng)
+        eng.dispose()
+        return u
+
+    for name in "abcd":
+        (tmp_path / name).mkdir()
+    only156 = [without(p, "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", tmp_path / "a") for p in SCRAPES]
+    only1611 = [without(p, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", tmp_path / "b") for p in SCRAPES]
+    both, _ = _receipt(runner, cli, url("both"), SCRAPES, tmp_path / "c")
+    versioned, r = _receipt(runner, cli, url("versioned"), SCRAPES, tmp_path / "d", "--dcgm-exporter-version", "4.9.0")
+    e156, _ = _receipt(runner, cli, url("e156"), only156, tmp_path / "a")
+    e1611, _ = _receipt(runner, cli, url("e1611"), only1611, tmp_path / "b")
+    assert both["energy"] == e156["energy"] == versioned["energy"]          # counted once, never x 1000
+    whole = sum(counter_truth("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", 1.0).values())
+    assert e1611["energy"]["kwh"] == round(whole / J_PER_KWH, 6)            # 1611 read as J
+    assert abs(e1611["energy"]["kwh"] - both["energy"]["kwh"]) <= 2 / J_PER_KWH + 1e-6   # whole-J rounding
