@@ -150,3 +150,90 @@ def test_156_alone_1611_alone_and_both_give_one_energy_and_a_version_rescales_no
     whole = sum(counter_truth("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", 1.0).values())
     assert e1611["energy"]["kwh"] == round(whole / J_PER_KWH, 6)            # 1611 read as J
     assert abs(e1611["energy"]["kwh"] - both["energy"]["kwh"]) <= 2 / J_PER_KWH + 1e-6   # whole-J rounding
+
+
+# --- amd-smi metric --json energy, both envelopes -----------------------------------------------------------------
+
+CSV = AMD / "metric_csv_watch_energy_mi210_amdsmi38.csv"
+BARE = AMD / "metric_json_energy_watch_bare_list_mi210_amdsmi38.json"
+ENVELOPE = AMD / "metric_json_energy_gpu_data_envelope_mi210_amdsmi38.json"
+
+
+def csv_readings() -> dict[str, list[tuple[float, float]]]:
+    """gpu -> [(timestamp, joules)] as the real CSV capture prints them, read with a plain split."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for ln in CSV.read_text(encoding="utf-8").splitlines():
+        if ln[:1].isdigit():
+            ts, gpu, joules = ln.split(",")
+            out.setdefault(gpu, []).append((float(ts), float(joules)))
+    return out
+
+
+def test_amd_smi_json_energy_in_the_bare_list_and_the_gpu_data_envelope_equal_the_real_csv():
+    truth = csv_readings()
+    t0 = min(t for rs in truth.values() for t, _ in rs)
+    bare = amdsmi.read(BARE, node="mi210")                                     # watch mode: timestamps in the records
+    env = amdsmi.read(ENVELOPE, node="mi210", start=t0, interval=1.0)          # one invocation a second, no timestamps
+    csv = amdsmi.read(CSV, node="mi210")
+    for c in (bare, env, csv):
+        assert sorted(c.devices) == ["mi210/gpu0", "mi210/gpu1"] and c.unmapped == {} and c.warnings == []
+        for gpu, rs in truth.items():
+            dev = f"mi210/gpu{gpu}"
+            assert list(c.series[dev]["energy_j"][0]) == [t for t, _ in rs]
+            assert vals(c, dev, "energy_j") == [j for _, j in rs]                 # value/unit "J": joules as is
+            e = device_energy_of(dev, c.device_arrays(dev), rs[0][0], rs[-1][0])
+            assert e.source == "counter" and abs(e.joules - (rs[-1][1] - rs[0][1])) < 1e-6
+    assert bare.mapped == env.mapped == {"energy.total_energy_consumption": "energy_j"}
+
+
+def test_amd_smi_json_energy_units_and_what_the_envelope_holds_besides_gpus(tmp_path):
+    doc = json.loads(ENVELOPE.read_text(encoding="utf-8").split("\n}\n", 1)[0] + "\n}")
+    doc["cpu_data"] = [{"cpu": 0, "power": {"socket_power": {"value": 180, "unit": "W"}}}]
+    for rec, unit in zip(doc["gpu_data"], ("mJ", "Wh")):
+        rec["energy"]["total_energy_consumption"] = {"value": 5000, "unit": unit}
+    src = tmp_path / "one.json"
+    src.write_text(json.dumps(doc), encoding="utf-8")
+    c = amdsmi.read(src, node="n", start=T0, interval=1.0)
+    assert vals(c, "n/gpu0", "energy_j") == [5.0]                                # mJ -> J
+    assert "energy_j" not in c.series.get("n/gpu1", {})                          # no energy unit: not guessed
+    assert c.unmapped == {"energy.total_energy_consumption [Wh]": 1, "cpu_data": 1}
+    assert any("unit 'Wh' is no energy unit" in w for w in c.warnings)
+
+
+def test_amd_smi_json_envelope_through_the_cli_gives_the_counters_kwh_on_the_receipt(runner, cli, tmp_path, sqlite_url):
+    truth = csv_readings()
+    t0 = min(t for rs in truth.values() for t, _ in rs)
+    r = runner.invoke(cli, ["--db", sqlite_url, "import", "amd-smi", str(ENVELOPE), "--node", "mi210", "--start",
+                            str(t0), "--interval", "1s", "--json", "--quiet"], env=ENV)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["mapped_fields"] == {"energy.total_energy_consumption": "energy_j"} and out["unmapped_fields"] == {}
+    terms = tmp_path / "c.toml"
+    terms.write_text(TERMS, encoding="utf-8")
+    assert runner.invoke(cli, ["--db", sqlite_url, "contract", "set", str(terms)], env=ENV).exit_code == 0
+    r = runner.invoke(cli, ["--db", sqlite_url, "receipt", "node:mi210", "--json"], env=ENV)
+    assert r.exit_code == 0, r.output
+    e = json.loads(r.output)["energy"]
+    joules = sum(rs[-1][1] - rs[0][1] for rs in truth.values())
+    assert e["kwh"] == round(joules / J_PER_KWH, 6) and e["kwh"] > 0
+    # the window runs one interval past the last reading of each GPU: unknown there, never 0 and never TDP
+    assert e["source"] == "mixed" and e["unknown_gpu_hours"] == round(2 * 1.0 / 3600, 6)
+
+
+# --- amd-smi plain text: keys it does not map are reported ------------------------------------------------------
+
+def test_amd_smi_text_metric_reports_the_keys_it_does_not_map(runner, cli, tmp_path, sqlite_url):
+    src = AMD / "metric_text_radeon_rocm63_powerjoular67.txt"
+    c = amdsmi.read(src, node="n", start=T0, interval=1.0)
+    assert vals(c, "n/gpu0", "power_w") == [20.0] and vals(c, "n/gpu0", "gpu_util") == [0.0]
+    # read from the capture but no Sample field: each named (they were silently dropped before)
+    assert {"USAGE.MM_ACTIVITY", "USAGE.VCN_ACTIVITY", "USAGE.JPEG_ACTIVITY", "POWER.GFX_VOLTAGE",
+            "POWER.SOC_VOLTAGE", "POWER.MEM_VOLTAGE", "POWER.POWER_MANAGEMENT", "CLOCK.GFX_0.MIN_CLK",
+            "CLOCK.GFX_0.MAX_CLK"} <= set(c.unmapped)
+    # read and mapped: never reported as unmapped
+    assert not {"USAGE.GFX_ACTIVITY", "POWER.SOCKET_POWER", "POWER.THROTTLE_STATUS", "CLOCK.GFX_0.CLK"} & set(c.unmapped)
+    r = runner.invoke(cli, ["--db", sqlite_url, "import", "amd-smi", str(src), "--node", "n", "--start", str(T0),
+                            "--interval", "1s"], env=ENV)
+    assert r.exit_code == 0, r.output
+    line = next(ln for ln in r.output.splitlines() if ln.strip().startswith("not mapped:"))
+    assert "POWER.GFX_VOLTAGE x1" in line and "USAGE.VCN_ACTIVITY x1" in line

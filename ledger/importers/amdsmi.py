@@ -202,6 +202,7 @@ def _add_flat(c: Collected, dev: str, t: float, flat: dict[str, object], place: 
                     c.warn(f"{c.path}: {place} {key}: unit {unit!r} is no energy unit (J, mJ, uJ, kJ): not read")
                     continue
             c.add_raw(dev, spec[0], t, value, scale, place=f"{place} {key}")
+            c.note_mapped(key, spec[0])
             continue
         if k.startswith(("throttle.", "power.throttle_status", "violation.")) and viol.add(k, raw):
             continue
