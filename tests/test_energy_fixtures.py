@@ -237,3 +237,20 @@ def test_amd_smi_text_metric_reports_the_keys_it_does_not_map(runner, cli, tmp_p
     assert r.exit_code == 0, r.output
     line = next(ln for ln in r.output.splitlines() if ln.strip().startswith("not mapped:"))
     assert "POWER.GFX_VOLTAGE x1" in line and "USAGE.VCN_ACTIVITY x1" in line
+
+
+# --- a name whose field id (and unit) changed between DCGM versions ---------------------------------------------
+
+def test_gpu_util_ratio_name_is_reported_not_read_in_either_versions_unit(tmp_path):
+    # DCGM 4.6 named field 203 (percent) DCGM_FI_DEV_GPU_UTIL_RATIO; DCGM 4.7 gives that name to field 1613 (a 0..1
+    # ratio). Read as 203, a 4.7 exporter's 0.87 would be 0.87 % busy; read as 1613, a 4.6 exporter's 87 would fail.
+    line = [ln for ln in SCRAPES[0].read_text(encoding="utf-8").splitlines()
+            if ln.startswith("DCGM_FI_DEV_BOARD_POWER_WATTS{")][0]
+    labels = line.split("{", 1)[1].rsplit("}", 1)[0]
+    src = tmp_path / "util.prom"
+    src.write_text(f"# HELP DCGM_FI_DEV_GPU_UTIL_RATIO GPU utilization.\n# TYPE DCGM_FI_DEV_GPU_UTIL_RATIO gauge\n"
+                   f"DCGM_FI_DEV_GPU_UTIL_RATIO{{{labels}}} 0.87\n{line}\n", encoding="utf-8")
+    c = prometheus.read(src, default_ts=T0)
+    assert "gpu_util" not in c.series[GPU0] and c.unmapped == {"DCGM_FI_DEV_GPU_UTIL_RATIO": 1}
+    assert len(c.warnings) == 1 and "field 203 (percent) in DCGM 4.6, field 1613 (0..1 ratio) in DCGM 4.7" in c.warnings[0]
+    assert vals(c, GPU0, "power_w") == [690.123]

@@ -39,7 +39,7 @@ SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(150, ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP_CELSIUS"), "TMPTR", "gpu_temp_c", 1.0, "C"),
     FieldSpec(155, ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_BOARD_POWER_WATTS"), "POWER", "power_w", 1.0, "W"),
     FieldSpec(156, ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",), "TOTEC", "energy_j", 0.001, "mJ"),
-    FieldSpec(203, ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO"), "GPUTL", "gpu_util", 0.01, "%"),
+    FieldSpec(203, ("DCGM_FI_DEV_GPU_UTIL",), "GPUTL", "gpu_util", 0.01, "%"),
     FieldSpec(204, ("DCGM_FI_DEV_MEM_COPY_UTIL",), "MCUTL", "mem_copy_util", 0.01, "%"),
     FieldSpec(230, ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR"), "XIDER", "xid", 1.0, "last xid"),
     FieldSpec(252, ("DCGM_FI_DEV_FB_USED",), "FBUSD", "fb_used_mib", 1.0, "MiB"),
@@ -66,6 +66,15 @@ ENERGY_SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(1611, ("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL",), "", ENERGY_WHOLE_J, 1.0, "J"),
 )
 SPECS = SPECS + ENERGY_SPECS
+
+# Metric names that meant different fields, in different units, in different DCGM versions: not read (a reading
+# could be off by 100x), reported unmapped with this reason. DCGM_FI_DEV_GPU_UTIL_RATIO was field 203's name in
+# DCGM 4.6 (integer percent; NVIDIA/DCGM testing/python3/dcgm_fields.py, go-dcgm pkg/dcgm/legacy_fields.csv) and is
+# field 1613, a 0..1 ratio, in DCGM 4.7 (NVIDIA's field-identifier reference), where 203 is DCGM_FI_DEV_GPU_UTIL.
+AMBIGUOUS_NAMES = {
+    "DCGM_FI_DEV_GPU_UTIL_RATIO": "field 203 (percent) in DCGM 4.6, field 1613 (0..1 ratio) in DCGM 4.7: not read; "
+                                  "export DCGM_FI_DEV_GPU_UTIL (203) for gpu_util",
+}
 
 BY_NAME = {n: s for s in SPECS for n in s.names}
 BY_DMON = {s.dmon: s for s in SPECS if s.dmon}
