@@ -12,9 +12,11 @@ import json
 import math
 from pathlib import Path
 
-import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ledger.importers import amdsmi, prometheus
+from ledger.importers.common import Collected
 from ledger.method.energy import J_PER_KWH
 from ledger.telemetry.energy import device_energy_of
 
@@ -254,3 +256,40 @@ def test_gpu_util_ratio_name_is_reported_not_read_in_either_versions_unit(tmp_pa
     assert "gpu_util" not in c.series[GPU0] and c.unmapped == {"DCGM_FI_DEV_GPU_UTIL_RATIO": 1}
     assert len(c.warnings) == 1 and "field 203 (percent) in DCGM 4.6, field 1613 (0..1 ratio) in DCGM 4.7" in c.warnings[0]
     assert vals(c, GPU0, "power_w") == [690.123]
+
+
+# --- the counted-once rule as an invariant ----------------------------------------------------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(start_mj=st.integers(0, 10**13), steps=st.lists(st.integers(0, 60_000_000), min_size=1, max_size=30),
+       order_1611_first=st.booleans(), with_156=st.booleans())
+def test_energy_of_a_gpu_carrying_156_and_1611_is_156s_and_1611_alone_is_within_a_joule(start_mj, steps,
+                                                                                       order_1611_first, with_156):
+    """Whatever the readings and the order the two series arrive in, a GPU with field 156 gets 156's delta
+    (mJ -> J) and never that plus 1611's; with 1611 alone the delta is the whole-joule counter's, within 1 J."""
+    mj = [start_mj]
+    for s in steps:
+        mj.append(mj[-1] + s)
+    ts = [T0 + STEP * i for i in range(len(mj))]
+    c = Collected("prometheus")
+
+    def add_1611():
+        for t, v in zip(ts, mj):
+            c.add_raw("g", "energy_j_whole", t, str(v // 1000), 1.0)
+
+    def add_156():
+        for t, v in zip(ts, mj):
+            c.add_raw("g", "energy_j", t, str(v), 0.001)
+
+    for add in ((add_1611, add_156) if order_1611_first else (add_156, add_1611)):
+        if add is add_156 and not with_156:
+            continue
+        add()
+    e = device_energy_of("g", c.device_arrays("g"), ts[0], ts[-1])
+    assert e.unknown_seconds == 0 and e.source == "counter"
+    if with_156:
+        assert abs(e.joules - (mj[-1] - mj[0]) / 1000) <= 1e-6 * max(1.0, mj[-1] / 1000)
+        assert len(c.energy_notes()) == 1
+    else:
+        assert e.joules == mj[-1] // 1000 - mj[0] // 1000 and abs(e.joules - (mj[-1] - mj[0]) / 1000) < 1.0
+        assert c.energy_notes() == []
