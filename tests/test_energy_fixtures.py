@@ -293,3 +293,21 @@ def test_energy_of_a_gpu_carrying_156_and_1611_is_156s_and_1611_alone_is_within_
     else:
         assert e.joules == mj[-1] // 1000 - mj[0] // 1000 and abs(e.joules - (mj[-1] - mj[0]) / 1000) < 1.0
         assert c.energy_notes() == []
+
+
+# --- dcgm-exporter's 1.x-compatibility names: the same scrape under the old lower-case names ---------------------
+
+def test_the_1x_compatibility_names_read_as_the_classic_fields_of_the_same_real_scrape():
+    classic = prometheus.read(EXP / "l4_exporter4x_pci_bus_id_driver580_kops_conformance.prom", default_ts=T0)
+    old = prometheus.read(EXP / "l4_1x_compatibility_names_from_kops_conformance_scrape.prom", default_ts=T0)
+    d = "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c"
+    assert old.devices[d] == classic.devices[d]
+    assert old.mapped["dcgm_total_energy_consumption"] == "energy_j" and old.mapped["dcgm_power_usage"] == "power_w"
+    # every field the classic names gave, but the row-remap flag the 1.x profile has no row for
+    assert set(old.series[d]) == set(classic.series[d]) - {"row_remap_failure"}
+    for name in old.series[d]:
+        assert vals(old, d, name) == vals(classic, d, name), name
+    assert old.reasons[d] == {k: v for k, v in classic.reasons[d].items() if k[1] in old.series[d]}   # mem temp 0
+    assert vals(old, d, "energy_j") == [sample_values(EXP / "l4_1x_compatibility_names_from_kops_conformance_scrape.prom",
+                                                      "dcgm_total_energy_consumption")[d] / 1000]   # mJ -> J
+    assert {"dcgm_pcie_replay_counter", "dcgm_enc_utilization", "dcgm_fb_free"} <= set(old.unmapped)

@@ -77,8 +77,20 @@ AMBIGUOUS_NAMES = {
 }
 
 BY_NAME = {n: s for s in SPECS for n in s.names}
+# --- dcgm-exporter's 1.x-compatibility metric names (kept in its own block) ----------------------------------
+# etc/1.x-compatibility-metrics.csv ships lower-case names (dcgm_total_energy_consumption ...) that the exporter
+# exports as written; go-dcgm pkg/dcgm/legacy_fields.csv resolves each to its field id, whose unit is the field's.
+LEGACY_1X_NAMES = {
+    "dcgm_sm_clock": 100, "dcgm_memory_clock": 101, "dcgm_memory_temp": 140, "dcgm_gpu_temp": 150,
+    "dcgm_power_usage": 155, "dcgm_total_energy_consumption": 156, "dcgm_gpu_utilization": 203,
+    "dcgm_mem_copy_utilization": 204, "dcgm_xid_errors": 230, "dcgm_fb_used": 252,
+    "dcgm_ecc_sbe_volatile_total": 310, "dcgm_ecc_dbe_volatile_total": 311, "dcgm_ecc_sbe_aggregate_total": 312,
+    "dcgm_ecc_dbe_aggregate_total": 313, "dcgm_fi_prof_gr_engine_active": 1001, "dcgm_fi_prof_sm_active": 1002,
+    "dcgm_fi_prof_sm_occupancy": 1003, "dcgm_fi_prof_pipe_tensor_active": 1004, "dcgm_fi_prof_dram_active": 1005,
+}
 BY_DMON = {s.dmon: s for s in SPECS if s.dmon}
 BY_ID = {s.field_id: s for s in SPECS}
+BY_NAME.update({name: BY_ID[fid] for name, fid in LEGACY_1X_NAMES.items()})
 # The fields the collector asks dcgmi dmon for (-e), in this order.
 COLLECT_FIELD_IDS = (1001, 1002, 1003, 1004, 1005, 203, 204, 100, 101, 112, 155, 150, 140, 156, 252, 230)
 # The fields `ipledger pathb-command --format dmon` asks dcgmi dmon for: every field above the agents read
