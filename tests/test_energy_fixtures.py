@@ -94,6 +94,7 @@ def test_both_energy_counters_in_one_scrape_are_counted_once_from_156():
         assert "energy_j_whole" not in c.device_series_names(dev)
     notes = c.energy_notes()
     assert len(notes) == 2 and all("field 1611 (whole J) of the same GPU not read" in n for n in notes)
+    assert set(notes) <= set(c.report()["warnings"])                       # the import report says so
 
 
 def test_1611_alone_is_read_in_joules(tmp_path):
