@@ -61,7 +61,7 @@ def parse_tenants(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(out))
 
 
-def _energy_unit(parse: Callable[[], Collected], exporter_version: str | None) -> Callable[[], Collected]:
+def _report_exporter_version(parse: Callable[[], Collected], exporter_version: str | None) -> Callable[[], Collected]:
     """The parse, with a note that the exporter version given changes no unit (it is only reported).
 
     Field 156 is mJ and field 1611 J in every DCGM / dcgm-exporter version (:func:`ledger.method.energy.
@@ -204,16 +204,16 @@ def register(cli: click.Group) -> None:
             if t1 < t0:
                 raise UserError("--end is before --start")
             step_s = step_s or 15.0
-            _run(app, _energy_unit(lambda: prometheus.fetch(url, t0, t1, step_s, progress=_progress(quiet)),
-                                   exporter_version), cluster,
+            _run(app, _report_exporter_version(lambda: prometheus.fetch(url, t0, t1, step_s, progress=_progress(quiet)),
+                                               exporter_version), cluster,
                  not no_synthetic_runs, as_json, quiet, tenants=parse_tenants(tenant))
             return
         if not source:
             raise UserError("give SOURCE files/directories/archives, or --url")
         span = (t0, t1 + step_s if (t1 is not None and step_s) else t1) if (t0 is not None or t1 is not None) else None
         at_s = parse_time(at, "--at")
-        _run(app, _energy_unit(lambda: prometheus.read(list(source), default_ts=at_s), exporter_version), cluster, not no_synthetic_runs, as_json,
-             quiet, span=span, cadence=step_s, tenants=parse_tenants(tenant))
+        _run(app, _report_exporter_version(lambda: prometheus.read(list(source), default_ts=at_s), exporter_version),
+             cluster, not no_synthetic_runs, as_json, quiet, span=span, cadence=step_s, tenants=parse_tenants(tenant))
 
     def _capture_cmd(name: str, read, helptext: str):  # noqa: ANN001, ANN202
         @import_group.command(name, help=helptext)
