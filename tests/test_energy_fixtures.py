@@ -312,3 +312,18 @@ def test_the_1x_compatibility_names_read_as_the_classic_fields_of_the_same_real_
     assert vals(old, d, "energy_j") == [sample_values(EXP / "l4_1x_compatibility_names_from_kops_conformance_scrape.prom",
                                                       "dcgm_total_energy_consumption")[d] / 1000]   # mJ -> J
     assert {"dcgm_pcie_replay_counter", "dcgm_enc_utilization", "dcgm_fb_free"} <= set(old.unmapped)
+
+
+def test_the_hooks_amd_smi_snapshot_reads_the_energy_of_both_envelopes():
+    # the prolog/epilog snapshot (ledger.sources.amdsmi.parse_metric_json) cut the envelope at its first inner
+    # list ("cpu_data": []) and failed ("Extra data"): an AMD job on a newer amd-smi had no energy counters
+    from ledger.sources.amdsmi import counters, parse_metric_json
+
+    first_env = ENVELOPE.read_text(encoding="utf-8").split("\n}\n", 1)[0] + "\n}"
+    first_bare = BARE.read_text(encoding="utf-8").split("\n]\n", 1)[0] + "\n]"      # the banner line, then a list
+    truth = csv_readings()
+    for text in (first_env, first_bare):
+        snap = parse_metric_json(text)
+        for gpu, rs in truth.items():
+            vals_, missing = counters(snap, int(gpu))
+            assert vals_ == {"energy.total_energy_consumption": rs[0][1]} and missing == {}
