@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from ..proofcheck import in_order_sum
+
 J_PER_KWH = 3_600_000.0
 
 # One count of each source's counter, in joules.
@@ -96,7 +98,7 @@ class DeviceEnergy:
 
     @property
     def joules(self) -> float:
-        return sum(s.joules for s in self.spans if s.joules is not None)
+        return in_order_sum(s.joules for s in self.spans if s.joules is not None)
 
     @property
     def kwh(self) -> float:
@@ -104,7 +106,7 @@ class DeviceEnergy:
 
     @property
     def unknown_seconds(self) -> float:
-        return sum(s.end - s.start for s in self.spans if s.joules is None)
+        return in_order_sum(s.end - s.start for s in self.spans if s.joules is None)
 
     @property
     def has_spans(self) -> bool:
