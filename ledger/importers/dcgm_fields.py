@@ -58,6 +58,14 @@ SPECS: tuple[FieldSpec, ...] = (
     FieldSpec(1005, ("DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_DRAM_UTIL_RATIO"), "DRAMA", "dram_active", 1.0, "ratio"),
 )
 
+# FP pipe activity (sample block format 2; carried where measured, read by the effective-compute lens)
+PIPE_SPECS: tuple[FieldSpec, ...] = (
+    FieldSpec(1006, ("DCGM_FI_PROF_PIPE_FP64_ACTIVE",), "FP64A", "fp64_active", 1.0, "ratio"),
+    FieldSpec(1007, ("DCGM_FI_PROF_PIPE_FP32_ACTIVE",), "FP32A", "fp32_active", 1.0, "ratio"),
+    FieldSpec(1008, ("DCGM_FI_PROF_PIPE_FP16_ACTIVE",), "FP16A", "fp16_active", 1.0, "ratio"),
+)
+SPECS = (*SPECS, *PIPE_SPECS)
+
 # --- energy (kept in its own block) ---------------------------------------------------------------------------
 # 1611: DCGM 4.7's base-unit energy counter (NVIDIA/go-dcgm pkg/dcgm/base_unit_fields_test.go pairs it with the
 # legacy 156, "different units must retain different field IDs"). Its dcgmi dmon short name is not published in
@@ -92,11 +100,12 @@ BY_DMON = {s.dmon: s for s in SPECS if s.dmon}
 BY_ID = {s.field_id: s for s in SPECS}
 BY_NAME.update({name: BY_ID[fid] for name, fid in LEGACY_1X_NAMES.items()})
 # The fields the collector asks dcgmi dmon for (-e), in this order.
-COLLECT_FIELD_IDS = (1001, 1002, 1003, 1004, 1005, 203, 204, 100, 101, 112, 155, 150, 140, 156, 252, 230)
+COLLECT_FIELD_IDS = (1001, 1002, 1003, 1004, 1005, 203, 204, 100, 101, 112, 155, 150, 140, 156, 252, 230,
+                     1006, 1007, 1008)
 # The fields `ipledger pathb-command --format dmon` asks dcgmi dmon for: every field above the agents read
 # (profiling, utilisation, clocks, clock-event reasons, power, energy, temperatures, framebuffer, XID, ECC
 # volatile and aggregate, row remaps), plus CARRIED_FIELD_IDS.
 PATHB_FIELD_IDS = (1001, 1002, 1003, 1004, 1005, 203, 204, 100, 101, 112, 155, 156, 150, 140, 252, 230,
-                   310, 311, 312, 313, 395, 396, 202)
+                   310, 311, 312, 313, 395, 396, 202, 1006, 1007, 1008)
 # Asked for so the capture holds them, not (yet) a Sample field: the import reports them as not mapped.
 CARRIED_FIELD_IDS = {202: "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"}

@@ -30,7 +30,7 @@ from .progress import end_state
 SAMPLE_READ_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "tensor_active", "gpu_util",
                        "sm_clock_mhz", "compute_procs", "fb_used_mib")
 # read as well only for method 1.1's effective-compute lens (a 1.0.0 receipt reads what it always read)
-LENS_READ_COLUMNS = ("sm_occupancy", "dram_active")
+LENS_READ_COLUMNS = ("sm_occupancy", "dram_active", "fp64_active", "fp32_active", "fp16_active", "fp_ops")
 # read as well only under measured-energy terms (receipt 1.4's energy block), in the same pass
 ENERGY_READ_COLUMNS = ("energy_j", "power_w")
 
@@ -244,11 +244,12 @@ def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Se
             order = np.lexsort(tuple(reversed([nan if c is None else c for c in cols])))
             cols = [None if c is None else c[order] for c in cols]
         t, dt, reasons, sm_active, tensor_active, gpu_util, sm_clock, procs, fb_used, *lens = cols
-        occupancy, dram = lens if lens else (None, None)
+        occupancy, dram, fp64, fp32, fp16, ops = lens if lens else (None,) * len(LENS_READ_COLUMNS)
         out[device] = SampleArrays.from_columns(t=t, dt=dt, reasons=reasons, sm_active=sm_active,
                                                 tensor_active=tensor_active, gpu_util=gpu_util, sm_clock=sm_clock,
                                                 procs=procs, fb_used=fb_used, sm_occupancy=occupancy,
-                                                dram_active=dram)
+                                                dram_active=dram, fp64_active=fp64, fp32_active=fp32,
+                                                fp16_active=fp16, ops=ops)
     return out
 
 
