@@ -1394,7 +1394,7 @@ def cut(span: tuple[float, float], cuts: Sequence[tuple[float, float]]) -> list[
 
 
 def seconds_of(parts: Sequence[tuple[float, float]]) -> float:
-    return sum(b - a for a, b in parts)
+    return in_order_sum(b - a for a, b in parts)
 
 
 def progress_block(entries: Sequence[Entry], window: tuple[float, float], n_devices: int,
