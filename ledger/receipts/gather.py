@@ -296,6 +296,18 @@ class LazySamples(Mapping):
             raise KeyError(device)
         return self._cache[device]
 
+    def read_energy(self, device: str) -> None:
+        """The energy columns alone of the batch holding ``device`` (one the worker processes attributed, so
+        its samples were never read here): :func:`load_energy_columns`, three columns, not the attribution's."""
+        if device not in self._segs:
+            raise KeyError(device)
+        i = self._pos[device]
+        batch = self._order[i:i + self._batch]
+        segs = sorted({s for d in batch for s in self._segs[d]})
+        with self._engine.connect() as conn:
+            self.energy.update(load_energy_columns(conn, segs, batch, self._start, self._end))
+        self.energy_read.update(batch)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._order)
 
@@ -349,7 +361,7 @@ class LazySamples(Mapping):
 
 class LazyEnergy(Mapping):
     """A run's energy columns by device, from :class:`LazySamples`' own reads: a device whose batch was read has
-    them already; another (the worker processes attributed it) is read on asking."""
+    them already; another (the worker processes attributed it) has its batch's energy columns read on asking."""
 
     def __init__(self, samples: LazySamples) -> None:
         self._samples = samples
@@ -357,7 +369,7 @@ class LazyEnergy(Mapping):
     def __getitem__(self, device: str) -> dict:
         s = self._samples
         if device not in s.energy_read:
-            s[device]   # reads its batch, energy columns included (KeyError: no segments for it)
+            s.read_energy(device)   # its batch's energy columns (KeyError: no segments for it)
         if device not in s.energy:
             raise KeyError(device)
         return s.energy[device]
