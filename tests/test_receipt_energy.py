@@ -306,12 +306,14 @@ def test_energy_columns_read_in_the_attributions_pass_equal_the_plain_second_pas
 
 
 def test_worker_processes_give_the_same_energy_receipt(tmp_path, monkeypatch) -> None:
-    """Where worker processes attribute the devices, the parent reads their energy columns alone (not the
-    attribution's again): the receipt, energy block included, is the in-process one byte for byte."""
+    """Where worker processes (and the parent, taking batches too) attribute the devices, each hands back the
+    energy columns its own read gave, so none is read twice: the receipt, energy block included, is the
+    in-process one byte for byte."""
     import importlib
 
     from ledger.db import make_engine
     from ledger.receipts import receipt_for
+    from tests.test_receipt_replay import spy_attribute_all
 
     gmod = importlib.import_module("ledger.receipts.gather")
     url, run, env = _imported_ledger(tmp_path, n_gpus=3, hours=1, cadence=60, jobs="slurm", holes=[(1, 1200, 900)])
@@ -319,16 +321,18 @@ def test_worker_processes_give_the_same_energy_receipt(tmp_path, monkeypatch) ->
     engine = make_engine(url, read_only=True)
     here = receipt_for(engine, "1000")
     monkeypatch.setattr(gmod, "PARALLEL_MIN_DEVICES", 2)
-    energy_reads = []
+    results = spy_attribute_all(monkeypatch, gmod)
+    second_reads = []
     original = gmod.LazySamples.read_energy
 
     def spy(self, device):  # noqa: ANN001, ANN202
-        energy_reads.append(device)
+        second_reads.append(device)
         return original(self, device)
 
     monkeypatch.setattr(gmod.LazySamples, "read_energy", spy)
     there = receipt_for(engine, "1000", workers=2)
     engine.dispose()
-    assert energy_reads                                   # the worker path ran and the parent read energy alone
+    assert results and results[0] is not None and len(results[0]) == 3   # the worker path did the devices
+    assert second_reads == []
     assert there.body["energy"]["kwh"] > 0
     assert there.canonical() == here.canonical()
