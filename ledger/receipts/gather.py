@@ -297,6 +297,18 @@ class LazySamples(Mapping):
             raise KeyError(device)
         return self._cache[device]
 
+    def read_energy(self, device: str) -> None:
+        """The energy columns alone of the batch holding ``device`` (one the worker processes attributed, so
+        its samples were never read here): :func:`load_energy_columns`, three columns, not the attribution's."""
+        if device not in self._segs:
+            raise KeyError(device)
+        i = self._pos[device]
+        batch = self._order[i:i + self._batch]
+        segs = sorted({s for d in batch for s in self._segs[d]})
+        with self._engine.connect() as conn:
+            self.energy.update(load_energy_columns(conn, segs, batch, self._start, self._end))
+        self.energy_read.update(batch)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._order)
 
@@ -314,7 +326,7 @@ class LazySamples(Mapping):
         for i in range(0, len(mine), self._batch):
             batch = mine[i:i + self._batch]
             segs = sorted({s for t in batch for s in self._segs[t[0]]})
-            jobs.append((url, segs, batch, self._start, self._end, self._lens))
+            jobs.append((url, segs, batch, self._start, self._end, self._lens, self.energy is not None))
         import multiprocessing
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
         from concurrent.futures.process import BrokenProcessPool
@@ -333,16 +345,24 @@ class LazySamples(Mapping):
                     while pending and len(running) < 2 * spawned:
                         running.add(pool.submit(_attribute_batch, pending.popleft()))
                     if pending:
-                        out.update(_attribute_batch(pending.popleft()))
+                        self._take(out, _attribute_batch(pending.popleft()))
                     else:
                         wait(running, return_when=FIRST_COMPLETED)
                     finished = {f for f in running if f.done()}
                     for f in finished:
-                        out.update(f.result())
+                        self._take(out, f.result())
                     running -= finished
         except BrokenProcessPool:
             return None  # workers could not start here: the in-process path gives the same receipt
         return out
+
+    def _take(self, out: dict, done: tuple[dict, dict | None]) -> None:
+        """A batch's results into ``out``, and the energy columns its read gave (under measured-energy terms)."""
+        results, energy = done
+        out.update(results)
+        if energy is not None and self.energy is not None:
+            self.energy.update(energy)
+            self.energy_read.update(results)
 
     def __len__(self) -> int:
         return len(self._order)
@@ -350,7 +370,8 @@ class LazySamples(Mapping):
 
 class LazyEnergy(Mapping):
     """A run's energy columns by device, from :class:`LazySamples`' own reads: a device whose batch was read has
-    them already; another (the worker processes attributed it) is read on asking."""
+    them already, and so does one a worker process read (it hands them back); any other has its batch's energy
+    columns read on asking."""
 
     def __init__(self, samples: LazySamples) -> None:
         self._samples = samples
@@ -358,7 +379,7 @@ class LazyEnergy(Mapping):
     def __getitem__(self, device: str) -> dict:
         s = self._samples
         if device not in s.energy_read:
-            s[device]   # reads its batch, energy columns included (KeyError: no segments for it)
+            s.read_energy(device)   # its batch's energy columns (KeyError: no segments for it)
         if device not in s.energy:
             raise KeyError(device)
         return s.energy[device]
@@ -370,16 +391,18 @@ class LazyEnergy(Mapping):
         return len(self._samples)
 
 
-def _attribute_batch(job: tuple) -> dict[str, tuple[DeviceAccount | None, DeviceLens | None]]:
+def _attribute_batch(job: tuple) -> tuple[dict[str, tuple[DeviceAccount | None, DeviceLens | None]], dict | None]:
     """Worker: read one batch of devices' samples and attribute each (None = no samples for it); with the lens
-    on (method 1.1), the same samples give each device's effective-compute lens in the same pass."""
+    on (method 1.1), the same samples give each device's effective-compute lens in the same pass. Under
+    measured-energy terms the same read also gives the batch's energy columns, handed back beside (else None)."""
     from ..db import make_engine
 
-    url, segs, batch, start, end, lens = job
+    url, segs, batch, start, end, lens, energy = job
+    energy_out: dict | None = {} if energy else None
     engine = make_engine(url)
     try:
         with engine.connect() as conn:
-            arrays = load_sample_arrays(conn, segs, [t[0] for t in batch], start, end, lens)
+            arrays = load_sample_arrays(conn, segs, [t[0] for t in batch], start, end, lens, energy_out=energy_out)
     finally:
         engine.dispose()
     out: dict[str, tuple[DeviceAccount | None, DeviceLens | None]] = {}
@@ -394,4 +417,4 @@ def _attribute_batch(job: tuple) -> dict[str, tuple[DeviceAccount | None, Device
             continue
         out[uuid] = attribute_device_covered(window, sa, unknown=unknown, suspended=suspended,
                                              rated_clock_mhz=rated, thresholds=thresholds, use=lens_reader(sa))
-    return out
+    return out, energy_out
