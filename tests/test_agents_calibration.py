@@ -1,6 +1,6 @@
 """Issue 28's calibration misses, each on a capture shaped like it, through `ipledger analyze`: a chassis with less
 airflow by design running a heavy job (hot because working, not a cooling failure, although every GPU of it is
-hotter per watt than the other node's); a sagging PSU's small power-brake bursts on every GPU of a node (one node
+hotter per watt than the other nodes'); a sagging PSU's small power-brake bursts on every GPU of a node (one node
 finding, though each GPU loses less than the device floor); one GPU of a job fallen off the bus (its silence does
 not hold the job's other GPUs idle). The tune-on generator carries each (bench/scenario.py, ``harder``); the
 calibration the rules reach on the report-on generator is docs/agents.md's "Calibration"."""
@@ -33,13 +33,13 @@ def _analyze(runner, cli, src: Path) -> dict:  # noqa: ANN001
 
 
 def _chassis_set(out: Path, hot_chassis: bool = True) -> Path:
-    """Two nodes' `dcgmi dmon` files, 8 GPUs each, 12 hours at 60 s, the inlet 25 degC everywhere. Node gpu-12:
-    temperature 25 + 0.055 W. Node gpu-11 (with ``hot_chassis``): 25 + 0.095 W on every GPU, all day (less airflow
+    """Three nodes' `dcgmi dmon` files, 8 GPUs each, 12 hours at 60 s, the inlet 25 degC everywhere. Nodes gpu-12
+    and gpu-13: temperature 25 + 0.055 W. Node gpu-11 (with ``hot_chassis``): 25 + 0.095 W on every GPU, all day (less airflow
     by design); its GPUs 0-3 run a heavy job at 0.97 activity for the first 8 hours (660 W asked: above 85 degC it
     throttles for heat, reason 0x20, clock and power down to what 85 degC allows), then a light one; GPUs 4-7 a
     light job whose power steps between 380 and 520 W through the day. Power wobbles +-25 W every 10 minutes."""
     out.mkdir(parents=True, exist_ok=True)
-    for node in ("gpu-11", "gpu-12"):
+    for node in ("gpu-11", "gpu-12", "gpu-13"):
         r = 0.095 if node == "gpu-11" and hot_chassis else 0.055
         lines = [f"# ipledger-start 2026-11-02T00:00:00Z node={node} interval_ms=60000"]
         for k in range(12 * 60):
@@ -77,26 +77,34 @@ def test_a_chassis_hot_by_design_running_a_heavy_job_is_working_not_cooling(runn
     assert abs(ev["gpu_temp_c_above_own_normal_at_same_power"]["during"]) <= 3.0
 
 
-def test_the_same_node_hot_for_some_hours_at_the_same_power_is_still_cooling(runner, cli, tmp_path):
-    """The rule that spares the chassis must not spare a cooling failure: the same two nodes with normal airflow,
-    every GPU of gpu-11 20 degC hotter (its inlet) from hour 3 to hour 7 at the power it drew before is a node
-    cooling finding."""
-    src = _chassis_set(tmp_path / "set", hot_chassis=False)
+def _hours_3_to_7(src: Path, prefix: str, edit) -> Path:  # noqa: ANN001
+    """``src`` with ``edit(cells)`` applied, in place, to gpu-11's rows starting with ``prefix`` from hour 3 to 7."""
     p = src / "dmon-gpu-11.txt"
     lines, k = [], -1
     for ln in p.read_text().splitlines():
         if ln.startswith("GPU 0 "):
             k += 1
-        if ln.startswith("GPU ") and 180 <= k < 420:
+        if ln.startswith(prefix) and 180 <= k < 420:
             cells = ln.split()
-            power, temp = float(cells[6]), float(cells[7]) + 20
-            reasons = 0x20 if temp > SLOWDOWN_C else 0
-            if reasons:
-                cells[5], cells[6], temp = "1500", f"{power - 10:.2f}", SLOWDOWN_C + 1
-            cells[7], cells[8] = f"{temp:.0f}", str(reasons)
+            edit(cells)
             ln = f"{cells[0]} {cells[1]}     " + "  ".join(cells[2:])
         lines.append(ln)
     p.write_text("\n".join(lines) + "\n")
+    return src
+
+
+def test_the_same_node_hot_for_some_hours_at_the_same_power_is_still_cooling(runner, cli, tmp_path):
+    """The rule that spares the chassis must not spare a cooling failure: the same nodes with normal airflow,
+    every GPU of gpu-11 20 degC hotter (its inlet) from hour 3 to hour 7 at the power it drew before is a node
+    cooling finding."""
+    def inlet(cells: list[str]) -> None:
+        power, temp = float(cells[6]), float(cells[7]) + 20
+        reasons = 0x20 if temp > SLOWDOWN_C else 0
+        if reasons:
+            cells[5], cells[6], temp = "1500", f"{power - 10:.2f}", SLOWDOWN_C + 1
+        cells[7], cells[8] = f"{temp:.0f}", str(reasons)
+
+    src = _hours_3_to_7(_chassis_set(tmp_path / "set", hot_chassis=False), "GPU ", inlet)
     found = _analyze(runner, cli, src)["findings"]
     cool = [f for f in found if f["kind"] == "hot_because_cooling"]
     assert [(f["level"], f["scope"]["node"]) for f in cool] == [("node", "gpu-11")], \
@@ -181,3 +189,17 @@ def test_one_gpu_fallen_off_the_bus_does_not_hold_its_dead_jobs_other_gpus_idle(
         [(f["kind"], f["scope"], f["gpu_hours"]) for f in found if f["kind"] == "idle_held"]
     xid = [f for f in found if f["kind"] == "xid"]
     assert len(xid) == 1 and xid[0]["scope"]["device_uuid"] == "GPU-x0"
+
+
+def test_one_gpu_far_hotter_than_its_siblings_is_its_cooling_not_the_nodes(runner, cli, tmp_path):
+    """One GPU 60 degC hotter than its own normal at its siblings' power (its fan) lifts its node's mean residual
+    past the node threshold, but the node is not hot where most of its GPUs are not: one device-scope finding on
+    that GPU, none on the node (the tune-on set's fan on seed 7 was a node finding before)."""
+    def fan(cells: list[str]) -> None:
+        power = float(cells[6])
+        cells[5], cells[6], cells[7], cells[8] = "1700", f"{power - 15:.2f}", f"{25 + 0.055 * power + 60:.0f}", "32"
+
+    src = _hours_3_to_7(_chassis_set(tmp_path / "set", hot_chassis=False), "GPU 6 ", fan)
+    cool = [f for f in _analyze(runner, cli, src)["findings"] if f["kind"] == "hot_because_cooling"]
+    assert [(f["level"], f["scope"].get("device_uuid")) for f in cool] == [("device", "gpu-11/gpu6")], \
+        [(f["level"], f["scope"]) for f in cool]

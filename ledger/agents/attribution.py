@@ -32,6 +32,7 @@ HOUR = 3600.0
 COOL_RESID_C = 5.0          # median temperature excess at the same power that counts as "hot"
 COOL_MARGIN_C = 4.0         # ... and by how much it must exceed the other racks at the same hour
 COOL_NODE_FRAC = 0.6        # share of a rack's nodes that must be hot for a rack-scope finding
+COOL_NODE_DEVICES = 0.5     # share of a node's devices (with data that hour) hot for a node-hour to be hot
 COOL_DEVICE_SIBLINGS = 4    # devices of a node with data in an hour (the hot one included) to compare one GPU
 COOL_DEVICE_POWER = 0.10    # ... drawing at most this much more power than their median (hot at the same power)
 COOL_DEVICE_POWER_W = 10.0  # ... plus this much (a few watts of noise at low power)
@@ -206,7 +207,12 @@ def cooling_windows(ds: Dataset, model: ResidualModel) -> list[tuple]:
     node_h["rack_med"] = med_map.reindex(pd.MultiIndex.from_arrays([node_h["grp"], node_h["hb"]])).fillna(0.0).to_numpy()
     if gcol == "node":  # no topology (imported telemetry): compare each node with the other nodes at the same hour
         node_h["rack_med"] = _others_median(node_h)
-    nflag = (node_h["nr"] >= COOL_RESID_C) & (node_h["nr"] - node_h["rack_med"] >= COOL_MARGIN_C)
+    # a node is hot when most of it is: one GPU far hotter than its siblings lifts the node's mean, but it is that
+    # GPU's cooling (the device rule below), not the node's
+    dev_hot = f.assign(h=f["r"] >= COOL_MARGIN_C).groupby(["node", "hour"])["h"].mean()
+    node_h["dev_frac"] = dev_hot.reindex(pd.MultiIndex.from_arrays([node_h["node"], node_h["hb"]])).fillna(0.0).to_numpy()
+    nflag = (node_h["nr"] >= COOL_RESID_C) & (node_h["nr"] - node_h["rack_med"] >= COOL_MARGIN_C) & \
+            (node_h["dev_frac"] >= COOL_NODE_DEVICES)
     node_flag_hours: dict[str, np.ndarray] = {}
     for node, g in node_h[nflag].groupby("node"):
         hrs = g["hb"].to_numpy()
