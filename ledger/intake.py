@@ -263,6 +263,7 @@ def _segment_rows(kind: str, payload: Mapping, rows: Any, latest: float) -> list
         raise Refused(f"samples: only a telemetry_segment carries sample rows, not {kind}")
     if type(rows) is not list:
         raise Refused("samples: expected rows of the samples table")
+    rows = _widened(rows)
     sound, cols, values = _plain_check(rows, latest)
     if not sound:
         check_rows(rows, latest)   # names the first cell that fails (or finds none: the shortcut is stricter)
@@ -278,6 +279,19 @@ def _segment_rows(kind: str, payload: Mapping, rows: Any, latest: float) -> list
     if payload.get("rows") != len(rows):
         raise Refused("samples: row count differs from the segment's rows")
     return out
+
+
+def _widened(rows: list) -> list:
+    """A collector written before sample block format 2 ships rows of the base columns only: each such row
+    gets the extension columns as not measured (the segment's digest is over the base columns either way)."""
+    from .telemetry.model import BASE_COLUMNS, EXTENSION_METRICS
+
+    base = len(BASE_COLUMNS)
+    if rows and type(rows[0]) is list and len(rows[0]) == base \
+            and all(type(r) is list and len(r) == base for r in rows):
+        pad = [None] * len(EXTENSION_METRICS)
+        return [r + pad for r in rows]
+    return rows
 
 
 def check_rows(rows: list, latest: float) -> None:

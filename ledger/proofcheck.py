@@ -332,6 +332,38 @@ SAMPLE_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "sm_occupan
                   "gpu_temp_c", "mem_temp_c", "energy_j", "ecc_sbe_volatile", "ecc_dbe_volatile",
                   "ecc_sbe_aggregate", "ecc_dbe_aggregate", "row_remap_pending", "row_remap_failure", "xid",
                   "fb_used_mib", "compute_procs")
+# Sample block format 2 (docs/ledger.md, "Sample blocks"): columns a segment carries only where it measured
+# them (DCGM 1006-1008 FP64/FP32/FP16 pipe active; the floating-point operations AMD's op counters counted in
+# the sample's dt). A segment lists its columns in its entry's ``columns``: the 25 above, then those of these
+# it holds in this order; its digest and its bundle rows are over its listed columns, so a segment without
+# them (every segment before format 2) is sealed, bundled and checked exactly as before.
+EXTENSION_COLUMNS = ("fp64_active", "fp32_active", "fp16_active", "fp_ops")
+BASE_SAMPLE_COLUMNS = SAMPLE_COLUMNS
+SAMPLE_COLUMNS = (*BASE_SAMPLE_COLUMNS, *EXTENSION_COLUMNS)
+
+
+def segment_columns(listed: Any, where: str = "columns") -> tuple[str, ...]:
+    """A segment entry's ``columns`` checked: absent, the base columns; else the base columns then a subset
+    of :data:`EXTENSION_COLUMNS` in their order (anything else is a :class:`Failure` naming ``where``)."""
+    if listed is None:
+        return BASE_SAMPLE_COLUMNS
+    if not isinstance(listed, list) or tuple(listed[:len(BASE_SAMPLE_COLUMNS)]) != BASE_SAMPLE_COLUMNS:
+        raise Failure(f"{where}: expected the sample columns {BASE_SAMPLE_COLUMNS[0]}..{BASE_SAMPLE_COLUMNS[-1]}")
+    extra = listed[len(BASE_SAMPLE_COLUMNS):]
+    if any(c not in EXTENSION_COLUMNS for c in extra) or \
+            [EXTENSION_COLUMNS.index(c) for c in extra] != sorted({EXTENSION_COLUMNS.index(c) for c in extra}):
+        raise Failure(f"{where}: unknown or repeated sample columns {', '.join(map(str, extra))[:120]}")
+    return tuple(listed)
+
+
+def widen_rows(rows: Sequence[Sequence], columns: Sequence[str]) -> list[list]:
+    """Rows in a segment's ``columns`` as rows of every SAMPLE_COLUMNS entry (None where not carried)."""
+    if tuple(columns) == SAMPLE_COLUMNS:
+        return [list(r) for r in rows]
+    at = [columns.index(c) if c in columns else -1 for c in SAMPLE_COLUMNS]
+    return [[None if i < 0 else r[i] for i in at] for r in rows]
+
+
 # The method's SKU ratings (ledger/method/skus.toml): key -> (rated SM clock MHz, TDP W, match patterns).
 SKUS: dict[str, tuple[float, float, tuple[str, ...]]] = {
     "A100-SXM4-40GB": (1410.0, 400.0, ("A100-SXM4-40GB", "A100 SXM4 40GB", "A100-SXM-40GB")),
@@ -372,6 +404,17 @@ def to_nh(seconds: float) -> int:
 
 def hours(nh: int) -> float:
     return int(nh) / 1e9
+
+
+def in_order_sum(values: Iterable[float], start: float = 0) -> float:
+    """``start`` plus the values added one at a time, left to right: the order of additions every energy sum
+    of the method uses. It is what Python 3.11's ``sum()`` does, spelled out because 3.12's ``sum()`` adds floats
+    with compensation (a different last bit). The package's fast path over arrays
+    (``ledger.method.energy_arrays.array_in_order_sum``) is held equal to it bit for bit."""
+    acc = start
+    for v in values:
+        acc = acc + v
+    return acc
 
 
 def np_sum(xs: Sequence[float]) -> float:
@@ -1151,14 +1194,14 @@ def energy_block(devices: Sequence[tuple], currency: str) -> dict:
             parts = more[0] if more and more[0] else ((spans, dev_buckets, None),)
             dev_kwh, dev_unk, bk, sources, any_spans = 0.0, 0.0, {}, set(), False
             for p_spans, p_buckets, share in parts:
-                p_kwh = sum(s[2] for s in p_spans if s[2] is not None) / J_PER_KWH
+                p_kwh = in_order_sum(s[2] for s in p_spans if s[2] is not None) / J_PER_KWH
                 p_bk, p_unk = energy_by_bucket(p_spans, p_buckets)
                 if share is not None:
                     p_kwh = scaled(p_kwh, share)
                     p_bk = {k: scaled(v, share) for k, v in p_bk.items()}
                     p_unk = {k: scaled(v, share) for k, v in p_unk.items()}
                 dev_kwh += p_kwh
-                dev_unk += sum(p_unk.values())
+                dev_unk += in_order_sum(p_unk.values())
                 for k, v in p_bk.items():
                     bk[k] = bk.get(k, 0.0) + v
                 sources.add(_spans_source(p_spans))
@@ -1351,7 +1394,7 @@ def cut(span: tuple[float, float], cuts: Sequence[tuple[float, float]]) -> list[
 
 
 def seconds_of(parts: Sequence[tuple[float, float]]) -> float:
-    return sum(b - a for a, b in parts)
+    return in_order_sum(b - a for a, b in parts)
 
 
 def progress_block(entries: Sequence[Entry], window: tuple[float, float], n_devices: int,
@@ -1846,23 +1889,26 @@ def verify_bundle(raw: bytes, public_key: Any) -> dict:
     samples = bundle["samples"]
     if not isinstance(samples, dict):
         raise Failure("samples: expected an object of segment id -> rows")
+    wide: dict[str, list] = {}   # every segment's rows in SAMPLE_COLUMNS, the method's stages read them so
     for sid, rows in samples.items():
         seg = by_id.get(sid)
         if seg is None or seg.kind != "telemetry_segment":
             raise Failure(f"samples.{sid}: no bundled telemetry_segment entry seals these rows")
-        if not isinstance(rows, list) or any(not isinstance(r, list) or len(r) != len(SAMPLE_COLUMNS) for r in rows):
-            raise Failure(f"samples.{sid}: expected rows of {len(SAMPLE_COLUMNS)} values")
+        columns = segment_columns(seg.data.get("columns"), f"entry {seg.seq} columns")
+        if not isinstance(rows, list) or any(not isinstance(r, list) or len(r) != len(columns) for r in rows):
+            raise Failure(f"samples.{sid}: expected rows of {len(columns)} values")
         if any((rows[i][0], rows[i][1]) > (rows[i + 1][0], rows[i + 1][1]) for i in range(len(rows) - 1)):
             raise Failure(f"samples.{sid}: rows are not in (device, t) order")
         if samples_digest(rows) != seg.data.get("samples_sha256"):
             raise Failure(f"samples.{sid}: rows do not hash to the digest entry {seg.seq} sealed")
+        wide[sid] = widen_rows(rows, columns)
     for e in entries:
         if e.kind == "telemetry_segment" and e.data.get("rows") and e.entry_id not in samples:
             raise Failure(f"samples: the rows of segment {e.entry_id} (entry {e.seq}) are missing")
     claimed = bundle["receipt"]
     if not isinstance(claimed, dict) or not isinstance(claimed.get("job"), dict):
         raise Failure("receipt: expected a receipt object")
-    recomputed = compute_receipt(entries, samples, claimed["job"], site_skus,
+    recomputed = compute_receipt(entries, wide, claimed["job"], site_skus,
                                  energy_shares=method["receipt_version"] != ENERGY_RECEIPT_VERSION)
     if canonical_json(recomputed) != canonical_json(claimed):
         raise Failure("receipt: the bundled receipt is not what its entries give: "

@@ -21,10 +21,9 @@ from .entries import ChainedEntry, Kind, hash_fields
 from .heads import HeadError, check_head_against_ledger, recorded_heads
 from .method import METHOD_NAME, METHOD_VERSION
 from .method.skus import SkuRating, builtin_table
-from .proofcheck import BUNDLE_FORMAT, SAMPLE_COLUMNS, load_public_key, samples_digest
+from .proofcheck import BUNDLE_FORMAT, SAMPLE_COLUMNS, load_public_key, samples_digest, segment_columns
 from .receipts.compute import compute_receipt, run_frame
 from .receipts.gather import overlapping_entries, gather
-from .telemetry import blocks
 from .telemetry.model import SAMPLE_COLUMNS as LEDGER_SAMPLE_COLUMNS
 from .telemetry.store import read_samples
 
@@ -51,8 +50,10 @@ def site_ratings(sku_table: Mapping[str, SkuRating] | None) -> dict:
 
 
 def _segment_rows(conn: Connection, seg: ChainedEntry) -> list[list]:
-    table = read_samples(conn, segment_ids=[seg.entry.entry_id])
-    rows = sorted(blocks.table_rows(table), key=operator.itemgetter(0, 1))
+    """The segment's rows in the columns its entry lists (the base columns, then the format 2 ones it holds)."""
+    columns = segment_columns(seg.entry.data.get("columns"))
+    table = read_samples(conn, segment_ids=[seg.entry.entry_id], columns=columns)
+    rows = sorted(zip(*(table.column(c).to_pylist() for c in columns)), key=operator.itemgetter(0, 1))
     if rows and samples_digest(rows) != seg.entry.data.get("samples_sha256"):
         raise HeadError(f"the samples of segment {seg.entry.entry_id} (entry {seg.seq}) do not match its digest; "
                         f"run `ipledger verify`")

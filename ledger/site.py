@@ -15,7 +15,7 @@ from typing import Mapping
 
 from .config import Config, normalise_db_url
 from .method.carbon import CarbonSettings, IntensityError, constant_intensity, parse_intensity
-from .method.lens import LensSettings, precision_for
+from .method.lens import LENS_METHOD_VERSIONS, LensSettings, precision_for
 from .method.skus import SkuError, SkuRating, builtin_table, site_table
 
 
@@ -30,7 +30,7 @@ class Site:
     receipts_dir: str | None = None
     auto_receipts: bool = True         # issue a run's receipt once its allocation_ended is shipped
     receipt_workers: int = 1           # processes a big receipt may use (>1 needs a main guard in scripts)
-    # method 1.1's effective-compute lens: on with ``method_version = "1.1.0"`` in the site file (None: 1.0.0)
+    # the effective-compute lens: on with ``method_version = "1.1.0"`` or "1.2.0" in the site file (None: 1.0.0)
     lens: LensSettings | None = None
     # the ``[carbon]`` section: zones and intensity tables (None: receipts carry no carbon block)
     carbon: CarbonSettings | None = None
@@ -65,17 +65,18 @@ def site_from_config(cfg: Config, *, db: str | None = None, environ: Mapping[str
 
 
 def site_lens(extra: Mapping) -> LensSettings | None:
-    """``method_version = "1.1.0"`` (and ``compute_precision``, default bf16) turns the lens on."""
+    """``method_version = "1.1.0"`` or ``"1.2.0"`` (the FP pipes in the achieved FLOPs; and
+    ``compute_precision``, default bf16) turns the lens on."""
     version = str(extra.get("method_version", "1.0.0"))
-    if version not in ("1.0.0", "1.1.0"):
-        raise SkuError(f"config: method_version must be 1.0.0 or 1.1.0, got {version!r}")
+    if version not in ("1.0.0", *LENS_METHOD_VERSIONS):
+        raise SkuError(f"config: method_version must be 1.0.0, {' or '.join(LENS_METHOD_VERSIONS)}, got {version!r}")
     precision = extra.get("compute_precision", "bf16")
     for v in (precision.values() if isinstance(precision, Mapping) else [precision]):
         try:
             precision_for({"compute_precision": v}, None, None)
         except ValueError as exc:
             raise SkuError(f"config: {exc}") from None
-    return LensSettings(compute_precision=precision) if version == "1.1.0" else None
+    return LensSettings(compute_precision=precision, version=version) if version in LENS_METHOD_VERSIONS else None
 
 
 INTENSITY_FILE_MAX_BYTES = 64 * 1024 * 1024   # an intensity file is read whole; a bigger one is refused

@@ -286,16 +286,53 @@ def test_energy_columns_read_in_the_attributions_pass_equal_the_plain_second_pas
         out: dict = {}
         g.load_sample_arrays(conn, segs, devices, w0, w1, energy_out=out)
     small = g.LazySamples(engine, {d: segs for d in devices}, w0, w1, batch=1, energy=True)
-    batched = g.LazyEnergy(small)
+    batched = g.LazyEnergy(small)          # no device attributed here (as where worker processes did it)
+    attributed = g.LazySamples(engine, {d: segs for d in devices}, w0, w1, batch=1, energy=True)
+    for d in devices:
+        assert len(attributed[d])          # the attribution's read, energy columns in the same pass
     assert devices and sorted(plain) == devices
     for d in devices:
         for col in ("energy_j", "power_w"):
-            for got in (out[d][col], batched[d][col]):
+            for got in (out[d][col], batched[d][col], g.LazyEnergy(attributed)[d][col]):
                 assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(got, plain[d][col]))
         assert np.isfinite(plain[d]["energy_j"][1]).any()
+    assert not small._loaded    # the unattributed devices' energy came without reading the attribution's columns
     assert set(lazy.energy_columns) == set(eager.energy_columns) == set(devices)
     for d in devices:
         for col in ("energy_j", "power_w"):
             assert all(np.array_equal(a, b, equal_nan=True)
                        for a, b in zip(lazy.energy_columns[d][col], eager.energy_columns[d][col]))
     assert batched.get("no-such-device", {}) == {}
+
+
+def test_worker_processes_give_the_same_energy_receipt(tmp_path, monkeypatch) -> None:
+    """Where worker processes (and the parent, taking batches too) attribute the devices, each hands back the
+    energy columns its own read gave, so none is read twice: the receipt, energy block included, is the
+    in-process one byte for byte."""
+    import importlib
+
+    from ledger.db import make_engine
+    from ledger.receipts import receipt_for
+    from tests.test_receipt_replay import spy_attribute_all
+
+    gmod = importlib.import_module("ledger.receipts.gather")
+    url, run, env = _imported_ledger(tmp_path, n_gpus=3, hours=1, cadence=60, jobs="slurm", holes=[(1, 1200, 900)])
+    assert _set_measured_terms(tmp_path, url, run, env).exit_code == 0
+    engine = make_engine(url, read_only=True)
+    here = receipt_for(engine, "1000")
+    monkeypatch.setattr(gmod, "PARALLEL_MIN_DEVICES", 2)
+    results = spy_attribute_all(monkeypatch, gmod)
+    second_reads = []
+    original = gmod.LazySamples.read_energy
+
+    def spy(self, device):  # noqa: ANN001, ANN202
+        second_reads.append(device)
+        return original(self, device)
+
+    monkeypatch.setattr(gmod.LazySamples, "read_energy", spy)
+    there = receipt_for(engine, "1000", workers=2)
+    engine.dispose()
+    assert results and results[0] is not None and len(results[0]) == 3   # the worker path did the devices
+    assert second_reads == []
+    assert there.body["energy"]["kwh"] > 0
+    assert there.canonical() == here.canonical()

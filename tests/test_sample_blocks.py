@@ -240,3 +240,32 @@ def test_receipt_arrays_and_receipts_identical_from_blocks_and_legacy_rows(ledge
     finally:
         block_engine.dispose()
         legacy_engine.dispose()
+
+
+_BASE = len(SAMPLE_COLUMNS) - 4
+
+
+@settings(max_examples=80, deadline=None)
+@given(_rows, st.booleans())
+def test_format_2_digest_is_the_plain_digest_of_the_carried_columns(rows, without_extension):
+    """A segment's digest is proofcheck's plain digest of its rows in the columns it carries: rows that measured
+    no format 2 column hash as their 25 base columns (what every segment sealed before format 2), and their
+    block is format 1; otherwise the base columns and each format 2 column some row measured, in a block of
+    format 2 that a format 1 label cannot pass for."""
+    from ledger import proofcheck as pc
+    from ledger.telemetry.store import carried_columns, digest_normalised
+
+    if without_extension:
+        rows = [(*r[:_BASE], None, None, None, None) for r in rows]
+    cols = carried_columns(rows)
+    assert cols[:_BASE] == pc.BASE_SAMPLE_COLUMNS and all(c in pc.EXTENSION_COLUMNS for c in cols[_BASE:])
+    assert (cols == pc.BASE_SAMPLE_COLUMNS) == all(v is None for r in rows for v in r[_BASE:])
+    keep = [SAMPLE_COLUMNS.index(c) for c in cols]
+    projected = sorted(([r[j] for j in keep] for r in rows), key=lambda r: (r[0], r[1]))
+    assert digest_normalised(rows) == pc.samples_digest(projected) == samples_digest(rows)
+    block = blocks.encode(rows)
+    assert block.format == (blocks.FORMAT if cols == pc.BASE_SAMPLE_COLUMNS else blocks.FORMAT_2)
+    if block.format == blocks.FORMAT_2:
+        with pytest.raises(blocks.BlockError, match="format 1 holds a column of format 2"):
+            blocks.decode(blocks.FORMAT, block.data)
+    assert pc.widen_rows(projected, cols) == [list(r) for r in sorted(rows, key=lambda r: (r[0], r[1]))]

@@ -119,8 +119,23 @@ def test_an_integer_past_a_floats_range_is_refused_not_raised():
 
 
 def test_row_shortcut_passes_a_collectors_rows():
-    rows = [list(GOOD), [*GOOD[:3], None, *([None] * 21)], [GOOD[0], GOOD[1] + 1, 1.0, 4, *([1980.0] * 21)]]
+    k = len(SAMPLE_COLUMNS) - 4
+    rows = [list(GOOD), [*GOOD[:3], None, *([None] * k)], [GOOD[0], GOOD[1] + 1, 1.0, 4, *([1980.0] * k)]]
     assert _reference_passes(rows) and intake._plain_check(rows, LATEST)[0] == intake._EXACT
+
+
+def test_a_collector_of_the_base_columns_ships_rows_that_seal_as_before():
+    """A collector written before sample block format 2 ships rows of the 25 base columns: they are taken with
+    the format 2 columns unmeasured, and their digest is the one the old collector sealed (the base columns)."""
+    from ledger.kinds import Kind
+    from ledger.proofcheck import BASE_SAMPLE_COLUMNS, samples_digest as plain_digest
+
+    old = [[*GOOD[:len(BASE_SAMPLE_COLUMNS)]], [GOOD[0], GOOD[1] + 1, 1.0, 4, *([1980.0] * 21)]]
+    assert all(len(r) == len(BASE_SAMPLE_COLUMNS) == 25 for r in old)
+    got = intake._segment_rows(Kind.TELEMETRY_SEGMENT, {"samples_sha256": plain_digest(old), "rows": 2},
+                               [list(r) for r in old], LATEST)
+    assert [tuple(r[:25]) for r in got] == [tuple(r) for r in old]
+    assert all(r[25:] == (None,) * (len(SAMPLE_COLUMNS) - 25) for r in got)
 
 
 def test_normalised_rows_are_the_reference_norm():

@@ -18,8 +18,8 @@ from ..method import DeviceAccount, SampleArrays, Thresholds, attribute_device, 
 from ..method.attribution import DEFAULT_THRESHOLDS, attribute_device_covered
 from ..method.evidence import (REPLACED_BY_SAMPLES, controlled_by, rests_on_dcgm_job_record, user_controlled,
                                xids_raised)
-from ..method.lens import (LENS_METHOD_VERSION, DeviceLens, LensSettings, lens_block, lens_device, lens_reader,
-                           peak_tflops, precision_for)
+from ..method.lens import (DeviceLens, LensSettings, lens_block, lens_device, lens_reader, peak_tflops, pipe_peaks,
+                           precision_for)
 from ..method.mig import mig_share
 from ..method.shares import scale_account, share_of, share_segments, sum_accounts
 from ..method.skus import SkuRating, match_sku
@@ -472,12 +472,12 @@ def _add_lens(body: dict, sample_lens: Mapping[str, DeviceLens | None], frame: A
             x = lens_device(window, None, unknown=mine, suspended=frame.suspended, rated_clock_mhz=rated,
                             thresholds=thresholds)
         share = mig_share(dev.get("mig_profile"), dev.get("sku")) if dev.get("mig_profile") else None
-        per_device.append((x, peak_tflops(rating, p), None if share is None else float(share)))
+        per_device.append((x, peak_tflops(rating, p), None if share is None else float(share), pipe_peaks(rating)))
     block = lens_block(per_device, precision or precision_for({"compute_precision": lens.compute_precision},
-                                                             None, frame.account), summary_nh)
+                                                             None, frame.account), summary_nh, lens.version)
     if body["receipt_version"] == RECEIPT_VERSION:  # an energy receipt (1.4) keeps its version
         body["receipt_version"] = LENS_RECEIPT_VERSION
-    body["method"]["version"] = LENS_METHOD_VERSION
+    body["method"]["version"] = lens.version
     body["effective_compute"] = block
 
 def _energy_rows(inputs: RunInputs, contract: Any, frame: RunFrame, accounts: list,

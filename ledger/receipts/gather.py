@@ -19,6 +19,7 @@ from ..canonical import ts_to_epoch
 from ..entries import ChainedEntry, Kind
 from ..method import DeviceAccount, SampleArrays, attribute_device
 from ..method.attribution import attribute_device_covered
+from ..method.energy_arrays import by_time
 from ..method.lens import DeviceLens, lens_reader
 from ..rows import ENTRY_COLUMNS, iter_entries, to_chained
 from ..telemetry.blocks import float_values
@@ -29,7 +30,7 @@ from .progress import end_state
 SAMPLE_READ_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "tensor_active", "gpu_util",
                        "sm_clock_mhz", "compute_procs", "fb_used_mib")
 # read as well only for method 1.1's effective-compute lens (a 1.0.0 receipt reads what it always read)
-LENS_READ_COLUMNS = ("sm_occupancy", "dram_active")
+LENS_READ_COLUMNS = ("sm_occupancy", "dram_active", "fp64_active", "fp32_active", "fp16_active", "fp_ops")
 # read as well only under measured-energy terms (receipt 1.4's energy block), in the same pass
 ENERGY_READ_COLUMNS = ("energy_j", "power_w")
 
@@ -174,10 +175,9 @@ def energy_columns_of(parts: Mapping[str, Sequence[Sequence[np.ndarray]]]
     keep their reading order)."""
     out = {}
     for d, (t, e, p) in parts.items():
-        ts, es, ps = (np.concatenate(x) for x in (t, e, p))
-        order = np.argsort(ts, kind="stable")   # pieces in time order; equal times keep their reading order
-        ts = ts[order]
-        out[d] = {"energy_j": (ts, es[order]), "power_w": (ts, ps[order])}
+        # pieces in time order; equal times keep their reading order
+        ts, es, ps = by_time(*(np.concatenate(x) if len(x) > 1 else x[0] for x in (t, e, p)))
+        out[d] = {"energy_j": (ts, es), "power_w": (ts, ps)}
     return out
 
 
@@ -244,11 +244,12 @@ def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Se
             order = np.lexsort(tuple(reversed([nan if c is None else c for c in cols])))
             cols = [None if c is None else c[order] for c in cols]
         t, dt, reasons, sm_active, tensor_active, gpu_util, sm_clock, procs, fb_used, *lens = cols
-        occupancy, dram = lens if lens else (None, None)
+        occupancy, dram, fp64, fp32, fp16, ops = lens if lens else (None,) * len(LENS_READ_COLUMNS)
         out[device] = SampleArrays.from_columns(t=t, dt=dt, reasons=reasons, sm_active=sm_active,
                                                 tensor_active=tensor_active, gpu_util=gpu_util, sm_clock=sm_clock,
                                                 procs=procs, fb_used=fb_used, sm_occupancy=occupancy,
-                                                dram_active=dram)
+                                                dram_active=dram, fp64_active=fp64, fp32_active=fp32,
+                                                fp16_active=fp16, ops=ops)
     return out
 
 
@@ -296,6 +297,18 @@ class LazySamples(Mapping):
             raise KeyError(device)
         return self._cache[device]
 
+    def read_energy(self, device: str) -> None:
+        """The energy columns alone of the batch holding ``device`` (one the worker processes attributed, so
+        its samples were never read here): :func:`load_energy_columns`, three columns, not the attribution's."""
+        if device not in self._segs:
+            raise KeyError(device)
+        i = self._pos[device]
+        batch = self._order[i:i + self._batch]
+        segs = sorted({s for d in batch for s in self._segs[d]})
+        with self._engine.connect() as conn:
+            self.energy.update(load_energy_columns(conn, segs, batch, self._start, self._end))
+        self.energy_read.update(batch)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._order)
 
@@ -313,7 +326,7 @@ class LazySamples(Mapping):
         for i in range(0, len(mine), self._batch):
             batch = mine[i:i + self._batch]
             segs = sorted({s for t in batch for s in self._segs[t[0]]})
-            jobs.append((url, segs, batch, self._start, self._end, self._lens))
+            jobs.append((url, segs, batch, self._start, self._end, self._lens, self.energy is not None))
         import multiprocessing
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
         from concurrent.futures.process import BrokenProcessPool
@@ -332,16 +345,24 @@ class LazySamples(Mapping):
                     while pending and len(running) < 2 * spawned:
                         running.add(pool.submit(_attribute_batch, pending.popleft()))
                     if pending:
-                        out.update(_attribute_batch(pending.popleft()))
+                        self._take(out, _attribute_batch(pending.popleft()))
                     else:
                         wait(running, return_when=FIRST_COMPLETED)
                     finished = {f for f in running if f.done()}
                     for f in finished:
-                        out.update(f.result())
+                        self._take(out, f.result())
                     running -= finished
         except BrokenProcessPool:
             return None  # workers could not start here: the in-process path gives the same receipt
         return out
+
+    def _take(self, out: dict, done: tuple[dict, dict | None]) -> None:
+        """A batch's results into ``out``, and the energy columns its read gave (under measured-energy terms)."""
+        results, energy = done
+        out.update(results)
+        if energy is not None and self.energy is not None:
+            self.energy.update(energy)
+            self.energy_read.update(results)
 
     def __len__(self) -> int:
         return len(self._order)
@@ -349,7 +370,8 @@ class LazySamples(Mapping):
 
 class LazyEnergy(Mapping):
     """A run's energy columns by device, from :class:`LazySamples`' own reads: a device whose batch was read has
-    them already; another (the worker processes attributed it) is read on asking."""
+    them already, and so does one a worker process read (it hands them back); any other has its batch's energy
+    columns read on asking."""
 
     def __init__(self, samples: LazySamples) -> None:
         self._samples = samples
@@ -357,7 +379,7 @@ class LazyEnergy(Mapping):
     def __getitem__(self, device: str) -> dict:
         s = self._samples
         if device not in s.energy_read:
-            s[device]   # reads its batch, energy columns included (KeyError: no segments for it)
+            s.read_energy(device)   # its batch's energy columns (KeyError: no segments for it)
         if device not in s.energy:
             raise KeyError(device)
         return s.energy[device]
@@ -369,16 +391,18 @@ class LazyEnergy(Mapping):
         return len(self._samples)
 
 
-def _attribute_batch(job: tuple) -> dict[str, tuple[DeviceAccount | None, DeviceLens | None]]:
+def _attribute_batch(job: tuple) -> tuple[dict[str, tuple[DeviceAccount | None, DeviceLens | None]], dict | None]:
     """Worker: read one batch of devices' samples and attribute each (None = no samples for it); with the lens
-    on (method 1.1), the same samples give each device's effective-compute lens in the same pass."""
+    on (method 1.1), the same samples give each device's effective-compute lens in the same pass. Under
+    measured-energy terms the same read also gives the batch's energy columns, handed back beside (else None)."""
     from ..db import make_engine
 
-    url, segs, batch, start, end, lens = job
+    url, segs, batch, start, end, lens, energy = job
+    energy_out: dict | None = {} if energy else None
     engine = make_engine(url)
     try:
         with engine.connect() as conn:
-            arrays = load_sample_arrays(conn, segs, [t[0] for t in batch], start, end, lens)
+            arrays = load_sample_arrays(conn, segs, [t[0] for t in batch], start, end, lens, energy_out=energy_out)
     finally:
         engine.dispose()
     out: dict[str, tuple[DeviceAccount | None, DeviceLens | None]] = {}
@@ -393,4 +417,4 @@ def _attribute_batch(job: tuple) -> dict[str, tuple[DeviceAccount | None, Device
             continue
         out[uuid] = attribute_device_covered(window, sa, unknown=unknown, suspended=suspended,
                                              rated_clock_mhz=rated, thresholds=thresholds, use=lens_reader(sa))
-    return out
+    return out, energy_out

@@ -33,7 +33,7 @@ from ..method import METHOD_NAME, METHOD_VERSION
 from ..db import write_tx
 from ..store import append_in, iter_entries, lock_chain
 from ..method.carbon import CarbonSettings
-from ..method.lens import LENS_METHOD_VERSION
+from ..method.lens import LENS_METHOD_VERSIONS
 from .compute import ENERGY_RECEIPT_VERSION, LensSettings, Receipt, ReceiptError, RunKey, compute_receipt
 from .gather import gather
 
@@ -69,11 +69,13 @@ def replay(engine: Engine, issued: ChainedEntry, sku_table: Mapping | None = Non
 
 
 def issued_lens(issued_data: Mapping) -> LensSettings | None:
-    """The lens an issued receipt was computed with: None under method 1.0.0; under 1.1.0 its precision."""
-    if (issued_data.get("method") or {}).get("version") != LENS_METHOD_VERSION:
+    """The lens an issued receipt was computed with: None under method 1.0.0; under 1.1.0 or 1.2.0 that version at
+    its recorded precision."""
+    version = (issued_data.get("method") or {}).get("version")
+    if version not in LENS_METHOD_VERSIONS:
         return None
     block = (issued_data.get("receipt") or {}).get("effective_compute") or {}
-    return LensSettings(compute_precision=block.get("precision", "bf16"))
+    return LensSettings(compute_precision=block.get("precision", "bf16"), version=version)
 
 
 def _pin(issued_data: Mapping) -> str:

@@ -24,14 +24,22 @@ from ..entries import ChainedEntry, Entry, Kind, make_entry
 from ..store import AppendResult, append_in
 from ..verify import ChainProblem
 from . import blocks
-from .model import SAMPLE_COLUMNS, Sample
+from .model import BASE_COLUMNS, EXTENSION_METRICS, SAMPLE_COLUMNS, Sample
 
-INSERT_COLUMNS = ("segment_id", *SAMPLE_COLUMNS)  # the legacy `samples` table's columns
+INSERT_COLUMNS = ("segment_id", *BASE_COLUMNS)  # the legacy `samples` table's columns (it has no format 2 ones)
+
+
+_WIDTH, _BASE_WIDTH = len(SAMPLE_COLUMNS), len(BASE_COLUMNS)
+_NO_EXTENSION = (None,) * (len(SAMPLE_COLUMNS) - len(BASE_COLUMNS))
 
 
 def _norm(row: Sequence) -> tuple:
-    """One type per column whatever the backend returns: device str, clock_reasons int, the rest float."""
+    """One type per column whatever the backend returns: device str, clock_reasons int, the rest float. A row
+    of the base columns only (a spool written before format 2) gets the extension columns as not measured (as
+    does any shorter row: only intake's checks decide whether a row has its width)."""
     device, *rest = row
+    if len(rest) < _WIDTH - 1:
+        rest = [*rest, *(None,) * (_WIDTH - 1 - len(rest))]
     out = [str(device)]
     for name, v in zip(SAMPLE_COLUMNS[1:], rest):
         if v is None:
@@ -65,10 +73,28 @@ def normalised(row: Sequence) -> tuple:
     """``_norm(row)``, taking the row as it is where every value already has its column's type (a spool's rows,
     written by the collector from ``sample_row_values``, always do): the hot path of shipping segments."""
     cr = row[3]
-    if type(row[0]) is str and type(row[1]) is float and type(row[2]) is float \
+    if len(row) == _WIDTH and type(row[0]) is str and type(row[1]) is float and type(row[2]) is float \
             and (cr is None or type(cr) is int) and set(map(type, row[4:])) <= _FLOAT_OR_NONE:
         return tuple(row)
     return _norm(row)
+
+
+def carried_columns(rows: Sequence[tuple]) -> tuple[str, ...]:
+    """The columns a segment of these normalised rows carries (its entry's ``columns``): the base columns, then
+    each extension column some row measured (sample block format 2; none: the base columns, format 1)."""
+    if not _has_extension(rows):
+        return BASE_COLUMNS
+    extra = [c for j, c in enumerate(EXTENSION_METRICS, start=_BASE_WIDTH)
+             if any(r[j] is not None for r in rows)]
+    return (*BASE_COLUMNS, *extra)
+
+
+_TAIL = operator.itemgetter(slice(_BASE_WIDTH, None))
+
+
+def _has_extension(rows: Sequence[tuple]) -> bool:
+    """Whether any row (full width) measured an extension column: C-level passes, no Python loop per row."""
+    return any(map(_NO_EXTENSION.__ne__, map(_TAIL, rows)))
 
 
 def samples_digest(rows: Iterable[tuple]) -> str:
@@ -76,17 +102,32 @@ def samples_digest(rows: Iterable[tuple]) -> str:
     return digest_normalised([_norm(r) for r in rows])
 
 
+_NULL_TAIL = ",null" * len(_NO_EXTENSION) + "]"
+
+
 def digest_normalised(rows: list[tuple]) -> str:
-    """The digest of rows already in ``_norm`` form (segment_entry's rows come from ``sample_row_values``)."""
-    ordered = sorted(rows, key=operator.itemgetter(0, 1))
+    """The digest of rows already in ``_norm`` form (segment_entry's rows come from ``sample_row_values``), over
+    the columns the rows carry (:func:`carried_columns`): rows that measured no extension column hash as
+    their base columns, exactly as before format 2 (``ledger.proofcheck.samples_digest`` of the projection)."""
+    ordered = sorted(rows if set(map(len, rows)) <= {_WIDTH} else [_norm(r) for r in rows],
+                     key=operator.itemgetter(0, 1))
+    strip = not _has_extension(ordered)   # format 1: each row's unmeasured extension columns come off its end
+    if not strip:
+        keep = [SAMPLE_COLUMNS.index(c) for c in carried_columns(ordered)]
+        if len(keep) < _WIDTH:
+            ordered = [tuple(r[j] for j in keep) for r in ordered]
     if ordered and not any("]" in r[0] for r in {r[0]: r for r in ordered}.values()):
         # One C-level encode of all rows, then the row separators turned into newlines: the same bytes as
-        # encoding row by row (a device id without "]" cannot contain the separator "],[").
-        text = canonical_json(ordered)[1:-1].replace("],[", "]\n[") + "\n"
+        # encoding row by row (a device id without "]" cannot contain the separator "],["; nor can it hold
+        # a "]" of its own, so the end of each row's text is the row's last columns).
+        text = canonical_json(ordered)[1:-1]
+        if strip:
+            text = text.replace(_NULL_TAIL, "]")
+        text = text.replace("],[", "]\n[") + "\n"
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
     h = hashlib.sha256()
     for r in ordered:
-        h.update(canonical_json(list(r)).encode("utf-8"))
+        h.update(canonical_json(list(r[:_BASE_WIDTH] if strip else r)).encode("utf-8"))
         h.update(b"\n")
     return h.hexdigest()
 
@@ -105,7 +146,7 @@ def segment_entry_rows(rows: Sequence[tuple], *, node: str | None, source: str, 
     start = min(r[1] for r in rows)
     end = max(r[1] + r[2] for r in rows)
     payload = {"devices": devices, "rows": len(rows), "samples_sha256": digest_normalised(list(rows)),
-               "columns": list(SAMPLE_COLUMNS), **(extra or {})}
+               "columns": list(carried_columns(rows)), **(extra or {})}
     return make_entry(Kind.TELEMETRY_SEGMENT, start, payload, ts_end=end, node=node, cluster=cluster,
                       device=devices[0] if len(devices) == 1 else None, source=source,
                       source_version=source_version)
@@ -316,7 +357,7 @@ def _legacy_pieces(conn: Connection, segment_ids: Sequence[str] | None, devices:
         if chunk is not None:
             cond.append("segment_id IN (" + ",".join(f":s{i}" for i in range(len(chunk))) + ")")
             p.update({f"s{i}": s for i, s in enumerate(chunk)})
-        sql = text(f"SELECT {', '.join(SAMPLE_COLUMNS)} FROM samples WHERE {' AND '.join(cond)} ORDER BY device, t")
+        sql = text(f"SELECT {', '.join(BASE_COLUMNS)} FROM samples WHERE {' AND '.join(cond)} ORDER BY device, t")
         rows = [_norm(r) for r in conn.execute(sql, p)]
         if not rows:
             continue
@@ -364,7 +405,8 @@ def segment_samples(conn: Connection, ce: ChainedEntry) -> tuple[Any, ChainProbl
     sid = ce.entry.entry_id
     try:
         table = read_samples(conn, segment_ids=[sid], check_blocks=True)
-        digest = digest_normalised(blocks.table_rows(table)) if table.num_rows else None
+        rows = blocks.table_rows(table) if table.num_rows else []
+        digest = digest_normalised(rows) if rows else None
     except blocks.BlockError as exc:
         return None, ChainProblem(ce.seq, sid, str(exc))
     except Exception as exc:  # noqa: BLE001 - any decode failure (LZ4, Arrow, driver) is a named problem
@@ -374,6 +416,9 @@ def segment_samples(conn: Connection, ce: ChainedEntry) -> tuple[Any, ChainProbl
         return None, ChainProblem(ce.seq, sid, f"stored samples cannot be read: {reason}")
     if table.num_rows and digest != ce.entry.data.get("samples_sha256"):
         return table, ChainProblem(ce.seq, sid, "samples do not match the segment digest")
+    listed = ce.entry.data.get("columns")
+    if rows and [c for c in listed or () if c in EXTENSION_METRICS] != list(carried_columns(rows)[_BASE_WIDTH:]):
+        return table, ChainProblem(ce.seq, sid, "samples carry other columns than the segment lists")
     if not table.num_rows and ce.entry.data.get("rows"):
         return table, ChainProblem(ce.seq, sid, "samples of this segment are missing")
     return table, None
