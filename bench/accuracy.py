@@ -208,7 +208,7 @@ def calibration_table(verdicts: list, totals: dict | None = None) -> str:
 
 
 def run(seeds: list[int], sizes: list[str]) -> tuple[list[dict], dict]:
-    from ledger.demo import build_hall
+    from ledger.sim.hall import build_hall
     from ledger.sim import FleetSpec
     from ledger.sim.score import false_alarms_on_healthy, score
 

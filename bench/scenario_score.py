@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ledger.canonical import ts_to_epoch
+from ledger.chain.canonical import ts_to_epoch
 
 KINDS = {"cooling": ("hot_because_cooling",), "power_cap": ("power_cap",), "idle_held": ("idle_held",),
          "starved": ("starved",), "drift": ("sibling_divergence", "ecc_drift"), "ecc": ("ecc_drift",),

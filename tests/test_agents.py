@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.canonical import ts_to_epoch
+from ledger.chain.canonical import ts_to_epoch
 from ledger.sim import FleetSpec
 from ledger.sim.score import false_alarms_on_healthy, matches, score
 
@@ -26,7 +26,7 @@ SCOPE_KEYS = {"cluster", "rack", "node", "device_uuid", "job_id", "tenant"}
 @lru_cache(maxsize=2)
 def small_hall(seed: int = SEED):  # noqa: ANN201
     """Built once per test session and seed (shared by the agents/ask/analyze tests)."""
-    from ledger.demo import build_hall
+    from ledger.sim.hall import build_hall
 
     out = Path(tempfile.mkdtemp(prefix="ipledger-hall-"))
     atexit.register(shutil.rmtree, out, True)
@@ -108,9 +108,9 @@ def test_agents_buckets_agree_with_receipts():
 def test_same_seed_same_findings_and_verdicts_steer_recommendations(tmp_path):
     """Deterministic for a seed (a second build gives the same finding ids); confirm/dismiss are entries."""
     from ledger import agents
-    from ledger.demo import build_hall
-    from ledger.entries import Kind
-    from ledger.store import iter_entries
+    from ledger.sim.hall import build_hall
+    from ledger.chain.entries import Kind
+    from ledger.chain.store import iter_entries
 
     _, first = small_hall()
     hall = build_hall(tmp_path, SEED, FleetSpec.small())

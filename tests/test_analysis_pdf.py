@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from reports import analysis_pdf, synthetic
+from reports import analysis_pdf
+from ledger.sim import synthetic_receipts as synthetic
 from tests.services import unavailable
 from reports.pdf_statement import fmt_hours
 

@@ -18,7 +18,7 @@ PACKAGES = frozenset({"ledger", "reports", "ipledger_schema"})
 DIRS = {"ledger": "ledger", "reports": "reports", "ipledger_schema": "schema"}  # schema/ installs as ipledger_schema
 
 # Standard-library modules of the Pythons the project supports that this interpreter may not list.
-OTHER_STDLIB = {"_sha2"}  # CPython >= 3.12's SHA-2 module (ledger.canonical tries it before 3.11's _sha256)
+OTHER_STDLIB = {"_sha2"}  # CPython >= 3.12's SHA-2 module (ledger.chain.canonical tries it before 3.11's _sha256)
 
 
 def _modules() -> dict[str, Path]:
@@ -174,10 +174,10 @@ def _hook_modules() -> set[str]:
 
 def test_the_hook_imports_only_the_standard_library_and_its_own_modules():
     own = _hook_modules()
-    assert {"ledger.hooks", "ledger.hooks.core", "ledger.canonical"} <= own
+    assert {"ledger.capture.hooks", "ledger.capture.hooks.core", "ledger.chain.canonical"} <= own
     reached: set[str] = set()
     foreign: set[str] = set()
-    todo = ["ledger.hooks"]
+    todo = ["ledger.capture.hooks"]
     while todo:
         m = todo.pop()
         if m in reached:
@@ -191,7 +191,7 @@ def test_the_hook_imports_only_the_standard_library_and_its_own_modules():
     outside = (reached - own) | foreign
     assert not outside, f"the hook loads {sorted(outside)}"
     # the hook entry point must not reach the database, the CLI or the receipts at all
-    assert not {m for m in reached if m.startswith(("ledger.cli", "ledger.receipts", "ledger.db", "ledger.store"))}
+    assert not {m for m in reached if m.startswith(("ledger.cli", "ledger.receipts", "ledger.db", "ledger.chain.store"))}
 
 
 def _private_imports(module: str, path: Path) -> list[str]:

@@ -105,7 +105,7 @@ def test_missing_feature_is_reported_not_raised(tmp_path, monkeypatch):
 def test_load_pg_shipper_processes_lose_and_duplicate_nothing(postgres):
     """bench.load_pg's process mode (the 64-shipper figure uses it), small: 4 processes x 3 epilogs."""
     from bench.load_pg import expected_ids, ledger_tally, run_shippers
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
 
     url = postgres.create_db("ipledger_load_smoke")
     eng = db_mod.make_engine(url)
@@ -125,8 +125,8 @@ def test_verify_bench_builds_the_ledger_shipping_would(tmp_path):
 
     from bench import data
     from bench.verify import build_ledger
-    from ledger import db as db_mod
-    from ledger import merkle
+    from ledger.chain import db as db_mod
+    from ledger.chain import merkle
 
     n = 1000
     url, total = build_ledger(tmp_path / "bulk.db", n)

@@ -8,9 +8,9 @@ import sys
 
 from sqlalchemy import text
 
-from ledger import db as db_mod
-from ledger import spool
-from ledger.entries import Kind, make_entry
+from ledger.chain import db as db_mod
+from ledger.capture import spool
+from ledger.chain.entries import Kind, make_entry
 
 
 def _job_records(job="55"):

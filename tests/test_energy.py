@@ -133,11 +133,11 @@ def test_units_follow_the_field_id_never_a_version() -> None:
         joules_per_count("ipmi")
 
 
-# --- contract terms: energy_basis, energy_price_per_kwh and pue (ledger.contracts) ---------------------------
+# --- contract terms: energy_basis, energy_price_per_kwh and pue (ledger.chain.contracts) ---------------------------
 
 from decimal import Decimal  # noqa: E402
 
-from ledger.contracts import ContractError, parse_contract  # noqa: E402
+from ledger.chain.contracts import ContractError, parse_contract  # noqa: E402
 
 
 def _contract(**sku):
@@ -178,7 +178,7 @@ def test_a_dcgm_job_record_of_zero_joules_with_power_is_the_power_integral() -> 
     from pathlib import Path
 
     from ledger.method.energy import summary_energy
-    from ledger.sources.dcgm import parse_stats
+    from ledger.capture.sources.dcgm import parse_stats
 
     text = (Path(__file__).parent / "fixtures" / "dcgmi_stats" / "dcgmi_stats_x_then_v_j_1gpu_uberprof.txt")
     report = parse_stats(text.read_text(encoding="utf-8"))

@@ -132,7 +132,7 @@ def test_dcgm47_scrapes_through_the_cli_give_the_156_counters_kwh_on_the_receipt
 
 
 def test_156_alone_1611_alone_and_both_give_one_energy_and_a_version_rescales_nothing(runner, cli, tmp_path):
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
 
     def url(name):
         u = f"sqlite:///{tmp_path / (name + '.db')}"
@@ -315,9 +315,9 @@ def test_the_1x_compatibility_names_read_as_the_classic_fields_of_the_same_real_
 
 
 def test_the_hooks_amd_smi_snapshot_reads_the_energy_of_both_envelopes():
-    # the prolog/epilog snapshot (ledger.sources.amdsmi.parse_metric_json) cut the envelope at its first inner
+    # the prolog/epilog snapshot (ledger.capture.sources.amd_snapshots.parse_metric_json) cut the envelope at its first inner
     # list ("cpu_data": []) and failed ("Extra data"): an AMD job on a newer amd-smi had no energy counters
-    from ledger.sources.amdsmi import counters, parse_metric_json
+    from ledger.capture.sources.amd_snapshots import counters, parse_metric_json
 
     first_env = ENVELOPE.read_text(encoding="utf-8").split("\n}\n", 1)[0] + "\n}"
     first_bare = BARE.read_text(encoding="utf-8").split("\n]\n", 1)[0] + "\n]"      # the banner line, then a list

@@ -20,9 +20,9 @@ from ledger.importers import nvidia_smi
 from ledger.method.attribution import SampleArrays, attribute_device
 from ledger.method.energy import CounterReading, PowerSample, device_energy, power_integral
 from ledger.method.lens import lens_device
-from ledger.method.attribution import NH_PER_SECOND
+from ledger.method.attribution import NANOHOURS_PER_SECOND
 from ledger.method.skus import match_sku
-from ledger.sources.nvml import parse_clock_event_reasons
+from ledger.capture.sources.nvml import parse_clock_event_reasons
 
 R = Path(__file__).parent / "fixtures" / "real"
 H = R / "h200_capture"
@@ -103,7 +103,7 @@ def test_the_time_identity_calls_the_burn_throttled_by_power_cap(nvml, phases):
     s = phase_samples(nvml, p)
     rated = match_sku("NVIDIA H200").rated_sm_clock_mhz
     att = attribute_device((float(s.t[0]), float(s.t[-1] + 1)), s, rated_clock_mhz=rated)
-    got = {k: v / NH_PER_SECOND for k, v in att.as_dict().items() if v}
+    got = {k: v / NANOHOURS_PER_SECOND for k, v in att.as_dict().items() if v}
     assert sum(got.values()) == pytest.approx(len(s)) and att.fidelity == "samples"
     assert got.get("throttled.power_cap", 0) > 0.15 * len(s), got   # 13.5 of 59 s: the clock the cap took
 
@@ -166,11 +166,11 @@ def _stored_receipt(nvml, phase, tmp_path, runner, cli, version):
     ``version``."""
     import os
 
-    from ledger import db as db_mod
-    from ledger import store
-    from ledger.entries import Kind, make_entry
+    from ledger.chain import db as db_mod
+    from ledger.chain import store
+    from ledger.chain.entries import Kind, make_entry
     from ledger.telemetry.model import Sample
-    from ledger.telemetry.store import segment_entry, write_segment
+    from ledger.telemetry.sealed import segment_entry, write_segment
 
     t = nvml["t_unix"]
     m = (t - 1.0 >= phase["start"]) & (t <= phase["end"])

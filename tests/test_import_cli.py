@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ledger import db as db_mod
-from ledger.entries import Kind
+from ledger.chain import db as db_mod
+from ledger.chain.entries import Kind
 from ledger.importers import synth
-from ledger.store import iter_entries
+from ledger.chain.store import iter_entries
 
 ENV = {"IPLEDGER_CONFIG": ""}
 START = synth.DEFAULT_START
@@ -51,7 +51,7 @@ def test_twenty_minute_hole_gives_one_unknown_interval_on_that_device(runner, cl
     assert len(gaps) == 1
     g = gaps[0]
     assert g.device == synth.gpu_uuid(0, 5)
-    from ledger.canonical import parse_ts
+    from ledger.chain.canonical import parse_ts
     seconds = (parse_ts(g.ts_end) - parse_ts(g.ts)).total_seconds()
     assert abs(seconds - 1200) <= 60
     assert g.data["cause"] == "scrape_missing" and g.data["scope"] == "device"
@@ -163,7 +163,7 @@ def test_missing_source_and_bad_options(runner, cli, tmp_path, sqlite_url):
 
 @pytest.mark.parametrize("exporter,needle", [("dcgm-exporter", "api/v1/query_range"), ("dcgmi", "dcgmi dmon -e"),
                                              ("amd-smi", "amd-smi monitor"), ("nvidia-smi", "--query-gpu=")])
-def test_pathb_command_prints_an_importable_recipe(runner, cli, exporter, needle):
+def test_capture_recipe_command_prints_an_importable_recipe(runner, cli, exporter, needle):
     r = runner.invoke(cli, ["pathb-command", "--exporter", exporter, "--hours", "24"], env=ENV)
     assert r.exit_code == 0 and needle in r.output and "ipledger analyze" in r.output
     if exporter == "dcgm-exporter":   # one call stays within Prometheus' 11,000 points per series
@@ -171,11 +171,11 @@ def test_pathb_command_prints_an_importable_recipe(runner, cli, exporter, needle
         assert 24 * 3600 / step <= 11_000
 
 
-def test_pathb_dmon_recipe_metadata_is_what_the_importer_reads(tmp_path):
-    from ledger.cli.importers import pathb_commands
+def test_dmon_capture_recipe_metadata_is_what_the_importer_reads(tmp_path):
+    from ledger.cli.importers import capture_recipes
     from ledger.importers import dmon
 
-    recipe = pathb_commands("dmon", 1, 1, "")
+    recipe = capture_recipes("dmon", 1, 1, "")
     assert "# ipledger-start %Y-%m-%dT%H:%M:%SZ node=$NODE interval_ms=1000" in recipe
     text = ("# ipledger-start 2026-01-01T00:00:00Z node=h interval_ms=1000\n#Entity SMACT\nID\nGPU 0 0.5\nGPU 0 0.25\n")
     c = dmon.parse(text, "x")
@@ -203,7 +203,7 @@ def test_progress_only_on_a_tty_and_not_with_quiet(monkeypatch):
     show = cli_imp._progress(quiet=False)
     show(1, 2)
     show(2, 2)
-    # the one progress bar (ledger.progressbar): label, bar, counts; the line ended when done
+    # the one progress bar (ledger.base.progressbar): label, bar, counts; the line ended when done
     assert "import" in tty.getvalue() and "1/2" in tty.getvalue() and "2/2" in tty.getvalue()
     assert tty.getvalue().endswith("\n")
 
@@ -220,7 +220,7 @@ def test_dcgm_exporter_version_is_reported_only_and_rescales_no_energy(runner, c
     `--dcgm-exporter-version 4.9.0` says so in the import's warnings and stores the same joules as without it."""
     from ledger.method.energy import J_PER_KWH
     from ledger.telemetry.energy import device_energy_of
-    from ledger.telemetry.store import read_samples
+    from ledger.telemetry.sealed import read_samples
 
     kw = dict(n_gpus=2, hours=1, cadence=60, start=START,
               metrics=("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"))

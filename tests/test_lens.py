@@ -20,14 +20,14 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import db as db_mod
-from ledger import store
-from ledger.entries import Kind, make_entry
+from ledger.chain import db as db_mod
+from ledger.chain import store
+from ledger.chain.entries import Kind, make_entry
 from ledger.method import SampleArrays
 from ledger.method.lens import BOUNDS, lens_device, lens_device_reference, peak_tflops, precision_for
 from ledger.method.skus import builtin_table
 from ledger.telemetry.model import Sample
-from ledger.telemetry.store import segment_entry, write_segment
+from ledger.telemetry.sealed import segment_entry, write_segment
 
 T0 = 1_790_000_000.0  # 2026-09-21
 maybe_frac = st.one_of(st.none(), st.floats(0, 1), st.sampled_from([0.0, 0.04, 0.3, 0.9]))
@@ -94,8 +94,8 @@ def test_the_lens_read_in_the_attributions_pass_changes_no_integer_of_it(tl):
     kw = dict(unknown=gaps, suspended=susp, rated_clock_mhz=rated)
     plain = attribute_device(window, arr, **kw)
     acc, lens = attribute_device_covered(window, arr, use=lens_reader(arr), **kw)
-    assert acc.paid_nh == plain.paid_nh and acc.buckets.tolist() == plain.buckets.tolist()
-    assert acc.gap_nh == plain.gap_nh and acc.unknown_causes == plain.unknown_causes
+    assert acc.paid_nanohours == plain.paid_nanohours and acc.buckets.tolist() == plain.buckets.tolist()
+    assert acc.gap_nanohours == plain.gap_nanohours and acc.unknown_causes == plain.unknown_causes
     assert (acc.timeline is None) == (plain.timeline is None)
     if acc.timeline is not None:
         assert np.array_equal(acc.timeline, plain.timeline)
@@ -429,9 +429,9 @@ def test_statements_of_1_1_receipts_still_export_and_pass_the_focus_validator(tm
     nov = _json(runner, cli, "--db", url, "--config", cfg, "export", "monthly", "--month", "2026-11",
                 "--format", "json", "--out", "-")
     assert nov["totals"]["paid"] > 0, nov["totals"]
-    from ledger import db as _db
-    from ledger.entries import Kind as _Kind
-    from ledger.rows import iter_entries
+    from ledger.chain import db as _db
+    from ledger.chain.entries import Kind as _Kind
+    from ledger.chain.rows import iter_entries
 
     eng = _db.make_engine(url)
     issued = [c.entry.data for c in iter_entries(eng, kinds=[_Kind.RECEIPT_ISSUED])]
@@ -455,7 +455,7 @@ def test_statement_lens_columns_are_the_sum_of_the_receipts_lens(tmp_path, runne
     from reports.export import build_statement
     from reports.lens_columns import LENS_COLUMNS, LENS_FOCUS, LENS_METHOD_VERSIONS
     from ledger.method.lens import LENS_METHOD_VERSION
-    from ledger.rows import iter_entries
+    from ledger.chain.rows import iter_entries
 
     assert LENS_METHOD_VERSION in LENS_METHOD_VERSIONS
     url = f"sqlite:///{tmp_path / 's.db'}"

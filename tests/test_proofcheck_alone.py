@@ -74,10 +74,10 @@ def test_a_bundle_with_format_2_columns_verifies_alone_and_any_changed_pipe_valu
     refuses a bundle whose pipe value was changed (the digest covers the new columns)."""
     import dataclasses
 
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
     from ledger.receipts import example as ex
-    from ledger.store import append
-    from ledger.telemetry.store import segment_entry, write_segment
+    from ledger.chain.store import append
+    from ledger.telemetry.sealed import segment_entry, write_segment
 
     url = f"sqlite:///{tmp_path / 'f2.db'}"
     engine = db_mod.make_engine(url)

@@ -12,17 +12,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from ledger import store
-from ledger.db import write_tx
-from ledger.entries import Kind, make_entry
+from ledger.chain import store
+from ledger.chain.db import write_tx
+from ledger.chain.entries import Kind, make_entry
 from ledger.receipts import receipt_for
 from ledger.receipts.gather import load_sample_arrays
 from ledger.telemetry import blocks
 from ledger.telemetry.model import SAMPLE_COLUMNS, Sample
-from ledger.telemetry.store import (INSERT_COLUMNS, sample_row_values, load_samples, read_samples, samples_digest,
-                                    segment_entry, write_segment)
+from ledger.telemetry.sealed import (
+    INSERT_COLUMNS, sample_row_values, load_samples, read_samples, samples_digest, segment_entry, write_segment
+)
 from ledger.receipts.auto import verify_checks
-from ledger.verify import verify
+from ledger.chain.verify import verify
 
 _floats = st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False))
 _rows = st.lists(st.tuples(st.sampled_from(["GPU-a", "GPU-b", "GPU-ü]", "MI300X-0"]),
@@ -211,7 +212,7 @@ def test_legacy_row_segments_still_read_and_verified(engine):
 
 
 def test_receipt_arrays_and_receipts_identical_from_blocks_and_legacy_rows(ledger_url, tmp_path, monkeypatch):
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
     import tests.test_receipt_replay as replay
 
     block_engine = db_mod.make_engine(ledger_url)
@@ -253,7 +254,7 @@ def test_format_2_digest_is_the_plain_digest_of_the_carried_columns(rows, withou
     block is format 1; otherwise the base columns and each format 2 column some row measured, in a block of
     format 2 that a format 1 label cannot pass for."""
     from ledger import proofcheck as pc
-    from ledger.telemetry.store import carried_columns, digest_normalised
+    from ledger.telemetry.sealed import carried_columns, digest_normalised
 
     if without_extension:
         rows = [(*r[:_BASE], None, None, None, None) for r in rows]

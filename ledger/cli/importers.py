@@ -11,7 +11,7 @@ import click
 from ..importers import columnar, nvidia_smi, pipeline, prometheus
 from ..importers.common import Collected, InputError
 from ..importers.dcgm_fields import COLLECT_FIELD_IDS
-from ..textsafe import echo
+from ..base.textsafe import echo
 from .context import AppContext, UserError, emit_json, pass_app
 
 
@@ -45,7 +45,7 @@ def parse_duration(value: str | None, name: str) -> float | None:
 
 
 def _progress(quiet: bool) -> Callable[[int, int], None] | None:
-    from ..progressbar import progress_for
+    from ..base.progressbar import progress_for
 
     return progress_for("import", quiet)
 
@@ -92,7 +92,7 @@ def _run(app: AppContext, parse: Callable[[], Collected], cluster: str, syntheti
         raise UserError(f"{collected.path}: no telemetry this importer maps (see docs/telemetry.md)")
     opts = pipeline.ImportOptions(cluster=cluster, synthetic_runs=synthetic, span=span, cadence=cadence,
                                   tenants=tenants)
-    from ..store import get_head
+    from ..chain.store import get_head
 
     before = get_head(engine)[0]
     result = pipeline.write(engine, collected, opts, progress=_progress(quiet))
@@ -259,7 +259,7 @@ def register(cli: click.Group) -> None:
     @click.option("--hours", default=24.0, show_default=True, help="Length of the capture.")
     @click.option("--interval", default="15s", show_default=True, help="Sampling interval.")
     @click.option("--prometheus-url", default="http://127.0.0.1:9090", show_default=True)
-    def pathb_command(fmt: str | None, exporter: str | None, nodes: str, hours: float, interval: str,
+    def capture_recipe_command(fmt: str | None, exporter: str | None, nodes: str, hours: float, interval: str,
                       prometheus_url: str) -> None:
         """Print the exact commands that produce a capture set `ipledger analyze DIR` reads: one file per node,
         the node's name in the file name, a wall-clock start line at each (re)start (appended: restart-safe).
@@ -273,7 +273,7 @@ def register(cli: click.Group) -> None:
         kind = fmt or {"dcgmi": "dmon", "dcgm-exporter": "prometheus"}.get(exporter or "", exporter)
         if kind is None:
             raise UserError("give --format dmon|amd-smi|prometheus|nvidia-smi")
-        echo(pathb_commands(kind, hours, parse_duration(interval, "--interval") or 15.0, prometheus_url,
+        echo(capture_recipes(kind, hours, parse_duration(interval, "--interval") or 15.0, prometheus_url,
                                   parse_nodes(nodes)))
 
 
@@ -313,7 +313,7 @@ def _per_node(nodes: int | tuple[str, ...], line: Callable[[str], str], what: st
             "# then copy every node's ipledger-capture/ file into one directory, captures/"]
 
 
-def pathb_commands(kind: str, hours: float, interval_s: float, url: str,
+def capture_recipes(kind: str, hours: float, interval_s: float, url: str,
                    nodes: int | tuple[str, ...] = 1) -> str:
     secs = int(hours * 3600)
     iv = max(1, int(round(interval_s)))

@@ -29,7 +29,7 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from ..textsafe import excerpt
+from ..base.textsafe import excerpt
 from .common import Collected, CsvReader, DeviceInfo, InputError, decode_text, noise_reason, small_index
 from .dmon import Segments, epoch_seconds, anchor_meta
 

@@ -18,7 +18,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..textsafe import excerpt, printable
+from ..base.textsafe import excerpt, printable
 from ..telemetry.timeline import (DCGM_FP64_BLANKS, DCGM_INT32_BLANKS, FIELDS, FRACTIONS, INT64_BLANK_FLOAT,
                                   BadValue, check_range, clean)
 from .dcgm_fields import ENERGY_WHOLE_J, GR_ENGINE_ACTIVE

@@ -23,10 +23,10 @@ from typing import Callable, Iterator
 
 from sqlalchemy.engine import Engine
 
-from ..db import write_tx
-from ..entries import Entry, Kind, make_entry
-from ..store import append_in
-from ..telemetry.store import sample_row_values, segment_entry_rows, write_segment_rows_in
+from ..chain.db import write_tx
+from ..chain.entries import Entry, Kind, make_entry
+from ..chain.store import append_in
+from ..telemetry.sealed import sample_row_values, segment_entry_rows, write_segment_rows_in
 from ..telemetry.timeline import TOLERANCE_FACTOR, Timeline, build_timeline_arrays
 from .common import Collected, Context, restart_holes
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from .bounded import DEFAULT_LIMITS, ArchiveLimits, DirFile, archive_members, directory_files, is_archive, open_file
-from ..textsafe import excerpt
+from ..base.textsafe import excerpt
 from .common import Collected, CsvReader, Context, DeviceInfo, InputError, decode_text, noise_reason, read_lines
 from .dcgm_fields import AMBIGUOUS_NAMES, BY_NAME
 from .prometheus_stream import WholeFile, add_result_series, check_response, read_query_range

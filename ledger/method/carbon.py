@@ -11,7 +11,7 @@ Pure functions (docs/method.md, "Carbon"). :func:`parse_intensity` reads the two
 :func:`constant_intensity` is the labelled fallback (``intensity_source = "constant: <label>"``). The table's
 ``version`` is the SHA-256 of the file's text (its first 16 hex digits), so a receipt that names it can be
 replayed against the very same file. :class:`CarbonSettings` is the site's ``[carbon]`` section once read
-(zones by cluster or node, a table per zone); ledger.site builds it and passes it down.
+(zones by cluster or node, a table per zone); ledger.ingest.site builds it and passes it down.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def carbon(kwh_by_hour: Mapping[int, float], table: IntensityTable, pue: float |
 
 @dataclass(frozen=True)
 class CarbonSettings:
-    """The site's ``[carbon]`` settings, read once (ledger.site): the default zone, the zone of each cluster or
+    """The site's ``[carbon]`` settings, read once (ledger.ingest.site): the default zone, the zone of each cluster or
     node (``[carbon.zones]``, a node's own entry before its cluster's) and each zone's intensity table."""
 
     tables: Mapping[str, IntensityTable]       # zone -> its hourly (or constant) intensity

@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .attribution import (DEFAULT_THRESHOLDS, NH_PER_SECOND, CoveredSamples, SampleArrays, Thresholds,
+from .attribution import (DEFAULT_THRESHOLDS, NANOHOURS_PER_SECOND, CoveredSamples, SampleArrays, Thresholds,
                           attribute_device_covered)
 
 LENS_METHOD_VERSION = "1.1.0"
@@ -88,8 +88,8 @@ class DeviceLens:
     delivered_s: float = 0.0              # Σ c × activity × r over working samples (the bound split's whole)
     bound_s: dict[str, float] = field(default_factory=lambda: {b: 0.0 for b in (*BOUNDS, "unmeasured")})
 
-    def nh(self, seconds: float | None) -> int | None:
-        return None if seconds is None else int(math.floor(seconds * NH_PER_SECOND + 0.5))
+    def nanohours(self, seconds: float | None) -> int | None:
+        return None if seconds is None else int(math.floor(seconds * NANOHOURS_PER_SECOND + 0.5))
 
 
 def _sum(x: np.ndarray, mask: np.ndarray | None = None, scratch: np.ndarray | None = None) -> float:
@@ -321,21 +321,21 @@ def pipe_peaks(rating) -> dict[str, float | None]:  # noqa: ANN001 - a skus.SkuR
     return {p: (None if rating is None else getattr(rating, f, None)) for p, f in PIPE_PEAKS.items()}
 
 
-def lens_block(per_device: Sequence[tuple], precision: str, unmeasured_extra_nh: int = 0,
+def lens_block(per_device: Sequence[tuple], precision: str, unmeasured_extra_nanohours: int = 0,
                version: str = LENS_METHOD_VERSION) -> dict:
     """The receipt's ``effective_compute`` block from (lens, peak TFLOPS at the precision, MIG share[, non-tensor
     pipe peaks as :func:`pipe_peaks` gives them]) per device.
 
-    ``unmeasured_extra_nh``: covered time of devices measured by a summary only (no samples, so no field).
+    ``unmeasured_extra_nanohours``: covered time of devices measured by a summary only (no samples, so no field).
     ``version`` 1.2.0 adds to the achieved FLOPs each FP32/FP64 pipe's Σ c × pipe × r at the SKU's non-tensor
     peak (samples without an op count), and says where the achieved FLOPs came from (``flops_source``)."""
     pipes_priced = version == PIPES_METHOD_VERSION
     per_device = [(*d[:3], d[3] if len(d) > 3 else {}) for d in per_device]
-    tensor_nh = sum(x.nh(x.tensor_s) for x, _p, _m, _pp in per_device)
-    unmeasured_nh = sum(x.nh(x.unmeasured_s) for x, _p, _m, _pp in per_device) + unmeasured_extra_nh
+    tensor_nanohours = sum(x.nanohours(x.tensor_s) for x, _p, _m, _pp in per_device)
+    unmeasured_nanohours = sum(x.nanohours(x.unmeasured_s) for x, _p, _m, _pp in per_device) + unmeasured_extra_nanohours
     pipes = {}
     for p in PIPES:
-        vals = [x.nh(x.pipes_s[p]) for x, _p, _m, _pp in per_device if x.pipes_s[p] is not None]
+        vals = [x.nanohours(x.pipes_s[p]) for x, _p, _m, _pp in per_device if x.pipes_s[p] is not None]
         pipes[p] = sum(vals) / 1e9 if vals else None
     achieved = rated = 0.0
     peak_known = counted_any = unrated = False
@@ -375,13 +375,13 @@ def lens_block(per_device: Sequence[tuple], precision: str, unmeasured_extra_nh:
         "method": {"name": "ipledger-attribution", "version": version},
         "precision": precision,
         "source": "mixed" if len(sources) > 1 else (sources.pop() if sources else None),
-        "tensor_gpu_hours": tensor_nh / 1e9,
+        "tensor_gpu_hours": tensor_nanohours / 1e9,
         "fp64_gpu_hours": pipes["fp64"], "fp32_gpu_hours": pipes["fp32"], "fp16_gpu_hours": pipes["fp16"],
         "achieved_pflop_hours": round(achieved, 9) if peak_known or counted_any else None,
         "rated_pflop_hours": round(rated, 9) if peak_known else None,
         "rated_share": round(achieved / rated, 6) if peak_known and rated > 0 and not unrated else None,
         "bound_split": bound,
-        "unmeasured_gpu_hours": unmeasured_nh / 1e9,
+        "unmeasured_gpu_hours": unmeasured_nanohours / 1e9,
     }
     if pipes_priced:
         out["flops_source"] = ("unmeasured" if out["achieved_pflop_hours"] is None or not flops_from else

@@ -148,7 +148,7 @@ def text_lines(r: Receipt) -> list[str]:
     out += effective_compute_lines(b)
     out += ["", f"receipt {b['receipt_hash']}",
             f"ledger through seq {b['ledger']['through_seq']}  head {b['ledger']['head_hash']}"]
-    from ..textsafe import printable  # account/user/job names as the fleet sent them: no control characters shown
+    from ..base.textsafe import printable  # account/user/job names as the fleet sent them: no control characters shown
 
     return [printable(line) for line in out]
 

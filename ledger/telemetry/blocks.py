@@ -59,7 +59,7 @@ def arrow_schema():  # noqa: ANN201 - pyarrow is imported lazily (verify and shi
 
 
 def encode(rows: Sequence[tuple]) -> Block:
-    """Encode rows in normalised SAMPLE_COLUMNS form (``telemetry.store._norm``) as one block."""
+    """Encode rows in normalised SAMPLE_COLUMNS form (``telemetry.sealed._norm``) as one block."""
     import pyarrow as pa
 
     ordered = sorted(rows, key=_BY_DEVICE_T)
