@@ -11,6 +11,9 @@ Public API::
     record(engine, findings) -> AppendResult               # finding_recorded entries (idempotent)
     verdict(engine, finding_id, confirm: bool, by, note)   # finding_confirmed / finding_dismissed entry
     recorded_findings(engine) -> list[dict]                 # recorded findings with their status
+
+May import: `ledger.base`, `ledger.chain`, `ledger.method`, `ledger.telemetry`, `ledger.importers`,
+`ledger.receipts`, `reports`.
 """
 
 from __future__ import annotations

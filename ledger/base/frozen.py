@@ -1,11 +1,13 @@
 """A frozen record class for the hooks' fast path: what ``@dataclass(frozen=True)`` gives, without its import.
 
 ``dataclasses`` pulls in ``inspect`` (and through it ``ast``, ``dis``, ``tokenize``): ≈ 10 ms under
-``python -I -S``, as much as the interpreter's own start. The source parsers the hooks call
-(:mod:`ledger.capture.sources`) declare their records on :class:`Frozen` instead: fields in ``__slots__`` (their
-order is the positional order), defaults in ``_defaults`` (a value, or a zero-argument callable for mutable
-ones, like ``field(default_factory=...)``), keyword or positional construction, value equality, hash,
-a dataclass-style repr, pickling and copying, and no assignment after construction. Standard library only, no imports.
+``python -I -S``, as much as the interpreter's own start. The hooks' own records (``hooks.core``'s settings,
+``hooks.slurm``'s answers) and those of the source parsers (:mod:`ledger.capture.sources`, which the hooks do
+not call: ship time does, and they share the parsers of ``hooks.vendor``) are declared on :class:`Frozen`: fields
+in ``__slots__`` (their order is the positional order), defaults in ``_defaults`` (a value, or a zero-argument
+callable for mutable ones, like ``field(default_factory=...)``), keyword or positional construction, value
+equality, hash, a dataclass-style repr, pickling and copying, and no assignment after construction. Standard
+library only, no imports.
 """
 
 

@@ -2,7 +2,9 @@
 
 An :class:`Entry` is what a hook, collector or importer observed; it has a deterministic ``entry_id`` so that
 the same fact recorded twice is one entry. A :class:`ChainedEntry` is an entry once the ledger has given it
-a sequence number and linked it into the hash chain. Standard library only (the hooks build entries).
+a sequence number and linked it into the hash chain. Standard library only. The hooks build no entries: they
+write spool records (:mod:`ledger.capture.hooks.records`) in the same canonical encoding, and the shipper
+rebuilds each as an entry (:func:`entry_from_record`, which recomputes its id).
 """
 
 from __future__ import annotations

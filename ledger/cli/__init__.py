@@ -3,6 +3,10 @@
 :func:`main` is the console script. ``ipledger mark`` goes straight to :mod:`ledger.capture.marks` without importing
 click or the database layer (a job may mark at every checkpoint; bench/mark.py measures it); ``--help`` and
 every other command go through click (:mod:`ledger.cli.main`).
+
+May import: every package (it wires them): `ledger.proofcheck`, `ledger.base`, `ledger.chain`, `ledger.method`,
+`ledger.telemetry`, `ledger.importers`, `ledger.capture`, `ledger.ingest`, `ledger.receipts`, `reports`,
+`ledger.agents`, `ledger.sim`, `ledger.web`.
 """
 
 

@@ -14,6 +14,8 @@ Public API::
     attribute_summary(window, summary_payload, unknown=..., suspended=..., rated_clock_mhz=...) -> DeviceAccount
     reason_bucket(mask_array) -> int array of THROTTLE_REASONS indices
     skus.match_sku(name, table) / skus.site_table(config.extra)
+
+May import: `ledger.proofcheck`.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ Public API (other areas build on these; docs/receipts.md describes the JSON)::
 Issuing receipts after a shipment, and the ``ipledger verify`` check that replays every issued receipt, are
 :mod:`ledger.receipts.auto`, bound to a :class:`ledger.ingest.site.Site` (its SKU table and receipts directory).
 Errors the user can fix raise :class:`ReceiptError` (one line).
+
+May import: `ledger.proofcheck`, `ledger.base`, `ledger.chain`, `ledger.method`, `ledger.telemetry`,
+`ledger.ingest`.
 """
 
 from __future__ import annotations
