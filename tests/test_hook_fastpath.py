@@ -421,7 +421,7 @@ def test_lean_loads_refuses_raw_control_characters_without_json_imported():
     import sys as _sys
 
     code = (
-        "import sys; from ledger import canonical\n"
+        "import sys; from ledger.chain import canonical\n"
         "assert 'json.decoder' not in sys.modules\n"
         "for t in ['\"a\\x01b\"', '{\"k\":\"\\x00\"}', '[1,\"\\x1f\"]']:\n"
         "    try:\n"
