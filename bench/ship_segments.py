@@ -42,7 +42,8 @@ HOUR0 = 1_779_998_400       # 2026-05-28 20:00 UTC, an hour boundary
 SKU = "NVIDIA H100 80GB HBM3"
 # dmon columns the collector asks for (ledger.importers.dcgm_fields.COLLECT_FIELD_IDS), by their dmon names
 DMON_COLUMNS = ("GRACT", "SMACT", "SMOCC", "TENSO", "DRAMA", "GPUTL", "MCUTL", "SMCLK", "MMCLK", "DVCCTR", "POWER",
-                "TMPTR", "MMTMP", "TOTEC", "FBUSD", "XIDER")
+                "TMPTR", "MMTMP", "TOTEC", "FBUSD", "XIDER", "FP64A", "FP32A", "FP16A")   # 1006-1008: what the
+# collector asks for since sample block format 2 (their values follow the load: no extra random draws)
 
 # the device-hours' seal-time aggregation and insert, timed inside the shipping process
 DEVICE_HOURS_TIMERS = {"hours": ("ledger.telemetry.hours:segments_hours", "ledger.telemetry.hours:insert_in")}
@@ -76,7 +77,8 @@ def dmon_batch(rng: random.Random, node: int, batch: int, energy: list[float], w
                     str(round(act * 100)), str(round(act * 40)), str(1755 if capped else 1980), "2619",
                     "4" if capped else "0", f"{power:.3f}", str(round(35 + act * 40)),
                     "N/A" if g == 7 else str(round(40 + act * 35)), str(round(energy[g])),
-                    str(round(1024 + act * 70000)) if act > 0.05 else "0", "0")
+                    str(round(1024 + act * 70000)) if act > 0.05 else "0", "0",
+                    "0.000", f"{act * 0.1:.3f}", f"{act * 0.02:.3f}")
             if not with_energy:
                 vals = vals[:DMON_COLUMNS.index("TOTEC")] + vals[DMON_COLUMNS.index("TOTEC") + 1:]
             lines.append(f"GPU {g:<6} " + "".join(f"{v:<13}" for v in vals))
@@ -221,7 +223,9 @@ def _lens_note(off: Timing, on: Timing) -> str:
 
 def run(scale: float, repeat: int) -> Figure:
     from ledger.store import ENTRY_COLUMNS
-    from ledger.telemetry.store import INSERT_COLUMNS
+    from ledger.telemetry.model import SAMPLE_COLUMNS
+
+    FLOOR_COLUMNS = ("segment_id", *SAMPLE_COLUMNS)   # a plain table of every column the collector spools
 
     nodes, batches = plan(scale)
     work = Path(tempfile.mkdtemp(prefix="ipledger-bench-segments-"))
@@ -273,14 +277,14 @@ def run(scale: float, repeat: int) -> Figure:
         held = ledger_rows(db_path)
         entries = len(held["entries"][1])
         plain = {"entries": held["entries"],
-                 PLAIN_SAMPLES: (INSERT_COLUMNS, spool_sample_rows(pristine))}
+                 PLAIN_SAMPLES: (FLOOR_COLUMNS, spool_sample_rows(pristine))}
         assert held["entries"][0] == tuple(ENTRY_COLUMNS)
 
         def setup_floor() -> None:
             fresh_db(db_path)
             con = sqlite3.connect(db_path)
             con.execute(f"CREATE TABLE {PLAIN_SAMPLES} (segment_id TEXT, device TEXT, "
-                        + ", ".join(f"{c} REAL" for c in INSERT_COLUMNS[2:]) + ")")
+                        + ", ".join(f"{c} REAL" for c in FLOOR_COLUMNS[2:]) + ")")
             con.close()
 
         floor_t, held_t, lens_t, ne_t, subj_t = timeit_interleaved([  # the subject last: checked below
