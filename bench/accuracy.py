@@ -35,7 +35,7 @@ CAPTURE_TITLE = "Report-on generator (capture set, held apart)"
 def run_independent(seeds: list[int]) -> tuple[list[dict], dict]:
     """Each seed: generate, write the export, analyze it through the same call as ``ipledger analyze``, score."""
     from bench.scenario import generate, write_export
-    from bench.scenario_score import findings_of, score
+    from bench.scenario_score import FALSE_MIN_CONF, findings_of, score, wrong_confident
     from ledger.agents.export_analysis import analyze_collected, read_source
 
     rows, totals = [], {}
@@ -46,6 +46,7 @@ def run_independent(seeds: list[int]) -> tuple[list[dict], dict]:
             path = write_export(sc, Path(tmp) / "export.json")
             found = findings_of(analyze_collected(read_source("prometheus", [str(path)])).to_json())
         scores, false = score(sc.truth(), found)
+        wrong = wrong_confident(sc.truth(), found)
         for s in scores:
             t = totals.setdefault(s.cause, {"faults": 0, "found": 0, "errs": [], "truth_h": 0.0, "abs": 0.0})
             t["abs"] = max(t["abs"], abs(s.found_h - s.truth_h))
@@ -55,13 +56,17 @@ def run_independent(seeds: list[int]) -> tuple[list[dict], dict]:
             if s.error is not None:
                 t["errs"].append(s.error)
         rows.append({"seed": seed, "devices": len(sc.uuids), "false": len(false),
-                     "false_kinds": sorted({f["kind"] for f in false}), "seconds": round(time.monotonic() - t0, 1)})
+                     "false_kinds": sorted({f["kind"] for f in false}), "seconds": round(time.monotonic() - t0, 1),
+                     "confident": sum(f["confidence"] >= FALSE_MIN_CONF for f in found), "wrong": len(wrong),
+                     "wrong_kinds": sorted({f["kind"] for f in wrong})})
         missed = [s.cause for s in scores if not s.found]
         worst = max(scores, key=lambda s: s.error or 0)
         print(f"  independent seed {seed}: recall {sum(s.found for s in scores)}/{len(scores)}"
               f"{' missed ' + ','.join(missed) if missed else ''}; worst GPU-h error {worst.cause} "
               f"{100 * (worst.error or 0):.1f} % ({worst.found_h:.2f} vs {worst.truth_h:.2f}); false findings on "
-              f"healthy devices {len(false)} {rows[-1]['false_kinds']}; {rows[-1]['seconds']} s", file=sys.stderr)
+              f"healthy devices {len(false)} {rows[-1]['false_kinds']}; confident findings stating no fault "
+              f"{len(wrong)}/{rows[-1]['confident']} {rows[-1]['wrong_kinds']}; {rows[-1]['seconds']} s",
+              file=sys.stderr)
     return rows, totals
 
 
@@ -84,10 +89,15 @@ def independent_table(rows: list[dict], totals: dict) -> str:
     lines = fault_rows("fault (physically modelled)", totals, digits=3)
     found = sum(t["found"] for t in totals.values())
     faults = sum(t["faults"] for t in totals.values())
+    conf = sum(r["confident"] for r in rows)
+    right = conf - sum(r["wrong"] for r in rows)
+    kinds = sorted({k for r in rows for k in r["wrong_kinds"]})
     return "\n".join(lines) + (f"\n\nSeeds {[r['seed'] for r in rows]} ({len(rows)} exports of "
                                f"{rows[0]['devices'] if rows else 0} GPUs x 24 h at 30 s): recall {found}/{faults} = "
                                f"{found / max(faults, 1):.1%}; findings with confidence >= 0.7 on healthy devices: "
-                               f"{sum(r['false'] for r in rows)}; {sum(r['seconds'] for r in rows):.0f} s in all. The error is "
+                               f"{sum(r['false'] for r in rows)}; findings at >= 0.7 that state an injected fault: "
+                               f"{right} of {conf} = {right / max(conf, 1):.0%} (wrong: {', '.join(kinds) or 'none'}); "
+                               f"{sum(r['seconds'] for r in rows):.0f} s in all. The error is "
                                f"relative to the truth (to {ERR_FLOOR_H} GPU-h where the truth is smaller).")
 
 

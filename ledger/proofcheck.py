@@ -406,6 +406,17 @@ def hours(nh: int) -> float:
     return int(nh) / 1e9
 
 
+def in_order_sum(values: Iterable[float], start: float = 0) -> float:
+    """``start`` plus the values added one at a time, left to right: the order of additions every energy sum
+    of the method uses. It is what Python 3.11's ``sum()`` does, spelled out because 3.12's ``sum()`` adds floats
+    with compensation (a different last bit). The package's fast path over arrays
+    (``ledger.method.energy_arrays.array_in_order_sum``) is held equal to it bit for bit."""
+    acc = start
+    for v in values:
+        acc = acc + v
+    return acc
+
+
 def np_sum(xs: Sequence[float]) -> float:
     """numpy's pairwise summation of float64, step for step (the ledger sums a few overlaps this way)."""
     n = len(xs)
@@ -1183,14 +1194,14 @@ def energy_block(devices: Sequence[tuple], currency: str) -> dict:
             parts = more[0] if more and more[0] else ((spans, dev_buckets, None),)
             dev_kwh, dev_unk, bk, sources, any_spans = 0.0, 0.0, {}, set(), False
             for p_spans, p_buckets, share in parts:
-                p_kwh = sum(s[2] for s in p_spans if s[2] is not None) / J_PER_KWH
+                p_kwh = in_order_sum(s[2] for s in p_spans if s[2] is not None) / J_PER_KWH
                 p_bk, p_unk = energy_by_bucket(p_spans, p_buckets)
                 if share is not None:
                     p_kwh = scaled(p_kwh, share)
                     p_bk = {k: scaled(v, share) for k, v in p_bk.items()}
                     p_unk = {k: scaled(v, share) for k, v in p_unk.items()}
                 dev_kwh += p_kwh
-                dev_unk += sum(p_unk.values())
+                dev_unk += in_order_sum(p_unk.values())
                 for k, v in p_bk.items():
                     bk[k] = bk.get(k, 0.0) + v
                 sources.add(_spans_source(p_spans))
@@ -1383,7 +1394,7 @@ def cut(span: tuple[float, float], cuts: Sequence[tuple[float, float]]) -> list[
 
 
 def seconds_of(parts: Sequence[tuple[float, float]]) -> float:
-    return sum(b - a for a, b in parts)
+    return in_order_sum(b - a for a, b in parts)
 
 
 def progress_block(entries: Sequence[Entry], window: tuple[float, float], n_devices: int,

@@ -215,9 +215,9 @@ def test_every_command_has_help_with_an_example(runner, cli, cmd):
     assert r.exit_code == 0 and "Example:" in r.output and "ipledger " in r.output.split("Example:")[1]
 
 
-def test_dcgm_exporter_4_9_energy_in_joules_is_stored_in_joules(runner, cli, tmp_path, ledger_url):
-    """dcgm-exporter 4.9 reports field 156 in J: `--dcgm-exporter-version 4.9.0` stores the same joules as an
-    older exporter's mJ of the same counter, and the device's energy read back equals the counter's."""
+def test_dcgm_exporter_version_is_reported_only_and_rescales_no_energy(runner, cli, tmp_path, ledger_url):
+    """Field 156 is mJ in every exporter version (DCGM 4.7's joule counter is field 1611): giving
+    `--dcgm-exporter-version 4.9.0` says so in the import's warnings and stores the same joules as without it."""
     from ledger.method.energy import J_PER_KWH
     from ledger.telemetry.energy import device_energy_of
     from ledger.telemetry.store import read_samples
@@ -226,15 +226,14 @@ def test_dcgm_exporter_4_9_energy_in_joules_is_stored_in_joules(runner, cli, tmp
               metrics=("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"))
     rows, truth = [], {}
     for labels, pts in synth.series(**kw):
-        if labels["__name__"] == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION":
-            pts = [(t, f"{int(v) / 1000:.3f}") for t, v in pts]          # the same counter, in J
-            truth[labels["UUID"]] = (pts[0][0], pts[-1][0], float(pts[-1][1]) - float(pts[0][1]))
+        if labels["__name__"] == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION":      # the counter in mJ
+            truth[labels["UUID"]] = (pts[0][0], pts[-1][0], (int(pts[-1][1]) - int(pts[0][1])) / 1000)
         rows.append({"metric": labels, "values": [[t, v] for t, v in pts]})
     src = tmp_path / "qr.json"
     src.write_text(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": rows}}))
     r = _import(runner, cli, ledger_url, "prometheus", str(src), "--dcgm-exporter-version", "4.9.0")
     assert r.exit_code == 0, r.output
-    assert "x 1000 (dcgm-exporter 4.9.0: field 156 in J)" in r.output
+    assert "--dcgm-exporter-version 4.9.0: reported only" in r.output and "nothing rescaled" in r.output
     eng = db_mod.make_engine(ledger_url)
     try:
         table = read_samples(eng, columns=("device", "t", "power_w", "energy_j")).to_pydict()
@@ -245,4 +244,5 @@ def test_dcgm_exporter_4_9_energy_in_joules_is_stored_in_joules(runner, cli, tmp
         cols = {k: ([table["t"][i] for i in mine], [table[k][i] for i in mine]) for k in ("power_w", "energy_j")}
         de = device_energy_of(dev, cols, t0, t1)
         assert abs(de.joules - joules) / J_PER_KWH <= 1e-6 and de.source == "counter"
-        assert max(cols["energy_j"][1]) > 1e6          # J, not the mJ table's thousandth
+
+

@@ -52,7 +52,8 @@ class Analysis:
 
     def to_json(self) -> dict:
         recs = [{"title": dict(f.extra).get("action", f.summary), "gpu_hours": round(f.gpu_hours, 3),
-                 "gpu_hours_per_week": dict(f.extra).get("gpu_hours_per_week"),
+                 "start": format_ts(f.start), "end": format_ts(f.end),
+                 "seen_hours": dict(f.extra).get("seen_hours"),
                  "cost": round(f.cost, 2), "command": dict(f.extra).get("command"), "reversible": True,
                  "finding_ids": dict(f.extra).get("based_on", []), "confidence": round(f.confidence, 3)}
                 for f in self.findings if f.agent == "recommendation"]

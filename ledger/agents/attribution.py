@@ -46,11 +46,15 @@ STARTUP_FB_SHARE = 0.9      # ... until its framebuffer reaches this share of wh
 WORKING_MIN_H = 0.25        # thermal-throttled GPU-hours of a device before it gets a hot-because-working finding
 OWN_NORMAL_Q = 0.2          # a device's normal: this quantile of its hourly (temp - k * power) medians ...
 OWN_NORMAL_CAP_C = 3.0      # ... at most this far above the fleet's median normal
+OWN_SLOPE_HOURS = 6         # a device's level that follows its own power (its temperature per watt steeper than the
+OWN_SLOPE_SPREAD_W = 25.0   # fleet's: its chassis, by design) over >= this many hours spread over >= this many W
+OWN_SLOPE_R2 = 0.8          # ... this closely (R^2 of level on power) is its normal line: hot because it works
 THERMAL = 0                 # index of "thermal" in THROTTLE_REASONS
 POWER_CAP = 1
 HW_SLOWDOWN = 2
 SYNC_BOOST = 3
 REASON_MIN_H = 0.25         # GPU-hours a device (hw slowdown) or a node's group (sync boost) must lose
+REASON_NODE_MIN_H = 0.05    # GPU-hours the HW slowdown of most of a node's GPUs together must lose (the bits agree)
 REASON_CONF = 0.65          # the reason bit is the board's own word, but not why it was asserted
 
 
@@ -77,12 +81,14 @@ class ResidualModel:
     own: pd.Series        # device -> b_dev
     fleet: float
     hours: pd.DataFrame   # device, hour, n (samples), r (mean residual), power (mean power)
+    slope: pd.Series | None = None   # device -> its own extra temperature per watt (own_slopes), where it has one
 
     def of(self, s: pd.DataFrame) -> pd.Series:
         """Each sample's residual (NaN where not running or power or temperature unmeasured)."""
         ok = s["running"].astype(bool) & s["temp"].notna() & s["power"].notna()
         b = s["device"].map(self.own).astype(float).fillna(self.fleet)
-        return (s["temp"] - (b + self.k * s["power"])).where(ok)
+        k = self.k + (s["device"].map(self.slope).astype(float).fillna(0.0) if self.slope is not None else 0.0)
+        return (s["temp"] - (b + k * s["power"])).where(ok)
 
 
 def residual_model(ds: Dataset) -> ResidualModel:
@@ -98,11 +104,59 @@ def residual_model(ds: Dataset) -> ResidualModel:
                       index=hot["device"].to_numpy())
     own = level.groupby(level=0).quantile(OWN_NORMAL_Q)
     fleet = float(own.median()) if len(own) else 0.0
-    own = own.clip(upper=fleet + OWN_NORMAL_CAP_C)
-    b = hot["device"].map(own).to_numpy(float)
+    # the cap: the median normal of the device's node (>= 4 devices), else the fleet's: a GPU hot all along stands
+    # out against its siblings; a whole node hot all along (a chassis with less airflow by design) is its own normal
+    nd_of = own.index.map(ds.devices["node"]) if "node" in ds.devices else pd.Index([None] * len(own))
+    by_node = own.groupby(np.asarray(nd_of, dtype=object)).agg(["median", "size"]) if len(own) else None
+    ref = np.full(len(own), fleet)
+    if by_node is not None:
+        med = pd.Series(np.asarray(nd_of, dtype=object)).map(by_node["median"].where(by_node["size"] >= 4))
+        ref = np.where(med.notna().to_numpy(), med.to_numpy(float, na_value=np.nan), fleet)
+    own = own.clip(upper=pd.Series(ref, index=own.index) + OWN_NORMAL_CAP_C)
+    power = hot["hot_p"].to_numpy(float) / hn
+    devs = hot["device"].to_numpy()
+    line_b, slope = own_slopes(devs, power, level.to_numpy(), hn)
+    node = hot["device"].map(ds.devices["node"]).to_numpy(object) if "node" in ds.devices else None
+    if node is not None:   # a chassis is every GPU of its node: their hours pooled, for devices of too little spread
+        known = pd.notna(node)
+        nb, nk = own_slopes(node[known].astype(str), power[known], level.to_numpy()[known], hn[known])
+        for d, nd in zip(devs[known], node[known].astype(str)):
+            if nd in nk and d not in slope:
+                line_b[d], slope[d] = nb[nd], nk[nd]
+    own = pd.Series(line_b, dtype=float).combine_first(own)
+    b = hot["device"].map(own).to_numpy(float) + hot["device"].map(slope).fillna(0.0).to_numpy(float) * power
     hours = pd.DataFrame({"device": hot["device"].to_numpy(), "hour": hot["hour"].to_numpy(float), "n": hn,
-                          "r": level.to_numpy() - b, "power": hot["hot_p"].to_numpy(float) / hn})
-    return ResidualModel(k, own, fleet, hours)
+                          "r": level.to_numpy() - b, "power": power})
+    return ResidualModel(k, own, fleet, hours, pd.Series(slope, dtype=float))
+
+
+def own_slopes(device: np.ndarray, power: np.ndarray, level: np.ndarray, n: np.ndarray) -> tuple[dict, dict]:
+    """(device -> intercept, device -> slope) of the devices (or, pooled, nodes) whose hourly level (temp - k * power) follows their own
+    hourly power in a line: >= OWN_SLOPE_HOURS hours, power spread (sd) >= OWN_SLOPE_SPREAD_W, a rising line that
+    explains the level (weighted R^2 >= OWN_SLOPE_R2). Such a device is hotter per watt than the fleet all along (a
+    chassis with less airflow by design) and only as hot as its power makes it: its normal is that line, not a
+    constant. A cooling failure is a step in time the power does not explain (and a throttled device draws less
+    while it is hotter), so it does not fit one rising line."""
+    out_b: dict = {}
+    out_k: dict = {}
+    order = np.argsort(device, kind="stable")
+    d, p, y, w = device[order], power[order], level[order], n[order]
+    cuts = np.flatnonzero(d[1:] != d[:-1]) + 1
+    for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(d)]):
+        if hi - lo < OWN_SLOPE_HOURS:
+            continue
+        pp, yy, ww = p[lo:hi], y[lo:hi], w[lo:hi]
+        mp, my = np.average(pp, weights=ww), np.average(yy, weights=ww)
+        vp = np.average((pp - mp) ** 2, weights=ww)
+        vy = np.average((yy - my) ** 2, weights=ww)
+        if vp < OWN_SLOPE_SPREAD_W ** 2 or vy <= 0:
+            continue
+        cov = np.average((pp - mp) * (yy - my), weights=ww)
+        beta = cov / vp
+        if beta > 0 and cov * cov / (vp * vy) >= OWN_SLOPE_R2:
+            out_b[d[lo]] = my - beta * mp
+            out_k[d[lo]] = beta
+    return out_b, out_k
 
 
 def _group_col(ds: Dataset) -> str:
@@ -261,8 +315,13 @@ def hot_because_working(ds: Dataset, model: ResidualModel, cooling_found: list[F
         col, name = {"rack": ("rack", sc["rack"]), "device": ("device", sc["device_uuid"])}.get(f.level,
                                                                                              ("node", sc["node"]))
         th = th[~((th[col] == name) & (th["t"] >= f.start) & (th["t"] < f.end))]
+    # a run that throttled on several of its devices is one finding at job scope, its loss summed over them
+    ndev = th[th["job_id"].notna()].groupby(list(RUN_KEY), dropna=False)["device"].transform("nunique")
+    multi = pd.Series(False, index=th.index)
+    multi.loc[ndev.index] = ndev >= 2
+    jobs = _working_jobs(ds, model, th[multi])
     out = []
-    for dev, g in th.groupby("device"):
+    for dev, g in th[~multi].groupby("device"):
         hours = float(g["h_thr"].sum())
         if hours < WORKING_MIN_H or g["resid"].median() > 3.0:
             continue
@@ -278,13 +337,12 @@ def hot_because_working(ds: Dataset, model: ResidualModel, cooling_found: list[F
                            f"GPU {dev} on {node} throttled for heat {len(g)} times at high power, with temperatures "
                            f"normal for that power: the workload, not the facility ({fmt_h(hours)} GPU-hours).",
                            cause="workload", level="device"))
-    found = {f.scope_dict()["device_uuid"] for f in out}
-    return out + _working_jobs(ds, model, th[~th["device"].isin(found)])
+    return out + jobs
 
 
 def _working_jobs(ds: Dataset, model: ResidualModel, th: pd.DataFrame) -> list[Finding]:
-    """Hot because working at job scope: a run whose devices each lost less than WORKING_MIN_H to thermal
-    throttling but which lost at least that much over all of them, at temperatures normal for their power."""
+    """Hot because working at job scope: a run that throttled for heat on several of its devices and lost at least
+    WORKING_MIN_H over all of them (each may lose less), at temperatures normal for their power."""
     s = ds.samples
     out = []
     for key, g in _runs(th[th["job_id"].notna()]):
@@ -688,21 +746,46 @@ def _sku(ds: Dataset, node: str | None) -> str | None:
     return d.iloc[0] if len(d) else None
 
 
-def _reason_groups(ds: Dataset, idx: int, key: str):  # noqa: ANN202 - yields (name, rows, hours, start, end)
-    """Per ``key`` (device or node): its samples throttled for reason ``idx``, when they lost >= REASON_MIN_H."""
+def _reason_groups(ds: Dataset, idx: int, key: str, floor: float = REASON_MIN_H):  # noqa: ANN202
+    """Per ``key`` (device or node): its samples throttled for reason ``idx``, when they lost >= ``floor``; yields
+    (name, rows, hours, start, end)."""
     s = ds.samples
     for name, g in s[(s["rbucket"] == idx) & (s["h_thr"] > 0)].groupby(key):
         hours = float(g["h_thr"].sum())
-        if hours >= REASON_MIN_H:
+        if hours >= floor:
             yield name, g, hours, float(g["t"].min()), float(g["t"].max() + ds.cadence)
 
 
 def hw_slowdown(ds: Dataset) -> list[Finding]:
-    """One finding per device whose samples carry the HW slowdown / power brake bits (0x8, 0x80) for at least
-    REASON_MIN_H GPU-hours: the loss already in the account's ``throttled.hw_slowdown`` bucket, named."""
+    """The HW slowdown / power brake bits (0x8, 0x80): the loss already in the account's ``throttled.hw_slowdown``
+    bucket, named. On at least half of a node's GPUs (>= 2) it is the node's (its power supply, its BMC's brake):
+    one finding at node scope when their loss together reaches REASON_NODE_MIN_H GPU-hours, however small on each;
+    otherwise one finding per device that lost at least REASON_MIN_H."""
     s = ds.samples
     out = []
+    per_node = ds.devices.groupby("node").size() if "node" in ds.devices else pd.Series(dtype=int)
+    node_wide = set()
+    for node, g, hours, a, b in _reason_groups(ds, HW_SLOWDOWN, "node", REASON_NODE_MIN_H):
+        devs = sorted(str(d) for d in g["device"].unique())
+        if len(devs) < max(2, 0.5 * int(per_node.get(node, len(devs)))):
+            continue
+        node_wide.add(node)
+        sl = s[(s["node"] == node) & s["running"] & (s["act"] >= 0.2)]
+        ev = (evidence(sl.assign(c=(sl["rbucket"] == HW_SLOWDOWN) & (sl["h_thr"] > 0)), "c",
+                       "share_of_samples_with_hw_slowdown_bit", "fraction", a, b, stat="mean"),
+              evidence(sl, "clk", "sm_clock_mhz_under_load", "MHz", a, b),
+              evidence(sl, "power", "power_w_under_load", "W", a, b),
+              Evidence("hw_slowdown_samples", "count", None, float(len(g)), None),
+              Evidence("devices_slowed", "count", None, float(len(devs)), None))
+        out.append(Finding(AGENT, "hw_slowdown", make_scope(node=node, rack=g["rack"].iloc[0]), a, b, hours,
+                           price(ds, g, "h_thr"), REASON_CONF, ev,
+                           f"{len(devs)} GPUs on {node} were slowed in hardware (HW slowdown / power brake) together "
+                           f"from {fmt_ts(a)} to {fmt_ts(b)}: {fmt_h(hours)} GPU-hours; check the node's power "
+                           f"supplies and the BMC's power brake.", cause="hw_slowdown", level="node",
+                           extra=(("devices", devs),)))
     for dev, g, hours, a, b in _reason_groups(ds, HW_SLOWDOWN, "device"):
+        if g["node"].iloc[0] in node_wide:
+            continue
         full = s[s["device"] == dev]
         loaded = full[full["running"] & (full["act"] >= 0.2)]
         ev = (evidence(loaded.assign(c=(loaded["rbucket"] == HW_SLOWDOWN) & (loaded["h_thr"] > 0)), "c",

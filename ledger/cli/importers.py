@@ -9,8 +9,8 @@ from typing import Callable
 import click
 
 from ..importers import columnar, nvidia_smi, pipeline, prometheus
-from ..importers.common import Collected, InputError, rescale_energy
-from ..importers.dcgm_fields import BY_ID, COLLECT_FIELD_IDS
+from ..importers.common import Collected, InputError
+from ..importers.dcgm_fields import COLLECT_FIELD_IDS
 from ..textsafe import echo
 from .context import AppContext, UserError, emit_json, pass_app
 
@@ -61,18 +61,19 @@ def parse_tenants(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(out))
 
 
-def _energy_unit(parse: Callable[[], Collected], exporter_version: str | None) -> Callable[[], Collected]:
-    """The parse, with field 156 rescaled from the field table's mJ to the exporter version's unit."""
+def _report_exporter_version(parse: Callable[[], Collected], exporter_version: str | None) -> Callable[[], Collected]:
+    """The parse, with a note that the exporter version given changes no unit (it is only reported).
+
+    Field 156 is mJ and field 1611 J in every DCGM / dcgm-exporter version (:func:`ledger.method.energy.
+    joules_per_count`): units come from the field, never from a version, so no reading is rescaled.
+    """
     if exporter_version is None:
         return parse
-    from ..method.energy import joules_per_count
-
-    unit = joules_per_count("dcgm-exporter", 156, exporter_version)
 
     def parsed() -> Collected:
         c = parse()
-        rescale_energy(c, unit / BY_ID[156].scale, f"dcgm-exporter {exporter_version}: field 156 in "
-                                                          f"{'J' if unit == 1.0 else 'mJ'}")
+        c.warn(f"{c.path}: --dcgm-exporter-version {exporter_version}: reported only; energy units come from the "
+               f"field (156 mJ, 1611 J, in every version), nothing rescaled")
         return c
     return parsed
 
@@ -116,7 +117,7 @@ def _run(app: AppContext, parse: Callable[[], Collected], cluster: str, syntheti
         echo("  skipped lines: " + ", ".join(f"{k} x{v}" for k, v in sorted(collected.skipped.items())))
     if collected.unmapped:
         echo("  not mapped: " + ", ".join(f"{k} x{v}" for k, v in sorted(collected.unmapped.items())))
-    for w in collected.warnings:
+    for w in collected.all_warnings():
         echo(f"  warning: {w}")
 
 
@@ -176,7 +177,8 @@ def register(cli: click.Group) -> None:
     @click.option("--step", help="Live: query step = the scrape cadence (default 15s).")
     @click.option("--at", "at", help="Scrape time for exposition files without timestamps.")
     @click.option("--dcgm-exporter-version", "exporter_version", metavar="VERSION",
-                  help="The exporter's version: from 4.9 the energy counter (field 156) is in J, before in mJ.")
+                  help="The exporter's version, reported only: energy units come from the field id "
+                       "(156 mJ, 1611 J, in every version), nothing is rescaled.")
     @_common
     @pass_app
     def import_prometheus(app: AppContext, source: tuple[str, ...], url: str | None, start: str | None,
@@ -202,16 +204,16 @@ def register(cli: click.Group) -> None:
             if t1 < t0:
                 raise UserError("--end is before --start")
             step_s = step_s or 15.0
-            _run(app, _energy_unit(lambda: prometheus.fetch(url, t0, t1, step_s, progress=_progress(quiet)),
-                                   exporter_version), cluster,
+            _run(app, _report_exporter_version(lambda: prometheus.fetch(url, t0, t1, step_s, progress=_progress(quiet)),
+                                               exporter_version), cluster,
                  not no_synthetic_runs, as_json, quiet, tenants=parse_tenants(tenant))
             return
         if not source:
             raise UserError("give SOURCE files/directories/archives, or --url")
         span = (t0, t1 + step_s if (t1 is not None and step_s) else t1) if (t0 is not None or t1 is not None) else None
         at_s = parse_time(at, "--at")
-        _run(app, _energy_unit(lambda: prometheus.read(list(source), default_ts=at_s), exporter_version), cluster, not no_synthetic_runs, as_json,
-             quiet, span=span, cadence=step_s, tenants=parse_tenants(tenant))
+        _run(app, _report_exporter_version(lambda: prometheus.read(list(source), default_ts=at_s), exporter_version),
+             cluster, not no_synthetic_runs, as_json, quiet, span=span, cadence=step_s, tenants=parse_tenants(tenant))
 
     def _capture_cmd(name: str, read, helptext: str):  # noqa: ANN001, ANN202
         @import_group.command(name, help=helptext)

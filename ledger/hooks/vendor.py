@@ -369,8 +369,11 @@ def unwrap(v: Any) -> Any:
 
 def json_records(text: str, what: str) -> list[dict]:
     """The per-GPU objects of an ``amd-smi ... --json`` answer; ValueError (what the callers catch) on any other shape."""
+    # skip what precedes the document (a "$ command" line, a banner): from its first "[" or "{", whichever comes
+    # first, so the {"cpu_data": [], "core_data": [], "gpu_data": [...]} envelope is not cut at an inner list
+    starts = [i for i in (text.find("["), text.find("{")) if i >= 0]
     try:
-        data = loads(text[text.index("["):] if "[" in text else text)
+        data = loads(text[min(starts):] if starts else text)
     except RecursionError:
         raise ValueError(f"amd-smi {what} JSON: nested too deeply") from None
     if isinstance(data, dict):

@@ -8,9 +8,12 @@ spans as arrays (:class:`SpanArrays`), with the spans before the first and after
 method builds them; any other device is left to :func:`ledger.method.energy.device_energy` (None).
 
 Every figure is computed with the reference's arithmetic in the reference's order, so it is the same float to
-the bit: element-wise operations are IEEE-exact either way, and each sum runs left to right over a Python list
-(Python's ``sum``, as the reference's loops add). :func:`bucket_energy` and :func:`energy_by_hour` take either
-form. tests/test_energy_arrays.py holds every figure, and the receipt's blocks, equal to the reference's.
+the bit: element-wise operations are IEEE-exact either way, and each sum adds left to right
+(:func:`array_in_order_sum`, a running sum, held bit for bit to the reference's
+:func:`ledger.proofcheck.in_order_sum`). :func:`bucket_energy` and :func:`energy_by_hour` take either form;
+:func:`bucket_energy` visits, for each bucket interval, only the spans it overlaps (found by binary search in the
+time-ordered spans), so its cost is that of the spans plus the intervals, not their product.
+tests/test_energy_arrays.py holds every figure, and the receipt's blocks, equal to the reference's.
 """
 
 from __future__ import annotations
@@ -19,9 +22,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..proofcheck import in_order_sum
 from .carbon import hourly_kwh
 from .energy import (J_PER_KWH, BucketEnergy, DeviceEnergy, EnergySpan, PowerSample, add_by_bucket, by_bucket,
                      power_integral)
+
+
+def array_in_order_sum(values: np.ndarray, start: float = 0) -> float:
+    """:func:`ledger.proofcheck.in_order_sum` of a float64 array, the same to the bit: numpy's running sum
+    (``cumsum``) adds each element to the sum before it, left to right, where ``np.sum`` would add pairwise."""
+    if not len(values):
+        return start
+    return float(np.cumsum(np.concatenate(([start], values)))[-1])
+
+
+def by_time(t: np.ndarray, *cols: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``t`` and ``cols`` in the order ``np.argsort(t, kind="stable")`` gives (equal times keep their order),
+    returned as they are when already in it: the usual case, a sort saved."""
+    if len(t) < 2 or bool(np.all(t[1:] >= t[:-1])):
+        return (t, *cols)
+    order = np.argsort(t, kind="stable")
+    return (t[order], *(c[order] for c in cols))
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,9 +70,9 @@ class SpanArrays:
 
     @property
     def joules(self) -> float:
-        acc = sum(s.joules for s in self.head if s.joules is not None)
-        acc = sum(self.joules_each.tolist(), acc)
-        return sum((s.joules for s in self.tail if s.joules is not None), acc)
+        acc = in_order_sum(s.joules for s in self.head if s.joules is not None)
+        acc = array_in_order_sum(self.joules_each, acc)
+        return in_order_sum((s.joules for s in self.tail if s.joules is not None), acc)
 
     @property
     def kwh(self) -> float:
@@ -59,7 +80,7 @@ class SpanArrays:
 
     @property
     def unknown_seconds(self) -> float:
-        return sum(s.end - s.start for s in (*self.head, *self.tail) if s.joules is None)
+        return in_order_sum(s.end - s.start for s in (*self.head, *self.tail) if s.joules is None)
 
     @property
     def source(self) -> str:
@@ -94,9 +115,9 @@ def counter_arrays(device: str, t: np.ndarray, count: np.ndarray, pt: np.ndarray
     """The device's spans over [start, end] from readings of 1 J per count (``t``, ``count``, NaN dropped) and
     power (``pt``, ``pw``, NaN dropped, sorted by time), or None when the readings are not the ordinary case."""
     keep = (t >= start) & (t <= end)
-    t, count = t[keep], count[keep]
-    order = np.argsort(t, kind="stable")
-    t, count = t[order], count[order]
+    if not keep.all():
+        t, count = t[keep], count[keep]
+    t, count = by_time(t, count)
     if len(t) < 2 or not (np.all(np.diff(t) > 0) and np.all(np.diff(count) > 0)):
         return None
     head = _edge(pt, pw, start, float(t[0]), "before_first_reading", max_gap_s)
@@ -114,22 +135,42 @@ def bucket_energy(energy: DeviceEnergy | SpanArrays, buckets) -> BucketEnergy:  
     s, e, j = energy.start, energy.end, energy.joules_each
     length = e - s
     assigned = np.zeros(len(s))
-    parts: dict[str, list[np.ndarray]] = {}   # name -> per interval (in order): contributions, NaN where none
-    for b0, b1, name in buckets:
-        ov = np.minimum(e, b1) - np.maximum(s, b0)
+    # name -> (first span, bucket position, span indices, contributions) of each interval the spans overlap
+    hits: dict[str, list[tuple[int, int, np.ndarray, np.ndarray]]] = {}
+    for k, (b0, b1, name) in enumerate(buckets):
+        hits.setdefault(name, [])
+        # the spans are in time order and touch end to start: those overlapping [b0, b1] are one run of them
+        i0, i1 = int(np.searchsorted(e, b0, "right")), int(np.searchsorted(s, b1, "left"))
+        if i1 <= i0:
+            continue
+        ov = np.minimum(e[i0:i1], b1) - np.maximum(s[i0:i1], b0)
         hit = ov > 0
-        assigned = assigned + np.where(hit, ov, 0.0)
-        parts.setdefault(name, []).append(np.where(hit, j * ov / length / J_PER_KWH, np.nan))
+        if hit.all():
+            idx: np.ndarray | slice = slice(i0, i1)
+            first = i0
+        else:
+            idx = np.arange(i0, i1)[hit]
+            if not len(idx):
+                continue
+            ov, first = ov[hit], int(idx[0])
+        assigned[idx] += ov          # bucket by bucket within a span, as the reference adds
+        hits[name].append((first, k, idx, j[idx] * ov / length[idx] / J_PER_KWH))
     rest = length - assigned
-    left = rest > 1e-9
-    if left.any():
-        parts.setdefault("unassigned", []).append(np.where(left, j * rest / length / J_PER_KWH, np.nan))
-    for name, cols in parts.items():
+    left = np.flatnonzero(rest > 1e-9)
+    if len(left):
+        hits.setdefault("unassigned", []).append((int(left[0]), len(buckets), left,
+                                                  j[left] * rest[left] / length[left] / J_PER_KWH))
+    for name, found in hits.items():
+        if not found:
+            continue
         # span by span, then interval by interval within a span: the reference's order of additions
-        flat = np.column_stack(cols).ravel() if len(cols) > 1 else cols[0]
-        vals = flat[~np.isnan(flat)]
-        if len(vals):
-            kwh[name] = sum(vals.tolist(), kwh.get(name, 0.0))
+        found.sort(key=lambda h: (h[0], h[1]))
+        vals = np.concatenate([h[3] for h in found]) if len(found) > 1 else found[0][3]
+        if len(found) > 1:
+            idx = np.concatenate([np.arange(len(s))[h[2]] for h in found])
+            if not bool(np.all(idx[1:] > idx[:-1])):   # a span in several of the intervals
+                vals = vals[np.lexsort((np.concatenate([np.full(len(h[3]), h[1]) for h in found]), idx))]
+        kwh[name] = array_in_order_sum(vals, kwh.get(name, 0.0))
     add_by_bucket(kwh, unk, energy.tail, buckets)
     return BucketEnergy(kwh, unk)
 
@@ -162,5 +203,5 @@ def energy_by_hour(energy: DeviceEnergy | SpanArrays) -> dict[int, float]:
         cuts = np.flatnonzero(np.diff(hr)) + 1
         for hs, vs in zip(np.split(hr, cuts), np.split(v, cuts)):
             key = int(hs[0])
-            out[key] = sum(vs.tolist(), out.get(key, 0.0))
+            out[key] = array_in_order_sum(vs, out.get(key, 0.0))
     return hourly_kwh(energy.tail, out)

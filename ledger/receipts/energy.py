@@ -23,7 +23,7 @@ from ..contracts import CostBasis
 from ..method.carbon import IntensityTable, carbon
 from ..method.energy import DeviceEnergy
 from ..method.energy_arrays import SpanArrays, bucket_energy, energy_by_hour
-from ..proofcheck import energy_totals, round6, scaled
+from ..proofcheck import energy_totals, in_order_sum, round6, scaled
 
 
 @dataclass(frozen=True)
@@ -47,16 +47,16 @@ def energy_block(devices: Sequence[DeviceEnergyInput], currency: str) -> dict:
         for d in devices:
             if not d.parts:
                 be = bucket_energy(d.energy, d.buckets)
-                known = Decimal(repr(round6(d.energy.kwh))) if d.energy.has_spans and d.energy.source != "unknown" \
-                    else None
-                yield (d.energy.kwh, d.energy.source, be.kwh, sum(be.unknown_gpu_hours.values()),
+                kwh, source = d.energy.kwh, d.energy.source
+                known = Decimal(repr(round6(kwh))) if d.energy.has_spans and source != "unknown" else None
+                yield (kwh, source, be.kwh, in_order_sum(be.unknown_gpu_hours.values()),
                        d.basis.energy_cost(known, d.tdp_w, d.gpu_hours))
                 continue
             kwh, unknown_h, by_bucket, sources, any_spans = 0.0, 0.0, {}, set(), False
             for energy, buckets, share in d.parts:   # the verifier's energy_block, part by part, in its order
                 be = bucket_energy(energy, buckets)
                 kwh += scaled(energy.kwh, share)
-                unknown_h += sum(scaled(v, share) for v in be.unknown_gpu_hours.values())
+                unknown_h += in_order_sum(scaled(v, share) for v in be.unknown_gpu_hours.values())
                 for k, v in be.kwh.items():
                     by_bucket[k] = by_bucket.get(k, 0.0) + scaled(v, share)
                 sources.add(energy.source)

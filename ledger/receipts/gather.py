@@ -19,6 +19,7 @@ from ..canonical import ts_to_epoch
 from ..entries import ChainedEntry, Kind
 from ..method import DeviceAccount, SampleArrays, attribute_device
 from ..method.attribution import attribute_device_covered
+from ..method.energy_arrays import by_time
 from ..method.lens import DeviceLens, lens_reader
 from ..rows import ENTRY_COLUMNS, iter_entries, to_chained
 from ..telemetry.blocks import float_values
@@ -174,10 +175,9 @@ def energy_columns_of(parts: Mapping[str, Sequence[Sequence[np.ndarray]]]
     keep their reading order)."""
     out = {}
     for d, (t, e, p) in parts.items():
-        ts, es, ps = (np.concatenate(x) for x in (t, e, p))
-        order = np.argsort(ts, kind="stable")   # pieces in time order; equal times keep their reading order
-        ts = ts[order]
-        out[d] = {"energy_j": (ts, es[order]), "power_w": (ts, ps[order])}
+        # pieces in time order; equal times keep their reading order
+        ts, es, ps = by_time(*(np.concatenate(x) if len(x) > 1 else x[0] for x in (t, e, p)))
+        out[d] = {"energy_j": (ts, es), "power_w": (ts, ps)}
     return out
 
 

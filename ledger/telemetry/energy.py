@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..method.energy import CounterReading, DeviceEnergy, PowerSample, device_energy
-from ..method.energy_arrays import SpanArrays, counter_arrays
+from ..method.energy_arrays import SpanArrays, by_time, counter_arrays
 
 
 def _pairs(col: tuple[Sequence[float], Sequence[float]] | None) -> tuple[np.ndarray, np.ndarray]:
@@ -25,7 +25,7 @@ def _pairs(col: tuple[Sequence[float], Sequence[float]] | None) -> tuple[np.ndar
     v = np.asarray([np.nan if x is None else x for x in vs] if isinstance(vs, (list, tuple)) else vs,
                    dtype="float64")
     keep = ~(np.isnan(t) | np.isnan(v))
-    return t[keep], v[keep]
+    return (t, v) if keep.all() else (t[keep], v[keep])
 
 
 def device_energy_of(device: str, columns: Mapping[str, tuple[Sequence[float], Sequence[float]]],
@@ -37,8 +37,7 @@ def device_energy_of(device: str, columns: Mapping[str, tuple[Sequence[float], S
     through the reference :func:`ledger.method.energy.device_energy`."""
     et, ev = _pairs(columns.get("energy_j"))
     pt, pw = _pairs(columns.get("power_w"))
-    order = np.argsort(pt, kind="stable")
-    pt, pw = pt[order], pw[order]
+    pt, pw = by_time(pt, pw)
     fast = counter_arrays(device, et, ev, pt, pw, start, end)
     if fast is not None:
         return fast
