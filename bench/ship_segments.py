@@ -214,7 +214,7 @@ def check_ledger(url: str, db_path: Path, counts: dict, entries: int) -> str:
 
 
 def _lens_note(off: Timing, on: Timing) -> str:
-    """Method 1.1.0 against 1.0.0, same rounds: medians, the median of the rounds' ratios, the target."""
+    """Method 1.2.0 against 1.0.0, same rounds: medians, the median of the rounds' ratios, the target."""
     extra = on.median / off.median - 1.0 if off.median > 0 else float("nan")
     pairs = statistics.median(b / a - 1.0 for a, b in zip(off.runs, on.runs) if a > 0)
     return (f"{extra * 100:+.1f} % ({on.median:.3f} s against {off.median:.3f} s, medians; median of the rounds' "
@@ -243,8 +243,8 @@ def run(scale: float, repeat: int) -> Figure:
 
         hours_s: list[float] = []
         lens_hours_s: list[float] = []
-        site = work / "site-1.1.0.toml"  # method 1.1.0 (the effective-compute lens) on, as a site turns it on
-        site.write_text('method_version = "1.1.0"\ncompute_precision = "bf16"\n')
+        site = work / "site-1.2.0.toml"  # method 1.2.0 (the lens, FP pipes priced) on, as a site turns it on
+        site.write_text('method_version = "1.2.0"\ncompute_precision = "bf16"\n')
         site.chmod(0o600)
 
         def setup_no_energy() -> None:
@@ -292,13 +292,13 @@ def run(scale: float, repeat: int) -> Figure:
              lambda: floor_insert(db_path, plain), setup_floor),
             ("raw executemany of the rows the ledger holds (entries, sample_blocks, device_hours)",
              lambda: floor_insert(db_path, held), lambda: fresh_db(db_path)),
-            ("the same under a site of method 1.1.0 (the effective-compute lens on)", subject_lens, setup_subject),
+            ("the same under a site of method 1.2.0 (the effective-compute lens on)", subject_lens, setup_subject),
             ("`ipledger ship` of the same spool without the energy counter (no TOTEC column)", subject_no_energy,
              setup_no_energy),
             (f"`ipledger ship` ({counts['files']:,} spool files)", subject, setup_subject)], repeat)
         checked = check_ledger(state["url"], db_path, counts, entries)
         hours_t = Timing("time inside telemetry.hours.segments_hours and insert_in", tuple(hours_s))
-        lens_hours_t = Timing("the same, method 1.1.0", tuple(lens_hours_s))
+        lens_hours_t = Timing("the same, method 1.2.0", tuple(lens_hours_s))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     ratios = [s / f for s, f in zip(subj_t.runs, floor_t.runs)]
@@ -316,10 +316,10 @@ def run(scale: float, repeat: int) -> Figure:
             f"{', '.join(f'{x * 100:.1f}' for x in shares)} %); the same shipment without it: "
             f"{statistics.median(without):.2f}× the floor",
         "the subject's ledger, checked after the last round": f"{checked}; `ipledger verify` clean",
-        "the lens (method 1.1.0) adds to the device-hours' aggregation":
+        "the lens (method 1.2.0) adds to the device-hours' aggregation":
             "the same code under both (device-hours read no lens field; a difference is the machine's noise): "
             + _lens_note(hours_t, lens_hours_t),
-        "the lens (method 1.1.0) adds to the shipment": _lens_note(subj_t, lens_t),
+        "the lens (method 1.2.0) adds to the shipment": _lens_note(subj_t, lens_t),
         "the energy counter adds": f"{(subj_t.median / ne_t.median - 1) * 100:+.1f} % to the shipment "
                                    f"({subj_t.median:.3f} s against {ne_t.median:.3f} s without it, medians; "
                                    f"target ≤ 10 %: {'met' if subj_t.median <= 1.10 * ne_t.median else 'NOT met'})",
