@@ -110,6 +110,18 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return np.fmin(out, 1.0, out=out)
 
 
+def _pipe_sum(v: np.ndarray, cr: np.ndarray, buf: np.ndarray) -> tuple[float, np.ndarray]:
+    """Σ clip(v, 0, 1) × cr, unmeasured (NaN) terms 0, and clip(v) (in ``buf``). Two passes where every sample
+    measured the pipe (clip, then one sum of products: ``einsum``, numpy's own loop, no BLAS); a NaN in the
+    result means some did not, and the terms are taken again with NaN as 0 (the same sum, more passes)."""
+    vc = np.clip(v, 0.0, 1.0, out=buf)
+    s = float(np.einsum("i,i->", vc, cr))
+    if s != s:
+        vc = np.fmin(np.fmax(v, 0.0, out=buf), 1.0, out=buf)
+        s = float(np.einsum("i,i->", vc, cr))
+    return s, vc
+
+
 def _measured(x: np.ndarray | None, order: np.ndarray | slice) -> np.ndarray | None:
     """A lens field in time order, or None where no sample measured it (the same sums as a column of NaN)."""
     if x is None:
@@ -180,11 +192,9 @@ def lens_device(window: tuple[float, float], samples: SampleArrays | None, *,
                 top = v                       # (the samples' own array: never written)
             else:
                 top, owned = np.fmax(top, v, out=top if owned else None), True
-            # clipped, NaN as 0, into ctr's buffer (free since the tensor sums): no array allocated per pipe
-            vc = np.fmin(np.fmax(v, 0.0, out=ctr), 1.0, out=ctr)
-            vc *= cr
-            out.pipes_s[p] = _sum(vc)         # (0 where the pipe was not measured)
-            out.pipes_uncounted_s[p] = out.pipes_s[p] if uncounted is None else _sum(vc, uncounted)
+            out.pipes_s[p], vc = _pipe_sum(v, cr, ctr)   # (0 where the pipe was not measured)
+            out.pipes_uncounted_s[p] = out.pipes_s[p] if uncounted is None else \
+                _sum(np.multiply(vc, cr, out=vc), uncounted)   # (op counters read: the uncounted samples')
         if lens.pipe_high > 0:   # top ≥ high on the raw values is the clipped values' test (NaN: false)
             high = top >= lens.pipe_high
         else:
