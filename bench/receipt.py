@@ -83,6 +83,8 @@ def build_ledger(db_path: Path, gpus: int, hours: float) -> tuple[str, int, Path
         cols = {"t": t, "sm_active": act, "tensor_active": act * 0.4, "gpu_util": (act * 1.1).clip(0, 1),
                 "sm_clock_mhz": clock, "compute_procs": busy.astype(float),
                 "fb_used_mib": busy * 70000.0 + 1024.0, "power_w": power,
+                # DCGM 1006-1008 as a collector asking for them stores them (sample block format 2)
+                "fp64_active": np.zeros(n), "fp32_active": act * 0.1, "fp16_active": act * 0.02,
                 # the device's energy counter in joules (as the collector stores NVML's), from a per-device start
                 "energy_j": 1e6 * (1 + i) + np.cumsum(power * CADENCE) - power * CADENCE}
         # Rows in the normalised form the collector ships (every other metric not measured: NULL).
@@ -130,12 +132,13 @@ def warm_in_process(cases: Sequence[tuple[str, str, object]], pairs: int) -> dic
 
 
 def lens_in_process(url: str, pairs: int) -> tuple[Timing, Timing, dict, dict]:
-    """Method 1.0.0 and 1.1.0 (the lens) alternately in one warm process (:func:`warm_in_process`): the lens's
-    own cost. Returns both timings and the last two receipt bodies."""
+    """Method 1.0.0 and 1.2.0 (the lens, the stored FP pipes priced) alternately in one warm process
+    (:func:`warm_in_process`): the lens's own cost. Returns both timings and the last two receipt bodies."""
     from ledger.receipts import LensSettings
 
     got = warm_in_process((("`receipt_for` in one warm process, method 1.0.0 (CPU s)", url, None),
-                           ("the same under method 1.1.0 (plus the lens)", url, LensSettings())), pairs)
+                           ("the same under method 1.2.0 (plus the lens)", url, LensSettings(version="1.2.0"))),
+                          pairs)
     (off_t, off_body), (on_t, on_body) = got.values()
     return off_t, on_t, off_body, on_body
 
@@ -184,7 +187,7 @@ def run(scale: float, repeat: int) -> Figure:
     keep = os.environ.get(KEEP_ENV)
     work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="ipledger-bench-receipt-"))
     try:
-        stamp = {"gpus": gpus, "hours": HOURS, "format": blocks.FORMAT, "batch_rows": blocks.BATCH_ROWS,
+        stamp = {"gpus": gpus, "hours": HOURS, "format": blocks.FORMAT_2, "batch_rows": blocks.BATCH_ROWS,
                  "energy": 1}
         built = work / "built.json"
         if keep and built.exists() and json.loads(built.read_text()) == stamp:
@@ -208,8 +211,9 @@ def run(scale: float, repeat: int) -> Figure:
             con.close()
 
         peaks: dict[str, list[float]] = {"default": [], "in-process": [], "lens": [], "energy": []}
-        site = work / "site-1.1.0.toml"  # method 1.1.0: the same receipt plus the effective-compute lens
-        site.write_text('method_version = "1.1.0"\ncompute_precision = "bf16"\n')
+        # method 1.2.0: the same receipt plus the effective-compute lens, the stored FP pipes priced too
+        site = work / "site-1.2.0.toml"
+        site.write_text('method_version = "1.2.0"\ncompute_precision = "bf16"\n')
         site.chmod(0o600)
 
         def subject(kind: str, env: dict | None, extra: tuple[str, ...] = (), db: str = url) -> Callable[[], None]:
@@ -228,7 +232,7 @@ def run(scale: float, repeat: int) -> Figure:
              subject("default", None), None),
             ("the same, in one process (`IPLEDGER_RECEIPT_WORKERS=1`)",
              subject("in-process", {"IPLEDGER_RECEIPT_WORKERS": "1"}), None),
-            ("the default receipt under method 1.1.0 (`method_version = \"1.1.0\"`: plus the lens)",
+            ("the default receipt under method 1.2.0 (`method_version = \"1.2.0\"`: plus the lens, FP pipes read)",
              subject("lens", None, ("--config", str(site))), None),
             ("the default receipt with energy (a contract with `energy_basis = \"measured\"`: receipt 1.4)",
              subject("energy", None, db=energy_url), None)], repeat)
@@ -241,11 +245,13 @@ def run(scale: float, repeat: int) -> Figure:
         peak, peak_one = max(peaks["default"]), max(peaks["in-process"])
         lens = json.loads(out["lens"])
         if abs(lens["gpu_hours"]["paid"] - paid) > 1e-9 or "effective_compute" not in lens:
-            raise RuntimeError("the 1.1.0 receipt's time identity differs from 1.0.0's, or it has no lens")
+            raise RuntimeError("the 1.2.0 receipt's time identity differs from 1.0.0's, or it has no lens")
+        if lens["effective_compute"].get("fp32_gpu_hours") is None:
+            raise RuntimeError("the 1.2.0 receipt did not read the stored FP32 pipe")
         lens_extra = lens_t.median / subj_t.median - 1.0
         off_t, on_t, off_body, on_body = lens_in_process(url, max(5, 3 * repeat))
         if off_body["gpu_hours"] != on_body["gpu_hours"] or "effective_compute" not in on_body:
-            raise RuntimeError("in one process, the 1.1.0 receipt's time identity differs from 1.0.0's")
+            raise RuntimeError("in one process, the 1.2.0 receipt's time identity differs from 1.0.0's")
         pair_extra = statistics.median(b / a - 1.0 for a, b in zip(off_t.runs, on_t.runs))
         warm_extra = on_t.median / off_t.median - 1.0
         en = json.loads(out["energy"])
@@ -268,12 +274,12 @@ def run(scale: float, repeat: int) -> Figure:
                              "ledger size": f"{ledger_bytes / 2**20:,.0f} MiB SQLite = {ledger_bytes / rows:.1f} B "
                                             f"per sample (sample blocks; Parquet floor file "
                                             f"{parquet.stat().st_size / rows:.1f} B per sample)",
-                             "the lens (method 1.1.0) adds": f"{lens_extra * 100:+.1f} % to the default receipt "
+                             "the lens (method 1.2.0, FP pipes stored) adds": f"{lens_extra * 100:+.1f} % to the default receipt "
                                                              f"({lens_t.median:.2f} s against {subj_t.median:.2f} s,"
                                                              f" medians; minimums {min(lens_t.runs):.2f} s against "
                                                              f"{min(subj_t.runs):.2f} s; target ≤ 10 %: "
                                                              f"{'met' if lens_extra <= 0.10 else 'NOT met'})",
-                             "the lens (method 1.1.0) adds, in one warm process":
+                             "the lens (method 1.2.0, FP pipes stored) adds, in one warm process":
                                  f"{warm_extra * 100:+.1f} % CPU to the receipt ({on_t.median:.3f} s against "
                                  f"{off_t.median:.3f} s, medians of {len(on_t.runs)} alternating pairs; median "
                                  f"of the pairs' ratios {pair_extra * 100:+.1f} %; minimums {min(on_t.runs):.3f} s "

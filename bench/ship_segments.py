@@ -42,7 +42,8 @@ HOUR0 = 1_779_998_400       # 2026-05-28 20:00 UTC, an hour boundary
 SKU = "NVIDIA H100 80GB HBM3"
 # dmon columns the collector asks for (ledger.importers.dcgm_fields.COLLECT_FIELD_IDS), by their dmon names
 DMON_COLUMNS = ("GRACT", "SMACT", "SMOCC", "TENSO", "DRAMA", "GPUTL", "MCUTL", "SMCLK", "MMCLK", "DVCCTR", "POWER",
-                "TMPTR", "MMTMP", "TOTEC", "FBUSD", "XIDER")
+                "TMPTR", "MMTMP", "TOTEC", "FBUSD", "XIDER", "FP64A", "FP32A", "FP16A")   # 1006-1008: what the
+# collector asks for since sample block format 2 (their values follow the load: no extra random draws)
 
 # the device-hours' seal-time aggregation and insert, timed inside the shipping process
 DEVICE_HOURS_TIMERS = {"hours": ("ledger.telemetry.hours:segments_hours", "ledger.telemetry.hours:insert_in")}
@@ -76,7 +77,8 @@ def dmon_batch(rng: random.Random, node: int, batch: int, energy: list[float], w
                     str(round(act * 100)), str(round(act * 40)), str(1755 if capped else 1980), "2619",
                     "4" if capped else "0", f"{power:.3f}", str(round(35 + act * 40)),
                     "N/A" if g == 7 else str(round(40 + act * 35)), str(round(energy[g])),
-                    str(round(1024 + act * 70000)) if act > 0.05 else "0", "0")
+                    str(round(1024 + act * 70000)) if act > 0.05 else "0", "0",
+                    "0.000", f"{act * 0.1:.3f}", f"{act * 0.02:.3f}")
             if not with_energy:
                 vals = vals[:DMON_COLUMNS.index("TOTEC")] + vals[DMON_COLUMNS.index("TOTEC") + 1:]
             lines.append(f"GPU {g:<6} " + "".join(f"{v:<13}" for v in vals))
@@ -212,7 +214,7 @@ def check_ledger(url: str, db_path: Path, counts: dict, entries: int) -> str:
 
 
 def _lens_note(off: Timing, on: Timing) -> str:
-    """Method 1.1.0 against 1.0.0, same rounds: medians, the median of the rounds' ratios, the target."""
+    """Method 1.2.0 against 1.0.0, same rounds: medians, the median of the rounds' ratios, the target."""
     extra = on.median / off.median - 1.0 if off.median > 0 else float("nan")
     pairs = statistics.median(b / a - 1.0 for a, b in zip(off.runs, on.runs) if a > 0)
     return (f"{extra * 100:+.1f} % ({on.median:.3f} s against {off.median:.3f} s, medians; median of the rounds' "
@@ -221,7 +223,9 @@ def _lens_note(off: Timing, on: Timing) -> str:
 
 def run(scale: float, repeat: int) -> Figure:
     from ledger.chain.store import ENTRY_COLUMNS
-    from ledger.telemetry.sealed import INSERT_COLUMNS
+    from ledger.telemetry.model import SAMPLE_COLUMNS
+
+    FLOOR_COLUMNS = ("segment_id", *SAMPLE_COLUMNS)   # a plain table of every column the collector spools
 
     nodes, batches = plan(scale)
     work = Path(tempfile.mkdtemp(prefix="ipledger-bench-segments-"))
@@ -239,8 +243,8 @@ def run(scale: float, repeat: int) -> Figure:
 
         hours_s: list[float] = []
         lens_hours_s: list[float] = []
-        site = work / "site-1.1.0.toml"  # method 1.1.0 (the effective-compute lens) on, as a site turns it on
-        site.write_text('method_version = "1.1.0"\ncompute_precision = "bf16"\n')
+        site = work / "site-1.2.0.toml"  # method 1.2.0 (the lens, FP pipes priced) on, as a site turns it on
+        site.write_text('method_version = "1.2.0"\ncompute_precision = "bf16"\n')
         site.chmod(0o600)
 
         def setup_no_energy() -> None:
@@ -273,14 +277,14 @@ def run(scale: float, repeat: int) -> Figure:
         held = ledger_rows(db_path)
         entries = len(held["entries"][1])
         plain = {"entries": held["entries"],
-                 PLAIN_SAMPLES: (INSERT_COLUMNS, spool_sample_rows(pristine))}
+                 PLAIN_SAMPLES: (FLOOR_COLUMNS, spool_sample_rows(pristine))}
         assert held["entries"][0] == tuple(ENTRY_COLUMNS)
 
         def setup_floor() -> None:
             fresh_db(db_path)
             con = sqlite3.connect(db_path)
             con.execute(f"CREATE TABLE {PLAIN_SAMPLES} (segment_id TEXT, device TEXT, "
-                        + ", ".join(f"{c} REAL" for c in INSERT_COLUMNS[2:]) + ")")
+                        + ", ".join(f"{c} REAL" for c in FLOOR_COLUMNS[2:]) + ")")
             con.close()
 
         floor_t, held_t, lens_t, ne_t, subj_t = timeit_interleaved([  # the subject last: checked below
@@ -288,13 +292,13 @@ def run(scale: float, repeat: int) -> Figure:
              lambda: floor_insert(db_path, plain), setup_floor),
             ("raw executemany of the rows the ledger holds (entries, sample_blocks, device_hours)",
              lambda: floor_insert(db_path, held), lambda: fresh_db(db_path)),
-            ("the same under a site of method 1.1.0 (the effective-compute lens on)", subject_lens, setup_subject),
+            ("the same under a site of method 1.2.0 (the effective-compute lens on)", subject_lens, setup_subject),
             ("`ipledger ship` of the same spool without the energy counter (no TOTEC column)", subject_no_energy,
              setup_no_energy),
             (f"`ipledger ship` ({counts['files']:,} spool files)", subject, setup_subject)], repeat)
         checked = check_ledger(state["url"], db_path, counts, entries)
         hours_t = Timing("time inside telemetry.hours.segments_hours and insert_in", tuple(hours_s))
-        lens_hours_t = Timing("the same, method 1.1.0", tuple(lens_hours_s))
+        lens_hours_t = Timing("the same, method 1.2.0", tuple(lens_hours_s))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     ratios = [s / f for s, f in zip(subj_t.runs, floor_t.runs)]
@@ -312,10 +316,10 @@ def run(scale: float, repeat: int) -> Figure:
             f"{', '.join(f'{x * 100:.1f}' for x in shares)} %); the same shipment without it: "
             f"{statistics.median(without):.2f}× the floor",
         "the subject's ledger, checked after the last round": f"{checked}; `ipledger verify` clean",
-        "the lens (method 1.1.0) adds to the device-hours' aggregation":
+        "the lens (method 1.2.0) adds to the device-hours' aggregation":
             "the same code under both (device-hours read no lens field; a difference is the machine's noise): "
             + _lens_note(hours_t, lens_hours_t),
-        "the lens (method 1.1.0) adds to the shipment": _lens_note(subj_t, lens_t),
+        "the lens (method 1.2.0) adds to the shipment": _lens_note(subj_t, lens_t),
         "the energy counter adds": f"{(subj_t.median / ne_t.median - 1) * 100:+.1f} % to the shipment "
                                    f"({subj_t.median:.3f} s against {ne_t.median:.3f} s without it, medians; "
                                    f"target ≤ 10 %: {'met' if subj_t.median <= 1.10 * ne_t.median else 'NOT met'})",

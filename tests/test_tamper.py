@@ -47,7 +47,7 @@ from ledger.chain import verify as verify_mod
 from ledger.chain.entries import Kind, chain_hash, entry_from_record, make_entry
 from ledger.chain.store import ENTRY_COLUMNS
 from ledger.telemetry.model import SAMPLE_COLUMNS, Sample
-from ledger.telemetry.sealed import segment_entry, write_segment
+from ledger.telemetry.sealed import INSERT_COLUMNS, segment_entry, write_segment
 
 BASE = dt.datetime(2026, 11, 2, 8, tzinfo=dt.timezone.utc)
 MUTATIONS = ("flip", "delete", "swap", "insert")
@@ -107,9 +107,9 @@ def _write_legacy_segment(eng, samples: list[Sample]) -> int:  # noqa: ANN001
     entry = segment_entry(samples, node="n1", source="import.dcgm", cluster="c1")
     with db_mod.write_tx(eng) as conn:
         result = store.append_in(conn, [entry])
-        columns = ("segment_id", *SAMPLE_COLUMNS)
+        columns = INSERT_COLUMNS   # the legacy table's: the base sample columns (it has no format 2 ones)
         conn.execute(text(f"INSERT INTO samples ({', '.join(columns)}) VALUES ({', '.join(':' + c for c in columns)})"),
-                     [{"segment_id": entry.entry_id, **{c: getattr(s, c) for c in SAMPLE_COLUMNS}} for s in samples])
+                     [{"segment_id": entry.entry_id, **{c: getattr(s, c) for c in columns[1:]}} for s in samples])
     return result.first_seq
 
 

@@ -125,9 +125,8 @@ class SampleArrays:
         return cls.from_columns(g("t"), g("dt"), g("sm_active"), g("tensor_active"), g("gpu_util"),
                                 g("sm_clock_mhz"), g("clock_reasons"), g("compute_procs"), g("fb_used_mib"),
                                 sm_occupancy=g("sm_occupancy"), dram_active=g("dram_active"),
-                                **{k: g(k) for k in ("fp64_active", "fp32_active", "fp16_active")
-                                   if samples and hasattr(samples[0], k)},
-                                **({"ops": g("fp_ops")} if samples and hasattr(samples[0], "fp_ops") else {}))
+                                fp64_active=g("fp64_active"), fp32_active=g("fp32_active"),
+                                fp16_active=g("fp16_active"), ops=g("fp_ops"))
 
 
 @dataclass

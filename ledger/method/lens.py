@@ -110,11 +110,25 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return np.fmin(out, 1.0, out=out)
 
 
+def _pipe_sum(v: np.ndarray, cr: np.ndarray, buf: np.ndarray) -> tuple[float, np.ndarray]:
+    """Σ clip(v, 0, 1) × cr, unmeasured (NaN) terms 0, and clip(v) (in ``buf``). Two passes where every sample
+    measured the pipe (clip, then one sum of products: ``einsum``, numpy's own loop, no BLAS); a NaN in the
+    result means some did not, and the terms are taken again with NaN as 0 (the same sum, more passes)."""
+    vc = np.clip(v, 0.0, 1.0, out=buf)
+    s = float(np.einsum("i,i->", vc, cr))
+    if s != s:
+        vc = np.fmin(np.fmax(v, 0.0, out=buf), 1.0, out=buf)
+        s = float(np.einsum("i,i->", vc, cr))
+    return s, vc
+
+
 def _measured(x: np.ndarray | None, order: np.ndarray | slice) -> np.ndarray | None:
     """A lens field in time order, or None where no sample measured it (the same sums as a column of NaN)."""
     if x is None:
         return None
     x = x[order]
+    if x.shape[0] and x[0] == x[0]:   # the usual case: the first sample measured it (no pass over the rest)
+        return x
     return x if bool(np.any(x == x)) else None
 
 
@@ -168,23 +182,26 @@ def lens_device(window: tuple[float, float], samples: SampleArrays | None, *,
         uncounted = ~has_o
     scratch = ctr                     # (free from here: each masked sum's product goes there)
     known_any = has_t if no_t is not None else None
-    for p in PIPES:
-        v = _measured(getattr(samples, p), order)
-        if v is None:
-            continue
-        has = v == v
-        vc = _unit(v)
-        high = vc >= lens.pipe_high
-        if lens.pipe_high <= 0:
-            high &= has
+    measured_pipes = [(p, v) for p, v in ((p, _measured(getattr(samples, p), order)) for p in PIPES)
+                      if v is not None]
+    if measured_pipes:
+        cr = c if r is None else c * r        # (once for every pipe: c × r)
+        top, owned = None, False              # the highest pipe of each sample (fmax: NaN where none measured)
+        for p, v in measured_pipes:
+            if top is None:
+                top = v                       # (the samples' own array: never written)
+            else:
+                top, owned = np.fmax(top, v, out=top if owned else None), True
+            out.pipes_s[p], vc = _pipe_sum(v, cr, ctr)   # (0 where the pipe was not measured)
+            out.pipes_uncounted_s[p] = out.pipes_s[p] if uncounted is None else \
+                _sum(np.multiply(vc, cr, out=vc), uncounted)   # (op counters read: the uncounted samples')
+        if lens.pipe_high > 0:   # top ≥ high on the raw values is the clipped values' test (NaN: false)
+            high = top >= lens.pipe_high
+        else:
+            high = (_unit(top) >= lens.pipe_high) & (top == top)
         hot |= high
         if known_any is not None:
             known_any = known_any | high
-        vc *= c
-        if r is not None:
-            vc *= r
-        out.pipes_s[p] = _sum(vc)     # (0 where the pipe was not measured)
-        out.pipes_uncounted_s[p] = out.pipes_s[p] if uncounted is None else _sum(vc, uncounted)
     # The bound split over delivered time: working samples (activity measured and at least active_min), each
     # in one part; delivered time is the sum of the parts.
     working, deliv = covered.working, covered.delivered

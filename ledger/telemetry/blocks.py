@@ -4,7 +4,9 @@ A block stores the same rows the segment entry's ``samples_sha256`` seals (docs/
 rows sorted by (device, t) — the digest's order — in record batches of whole devices (one per device once a
 device has :data:`BATCH_ROWS` samples, so a reader decompresses only the devices it asks for), buffers
 lz4-compressed, and columns that are NULL in every row left out (the decoder gives them back as NULL). Where
-each device's rows are (batch, first row, rows) is in the schema metadata.
+each device's rows are (batch, first row, rows) is in the schema metadata. A block holding one of the format 2
+columns (FP pipes, op counts: ``model.EXTENSION_METRICS``) is labelled :data:`FORMAT_2`; one without them is
+format 1, byte for byte as before (docs/ledger.md, "Format 2").
 
 Arrow IPC with lz4 was chosen by measurement (docs/performance.md, "Receipt"): on the bench's samples it
 reads the receipt's columns in ≈ 30 ns/row of CPU, against ≈ 65 for IPC with zstd and ≈ 70–80 for Parquet
