@@ -1,4 +1,5 @@
-"""`python -m bench` (`make bench`): every figure in turn, each written to docs/performance.md.
+"""`python -m bench` (`make bench`): every figure in turn, each appended to docs/performance-history.md and its row
+of docs/performance.md updated.
 
 Arguments (``--scale F``, ``--full``, ``--repeat N``, ``--no-write``) are passed to every figure; a figure
 that crashes is reported as failed and the others still run. ``--only a,b`` runs a subset.

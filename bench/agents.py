@@ -85,9 +85,9 @@ def build(work: Path, gpus: int, days: int) -> tuple[str, Path, int, float]:
     import pyarrow.parquet as pq
     from sqlalchemy import text
 
-    from ledger import db as db_mod
-    from ledger.entries import Kind, make_entry
-    from ledger.store import append
+    from ledger.chain import db as db_mod
+    from ledger.chain.entries import Kind, make_entry
+    from ledger.chain.store import append
     from ledger.telemetry import blocks, hours
 
     url = f"sqlite:///{work / 'ledger.db'}"

@@ -86,7 +86,8 @@ DMON_FIELDS = (
     (150, "TMPTR", "C", 5, "i"), (140, "MMTMP", "C", 5, "i"), (252, "FBUSD", "", 5, "i"),
     (230, "XIDER", "", 5, "i"), (310, "ESVTL", "", 5, "i"), (311, "EDVTL", "", 5, "i"),
     (312, "ESATL", "", 5, "i"), (313, "EDATL", "", 5, "i"), (395, "RRF", "", 5, "i"),
-    (396, "RRP", "", 5, "i"), (202, "RPCTR", "#", 5, "i"))
+    (396, "RRP", "", 5, "i"), (202, "RPCTR", "#", 5, "i"),
+    (1006, "FP64A", "", 7, "d"), (1007, "FP32A", "", 7, "d"), (1008, "FP16A", "", 7, "d"))
 DMON_FIELD_IDS = tuple(f[0] for f in DMON_FIELDS)
 HEADER_EVERY = 14
 AMD_BANNER = "'CTRL' + 'C' to stop watching output:"
@@ -540,7 +541,9 @@ def _dmon_rows(fl: Fleet, devs: list[int], s: int) -> list[str]:
                  203: min(100.0, a * 130), 204: a * 42, 100: A["clock"][i, s], 101: A["mem_clock"][i, s],
                  112: A["reasons"][i, s], 155: A["power"][i, s], 156: A["energy_mj"][i, s], 150: A["temp"][i, s],
                  140: A["mem_temp"][i, s], 252: A["fb"][i, s], 230: A["xid"][i, s], 310: A["ecc_vol"][i, s],
-                 311: 0, 312: A["ecc_agg"][i, s], 313: 0, 395: 0, 396: 0, 202: 0}
+                 311: 0, 312: A["ecc_agg"][i, s], 313: 0, 395: 0, 396: 0, 202: 0,
+                 # the pipes: training in bf16 on the tensor cores, its element-wise work on the FP32 pipe
+                 1006: 0.0, 1007: max(a - A["tensor"][i, s], 0.0) * 0.5, 1008: 0.0}
             vals = [f"{v[fid]:.3f}" if kind == "d" else f"{int(round(v[fid]))}" for fid, _, _, _, kind in DMON_FIELDS]
         cells = "".join(x.ljust(max(w, len(name)) + 1) for x, (_, name, _, w, _) in zip(vals, DMON_FIELDS))
         out.append(f"GPU {i % GPUS}".ljust(11) + cells.rstrip())

@@ -1,8 +1,9 @@
 """The benchmark harness: timing a subject against a floor measured in the same run, and recording the result.
 
 Absolute times on shared machines are noise; a figure is the RATIO of the subject's median to its floor's
-median, both measured here, now, on the same generated data. Results go to docs/performance.md, one
-``## <title>`` section per figure (other sections, e.g. ``## Accuracy``, are left as they are).
+median, both measured here, now, on the same generated data. Each run is appended, dated, to
+docs/performance-history.md (the record of runs, never rewritten), and its figure's row in docs/performance.md's
+one table of current figures gets the run's headline and date (:func:`write_doc`).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class Figure:
     """One benchmark result: subject(s) against a floor, with the scale it ran at."""
 
     key: str                 # module name, e.g. "ship_sqlite"
-    title: str               # section title in docs/performance.md
+    title: str               # the figure's heading in docs/performance-history.md
     target: float            # ratio target (subject median / floor median)
     floor: Timing | None
     subjects: tuple[Timing, ...] = ()
@@ -58,6 +59,18 @@ class Figure:
 
     def meets(self) -> bool:
         return self.status == "ok" and all(self.ratio(t) <= self.target for t in self.subjects)
+
+    def headline(self) -> tuple[str, str]:
+        """(latest, status) for the figure's row in the table of current figures: the worst subject's ratio against
+        its ratio target, or, for a figure judged on absolute budgets (``target`` infinite), its own ``met`` line."""
+        if self.status != "ok":
+            return self.status, "NOT met"
+        verdict = next((str(v) for k, v in self.extra.items() if k.startswith("met")), None)
+        if self.target == float("inf") or not self.subjects or self.floor is None:
+            ok = verdict is not None and (verdict in ("yes", "all") or verdict.startswith("met"))
+            return (verdict or "see the record"), ("met" if ok else "NOT met")
+        worst = max(self.subjects, key=self.ratio)
+        return f"{self.ratio(worst):.2f}× ({worst.label})", "met" if self.meets() else "NOT met"
 
     def table(self) -> str:
         lines = [f"| measured | median s | min s | max s | runs | ratio to floor (medians) | ratio of minimums "
@@ -181,30 +194,38 @@ def header() -> str:
     return (f"Run {now} on {machine()}; Python {platform.python_version()}; {versions()}.")
 
 
-_SECTION_RE = re.compile(r"^## ", re.M)
-TRAILER = "## Why the targets"  # the hand-written analysis stays last
+ROW_RE = re.compile(r"^\| (?P<figure>[^|]+) \| `python -m bench\.(?P<key>\w+)` \|", re.M)
 
 
-def write_doc(fig: Figure, path: Path | None = None) -> None:
-    """Replace (or append) this figure's ``## title`` section in docs/performance.md, leaving the others."""
+def write_doc(fig: Figure, path: Path | None = None, history: Path | None = None) -> None:
+    """Append this run to the record (``history``, docs/performance-history.md: the figure's title, when and where
+    it ran, its table), and put its headline and date in its row of ``path``'s table of current figures (the row
+    whose reproduce column is ``python -m bench.<key>``; a figure without a row gets none, and the record keeps it).
+    Nothing else in either file changes."""
     path = path or PERF_DOC
-    title = fig.title if fig.title.startswith("## ") else f"## {fig.title}"
+    history = history or path.with_name(path.stem + "-history.md")   # docs/performance-history.md
+    title = fig.title[3:] if fig.title.startswith("## ") else fig.title
     body = fig.render().split("\n", 1)[1] if "\n" in fig.render() else ""
-    section = f"{title}\n\n{header()}\n{body.rstrip()}\n\n"
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    parts = _SECTION_RE.split(text)
-    head, sections = parts[0], ["## " + p for p in parts[1:]]
-    for i, s in enumerate(sections):
-        if s.split("\n", 1)[0].strip() == title.strip():
-            sections[i] = section
-            break
-    else:
-        # a new figure goes before the closing analysis section, or at the end
-        tail = [i for i, s in enumerate(sections) if s.startswith(TRAILER)]
-        sections.insert(tail[0] if tail else len(sections), section)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(head + "".join(s if s.endswith("\n\n") else s.rstrip("\n") + "\n\n" for s in sections)
-                    .rstrip("\n") + "\n", encoding="utf-8")
+    when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    record = history.read_text(encoding="utf-8") if history.exists() else "# Performance: the record of runs\n"
+    history.parent.mkdir(parents=True, exist_ok=True)
+    history.write_text(f"{record.rstrip()}\n\n## {title} — {when}\n\n{header()}\n{body.rstrip()}\n",
+                       encoding="utf-8")
+    if not path.exists():
+        return
+    latest, status = fig.headline()
+    latest = latest.replace("|", "/").replace("\n", " ")
+    lines = path.read_text(encoding="utf-8").split("\n")
+    for i, line in enumerate(lines):
+        m = ROW_RE.match(line)
+        if m and m.group("key") == fig.key:
+            cells = line.split(" | ")
+            # | figure | reproduce | floor | target | latest | status |
+            if len(cells) >= 6:
+                cells[4] = f"{latest} ({when[:10]})"
+                cells[5] = f"{status} |" if cells[5].endswith("|") else status
+                lines[i] = " | ".join(cells[:6])
+    path.write_text("\n".join(lines), encoding="utf-8")
 
 
 def print_figure(fig: Figure) -> None:
@@ -218,7 +239,7 @@ def arg_parser(description: str) -> argparse.ArgumentParser:
                    help="fraction of the full-size figure (default $IPLEDGER_BENCH_SCALE or the module's default)")
     p.add_argument("--full", action="store_true", help="the full-size figure (scale 1.0)")
     p.add_argument("--repeat", type=int, default=None, help="timed runs per measurement")
-    p.add_argument("--no-write", action="store_true", help="do not update docs/performance.md")
+    p.add_argument("--no-write", action="store_true", help="do not update docs/performance.md or its record of runs")
     return p
 
 

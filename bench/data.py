@@ -12,8 +12,8 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
-from ledger.canonical import format_ts
-from ledger.entries import chain_hash, entry_from_record, GENESIS_HASH
+from ledger.chain.canonical import format_ts
+from ledger.chain.entries import chain_hash, entry_from_record, GENESIS_HASH
 
 BASE_TS = 1_780_000_000  # 2026-05-28, a fixed instant
 GPUS_PER_JOB = 8

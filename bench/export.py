@@ -1,8 +1,8 @@
 """Figure: the monthly export over N issued receipts, against DuckDB writing the same statement from Parquet.
 
-The ledger (SQLite) holds N ``receipt_issued`` entries carrying their receipts (reports.synthetic, the
+The ledger (SQLite) holds N ``receipt_issued`` entries carrying their receipts (ledger.sim.synthetic_receipts, the
 receipt shape of docs/receipts.md, every window ending in the month), and each receipt's flat lines as the
-store writes them at issue (``ledger.receipt_lines.lines_of``; built here in bulk with raw ``executemany``, as
+store writes them at issue (``ledger.chain.receipt_lines.lines_of``; built here in bulk with raw ``executemany``, as
 the entries are, so a million receipts take minutes rather than the hours of issuing one by one).
 
 The subject is :func:`reports.statement_file.export_file` (``--format csv``), the library function
@@ -55,11 +55,11 @@ def build_ledger(db_path: Path, n: int) -> tuple[str, Path]:
     import pyarrow.parquet as pq
 
     from bench.ship_sqlite import fresh_db
-    from ledger import receipt_lines
-    from ledger.canonical import ts_to_epoch
-    from ledger.entries import GENESIS_HASH, Kind, chain_hash, make_entry
-    from ledger.store import ENTRY_COLUMNS
-    from reports import synthetic
+    from ledger.chain import receipt_lines
+    from ledger.chain.canonical import ts_to_epoch
+    from ledger.chain.entries import GENESIS_HASH, Kind, chain_hash, make_entry
+    from ledger.chain.store import ENTRY_COLUMNS
+    from ledger.sim import synthetic_receipts as synthetic
     from reports.monthly import SUM_COLUMNS, flatten
 
     url = fresh_db(db_path)
@@ -147,10 +147,10 @@ def run(scale: float, repeat: int) -> Figure:
 
     try:
         from reports.statement_file import export_file
-        from reports import synthetic  # noqa: F401
+        from ledger.sim import synthetic_receipts as synthetic  # noqa: F401
     except ImportError as exc:
         raise FeatureMissing(TITLE, f"reports.statement_file.export_file not importable: {exc}") from None
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
     from reports.issued import ledger_head
 
     n = max(1000, int(FULL_RECEIPTS * scale))

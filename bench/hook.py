@@ -111,7 +111,7 @@ def _site(root: Path, db: str, commands: dict[str, str]) -> tuple[Path, Path]:
     cfg = root / "config.toml"
     cfg.write_text("\n".join(lines) + "\n")
     # A site's config is older than its jobs: the hook parses the TOML once and reads its snapshot after that
-    # (ledger.config, made only once the file is SNAPSHOT_SETTLE_S old); a fresh file would time tomllib.
+    # (ledger.base.config, made only once the file is SNAPSHOT_SETTLE_S old); a fresh file would time tomllib.
     old = time.time() - 60
     os.utime(cfg, (old, old))
     return _install(root, cfg), spool
@@ -119,12 +119,12 @@ def _site(root: Path, db: str, commands: dict[str, str]) -> tuple[Path, Path]:
 
 def run(scale: float, repeat: int) -> Figure:
     try:
-        import ledger.hooks  # noqa: F401
-        from ledger.hooks import install  # noqa: F401
+        import ledger.capture.hooks  # noqa: F401
+        from ledger.cli import install_hooks as install  # noqa: F401
     except ImportError as exc:
         from bench.common import FeatureMissing
 
-        raise FeatureMissing(TITLE, f"ledger.hooks not importable: {exc}") from None
+        raise FeatureMissing(TITLE, f"ledger.capture.hooks not importable: {exc}") from None
     reps = max(repeat, int(30 * scale) or 1)
     work = Path(tempfile.mkdtemp(prefix="ipledger-bench-hook-"))
     try:
@@ -150,7 +150,7 @@ def run(scale: float, repeat: int) -> Figure:
                         one("prolog", hooks)
 
                 cases.append((f"{kind}, {name}", one, pre))
-        from ledger.commands import spawn_and_wait
+        from ledger.base.commands import spawn_and_wait
 
         for kind in ("prolog", "epilog"):  # the stand-ins' own fork+exec, as the hook starts them, nothing else
             def calls_only(argvs: list[list[str]] = tool_calls[kind]) -> None:

@@ -32,7 +32,7 @@ SAMPLES_PER_DAY = 24 * 3600 // 15
 STAGE_TIMERS = {"read": ("ledger.importers.prometheus:read",), "write": ("ledger.importers.pipeline:write",),
                 "hours": ("ledger.telemetry.hours:store_in",), "hours_aggregate": ("ledger.telemetry.hours:aggregate",),
                 "block_encode": ("ledger.telemetry.blocks:encode", "ledger.telemetry.blocks:encode_columns"),
-                "digest": ("ledger.telemetry.store:digest_normalised",),
+                "digest": ("ledger.telemetry.sealed:digest_normalised",),
                 "receipts": ("ledger.cli.importers:_issue_closed",)}
 STAGES = (("read", "reading the query_range files (ledger.importers.prometheus.read)"),
           ("write", "the pipeline's write: timelines, segments, blocks, device-hours, one transaction"),

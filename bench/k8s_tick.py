@@ -51,7 +51,7 @@ def _kubelet(sock: str, pods: int) -> subprocess.Popen:
 def _cpu_ticks(sock: str, spool_dir: Path, repeat: int, new_each_tick: bool) -> tuple[tuple[float, ...], int]:
     """CPU seconds of each collect_tick; ``new_each_tick``: a fresh spool per tick, so every pod is first seen
     (allocation_started and device_bound written), else the steady state (the pods already known)."""
-    from ledger import k8s
+    from ledger.capture import k8s
 
     times, records = [], 0
     t = 1767225600.0

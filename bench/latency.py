@@ -68,7 +68,7 @@ def _command(args: list[str], env: dict):  # noqa: ANN202 - a timed callable
 
 
 def run(scale: float, repeat: int) -> Figure:
-    from ledger.demo import run_demo
+    from ledger.sim.hall import run_demo
     from ledger.sim import FleetSpec
 
     work = Path(tempfile.mkdtemp(prefix="ipledger-bench-latency-"))

@@ -43,7 +43,7 @@ def epilog_records(shipper: int, epilog: int) -> list[dict]:
 
 
 def expected_ids(shippers: int, epilogs: int) -> set[str]:
-    from ledger.entries import entry_from_record
+    from ledger.chain.entries import entry_from_record
 
     return {entry_from_record(r).entry_id for s in range(shippers) for e in range(epilogs)
             for r in epilog_records(s, e)}
@@ -52,9 +52,9 @@ def expected_ids(shippers: int, epilogs: int) -> set[str]:
 def shipper(url: str, index: int, epilogs: int, spool_root: str, reship_every: int = 7,
             start: threading.Event | None = None) -> dict:
     """One node: play ``epilogs`` epilogs, shipping after each; returns latencies and counts."""
-    from ledger import spool
-    from ledger.db import make_engine
-    from ledger.ship import ship
+    from ledger.capture import spool
+    from ledger.chain.db import make_engine
+    from ledger.ingest.ship import ship
 
     engine = make_engine(url)
     directory = Path(spool_root) / f"node-{index:03d}"
@@ -153,8 +153,8 @@ def ledger_tally(url: str) -> dict:
     """What the ledger holds: rows, distinct ids, seq range, and whether the chain verifies."""
     from sqlalchemy import text
 
-    from ledger.db import make_engine
-    from ledger.verify import verify
+    from ledger.chain.db import make_engine
+    from ledger.chain.verify import verify
 
     engine = make_engine(url)
     try:
@@ -178,8 +178,8 @@ def p99(values: list[float]) -> float:
 def run(scale: float, repeat: int) -> Figure:
     import psycopg
 
-    from ledger.entries import entry_from_record
-    from ledger.store import ENTRY_COLUMNS
+    from ledger.chain.entries import entry_from_record
+    from ledger.chain.store import ENTRY_COLUMNS
 
     shippers = max(2, int(round(FULL_SHIPPERS * min(1.0, scale * 4))))  # default scale 0.25 -> 64 shippers
     epilogs = max(2, int(round(FULL_EPILOGS * scale)))
@@ -203,7 +203,7 @@ def run(scale: float, repeat: int) -> Figure:
     # the floor: the same entries, one COPY, one connection
     rows = []
     from bench.data import GENESIS_HASH
-    from ledger.entries import chain_hash
+    from ledger.chain.entries import chain_hash
 
     seq, prev = 0, GENESIS_HASH
     seen = set()

@@ -24,7 +24,7 @@ JOB_ENV = {"SLURM_JOB_ID": "777001", "SLURM_RESTART_COUNT": "0", "SLURMD_NODENAM
 
 
 def run(scale: float, repeat: int) -> Figure:
-    from ledger.hooks.install import install, mark_path
+    from ledger.cli.install_hooks import install, mark_path
 
     reps = max(repeat, int(30 * scale) or 1)
     work = Path(tempfile.mkdtemp(prefix="ipledger-bench-mark-"))

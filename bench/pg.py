@@ -27,7 +27,7 @@ def server(title: str):
 
 def fresh_ledger(title: str, name: str = "bench") -> str:
     """A new database with the ledger schema; returns its URL."""
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
 
     url = server(title).create_db(f"ipledger_{name}_{next(_counter)}")
     eng = db_mod.make_engine(url)

@@ -9,7 +9,7 @@ Two measurements, one figure:
    fresh interpreter, is timed beside it.
 2. **Tree upkeep.** ``ipledger ship`` of the ship_sqlite spool against its floor (raw ``executemany`` of the
    same rows), with the time spent inside the tree's append hook measured in that very process (a timer
-   around ``ledger.merkle.on_append``), so the tree's share is measured, not inferred from two noisy runs.
+   around ``ledger.chain.merkle.on_append``), so the tree's share is measured, not inferred from two noisy runs.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ BUNDLE_HOURS = 1.0
 SHIP_FULL_ENTRIES = 1_000_000
 def _proof_part(work: Path, gpus: int, repeat: int) -> tuple[Timing, Timing, Timing, dict]:
     from bench.receipt import build_ledger
-    from ledger import heads
+    from ledger.chain import heads
 
     url, rows, _parquet = build_ledger(work / "ledger.db", gpus, BUNDLE_HOURS)
     key = work / "site.key"
@@ -89,7 +89,7 @@ def _ship_part(work: Path, scale: float, repeat: int) -> tuple[Timing, Timing, T
 
     def ship() -> None:
         args = ["--db", state["url"], "ship", "--spool", str(spool_dir), "--quiet", "--no-receipts"]
-        proc, took = run_cli_timed(args, {"tree": ("ledger.merkle:on_append",)}, spent)
+        proc, took = run_cli_timed(args, {"tree": ("ledger.chain.merkle:on_append",)}, spent)
         if proc.returncode != 0:
             raise RuntimeError(f"ship failed: {proc.stderr.strip()[-300:]}")
         tree_s.append(took.get("tree", 0.0))
@@ -97,8 +97,8 @@ def _ship_part(work: Path, scale: float, repeat: int) -> tuple[Timing, Timing, T
     floor_t, ship_t = timeit_interleaved([
         (f"raw sqlite3.executemany, {n:,} rows, one tx", floor, setup),
         (f"`ipledger ship` ({files:,} spool files), the tree kept on every append", ship, setup)], repeat)
-    from ledger import db as db_mod
-    from ledger import merkle
+    from ledger.chain import db as db_mod
+    from ledger.chain import merkle
 
     engine = db_mod.make_engine(state["url"])
     try:

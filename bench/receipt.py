@@ -53,11 +53,11 @@ def build_ledger(db_path: Path, gpus: int, hours: float) -> tuple[str, int, Path
     import pyarrow.parquet as pq
 
     from bench.ship_sqlite import fresh_db
-    from ledger import db as db_mod
-    from ledger.entries import Kind, make_entry
-    from ledger.store import append
+    from ledger.chain import db as db_mod
+    from ledger.chain.entries import Kind, make_entry
+    from ledger.chain.store import append
     from ledger.telemetry.model import SAMPLE_COLUMNS
-    from ledger.telemetry.store import segment_entry_rows, write_segment_rows_in
+    from ledger.telemetry.sealed import segment_entry_rows, write_segment_rows_in
 
     url = fresh_db(db_path)
     n = int(hours * 3600 / CADENCE)
@@ -111,7 +111,7 @@ def warm_in_process(cases: Sequence[tuple[str, str, object]], pairs: int) -> dic
     """CPU seconds of the receipt computed in this warm process (``receipt_for``, one process), the cases (name,
     ledger url, lens settings or None) taking turns: a cost the CLI figure's interpreter start hides. The first
     round warms the process (imports, caches) and is not counted. Returns each case's timing and last body."""
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
     from ledger.receipts import receipt_for
 
     engines = {url: db_mod.make_engine(url) for _n, url, _l in cases}
@@ -157,9 +157,9 @@ ENERGY_CONTRACT = {"id": "bench-energy", "version": "1", "currency": "USD", "eff
 
 def energy_ledger(db_path: Path, energy_path: Path) -> str:
     """A copy of the built ledger with a contract pricing measured energy (receipt 1.4 reads the counters)."""
-    from ledger import db as db_mod
-    from ledger.contracts import contract_entry, parse_contract
-    from ledger.store import append
+    from ledger.chain import db as db_mod
+    from ledger.chain.contracts import contract_entry, parse_contract
+    from ledger.chain.store import append
 
     for p in energy_path.parent.glob(energy_path.name + "*"):
         p.unlink()

@@ -15,7 +15,11 @@ right. Here each device follows a small physical model instead:
 - a correctable-ECC counter whose rate grows exponentially within hours;
 - an XID 79 ("fallen off the bus"): the job dies, the device stops reporting for hours;
 - a collector outage: a node reports nothing for a while, its jobs still running;
-- an idle-held device: one GPU of a 4-GPU job with no process for hours.
+- an idle-held device: one GPU of a 4-GPU job with no process for hours;
+- (``harder``, issue 28, from a stream of their own) a chassis with less airflow by design (``r`` 1.75-1.95x all
+  day on every GPU of a node) running a heavy 4-GPU job, hot because working with the inlet normal; a failing fan
+  on one GPU (its ``r`` ramps to 1.8-2.4x for 4-8 h: hot at its siblings' power); a sagging PSU's HW power-brake
+  bursts (0x8 | 0x80, 0.5-2 min, the clock held to 40-60 %) on every GPU of a node, a few GPU-minutes each.
 
 Placement (which node, device, job and hour) is drawn per seed; healthy devices beside them carry their own noise
 (a few 4x noisier than the rest, a steady trickle of correctable ECC errors on some). The truth of each fault is
@@ -39,7 +43,7 @@ T_SLOWDOWN = 85.0           # °C where the driver starts pulling clocks (GPU sl
 MODEL = "NVIDIA H100 80GB HBM3"
 T0 = 1_793_577_600.0        # 2026-11-02 00:00 UTC
 HOUR = 3600.0
-BIT_POWER, BIT_THERMAL = 0x4, 0x20
+BIT_POWER, BIT_HW, BIT_THERMAL, BIT_BRAKE = 0x4, 0x8, 0x20, 0x80
 
 
 @dataclass
@@ -107,7 +111,10 @@ def _window(rng: np.random.Generator, steps: int, cadence: float, lo_h: float, h
     return a, a + dur
 
 
-def generate(seed: int, nodes: int = 8, gpus: int = 8, hours: float = 24.0, cadence: float = 30.0) -> Scenario:
+def generate(seed: int, nodes: int = 8, gpus: int = 8, hours: float = 24.0, cadence: float = 30.0,
+             harder: bool = True) -> Scenario:
+    """One hall; ``harder`` adds the faults of issue 28 from a stream of their own: the first faults stay on their
+    nodes (the chassis node's two lanes change the schedule, so the jobs and devices drawn after it may differ)."""
     rng = np.random.default_rng(seed)
     steps = int(hours * HOUR / cadence)
     t = T0 + np.arange(steps) * cadence
@@ -128,6 +135,12 @@ def generate(seed: int, nodes: int = 8, gpus: int = 8, hours: float = 24.0, cade
            "power_cap": _window(rng, steps, cadence, 8, 13, 1.0), "idle_held": _window(rng, steps, cadence, 3, 5),
            "xid": _window(rng, steps, cadence, 6, 10, 4.0), "drift": _window(rng, steps, cadence, 9, 12, 8.0),
            "ecc": _window(rng, steps, cadence, 6, 9, 8.0)}
+    # issue 28's faults, drawn from their own stream: a chassis with less airflow by design running a heavy job
+    # (hot because working), a failing fan on one GPU (hot at its siblings' power), a sagging PSU's brake bursts
+    hr = np.random.default_rng([seed, 28])
+    hot_node = str(hr.choice([x for x in node_names if x not in
+                              (place["cooling"], place["xid"], place["idle_held"], place["collector_outage"])])) \
+        if harder else None
 
     # --- schedule: per node one lane of 8-GPU jobs or two lanes of 4-GPU jobs ----------------------------------
     job = np.full((n, steps), -1, dtype=np.int32)
@@ -136,7 +149,7 @@ def generate(seed: int, nodes: int = 8, gpus: int = 8, hours: float = 24.0, cade
     lane_jobs: dict[tuple[str, int], list[int]] = {}
     xid_dev = dev_of_node[place["xid"]][int(rng.integers(0, gpus))]
     for nd in node_names:
-        two = nd == place["idle_held"] or (nd != place["xid"] and rng.random() < 0.4)
+        two = nd == place["idle_held"] or (nd != place["xid"] and (rng.random() < 0.4 or nd == hot_node))
         lanes = [dev_of_node[nd][:gpus // 2], dev_of_node[nd][gpus // 2:]] if two else [dev_of_node[nd]]
         protect = [win[c] for c in win if place.get(c) == nd and c not in ("xid",)]
         for li, devs in enumerate(lanes):
@@ -167,6 +180,14 @@ def generate(seed: int, nodes: int = 8, gpus: int = 8, hours: float = 24.0, cade
     alloc = job >= 0
     # --- healthy physics ----------------------------------------------------------------------------------------
     job_level = rng.uniform(0.55, 0.92, size=max(1, len(job_names)))
+    hot_job = None
+    if harder:   # the hot chassis: its longest job on the first lane at full load, the others lighter
+        first = dev_of_node[hot_node][0]
+        on_node = {int(j) for j in np.unique(job[dev_of_node[hot_node]]) if j >= 0}
+        hot_job = max((j for j in on_node if job_names[j] and (job[first] == j).any()),
+                      key=lambda j: int((job[first] == j).sum()))
+        for j in on_node:
+            job_level[j] = hr.uniform(0.95, 0.99) if j == hot_job else min(job_level[j], hr.uniform(0.6, 0.78))
     noise = np.full(n, 0.03)
     noisy = rng.choice(n, size=3, replace=False)
     noise[noisy] = 0.12
@@ -176,6 +197,8 @@ def generate(seed: int, nodes: int = 8, gpus: int = 8, hours: float = 24.0, cade
     r_th = rng.normal(0.055, 0.003, n)
     inlet = np.array([rng.normal(24, 0.7) for _ in node_names])
     inlet_t = np.repeat(inlet, gpus)[:, None] + 0.8 * np.sin(2 * np.pi * (t - T0) / 86400.0)[None, :]
+    if harder:   # less airflow by design, all day, on every GPU of the chassis (the inlet as everywhere)
+        r_th[dev_of_node[hot_node]] *= hr.uniform(1.75, 1.95)
     r_t = np.repeat(r_th[:, None], steps, axis=1)
     f_cap = np.ones((n, steps))               # the clock each device can sustain (drift lowers it)
     p_limit = np.full((n, steps), 700.0)
@@ -186,6 +209,7 @@ def generate(seed: int, nodes: int = 8, gpus: int = 8, hours: float = 24.0, cade
     # nodes (a rack's row of them), so that "the other nodes at the same hour" are partly hot too
     others = [x for x in node_names if x != place["cooling"]]
     cool_nodes = [place["cooling"], *(str(x) for x in rng.choice(others, size=int(rng.integers(0, 3)), replace=False))]
+    cool_nodes = [x for x in cool_nodes if x != hot_node]
     cd = [d for nd in cool_nodes for d in dev_of_node[nd]]
     d_in, d_r = rng.uniform(22, 28), rng.uniform(1.5, 1.8)
     inlet_t[cd, sl(win["cooling"])] += d_in
@@ -231,6 +255,36 @@ def generate(seed: int, nodes: int = 8, gpus: int = 8, hours: float = 24.0, cade
     act = np.where(idle, 0.0, act)
     fb = np.where(idle, 0.0, fb)
 
+    # a failing fan on one GPU of a node nothing else heats: its thermal resistance ramps up over half an hour
+    # to 1.8-2.4x for 4-8 hours; and a sagging PSU on another node: HW power-brake bursts (0x8 | 0x80) on all
+    # its GPUs, 0.5-2 min each, a few an hour for 2-5 hours, the clock held to 40-60 % (small on each GPU)
+    brake = np.zeros((n, steps), dtype=bool)
+    brake_f = np.ones((n, steps))
+    fan_dev = None
+    if harder:
+        quiet = [x for x in (place["starved_loader"], place["starved_checkpoint"], place["power_cap"],
+                             place["idle_held"], place["drift"]) if x not in cool_nodes and x != hot_node]
+        fan_node = str(hr.choice(quiet))
+        fan_dev = int(hr.choice([d for d in dev_of_node[fan_node] if d not in (pc_dev, dr_dev, idle_dev)]))
+        win["fan"] = _window(hr, steps, cadence, 4, 8)
+        fa, fb_ = win["fan"]
+        ramp = np.clip((np.arange(steps) - fa) / (1800 / cadence), 0, 1)
+        r_t[fan_dev, fa:fb_] *= 1 + (hr.uniform(1.8, 2.4) - 1) * ramp[fa:fb_]
+        brake_node = str(hr.choice([x for x in (place["starved_loader"], place["starved_checkpoint"],
+                                                 place["idle_held"], place["drift"], place["ecc"])
+                                    if x not in cool_nodes and x not in (hot_node, fan_node)]))
+        win["power_brake"] = _window(hr, steps, cadence, 2, 5)
+        k, pb = win["power_brake"]
+        per_h = hr.uniform(2, 5)
+        while True:
+            k += max(1, int(hr.exponential(HOUR / per_h) / cadence))
+            if k >= pb:
+                break
+            ln = int(hr.integers(1, 5))
+            brake[dev_of_node[brake_node], k:min(k + ln, pb)] = True
+            brake_f[dev_of_node[brake_node], k:min(k + ln, pb)] = hr.uniform(0.4, 0.6)
+            k += ln
+
     # --- clocks, power, temperature from the physics -------------------------------------------------------------
     running = alloc & ~idle
     f = np.minimum(f_cap, 1.0)
@@ -245,6 +299,9 @@ def generate(seed: int, nodes: int = 8, gpus: int = 8, hours: float = 24.0, cade
     f_hot = np.sqrt(np.clip(((T_SLOWDOWN - inlet_t) / r_t - P_IDLE) / (P_DYN * np.maximum(act, 1e-6)), 0.05, 1))
     f = np.where(hot, np.minimum(f, f_hot), f)
     reasons |= np.where(hot, BIT_THERMAL, 0)
+    braked = running & brake
+    f = np.where(braked, np.minimum(f, brake_f), f)
+    reasons |= np.where(braked, BIT_HW | BIT_BRAKE, 0)
     power = P_IDLE + P_DYN * act * f ** 2
     temp = inlet_t + r_t * power
     clock_noise = np.abs(rng.normal(0, 6, (n, steps)))
@@ -303,6 +360,22 @@ def generate(seed: int, nodes: int = 8, gpus: int = 8, hours: float = 24.0, cade
                             lost(wmask & hot & present, f), devices=tuple(uuids[d] for d in dev_of_node[nd]),
                             params={"inlet_rise_c": round(d_in, 1), "thermal_resistance_factor": round(d_r, 2),
                                     "nodes_hit": len(cool_nodes)}))
+    if harder:
+        fm = np.zeros((n, steps), dtype=bool)
+        fm[fan_dev, sl(win["fan"])] = True
+        faults.append(Fault("fan", node_of[fan_dev], float(t[win["fan"][0]]), float(t[win["fan"][1]]),
+                            lost(fm & hot & present, f), device=uuids[fan_dev], devices=(uuids[fan_dev],)))
+        hd = np.nonzero((job == hot_job).any(axis=1))[0]
+        cols = np.nonzero(job[hd[0]] == hot_job)[0]
+        faults.append(Fault("hot_working", hot_node, float(t[cols[0]]), float(t[cols[-1]] + cadence),
+                            lost((job == hot_job) & hot & present, f), job=job_names[hot_job],
+                            devices=tuple(uuids[d] for d in hd), params={"level": round(float(job_level[hot_job]), 3)}))
+        bm = braked & present & ~hot
+        if bm.any():   # a brake that met no running GPU left nothing to see (the bits are set under load only)
+            faults.append(Fault("power_brake", brake_node, float(t[win["power_brake"][0]]),
+                                float(t[win["power_brake"][1]]), lost(bm, f),
+                                devices=tuple(uuids[d] for d in dev_of_node[brake_node]),
+                                params={"per_gpu_h": round(lost(bm, f) / gpus, 3)}))
     arrays = {"act": act, "clock": clock, "power": power, "temp": temp, "reasons": reasons.astype(float),
               "fb": fb, "ecc": ecc, "xid": xid}
     return Scenario(seed, t, cadence, node_names, uuids, node_of, arrays, job, job_names, present, faults, jobs)

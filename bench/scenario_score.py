@@ -7,20 +7,26 @@ zero GPU-hours, such as accelerating ECC, are scored for recall only; below ``ER
 against that floor, since a relative error on a few GPU-minutes, say a cooling fault on a lightly loaded node, says
 nothing). A *false finding on a healthy device* is a
 finding at confidence >= 0.7 whose devices (its device, its job's devices, or its node's devices) include no device
-any fault touched.
+any fault touched; and :func:`wrong_confident` counts every finding at >= 0.7 that states no injected fault (the
+tune-on set's calibration: a wrong cause on a faulty device counts there).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ledger.canonical import ts_to_epoch
+from ledger.chain.canonical import ts_to_epoch
 
 KINDS = {"cooling": ("hot_because_cooling",), "power_cap": ("power_cap",), "idle_held": ("idle_held",),
          "starved": ("starved",), "drift": ("sibling_divergence", "ecc_drift"), "ecc": ("ecc_drift",),
-         "xid": ("xid",), "collector_outage": ("unknown_gap",)}
+         "xid": ("xid",), "collector_outage": ("unknown_gap",), "fan": ("hot_because_cooling",),
+         "hot_working": ("hot_because_working",), "power_brake": ("hw_slowdown",)}
 SCOPE = {"cooling": "node", "collector_outage": "node", "starved": "job", "idle_held": "job",
-         "power_cap": "device", "drift": "device", "ecc": "device", "xid": "device"}
+         "power_cap": "device", "drift": "device", "ecc": "device", "xid": "device", "fan": "device",
+         "hot_working": "job", "power_brake": "node"}
+# a finding that states another true thing about a fault's devices and hours (a GPU silent after its XID has no
+# telemetry; a sliding clock is also a device slower than its siblings)
+ALSO_TRUE = {"xid": ("unknown_gap",), "drift": ("sibling_divergence", "ecc_drift")}
 FOUND_MIN_CONF, FALSE_MIN_CONF = 0.5, 0.7
 ERR_FLOOR_H = 0.25
 
@@ -59,6 +65,37 @@ def _matches(fault: dict, f: dict) -> bool:
 def findings_of(analysis_json: dict) -> list[dict]:
     """The agents' findings, without the recommendations that restate them."""
     return [f for f in analysis_json["findings"] if f.get("agent") != "recommendation"]
+
+
+def finding_devices(f: dict, truth: dict) -> set[str]:
+    """The devices a finding names: its device, else the devices it lists, its job's, or its node's."""
+    sc = f["scope"]
+    if sc.get("device_uuid"):
+        return {sc["device_uuid"]}
+    listed = set(f.get("devices") or ()) | set(f.get("held_devices") or ())
+    if listed:
+        return listed
+    if sc.get("job_id") and sc["job_id"] in truth["jobs"]:
+        return set(truth["jobs"][sc["job_id"]])
+    return {d for d, nd in truth["devices"].items() if nd == sc.get("node")}
+
+
+def wrong_confident(truth: dict, findings: list[dict]) -> list[dict]:
+    """The findings at confidence >= FALSE_MIN_CONF that state no injected fault: none of the faults whose kinds
+    include the finding's (or for which it is ``ALSO_TRUE``) shares a device with it and overlaps its window. The
+    calibration of the tune-on set: a confident finding on a faulty device but of the wrong cause counts here (a
+    hot-because-working job called a cooling failure), where ``score``'s false findings on healthy devices miss it."""
+    out = []
+    for f in findings:
+        if f["confidence"] < FALSE_MIN_CONF:
+            continue
+        devs = finding_devices(f, truth)
+        ok = any((f["kind"] in KINDS[x["cause"]] or f["kind"] in ALSO_TRUE.get(x["cause"], ()))
+                 and devs & set(x["devices"]) and _t(f["start"]) < x["end"] and _t(f["end"]) > x["start"]
+                 for x in truth["faults"])
+        if not ok:
+            out.append(f)
+    return out
 
 
 def score(truth: dict, findings: list[dict]) -> tuple[list[FaultScore], list[dict]]:

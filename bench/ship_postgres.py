@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench import data, pg
 from bench.common import Figure, main_for, restore_spool, run_cli, timeit_interleaved
-from ledger.store import ENTRY_COLUMNS
+from ledger.chain.store import ENTRY_COLUMNS
 
 TITLE = "Ship into PostgreSQL"
 FULL_ENTRIES = 1_000_000

@@ -89,7 +89,7 @@ def _uuid(node: int, g: int) -> str:
 
 def hook_records(node: int) -> list[dict]:
     """What the node's prolog spooled: one job holding its 8 GPUs for the hour (the segments' owner)."""
-    from ledger.entries import Kind, make_entry
+    from ledger.chain.entries import Kind, make_entry
 
     key = dict(cluster="hpc1", job_id=str(2_000_000 + node), run=0, node=f"gpu-node-{node:04d}",
                source="slurm-prolog", source_version="1")
@@ -110,7 +110,7 @@ def _write(directory: Path, name: str, records: list[dict]) -> None:
 
 def write_spool(directory: Path, nodes: int, batches: int, seed: int = 21, with_energy: bool = True) -> dict:
     """The fleet's spool: per node its hooks' file, then one collector file per batch. Returns the counts."""
-    from ledger import collector
+    from ledger.capture import collector
     from ledger.importers import dmon
 
     if directory.exists():
@@ -161,7 +161,7 @@ def floor_insert(db_path: Path, tables: dict[str, tuple[tuple[str, ...], list[tu
 
 def spool_sample_rows(directory: Path) -> list[tuple]:
     """Every sample row the collector spooled, with its segment's id (what a plain bulk append inserts)."""
-    from ledger.entries import entry_from_record
+    from ledger.chain.entries import entry_from_record
 
     out = []
     for p in sorted(directory.glob("collector-*.jsonl")):
@@ -176,7 +176,7 @@ def spool_sample_rows(directory: Path) -> list[tuple]:
 
 def ledger_rows(db_path: Path) -> dict[str, tuple[tuple[str, ...], list[tuple]]]:
     """The rows a shipment left in the tables it fills, read back (columns as stored)."""
-    from ledger.store import ENTRY_COLUMNS
+    from ledger.chain.store import ENTRY_COLUMNS
     from ledger.telemetry import hours
 
     con = sqlite3.connect(db_path)
@@ -220,8 +220,8 @@ def _lens_note(off: Timing, on: Timing) -> str:
 
 
 def run(scale: float, repeat: int) -> Figure:
-    from ledger.store import ENTRY_COLUMNS
-    from ledger.telemetry.store import INSERT_COLUMNS
+    from ledger.chain.store import ENTRY_COLUMNS
+    from ledger.telemetry.sealed import INSERT_COLUMNS
 
     nodes, batches = plan(scale)
     work = Path(tempfile.mkdtemp(prefix="ipledger-bench-segments-"))

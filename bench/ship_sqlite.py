@@ -15,9 +15,9 @@ from pathlib import Path
 
 from bench import data
 from bench.common import Figure, main_for, restore_spool, run_cli, timeit_interleaved
-from ledger import db as db_mod
-from ledger import ship as ship_mod
-from ledger.store import ENTRY_COLUMNS
+from ledger.chain import db as db_mod
+from ledger.ingest import ship as ship_mod
+from ledger.chain.store import ENTRY_COLUMNS
 
 TITLE = "Ship into SQLite"
 FULL_ENTRIES = 1_000_000

@@ -2,10 +2,10 @@
 
 The floor is the hashing the checks require, over bytes already in memory: for every entry its id (sha256
 over the identity encoding) and its chain hash (sha256 over the chain encoding), and for the Merkle tree
-(ledger/merkle.py, RFC 9162) every leaf hash (sha256 of 0x00 and the chain encoding) and every internal
+(ledger/chain/merkle.py, RFC 9162) every leaf hash (sha256 of 0x00 and the chain encoding) and every internal
 node hash (sha256 of 0x01 and its two children) — n leaves and n - 1 nodes. The floor's root is checked
 against the root of the ledger's stored tree (merkle.root_at), and its first rows' encodings against
-``row_encodings`` (ledger.entries), so it hashes exactly what the reference defines. The subject is the real
+``row_encodings`` (ledger.chain.entries), so it hashes exactly what the reference defines. The subject is the real
 command in a fresh interpreter on a SQLite ledger holding the rows.
 
 Until 2026-12-01 the floor was only the two hashes per entry the chain needs, while ``verify`` also checked
@@ -33,10 +33,10 @@ from pathlib import Path
 from bench import data
 from bench.common import Figure, Timing, main_for, run_cli, timeit
 from bench.ship_sqlite import fresh_db
-from ledger import db as db_mod
-from ledger import merkle
-from ledger.entries import SQLITE_CHAIN, SQLITE_IDENTITY, chain_encoding, row_encodings
-from ledger.store import ENTRY_COLUMNS
+from ledger.chain import db as db_mod
+from ledger.chain import merkle
+from ledger.chain.entries import SQLITE_CHAIN, SQLITE_IDENTITY, chain_encoding, row_encodings
+from ledger.chain.store import ENTRY_COLUMNS
 
 TITLE = "Verify"
 FULL_ENTRIES = 10_000_000

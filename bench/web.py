@@ -98,7 +98,7 @@ class TreePeak:
 
 
 def run(scale: float, repeat: int) -> Figure:
-    from ledger.demo import run_demo
+    from ledger.sim.hall import run_demo
     from ledger.sim import FleetSpec
     from tests.services import free_port
 
@@ -123,7 +123,7 @@ def run(scale: float, repeat: int) -> Figure:
                 if time.time() > deadline or proc.poll() is not None:
                     raise RuntimeError("ipledger serve did not start") from None
                 time.sleep(0.3)
-        from ledger.db import make_engine
+        from ledger.chain.db import make_engine
         from ledger.web.views import LedgerView
 
         snap = LedgerView(make_engine(f"sqlite:///{summary['ledger']}", read_only=True), None).snapshot(False)

@@ -21,7 +21,7 @@ A bundle is checked in this order, and the first thing that fails is named (exit
    integral where the counter froze, unknown with neither) is
    exactly the bundled receipt, and its hash is printed.
 
-The ledger itself uses the hashing, proof and signature functions of this module (``ledger.merkle``), so the
+The ledger itself uses the hashing, proof and signature functions of this module (``ledger.chain.merkle``), so the
 operator's and the tenant's code cannot drift apart. The method below is the method's one plain reference
 (docs/method.md, no numpy), in four named stages:
 
@@ -70,7 +70,7 @@ class Failure(Exception):
     """A check that did not hold; its text names what failed."""
 
 
-# --- canonical JSON (the one byte form every hash is taken over; same as ledger/canonical.py) ----------------
+# --- canonical JSON (the one byte form every hash is taken over; same as ledger/chain/canonical.py) ----------------
 
 _ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
@@ -319,7 +319,7 @@ ENERGY_RECEIPT_VERSION = "1.4"   # 1.4: the energy block, for runs priced under 
 # (energy_parts); a 1.4 receipt of a shared device billed the whole GPU's and replays so
 ENERGY_SHARE_RECEIPT_VERSION = "1.5"
 RECEIPT_VERSIONS = (RECEIPT_VERSION, ENERGY_RECEIPT_VERSION, ENERGY_SHARE_RECEIPT_VERSION)
-NH_PER_SECOND = 1e9 / 3600.0
+NANOHOURS_PER_SECOND = 1e9 / 3600.0
 ACTIVE_MIN, RESIDENT_FB_MIB = 0.05, 512.0
 THROTTLE_REASONS = ("thermal", "power_cap", "hw_slowdown", "sync_boost", "other")
 BUCKETS = ("delivered", *(f"throttled.{r}" for r in THROTTLE_REASONS), "underutilized", "starved",
@@ -332,6 +332,38 @@ SAMPLE_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "sm_occupan
                   "gpu_temp_c", "mem_temp_c", "energy_j", "ecc_sbe_volatile", "ecc_dbe_volatile",
                   "ecc_sbe_aggregate", "ecc_dbe_aggregate", "row_remap_pending", "row_remap_failure", "xid",
                   "fb_used_mib", "compute_procs")
+# Sample block format 2 (docs/ledger.md, "Sample blocks"): columns a segment carries only where it measured
+# them (DCGM 1006-1008 FP64/FP32/FP16 pipe active; the floating-point operations AMD's op counters counted in
+# the sample's dt). A segment lists its columns in its entry's ``columns``: the 25 above, then those of these
+# it holds in this order; its digest and its bundle rows are over its listed columns, so a segment without
+# them (every segment before format 2) is sealed, bundled and checked exactly as before.
+EXTENSION_COLUMNS = ("fp64_active", "fp32_active", "fp16_active", "fp_ops")
+BASE_SAMPLE_COLUMNS = SAMPLE_COLUMNS
+SAMPLE_COLUMNS = (*BASE_SAMPLE_COLUMNS, *EXTENSION_COLUMNS)
+
+
+def segment_columns(listed: Any, where: str = "columns") -> tuple[str, ...]:
+    """A segment entry's ``columns`` checked: absent, the base columns; else the base columns then a subset
+    of :data:`EXTENSION_COLUMNS` in their order (anything else is a :class:`Failure` naming ``where``)."""
+    if listed is None:
+        return BASE_SAMPLE_COLUMNS
+    if not isinstance(listed, list) or tuple(listed[:len(BASE_SAMPLE_COLUMNS)]) != BASE_SAMPLE_COLUMNS:
+        raise Failure(f"{where}: expected the sample columns {BASE_SAMPLE_COLUMNS[0]}..{BASE_SAMPLE_COLUMNS[-1]}")
+    extra = listed[len(BASE_SAMPLE_COLUMNS):]
+    if any(c not in EXTENSION_COLUMNS for c in extra) or \
+            [EXTENSION_COLUMNS.index(c) for c in extra] != sorted({EXTENSION_COLUMNS.index(c) for c in extra}):
+        raise Failure(f"{where}: unknown or repeated sample columns {', '.join(map(str, extra))[:120]}")
+    return tuple(listed)
+
+
+def widen_rows(rows: Sequence[Sequence], columns: Sequence[str]) -> list[list]:
+    """Rows in a segment's ``columns`` as rows of every SAMPLE_COLUMNS entry (None where not carried)."""
+    if tuple(columns) == SAMPLE_COLUMNS:
+        return [list(r) for r in rows]
+    at = [columns.index(c) if c in columns else -1 for c in SAMPLE_COLUMNS]
+    return [[None if i < 0 else r[i] for i in at] for r in rows]
+
+
 # The method's SKU ratings (ledger/method/skus.toml): key -> (rated SM clock MHz, TDP W, match patterns).
 SKUS: dict[str, tuple[float, float, tuple[str, ...]]] = {
     "A100-SXM4-40GB": (1410.0, 400.0, ("A100-SXM4-40GB", "A100 SXM4 40GB", "A100-SXM-40GB")),
@@ -366,12 +398,12 @@ def format_ts(epoch: float) -> str:
     return out + "Z"
 
 
-def to_nh(seconds: float) -> int:
-    return int(round(seconds * NH_PER_SECOND))
+def to_nanohours(seconds: float) -> int:
+    return int(round(seconds * NANOHOURS_PER_SECOND))
 
 
-def hours(nh: int) -> float:
-    return int(nh) / 1e9
+def hours(nanohours: int) -> float:
+    return int(nanohours) / 1e9
 
 
 def in_order_sum(values: Iterable[float], start: float = 0) -> float:
@@ -486,15 +518,15 @@ def gap_portions(window: tuple[float, float], susp: list[tuple[float, float]],
         secs = math.fsum(b - a for a, b in sp)
         if measured is not None and sp:
             secs -= np_sum([measured.overlap(a, b) for a, b in sp])
-        portions[gid] = to_nh(max(secs, 0.0))
+        portions[gid] = to_nanohours(max(secs, 0.0))
     return portions, union([x for sp in spans.values() for x in sp])
 
 
-def settle(paid_nh: int, buckets: list[int], gap_total: int) -> tuple[list[int], int]:
+def settle(paid_nanohours: int, buckets: list[int], gap_total: int) -> tuple[list[int], int]:
     """Uncovered time (no sample, no gap) is unknown; per-sample rounding residue lands there too. If rounding
     made the parts exceed paid (by a few nanohours), the excess is taken from the largest bucket (the first
     of equals). Returns (buckets, uncovered nanohours)."""
-    rest = paid_nh - sum(buckets) - gap_total
+    rest = paid_nanohours - sum(buckets) - gap_total
     if rest < 0:
         buckets = list(buckets)
         while rest < 0:
@@ -510,24 +542,24 @@ def settle(paid_nh: int, buckets: list[int], gap_total: int) -> tuple[list[int],
 
 @dataclass
 class Account:
-    paid_nh: int
+    paid_nanohours: int
     buckets: list[int]
-    suspended_nh: int
-    gap_nh: dict[str, int]
+    suspended_nanohours: int
+    gap_nanohours: dict[str, int]
     causes: dict[str, int]
     fidelity: str
-    coarse_nh: int = 0
+    coarse_nanohours: int = 0
 
 
-def finish_account(paid_nh: int, suspended_nh: int, portions: dict[str, int], buckets: list[int], fidelity: str,
-                   coarse_nh: int = 0) -> Account:
+def finish_account(paid_nanohours: int, suspended_nanohours: int, portions: dict[str, int], buckets: list[int], fidelity: str,
+                   coarse_nanohours: int = 0) -> Account:
     """From a device's integer sums per bucket (unknown holding only field_missing) to its account: settle the
     rounding residue, then split unknown by cause (``ledger.method.attribution`` ends its vectorised pass here)."""
     gap_total = sum(portions.values())
-    buckets, uncovered = settle(paid_nh, buckets, gap_total)
+    buckets, uncovered = settle(paid_nanohours, buckets, gap_total)
     causes = {"field_missing": buckets[B_UNKNOWN], "no_telemetry": uncovered}
     buckets[B_UNKNOWN] += uncovered + gap_total
-    return Account(paid_nh, buckets, suspended_nh, portions, causes, fidelity, coarse_nh)
+    return Account(paid_nanohours, buckets, suspended_nanohours, portions, causes, fidelity, coarse_nanohours)
 
 
 def paid_window(window: tuple[float, float], suspended: Sequence[tuple[float, float]]
@@ -537,8 +569,8 @@ def paid_window(window: tuple[float, float], suspended: Sequence[tuple[float, fl
     s, e = float(window[0]), float(window[1])
     e = max(e, s)
     susp = union((max(a, s), min(b, e)) for a, b in suspended if min(b, e) > max(a, s))
-    paid_nh = to_nh(e - s - math.fsum(b - a for a, b in susp))
-    return s, e, susp, paid_nh, to_nh(e - s) - paid_nh
+    paid_nanohours = to_nanohours(e - s - math.fsum(b - a for a, b in susp))
+    return s, e, susp, paid_nanohours, to_nanohours(e - s) - paid_nanohours
 
 
 def reason_index(mask: int) -> int:
@@ -590,13 +622,13 @@ def attribute_device(window: tuple[float, float], samples: Sequence[tuple], unkn
     at a time (docs/method.md, "Per sample"), from :func:`frame_samples` tuples in any order (a stable sort by
     time first). This is the method's plain reference: tests hold ``ledger.method.attribute_device`` (numpy)
     equal to it under hypothesis, integer for integer."""
-    s, e, susp, paid_nh, suspended_nh = paid_window(window, suspended)
+    s, e, susp, paid_nanohours, suspended_nanohours = paid_window(window, suspended)
     if not samples:
         portions, _ = gap_portions((s, e), susp, unknown)
         buckets = [0] * len(BUCKETS)
-        buckets[B_UNKNOWN] = paid_nh
-        return Account(paid_nh, buckets, suspended_nh, portions,
-                       {"field_missing": 0, "no_telemetry": paid_nh - sum(portions.values())}, "none")
+        buckets[B_UNKNOWN] = paid_nanohours
+        return Account(paid_nanohours, buckets, suspended_nanohours, portions,
+                       {"field_missing": 0, "no_telemetry": paid_nanohours - sum(portions.values())}, "none")
     rows = sorted(samples, key=lambda r: r[0])
     if any(r[0] != r[0] for r in rows):
         raise Failure("a sample's time is not a number")
@@ -625,7 +657,7 @@ def attribute_device(window: tuple[float, float], samples: Sequence[tuple], unkn
     if susp or gaps:
         covered = [max(c, 0.0) for c in covered]
     sums = [0] * len(BUCKETS)
-    coarse_nh = 0
+    coarse_nanohours = 0
     for i, (_t, _dt, act, coarse, clock, mask, procs, fb) in enumerate(rows):
         activity = min(max(act, 0.0), 1.0) if present[i] else 0.0
         fb_seen = fb if resident_fb_mib >= 0 else _finite(fb)   # a negative threshold: unmeasured fb is 0
@@ -633,12 +665,12 @@ def attribute_device(window: tuple[float, float], samples: Sequence[tuple], unkn
         low = present[i] and activity < active_min
         working = present[i] and not low
         busy = covered[i] * activity
-        cov = int(covered[i] * NH_PER_SECOND + 0.5)   # rounded once; the parts are split from this integer
-        active = int(busy * NH_PER_SECOND + 0.5)
+        cov = int(covered[i] * NANOHOURS_PER_SECOND + 0.5)   # rounded once; the parts are split from this integer
+        active = int(busy * NANOHOURS_PER_SECOND + 0.5)
         if rated:                               # clock ratio r = min(clock / rated, 1); unmeasured: 1
             ratio = clock / float(rated)
             ratio = max(1.0 if ratio != ratio else min(ratio, 1.0), 0.0)
-            delivered = int(busy * ratio * NH_PER_SECOND + 0.5)
+            delivered = int(busy * ratio * NANOHOURS_PER_SECOND + 0.5)
         else:
             delivered = active
         active = min(active, cov) if working else 0
@@ -653,8 +685,8 @@ def attribute_device(window: tuple[float, float], samples: Sequence[tuple], unkn
         if not present[i]:
             sums[B_UNKNOWN] += cov             # unknown, cause field_missing: never read as zero
         elif coarse:
-            coarse_nh += cov
-    return finish_account(paid_nh, suspended_nh, portions, sums, "samples", coarse_nh)
+            coarse_nanohours += cov
+    return finish_account(paid_nanohours, suspended_nanohours, portions, sums, "samples", coarse_nanohours)
 
 
 def attribute_samples(window: tuple[float, float], rows: Sequence[Sequence], unknown: Sequence[tuple],
@@ -733,9 +765,9 @@ def attribute_summary(window: tuple[float, float], payload: Mapping[str, Any], u
     """Stage "attribute" of a device with no samples but its DCGM job-stats summary: the summary's averages
     spread over the covered time by largest remainders (``ledger.method.attribute_summary`` is this, plus the
     PDF's timeline strip)."""
-    s, e, susp, paid_nh, suspended_nh = paid_window(window, suspended)
+    s, e, susp, paid_nanohours, suspended_nanohours = paid_window(window, suspended)
     portions, _ = gap_portions((s, e), susp, unknown)
-    covered = max(paid_nh - sum(portions.values()), 0)
+    covered = max(paid_nanohours - sum(portions.values()), 0)
     f = summary_fields(payload)
     buckets = [0] * len(BUCKETS)
     if f["util"] is None:
@@ -758,7 +790,7 @@ def attribute_summary(window: tuple[float, float], payload: Mapping[str, Any], u
             for name, part in zip(["thermal", "hw_slowdown", "power_cap", "sync_boost", "other"],
                                   largest_remainder(thr, w)):
                 buckets[B_THROTTLED[name]] = part
-    return finish_account(paid_nh, suspended_nh, portions, buckets, "summary")
+    return finish_account(paid_nanohours, suspended_nanohours, portions, buckets, "summary")
 
 
 def match_sku(name: str | None, table: Mapping[str, tuple]) -> str | None:
@@ -776,7 +808,7 @@ def match_sku(name: str | None, table: Mapping[str, tuple]) -> str | None:
 
 # --- contracts and money ------------------------------------------------------------------------------------
 
-CENT, NH, HOURS_PER_YEAR = Decimal("0.01"), Decimal(10) ** 9, Decimal(8760)
+CENT, NANOHOURS, HOURS_PER_YEAR = Decimal("0.01"), Decimal(10) ** 9, Decimal(8760)
 DEFAULT_CONTRACT = {"id": "ipledger-default", "version": "1", "currency": "USD", "accounts": [],
                     "billing_granularity_s": 1, "billing_minimum_s": 0, "charge_suspended": False,
                     "unknown_policy": "hold", "skus": {"default": {"rate_per_gpu_hour": "1.00"}}}
@@ -801,7 +833,7 @@ def basis_for(contract: Mapping[str, Any], key: str | None) -> Mapping[str, Any]
 
 
 def money(x: Decimal) -> Decimal:
-    return (x / NH).quantize(CENT, rounding=ROUND_HALF_EVEN)
+    return (x / NANOHOURS).quantize(CENT, rounding=ROUND_HALF_EVEN)
 
 
 def share_of(bound: Mapping) -> tuple[str, Fraction] | None:
@@ -825,36 +857,36 @@ def scale_account(acc: Account, share: Fraction) -> Account:
     """The run's share of a device account: buckets floor(b × share), largest remainders topped up to
     floor(paid × share); gaps, causes, suspended and coarse time floor(x × share)."""
     num, den = share.numerator, share.denominator
-    paid = acc.paid_nh * num // den
+    paid = acc.paid_nanohours * num // den
     raw = [b * num for b in acc.buckets]
     out = [r // den for r in raw]
     for i in sorted(range(len(raw)), key=lambda i: (-(raw[i] % den), i))[:max(paid - sum(out), 0)]:
         out[i] += 1
-    return Account(paid, out, acc.suspended_nh * num // den, {g: v * num // den for g, v in acc.gap_nh.items()},
-                   {c: v * num // den for c, v in acc.causes.items()}, acc.fidelity, acc.coarse_nh * num // den)
+    return Account(paid, out, acc.suspended_nanohours * num // den, {g: v * num // den for g, v in acc.gap_nanohours.items()},
+                   {c: v * num // den for c, v in acc.causes.items()}, acc.fidelity, acc.coarse_nanohours * num // den)
 
 
 def sum_accounts(parts: Sequence[Account], fidelity: str) -> Account:
     """Accounts added, in integer nanohours: a device's over adjacent parts of its window, or a run's devices
     into the run's totals (no parts: all zero)."""
-    gap_nh: dict[str, int] = {}
+    gap_nanohours: dict[str, int] = {}
     causes: dict[str, int] = {}
     for p in parts:
-        for g, v in p.gap_nh.items():
-            gap_nh[g] = gap_nh.get(g, 0) + v
+        for g, v in p.gap_nanohours.items():
+            gap_nanohours[g] = gap_nanohours.get(g, 0) + v
         for c, v in p.causes.items():
             causes[c] = causes.get(c, 0) + v
     buckets = [sum(x) for x in zip(*(p.buckets for p in parts))] if parts else [0] * len(BUCKETS)
-    return Account(sum(p.paid_nh for p in parts), buckets,
-                   sum(p.suspended_nh for p in parts), gap_nh, causes, fidelity, sum(p.coarse_nh for p in parts))
+    return Account(sum(p.paid_nanohours for p in parts), buckets,
+                   sum(p.suspended_nanohours for p in parts), gap_nanohours, causes, fidelity, sum(p.coarse_nanohours for p in parts))
 
 
-def billed_nh(nh: int, gran_s: int, min_s: int, paid_nh: int) -> int:
-    if nh <= 0:
+def billed_nanohours(nanohours: int, gran_s: int, min_s: int, paid_nanohours: int) -> int:
+    if nanohours <= 0:
         return 0
-    units = -((-nh * 3600) // (gran_s * 10**9))
+    units = -((-nanohours * 3600) // (gran_s * 10**9))
     rounded = (units * gran_s * 10**9 + 1800) // 3600
-    return max(rounded, to_nh(min_s)) if paid_nh > 0 else rounded
+    return max(rounded, to_nanohours(min_s)) if paid_nanohours > 0 else rounded
 
 
 POLICIES = ("charge", "credit", "estimate", "hold")   # how unknown time is billed (docs/receipts.md)
@@ -869,38 +901,38 @@ def bill_device(acc: Account, gaps: Sequence[tuple[float, float, str]], gap_poli
     billed; suspended time is billed only if the contract says so; a provider's failure credits the work lost
     since the last saved mark, less what is already unbilled; then granularity and minimum."""
     unknown_by = {p: 0 for p in POLICIES}
-    for gid, v in acc.gap_nh.items():
+    for gid, v in acc.gap_nanohours.items():
         unknown_by[gap_policy.get(gid, default_policy)] += v
-    unknown_by[default_policy] += int(acc.buckets[-1]) - sum(acc.gap_nh.values())
-    billable = acc.paid_nh - unknown_by["credit"] - unknown_by["hold"]
+    unknown_by[default_policy] += int(acc.buckets[-1]) - sum(acc.gap_nanohours.values())
+    billable = acc.paid_nanohours - unknown_by["credit"] - unknown_by["hold"]
     if charge_suspended:
-        billable += acc.suspended_nh
+        billable += acc.suspended_nanohours
     lost = 0
     if credited_span is not None:  # the lost work, less what is already unbilled (suspended, credit/hold)
         not_billed = [(a, b) for a, b, gid in gaps if gap_policy.get(gid, default_policy) in ("credit", "hold")]
-        lost = min(to_nh(seconds_of(cut(credited_span, [*suspended, *not_billed]))), max(billable, 0))
+        lost = min(to_nanohours(seconds_of(cut(credited_span, [*suspended, *not_billed]))), max(billable, 0))
         billable -= lost
-    return unknown_by, lost, billed_nh(billable, gran_s, min_s, acc.paid_nh)
+    return unknown_by, lost, billed_nanohours(billable, gran_s, min_s, acc.paid_nanohours)
 
 
 def price_device(cost: dict[str, Decimal], acc: Account, billed: int, rate: Decimal) -> None:
     """Stage "price" of one device: its paid, billed, suspended and per-bucket nanohours at its hourly rate,
     added into ``cost`` (nanohours x rate, exact Decimals; :func:`money` rounds each figure to cents once)."""
-    cost["paid"] += acc.paid_nh * rate
+    cost["paid"] += acc.paid_nanohours * rate
     cost["billed"] += billed * rate
-    cost["suspended"] += acc.suspended_nh * rate
+    cost["suspended"] += acc.suspended_nanohours * rate
     for name, v in zip(BUCKETS, acc.buckets):
         cost[name] += int(v) * rate
 
 
 def device_line(dev: Mapping[str, Any], sku_rating: str | None, acc: Account, billed: int, rate: Decimal,
-                mig: dict | None, window_start: float, device_paid_nh: int | None) -> dict:
+                mig: dict | None, window_start: float, device_paid_nanohours: int | None) -> dict:
     """One device's line on the receipt. ``mig`` only on MIG slices and ``share`` only on shared devices, so
     receipts of whole GPUs held alone keep their bytes: under changing sharers the share from each instant on
     (``dev["segments"]``), else the one share (``dev["shared"]``)."""
     line = {"uuid": dev["uuid"], "node": dev["node"], "index": dev["index"], "sku": dev["sku"],
             "sku_rating": sku_rating, "fidelity": acc.fidelity,
-            "gpu_hours": hours_block(acc.buckets, acc.paid_nh, acc.suspended_nh),
+            "gpu_hours": hours_block(acc.buckets, acc.paid_nanohours, acc.suspended_nanohours),
             "billed_gpu_hours": hours(billed), "rate": str(rate)}
     if mig is not None:
         line["mig"] = mig
@@ -908,25 +940,25 @@ def device_line(dev: Mapping[str, Any], sku_rating: str | None, acc: Account, bi
         line["share"] = {"rule": "segments", "segments": [
             {"from": format_ts(max(t0, window_start)), "rule": sh[0] if sh else "whole",
              "ratio": f"{sh[1].numerator}/{sh[1].denominator}" if sh else "1/1"} for t0, sh in dev["segments"]],
-            "device_paid_gpu_hours": hours(device_paid_nh)}
+            "device_paid_gpu_hours": hours(device_paid_nanohours)}
     elif dev.get("shared") is not None:
         rule, share = dev["shared"]
         line["share"] = {"rule": rule, "ratio": f"{share.numerator}/{share.denominator}",
-                         "device_paid_gpu_hours": hours(device_paid_nh)}
+                         "device_paid_gpu_hours": hours(device_paid_nanohours)}
     return line
 
 
 def adjustments_block(adjustments: Iterable[Any], mean_rate: Decimal) -> tuple[list[dict], Decimal, int]:
     """The receipt's adjustment lines from the run's ``adjustment`` entries (anything with ``entry_id``, ``ts``
     and ``data``), with their signed total amount and signed nanohours: hours are priced at the run's mean rate."""
-    lines, total, adj_nh = [], Decimal(0), 0
+    lines, total, adj_nanohours = [], Decimal(0), 0
     for e in adjustments:
         d = e.data
         sign = Decimal(1) if d.get("direction") == "debit" else Decimal(-1)
         if "hours" in d:
             h = Decimal(str(d["hours"]))
             amount = (h * mean_rate).quantize(CENT, rounding=ROUND_HALF_EVEN)
-            adj_nh += int(sign) * int((h * NH).to_integral_value(rounding=ROUND_HALF_EVEN))
+            adj_nanohours += int(sign) * int((h * NANOHOURS).to_integral_value(rounding=ROUND_HALF_EVEN))
         else:
             h = None
             amount = Decimal(str(d["amount"])).quantize(CENT)
@@ -935,15 +967,15 @@ def adjustments_block(adjustments: Iterable[Any], mean_rate: Decimal) -> tuple[l
                       "gpu_hours": None if h is None else float(h), "amount": float(amount),
                       "reason": d.get("reason"), "by": d.get("by"), "ts": e.ts,
                       "references": d.get("references", [])})
-    return lines, total, adj_nh
+    return lines, total, adj_nanohours
 
 
-def estimated_delivered(estimate_nh: int, delivered_nh: int, paid_nh: int, unknown_nh: int) -> int:
+def estimated_delivered(estimate_nanohours: int, delivered_nanohours: int, paid_nanohours: int, unknown_nanohours: int) -> int:
     """Nanohours of the unknown time under the ``estimate`` policy that the known time's delivered share
     suggests were delivered (integer, half up)."""
-    known = paid_nh - unknown_nh
-    if estimate_nh and known > 0:
-        return (estimate_nh * delivered_nh + known // 2) // known
+    known = paid_nanohours - unknown_nanohours
+    if estimate_nanohours and known > 0:
+        return (estimate_nanohours * delivered_nanohours + known // 2) // known
     return 0
 
 
@@ -1362,7 +1394,7 @@ def cut(span: tuple[float, float], cuts: Sequence[tuple[float, float]]) -> list[
 
 
 def seconds_of(parts: Sequence[tuple[float, float]]) -> float:
-    return sum(b - a for a, b in parts)
+    return in_order_sum(b - a for a, b in parts)
 
 
 def progress_block(entries: Sequence[Entry], window: tuple[float, float], n_devices: int,
@@ -1397,11 +1429,11 @@ def progress_block(entries: Sequence[Entry], window: tuple[float, float], n_devi
         return block, None
     saved = [m for m in marks if m["kind"] in SAVED_MARKS]
     frm = max(m["t"] for m in saved) if saved else w0
-    lost_nh = n_devices * to_nh(seconds_of(cut((frm, w1), suspended)))
+    lost_nanohours = n_devices * to_nanohours(seconds_of(cut((frm, w1), suspended)))
     cause = provider_failure(state, xids, classes)
     credited = cause is not None and credit
     block["lost_since_checkpoint"] = {
-        "gpu_hours": hours(lost_nh), "from": saved[-1]["ts"] if saved else format_ts(w0),
+        "gpu_hours": hours(lost_nanohours), "from": saved[-1]["ts"] if saved else format_ts(w0),
         "from_basis": saved[-1]["kind"] if saved else "start", "to": format_ts(w1),
         "provider_failure": cause, "billed_as": "credit" if credited else "charge",
         "evidence": failure_evidence(state, xids, dcgm_xid_count(entries), classes)}
@@ -1410,12 +1442,12 @@ def progress_block(entries: Sequence[Entry], window: tuple[float, float], n_devi
 
 # --- the receipt -------------------------------------------------------------------------------------------
 
-def hours_block(b: Sequence[int], paid_nh: int, suspended_nh: int) -> dict:
+def hours_block(b: Sequence[int], paid_nanohours: int, suspended_nanohours: int) -> dict:
     """A ``gpu_hours`` block (the receipt's and each device line's) from integer nanohours per bucket."""
     d = dict(zip(BUCKETS, b))
-    return {"paid": hours(paid_nh), "delivered": hours(d["delivered"]), "underutilized": hours(d["underutilized"]),
+    return {"paid": hours(paid_nanohours), "delivered": hours(d["delivered"]), "underutilized": hours(d["underutilized"]),
             "starved": hours(d["starved"]), "idle_held": hours(d["idle_held"]), "unknown": hours(d["unknown"]),
-            "suspended": hours(suspended_nh),
+            "suspended": hours(suspended_nanohours),
             "throttled": {r: hours(d[f"throttled.{r}"]) for r in THROTTLE_REASONS}}
 
 
@@ -1604,7 +1636,7 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
 
         acc = attribute_window((w0, w1))
         if dev.get("segments"):   # the sharers changed: each part of the window pays that part's share
-            device_paid[dev["uuid"]] = acc.paid_nh
+            device_paid[dev["uuid"]] = acc.paid_nanohours
             parts = []
             sg = dev["segments"]
             for i, (t0, sh) in enumerate(sg):
@@ -1617,15 +1649,15 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
             if parts:
                 acc = sum_accounts(parts, acc.fidelity)
         elif dev["shared"] is not None:   # several runs hold the device: this run pays its share
-            device_paid[dev["uuid"]] = acc.paid_nh
+            device_paid[dev["uuid"]] = acc.paid_nanohours
             acc = scale_account(acc, dev["shared"][1])
         accounts.append((dev, key, acc))
         gaps_of[dev["uuid"]] = spans
 
     run_total = sum_accounts([acc for _d, _k, acc in accounts], "run")
-    total, paid_nh, suspended_nh, coarse_nh = run_total.buckets, run_total.paid_nh, run_total.suspended_nh, \
-        run_total.coarse_nh
-    gap_nh, causes = run_total.gap_nh, run_total.causes
+    total, paid_nanohours, suspended_nanohours, coarse_nanohours = run_total.buckets, run_total.paid_nanohours, run_total.suspended_nanohours, \
+        run_total.coarse_nanohours
+    gap_nanohours, causes = run_total.gap_nanohours, run_total.causes
 
     replaced -= kept
     xid_col = SAMPLE_COLUMNS.index("xid")
@@ -1637,7 +1669,7 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
     intervals, gap_policy = [], {}
     for g in all_gaps:
         gid = g.entry_id
-        if gid not in gap_nh and g.job_id is None:
+        if gid not in gap_nanohours and g.job_id is None:
             continue
         d = g.data
         res = resolutions.get(gid)
@@ -1645,10 +1677,10 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
         policy = (res.data.get("resolution") if res else contract.get("user_caused_unknown", "charge")
                   if controlled_by(cause) == "job_user" else contract["unknown_policy"])
         gap_policy[gid] = policy
-        causes[cause] = causes.get(cause, 0) + gap_nh.get(gid, 0)
+        causes[cause] = causes.get(cause, 0) + gap_nanohours.get(gid, 0)
         intervals.append({
             "id": gid, "device": g.device, "node": g.node, "scope": d.get("scope"), "start": g.ts, "end": g.ts_end,
-            "cause": cause, "detail": d.get("detail"), "gpu_hours": hours(gap_nh.get(gid, 0)), "policy": policy,
+            "cause": cause, "detail": d.get("detail"), "gpu_hours": hours(gap_nanohours.get(gid, 0)), "policy": policy,
             "controlled_by": controlled_by(cause), "replaced_by": REPLACED_BY_SAMPLES if gid in replaced else None,
             "resolution": None if res is None else {
                 "as": res.data.get("resolution"), "reason": res.data.get("reason"), "by": res.data.get("by"),
@@ -1688,7 +1720,7 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
         spans = device_energy(energy_j, w0, w1, power_w)
         dev_buckets = tuple((a, b, "paid") for a, b in subtract((w0, w1), sorted(frame.suspended))) + tuple(
             (a, b, "suspended") for a, b in frame.suspended)
-        gpu_hours = Decimal(acc.paid_nh) / NH
+        gpu_hours = Decimal(acc.paid_nanohours) / NANOHOURS
         parts = energy_parts(dev, w0, w1) if energy_shares else ()
         if parts:   # receipt 1.5: the run bears its share of the GPU's energy (and of its TDP hours on a slice)
             any_share = True
@@ -1701,12 +1733,12 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
         billed_cost += Decimal(energy["cost"]["charged"])
     mean_rate = (sum(rates.values(), Decimal(0)) / len(rates)) if rates else Decimal(0)
 
-    adjustments, adj_total, adj_nh = adjustments_block((c for c in mine if c.kind == "adjustment"), mean_rate)
+    adjustments, adj_total, adj_nanohours = adjustments_block((c for c in mine if c.kind == "adjustment"), mean_rate)
 
     relevant = [*mine, *(g for g in gaps if g.entry_id in gap_policy), *resolutions.values(), *segments,
                 *([chosen] if chosen is not None else [])]
     last = max(relevant, key=lambda c: c.seq)
-    est = estimated_delivered(by_policy["estimate"], total[0], paid_nh, total[-1])
+    est = estimated_delivered(by_policy["estimate"], total[0], paid_nanohours, total[-1])
 
     body: dict[str, Any] = {
         "receipt_version": RECEIPT_VERSION,
@@ -1727,13 +1759,13 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
                      **({} if contract.get("user_caused_unknown", "charge") == "charge"
                         else {"user_caused_unknown": contract["user_caused_unknown"]})},
         "method": {"name": METHOD_NAME, "version": METHOD_VERSION, "fidelity": fidelity,
-                   "coarse_signal_gpu_hours": hours(coarse_nh),
+                   "coarse_signal_gpu_hours": hours(coarse_nanohours),
                    "thresholds": {"active_min": ACTIVE_MIN, "resident_fb_mib": RESIDENT_FB_MIB}},
-        "gpu_hours": hours_block(total, paid_nh, suspended_nh),
+        "gpu_hours": hours_block(total, paid_nanohours, suspended_nanohours),
         "unknown_by_cause": {k: hours(v) for k, v in sorted(causes.items()) if v},
         "unknown_intervals": intervals,
         "progress": progress,
-        "billing": {"gpu_hours_paid": hours(paid_nh),
+        "billing": {"gpu_hours_paid": hours(paid_nanohours),
                     "unknown_gpu_hours_by_policy": {p: hours(v) for p, v in by_policy.items()},
                     "estimated_delivered_in_unknown": hours(est),
                     "suspended_charged": contract["charge_suspended"],
@@ -1749,7 +1781,7 @@ def compute_receipt(entries: Sequence[Entry], samples: Mapping[str, Sequence[Seq
                  "billed_before_adjustments": float(billed_cost), "adjustments": float(adj_total),
                  "billed_after_adjustments": float(billed_cost + adj_total)},
         "totals": {"before_adjustments": {"gpu_hours": hours(billed_total), "amount": float(billed_cost)},
-                   "after_adjustments": {"gpu_hours": hours(billed_total + adj_nh),
+                   "after_adjustments": {"gpu_hours": hours(billed_total + adj_nanohours),
                                          "amount": float(billed_cost + adj_total)}},
         "ledger": {"through_seq": last.seq, "head_hash": last.hash},
     }
@@ -1857,23 +1889,26 @@ def verify_bundle(raw: bytes, public_key: Any) -> dict:
     samples = bundle["samples"]
     if not isinstance(samples, dict):
         raise Failure("samples: expected an object of segment id -> rows")
+    wide: dict[str, list] = {}   # every segment's rows in SAMPLE_COLUMNS, the method's stages read them so
     for sid, rows in samples.items():
         seg = by_id.get(sid)
         if seg is None or seg.kind != "telemetry_segment":
             raise Failure(f"samples.{sid}: no bundled telemetry_segment entry seals these rows")
-        if not isinstance(rows, list) or any(not isinstance(r, list) or len(r) != len(SAMPLE_COLUMNS) for r in rows):
-            raise Failure(f"samples.{sid}: expected rows of {len(SAMPLE_COLUMNS)} values")
+        columns = segment_columns(seg.data.get("columns"), f"entry {seg.seq} columns")
+        if not isinstance(rows, list) or any(not isinstance(r, list) or len(r) != len(columns) for r in rows):
+            raise Failure(f"samples.{sid}: expected rows of {len(columns)} values")
         if any((rows[i][0], rows[i][1]) > (rows[i + 1][0], rows[i + 1][1]) for i in range(len(rows) - 1)):
             raise Failure(f"samples.{sid}: rows are not in (device, t) order")
         if samples_digest(rows) != seg.data.get("samples_sha256"):
             raise Failure(f"samples.{sid}: rows do not hash to the digest entry {seg.seq} sealed")
+        wide[sid] = widen_rows(rows, columns)
     for e in entries:
         if e.kind == "telemetry_segment" and e.data.get("rows") and e.entry_id not in samples:
             raise Failure(f"samples: the rows of segment {e.entry_id} (entry {e.seq}) are missing")
     claimed = bundle["receipt"]
     if not isinstance(claimed, dict) or not isinstance(claimed.get("job"), dict):
         raise Failure("receipt: expected a receipt object")
-    recomputed = compute_receipt(entries, samples, claimed["job"], site_skus,
+    recomputed = compute_receipt(entries, wide, claimed["job"], site_skus,
                                  energy_shares=method["receipt_version"] != ENERGY_RECEIPT_VERSION)
     if canonical_json(recomputed) != canonical_json(claimed):
         raise Failure("receipt: the bundled receipt is not what its entries give: "

@@ -6,4 +6,6 @@ receipt dicts (docs/receipts.md, "JSON"): :mod:`reports.monthly` flattens and ag
 :mod:`reports.focus` maps them onto FinOps FOCUS columns, :mod:`reports.pdf_statement` and
 :mod:`reports.analysis_pdf` render documents, :mod:`reports.issued` reads the issued receipts out of a ledger.
 See docs/reports.md.
+
+May import: `ledger.base`, `ledger.chain`, `ledger.receipts`.
 """

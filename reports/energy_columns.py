@@ -17,7 +17,7 @@ Every column is a sum over receipts, so a tenant's or class's figure is the sum 
 
 The receipt writes its money figures as decimal text (``"12.34"``); :func:`number` reads a finite number from a
 JSON number or such text, in both paths alike. Receipts with the blocks are not ``plain`` in the receipt lines
-(ledger/receipt_lines.py), so the export reads them from their JSON, where these fields are.
+(ledger/chain/receipt_lines.py), so the export reads them from their JSON, where these fields are.
 """
 
 from __future__ import annotations

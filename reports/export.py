@@ -153,7 +153,7 @@ def build_statement(engine, month: str, tenant: str | None = None, as_of: int | 
     their JSON (:mod:`reports.issued_columns`); the same statement without a dict per receipt. False, or a
     ledger with hash-only issues, takes the dict path (:func:`load_issues`), the definition of the others."""
     st = _read_statement(engine, month, tenant, as_of, aliaser, grace_s, progress, columnar)
-    from ledger import heads
+    from ledger.chain import heads
 
     with engine.connect() as conn:
         return replace(st, tree_head=heads.latest_head(conn, st.through_seq))
@@ -238,7 +238,7 @@ def long_table(st: Statement) -> pd.DataFrame:
 
 
 def write_csv(st: Statement, path: Path) -> None:
-    from ledger.textsafe import neutralise_frame  # names as text, never formulas (OWASP CSV injection)
+    from ledger.base.textsafe import neutralise_frame  # names as text, never formulas (OWASP CSV injection)
 
     from .csvwrite import write_csv as write_frame
 

@@ -187,7 +187,7 @@ def by_day(rows: pd.DataFrame) -> pd.DataFrame:
     split in nanohours and money in cents (largest remainder), in proportion to the window's seconds in
     each day, so the day rows sum exactly to the row; each day row's window is its day's part."""
     from .monthly import MONEY_COLUMNS, SUM_COLUMNS
-    from .periods import days_spanned, split_int, split_nano, weights_of
+    from ledger.base.periods import days_spanned, split_int, split_nano, weights_of
 
     if rows.empty:
         return rows
@@ -424,7 +424,7 @@ def write_focus(st: Any, path: str | Path, provider: str | None = None,
     problems = validate(df.head(VALIDATE_ROWS))
     if problems:  # never write a file that claims FOCUS and is not
         raise ValueError(f"FOCUS export invalid: {problems[0]}")
-    from ledger.textsafe import neutralise_frame  # names as text, never formulas (OWASP CSV injection)
+    from ledger.base.textsafe import neutralise_frame  # names as text, never formulas (OWASP CSV injection)
 
     neutralise_frame(df).to_csv(path, index=False)
 

@@ -6,7 +6,7 @@ is recomputed with the receipts package's public function at that ``through_seq`
 functions of the ledger) and its hash compared with the issued one.
 
 Billing rule (pure, :func:`select_month`): periods are half-open and a receipt is billed in the months of its
-parts (:mod:`reports.periods`: under the default ``split`` rule every month its window overlaps, each with
+parts (:mod:`ledger.base.periods`: under the default ``split`` rule every month its window overlaps, each with
 its share; under ``end`` the month of its last paid instant). Month ``M`` *closes* at the first ledger
 entry recording a fact from after it (the lowest ``seq`` whose ``ts`` is at or after the first instant of the
 next month, plus ``grace_s``; a ``statement_exported`` entry, stamped with the wall clock, does not count): the ledger's own event time is the clock, so a simulated or replayed fleet
@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from sqlalchemy import text
 
-from . import periods
+from ledger.base import periods
 from .monthly import SUM_COLUMNS, Flat, epoch, flatten, month_bounds, month_of
 
 ProgressFn = Callable[[int, int], None]
@@ -76,7 +76,7 @@ class Issue:
 
     @property
     def parts(self) -> list[tuple[str, float, float]]:
-        """``(month, lo, hi)`` of each month this receipt is billed in (see :mod:`reports.periods`)."""
+        """``(month, lo, hi)`` of each month this receipt is billed in (see :mod:`ledger.base.periods`)."""
         return periods.part_spans(self.window_start, self.window_end, self.period_rule,
                                   bool(self.receipt.get("open")))
 
@@ -149,7 +149,7 @@ def ledger_head(engine, through_seq: int | None) -> tuple[int, str]:  # noqa: AN
     """(seq, hash) of the last entry at or before ``through_seq`` (the whole ledger when None), not counting
     the exports' own records (``statement_exported``): exporting a statement again, in any format, gives the
     same cut and the same bytes."""
-    from ledger.entries import GENESIS_HASH
+    from ledger.chain.entries import GENESIS_HASH
 
     sql = "SELECT seq, hash FROM entries WHERE kind <> 'statement_exported'" + (
         " AND seq <= :s" if through_seq is not None else "")
@@ -201,7 +201,7 @@ def _recompute(engine, pending: list[tuple[Any, dict]]) -> list[tuple[Any, dict,
 def issue_rows(engine, through_seq: int, batch: int = 10_000):  # noqa: ANN001, ANN202
     """(seq, payload text, recorded_at, ts) of every issue through ``through_seq``, in sequence order, in
     batches: only the columns the statement reads, without building an entry object per row."""
-    from ledger.entries import Kind
+    from ledger.chain.entries import Kind
 
     sql = text("SELECT seq, payload, recorded_at, ts FROM entries WHERE kind = :k AND seq > :after "
                "AND seq <= :s ORDER BY seq LIMIT :lim")
@@ -218,8 +218,8 @@ def issue_rows(engine, through_seq: int, batch: int = 10_000):  # noqa: ANN001, 
 
 def _hash_only_entries(engine, through_seq: int, seqs: set[int]) -> list:  # noqa: ANN001
     """The entries of issues that carry only a receipt's hash (rare: their receipts are recomputed)."""
-    from ledger import store
-    from ledger.entries import Kind
+    from ledger.chain import store
+    from ledger.chain.entries import Kind
 
     return [ce for ce in store.iter_entries(engine, through_seq=through_seq, kinds=[Kind.RECEIPT_ISSUED])
             if ce.seq in seqs]
@@ -230,7 +230,7 @@ def load_issues(engine, through_seq: int | None = None,  # noqa: ANN001
     """Every issued receipt through ``through_seq`` (default: the whole ledger), in sequence order."""
     import json
 
-    from ledger.entries import Kind
+    from ledger.chain.entries import Kind
 
     seq, head = ledger_head(engine, through_seq)
     issues: list[Issue] = []

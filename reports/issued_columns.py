@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import bindparam, text
 
-from . import periods
+from ledger.base import periods
 from .energy_columns import ENERGY_FIELDS, energy_columns_of
 from .lens_columns import LENS_FIELDS, lens_columns_of
 from .issued import Correction, Issue, is_receipt, flatten_issues, ledger_closes, ledger_head, select_month
@@ -220,7 +220,7 @@ def _pmin(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _placement(start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """:func:`reports.periods.placement` over arrays: the last paid instant, or the start."""
+    """:func:`ledger.base.periods.placement` over arrays: the last paid instant, or the start."""
     return np.where(end > start, np.maximum(start, end - 1e-6), np.where(np.isnan(start), end, start))
 
 
@@ -352,7 +352,7 @@ def read_month(engine, month: str, through_seq: int | None = None,  # noqa: ANN0
     import duckdb
     import pyarrow as pa
 
-    from ledger.entries import Kind
+    from ledger.chain.entries import Kind
 
     from .issued import issue_rows
 

@@ -2,7 +2,7 @@
 the statement's rows built as columns from the lines, with the receipt JSON read only where the lines do not
 settle a row.
 
-The lines of a plain receipt billed whole in one month (:mod:`ledger.receipt_lines`: the ordinary shape,
+The lines of a plain receipt billed whole in one month (:mod:`ledger.chain.receipt_lines`: the ordinary shape,
 one period part, not open) are the receipt's own values, so its flat row and unknown-interval lines are built
 from them by :func:`reports.issued_columns.flat_rows`, the column reader's own code. A run issued more than
 once, and every other receipt that may bill the month (not plain, split over months, open, a window the lines
@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import text
 
-from ledger import receipt_lines
+from ledger.chain import receipt_lines
 
 from .issued import ledger_head
 from .lens_columns import LINES_WITHOUT_LENS

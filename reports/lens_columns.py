@@ -38,9 +38,9 @@ LENS_FOCUS = (("x_TensorGpuHours", "tensor_gpu_hours"), ("x_Fp64GpuHours", "fp64
               ("x_LensUnmeasuredGpuHours", "lens_unmeasured_gpu_hours"))
 
 # The method versions whose receipts carry the lens (ledger.method.lens.LENS_METHOD_VERSION; a test holds the
-# two equal). The flat receipt lines (ledger/receipt_lines.py) carry no lens figures, so the export reads such
+# two equal). The flat receipt lines (ledger/chain/receipt_lines.py) carry no lens figures, so the export reads such
 # receipts from their JSON.
-LENS_METHOD_VERSIONS = ("1.1.0",)
+LENS_METHOD_VERSIONS = ("1.1.0", "1.2.0")
 LINES_WITHOUT_LENS = ("(method_version IS NULL OR method_version NOT IN ("
                       + ", ".join(f"'{v}'" for v in LENS_METHOD_VERSIONS) + "))")
 

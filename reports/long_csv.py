@@ -14,7 +14,7 @@ pandas and handed to DuckDB), the corrections with them. It declines a month whe
 
 * a run row's window is not spelled ``YYYY-MM-DDTHH:MM:SSZ`` (an end may be missing), or an interval timed by
   its span has another spelling;
-* a text cell is one :func:`ledger.textsafe.csv_cell` would change (a formula prefix, a control character);
+* a text cell is one :func:`ledger.base.textsafe.csv_cell` would change (a formula prefix, a control character);
 * a figure reaches 10^8 in magnitude (GPU-hours or money);
 * the month has no row from the lines, or the lines cannot answer at all (as ``plan``);
 * there is a ``--tenant`` or aliasing, or the ledger is not a SQLite file the ADBC driver reads.
@@ -185,7 +185,7 @@ def _run_lines_sql(month: str, through_seq: int, head_hash: str) -> str:
 
 def _eligible_sql() -> str:
     """How many of the month's rows the stream does not answer (see the module doc): any declines the month."""
-    from ledger.textsafe import RISKY_RE2
+    from ledger.base.textsafe import RISKY_RE2
 
     from .issued_columns import ISO_Z
 
@@ -206,8 +206,8 @@ def _ledger_wide(conn, seq_head: int) -> np.ndarray | None:  # noqa: ANN001
     the covering indexes (0.8–0.9 s at a million issues, where ``plan`` takes 3.2–3.9 s)."""
     from sqlalchemy import text
 
-    from ledger import receipt_lines
-    from ledger.kinds import Kind
+    from ledger.chain import receipt_lines
+    from ledger.chain.kinds import Kind
 
     p = {"s": seq_head, "k": Kind.RECEIPT_ISSUED}
     if not receipt_lines.has_table(conn):
@@ -314,7 +314,7 @@ def _dict_rows(engine, month: str, seq_head: int, slow: np.ndarray):  # noqa: AN
     import pandas as pd
     import pyarrow as pa
 
-    from ledger.textsafe import risky_cells
+    from ledger.base.textsafe import risky_cells
 
     from .export import correction_flat, iso_text
     from .issued_columns import dict_path
@@ -348,7 +348,7 @@ def write_month_csv(engine, month: str, path: str | Path, as_of: int | None = No
     import duckdb
     import pyarrow as pa
 
-    from ledger.textsafe import neutralise_frame
+    from ledger.base.textsafe import neutralise_frame
 
     from .export import Statement, long_table
     from .monthly import Flat, flatten, scan, summary_of_scan

@@ -10,7 +10,7 @@ Rules (docs/reports.md has the full text):
 
 * Periods are half-open ``[start, end)`` in UTC. Under the default period rule (``split``) a receipt is
   allocated to every month its window overlaps, in proportion to its seconds there, exact to the nanohour
-  (:mod:`reports.periods`); under ``end`` it belongs to the month of its last paid instant.
+  (:mod:`ledger.base.periods`); under ``end`` it belongs to the month of its last paid instant.
 * The hour-of-day profile (UTC) spreads each run's paid and delivered GPU-hours over the hours of the day
   in proportion to the run's window overlap with each hour (receipts carry no hourly split), so it is a
   profile of *when* hours were held, not a measurement per hour.
@@ -36,10 +36,10 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from . import periods
+from ledger.base import periods
 from .energy_columns import ENERGY_COLUMNS, energy_values
 from .lens_columns import LENS_COLUMNS, lens_values
-from .periods import month_of  # noqa: F401 - re-exported for callers
+from ledger.base.periods import month_of  # noqa: F401 - re-exported for callers
 
 THROTTLE_CAUSES = ("thermal", "power_cap", "hw_slowdown", "sync_boost", "other")
 LOSS_BUCKETS = tuple(f"throttled_{c}" for c in THROTTLE_CAUSES) + ("underutilized", "starved", "idle_held",
@@ -65,7 +65,7 @@ class ExportError(ValueError):
 
 
 def month_bounds(month: str) -> tuple[dt.datetime, dt.datetime]:
-    """[first instant, first instant of the next month) in UTC for ``YYYY-MM`` (see :mod:`reports.periods`)."""
+    """[first instant, first instant of the next month) in UTC for ``YYYY-MM`` (see :mod:`ledger.base.periods`)."""
     try:
         return periods.month_bounds(month)
     except periods.PeriodError as exc:

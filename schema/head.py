@@ -1,6 +1,6 @@
 """The newest migration in schema/versions, known without importing alembic.
 
-Every `ipledger` command checks the ledger's schema revision (ledger.db.require_schema); reading it with one
+Every `ipledger` command checks the ledger's schema revision (ledger.chain.db.require_schema); reading it with one
 SELECT and comparing to these constants keeps alembic (≈ 0.3 s of imports) off every command but `init`.
 tests/test_schema_head.py asks alembic for the head and the history and fails when a migration is added
 without updating this file.

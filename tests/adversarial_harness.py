@@ -23,10 +23,10 @@ from pathlib import Path
 from click.testing import CliRunner
 from sqlalchemy import text
 
-from ledger import db as db_mod
-from ledger import spool
-from ledger.entries import entry_from_record
-from ledger.telemetry.store import read_samples
+from ledger.chain import db as db_mod
+from ledger.capture import spool
+from ledger.chain.entries import entry_from_record
+from ledger.telemetry.sealed import read_samples
 
 IPLEDGER = str(Path(sys.executable).with_name("ipledger"))  # the installed console script of this venv
 DERIVED_KINDS = ("receipt_issued",)  # facts the ledger makes itself (issued_at differs per issue)

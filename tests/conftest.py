@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ledger import db as db_mod
+from ledger.chain import db as db_mod
 from tests import services
 
 FIXTURES = Path(__file__).parent / "fixtures"

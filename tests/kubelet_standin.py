@@ -9,8 +9,8 @@ from concurrent import futures
 
 import grpc
 
-from ledger.sources.kubelet import api_pb2 as pb
-from ledger.sources.kubelet import api_pb2_grpc as pbg
+from ledger.capture.sources.kubelet import api_pb2 as pb
+from ledger.capture.sources.kubelet import api_pb2_grpc as pbg
 
 
 def pod(namespace: str, name: str, devices: dict[str, list[str]], container: str = "main") -> pb.PodResources:

@@ -17,14 +17,14 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from ledger.adjustments import adjustment_entry
-from ledger.contracts import contract_entry, parse_contract
-from ledger.entries import Kind, make_entry
-from ledger.store import append
+from ledger.chain.adjustments import adjustment_entry
+from ledger.chain.contracts import contract_entry, parse_contract
+from ledger.chain.entries import Kind, make_entry
+from ledger.chain.store import append
 from ledger.telemetry.model import SAMPLE_COLUMNS
-from ledger.telemetry.store import segment_entry_rows, write_segment_rows_in
-from ledger.db import write_tx
-from ledger.ship import refusal_entries
+from ledger.telemetry.sealed import segment_entry_rows, write_segment_rows_in
+from ledger.chain.db import write_tx
+from ledger.ingest.ship import refusal_entries
 
 JOB = "8100"
 SKUS = ["NVIDIA H100 80GB HBM3", "AMD Instinct MI300X", "Acme Tensor 9", None, "NVIDIA A100-SXM4-80GB"]

@@ -60,7 +60,7 @@ class Slurm:
         return out.split(";")[0]
 
     def job(self, job_id: str) -> dict[str, str]:
-        from ledger.hooks.slurm import parse_scontrol_oneline
+        from ledger.capture.hooks.slurm import parse_scontrol_oneline
 
         p = self.cmd("scontrol", "show", "job", "-o", job_id, check=False)
         return parse_scontrol_oneline(p.stdout) if p.returncode == 0 else {}

@@ -1,4 +1,4 @@
-"""Ship-time accounting (ledger.accounting): what the hooks' environment lacks, from sacct, in batches.
+"""Ship-time accounting (ledger.ingest.sacct): what the hooks' environment lacks, from sacct, in batches.
 
 The stand-in ``sacct`` (tests/standins/sacct) answers in the parsable format and counts its calls; the real one
 against a real slurmdbd is exercised in tests/test_slurm_e2e.py.
@@ -11,11 +11,12 @@ import time
 
 import pytest
 
-from ledger import db as db_mod
-from ledger import spool, store
-from ledger.canonical import ts_to_epoch
-from ledger import accounting
-from ledger.hooks.records import entry_record, spool_line
+from ledger.chain import db as db_mod
+from ledger.capture import spool
+from ledger.chain import store
+from ledger.chain.canonical import ts_to_epoch
+from ledger.ingest import sacct as accounting
+from ledger.capture.hooks.records import entry_record, spool_line
 from tests.standins import make_site
 
 T0 = int(time.time()) - 7200  # whole seconds, as sacct prints them; within the lookback
@@ -155,7 +156,7 @@ def test_a_run_still_running_or_unknown_to_the_database_stays_pending(site, sqli
 
 
 def test_end_state_prefers_the_database_then_the_controller():
-    from ledger.entries import make_entry
+    from ledger.chain.entries import make_entry
 
     def end(source, state, node=None):
         return make_entry("allocation_ended", T0, {"state": state}, job_id="1", run=0, node=node, source=source)

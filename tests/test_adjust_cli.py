@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from ledger import db as db_mod
-from ledger import spool, store
-from ledger.adjustments import AdjustmentError, parse_quantity
-from ledger.entries import Kind
+from ledger.chain import db as db_mod
+from ledger.capture import spool
+from ledger.chain import store
+from ledger.chain.adjustments import AdjustmentError, parse_quantity
+from ledger.chain.entries import Kind
 from ledger.receipts import receipt_for
 from ledger.receipts.example import example_entries, load_example
 

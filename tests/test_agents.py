@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.canonical import ts_to_epoch
+from ledger.chain.canonical import ts_to_epoch
 from ledger.sim import FleetSpec
 from ledger.sim.score import false_alarms_on_healthy, matches, score
 
@@ -26,7 +26,7 @@ SCOPE_KEYS = {"cluster", "rack", "node", "device_uuid", "job_id", "tenant"}
 @lru_cache(maxsize=2)
 def small_hall(seed: int = SEED):  # noqa: ANN201
     """Built once per test session and seed (shared by the agents/ask/analyze tests)."""
-    from ledger.demo import build_hall
+    from ledger.sim.hall import build_hall
 
     out = Path(tempfile.mkdtemp(prefix="ipledger-hall-"))
     atexit.register(shutil.rmtree, out, True)
@@ -108,9 +108,9 @@ def test_agents_buckets_agree_with_receipts():
 def test_same_seed_same_findings_and_verdicts_steer_recommendations(tmp_path):
     """Deterministic for a seed (a second build gives the same finding ids); confirm/dismiss are entries."""
     from ledger import agents
-    from ledger.demo import build_hall
-    from ledger.entries import Kind
-    from ledger.store import iter_entries
+    from ledger.sim.hall import build_hall
+    from ledger.chain.entries import Kind
+    from ledger.chain.store import iter_entries
 
     _, first = small_hall()
     hall = build_hall(tmp_path, SEED, FleetSpec.small())
@@ -216,3 +216,30 @@ def test_row_remap_failure_is_a_device_finding():
     assert (ev["before"], ev["during"]) == (0.0, 1.0)
     recs = recommendation.run(ds, found)
     assert recs and "dcgmi diag" in " ".join(dict(recs[0].extra)["read_only_evidence"])
+
+
+def test_a_recommendation_is_priced_over_the_period_seen_even_while_the_cause_lasts():
+    """A cause still present at the end of the data (an ECC drift to the last sample) once got a weekly rate (its
+    hourly cost × 168); now its step carries exactly the hours its finding cost, over the finding's own span."""
+    import pandas as pd
+
+    from ledger.agents import recommendation
+    from ledger.agents.data import Dataset
+    from ledger.agents.model import Finding, make_scope
+
+    t0 = 1793577600.0
+    ds = Dataset(samples=pd.DataFrame(), allocs=pd.DataFrame(), devices=pd.DataFrame(), gaps=[],
+                 progress=pd.DataFrame(), requeues=[], statuses={}, recorded=[], cadence=60.0, start=t0,
+                 end=t0 + 6 * 3600, through_seq=0)
+    lasting = Finding("drift", "ecc_drift", make_scope(node="N1", device_uuid="GPU-a"), t0 + 4 * 3600,
+                      t0 + 6 * 3600, 1.5, 3.0, 0.9, (), "ECC drift.", cause="ecc")
+    ended = Finding("attribution", "power_cap", make_scope(node="N2"), t0, t0 + 3600, 0.25, 0.5, 0.8, (),
+                    "Capped.", cause="power_cap")
+    recs = {r.scope_dict()["node"]: r for r in recommendation.run(ds, [lasting, ended])}
+    for f in (lasting, ended):
+        r = recs[f.scope_dict()["node"]]
+        extra = dict(r.extra)
+        assert (r.gpu_hours, r.start, r.end) == (f.gpu_hours, f.start, f.end)
+        assert r.cost == f.cost and extra["seen_hours"] == round((f.end - f.start) / 3600, 3)
+        assert "gpu_hours_per_week" not in extra and "/week" not in r.summary
+        assert "over the" in r.summary and extra["based_on"] == [f.id]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ledger import db as db_mod
+from ledger.chain import db as db_mod
 from ledger.sim import FleetSpec, simulate
 from ledger.sim.write import write_ledger
 

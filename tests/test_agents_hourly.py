@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from bench.scenario import generate, write_export
-from ledger import db as db_mod
+from ledger.chain import db as db_mod
 from ledger.agents import accounting
 from ledger.agents.common import price
 from ledger.agents.data import bucket_totals, coverage_gaps, load
@@ -184,7 +184,7 @@ def test_explain_ask_account_read_device_hours_and_samples_alike(runner, cli, en
     """`explain`, `ask` and `account` over device-hours (the default) answer as over every sample (`--samples`)."""
     import json
 
-    from ledger.canonical import format_ts
+    from ledger.chain.canonical import format_ts
 
     ds = load_compact(engine)
     node = sorted(ds.devices["node"].dropna().unique())[0]

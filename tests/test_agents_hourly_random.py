@@ -12,14 +12,14 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import db as db_mod
+from ledger.chain import db as db_mod
 from ledger.agents import accounting
 from ledger.agents.data import bucket_totals, coverage_gaps, load
 from ledger.agents.hourly import DAILY_FIGURES, DAILY_KEY, load_compact
-from ledger.entries import Kind, make_entry
-from ledger.store import append
+from ledger.chain.entries import Kind, make_entry
+from ledger.chain.store import append
 from ledger.telemetry.model import Sample
-from ledger.telemetry.store import segment_entry, write_segment
+from ledger.telemetry.sealed import segment_entry, write_segment
 
 T0 = 1_793_577_600.0 + 1_234.0       # not on an hour
 CADENCE = 60.0

@@ -12,9 +12,9 @@ import subprocess
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from ledger import db as db_mod
-from ledger import store
-from reports import synthetic
+from ledger.chain import db as db_mod
+from ledger.chain import store
+from ledger.sim import synthetic_receipts as synthetic
 from reports.alias import Aliaser, read_key
 from tests.services import unavailable
 from tests.test_export_monthly import NOV, issue_entry

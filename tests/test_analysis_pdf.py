@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from reports import analysis_pdf, synthetic
+from reports import analysis_pdf
+from ledger.sim import synthetic_receipts as synthetic
 from tests.services import unavailable
 from reports.pdf_statement import fmt_hours
 
@@ -323,8 +324,8 @@ def test_recommendation_hours_are_over_the_period_seen():
 
 def test_analyze_pdf_of_a_real_export_priced_and_over_the_period_seen(tmp_path):
     """analyze --pdf --rate on an export: page one priced at the rate; each recommendation's recoverable hours are
-    its findings' hours over the period they were seen (that period printed), and the agents' weekly
-    extrapolation appears nowhere; the largest findings each carry a timeline from the samples."""
+    its findings' hours over the period they were seen (that period printed), in the JSON as in the PDF, also for
+    a cause still present at the end of the data (never extrapolated to a week); the largest findings each carry a timeline from the samples."""
     import json
 
     from click.testing import CliRunner
@@ -345,18 +346,21 @@ def test_analyze_pdf_of_a_real_export_priced_and_over_the_period_seen(tmp_path):
     flat = " ".join(pdf_text(tmp_path / "a.pdf").split())
     section = flat[flat.index("Recommendations, priced in GPU-hours"):flat.index("Method and its limits")]
     by_id = {f["id"]: f for f in out["findings"]}
-    extrapolated = 0
+    assert out["recommendations"]
+    still_present = 0
     for rec in out["recommendations"]:
         based = [by_id[i] for i in rec["finding_ids"] if i in by_id]
         seen = sum(f["gpu_hours"] for f in based)
         assert fmt_hours(seen) in section, rec["title"]
-        span = (max(analysis_pdf._epoch(f["end"]) for f in based) -
-                min(analysis_pdf._epoch(f["start"]) for f in based)) / 3600
-        assert f"({fmt_hours(span)} h)" in section, rec["title"]
-        if abs(rec["gpu_hours_per_week"] - seen) > 0.01:
-            extrapolated += 1
-            assert fmt_hours(rec["gpu_hours_per_week"]) not in section, rec["title"]
-    assert extrapolated, "the scenario has a cause still present at the end (a weekly figure above its hours)"
+        # the agents' own figure is the hours over the period seen, not a weekly rate carried past the data
+        assert "gpu_hours_per_week" not in rec and abs(rec["gpu_hours"] - seen) <= 0.002, rec["title"]
+        s0 = min(analysis_pdf._epoch(f["start"]) for f in based)
+        s1 = max(analysis_pdf._epoch(f["end"]) for f in based)
+        assert (analysis_pdf._epoch(rec["start"]), analysis_pdf._epoch(rec["end"])) == (s0, s1), rec["title"]
+        assert abs(rec["seen_hours"] - (s1 - s0) / 3600) <= 0.001, rec["title"]
+        assert f"({fmt_hours((s1 - s0) / 3600)} h)" in section, rec["title"]
+        still_present += s1 >= analysis_pdf._epoch(out["meta"]["end"]) - 3 * 60.0
+    assert still_present, "the scenario has a cause still present at the end (once extrapolated to a week)"
     top = sorted((f for f in out["findings"] if f["agent"] != "recommendation"), key=lambda f: -f["gpu_hours"])[:5]
     for f in top:
         sig = out["series"][f["id"]]

@@ -18,7 +18,7 @@ PACKAGES = frozenset({"ledger", "reports", "ipledger_schema"})
 DIRS = {"ledger": "ledger", "reports": "reports", "ipledger_schema": "schema"}  # schema/ installs as ipledger_schema
 
 # Standard-library modules of the Pythons the project supports that this interpreter may not list.
-OTHER_STDLIB = {"_sha2"}  # CPython >= 3.12's SHA-2 module (ledger.canonical tries it before 3.11's _sha256)
+OTHER_STDLIB = {"_sha2"}  # CPython >= 3.12's SHA-2 module (ledger.chain.canonical tries it before 3.11's _sha256)
 
 
 def _modules() -> dict[str, Path]:
@@ -140,12 +140,49 @@ def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
 
 
 def test_the_table_covers_every_module_and_allows_no_cycle():
-    assert set(ALLOWED) >= {"foundation", "hooks", "receipts", "reports", "app"}, "table not found in the page"
+    assert set(ALLOWED) >= {"verifier", "base", "chain", "capture", "ingest", "receipts", "reports", "cli"}, \
+        "table not found in the page"
     for c, targets in ALLOWED.items():
         assert targets <= set(ALLOWED), f"{c} may import unknown components {targets - set(ALLOWED)}"
     assert not _cycles(ALLOWED), "the allowed imports themselves form a cycle"
     for m in MODULES:
         component(m)
+
+
+def test_ledger_is_made_of_packages():
+    """Every module of ledger/ lives in a package named for its stage; only the verifier (one file a tenant
+    copies alone) and the package's own ``__init__`` sit at the top."""
+    flat = sorted(p.name for p in (ROOT / "ledger").glob("*.py") if p.name not in ("__init__.py", "proofcheck.py"))
+    assert not flat, f"modules outside a package of ledger/ (docs/architecture.md): {flat}"
+
+
+def _may_import(doc: str) -> set[str] | None:
+    """The components a package's docstring says it may import (its ``May import:`` line, names in backquotes),
+    the empty set where it says it imports nothing of the project, None where it says neither."""
+    m = re.search(r"^May import:(.*?)(?:\n\n|\Z)", doc, re.M | re.S)
+    if m:
+        return {component(n) for n in re.findall(r"`([\w.]+)`", m.group(1))}
+    return set() if "imports nothing of the project" in " ".join(doc.split()) else None
+
+
+def test_each_package_says_its_job_and_what_it_may_import():
+    """Each package's ``__init__`` docstring says its job and ends with what it may import: the same components
+    as its row of docs/architecture.md."""
+    bad = []
+    for comp, prefixes in PREFIXES.items():
+        for prefix in prefixes:
+            path = MODULES.get(prefix)
+            if not prefix.startswith(("ledger.", "reports")) or path is None or path.name != "__init__.py":
+                continue   # the top package (its version only) and single modules (the verifier)
+            doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+            says = _may_import(doc)
+            if len(doc.split()) < 8:
+                bad.append(f"{prefix}: no docstring saying its job")
+            elif says is None:
+                bad.append(f"{prefix}: its docstring does not say what it may import ('May import: ...')")
+            elif says != ALLOWED[comp]:
+                bad.append(f"{prefix}: docstring says {sorted(says)}, docs/architecture.md {sorted(ALLOWED[comp])}")
+    assert not bad, "\n".join(bad)
 
 
 def test_every_import_between_components_is_allowed():
@@ -174,10 +211,10 @@ def _hook_modules() -> set[str]:
 
 def test_the_hook_imports_only_the_standard_library_and_its_own_modules():
     own = _hook_modules()
-    assert {"ledger.hooks", "ledger.hooks.core", "ledger.canonical"} <= own
+    assert {"ledger.capture.hooks", "ledger.capture.hooks.core", "ledger.chain.canonical"} <= own
     reached: set[str] = set()
     foreign: set[str] = set()
-    todo = ["ledger.hooks"]
+    todo = ["ledger.capture.hooks"]
     while todo:
         m = todo.pop()
         if m in reached:
@@ -191,7 +228,7 @@ def test_the_hook_imports_only_the_standard_library_and_its_own_modules():
     outside = (reached - own) | foreign
     assert not outside, f"the hook loads {sorted(outside)}"
     # the hook entry point must not reach the database, the CLI or the receipts at all
-    assert not {m for m in reached if m.startswith(("ledger.cli", "ledger.receipts", "ledger.db", "ledger.store"))}
+    assert not {m for m in reached if m.startswith(("ledger.cli", "ledger.receipts", "ledger.db", "ledger.chain.store"))}
 
 
 def _private_imports(module: str, path: Path) -> list[str]:
@@ -264,3 +301,26 @@ def test_receipts_package_reexports_resolve_and_stay_light() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parent.parent).stdout.strip()
     assert out == "[]", out
+
+
+HEAVY = ("pandas", "numpy", "pyarrow", "sqlalchemy", "duckdb", "reportlab", "cryptography", "alembic")
+
+
+def test_top_level_help_imports_no_heavy_library():
+    """`ipledger --help` answers at once: run as the console script pyproject.toml names, it imports no database
+    layer, dataframe, array or PDF library (read from the child's ``sys.modules``)."""
+    import subprocess
+    import tomllib
+
+    script = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]["ipledger"]
+    module, func = script.split(":")
+    code = ("import sys, importlib\n"
+            f"f = getattr(importlib.import_module({module!r}), {func!r})\n"
+            "sys.argv = ['ipledger', '--help']\n"
+            "try:\n    f()\n"
+            "except SystemExit:\n    pass\n"
+            f"heavy = sorted(k for k in sys.modules if k.split('.')[0] in {HEAVY!r})\n"
+            "sys.stderr.write(repr(heavy))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0 and "Commands:" in done.stdout, done.stderr[-2000:]
+    assert done.stderr == "[]", done.stderr

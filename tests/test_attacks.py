@@ -21,14 +21,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import db as db_mod
-from ledger import spool, store
-from ledger.entries import Kind, make_entry
+from ledger.chain import db as db_mod
+from ledger.capture import spool
+from ledger.chain import store
+from ledger.chain.entries import Kind, make_entry
 from ledger.receipts import receipt_for
 from ledger.receipts.auto import verify_checks
 from ledger.receipts.example import KEY, UUID, load_example
 from ledger.telemetry import blocks
-from ledger.verify import verify
+from ledger.chain.verify import verify
 
 IS_ROOT = os.geteuid() == 0
 NOBODY = 65534
@@ -514,7 +515,7 @@ def test_deep_verify_passes_an_honest_ledger_on_both_backends(engine):
 def test_out_refuses_what_is_not_a_regular_file_and_replaces_whole(tmp_path):
     """The one --out helper: links, FIFOs and directories refused before anything is written (the link's
     target untouched); a writer that fails leaves the old file and no temporary; success replaces it whole."""
-    from ledger.safeout import OutputError, output_file, write_output
+    from ledger.base.safeout import OutputError, output_file, write_output
 
     victim = tmp_path / "victim"
     victim.write_text("keep")
@@ -575,7 +576,7 @@ def example_ledger(tmp_path_factory) -> Path:
 def test_whatever_a_spool_writer_ships_the_receipt_still_computes(example_ledger, tmp_path_factory, records):
     """Observations a spool writer may send, with payloads of any JSON shape: each is accepted or refused,
     and the run's receipt is computed all the same (the accounting identity holds; nothing raises)."""
-    from ledger.ship import ship
+    from ledger.ingest.ship import ship
 
     work = tmp_path_factory.mktemp("obs")
     shutil.copy(example_ledger, work / "ledger.db")

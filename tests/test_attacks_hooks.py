@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from ledger.hooks import slurm
-from ledger.hooks.install import install
+from ledger.capture.hooks import slurm
+from ledger.cli.install_hooks import install
 from tests.standins import make_site
 from tests.test_hooks import kinds as _kinds
 from tests.test_hooks import spooled as _records
@@ -257,8 +257,8 @@ def test_a_symlink_at_the_hook_state_temp_file_is_not_followed(tmp_path):
 
 def test_the_hooks_import_nothing_but_the_standard_library_after_the_bounds():
     """The bounds live on the hook's fast path; they must not pull in anything outside the standard library."""
-    code = ("import sys; sys.path.insert(0, %r); import ledger.hooks.core, ledger.hooks.controller; "
+    code = ("import sys; sys.path.insert(0, %r); import ledger.capture.hooks.core, ledger.capture.hooks.controller; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'click', 'pandas', "
-            "'numpy', 'subprocess', 'signal', 'json')))" % str(Path(slurm.__file__).resolve().parents[2]))
+            "'numpy', 'subprocess', 'signal', 'json')))" % str(Path(__file__).resolve().parents[1]))
     p = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr

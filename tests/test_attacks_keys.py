@@ -27,13 +27,14 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 import ledger.proofcheck as pc
-from ledger import db as db_mod
-from ledger import spool, store
-from ledger.entries import Kind, make_entry
+from ledger.chain import db as db_mod
+from ledger.capture import spool
+from ledger.chain import store
+from ledger.chain.entries import Kind, make_entry
 from ledger.receipts.auto import verify_checks
 from ledger.receipts.example import KEY, load_example
 from tests import services
-from ledger.verify import verify
+from ledger.chain.verify import verify
 
 JOB = KEY["job_id"]
 NOBODY = 65534
@@ -72,7 +73,7 @@ def _site_ledger(runner, cli, tmp_path: Path, name: str) -> tuple[str, Path]:  #
 def _rebuilt(runner, cli, tmp_path: Path, honest_url: str) -> str:  # noqa: ANN001
     """The attacker's ledger: the same facts, the credit raised to 5,000 h (written behind the CLI, which would
     refuse it), a fresh chain and tree, signed with a new key."""
-    from ledger.entries import entry_from_record
+    from ledger.chain.entries import entry_from_record
 
     engine = db_mod.make_engine(honest_url)
     credit = next(store.iter_entries(engine, kinds=[Kind.ADJUSTMENT])).entry
@@ -178,7 +179,7 @@ def test_a_config_another_user_could_write_is_refused(runner, cli, tmp_path, att
     assert r.exit_code == 1 and len(r.output.splitlines()) == 1 and "Traceback" not in r.output, r.output
     assert str(cfg) in r.output and "another user could have written" in r.output
     # The root prolog reads the config through the same loader: it records nothing and runs nothing.
-    from ledger import config
+    from ledger.base import config
 
     with pytest.raises(config.ConfigError, match="another user could have written"):
         config.load_values(str(cfg), {}, snapshot=str(tmp_path / "snap"))
@@ -190,7 +191,7 @@ def test_a_config_another_user_could_write_is_refused(runner, cli, tmp_path, att
 
 def test_the_root_prolog_runs_no_command_a_world_writable_config_names(tmp_path):
     """Was: any user could edit a 0666 config's `[commands] nvidia-smi` and the root prolog ran it."""
-    from ledger.hooks.install import install
+    from ledger.cli.install_hooks import install
     from tests.standins import make_site
 
     site = make_site(tmp_path, tools=("nvidia-smi",))
@@ -215,7 +216,7 @@ def test_a_snapshot_another_user_could_write_is_not_used(tmp_path):
     """The hooks' parsed-config snapshot stands in for the config: a copy others could write is ignored."""
     import marshal
 
-    from ledger import config
+    from ledger.base import config
 
     cfg = tmp_path / "c.toml"
     cfg.write_text('spool = "/honest"\n')
@@ -284,7 +285,7 @@ def test_every_row_outside_the_tree_is_named_at_its_level_and_index(sqlite_url, 
 
 def test_no_row_of_an_honest_tree_is_outside_it(sqlite_url):
     """The shape check's other side: after appends of every size, nothing is named and appends go on."""
-    from ledger import merkle
+    from ledger.chain import merkle
 
     engine = db_mod.make_engine(sqlite_url)
     for n in (1, 15, 1, 16, 31, 64, 3, 129):
@@ -376,7 +377,7 @@ def test_rfc3339_timestamps_are_accepted(site_key, timestamp):
 def test_a_row_is_named_exactly_when_the_entries_do_not_make_it(tmp_path_factory, size, level, idx):
     """The shape rule as arithmetic: a row (level, idx) belongs to the tree of ``size`` entries iff
     level >= 4 and 0 <= idx < size >> level; outside_nodes names it iff it does not."""
-    from ledger import merkle
+    from ledger.chain import merkle
 
     path = tmp_path_factory.getbasetemp() / "shape.db"
     engine = db_mod.make_engine(f"sqlite:///{path}")

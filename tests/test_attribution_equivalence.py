@@ -25,16 +25,16 @@ from ledger.method.attribution import (
     B_UNKNOWN,
     BUCKETS,
     DEFAULT_THRESHOLDS,
-    NH_PER_SECOND,
+    NANOHOURS_PER_SECOND,
     REASON_BITS,
     TIMELINE_CODES,
     DeviceAccount,
     gap_portions,
     _measure,
-    _nh,
+    _nanohours,
     _overlap_with,
     finish_account,
-    seconds_to_nh,
+    seconds_to_nanohours,
 )
 
 from ledger.proofcheck import union as _union
@@ -75,8 +75,8 @@ def _old_attribute_device(
         e = s
     susp = _union(_clip(suspended, s, e))
     susp_s = _measure(susp)
-    paid_nh = seconds_to_nh(e - s - susp_s)
-    suspended_nh = seconds_to_nh(e - s) - paid_nh
+    paid_nanohours = seconds_to_nanohours(e - s - susp_s)
+    suspended_nanohours = seconds_to_nanohours(e - s) - paid_nanohours
     buckets = np.zeros(len(BUCKETS), dtype=np.int64)
     timeline = None
     if samples is not None and len(samples):
@@ -108,9 +108,9 @@ def _old_attribute_device(
         working = ~missing & ~low
         # Each sample's covered time is rounded to nanohours once; its parts are split from that integer,
         # so per sample delivered + throttled + underutilized (or starved, idle, missing) == covered exactly.
-        cov = _nh(covered)
-        active = np.where(working, np.minimum(_nh(covered * a_), cov), 0)
-        delivered = np.minimum(_nh(covered * a_ * ratio), active)
+        cov = _nanohours(covered)
+        active = np.where(working, np.minimum(_nanohours(covered * a_), cov), 0)
+        delivered = np.minimum(_nanohours(covered * a_ * ratio), active)
         throttled = active - delivered
         under = np.where(working, cov - active, 0)
         starved = np.where(low & resident, cov, 0)
@@ -124,17 +124,17 @@ def _old_attribute_device(
         if thresholds.timeline_bins and e > s:
             per_sample = np.stack([delivered, throttled, under, starved, idle, field_missing])
             timeline = _old_timeline((s, e), a, b, per_sample, reason, susp, thresholds.timeline_bins)
-        return finish_account(paid_nh, suspended_nh, portions, sums, timeline)
+        return finish_account(paid_nanohours, suspended_nanohours, portions, sums, timeline)
     else:
         portions, _gaps = gap_portions((s, e), susp, unknown)
         gap_total = sum(portions.values())
-        causes = {"field_missing": 0, "no_telemetry": paid_nh - gap_total}
-        buckets[B_UNKNOWN] = paid_nh
+        causes = {"field_missing": 0, "no_telemetry": paid_nanohours - gap_total}
+        buckets[B_UNKNOWN] = paid_nanohours
         if thresholds.timeline_bins and e > s:
             timeline = _old_timeline((s, e), np.zeros(0), np.zeros(0), np.zeros((6, 0), dtype=np.int64),
                                  np.zeros(0, dtype=np.int64), susp, thresholds.timeline_bins)
-    return DeviceAccount(paid_nh=paid_nh, buckets=buckets, suspended_nh=suspended_nh, gap_nh=portions,
-                         unknown_causes=causes, fidelity="none", coarse_nh=0, timeline=timeline)
+    return DeviceAccount(paid_nanohours=paid_nanohours, buckets=buckets, suspended_nanohours=suspended_nanohours, gap_nanohours=portions,
+                         unknown_causes=causes, fidelity="none", coarse_nanohours=0, timeline=timeline)
 
 
 
@@ -155,10 +155,10 @@ def _old_timeline(window: tuple[float, float], a: np.ndarray, b: np.ndarray, per
     mat[B_STARVED] = np.bincount(idx, weights=starved, minlength=bins)
     mat[B_IDLE] = np.bincount(idx, weights=idle, minlength=bins)
     edges = s + width * np.arange(bins + 1)
-    susp_in = _overlap_with(susp, edges[:-1], edges[1:]) * NH_PER_SECOND
+    susp_in = _overlap_with(susp, edges[:-1], edges[1:]) * NANOHOURS_PER_SECOND
     mat[len(BUCKETS)] = susp_in
     known = mat.sum(axis=0)
-    mat[B_UNKNOWN] = np.maximum(width * NH_PER_SECOND - known, 0.0) + np.bincount(idx, weights=fmiss, minlength=bins)
+    mat[B_UNKNOWN] = np.maximum(width * NANOHOURS_PER_SECOND - known, 0.0) + np.bincount(idx, weights=fmiss, minlength=bins)
     return (mat / np.maximum(mat.sum(axis=0), 1e-300)).T.astype(np.float32)
 
 
@@ -191,12 +191,12 @@ SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0]
 
 
 def _same(new: DeviceAccount, old: DeviceAccount) -> None:
-    assert new.paid_nh == old.paid_nh
-    assert new.suspended_nh == old.suspended_nh
+    assert new.paid_nanohours == old.paid_nanohours
+    assert new.suspended_nanohours == old.suspended_nanohours
     assert new.buckets.dtype == old.buckets.dtype and new.buckets.tolist() == old.buckets.tolist()
-    assert new.gap_nh == old.gap_nh
+    assert new.gap_nanohours == old.gap_nanohours
     assert new.unknown_causes == old.unknown_causes
-    assert (new.fidelity, new.coarse_nh) == (old.fidelity, old.coarse_nh)
+    assert (new.fidelity, new.coarse_nanohours) == (old.fidelity, old.coarse_nanohours)
     assert (new.timeline is None) == (old.timeline is None)
     if new.timeline is not None:
         assert new.timeline.dtype == old.timeline.dtype
@@ -316,7 +316,7 @@ def test_fast_attribution_equals_the_replaced_one_on_a_receipt_sized_device() ->
                     "unknown": [(T0 + 7000.0, T0 + 9000.0, "g1"), (T0 + 8000.0, T0 + 20000.0, "g2")]}):
             new, old = attribute_device(window, samples, **kw), _old_attribute_device(window, samples, **kw)
             _same(new, old)
-            assert new.paid_nh == int(new.buckets.sum())
+            assert new.paid_nanohours == int(new.buckets.sum())
 
 
 def test_reason_table_equals_the_precedence_loop() -> None:

@@ -181,8 +181,8 @@ NASTY = st.text(alphabet=st.sampled_from(list("=+-@\t\r\n\x00\x07\x1b\x7f\x85\u2
 def test_names_are_stored_faithfully_and_shown_escaped(runner, cli, tmp_path_factory, account, user, job):
     import csv as csv_mod
 
-    from ledger import db as db_mod, store
-    from ledger.entries import Kind, make_entry
+    from ledger.chain import db as db_mod, store
+    from ledger.chain.entries import Kind, make_entry
 
     d = tmp_path_factory.mktemp("names")
     url = f"sqlite:///{d / 'l.db'}"
@@ -219,7 +219,7 @@ def test_names_are_stored_faithfully_and_shown_escaped(runner, cli, tmp_path_fac
             if cell.startswith(("=", "+", "-", "@")):
                 float(cell)            # only numbers may start so (a negative figure); a name never does
     tenant = rows[1][rows[0].index("tenant")] if rows[1][0] != "total" else rows[2][rows[0].index("tenant")]
-    from ledger.textsafe import csv_cell
+    from ledger.base.textsafe import csv_cell
     assert tenant == csv_cell(account)
 
 

@@ -19,11 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from ledger import store
-from ledger import verify as verify_mod
-from ledger.canonical import format_ts
-from ledger.entries import Kind, compute_entry_id, entry_from_record, make_entry
-from ledger.verify import check_chain, verify_chain
+from ledger.chain import store
+from ledger.chain import verify as verify_mod
+from ledger.chain.canonical import format_ts
+from ledger.chain.entries import Kind, compute_entry_id, entry_from_record, make_entry
+from ledger.chain.verify import check_chain, verify_chain
 
 UTC = dt.timezone.utc
 
@@ -127,10 +127,10 @@ def test_fast_verify_reports_the_reference_problem_on_tampering(engine, fast_eve
 
 
 def test_sqlite_encodings_are_the_reference_encodings_byte_for_byte(sqlite_url):
-    """The json_array SQL (ledger.entries.SQLITE_IDENTITY/SQLITE_CHAIN) against row_encodings on hostile text."""
-    from ledger import db as db_mod
-    from ledger.entries import CHAIN_COLUMNS, SQLITE_CHAIN, SQLITE_IDENTITY, row_encodings
-    from ledger.store import ENTRY_COLUMNS
+    """The json_array SQL (ledger.chain.entries.SQLITE_IDENTITY/SQLITE_CHAIN) against row_encodings on hostile text."""
+    from ledger.chain import db as db_mod
+    from ledger.chain.entries import CHAIN_COLUMNS, SQLITE_CHAIN, SQLITE_IDENTITY, row_encodings
+    from ledger.chain.store import ENTRY_COLUMNS
 
     assert ENTRY_COLUMNS == CHAIN_COLUMNS + ("hash",)  # a stored row is read in the chain's own order
     engine = db_mod.make_engine(sqlite_url)
@@ -152,7 +152,7 @@ def _forge_real(db_path, column: str, value: float, seq: int) -> None:
     import re
     import sqlite3
 
-    from ledger.entries import SQLITE_CHAIN, SQLITE_IDENTITY
+    from ledger.chain.entries import SQLITE_CHAIN, SQLITE_IDENTITY
 
     def set_schema(con, sql):  # noqa: ANN001, ANN202
         version = con.execute("PRAGMA schema_version").fetchone()[0]
@@ -186,8 +186,8 @@ def test_a_real_sealed_over_sqlites_spelling_is_the_reference_problem(sqlite_url
     """SQLite's json_array spells a REAL its own way (1.0e+20, 15 digits); row_encodings spells it as Python
     does. A REAL in any column of the last entry, its id and hash re-sealed over SQLite's spelling: the fast
     path reports exactly the reference's problem at that seq, never "ok" (without the REAL guard it did)."""
-    from ledger import db as db_mod
-    from ledger.entries import CHAIN_COLUMNS, SQLITE_NO_REAL
+    from ledger.chain import db as db_mod
+    from ledger.chain.entries import CHAIN_COLUMNS, SQLITE_NO_REAL
 
     assert all(c in SQLITE_NO_REAL for c in CHAIN_COLUMNS if c not in ("entry_id", "prev_hash"))
     engine = db_mod.make_engine(sqlite_url)
@@ -207,7 +207,7 @@ def test_any_float_in_run_verifies_as_the_reference_does(tmp_path_factory, value
     with the row re-sealed over SQLite's spelling: the fast path's report is the reference's."""
     import shutil
 
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
 
     template = tmp_path_factory.getbasetemp() / "real-run-template.db"
     if not template.exists():
@@ -231,7 +231,7 @@ def test_any_float_in_run_verifies_as_the_reference_does(tmp_path_factory, value
 def test_fast_verify_checks_the_tree_in_the_same_pass(engine, fast_everywhere):
     """Both backends: the chain walk's workers also check every stored Merkle subtree; a rewritten one leaves
     the tree unchecked for the reference check to name, and the chain verdict unchanged."""
-    from ledger.heads import subtree_problems
+    from ledger.chain.heads import subtree_problems
 
     for start in range(0, 2100, 700):
         store.append(engine, [make_entry(Kind.PROGRESS, 1_700_000_000 + i, {"i": i})
@@ -267,8 +267,8 @@ def test_fast_verify_in_threads_when_the_caller_is_threaded(engine, fast_everywh
 def test_parallel_ship_equals_serial_ship(tmp_path, monkeypatch):
     """Worker processes preparing spool files change nothing: same report, same chain, same files left."""
     from bench import data
-    from ledger import db as db_mod
-    from ledger import ship as ship_mod
+    from ledger.chain import db as db_mod
+    from ledger.ingest import ship as ship_mod
 
     def one(parallel: bool) -> tuple:
         root = tmp_path / ("par" if parallel else "ser")
@@ -302,7 +302,7 @@ def test_prepared_files_cross_from_workers_unchanged(tmp_path):
     import pickle
 
     from bench import data
-    from ledger import ship as ship_mod
+    from ledger.ingest import ship as ship_mod
 
     data.write_spool(tmp_path / "spool", 60)
     for path in sorted((tmp_path / "spool").iterdir()):
@@ -313,7 +313,7 @@ def test_prepared_files_cross_from_workers_unchanged(tmp_path):
         assert back.segments == prep.segments == [] and back.errors == prep.errors
 
 
-# --- the shipper's record checks (ledger/intake.py) and its collector setting (ledger/ship.py) ---------------
+# --- the shipper's record checks (ledger/ingest/intake.py) and its collector setting (ledger/ingest/ship.py) ---------------
 
 def _outcome(fn):  # noqa: ANN001, ANN202
     """What a call gives: its value, or its exception's type and message."""
@@ -327,7 +327,7 @@ def _outcome(fn):  # noqa: ANN001, ANN202
 @given(st.from_regex(r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{0,6})?Z\Z")
        | st.text(max_size=30))
 def test_memoised_time_parse_matches_its_reference_cold_and_warm(text_):
-    from ledger import intake
+    from ledger.ingest import intake
 
     want = _outcome(lambda: intake.canonical_epoch(text_))
     intake._EPOCHS.pop(text_, None)
@@ -344,7 +344,7 @@ def test_memoised_time_parse_matches_its_reference_cold_and_warm(text_):
 def test_payload_decoder_built_once_matches_json_loads(raw):
     import json
 
-    from ledger import intake
+    from ledger.ingest import intake
 
     assert _outcome(lambda: intake.decode_payload(raw)) == \
         _outcome(lambda: json.loads(raw, parse_constant=intake._refuse_constant))
@@ -355,7 +355,7 @@ def test_payload_decoder_built_once_matches_json_loads(raw):
        st.text(max_size=140) | st.text(alphabet="ab\x00\udc80é", max_size=6) | st.integers() | st.none())
 def test_record_text_fields_refused_exactly_as_the_full_check_does(name, value):
     """check_record's shortcut for plain ASCII fields refuses what intake._text refuses, with its reason."""
-    from ledger import intake
+    from ledger.ingest import intake
 
     rec = {"kind": Kind.PROGRESS, "ts": "2026-01-01T00:00:00Z", "cluster": "c", "job_id": "7", "payload": "{}",
            name: value}
@@ -370,7 +370,7 @@ def test_record_text_fields_refused_exactly_as_the_full_check_does(name, value):
 def test_shipping_raises_the_collector_threshold_and_restores_it(tmp_path):
     import gc
 
-    from ledger import ship as ship_mod
+    from ledger.ingest import ship as ship_mod
 
     before = gc.get_threshold()
     with ship_mod.fewer_collections():

@@ -27,7 +27,7 @@ def test_import_figure_has_the_floor_the_extra_floor_and_the_share(tmp_path, mon
     assert seconds > 0 and 0 < percent < 100
     assert float(fig.extra["inside the import: reading the query_range files "
                            "(ledger.importers.prometheus.read)"].split()[1]) > 0
-    doc = (tmp_path / "performance.md").read_text()
+    doc = (tmp_path / "performance-history.md").read_text()
     assert f"## {bench_import.TITLE}" in doc and "1 GPUs × 24 h" in doc and "ratio to floor" in doc
 
 

@@ -28,7 +28,7 @@ def test_core_figures_run_and_check_themselves(module, scale, tmp_path, monkeypa
     assert fig.status == "ok"
     assert fig.floor is not None and fig.floor.median > 0
     assert all(t.median > 0 for t in fig.subjects)
-    doc = (tmp_path / "performance.md").read_text()
+    doc = (tmp_path / "performance-history.md").read_text()
     assert f"## {fig.title}" in doc and "ratio to floor" in doc
 
 
@@ -42,7 +42,7 @@ def test_ship_segments_figure_has_both_floors_and_the_device_hours_share(tmp_pat
     assert "rows the ledger holds" in extra or "the ledger's own rows" in extra
     assert "% of the shipment" in extra and "without it" in extra and "verify` clean" in extra
     assert "the energy counter adds" in extra
-    assert "## Ship collector segments into SQLite" in (tmp_path / "performance.md").read_text()
+    assert "## Ship collector segments into SQLite" in (tmp_path / "performance-history.md").read_text()
 
 
 def test_capture_set_figure_prints_both_ratios_and_peak_memory(tmp_path, monkeypatch):
@@ -53,20 +53,41 @@ def test_capture_set_figure_prints_both_ratios_and_peak_memory(tmp_path, monkeyp
     for name in ("dmon", "amd-smi"):
         line = fig.extra[f"{name} set"]
         assert "64 GPUs" in line and "×" in line and "peak memory" in line and "MiB" in line
-    assert "## Capture-set analysis" in (tmp_path / "performance.md").read_text()
+    assert "## Capture-set analysis" in (tmp_path / "performance-history.md").read_text()
 
 
-def test_write_doc_keeps_other_sections(tmp_path):
+def test_write_doc_appends_to_the_record_and_updates_only_its_row(tmp_path):
+    """A run is appended to the record (never rewritten: two runs, two entries) and its headline and date go into
+    its own row of the table of current figures; other rows and sections stay as they were."""
     doc = tmp_path / "performance.md"
-    doc.write_text("# Performance\n\nintro\n\n## Accuracy\n\nsomeone else's numbers\n")
+    rows = ("| figure | reproduce | floor | target | latest | status |\n|---|---|---|---|---|---|\n"
+            "| some figure | `python -m bench.x` | a floor | ≤ 2× | old | NOT met |\n"
+            "| other figure | `python -m bench.xy` | a floor | ≤ 3× | 2.00× (2026-01-01) | met |\n")
+    doc.write_text(f"# Performance\n\nintro\n\n## Current figures\n\n{rows}\n## Accuracy\n\nsomeone else's numbers\n")
     fig = common.Figure(key="x", title="Some figure", target=2.0, floor=common.Timing("floor", (1.0, 1.0)),
                         subjects=(common.Timing("subject", (1.5, 1.7)),))
     common.write_doc(fig, doc)
-    common.write_doc(fig, doc)  # rewriting replaces the section, never duplicates it
+    common.write_doc(fig, doc)
+    record = (tmp_path / "performance-history.md").read_text()
+    assert record.count("## Some figure — ") == 2       # appended, never replaced
+    assert "| 1.60 | 1.50 | ≤ 2× met |" in record      # medians 1.6/1.0, minimums 1.5/1.0
     text = doc.read_text()
-    assert text.count("## Some figure") == 1
-    assert "## Accuracy\n\nsomeone else's numbers" in text
-    assert "| 1.60 | 1.50 | ≤ 2× met |" in text  # medians 1.6/1.0, minimums 1.5/1.0
+    row = next(r for r in text.splitlines() if "`python -m bench.x`" in r)
+    assert "| 1.60× (subject) (" in row and row.endswith("| met |") and "old" not in row
+    assert "| other figure | `python -m bench.xy` | a floor | ≤ 3× | 2.00× (2026-01-01) | met |" in text
+    assert "## Accuracy\n\nsomeone else's numbers" in text and text.startswith("# Performance\n\nintro")
+    slow = common.Figure(key="x", title="Some figure", target=2.0, floor=common.Timing("floor", (1.0,)),
+                         subjects=(common.Timing("subject", (2.5,)),))
+    common.write_doc(slow, doc)
+    assert next(r for r in doc.read_text().splitlines() if "`python -m bench.x`" in r).endswith("| NOT met |")
+
+
+def test_every_figure_has_a_row_in_the_table_of_current_figures():
+    """docs/performance.md's table names every figure `make bench` runs, by the command that reproduces it."""
+    from bench import FIGURES
+
+    keys = {m.group("key") for m in common.ROW_RE.finditer(common.PERF_DOC.read_text())}
+    assert set(FIGURES) <= keys, sorted(set(FIGURES) - keys)
 
 
 def test_missing_feature_is_reported_not_raised(tmp_path, monkeypatch):
@@ -77,14 +98,14 @@ def test_missing_feature_is_reported_not_raised(tmp_path, monkeypatch):
 
     fig = common.main_for(run, "x", default_scale=1.0, argv=["--scale", "0.1"])
     assert fig.status == "not available yet"
-    assert "not available yet" in (tmp_path / "performance.md").read_text()
+    assert "not available yet" in (tmp_path / "performance-history.md").read_text()
 
 
 @pytest.mark.postgres
 def test_load_pg_shipper_processes_lose_and_duplicate_nothing(postgres):
     """bench.load_pg's process mode (the 64-shipper figure uses it), small: 4 processes x 3 epilogs."""
     from bench.load_pg import expected_ids, ledger_tally, run_shippers
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
 
     url = postgres.create_db("ipledger_load_smoke")
     eng = db_mod.make_engine(url)
@@ -104,8 +125,8 @@ def test_verify_bench_builds_the_ledger_shipping_would(tmp_path):
 
     from bench import data
     from bench.verify import build_ledger
-    from ledger import db as db_mod
-    from ledger import merkle
+    from ledger.chain import db as db_mod
+    from ledger.chain import merkle
 
     n = 1000
     url, total = build_ledger(tmp_path / "bulk.db", n)
@@ -181,7 +202,7 @@ def test_k8s_tick_figure_runs_against_the_stand_in_kubelet(tmp_path, monkeypatch
     assert fig.status == "ok" and fig.floor.median > 0 and len(fig.subjects) == 2
     assert all(t.median > 0 for t in fig.subjects) and "8 pods" in fig.scale_note
     assert fig.extra["CPU per tick"].count(" ms") == 2
-    assert f"## {fig.title}" in (tmp_path / "performance.md").read_text()
+    assert f"## {fig.title}" in (tmp_path / "performance-history.md").read_text()
 
 
 def test_latency_figure_times_each_interactive_command_against_its_budget(tmp_path, monkeypatch):

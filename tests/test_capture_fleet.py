@@ -185,9 +185,11 @@ def test_calibration_section_is_written_once_and_says_whether_the_target_holds(t
     from bench.capture_fleet_score import Verdict
 
     verdicts = [Verdict("power_cap", 0.95, True, "ppt_cap")] * 9 + [Verdict("starved", 0.7, False, "no such fault")]
-    table = calibration_table(verdicts)
+    table = calibration_table(verdicts, {"starved": {"found": 2, "faults": 3}})
     assert "At confidence ≥ 0.7: 9 of 10 findings right = 90% (target ≥ 90 %: met)" in table
-    assert "| `starved` | 1 | 0 | 1 |" in table
+    rows = {ln.split(" | ")[0]: ln for ln in table.splitlines() if ln.startswith("| `")}
+    assert rows["| `starved`"].endswith("| 1 | 0 = 0% | 0 of 1 | starved 2/3 |")
+    assert rows["| `power_cap`"].endswith("| 9 | 9 = 100% | 9 of 9 | — |")
     doc = tmp_path / "agents.md"
     doc.write_text("# Agents\n\n## Calibration\n\nstale figures\n\n## Entries\n\nkept\n")
     write_calibration(table, doc)

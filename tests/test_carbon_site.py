@@ -1,4 +1,4 @@
-"""The site's ``[carbon]`` settings (ledger.site.site_carbon) and the receipt's ``carbon`` block they produce.
+"""The site's ``[carbon]`` settings (ledger.ingest.site.site_carbon) and the receipt's ``carbon`` block they produce.
 
 Who controls the intensity file: the site's operator. Bending it (a lower intensity after the fact) would lower
 every tenant's reported carbon; the receipt names the file's version hash, so a changed file makes ``verify``
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ledger.method.skus import SkuError
-from ledger.site import site_carbon
+from ledger.ingest.site import site_carbon
 
 HEAD = ("Datetime (UTC),Country,Zone Name,Zone Id,Carbon Intensity gCO₂eq/kWh (direct),"
         "Carbon Intensity gCO₂eq/kWh (LCA),Data Source\n")
@@ -58,7 +58,7 @@ def test_bad_carbon_settings_are_one_line_errors(tmp_path, sec, msg) -> None:
 
 
 def test_an_oversized_intensity_file_is_refused(tmp_path, monkeypatch) -> None:
-    import ledger.site as site_mod
+    import ledger.ingest.site as site_mod
 
     _em_csv(tmp_path / "i.csv", 1767225600.0, 30, 300.0)
     monkeypatch.setattr(site_mod, "INTENSITY_FILE_MAX_BYTES", 100)

@@ -9,12 +9,13 @@ import stat
 import sys
 from pathlib import Path
 
-from ledger import collector, commands, spool
-from ledger import db as db_mod
-from ledger.entries import Kind, make_entry
-from ledger.ship import ship
-from ledger.store import iter_entries
-from ledger.telemetry.store import load_samples
+from ledger.capture import collector, spool
+from ledger.base import commands
+from ledger.chain import db as db_mod
+from ledger.chain.entries import Kind, make_entry
+from ledger.ingest.ship import ship
+from ledger.chain.store import iter_entries
+from ledger.telemetry.sealed import load_samples
 
 T0 = 1767225600.0  # sample times are refused before 2000 (ledger/importers/common.py EARLIEST_TS)
 
@@ -96,7 +97,7 @@ def test_collect_once_ship_verify(tmp_path, monkeypatch, ledger_url):
         got = load_samples(eng, ["GPU-one"])
         assert len(got) == 14 and got[0].sm_active is None and got[1].sm_active == 0.6
         assert got[1].gpu_util == 0.51 and got[1].energy_j == 1300.0
-        from ledger.verify import verify
+        from ledger.chain.verify import verify
 
         assert verify(eng).ok
         kinds = [ce.entry.kind for ce in iter_entries(eng)]

@@ -20,7 +20,7 @@ from collections import Counter
 import pytest
 
 from bench.load_pg import expected_ids, ledger_tally, run_shippers
-from ledger import spool
+from ledger.capture import spool
 from tests import adversarial_harness as h
 
 SHIPPERS = 8
@@ -55,7 +55,7 @@ def test_concurrent_shippers_lose_nothing_and_duplicate_nothing(ledger_url):
 def test_eight_node_processes_ship_at_once_into_postgres(postgres, trials):
     """8 shipper processes (fork: separate interpreters, connections and spools, as 8 nodes) at once."""
     url = postgres.create_db(f"ipl_conc_{os.getpid()}")
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
 
     engine = db_mod.make_engine(url)
     db_mod.upgrade(engine)
@@ -77,7 +77,7 @@ def test_eight_ipledger_ship_commands_at_once_into_postgres(postgres, tmp_path):
     """8 `ipledger ship` processes of the installed CLI at once, one per node spool, automatic receipts on:
     every spooled fact once, one receipt per ended run, one chain that `ipledger verify` accepts."""
     from bench.data import job_records
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
 
     url = postgres.create_db(f"ipl_conc_cli_{os.getpid()}")
     engine = db_mod.make_engine(url)
@@ -110,7 +110,7 @@ def test_200_epilogs_at_once_on_one_node_sqlite(tmp_path, trials):
     from click.testing import CliRunner
 
     from ledger.cli.main import cli
-    from ledger.hooks import run as run_hook
+    from ledger.capture.hooks import run as run_hook
     from tests.standins import make_site
 
     budget = 5.0   # hook_timeout_s, the site default (docs/slurm.md): with no tool to wait for, a hook's whole run
@@ -174,7 +174,7 @@ def _slurm_env(job: str, context: str) -> dict[str, str]:
 def _kinds_and_jobs(url: str) -> list[tuple[str, str]]:
     from sqlalchemy import text
 
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
 
     engine = db_mod.make_engine(url)
     try:
@@ -191,10 +191,10 @@ def test_shippers_sharing_one_spool_take_turns(tmp_path):
     import threading
 
     from bench.data import job_records
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
     from ledger.receipts.auto import after_ship_steps
-    from ledger.ship import ship
-    from ledger.site import Site
+    from ledger.ingest.ship import ship
+    from ledger.ingest.site import Site
 
     url = h.fresh_sqlite(h.sqlite_template(tmp_path), tmp_path / "ledger.db")
     sp = tmp_path / "spool"

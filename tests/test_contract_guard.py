@@ -9,10 +9,10 @@ from decimal import Decimal
 
 import pytest
 
-from ledger import db as db_mod
-from ledger import store
-from ledger.contracts import ContractError, contract_entry, parse_contract, select_contract
-from ledger.entries import ChainedEntry, Kind, make_entry
+from ledger.chain import db as db_mod
+from ledger.chain import store
+from ledger.chain.contracts import ContractError, contract_entry, parse_contract, select_contract
+from ledger.chain.entries import ChainedEntry, Kind, make_entry
 
 SKU = "H100-SXM5-80GB"
 NOV = 1_793_491_200.0  # 2026-11-01T00:00:00Z
@@ -85,7 +85,7 @@ def test_contract_set_refuses_a_typo_an_unpriced_sku_in_use_and_a_zero_rate(runn
     ('effective_from = 2026-12-01\neffective_to = "2026-11-01"', "effective_to (2026-11-01T00:00:00Z) must be after"),
 ])
 def test_effective_dates_are_checked(tmp_path, bad, needle):
-    from ledger.contracts import read_contract
+    from ledger.chain.contracts import read_contract
 
     p = _toml(tmp_path, "c.toml", f'version = "1"\n{bad}\n[skus.default]\nrate_per_gpu_hour = "1"\n')
     with pytest.raises(ContractError) as exc:
@@ -178,8 +178,8 @@ def test_an_exported_month_keeps_its_receipts_until_reprice_closed_yes(runner, c
 
 def test_a_spool_cannot_close_a_month():
     """statement_exported is an operator's record: a spool line claiming one is refused like a contract."""
-    from ledger import intake
-    from ledger.closed import statement_exported_entry
+    from ledger.ingest import intake
+    from ledger.chain.closed import statement_exported_entry
 
     rec = statement_exported_entry("2026-11", None, "csv", 1, "0" * 64).to_record()
     with pytest.raises(intake.Refused) as exc:

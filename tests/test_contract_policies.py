@@ -9,11 +9,11 @@ from decimal import Decimal
 
 import pytest
 
-from ledger import db as db_mod
-from ledger import store
-from ledger.adjustments import resolution_entry
-from ledger.contracts import DEFAULT_CONTRACT, ContractError, contract_entry, parse_contract, read_contract
-from ledger.entries import Kind
+from ledger.chain import db as db_mod
+from ledger.chain import store
+from ledger.chain.adjustments import resolution_entry
+from ledger.chain.contracts import DEFAULT_CONTRACT, ContractError, contract_entry, parse_contract, read_contract
+from ledger.chain.entries import Kind
 from ledger.receipts import receipt_for
 from ledger.receipts.example import EXPECTED_HOURS, load_example
 

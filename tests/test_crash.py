@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import spool
+from ledger.capture import spool
 from tests import adversarial_harness as h
 
 JOBS_PER_TRIAL = 6
@@ -27,7 +27,7 @@ JOBS_PER_TRIAL = 6
 def _job_spool(directory: Path, jobs: int, seed: int) -> set[str]:
     """One epilog-shaped spool file per job run (bench.data), plus a collector batch with sample rows."""
     from bench.data import job_records
-    from ledger import collector
+    from ledger.capture import collector
     from ledger.importers.dmon import parse as parse_dmon
 
     rng = random.Random(seed)
@@ -109,7 +109,7 @@ def test_shipper_killed_at_random_sqlite(tmp_path, trials):
 def test_shipper_killed_at_random_postgres(tmp_path, trials, postgres):
     import psycopg
 
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
 
     base = f"ipl_crash_{os.getpid()}"
     template_url = postgres.create_db(f"{base}_tpl")
@@ -134,10 +134,10 @@ def test_a_shipper_dying_in_its_after_ship_work_leaves_the_files_for_the_next(tm
     but before the automatic receipts ran. The files must still be pending, so the next shipment (all its
     entries duplicates) issues the receipts; before the fix they had already been moved and the receipts
     of those runs were never issued."""
-    from ledger import db as db_mod
-    from ledger import ship as ship_mod
+    from ledger.chain import db as db_mod
+    from ledger.ingest import ship as ship_mod
     from ledger.receipts.auto import after_ship_steps
-    from ledger.site import Site
+    from ledger.ingest.site import Site
 
     sp = tmp_path / "spool"
     want = _job_spool(sp, 3, seed=5)
@@ -241,7 +241,7 @@ def test_importer_killed_at_random_sqlite(tmp_path, trials):
 
 _HOOKS = """
 import sys, time
-from ledger.hooks import run
+from ledger.capture.hooks import run
 config, seed = sys.argv[1], int(sys.argv[2])
 for j in range(400):   # a job's prolog and epilog (the real hook code, in one interpreter) every ~30 ms
     job = str(seed * 100_000 + j)
@@ -354,7 +354,7 @@ def test_the_power_cut_model_drops_exactly_the_uncommitted_wal_tail(tmp_path):
 
 def _recording_chunk(paths):  # noqa: ANN001, ANN202
     """A shipper worker's task that first notes which directories the worker holds open (runs in the worker)."""
-    from ledger import ship as ship_mod
+    from ledger.ingest import ship as ship_mod
 
     fds = os.listdir("/proc/self/fd")
     held = []
@@ -371,8 +371,8 @@ def _recording_chunk(paths):  # noqa: ANN001, ANN202
 def test_shipper_workers_do_not_keep_the_spool_lock(tmp_path, sqlite_url, monkeypatch):
     """A shipper's forked reading workers close their copy of the spool lock: a worker outliving a killed
     shipper must not keep the next shipper of that spool waiting forever (flock lives with any copy)."""
-    from ledger import db as db_mod
-    from ledger import ship as ship_mod
+    from ledger.chain import db as db_mod
+    from ledger.ingest import ship as ship_mod
 
     sp = tmp_path / "spool"
     want = _job_spool(sp, 4, seed=9)

@@ -54,7 +54,7 @@ def test_a_statement_takes_the_arrow_path_and_matches_pandas(tmp_path, monkeypat
     """Every column of a real statement's long table is formatted column-wise (no silent pandas fallback)."""
     import datetime as dt
 
-    from reports import synthetic
+    from ledger.sim import synthetic_receipts as synthetic
     from reports.export import long_table, statement_from_issues
     from reports.issued import Issue, IssuedSet
 

@@ -60,8 +60,8 @@ def test_findings_refresh_records_nothing_new_on_an_unchanged_ledger(runner, cli
     r = runner.invoke(cli, ["--db", url, "findings", "--json"])
     assert r.exit_code == 0, r.output
     assert sorted(f["id"] for f in json.loads(r.output)["findings"]) == sorted(f["id"] for f in before)
-    from ledger import db as db_mod
-    from ledger.store import head
+    from ledger.chain import db as db_mod
+    from ledger.chain.store import head
     eng = db_mod.make_engine(url)
     with eng.connect() as conn:
         seq_before = head(conn)[0]
@@ -98,9 +98,9 @@ def test_demo_statement_passes_the_focus_validator(demo):
 def test_a_requeued_jobs_later_run_says_how_it_itself_ended(runner, cli, demo):
     """`receipt JOB --run R` of a run the simulator requeued (its allocation_requeued names the previous run)
     says the end state of the run's own allocation_ended (the demo's 400389 run 1: COMPLETED, not REQUEUED)."""
-    from ledger import db as db_mod
-    from ledger.entries import Kind
-    from ledger.store import iter_entries
+    from ledger.chain import db as db_mod
+    from ledger.chain.entries import Kind
+    from ledger.chain.store import iter_entries
 
     out, _ = demo
     url = f"sqlite:///{out / 'ledger.db'}"

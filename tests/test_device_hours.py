@@ -11,13 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from ledger import db as db_mod
-from ledger.method import BUCKETS, SampleArrays, attribute_device, nh_to_hours
+from ledger.chain import db as db_mod
+from ledger.method import BUCKETS, SampleArrays, attribute_device, nanohours_to_hours
 from ledger.receipts.auto import verify_checks
 from ledger.telemetry import hours
 from ledger.telemetry.model import SAMPLE_COLUMNS, Sample
-from ledger.telemetry.store import segment_entry, write_segment
-from ledger.verify import verify
+from ledger.telemetry.sealed import segment_entry, write_segment
+from ledger.chain.verify import verify
 
 T0 = 1_760_000_000.0 - 1_760_000_000.0 % 3600
 
@@ -87,7 +87,7 @@ def test_buckets_are_the_methods(samples: list[Sample], rated: float) -> None:
             continue
         acc = attribute_device((ss[0].t, max(s.t + s.dt for s in ss)), SampleArrays.from_samples(ss),
                                rated_clock_mhz=rated)
-        got = dict(zip(BUCKETS, (nh_to_hours(int(v)) * 3600 for v in acc.buckets)))
+        got = dict(zip(BUCKETS, (nanohours_to_hours(int(v)) * 3600 for v in acc.buckets)))
         delivered, thr = h.throttle_split(rated)
         tol = 4e-6 * len(ss)   # a nanohour (3.6 µs) of rounding per sample and bucket
         if not h.clipped(rated):

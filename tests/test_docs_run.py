@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import spool
+from ledger.capture import spool
 from tests.test_cli_core import _job_records
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,10 +17,10 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings, strategies as st
 
-from ledger import db as db_mod, store
+from ledger.chain import db as db_mod, store
 from ledger.cli.main import cli
-from ledger.hooks.install import install, mark_path
-from ledger.hooks.records import escape_text
+from ledger.cli.install_hooks import install, mark_path
+from ledger.capture.hooks.records import escape_text
 from tests.standins import make_site
 from tests.test_marks import GROUP, SYSTEM_PY, USER, as_user, job_env, mount_tmpfs, passable_root, unmount
 
@@ -288,7 +288,7 @@ def test_root_marks_with_unencodable_notes_reach_the_spool_escaped(tmp_path):
     """Root's marks skip the drop place; a note with argv's undecodable byte, a lone surrogate and a backslash
     is escaped losslessly before the spool encodes it, and ships (before: each became a space, or was kept
     raw, so the note could not be read back)."""
-    from ledger import marks
+    from ledger.capture import marks
 
     s = make_site(tmp_path, tools=())
     where = marks.mark("checkpoint", step=1, note="a\udcffb\ud800c\\", job="651", environ={"SLURMD_NODENAME": "n1"},
@@ -301,7 +301,7 @@ def test_root_marks_with_unencodable_notes_reach_the_spool_escaped(tmp_path):
 def test_a_limit_that_is_no_number_costs_the_prolog_nothing(tmp_path):
     """`max_marks = "many"`: the defaults stand in and the prolog still starts DCGM and saves its state."""
     s = make_site(tmp_path, tools=("dcgmi", "nvidia-smi"), hooks={"max_marks": "many"})
-    from ledger import hooks
+    from ledger.capture import hooks
 
     hooks.run("prolog", job_env("661"), str(s.config))
     assert "661.0" in json.loads((s.state / "dcgm.json").read_text())["jobs"]

@@ -19,10 +19,11 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from ledger import db as db_mod
-from ledger import spool, store
-from ledger.canonical import format_ts, ts_to_epoch
-from ledger.entries import Kind, make_entry
+from ledger.chain import db as db_mod
+from ledger.capture import spool
+from ledger.chain import store
+from ledger.chain.canonical import format_ts, ts_to_epoch
+from ledger.chain.entries import Kind, make_entry
 from tests.test_cli_core import _job_records
 
 ENV = {"IPLEDGER_CONFIG": "", "IPLEDGER_DB": None, "IPLEDGER_SPOOL": None}
@@ -238,7 +239,7 @@ def test_a_read_only_engine_s_url_reopens_the_same_ledger_and_creates_nothing(tm
     under the current directory)."""
     from sqlalchemy import text
 
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
 
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     db_mod.upgrade(db_mod.make_engine(url))

@@ -119,25 +119,25 @@ def test_buckets_add_up_to_the_device(case, cuts) -> None:
     assert all(v >= 0 for v in be.kwh.values())
 
 
-def test_units_follow_the_field_id_and_version() -> None:
-    assert joules_per_count("dcgm", 156, "3.3.5") == MJ
-    assert joules_per_count("dcgm", 156, "4.7.0") == 1.0
-    assert joules_per_count("dcgm-exporter", 156, "4.6.0-4.7.1") == MJ
-    assert joules_per_count("dcgm-exporter", 156, "4.9.0") == 1.0
+def test_units_follow_the_field_id_never_a_version() -> None:
+    # field 156 is mJ in every DCGM / dcgm-exporter version; DCGM 4.7's joule counter is its own field, 1611
+    for source in ("dcgm", "dmon", "dcgm-exporter"):
+        assert joules_per_count(source, 156) == MJ and joules_per_count(source) == MJ
+        assert joules_per_count(source, 1611) == 1.0
     assert joules_per_count("nvml") == MJ and joules_per_count("nvidia-smi") == MJ
     assert joules_per_count("amd-smi") == AMD_MI300_UNIT
     assert joules_per_count("amd-smi", resolution_uj=15.3) == pytest.approx(15.3e-6)
-    with pytest.raises(EnergyUnitError, match="field 155"):
+    with pytest.raises(EnergyUnitError, match="field 155 is not an energy counter"):
         joules_per_count("dcgm", 155)
     with pytest.raises(EnergyUnitError, match="no known"):
         joules_per_count("ipmi")
 
 
-# --- contract terms: energy_basis, energy_price_per_kwh and pue (ledger.contracts) ---------------------------
+# --- contract terms: energy_basis, energy_price_per_kwh and pue (ledger.chain.contracts) ---------------------------
 
 from decimal import Decimal  # noqa: E402
 
-from ledger.contracts import ContractError, parse_contract  # noqa: E402
+from ledger.chain.contracts import ContractError, parse_contract  # noqa: E402
 
 
 def _contract(**sku):
@@ -178,7 +178,7 @@ def test_a_dcgm_job_record_of_zero_joules_with_power_is_the_power_integral() -> 
     from pathlib import Path
 
     from ledger.method.energy import summary_energy
-    from ledger.sources.dcgm import parse_stats
+    from ledger.capture.sources.dcgm import parse_stats
 
     text = (Path(__file__).parent / "fixtures" / "dcgmi_stats" / "dcgmi_stats_x_then_v_j_1gpu_uberprof.txt")
     report = parse_stats(text.read_text(encoding="utf-8"))

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.contracts import parse_contract
+from ledger.chain.contracts import parse_contract
 from ledger.method.carbon import constant_intensity, hourly_kwh
 from ledger.method.energy import CounterReading, DeviceEnergy, PowerSample, by_bucket, device_energy
 from ledger.method.energy_arrays import SpanArrays, array_in_order_sum, bucket_energy, by_time, energy_by_hour

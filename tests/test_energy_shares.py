@@ -103,7 +103,7 @@ def test_issued_shared_energy_receipts_replay_and_verify(runner, cli, mig_ledger
 def test_a_receipt_issued_as_14_replays_with_the_whole_gpus_energy(runner, cli, mig_ledger):
     """Receipts keep their bytes under the rules they were issued by: an entry that says 1.4 is recomputed as 1.4
     computed a shared device's energy (the whole GPU's), and so is distinguishable from a 1.5 one."""
-    from ledger.db import make_engine
+    from ledger.chain.db import make_engine
     from ledger.receipts import RunKey
     from ledger.receipts.issue import issued_entries, replay
 
@@ -112,7 +112,7 @@ def test_a_receipt_issued_as_14_replays_with_the_whole_gpus_energy(runner, cli, 
     issued = issued_entries(engine, RunKey("pathb", "team-a/train-3g", 0))[-1]   # (the import issued one too)
     now = replay(engine, issued)
     assert now.body == body
-    from ledger.canonical import canonical_json
+    from ledger.chain.canonical import canonical_json
 
     payload = canonical_json({**issued.entry.data, "receipt_version": "1.4"})
     old = replace(issued, entry=replace(issued.entry, payload=payload))

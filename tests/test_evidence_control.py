@@ -25,10 +25,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger import collector
+from ledger.capture import collector
 from ledger import proofcheck as pc
-from ledger.contracts import ContractError, parse_contract
-from ledger.hooks import run
+from ledger.chain.contracts import ContractError, parse_contract
+from ledger.capture.hooks import run
 from ledger.method import evidence
 from tests.standins import make_site
 from tests.test_hooks import env
@@ -92,7 +92,7 @@ def test_the_tenants_verifier_holds_the_same_tables():
 
 
 def test_every_cause_the_hooks_derive_from_dcgm_has_a_party():
-    from ledger.sources.observed import _DCGM_CAUSES
+    from ledger.capture.sources.observed import _DCGM_CAUSES
 
     for cause in (*_DCGM_CAUSES.values(), "dcgm_error", "dcgm_host_engine_restart", "dcgm_watch_not_started",
                   "dcgm_device_missing", "dcgm_watch_late", "dcgm_stopped_early", "prolog_missing"):
@@ -232,9 +232,9 @@ def test_removing_the_dcgm_job_record_from_inside_the_job_bills_the_collectors_s
 @pytest.mark.parametrize("term,policy", [("", "charge"), ('user_caused_unknown = "hold"', "hold")])
 def test_time_the_jobs_user_controls_is_charged_or_held_never_credited(tmp_path, runner, cli, term, policy):
     # the run's drop place could not be emptied (the hooks' cause): unknown time the job's user caused
-    from ledger import db as db_mod
-    from ledger.entries import Kind, make_entry
-    from ledger.store import append
+    from ledger.chain import db as db_mod
+    from ledger.chain.entries import Kind, make_entry
+    from ledger.chain.store import append
 
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     keys = {"cluster": "c1", "job_id": "88", "run": 0, "node": "n1"}

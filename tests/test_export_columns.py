@@ -16,11 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from ledger import db as db_mod
-from ledger import store
-from ledger.entries import Kind, make_entry
-from ledger import textsafe
-from reports import issued_columns, issued_lines, synthetic
+from ledger.chain import db as db_mod
+from ledger.chain import store
+from ledger.chain.entries import Kind, make_entry
+from ledger.base import textsafe
+from reports import issued_columns, issued_lines
+from ledger.sim import synthetic_receipts as synthetic
 from reports.export import build_statement, long_table, to_json, write
 
 UTC = dt.timezone.utc

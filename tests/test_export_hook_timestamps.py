@@ -7,9 +7,9 @@ from __future__ import annotations
 import csv
 import io
 
-from ledger import db as db_mod
-from ledger import store
-from reports import synthetic
+from ledger.chain import db as db_mod
+from ledger.chain import store
+from ledger.sim import synthetic_receipts as synthetic
 from tests.test_export_monthly import NOV, issue_entry
 
 

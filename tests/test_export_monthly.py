@@ -14,12 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from ledger import store
-from ledger.entries import Kind, make_entry
-from reports import monthly, synthetic
+from ledger.chain import store
+from ledger.chain.entries import Kind, make_entry
+from reports import monthly
+from ledger.sim import synthetic_receipts as synthetic
 from reports.export import long_table, statement_from_issues
 from reports.issued import Issue, IssuedSet, select_month
-from ledger.progressbar import Progress
+from ledger.base.progressbar import Progress
 
 NOV = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc).timestamp()
 OCT = dt.datetime(2026, 10, 1, tzinfo=dt.timezone.utc).timestamp()
@@ -194,7 +195,7 @@ def _head(engine):
 
 
 def test_as_of_reproduces_a_closed_month(sqlite_url, runner, cli, tmp_path):
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
 
     eng = db_mod.make_engine(sqlite_url)
     r = synthetic.receipt(11, tenant="bio", start=OCT + 86400, hours=4, rate=3.0)
@@ -219,7 +220,7 @@ def test_as_of_reproduces_a_closed_month(sqlite_url, runner, cli, tmp_path):
 
 
 def test_hash_only_issues_are_recomputed_from_the_ledger(sqlite_url, runner, cli):
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
     from ledger.receipts import build_receipt
 
     eng = db_mod.make_engine(sqlite_url)
@@ -255,7 +256,7 @@ def test_empty_month_exits_0_and_says_so(sqlite_url, runner, cli, tmp_path):
 
 
 def test_unknown_tenant_and_bad_month_are_one_line_errors(sqlite_url, runner, cli):
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
 
     eng = db_mod.make_engine(sqlite_url)
     store.append(eng, [issue_entry(r, NOV + 28 * 86400) for r in nov_receipts(4)])
@@ -272,7 +273,7 @@ def test_unknown_tenant_and_bad_month_are_one_line_errors(sqlite_url, runner, cl
 
 
 def test_tenant_filter_keeps_only_that_tenant(sqlite_url, runner, cli):
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
 
     rs = nov_receipts(12)
     eng = db_mod.make_engine(sqlite_url)
@@ -315,7 +316,7 @@ def test_export_help_has_example(runner, cli):
 def test_a_month_closes_on_ledger_event_time_not_the_wall_clock(sqlite_url, runner, cli):
     """Re-issue entries carry the run's window end as ts (as the receipts package writes them); October closes
     when the ledger first records a November fact, so the re-issue after that is a November correction."""
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
 
     eng = db_mod.make_engine(sqlite_url)
     r = synthetic.receipt(21, tenant="vision", start=OCT + 86400, hours=3, rate=4.0)

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from ledger import store
-from ledger.adjustments import resolution_entry
-from ledger.entries import Kind, make_entry
+from ledger.chain import store
+from ledger.chain.adjustments import resolution_entry
+from ledger.chain.entries import Kind, make_entry
 from ledger.receipts import issue_receipt
 from ledger.receipts.example import KEY, load_example
 from reports.focus import read_focus, validate

@@ -114,7 +114,7 @@ def test_receipt_cost_column_adds_up_to_paid(ds_found):
 
 
 def test_a_jobs_explanation_covers_the_job_not_the_week(ds_found):
-    from ledger.canonical import format_ts
+    from ledger.chain.canonical import format_ts
 
     ds, found = ds_found
     job = ds.allocs["job_id"].iloc[len(ds.allocs) // 2]

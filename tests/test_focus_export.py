@@ -10,7 +10,8 @@ from collections import defaultdict
 import pandas as pd
 import pytest
 
-from reports import focus, monthly, synthetic
+from reports import focus, monthly
+from ledger.sim import synthetic_receipts as synthetic
 from reports.export import statement_from_issues, write
 from reports.issued import Issue, IssuedSet
 

@@ -8,8 +8,9 @@ import datetime as dt
 import json
 
 
-from ledger import store
-from reports import focus, synthetic
+from ledger.chain import store
+from reports import focus
+from ledger.sim import synthetic_receipts as synthetic
 from tests.focus_validator import Unavailable, validate, verdict
 from tests.services import unavailable
 from tests.test_export_monthly import issue_entry

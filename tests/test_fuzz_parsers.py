@@ -26,12 +26,15 @@ from typing import Callable
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from ledger import accounting, config as config_mod, contracts, spool
-from ledger.hooks import slurm
+from ledger.ingest import sacct as accounting
+from ledger.base import config as config_mod
+from ledger.chain import contracts
+from ledger.capture import spool
+from ledger.capture.hooks import slurm
 from ledger.importers import amdsmi, dmon, nvidia_smi, prometheus, synth
 from ledger.importers.common import InputError, decode_text
 from ledger.method import skus
-from ledger.sources import amdsmi as amd_src, dcgm, nvml
+from ledger.capture.sources import amd_snapshots as amd_src, dcgm, nvml
 
 pytestmark = pytest.mark.soak
 FIX = Path(__file__).parent / "fixtures"
@@ -233,15 +236,15 @@ TARGETS = [
     Target("nvml.parse_list", nvml.parse_list, (), (_read("nvidia_smi", "nvidia_smi_L_4xh100_mig_dcgm_issue229.txt"),)),
     Target("nvml.parse_clock_event_reasons", nvml.parse_clock_event_reasons, (),
            (_read("nvidia_smi", "nvidia_smi_q_d_PERFORMANCE_driver495_mangohud636.txt"),)),
-    Target("sources.amdsmi.parse_metric_json", amd_src.parse_metric_json, (ValueError,),
+    Target("sources.amd_snapshots.parse_metric_json", amd_src.parse_metric_json, (ValueError,),
            (AMD_JSON, _read("pathb", "amd_smi", "L1635_amd_smi_metric_p_json.txt"))),
-    Target("sources.amdsmi.parse_metric_text", amd_src.parse_metric_text, (),
+    Target("sources.amd_snapshots.parse_metric_text", amd_src.parse_metric_text, (),
            (_read("pathb", "amd_smi", "L0034_amd_smi_metric_throttle.txt"),
             _read("pathb", "amd_smi", "L0107_amd_smi_metric_usage.txt"))),
-    Target("sources.amdsmi.parse_list_json", amd_src.parse_list_json, (ValueError,),
+    Target("sources.amd_snapshots.parse_list_json", amd_src.parse_list_json, (ValueError,),
            ('[{"gpu": 0, "bdf": "0000:0c:00.0", "uuid": "2fff74a1-0000-1000-80e9-b4f1c5e23a3b"}, '
             '{"gpu": {"value": 1}, "bdf": "N/A", "uuid": "N/A"}]',)),
-    Target("sources.amdsmi.parse_static_market_names", amd_src.parse_static_market_names, (ValueError,),
+    Target("sources.amd_snapshots.parse_static_market_names", amd_src.parse_static_market_names, (ValueError,),
            ('{"gpu_data": [{"gpu": 0, "asic": {"market_name": "AMD Instinct MI300X"}}, {"gpu": 1, "asic": {}}]}',)),
     Target("prometheus.read (file, streamed)", _in_file(lambda p: prometheus.read(p, default_ts=T0), ".txt"),
            (InputError,), (SYNTH["csv"], SYNTH["jsonl"], SYNTH["openmetrics"], SYNTH["query_range"])),
@@ -310,8 +313,8 @@ def test_binary_input_is_refused_with_the_file_and_byte(name, soak):
 
 @pytest.mark.parametrize("text", ["[" * 100_000, '{"a":' * 100_000, "{" * 50_000 + "\n{}\n"])
 def test_deeply_nested_json_is_an_error_not_a_recursion_crash(text):
-    for name in ("prometheus.parse", "prometheus.parse_jsonl", "amdsmi.parse", "sources.amdsmi.parse_metric_json",
-                 "sources.amdsmi.parse_list_json", "spool.parse"):
+    for name in ("prometheus.parse", "prometheus.parse_jsonl", "amdsmi.parse", "sources.amd_snapshots.parse_metric_json",
+                 "sources.amd_snapshots.parse_list_json", "spool.parse"):
         BY_NAME[name].check(text)
 
 
@@ -332,9 +335,9 @@ REGRESSIONS = [
     ("dcgm.parse_discovery", "| " + "1" * 5000 + " | Name: x |\n"),
     ("dcgm.parse_stats", "Successfully retrieved statistics for job: 7.\n| Summary |\n| PID | \u00b2 |\n"),
     ("nvml.parse_inventory_csv", "[N/A], 0, GPU-1, H100, 00000000:18:00.0\n"),
-    ("sources.amdsmi.parse_metric_json", '["x"]'),
-    ("sources.amdsmi.parse_list_json", '[{"bdf": "x"}]'),
-    ("sources.amdsmi.parse_static_market_names", "7"),
+    ("sources.amd_snapshots.parse_metric_json", '["x"]'),
+    ("sources.amd_snapshots.parse_list_json", '[{"bdf": "x"}]'),
+    ("sources.amd_snapshots.parse_static_market_names", "7"),
     ("prometheus.parse_csv", SYNTH["csv"].replace("\n", '\n"', 1)),
     ("prometheus.parse", '{"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {}, '
                          '"values": [[' + "1" * 5000 + ', "1"]]}]}}'),

@@ -8,7 +8,7 @@ import os
 import pytest
 from sqlalchemy import text
 
-from ledger import db as db_mod
+from ledger.chain import db as db_mod
 
 
 @pytest.mark.postgres

@@ -20,9 +20,9 @@ from ledger.importers import nvidia_smi
 from ledger.method.attribution import SampleArrays, attribute_device
 from ledger.method.energy import CounterReading, PowerSample, device_energy, power_integral
 from ledger.method.lens import lens_device
-from ledger.method.attribution import NH_PER_SECOND
+from ledger.method.attribution import NANOHOURS_PER_SECOND
 from ledger.method.skus import match_sku
-from ledger.sources.nvml import parse_clock_event_reasons
+from ledger.capture.sources.nvml import parse_clock_event_reasons
 
 R = Path(__file__).parent / "fixtures" / "real"
 H = R / "h200_capture"
@@ -103,7 +103,7 @@ def test_the_time_identity_calls_the_burn_throttled_by_power_cap(nvml, phases):
     s = phase_samples(nvml, p)
     rated = match_sku("NVIDIA H200").rated_sm_clock_mhz
     att = attribute_device((float(s.t[0]), float(s.t[-1] + 1)), s, rated_clock_mhz=rated)
-    got = {k: v / NH_PER_SECOND for k, v in att.as_dict().items() if v}
+    got = {k: v / NANOHOURS_PER_SECOND for k, v in att.as_dict().items() if v}
     assert sum(got.values()) == pytest.approx(len(s)) and att.fidelity == "samples"
     assert got.get("throttled.power_cap", 0) > 0.15 * len(s), got   # 13.5 of 59 s: the clock the cap took
 
@@ -156,3 +156,83 @@ def test_nvidia_smi_xml_loop_is_a_series_of_46_documents():
     assert max(power) == 711.83 and min(power) > 70
     assert set(c.series[UUID]["clock_reasons"][1]) <= {0.0, 1.0, 4.0}
     assert c.series[UUID]["row_remap_failure"][1][0] == 0.0 and c.warnings == []
+
+
+# --- the same capture stored, then receipted: the FP32 product's FLOPs from the stored FP32 pipe --------------
+
+def _stored_receipt(nvml, phase, tmp_path, runner, cli, version):
+    """The phase's NVML seconds stored as a telemetry segment of one run on the H200 (every field the capture
+    has that a sample block carries, the FP pipes included), then ``receipt --json`` under a site of method
+    ``version``."""
+    import os
+
+    from ledger.chain import db as db_mod
+    from ledger.chain import store
+    from ledger.chain.entries import Kind, make_entry
+    from ledger.telemetry.model import Sample
+    from ledger.telemetry.sealed import segment_entry, write_segment
+
+    t = nvml["t_unix"]
+    m = (t - 1.0 >= phase["start"]) & (t <= phase["end"])
+    idx = np.flatnonzero(m)
+    pct = lambda k, i: None if math.isnan(nvml[k][i]) else float(nvml[k][i]) / 100.0  # noqa: E731
+    samples = [Sample(device=UUID, t=float(t[i]) - 1.0, dt=1.0, clock_reasons=int(nvml["reasons"][i]),
+                      sm_active=pct("gpm_sm_util", i), sm_occupancy=pct("gpm_sm_occupancy", i),
+                      tensor_active=pct("gpm_any_tensor_util", i), dram_active=pct("gpm_dram_bw_util", i),
+                      gpu_util=pct("gpu_util_pct", i), sm_clock_mhz=float(nvml["sm_clock_mhz"][i]),
+                      power_w=float(nvml["power_mw"][i]) / 1000.0, fb_used_mib=float(nvml["fb_used_mib"][i]),
+                      compute_procs=1.0, fp64_active=pct("gpm_fp64_util", i), fp32_active=pct("gpm_fp32_util", i),
+                      fp16_active=pct("gpm_fp16_util", i)) for i in idx.tolist()]
+    start, end = samples[0].t, samples[-1].t + 1.0
+    url = f"sqlite:///{tmp_path / 'h200.db'}"
+    eng = db_mod.make_engine(url)
+    db_mod.upgrade(eng)
+    key = dict(cluster="c1", job_id="200", run=0)
+    store.append(eng, [make_entry(Kind.ALLOCATION_STARTED, start, {"account": "lab", "partition": "gpu",
+                                                                   "qos": "normal"}, node="h200", **key),
+                       make_entry(Kind.DEVICE_BOUND, start, {"index": 0, "sku": "NVIDIA H200"}, device=UUID,
+                                  node="h200", **key)])
+    seg = segment_entry(samples, node="h200", source="nvml-gpm")
+    write_segment(eng, samples, seg)
+    store.append(eng, [make_entry(Kind.ALLOCATION_ENDED, end, {"exit_code": 0}, node="h200", **key)])
+    eng.dispose()
+    cfg = tmp_path / f"site-{version}.toml"
+    cfg.write_text(f'method_version = "{version}"\ncompute_precision = "bf16"\n')
+    os.chmod(cfg, 0o600)
+    res = runner.invoke(cli, ["--db", url, "--config", str(cfg), "receipt", "200", "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout), seg, url, end - start
+
+
+def test_a_receipt_from_the_stored_fp32_product_gives_its_measured_tflops(nvml, phases, tmp_path, runner, cli):
+    """Stored, the FP32 product's seconds carry the FP32 pipe (sample block format 2), and the receipt's
+    achieved FLOPs under method 1.2.0 — the FP32 pipe at the H200's FP32 non-tensor peak — land on the 51.1
+    TFLOP/s the load measured; under 1.1.0 the same receipt prices tensor activity only (nothing here)."""
+    p = phases["fp32_matmul_no_tf32"]
+    body, seg, url, seconds = _stored_receipt(nvml, p, tmp_path, runner, cli, "1.2.0")
+    assert seg.data["columns"][-3:] == ["fp64_active", "fp32_active", "fp16_active"]   # carried, not dropped
+    ec = body["effective_compute"]
+    assert ec["method"]["version"] == "1.2.0" and ec["flops_source"] == "activity"
+    assert ec["tensor_gpu_hours"] == 0 and ec["fp32_gpu_hours"] > 0 and ec["unmeasured_gpu_hours"] == 0
+    tflops = ec["achieved_pflop_hours"] * 1000.0 / (seconds / 3600.0)
+    assert p["tflops"] == 51.1 and abs(tflops / p["tflops"] - 1) < 0.10, tflops          # 51.1 against 51.1
+    assert ec["bound_split"]["compute"] == 1.0                                          # the FP32 pipe is high
+    (tmp_path / "v11").mkdir()
+    old = _stored_receipt(nvml, p, tmp_path / "v11", runner, cli, "1.1.0")[0]["effective_compute"]
+    assert old["achieved_pflop_hours"] == 0 and "flops_source" not in old
+    assert old["fp32_gpu_hours"] == ec["fp32_gpu_hours"]
+    # the stored segment verifies, and its bundle rows carry the pipes (proofcheck checks them alone)
+    res = runner.invoke(cli, ["--db", url, "verify", "--json"])
+    assert res.exit_code == 0, res.output
+
+
+def test_a_receipt_from_the_stored_bf16_burn_is_unchanged_by_the_pipes(nvml, phases, tmp_path, runner, cli):
+    """The burn's FP pipes read 0: 1.2.0's achieved FLOPs are 1.1.0's, the tensor estimate (+3.5 %)."""
+    p = phases["bf16_matmul_burn"]
+    body, _seg, _url, seconds = _stored_receipt(nvml, p, tmp_path, runner, cli, "1.2.0")
+    ec = body["effective_compute"]
+    tflops = ec["achieved_pflop_hours"] * 1000.0 / (seconds / 3600.0)
+    assert abs(tflops / p["tflops"] - 1) < 0.10, tflops             # 700.2 against 676.8
+    (tmp_path / "v11").mkdir()
+    old = _stored_receipt(nvml, p, tmp_path / "v11", runner, cli, "1.1.0")[0]["effective_compute"]
+    assert old["achieved_pflop_hours"] == ec["achieved_pflop_hours"]

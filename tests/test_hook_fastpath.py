@@ -1,7 +1,7 @@
 """The hooks' lean fast path is the same as the library it stands in for: records, ids, parsers, config.
 
-The hook builds spool records without ledger.entries but with the ledger's one canonical encoding
-(ledger.canonical, which loads neither json nor datetime), parses Slurm's environment without re, and reads
+The hook builds spool records without ledger.chain.entries but with the ledger's one canonical encoding
+(ledger.chain.canonical, which loads neither json nor datetime), parses Slurm's environment without re, and reads
 the site config through a snapshot; each is checked here against the library version it must equal.
 """
 
@@ -19,8 +19,9 @@ from pathlib import Path
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from ledger import canonical, config, entries
-from ledger.hooks import core, records, slurm
+from ledger.chain import canonical, entries
+from ledger.base import config
+from ledger.capture.hooks import core, records, slurm
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -157,7 +158,7 @@ def test_lean_format_ts_is_datetimes(value):
 def test_hook_vocabulary_is_the_ledgers():
     assert canonical.ID_DOMAIN == entries.ID_DOMAIN
     assert records.HOOK_KINDS <= entries.ALL_KINDS
-    assert core.Kind is entries.Kind  # one vocabulary, from ledger.kinds (no import cost on the hook path)
+    assert core.Kind is entries.Kind  # one vocabulary, from ledger.chain.kinds (no import cost on the hook path)
 
 
 @given(st.text(alphabet="0123456789-:,٣ x", max_size=12))
@@ -188,7 +189,7 @@ dcgm_lines = st.one_of(st.lists(st.sampled_from(_DCGM_PIECES), max_size=10).map(
 @settings(max_examples=600, deadline=None)
 @given(dcgm_lines)
 def test_dcgm_line_parsers_match_the_regular_expressions(line):
-    from ledger.sources import dcgm
+    from ledger.capture.sources import dcgm
 
     m = re.match(r"\|\s*(GPU ID:\s*\d{1,9}|Summary)\s*\|\s*$", line)
     want = None if m is None else (None,) if m.group(1) == "Summary" else (int(m.group(1)[7:].strip()),)
@@ -211,7 +212,7 @@ def test_dcgm_line_parsers_match_the_regular_expressions(line):
 @settings(max_examples=300, deadline=None)
 @given(st.lists(dcgm_lines, max_size=4).map("\n".join))
 def test_dcgm_group_id_matches_the_regular_expression(text):
-    from ledger.sources import dcgm
+    from ledger.capture.sources import dcgm
 
     m = re.search(r"with a group ID of\s+(\d{1,18})\b", text)
     assert dcgm.parse_group_create(text) == (int(m.group(1)) if m else None)
@@ -219,7 +220,7 @@ def test_dcgm_group_id_matches_the_regular_expression(text):
 
 @given(st.text(alphabet="-+0123456789\u0663\u00b2 .x", max_size=8))
 def test_nvidia_smi_integer_cells_match_the_regular_expression(text):
-    from ledger.sources import nvml
+    from ledger.capture.sources import nvml
 
     assert nvml.is_integer_text(text) == bool(re.fullmatch(r"-?\d+", text))
 
@@ -242,7 +243,7 @@ _two = st.one_of(st.integers(0, 99).map(str), st.integers(0, 9).map(lambda i: f"
        year=st.one_of(st.integers(1900, 2100).map(str), st.sampled_from(["0999", "99", "20x1", "2000", "1900"])),
        sep=st.sampled_from([" ", "  ", "\t"]))
 def test_dcgm_ctime_matches_strptime(wd, mon, day, hh, mm, ss, year, sep):
-    from ledger.sources import dcgm
+    from ledger.capture.sources import dcgm
 
     text = sep.join([wd, mon, day, f"{hh}:{mm}:{ss}", year])
     reference = _outcome(lambda t: time.mktime(time.strptime(" ".join(t.split()), "%a %b %d %H:%M:%S %Y")), text)
@@ -290,7 +291,7 @@ def test_config_snapshot_is_never_stale(tmp_path):
 
 def test_installed_hook_imports_no_heavy_stdlib(tmp_path):
     """What the installed prolog imports: none of the modules the profile found dominant (docs/performance.md)."""
-    from ledger.hooks import install
+    from ledger.cli import install_hooks as install
 
     cfg = tmp_path / "c.toml"
     _write(cfg, f'spool = "{tmp_path / "spool"}"\n')
@@ -302,9 +303,9 @@ def test_installed_hook_imports_no_heavy_stdlib(tmp_path):
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == 0, p.stderr
     imported = {line.split("|")[-1].strip() for line in p.stderr.splitlines() if line.startswith("import time:")}
-    assert "ledger.hooks.core" in imported
-    assert not imported & {"dataclasses", "inspect", "typing", "pathlib", "tomllib", "ledger.entries",
-                           "subprocess", "json", "re", "hashlib", "datetime", "ledger.sources"}, sorted(imported)
+    assert "ledger.capture.hooks.core" in imported
+    assert not imported & {"dataclasses", "inspect", "typing", "pathlib", "tomllib", "ledger.chain.entries",
+                           "subprocess", "json", "re", "hashlib", "datetime", "ledger.capture.sources"}, sorted(imported)
     assert list((tmp_path / "spool").glob("hook-*.jsonl"))
 
 
@@ -313,7 +314,7 @@ def test_installed_hooks_with_vendor_tools_import_no_heavy_stdlib(tmp_path):
     threading, selectors), dataclasses, typing, re, _strptime or the ship-time parsers on their imports, and
     what they record is complete (devices mapped to UUIDs, DCGM's raw report, and its summaries once derived,
     no hook_error)."""
-    from ledger.hooks import install
+    from ledger.cli import install_hooks as install
     from tests.standins import make_site
 
     site = make_site(tmp_path / "site", tools=("dcgmi", "nvidia-smi"))
@@ -331,8 +332,8 @@ def test_installed_hooks_with_vendor_tools_import_no_heavy_stdlib(tmp_path):
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == 0 and "ipledger-hook" not in p.stderr, p.stderr[-2000:]
         imported = {ln.split("|")[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")}
-        assert {"ledger.commands", "ledger.hooks.vendor"} <= imported
-        assert not imported & heavy and not any(m.startswith("ledger.sources") for m in imported), sorted(imported)
+        assert {"ledger.base.commands", "ledger.capture.hooks.vendor"} <= imported
+        assert not imported & heavy and not any(m.startswith("ledger.capture.sources") for m in imported), sorted(imported)
     from tests.standins import with_derived
 
     recs = with_derived([json.loads(ln) for f in sorted(Path(site.spool).glob("*.jsonl"))
@@ -358,9 +359,9 @@ def _gone(pid: int, within: float = 5.0) -> None:
 
 
 def test_commands_spawn_keeps_what_subprocess_gave(tmp_path):
-    """ledger.commands without subprocess: exit codes, both streams, universal newlines, a deadline that holds
+    """ledger.base.commands without subprocess: exit codes, both streams, universal newlines, a deadline that holds
     even when a grandchild keeps the pipe open (the program itself is killed and reaped), failures as values."""
-    from ledger import commands
+    from ledger.base import commands
 
     sh = "/bin/sh"
     assert commands.spawn_and_wait([sh, "-c", "printf 'a\\r\\nb'; echo err >&2; exit 3"], timeout=5) == \
@@ -400,7 +401,8 @@ def test_frozen_records_pickle_and_copy_like_frozen_dataclasses(tmp_path):
 
     import pytest
 
-    from ledger import config, spool
+    from ledger.base import config
+    from ledger.capture import spool
 
     cfg = config.Config(db="sqlite:///x.db", commands={"dcgmi": "/usr/bin/dcgmi"})
     read = spool.SpoolRead(path=Path(tmp_path / "a.jsonl"), records=[{"k": 1}], torn=None, errors=[])

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 import ledger
-from ledger import commands
-from ledger.canonical import ts_to_epoch
-from ledger.hooks import run
-from ledger.hooks import install as install_mod
+from ledger.base import commands
+from ledger.chain.canonical import ts_to_epoch
+from ledger.capture.hooks import run
+from ledger.cli import install_hooks as install_mod
 from tests.standins import make_site, with_derived
 
 ROOT = Path(ledger.__file__).resolve().parent.parent
@@ -248,7 +248,7 @@ def test_fast_path_imports_only_the_standard_library(site):
     code = f"""
 import sys
 sys.path.insert(0, {str(ROOT)!r})
-from ledger.hooks import run
+from ledger.capture.hooks import run
 env = {env()!r}
 run("prolog", env, {str(site.config)!r})
 run("epilog", env, {str(site.config)!r})
@@ -347,7 +347,7 @@ REAL_SCONTROL = (
 
 
 def test_real_scontrol_record_and_suspended_span():
-    from ledger.hooks import slurm
+    from ledger.capture.hooks import slurm
 
     f = slurm.parse_scontrol_oneline(REAL_SCONTROL)
     assert f["TRES"] == "cpu=1,node=1,billing=1" and f["AllocNode:Sid"] == "localhost:4755" and f["Power"] == ""
@@ -359,7 +359,7 @@ def test_real_scontrol_record_and_suspended_span():
 
 
 def test_environment_parsing():
-    from ledger.hooks import slurm
+    from ledger.capture.hooks import slurm
 
     e = slurm.job_env({"SLURM_JOBID": "12", "ROCR_VISIBLE_DEVICES": "0-2,5", "SLURM_JOB_EXIT_CODE2": "1:0"})
     assert e.job_id == "12" and e.gpus == (0, 1, 2, 5) and (e.exit_code, e.exit_signal) == (1, 0)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ledger import db as db_mod
-from ledger.entries import Kind
+from ledger.chain import db as db_mod
+from ledger.chain.entries import Kind
 from ledger.importers import synth
-from ledger.store import iter_entries
+from ledger.chain.store import iter_entries
 
 ENV = {"IPLEDGER_CONFIG": ""}
 START = synth.DEFAULT_START
@@ -51,7 +51,7 @@ def test_twenty_minute_hole_gives_one_unknown_interval_on_that_device(runner, cl
     assert len(gaps) == 1
     g = gaps[0]
     assert g.device == synth.gpu_uuid(0, 5)
-    from ledger.canonical import parse_ts
+    from ledger.chain.canonical import parse_ts
     seconds = (parse_ts(g.ts_end) - parse_ts(g.ts)).total_seconds()
     assert abs(seconds - 1200) <= 60
     assert g.data["cause"] == "scrape_missing" and g.data["scope"] == "device"
@@ -163,7 +163,7 @@ def test_missing_source_and_bad_options(runner, cli, tmp_path, sqlite_url):
 
 @pytest.mark.parametrize("exporter,needle", [("dcgm-exporter", "api/v1/query_range"), ("dcgmi", "dcgmi dmon -e"),
                                              ("amd-smi", "amd-smi monitor"), ("nvidia-smi", "--query-gpu=")])
-def test_pathb_command_prints_an_importable_recipe(runner, cli, exporter, needle):
+def test_capture_recipe_command_prints_an_importable_recipe(runner, cli, exporter, needle):
     r = runner.invoke(cli, ["pathb-command", "--exporter", exporter, "--hours", "24"], env=ENV)
     assert r.exit_code == 0 and needle in r.output and "ipledger analyze" in r.output
     if exporter == "dcgm-exporter":   # one call stays within Prometheus' 11,000 points per series
@@ -171,11 +171,11 @@ def test_pathb_command_prints_an_importable_recipe(runner, cli, exporter, needle
         assert 24 * 3600 / step <= 11_000
 
 
-def test_pathb_dmon_recipe_metadata_is_what_the_importer_reads(tmp_path):
-    from ledger.cli.importers import pathb_commands
+def test_dmon_capture_recipe_metadata_is_what_the_importer_reads(tmp_path):
+    from ledger.cli.importers import capture_recipes
     from ledger.importers import dmon
 
-    recipe = pathb_commands("dmon", 1, 1, "")
+    recipe = capture_recipes("dmon", 1, 1, "")
     assert "# ipledger-start %Y-%m-%dT%H:%M:%SZ node=$NODE interval_ms=1000" in recipe
     text = ("# ipledger-start 2026-01-01T00:00:00Z node=h interval_ms=1000\n#Entity SMACT\nID\nGPU 0 0.5\nGPU 0 0.25\n")
     c = dmon.parse(text, "x")
@@ -203,7 +203,7 @@ def test_progress_only_on_a_tty_and_not_with_quiet(monkeypatch):
     show = cli_imp._progress(quiet=False)
     show(1, 2)
     show(2, 2)
-    # the one progress bar (ledger.progressbar): label, bar, counts; the line ended when done
+    # the one progress bar (ledger.base.progressbar): label, bar, counts; the line ended when done
     assert "import" in tty.getvalue() and "1/2" in tty.getvalue() and "2/2" in tty.getvalue()
     assert tty.getvalue().endswith("\n")
 
@@ -215,26 +215,25 @@ def test_every_command_has_help_with_an_example(runner, cli, cmd):
     assert r.exit_code == 0 and "Example:" in r.output and "ipledger " in r.output.split("Example:")[1]
 
 
-def test_dcgm_exporter_4_9_energy_in_joules_is_stored_in_joules(runner, cli, tmp_path, ledger_url):
-    """dcgm-exporter 4.9 reports field 156 in J: `--dcgm-exporter-version 4.9.0` stores the same joules as an
-    older exporter's mJ of the same counter, and the device's energy read back equals the counter's."""
+def test_dcgm_exporter_version_is_reported_only_and_rescales_no_energy(runner, cli, tmp_path, ledger_url):
+    """Field 156 is mJ in every exporter version (DCGM 4.7's joule counter is field 1611): giving
+    `--dcgm-exporter-version 4.9.0` says so in the import's warnings and stores the same joules as without it."""
     from ledger.method.energy import J_PER_KWH
     from ledger.telemetry.energy import device_energy_of
-    from ledger.telemetry.store import read_samples
+    from ledger.telemetry.sealed import read_samples
 
     kw = dict(n_gpus=2, hours=1, cadence=60, start=START,
               metrics=("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"))
     rows, truth = [], {}
     for labels, pts in synth.series(**kw):
-        if labels["__name__"] == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION":
-            pts = [(t, f"{int(v) / 1000:.3f}") for t, v in pts]          # the same counter, in J
-            truth[labels["UUID"]] = (pts[0][0], pts[-1][0], float(pts[-1][1]) - float(pts[0][1]))
+        if labels["__name__"] == "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION":      # the counter in mJ
+            truth[labels["UUID"]] = (pts[0][0], pts[-1][0], (int(pts[-1][1]) - int(pts[0][1])) / 1000)
         rows.append({"metric": labels, "values": [[t, v] for t, v in pts]})
     src = tmp_path / "qr.json"
     src.write_text(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": rows}}))
     r = _import(runner, cli, ledger_url, "prometheus", str(src), "--dcgm-exporter-version", "4.9.0")
     assert r.exit_code == 0, r.output
-    assert "x 1000 (dcgm-exporter 4.9.0: field 156 in J)" in r.output
+    assert "--dcgm-exporter-version 4.9.0: reported only" in r.output and "nothing rescaled" in r.output
     eng = db_mod.make_engine(ledger_url)
     try:
         table = read_samples(eng, columns=("device", "t", "power_w", "energy_j")).to_pydict()
@@ -245,4 +244,5 @@ def test_dcgm_exporter_4_9_energy_in_joules_is_stored_in_joules(runner, cli, tmp
         cols = {k: ([table["t"][i] for i in mine], [table[k][i] for i in mine]) for k in ("power_w", "energy_j")}
         de = device_energy_of(dev, cols, t0, t1)
         assert abs(de.joules - joules) / J_PER_KWH <= 1e-6 and de.source == "counter"
-        assert max(cols["energy_j"][1]) > 1e6          # J, not the mJ table's thousandth
+
+

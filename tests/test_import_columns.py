@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger import db as db_mod
+from ledger.chain import db as db_mod
 from ledger.importers import pipeline, prometheus, synth
 from ledger.telemetry import blocks, hours
 from ledger.telemetry.timeline import FIELDS, build_timeline_arrays

@@ -8,12 +8,12 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ledger import db as db_mod
-from ledger.entries import Kind
+from ledger.chain import db as db_mod
+from ledger.chain.entries import Kind
 from ledger.importers import amdsmi, nvidia_smi, pipeline, prometheus, synth
 from ledger.importers.common import InputError
-from ledger.store import iter_entries
-from ledger.telemetry.store import load_samples
+from ledger.chain.store import iter_entries
+from ledger.telemetry.sealed import load_samples
 
 T0 = synth.DEFAULT_START
 
@@ -132,7 +132,7 @@ def test_synth_roundtrip_every_shape_same_values(n, holes, seed):
         assert list(zip(ts, vs)) == [(t, v / round(1 / BY_NAME[metric].scale)) for t, v in pts]
 
 
-def test_receipt_from_imported_pathb_data(runner, cli, tmp_path, sqlite_url):
+def test_receipt_from_imported_telemetry(runner, cli, tmp_path, sqlite_url):
     """Cross-check with the receipts: an hpc_job run imported from Prometheus data gets a receipt whose
     unknown bucket carries the 20-minute hole."""
     synth.write_query_range(tmp_path / "qr", n_gpus=4, hours=2, cadence=60, start=T0, jobs="slurm",
@@ -187,8 +187,8 @@ def test_segment_digest_one_shot_encoding_equals_row_by_row(rows):
     import hashlib
     import operator
 
-    from ledger.canonical import canonical_json
-    from ledger.telemetry import store
+    from ledger.chain.canonical import canonical_json
+    from ledger.telemetry import sealed as store
 
     h = hashlib.sha256()
     for r in sorted(rows, key=operator.itemgetter(0, 1)):

@@ -111,11 +111,11 @@ def test_issue_help_has_an_example(runner, cli):
 def test_open_run_is_issued_as_accrued_usage_then_corrected_when_it_closes(sqlite_url, runner, cli):
     """A run open across the month end: `issue --open` bills its usage so far in both months; its close
     re-issues it, and the statements correct the months whose parts changed."""
-    from ledger import db as db_mod
-    from ledger import store
-    from ledger.entries import Kind, make_entry
+    from ledger.chain import db as db_mod
+    from ledger.chain import store
+    from ledger.chain.entries import Kind, make_entry
     from ledger.telemetry.model import Sample
-    from ledger.telemetry.store import segment_entry, write_segment
+    from ledger.telemetry.sealed import segment_entry, write_segment
 
     eng = db_mod.make_engine(sqlite_url)
     key = dict(cluster="hpc1", job_id="77", run=0)

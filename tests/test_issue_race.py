@@ -7,12 +7,12 @@ the duplicate.
 
 from __future__ import annotations
 
-from ledger import db as db_mod
-from ledger.entries import Kind
+from ledger.chain import db as db_mod
+from ledger.chain.entries import Kind
 from ledger.receipts import issue as issue_mod
 from ledger.receipts.example import KEY, load_example
 from ledger.receipts.compute import RunKey
-from ledger.store import iter_entries
+from ledger.chain.store import iter_entries
 
 
 def _issued(engine) -> list:

@@ -13,13 +13,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ledger.proofcheck as pc
-from ledger import db as db_mod
-from ledger import k8s, spool
-from ledger.entries import Kind
+from ledger.chain import db as db_mod
+from ledger.capture import k8s, spool
+from ledger.chain.entries import Kind
 from ledger.method import BUCKETS, shares
 from ledger.method.attribution import DeviceAccount
-from ledger.sources.kubelet import Assignment, PodResourcesClient, physical_device
-from ledger.store import iter_entries
+from ledger.capture.sources.kubelet import Assignment, PodResourcesClient, physical_device
+from ledger.chain.store import iter_entries
 
 from reports import focus
 from tests.focus_validator import Unavailable as FocusUnavailable
@@ -51,13 +51,13 @@ def kubelet(tmp_path):
 @given(st.lists(st.integers(0, 10**12), min_size=len(BUCKETS), max_size=len(BUCKETS)), st.integers(2, 64))
 def test_shares_of_a_device_sum_to_its_paid_time(buckets, n):
     paid = sum(buckets)
-    acc = DeviceAccount(paid_nh=paid, buckets=np.array(buckets, dtype=np.int64), suspended_nh=0)
+    acc = DeviceAccount(paid_nanohours=paid, buckets=np.array(buckets, dtype=np.int64), suspended_nanohours=0)
     parts = [shares.scale_account(acc, Fraction(1, n)) for _ in range(n)]
     for p in parts:
-        assert int(p.buckets.sum()) == p.paid_nh == paid // n
+        assert int(p.buckets.sum()) == p.paid_nanohours == paid // n
         assert all(0 <= int(b) <= int(a) for a, b in zip(acc.buckets, p.buckets))
-    left = shares.remainder_nh(paid, [Fraction(1, n)] * n)
-    assert sum(p.paid_nh for p in parts) + left == paid and 0 <= left < n
+    left = shares.remainder_nanohours(paid, [Fraction(1, n)] * n)
+    assert sum(p.paid_nanohours for p in parts) + left == paid and 0 <= left < n
     assert shares.share_of({"sharers": n}) == ("equal", Fraction(1, n))
     assert shares.share_of({"sharers": n, "declared_share": "1/3"}) == ("declared", Fraction(1, 3))
     assert shares.share_of({"sharers": 1}) is None and shares.share_of({}) is None
@@ -167,15 +167,15 @@ def test_pods_become_runs_through_ship_and_receipt(kubelet, runner, cli, tmp_pat
     (line,) = rec["devices"]
     assert line["share"] == {"rule": "equal", "ratio": "1/4", "device_paid_gpu_hours": 0.083333333}
     # four pods time-sliced on one GPU each pay a quarter; the four plus the remainder are the device's paid time
-    paid_nh = []
+    paid_nanohours = []
     for n in range(4):
         rn = json.loads(runner.invoke(cli, ["--db", sqlite_url, "receipt", f"k8s:team-a/train-{n}", "--format",
                                             "json"]).output)
-        paid_nh.append(round(rn["gpu_hours"]["paid"] * 1e9))
+        paid_nanohours.append(round(rn["gpu_hours"]["paid"] * 1e9))
         assert rn["devices"][0]["uuid"] == GPU_A and rn["devices"][0]["share"]["ratio"] == "1/4"
-    device_nh = round(line["share"]["device_paid_gpu_hours"] * 1e9)
-    assert paid_nh == [device_nh // 4] * 4
-    assert sum(paid_nh) + shares.remainder_nh(device_nh, [Fraction(1, 4)] * 4) == device_nh
+    device_nanohours = round(line["share"]["device_paid_gpu_hours"] * 1e9)
+    assert paid_nanohours == [device_nanohours // 4] * 4
+    assert sum(paid_nanohours) + shares.remainder_nanohours(device_nanohours, [Fraction(1, 4)] * 4) == device_nanohours
     # issued, the shared receipts replay byte-identically (ipledger verify)
     r = runner.invoke(cli, ["--db", sqlite_url, "--config", str(conf), "issue", "--all", "--quiet"])
     assert r.exit_code == 0, r.output
@@ -294,11 +294,11 @@ def test_a_pod_joining_later_shares_from_then_on(kubelet, runner, cli, tmp_path,
     assert w == {"pod-0": ("2026-01-01T00:00:00Z", "2026-01-01T00:07:12Z"),
                  "pod-1": ("2026-01-01T00:03:36Z", "2026-01-01T00:10:48Z")}
     holds = {"pod-0": (0, 4 * 108), "pod-1": (2 * 108, 6 * 108)}
-    want, device_nh = _plain_split(holds, 108)
+    want, device_nanohours = _plain_split(holds, 108)
     paid = {p: round(got[p]["gpu_hours"]["paid"] * 1e9) for p in got}
     assert paid == {p: int(v) for p, v in want.items()}
     pods, left, dev = shares.split_device(holds)
-    assert pods == paid and sum(paid.values()) + left == dev == int(device_nh)
+    assert pods == paid and sum(paid.values()) + left == dev == int(device_nanohours)
     assert [s["ratio"] for s in got["pod-0"]["devices"][0]["share"]["segments"]] == ["1/1", "1/2"]
     assert [s["ratio"] for s in got["pod-1"]["devices"][0]["share"]["segments"]] == ["1/2", "1/1"]
     # the GPU one pod held throughout: no share block, the whole device-time

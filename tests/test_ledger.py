@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from sqlalchemy import text
 
-from ledger import store
-from ledger.canonical import canonical_json, format_ts, parse_ts
-from ledger.entries import GENESIS_HASH, Kind, chain_hash, entry_from_record, make_entry
-from ledger.verify import check_chain, verify
+from ledger.chain import store
+from ledger.chain.canonical import canonical_json, format_ts, parse_ts
+from ledger.chain.entries import GENESIS_HASH, Kind, chain_hash, entry_from_record, make_entry
+from ledger.chain.verify import check_chain, verify
 
 
 def _entries(n: int, job: str = "100"):
@@ -61,7 +61,7 @@ def test_database_refuses_update_and_delete(engine, statement):
 
 
 def test_postgres_truncate_refused(postgres, tmp_path):
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
 
     url = postgres.create_db("ipledger_truncate")
     eng = db_mod.make_engine(url)
@@ -128,7 +128,7 @@ def test_chain_check_accepts_any_honest_chain_and_is_deterministic(items):
     unique = list({e.entry_id: e for e in entries}.values())
     prev = GENESIS_HASH
     chained = []
-    from ledger.entries import ChainedEntry
+    from ledger.chain.entries import ChainedEntry
 
     for i, e in enumerate(unique, start=1):
         h = chain_hash(i, e, prev)

@@ -20,14 +20,14 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import db as db_mod
-from ledger import store
-from ledger.entries import Kind, make_entry
+from ledger.chain import db as db_mod
+from ledger.chain import store
+from ledger.chain.entries import Kind, make_entry
 from ledger.method import SampleArrays
 from ledger.method.lens import BOUNDS, lens_device, lens_device_reference, peak_tflops, precision_for
 from ledger.method.skus import builtin_table
 from ledger.telemetry.model import Sample
-from ledger.telemetry.store import segment_entry, write_segment
+from ledger.telemetry.sealed import segment_entry, write_segment
 
 T0 = 1_790_000_000.0  # 2026-09-21
 maybe_frac = st.one_of(st.none(), st.floats(0, 1), st.sampled_from([0.0, 0.04, 0.3, 0.9]))
@@ -94,8 +94,8 @@ def test_the_lens_read_in_the_attributions_pass_changes_no_integer_of_it(tl):
     kw = dict(unknown=gaps, suspended=susp, rated_clock_mhz=rated)
     plain = attribute_device(window, arr, **kw)
     acc, lens = attribute_device_covered(window, arr, use=lens_reader(arr), **kw)
-    assert acc.paid_nh == plain.paid_nh and acc.buckets.tolist() == plain.buckets.tolist()
-    assert acc.gap_nh == plain.gap_nh and acc.unknown_causes == plain.unknown_causes
+    assert acc.paid_nanohours == plain.paid_nanohours and acc.buckets.tolist() == plain.buckets.tolist()
+    assert acc.gap_nanohours == plain.gap_nanohours and acc.unknown_causes == plain.unknown_causes
     assert (acc.timeline is None) == (plain.timeline is None)
     if acc.timeline is not None:
         assert np.array_equal(acc.timeline, plain.timeline)
@@ -143,20 +143,28 @@ SKUS = ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB")
 RATED = {SKUS[0]: 1980.0, SKUS[1]: 1410.0}
 
 
+PIPE_FIELDS = ("fp64_active", "fp32_active", "fp16_active")
+
+
 @st.composite
-def fleets(draw):
-    """Devices with known per-sample pipe activity (None: the field was not measured on that sample)."""
+def fleets(draw, pipes: bool = False):
+    """Devices with known per-sample pipe activity (None: the field was not measured on that sample); with
+    ``pipes``, each row also has its FP64/FP32/FP16 pipe activities (a device may never measure them)."""
     devs = []
     for i in range(draw(st.integers(1, 3))):
         n = draw(st.integers(1, 30))
         sku = draw(st.sampled_from(SKUS))
         no_tensor = draw(st.booleans())  # a device whose collector never had the profiling field
+        no_pipes = not pipes or draw(st.booleans())   # ... or never the FP pipe fields (1006-1008)
         rows = []
         for _ in range(n):
             sm = draw(st.floats(0.1, 1.0))
             ten = None if no_tensor else draw(st.one_of(st.none(), st.floats(0, 1)))
             clock = draw(st.floats(300, 2100))
-            rows.append((sm, ten, clock, draw(maybe_frac), draw(maybe_frac)))
+            row = (sm, ten, clock, draw(maybe_frac), draw(maybe_frac))
+            if pipes:
+                row += tuple(None if no_pipes else draw(maybe_frac) for _ in PIPE_FIELDS)
+            rows.append(row)
         devs.append((f"GPU-lens-{i}", sku, rows))
     return devs
 
@@ -173,8 +181,9 @@ def _ledger(url, devs, job="9100", account="chem"):
     store.append(eng, es)
     for u, _sku, rows in devs:
         samples = [Sample(device=u, t=T0 + k * CADENCE, dt=CADENCE, sm_active=sm, tensor_active=ten,
-                          sm_clock_mhz=clk, sm_occupancy=occ, dram_active=dram, compute_procs=1.0)
-                   for k, (sm, ten, clk, occ, dram) in enumerate(rows)]
+                          sm_clock_mhz=clk, sm_occupancy=occ, dram_active=dram, compute_procs=1.0,
+                          **dict(zip(PIPE_FIELDS, pipes)))
+                   for k, (sm, ten, clk, occ, dram, *pipes) in enumerate(rows)]
         write_segment(eng, samples, segment_entry(samples, node="n1", source="test"))
     store.append(eng, [make_entry(Kind.ALLOCATION_ENDED, T0 + n * CADENCE, {"exit_code": 0}, node="n1", **key)])
     eng.dispose()
@@ -239,6 +248,103 @@ def test_receipt_lens_is_sum_of_covered_time_tensor_and_clock_ratio(tmp_path_fac
         assert line in lines_new
 
 
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(fleets(pipes=True))
+def test_receipt_pipe_hours_and_1_2_flops_are_sums_over_the_stored_pipes(tmp_path_factory, runner, cli, devs):
+    """The FP pipes stored (sample block format 2): ``fp64/fp32/fp16_gpu_hours`` = Σ c × pipe × r over the
+    samples that measured the pipe (null where no sample of any device did: unknown, not zero), and 1.2.0's
+    achieved FLOPs add Σ c × pipe × r × the SKU's non-tensor peak (FP32, FP64) to 1.1.0's tensor figure; the
+    time identity and every other lens figure are 1.1.0's."""
+    tmp = tmp_path_factory.mktemp("pipes")
+    url = f"sqlite:///{tmp / 'p.db'}"
+    _ledger(url, devs)
+    new = _json(runner, cli, "--db", url, "--config", _config(tmp, "1.2.0"), "receipt", "9100", "--json")
+    old = _json(runner, cli, "--db", url, "--config", _config(tmp, "1.1.0"), "receipt", "9100", "--json")
+    ec, ec11 = new["effective_compute"], old["effective_compute"]
+    ratio = {s: (lambda clk, s=s: min(clk / RATED[s], 1.0)) for s in SKUS}
+    for j, p in enumerate(("fp64", "fp32", "fp16")):
+        vals = [(sku, row[5 + j], row[2]) for _u, sku, rows in devs for row in rows if row[5 + j] is not None]
+        if not vals:
+            assert ec[f"{p}_gpu_hours"] is None
+            continue
+        want = sum(CADENCE * v * ratio[s](clk) for s, v, clk in vals) / 3600.0
+        assert abs(ec[f"{p}_gpu_hours"] - want) <= 1e-9 * len(devs), p
+    # 1.2.0's achieved FLOPs: 1.1.0's plus each priced pipe at its non-tensor peak, on devices with tensor
+    # activity measured somewhere (the rated time's devices)
+    non_tensor = {SKUS[0]: {"fp32": 67.0, "fp64": 34.0}, SKUS[1]: {"fp32": 19.5, "fp64": 9.7}}
+    extra = 0.0
+    for _u, sku, rows in devs:
+        if not any(r[1] is not None for r in rows):
+            continue
+        for row in rows:
+            for j, p in ((0, "fp64"), (1, "fp32")):
+                if row[5 + j] is not None:
+                    extra += CADENCE * row[5 + j] * ratio[sku](row[2]) * non_tensor[sku][p] / 1000 / 3600
+    if ec11["achieved_pflop_hours"] is None:
+        assert ec["achieved_pflop_hours"] is None and ec["flops_source"] == "unmeasured"
+    else:
+        assert abs(ec["achieved_pflop_hours"] - (ec11["achieved_pflop_hours"] + extra)) <= 2e-8
+        assert ec["flops_source"] == "activity"
+    same = {k: v for k, v in ec.items() if k not in ("achieved_pflop_hours", "rated_share", "method",
+                                                    "flops_source")}
+    assert same == {k: v for k, v in ec11.items() if k not in ("achieved_pflop_hours", "rated_share", "method")}
+    strip = ("effective_compute", "receipt_hash", "method")
+    assert {k: v for k, v in new.items() if k not in strip} == {k: v for k, v in old.items() if k not in strip}
+
+
+def _amd_ledger(url, devs, job="9200"):
+    """MI300X runs as the store holds AMD samples: GFX activity as gpu_util, MFMA activity as tensor_active, and
+    (where the source had them) the FP16+FP32+FP64 op counters' count over each sample as fp_ops."""
+    eng = db_mod.make_engine(url)
+    db_mod.upgrade(eng)
+    key = dict(cluster="c1", job_id=job, run=0)
+    n = max(len(r) for _u, r in devs)
+    es = [make_entry(Kind.ALLOCATION_STARTED, T0, {"account": "amd", "partition": "gpu", "qos": "normal"},
+                     node="m1", **key)]
+    es += [make_entry(Kind.DEVICE_BOUND, T0, {"index": i, "sku": "AMD Instinct MI300X"}, device=u, node="m1", **key)
+           for i, (u, _r) in enumerate(devs)]
+    store.append(eng, es)
+    for u, rows in devs:
+        samples = [Sample(device=u, t=T0 + k * CADENCE, dt=CADENCE, gpu_util=gfx, tensor_active=mfma,
+                          sm_clock_mhz=clk, compute_procs=1.0, fp_ops=ops)
+                   for k, (gfx, mfma, clk, ops) in enumerate(rows)]
+        write_segment(eng, samples, segment_entry(samples, node="m1", source="amd-test", extra={"vendor": "amd"}))
+    store.append(eng, [make_entry(Kind.ALLOCATION_ENDED, T0 + n * CADENCE, {"exit_code": 0}, node="m1", **key)])
+    eng.dispose()
+
+
+def test_amd_achieved_flops_come_from_the_op_counters_where_stored_and_the_receipt_says_which(tmp_path, runner,
+                                                                                            cli):
+    """Method 1.2.0 on MI300X samples: with the op counters stored, achieved FLOPs are the operations counted
+    (flops_source "op_counters"); without, MFMA activity × clock ratio × the BF16 peak ("activity"); a run
+    with one of each says "mixed". The time identity is 1.0.0's."""
+    counted = [(0.9, 0.5, 2100.0, 4e15)] * 12                 # 4e15 operations per 10 s: 400 TFLOP/s
+    inferred = [(0.9, 0.5, 1890.0, None)] * 12                # MFMA 50 % at 90 % of the rated clock
+    cfg = _config(tmp_path, "1.2.0")
+    got = {}
+    for name, devs in (("counted", [("GPU-amd-c", counted)]), ("inferred", [("GPU-amd-i", inferred)]),
+                       ("mixed", [("GPU-amd-c", counted), ("GPU-amd-i", inferred)])):
+        url = f"sqlite:///{tmp_path / (name + '.db')}"
+        _amd_ledger(url, devs)
+        got[name] = _json(runner, cli, "--db", url, "--config", cfg, "receipt", "9200", "--json")
+    ec = {k: v["effective_compute"] for k, v in got.items()}
+    assert ec["counted"]["flops_source"] == "op_counters"
+    assert abs(ec["counted"]["achieved_pflop_hours"] - 12 * 4e15 / 1e15 / 3600) <= 1e-9
+    assert ec["inferred"]["flops_source"] == "activity"
+    assert abs(ec["inferred"]["achieved_pflop_hours"] - 12 * CADENCE * 0.5 * 0.9 * 1307.4 / 1000 / 3600) <= 1e-9
+    assert ec["mixed"]["flops_source"] == "mixed"
+    assert abs(ec["mixed"]["achieved_pflop_hours"] - ec["counted"]["achieved_pflop_hours"]
+               - ec["inferred"]["achieved_pflop_hours"]) <= 2e-9
+    rated_one = 12 * CADENCE / 3600 * 1.3074
+    assert abs(ec["counted"]["rated_pflop_hours"] - rated_one) <= 1e-9
+    assert abs(ec["counted"]["rated_share"] - 400 / 1307.4) < 1e-6
+    text = runner.invoke(cli, ["--db", f"sqlite:///{tmp_path / 'mixed.db'}", "--config", cfg, "receipt", "9200"])
+    assert "achieved FLOPs from" in text.output and "mixed" in text.output
+    plain = _json(runner, cli, "--db", f"sqlite:///{tmp_path / 'mixed.db'}", "receipt", "9200", "--json")
+    assert plain["gpu_hours"] == got["mixed"]["gpu_hours"] and "effective_compute" not in plain   # 1.0.0's
+
+
 def test_issued_under_1_0_replays_under_1_0_and_1_1_under_1_1(tmp_path, runner, cli):
     url = f"sqlite:///{tmp_path / 'v.db'}"
     devs = [("GPU-v-0", SKUS[0], [(0.9, 0.6, 1800.0, 0.5, 0.2)] * 20)]
@@ -259,6 +365,26 @@ def test_issued_under_1_0_replays_under_1_0_and_1_1_under_1_1(tmp_path, runner, 
     # bulk issuing under the same site computes the same 1.1.0 receipt: nothing new to issue
     again = _json(runner, cli, "--db", url, "--config", cfg11, "issue", "--all", "--json")
     assert again["unchanged"] == 1 and again["issued"] == again["reissued"] == 0, again
+
+
+def test_issued_under_1_1_replays_under_1_1_after_the_site_moves_to_1_2(tmp_path, runner, cli):
+    """With FP pipes stored, 1.1.0 and 1.2.0 give different achieved FLOPs: a receipt issued under 1.1.0 still
+    replays under 1.1.0 once the site runs 1.2.0, and one issued under 1.2.0 replays under 1.2.0."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    _ledger(url, [("GPU-r-0", SKUS[0], [(0.9, 0.1, 1800.0, 0.5, 0.2, 0.2, 0.7, 0.0)] * 20)])
+    cfg11, cfg12 = _config(tmp_path, "1.1.0"), _config(tmp_path, "1.2.0")
+    assert runner.invoke(cli, ["--db", url, "--config", cfg11, "receipt", "9100", "--issue"]).exit_code == 0
+    v = _json(runner, cli, "--db", url, "--config", cfg12, "receipt", "9100", "--verify", "--json")
+    assert v["ok"] is True
+    res = runner.invoke(cli, ["--db", url, "--config", cfg12, "receipt", "9100", "--issue"])
+    assert res.exit_code == 0 and "reissued" in res.output
+    v = _json(runner, cli, "--db", url, "--config", cfg11, "receipt", "9100", "--verify", "--json")
+    assert v["ok"] is True
+    b11 = _json(runner, cli, "--db", url, "--config", cfg11, "receipt", "9100", "--json")["effective_compute"]
+    b12 = _json(runner, cli, "--db", url, "--config", cfg12, "receipt", "9100", "--json")["effective_compute"]
+    assert b12["achieved_pflop_hours"] > b11["achieved_pflop_hours"] and b12["flops_source"] == "activity"
+    res = runner.invoke(cli, ["--db", url, "verify", "--json"])
+    assert res.exit_code == 0, res.output
 
 
 def test_a_bad_precision_is_one_line_naming_the_setting(tmp_path, runner, cli):
@@ -303,9 +429,9 @@ def test_statements_of_1_1_receipts_still_export_and_pass_the_focus_validator(tm
     nov = _json(runner, cli, "--db", url, "--config", cfg, "export", "monthly", "--month", "2026-11",
                 "--format", "json", "--out", "-")
     assert nov["totals"]["paid"] > 0, nov["totals"]
-    from ledger import db as _db
-    from ledger.entries import Kind as _Kind
-    from ledger.rows import iter_entries
+    from ledger.chain import db as _db
+    from ledger.chain.entries import Kind as _Kind
+    from ledger.chain.rows import iter_entries
 
     eng = _db.make_engine(url)
     issued = [c.entry.data for c in iter_entries(eng, kinds=[_Kind.RECEIPT_ISSUED])]
@@ -329,20 +455,22 @@ def test_statement_lens_columns_are_the_sum_of_the_receipts_lens(tmp_path, runne
     from reports.export import build_statement
     from reports.lens_columns import LENS_COLUMNS, LENS_FOCUS, LENS_METHOD_VERSIONS
     from ledger.method.lens import LENS_METHOD_VERSION
-    from ledger.rows import iter_entries
+    from ledger.chain.rows import iter_entries
 
     assert LENS_METHOD_VERSION in LENS_METHOD_VERSIONS
     url = f"sqlite:///{tmp_path / 's.db'}"
     _ledger(url, [("GPU-s-0", SKUS[0], [(0.9, 0.6, 1800.0, 0.5, 0.2), (0.8, None, 1980.0, 0.1, 0.7)] * 9),
                   ("GPU-s-1", SKUS[1], [(0.7, 0.05, 1500.0, 0.1, 0.1)] * 14)], job="9100", account="chem")
-    _ledger(url, [("GPU-s-2", SKUS[0], [(0.95, 0.9, 1980.0, 0.6, 0.2)] * 11)], job="9101", account="astro")
+    # (with the FP pipes stored: their hours reach the statement's fp columns and FOCUS's x_Fp*GpuHours)
+    _ledger(url, [("GPU-s-2", SKUS[0], [(0.95, 0.9, 1980.0, 0.6, 0.2, 0.1, 0.5, 0.0)] * 11)], job="9101",
+            account="astro")
     _ledger(url, [("GPU-s-3", SKUS[1], [(0.5, 0.5, 1200.0, 0.5, 0.5)] * 7)], job="9102", account="chem")
-    cfg10, cfg11 = _config(tmp_path, "1.0.0"), _config(tmp_path, "1.1.0")
-    for job, cfg in (("9100", cfg11), ("9101", cfg11), ("9102", cfg10)):
+    cfg10, cfg11, cfg12 = _config(tmp_path, "1.0.0"), _config(tmp_path, "1.1.0"), _config(tmp_path, "1.2.0")
+    for job, cfg in (("9100", cfg11), ("9101", cfg12), ("9102", cfg10)):
         assert runner.invoke(cli, ["--db", url, "--config", cfg, "receipt", job, "--issue"]).exit_code == 0
     eng = db_mod.make_engine(url)
     receipts = [c.entry.data["receipt"] for c in iter_entries(eng, kinds=[Kind.RECEIPT_ISSUED])]
-    assert sorted(r["method"]["version"] for r in receipts) == ["1.0.0", "1.1.0", "1.1.0"]
+    assert sorted(r["method"]["version"] for r in receipts) == ["1.0.0", "1.1.0", "1.2.0"]
 
     def want(rs):
         out = dict.fromkeys(LENS_COLUMNS, 0.0)
@@ -360,6 +488,8 @@ def test_statement_lens_columns_are_the_sum_of_the_receipts_lens(tmp_path, runne
 
     by_tenant = {t: want([r for r in receipts if r["job"]["account"] == t]) for t in ("chem", "astro")}
     assert by_tenant["astro"]["tensor_gpu_hours"] > 0 and by_tenant["chem"]["lens_unmeasured_gpu_hours"] > 0
+    assert by_tenant["astro"]["fp32_gpu_hours"] > 0 and by_tenant["astro"]["fp64_gpu_hours"] > 0
+    assert by_tenant["chem"]["fp32_gpu_hours"] == 0.0   # never measured there: the block says null
 
     def close(got, exp, tol=2e-6):
         assert abs(float(got) - exp) <= tol, (got, exp)
@@ -395,6 +525,15 @@ def test_statement_lens_columns_are_the_sum_of_the_receipts_lens(tmp_path, runne
     for t, exp in by_tenant.items():
         for xc, c in LENS_FOCUS:
             close(sum(float(r[xc] or 0) for r in focus if r["SubAccountId"] == t), exp[c], 1e-5)
+    assert any(float(r["x_Fp32GpuHours"] or 0) > 0 for r in focus)
+    from tests.focus_validator import Unavailable, validate   # the pipe columns pass as x_ extension columns
+    from tests.services import unavailable
+
+    try:
+        v = validate(focus_path)
+    except Unavailable as exc:
+        unavailable(str(exc))
+    assert v.failed == [], v.summary()
     # the three readers: the lines (default), the receipts' JSON column-wise, and the dict path
     dict_rows = build_statement(eng, "2026-09", columnar=False).rows
     for rows in (build_statement(eng, "2026-09").rows, issued_columns.read_month(eng, "2026-09").usage.rows):

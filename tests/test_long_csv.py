@@ -15,10 +15,11 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from ledger import db as db_mod
-from ledger import store
-from ledger.entries import Kind, make_entry
-from reports import long_csv, synthetic
+from ledger.chain import db as db_mod
+from ledger.chain import store
+from ledger.chain.entries import Kind, make_entry
+from reports import long_csv
+from ledger.sim import synthetic_receipts as synthetic
 from reports.export import build_statement, write
 from reports.statement_file import export_file
 from tests.test_export_columns import _iso, _ledger

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ledger import hooks, marks
+from ledger.capture import hooks, marks
 from ledger.cli.main import cli
-from ledger.hooks.install import install, mark_path
+from ledger.cli.install_hooks import install, mark_path
 from tests import services
 from tests.standins import make_site
 
@@ -223,9 +223,9 @@ def test_installed_mark_imports_only_light_stdlib(tmp_path):
                        env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr[-2000:]
     imported = {ln.split("|")[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")}
-    assert "ledger.marks" in imported
+    assert "ledger.capture.marks" in imported
     heavy = {"click", "sqlalchemy", "json", "re", "typing", "dataclasses", "datetime", "pathlib", "subprocess",
-             "tomllib", "ledger.entries", "hashlib"}  # ledger.canonical is light: it loads none of these
+             "tomllib", "ledger.chain.entries", "hashlib"}  # ledger.chain.canonical is light: it loads none of these
     assert not imported & heavy, sorted(imported & heavy)
     assert len(list((tmp_path / "spool").glob("mark-*.jsonl"))) == 2
 

@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from ledger import db as db_mod
-from ledger import merkle, store
-from ledger.entries import Kind, chain_hash, make_entry
+from ledger.chain import db as db_mod
+from ledger.chain import merkle, store
+from ledger.chain.entries import Kind, chain_hash, make_entry
 from ledger.proofcheck import Failure, check_consistency, leaf_hash, node_hash, root_from_inclusion
 from ledger.receipts.auto import verify_checks
-from ledger.verify import verify
+from ledger.chain.verify import verify
 
 
 def mth(leaves: list[bytes]) -> bytes:
@@ -201,7 +201,7 @@ def _copy(big_ledger, tmp_path):  # noqa: ANN001, ANN202
 
 def _both_ways(engine, monkeypatch, workers):  # noqa: ANN001, ANN202
     """(fast report, reference report) of the full `verify`, the fast path forced on, then off."""
-    from ledger import verify as verify_mod
+    from ledger.chain import verify as verify_mod
 
     monkeypatch.setattr(verify_mod, "FAST_MIN_ENTRIES", 1)
     fast = verify(engine, workers=workers, checks=verify_checks())
@@ -213,7 +213,7 @@ def _both_ways(engine, monkeypatch, workers):  # noqa: ANN001, ANN202
 def _rewrite_entry(engine, seq: int) -> None:  # noqa: ANN001
     """An attacker with the file: one entry's payload changed and the chain re-hashed from it on, so the chain
     verifies (no anchor) and only the tree, built from the original entries, can tell."""
-    from ledger.entries import Entry, compute_entry_id
+    from ledger.chain.entries import Entry, compute_entry_id
 
     with engine.begin() as conn:
         conn.exec_driver_sql("DROP TRIGGER entries_no_update")
@@ -234,7 +234,7 @@ def _rewrite_entry(engine, seq: int) -> None:  # noqa: ANN001
 
 @pytest.mark.parametrize("workers", [1, 3])
 def test_one_pass_tree_check_covers_every_stored_subtree(big_ledger, tmp_path, monkeypatch, workers):
-    from ledger import verify as verify_mod
+    from ledger.chain import verify as verify_mod
 
     engine = _copy(big_ledger, tmp_path)
     monkeypatch.setattr(verify_mod, "FAST_MIN_ENTRIES", 1)
@@ -264,7 +264,7 @@ def _damage_stored_node(engine, damage: str, level: int, idx: int) -> None:  # n
 def test_subtrees_across_worker_ranges_are_checked(big_ledger, tmp_path, monkeypatch, damage, level, idx):
     """With 3 workers the ranges start at entries 993 and 1,985: (6, 15) and (7, 15) straddle a boundary (the
     parent checks them), (11, 0) all of them, (4, 61) and (4, 62) lie each side of one (the workers do)."""
-    from ledger import verify as verify_mod
+    from ledger.chain import verify as verify_mod
 
     engine = _copy(big_ledger, tmp_path)
     _damage_stored_node(engine, damage, level, idx)
@@ -282,7 +282,7 @@ def test_one_pass_tree_check_names_what_the_reference_names(big_ledger, tmp_path
     """A rewritten or missing stored subtree at any level (inside one worker's range or across two), a subtree
     too many, or an entry rewritten with the chain re-hashed after it: the fast path's report is the
     reference's, the first bad seq named."""
-    from ledger import verify as verify_mod
+    from ledger.chain import verify as verify_mod
 
     engine = _copy(big_ledger, tmp_path_factory.mktemp("case"))
     level = data.draw(st.integers(merkle.STORED_LEVEL, 11), label="level")

@@ -13,8 +13,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger.canonical import canonical_json
-from ledger.entries import ChainedEntry, Kind, make_entry
+from ledger.chain.canonical import canonical_json
+from ledger.chain.entries import ChainedEntry, Kind, make_entry
 from ledger.method import (
     BUCKETS,
     THROTTLE_REASONS,
@@ -23,7 +23,7 @@ from ledger.method import (
     attribute_summary,
     reason_bucket,
 )
-from ledger.method.attribution import NH_PER_SECOND
+from ledger.method.attribution import NANOHOURS_PER_SECOND
 from ledger.method.skus import builtin_table, match_sku, site_table
 from ledger.receipts import RunInputs, RunKey, compute_receipt
 
@@ -81,14 +81,14 @@ def test_identity_holds_exactly_for_every_device_timeline(tl):
     start, end, cols, gaps, susp, rated = tl
     acc = attribute_device((start, end), _arrays(cols), unknown=gaps, suspended=susp, rated_clock_mhz=rated)
     assert acc.buckets.dtype == np.int64 and (acc.buckets >= 0).all()
-    assert int(acc.buckets.sum()) == acc.paid_nh  # exact, in nanohours
+    assert int(acc.buckets.sum()) == acc.paid_nanohours  # exact, in nanohours
     # paid + suspended is the whole window; paid excludes exactly the suspended time
-    assert abs((acc.paid_nh + acc.suspended_nh) - (end - start) * NH_PER_SECOND) <= 1
+    assert abs((acc.paid_nanohours + acc.suspended_nanohours) - (end - start) * NANOHOURS_PER_SECOND) <= 1
     # unknown = the gaps' shares + the unattributed causes
-    assert int(acc.buckets[-1]) == sum(acc.gap_nh.values()) + sum(acc.unknown_causes.values())
-    assert all(v >= 0 for v in acc.gap_nh.values()) and all(v >= 0 for v in acc.unknown_causes.values())
+    assert int(acc.buckets[-1]) == sum(acc.gap_nanohours.values()) + sum(acc.unknown_causes.values())
+    assert all(v >= 0 for v in acc.gap_nanohours.values()) and all(v >= 0 for v in acc.unknown_causes.values())
     hours = acc.buckets / 1e9
-    assert abs(hours.sum() - acc.paid_nh / 1e9) < 1e-9
+    assert abs(hours.sum() - acc.paid_nanohours / 1e9) < 1e-9
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -135,7 +135,7 @@ def test_identity_holds_in_every_receipt(tl, policy, charge_suspended):
 def test_zero_length_run_is_all_zero_and_balanced():
     acc = attribute_device((100.0, 100.0), _arrays({"t": [100.0], "dt": [10.0], "sm_active": [1.0], "gpu_util": [None],
                                                     "sm_clock": [None], "reasons": [None], "procs": [1], "fb_used": [None]}))
-    assert acc.paid_nh == 0 and int(acc.buckets.sum()) == 0
+    assert acc.paid_nanohours == 0 and int(acc.buckets.sum()) == 0
 
 
 def test_reason_precedence_thermal_then_hw_then_power_then_sync():
@@ -149,16 +149,16 @@ def test_throttle_split_follows_clock_ratio():
     # 100 s at full activity, clock at 75 % of rated, SW power cap: 75 s delivered, 25 s power_cap
     sa = SampleArrays.from_columns(t=[0.0], dt=[100.0], sm_active=[1.0], sm_clock=[1485.0], reasons=[0x4])
     acc = attribute_device((0.0, 100.0), sa, rated_clock_mhz=1980.0).as_dict()
-    assert acc["delivered"] == round(75 * NH_PER_SECOND)
+    assert acc["delivered"] == round(75 * NANOHOURS_PER_SECOND)
     # the sample's covered time is rounded once; throttled is the rest of its active share
-    assert acc["delivered"] + acc["throttled.power_cap"] == round(100 * NH_PER_SECOND)
+    assert acc["delivered"] + acc["throttled.power_cap"] == round(100 * NANOHOURS_PER_SECOND)
 
 
 def test_coarse_utilisation_is_the_fallback_and_is_counted():
     sa = SampleArrays.from_columns(t=[0.0, 10.0], dt=[10.0, 10.0], sm_active=[None, 0.5], gpu_util=[0.8, 0.9])
     acc = attribute_device((0.0, 20.0), sa)
-    assert acc.as_dict()["delivered"] == round(8 * NH_PER_SECOND) + round(5 * NH_PER_SECOND)
-    assert acc.coarse_nh == round(10 * NH_PER_SECOND)
+    assert acc.as_dict()["delivered"] == round(8 * NANOHOURS_PER_SECOND) + round(5 * NANOHOURS_PER_SECOND)
+    assert acc.coarse_nanohours == round(10 * NANOHOURS_PER_SECOND)
 
 
 def test_starved_needs_a_resident_process_else_idle_held():
@@ -170,14 +170,14 @@ def test_starved_needs_a_resident_process_else_idle_held():
 
 
 def test_summary_only_run_uses_dcgm_job_stats_and_is_marked():
-    # shaped like ledger.sources.dcgm.summary_fields(): values / missing / processes
+    # shaped like ledger.capture.sources.dcgm.summary_fields(): values / missing / processes
     payload = {"source": "dcgm_job_stats", "values": {"sm_util_pct_avg": 60.0, "sm_clock_mhz_avg": 1584.0,
                                                       "slowdown_power_pct": 30.0, "slowdown_thermal_pct": 10.0,
                                                       "slowdown_sync_boost_pct": 0.0, "processes": 1},
                "missing": {"slowdown_board_limit_pct": "not_supported"}, "processes": [{"pid": 10140}]}
     acc = attribute_summary((0.0, 3600.0), payload, rated_clock_mhz=1980.0)
     d = acc.as_dict()
-    assert acc.fidelity == "summary" and int(acc.buckets.sum()) == acc.paid_nh == 10**9
+    assert acc.fidelity == "summary" and int(acc.buckets.sum()) == acc.paid_nanohours == 10**9
     assert d["delivered"] == 480_000_000  # 0.6 activity x 0.8 clock ratio
     assert d["underutilized"] == 400_000_000
     assert d["throttled.power_cap"] + d["throttled.thermal"] == 120_000_000
@@ -215,6 +215,6 @@ def test_measured_samples_beat_a_gap_and_unmeasured_ones_yield_to_it():
     acc = attribute_device((0.0, 216.0), sa, unknown=[(0.0, 216.0, "epilog")])
     d = acc.as_dict()
     assert d["delivered"] == 30_000_000  # the three measured samples count
-    assert acc.gap_nh == {"epilog": 30_000_000}  # the gap keeps the unmeasured sample and the uncovered rest
+    assert acc.gap_nanohours == {"epilog": 30_000_000}  # the gap keeps the unmeasured sample and the uncovered rest
     assert acc.unknown_causes == {"field_missing": 0, "no_telemetry": 0}
-    assert int(acc.buckets.sum()) == acc.paid_nh == 60_000_000
+    assert int(acc.buckets.sum()) == acc.paid_nanohours == 60_000_000

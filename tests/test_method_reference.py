@@ -36,11 +36,11 @@ def reason_of(mask: int) -> str:
 
 
 def _same_figures(fast: DeviceAccount, ref: pc.Account) -> None:
-    assert (fast.paid_nh, fast.suspended_nh) == (ref.paid_nh, ref.suspended_nh)
+    assert (fast.paid_nanohours, fast.suspended_nanohours) == (ref.paid_nanohours, ref.suspended_nanohours)
     assert fast.buckets.tolist() == ref.buckets
-    assert fast.gap_nh == ref.gap_nh and fast.unknown_causes == ref.causes
-    assert (fast.fidelity, fast.coarse_nh) == (ref.fidelity, ref.coarse_nh)
-    assert ref.paid_nh == sum(ref.buckets)
+    assert fast.gap_nanohours == ref.gap_nanohours and fast.unknown_causes == ref.causes
+    assert (fast.fidelity, fast.coarse_nanohours) == (ref.fidelity, ref.coarse_nanohours)
+    assert ref.paid_nanohours == sum(ref.buckets)
     assert pc.BUCKETS == BUCKETS and pc.THROTTLE_REASONS == THROTTLE_REASONS
 
 
@@ -74,7 +74,7 @@ def test_reference_on_the_worked_example_of_the_document() -> None:
             "unknown": EXPECTED_HOURS["unknown"],
             **{f"throttled.{k}": v for k, v in EXPECTED_HOURS["throttled"].items()}}
     assert {k: v / 1e9 for k, v in zip(pc.BUCKETS, ref.buckets)} == want
-    assert (ref.paid_nh / 1e9, ref.suspended_nh / 1e9) == (EXPECTED_HOURS["paid"], EXPECTED_HOURS["suspended"])
+    assert (ref.paid_nanohours / 1e9, ref.suspended_nanohours / 1e9) == (EXPECTED_HOURS["paid"], EXPECTED_HOURS["suspended"])
 
 
 def test_reason_precedence_is_the_table() -> None:

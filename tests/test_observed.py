@@ -1,4 +1,4 @@
-"""The hook records what it saw; ship derives what it means (ledger.sources.observed).
+"""The hook records what it saw; ship derives what it means (ledger.capture.sources.observed).
 
 The spool holds the vendor tools' raw answers (``tool_output``) and no measurement the hook parsed; shipping
 adds the derived summaries and gaps beside the evidence; and the receipt of the run is the one the same
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 
-from ledger.entries import entry_from_record, make_entry
-from ledger.hooks import run
-from ledger.hooks.records import entry_record, spool_line
-from ledger.sources import observed
+from ledger.chain.entries import entry_from_record, make_entry
+from ledger.capture.hooks import run
+from ledger.capture.hooks.records import entry_record, spool_line
+from ledger.capture.sources import observed
 from tests.standins import make_site
 from tests.test_hooks import env
 
@@ -93,7 +93,7 @@ def test_the_derived_entries_sit_beside_the_evidence_and_a_spool_cannot_forge_th
     assert out.exit_code == 0, out.output
     report = json.loads(out.output)
     assert report["refused_total"] == 1 and "reserved" in report["refused"][0]
-    from ledger import db as db_mod, store
+    from ledger.chain import db as db_mod, store
 
     eng = db_mod.make_engine(db)
     es = list(store.iter_entries(eng, job_id="83"))

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import db as db_mod
+from ledger.chain import db as db_mod
 from ledger.agents import hourly, period_analysis, run_agents
 from ledger.agents import query
 from ledger.agents.ask import answer, parse_period

@@ -30,11 +30,11 @@ from pathlib import Path
 import pytest
 
 import ledger
-from ledger import db as db_mod
-from ledger import store
-from ledger.canonical import ts_to_epoch
+from ledger.chain import db as db_mod
+from ledger.chain import store
+from ledger.chain.canonical import ts_to_epoch
 from ledger.cli.main import cli as ipledger
-from ledger.hooks.install import install
+from ledger.cli.install_hooks import install
 from tests import services, slurm_service
 from tests.standins import make_site
 
@@ -273,7 +273,7 @@ def test_spool_failure_exits_zero_logs_loudly_and_reconcile_closes_the_run(failu
 def test_spool_loss_goes_to_syslog_as_an_error(tmp_path, monkeypatch):
     import syslog
 
-    from ledger.hooks import run
+    from ledger.capture.hooks import run
 
     sent = []
     monkeypatch.setattr(syslog, "syslog", lambda priority, msg: sent.append((priority, msg)))

@@ -11,8 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from ledger import store
-from reports import monthly, periods, synthetic
+from ledger.chain import store
+from reports import monthly
+from ledger.base import periods
+from ledger.sim import synthetic_receipts as synthetic
 from reports.export import statement_from_issues
 from reports.issued import Issue, IssuedSet, flatten_issues, select_month
 from tests.test_export_monthly import issue_entry

@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, text
 
-from ledger import db as db_mod
-from ledger import spool, store
-from ledger.entries import Kind
-from ledger.fsmodes import LEDGER_DIR, LEDGER_FILE, RECEIPTS_DIR, RECEIPTS_FILE, SPOOL_DIR, SPOOL_FILE
-from ledger.hooks.core import save_state
+from ledger.chain import db as db_mod
+from ledger.capture import spool
+from ledger.chain import store
+from ledger.chain.entries import Kind
+from ledger.base.fsmodes import LEDGER_DIR, LEDGER_FILE, RECEIPTS_DIR, RECEIPTS_FILE, SPOOL_DIR, SPOOL_FILE
+from ledger.capture.hooks.core import save_state
 from ledger.receipts.example import example_entries
 
 

@@ -8,10 +8,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from ledger import db as db_mod
-from ledger import store
+from ledger.chain import db as db_mod
+from ledger.chain import store
 from ledger.cli.main import cli
-from ledger.entries import Kind, make_entry
+from ledger.chain.entries import Kind, make_entry
 
 T0 = 1_764_590_400.0
 KEYS = {"cluster": "c1", "job_id": "88", "node": "n1"}

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.contracts import contract_entry, parse_contract
-from ledger.entries import ChainedEntry, Kind, make_entry
-from ledger.method.attribution import seconds_to_nh
+from ledger.chain.contracts import contract_entry, parse_contract
+from ledger.chain.entries import ChainedEntry, Kind, make_entry
+from ledger.method.attribution import seconds_to_nanohours
 from ledger.receipts import build_receipt
 from ledger.proofcheck import cut as minus
 from ledger.proofcheck import seconds_of as seconds
@@ -72,7 +72,7 @@ def test_lost_since_checkpoint_is_the_paid_time_after_the_last_saved_mark(durati
     frm = max(saved, default=0)
     lost_s = seconds(minus((frm, duration), [suspended] if suspended else []))
     lost = p["lost_since_checkpoint"]
-    assert lost["gpu_hours"] == n_dev * seconds_to_nh(lost_s) / 1e9
+    assert lost["gpu_hours"] == n_dev * seconds_to_nanohours(lost_s) / 1e9
     assert lost["from_basis"] == (max((k for t, k in inside if k in ("checkpoint", "output") and t == frm),
                                       default="start"))
     credited = state == "NODE_FAIL" and loss == "credit"

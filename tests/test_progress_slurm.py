@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ledger.canonical import ts_to_epoch
+from ledger.chain.canonical import ts_to_epoch
 from ledger.cli.main import cli as ipledger
-from ledger import collector
-from ledger.hooks.core import dcgm_job_key
-from ledger.hooks.install import install, mark_path
+from ledger.capture import collector
+from ledger.capture.hooks.core import dcgm_job_key
+from ledger.cli.install_hooks import install, mark_path
 from tests import services, slurm_service
 from tests.standins import make_site
 

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from ledger import db as db_mod
+from ledger.chain import db as db_mod
 from ledger.importers import prometheus, synth
-from ledger.store import iter_entries
+from ledger.chain.store import iter_entries
 from tests.prom_service import start_prometheus
 
 pytestmark = pytest.mark.prometheus

@@ -66,3 +66,56 @@ def test_a_real_bundle_verifies_with_the_file_alone_in_a_clean_interpreter(examp
     res = subprocess.run([sys.executable, "-I", "-c", RUN_ALONE, "bundle.json", "--pubkey", "site.pub"],
                          cwd=alone, capture_output=True, text=True, timeout=120)
     assert json.loads(res.stderr.strip().splitlines()[-1])["code"] == 1, res.stdout + res.stderr
+
+
+def test_a_bundle_with_format_2_columns_verifies_alone_and_any_changed_pipe_value_fails(tmp_path, runner, cli):
+    """The worked example with FP32 pipe activity and op counts stored (sample block format 2): its segment
+    lists the columns it carries, the bundle's rows are those columns, and proofcheck.py alone verifies it and
+    refuses a bundle whose pipe value was changed (the digest covers the new columns)."""
+    import dataclasses
+
+    from ledger.chain import db as db_mod
+    from ledger.receipts import example as ex
+    from ledger.chain.store import append
+    from ledger.telemetry.sealed import segment_entry, write_segment
+
+    url = f"sqlite:///{tmp_path / 'f2.db'}"
+    engine = db_mod.make_engine(url)
+    db_mod.upgrade(engine)
+    entries, samples, _spans = ex.example_entries()
+    samples = [dataclasses.replace(s, fp32_active=0.25 + (i % 3) / 10, fp_ops=None if i % 2 else 1e12 + i)
+               for i, s in enumerate(samples)]
+    append(engine, entries[:2])
+    seg = segment_entry(samples, node="gpu-a01", source="example")
+    write_segment(engine, samples, seg)
+    append(engine, entries[2:])
+    engine.dispose()
+    assert seg.data["columns"][len(pc.BASE_SAMPLE_COLUMNS):] == ["fp32_active", "fp_ops"]
+    key, head, bundle = tmp_path / "site.key", tmp_path / "head.json", tmp_path / "bundle.json"
+    for args in (["keygen", "--out", str(key)], ["checkpoint", "--key", str(key), "--out", str(head)],
+                 ["receipt", ex.KEY["job_id"], "--proof", "--head", str(head), "--out", str(bundle)]):
+        res = runner.invoke(cli, ["--db", url, *args])
+        assert res.exit_code == 0, res.output
+    receipt = json.loads(runner.invoke(cli, ["--db", url, "receipt", ex.KEY["job_id"], "--json"]).output)
+    doc = json.loads(bundle.read_text())
+    rows = doc["samples"][seg.entry_id]
+    assert {len(r) for r in rows} == {len(pc.BASE_SAMPLE_COLUMNS) + 2} and rows[0][-2] == 0.25
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(pc.__file__, alone / "proofcheck.py")
+    shutil.copy(bundle, alone / "bundle.json")
+    shutil.copy(str(key) + ".pub", alone / "site.pub")
+
+    def run() -> tuple[dict, str]:
+        res = subprocess.run([sys.executable, "-I", "-c", RUN_ALONE, "bundle.json", "--pubkey", "site.pub"],
+                             cwd=alone, capture_output=True, text=True, timeout=120)
+        return json.loads(res.stderr.strip().splitlines()[-1]), res.stdout + res.stderr
+
+    report, out = run()
+    assert report["code"] in (0, None), out
+    assert out.splitlines()[0].strip() == receipt["receipt_hash"]
+    assert set(report["modules"]) <= ALLOWED_TOP, sorted(set(report["modules"]) - ALLOWED_TOP)
+    rows[3][-2] = 0.99   # one FP32 pipe value changed
+    (alone / "bundle.json").write_text(pc.canonical_json(doc) + "\n")
+    report, out = run()
+    assert report["code"] == 1 and "do not hash to the digest" in out, out

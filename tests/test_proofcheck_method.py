@@ -11,16 +11,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import db as db_mod
+from ledger.chain import db as db_mod
 from ledger import proofcheck as pc
-from ledger.canonical import canonical_json
-from ledger.entries import Kind, hash_fields
+from ledger.chain.canonical import canonical_json
+from ledger.chain.entries import Kind, hash_fields
 from ledger.method.mig import MIG_SLICES, mig_share
 from ledger.method.skus import builtin_table
-from ledger.proofs import _segment_rows
+from ledger.receipts.bundle import _segment_rows
 from ledger.receipts import receipt_for
 from ledger.receipts.example import KEY, load_example
-from ledger.store import iter_entries
+from ledger.chain.store import iter_entries
 from tests import proofrun
 
 
@@ -87,8 +87,8 @@ FEATURES = {
 
 @pytest.mark.parametrize("feature", sorted(FEATURES))
 def test_each_part_of_the_receipt_is_recomputed_and_bundled(tmp_path, feature):
-    from ledger import heads
-    from ledger.proofs import build_bundle, bundle_bytes
+    from ledger.chain import heads
+    from ledger.receipts.bundle import build_bundle, bundle_bytes
 
     seed, shows = FEATURES[feature]
     engine = db_mod.make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
@@ -130,8 +130,8 @@ def test_np_sum_is_numpys_pairwise_sum():
 def test_a_bundle_carries_every_entry_its_receipt_needs(tmp_path_factory, seed):
     """The bundle's selection of entries (run, gaps, resolutions, contract, segments, an open run's latest
     telemetry) is enough: the verifier, given only those, recomputes the ledger's receipt."""
-    from ledger import heads
-    from ledger.proofs import build_bundle, bundle_bytes
+    from ledger.chain import heads
+    from ledger.receipts.bundle import build_bundle, bundle_bytes
 
     d = tmp_path_factory.mktemp("bundle")
     engine = db_mod.make_engine(f"sqlite:///{d / 'ledger.db'}")

@@ -22,11 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ledger.proofcheck as pc
-from ledger import db as db_mod
-from ledger import heads, merkle
-from ledger.entries import Kind, make_entry
+from ledger.chain import db as db_mod
+from ledger.chain import heads, merkle
+from ledger.chain.entries import Kind, make_entry
 from ledger.receipts.example import KEY, load_example
-from ledger.store import append
+from ledger.chain.store import append
 from tests import services
 
 JOB = KEY["job_id"]
@@ -72,7 +72,7 @@ def test_checkpoint_records_the_head_and_verify_checks_it(example):
     recorded = [d for _s, d in heads.recorded_heads(engine)]
     assert [{k: v for k, v in d.items() if k != "public_key"} for d in recorded] == [head]
     assert merkle.current_root(engine)[0] == head["tree_size"] + 1  # the head's own entry came after it
-    from ledger.verify import verify
+    from ledger.chain.verify import verify
 
     assert verify(engine).ok
     engine.dispose()
@@ -250,7 +250,7 @@ def test_cli_help_has_examples(runner, cli):
 def test_an_issued_receipt_names_its_tree_head(example, runner, cli):
     assert invoke(runner, cli, example["url"], "receipt", JOB, "--issue").exit_code == 0
     engine = db_mod.make_engine(example["url"])
-    from ledger.store import iter_entries
+    from ledger.chain.store import iter_entries
 
     issued = [c for c in iter_entries(engine, kinds=[Kind.RECEIPT_ISSUED])][-1].entry.data
     named = issued["tree_head"]
@@ -274,7 +274,7 @@ def test_malformed_content_is_a_named_failure_not_a_traceback(example):
 
 def test_bundles_and_heads_on_each_backend(engine, tmp_path):
     """The same bundle checks on SQLite and PostgreSQL (the tree's reads and writes differ per backend)."""
-    from ledger.proofs import build_bundle, bundle_bytes
+    from ledger.receipts.bundle import build_bundle, bundle_bytes
     from ledger.receipts import receipt_for
 
     load_example(engine)
@@ -285,6 +285,6 @@ def test_bundles_and_heads_on_each_backend(engine, tmp_path):
     bundle = build_bundle(engine, JOB, None, head)
     raw = bundle_bytes(bundle)
     assert pc.verify_bundle(raw, key.public_key())["receipt_hash"] == receipt_for(engine, JOB).hash
-    from ledger.verify import verify
+    from ledger.chain.verify import verify
 
     assert verify(engine).ok

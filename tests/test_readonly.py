@@ -2,7 +2,7 @@
 
 Three layers, each able to fail on its own:
 
-* static: no module of ipledger other than ``ledger/commands.py`` imports ``subprocess`` or calls
+* static: no module of ipledger other than ``ledger/base/commands.py`` imports ``subprocess`` or calls
   ``os.system``/``os.popen``/``os.exec*``/``os.spawn*``/``os.posix_spawn*``/``pty.spawn`` (an AST walk over
   every ``.py`` under ledger/, reports/, schema/ and the hook templates under slurm/);
 * the allowlist: ``check_allowed`` refuses every write operation on the fleet's tools, alone or hidden behind
@@ -26,13 +26,13 @@ from pathlib import Path
 import pytest
 
 import ledger
-from ledger import commands
-from ledger.hooks import install as install_mod
+from ledger.base import commands
+from ledger.cli import install_hooks as install_mod
 from tests.standins import make_site
 
 ROOT = Path(ledger.__file__).resolve().parent.parent
 SCANNED = ("ledger", "reports", "schema", "slurm")
-ALLOWED_MODULE = ROOT / "ledger" / "commands.py"
+ALLOWED_MODULE = ROOT / "ledger" / "base" / "commands.py"
 
 # --- static ------------------------------------------------------------------------------------------------------
 
@@ -47,7 +47,7 @@ def _os_runner(name: str) -> bool:
 
 
 def process_violations(source: str, filename: str) -> list[str]:
-    """``file:line: what`` for every way ``source`` could start a program without ledger/commands.py."""
+    """``file:line: what`` for every way ``source`` could start a program without ledger/base/commands.py."""
     tree = ast.parse(source, filename)
     out: list[str] = []
     aliases: dict[str, str] = {}  # local name -> module it is bound to (import os as _os -> {"_os": "os"})
@@ -140,7 +140,7 @@ def test_the_static_check_leaves_harmless_code_alone():
 def test_commands_module_is_the_one_that_spawns():
     # The exemption is not vacuous: the allowlist module really is where programs start.
     text = ALLOWED_MODULE.read_text(encoding="utf-8")
-    assert process_violations(text, "ledger/commands.py")
+    assert process_violations(text, "ledger/base/commands.py")
 
 
 # --- the allowlist ---------------------------------------------------------------------------------------------

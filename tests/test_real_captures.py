@@ -406,7 +406,7 @@ def test_amd_monitor_q_with_its_process_table_rocm620():
 # --- dcgmi stats -------------------------------------------------------------------------------------------------
 
 def test_dcgmi_stats_verbose_one_gpu_uberprof():
-    from ledger.sources import dcgm
+    from ledger.capture.sources import dcgm
 
     rep = dcgm.parse_stats(text("dcgmi_stats", "dcgmi_stats_x_then_v_j_1gpu_uberprof.txt"))
     assert rep.job_id == "232" and rep.verbose
@@ -416,7 +416,7 @@ def test_dcgmi_stats_verbose_one_gpu_uberprof():
 
 
 def test_dcgmi_stats_summary_on_mig_a100():
-    from ledger.sources import dcgm
+    from ledger.capture.sources import dcgm
 
     rep = dcgm.parse_stats(text("dcgmi_stats", "dcgmi_stats_j_summary_mig_a100_dcgm_issue93.txt"))
     assert rep.job_id == "952404" and not rep.verbose
@@ -426,7 +426,7 @@ def test_dcgmi_stats_summary_on_mig_a100():
 
 def test_dcgmi_stats_file_with_two_jobs_is_split_by_job():
     # Defect 6a: two reports in one file were merged under the first job id.
-    from ledger.sources import dcgm
+    from ledger.capture.sources import dcgm
 
     both = (text("dcgmi_stats", "dcgmi_stats_x_then_v_j_1gpu_uberprof.txt") + "\n"
             + text("dcgmi_stats", "dcgmi_stats_j_summary_mig_a100_dcgm_issue93.txt"))
@@ -438,7 +438,7 @@ def test_dcgmi_stats_file_with_two_jobs_is_split_by_job():
 
 def test_dcgmi_stats_table_without_its_header_line_is_refused_truthfully():
     # Defect 6b: the error message was a data row ("| Single Bit ECC Errors | 0 |").
-    from ledger.sources import dcgm
+    from ledger.capture.sources import dcgm
 
     headless = "\n".join(ln for ln in text("dcgmi_stats", "dcgmi_stats_x_then_v_j_1gpu_uberprof.txt").splitlines()
                          if "Successfully retrieved" not in ln)
@@ -458,7 +458,7 @@ def test_nvidia_smi_csv_one_line_from_kubectl_exec():
 
 
 def test_nvidia_smi_list_of_h100_with_a_mig_device():
-    from ledger.sources import nvml
+    from ledger.capture.sources import nvml
 
     gpus = nvml.parse_list(text("nvidia_smi_csv", "nvidia_smi_L_4xh100_mig_dcgm_issue229.txt"))
     assert [g.index for g in gpus] == [0, 1, 2, 3] and gpus[3].uuid == "GPU-5ea04b20-4cc3-4d84-0bb2-e4143be8e874"
@@ -602,7 +602,7 @@ def test_nvml_mig_devices_map_like_dcgm_exporter_and_nvidia_smi():
     """NVML's MIG enumeration (a stand-in following pynvml's API) gives the same instance keys and profiles."""
     from types import SimpleNamespace
 
-    from ledger.sources import nvml
+    from ledger.capture.sources import nvml
 
     class NVMLError(Exception):
         pass

@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.canonical import format_ts
-from ledger.entries import ChainedEntry, Kind, make_entry
+from ledger.chain.canonical import format_ts
+from ledger.chain.entries import ChainedEntry, Kind, make_entry
 from ledger.receipts import build_receipt, runs_of
 
 T0 = 1_762_000_000.0  # 2025-11-01

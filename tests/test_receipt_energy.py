@@ -9,7 +9,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.contracts import parse_contract
+from ledger.chain.contracts import parse_contract
 from ledger.method.carbon import constant_intensity, parse_intensity
 from ledger.method.energy import CounterReading, PowerSample, device_energy
 from ledger.receipts.energy import DeviceEnergyInput, carbon_block, energy_block, energy_lines
@@ -112,7 +112,7 @@ def _imported_ledger(tmp_path, **synth_kw):  # noqa: ANN001, ANN202
     """A new SQLite ledger holding a synthetic Prometheus export imported through the CLI: (url, runner, env)."""
     from click.testing import CliRunner
 
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
     from ledger.cli.main import cli
     from ledger.importers import synth
 
@@ -244,7 +244,7 @@ def test_a_real_amd_smi_energy_csv_gives_the_counters_joules(tmp_path) -> None:
         assert abs(de.joules - (j1 - j0)) < 1e-6
     from click.testing import CliRunner
 
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
 
     env, url, run = {"IPLEDGER_CONFIG": ""}, f"sqlite:///{tmp_path / 'l.db'}", CliRunner()
     eng = db_mod.make_engine(url)
@@ -270,7 +270,7 @@ def test_energy_columns_read_in_the_attributions_pass_equal_the_plain_second_pas
     device; connection: one read)."""
     import numpy as np
 
-    from ledger.db import make_engine
+    from ledger.chain.db import make_engine
     from ledger.receipts import gather as g
 
     url, run, env = _imported_ledger(tmp_path, n_gpus=3, hours=1, cadence=60, jobs="slurm", holes=[(1, 1200, 900)])
@@ -311,7 +311,7 @@ def test_worker_processes_give_the_same_energy_receipt(tmp_path, monkeypatch) ->
     in-process one byte for byte."""
     import importlib
 
-    from ledger.db import make_engine
+    from ledger.chain.db import make_engine
     from ledger.receipts import receipt_for
     from tests.test_receipt_replay import spy_attribute_all
 

@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 
-from ledger import db as db_mod
-from ledger import store
-from ledger.entries import Kind, make_entry
+from ledger.chain import db as db_mod
+from ledger.chain import store
+from ledger.chain.entries import Kind, make_entry
 from ledger.receipts.example import EXPECTED_COST, EXPECTED_HOURS, load_example
 from ledger.receipts.render import LINE_ORDER
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import time
 
-from ledger import db as db_mod, store
-from ledger.hooks.records import entry_record, spool_line
+from ledger.chain import db as db_mod, store
+from ledger.capture.hooks.records import entry_record, spool_line
 
 
 def _spool(tmp_path, records) -> str:

@@ -13,12 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from ledger import db as db_mod
-from ledger import periods, receipt_lines, store
-from ledger.entries import Kind, make_entry
+from ledger.chain import db as db_mod
+from ledger.base import periods
+from ledger.chain import receipt_lines, store
+from ledger.chain.entries import Kind, make_entry
 from ledger.receipts.auto import check_receipt_lines, verify_checks
-from ledger.verify import verify
-from reports import issued_columns, issued_lines, synthetic
+from ledger.chain.verify import verify
+from reports import issued_columns, issued_lines
+from ledger.sim import synthetic_receipts as synthetic
 from reports.export import build_statement, long_table
 from tests.test_issue_cli import write_export
 

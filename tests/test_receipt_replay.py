@@ -11,14 +11,14 @@ import sys
 
 import pytest
 
-from ledger import db as db_mod
-from ledger import store
-from ledger.canonical import canonical_json
-from ledger.entries import Kind, make_entry
+from ledger.chain import db as db_mod
+from ledger.chain import store
+from ledger.chain.canonical import canonical_json
+from ledger.chain.entries import Kind, make_entry
 from ledger.receipts import receipt_for
 from ledger.receipts.example import KEY, START, UUID, load_example
 from ledger.telemetry.model import Sample
-from ledger.telemetry.store import segment_entry, write_segment
+from ledger.telemetry.sealed import segment_entry, write_segment
 
 
 def _noisy_run(engine, job="8001", seed=7):

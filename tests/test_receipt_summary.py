@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ledger import db as db_mod
-from ledger import store
-from ledger.entries import Kind, make_entry
+from ledger.chain import db as db_mod
+from ledger.chain import store
+from ledger.chain.entries import Kind, make_entry
 from ledger.receipts import receipt_for
-from ledger.sources import dcgm
+from ledger.capture.sources import dcgm
 
 FIX = Path(__file__).parent / "fixtures" / "dcgmi_stats"
 
@@ -20,7 +20,7 @@ def _run(engine, text: str, job: str, sku: str, with_gap: bool = False):
     key = dict(cluster="c1", job_id=job, run=0)
     uuid = f"GPU-{job}"
     payload = {"source": "dcgm_job_stats", "dcgm_gpu_id": block.gpu_id, "dcgm_job": job,
-               **dcgm.summary_fields(block)}  # exactly what the epilog records (ledger/hooks/core.py)
+               **dcgm.summary_fields(block)}  # exactly what the epilog records (ledger/capture/hooks/core.py)
     es = [make_entry(Kind.ALLOCATION_STARTED, block.start, {"account": "acme"}, node="n1", **key),
           make_entry(Kind.DEVICE_BOUND, block.start, {"index": 0, "sku": sku}, device=uuid, node="n1", **key),
           make_entry(Kind.TELEMETRY_SUMMARY, block.start, payload, ts_end=block.end, device=uuid, node="n1", **key),

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import time
 
-from ledger import store
-from ledger import db as db_mod
-from ledger.canonical import format_ts, ts_to_epoch
-from ledger.hooks import run
+from ledger.chain import store
+from ledger.chain import db as db_mod
+from ledger.chain.canonical import format_ts, ts_to_epoch
+from ledger.capture.hooks import run
 from tests.standins import make_site
 from tests.test_hooks import env, record
 
@@ -83,8 +83,8 @@ def test_reconcile_dry_run_appends_nothing_and_scheduler_errors_exit_1(tmp_path,
 
 
 def test_open_runs_are_per_node():
-    from ledger.entries import ChainedEntry, make_entry
-    from ledger.hooks.reconcile import open_runs
+    from ledger.chain.entries import ChainedEntry, make_entry
+    from ledger.cli.reconcile import open_runs
 
     def ce(i, kind, node, device=None):
         e = make_entry(kind, 1_800_000_000 + i, {}, cluster="c", job_id="9", run=0, node=node, device=device)
@@ -101,8 +101,8 @@ def test_job_level_entries_neither_open_nor_close_a_node_run():
     """The controller's hooks and the accounting database say the job ended, not that a node's epilog recorded
     what it measured: a node whose epilog was lost stays open for reconcile, and the job-level start is not
     a run of its own to close."""
-    from ledger.entries import ChainedEntry, make_entry
-    from ledger.hooks.reconcile import open_runs
+    from ledger.chain.entries import ChainedEntry, make_entry
+    from ledger.cli.reconcile import open_runs
 
     def ce(i, kind, node, source):
         e = make_entry(kind, 1_800_000_000 + i, {}, cluster="c", job_id="9", run=0, node=node, source=source)

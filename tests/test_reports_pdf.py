@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from ledger import db as db_mod
-from ledger import store
-from reports import synthetic
+from ledger.chain import db as db_mod
+from ledger.chain import store
+from ledger.sim import synthetic_receipts as synthetic
 from reports.pdf_statement import fmt_hours, fmt_money
 from tests.test_export_monthly import NOV, issue_entry, nov_receipts
 from tests.test_analysis_pdf import non_blank, pdf_text, png_pages
@@ -91,7 +91,7 @@ def test_first_page_shows_where_the_money_went_then_a_page_per_tenant(sqlite_url
 
 
 def test_statement_pdf_names_the_signed_tree_head_and_how_to_check_it(sqlite_url, runner, cli, tmp_path):
-    from ledger import heads
+    from ledger.chain import heads
 
     def export() -> str:
         pdf = tmp_path / "nov.pdf"

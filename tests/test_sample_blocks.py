@@ -12,17 +12,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from ledger import store
-from ledger.db import write_tx
-from ledger.entries import Kind, make_entry
+from ledger.chain import store
+from ledger.chain.db import write_tx
+from ledger.chain.entries import Kind, make_entry
 from ledger.receipts import receipt_for
 from ledger.receipts.gather import load_sample_arrays
 from ledger.telemetry import blocks
 from ledger.telemetry.model import SAMPLE_COLUMNS, Sample
-from ledger.telemetry.store import (INSERT_COLUMNS, sample_row_values, load_samples, read_samples, samples_digest,
-                                    segment_entry, write_segment)
+from ledger.telemetry.sealed import (
+    INSERT_COLUMNS, sample_row_values, load_samples, read_samples, samples_digest, segment_entry, write_segment
+)
 from ledger.receipts.auto import verify_checks
-from ledger.verify import verify
+from ledger.chain.verify import verify
 
 _floats = st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False))
 _rows = st.lists(st.tuples(st.sampled_from(["GPU-a", "GPU-b", "GPU-ü]", "MI300X-0"]),
@@ -211,7 +212,7 @@ def test_legacy_row_segments_still_read_and_verified(engine):
 
 
 def test_receipt_arrays_and_receipts_identical_from_blocks_and_legacy_rows(ledger_url, tmp_path, monkeypatch):
-    from ledger import db as db_mod
+    from ledger.chain import db as db_mod
     import tests.test_receipt_replay as replay
 
     block_engine = db_mod.make_engine(ledger_url)
@@ -240,3 +241,32 @@ def test_receipt_arrays_and_receipts_identical_from_blocks_and_legacy_rows(ledge
     finally:
         block_engine.dispose()
         legacy_engine.dispose()
+
+
+_BASE = len(SAMPLE_COLUMNS) - 4
+
+
+@settings(max_examples=80, deadline=None)
+@given(_rows, st.booleans())
+def test_format_2_digest_is_the_plain_digest_of_the_carried_columns(rows, without_extension):
+    """A segment's digest is proofcheck's plain digest of its rows in the columns it carries: rows that measured
+    no format 2 column hash as their 25 base columns (what every segment sealed before format 2), and their
+    block is format 1; otherwise the base columns and each format 2 column some row measured, in a block of
+    format 2 that a format 1 label cannot pass for."""
+    from ledger import proofcheck as pc
+    from ledger.telemetry.sealed import carried_columns, digest_normalised
+
+    if without_extension:
+        rows = [(*r[:_BASE], None, None, None, None) for r in rows]
+    cols = carried_columns(rows)
+    assert cols[:_BASE] == pc.BASE_SAMPLE_COLUMNS and all(c in pc.EXTENSION_COLUMNS for c in cols[_BASE:])
+    assert (cols == pc.BASE_SAMPLE_COLUMNS) == all(v is None for r in rows for v in r[_BASE:])
+    keep = [SAMPLE_COLUMNS.index(c) for c in cols]
+    projected = sorted(([r[j] for j in keep] for r in rows), key=lambda r: (r[0], r[1]))
+    assert digest_normalised(rows) == pc.samples_digest(projected) == samples_digest(rows)
+    block = blocks.encode(rows)
+    assert block.format == (blocks.FORMAT if cols == pc.BASE_SAMPLE_COLUMNS else blocks.FORMAT_2)
+    if block.format == blocks.FORMAT_2:
+        with pytest.raises(blocks.BlockError, match="format 1 holds a column of format 2"):
+            blocks.decode(blocks.FORMAT, block.data)
+    assert pc.widen_rows(projected, cols) == [list(r) for r in sorted(rows, key=lambda r: (r[0], r[1]))]

@@ -1,6 +1,6 @@
 """The schema-revision check every command runs, without alembic.
 
-``ledger.db.require_schema`` reads alembic's table with one SELECT and compares it to ``schema/head.py``;
+``ledger.chain.db.require_schema`` reads alembic's table with one SELECT and compares it to ``schema/head.py``;
 these tests ask alembic itself for the migration history (so adding a migration without updating the
 constant fails here), and exercise the check on a real SQLite file and the real PostgreSQL: no schema, the
 current one, an older one, a newer ipledger's, an unreadable database; and that `ipledger receipt` starts
@@ -20,7 +20,7 @@ from sqlalchemy import text
 
 import ipledger_schema as schema
 import ipledger_schema.head
-from ledger import db as db_mod
+from ledger.chain import db as db_mod
 
 ROOT = Path(__file__).resolve().parent.parent
 _DB_NUMBERS = itertools.count()

@@ -7,7 +7,7 @@ made the fast paths; these keep them honest).
   writer used plainly);
 - hours.aggregate_groups gives each group what aggregate of its rows alone gives, value for value;
 - a shipment of a fleet's collector spool leaves the very rows (entries, sample_blocks, device_hours) the
-  segment-by-segment path (telemetry.store.write_segment_in) leaves.
+  segment-by-segment path (telemetry.sealed.write_segment_in) leaves.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import intake
-from ledger.entries import entry_from_record
+from ledger.ingest import intake
+from ledger.chain.entries import entry_from_record
 from ledger.telemetry import blocks, hours
 from ledger.telemetry.model import SAMPLE_COLUMNS, Sample
-from ledger.telemetry.store import sample_row_values, normalised
+from ledger.telemetry.sealed import sample_row_values, normalised
 from tests.test_device_hours import fleets
 
 LATEST = 4_000_000_000.0
@@ -80,8 +80,8 @@ def test_row_shortcut_never_passes_what_the_reference_refuses(rows):
 def test_packed_columns_from_the_check_are_the_rows(segments, big_mask, rnd):
     """What a worker hands back (pack, taking the columns intake's check built where the rows are in order)
     is what packing the rows value by value gives: order, devices, values, exact clock masks."""
-    from ledger.kinds import Kind
-    from ledger.telemetry.store import samples_digest
+    from ledger.chain.kinds import Kind
+    from ledger.telemetry.sealed import samples_digest
 
     checked = []
     for rows in segments:
@@ -109,7 +109,7 @@ def test_packed_columns_from_the_check_are_the_rows(segments, big_mask, rnd):
 
 def test_an_integer_past_a_floats_range_is_refused_not_raised():
     """JSON allows 10**400; math.isfinite of it raises OverflowError, which would have stopped the shipper."""
-    from ledger.kinds import Kind
+    from ledger.chain.kinds import Kind
 
     rows = [list(GOOD)]
     rows[0][5] = 10**400
@@ -119,12 +119,27 @@ def test_an_integer_past_a_floats_range_is_refused_not_raised():
 
 
 def test_row_shortcut_passes_a_collectors_rows():
-    rows = [list(GOOD), [*GOOD[:3], None, *([None] * 21)], [GOOD[0], GOOD[1] + 1, 1.0, 4, *([1980.0] * 21)]]
+    k = len(SAMPLE_COLUMNS) - 4
+    rows = [list(GOOD), [*GOOD[:3], None, *([None] * k)], [GOOD[0], GOOD[1] + 1, 1.0, 4, *([1980.0] * k)]]
     assert _reference_passes(rows) and intake._plain_check(rows, LATEST)[0] == intake._EXACT
 
 
+def test_a_collector_of_the_base_columns_ships_rows_that_seal_as_before():
+    """A collector written before sample block format 2 ships rows of the 25 base columns: they are taken with
+    the format 2 columns unmeasured, and their digest is the one the old collector sealed (the base columns)."""
+    from ledger.chain.kinds import Kind
+    from ledger.proofcheck import BASE_SAMPLE_COLUMNS, samples_digest as plain_digest
+
+    old = [[*GOOD[:len(BASE_SAMPLE_COLUMNS)]], [GOOD[0], GOOD[1] + 1, 1.0, 4, *([1980.0] * 21)]]
+    assert all(len(r) == len(BASE_SAMPLE_COLUMNS) == 25 for r in old)
+    got = intake._segment_rows(Kind.TELEMETRY_SEGMENT, {"samples_sha256": plain_digest(old), "rows": 2},
+                               [list(r) for r in old], LATEST)
+    assert [tuple(r[:25]) for r in got] == [tuple(r) for r in old]
+    assert all(r[25:] == (None,) * (len(SAMPLE_COLUMNS) - 25) for r in got)
+
+
 def test_normalised_rows_are_the_reference_norm():
-    from ledger.telemetry.store import _norm
+    from ledger.telemetry.sealed import _norm
 
     for row in ([*GOOD], [GOOD[0], 1_760_000_000, 1, 3, *([7] * 21)], [GOOD[0], 1.5, 2.0, None, *([None] * 21)]):
         assert normalised(row) == _norm(row)
@@ -196,9 +211,9 @@ def test_one_pass_ship_leaves_the_rows_the_one_by_one_path_leaves(tmp_path, monk
     file split from its neighbours'), and a file shipped again beside a copy of itself (at-least-once: the
     segments already stored, and one repeated within a batch, are not stored twice)."""
     from bench import ship_segments as bench
-    from ledger import db as db_mod
-    from ledger import ship as ship_mod
-    from ledger.telemetry.store import write_segment_in
+    from ledger.chain import db as db_mod
+    from ledger.ingest import ship as ship_mod
+    from ledger.telemetry.sealed import write_segment_in
 
     counts = bench.write_spool(tmp_path / "pristine", nodes=3, batches=2)
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import json
 
-from ledger import db as db_mod
-from ledger import spool, store
-from ledger.config import load
-from ledger.contracts import contract_entry, parse_contract
-from ledger.entries import Kind, make_entry
+from ledger.chain import db as db_mod
+from ledger.capture import spool
+from ledger.chain import store
+from ledger.base.config import load
+from ledger.chain.contracts import contract_entry, parse_contract
+from ledger.chain.entries import Kind, make_entry
 from ledger.method.skus import builtin_table
 from ledger.receipts import receipt_for
-from ledger.site import Site, site_from_config
+from ledger.ingest.site import Site, site_from_config
 
 CONTRACT = {"id": "energy", "version": "1", "currency": "USD", "effective_from": "2026-10-01T00:00:00Z",
             "skus": {"H100-SXM5-80GB": {"capex_price": "24000", "capex_years": 4, "energy_price_per_kwh": "0.50"}}}

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from ledger import db as db_mod
-from ledger import store
-from ledger.canonical import ts_to_epoch
+from ledger.chain import db as db_mod
+from ledger.chain import store
+from ledger.chain.canonical import ts_to_epoch
 from ledger.cli.main import cli as ipledger
-from ledger import accounting
-from ledger.hooks.install import install
+from ledger.ingest import sacct as accounting
+from ledger.cli.install_hooks import install
 from tests import slurm_service
 from tests.standins import make_site, with_derived
 

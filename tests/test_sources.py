@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger.sources import amdsmi, dcgm, nvml
+from ledger.capture.sources import amd_snapshots as amdsmi, dcgm, nvml
 
 FIX = Path(__file__).parent / "fixtures"
 

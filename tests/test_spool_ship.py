@@ -10,10 +10,12 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger import intake, spool, store
-from ledger.entries import Kind, entry_from_record, make_entry
-from ledger.ship import ship
-from ledger.verify import verify
+from ledger.ingest import intake
+from ledger.capture import spool
+from ledger.chain import store
+from ledger.chain.entries import Kind, entry_from_record, make_entry
+from ledger.ingest.ship import ship
+from ledger.chain.verify import verify
 
 
 def _records(n, job="7"):

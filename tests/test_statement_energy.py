@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from reports import synthetic
+from ledger.sim import synthetic_receipts as synthetic
 from reports.energy_columns import ENERGY_COLUMNS, ENERGY_FOCUS, energy_values
 from reports.focus import focus_table, read_focus, validate
 from reports.export import to_json

@@ -6,7 +6,7 @@ The triggers refuse UPDATE/DELETE to ipledger and to honest mistakes, so the att
 by writing bytes into the database file directly (a copy of an honest ledger, the value's bytes located by
 parsing the file's b-tree pages) or by dropping the triggers; on PostgreSQL by dropping the triggers as the
 schema owner in a private copy of the database. Each example builds nothing new: it copies one honest ledger
-built through the real API (``store.append``, ``telemetry.store.write_segment``), applies ONE mutation:
+built through the real API (``store.append``, ``telemetry.sealed.write_segment``), applies ONE mutation:
 
 - flip: change one byte of one stored value of one entry row (any column; SQLite at the byte level in the
   file, including the record header's type byte for values stored in no bytes: NULL, 0, 1, ''),
@@ -41,13 +41,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from ledger import db as db_mod
-from ledger import store
-from ledger import verify as verify_mod
-from ledger.entries import Kind, chain_hash, entry_from_record, make_entry
-from ledger.store import ENTRY_COLUMNS
+from ledger.chain import db as db_mod
+from ledger.chain import store
+from ledger.chain import verify as verify_mod
+from ledger.chain.entries import Kind, chain_hash, entry_from_record, make_entry
+from ledger.chain.store import ENTRY_COLUMNS
 from ledger.telemetry.model import SAMPLE_COLUMNS, Sample
-from ledger.telemetry.store import segment_entry, write_segment
+from ledger.telemetry.sealed import segment_entry, write_segment
 
 BASE = dt.datetime(2026, 11, 2, 8, tzinfo=dt.timezone.utc)
 MUTATIONS = ("flip", "delete", "swap", "insert")
@@ -440,7 +440,7 @@ def test_removing_the_newest_entry_needs_an_anchor(honest):
 
 def test_a_rewritten_chain_is_caught_only_by_an_anchor(honest):
     """Edit entry 2 and recompute every later hash: the chain holds, the anchor does not."""
-    from ledger.verify import check_chain
+    from ledger.chain.verify import check_chain
 
     url = honest.copy()
     eng = db_mod.make_engine(url)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ledger.telemetry.model import Sample
-from ledger.telemetry.store import load_samples, segment_entry, write_segment
-from ledger.verify import verify
+from ledger.telemetry.sealed import load_samples, segment_entry, write_segment
+from ledger.chain.verify import verify
 
 
 def _samples(dev="GPU-1", n=10):

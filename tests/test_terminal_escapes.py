@@ -1,7 +1,7 @@
 """Terminal escapes from the fleet never reach the operator's terminal raw: a Prometheus label (the node name of
 an imported export) and a job's progress-mark notes carry ESC/OSC sequences, BEL and a bidi override, and
 every command that prints them (log, explain, ask, findings, receipts, JSON output) prints them escaped, through
-the one function that prints a line (``ledger.textsafe.echo``; JSON through ``json_text``)."""
+the one function that prints a line (``ledger.base.textsafe.echo``; JSON through ``json_text``)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from ledger import db as db_mod
-from ledger import store
-from ledger.canonical import ts_to_epoch
-from ledger.entries import Kind, make_entry
+from ledger.chain import db as db_mod
+from ledger.chain import store
+from ledger.chain.canonical import ts_to_epoch
+from ledger.chain.entries import Kind, make_entry
 from ledger.importers import synth
-from ledger.textsafe import json_text, printable
+from ledger.base.textsafe import json_text, printable
 
 EVIL = "\x1b[2J\x1b]0;owned\x07\u202e\x9b31m"
 RAW = ("\x1b", "\x07", "\u202e", "\x9b")

@@ -165,7 +165,7 @@ def _columns_hold_to_the_samples(a, b):
     import pandas as pd
 
     from ledger.agents.memory import _sample_frame
-    from ledger.telemetry.store import sample_row_values
+    from ledger.telemetry.sealed import sample_row_values
     from ledger.telemetry.timeline import timeline_columns
 
     if a.columns is not None:   # else a duplicate instant sent it down the reference path (no rows kept)

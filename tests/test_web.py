@@ -12,9 +12,9 @@ import pytest
 # starlette, httpx and uvicorn are in the dev extra `make test` installs: a missing one fails collection, never skips
 from starlette.testclient import TestClient
 
-from ledger import config
-from ledger.db import make_engine
-from ledger.site import site_from_config
+from ledger.base import config
+from ledger.chain.db import make_engine
+from ledger.ingest.site import site_from_config
 from ledger.web.access import AccessError, from_config
 from ledger.web.app import create_app
 from ledger.web.metrics import FAMILIES
@@ -234,7 +234,7 @@ def test_statement_page_equals_export_monthly(web, cli, runner):
 def test_metrics_export_the_recorded_verify(web, cli, runner, tmp_path):
     """`ipledger verify --record FILE` writes the outcome; /metrics exports it ([serve] verify_status). None
     recorded or an unreadable file: ok 0 and age +Inf. A bad file's field is named in one line."""
-    from ledger.verify_status import VerifyStatusError, parse
+    from ledger.chain.verify_status import VerifyStatusError, parse
 
     url, view, _, _ = web
 
@@ -306,7 +306,7 @@ import sys
 from starlette.testclient import TestClient
 from ledger import config
 from ledger.db import make_engine
-from ledger.site import site_from_config
+from ledger.ingest.site import site_from_config
 from ledger.web.access import from_config
 from ledger.web.app import create_app
 from ledger.web.views import LedgerView

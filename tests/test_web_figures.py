@@ -53,7 +53,7 @@ def test_the_child_answers_as_the_library_does(demo):
     month's question given its statement rows pickled by a child of their own (the ("billed", month) question)."""
     from ledger import agents
     from ledger.agents import hourly
-    from ledger.db import make_engine
+    from ledger.chain.db import make_engine
     from ledger.web.figures import answer, bounds_of, key
 
     out, _ = demo

@@ -11,6 +11,9 @@ Public API::
     record(engine, findings) -> AppendResult               # finding_recorded entries (idempotent)
     verdict(engine, finding_id, confirm: bool, by, note)   # finding_confirmed / finding_dismissed entry
     recorded_findings(engine) -> list[dict]                 # recorded findings with their status
+
+May import: `ledger.base`, `ledger.chain`, `ledger.method`, `ledger.telemetry`, `ledger.importers`,
+`ledger.receipts`, `reports`.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..canonical import format_ts, now_ts
-from ..entries import Kind, make_entry
+from ..chain.canonical import format_ts, now_ts
+from ..chain.entries import Kind, make_entry
 
 if TYPE_CHECKING:   # a ledger only where one is read or written: `ipledger analyze` of an export needs none
     from sqlalchemy.engine import Engine
@@ -52,7 +55,8 @@ class Analysis:
 
     def to_json(self) -> dict:
         recs = [{"title": dict(f.extra).get("action", f.summary), "gpu_hours": round(f.gpu_hours, 3),
-                 "gpu_hours_per_week": dict(f.extra).get("gpu_hours_per_week"),
+                 "start": format_ts(f.start), "end": format_ts(f.end),
+                 "seen_hours": dict(f.extra).get("seen_hours"),
                  "cost": round(f.cost, 2), "command": dict(f.extra).get("command"), "reversible": True,
                  "finding_ids": dict(f.extra).get("based_on", []), "confidence": round(f.confidence, 3)}
                 for f in self.findings if f.agent == "recommendation"]
@@ -76,7 +80,7 @@ def find(ds: Dataset) -> list[Finding]:
 
 def _find(ds: Dataset) -> tuple[list[Finding], list[Finding]]:
     """(the causes in the order the agents produce them, every finding in :func:`find`'s order)."""
-    from . import accounting, attribution, drift, recommendation
+    from . import accounting, causes as attribution, drift, recommendation
 
     drift_f, xid_mask = drift.run(ds)
     attr_f = attribution.run(ds, xid_mask, drift.silent_spans(drift_f))
@@ -130,7 +134,7 @@ def record(engine: Engine, findings: list[Finding]):  # noqa: ANN201
         entries.append(make_entry(Kind.FINDING_RECORDED, f.start, {"finding_id": f.id, "finding": j},
                                   ts_end=f.end, cluster=sc.get("cluster"), job_id=sc.get("job_id"),
                                   node=sc.get("node"), device=sc.get("device_uuid"), source=f"agent.{f.agent}"))
-    from ..store import append
+    from ..chain.store import append
 
     return append(engine, entries)
 
@@ -144,7 +148,7 @@ def recorded_findings(engine: Engine, since: float | None = None) -> list[dict]:
     found: dict[str, dict] = {}
     status: dict[str, dict] = {}
     with engine.connect() as conn:
-        from ..store import iter_entries
+        from ..chain.store import iter_entries
 
         for ce in iter_entries(conn, kinds=[Kind.FINDING_RECORDED, Kind.FINDING_CONFIRMED, Kind.FINDING_DISMISSED]):
             d = ce.entry.data
@@ -155,7 +159,7 @@ def recorded_findings(engine: Engine, since: float | None = None) -> list[dict]:
                                                else "dismissed", "by": d.get("by"), "note": d.get("note"),
                                                "at": ce.entry.ts, "seq": ce.seq}
     out = []
-    from ..canonical import ts_to_epoch
+    from ..chain.canonical import ts_to_epoch
     for fid, f in found.items():
         if since is not None and ts_to_epoch(f["end"]) < since:
             continue
@@ -176,7 +180,7 @@ def verdict(engine: Engine, finding_id: str, confirm: bool, by: str, note: str =
     e = make_entry(kind, now_ts(), {"finding_id": finding_id, "by": by, "note": note, "finding_kind": f["kind"]},
                    cluster=sc.get("cluster"), node=sc.get("node"), device=sc.get("device_uuid"),
                    job_id=sc.get("job_id"), source="operator")
-    from ..store import append
+    from ..chain.store import append
 
     return append(engine, [e])
 

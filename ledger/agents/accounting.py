@@ -10,8 +10,8 @@ from decimal import ROUND_HALF_EVEN, Decimal
 import numpy as np
 import pandas as pd
 
-from ..canonical import format_ts
-from ..method import nh_to_hours
+from ..chain.canonical import format_ts
+from ..method import nanohours_to_hours
 from ..receipts.progress import SAVED, lost_since_checkpoint
 from .common import fmt_h, fmt_ts, price
 from .data import THROTTLE_REASONS, Dataset, bucket_totals
@@ -61,9 +61,9 @@ def requeue_findings(ds: Dataset) -> list[Finding]:
         marks = prog[(prog["job_id"] == job) & (prog["run"] == prev) & prog["kind"].isin(SAVED)]["t"]
         marks = marks[(marks >= row["start"]) & (marks <= row["end"])]
         # the receipt's lost_since_checkpoint, computed by the same function
-        frm, lost_nh = lost_since_checkpoint(marks.tolist(), (float(row["start"]), float(row["end"])), int(row["ndev"]))
+        frm, lost_nanohours = lost_since_checkpoint(marks.tolist(), (float(row["start"]), float(row["end"])), int(row["ndev"]))
         last = float(row["start"]) if frm is None else frm
-        hours = nh_to_hours(lost_nh)
+        hours = nanohours_to_hours(lost_nanohours)
         s = ds.samples[(ds.samples["job_id"] == job) & (ds.samples["run"] == prev)]
         rate = price(ds, s, "h") / max(float(s["h"].sum()), 1e-9) if len(s) else ds.rate(row["tenant"], None)
         ev = (Evidence("progress_marks_in_run", "count", None, float(len(marks)), None,

@@ -12,7 +12,7 @@ DAY = 86400.0
 HOUR = 3600.0
 
 
-def bda(t: np.ndarray, v: np.ndarray, start: float, end: float, stat: str = "median",
+def before_during_after(t: np.ndarray, v: np.ndarray, start: float, end: float, stat: str = "median",
         max_side: float = DAY) -> tuple[float | None, float | None, float | None]:
     """A statistic of v before [start-L, start), during [start, end) and after [end, end+L); L <= max_side."""
     side = min(max(end - start, 3600.0), max_side)
@@ -33,7 +33,7 @@ def evidence(frame: pd.DataFrame, col: str, signal: str, unit: str, start: float
              note: str = "") -> Evidence:
     t = frame["t"].to_numpy(float)
     v = frame[col].to_numpy(float)
-    b, d, a = bda(t, v, start, end, stat)
+    b, d, a = before_during_after(t, v, start, end, stat)
     return Evidence(signal, unit, b, d, a, reference, reference_label, note)
 
 

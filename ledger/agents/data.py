@@ -17,14 +17,14 @@ import numpy as np
 import pandas as pd
 from sqlalchemy.engine import Engine
 
-from ..canonical import ts_to_epoch
-from ..contracts import select_contract
-from ..entries import Kind
+from ..chain.canonical import ts_to_epoch
+from ..chain.contracts import select_contract
+from ..chain.entries import Kind
 from ..method import THROTTLE_REASONS, reason_bucket
 from ..method.attribution import DEFAULT_THRESHOLDS
 from ..method.skus import match_sku
-from ..store import iter_entries
-from ..telemetry.store import read_samples
+from ..chain.store import iter_entries
+from ..telemetry.sealed import read_samples
 
 # the method is the single source of thresholds and reason precedence
 ACTIVE_MIN = DEFAULT_THRESHOLDS.active_min

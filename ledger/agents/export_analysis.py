@@ -46,7 +46,7 @@ def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb
         ds, res = dataset_from_collected(collected, opts, topology=topology, progress=progress, release=consume)
         return _finish(run_agents(ds), collected, res, sources, digests, ds)
     if keep is None:
-        from ..heap import return_freed_heap
+        from ..base.heap import return_freed_heap
         from .memory import hourly_from_collected
 
         scan, src, res = hourly_from_collected(collected, opts, progress=progress, release=consume)
@@ -54,7 +54,7 @@ def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb
         del src   # the export's raw columns: what the agents need of them is in the dataset now
         return_freed_heap()
         return _finish(run_agents(ds), collected, res, sources, digests, ds)
-    from .. import db as db_mod
+    from ..chain import db as db_mod
 
     if keep.exists():
         keep.unlink()

@@ -33,10 +33,10 @@ import pandas as pd
 import pyarrow as pa
 from sqlalchemy.engine import Engine
 
-from ..store import iter_entries
+from ..chain.store import iter_entries
 from ..telemetry import hours as dh
 from ..telemetry.blocks import float_values
-from ..telemetry.store import iter_sample_pieces, read_samples
+from ..telemetry.sealed import iter_sample_pieces, read_samples
 from . import hourstats
 from .common import DAY
 from .data import (SAMPLE_READ_COLUMNS, Dataset, EntryScan, assign_runs, add_bucket_hours, fill_rated_clock, allocations_frame,
@@ -376,7 +376,7 @@ def _span_hours(devs, a: float, b: float) -> set:  # noqa: ANN001
 
 
 def _side(a: float, b: float) -> float:
-    """How far an evidence timeline looks before and after a window (agents.common.bda)."""
+    """How far an evidence timeline looks before and after a window (agents.common.before_during_after)."""
     return min(max(b - a, dh.HOUR), DAY)
 
 
@@ -385,7 +385,7 @@ def detail_hours(ds: Dataset, hrs: pd.DataFrame) -> frozenset:
     hours of a run idle or starved past the agents' floors around its idle or starved time; every hour of a device with an XID event; a node's
     hours around its power-capped hours (the merge gap, a day of evidence each side); a node's hours around an
     unknown interval or a coverage gap (its evidence timeline)."""
-    from .attribution import IDLE_MIN_H, STARVED_MIN_H
+    from .causes import IDLE_MIN_H, STARVED_MIN_H
 
     s = ds.samples[ds.samples["ai"] >= 0]
     per_run = s.groupby(["cluster", "job_id", "run"], dropna=False)[["h_idle", "h_starved"]].sum()
@@ -432,7 +432,7 @@ def _hourly_rule_hours(ds: Dataset, hrs: pd.DataFrame) -> set:
     evidence each side; a hw-slowdown device's and a sync-boost node's reason hours; every hour of a device with
     thermal throttling past hot-because-working's floor, alone or summed over its job's devices (the median residual
     of the throttled samples decides), and of a device with row-remap readings, a day each side."""
-    from . import attribution, drift
+    from . import causes as attribution, drift
 
     keys: set = set()
     devs = ds.devices

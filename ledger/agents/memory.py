@@ -20,8 +20,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ..entries import ChainedEntry, Entry
-from ..heap import return_freed_heap
+from ..chain.entries import ChainedEntry, Entry
+from ..base.heap import return_freed_heap
 from ..importers.common import Collected
 from ..importers.pipeline import ImportOptions, ImportResult, counted_runs, each_timeline, unknown_entries
 from ..telemetry import hours as dh

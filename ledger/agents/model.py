@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..canonical import canonical_json, format_ts, sha256_hex
+from ..chain.canonical import canonical_json, format_ts, sha256_hex
 
 AGENTS = ("attribution", "drift", "recommendation", "accounting")
 SCOPE_KEYS = ("cluster", "rack", "node", "device_uuid", "job_id", "tenant")

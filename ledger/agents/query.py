@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..canonical import format_ts
-from ..periods import calendar_month
+from ..chain.canonical import format_ts
+from ..base.periods import calendar_month
 from . import accounting
 from .accounting import DISPLAY_DP, cents, run_money, scope_masks
 from .data import Dataset

@@ -1,10 +1,10 @@
-"""Recommendation agent: a cause becomes one specific, reversible next step, priced in GPU-hours per week recovered,
-with the read-only evidence an operator can gather and the command they *could* run. Nothing here runs anything:
-commands are text (docs/agents.md, "Recommendation").
+"""Recommendation agent: a cause becomes one specific, reversible next step, priced in the GPU-hours its findings
+cost over the period they were seen, with the read-only evidence an operator can gather and the command they *could*
+run. Nothing here runs anything: commands are text (docs/agents.md, "Recommendation").
 
 Confirmed findings come first (and keep their confidence); open ones are discounted; dismissed ones yield none.
-GPU-hours per week: a cause still present at the end of the data is extrapolated from its hourly rate over a
-week (168 h); one that ended is counted at the rate it cost over the analysed span (span-normalised to a week).
+The hours are never extrapolated past the evidence: a step "would have recovered" what its findings cost between the
+first one's start and the last one's end (the recommendation's ``start``/``end``; ``seen_hours`` long), and says so.
 """
 
 from __future__ import annotations
@@ -16,13 +16,6 @@ from .model import Evidence, Finding, clamp01, make_scope
 AGENT = "recommendation"
 OPEN_DISCOUNT = 0.8
 
-
-def per_week(ds: Dataset, f: Finding) -> float:
-    span_h = max((ds.end - ds.start) / 3600.0, 1.0)
-    if f.end >= ds.end - 2 * ds.cadence:
-        dur = max((f.end - f.start) / 3600.0, 1.0)
-        return f.gpu_hours / dur * 168.0
-    return f.gpu_hours * 168.0 / max(span_h, 168.0)
 
 
 def _node_list(nodes: list[str]) -> str:
@@ -87,7 +80,6 @@ def _group_tenant(ds: Dataset, found: list[Finding], kind: str) -> list[Finding]
             by_t.setdefault(f.scope_dict()["tenant"] or "-", []).append(f)
     for tenant, fs in sorted(by_t.items()):
         hours = sum(f.gpu_hours for f in fs)
-        weekly = hours * 168.0 / max((ds.end - ds.start) / 3600.0, 168.0)
         jobs = sorted({f.scope_dict()["job_id"] for f in fs})
         conf = clamp01(max(f.confidence for f in fs) * _disc(ds, fs))
         if kind == "idle_held":
@@ -103,7 +95,7 @@ def _group_tenant(ds: Dataset, found: list[Finding], kind: str) -> list[Finding]
                     f"move this job class's checkpoints to faster storage or stagger them.")
             rk = "check_checkpoint_storage"
             cmd = f"sacct -j {','.join(jobs[:5])} --format=JobID,Partition,QOS,Elapsed,State"
-        out.append(_rec(ds, rk, make_scope(tenant=None if tenant == "-" else tenant), fs, hours, weekly, conf, text,
+        out.append(_rec(ds, rk, make_scope(tenant=None if tenant == "-" else tenant), fs, hours, conf, text,
                         [cmd], "(no command: a conversation with the tenant)" if kind == "idle_held"
                         else "(no command: storage team)", level="tenant"))
     return out
@@ -113,16 +105,17 @@ def _disc(ds: Dataset, fs: list[Finding]) -> float:
     return 1.0 if any(ds.statuses.get(f.id, {}).get("status") == "confirmed" for f in fs) else OPEN_DISCOUNT
 
 
-def _rec(ds: Dataset, kind: str, scope: tuple, based: list[Finding], hours: float, weekly: float, conf: float,
+def _rec(ds: Dataset, kind: str, scope: tuple, based: list[Finding], hours: float, conf: float,
          text: str, evidence_cmds: list[str], command: str, level: str) -> Finding:
     ev = tuple(Evidence(f"{b.kind} finding {b.id}", "GPU-h", None, b.gpu_hours, None, note=b.summary) for b in based[:5])
     a = min(b.start for b in based)
     e = max(b.end for b in based)
     rate = sum(b.cost for b in based) / max(sum(b.gpu_hours for b in based), 1e-9)
     status = "confirmed" if _disc(ds, based) == 1.0 else "open"
-    return Finding(AGENT, kind, scope, a, e, weekly, weekly * rate, conf, ev,
-                   f"{text} Recovers about {fmt_h(weekly)} GPU-hours/week.", cause=based[0].cause, level=level,
-                   extra=(("action", text), ("gpu_hours_per_week", round(weekly, 3)),
+    return Finding(AGENT, kind, scope, a, e, hours, hours * rate, conf, ev,
+                   f"{text} Would have recovered about {fmt_h(hours)} GPU-hours over the {fmt_h((e - a) / 3600.0)} h "
+                   f"its findings were seen.", cause=based[0].cause, level=level,
+                   extra=(("action", text), ("seen_hours", round((e - a) / 3600.0, 3)),
                           ("read_only_evidence", evidence_cmds), ("command", command), ("runs_anything", False),
                           ("based_on", [b.id for b in based]), ("based_on_status", status)))
 
@@ -137,7 +130,7 @@ def run(ds: Dataset, found: list[Finding]) -> list[Finding]:
             continue
         kind, text, ev, cmd, scope = r
         conf = clamp01(f.confidence * _disc(ds, [f]))
-        out.append(_rec(ds, kind, scope, [f], f.gpu_hours, per_week(ds, f), conf, text, ev, cmd, f.level))
+        out.append(_rec(ds, kind, scope, [f], f.gpu_hours, conf, text, ev, cmd, f.level))
     out += _group_tenant(ds, live, "idle_held")
     out += _group_tenant(ds, [f for f in live if f.kind == "starved"], "starved")
     return out

@@ -1,8 +1,12 @@
 """The `ipledger` command line: a thin click layer over the library (each command parses, calls, renders).
 
-:func:`main` is the console script. ``ipledger mark`` goes straight to :mod:`ledger.marks` without importing
+:func:`main` is the console script. ``ipledger mark`` goes straight to :mod:`ledger.capture.marks` without importing
 click or the database layer (a job may mark at every checkpoint; bench/mark.py measures it); ``--help`` and
 every other command go through click (:mod:`ledger.cli.main`).
+
+May import: every package (it wires them): `ledger.proofcheck`, `ledger.base`, `ledger.chain`, `ledger.method`,
+`ledger.telemetry`, `ledger.importers`, `ledger.capture`, `ledger.ingest`, `ledger.receipts`, `reports`,
+`ledger.agents`, `ledger.sim`, `ledger.web`.
 """
 
 
@@ -11,7 +15,7 @@ def main() -> None:
 
     args = sys.argv[1:]
     if args[:1] == ["mark"] and "--help" not in args and "-h" not in args:
-        from ..marks import main as mark_main
+        from ..capture.marks import main as mark_main
 
         sys.exit(mark_main(args[1:]))
     from .main import main as click_main

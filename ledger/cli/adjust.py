@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import click
 
-from .. import store
-from ..adjustments import (DEFAULT_MAX_FACTOR, RESOLUTIONS, AdjustmentError, adjustment_entry, check_bound,
-                           resolution_entry)
-from ..entries import Kind
+from ..chain import store
+from ..chain.adjustments import (
+    DEFAULT_MAX_FACTOR, RESOLUTIONS, AdjustmentError, adjustment_entry, check_bound, resolution_entry
+)
+from ..chain.entries import Kind
 from ..receipts import ReceiptError
 from ..receipts.gather import pick_run, runs_of_job
-from ..textsafe import echo
+from ..base.textsafe import echo
 from .context import RUN, AppContext, UserError, emit_json, pass_app
 
 

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import click
 
-from ..progressbar import Progress
-from ..textsafe import echo
+from ..base.progressbar import Progress
+from ..base.textsafe import echo
 from .context import AppContext, UserError, emit_json, pass_app, reads_only
 
 
 def _since(value: str | None) -> float | None:
     if value is None:
         return None
-    from ..canonical import ts_to_epoch
+    from ..chain.canonical import ts_to_epoch
 
     v = value.strip()
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", v):
@@ -500,9 +500,9 @@ def analyze_cmd(source: tuple[str, ...], fmt: str | None, node_from: str | None,
     """
     import importlib
 
-    from ..heap import free_large_blocks_at_once
+    from ..base.heap import free_large_blocks_at_once
     from ..importers.exports import AnalysisError, read_source
-    from ..safeout import OutputError, output_file
+    from ..base.safeout import OutputError, output_file
     from .importers import parse_duration, parse_time
 
     free_large_blocks_at_once()   # one command, one process: its peak is the figure docs/performance.md holds

@@ -1,4 +1,4 @@
-"""`ipledger collect`: the node collector (ledger/collector.py) as a command, for systemd or a container."""
+"""`ipledger collect`: the node collector (ledger/capture/collector.py) as a command, for systemd or a container."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import time
 
 import click
 
-from .. import collector, k8s
-from ..sources.kubelet import DEFAULT_SOCKET
-from ..textsafe import echo
+from ..capture import collector, k8s
+from ..capture.sources.kubelet import DEFAULT_SOCKET
+from ..base.textsafe import echo
 from .context import AppContext, UserError, emit_json, pass_app
 from .importers import parse_duration
 

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .. import config as config_mod
-from ..textsafe import echo, json_text
+from ..base import config as config_mod
+from ..base.textsafe import echo, json_text
 
 if TYPE_CHECKING:
-    from ..site import Site
+    from ..ingest.site import Site
 
 # The database layer (SQLAlchemy), the SKU table and the method (numpy) are imported when a command first needs
 # them, not here: `ipledger --help` and every command's --help load none of them (tests/test_cli_core.py).
@@ -54,7 +54,7 @@ class AppContext:
         """The site this command works for, built once from --config (and --db): every command passes it on."""
         if self._site is None:
             from ..method.skus import SkuError
-            from ..site import site_from_config
+            from ..ingest.site import site_from_config
 
             try:
                 # the CLI is a main program, so big receipts may start worker processes
@@ -71,7 +71,7 @@ class AppContext:
         """The ledger's engine. ``require``: the ledger must exist and carry this ipledger's schema (every command
         but ``init``, the one that may create a database); a missing SQLite file is "no ledger at PATH" and
         nothing is created. Opened read-only for a command marked :func:`reads_only`."""
-        from ..db import LedgerError, make_engine, require_schema
+        from ..chain.db import LedgerError, make_engine, require_schema
 
         if self._engine is None:
             try:
@@ -88,10 +88,10 @@ class AppContext:
 
     def as_of_seq(self, value: "AsOf | int | None") -> int | None:
         """The sequence number an ``--as-of`` names: a seq at or below the ledger's head, or the last seq of the
-        ledger as it stood at a time (:func:`ledger.db.seq_standing_at`); past the end is a one-line error."""
+        ledger as it stood at a time (:func:`ledger.chain.db.seq_standing_at`); past the end is a one-line error."""
         if value is None or isinstance(value, int):
             return value
-        from .. import store
+        from ..chain import store
 
         head = store.get_head(self.engine())[0]
         if value.seq is not None:
@@ -102,7 +102,7 @@ class AppContext:
 
         if value.epoch > time.time():
             raise UserError(f"--as-of {value.text}: past the ledger's end (that time is still to come)")
-        from ..db import seq_standing_at
+        from ..chain.db import seq_standing_at
 
         seq = seq_standing_at(self.engine(), value.epoch)
         if seq == 0:
@@ -128,8 +128,8 @@ class AsOfType(click.ParamType):
     def convert(self, value, param, ctx):  # noqa: ANN001, ANN201
         if isinstance(value, AsOf):
             return value
-        from ..canonical import ts_to_epoch
-        from ..textsafe import printable
+        from ..chain.canonical import ts_to_epoch
+        from ..base.textsafe import printable
 
         v = str(value).strip()
         if re.fullmatch(r"\d+", v):

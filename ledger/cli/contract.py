@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import click
 
-from .. import store
-from ..contracts import (DEFAULT_CONTRACT, ContractError, bound_sku_names, check_contract, read_contract,
-                         record_contract, select_contract)
-from ..entries import Kind
-from ..textsafe import echo, printable
+from ..chain import store
+from ..chain.contracts import (
+    DEFAULT_CONTRACT, ContractError, bound_sku_names, check_contract, read_contract, record_contract,
+    select_contract
+)
+from ..chain.entries import Kind
+from ..base.textsafe import echo, printable
 from .context import AS_OF, SEQ, AppContext, UserError, emit_json, pass_app, reads_only
 
 

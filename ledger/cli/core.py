@@ -8,12 +8,12 @@ from pathlib import Path
 
 import click
 
-from .. import db as db_mod
-from .. import store
-from ..ship import ship as ship_spool
-from ..verify import verify as verify_ledger
-from ..progressbar import Progress
-from ..textsafe import echo, printable
+from ..chain import db as db_mod
+from ..chain import store
+from ..ingest.ship import ship as ship_spool
+from ..chain.verify import verify as verify_ledger
+from ..base.progressbar import Progress
+from ..base.textsafe import echo, printable
 from .context import SEQ, AppContext, UserError, emit_json, pass_app, reads_only
 
 
@@ -87,8 +87,8 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
         after = after_ship_steps(site)
     if not Path(directory).is_dir():  # nothing to ship from: said, not "shipped 0" (and no directory is made)
         raise UserError(f"{printable(str(directory))}: no spool directory here (--spool, $IPLEDGER_SPOOL or the config's spool)")
-    from ..accounting import AccountingSettings
-    from ..spool import UnsafeSpool
+    from ..ingest.sacct import AccountingSettings
+    from ..capture.spool import UnsafeSpool
 
     acct = AccountingSettings.from_config(app.config)
     try:
@@ -149,9 +149,9 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
       ipledger verify --deep
       ipledger verify --record /var/lib/ipledger/verify-status.json   # from cron; /metrics shows it
     """
-    from ..heads import HeadError, read_pinned_keys
+    from ..chain.heads import HeadError, read_pinned_keys
     from ..receipts.auto import verify_checks
-    from ..verify import Anchor
+    from ..chain.verify import Anchor
 
     try:
         parsed = [Anchor.parse(a) for a in anchors]
@@ -165,8 +165,8 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
         report = verify_ledger(engine, chain_only=chain_only, anchors=parsed, deep=deep,
                                checks=[_step(bar, c) for c in checks])
     if record is not None:
-        from ..safeout import OutputError, write_output
-        from ..verify_status import render, status_of
+        from ..base.safeout import OutputError, write_output
+        from ..chain.verify_status import render, status_of
 
         try:
             write_output(record, render(status_of(report, time.time())))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..textsafe import echo
+from ..base.textsafe import echo
 from .context import emit_json
 
 
@@ -26,8 +26,8 @@ def demo_cmd(out: Path, seed: int, small: bool, as_json: bool) -> None:
       ipledger demo --out /tmp/demo --seed 3 --json
       ipledger --db sqlite:////tmp/demo/ledger.db findings
     """
-    from ..demo import DEMO_STEPS, run_demo
-    from ..progressbar import Progress
+    from ..sim.hall import DEMO_STEPS, run_demo
+    from ..base.progressbar import Progress
     from ..sim import FleetSpec
 
     with Progress("demo", quiet=as_json, steps=len(DEMO_STEPS)) as bar:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from ..textsafe import echo
+from ..base.textsafe import echo
 from .context import AS_OF, SEQ, AppContext, UserError, emit_json, pass_app, reads_only
 
 
@@ -61,9 +61,9 @@ def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: 
     from reports.export import default_name
     from reports.statement_file import export_file
     from reports.monthly import ExportError, cents
-    from ..progressbar import Progress
+    from ..base.progressbar import Progress
 
-    from ..safeout import OutputError, output_file
+    from ..base.safeout import OutputError, output_file
 
     try:
         aliaser = Aliaser(read_key(alias_key) if alias_key else None)
@@ -128,14 +128,14 @@ def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: 
 
 def _record_export(app: AppContext, month: str, tenant: str | None, fmt: str, st, as_of: int | None) -> None:  # noqa: ANN001
     """A statement that left the ledger closes its month to repricing (a ``statement_exported`` entry;
-    ledger/closed.py). An ``--as-of`` export reproduces an earlier one and records nothing."""
+    ledger/chain/closed.py). An ``--as-of`` export reproduces an earlier one and records nothing."""
     if as_of is not None or st.empty:
         return
     from sqlalchemy.exc import SQLAlchemyError
 
-    from ..closed import statement_exported_entry
-    from ..entries import Kind
-    from ..store import append, iter_entries
+    from ..chain.closed import statement_exported_entry
+    from ..chain.entries import Kind
+    from ..chain.store import append, iter_entries
 
     engine = app.engine()
     for ce in iter_entries(engine, kinds=[Kind.STATEMENT_EXPORTED]):

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ..textsafe import echo
+from ..base.textsafe import echo
 from .context import AppContext, UserError, emit_json, pass_app
 
 
@@ -23,7 +23,7 @@ def hook_cmd(app: AppContext, kind: str) -> None:
     Example:
       SLURM_JOB_ID=42 SLURM_JOB_GPUS=0,1 SLURMD_NODENAME=n1 ipledger hook prolog
     """
-    from ..hooks import run
+    from ..capture.hooks import run
 
     sys.exit(run(kind, os.environ, app.config_path))
 
@@ -57,14 +57,14 @@ def install_cmd(app: AppContext, directory: str, config_path: str | None, python
     Example:
       ipledger hooks install --dir /etc/slurm/ipledger --config /etc/ipledger/config.toml
     """
-    from ..hooks.core import checked_timeout
-    from ..hooks.install import TITLES, install, mark_path
+    from ..capture.hooks.core import checked_timeout
+    from .install_hooks import TITLES, install, mark_path
 
     cfg = config_path or app.config_path
     if cfg and not os.path.isfile(cfg):
         raise UserError(f"{cfg}: config file not found")
     if cfg:
-        from .. import config as config_mod
+        from ..base import config as config_mod
 
         try:
             loaded = config_mod.load(cfg)
@@ -73,8 +73,8 @@ def install_cmd(app: AppContext, directory: str, config_path: str | None, python
         note = checked_timeout(loaded.hook_timeout_s)[1]
         if note:
             raise UserError(f"{cfg}: {note.split(';')[0]}")
-        from ..hooks.dropbox import Limits, shared_fs_problem, shares_spool_fs
-        from ..textsafe import printable
+        from ..capture.hooks.dropbox import Limits, shared_fs_problem, shares_spool_fs
+        from ..base.textsafe import printable
 
         hooks = loaded.extra.get("hooks") if isinstance(loaded.extra.get("hooks"), dict) else None
         lim = Limits(loaded.spool, hooks)
@@ -107,7 +107,7 @@ def doctor_cmd(app: AppContext, host: str, port: int) -> None:
     Example:
       runuser -u nobody -- ipledger hooks doctor
     """
-    from ..sources.hostengine import tcp_findings
+    from ..capture.sources.hostengine import tcp_findings
 
     findings = tcp_findings(host, port)
     for f in findings:
@@ -133,9 +133,9 @@ def sweep_cmd(app: AppContext, settle_s: float, as_json: bool) -> None:
     Example:
       ipledger hooks sweep --json
     """
-    from ..hooks.core import HookSettings
-    from ..hooks.dropbox import Limits, sweep
-    from ..textsafe import printable
+    from ..capture.hooks.core import HookSettings
+    from ..capture.hooks.dropbox import Limits, sweep
+    from ..base.textsafe import printable
 
     cfg = app.config
     hooks = cfg.extra.get("hooks") if isinstance(cfg.extra.get("hooks"), dict) else None
@@ -176,12 +176,12 @@ def reconcile_cmd(app: AppContext, dry_run: bool, no_ship: bool, as_json: bool) 
       ipledger reconcile --json
       ipledger reconcile --dry-run
     """
-    from .. import store
-    from ..hooks.reconcile import reconcile
+    from ..chain import store
+    from .reconcile import reconcile
     from ..receipts.auto import after_ship_steps
-    from ..ship import ship
+    from ..ingest.ship import ship
 
-    from ..accounting import AccountingSettings
+    from ..ingest.sacct import AccountingSettings
 
     engine = app.engine()
     acct = AccountingSettings.from_config(app.config)

@@ -9,9 +9,9 @@ from typing import Callable
 import click
 
 from ..importers import columnar, nvidia_smi, pipeline, prometheus
-from ..importers.common import Collected, InputError, rescale_energy
-from ..importers.dcgm_fields import BY_ID, COLLECT_FIELD_IDS
-from ..textsafe import echo
+from ..importers.common import Collected, InputError
+from ..importers.dcgm_fields import COLLECT_FIELD_IDS
+from ..base.textsafe import echo
 from .context import AppContext, UserError, emit_json, pass_app
 
 
@@ -45,7 +45,7 @@ def parse_duration(value: str | None, name: str) -> float | None:
 
 
 def _progress(quiet: bool) -> Callable[[int, int], None] | None:
-    from ..progressbar import progress_for
+    from ..base.progressbar import progress_for
 
     return progress_for("import", quiet)
 
@@ -61,18 +61,19 @@ def parse_tenants(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(out))
 
 
-def _energy_unit(parse: Callable[[], Collected], exporter_version: str | None) -> Callable[[], Collected]:
-    """The parse, with field 156 rescaled from the field table's mJ to the exporter version's unit."""
+def _report_exporter_version(parse: Callable[[], Collected], exporter_version: str | None) -> Callable[[], Collected]:
+    """The parse, with a note that the exporter version given changes no unit (it is only reported).
+
+    Field 156 is mJ and field 1611 J in every DCGM / dcgm-exporter version (:func:`ledger.method.energy.
+    joules_per_count`): units come from the field, never from a version, so no reading is rescaled.
+    """
     if exporter_version is None:
         return parse
-    from ..method.energy import joules_per_count
-
-    unit = joules_per_count("dcgm-exporter", 156, exporter_version)
 
     def parsed() -> Collected:
         c = parse()
-        rescale_energy(c, unit / BY_ID[156].scale, f"dcgm-exporter {exporter_version}: field 156 in "
-                                                          f"{'J' if unit == 1.0 else 'mJ'}")
+        c.warn(f"{c.path}: --dcgm-exporter-version {exporter_version}: reported only; energy units come from the "
+               f"field (156 mJ, 1611 J, in every version), nothing rescaled")
         return c
     return parsed
 
@@ -91,7 +92,7 @@ def _run(app: AppContext, parse: Callable[[], Collected], cluster: str, syntheti
         raise UserError(f"{collected.path}: no telemetry this importer maps (see docs/telemetry.md)")
     opts = pipeline.ImportOptions(cluster=cluster, synthetic_runs=synthetic, span=span, cadence=cadence,
                                   tenants=tenants)
-    from ..store import get_head
+    from ..chain.store import get_head
 
     before = get_head(engine)[0]
     result = pipeline.write(engine, collected, opts, progress=_progress(quiet))
@@ -116,7 +117,7 @@ def _run(app: AppContext, parse: Callable[[], Collected], cluster: str, syntheti
         echo("  skipped lines: " + ", ".join(f"{k} x{v}" for k, v in sorted(collected.skipped.items())))
     if collected.unmapped:
         echo("  not mapped: " + ", ".join(f"{k} x{v}" for k, v in sorted(collected.unmapped.items())))
-    for w in collected.warnings:
+    for w in collected.all_warnings():
         echo(f"  warning: {w}")
 
 
@@ -176,7 +177,8 @@ def register(cli: click.Group) -> None:
     @click.option("--step", help="Live: query step = the scrape cadence (default 15s).")
     @click.option("--at", "at", help="Scrape time for exposition files without timestamps.")
     @click.option("--dcgm-exporter-version", "exporter_version", metavar="VERSION",
-                  help="The exporter's version: from 4.9 the energy counter (field 156) is in J, before in mJ.")
+                  help="The exporter's version, reported only: energy units come from the field id "
+                       "(156 mJ, 1611 J, in every version), nothing is rescaled.")
     @_common
     @pass_app
     def import_prometheus(app: AppContext, source: tuple[str, ...], url: str | None, start: str | None,
@@ -202,16 +204,16 @@ def register(cli: click.Group) -> None:
             if t1 < t0:
                 raise UserError("--end is before --start")
             step_s = step_s or 15.0
-            _run(app, _energy_unit(lambda: prometheus.fetch(url, t0, t1, step_s, progress=_progress(quiet)),
-                                   exporter_version), cluster,
+            _run(app, _report_exporter_version(lambda: prometheus.fetch(url, t0, t1, step_s, progress=_progress(quiet)),
+                                               exporter_version), cluster,
                  not no_synthetic_runs, as_json, quiet, tenants=parse_tenants(tenant))
             return
         if not source:
             raise UserError("give SOURCE files/directories/archives, or --url")
         span = (t0, t1 + step_s if (t1 is not None and step_s) else t1) if (t0 is not None or t1 is not None) else None
         at_s = parse_time(at, "--at")
-        _run(app, _energy_unit(lambda: prometheus.read(list(source), default_ts=at_s), exporter_version), cluster, not no_synthetic_runs, as_json,
-             quiet, span=span, cadence=step_s, tenants=parse_tenants(tenant))
+        _run(app, _report_exporter_version(lambda: prometheus.read(list(source), default_ts=at_s), exporter_version),
+             cluster, not no_synthetic_runs, as_json, quiet, span=span, cadence=step_s, tenants=parse_tenants(tenant))
 
     def _capture_cmd(name: str, read, helptext: str):  # noqa: ANN001, ANN202
         @import_group.command(name, help=helptext)
@@ -257,7 +259,7 @@ def register(cli: click.Group) -> None:
     @click.option("--hours", default=24.0, show_default=True, help="Length of the capture.")
     @click.option("--interval", default="15s", show_default=True, help="Sampling interval.")
     @click.option("--prometheus-url", default="http://127.0.0.1:9090", show_default=True)
-    def pathb_command(fmt: str | None, exporter: str | None, nodes: str, hours: float, interval: str,
+    def capture_recipe_command(fmt: str | None, exporter: str | None, nodes: str, hours: float, interval: str,
                       prometheus_url: str) -> None:
         """Print the exact commands that produce a capture set `ipledger analyze DIR` reads: one file per node,
         the node's name in the file name, a wall-clock start line at each (re)start (appended: restart-safe).
@@ -271,7 +273,7 @@ def register(cli: click.Group) -> None:
         kind = fmt or {"dcgmi": "dmon", "dcgm-exporter": "prometheus"}.get(exporter or "", exporter)
         if kind is None:
             raise UserError("give --format dmon|amd-smi|prometheus|nvidia-smi")
-        echo(pathb_commands(kind, hours, parse_duration(interval, "--interval") or 15.0, prometheus_url,
+        echo(capture_recipes(kind, hours, parse_duration(interval, "--interval") or 15.0, prometheus_url,
                                   parse_nodes(nodes)))
 
 
@@ -311,7 +313,7 @@ def _per_node(nodes: int | tuple[str, ...], line: Callable[[str], str], what: st
             "# then copy every node's ipledger-capture/ file into one directory, captures/"]
 
 
-def pathb_commands(kind: str, hours: float, interval_s: float, url: str,
+def capture_recipes(kind: str, hours: float, interval_s: float, url: str,
                    nodes: int | tuple[str, ...] = 1) -> str:
     secs = int(hours * 3600)
     iv = max(1, int(round(interval_s)))

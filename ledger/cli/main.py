@@ -115,12 +115,12 @@ class LazyGroup(click.Group):
         return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context):  # noqa: ANN201
-        """A stored Merkle row outside the tree stops every append (ledger.merkle.PlantedNode): whichever
+        """A stored Merkle row outside the tree stops every append (ledger.chain.merkle.PlantedNode): whichever
         command appended, it is one line and exit 1, not a traceback."""
         try:
             return super().invoke(ctx)
         except RuntimeError as exc:
-            merkle = sys.modules.get("ledger.merkle")
+            merkle = sys.modules.get("ledger.chain.merkle")
             if merkle is not None and isinstance(exc, merkle.PlantedNode):
                 raise UserError(str(exc)) from None
             raise

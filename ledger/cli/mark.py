@@ -1,6 +1,6 @@
 """`ipledger mark KIND`: an application's checkpoint, accepted output or step, recorded for its run.
 
-The console script runs :func:`ledger.marks.main` without click for speed; this click command is the same
+The console script runs :func:`ledger.capture.marks.main` without click for speed; this click command is the same
 library call, for ``--help``, global options (``ipledger --config PATH mark ...``) and tests.
 """
 
@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from ..textsafe import echo
+from ..base.textsafe import echo
 from .context import AppContext, UserError, pass_app
 
 
@@ -36,7 +36,7 @@ def mark_cmd(app: AppContext, kind: str, step: str | None, note: str | None, at:
       ipledger mark checkpoint --step 12000 --note "epoch 3"
       ipledger mark output --note "eval accepted" --job 4242 --run 0 --at 2026-12-01T14:05:00Z
     """
-    from ..marks import MarkError, MarkUnavailable, mark
+    from ..capture.marks import MarkError, MarkUnavailable, mark
 
     try:
         where = mark(kind, step=step, note=note, at=at, job=job, run=run, strict=strict,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import click
 
-from ..heads import HeadError, checkpoint, consistency, keygen, load_private_key, read_head
-from ..merkle import TreeError
+from ..chain.heads import HeadError, checkpoint, consistency, keygen, load_private_key, read_head
+from ..chain.merkle import TreeError
 from ..proofcheck import Failure
-from ..textsafe import echo
+from ..base.textsafe import echo
 from .context import AppContext, UserError, pass_app
 
 
@@ -76,9 +76,9 @@ def consistency_cmd(app: AppContext, old_head: str, new_head: str, pubkey: str |
       ipledger consistency heads/2026-11-01.json heads/2026-12-01.json --out c.json
       ipledger-verify --consistency c.json --pubkey log.key.pub
     """
-    from ..heads import read_pinned_keys, read_public_key
+    from ..chain.heads import read_pinned_keys, read_public_key
     from ..proofcheck import log_id_of
-    from ..proofs import recorded_public_key
+    from ..receipts.bundle import recorded_public_key
 
     engine = app.engine()
     try:

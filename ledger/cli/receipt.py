@@ -8,8 +8,8 @@ import json
 import click
 
 from ..receipts import ReceiptError, issue_receipt, receipt_for, render_pdf, render_text, verify_receipt
-from ..safeout import OutputError, output_file, write_output
-from ..textsafe import echo, printable
+from ..base.safeout import OutputError, output_file, write_output
+from ..base.textsafe import echo, printable
 from .context import AS_OF, RUN, SEQ, AppContext, UserError, emit_json, pass_app, reads_only
 
 
@@ -148,8 +148,8 @@ def issue_cmd(app: AppContext, month: str | None, all_runs: bool, include_open: 
       ipledger issue --month 2026-12 --open
       ipledger issue --month 2026-11 --reprice-closed --yes
     """
-    from reports.periods import PeriodError, month_bounds
-    from ..progressbar import Progress
+    from ledger.base.periods import PeriodError, month_bounds
+    from ..base.progressbar import Progress
 
     from ..receipts.issue import issue_runs, runs_to_issue
 
@@ -212,10 +212,10 @@ def reprice_lines(res) -> list[str]:  # noqa: ANN001 - an IssueSummary
 
 def _proof_bundle(app: AppContext, job_id: str, run: int | None, cluster: str | None, head_path: str | None,
                   out: str | None, others: tuple) -> None:
-    from ..heads import HeadError, read_head
-    from ..merkle import TreeError
+    from ..chain.heads import HeadError, read_head
+    from ..chain.merkle import TreeError
     from ..proofcheck import Failure
-    from ..proofs import build_bundle, write_bundle
+    from ..receipts.bundle import build_bundle, write_bundle
 
     if not head_path or not out:
         raise UserError("--proof needs --head HEAD.json and --out BUNDLE.json")

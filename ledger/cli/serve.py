@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..textsafe import echo, printable
+from ..base.textsafe import echo, printable
 from .context import AppContext, UserError, pass_app, reads_only
 
 
@@ -34,7 +34,7 @@ def serve_cmd(app: AppContext, host: str, port: int, metrics_only: bool, local_o
         from ..web.app import create_app
         from ..web.metrics import verify_status_setting
         from ..web.views import LedgerView
-        from ..verify_status import VerifyStatusError
+        from ..chain.verify_status import VerifyStatusError
     except ImportError as exc:
         raise UserError(f"ipledger serve needs the web extra (pip install 'ipledger[web]'): {exc}") from None
     try:

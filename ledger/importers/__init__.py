@@ -3,4 +3,6 @@
 Each format module has ``parse(text, ...) -> Collected`` (pure) and ``read(path, ...) -> Collected`` (thin);
 :mod:`ledger.importers.pipeline` turns a :class:`~ledger.importers.common.Collected` into timelines, sealed
 sample segments, unknown intervals and (for label-only data) synthetic allocations, in one transaction.
+
+May import: `ledger.base`, `ledger.chain`, `ledger.telemetry`.
 """

@@ -5,7 +5,11 @@ wraps long lists and even a value's unit onto continuation lines; plain ``monito
 carry units (``0 %``, ``10 W``, ``45 °C``). Everything is flattened to ``section.key`` paths and mapped by
 :data:`METRIC_MAP` / :data:`MONITOR_MAP`; ``metric --csv`` columns by :data:`METRIC_CSV_MAP` (docs/telemetry.md).
 Per-XCD GFX clocks (``gfx_0_clk`` .. ``gfx_7_clk``) are averaged; ``metric --ecc-block`` counts are summed per
-device. Per-engine lists (VCN, JPEG, per-XCP busy) are not Sample fields: skipped (plain) or reported unmapped.
+device. Per-engine lists (VCN, JPEG, per-XCP busy) are not Sample fields. Every key read but not mapped (a list,
+a voltage, a key a newer amd-smi adds) is reported unmapped in the import report, never silently dropped.
+``--json`` is read as the bare list of GPU records (ROCm 6.x) or in the ``{"gpu_data": [...]}`` envelope newer
+amd-smi prints (its ``cpu_data``/``core_data`` records, when not empty, are reported unmapped). Energy
+(``energy.total_energy_consumption``, a value/unit object in JSON, ``N J`` in text) is scaled by its unit.
 A version banner, the watch banner (``'CTRL' + 'C' to stop watching output:``), prompts and the ``monitor -q``
 process table are skipped and counted; CRLF line ends and the CSV header repeated at each watch iteration are
 read. Violation/throttle columns map to the NVML clock-event bits (:class:`_Violations`): PPT (power) -> 0x4 SW
@@ -25,7 +29,7 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from ..textsafe import excerpt
+from ..base.textsafe import excerpt
 from .common import Collected, CsvReader, DeviceInfo, InputError, decode_text, noise_reason, small_index
 from .dmon import Segments, epoch_seconds, anchor_meta
 
@@ -192,11 +196,19 @@ def _add_flat(c: Collected, dev: str, t: float, flat: dict[str, object], place: 
             value, unit = split_value(raw)
             scale = spec[1]
             if scale is None:   # energy: the unit decides
-                scale = ENERGY_UNITS.get((unit or "j").lower(), 1.0)
+                scale = ENERGY_UNITS.get((unit or "j").lower())
+                if scale is None:
+                    c.note_unmapped(f"{key} [{unit}]")
+                    c.warn(f"{c.path}: {place} {key}: unit {unit!r} is no energy unit (J, mJ, uJ, kJ): not read")
+                    continue
             c.add_raw(dev, spec[0], t, value, scale, place=f"{place} {key}")
+            c.note_mapped(key, spec[0])
             continue
-        if k.startswith(("throttle.", "power.throttle_status", "violation.")):
-            viol.add(k, raw)
+        if k.startswith(("throttle.", "power.throttle_status", "violation.")) and viol.add(k, raw):
+            continue
+        if GFX_CLK.match(k) or _ECC_BLOCK.match(k):
+            continue
+        c.note_unmapped(key)   # known to amd-smi but not a Sample field, or new: reported, never silently dropped
     viol.store(dev, t)
 
 
@@ -256,6 +268,14 @@ def parse_json(text: str, path: str, ticker: _Ticker) -> None:
         if isinstance(rec, list):  # watch mode may nest one list per iteration
             records.extend(rec)
             continue
+        if isinstance(rec, dict) and "gpu" not in rec and isinstance(rec.get("gpu_data"), list):
+            # newer amd-smi: {"cpu_data": [...], "core_data": [...], "gpu_data": [...]} (amdsmi_logger
+            # combine_arrays_to_json); older: the bare list of GPU records. CPU/core records are no GPU telemetry.
+            records.extend(rec["gpu_data"])
+            for k, v in rec.items():
+                if k != "gpu_data" and v not in ([], None, {}):
+                    c.note_unmapped(k)
+            continue
         if not isinstance(rec, dict) or "gpu" not in rec:
             raise InputError(path, f"record {i}", "expected an object with a \"gpu\" key")
         gpu = str(rec["gpu"])
@@ -300,7 +320,8 @@ def parse_plain_metric(lines: list[tuple[int, str]], path: str, ticker: _Ticker)
             stack.append((indent, key))
             continue
         if val.startswith("["):
-            continue  # per-engine lists are not Sample fields
+            c.note_unmapped(".".join([k for _, k in stack] + [key]))   # per-engine lists are not Sample fields
+            continue
         flat[".".join([k for _, k in stack] + [key])] = val
     flush()
 

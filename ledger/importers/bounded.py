@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from ..textsafe import excerpt
+from ..base.textsafe import excerpt
 from .common import InputError
 
 CHUNK = 1 << 20

@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ..textsafe import excerpt
+from ..base.textsafe import excerpt
 from .bounded import DEFAULT_LIMITS, ArchiveLimits, archive_entries, archive_kind, directory_files
 from .common import Collected, InputError, decode_text
 

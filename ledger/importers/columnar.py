@@ -27,7 +27,7 @@ from typing import Iterable
 import numpy as np
 
 from ..telemetry.timeline import TEXT_REASONS
-from ..textsafe import excerpt
+from ..base.textsafe import excerpt
 from .common import EARLIEST_TS, Collected, DeviceInfo, InputError, noise_reason, read_lines, small_index, time_problem
 
 FLUSH_ROWS = 32768              # rows held as text before a block is parsed and stored

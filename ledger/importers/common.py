@@ -18,13 +18,17 @@ from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..textsafe import excerpt, printable
+from ..base.textsafe import excerpt, printable
 from ..telemetry.timeline import (DCGM_FP64_BLANKS, DCGM_INT32_BLANKS, FIELDS, FRACTIONS, INT64_BLANK_FLOAT,
                                   BadValue, check_range, clean)
-from .dcgm_fields import GR_ENGINE_ACTIVE
+from .dcgm_fields import ENERGY_WHOLE_J, GR_ENGINE_ACTIVE
 
 NAN = float("nan")
-SERIES_FIELDS = frozenset((*FIELDS, GR_ENGINE_ACTIVE))
+# Series that are no Sample field but stand in for one on a device that has no series of it: GR_ENGINE_ACTIVE
+# for gpu_util (dcgm-exporter 4.x enables it by default, GPU_UTIL in 3.x); DCGM field 1611 (whole joules) for
+# energy_j (field 156), so a scrape carrying both energy counters of one GPU is counted once, from 156.
+STAND_INS = {GR_ENGINE_ACTIVE: "gpu_util", ENERGY_WHOLE_J: "energy_j"}
+SERIES_FIELDS = frozenset((*FIELDS, *STAND_INS))
 _REASON_CODES = (None, "nan", "infinite", "dcgm_blank", "negative", "out_of_range", "zero_unsupported")
 MAX_EXAMPLES = 20
 # Readings an exporter prints as 0 when the part has no such sensor (memory temperature without an HBM sensor,
@@ -151,7 +155,7 @@ class Collected:
         """The import report's input half: mapped and unmapped fields, skipped lines, warnings."""
         return {"mapped_fields": dict(sorted(self.mapped.items())), "unmapped_fields": dict(sorted(self.unmapped.items())),
                 "skipped_lines": dict(sorted(self.skipped.items())), "skipped_examples": list(self.skipped_examples),
-                "warnings": list(self.warnings), "quarantined": list(self.quarantined)}
+                "warnings": self.all_warnings(), "quarantined": list(self.quarantined)}
 
     def add(self, device: str, name: str, t: float, value: float | None, reason: str | None = None, *,
             place: str = "") -> None:
@@ -248,44 +252,45 @@ class Collected:
             span[0] = min(span[0], t)
             span[1] = max(span[1], t)
 
-    def device_series(self, device: str) -> dict[str, Iterator[tuple[float, float | None]]]:
-        """The series of one device as the timeline wants them; GR_ENGINE_ACTIVE stands in for a missing GPU_UTIL."""
+    def _standing(self, device: str) -> dict[str, str]:
+        """series name -> the Sample field it is read as (a stand-in whose field the device lacks; else itself)."""
         raw = self.series.get(device, {})
-        out = {}
-        for name, (ts, vs) in raw.items():
-            target = name
-            if name == GR_ENGINE_ACTIVE:
-                if "gpu_util" in raw:
-                    continue
-                target = "gpu_util"
-            out[target] = [(t, v if v == v else None) for t, v in zip(ts, vs)]   # NaN -> None
-        return out
+        return {name: STAND_INS.get(name, name) for name in raw
+                if name not in STAND_INS or STAND_INS[name] not in raw}
+
+    def device_series(self, device: str) -> dict[str, Iterator[tuple[float, float | None]]]:
+        """The series of one device as the timeline wants them; a stand-in (:data:`STAND_INS`) is read as its
+        field when the device has no series of that field, and left out when it has one."""
+        raw = self.series.get(device, {})
+        return {target: [(t, v if v == v else None) for t, v in zip(*raw[name])]   # NaN -> None
+                for name, target in self._standing(device).items()}
 
     def device_arrays(self, device: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Like :meth:`device_series` but as float arrays (NaN = not measured), without copying."""
         raw = self.series.get(device, {})
-        out = {}
-        for name, (ts, vs) in raw.items():
-            if name == GR_ENGINE_ACTIVE:
-                if "gpu_util" in raw:
-                    continue
-                name = "gpu_util"
-            out[name] = (np.frombuffer(ts, dtype=np.float64), np.frombuffer(vs, dtype=np.float64))
-        return out
+        return {target: (np.frombuffer(raw[name][0], dtype=np.float64), np.frombuffer(raw[name][1], dtype=np.float64))
+                for name, target in self._standing(device).items()}
 
     def device_series_names(self, device: str) -> set[str]:
-        """The Sample fields this device has series for (GR_ENGINE_ACTIVE reported as gpu_util)."""
-        names = set(self.series.get(device, {}))
-        if GR_ENGINE_ACTIVE in names:
-            names.discard(GR_ENGINE_ACTIVE)
-            names.add("gpu_util")
-        return names
+        """The Sample fields this device has series for (a stand-in reported as its field)."""
+        return set(self._standing(device).values())
 
     def device_reasons(self, device: str) -> dict[tuple[float, str], str]:
         r = self.reasons.get(device, {})
-        if "gpu_util" not in self.series.get(device, {}):
-            r = {(t, "gpu_util" if n == GR_ENGINE_ACTIVE else n): why for (t, n), why in r.items()}
+        if any(name in STAND_INS for name in self.series.get(device, {})):
+            standing = self._standing(device)
+            r = {(t, standing[n]): why for (t, n), why in r.items() if n in standing}
         return r
+
+    def energy_notes(self) -> list[str]:
+        """One line per device whose field-1611 energy counter is not read because its field 156 is: the same
+        counter in two units, counted once (from 156, the finer mJ)."""
+        return [f"{self.path}: {dev}: energy from DCGM field 156 (mJ); field 1611 (whole J) of the same GPU not "
+                f"read (one counter, counted once)"
+                for dev, raw in sorted(self.series.items()) if ENERGY_WHOLE_J in raw and "energy_j" in raw]
+
+    def all_warnings(self) -> list[str]:
+        return [*self.warnings, *self.energy_notes()]
 
     def merge(self, other: "Collected") -> None:
         """Fold another file of the same export into this one (directories, archives, JSON Lines)."""
@@ -326,27 +331,6 @@ class Collected:
             self.cadence = other.cadence
         self.capture_segments.extend(other.capture_segments)
         self.quarantined.extend(other.quarantined)
-
-
-def rescale_energy(c: Collected, factor: float, why: str) -> int:
-    """Multiply every stored ``energy_j`` reading by ``factor`` (the field's unit was other than the table's).
-
-    dcgm-exporter 4.9 and DCGM 4.7 report field 156 in J where the field table (and earlier versions) say mJ:
-    the caller, who knows the version, passes ``factor`` = 1000. Returns how many readings changed; the
-    collection says so in a warning naming ``why``.
-    """
-    n = 0
-    for cols in c.series.values():
-        col = cols.get("energy_j")
-        if col is None:
-            continue
-        vs = col[1]
-        for i in range(len(vs)):
-            vs[i] *= factor
-        n += len(vs)
-    if n and factor != 1.0:
-        c.warn(f"{c.path}: energy_j: {n} readings x {factor:g} ({why})")
-    return n
 
 
 def restart_holes(c: Collected) -> dict[str, list[tuple[float, float]]]:

@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterable
 
-from ..textsafe import excerpt
+from ..base.textsafe import excerpt
 from .common import Collected, DeviceInfo, InputError, noise_reason, read_lines, small_index
 from .dcgm_fields import BY_DMON
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..telemetry.timeline import BadValue, clean
-from ..textsafe import excerpt
+from ..base.textsafe import excerpt
 from .common import Collected, CsvReader, DeviceInfo, InputError, decode_text, read_lines, small_index
 
 # query name -> (Sample field, scale)

@@ -23,10 +23,10 @@ from typing import Callable, Iterator
 
 from sqlalchemy.engine import Engine
 
-from ..db import write_tx
-from ..entries import Entry, Kind, make_entry
-from ..store import append_in
-from ..telemetry.store import sample_row_values, segment_entry_rows, write_segment_rows_in
+from ..chain.db import write_tx
+from ..chain.entries import Entry, Kind, make_entry
+from ..chain.store import append_in
+from ..telemetry.sealed import sample_row_values, segment_entry_rows, write_segment_rows_in
 from ..telemetry.timeline import TOLERANCE_FACTOR, Timeline, build_timeline_arrays
 from .common import Collected, Context, restart_holes
 
@@ -221,11 +221,19 @@ def held_through_holes(contexts: dict, spans: dict[str, tuple[float, float, floa
     the collector down) ended somewhere inside the hole, and one whose labels start where a hole ends began inside
     it; the labels cannot say where. Each is held to the hole's midpoint (the expected end or start when nothing
     says where it fell), so the hole's allocated time stays unknown time of the runs around it instead of
-    vanishing; a hole inside another run's labels is that run's already. In place on ``contexts``' spans."""
+    vanishing; a hole inside another run's labels is that run's already. A hole on some of a run's devices while
+    the others report on (a GPU fallen off the bus) is not where the labels cannot say: the others' labels say
+    when it ended, so its spans stay. In place on ``contexts``' spans."""
     by_dev: dict[str, list[list[float]]] = defaultdict(list)
+    mates: dict[int, list[str]] = {}
     for devs in contexts.values():
         for dev, span in devs.items():
             by_dev[dev].append(span)
+            mates[id(span)] = list(devs)
+
+    def others_report(span: list[float], dev: str, a: float, b: float) -> bool:
+        return any(not any(x < b and y > a for x, y in holes.get(d) or []) for d in mates[id(span)] if d != dev)
+
     for dev, runs in by_dev.items():
         gaps = holes.get(dev) or []
         if not gaps:
@@ -236,7 +244,7 @@ def held_through_holes(contexts: dict, spans: dict[str, tuple[float, float, floa
             mid = (a + b) / 2.0
             for i, span in enumerate(runs):
                 x, y = before[i]
-                if _held(before, i, a, b):
+                if _held(before, i, a, b) or others_report(span, dev, a, b):
                     continue
                 if a - cadence <= y <= a + cadence:        # its labels end where the hole begins
                     span[1] = max(span[1], mid)

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from .bounded import DEFAULT_LIMITS, ArchiveLimits, DirFile, archive_members, directory_files, is_archive, open_file
-from ..textsafe import excerpt
+from ..base.textsafe import excerpt
 from .common import Collected, CsvReader, Context, DeviceInfo, InputError, decode_text, noise_reason, read_lines
-from .dcgm_fields import BY_NAME
+from .dcgm_fields import AMBIGUOUS_NAMES, BY_NAME
 from .prometheus_stream import WholeFile, add_result_series, check_response, read_query_range
 
 MAX_POINTS_PER_SERIES = 11_000    # Prometheus refuses (end-start)/step above this (web/api/v1/api.go)
@@ -122,6 +122,8 @@ def add_series(c: Collected, labels: Mapping[str, str], points: Iterable, place:
     name = labels.get("__name__", "")
     spec = BY_NAME.get(name)
     if spec is None:
+        if name in AMBIGUOUS_NAMES and name not in c.unmapped:
+            c.warn(f"{c.path}: {place}: {name}: {AMBIGUOUS_NAMES[name]}")
         c.note_unmapped(name)
         return
     c.note_mapped(name, spec.target)

@@ -25,7 +25,7 @@ import json
 from json.decoder import scanstring
 from typing import BinaryIO, Callable
 
-from ..textsafe import excerpt
+from ..base.textsafe import excerpt
 from .common import Collected, InputError
 
 READ_CHARS = 1 << 20           # the window read at a time (characters); a longer series widens it while it lasts

@@ -14,6 +14,8 @@ Public API::
     attribute_summary(window, summary_payload, unknown=..., suspended=..., rated_clock_mhz=...) -> DeviceAccount
     reason_bucket(mask_array) -> int array of THROTTLE_REASONS indices
     skus.match_sku(name, table) / skus.site_table(config.extra)
+
+May import: `ledger.proofcheck`.
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ from .attribution import (  # noqa: F401
     BUCKETS,
     METHOD_NAME,
     METHOD_VERSION,
-    NH_PER_SECOND,
+    NANOHOURS_PER_SECOND,
     THROTTLE_REASONS,
     DeviceAccount,
     SampleArrays,
     Thresholds,
     attribute_device,
     attribute_summary,
-    nh_to_hours,
+    nanohours_to_hours,
     reason_bucket,
-    seconds_to_nh,
+    seconds_to_nanohours,
 )

@@ -31,14 +31,14 @@ from ..proofcheck import (  # noqa: F401  (the method's constants: one definitio
     BUCKETS,
     METHOD_NAME,
     METHOD_VERSION,
-    NH_PER_SECOND,
+    NANOHOURS_PER_SECOND,
     REASON_BITS,
     THROTTLE_REASONS,
     gap_spans,
     paid_window,
 )
-from ..proofcheck import hours as nh_to_hours  # noqa: F401  (exactly the decimal with 9 places)
-from ..proofcheck import to_nh as seconds_to_nh
+from ..proofcheck import hours as nanohours_to_hours  # noqa: F401  (exactly the decimal with 9 places)
+from ..proofcheck import to_nanohours as seconds_to_nanohours
 from ..proofcheck import union
 
 TIMELINE_CODES = (*BUCKETS, "suspended")  # timeline strip values index this tuple
@@ -124,20 +124,23 @@ class SampleArrays:
 
         return cls.from_columns(g("t"), g("dt"), g("sm_active"), g("tensor_active"), g("gpu_util"),
                                 g("sm_clock_mhz"), g("clock_reasons"), g("compute_procs"), g("fb_used_mib"),
-                                sm_occupancy=g("sm_occupancy"), dram_active=g("dram_active"))
+                                sm_occupancy=g("sm_occupancy"), dram_active=g("dram_active"),
+                                **{k: g(k) for k in ("fp64_active", "fp32_active", "fp16_active")
+                                   if samples and hasattr(samples[0], k)},
+                                **({"ops": g("fp_ops")} if samples and hasattr(samples[0], "fp_ops") else {}))
 
 
 @dataclass
 class DeviceAccount:
     """The result for one device: integer nanohours per bucket, per gap and per unknown cause."""
 
-    paid_nh: int
-    buckets: np.ndarray                       # int64, len(BUCKETS); sums to paid_nh
-    suspended_nh: int
-    gap_nh: dict[str, int] = field(default_factory=dict)        # unknown_interval id -> nanohours here
+    paid_nanohours: int
+    buckets: np.ndarray                       # int64, len(BUCKETS); sums to paid_nanohours
+    suspended_nanohours: int
+    gap_nanohours: dict[str, int] = field(default_factory=dict)        # unknown_interval id -> nanohours here
     unknown_causes: dict[str, int] = field(default_factory=dict)  # unattributed unknown by cause
     fidelity: str = "none"                    # samples | summary | none
-    coarse_nh: int = 0                        # nanohours classified from the coarse utilisation signal
+    coarse_nanohours: int = 0                        # nanohours classified from the coarse utilisation signal
     # per time bin, the share of each TIMELINE_CODES entry (rows sum to 1); drawn as the PDF strip only
     timeline: np.ndarray | None = None
 
@@ -146,15 +149,15 @@ class DeviceAccount:
 
     def plain(self) -> plain.Account:
         """The same integers as the verifier's :class:`ledger.proofcheck.Account` (no timeline strip)."""
-        return plain.Account(int(self.paid_nh), [int(b) for b in self.buckets], int(self.suspended_nh),
-                             dict(self.gap_nh), dict(self.unknown_causes), self.fidelity, int(self.coarse_nh))
+        return plain.Account(int(self.paid_nanohours), [int(b) for b in self.buckets], int(self.suspended_nanohours),
+                             dict(self.gap_nanohours), dict(self.unknown_causes), self.fidelity, int(self.coarse_nanohours))
 
     @classmethod
     def of_plain(cls, acc: plain.Account, timeline: np.ndarray | None = None) -> "DeviceAccount":
         """The verifier's account as the package's (buckets as an int64 vector, beside the timeline strip)."""
-        return cls(paid_nh=acc.paid_nh, buckets=np.array(acc.buckets, dtype=np.int64),
-                   suspended_nh=acc.suspended_nh, gap_nh=acc.gap_nh, unknown_causes=acc.causes,
-                   fidelity=acc.fidelity, coarse_nh=acc.coarse_nh, timeline=timeline)
+        return cls(paid_nanohours=acc.paid_nanohours, buckets=np.array(acc.buckets, dtype=np.int64),
+                   suspended_nanohours=acc.suspended_nanohours, gap_nanohours=acc.gap_nanohours, unknown_causes=acc.causes,
+                   fidelity=acc.fidelity, coarse_nanohours=acc.coarse_nanohours, timeline=timeline)
 
 
 # --- interval helpers (sorted, disjoint lists of (a, b)) ---------------------------------------------------
@@ -210,10 +213,10 @@ def reason_bucket(mask: np.ndarray) -> np.ndarray:
     return _REASON_TABLE[code]
 
 
-def _nh(x: np.ndarray) -> np.ndarray:
+def _nanohours(x: np.ndarray) -> np.ndarray:
     """Seconds -> whole nanohours, half up: floor(x * NH + 0.5) (a rule SQL can reproduce exactly, unlike
     numpy's half-to-even rint)."""
-    return np.floor(x * NH_PER_SECOND + 0.5).astype(np.int64)
+    return np.floor(x * NANOHOURS_PER_SECOND + 0.5).astype(np.int64)
 
 
 def gap_portions(window: tuple[float, float], suspended: list[tuple[float, float]],
@@ -228,7 +231,7 @@ def gap_portions(window: tuple[float, float], suspended: list[tuple[float, float
         if measured is not None and sp:
             secs -= float(_overlap_arrays(measured[0], measured[1], np.array([x for x, _ in sp]),
                                           np.array([y for _, y in sp])).sum())
-        portions[gap_id] = seconds_to_nh(max(secs, 0.0))
+        portions[gap_id] = seconds_to_nanohours(max(secs, 0.0))
     return portions, union([x for sp in spans.values() for x in sp])
 
 
@@ -280,26 +283,26 @@ def _attribute(window: tuple[float, float], samples: SampleArrays | None,
                unknown: Sequence[tuple[float, float, str]], suspended: Sequence[tuple[float, float]],
                rated_clock_mhz: float | None, thresholds: Thresholds, use: Callable[[CoveredSamples], T] | None
                ) -> tuple[DeviceAccount, T | None]:
-    s, e, susp, paid_nh, suspended_nh = paid_window(window, suspended)
+    s, e, susp, paid_nanohours, suspended_nanohours = paid_window(window, suspended)
     if samples is not None and len(samples):
-        return _attribute_samples((s, e), samples, susp, unknown, paid_nh, suspended_nh, rated_clock_mhz,
+        return _attribute_samples((s, e), samples, susp, unknown, paid_nanohours, suspended_nanohours, rated_clock_mhz,
                                   thresholds, use)
     portions, _gaps = gap_portions((s, e), susp, unknown)
     gap_total = sum(portions.values())
-    causes = {"field_missing": 0, "no_telemetry": paid_nh - gap_total}
+    causes = {"field_missing": 0, "no_telemetry": paid_nanohours - gap_total}
     buckets = np.zeros(len(BUCKETS), dtype=np.int64)
-    buckets[B_UNKNOWN] = paid_nh
+    buckets[B_UNKNOWN] = paid_nanohours
     timeline = None
     if thresholds.timeline_bins and e > s:
         none = np.zeros(0, dtype=np.int64)
         timeline = _timeline((s, e), np.zeros(0), np.zeros(0), (none, (none, none, none), none, none, none, none),
                              susp, thresholds.timeline_bins)
-    return DeviceAccount(paid_nh=paid_nh, buckets=buckets, suspended_nh=suspended_nh, gap_nh=portions,
-                         unknown_causes=causes, fidelity="none", coarse_nh=0, timeline=timeline), None
+    return DeviceAccount(paid_nanohours=paid_nanohours, buckets=buckets, suspended_nanohours=suspended_nanohours, gap_nanohours=portions,
+                         unknown_causes=causes, fidelity="none", coarse_nanohours=0, timeline=timeline), None
 
 
 def _attribute_samples(window: tuple[float, float], samples: SampleArrays, susp: list[tuple[float, float]],
-                       unknown: Sequence[tuple[float, float, str]], paid_nh: int, suspended_nh: int,
+                       unknown: Sequence[tuple[float, float, str]], paid_nanohours: int, suspended_nanohours: int,
                        rated_clock_mhz: float | None, thresholds: Thresholds,
                        use: Callable[[CoveredSamples], T] | None = None) -> tuple[DeviceAccount, T | None]:
     """The per-sample half of :func:`attribute_device`, in as few numpy passes as the formulas allow; ``use``
@@ -355,12 +358,12 @@ def _attribute_samples(window: tuple[float, float], samples: SampleArrays, susp:
     if use is not None:
         used = use(CoveredSamples(order=slice(None) if ordered else order, covered=covered, ratio=ratio,
                                   delivered=delivered_s, working=working))
-    cov = _nh_inplace(covered)
+    cov = _nanohours_inplace(covered)
     if rated_clock_mhz:
-        delivered = _nh_inplace(delivered_s)
-        active = _nh_inplace(busy)
+        delivered = _nanohours_inplace(delivered_s)
+        active = _nanohours_inplace(busy)
     else:
-        active = _nh_inplace(busy)
+        active = _nanohours_inplace(busy)
         delivered = active.copy()
     np.minimum(active, cov, out=active)
     active *= working
@@ -384,7 +387,7 @@ def _attribute_samples(window: tuple[float, float], samples: SampleArrays, susp:
     if thresholds.timeline_bins and e > s:
         timeline = _timeline((s, e), a, b, (delivered, (throttled_at, throttled_nz, reason_nz), under, starved,
                                             idle, field_missing), susp, thresholds.timeline_bins)
-    return finish_account(paid_nh, suspended_nh, portions, sums, timeline), used
+    return finish_account(paid_nanohours, suspended_nanohours, portions, sums, timeline), used
 
 
 def covered_time(t: np.ndarray, dt: np.ndarray, act: np.ndarray, window: tuple[float, float],
@@ -417,15 +420,15 @@ def covered_time(t: np.ndarray, dt: np.ndarray, act: np.ndarray, window: tuple[f
     return a, b, covered, present, portions
 
 
-def _nh_inplace(seconds: np.ndarray) -> np.ndarray:
-    """:func:`_nh` of non-negative (or NaN) seconds, reusing the argument's memory: x * NH + 0.5 is then at
+def _nanohours_inplace(seconds: np.ndarray) -> np.ndarray:
+    """:func:`_nanohours` of non-negative (or NaN) seconds, reusing the argument's memory: x * NH + 0.5 is then at
     least 0.5, where the integer conversion's truncation is the floor, so that pass is left out."""
-    seconds *= NH_PER_SECOND
+    seconds *= NANOHOURS_PER_SECOND
     seconds += 0.5
     return seconds.astype(np.int64)
 
 
-def finish_account(paid_nh: int, suspended_nh: int, portions: dict[str, int], sums: Mapping[str, int],
+def finish_account(paid_nanohours: int, suspended_nanohours: int, portions: dict[str, int], sums: Mapping[str, int],
                    timeline: np.ndarray | None) -> DeviceAccount:
     """From a device's integer sums per bucket to its account: settle the rounding residue, split unknown by
     cause (kept separate so any other way of producing the sums ends exactly alike)."""
@@ -438,7 +441,7 @@ def finish_account(paid_nh: int, suspended_nh: int, portions: dict[str, int], su
     buckets[B_IDLE] = sums["idle"]
     # field_missing is unknown but not a gap: it stays inside the settled vector for the residue step.
     buckets[B_UNKNOWN] = sums["field_missing"]
-    settled = plain.finish_account(paid_nh, suspended_nh, portions, buckets.tolist(), "samples", sums["coarse"])
+    settled = plain.finish_account(paid_nanohours, suspended_nanohours, portions, buckets.tolist(), "samples", sums["coarse"])
     return DeviceAccount.of_plain(settled, timeline)
 
 
@@ -470,10 +473,10 @@ def _timeline(window: tuple[float, float], a: np.ndarray, b: np.ndarray, per_sam
         sel = reason == i
         mat[B_THROTTLED[name]] = np.bincount(throttled_idx[sel], weights=throttled[sel], minlength=bins)
     edges = s + width * np.arange(bins + 1)
-    susp_in = _overlap_with(susp, edges[:-1], edges[1:]) * NH_PER_SECOND
+    susp_in = _overlap_with(susp, edges[:-1], edges[1:]) * NANOHOURS_PER_SECOND
     mat[len(BUCKETS)] = susp_in
     known = mat.sum(axis=0)
-    mat[B_UNKNOWN] = np.maximum(width * NH_PER_SECOND - known, 0.0) + fmiss_in
+    mat[B_UNKNOWN] = np.maximum(width * NANOHOURS_PER_SECOND - known, 0.0) + fmiss_in
     return (mat / np.maximum(mat.sum(axis=0), 1e-300)).T.astype(np.float32)
 
 

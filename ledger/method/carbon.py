@@ -11,7 +11,7 @@ Pure functions (docs/method.md, "Carbon"). :func:`parse_intensity` reads the two
 :func:`constant_intensity` is the labelled fallback (``intensity_source = "constant: <label>"``). The table's
 ``version`` is the SHA-256 of the file's text (its first 16 hex digits), so a receipt that names it can be
 replayed against the very same file. :class:`CarbonSettings` is the site's ``[carbon]`` section once read
-(zones by cluster or node, a table per zone); ledger.site builds it and passes it down.
+(zones by cluster or node, a table per zone); ledger.ingest.site builds it and passes it down.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from typing import Iterable, Mapping
 
 from ledger.method.energy import J_PER_KWH, EnergySpan
+from ledger.proofcheck import in_order_sum
 
 LBS_PER_MWH_TO_G_PER_KWH = 453.59237 / 1000.0
 EM_TIME = "Datetime (UTC)"
@@ -111,7 +112,7 @@ def parse_intensity(text: str, zone: str, column: str = "lca", origin: str = "in
             elif units not in ("g_co2_per_kwh", "gco2_per_kwh"):
                 raise IntensityError(f"{origin}: row {i}: units {units!r} not known")
             acc.setdefault(_hour(r["point_time"], origin, i), []).append(v)
-        hourly = {h: sum(vs) / len(vs) for h, vs in acc.items()}   # 5-minute MOER points: the hour's mean
+        hourly = {h: in_order_sum(vs) / len(vs) for h, vs in acc.items()}   # 5-minute MOER points: the hour's mean
     else:
         raise IntensityError(f"{origin}: neither an Electricity Maps ({EM_TIME!r}) nor a WattTime "
                              "('point_time', 'value') CSV")
@@ -156,13 +157,13 @@ def carbon(kwh_by_hour: Mapping[int, float], table: IntensityTable, pue: float |
             continue
         p = pue.get(h, 1.0) if isinstance(pue, Mapping) else pue
         kg += kwh_by_hour[h] * p * g / 1000.0
-    shown = pue if not isinstance(pue, Mapping) else (sum(pue.values()) / len(pue) if pue else 1.0)
+    shown = pue if not isinstance(pue, Mapping) else (in_order_sum(pue.values()) / len(pue) if pue else 1.0)
     return Carbon(kg, table.zone, table.intensity_source, table.version, float(shown), missing)
 
 
 @dataclass(frozen=True)
 class CarbonSettings:
-    """The site's ``[carbon]`` settings, read once (ledger.site): the default zone, the zone of each cluster or
+    """The site's ``[carbon]`` settings, read once (ledger.ingest.site): the default zone, the zone of each cluster or
     node (``[carbon.zones]``, a node's own entry before its cluster's) and each zone's intensity table."""
 
     tables: Mapping[str, IntensityTable]       # zone -> its hourly (or constant) intensity

@@ -1,7 +1,7 @@
 """Energy per run and device from the devices' cumulative energy counters (docs/method.md, "Energy").
 
 Pure functions, no I/O. Input: a device's counter readings (raw counts with the joules one count stands for,
-taken from the source, its field id and version: :func:`joules_per_count`) and its power samples; output: the
+taken from the source and its field id: :func:`joules_per_count`) and its power samples; output: the
 run window cut into spans, each with its joules and where they came from:
 
 * ``counter``: the delta between two consecutive readings. A reading lower than the one before is a wrap
@@ -37,31 +37,22 @@ class EnergyUnitError(ValueError):
     """A source/field/version whose counter unit is not known (a one-line message naming them)."""
 
 
-def _version(v: str | None) -> tuple[int, ...]:
-    out = []
-    for part in (v or "0").split("."):
-        digits = "".join(ch for ch in part if ch.isdigit())
-        if not digits:
-            break
-        out.append(int(digits))
-    return tuple(out) or (0,)
+def joules_per_count(source: str, field_id: int | None = None, resolution_uj: float | None = None) -> float:
+    """Joules one raw count stands for, from the source and its field id (never from a version).
 
-
-def joules_per_count(source: str, field_id: int | None = None, version: str | None = None,
-                     resolution_uj: float | None = None) -> float:
-    """Joules one raw count stands for, from the source, its field id and version.
-
-    * ``dcgm`` field 156: millijoules before DCGM 4.7, joules from 4.7.
-    * ``dcgm-exporter`` field 156 (either metric name): millijoules before 4.9, joules from 4.9.
+    * ``dcgm`` / ``dmon`` / ``dcgm-exporter`` field 156 ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``: millijoules,
+      in every DCGM and dcgm-exporter version; field 1611 ``DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL`` (DCGM 4.7):
+      joules. NVIDIA gives a unit change a new field id rather than rescaling an old one.
     * ``nvml`` (``nvmlDeviceGetTotalEnergyConsumption``) and ``nvidia-smi`` ``total_energy_consumption``: mJ.
     * ``amd-smi``: the reported ``counter_resolution`` in µJ when given, else 15.259 µJ (MI300).
     """
     s = source.lower()
     if s in ("dcgm", "dcgmi", "dmon", "dcgm-exporter", "dcgm_exporter"):
-        if field_id not in (None, 156):
-            raise EnergyUnitError(f"{source}: field {field_id} is not the energy counter (156)")
-        joule_from = (4, 9) if "exporter" in s else (4, 7)
-        return 1.0 if _version(version) >= joule_from else MJ
+        if field_id in (None, 156):
+            return MJ
+        if field_id == 1611:
+            return 1.0
+        raise EnergyUnitError(f"{source}: field {field_id} is not an energy counter (156 mJ, 1611 J)")
     if s in ("nvml", "nvidia-smi", "nvidia_smi"):
         return MJ
     if s in ("amd-smi", "amdsmi"):

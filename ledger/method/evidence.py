@@ -182,7 +182,7 @@ def failure_evidence(state: str | None, xids: Sequence[tuple[str, float, int]],
 
 def dcgm_xid_count(summary_payloads: Iterable[Mapping]) -> int:
     """DCGM's "Critical XID Errors" over a run's job summaries, where the hooks' derived summaries hold it:
-    under ``values`` (``ledger.sources.dcgm.summary_fields``)."""
+    under ``values`` (``ledger.capture.sources.dcgm.summary_fields``)."""
     total = 0
     for p in summary_payloads:
         values = p.get("values")

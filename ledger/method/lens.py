@@ -27,10 +27,18 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .attribution import (DEFAULT_THRESHOLDS, NH_PER_SECOND, CoveredSamples, SampleArrays, Thresholds,
+from .attribution import (DEFAULT_THRESHOLDS, NANOHOURS_PER_SECOND, CoveredSamples, SampleArrays, Thresholds,
                           attribute_device_covered)
 
 LENS_METHOD_VERSION = "1.1.0"
+# 1.2.0: 1.1.0 plus the FP32 and FP64 pipes in the achieved FLOPs (each at the SKU's non-tensor peak) and the
+# block's ``flops_source``; 1.1.0 receipts keep computing exactly as 1.1.0 did
+PIPES_METHOD_VERSION = "1.2.0"
+LENS_METHOD_VERSIONS = (LENS_METHOD_VERSION, PIPES_METHOD_VERSION)
+FLOPS_SOURCES = ("op_counters", "activity", "mixed", "unmeasured")
+# the pipes whose activity counts toward achieved FLOPs under 1.2.0, and the SKU's non-tensor peak each uses
+# (FP16 has no non-tensor peak in the vendors' data sheets: its pipe is reported, never priced as math)
+PIPE_PEAKS = {"fp32": "peak_fp32_tflops", "fp64": "peak_fp64_tflops"}
 PRECISIONS = ("bf16", "fp16", "fp8", "tf32", "fp64")
 BOUNDS = ("compute", "memory", "latency", "other")
 PIPES = ("fp64", "fp32", "fp16")
@@ -55,6 +63,12 @@ class LensSettings:
     table by account or SKU key with a ``default``)."""
 
     compute_precision: Any = "bf16"
+    version: str = LENS_METHOD_VERSION   # 1.1.0, or 1.2.0 (the FP pipes in the achieved FLOPs)
+
+    def __post_init__(self) -> None:
+        if self.version not in LENS_METHOD_VERSIONS:
+            raise ValueError(f"method_version: {self.version!r} is not a lens version "
+                             f"({', '.join(LENS_METHOD_VERSIONS)})")
 
 
 @dataclass
@@ -63,6 +77,8 @@ class DeviceLens:
 
     tensor_s: float = 0.0
     pipes_s: dict[str, float | None] = field(default_factory=lambda: {p: None for p in PIPES})
+    # Σ c × pipe × r over samples without an op count (what 1.2.0 prices at the pipe's peak); None: not measured
+    pipes_uncounted_s: dict[str, float | None] = field(default_factory=lambda: {p: None for p in PIPES})
     measured_s: float = 0.0               # covered seconds with tensor active measured
     counted_flop: float = 0.0             # operations the op counters counted in covered time (c / dt of each)
     counted_s: float = 0.0                # covered seconds with an op count
@@ -72,8 +88,8 @@ class DeviceLens:
     delivered_s: float = 0.0              # Σ c × activity × r over working samples (the bound split's whole)
     bound_s: dict[str, float] = field(default_factory=lambda: {b: 0.0 for b in (*BOUNDS, "unmeasured")})
 
-    def nh(self, seconds: float | None) -> int | None:
-        return None if seconds is None else int(math.floor(seconds * NH_PER_SECOND + 0.5))
+    def nanohours(self, seconds: float | None) -> int | None:
+        return None if seconds is None else int(math.floor(seconds * NANOHOURS_PER_SECOND + 0.5))
 
 
 def _sum(x: np.ndarray, mask: np.ndarray | None = None, scratch: np.ndarray | None = None) -> float:
@@ -138,6 +154,7 @@ def lens_device(window: tuple[float, float], samples: SampleArrays | None, *,
         out.measured_s, out.unmeasured_s = _sum(c, has_t), _sum(c, no_t)
     out.tensor_uncounted_s = out.tensor_s
     out.rated_s = out.measured_s
+    uncounted = None                  # samples without an op count (None: every sample)
     ops = _measured(samples.ops, order)
     if ops is not None:  # counted, not inferred: the share of the sample's count that falls in its covered time
         dts = samples.dt[order]
@@ -148,6 +165,7 @@ def lens_device(window: tuple[float, float], samples: SampleArrays | None, *,
             out.counted_s = _sum(c, has_o)
         out.tensor_uncounted_s = _sum(ctr, has_t & ~has_o)
         out.rated_s = _sum(c, has_t | has_o)
+        uncounted = ~has_o
     scratch = ctr                     # (free from here: each masked sum's product goes there)
     known_any = has_t if no_t is not None else None
     for p in PIPES:
@@ -166,6 +184,7 @@ def lens_device(window: tuple[float, float], samples: SampleArrays | None, *,
         if r is not None:
             vc *= r
         out.pipes_s[p] = _sum(vc)     # (0 where the pipe was not measured)
+        out.pipes_uncounted_s[p] = out.pipes_s[p] if uncounted is None else _sum(vc, uncounted)
     # The bound split over delivered time: working samples (activity measured and at least active_min), each
     # in one part; delivered time is the sum of the parts.
     working, deliv = covered.working, covered.delivered
@@ -227,6 +246,7 @@ def lens_device_reference(window: tuple[float, float], samples: SampleArrays | N
     tensor, measured, unmeasured, delivered = [], [], [], []
     counted, counted_s, uncounted, rated_s = [], [], [], []
     pipes: dict[str, list[float]] = {p: [] for p in PIPES}
+    pipes_uncounted: dict[str, list[float]] = {p: [] for p in PIPES}
     seen = {p: False for p in PIPES}
     bound: dict[str, list[float]] = {b: [] for b in (*BOUNDS, "unmeasured")}
     for k, i in enumerate(range(len(samples)) if isinstance(order, slice) else order.tolist()):
@@ -258,6 +278,8 @@ def lens_device_reference(window: tuple[float, float], samples: SampleArrays | N
                 v = min(max(v, 0.0), 1.0)
                 seen[p] = True
                 pipes[p].append(cov * v * r)
+                if not has_ops:
+                    pipes_uncounted[p].append(cov * v * r)
                 high = high or v >= lens.pipe_high
         act = get(samples.activity, i)
         if act is None or min(max(act, 0.0), 1.0) < thresholds.active_min:
@@ -280,6 +302,7 @@ def lens_device_reference(window: tuple[float, float], samples: SampleArrays | N
     out.counted_flop, out.counted_s = math.fsum(counted), math.fsum(counted_s)
     out.tensor_uncounted_s, out.rated_s = math.fsum(uncounted), math.fsum(rated_s)
     out.pipes_s = {p: (math.fsum(pipes[p]) if seen[p] else None) for p in PIPES}
+    out.pipes_uncounted_s = {p: (math.fsum(pipes_uncounted[p]) if seen[p] else None) for p in PIPES}
     out.bound_s = {b: math.fsum(v) for b, v in bound.items()}
     return out
 
@@ -293,23 +316,35 @@ def peak_tflops(rating, precision: str) -> float | None:  # noqa: ANN001 - a sku
                             "fp64": "peak_fp64_tensor_tflops"}[precision], None)
 
 
-def lens_block(per_device: Sequence[tuple[DeviceLens, float | None, float | None]], precision: str,
-               unmeasured_extra_nh: int = 0) -> dict:
-    """The receipt's ``effective_compute`` block from (lens, peak TFLOPS at the precision, MIG share) per device.
+def pipe_peaks(rating) -> dict[str, float | None]:  # noqa: ANN001 - a skus.SkuRating
+    """The SKU's non-tensor peak (TFLOPS) for each pipe 1.2.0 prices (None: not rated, or no public figure)."""
+    return {p: (None if rating is None else getattr(rating, f, None)) for p, f in PIPE_PEAKS.items()}
 
-    ``unmeasured_extra_nh``: covered time of devices measured by a summary only (no samples, so no field)."""
-    tensor_nh = sum(x.nh(x.tensor_s) for x, _p, _m in per_device)
-    unmeasured_nh = sum(x.nh(x.unmeasured_s) for x, _p, _m in per_device) + unmeasured_extra_nh
+
+def lens_block(per_device: Sequence[tuple], precision: str, unmeasured_extra_nanohours: int = 0,
+               version: str = LENS_METHOD_VERSION) -> dict:
+    """The receipt's ``effective_compute`` block from (lens, peak TFLOPS at the precision, MIG share[, non-tensor
+    pipe peaks as :func:`pipe_peaks` gives them]) per device.
+
+    ``unmeasured_extra_nanohours``: covered time of devices measured by a summary only (no samples, so no field).
+    ``version`` 1.2.0 adds to the achieved FLOPs each FP32/FP64 pipe's Σ c × pipe × r at the SKU's non-tensor
+    peak (samples without an op count), and says where the achieved FLOPs came from (``flops_source``)."""
+    pipes_priced = version == PIPES_METHOD_VERSION
+    per_device = [(*d[:3], d[3] if len(d) > 3 else {}) for d in per_device]
+    tensor_nanohours = sum(x.nanohours(x.tensor_s) for x, _p, _m, _pp in per_device)
+    unmeasured_nanohours = sum(x.nanohours(x.unmeasured_s) for x, _p, _m, _pp in per_device) + unmeasured_extra_nanohours
     pipes = {}
     for p in PIPES:
-        vals = [x.nh(x.pipes_s[p]) for x, _p, _m in per_device if x.pipes_s[p] is not None]
+        vals = [x.nanohours(x.pipes_s[p]) for x, _p, _m, _pp in per_device if x.pipes_s[p] is not None]
         pipes[p] = sum(vals) / 1e9 if vals else None
     achieved = rated = 0.0
     peak_known = counted_any = unrated = False
     sources = set()
-    for x, peak, share in per_device:
+    flops_from = set()   # 1.2.0: what the achieved FLOPs were read from
+    for x, peak, share, ppeaks in per_device:
         if x.counted_s > 0:
             sources.add("op_counters")
+            flops_from.add("op_counters")
         if x.tensor_uncounted_s > 0 or (x.measured_s > 0 and x.counted_s <= 0):
             sources.add("tensor_active")
         # counted operations first (ops counted, not inferred: no peak needed); tensor activity × peak where
@@ -324,23 +359,34 @@ def lens_block(per_device: Sequence[tuple[DeviceLens, float | None, float | None
         pf = peak / 1000.0 * (1.0 if share is None else share)
         achieved += x.tensor_uncounted_s / 3600.0 * pf
         rated += x.rated_s / 3600.0 * pf
-    delivered = math.fsum(x.delivered_s for x, _p, _m in per_device)
+        if x.rated_s > x.counted_s or x.tensor_uncounted_s > 0:
+            flops_from.add("activity")
+        if pipes_priced:  # the FP pipes at their own (non-tensor) peak: FP32/FP64 math the tensor cores did not do
+            for p, pipe_peak in ppeaks.items():
+                v = x.pipes_uncounted_s.get(p)
+                if v and pipe_peak:
+                    achieved += v / 3600.0 * pipe_peak / 1000.0 * (1.0 if share is None else share)
+    delivered = math.fsum(x.delivered_s for x, *_rest in per_device)
     bound = {}
     for b in (*BOUNDS, "unmeasured"):
-        part = math.fsum(x.bound_s[b] for x, _p, _m in per_device)
+        part = math.fsum(x.bound_s[b] for x, *_rest in per_device)
         bound[b] = round(part / delivered, 6) if delivered > 0 else None
-    return {
-        "method": {"name": "ipledger-attribution", "version": LENS_METHOD_VERSION},
+    out = {
+        "method": {"name": "ipledger-attribution", "version": version},
         "precision": precision,
         "source": "mixed" if len(sources) > 1 else (sources.pop() if sources else None),
-        "tensor_gpu_hours": tensor_nh / 1e9,
+        "tensor_gpu_hours": tensor_nanohours / 1e9,
         "fp64_gpu_hours": pipes["fp64"], "fp32_gpu_hours": pipes["fp32"], "fp16_gpu_hours": pipes["fp16"],
         "achieved_pflop_hours": round(achieved, 9) if peak_known or counted_any else None,
         "rated_pflop_hours": round(rated, 9) if peak_known else None,
         "rated_share": round(achieved / rated, 6) if peak_known and rated > 0 and not unrated else None,
         "bound_split": bound,
-        "unmeasured_gpu_hours": unmeasured_nh / 1e9,
+        "unmeasured_gpu_hours": unmeasured_nanohours / 1e9,
     }
+    if pipes_priced:
+        out["flops_source"] = ("unmeasured" if out["achieved_pflop_hours"] is None or not flops_from else
+                               "mixed" if len(flops_from) > 1 else flops_from.pop())
+    return out
 
 
 def precision_for(site_or_contract: Mapping | None, sku_key: str | None, account: str | None) -> str:

@@ -9,7 +9,7 @@ shared (a MIG slice is its own device, billed through its profile: ``method.mig`
 :func:`scale_account` applies a share to a run's account of the device in integer nanohours: every bucket is
 ``floor(bucket × share)`` with the largest remainders topped up so the buckets still sum to the scaled paid
 time, which is ``floor(paid × share)``. Over the runs sharing a device, the shares plus the unallocated
-remainder (:func:`remainder_nh`) equal the device's paid time exactly. Pure; no I/O. The scalar rules
+remainder (:func:`remainder_nanohours`) equal the device's paid time exactly. Pure; no I/O. The scalar rules
 (:func:`share_of`, the scaling and adding of accounts) are the tenant's verifier's (:mod:`ledger.proofcheck`).
 """
 
@@ -36,14 +36,14 @@ def scale_account(acc: DeviceAccount, share: Fraction) -> DeviceAccount:
     return replace(DeviceAccount.of_plain(plain.scale_account(acc.plain(), share)), timeline=acc.timeline)
 
 
-def remainder_nh(device_paid_nh: int, shares: list[Fraction]) -> int:
+def remainder_nanohours(device_paid_nanohours: int, shares: list[Fraction]) -> int:
     """What the sharing runs leave of the device's paid time (idle or rounding): paid − Σ floor(paid × share)."""
-    return device_paid_nh - sum(_scale(device_paid_nh, s) for s in shares)
+    return device_paid_nanohours - sum(_scale(device_paid_nanohours, s) for s in shares)
 
 
 # --- Sharers that change (issue 32): a device-second is split among the pods holding it at that second. ---
 
-def nh_at(t: float) -> int:
+def nanohours_at(t: float) -> int:
     """An instant on the nanohour grid (so that the nanohours of adjacent intervals add up exactly)."""
     return int(round(Fraction(t) * 1_000_000_000 / 3600))
 
@@ -82,7 +82,7 @@ def split_device(holds: Mapping[str, tuple[float, float]], declared: Mapping[str
     pods = {p: 0 for p in holds}
     paid = 0
     for a, b, members in membership_intervals(holds):
-        p_k = nh_at(b) - nh_at(a)
+        p_k = nanohours_at(b) - nanohours_at(a)
         paid += p_k
         _rule, s = interval_shares(members, declared, measured)
         for m in members:

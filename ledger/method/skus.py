@@ -15,7 +15,7 @@ from typing import Mapping
 
 
 PEAK_FIELDS = ("peak_fp16_dense_tflops", "peak_fp8_dense_tflops", "peak_tf32_dense_tflops", "peak_fp64_tensor_tflops",
-               "peak_fp32_tflops")
+               "peak_fp32_tflops", "peak_fp64_tflops")
 
 
 class SkuError(ValueError):
@@ -37,6 +37,7 @@ class SkuRating:
     peak_tf32_dense_tflops: float | None = None
     peak_fp64_tensor_tflops: float | None = None
     peak_fp32_tflops: float | None = None
+    peak_fp64_tflops: float | None = None    # FP64 non-tensor (vector): method 1.2.0 prices the FP64 pipe at it
     peaks_source: str = ""
 
 

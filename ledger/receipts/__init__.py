@@ -19,8 +19,11 @@ Public API (other areas build on these; docs/receipts.md describes the JSON)::
                                                       # returns the body dict (kept for the demo)
 
 Issuing receipts after a shipment, and the ``ipledger verify`` check that replays every issued receipt, are
-:mod:`ledger.receipts.auto`, bound to a :class:`ledger.site.Site` (its SKU table and receipts directory).
+:mod:`ledger.receipts.auto`, bound to a :class:`ledger.ingest.site.Site` (its SKU table and receipts directory).
 Errors the user can fix raise :class:`ReceiptError` (one line).
+
+May import: `ledger.proofcheck`, `ledger.base`, `ledger.chain`, `ledger.method`, `ledger.telemetry`,
+`ledger.ingest`.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import importlib
 from collections import defaultdict
 from typing import TYPE_CHECKING, Iterable
 
-from ..entries import ChainedEntry, Kind
+from ..chain.entries import ChainedEntry, Kind
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine

@@ -13,14 +13,14 @@ from typing import Mapping
 
 from sqlalchemy.engine import Engine
 
-from .. import receipt_lines
-from ..entries import Entry, Kind, make_entry
-from ..heads import check_tree
-from ..site import Site
-from ..ship import SHIP_SOURCE
-from ..store import append, iter_entries
+from ..chain import receipt_lines
+from ..chain.entries import Entry, Kind, make_entry
+from ..chain.heads import check_tree
+from ..ingest.site import Site
+from ..ingest.ship import SHIP_SOURCE
+from ..chain.store import append, iter_entries
 from ..telemetry.derived import check_segments
-from ..verify import ChainProblem, ExtraCheck, VerifyReport
+from ..chain.verify import ChainProblem, ExtraCheck, VerifyReport
 from .issue import issue_receipt, replay, write_receipt_files
 
 log = logging.getLogger("ipledger.receipts")
@@ -95,7 +95,7 @@ def intensity_change(issued: Mapping, replayed: Mapping) -> str:
 
 def check_receipt_lines(engine: Engine, report: VerifyReport) -> list[ChainProblem]:
     """Every issued receipt's flat lines (``receipt_lines``) are the ones its entry derives: none missing,
-    extra or altered (ledger/receipt_lines.py)."""
+    extra or altered (ledger/chain/receipt_lines.py)."""
     with engine.connect() as conn:
         if not receipt_lines.has_table(conn):
             return []

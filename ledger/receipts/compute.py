@@ -11,19 +11,19 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Mapping, Sequence
 
-from ..canonical import canonical_json, format_ts, sha256_hex, ts_to_epoch
-from ..contracts import Contract, select_contract
-from ..entries import ChainedEntry, Kind
+from ..chain.canonical import canonical_json, format_ts, sha256_hex, ts_to_epoch
+from ..chain.contracts import Contract, select_contract
+from ..chain.entries import ChainedEntry, Kind
 from ..method import DeviceAccount, SampleArrays, Thresholds, attribute_device, attribute_summary
 from ..method.attribution import DEFAULT_THRESHOLDS, attribute_device_covered
 from ..method.evidence import (REPLACED_BY_SAMPLES, controlled_by, rests_on_dcgm_job_record, user_controlled,
                                xids_raised)
-from ..method.lens import (LENS_METHOD_VERSION, DeviceLens, LensSettings, lens_block, lens_device, lens_reader,
-                           peak_tflops, precision_for)
+from ..method.lens import (DeviceLens, LensSettings, lens_block, lens_device, lens_reader, peak_tflops, pipe_peaks,
+                           precision_for)
 from ..method.mig import mig_share
 from ..method.shares import scale_account, share_of, share_segments, sum_accounts
 from ..method.skus import SkuRating, match_sku
-from ..accounting import run_accounting
+from ..ingest.sacct import run_accounting
 from ..telemetry.energy import device_energy_of
 from ..method.carbon import CarbonSettings
 from .energy import DeviceEnergyInput, carbon_block, energy_block
@@ -32,7 +32,7 @@ from .progress import progress_block
 from ..proofcheck import (BUCKETS, METHOD_NAME, METHOD_VERSION, POLICIES, adjustments_block, bill_device, cut,
                           energy_parts, part_buckets, slice_hours,
                           device_line, estimated_delivered, hours_block, money, price_device, rate_of)
-from ..proofcheck import hours as nh_to_hours
+from ..proofcheck import hours as nanohours_to_hours
 
 RECEIPT_VERSION = "1.2"  # 1.1: the progress block, provider_failure_loss, lost_since_checkpoint_credited;
 # 1.2: who controls each piece of evidence (controlled_by, replaced_by, the failure's evidence), provider
@@ -45,7 +45,7 @@ ENERGY_RECEIPT_VERSION = "1.4"
 # 1.5: 1.4 where a device is shared (a MIG slice, a GPU several runs hold): the run bears its share of the GPU's
 # energy (ledger.proofcheck.energy_parts); a 1.4 receipt of a shared device billed the whole GPU's, and replays so
 ENERGY_SHARE_RECEIPT_VERSION = "1.5"
-NH = Decimal(10) ** 9
+NANOHOURS = Decimal(10) ** 9
 
 
 class ReceiptError(LookupError):
@@ -287,7 +287,7 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
             acc = attribute_device((w0, w1), None, unknown=mine, suspended=frame.suspended,
                                    rated_clock_mhz=rated, thresholds=thresholds)
         if dev.get("segments"):   # the sharers changed: each segment of the window pays that segment's share
-            device_paid[dev["uuid"]] = acc.paid_nh
+            device_paid[dev["uuid"]] = acc.paid_nanohours
             parts = []
             for i, (t0, sh) in enumerate(dev["segments"]):
                 a = w0 if i == 0 else max(w0, min(w1, t0))
@@ -299,16 +299,16 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
                 parts.append(part if sh is None else scale_account(part, sh[1]))
             acc = replace(sum_accounts(parts, acc.fidelity), timeline=acc.timeline) if parts else acc
         elif dev.get("shared") is not None:   # several runs hold it: this run pays its share (method.shares)
-            device_paid[dev["uuid"]] = acc.paid_nh
+            device_paid[dev["uuid"]] = acc.paid_nanohours
             acc = scale_account(acc, dev["shared"][1])
         accounts.append((dev, rating, acc))
         timelines[dev["uuid"]] = acc.timeline
 
     run_total = sum_accounts([acc for _dev, _r, acc in accounts], "run")   # the devices added: the run's figures
-    total, paid_nh, suspended_nh, coarse_nh = run_total.buckets, run_total.paid_nh, run_total.suspended_nh, \
-        run_total.coarse_nh
-    gap_nh, causes = run_total.gap_nh, run_total.unknown_causes
-    assert int(total.sum()) == paid_nh, "accounting identity broken"
+    total, paid_nanohours, suspended_nanohours, coarse_nanohours = run_total.buckets, run_total.paid_nanohours, run_total.suspended_nanohours, \
+        run_total.coarse_nanohours
+    gap_nanohours, causes = run_total.gap_nanohours, run_total.unknown_causes
+    assert int(total.sum()) == paid_nanohours, "accounting identity broken"
     xids = [(dev["uuid"], t, code) for dev in frame.devices
             for t, code in xids_raised(inputs.xid_samples.get(dev["uuid"], ()))]
     progress, credited_span = progress_block(inputs.entries, (w0, w1), len(frame.devices), frame.suspended,
@@ -319,7 +319,7 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
     gap_policy: dict[str, str] = {}
     for g in all_gaps:
         gid = g.entry.entry_id
-        if gid not in gap_nh and g.entry.job_id is None:
+        if gid not in gap_nanohours and g.entry.job_id is None:
             continue
         d = g.entry.data
         res = resolutions.get(gid)
@@ -328,11 +328,11 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         policy = (res.entry.data.get("resolution") if res else
                   contract.user_caused_unknown if user_controlled(cause) else contract.unknown_policy)
         gap_policy[gid] = policy
-        causes[cause] = causes.get(cause, 0) + gap_nh.get(gid, 0)
+        causes[cause] = causes.get(cause, 0) + gap_nanohours.get(gid, 0)
         intervals.append({
             "id": gid, "device": g.entry.device, "node": g.entry.node, "scope": d.get("scope"),
             "start": g.entry.ts, "end": g.entry.ts_end, "cause": cause, "detail": d.get("detail"),
-            "gpu_hours": nh_to_hours(gap_nh.get(gid, 0)), "policy": policy,
+            "gpu_hours": nanohours_to_hours(gap_nanohours.get(gid, 0)), "policy": policy,
             "controlled_by": controlled_by(cause), "replaced_by": REPLACED_BY_SAMPLES if gid in replaced else None,
             "resolution": None if res is None else {
                 "as": res.entry.data.get("resolution"), "reason": res.entry.data.get("reason"),
@@ -342,42 +342,42 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
     # Stages price and bill, per device (each device has its own SKU and rate): proofcheck's own functions.
     by_policy = {p: 0 for p in POLICIES}
     rates: dict[str, Decimal] = {}
-    cost_nh: dict[str, Decimal] = {k: Decimal(0) for k in ("paid", "delivered", "billed", "suspended",
+    cost_nanohours: dict[str, Decimal] = {k: Decimal(0) for k in ("paid", "delivered", "billed", "suspended",
                                                             *BUCKETS)}
-    billed_total_nh = 0
-    lost_credited_nh = 0
+    billed_total_nanohours = 0
+    lost_credited_nanohours = 0
     gaps_of = {dev["uuid"]: mine for dev, _r, _rated, mine in plan}
     unattributed_policy = contract.unknown_policy
     dev_lines = []
     for dev, rating, acc in accounts:
         rate, rate_key, mig = _device_rate(contract, rating, dev)
         rates[rate_key] = rate
-        unknown_by_policy, lost_nh, billed = bill_device(
+        unknown_by_policy, lost_nanohours, billed = bill_device(
             acc, gaps_of[dev["uuid"]], gap_policy, unattributed_policy, contract.charge_suspended, credited_span,
             frame.suspended, contract.billing_granularity_s, contract.billing_minimum_s)
         for p, v in unknown_by_policy.items():
             by_policy[p] += v
-        lost_credited_nh += lost_nh
-        billed_total_nh += billed
-        price_device(cost_nh, acc, billed, rate)
+        lost_credited_nanohours += lost_nanohours
+        billed_total_nanohours += billed
+        price_device(cost_nanohours, acc, billed, rate)
         dev_lines.append(device_line(dev, rating.key if rating else None, acc, billed, rate, mig, w0,
                                      device_paid.get(dev["uuid"])))
     fidelities = sorted({acc.fidelity for _d, _r, acc in accounts})
     fidelity = fidelities[0] if len(fidelities) == 1 else ("mixed" if fidelities else "none")
 
-    paid_cost = money(cost_nh["paid"])
-    delivered_cost = money(cost_nh["delivered"])
-    billed_cost = money(cost_nh["billed"])
+    paid_cost = money(cost_nanohours["paid"])
+    delivered_cost = money(cost_nanohours["delivered"])
+    billed_cost = money(cost_nanohours["billed"])
     mean_rate = (sum(rates.values(), Decimal(0)) / len(rates)) if rates else Decimal(0)
 
-    adjustments, adj_total, adj_hours_nh = adjustments_block(
+    adjustments, adj_total, adj_hours_nanohours = adjustments_block(
         (c.entry for c in inputs.entries if c.entry.kind == Kind.ADJUSTMENT), mean_rate)
 
     relevant = [*inputs.entries, *(g for g in inputs.gaps if g.entry.entry_id in gap_policy),
                 *(r for r in resolutions.values()), *inputs.segments,
                 *([contract_ce] if contract_ce is not None else [])]
     last = max(relevant, key=lambda c: c.seq)
-    est_delivered = estimated_delivered(by_policy["estimate"], int(total[0]), paid_nh, int(total[-1]))
+    est_delivered = estimated_delivered(by_policy["estimate"], int(total[0]), paid_nanohours, int(total[-1]))
 
     # energy under an energy_basis is its own line, billed on top of the GPU-hours (the rate holds none of it)
     energy_rows = _energy_rows(inputs, contract, frame, accounts, (w0, w1), energy_shares)
@@ -403,20 +403,20 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
                      **({"user_caused_unknown": contract.user_caused_unknown}
                         if contract.user_caused_unknown != "charge" else {})},
         "method": {"name": METHOD_NAME, "version": METHOD_VERSION, "fidelity": fidelity,
-                   "coarse_signal_gpu_hours": nh_to_hours(coarse_nh),
+                   "coarse_signal_gpu_hours": nanohours_to_hours(coarse_nanohours),
                    "thresholds": {"active_min": thresholds.active_min,
                                   "resident_fb_mib": thresholds.resident_fb_mib}},
-        "gpu_hours": hours_block(total, paid_nh, suspended_nh),
-        "unknown_by_cause": {k: nh_to_hours(v) for k, v in sorted(causes.items()) if v},
+        "gpu_hours": hours_block(total, paid_nanohours, suspended_nanohours),
+        "unknown_by_cause": {k: nanohours_to_hours(v) for k, v in sorted(causes.items()) if v},
         "unknown_intervals": intervals,
         "progress": progress,
         "billing": {
-            "gpu_hours_paid": nh_to_hours(paid_nh),
-            "unknown_gpu_hours_by_policy": {p: nh_to_hours(v) for p, v in by_policy.items()},
-            "estimated_delivered_in_unknown": nh_to_hours(est_delivered),
+            "gpu_hours_paid": nanohours_to_hours(paid_nanohours),
+            "unknown_gpu_hours_by_policy": {p: nanohours_to_hours(v) for p, v in by_policy.items()},
+            "estimated_delivered_in_unknown": nanohours_to_hours(est_delivered),
             "suspended_charged": contract.charge_suspended,
-            "lost_since_checkpoint_credited": nh_to_hours(lost_credited_nh),
-            "gpu_hours_billed": nh_to_hours(billed_total_nh),
+            "lost_since_checkpoint_credited": nanohours_to_hours(lost_credited_nanohours),
+            "gpu_hours_billed": nanohours_to_hours(billed_total_nanohours),
         },
         "devices": dev_lines,
         "adjustments": adjustments,
@@ -424,14 +424,14 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
             "currency": contract.currency,
             "rates_per_gpu_hour": {k: str(v) for k, v in sorted(rates.items())},
             "paid": float(paid_cost), "delivered": float(delivered_cost), "lost": float(paid_cost - delivered_cost),
-            "by_bucket": {name: float(money(cost_nh[name])) for name in BUCKETS},
+            "by_bucket": {name: float(money(cost_nanohours[name])) for name in BUCKETS},
             "billed_before_adjustments": float(billed_cost),
             "adjustments": float(adj_total),
             "billed_after_adjustments": float(billed_cost + adj_total),
         },
         "totals": {
-            "before_adjustments": {"gpu_hours": nh_to_hours(billed_total_nh), "amount": float(billed_cost)},
-            "after_adjustments": {"gpu_hours": nh_to_hours(billed_total_nh + adj_hours_nh),
+            "before_adjustments": {"gpu_hours": nanohours_to_hours(billed_total_nanohours), "amount": float(billed_cost)},
+            "after_adjustments": {"gpu_hours": nanohours_to_hours(billed_total_nanohours + adj_hours_nanohours),
                                   "amount": float(billed_cost + adj_total)},
         },
         "ledger": {"through_seq": last.seq, "head_hash": last.hash},
@@ -459,25 +459,25 @@ def _add_lens(body: dict, sample_lens: Mapping[str, DeviceLens | None], frame: A
     its samples (computed beside its attribution); the rest is untouched."""
     precision = None
     per_device = []
-    summary_nh = 0
+    summary_nanohours = 0
     for (dev, rating, rated, mine), (_d, _r, acc) in zip(plan, accounts):
         p = precision_for({"compute_precision": lens.compute_precision}, rating.key if rating else None,
                           frame.account)
         precision = p if precision in (None, p) else "mixed"
         if acc.fidelity == "summary":  # a summary carries no pipe field: its covered time is unmeasured
-            summary_nh += acc.paid_nh - sum(acc.gap_nh.values())
+            summary_nanohours += acc.paid_nanohours - sum(acc.gap_nanohours.values())
             continue
         x = sample_lens.get(dev["uuid"]) if acc.fidelity == "samples" else None
         if x is None:  # no samples: nothing measured, nothing known
             x = lens_device(window, None, unknown=mine, suspended=frame.suspended, rated_clock_mhz=rated,
                             thresholds=thresholds)
         share = mig_share(dev.get("mig_profile"), dev.get("sku")) if dev.get("mig_profile") else None
-        per_device.append((x, peak_tflops(rating, p), None if share is None else float(share)))
+        per_device.append((x, peak_tflops(rating, p), None if share is None else float(share), pipe_peaks(rating)))
     block = lens_block(per_device, precision or precision_for({"compute_precision": lens.compute_precision},
-                                                             None, frame.account), summary_nh)
+                                                             None, frame.account), summary_nanohours, lens.version)
     if body["receipt_version"] == RECEIPT_VERSION:  # an energy receipt (1.4) keeps its version
         body["receipt_version"] = LENS_RECEIPT_VERSION
-    body["method"]["version"] = LENS_METHOD_VERSION
+    body["method"]["version"] = lens.version
     body["effective_compute"] = block
 
 def _energy_rows(inputs: RunInputs, contract: Any, frame: RunFrame, accounts: list,
@@ -494,7 +494,7 @@ def _energy_rows(inputs: RunInputs, contract: Any, frame: RunFrame, accounts: li
         de = device_energy_of(dev["uuid"], columns, *window)
         buckets = tuple((a, b, "paid") for a, b in cut(window, list(frame.suspended))) + tuple(
             (a, b, "suspended") for a, b in frame.suspended)
-        gpu_hours = Decimal(acc.paid_nh) / NH
+        gpu_hours = Decimal(acc.paid_nanohours) / NANOHOURS
         parts = energy_parts(dev, *window) if energy_shares else ()
         if parts:
             parts = tuple((device_energy_of(dev["uuid"], columns, a, b), part_buckets(a, b, frame.suspended), sh)

@@ -19,7 +19,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Iterator, Sequence
 
-from ..contracts import CostBasis
+from ..chain.contracts import CostBasis
 from ..method.carbon import IntensityTable, carbon
 from ..method.energy import DeviceEnergy
 from ..method.energy_arrays import SpanArrays, bucket_energy, energy_by_hour

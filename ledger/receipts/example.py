@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from ..entries import Entry, Kind, make_entry
+from ..chain.entries import Entry, Kind, make_entry
 from ..telemetry.model import Sample
 
 START = dt.datetime(2026, 11, 30, 23, 30, tzinfo=dt.timezone.utc)
@@ -109,10 +109,10 @@ def load_example(engine, with_contract: bool = True, with_adjustment: bool = Tru
     """Write the example into a ledger: run entries, the sealed samples, the contract, a 0.05 h credit."""
     import tomllib
 
-    from ..adjustments import adjustment_entry
-    from ..contracts import contract_entry, parse_contract
-    from ..store import append
-    from ..telemetry.store import segment_entry, write_segment
+    from ..chain.adjustments import adjustment_entry
+    from ..chain.contracts import contract_entry, parse_contract
+    from ..chain.store import append
+    from ..telemetry.sealed import segment_entry, write_segment
 
     entries, samples, spans = example_entries()
     out = {"run": append(engine, entries[:2])}

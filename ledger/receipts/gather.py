@@ -15,22 +15,22 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
-from ..canonical import ts_to_epoch
-from ..entries import ChainedEntry, Kind
+from ..chain.canonical import ts_to_epoch
+from ..chain.entries import ChainedEntry, Kind
 from ..method import DeviceAccount, SampleArrays, attribute_device
 from ..method.attribution import attribute_device_covered
 from ..method.energy_arrays import by_time
 from ..method.lens import DeviceLens, lens_reader
-from ..rows import ENTRY_COLUMNS, iter_entries, to_chained
+from ..chain.rows import ENTRY_COLUMNS, iter_entries, to_chained
 from ..telemetry.blocks import float_values
-from ..telemetry.store import iter_sample_pieces
+from ..telemetry.sealed import iter_sample_pieces
 from .compute import ReceiptError, RunInputs, RunKey, run_frame
 from .progress import end_state
 
 SAMPLE_READ_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "tensor_active", "gpu_util",
                        "sm_clock_mhz", "compute_procs", "fb_used_mib")
 # read as well only for method 1.1's effective-compute lens (a 1.0.0 receipt reads what it always read)
-LENS_READ_COLUMNS = ("sm_occupancy", "dram_active")
+LENS_READ_COLUMNS = ("sm_occupancy", "dram_active", "fp64_active", "fp32_active", "fp16_active", "fp_ops")
 # read as well only under measured-energy terms (receipt 1.4's energy block), in the same pass
 ENERGY_READ_COLUMNS = ("energy_j", "power_w")
 
@@ -204,7 +204,7 @@ def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Se
                        ) -> dict[str, SampleArrays]:
     """Columns of the samples of these segments and devices overlapping [start, end), one array set per device.
 
-    Read through :func:`ledger.telemetry.store.iter_sample_pieces` (columnar blocks, decompressing only these
+    Read through :func:`ledger.telemetry.sealed.iter_sample_pieces` (columnar blocks, decompressing only these
     devices and the receipt's columns; legacy row segments alike) straight into float64 arrays, NULL as NaN:
     no per-row Python objects. ``energy_out``: also each device's ``energy_j`` and ``power_w`` columns, read in
     the same pass and put there as :func:`load_energy_columns` (the plain second pass, a test holds them equal)
@@ -244,11 +244,12 @@ def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Se
             order = np.lexsort(tuple(reversed([nan if c is None else c for c in cols])))
             cols = [None if c is None else c[order] for c in cols]
         t, dt, reasons, sm_active, tensor_active, gpu_util, sm_clock, procs, fb_used, *lens = cols
-        occupancy, dram = lens if lens else (None, None)
+        occupancy, dram, fp64, fp32, fp16, ops = lens if lens else (None,) * len(LENS_READ_COLUMNS)
         out[device] = SampleArrays.from_columns(t=t, dt=dt, reasons=reasons, sm_active=sm_active,
                                                 tensor_active=tensor_active, gpu_util=gpu_util, sm_clock=sm_clock,
                                                 procs=procs, fb_used=fb_used, sm_occupancy=occupancy,
-                                                dram_active=dram)
+                                                dram_active=dram, fp64_active=fp64, fp32_active=fp32,
+                                                fp16_active=fp16, ops=ops)
     return out
 
 
@@ -394,7 +395,7 @@ def _attribute_batch(job: tuple) -> tuple[dict[str, tuple[DeviceAccount | None, 
     """Worker: read one batch of devices' samples and attribute each (None = no samples for it); with the lens
     on (method 1.1), the same samples give each device's effective-compute lens in the same pass. Under
     measured-energy terms the same read also gives the batch's energy columns, handed back beside (else None)."""
-    from ..db import make_engine
+    from ..chain.db import make_engine
 
     url, segs, batch, start, end, lens, energy = job
     energy_out: dict | None = {} if energy else None

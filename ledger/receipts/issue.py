@@ -5,7 +5,7 @@ Issuing them automatically after a shipment, and replaying them all in ``ipledge
 :mod:`ledger.receipts.auto` (bound to the site's settings).
 
 A re-issue never changes the contract a receipt was priced under when the run is billed in a month whose
-statement has been exported (:mod:`ledger.closed`): the receipt is recomputed under the contract its last
+statement has been exported (:mod:`ledger.chain.closed`): the receipt is recomputed under the contract its last
 issue had, and the run is reported as *kept*; only ``reprice_closed`` (``ipledger issue --reprice-closed
 --yes``) lets the new contract through, and the change is then booked as a correction in the next statement.
 """
@@ -23,17 +23,17 @@ from typing import Any, Callable, Iterable, Mapping
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from .. import heads
-from ..canonical import now_ts, ts_to_epoch
-from ..closed import ClosedMonths, read_closed
-from ..contracts import PINNED_DEFAULT
-from ..entries import ChainedEntry, Entry, Kind, make_entry
-from ..fsmodes import RECEIPTS_DIR, RECEIPTS_FILE, make_dirs, open_subdir, write_beside
+from ..chain import heads
+from ..chain.canonical import now_ts, ts_to_epoch
+from ..chain.closed import ClosedMonths, read_closed
+from ..chain.contracts import PINNED_DEFAULT
+from ..chain.entries import ChainedEntry, Entry, Kind, make_entry
+from ..base.fsmodes import RECEIPTS_DIR, RECEIPTS_FILE, make_dirs, open_subdir, write_beside
 from ..method import METHOD_NAME, METHOD_VERSION
-from ..db import write_tx
-from ..store import append_in, iter_entries, lock_chain
+from ..chain.db import write_tx
+from ..chain.store import append_in, iter_entries, lock_chain
 from ..method.carbon import CarbonSettings
-from ..method.lens import LENS_METHOD_VERSION
+from ..method.lens import LENS_METHOD_VERSIONS
 from .compute import ENERGY_RECEIPT_VERSION, LensSettings, Receipt, ReceiptError, RunKey, compute_receipt
 from .gather import gather
 
@@ -69,11 +69,13 @@ def replay(engine: Engine, issued: ChainedEntry, sku_table: Mapping | None = Non
 
 
 def issued_lens(issued_data: Mapping) -> LensSettings | None:
-    """The lens an issued receipt was computed with: None under method 1.0.0; under 1.1.0 its precision."""
-    if (issued_data.get("method") or {}).get("version") != LENS_METHOD_VERSION:
+    """The lens an issued receipt was computed with: None under method 1.0.0; under 1.1.0 or 1.2.0 that version at
+    its recorded precision."""
+    version = (issued_data.get("method") or {}).get("version")
+    if version not in LENS_METHOD_VERSIONS:
         return None
     block = (issued_data.get("receipt") or {}).get("effective_compute") or {}
-    return LensSettings(compute_precision=block.get("precision", "bf16"))
+    return LensSettings(compute_precision=block.get("precision", "bf16"), version=version)
 
 
 def _pin(issued_data: Mapping) -> str:

@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .. import proofcheck as plain
-from ..entries import ChainedEntry
-from ..method.attribution import seconds_to_nh
+from ..chain.entries import ChainedEntry
+from ..method.attribution import seconds_to_nanohours
 from ..method.evidence import xid_classes
 from ..proofcheck import SAVED_MARKS as SAVED  # noqa: F401  marks after which the work so far survives a failure
 from ..proofcheck import cut, seconds_of
@@ -29,7 +29,7 @@ from ..proofcheck import cut, seconds_of
 def end_state(entries: Sequence[ChainedEntry]) -> str | None:
     """How the run ended, as its own ``allocation_ended`` entries say: the state of the most authoritative
     source (the accounting database's, else the controller's epilog's, else a node's or reconcile's:
-    ``ledger.accounting``), among equals the latest. Only a run with no recorded end that was itself requeued
+    ``ledger.ingest.sacct``), among equals the latest. Only a run with no recorded end that was itself requeued
     (an ``allocation_requeued`` naming a ``next_run``) is ``REQUEUED``; an ``allocation_requeued`` naming the
     ``previous_run`` says this run *is* a requeue, not how it ended. None while it runs. The one place the
     receipt reads the end state (the verifier's :func:`ledger.proofcheck.end_state`)."""
@@ -41,7 +41,7 @@ def lost_since_checkpoint(saved: Sequence[float], window: tuple[float, float], n
     """(the last saved mark inside the window, or None for the start; device-nanohours paid after it)."""
     w0, w1 = window
     frm = max((t for t in saved if w0 <= t <= w1), default=None)
-    return frm, n_devices * seconds_to_nh(seconds_of(cut((w0 if frm is None else frm, w1), suspended)))
+    return frm, n_devices * seconds_to_nanohours(seconds_of(cut((w0 if frm is None else frm, w1), suspended)))
 
 
 def progress_block(entries: Sequence[ChainedEntry], window: tuple[float, float], n_devices: int,

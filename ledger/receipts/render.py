@@ -148,13 +148,14 @@ def text_lines(r: Receipt) -> list[str]:
     out += effective_compute_lines(b)
     out += ["", f"receipt {b['receipt_hash']}",
             f"ledger through seq {b['ledger']['through_seq']}  head {b['ledger']['head_hash']}"]
-    from ..textsafe import printable  # account/user/job names as the fleet sent them: no control characters shown
+    from ..base.textsafe import printable  # account/user/job names as the fleet sent them: no control characters shown
 
     return [printable(line) for line in out]
 
 
 def effective_compute_lines(b: dict) -> list[str]:
-    """Method 1.1's "Effective compute" block (nothing under 1.0.0, whose lines stay as they were)."""
+    """Method 1.1/1.2's "Effective compute" block (nothing under 1.0.0, whose lines stay as they were; 1.2.0 adds
+    where the achieved FLOPs came from)."""
     ec = b.get("effective_compute")
     if not ec:
         return []
@@ -171,6 +172,7 @@ def effective_compute_lines(b: dict) -> list[str]:
             f"  {'tensor GPU-hours':<26}{h(ec['tensor_gpu_hours']):>20}",
             *(f"  {p + ' GPU-hours':<26}{h(ec[p + '_gpu_hours']):>20}" for p in ("fp64", "fp32", "fp16")),
             f"  {'achieved':<26}{pf(ec['achieved_pflop_hours']):>20}",
+            *([f"  {'achieved FLOPs from':<26}{ec['flops_source']:>20}"] if "flops_source" in ec else []),
             f"  {'rated':<26}{pf(ec['rated_pflop_hours']):>20}",
             f"  {'rated share':<26}{'-' if share is None else f'{100 * share:.2f} %':>20}",
             f"  bound (of delivered time): {bound}",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..canonical import ts_to_epoch
+from ..chain.canonical import ts_to_epoch
 
 # finding cause -> truth cause (the agents may be more specific than the injection)
 CAUSE_ALIASES = {"starved": "checkpoint_starved"}

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import spool, store
-from ..entries import Kind, make_entry
-from ..ship import ship
+from ..capture import spool
+from ..chain import store
+from ..chain.entries import Kind, make_entry
+from ..ingest.ship import ship
 from ..telemetry.model import Sample
-from ..telemetry.store import segment_entry, write_segment
+from ..telemetry.sealed import segment_entry, write_segment
 from .fleet import SKUS, Simulation
 
 SOURCE = "demo.sim"

@@ -1,1 +1,4 @@
-"""Telemetry: the one normalised sample model, its storage beside the ledger, and per-device timelines."""
+"""Telemetry: the one normalised sample model, its storage beside the ledger, and per-device timelines.
+
+May import: `ledger.base`, `ledger.chain`, `ledger.method`.
+"""

@@ -22,9 +22,15 @@ import operator
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from .model import SAMPLE_COLUMNS
+from .model import EXTENSION_METRICS, SAMPLE_COLUMNS
 
 FORMAT = "arrow-ipc/1"   # an Arrow IPC file; the codec is recorded in the file (lz4 frame when written here)
+# Format 2: the same file holding one or more of the extension columns (model.EXTENSION_METRICS: FP pipes, op
+# counts). A block without them is written as format 1, byte for byte what it was; a reader that knows only
+# format 1 refuses a format 2 block instead of reading it without the columns its segment's digest covers.
+FORMAT_2 = "arrow-ipc/2"
+FORMATS = (FORMAT, FORMAT_2)
+_EXTENSION = frozenset(EXTENSION_METRICS)
 CODEC = "lz4"
 _LAYOUT_KEY = b"ipledger.layout"   # [[device, batch, first row in batch, rows], ...]
 BATCH_ROWS = 8192
@@ -53,7 +59,7 @@ def arrow_schema():  # noqa: ANN201 - pyarrow is imported lazily (verify and shi
 
 
 def encode(rows: Sequence[tuple]) -> Block:
-    """Encode rows in normalised SAMPLE_COLUMNS form (``telemetry.store._norm``) as one block."""
+    """Encode rows in normalised SAMPLE_COLUMNS form (``telemetry.sealed._norm``) as one block."""
     import pyarrow as pa
 
     ordered = sorted(rows, key=_BY_DEVICE_T)
@@ -276,7 +282,12 @@ def _write(arrays: list, fields: list, devices: Sequence[str]) -> Block:
             for lo, hi in bounds:
                 writer.write_table(table.slice(lo, hi - lo), max_chunksize=hi - lo)
     data = sink.getvalue().to_pybytes()
-    return Block(FORMAT, len(dev), hashlib.sha256(data).hexdigest(), data)
+    return Block(_format_of(fields), len(dev), hashlib.sha256(data).hexdigest(), data)
+
+
+def _format_of(fields: list) -> str:
+    """Format 2 where the block holds an extension column, else format 1."""
+    return FORMAT_2 if any(f.name in _EXTENSION for f in fields) else FORMAT
 
 
 @functools.cache
@@ -311,7 +322,7 @@ def _write_reference(arrays: list, fields: list, devices: Sequence[str]) -> Bloc
         for lo, hi in bounds:
             writer.write_table(table.slice(lo, hi - lo), max_chunksize=hi - lo)
     data = sink.getvalue().to_pybytes()
-    return Block(FORMAT, len(dev), hashlib.sha256(data).hexdigest(), data)
+    return Block(_format_of(fields), len(dev), hashlib.sha256(data).hexdigest(), data)
 
 
 def decode(format_: str, data: bytes, columns: Sequence[str] = SAMPLE_COLUMNS,
@@ -321,13 +332,15 @@ def decode(format_: str, data: bytes, columns: Sequence[str] = SAMPLE_COLUMNS,
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    if format_ != FORMAT:
+    if format_ not in FORMATS:
         raise BlockError(f"unknown sample block format {format_!r}")
     try:
         head = ipc.open_file(pa.py_buffer(data))
         stored = head.schema
         layout = json.loads((stored.metadata or {})[_LAYOUT_KEY])
         present = [c for c in columns if stored.get_field_index(c) >= 0]
+        if format_ == FORMAT and any(c in _EXTENSION for c in present):
+            raise BlockError("sample block of format 1 holds a column of format 2")
         full = arrow_schema()
         for c in present:  # a damaged schema (a double read as a half float) is not a block this reads
             if stored.field(c).type != full.field(c).type:

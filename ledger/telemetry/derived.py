@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from ..entries import Kind
-from ..store import iter_entries
-from ..verify import ChainProblem
+from ..chain.entries import Kind
+from ..chain.store import iter_entries
+from ..chain.verify import ChainProblem
 from . import hours
 from .blocks import table_rows
-from .store import read_samples, segment_samples
+from .sealed import read_samples, segment_samples
 
 
 def backfill(conn) -> int:  # noqa: ANN001
@@ -26,9 +26,9 @@ def backfill(conn) -> int:  # noqa: ANN001
     return n
 
 
-def check_segments(engine, report) -> list:  # noqa: ANN001 - ledger.verify.ExtraCheck
+def check_segments(engine, report) -> list:  # noqa: ANN001 - ledger.chain.verify.ExtraCheck
     """Every sealed segment, its samples read once: they still hash to what its entry recorded
-    (:func:`ledger.telemetry.store.segment_samples`), its stored device-hours are what they give (the first
+    (:func:`ledger.telemetry.sealed.segment_samples`), its stored device-hours are what they give (the first
     mismatch named), and no device-hour names a segment the ledger does not hold."""
     problems = []
     with engine.connect() as conn:

@@ -429,7 +429,7 @@ def device_hours_db_value(v: float | int | str):  # noqa: ANN202
 def store_in(conn, segment_id: str, rows: Sequence[tuple],  # noqa: ANN001 - a Connection
              columns: Mapping[str, Sequence] | None = None) -> int:
     """Write the device-hours of a segment's rows (normalised SAMPLE_COLUMNS form) beside its block; the caller
-    stores each segment once (``telemetry.store.write_segment_rows_in``). Returns the rows written.
+    stores each segment once (``telemetry.sealed.write_segment_rows_in``). Returns the rows written.
     ``columns``: the same rows as columns (``write_segment_rows_in`` says how), aggregated without the tuples."""
     hours = aggregate_rows(rows) if columns is None else aggregate_columns(columns)
     return insert_in(conn, [(segment_id, h) for h in hours])

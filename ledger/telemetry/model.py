@@ -15,6 +15,11 @@ METRICS = (
     "ecc_sbe_volatile", "ecc_dbe_volatile", "ecc_sbe_aggregate", "ecc_dbe_aggregate",
     "row_remap_pending", "row_remap_failure", "xid", "fb_used_mib", "compute_procs",
 )
+# Carried where measured (sample block format 2, docs/ledger.md "Sample blocks"): DCGM 1006/1007/1008 FP64/FP32/
+# FP16 pipe active (fractions), and ``fp_ops``, the floating-point operations AMD's total FP16/FP32/FP64 op
+# counters counted in the sample's dt (a count, not a rate). A segment that measured none of them is sealed
+# over the columns above alone, as every segment before them was.
+EXTENSION_METRICS = ("fp64_active", "fp32_active", "fp16_active", "fp_ops")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +49,12 @@ class Sample:
     xid: float | None = None
     fb_used_mib: float | None = None
     compute_procs: float | None = None
+    fp64_active: float | None = None
+    fp32_active: float | None = None
+    fp16_active: float | None = None
+    fp_ops: float | None = None
 
 
-SAMPLE_COLUMNS = ("device", "t", "dt", "clock_reasons", *METRICS)
+BASE_COLUMNS = ("device", "t", "dt", "clock_reasons", *METRICS)   # every segment's (format 1: these only)
+SAMPLE_COLUMNS = (*BASE_COLUMNS, *EXTENSION_METRICS)
 assert tuple(f.name for f in fields(Sample)) == SAMPLE_COLUMNS

@@ -30,14 +30,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .model import METRICS, Sample
+from .model import EXTENSION_METRICS, METRICS, Sample
 
 TOLERANCE_FACTOR = 3.0          # a hole longer than 3 cadences is unknown, not "covered by the last sample"
 DEFAULT_CADENCE_S = 30.0        # dcgm-exporter's default collection interval; used only for a lone sample
-FIELDS = ("clock_reasons", *METRICS)
+FIELDS = ("clock_reasons", *METRICS, *EXTENSION_METRICS)
 COUNTERS = frozenset({"energy_j", "ecc_sbe_volatile", "ecc_dbe_volatile", "ecc_sbe_aggregate",
                       "ecc_dbe_aggregate"})
-FRACTIONS = frozenset({"sm_active", "sm_occupancy", "tensor_active", "dram_active", "gpu_util", "mem_copy_util"})
+FRACTIONS = frozenset({"sm_active", "sm_occupancy", "tensor_active", "dram_active", "gpu_util", "mem_copy_util",
+                       "fp64_active", "fp32_active", "fp16_active"})
 
 # DCGM blank values (dcgmlib/dcgm_structs.h): BLANK, NOT_FOUND, NOT_SUPPORTED, NOT_PERMISSIONED.
 DCGM_INT64_BLANK = 9223372036854775792

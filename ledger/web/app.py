@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from ..canonical import format_ts, ts_to_epoch
+from ..chain.canonical import format_ts, ts_to_epoch
 from .access import Access, User
 from .figures import THROTTLE_FILL, FiguresError, NotAnswerable, device_chart, device_id
 from .views import LedgerView, Snapshot, receipt_account, visible_findings

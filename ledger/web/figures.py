@@ -123,7 +123,7 @@ def month_rows(engine, start: float, end: float, billed: dict | None = None):  #
     import pickle
 
     from ..agents import query
-    from ..periods import calendar_month
+    from ..base.periods import calendar_month
 
     month = calendar_month(start, end)
     if billed and month in billed:
@@ -248,10 +248,10 @@ def receipt_file(engine, job: str, run: int | None, suffix: str, sku_table) -> d
 def _bundle_file(engine, job: str, run: int | None, sku_table) -> dict:  # noqa: ANN001
     import tempfile
 
-    from ..heads import HeadError, latest_head
-    from ..merkle import TreeError
+    from ..chain.heads import HeadError, latest_head
+    from ..chain.merkle import TreeError
     from ..proofcheck import Failure
-    from ..proofs import build_bundle, write_bundle
+    from ..receipts.bundle import build_bundle, write_bundle
     from ..receipts import ReceiptError
 
     with engine.connect() as conn:
@@ -278,7 +278,7 @@ def answer_alone(engine, question: tuple, sku_table) -> dict:  # noqa: ANN001
         import pickle
 
         from ..agents import query
-        from ..periods import month_bounds
+        from ..base.periods import month_bounds
 
         a, b = month_bounds(question[1])
         rows = query.billed_rows(engine, a.timestamp(), b.timestamp())
@@ -292,7 +292,7 @@ def compute(url: str, questions: list[tuple], with_prefetch: bool, sku_table=Non
     need no dataset (:data:`ALONE`, without prefetch) read only what they need: the agents do not run. ``billed``:
 months' statement rows already pickled by another child (:func:`month_rows`), so that this one, which holds the
 dataset, never holds a statement's build as well."""
-    from ..db import make_engine
+    from ..chain.db import make_engine
 
     t0 = time.monotonic()
     engine = make_engine(url, create=False, read_only=True)
@@ -334,11 +334,11 @@ def peak_mib() -> float:
 
 
 def release_freed_memory() -> None:
-    """Collect garbage, then return the allocator's freed pages to the system (:func:`ledger.heap.return_freed_heap`),
+    """Collect garbage, then return the allocator's freed pages to the system (:func:`ledger.base.heap.return_freed_heap`),
     so that the figures' temporaries reuse them instead of raising the child's peak (about 40 MiB on the demo)."""
     import gc
 
-    from ..heap import return_freed_heap
+    from ..base.heap import return_freed_heap
 
     gc.collect()
     return_freed_heap()
@@ -347,8 +347,8 @@ def release_freed_memory() -> None:
 def _child_settings() -> None:
     """The child's set-up, before it imports pyarrow: Arrow's own allocator keeps freed blocks, the system's gives
     them back (about 30 MiB less peak); glibc serves the columns from their own mappings, given back when freed
-    (:func:`ledger.heap.free_large_blocks_at_once`)."""
-    from ..heap import free_large_blocks_at_once
+    (:func:`ledger.base.heap.free_large_blocks_at_once`)."""
+    from ..base.heap import free_large_blocks_at_once
 
     os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "system"
     free_large_blocks_at_once()

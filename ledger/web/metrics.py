@@ -12,8 +12,8 @@ import time
 from prometheus_client.core import CollectorRegistry, GaugeMetricFamily
 from starlette.responses import Response
 
-from ..spool import QUARANTINE_DIR, SHIPPED_DIR
-from ..verify_status import VerifyStatusError, read as read_verify_status
+from ..capture.spool import QUARANTINE_DIR, SHIPPED_DIR
+from ..chain.verify_status import VerifyStatusError, read as read_verify_status
 
 FAMILIES = ("ipledger_ledger_head_seq", "ipledger_ledger_head_age_seconds", "ipledger_last_ship_timestamp_seconds",
             "ipledger_ship_lag_seconds", "ipledger_spool_backlog_files", "ipledger_spool_quarantined_files",

@@ -10,11 +10,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..canonical import ts_to_epoch
-from ..heap import return_freed_heap
-from ..kinds import Kind
-from ..periods import calendar_month
-from ..store import head, iter_entries
+from ..chain.canonical import ts_to_epoch
+from ..base.heap import return_freed_heap
+from ..chain.kinds import Kind
+from ..base.periods import calendar_month
+from ..chain.store import head, iter_entries
 from .figures import ALONE, Bounds, NotAnswerable, ask, key
 
 

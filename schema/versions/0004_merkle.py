@@ -1,7 +1,7 @@
-"""The `merkle_nodes` table: the ledger's RFC 9162 Merkle tree, one row per complete subtree (ledger/merkle.py).
+"""The `merkle_nodes` table: the ledger's RFC 9162 Merkle tree, one row per complete subtree (ledger/chain/merkle.py).
 
 Row (level, idx), level >= 4, is the SHA-256 (32 bytes) of leaves [idx * 2^level, (idx + 1) * 2^level); leaf i
-is entry seq i + 1. Smaller subtrees are hashed from the entries when needed (ledger.merkle.STORED_LEVEL), so
+is entry seq i + 1. Smaller subtrees are hashed from the entries when needed (ledger.chain.merkle.STORED_LEVEL), so
 the table holds about one row per 8 entries. On SQLite it is WITHOUT ROWID (one B-tree keyed by (level, idx)).
 Rows are only ever added, in the transaction that appends the entries they cover, so the table is
 append-only like `entries` (0001's triggers and grants). A ledger that already holds entries gets its tree
@@ -35,8 +35,8 @@ def upgrade() -> None:
     )
     bind = op.get_bind()
     make_append_only(op, TABLE)
-    from ledger import merkle
-    from ledger.store import head
+    from ledger.chain import merkle
+    from ledger.chain.store import head
 
     merkle.sync(bind, head(bind)[0])
 

@@ -1,5 +1,5 @@
 """The `receipt_lines` table: every issued receipt's flat lines, derived from its `receipt_issued` entry
-(ledger/receipt_lines.py).
+(ledger/chain/receipt_lines.py).
 
 One row per line of a receipt: its part in each billing period (figures split exactly over the months its
 window overlaps), each unknown interval, or one line for an issue that names its receipt by hash alone. Rows
@@ -24,7 +24,7 @@ TABLE = "receipt_lines"
 
 
 def upgrade() -> None:
-    from ledger import receipt_lines
+    from ledger.chain import receipt_lines
     from ipledger_schema.append_only import make_append_only
 
     bind = op.get_bind()

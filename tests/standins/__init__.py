@@ -110,8 +110,8 @@ def make_site(root: Path, *, node: str = "node1", ngpus: int = 4, tools=("dcgmi"
 def with_derived(records: list[dict]) -> list[dict]:
     """Spool records plus what ship derives from their raw tool output (``tool_output``), as ship would
     chain them: the entries a run ends up with in the ledger, without a database."""
-    from ledger.entries import entry_from_record
-    from ledger.sources.observed import derive
+    from ledger.chain.entries import entry_from_record
+    from ledger.capture.sources.observed import derive
 
     out = []
     for r in records:

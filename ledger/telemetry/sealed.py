@@ -1,0 +1,424 @@
+"""Telemetry storage: each batch of samples sealed by a `telemetry_segment` entry and stored as one columnar block.
+
+The segment entry's payload carries the sha256 of the batch's canonical rows, so `ipledger verify` can
+prove the samples a receipt was computed from are the samples that were recorded. The rows themselves are
+stored as one compressed Arrow block per segment in `sample_blocks` (:mod:`ledger.telemetry.blocks`);
+ledgers written before blocks keep theirs as rows of the `samples` table. :func:`iter_sample_pieces` is the
+one reader of both, used by load_samples, receipts, the agents' dataset and verify.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from ..chain.canonical import canonical_json
+from ..chain.db import write_tx
+from ..chain.entries import ChainedEntry, Entry, Kind, make_entry
+from ..chain.store import AppendResult, append_in
+from ..chain.verify import ChainProblem
+from . import blocks
+from .model import BASE_COLUMNS, EXTENSION_METRICS, SAMPLE_COLUMNS, Sample
+
+INSERT_COLUMNS = ("segment_id", *BASE_COLUMNS)  # the legacy `samples` table's columns (it has no format 2 ones)
+
+
+_WIDTH, _BASE_WIDTH = len(SAMPLE_COLUMNS), len(BASE_COLUMNS)
+_NO_EXTENSION = (None,) * (len(SAMPLE_COLUMNS) - len(BASE_COLUMNS))
+
+
+def _norm(row: Sequence) -> tuple:
+    """One type per column whatever the backend returns: device str, clock_reasons int, the rest float. A row
+    of the base columns only (a spool written before format 2) gets the extension columns as not measured (as
+    does any shorter row: only intake's checks decide whether a row has its width)."""
+    device, *rest = row
+    if len(rest) < _WIDTH - 1:
+        rest = [*rest, *(None,) * (_WIDTH - 1 - len(rest))]
+    out = [str(device)]
+    for name, v in zip(SAMPLE_COLUMNS[1:], rest):
+        if v is None:
+            out.append(None)
+        elif name == "clock_reasons":
+            out.append(int(v))
+        else:
+            out.append(float(v))
+    return tuple(out)
+
+
+_METRIC_GETTERS = tuple(operator.attrgetter(c) for c in SAMPLE_COLUMNS[4:])
+
+
+_ALL_GETTER = operator.attrgetter(*SAMPLE_COLUMNS)
+_FLOAT_OR_NONE = frozenset({float, type(None)})
+
+
+def sample_row_values(s: Sample) -> tuple:
+    """The same values as ``_norm`` over the sample's columns, without the per-column dispatch (hot path)."""
+    vals = _ALL_GETTER(s)
+    cr = vals[3]
+    if type(vals[0]) is str and type(vals[1]) is float and type(vals[2]) is float \
+            and (cr is None or type(cr) is int) and set(map(type, vals[4:])) <= _FLOAT_OR_NONE:
+        return vals     # already exactly the normalised form
+    return (str(s.device), float(s.t), float(s.dt), None if cr is None else int(cr),
+            *[None if v is None else float(v) for v in (g(s) for g in _METRIC_GETTERS)])
+
+
+def normalised(row: Sequence) -> tuple:
+    """``_norm(row)``, taking the row as it is where every value already has its column's type (a spool's rows,
+    written by the collector from ``sample_row_values``, always do): the hot path of shipping segments."""
+    cr = row[3]
+    if len(row) == _WIDTH and type(row[0]) is str and type(row[1]) is float and type(row[2]) is float \
+            and (cr is None or type(cr) is int) and set(map(type, row[4:])) <= _FLOAT_OR_NONE:
+        return tuple(row)
+    return _norm(row)
+
+
+def carried_columns(rows: Sequence[tuple]) -> tuple[str, ...]:
+    """The columns a segment of these normalised rows carries (its entry's ``columns``): the base columns, then
+    each extension column some row measured (sample block format 2; none: the base columns, format 1)."""
+    if not _has_extension(rows):
+        return BASE_COLUMNS
+    extra = [c for j, c in enumerate(EXTENSION_METRICS, start=_BASE_WIDTH)
+             if any(r[j] is not None for r in rows)]
+    return (*BASE_COLUMNS, *extra)
+
+
+_TAIL = operator.itemgetter(slice(_BASE_WIDTH, None))
+
+
+def _has_extension(rows: Sequence[tuple]) -> bool:
+    """Whether any row (full width) measured an extension column: C-level passes, no Python loop per row."""
+    return any(map(_NO_EXTENSION.__ne__, map(_TAIL, rows)))
+
+
+def samples_digest(rows: Iterable[tuple]) -> str:
+    """sha256 over canonical JSON lines of the rows (SAMPLE_COLUMNS order), sorted by (device, t)."""
+    return digest_normalised([_norm(r) for r in rows])
+
+
+_NULL_TAIL = ",null" * len(_NO_EXTENSION) + "]"
+
+
+def digest_normalised(rows: list[tuple]) -> str:
+    """The digest of rows already in ``_norm`` form (segment_entry's rows come from ``sample_row_values``), over
+    the columns the rows carry (:func:`carried_columns`): rows that measured no extension column hash as
+    their base columns, exactly as before format 2 (``ledger.proofcheck.samples_digest`` of the projection)."""
+    ordered = sorted(rows if set(map(len, rows)) <= {_WIDTH} else [_norm(r) for r in rows],
+                     key=operator.itemgetter(0, 1))
+    strip = not _has_extension(ordered)   # format 1: each row's unmeasured extension columns come off its end
+    if not strip:
+        keep = [SAMPLE_COLUMNS.index(c) for c in carried_columns(ordered)]
+        if len(keep) < _WIDTH:
+            ordered = [tuple(r[j] for j in keep) for r in ordered]
+    if ordered and not any("]" in r[0] for r in {r[0]: r for r in ordered}.values()):
+        # One C-level encode of all rows, then the row separators turned into newlines: the same bytes as
+        # encoding row by row (a device id without "]" cannot contain the separator "],["; nor can it hold
+        # a "]" of its own, so the end of each row's text is the row's last columns).
+        text = canonical_json(ordered)[1:-1]
+        if strip:
+            text = text.replace(_NULL_TAIL, "]")
+        text = text.replace("],[", "]\n[") + "\n"
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    h = hashlib.sha256()
+    for r in ordered:
+        h.update(canonical_json(list(r[:_BASE_WIDTH] if strip else r)).encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def segment_entry(samples: Sequence[Sample], *, node: str | None, source: str, source_version: str = "",
+                  cluster: str | None = None, extra: dict | None = None) -> Entry:
+    """The sealing entry for one batch (all samples of one device, or of one import, as the caller chooses)."""
+    return segment_entry_rows([sample_row_values(s) for s in samples], node=node, source=source,
+                              source_version=source_version, cluster=cluster, extra=extra)
+
+
+def segment_entry_rows(rows: Sequence[tuple], *, node: str | None, source: str, source_version: str = "",
+                       cluster: str | None = None, extra: dict | None = None) -> Entry:
+    """:func:`segment_entry` for rows already in normalised SAMPLE_COLUMNS form (importers build them columnar)."""
+    devices = sorted({r[0] for r in rows})
+    start = min(r[1] for r in rows)
+    end = max(r[1] + r[2] for r in rows)
+    payload = {"devices": devices, "rows": len(rows), "samples_sha256": digest_normalised(list(rows)),
+               "columns": list(carried_columns(rows)), **(extra or {})}
+    return make_entry(Kind.TELEMETRY_SEGMENT, start, payload, ts_end=end, node=node, cluster=cluster,
+                      device=devices[0] if len(devices) == 1 else None, source=source,
+                      source_version=source_version)
+
+
+def write_segment_in(conn: Connection, samples: Sequence[Sample], entry: Entry,
+                     other_entries: Sequence[Entry] = ()) -> AppendResult:
+    """Append the segment entry (plus e.g. its unknown intervals) and, if it is new, its samples."""
+    return write_segment_rows_in(conn, [sample_row_values(s) for s in samples], entry, other_entries)
+
+
+def write_segment_rows_in(conn: Connection, rows: Sequence[tuple], entry: Entry,
+                          other_entries: Sequence[Entry] = (),
+                          columns: Mapping[str, Any] | None = None) -> AppendResult:
+    """:func:`write_segment_in` for rows already in normalised SAMPLE_COLUMNS form: the rows are stored as
+    one columnar block in `sample_blocks`, with its device-hours in `device_hours` (a segment already stored,
+    as a block or as legacy rows, is not stored again — at-least-once shipping).
+
+    ``columns``, when the caller has them, are the same rows as float64 columns in (device, t) order (NaN = None,
+    ``clock_reasons`` already whole numbers, a field left out = not measured; "device" an array of its ids): the
+    block and the device-hours are then computed from them without going through the row tuples — the same bytes
+    (tests/test_import_columns.py holds the two paths equal)."""
+    result = append_in(conn, [entry, *other_entries])
+    sid = entry.entry_id
+    if rows and not _segment_stored(conn, sid):
+        block = blocks.encode(rows) if columns is None else blocks.encode_columns(columns)
+        conn.execute(_INSERT_BLOCK, {"s": sid, "f": block.format, "n": block.rows, "h": block.sha256,
+                                     "d": block.data})
+        from . import hours   # numpy and the method: only where samples are sealed
+
+        hours.store_in(conn, sid, rows, columns)   # the agents' device-hours, derived from the same rows
+    return result
+
+
+_INSERT_BLOCK = text("INSERT INTO sample_blocks (segment_id, format, rows, sha256, data) VALUES (:s, :f, :n, :h, :d)")
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """What many segments store (:func:`seal_segments`): per segment id its block and its device-hours."""
+
+    ids: list
+    blocks: list
+    hours: list            # (segment id, DeviceHour)
+
+
+def seal_segments(entries: Sequence[Entry], packs: Sequence[blocks.Packed]) -> Sealed:
+    """The blocks and device-hours of many segments (their rows in ``packs``, one span per entry in order;
+    an entry listed twice is sealed once), with no database: a shipment computes them before it takes the
+    chain's lock. Each is what :func:`write_segment_rows_in` stores for the segment alone
+    (tests/test_ship_segments.py holds the rows equal)."""
+    from . import hours   # numpy and the method: only where samples are sealed
+
+    seen: set[str] = set()
+    keep = []
+    for entry in entries:
+        keep.append(entry.entry_id not in seen)
+        seen.add(entry.entry_id)
+    ids = [e.entry_id for e, k in zip(entries, keep) if k]
+    if not ids:
+        return Sealed([], [], [])
+    cols = blocks.columns_from(packs, keep)
+    return Sealed(ids, blocks.encode_spans(cols), hours.segments_hours(ids, cols))
+
+
+def store_sealed_in(conn: Connection, sealed: Sealed) -> int:
+    """Insert sealed segments whose entries are already appended, skipping those already stored (as a block
+    or as legacy rows: at-least-once shipping). Returns the segments stored."""
+    from . import hours
+
+    stored = _segments_stored(conn, sealed.ids)
+    new = [(sid, b) for sid, b in zip(sealed.ids, sealed.blocks) if sid not in stored]
+    if not new:
+        return 0
+    conn.execute(_INSERT_BLOCK, [{"s": sid, "f": b.format, "n": b.rows, "h": b.sha256, "d": b.data}
+                                 for sid, b in new])
+    hours.insert_in(conn, [(sid, h) for sid, h in sealed.hours if sid not in stored])
+    return len(new)
+
+
+def _segments_stored(conn: Connection, segment_ids: Sequence[str]) -> set[str]:
+    """Which of these segments already have their samples stored (as a block or as legacy rows)."""
+    ids = list(dict.fromkeys(segment_ids))
+    found: set[str] = set()
+    for i in range(0, len(ids), _IN_CHUNK):
+        chunk = ids[i:i + _IN_CHUNK]
+        marks = ",".join(f":s{j}" for j in range(len(chunk)))
+        p = {f"s{j}": s for j, s in enumerate(chunk)}
+        for table in ("sample_blocks", "samples"):
+            found.update(r[0] for r in conn.execute(text(f"SELECT DISTINCT segment_id FROM {table} "
+                                                         f"WHERE segment_id IN ({marks})"), p))
+    return found
+
+
+def _segment_stored(conn: Connection, segment_id: str) -> bool:
+    return segment_id in _segments_stored(conn, [segment_id])
+
+
+def write_segment(engine: Engine, samples: Sequence[Sample], entry: Entry,
+                  other_entries: Sequence[Entry] = ()) -> AppendResult:
+    with write_tx(engine) as conn:
+        return write_segment_in(conn, samples, entry, other_entries)
+
+
+# --- reading ----------------------------------------------------------------------------------------------------
+
+_IN_CHUNK = 500
+
+
+def iter_sample_pieces(conn: Connection, *, segment_ids: Sequence[str] | None = None,
+                       devices: Sequence[str] | None = None, start: float | None = None, end: float | None = None,
+                       columns: Sequence[str] = SAMPLE_COLUMNS, check_blocks: bool = False) -> Iterator[tuple[str, object]]:
+    """The one sample reader: (device, pyarrow.Table of ``columns``) pieces, each one device of one segment
+    (legacy row segments: one device of a chunk of segments) in (device, t) order, for the samples of these
+    segments (all when None) and devices overlapping [start, end).
+
+    Blocks come first, decompressing only the wanted devices and columns; segments without a block are
+    read from the legacy `samples` rows. ``check_blocks`` also proves each block against its stored sha256
+    (raises :class:`~ledger.telemetry.blocks.BlockError`), which verify wants and receipts leave to verify.
+    """
+    if segment_ids is not None and not segment_ids:
+        return
+    cols = list(columns)
+    need = cols + [c for c in ("t", "dt") if c not in cols and (start is not None or end is not None)]
+    found: set[str] = set()
+    for sid, format_, sha, data in _block_rows(conn, segment_ids):
+        found.add(sid)
+        if check_blocks and hashlib.sha256(data).hexdigest() != sha:
+            raise blocks.BlockError(f"sample block of segment {sid} does not match its sha256")
+        for device, table in blocks.decode(format_, data, need, devices):
+            if check_blocks:
+                _check_label(sid, device, table)
+            piece = _in_window(table, start, end)
+            if piece.num_rows:
+                yield device, piece.select(cols)
+    legacy = None if segment_ids is None else [s for s in dict.fromkeys(segment_ids) if s not in found]
+    yield from _legacy_pieces(conn, legacy, devices, start, end, cols)
+
+
+def _check_label(segment_id: str, device: str, table) -> None:  # noqa: ANN001
+    """A block's layout names the device of each range, and readers pick ranges by that label: it must be
+    the device every row of the range holds, or a reader would take one device's samples for another's
+    (the segment digest alone covers the rows, not the labels)."""
+    if "device" not in table.column_names:
+        return
+    found = table.column("device").unique().to_pylist()
+    if any(v != device for v in found):
+        raise blocks.BlockError(f"sample block of segment {segment_id}: its layout labels rows of "
+                                f"{sorted(map(str, found))[:3]} as device {device!r}")
+
+
+def _block_rows(conn: Connection, segment_ids: Sequence[str] | None) -> Iterator[tuple]:
+    sql = "SELECT segment_id, format, sha256, data FROM sample_blocks"
+    if segment_ids is None:
+        yield from conn.execute(text(sql + " ORDER BY segment_id"))
+        return
+    ids = list(dict.fromkeys(segment_ids))
+    for i in range(0, len(ids), _IN_CHUNK):
+        chunk = ids[i:i + _IN_CHUNK]
+        marks = ",".join(f":s{j}" for j in range(len(chunk)))
+        yield from conn.execute(text(f"{sql} WHERE segment_id IN ({marks}) ORDER BY segment_id"),
+                                {f"s{j}": s for j, s in enumerate(chunk)})
+
+
+def _in_window(table, start: float | None, end: float | None):  # noqa: ANN001, ANN202
+    """The rows overlapping [start, end); numpy, not pyarrow.compute (whose scalar handling imports pandas)."""
+    if start is None and end is None:
+        return table
+    import numpy as np
+
+    t = blocks.float_values(table.column("t"))
+    keep = np.ones(len(t), dtype=bool)
+    if start is not None:
+        keep &= t + blocks.float_values(table.column("dt")) > start
+    if end is not None:
+        keep &= t < end
+    hits = np.flatnonzero(keep)
+    if len(hits) == len(t):
+        return table  # a whole-run read keeps every row: no copy
+    if not len(hits) or hits[-1] - hits[0] + 1 == len(hits):
+        return table.slice(int(hits[0]) if len(hits) else 0, len(hits))  # rows sorted by t: one run
+    import pyarrow as pa
+
+    return table.filter(pa.array(keep))
+
+
+def _legacy_pieces(conn: Connection, segment_ids: Sequence[str] | None, devices: Sequence[str] | None,
+                   start: float | None, end: float | None, cols: list[str]) -> Iterator[tuple[str, object]]:
+    """Pieces from segments stored as rows of the `samples` table (ledgers written before sample blocks)."""
+    import pyarrow as pa
+
+    if segment_ids is not None and not segment_ids:
+        return
+    where, params = ["segment_id NOT IN (SELECT segment_id FROM sample_blocks)"], {}
+    if devices:
+        where.append("device IN (" + ",".join(f":d{i}" for i in range(len(devices))) + ")")
+        params.update({f"d{i}": d for i, d in enumerate(devices)})
+    if start is not None:
+        where.append("t + dt > :start")
+        params["start"] = start
+    if end is not None:
+        where.append("t < :end")
+        params["end"] = end
+    chunks = [None] if segment_ids is None else [segment_ids[i:i + _IN_CHUNK] for i in range(0, len(segment_ids), _IN_CHUNK)]
+    schema = blocks.arrow_schema()
+    for chunk in chunks:
+        cond, p = list(where), dict(params)
+        if chunk is not None:
+            cond.append("segment_id IN (" + ",".join(f":s{i}" for i in range(len(chunk))) + ")")
+            p.update({f"s{i}": s for i, s in enumerate(chunk)})
+        sql = text(f"SELECT {', '.join(BASE_COLUMNS)} FROM samples WHERE {' AND '.join(cond)} ORDER BY device, t")
+        rows = [_norm(r) for r in conn.execute(sql, p)]
+        if not rows:
+            continue
+        table = pa.Table.from_arrays([pa.array(v, type=f.type) for f, v in zip(schema, zip(*rows))], schema=schema)
+        lo = 0
+        for i in range(1, len(rows) + 1):
+            if i == len(rows) or rows[i][0] != rows[lo][0]:
+                yield rows[lo][0], table.slice(lo, i - lo).select(cols)
+                lo = i
+
+
+def read_samples(engine_or_conn, *, segment_ids: Sequence[str] | None = None,  # noqa: ANN001, ANN201
+                 devices: Sequence[str] | None = None, start: float | None = None, end: float | None = None,
+                 columns: Sequence[str] = SAMPLE_COLUMNS, check_blocks: bool = False):
+    """:func:`iter_sample_pieces` as one pyarrow Table ordered by (device, t) (a stable sort)."""
+    import pyarrow as pa
+
+    def _q(conn: Connection):  # noqa: ANN202
+        pieces = [t for _, t in iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start,
+                                                   end=end, columns=columns, check_blocks=check_blocks)]
+        if not pieces:
+            full = blocks.arrow_schema()
+            return pa.Table.from_arrays([pa.array([], type=full.field(c).type) for c in columns], names=list(columns))
+        table = pa.concat_tables(pieces)
+        keys = [(c, "ascending") for c in ("device", "t") if c in columns]
+        return table.sort_by(keys) if len(pieces) > 1 and keys else table
+
+    if isinstance(engine_or_conn, Connection):
+        return _q(engine_or_conn)
+    with engine_or_conn.connect() as conn:
+        return _q(conn)
+
+
+def load_samples(engine_or_conn, devices: Sequence[str] | None = None, start: float | None = None,  # noqa: ANN001
+                 end: float | None = None, segment_ids: Sequence[str] | None = None) -> list[Sample]:
+    """Samples overlapping [start, end) for these devices, ordered by (device, t)."""
+    table = read_samples(engine_or_conn, segment_ids=segment_ids, devices=devices, start=start, end=end)
+    return [Sample(*r) for r in blocks.table_rows(table)]
+
+
+def segment_samples(conn: Connection, ce: ChainedEntry) -> tuple[Any, ChainProblem | None]:
+    """A sealed segment's stored samples (an Arrow table, every column) read once for ``verify``, and the
+    problem with them if they no longer hash to what its entry recorded (block or legacy rows alike); the table
+    is None when they cannot be read at all."""
+    sid = ce.entry.entry_id
+    try:
+        table = read_samples(conn, segment_ids=[sid], check_blocks=True)
+        rows = blocks.table_rows(table) if table.num_rows else []
+        digest = digest_normalised(rows) if rows else None
+    except blocks.BlockError as exc:
+        return None, ChainProblem(ce.seq, sid, str(exc))
+    except Exception as exc:  # noqa: BLE001 - any decode failure (LZ4, Arrow, driver) is a named problem
+        # Stored bytes no honest writer produces (text that is not UTF-8, a NaN sample, a value of the wrong
+        # type): the segment is named instead of verify stopping with a traceback.
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        return None, ChainProblem(ce.seq, sid, f"stored samples cannot be read: {reason}")
+    if table.num_rows and digest != ce.entry.data.get("samples_sha256"):
+        return table, ChainProblem(ce.seq, sid, "samples do not match the segment digest")
+    listed = ce.entry.data.get("columns")
+    if rows and [c for c in listed or () if c in EXTENSION_METRICS] != list(carried_columns(rows)[_BASE_WIDTH:]):
+        return table, ChainProblem(ce.seq, sid, "samples carry other columns than the segment lists")
+    if not table.num_rows and ce.entry.data.get("rows"):
+        return table, ChainProblem(ce.seq, sid, "samples of this segment are missing")
+    return table, None
