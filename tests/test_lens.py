@@ -345,19 +345,25 @@ def test_amd_achieved_flops_come_from_the_op_counters_where_stored_and_the_recei
     assert plain["gpu_hours"] == got["mixed"]["gpu_hours"] and "effective_compute" not in plain   # 1.0.0's
 
 
+def _issued_under_one_replays_after_the_other(runner, cli, url: str, cfg_old, cfg_new) -> None:  # noqa: ANN001
+    """Job 9100 issued under ``cfg_old``'s method verifies under ``cfg_new``'s site; reissued under the new one, it
+    verifies under the old site's too (each receipt replays under the method version it was issued with)."""
+    assert runner.invoke(cli, ["--db", url, "--config", cfg_old, "receipt", "9100", "--issue"]).exit_code == 0
+    v = _json(runner, cli, "--db", url, "--config", cfg_new, "receipt", "9100", "--verify", "--json")
+    assert v["ok"] is True
+    res = runner.invoke(cli, ["--db", url, "--config", cfg_new, "receipt", "9100", "--issue"])
+    assert res.exit_code == 0 and "reissued" in res.output
+    v = _json(runner, cli, "--db", url, "--config", cfg_old, "receipt", "9100", "--verify", "--json")
+    assert v["ok"] is True
+
+
 def test_issued_under_1_0_replays_under_1_0_and_1_1_under_1_1(tmp_path, runner, cli):
     url = f"sqlite:///{tmp_path / 'v.db'}"
     devs = [("GPU-v-0", SKUS[0], [(0.9, 0.6, 1800.0, 0.5, 0.2)] * 20)]
     _ledger(url, devs)
     cfg10, cfg11 = _config(tmp_path, "1.0.0"), _config(tmp_path, "1.1.0")
-    assert runner.invoke(cli, ["--db", url, "--config", cfg10, "receipt", "9100", "--issue"]).exit_code == 0
     # the site moves to 1.1.0: the receipt issued under 1.0.0 still replays byte-identically under 1.0.0
-    v = _json(runner, cli, "--db", url, "--config", cfg11, "receipt", "9100", "--verify", "--json")
-    assert v["ok"] is True
-    res = runner.invoke(cli, ["--db", url, "--config", cfg11, "receipt", "9100", "--issue"])
-    assert res.exit_code == 0 and "reissued" in res.output
-    v = _json(runner, cli, "--db", url, "--config", cfg10, "receipt", "9100", "--verify", "--json")
-    assert v["ok"] is True
+    _issued_under_one_replays_after_the_other(runner, cli, url, cfg10, cfg11)
     body = _json(runner, cli, "--db", url, "--config", cfg11, "receipt", "9100", "--json")
     assert body["receipt_version"] == "1.3" and body["effective_compute"]["rated_share"] is not None
     res = runner.invoke(cli, ["--db", url, "verify", "--json"])
@@ -373,13 +379,7 @@ def test_issued_under_1_1_replays_under_1_1_after_the_site_moves_to_1_2(tmp_path
     url = f"sqlite:///{tmp_path / 'r.db'}"
     _ledger(url, [("GPU-r-0", SKUS[0], [(0.9, 0.1, 1800.0, 0.5, 0.2, 0.2, 0.7, 0.0)] * 20)])
     cfg11, cfg12 = _config(tmp_path, "1.1.0"), _config(tmp_path, "1.2.0")
-    assert runner.invoke(cli, ["--db", url, "--config", cfg11, "receipt", "9100", "--issue"]).exit_code == 0
-    v = _json(runner, cli, "--db", url, "--config", cfg12, "receipt", "9100", "--verify", "--json")
-    assert v["ok"] is True
-    res = runner.invoke(cli, ["--db", url, "--config", cfg12, "receipt", "9100", "--issue"])
-    assert res.exit_code == 0 and "reissued" in res.output
-    v = _json(runner, cli, "--db", url, "--config", cfg11, "receipt", "9100", "--verify", "--json")
-    assert v["ok"] is True
+    _issued_under_one_replays_after_the_other(runner, cli, url, cfg11, cfg12)
     b11 = _json(runner, cli, "--db", url, "--config", cfg11, "receipt", "9100", "--json")["effective_compute"]
     b12 = _json(runner, cli, "--db", url, "--config", cfg12, "receipt", "9100", "--json")["effective_compute"]
     assert b12["achieved_pflop_hours"] > b11["achieved_pflop_hours"] and b12["flops_source"] == "activity"
