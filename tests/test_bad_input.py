@@ -288,7 +288,7 @@ def write_big(kind: str, path: Path, size: int) -> None:
 MEASURE = """
 import json, resource, sys
 from click.testing import CliRunner
-from ledger import db as db_mod
+from ledger.chain import db as db_mod
 from ledger.cli.main import cli
 import ledger.cli.importers, ledger.importers.pipeline, numpy, sqlalchemy
 for kind, path, db in json.loads(sys.argv[1]):

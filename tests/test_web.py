@@ -304,7 +304,7 @@ def test_the_server_process_never_imports_the_analysis_stack(demo):
     code = f"""
 import sys
 from starlette.testclient import TestClient
-from ledger import config
+from ledger.base import config
 from ledger.db import make_engine
 from ledger.ingest.site import site_from_config
 from ledger.web.access import from_config
