@@ -7,6 +7,10 @@ The workload on a device (docs/telemetry.md, "Workload identity") comes from ``e
 ``namespace``/``pod``/``container`` labels that do not name the exporter itself (legacy ``pod_namespace``/
 ``pod_name``/``container_name``) and Slurm ``hpc_job`` (also ``slurm_job_id``/``job_id``). Metrics we do not map
 are reported as unmapped; terminal noise around a saved scrape is skipped and counted.
+
+ROCm device-metrics-exporter's ``amd_*`` series are read beside them (:mod:`.amd_exporter_fields`; devices from
+``gpu_uuid`` or ``hostname``/``gpu_id``, SKU from ``card_model``); its op counters become each sample's
+``fp_ops`` (:mod:`.op_counters`).
 """
 
 from __future__ import annotations
