@@ -21,14 +21,19 @@ import numpy as np
 from ..base.textsafe import excerpt, printable
 from ..telemetry.timeline import (DCGM_FP64_BLANKS, DCGM_INT32_BLANKS, FIELDS, FRACTIONS, INT64_BLANK_FLOAT,
                                   BadValue, check_range, clean)
+from .amd_exporter_fields import OP_COUNTERS
 from .dcgm_fields import ENERGY_WHOLE_J, GR_ENGINE_ACTIVE
+from .op_counters import fp_ops
 
 NAN = float("nan")
 # Series that are no Sample field but stand in for one on a device that has no series of it: GR_ENGINE_ACTIVE
 # for gpu_util (dcgm-exporter 4.x enables it by default, GPU_UTIL in 3.x); DCGM field 1611 (whole joules) for
 # energy_j (field 156), so a scrape carrying both energy counters of one GPU is counted once, from 156.
 STAND_INS = {GR_ENGINE_ACTIVE: "gpu_util", ENERGY_WHOLE_J: "energy_j"}
-SERIES_FIELDS = frozenset((*FIELDS, *STAND_INS))
+# Cumulative op counters (AMD TOTAL_16/32/64_OPS): no Sample field; their deltas are each sample's fp_ops
+# (:mod:`ledger.importers.op_counters`), derived when a device's series are read.
+SERIES_FIELDS = frozenset((*FIELDS, *STAND_INS, *OP_COUNTERS))
+NOT_BLANK_CHECKED = frozenset(("energy_j", *OP_COUNTERS))   # counters: any count is a count
 _REASON_CODES = (None, "nan", "infinite", "dcgm_blank", "negative", "out_of_range", "zero_unsupported")
 MAX_EXAMPLES = 20
 # Readings an exporter prints as 0 when the part has no such sensor (memory temperature without an HBM sensor,
@@ -214,7 +219,7 @@ class Collected:
             nan = np.isnan(v)
             inf = np.isinf(v)
             blank = ~nan & ~inf & ((v >= INT64_BLANK_FLOAT) | np.isin(v, _FP64_BLANKS))
-            if name != "energy_j":
+            if name not in NOT_BLANK_CHECKED:
                 blank |= np.isin(v, _INT32_BLANKS)
             neg = ~nan & ~inf & ~blank & (v < 0)
             reason[neg] = 4
@@ -253,34 +258,60 @@ class Collected:
             span[1] = max(span[1], t)
 
     def _standing(self, device: str) -> dict[str, str]:
-        """series name -> the Sample field it is read as (a stand-in whose field the device lacks; else itself)."""
+        """series name -> the Sample field it is read as (a stand-in whose field the device lacks; else itself);
+        op counters are left out (they are read as ``fp_ops``, :meth:`_ops`)."""
         raw = self.series.get(device, {})
         return {name: STAND_INS.get(name, name) for name in raw
-                if name not in STAND_INS or STAND_INS[name] not in raw}
+                if name not in OP_COUNTERS and (name not in STAND_INS or STAND_INS[name] not in raw)}
+
+    def _ops(self, device: str) -> tuple[np.ndarray, np.ndarray, str | None] | None:
+        """The device's ``fp_ops`` column from its op counters (None: it has none)."""
+        raw = self.series.get(device, {})
+        counters = {n: (np.frombuffer(raw[n][0], dtype=np.float64), np.frombuffer(raw[n][1], dtype=np.float64))
+                    for n in OP_COUNTERS if n in raw}
+        if not counters or "fp_ops" in raw:
+            return None
+        return fp_ops(counters)
 
     def device_series(self, device: str) -> dict[str, Iterator[tuple[float, float | None]]]:
         """The series of one device as the timeline wants them; a stand-in (:data:`STAND_INS`) is read as its
         field when the device has no series of that field, and left out when it has one."""
-        raw = self.series.get(device, {})
-        return {target: [(t, v if v == v else None) for t, v in zip(*raw[name])]   # NaN -> None
-                for name, target in self._standing(device).items()}
+        return {name: [(float(t), None if v != v else float(v)) for t, v in zip(*cols)]   # NaN -> None
+                for name, cols in self.device_arrays(device).items()}
 
     def device_arrays(self, device: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Like :meth:`device_series` but as float arrays (NaN = not measured), without copying."""
         raw = self.series.get(device, {})
-        return {target: (np.frombuffer(raw[name][0], dtype=np.float64), np.frombuffer(raw[name][1], dtype=np.float64))
-                for name, target in self._standing(device).items()}
+        out = {target: (np.frombuffer(raw[name][0], dtype=np.float64), np.frombuffer(raw[name][1], dtype=np.float64))
+               for name, target in self._standing(device).items()}
+        ops = self._ops(device)
+        if ops is not None and ops[2] is None:
+            out["fp_ops"] = (ops[0], ops[1])
+        return out
 
     def device_series_names(self, device: str) -> set[str]:
         """The Sample fields this device has series for (a stand-in reported as its field)."""
-        return set(self._standing(device).values())
+        names = set(self._standing(device).values())
+        ops = self._ops(device)
+        if ops is not None and ops[2] is None:
+            names.add("fp_ops")
+        return names
 
     def device_reasons(self, device: str) -> dict[tuple[float, str], str]:
         r = self.reasons.get(device, {})
-        if any(name in STAND_INS for name in self.series.get(device, {})):
+        if any(name in STAND_INS or name in OP_COUNTERS for name in self.series.get(device, {})):
             standing = self._standing(device)
             r = {(t, standing[n]): why for (t, n), why in r.items() if n in standing}
         return r
+
+    def ops_notes(self) -> list[str]:
+        """One line per device whose op counters give no ``fp_ops`` (and why)."""
+        out = []
+        for dev in sorted(self.series):
+            ops = self._ops(dev)
+            if ops is not None and ops[2] is not None:
+                out.append(f"{self.path}: {dev}: op counters not read as fp_ops: {ops[2]}")
+        return out
 
     def energy_notes(self) -> list[str]:
         """One line per device whose field-1611 energy counter is not read because its field 156 is: the same
@@ -290,7 +321,7 @@ class Collected:
                 for dev, raw in sorted(self.series.items()) if ENERGY_WHOLE_J in raw and "energy_j" in raw]
 
     def all_warnings(self) -> list[str]:
-        return [*self.warnings, *self.energy_notes()]
+        return [*self.warnings, *self.energy_notes(), *self.ops_notes()]
 
     def merge(self, other: "Collected") -> None:
         """Fold another file of the same export into this one (directories, archives, JSON Lines)."""

@@ -7,6 +7,10 @@ The workload on a device (docs/telemetry.md, "Workload identity") comes from ``e
 ``namespace``/``pod``/``container`` labels that do not name the exporter itself (legacy ``pod_namespace``/
 ``pod_name``/``container_name``) and Slurm ``hpc_job`` (also ``slurm_job_id``/``job_id``). Metrics we do not map
 are reported as unmapped; terminal noise around a saved scrape is skipped and counted.
+
+ROCm device-metrics-exporter's ``amd_*`` series are read beside them (:mod:`.amd_exporter_fields`; devices from
+``gpu_uuid`` or ``hostname``/``gpu_id``, SKU from ``card_model``); its op counters become each sample's
+``fp_ops`` (:mod:`.op_counters`).
 """
 
 from __future__ import annotations
@@ -24,12 +28,15 @@ from typing import BinaryIO, Callable, Iterable, Iterator, Mapping, NamedTuple
 from .bounded import DEFAULT_LIMITS, ArchiveLimits, DirFile, archive_members, directory_files, is_archive, open_file
 from ..base.textsafe import excerpt
 from .common import Collected, CsvReader, Context, DeviceInfo, InputError, decode_text, noise_reason, read_lines
-from .dcgm_fields import AMBIGUOUS_NAMES, BY_NAME
+from .amd_exporter_fields import AMD_BY_NAME
+from .dcgm_fields import AMBIGUOUS_NAMES, BY_NAME as DCGM_BY_NAME
 from .prometheus_stream import WholeFile, add_result_series, check_response, read_query_range
 
 MAX_POINTS_PER_SERIES = 11_000    # Prometheus refuses (end-start)/step above this (web/api/v1/api.go)
 CHUNK_POINTS = 10_000             # what we ask for per call, with margin
 JOB_LABELS = ("hpc_job", "slurm_job_id", "job_id", "slurm_job")
+# dcgm-exporter's names and ROCm device-metrics-exporter's (``amd_*``, ledger/importers/amd_exporter_fields.py)
+BY_NAME = {**DCGM_BY_NAME, **AMD_BY_NAME}
 
 
 def _nonempty(labels: Mapping[str, str], *names: str) -> str | None:
@@ -84,6 +91,24 @@ def device_from_labels(labels: Mapping[str, str], c: Collected) -> str:
                                mig_instance=gi, driver=_nonempty(labels, "DCGM_FI_DRIVER_VERSION")))
 
 
+def amd_device_from_labels(labels: Mapping[str, str], c: Collected) -> str:
+    """A device of ROCm device-metrics-exporter: its labels (gpu_id, serial_number, card_model, hostname,
+    gpu_partition_id; gpu_uuid when enabled) as pkg/amdgpu/gpuagent/gpuagent_metrics.go writes them."""
+    node = node_from_labels(labels)
+    uuid = _nonempty(labels, "gpu_uuid")
+    gpu = _nonempty(labels, "gpu_id")
+    part = _nonempty(labels, "gpu_partition_id")
+    if uuid:
+        key = uuid
+    else:
+        where = node or labels.get("instance") or "unknown-node"
+        key = f"{where}/gpu{gpu if gpu is not None else '?'}" + (f"/p{part}" if part not in (None, "0") else "")
+    index = int(gpu) if gpu is not None and gpu.isdecimal() and len(gpu) <= 9 else None
+    return c.device(DeviceInfo(device=key, node=node, index=index, uuid=uuid, sku=_nonempty(labels, "card_model"),
+                               vendor="amd",
+                               driver=_nonempty(labels, "driver_version")))
+
+
 def workload_from_labels(labels: Mapping[str, str]) -> tuple[str | None, str | None, str | None]:
     """(namespace, pod, container) of the workload on the GPU, or Nones (docs/telemetry.md, "Workload identity").
 
@@ -126,8 +151,8 @@ def add_series(c: Collected, labels: Mapping[str, str], points: Iterable, place:
             c.warn(f"{c.path}: {place}: {name}: {AMBIGUOUS_NAMES[name]}")
         c.note_unmapped(name)
         return
-    c.note_mapped(name, spec.target)
-    dev = device_from_labels(labels, c)
+    c.note_mapped(name, "fp_ops" if spec.target.startswith("ops_") else spec.target)
+    dev = (amd_device_from_labels if name in AMD_BY_NAME else device_from_labels)(labels, c)
     ctx = context_from_labels(labels)
     if not isinstance(points, list):
         points = list(points)
@@ -255,7 +280,7 @@ def _add_csv_batch(c: Collected, batch: dict[tuple, tuple[list, list, list]], la
     for key, (ts, raws, lines) in batch.items():
         labels = {h: key[k + 1] for k, (_i, h) in enumerate(label_cols)}
         labels["__name__"] = key[0]
-        dev = device_from_labels(labels, c)
+        dev = (amd_device_from_labels if key[0] in AMD_BY_NAME else device_from_labels)(labels, c)
         try:
             done = _add_columns(c, dev, context_from_labels(labels), BY_NAME[key[0]], ts, raws, f"line {lines[0]}")
         except InputError:

@@ -93,7 +93,7 @@ def clean(raw: object, field_name: str = "") -> tuple[float | None, str | None]:
         return None, "dcgm_blank"
     if v in DCGM_FP64_BLANKS:
         return None, "dcgm_blank"
-    if field_name != "energy_j" and v in DCGM_INT32_BLANKS:
+    if field_name not in ("energy_j", "ops_16", "ops_32", "ops_64") and v in DCGM_INT32_BLANKS:   # counters
         return None, "dcgm_blank"
     if v < 0:
         return None, "negative"
