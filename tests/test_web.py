@@ -305,7 +305,7 @@ def test_the_server_process_never_imports_the_analysis_stack(demo):
 import sys
 from starlette.testclient import TestClient
 from ledger.base import config
-from ledger.db import make_engine
+from ledger.chain.db import make_engine
 from ledger.ingest.site import site_from_config
 from ledger.web.access import from_config
 from ledger.web.app import create_app
