@@ -13,10 +13,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
 import numpy as np
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -78,6 +80,51 @@ def test_vectorised_lens_equals_the_per_sample_reference(tl):
     # the split covers delivered time, and tensor time never exceeds the measured covered time
     assert abs(sum(a.bound_s.values()) - a.delivered_s) <= 1e-6 * max(1.0, a.delivered_s)
     assert a.tensor_s <= a.measured_s + 1e-9
+
+
+# the shapes of a whole column that lens_device takes different ways: every value in [0, 1] (no clip), below
+# pipe_high (no sample high), zeros (no sum), an out-of-range value (the clip), a NaN (unmeasured), none at all
+COLUMN_SHAPES = ("in_unit", "below_high", "zeros", "out_of_range", "with_nan", "absent")
+
+
+@st.composite
+def shaped_column(draw, n):
+    shape = draw(st.sampled_from(COLUMN_SHAPES))
+    if shape == "absent":
+        return None
+    hi = {"in_unit": 1.0, "below_high": 0.29, "zeros": 0.0}.get(shape, 1.0)
+    x = np.array([draw(st.floats(0, hi)) for _ in range(n)], dtype=np.float64)
+    if n and shape == "out_of_range":
+        for i in draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=n)):
+            x[i] = draw(st.sampled_from([-0.2, 1.3, np.inf, -np.inf]))
+    if n and shape == "with_nan":
+        x[draw(st.integers(0, n - 1))] = np.nan
+    return x
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(device_timeline(), st.data())
+def test_each_way_lens_device_takes_a_column_equals_the_reference(tl, data):
+    """The shortcuts (no clip where a column lies in [0, 1], no sum of zeros, no highest-pipe test of a pipe
+    never high) against the plain per-sample reference, each column drawn in one of the shapes."""
+    window, arr, gaps, susp, rated = tl
+    n = len(arr)
+    ten = data.draw(shaped_column(n))
+    arr = dataclasses.replace(arr, tensor=np.full(n, np.nan) if ten is None else ten,
+                              **{p: data.draw(shaped_column(n)) for p in ("fp64", "fp32", "fp16")})
+    kw = dict(unknown=gaps, suspended=susp, rated_clock_mhz=rated)
+    a, b = lens_device(window, arr, **kw), lens_device_reference(window, arr, **kw)
+
+    def close(x, y):
+        if x is None or y is None:
+            return x is None and y is None
+        return abs(x - y) <= 3.6e-6 + 1e-12 * abs(y)
+
+    for f in ("tensor_s", "measured_s", "unmeasured_s", "delivered_s", "tensor_uncounted_s", "rated_s"):
+        assert close(getattr(a, f), getattr(b, f)), f
+    assert all(close(a.pipes_s[p], b.pipes_s[p]) and close(a.pipes_uncounted_s[p], b.pipes_uncounted_s[p])
+               for p in a.pipes_s)
+    assert all(close(a.bound_s[k], b.bound_s[k]) for k in a.bound_s), (a.bound_s, b.bound_s)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -356,6 +356,8 @@ def decode(format_: str, data: bytes, columns: Sequence[str] = SAMPLE_COLUMNS,
             included_fields=[stored.get_field_index(c) for c in present], use_threads=False),
             memory_pool=pa.system_memory_pool())
         wanted = None if devices is None else set(devices)
+        # the type of each asked-for column the block does not hold, looked up once (not once per device)
+        absent = {c: full.field(c).type for c in columns if c not in present}
         out, batch, batch_index = [], None, None
         for device, index, first, n in layout:
             if wanted is not None and device not in wanted:
@@ -369,7 +371,7 @@ def decode(format_: str, data: bytes, columns: Sequence[str] = SAMPLE_COLUMNS,
             if first < 0 or n < 0 or first + n > batch.num_rows:
                 raise BlockError(f"sample block layout out of range for device {device!r}")
             part = batch.slice(first, n)
-            arrays = [part.column(c) if c in present else _nulls(n, full.field(c).type) for c in columns]
+            arrays = [_nulls(n, absent[c]) if c in absent else part.column(c) for c in columns]
             out.append((device, pa.Table.from_arrays(arrays, names=list(columns))))
         return out
     except (pa.ArrowException, OSError, KeyError, ValueError, IndexError, TypeError) as exc:  # LZ4: OSError
