@@ -327,19 +327,18 @@ BUCKETS = ("delivered", *(f"throttled.{r}" for r in THROTTLE_REASONS), "underuti
 B_DELIVERED, B_UNDER, B_STARVED, B_IDLE, B_UNKNOWN = 0, 6, 7, 8, 9
 B_THROTTLED = {r: 1 + i for i, r in enumerate(THROTTLE_REASONS)}
 REASON_BITS = (("thermal", 0x20 | 0x40), ("hw_slowdown", 0x8 | 0x80), ("power_cap", 0x4), ("sync_boost", 0x10))
-SAMPLE_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "sm_occupancy", "tensor_active",
-                  "dram_active", "gpu_util", "mem_copy_util", "sm_clock_mhz", "mem_clock_mhz", "power_w",
-                  "gpu_temp_c", "mem_temp_c", "energy_j", "ecc_sbe_volatile", "ecc_dbe_volatile",
-                  "ecc_sbe_aggregate", "ecc_dbe_aggregate", "row_remap_pending", "row_remap_failure", "xid",
-                  "fb_used_mib", "compute_procs")
+BASE_SAMPLE_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "sm_occupancy", "tensor_active",
+                       "dram_active", "gpu_util", "mem_copy_util", "sm_clock_mhz", "mem_clock_mhz", "power_w",
+                       "gpu_temp_c", "mem_temp_c", "energy_j", "ecc_sbe_volatile", "ecc_dbe_volatile",
+                       "ecc_sbe_aggregate", "ecc_dbe_aggregate", "row_remap_pending", "row_remap_failure", "xid",
+                       "fb_used_mib", "compute_procs")
 # Sample block format 2 (docs/ledger.md, "Sample blocks"): columns a segment carries only where it measured
 # them (DCGM 1006-1008 FP64/FP32/FP16 pipe active; the floating-point operations AMD's op counters counted in
 # the sample's dt). A segment lists its columns in its entry's ``columns``: the 25 above, then those of these
 # it holds in this order; its digest and its bundle rows are over its listed columns, so a segment without
 # them (every segment before format 2) is sealed, bundled and checked exactly as before.
 EXTENSION_COLUMNS = ("fp64_active", "fp32_active", "fp16_active", "fp_ops")
-BASE_SAMPLE_COLUMNS = SAMPLE_COLUMNS
-SAMPLE_COLUMNS = (*BASE_SAMPLE_COLUMNS, *EXTENSION_COLUMNS)
+SAMPLE_COLUMNS = (*BASE_SAMPLE_COLUMNS, *EXTENSION_COLUMNS)   # every column a bundle row can carry
 
 
 def segment_columns(listed: Any, where: str = "columns") -> tuple[str, ...]:
