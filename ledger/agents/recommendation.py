@@ -95,7 +95,7 @@ def _group_tenant(ds: Dataset, found: list[Finding], kind: str) -> list[Finding]
                     f"move this job class's checkpoints to faster storage or stagger them.")
             rk = "check_checkpoint_storage"
             cmd = f"sacct -j {','.join(jobs[:5])} --format=JobID,Partition,QOS,Elapsed,State"
-        out.append(_rec(ds, rk, make_scope(tenant=None if tenant == "-" else tenant), fs, hours, conf, text,
+        out.append(_rec(ds, rk, make_scope(tenant=None if tenant == "-" else tenant), fs, conf, text,
                         [cmd], "(no command: a conversation with the tenant)" if kind == "idle_held"
                         else "(no command: storage team)", level="tenant"))
     return out
@@ -105,12 +105,14 @@ def _disc(ds: Dataset, fs: list[Finding]) -> float:
     return 1.0 if any(ds.statuses.get(f.id, {}).get("status") == "confirmed" for f in fs) else OPEN_DISCOUNT
 
 
-def _rec(ds: Dataset, kind: str, scope: tuple, based: list[Finding], hours: float, conf: float,
+def _rec(ds: Dataset, kind: str, scope: tuple, based: list[Finding], conf: float,
          text: str, evidence_cmds: list[str], command: str, level: str) -> Finding:
+    """The step for ``based``: the hours its findings cost (over the period they were seen), at their cost rate."""
     ev = tuple(Evidence(f"{b.kind} finding {b.id}", "GPU-h", None, b.gpu_hours, None, note=b.summary) for b in based[:5])
     a = min(b.start for b in based)
     e = max(b.end for b in based)
-    rate = sum(b.cost for b in based) / max(sum(b.gpu_hours for b in based), 1e-9)
+    hours = sum(b.gpu_hours for b in based)
+    rate = sum(b.cost for b in based) / max(hours, 1e-9)
     status = "confirmed" if _disc(ds, based) == 1.0 else "open"
     return Finding(AGENT, kind, scope, a, e, hours, hours * rate, conf, ev,
                    f"{text} Would have recovered about {fmt_h(hours)} GPU-hours over the {fmt_h((e - a) / 3600.0)} h "
@@ -130,7 +132,7 @@ def run(ds: Dataset, found: list[Finding]) -> list[Finding]:
             continue
         kind, text, ev, cmd, scope = r
         conf = clamp01(f.confidence * _disc(ds, [f]))
-        out.append(_rec(ds, kind, scope, [f], f.gpu_hours, conf, text, ev, cmd, f.level))
+        out.append(_rec(ds, kind, scope, [f], conf, text, ev, cmd, f.level))
     out += _group_tenant(ds, live, "idle_held")
     out += _group_tenant(ds, [f for f in live if f.kind == "starved"], "starved")
     return out
