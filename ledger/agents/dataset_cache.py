@@ -9,11 +9,12 @@ dataset :func:`ledger.agents.hourly.load_compact` builds (``detail=True``) and t
 It never changes an answer:
 
 - **Keyed by the chain.** The key is a digest of the cache format, the method's version, a digest of the code that
-  computes what is cached (every source and data file of the ``ledger`` package) and the hash of the ledger's
-  last entry of a kind the dataset is built from: every kind but the agents' own records and operators' verdicts
-  (``finding_recorded`` / ``finding_confirmed`` / ``finding_dismissed``), which the cached part does not read.
-  The chain is hash-linked, so that one hash commits to every entry before it. A cache of any other key is stale
-  and is not used.
+  computes what is cached (every source and data file of the ``ledger`` package), the versions of Python, NumPy
+  and pandas, and the hash of the ledger's last entry of a kind the dataset is built from: every kind but the
+  agents' own records and operators' verdicts (``finding_recorded`` / ``finding_confirmed`` /
+  ``finding_dismissed``), which the cached part does not read. The chain is hash-linked, so that one hash commits
+  to every entry before it (and through the telemetry segments' entries, to their sealed sample blocks). A cache
+  of any other key is stale and is not used.
 - **Checked when read.** The manifest carries the SHA-256 of every array; a file whose arrays do not match it
   (cut short, edited, swapped) is ignored, as is one that cannot be read at all. Whoever can write the ledger's
   directory can rewrite the ledger file itself, so the cache is trusted as far as the ledger file is; `--no-cache`
@@ -36,6 +37,7 @@ import io
 import json
 import math
 import os
+import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass, fields, replace
@@ -95,7 +97,8 @@ def ledger_key(conn, code: str) -> str:  # noqa: ANN001 - a Connection
     row = conn.execute(text(f"SELECT seq, hash FROM entries WHERE kind NOT IN ({marks}) ORDER BY seq DESC LIMIT 1"),
                        {f"k{i}": k for i, k in enumerate(PER_CALL_KINDS)}).first()
     chain = "empty" if row is None else f"{int(row[0])}:{row[1]}"
-    return hashlib.sha256(json.dumps([FORMAT, METHOD_VERSION, code, chain]).encode()).hexdigest()
+    libraries = [sys.version, np.__version__, pd.__version__]   # whose arithmetic the cached figures are
+    return hashlib.sha256(json.dumps([FORMAT, METHOD_VERSION, code, libraries, chain]).encode()).hexdigest()
 
 
 def per_call(dataset: Dataset, conn) -> Dataset:  # noqa: ANN001 - a Connection
@@ -333,15 +336,15 @@ def load(engine, cache: Path | None, write: bool = False) -> Cached:  # noqa: AN
     ``cache`` when it is a sound cache of this ledger, else computed (:func:`ledger.agents.hourly.load_compact`,
     :func:`ledger.agents.causes_of`) and, with ``write``, stored there for the next call. ``cache`` None: always
     computed, nothing written."""
-    from . import causes_of
-    from .hourly import load_compact
-
     code = code_digest()
     with engine.connect() as conn:
         key = ledger_key(conn, code)
         hit = read(cache, key) if cache is not None else None
         if hit is not None:
             return Cached(dataset=per_call(hit.dataset, conn), causes=hit.causes)
+    from . import causes_of
+    from .hourly import load_compact
+
     ds = load_compact(engine, detail=True)
     fresh = Cached(dataset=ds, causes=tuple(causes_of(ds)))
     if cache is not None and write:
