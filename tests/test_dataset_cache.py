@@ -199,10 +199,21 @@ def test_frames_come_back_identical_and_a_changed_value_is_seen(rows, str_dtype)
     original = cached(df)
     back = dataset_cache.decode(dataset_cache.encode("k", original), "k")
     assert back is not None and dataset_cache.identical(back, original)
-    if rows:
+    if rows:   # one label changed in value or only in type (None / NaN, 1 / 1.0): seen
+        first = rows[0][0]
         changed = df.copy()
-        changed.loc[0, "label"] = None if rows[0][0] is not None else "zz"
+        changed["label"] = pd.Series([_other(first), *df["label"].iloc[1:]], dtype=object)
         assert not dataset_cache.identical(cached(changed), original)
+
+
+def _other(label):  # noqa: ANN001, ANN202 - a label equal to ``label`` at most in value, never in type and value
+    if label is None:
+        return float("nan")
+    if isinstance(label, float):
+        return None
+    if isinstance(label, int):
+        return float(label)
+    return label + "z"
 
 
 def test_a_hit_is_the_dataset_a_fresh_build_gives(runner, cli, ledger_copy):
