@@ -25,6 +25,8 @@ from ..chain.canonical import format_ts, now_ts
 from ..chain.entries import Kind, make_entry
 
 if TYPE_CHECKING:   # a ledger only where one is read or written: `ipledger analyze` of an export needs none
+    from collections.abc import Sequence
+
     from sqlalchemy.engine import Engine
 
     from .data import Dataset
@@ -71,28 +73,37 @@ def method_info() -> dict:
     return {"name": METHOD_NAME, "version": METHOD_VERSION, "notes": "docs/method.md; agents: docs/agents.md"}
 
 
-def find(ds: Dataset) -> list[Finding]:
+def find(ds: Dataset, causes: Sequence[Finding] | None = None) -> list[Finding]:
     """Every agent's findings over ``ds``: the causes by GPU-hours, then the recommendations in their own order
     (confirmed causes first). What `account`, `explain`, `ask` and the web view need; :func:`run_agents` adds the
-    whole-dataset account, daily rows and metadata that `analyze` and the written analysis print."""
-    return _find(ds)[1]
+    whole-dataset account, daily rows and metadata that `analyze` and the written analysis print. ``causes``:
+    :func:`causes_of` ``ds`` when already known (a cached dataset's, :mod:`ledger.agents.dataset_cache`)."""
+    return _find(ds, causes)[1]
 
 
-def _find(ds: Dataset) -> tuple[list[Finding], list[Finding]]:
-    """(the causes in the order the agents produce them, every finding in :func:`find`'s order)."""
-    from . import accounting, causes as attribution, drift, recommendation
+def causes_of(ds: Dataset) -> list[Finding]:
+    """The causes the agents find in ``ds`` (every finding but the recommendations), in the order they produce
+    them. They read no operator's verdict: only the recommendations do."""
+    from . import accounting, causes as attribution, drift
 
     drift_f, xid_mask = drift.run(ds)
     attr_f = attribution.run(ds, xid_mask, drift.silent_spans(drift_f))
     acct_f = accounting.findings(ds)
-    base = [*attr_f, *drift_f, *acct_f]
+    return [*attr_f, *drift_f, *acct_f]
+
+
+def _find(ds: Dataset, causes: Sequence[Finding] | None = None) -> tuple[list[Finding], list[Finding]]:
+    """(the causes in the order the agents produce them, every finding in :func:`find`'s order)."""
+    from . import recommendation
+
+    base = causes_of(ds) if causes is None else list(causes)
     return base, sorted(base, key=lambda f: (-f.gpu_hours, f.id)) + recommendation.run(ds, base)
 
 
-def run_agents(ds: Dataset) -> Analysis:
+def run_agents(ds: Dataset, causes: Sequence[Finding] | None = None) -> Analysis:
     from . import accounting
 
-    base, findings = _find(ds)
+    base, findings = _find(ds, causes)
     account = accounting.account(ds, base)
     meta = {"through_seq": ds.through_seq, "start": format_ts(ds.start) if ds.end else None,
             "end": format_ts(ds.end) if ds.end else None, "devices": int(len(ds.devices)),
@@ -185,5 +196,5 @@ def verdict(engine: Engine, finding_id: str, confirm: bool, by: str, note: str =
     return append(engine, [e])
 
 
-__all__ = ["Analysis", "Finding", "Dataset", "analyze", "find", "run_agents", "load", "record", "verdict",
+__all__ = ["Analysis", "Finding", "Dataset", "analyze", "find", "causes_of", "run_agents", "load", "record", "verdict",
            "recorded_findings", "UnknownFinding"]

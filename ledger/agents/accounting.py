@@ -5,6 +5,7 @@ a period, decomposed by bucket and by the causes the other agents found (docs/ag
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal
 
 import numpy as np
@@ -94,37 +95,51 @@ DISPLAY_DP = 1   # GPU-hours are shown to one decimal; lines are rounded once, t
 
 
 def _finding_mask(ds: Dataset, f: Finding) -> np.ndarray:
+    """The samples in a finding's window and scope (its device, job, node or rack: the first it names). NumPy on
+    the columns' arrays: a label compares as the frame's ``==`` does (a missing label equals nothing)."""
     s = ds.samples
     sc = f.scope_dict()
-    m = ((s["t"] >= f.start) & (s["t"] < f.end)).to_numpy()
+    t = s["t"].to_numpy()
+    m = (t >= f.start) & (t < f.end)
     for key, col in (("device_uuid", "device"), ("job_id", "job_id"), ("node", "node"), ("rack", "rack")):
         if sc.get(key):
             inside = np.flatnonzero(m)   # the label compared only inside the window (the same mask)
             out = np.zeros(len(m), dtype=bool)
-            out[inside] = (s[col].iloc[inside] == sc[key]).to_numpy()
+            out[inside] = s[col].to_numpy(dtype=object)[inside] == sc[key]
             return out
     return m
 
 
-def loss_partition(ds: Dataset, found: list[Finding], sel: pd.Series | None = None, start: float | None = None,
-                   end: float | None = None, paid: float | None = None) -> tuple[dict[str, float], dict[str, float]]:
-    """The lost GPU-hours (paid - delivered) of a slice split so that each hour is under exactly one line.
+@dataclass(frozen=True)
+class Claims:
+    """Which finding claims each sample's lost part in a slice (:func:`loss_partition`'s first step, which does not
+    depend on the slice's paid hours: `explain` works it out once for its account and its lines)."""
 
-    Each sample's lost part (throttled, starved or idle held) goes to the first finding, in cause order, whose scope
-    and window hold the sample and whose cause explains that bucket (cooling: thermal throttling; power cap:
-    power-cap throttling; drift: throttling with no reason bit; starved / checkpoint: starved; XID, idle held:
-    idle held); what no finding claims is ``other / unattributed``; the workload's own underuse is its own line;
-    allocated time without samples goes to the unknown-interval findings over it (by their overlap), the rest
-    ``unknown (no finding)``. Returns (lines, GPU-hours per finding id inside the slice); the lines sum to
-    paid - delivered. ``requeue`` (delivered work redone) is not a part of it."""
+    keep: np.ndarray          # the slice's allocated samples
+    label: np.ndarray         # per sample: the index of the claiming finding, -1 none
+    per_finding: dict         # finding id -> GPU-hours it claims
+    lines: dict               # cause -> GPU-hours claimed
+
+
+def claims_slice(ds: Dataset, sel: pd.Series | None = None, start: float | None = None,
+                 end: float | None = None) -> np.ndarray:
+    """The samples of a slice an account sums: allocated ones, in ``sel`` (default all), in [start, end)."""
     s = ds.samples
-    n = len(s)
     keep = (s["ai"] >= 0).to_numpy().copy()
     if sel is not None:
         keep &= sel.to_numpy()
     if start is not None:
         keep &= ((s["t"] >= start) & (s["t"] < end)).to_numpy()
-    label = np.full(n, -1, dtype=np.int64)
+    return keep
+
+
+def claims(ds: Dataset, found: list[Finding], sel: pd.Series | None = None, start: float | None = None,
+           end: float | None = None) -> Claims:
+    """Each sample's lost part in the slice given to the first finding, in cause order, whose scope and window hold
+    the sample and whose cause explains that bucket (see :func:`loss_partition`)."""
+    s = ds.samples
+    keep = claims_slice(ds, sel, start, end)
+    label = np.full(len(s), -1, dtype=np.int64)
     buckets = {"thr": s["h_thr"].to_numpy(float), "starved": s["h_starved"].to_numpy(float),
                "idle": s["h_idle"].to_numpy(float)}
     rb = s["rbucket"].to_numpy()
@@ -142,12 +157,33 @@ def loss_partition(ds: Dataset, found: list[Finding], sel: pd.Series | None = No
         h = float(buckets[col][m].sum())
         per_finding[f.id] = h
         lines[f.cause] = lines.get(f.cause, 0.0) + h
+    return Claims(keep=keep, label=label, per_finding=per_finding, lines=lines)
+
+
+def loss_partition(ds: Dataset, found: list[Finding], sel: pd.Series | None = None, start: float | None = None,
+                   end: float | None = None, paid: float | None = None,
+                   claimed: Claims | None = None) -> tuple[dict[str, float], dict[str, float]]:
+    """The lost GPU-hours (paid - delivered) of a slice split so that each hour is under exactly one line.
+
+    Each sample's lost part (throttled, starved or idle held) goes to the first finding, in cause order, whose scope
+    and window hold the sample and whose cause explains that bucket (cooling: thermal throttling; power cap:
+    power-cap throttling; drift: throttling with no reason bit; starved / checkpoint: starved; XID, idle held:
+    idle held); what no finding claims is ``other / unattributed``; the workload's own underuse is its own line;
+    allocated time without samples goes to the unknown-interval findings over it (by their overlap), the rest
+    ``unknown (no finding)``. Returns (lines, GPU-hours per finding id inside the slice); the lines sum to
+    paid - delivered. ``requeue`` (delivered work redone) is not a part of it. ``claimed``: :func:`claims` of the
+    same slice, when already worked out."""
+    s = ds.samples
+    c = claims(ds, found, sel, start, end) if claimed is None else claimed
+    keep, label = c.keep, c.label
+    per_finding, lines = dict(c.per_finding), dict(c.lines)
+    buckets = {"thr": s["h_thr"].to_numpy(float), "starved": s["h_starved"].to_numpy(float),
+               "idle": s["h_idle"].to_numpy(float)}
     loss = (buckets["thr"] + buckets["starved"] + buckets["idle"]) * keep
     other = float(loss[label < 0].sum())
-    sl = s[keep]
-    observed = float(sl["h"].sum())
-    under = float(sl["h_under"].sum())
-    missing = float(sl["h_missing"].sum())   # samples without an activity reading
+    observed = float(s["h"][keep].sum())   # a column at a time: the same sums as of the slice's frame
+    under = float(s["h_under"][keep].sum())
+    missing = float(s["h_missing"][keep].sum())   # samples without an activity reading
     unknown = max((paid if paid is not None else observed) - observed, 0.0) + missing
     gap_total = 0.0
     gaps = []
@@ -215,18 +251,17 @@ def shown_lines(lines: dict[str, float], lost: float, dp: int = DISPLAY_DP) -> t
 
 
 def account(ds: Dataset, found: list[Finding], sel: pd.Series | None = None, start: float | None = None,
-            end: float | None = None, alloc_mask: pd.Series | None = None) -> dict:
-    """paid / delivered / buckets / by_cause for a slice (default: everything)."""
-    s = ds.samples if sel is None else ds.samples[sel]
-    s = s[s["ai"] >= 0]
-    if start is not None:
-        s = s[(s["t"] >= start) & (s["t"] < end)]
+            end: float | None = None, alloc_mask: pd.Series | None = None, claimed: Claims | None = None) -> dict:
+    """paid / delivered / buckets / by_cause for a slice (default: everything); ``claimed``: :func:`claims` of the
+    same slice, when already worked out."""
+    keep = claimed.keep if claimed is not None else claims_slice(ds, sel, start, end)
+    s = ds.samples[keep]   # one selection of the frame: the rows (and order) of selecting by each mask in turn
     paid = paid_hours(ds, alloc_mask, start, end)
     b = bucket_totals(s)
     known = b["delivered"] + sum(b["throttled"].values()) + b["underutilized"] + b["starved"] + b["idle_held"]
     b["unknown"] = max(paid - known, 0.0)
     lost = paid - b["delivered"]
-    by_cause, _ = loss_partition(ds, found, sel, start, end, paid)
+    by_cause, _ = loss_partition(ds, found, sel, start, end, paid, claimed)
     cost_paid, cost_del = run_money(ds, s, alloc_mask, start, end)
     r = lambda x: round(float(x), 4)  # noqa: E731
     return {"paid": r(paid), "delivered": r(b["delivered"]), "lost": r(lost),
@@ -462,8 +497,9 @@ def explain(ds: Dataset, found: list[Finding], kind: str, name: str | None, star
     if kind == "job" and amask.any():
         al = ds.allocs[amask]
         start, end = max(start, float(al["start"].min())), min(end, float(al["end"].max()))
-    acct = account(ds, found, sel=smask, start=start, end=end, alloc_mask=amask)
-    lines, per_finding = loss_partition(ds, found, smask, start, end, acct["paid"])
+    claimed = claims(ds, found, smask, start, end)   # the same slice for the account and its lines
+    acct = account(ds, found, sel=smask, start=start, end=end, alloc_mask=amask, claimed=claimed)
+    lines, per_finding = loss_partition(ds, found, smask, start, end, acct["paid"], claimed)
     causes = []
     for f in found:
         if f.agent == "recommendation" or not f.cause or f.end <= start or f.start >= end:

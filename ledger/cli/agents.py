@@ -42,16 +42,26 @@ def _print_finding(f: dict, status: str | None = None) -> None:
 
 
 SAMPLES_HELP = "Read every sample (the full-resolution reference) instead of the device-hours."
+NO_CACHE_HELP = ("Build the agents' dataset from the sealed data, not from the checked cache beside the ledger "
+                 "(the same answer; docs/agents.md).")
 
 
-def _dataset(app: AppContext, from_samples: bool):  # noqa: ANN202 - an agents Dataset
-    """The agents' dataset: device-hours with the raw samples of what the agents find (docs/scale.md), or every
-    sample."""
+def _dataset(app: AppContext, from_samples: bool, use_cache: bool = True, write_cache: bool = False):  # noqa: ANN202
+    """The agents' dataset and its causes (None: not worked out yet): device-hours with the raw samples of what the
+    agents find (docs/scale.md), from the ledger's cache when it is sound (ledger.agents.dataset_cache; written
+    only by a command that writes the ledger, ``write_cache``); or every sample, with no cache."""
     from .. import agents
-    from ..agents import hourly
+    from ..chain.db import sqlite_path
 
     engine = app.engine()
-    return agents.load(engine) if from_samples else hourly.load_compact(engine, detail=True)
+    if from_samples:
+        return agents.load(engine), None
+    from ..agents import dataset_cache
+
+    ledger_file = sqlite_path(app.db_url) if use_cache else None
+    got = dataset_cache.load(engine, dataset_cache.cache_path(ledger_file) if ledger_file else None,
+                             write=write_cache)
+    return got.dataset, got.causes
 
 
 @click.command("findings")
@@ -60,13 +70,17 @@ def _dataset(app: AppContext, from_samples: bool):  # noqa: ANN202 - an agents D
               help="Run the agents over the ledger first and record new findings (finding_recorded entries).")
 @click.option("--samples", "from_samples", is_flag=True, help=SAMPLES_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the Findings JSON (docs/agents.md).")
+@click.option("--no-cache", "no_cache", is_flag=True, help=NO_CACHE_HELP)
 @pass_app
 @reads_only("refresh")
-def findings_cmd(app: AppContext, since: str | None, refresh: bool, from_samples: bool, as_json: bool) -> None:
+def findings_cmd(app: AppContext, since: str | None, refresh: bool, from_samples: bool, as_json: bool,
+                 no_cache: bool) -> None:
     """List the agents' findings over the ledger, with operators' verdicts.
 
     The agents read the device-hours sealed with the telemetry, and raw samples only for the scopes and
     windows of what they find (memory grows with devices x hours; docs/scale.md); --samples reads every sample.
+    A refresh also writes the checked cache of the agents' dataset beside an SQLite ledger, which the next
+    `findings`, `ask`, `explain` and `account` read instead of rebuilding it (--no-cache: rebuild).
 
     \b
     Example:
@@ -74,9 +88,9 @@ def findings_cmd(app: AppContext, since: str | None, refresh: bool, from_samples
       ipledger findings --since 2026-11-05 --json
       ipledger findings --no-refresh
       ipledger findings --samples          # the full-resolution reference
+      ipledger findings --no-cache         # rebuild the dataset from the sealed data
     """
     from .. import agents
-    from ..agents import hourly
 
     t = _since(since)
     engine = app.engine()
@@ -84,13 +98,17 @@ def findings_cmd(app: AppContext, since: str | None, refresh: bool, from_samples
     if refresh:
         with Progress("findings", quiet=as_json, steps=2) as bar:
             bar.step("run the agents")
-            analysis = agents.analyze(engine) if from_samples else hourly.analyze(engine)
+            ds, causes = _dataset(app, from_samples, use_cache=not no_cache, write_cache=True)
+            if as_json:   # the account is printed only with the JSON
+                analysis = agents.run_agents(ds, causes)
+                found, account = analysis.findings, analysis.account
+            else:
+                found = agents.find(ds, causes)
             bar.step("record")
-            agents.record(engine, analysis.findings)
-        account = analysis.account
+            agents.record(engine, found)
     rows = agents.recorded_findings(engine, since=t)
     if refresh:  # show what the agents find now (older recorded windows stay in the ledger, not in this list)
-        current = {f.id for f in analysis.findings}
+        current = {f.id for f in found}
         rows = [r for r in rows if r["id"] in current]
     if as_json:
         emit_json({"findings": rows, "account": account if account is not None else {},
@@ -192,10 +210,11 @@ def _print_explain(ex: dict) -> None:
               help="2026-W45, 2026-11-03, 2026-11, 2026-11-02..2026-11-05, this-week, last-week, today, yesterday.")
 @click.option("--samples", "from_samples", is_flag=True, help=SAMPLES_HELP)
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--no-cache", "no_cache", is_flag=True, help=NO_CACHE_HELP)
 @pass_app
 @reads_only()
 def explain_cmd(app: AppContext, node: str | None, rack: str | None, tenant: str | None, job: str | None,
-                period: str, from_samples: bool, as_json: bool) -> None:
+                period: str, from_samples: bool, as_json: bool, no_cache: bool) -> None:
     """Where the GPU-hours of a node, rack, tenant or job went in a period, by cause, with evidence.
 
     Read from the device-hours and the raw samples of what the agents find; --samples reads every sample.
@@ -206,6 +225,7 @@ def explain_cmd(app: AppContext, node: str | None, rack: str | None, tenant: str
       ipledger explain --rack R3 --period this-week --json
       ipledger explain --tenant climate --period 2026-11
       ipledger explain --job 4242          # with the job's timeline: runs, progress marks, lost work
+      ipledger explain --rack R3 --no-cache   # rebuild the dataset from the sealed data
     """
     from .. import agents
     from ..agents import query
@@ -216,11 +236,11 @@ def explain_cmd(app: AppContext, node: str | None, rack: str | None, tenant: str
         raise UserError("give exactly one of --node, --rack, --tenant, --job")
     kind, name = given[0]
     with Progress("explain", quiet=as_json, steps=3) as bar:
-        ds, (start, end, _) = _dataset_in(app, from_samples, period, bar, "explain")
+        (ds, causes), (start, end, _) = _dataset_in(app, from_samples, period, bar, "explain", not no_cache)
         try:
             scope_masks(ds, kind, name)  # an unknown scope is refused before the agents run
             bar.step("run the agents")
-            found = agents.find(ds)
+            found = agents.find(ds, causes)
             bar.step("explain")
             ex = query.scope(ds, found, kind, name, start, end, _billed(app, start, end))
         except ExplainError as exc:
@@ -235,9 +255,10 @@ def explain_cmd(app: AppContext, node: str | None, rack: str | None, tenant: str
 @click.argument("question")
 @click.option("--samples", "from_samples", is_flag=True, help=SAMPLES_HELP)
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--no-cache", "no_cache", is_flag=True, help=NO_CACHE_HELP)
 @pass_app
 @reads_only()
-def ask_cmd(app: AppContext, question: str, from_samples: bool, as_json: bool) -> None:
+def ask_cmd(app: AppContext, question: str, from_samples: bool, as_json: bool, no_cache: bool) -> None:
     """Answer a question about where GPU-hours went (a small grammar, docs/agents.md); refuses anything else.
 
     Read from the device-hours and the raw samples of what the agents find; --samples reads every sample.
@@ -252,6 +273,7 @@ def ask_cmd(app: AppContext, question: str, from_samples: bool, as_json: bool) -
       ipledger ask "how much did cooling cost us this week?"
       ipledger ask "what was the utilization of R3 on Wednesday?"
       ipledger ask "why is B2 slow?"
+      ipledger ask "why is B2 slow?" --no-cache   # rebuild the dataset from the sealed data
     """
     from .. import agents
     from ..agents.ask import CannotAnswer, answer, parse_question, prepare
@@ -260,11 +282,11 @@ def ask_cmd(app: AppContext, question: str, from_samples: bool, as_json: bool) -
         parse_question(question)  # refuse before touching the database
         with Progress("ask", quiet=as_json, steps=2) as bar:
             bar.step("read the ledger")
-            ds = _dataset(app, from_samples)
+            ds, causes = _dataset(app, from_samples, use_cache=not no_cache)
 
             def findings():  # noqa: ANN202 - run only for the questions that need them
                 bar.step("run the agents")
-                return agents.find(ds)
+                return agents.find(ds, causes)
 
             prepared = prepare(ds, question)
             res = answer(ds, findings, question, prepared,
@@ -297,13 +319,15 @@ def _period_with_data(ds, text: str) -> tuple[float, float, str]:  # noqa: ANN00
     return start, end, label
 
 
-def _dataset_in(app: AppContext, from_samples: bool, period: str, bar: Progress, what: str):  # noqa: ANN202
-    """The agents' dataset (a step of ``bar``) and the period it holds data in; one-line errors otherwise."""
+def _dataset_in(app: AppContext, from_samples: bool, period: str, bar: Progress, what: str,  # noqa: ANN202
+                use_cache: bool = True):
+    """The agents' dataset and causes (:func:`_dataset`, a step of ``bar``) and the period it holds data in;
+    one-line errors otherwise."""
     bar.step("read the ledger")
-    ds = _dataset(app, from_samples)
+    ds, causes = _dataset(app, from_samples, use_cache=use_cache)
     if not len(ds.allocs) and not len(ds.samples):
         raise UserError(f"the ledger holds no allocations or telemetry to {what}")
-    return ds, _period_with_data(ds, period)
+    return (ds, causes), _period_with_data(ds, period)
 
 
 def _billed(app: AppContext, start: float, end: float):  # noqa: ANN202 - statement rows or None
@@ -342,10 +366,11 @@ _ACCOUNT_PERIODS = (("--day", r"\d{4}-\d{2}-\d{2}|today|yesterday", "2026-11-04,
                                "all (the default).")
 @click.option("--samples", "from_samples", is_flag=True, help=SAMPLES_HELP)
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--no-cache", "no_cache", is_flag=True, help=NO_CACHE_HELP)
 @pass_app
 @reads_only()
 def account_cmd(app: AppContext, day: str | None, week: str | None, period: str | None, from_samples: bool,
-                as_json: bool) -> None:
+                as_json: bool, no_cache: bool) -> None:
     """The account of a period (`daily` is the same command): paid, delivered and lost GPU-hours per tenant and per
     day, totals, the loss by cause, and on a billed month the receipts' figures with the lines between them.
 
@@ -359,6 +384,7 @@ def account_cmd(app: AppContext, day: str | None, week: str | None, period: str 
       ipledger account --week 2026-W45 --json
       ipledger account --period 2026-11
       ipledger daily                       # the same command: every day of the ledger
+      ipledger account --no-cache          # rebuild the dataset from the sealed data
     """
     from .. import agents
     from ..agents import query
@@ -372,12 +398,12 @@ def account_cmd(app: AppContext, day: str | None, week: str | None, period: str 
             raise UserError(f"{opt}: cannot read {v!r} (want {want})")
     with Progress("account", quiet=as_json, steps=3) as bar:
         bar.step("read the ledger")
-        ds = _dataset(app, from_samples)
+        ds, causes = _dataset(app, from_samples, use_cache=not no_cache)
         if not len(ds.allocs):
             raise UserError("the ledger holds no allocations to account for")
         start, end, label = _period_with_data(ds, given[0][1] if given else "all")
         bar.step("run the agents")
-        found = agents.find(ds)
+        found = agents.find(ds, causes)
         bar.step("account")
         res = query.period(ds, found, start, end, label, _billed(app, start, end))
     res["source"] = "samples" if from_samples else "device_hours"
@@ -434,9 +460,9 @@ def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool, f
     from ..agents.export_analysis import AnalysisError
 
     with Progress("report analysis", quiet=as_json, steps=4) as bar:
-        ds, (start, end, label) = _dataset_in(app, from_samples, period, bar, "analyse")
+        (ds, causes), (start, end, label) = _dataset_in(app, from_samples, period, bar, "analyse")
         bar.step("run the agents")
-        analysis = agents.run_agents(ds)
+        analysis = agents.run_agents(ds, causes)
         bar.step("analyse")
         doc = agents.period_analysis(ds, analysis, start, end, label)
         from ..agents.export_analysis import finding_series
