@@ -18,10 +18,9 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TYPE_CHECKING
 
-from sqlalchemy import text
-from sqlalchemy.engine import Engine
+from ..chain.lite import text
 
 from ..chain import heads
 from ..chain.canonical import now_ts, ts_to_epoch
@@ -36,6 +35,9 @@ from ..method.carbon import CarbonSettings
 from ..method.lens import LENS_METHOD_VERSIONS
 from .compute import ENERGY_RECEIPT_VERSION, LensSettings, Receipt, ReceiptError, RunKey, compute_receipt
 from .gather import gather
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ that recomputes every segment's device-hours from its stored samples and names t
 
 from __future__ import annotations
 
-from sqlalchemy import text
+from ..chain.lite import text
 
 from ..chain.entries import Kind
 from ..chain.store import iter_entries

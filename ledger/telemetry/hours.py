@@ -479,23 +479,26 @@ def insert_in(conn, hours: Sequence[tuple[str, DeviceHour]]) -> int:  # noqa: AN
     return len(hours)
 
 
+_AS_STORED = tuple(int if k in INT_FIELDS else float for k in FIELDS[2:])
+
+
 def _from_db(row: Sequence) -> DeviceHour:
-    vals = [float("nan") if v is None else v for v in row]
-    return DeviceHour(str(vals[0]), float(vals[1]), *[int(v) if k in INT_FIELDS else float(v)
-                                                      for k, v in zip(FIELDS[2:], vals[2:])])
+    nan = float("nan")   # NULL: NaN (an integer field's NULL raises, as int(nan) does)
+    return DeviceHour(str(nan if row[0] is None else row[0]), float(nan if row[1] is None else row[1]),
+                      *[as_type(nan if v is None else v) for as_type, v in zip(_AS_STORED, row[2:])])
 
 
 def stored(conn, segment_ids: Sequence[str] | None = None, devices: Sequence[str] | None = None,  # noqa: ANN001
            start: float | None = None, end: float | None = None) -> dict[str, list[DeviceHour]]:
     """Stored device-hours per segment id, optionally only these segments / devices / hours in [start, end)."""
-    from sqlalchemy import bindparam, text
+    from ..chain.lite import text
 
-    where, p, expanding = [], {}, []
+    where, p = [], {}
     for col, vals in (("segment_id", segment_ids), ("device", devices)):
-        if vals is not None:  # an empty list selects nothing (SQLAlchemy renders an empty IN)
-            where.append(f"{col} IN :{col}s")
-            p[f"{col}s"] = list(vals)
-            expanding.append(bindparam(f"{col}s", expanding=True))
+        if vals is not None:  # an empty list selects nothing
+            names = [f"{col}{i}" for i in range(len(vals))]
+            where.append(f"{col} IN ({', '.join(':' + n for n in names)})" if names else "0 = 1")
+            p.update(zip(names, vals))
     if start is not None:
         where.append("hour >= :start")
         p["start"] = start
@@ -504,7 +507,7 @@ def stored(conn, segment_ids: Sequence[str] | None = None, devices: Sequence[str
         p["end"] = end
     sql = f"SELECT segment_id, {', '.join(FIELDS)} FROM {TABLE}" + (" WHERE " + " AND ".join(where) if where else "")
     out: dict[str, list[DeviceHour]] = {}
-    for r in conn.execute(text(sql + " ORDER BY segment_id, device, hour").bindparams(*expanding), p):
+    for r in conn.execute(text(sql + " ORDER BY segment_id, device, hour"), p):
         out.setdefault(r[0], []).append(_from_db(r[1:]))
     return out
 

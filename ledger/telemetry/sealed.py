@@ -13,19 +13,19 @@ import hashlib
 import itertools
 import operator
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, Sequence
-
-from sqlalchemy import text
-from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError
+from typing import Any, Iterable, Iterator, Mapping, Sequence, TYPE_CHECKING
 
 from ..chain.canonical import canonical_json
 from ..chain.db import write_tx
 from ..chain.entries import ChainedEntry, Entry, Kind, make_entry
+from ..chain.lite import is_connection, text
 from ..chain.store import AppendResult, append_in
 from ..chain.verify import ChainProblem
 from . import blocks
 from .model import BASE_COLUMNS, EXTENSION_METRICS, SAMPLE_COLUMNS, Sample
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine
 
 INSERT_COLUMNS = ("segment_id", *BASE_COLUMNS)  # the legacy `samples` table's columns (it has no format 2 ones)
 
@@ -218,7 +218,7 @@ def write_segment_rows_in(conn: Connection, rows: Sequence[tuple], entry: Entry,
     sid = entry.entry_id
     if rows and not _segment_stored(conn, sid):
         block = blocks.encode(rows) if columns is None else blocks.encode_columns(columns)
-        conn.execute(_INSERT_BLOCK, {"s": sid, "f": block.format, "n": block.rows, "h": block.sha256,
+        conn.execute(text(_INSERT_BLOCK), {"s": sid, "f": block.format, "n": block.rows, "h": block.sha256,
                                      "d": block.data})
         from . import hours   # numpy and the method: only where samples are sealed
 
@@ -226,7 +226,7 @@ def write_segment_rows_in(conn: Connection, rows: Sequence[tuple], entry: Entry,
     return result
 
 
-_INSERT_BLOCK = text("INSERT INTO sample_blocks (segment_id, format, rows, sha256, data) VALUES (:s, :f, :n, :h, :d)")
+_INSERT_BLOCK = ("INSERT INTO sample_blocks (segment_id, format, rows, sha256, data) VALUES (:s, :f, :n, :h, :d)")
 
 
 @dataclass(frozen=True)
@@ -266,7 +266,7 @@ def store_sealed_in(conn: Connection, sealed: Sealed) -> int:
     new = [(sid, b) for sid, b in zip(sealed.ids, sealed.blocks) if sid not in stored]
     if not new:
         return 0
-    conn.execute(_INSERT_BLOCK, [{"s": sid, "f": b.format, "n": b.rows, "h": b.sha256, "d": b.data}
+    conn.execute(text(_INSERT_BLOCK), [{"s": sid, "f": b.format, "n": b.rows, "h": b.sha256, "d": b.data}
                                  for sid, b in new])
     hours.insert_in(conn, [(sid, h) for sid, h in sealed.hours if sid not in stored])
     return len(new)
@@ -430,7 +430,7 @@ def read_samples(engine_or_conn, *, segment_ids: Sequence[str] | None = None,  #
         keys = [(c, "ascending") for c in ("device", "t") if c in columns]
         return table.sort_by(keys) if len(pieces) > 1 and keys else table
 
-    if isinstance(engine_or_conn, Connection):
+    if is_connection(engine_or_conn):
         return _q(engine_or_conn)
     with engine_or_conn.connect() as conn:
         return _q(conn)
