@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import sqlite3
 import sys
+import threading
 from collections import namedtuple
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 from urllib.parse import quote
 
 
@@ -141,6 +142,7 @@ class LiteError(sqlite3.DatabaseError):
 
 
 _ROW_TYPES: dict[tuple, type] = {}
+_POOL_SIZE = 5   # idle connections an engine keeps (SQLAlchemy's default pool keeps as many)
 
 
 def _row(cursor: sqlite3.Cursor, values: tuple):  # noqa: ANN202 - a tuple that answers by column name too
@@ -153,12 +155,13 @@ def _row(cursor: sqlite3.Cursor, values: tuple):  # noqa: ANN202 - a tuple that 
 
 class LiteConnection:
     """One read-only sqlite3 connection; its first statement begins the (deferred) read transaction, closing
-    it ends the transaction."""
+    it ends the transaction and hands the connection back to its engine's pool."""
 
     dialect = Dialect()
 
-    def __init__(self, raw: sqlite3.Connection) -> None:
+    def __init__(self, raw: sqlite3.Connection, release: Callable[[sqlite3.Connection], None]) -> None:
         self._raw = raw
+        self._release = release
         self._in_tx = False
 
     def _begin(self) -> None:
@@ -183,8 +186,15 @@ class LiteConnection:
             self._in_tx = False
 
     def close(self) -> None:
-        self.rollback()
-        self._raw.close()
+        if self._raw is None:
+            return
+        try:
+            self.rollback()
+        except sqlite3.Error:
+            self._raw.close()
+        else:
+            self._release(self._raw)
+        self._raw = None
 
     def __enter__(self) -> "LiteConnection":
         return self
@@ -202,13 +212,17 @@ class RawConnection:
 
 
 class LiteEngine:
-    """An SQLite ledger file opened read-only (``mode=ro``), a new sqlite3 connection per :meth:`connect`."""
+    """An SQLite ledger file opened read-only (``mode=ro``). Connections are pooled, as SQLAlchemy's engine pools
+    them: a fresh sqlite3 connection reads the schema again at its first statement, which verify's hundreds of
+    receipt replays would pay each time."""
 
     dialect = Dialect()
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path).resolve()
         self.url = URL(self.path)
+        self._idle: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
 
     def _open(self) -> sqlite3.Connection:
         raw = sqlite3.connect(f"file:{quote(str(self.path))}?mode=ro", uri=True, timeout=60,
@@ -217,13 +231,27 @@ class LiteEngine:
         return raw
 
     def connect(self) -> LiteConnection:
-        raw = self._open()
-        raw.row_factory = _row
-        return LiteConnection(raw)
+        with self._lock:
+            raw = self._idle.pop() if self._idle else None
+        if raw is None:
+            raw = self._open()
+            raw.row_factory = _row
+        return LiteConnection(raw, self._put_back)
+
+    def _put_back(self, raw: sqlite3.Connection) -> None:
+        with self._lock:
+            if len(self._idle) < _POOL_SIZE:
+                self._idle.append(raw)
+                return
+        raw.close()
 
     def raw_connection(self) -> "RawConnection":
         """The driver's own connection (plain tuples), as SQLAlchemy's ``engine.raw_connection()`` gives it."""
         return RawConnection(self._open())
 
     def dispose(self) -> None:
-        """Nothing pooled: each connection is closed when its block ends."""
+        """Close the pooled connections (those in use are closed when their blocks end)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for raw in idle:
+            raw.close()

@@ -53,7 +53,9 @@ class Block:
     data: bytes
 
 
+@functools.lru_cache(maxsize=1)
 def arrow_schema():  # noqa: ANN201 - pyarrow is imported lazily (verify and ship import this module's callers)
+    """The block's full schema (an immutable pyarrow Schema, built once: every decode checks against it)."""
     import pyarrow as pa
 
     types = {"device": pa.string(), "clock_reasons": pa.int64()}
