@@ -22,7 +22,6 @@ from typing import Any, Callable, Iterable, Mapping, TYPE_CHECKING
 
 from ..chain.lite import text
 
-from ..chain import heads
 from ..chain.canonical import now_ts, ts_to_epoch
 from ..chain.closed import ClosedMonths, read_closed
 from ..chain.contracts import PINNED_DEFAULT
@@ -180,6 +179,8 @@ def issue_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluste
             changes = describe_changes(replay(engine, previous, sku_table, workers, carbon).body, receipt.body)
         except ReceiptError as exc:  # pragma: no cover - the previous inputs are still in the ledger
             changes = [f"previous receipt could not be replayed: {exc}"]
+    from ..chain import heads   # signed heads: only where a receipt is issued, not where one is shown
+
     with engine.connect() as conn:
         tree_head = heads.tree_head_at(conn, receipt.body["ledger"]["through_seq"])
     entry = receipt_issued_entry(receipt, previous, changes, tree_head)
