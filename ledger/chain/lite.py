@@ -145,11 +145,19 @@ _ROW_TYPES: dict[tuple, type] = {}
 _POOL_SIZE = 5   # idle connections an engine keeps (SQLAlchemy's default pool keeps as many)
 
 
+_LAST: tuple = (None, None)   # (a statement's description, its row type): the rows of one statement share it
+
+
 def _row(cursor: sqlite3.Cursor, values: tuple):  # noqa: ANN202 - a tuple that answers by column name too
-    names = tuple(d[0] for d in cursor.description)
-    kind = _ROW_TYPES.get(names)
-    if kind is None:
-        kind = _ROW_TYPES[names] = namedtuple("Row", names, rename=True)
+    global _LAST
+    description = cursor.description
+    last_description, kind = _LAST
+    if description is not last_description:
+        names = tuple(d[0] for d in description)
+        kind = _ROW_TYPES.get(names)
+        if kind is None:
+            kind = _ROW_TYPES[names] = namedtuple("Row", names, rename=True)
+        _LAST = (description, kind)
     return kind._make(values)
 
 
