@@ -168,8 +168,9 @@ def table_digest(table) -> tuple[str, tuple[str, ...]] | None:  # noqa: ANN001 -
         distinct, index = np.unique(keys, return_inverse=True)
         spelled = list(map(float.__repr__, distinct.view(np.float64).tolist())) if floats \
             else list(map(int.__repr__, distinct.tolist()))
-        end = "]" if c == carried[-1] else ""
-        spelled = np.array([*(v + end for v in spelled), "null" + end], dtype=object)   # NULL: the last
+        # each distinct value's text, NULL's last; the row's last column closes the row
+        closes = c == carried[-1]
+        spelled = np.array([*(v + "]" for v in spelled), "null]"] if closes else [*spelled, "null"], dtype=object)
         at = np.full(n, len(spelled) - 1, dtype=np.intp)
         at[valid] = index
         texts.append(spelled[at].tolist())
