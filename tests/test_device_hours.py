@@ -4,9 +4,11 @@ and they are written when a segment is sealed, backfilled by the migration and c
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
@@ -205,6 +207,19 @@ def test_first_mismatch_shortcut_agrees_with_the_field_by_field_reference(sample
         have = [*want, want[i]]
     got = hours.first_mismatch(want, have)
     assert got == hours.first_mismatch_reference(want, have)
+    # the same against the rows as the database returns them (NaN stored as NULL), verify's way
+    rows = [tuple(None if v != v else v for v in hours.values(h)) for h in have]
+    assert hours.stored_mismatch(want, rows) == got
+    text = data.draw(st.sampled_from(hours.FIELDS[2:]))
+    j = hours.FIELDS.index(text)
+    as_text = [(*r[:j], str(r[j]), *r[j + 1:]) if k == 0 else r for k, r in enumerate(rows)]
+    try:   # a value stored as text: the reference's float()/int() of it decides, never the shortcut
+        expected = hours.first_mismatch_reference(want, [hours.from_db(r) for r in as_text])
+    except ValueError as exc:
+        with pytest.raises(ValueError, match=re.escape(str(exc))):
+            hours.stored_mismatch(want, as_text)
+    else:
+        assert hours.stored_mismatch(want, as_text) == expected
     if got is None and how == "edit" and not (name in hours.LATER and new != new):
         assert new == old or (new == new and abs(new - old) <= 1e-9 * max(abs(old), 1))
 

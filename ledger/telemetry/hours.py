@@ -20,6 +20,7 @@ rows of all segments per device-hour; :mod:`ledger.telemetry.derived` keeps them
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from dataclasses import dataclass, fields
@@ -482,7 +483,8 @@ def insert_in(conn, hours: Sequence[tuple[str, DeviceHour]]) -> int:  # noqa: AN
 _AS_STORED = tuple(int if k in INT_FIELDS else float for k in FIELDS[2:])
 
 
-def _from_db(row: Sequence) -> DeviceHour:
+def from_db(row: Sequence) -> DeviceHour:
+    """A stored row (device, hour, then the other FIELDS) as a device-hour: NULL is NaN."""
     nan = float("nan")   # NULL: NaN (an integer field's NULL raises, as int(nan) does)
     return DeviceHour(str(nan if row[0] is None else row[0]), float(nan if row[1] is None else row[1]),
                       *[as_type(nan if v is None else v) for as_type, v in zip(_AS_STORED, row[2:])])
@@ -491,6 +493,14 @@ def _from_db(row: Sequence) -> DeviceHour:
 def stored(conn, segment_ids: Sequence[str] | None = None, devices: Sequence[str] | None = None,  # noqa: ANN001
            start: float | None = None, end: float | None = None) -> dict[str, list[DeviceHour]]:
     """Stored device-hours per segment id, optionally only these segments / devices / hours in [start, end)."""
+    return {sid: [from_db(r) for r in rows]
+            for sid, rows in stored_rows(conn, segment_ids, devices, start, end).items()}
+
+
+def stored_rows(conn, segment_ids: Sequence[str] | None = None, devices: Sequence[str] | None = None,  # noqa: ANN001
+                start: float | None = None, end: float | None = None) -> dict[str, list[tuple]]:
+    """:func:`stored`'s rows as the database returns them (device, hour, then the other FIELDS; NULL as None),
+    not yet made into device-hours (:func:`from_db`)."""
     from ..chain.lite import text
 
     where, p = [], {}
@@ -506,9 +516,9 @@ def stored(conn, segment_ids: Sequence[str] | None = None, devices: Sequence[str
         where.append("hour < :end")
         p["end"] = end
     sql = f"SELECT segment_id, {', '.join(FIELDS)} FROM {TABLE}" + (" WHERE " + " AND ".join(where) if where else "")
-    out: dict[str, list[DeviceHour]] = {}
+    out: dict[str, list[tuple]] = {}
     for r in conn.execute(text(sql + " ORDER BY segment_id, device, hour"), p):
-        out.setdefault(r[0], []).append(_from_db(r[1:]))
+        out.setdefault(r[0], []).append(tuple(r)[1:])
     return out
 
 
@@ -619,28 +629,36 @@ def _same(a: float | int | str, b: float | int | str) -> bool:
     return a == b
 
 
-_KEY = operator.attrgetter("device", "hour")
-_FLOATS = tuple(f for f in FIELDS[2:] if f not in INT_FIELDS)
-_LATER_AT = np.array([f in LATER for f in _FLOATS])
+_KEY = operator.itemgetter(0, 1)   # (device, hour) of a device-hour's values in FIELDS order
+_INTS = operator.itemgetter(*(i for i, f in enumerate(FIELDS) if f in INT_FIELDS))
+_FLOATS = operator.itemgetter(*(i for i, f in enumerate(FIELDS) if i >= 2 and f not in INT_FIELDS))
+_LATER_AT = np.array([f in LATER for i, f in enumerate(FIELDS) if i >= 2 and f not in INT_FIELDS])
+_NONE = type(None)
 
 
-def exactly_equal(want: Sequence[DeviceHour], have: Sequence[DeviceHour]) -> bool:
-    """Whether both hold the same device-hours with every field exactly equal (NaN where NaN; a :data:`LATER`
-    field may be NaN where stored), decided in a few numpy passes: then :func:`first_mismatch_reference` finds
-    nothing (exact equality is within its tolerance, and it skips the same NaNs). False says only "compare
-    them field by field" (a difference, a repeated key, an integer past int64)."""
+def exactly_equal(want: Sequence[DeviceHour], have: Sequence[Sequence]) -> bool:
+    """Whether ``have`` — device-hours, or stored rows as the database returns them (device, hour, then the
+    other FIELDS; NULL as None) — holds exactly ``want``'s device-hours: the same keys once each, every field
+    equal (NaN or NULL where NaN; a :data:`LATER` field may be NULL where stored), decided in a few numpy passes.
+    Then :func:`first_mismatch_reference` finds nothing (exact equality is within its tolerance, and it skips
+    the same NaNs). False says only "compare them field by field" (a difference, a repeated key, a value that
+    is not a number of its field's kind)."""
     if len(want) != len(have):
         return False
-    w, g = sorted(want, key=_KEY), sorted(have, key=_KEY)
+    w = sorted(map(values, want), key=_KEY)
+    g = sorted((values(h) if isinstance(h, DeviceHour) else tuple(h) for h in have), key=_KEY)
     if list(map(_KEY, w)) != list(map(_KEY, g)):
         return False
     if not w:
         return True
-    floats, ints = operator.attrgetter(*_FLOATS), operator.attrgetter(*sorted(INT_FIELDS))
+    ints, floats = list(map(_INTS, g)), list(map(_FLOATS, g))
+    if set(map(type, itertools.chain.from_iterable(ints))) - {int} \
+            or set(map(type, itertools.chain.from_iterable(floats))) - {int, float, _NONE}:
+        return False   # what the reference makes of it (int(), float() of text...) is the reference's to say
     try:
-        if not np.array_equal(np.array(list(map(ints, w)), dtype=np.int64), np.array(list(map(ints, g)), dtype=np.int64)):
+        if not np.array_equal(np.array(list(map(_INTS, w)), dtype=np.int64), np.array(ints, dtype=np.int64)):
             return False
-        a, b = np.array(list(map(floats, w)), dtype=np.float64), np.array(list(map(floats, g)), dtype=np.float64)
+        a, b = np.array(list(map(_FLOATS, w)), dtype=np.float64), np.array(floats, dtype=np.float64)  # None: NaN
     except (OverflowError, TypeError, ValueError):
         return False
     a_nan, b_nan = np.isnan(a), np.isnan(b)
@@ -652,6 +670,14 @@ def first_mismatch(want: Sequence[DeviceHour], have: Sequence[DeviceHour]) -> st
     every field is exactly equal (:func:`exactly_equal`, verify's common case) without comparing them one by
     one, else as :func:`first_mismatch_reference` finds it."""
     return None if exactly_equal(want, have) else first_mismatch_reference(want, have)
+
+
+def stored_mismatch(want: Sequence[DeviceHour], rows: Sequence[Sequence]) -> str | None:
+    """:func:`first_mismatch` of ``want`` and a segment's stored rows (:func:`stored_rows`), the rows made into
+    device-hours (:func:`stored`'s way) only where they are not exactly ``want``'s."""
+    if exactly_equal(want, rows):
+        return None
+    return first_mismatch_reference(want, [from_db(r) for r in rows])
 
 
 def first_mismatch_reference(want: Sequence[DeviceHour], have: Sequence[DeviceHour]) -> str | None:
