@@ -75,10 +75,11 @@ def check_issued_receipts(engine: Engine, report: VerifyReport, site: Site | Non
         except Exception as exc:  # noqa: BLE001 - whatever stops a replay (a damaged block too) is a named problem
             problems.append(ChainProblem(ce.seq, ce.entry.entry_id, f"issued receipt cannot be replayed: {exc}"))
             continue
-        if r.hash != ce.entry.data.get("receipt_hash"):
+        issued = ce.entry.data   # the payload (the whole receipt), parsed once
+        if r.hash != issued.get("receipt_hash"):
             problems.append(ChainProblem(ce.seq, ce.entry.entry_id,
-                                         f"issued receipt {ce.entry.data.get('receipt_hash')} replays as {r.hash}"
-                                         + intensity_change(ce.entry.data.get("receipt") or {}, r.body)))
+                                         f"issued receipt {issued.get('receipt_hash')} replays as {r.hash}"
+                                         + intensity_change(issued.get("receipt") or {}, r.body)))
     return problems
 
 

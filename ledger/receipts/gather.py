@@ -122,14 +122,16 @@ def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | Non
     # resolutions keyed to this run come with its entries; un-keyed ones (a gap resolved without --job) here
     resolutions = _select(conn, "kind = :k AND job_id IS NULL" + asof_clause, {"k": Kind.GAP_RESOLUTION, **asof_param})
     contracts = _select(conn, "kind = :k" + asof_clause, {"k": Kind.CONTRACT_VERSION, **asof_param})
-    segments = []
+    segments, listed = [], []   # each segment's payload "devices", read once
     for seg in overlapping_entries(conn, Kind.TELEMETRY_SEGMENT, start, end, as_of):
-        devs = set(seg.entry.data.get("devices") or ([seg.entry.device] if seg.entry.device else []))
+        named = seg.entry.data.get("devices")
+        devs = set(named or ([seg.entry.device] if seg.entry.device else []))
         if devs & uuids and ts_to_epoch(seg.entry.ts_end or seg.entry.ts) > w0 and ts_to_epoch(seg.entry.ts) < w1:
             segments.append(seg)
+            listed.append(named)
     by_device: dict[str, list[str]] = {d["uuid"]: [] for d in frame.devices}
-    for seg in segments:
-        for d in seg.entry.data.get("devices") or [seg.entry.device]:
+    for seg, named in zip(segments, listed):
+        for d in named or [seg.entry.device]:
             if d in by_device:
                 by_device[d].append(seg.entry.entry_id)
     # only a ledger with measured-energy terms reads the counter (receipt 1.4's energy block), in the same pass
