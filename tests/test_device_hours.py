@@ -4,9 +4,11 @@ and they are written when a segment is sealed, backfilled by the migration and c
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
@@ -181,3 +183,53 @@ def test_aggregate_is_fast_enough_for_seal_time() -> None:
         hours.aggregate_rows(rows)
     assert (time.perf_counter() - t) / 5 < 0.05
     assert np.isfinite(hours.aggregate_rows(rows)[0].busy_s)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets(), st.data())
+def test_first_mismatch_shortcut_agrees_with_the_field_by_field_reference(samples: list[Sample], data) -> None:
+    """verify's shortcut (every field exactly equal, in numpy) says "no mismatch" only where the field-by-field
+    reference does, and otherwise leaves the naming to it: one field of one stored hour changed (to another
+    number, to NaN, or an hour dropped or repeated) is named the same either way."""
+    want = hours.aggregate_rows(_rows(samples))
+    assert hours.exactly_equal(want, list(reversed(want))) and hours.first_mismatch(want, want) is None
+    i = data.draw(st.integers(0, len(want) - 1))
+    name = data.draw(st.sampled_from(hours.FIELDS[2:]))
+    old = getattr(want[i], name)
+    new = data.draw(st.sampled_from([float("nan"), old + 1, old * (1 + 1e-12), -old, old]))
+    if name in hours.INT_FIELDS:
+        new = int(new) if new == new else old + 1
+    have = [*want[:i], replace(want[i], **{name: new}), *want[i + 1:]]
+    how = data.draw(st.sampled_from(["edit", "drop", "repeat"]))
+    if how == "drop":
+        have = want[:i] + want[i + 1:]
+    elif how == "repeat":
+        have = [*want, want[i]]
+    got = hours.first_mismatch(want, have)
+    assert got == hours.first_mismatch_reference(want, have)
+    # the same against the rows as the database returns them (NaN stored as NULL), verify's way
+    rows = [tuple(None if v != v else v for v in hours.values(h)) for h in have]
+    assert hours.stored_mismatch(want, rows) == got
+    text = data.draw(st.sampled_from(hours.FIELDS[2:]))
+    j = hours.FIELDS.index(text)
+    as_text = [(*r[:j], str(r[j]), *r[j + 1:]) if k == 0 else r for k, r in enumerate(rows)]
+    try:   # a value stored as text: the reference's float()/int() of it decides, never the shortcut
+        expected = hours.first_mismatch_reference(want, [hours.from_db(r) for r in as_text])
+    except ValueError as exc:
+        with pytest.raises(ValueError, match=re.escape(str(exc))):
+            hours.stored_mismatch(want, as_text)
+    else:
+        assert hours.stored_mismatch(want, as_text) == expected
+    if got is None and how == "edit" and not (name in hours.LATER and new != new):
+        assert new == old or (new == new and abs(new - old) <= 1e-9 * max(abs(old), 1))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["GPU-b", "GPU-a", "MI300X-0", "GPU-ü"]), min_size=1, max_size=200), st.booleans())
+def test_device_codes_by_runs_or_by_hash_are_np_unique(labels: list[str], by_runs: bool) -> None:
+    """The device codes the aggregate groups by: from runs of one label (rows in device order, a segment's)
+    or from a hash of every row, both what np.unique gives."""
+    dev = np.array(sorted(labels) if by_runs else labels, dtype=object)
+    names, codes = hours._device_codes(dev)
+    want_names, want_codes = np.unique(dev.astype(str), return_inverse=True)
+    assert names.tolist() == want_names.tolist() and codes.tolist() == want_codes.tolist()

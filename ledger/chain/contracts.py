@@ -49,7 +49,6 @@ the SKU table does not know (naming the nearest), a SKU bound in the ledger with
 from __future__ import annotations
 
 import datetime as _dt
-import difflib
 import tomllib
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
@@ -374,6 +373,8 @@ def check_contract(contract: Contract, origin: str, sku_keys: Iterable[str],
             continue
         base = key.split("/", 1)[0]
         if base not in known:
+            import difflib   # only for the hint of a bad contract
+
             near = difflib.get_close_matches(base, known, n=1, cutoff=0.5)
             hint = f"did you mean {near[0]}?" if near else f"known: {', '.join(known[:8])}" + \
                 (", ..." if len(known) > 8 else "")

@@ -6,11 +6,8 @@ import os
 import re
 import sqlite3
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
-
-from sqlalchemy import create_engine, event, inspect, text
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError
 
 import ipledger_schema as _schema_pkg
 import ipledger_schema.head as _schema_head
@@ -18,6 +15,10 @@ import ipledger_schema.head as _schema_head
 from ..base.config import normalise_db_url
 from ..base.fsmodes import LEDGER_DIR, LEDGER_FILE, create_file, make_dirs
 from ..base.textsafe import printable
+from .lite import LiteEngine, table_exists, text
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 
 WRITE_OPTION = "ipledger_write"
@@ -50,6 +51,8 @@ def make_engine(url: str, *, create: bool = True, read_only: bool = False) -> En
     ``mode=ro`` and PostgreSQL's transactions are ``READ ONLY`` (a command that only reads cannot write, whatever
     it runs). An unknown scheme or a missing
     driver is a one-line LedgerError naming what to install."""
+    from sqlalchemy import event
+
     url = normalise_db_url(url)
     if url.startswith("sqlite"):
         path = sqlite_path(url)
@@ -93,8 +96,21 @@ def make_engine(url: str, *, create: bool = True, read_only: bool = False) -> En
     return _create(url, pool_pre_ping=True)
 
 
+def make_reader(url: str) -> LiteEngine | None:
+    """A reader of the SQLite ledger file at ``url`` through the standard library (:mod:`ledger.chain.lite`),
+    for a command that only reads; None for any other database (the caller opens :func:`make_engine`'s). A
+    missing file is the one-line LedgerError "no ledger at PATH"."""
+    path = sqlite_path(url)
+    if path is None:
+        return None
+    if not path.exists():
+        raise LedgerError(f"no ledger at {printable(str(path))}")
+    return LiteEngine(path)
+
+
 def _create(url: str, **kw) -> Engine:  # noqa: ANN003
     """create_engine, with an unknown scheme or a driver that is not installed as one line."""
+    from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -179,12 +195,18 @@ def current_revision(engine: Engine) -> str | None:
 
     One SELECT on alembic's own table instead of alembic's MigrationContext, so that no command but `init`
     imports alembic. Connection failures propagate; only a missing table means "no schema"."""
+    if isinstance(engine, LiteEngine):
+        failed: tuple[type[Exception], ...] = (sqlite3.Error,)
+    else:
+        from sqlalchemy.exc import DBAPIError
+
+        failed = (DBAPIError,)
     with engine.connect() as conn:
         try:
             rows = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
-        except DBAPIError:
+        except failed:
             conn.rollback()  # PostgreSQL: the failed statement aborted the transaction
-            if not inspect(conn).has_table("alembic_version"):
+            if not table_exists(conn, "alembic_version"):
                 return None
             raise
     if len(rows) > 1:

@@ -14,10 +14,9 @@ from __future__ import annotations
 import base64
 import os
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence, TYPE_CHECKING
 
-from sqlalchemy import text
-from sqlalchemy.engine import Connection, Engine
+from .lite import text
 
 from . import merkle
 from .canonical import format_ts, now_ts
@@ -29,6 +28,9 @@ from ..proofcheck import (
 )
 from .store import append_in, head, iter_entries, lock_chain
 from .verify import ChainProblem, Note, VerifyReport
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine
 
 PRIVATE_KEY_MODE, PUBLIC_KEY_MODE = 0o600, 0o644
 

@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import json
 from hashlib import sha256
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence, TYPE_CHECKING
 
-from sqlalchemy import text
-from sqlalchemy.engine import Connection, Engine
+from .lite import text
 
 from .entries import ChainedEntry, hash_fields
 from ..proofcheck import leaf_hash, node_hash
 from .rows import ENTRY_COLUMNS, iter_entries, to_chained
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine
 
 TABLE = "merkle_nodes"
 STORED_LEVEL = 4  # subtrees of 16 leaves and up are stored; smaller ones are hashed from the entries

@@ -33,14 +33,15 @@ import datetime as dt
 import json
 import math
 import re
-from typing import Any, Iterable, Mapping, Sequence
-
-import sqlalchemy as sa
-from sqlalchemy import text
-from sqlalchemy.engine import Connection
+from typing import Any, Iterable, Mapping, Sequence, TYPE_CHECKING
 
 from ..base import periods
 from .kinds import Kind
+from .lite import table_exists, text
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+    from sqlalchemy.engine import Connection
 
 TABLE = "receipt_lines"
 THROTTLE = ("thermal", "power_cap", "hw_slowdown", "sync_boost", "other")
@@ -59,7 +60,7 @@ FIGURES: tuple[tuple[str, tuple[str, ...]], ...] = (
     *((f"pol_{p}", ("billing", "unknown_gpu_hours_by_policy", p)) for p in POLICIES),
 )
 # (column, SQL type), in row order. Text columns hold the receipt's text; REAL columns its numbers.
-TEXT, REAL, INTEGER = sa.Text, sa.Float(precision=53), sa.BigInteger
+TEXT, REAL, INTEGER = "text", "real", "integer"   # SQLAlchemy types in table(), where the migration makes it
 _T, _R, _I = TEXT, REAL, INTEGER
 COLUMNS: tuple[tuple[str, Any], ...] = (
     ("seq", _I), ("line_kind", _T), ("line_no", _I), ("run_key", _T), ("plain", _I), ("part_month", _T),
@@ -84,8 +85,11 @@ _MAX_EXACT = 2 ** 53
 
 def table(metadata: sa.MetaData | None = None) -> sa.Table:
     """The table as SQLAlchemy sees it (the migration creates it from this)."""
+    import sqlalchemy as sa
+
+    types = {TEXT: sa.Text, REAL: sa.Float(precision=53), INTEGER: sa.BigInteger}
     return sa.Table(TABLE, metadata or sa.MetaData(),
-                    *(sa.Column(c, t, primary_key=c in ("seq", "line_kind", "line_no"), autoincrement=False)
+                    *(sa.Column(c, types[t], primary_key=c in ("seq", "line_kind", "line_no"), autoincrement=False)
                       for c, t in COLUMNS))
 
 
@@ -341,7 +345,7 @@ def insert(conn: Connection, rows: Sequence[tuple]) -> None:
 
 
 def has_table(conn: Connection) -> bool:
-    return sa.inspect(conn).has_table(TABLE)
+    return table_exists(conn, TABLE)
 
 
 def on_append(conn: Connection, issued: Sequence[tuple[int, str]]) -> None:
@@ -351,7 +355,7 @@ def on_append(conn: Connection, issued: Sequence[tuple[int, str]]) -> None:
         insert(conn, lines_of_entries(issued))
 
 
-_MISSING_SQL = text(f"SELECT e.seq, e.payload FROM entries e WHERE e.kind = :k AND e.seq > :after "
+_MISSING_SQL = (f"SELECT e.seq, e.payload FROM entries e WHERE e.kind = :k AND e.seq > :after "
                     f"AND NOT EXISTS (SELECT 1 FROM {TABLE} l WHERE l.seq = e.seq) ORDER BY e.seq LIMIT :lim")
 
 
@@ -360,7 +364,7 @@ def sync(conn: Connection, batch: int = 10_000) -> int:
     entry appended by a writer that predates it); returns how many entries were derived."""
     done, after = 0, 0
     while True:
-        got = conn.execute(_MISSING_SQL, {"k": Kind.RECEIPT_ISSUED, "after": after, "lim": batch}).fetchall()
+        got = conn.execute(text(_MISSING_SQL), {"k": Kind.RECEIPT_ISSUED, "after": after, "lim": batch}).fetchall()
         if not got:
             return done
         insert(conn, lines_of_entries((int(s), p) for s, p in got))

@@ -6,12 +6,14 @@ import the other to read the chain.
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Iterator, Sequence, TYPE_CHECKING
 
-from sqlalchemy import text
-from sqlalchemy.engine import Connection, Engine
+from .lite import is_connection, text
 
 from .entries import ChainedEntry, Entry
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine
 
 ENTRY_COLUMNS = ("seq", "entry_id", "kind", "ts", "ts_end", "recorded_at", "cluster", "job_id", "run", "node",
                  "device", "payload", "source", "source_version", "prev_hash", "hash")
@@ -62,7 +64,7 @@ def iter_entries(
                 return
             last = int(rows[-1].seq)
 
-    if isinstance(engine_or_conn, Connection):
+    if is_connection(engine_or_conn):
         yield from _run(engine_or_conn)
     else:
         with engine_or_conn.connect() as conn:

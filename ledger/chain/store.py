@@ -9,16 +9,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from hashlib import sha256
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, TYPE_CHECKING
 
-from sqlalchemy import text
-from sqlalchemy.engine import Connection, Engine
+from .lite import text
 
 from . import merkle, receipt_lines
 from .db import write_tx
 from .entries import GENESIS_HASH, Entry, hash_fields
 from .kinds import Kind
 from .rows import ENTRY_COLUMNS, iter_entries  # noqa: F401 - callers read the chain back through the store
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine
 
 _ADVISORY_LOCK_KEY = 0x1B1ED6E5  # one writer at a time extends the chain (PostgreSQL)
 _IN_CHUNK = 50_000

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence, TYPE_CHECKING
 
-from sqlalchemy.engine import Engine
 
 from . import merkle
 from .entries import (
@@ -17,6 +16,9 @@ from .entries import (
     compute_entry_id, row_encodings
 )
 from .store import iter_entries
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,7 @@ def check_anchors(report: VerifyReport, anchors: Sequence[Anchor], hashes: dict[
 # A check beyond the chain (telemetry evidence, issued receipts): the caller passes the ones it wants, bound
 # to its site (ledger.receipts.auto.verify_checks), so verify itself depends on nothing above it. Besides its
 # problems a check may return Notes (what it could not establish).
-ExtraCheck = Callable[[Engine, VerifyReport], "list[ChainProblem | Note]"]
+ExtraCheck = Callable[["Engine", VerifyReport], "list[ChainProblem | Note]"]
 
 
 def verify(engine: Engine, chain_only: bool = False, workers: int | None = None,
@@ -185,7 +187,7 @@ def deep_check(engine: Engine) -> tuple[list[ChainProblem], list[str]]:
     """Index-against-table consistency: (problems, notes on what could not be checked)."""
     import re
 
-    from sqlalchemy import text
+    from .lite import text
 
     problems: list[ChainProblem] = []
     notes: list[str] = []
@@ -376,7 +378,7 @@ def verify_chain(engine: Engine, workers: int | None = None, anchors: Sequence[A
     import threading
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
-    from sqlalchemy import text
+    from .lite import text
 
     target = _fast_target(engine)
     if target is not None:
@@ -422,7 +424,7 @@ def verify_chain(engine: Engine, workers: int | None = None, anchors: Sequence[A
 
 
 def _hashes_at(engine: Engine, seqs: Sequence[int]) -> dict[int, str]:
-    from sqlalchemy import text
+    from .lite import text
 
     if not seqs:
         return {}

@@ -86,6 +86,23 @@ class AppContext:
             self._checked = True
         return self._engine
 
+    def reader(self):  # noqa: ANN201
+        """The ledger of a command that only reads it through the chain's read path (receipt, verify, log): an
+        SQLite file through the standard library's sqlite3 (:mod:`ledger.chain.lite`: no SQLAlchemy import);
+        otherwise, or when the command was given a flag that writes, :meth:`engine`."""
+        from ..chain.db import LedgerError, make_reader, require_schema
+
+        if self._engine is None and self.read_only:
+            try:
+                reader = make_reader(self.db_url)
+                if reader is not None:
+                    require_schema(reader)
+            except LedgerError as exc:
+                raise UserError(str(exc)) from None
+            if reader is not None:
+                self._engine, self._checked = reader, True
+        return self.engine()
+
     def as_of_seq(self, value: "AsOf | int | None") -> int | None:
         """The sequence number an ``--as-of`` names: a seq at or below the ledger's head, or the last seq of the
         ledger as it stood at a time (:func:`ledger.chain.db.seq_standing_at`); past the end is a one-line error."""

@@ -10,7 +10,6 @@ import click
 
 from ..chain import db as db_mod
 from ..chain import store
-from ..ingest.ship import ship as ship_spool
 from ..chain.verify import verify as verify_ledger
 from ..base.progressbar import Progress
 from ..base.textsafe import echo, printable
@@ -88,6 +87,7 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
     if not Path(directory).is_dir():  # nothing to ship from: said, not "shipped 0" (and no directory is made)
         raise UserError(f"{printable(str(directory))}: no spool directory here (--spool, $IPLEDGER_SPOOL or the config's spool)")
     from ..ingest.sacct import AccountingSettings
+    from ..ingest.ship import ship as ship_spool   # here: verify and log need not import shipping
     from ..capture.spool import UnsafeSpool
 
     acct = AccountingSettings.from_config(app.config)
@@ -158,7 +158,7 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
         pinned = read_pinned_keys(pubkeys or app.config.trusted_keys)
     except (ValueError, HeadError) as exc:
         raise UserError(str(exc)) from None
-    engine = app.engine()
+    engine = app.reader()
     checks = verify_checks(app.site, pinned=pinned)
     with Progress("verify", quiet=as_json, steps=1 + len(checks)) as bar:
         bar.step("hash chain")
@@ -211,7 +211,7 @@ def log_cmd(app: AppContext, job_id: str | None, kinds: tuple[str, ...], since_s
       ipledger log --job 4242 --kind unknown_interval
     """
     rows = []
-    engine = app.engine()
+    engine = app.reader()
     for ce in store.iter_entries(engine, job_id=job_id, kinds=list(kinds) or None, after_seq=since_seq):
         rows.append(ce)
         if len(rows) >= limit:

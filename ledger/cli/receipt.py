@@ -57,7 +57,7 @@ def receipt_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | No
         raise UserError("--format pdf needs --out PATH (a file, not standard output)")
     if (verify or issue) and as_of is not None:
         raise UserError("--as-of cannot be combined with --issue or --verify (they work at the ledger head)")
-    engine = app.engine()
+    engine = app.reader()
     # big runs read and attribute their devices in the site's worker processes
     skus, workers = app.site.sku_table, app.site.receipt_workers
     try:

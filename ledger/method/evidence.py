@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import tomllib
 from functools import lru_cache
-from importlib import resources
 from typing import Iterable, Mapping, Sequence
 
 from .. import proofcheck as plain
@@ -122,6 +121,8 @@ def parse_xid_table(data: Mapping, origin: str) -> dict[int, dict]:
 
 @lru_cache(maxsize=1)
 def xid_table() -> dict[int, dict]:
+    from importlib import resources   # (tempfile, shutil, lzma...): only where the XID classes are read
+
     text = resources.files("ledger.method").joinpath("xids.toml").read_text(encoding="utf-8")
     return parse_xid_table(tomllib.loads(text), "ledger/method/xids.toml")
 

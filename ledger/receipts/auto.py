@@ -9,19 +9,20 @@ from __future__ import annotations
 import logging
 import time
 from functools import partial
-from typing import Mapping
+from typing import Mapping, TYPE_CHECKING
 
-from sqlalchemy.engine import Engine
 
 from ..chain import receipt_lines
 from ..chain.entries import Entry, Kind, make_entry
 from ..chain.heads import check_tree
 from ..ingest.site import Site
-from ..ingest.ship import SHIP_SOURCE
 from ..chain.store import append, iter_entries
 from ..telemetry.derived import check_segments
 from ..chain.verify import ChainProblem, ExtraCheck, VerifyReport
 from .issue import issue_receipt, replay, write_receipt_files
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 log = logging.getLogger("ipledger.receipts")
 
@@ -32,6 +33,8 @@ def issue_ended_runs(engine: Engine, shipped: list[Entry], site: Site) -> list[s
     With the site's ``receipts_dir`` the JSON is also written there, a directory per account. One run that
     fails does not stop the others.
     """
+    from ..ingest.ship import SHIP_SOURCE   # here: verify, which replays receipts, need not import shipping
+
     ended = sorted({(e.cluster, e.job_id, e.run or 0) for e in shipped
                     if e.kind == Kind.ALLOCATION_ENDED and e.job_id is not None}, key=str)
     errors = []
@@ -72,10 +75,11 @@ def check_issued_receipts(engine: Engine, report: VerifyReport, site: Site | Non
         except Exception as exc:  # noqa: BLE001 - whatever stops a replay (a damaged block too) is a named problem
             problems.append(ChainProblem(ce.seq, ce.entry.entry_id, f"issued receipt cannot be replayed: {exc}"))
             continue
-        if r.hash != ce.entry.data.get("receipt_hash"):
+        issued = ce.entry.data   # the issue's payload (the whole receipt), parsed once
+        if r.hash != issued.get("receipt_hash"):
             problems.append(ChainProblem(ce.seq, ce.entry.entry_id,
-                                         f"issued receipt {ce.entry.data.get('receipt_hash')} replays as {r.hash}"
-                                         + intensity_change(ce.entry.data.get("receipt") or {}, r.body)))
+                                         f"issued receipt {issued.get('receipt_hash')} replays as {r.hash}"
+                                         + intensity_change(issued.get("receipt") or {}, r.body)))
     return problems
 
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
-from sqlalchemy.engine import Connection, Engine
 
 from ..chain import merkle
 from ..chain.canonical import canonical_json
@@ -26,6 +25,9 @@ from .compute import compute_receipt, run_frame
 from .gather import overlapping_entries, gather
 from ..telemetry.model import SAMPLE_COLUMNS as LEDGER_SAMPLE_COLUMNS
 from ..telemetry.sealed import read_samples
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine
 
 assert SAMPLE_COLUMNS == LEDGER_SAMPLE_COLUMNS, "proofcheck.py's sample columns are the ledger's"
 

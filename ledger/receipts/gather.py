@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Iterator, Mapping
-from typing import Sequence
+from typing import Sequence, TYPE_CHECKING
 
 import numpy as np
-from sqlalchemy import text
-from sqlalchemy.engine import Connection, Engine
 
 from ..chain.canonical import ts_to_epoch
+from ..chain.lite import is_connection, text
 from ..chain.entries import ChainedEntry, Kind
 from ..method import DeviceAccount, SampleArrays, attribute_device
 from ..method.attribution import attribute_device_covered
@@ -26,6 +25,9 @@ from ..telemetry.blocks import float_values
 from ..telemetry.sealed import iter_sample_pieces
 from .compute import ReceiptError, RunInputs, RunKey, run_frame
 from .progress import end_state
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine
 
 SAMPLE_READ_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "tensor_active", "gpu_util",
                        "sm_clock_mhz", "compute_procs", "fb_used_mib")
@@ -82,7 +84,7 @@ def gather(engine_or_conn: Engine | Connection, job_id: str, run: int | None = N
     """The run's inputs (``lens_columns``: the samples also carry what method 1.1's lens reads). ``workers`` > 1 lets a big run (an engine, not a connection) read and attribute its
     devices in that many processes (spawned: a script needs the ``if __name__ == "__main__"`` guard).
     ``contract_entry_id`` pins the contract (an issued receipt's replay)."""
-    if isinstance(engine_or_conn, Engine):
+    if not is_connection(engine_or_conn):
         with engine_or_conn.connect() as conn:
             return _gather(conn, engine_or_conn, job_id, run, cluster, as_of, contract_id, workers, lens_columns,
                            contract_entry_id)
@@ -120,14 +122,16 @@ def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | Non
     # resolutions keyed to this run come with its entries; un-keyed ones (a gap resolved without --job) here
     resolutions = _select(conn, "kind = :k AND job_id IS NULL" + asof_clause, {"k": Kind.GAP_RESOLUTION, **asof_param})
     contracts = _select(conn, "kind = :k" + asof_clause, {"k": Kind.CONTRACT_VERSION, **asof_param})
-    segments = []
+    segments, listed = [], []   # each segment's payload "devices", read once
     for seg in overlapping_entries(conn, Kind.TELEMETRY_SEGMENT, start, end, as_of):
-        devs = set(seg.entry.data.get("devices") or ([seg.entry.device] if seg.entry.device else []))
+        named = seg.entry.data.get("devices")
+        devs = set(named or ([seg.entry.device] if seg.entry.device else []))
         if devs & uuids and ts_to_epoch(seg.entry.ts_end or seg.entry.ts) > w0 and ts_to_epoch(seg.entry.ts) < w1:
             segments.append(seg)
+            listed.append(named)
     by_device: dict[str, list[str]] = {d["uuid"]: [] for d in frame.devices}
-    for seg in segments:
-        for d in seg.entry.data.get("devices") or [seg.entry.device]:
+    for seg, named in zip(segments, listed):
+        for d in named or [seg.entry.device]:
             if d in by_device:
                 by_device[d].append(seg.entry.entry_id)
     # only a ledger with measured-energy terms reads the counter (receipt 1.4's energy block), in the same pass

@@ -18,12 +18,10 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TYPE_CHECKING
 
-from sqlalchemy import text
-from sqlalchemy.engine import Engine
+from ..chain.lite import text
 
-from ..chain import heads
 from ..chain.canonical import now_ts, ts_to_epoch
 from ..chain.closed import ClosedMonths, read_closed
 from ..chain.contracts import PINNED_DEFAULT
@@ -36,6 +34,9 @@ from ..method.carbon import CarbonSettings
 from ..method.lens import LENS_METHOD_VERSIONS
 from .compute import ENERGY_RECEIPT_VERSION, LensSettings, Receipt, ReceiptError, RunKey, compute_receipt
 from .gather import gather
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,8 @@ def issue_receipt(engine: Engine, job_id: str, run: int | None = None, *, cluste
             changes = describe_changes(replay(engine, previous, sku_table, workers, carbon).body, receipt.body)
         except ReceiptError as exc:  # pragma: no cover - the previous inputs are still in the ledger
             changes = [f"previous receipt could not be replayed: {exc}"]
+    from ..chain import heads   # signed heads: only where a receipt is issued, not where one is shown
+
     with engine.connect() as conn:
         tree_head = heads.tree_head_at(conn, receipt.body["ledger"]["through_seq"])
     entry = receipt_issued_entry(receipt, previous, changes, tree_head)

@@ -53,7 +53,9 @@ class Block:
     data: bytes
 
 
+@functools.lru_cache(maxsize=1)
 def arrow_schema():  # noqa: ANN201 - pyarrow is imported lazily (verify and ship import this module's callers)
+    """The block's full schema (an immutable pyarrow Schema, built once: every decode checks against it)."""
     import pyarrow as pa
 
     types = {"device": pa.string(), "clock_reasons": pa.int64()}
@@ -393,6 +395,34 @@ def table_rows(table) -> list[tuple]:  # noqa: ANN001
 
 
 _NUMPY_DTYPES = {"double": "<f8", "int64": "<i8"}
+
+
+def raw_values(column):  # noqa: ANN001, ANN201 - a pyarrow (Chunked)Array -> (numpy values, numpy validity)
+    """A numeric column's values in their own type (float64 or int64: a 63-bit clock-reason mask stays exact)
+    and where they are not NULL, read straight from the Arrow buffers (a NULL's value is whatever the buffer
+    holds there)."""
+    import numpy as np
+
+    values, valid = [], []
+    for arr in getattr(column, "chunks", [column]):
+        n, off = len(arr), arr.offset
+        dtype = _NUMPY_DTYPES[str(arr.type)]
+        if arr.null_count == n:
+            values.append(np.zeros(n, dtype=dtype))
+            valid.append(np.zeros(n, dtype=bool))
+            continue
+        validity, data = arr.buffers()[:2]
+        values.append(np.frombuffer(data, dtype=dtype, count=n, offset=off * 8))
+        if arr.null_count:
+            bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")[off:off + n]
+            valid.append(bits.astype(bool))
+        else:
+            valid.append(np.ones(n, dtype=bool))
+    if len(values) == 1:
+        return values[0], valid[0]
+    if not values:
+        return np.empty(0), np.empty(0, dtype=bool)
+    return np.concatenate(values), np.concatenate(valid)
 
 
 def float_values(column):  # noqa: ANN001, ANN201 - a pyarrow (Chunked)Array -> numpy float64 array

@@ -5,7 +5,7 @@ that recomputes every segment's device-hours from its stored samples and names t
 
 from __future__ import annotations
 
-from sqlalchemy import text
+from ..chain.lite import text
 
 from ..chain.entries import Kind
 from ..chain.store import iter_entries
@@ -32,7 +32,7 @@ def check_segments(engine, report) -> list:  # noqa: ANN001 - ledger.chain.verif
     mismatch named), and no device-hour names a segment the ledger does not hold."""
     problems = []
     with engine.connect() as conn:
-        have_all = hours.stored(conn)
+        have_all = hours.stored_rows(conn)   # made into device-hours only where they differ from the samples'
         legacy = {r[0] for r in conn.execute(text("SELECT DISTINCT segment_id FROM samples"))}
         seen = set()
         for ce in iter_entries(conn, kinds=[Kind.TELEMETRY_SEGMENT]):
@@ -48,7 +48,7 @@ def check_segments(engine, report) -> list:  # noqa: ANN001 - ledger.chain.verif
                 problems.append(ChainProblem(ce.seq, sid, f"no {hours.TABLE} rows for this segment (sealed before "
                                                           f"they existed? `ipledger init` derives them)"))
                 continue
-            why = hours.first_mismatch(hours.aggregate_table(table), have_all.get(sid, []))
+            why = hours.stored_mismatch(hours.aggregate_table(table), have_all.get(sid, []))
             if why:
                 problems.append(ChainProblem(ce.seq, sid, why))
         orphans = set(have_all) - seen

@@ -20,6 +20,7 @@ rows of all segments per device-hour; :mod:`ledger.telemetry.derived` keeps them
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from dataclasses import dataclass, fields
@@ -246,14 +247,25 @@ def _aggregate(cols: Mapping[str, Sequence], group: np.ndarray | None) -> list[t
 def _device_codes(dev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(dev.astype(str), return_inverse=True)`` by a dict: a shipment's million device labels are
     a few hundred distinct ones, and sorting the million strings cost more than the whole aggregation."""
+    starts = np.flatnonzero(np.concatenate([[True], dev[1:] != dev[:-1]])) if len(dev) else np.zeros(0, np.intp)
+    if len(starts) * 8 <= len(dev):
+        # a segment's rows come by device: its few runs of one label each, without a hash of every row (nor
+        # pandas, ~0.25 s to import in a fresh verify); the same codes as below
+        names, rank = _ranked(dev[starts].tolist())
+        return names, np.repeat(rank, np.diff(np.append(starts, len(dev))))
     import pandas as pd   # its hash table (pyarrow, which sealed the rows, has imported it already)
 
     first, seen = pd.factorize(dev)
-    labels = [u if type(u) is str else str(u) for u in seen.tolist()]
+    names, rank = _ranked(seen.tolist())
+    return names, rank[first]
+
+
+def _ranked(distinct: list) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted names of these labels (as text) and each label's place among them."""
+    labels = [u if type(u) is str else str(u) for u in distinct]
     names = sorted(set(labels))
     pos = {n: i for i, n in enumerate(names)}
-    rank = np.array([pos[label] for label in labels], dtype=np.int64)
-    return np.array(names, dtype=object), rank[first]
+    return np.array(names, dtype=object), np.array([pos[label] for label in labels], dtype=np.int64)
 
 
 def aggregate_rows(rows: Sequence[tuple]) -> list[DeviceHour]:
@@ -468,23 +480,35 @@ def insert_in(conn, hours: Sequence[tuple[str, DeviceHour]]) -> int:  # noqa: AN
     return len(hours)
 
 
-def _from_db(row: Sequence) -> DeviceHour:
-    vals = [float("nan") if v is None else v for v in row]
-    return DeviceHour(str(vals[0]), float(vals[1]), *[int(v) if k in INT_FIELDS else float(v)
-                                                      for k, v in zip(FIELDS[2:], vals[2:])])
+_AS_STORED = tuple(int if k in INT_FIELDS else float for k in FIELDS[2:])
+
+
+def from_db(row: Sequence) -> DeviceHour:
+    """A stored row (device, hour, then the other FIELDS) as a device-hour: NULL is NaN."""
+    nan = float("nan")   # NULL: NaN (an integer field's NULL raises, as int(nan) does)
+    return DeviceHour(str(nan if row[0] is None else row[0]), float(nan if row[1] is None else row[1]),
+                      *[as_type(nan if v is None else v) for as_type, v in zip(_AS_STORED, row[2:])])
 
 
 def stored(conn, segment_ids: Sequence[str] | None = None, devices: Sequence[str] | None = None,  # noqa: ANN001
            start: float | None = None, end: float | None = None) -> dict[str, list[DeviceHour]]:
     """Stored device-hours per segment id, optionally only these segments / devices / hours in [start, end)."""
-    from sqlalchemy import bindparam, text
+    return {sid: [from_db(r) for r in rows]
+            for sid, rows in stored_rows(conn, segment_ids, devices, start, end).items()}
 
-    where, p, expanding = [], {}, []
+
+def stored_rows(conn, segment_ids: Sequence[str] | None = None, devices: Sequence[str] | None = None,  # noqa: ANN001
+                start: float | None = None, end: float | None = None) -> dict[str, list[tuple]]:
+    """:func:`stored`'s rows as the database returns them (device, hour, then the other FIELDS; NULL as None),
+    not yet made into device-hours (:func:`from_db`)."""
+    from ..chain.lite import text
+
+    where, p = [], {}
     for col, vals in (("segment_id", segment_ids), ("device", devices)):
-        if vals is not None:  # an empty list selects nothing (SQLAlchemy renders an empty IN)
-            where.append(f"{col} IN :{col}s")
-            p[f"{col}s"] = list(vals)
-            expanding.append(bindparam(f"{col}s", expanding=True))
+        if vals is not None:  # an empty list selects nothing
+            names = [f"{col}{i}" for i in range(len(vals))]
+            where.append(f"{col} IN ({', '.join(':' + n for n in names)})" if names else "0 = 1")
+            p.update(zip(names, vals))
     if start is not None:
         where.append("hour >= :start")
         p["start"] = start
@@ -492,9 +516,9 @@ def stored(conn, segment_ids: Sequence[str] | None = None, devices: Sequence[str
         where.append("hour < :end")
         p["end"] = end
     sql = f"SELECT segment_id, {', '.join(FIELDS)} FROM {TABLE}" + (" WHERE " + " AND ".join(where) if where else "")
-    out: dict[str, list[DeviceHour]] = {}
-    for r in conn.execute(text(sql + " ORDER BY segment_id, device, hour").bindparams(*expanding), p):
-        out.setdefault(r[0], []).append(_from_db(r[1:]))
+    out: dict[str, list[tuple]] = {}
+    for r in conn.execute(text(sql + " ORDER BY segment_id, device, hour"), p):
+        out.setdefault(r[0], []).append(tuple(r)[1:])
     return out
 
 
@@ -605,8 +629,60 @@ def _same(a: float | int | str, b: float | int | str) -> bool:
     return a == b
 
 
+_KEY = operator.itemgetter(0, 1)   # (device, hour) of a device-hour's values in FIELDS order
+_INTS = operator.itemgetter(*(i for i, f in enumerate(FIELDS) if f in INT_FIELDS))
+_FLOATS = operator.itemgetter(*(i for i, f in enumerate(FIELDS) if i >= 2 and f not in INT_FIELDS))
+_LATER_AT = np.array([f in LATER for i, f in enumerate(FIELDS) if i >= 2 and f not in INT_FIELDS])
+_NONE = type(None)
+
+
+def exactly_equal(want: Sequence[DeviceHour], have: Sequence[Sequence]) -> bool:
+    """Whether ``have`` — device-hours, or stored rows as the database returns them (device, hour, then the
+    other FIELDS; NULL as None) — holds exactly ``want``'s device-hours: the same keys once each, every field
+    equal (NaN or NULL where NaN; a :data:`LATER` field may be NULL where stored), decided in a few numpy passes.
+    Then :func:`first_mismatch_reference` finds nothing (exact equality is within its tolerance, and it skips
+    the same NaNs). False says only "compare them field by field" (a difference, a repeated key, a value that
+    is not a number of its field's kind)."""
+    if len(want) != len(have):
+        return False
+    w = sorted(map(values, want), key=_KEY)
+    g = sorted((values(h) if isinstance(h, DeviceHour) else tuple(h) for h in have), key=_KEY)
+    if list(map(_KEY, w)) != list(map(_KEY, g)):
+        return False
+    if not w:
+        return True
+    ints, floats = list(map(_INTS, g)), list(map(_FLOATS, g))
+    if set(map(type, itertools.chain.from_iterable(ints))) - {int} \
+            or set(map(type, itertools.chain.from_iterable(floats))) - {int, float, _NONE}:
+        return False   # what the reference makes of it (int(), float() of text...) is the reference's to say
+    try:
+        if not np.array_equal(np.array(list(map(_INTS, w)), dtype=np.int64), np.array(ints, dtype=np.int64)):
+            return False
+        a, b = np.array(list(map(_FLOATS, w)), dtype=np.float64), np.array(floats, dtype=np.float64)  # None: NaN
+    except (OverflowError, TypeError, ValueError):
+        return False
+    a_nan, b_nan = np.isnan(a), np.isnan(b)
+    return bool(np.all((a == b) | (a_nan & b_nan) | (b_nan & _LATER_AT)))
+
+
 def first_mismatch(want: Sequence[DeviceHour], have: Sequence[DeviceHour]) -> str | None:
-    """What first differs between recomputed (``want``) and stored (``have``) device-hours, or None."""
+    """What first differs between recomputed (``want``) and stored (``have``) device-hours, or None: where
+    every field is exactly equal (:func:`exactly_equal`, verify's common case) without comparing them one by
+    one, else as :func:`first_mismatch_reference` finds it."""
+    return None if exactly_equal(want, have) else first_mismatch_reference(want, have)
+
+
+def stored_mismatch(want: Sequence[DeviceHour], rows: Sequence[Sequence]) -> str | None:
+    """:func:`first_mismatch` of ``want`` and a segment's stored rows (:func:`stored_rows`), the rows made into
+    device-hours (:func:`stored`'s way) only where they are not exactly ``want``'s."""
+    if exactly_equal(want, rows):
+        return None
+    return first_mismatch_reference(want, [from_db(r) for r in rows])
+
+
+def first_mismatch_reference(want: Sequence[DeviceHour], have: Sequence[DeviceHour]) -> str | None:
+    """What first differs between recomputed (``want``) and stored (``have``) device-hours, or None: field by
+    field, within a relative and absolute tolerance of 1e-9, NaN equal to NaN."""
     w = {(h.device, h.hour): h for h in want}
     g = {(h.device, h.hour): h for h in have}
     for key in sorted(set(w) | set(g)):
