@@ -340,11 +340,11 @@ def test_a_batch_read_a_device_at_a_time_equals_the_whole_batch_read(tmp_path_fa
                 a, b = getattr(plain[d], name), getattr(got, name)
                 assert (a is None) == (b is None), (d, name)
                 assert a is None or (a.dtype == b.dtype and a.tobytes() == b.tobytes()), (d, name)
-            if energy:
+        if energy:   # every device asked has its columns; any other the reader read (a batch read whole) too
+            assert {d for d in asked if d in plain} <= set(reader.energy) <= set(plain_energy)
+            for d in reader.energy:
                 for col in ("energy_j", "power_w"):
                     assert all(np.array_equal(x, y, equal_nan=True) and x.dtype == y.dtype
                                for x, y in zip(plain_energy[d][col], reader.energy[d][col])), (d, col)
-        if energy:
-            assert set(reader.energy) == {d for d in asked if d in plain}
     finally:
         engine.dispose()
