@@ -365,7 +365,9 @@ class LazySamples(Mapping):
                 i = self._pos[device]
                 batch = self._order[i:i + self._batch]
                 segs = sorted({s for d in batch for s in self._segs[d]})
-                self._reader = None
+                # (the batch before is dropped only once this one is fetched, as its arrays were before: the
+                # next batch then reuses its memory, where dropping it first let the allocator hand it back to
+                # the kernel to be faulted in again, 30-70 thousand page faults a 256-GPU receipt)
                 with self._engine.connect() as conn:
                     self._reader = DeviceReader(conn, segs, batch, self._start, self._end, self._lens,
                                                 energy=self.energy is not None)
