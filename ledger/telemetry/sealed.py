@@ -316,20 +316,37 @@ def iter_sample_pieces(conn: Connection, *, segment_ids: Sequence[str] | None = 
     if segment_ids is not None and not segment_ids:
         return
     cols = list(columns)
-    need = cols + [c for c in ("t", "dt") if c not in cols and (start is not None or end is not None)]
     found: set[str] = set()
     for sid, format_, sha, data in _block_rows(conn, segment_ids):
         found.add(sid)
         if check_blocks and hashlib.sha256(data).hexdigest() != sha:
             raise blocks.BlockError(f"sample block of segment {sid} does not match its sha256")
-        for device, table in blocks.decode(format_, data, need, devices):
-            if check_blocks:
-                _check_label(sid, device, table)
-            piece = _in_window(table, start, end)
-            if piece.num_rows:
-                yield device, piece.select(cols)
+        yield from block_pieces(blocks.open_block(format_, data), cols, devices, start, end,
+                                checked_as=sid if check_blocks else None)
     legacy = None if segment_ids is None else [s for s in dict.fromkeys(segment_ids) if s not in found]
     yield from _legacy_pieces(conn, legacy, devices, start, end, cols)
+
+
+def block_pieces(block: blocks.OpenBlock, columns: Sequence[str], devices: Sequence[str] | None = None,
+                 start: float | None = None, end: float | None = None, checked_as: str | None = None
+                 ) -> Iterator[tuple[str, object]]:
+    """The pieces of one opened block that :func:`iter_sample_pieces` yields, in the same order (its ``devices``,
+    ``start``, ``end`` and ``columns``); ``checked_as``: the segment id under which each range's device label is
+    checked (``check_blocks``)."""
+    cols = list(columns)
+    need = cols + [c for c in ("t", "dt") if c not in cols and (start is not None or end is not None)]
+    for device, table in blocks.decode_open(block, need, devices):
+        if checked_as is not None:
+            _check_label(checked_as, device, table)
+        piece = _in_window(table, start, end)
+        if piece.num_rows:
+            yield device, piece.select(cols)
+
+
+def block_rows(conn: Connection, segment_ids: Sequence[str]) -> list[tuple]:
+    """(segment id, format, sha256, data) of these segments' blocks, in the order :func:`iter_sample_pieces`
+    reads them (a segment stored as legacy rows has none)."""
+    return [tuple(r) for r in _block_rows(conn, segment_ids)] if segment_ids else []
 
 
 def _check_label(segment_id: str, device: str, table) -> None:  # noqa: ANN001
