@@ -405,9 +405,12 @@ class _Cells:
 
     def list(self, k: int) -> list[str]:
         """Column ``k`` as the row split gives it (gpu and timestamp stripped, as the plain reader has them)."""
-        if self._flat is None:
-            self._flat = ",".join(self._rows).split(",") if self._rows else []
-        col = self._flat[k::self.width]
+        if self.table is not None:      # pyarrow's cells are the split's (no quote, the header's width)
+            col = self.table.column(k).to_pylist()
+        else:
+            if self._flat is None:
+                self._flat = ",".join(self._rows).split(",") if self._rows else []
+            col = self._flat[k::self.width]
         if self.header[k] in ("gpu", "timestamp") and any(ch.isspace() for ch in set("".join(col))):
             col = [x.strip() for x in col]   # the others are read as the plain code reads them, stripped or not
         return col
