@@ -6,6 +6,7 @@ a period, decomposed by bucket and by the causes the other agents found (docs/ag
 from __future__ import annotations
 
 from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -13,7 +14,7 @@ import pandas as pd
 from ..chain.canonical import format_ts
 from ..method import nanohours_to_hours
 from ..receipts.progress import SAVED, lost_since_checkpoint
-from .common import fmt_h, fmt_ts, price
+from .common import fmt_h, fmt_ts, label_equals, price
 from .data import THROTTLE_REASONS, Dataset, bucket_totals
 from .model import Evidence, Finding, make_scope
 
@@ -93,16 +94,14 @@ WORKLOAD_LINE, OTHER_LINE, UNKNOWN_LINE = "underutilized (workload)", "other / u
 DISPLAY_DP = 1   # GPU-hours are shown to one decimal; lines are rounded once, totals are sums of shown lines
 
 
-def _finding_mask(ds: Dataset, f: Finding) -> np.ndarray:
-    s = ds.samples
+def _finding_mask(t: np.ndarray, label: Callable[[str, object], np.ndarray], f: Finding) -> np.ndarray:
+    """The samples (times ``t``, labels compared by ``label``: :func:`common.label_equals`) inside a finding's
+    window and scope (its narrowest label)."""
     sc = f.scope_dict()
-    m = ((s["t"] >= f.start) & (s["t"] < f.end)).to_numpy()
+    m = (t >= f.start) & (t < f.end)
     for key, col in (("device_uuid", "device"), ("job_id", "job_id"), ("node", "node"), ("rack", "rack")):
         if sc.get(key):
-            inside = np.flatnonzero(m)   # the label compared only inside the window (the same mask)
-            out = np.zeros(len(m), dtype=bool)
-            out[inside] = (s[col].iloc[inside] == sc[key]).to_numpy()
-            return out
+            return m & label(col, sc[key])
     return m
 
 
@@ -125,6 +124,7 @@ def loss_partition(ds: Dataset, found: list[Finding], sel: pd.Series | None = No
     if start is not None:
         keep &= ((s["t"] >= start) & (s["t"] < end)).to_numpy()
     label = np.full(n, -1, dtype=np.int64)
+    t, labels = s["t"].to_numpy(float), label_equals(s)
     buckets = {"thr": s["h_thr"].to_numpy(float), "starved": s["h_starved"].to_numpy(float),
                "idle": s["h_idle"].to_numpy(float)}
     rb = s["rbucket"].to_numpy()
@@ -135,7 +135,7 @@ def loss_partition(ds: Dataset, found: list[Finding], sel: pd.Series | None = No
     lines: dict[str, float] = {}
     for k, f in enumerate(claimers):
         col, reason = _CLAIMS[f.cause]
-        m = keep & (label < 0) & (buckets[col] > 0) & _finding_mask(ds, f)
+        m = keep & (label < 0) & (buckets[col] > 0) & _finding_mask(t, labels, f)
         if reason is not None:
             m &= rb == reason
         label[m] = k

@@ -463,12 +463,13 @@ def _runs(frame: pd.DataFrame) -> pd.core.groupby.DataFrameGroupBy:
     return frame.groupby(list(RUN_KEY), dropna=False)
 
 
-def _run_rows(s: pd.DataFrame):  # noqa: ANN202
-    """(cluster, job, run) -> that run's samples, from one groupby (not a scan per run, nor a copy of the
-    allocated samples: the rows are taken from ``s`` when asked for)."""
+def _run_rows(s: pd.DataFrame, columns: tuple[str, ...]):  # noqa: ANN202
+    """(cluster, job, run) -> that run's samples (these columns), from one groupby (not a scan per run, nor a
+    copy of the allocated samples: the rows are taken from ``s`` when asked for, and only the columns read)."""
     alloc = np.flatnonzero(s["ai"].to_numpy() >= 0)
     idx = s[list(RUN_KEY)].iloc[alloc].groupby(list(RUN_KEY), dropna=False).indices   # the keys' columns only
-    return lambda key: s.iloc[alloc[idx[key]]] if key in idx else s.iloc[0:0]
+    cols = s[list(columns)]
+    return lambda key: cols.iloc[alloc[idx[key]]] if key in idx else cols.iloc[0:0]
 
 
 def startup_mask(ds: Dataset) -> pd.Series:
@@ -521,7 +522,7 @@ def starved(ds: Dataset) -> list[Finding]:
     if not len(st):
         return []
     hours_by_hour = st.groupby((st["t"] // HOUR) * HOUR)["job_id"].nunique()
-    rows_of = _run_rows(s)
+    rows_of = _run_rows(s, ("t", "h_starved", "act", "power", "fb"))
     out = []
     for (cluster, job, run), g in _runs(st):
         hours = float(g["h_starved"].sum())
@@ -593,7 +594,7 @@ def idle_held(ds: Dataset, exclude: pd.Series | None = None) -> list[Finding]:
     idle = s.loc[mask, [*RUN_KEY, "t", "device", "h_idle", "tenant", "sku", "node"]]
     out = []
     paid = _runs(s.loc[s["ai"] >= 0, [*RUN_KEY, "h"]])["h"].sum()
-    rows_of = _run_rows(s)
+    rows_of = _run_rows(s, ("t", "procs", "act", "power", "fb"))
     for (cluster, job, run), g in _runs(idle):
         hours = float(g["h_idle"].sum())
         total = float(paid.get((cluster, job, run), 0.0))

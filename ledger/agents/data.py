@@ -264,7 +264,7 @@ def fill_rated_clock(s: pd.DataFrame, devices: pd.DataFrame) -> None:
     """A device with no SKU rating gets the 99th percentile of its own loaded clock (documented fallback)."""
     missing = s["rated"].isna()
     if missing.any():
-        loaded = s[missing & (s["sm"].fillna(s["gpu_util"]) > 0.3)]
+        loaded = s.loc[missing & (s["sm"].fillna(s["gpu_util"]) > 0.3), ["device", "clk"]]   # not every column
         p99 = loaded.groupby("device")["clk"].quantile(0.99)
         s.loc[missing, "rated"] = s.loc[missing, "device"].map(p99)
         for dev, v in p99.items():

@@ -23,6 +23,7 @@ from typing import Callable
 
 from ..importers.exports import FORMATS, AnalysisError, read_source
 from . import Analysis, method_info, run_agents
+from .common import label_equals
 from .data import Dataset, load
 
 __all__ = ["FORMATS", "AnalysisError", "analyze_collected", "read_source", "render_pdf"]
@@ -144,6 +145,8 @@ def finding_series(ds: Dataset, findings: list) -> dict[str, dict[str, list]]:  
     if sm is None or not len(sm):
         return out
     causes = sorted((f for f in findings if f.agent != "recommendation"), key=lambda f: (-f.gpu_hours, f.id))
+    label = label_equals(sm)
+    t_all = sm["t"].to_numpy(float)
     for f in causes[:SERIES_FINDINGS]:
         sc = f.scope_dict()
         keys = next((ks for ks in (("device_uuid",), ("job_id", "node"), ("job_id",), ("node",), ("rack",))
@@ -151,18 +154,18 @@ def finding_series(ds: Dataset, findings: list) -> dict[str, dict[str, list]]:  
         cols = {"device_uuid": "device", "job_id": "job_id", "node": "node", "rack": "rack"}
         if keys is None or any(cols[k] not in sm for k in keys):
             continue
-        m = np.logical_and.reduce([(sm[cols[k]] == sc[k]).to_numpy() for k in keys])
+        m = np.logical_and.reduce([label(cols[k], sc[k]) for k in keys])
         pad = max(f.end - f.start, 600.0)
         a, b = f.start - pad, f.end + pad
-        rows = sm.loc[m & (sm["t"] >= a).to_numpy() & (sm["t"] <= b).to_numpy()]
+        rows = np.flatnonzero(m & (t_all >= a) & (t_all <= b))   # the rows' positions, no copy of the frame
         if not len(rows):
             continue
         edges = np.linspace(a, b, SERIES_POINTS + 1)
-        idx = np.clip(np.searchsorted(edges, rows["t"].to_numpy(float), side="right") - 1, 0, SERIES_POINTS - 1)
+        idx = np.clip(np.searchsorted(edges, t_all[rows], side="right") - 1, 0, SERIES_POINTS - 1)
         mids = (edges[:-1] + edges[1:]) / 2
         sig: dict[str, list] = {}
         for col, name in SERIES_SIGNALS:
-            v = rows[col].to_numpy(float) if col in rows else np.zeros(0)
+            v = sm[col].to_numpy(float)[rows] if col in sm else np.zeros(0)
             ok = np.isfinite(v)
             if not ok.any():
                 continue
