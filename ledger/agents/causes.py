@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .common import before_during_after, evidence, fmt_h, fmt_ts, price, windows
+from .common import before_during_after, evidence, fmt_h, fmt_ts, label_equals, price, windows
 from .data import ACTIVE_MIN, RESIDENT_FB_MIB, Dataset, coverage_gaps
 from .hourstats import hour_stats
 from .model import Evidence, Finding, clamp01, make_scope
@@ -679,6 +679,8 @@ def unknown_gaps(ds: Dataset, silent: dict | None = None) -> list[Finding]:
     device -> spans, :func:`ledger.agents.drift.silent_spans`), which is the XID finding's."""
     silent = silent or {}
     out = []
+    node_is = label_equals(ds.samples)
+    node_cols = ["t", "act", "rack"]    # what the evidence and the rack read of a node's samples
     for gs in _whole_node_gaps(ds):
         g = gs[0]
         whole = len(gs) > 1
@@ -689,7 +691,8 @@ def unknown_gaps(ds: Dataset, silent: dict | None = None) -> list[Finding]:
             continue
         cause = "collector_down" if whole and g["cause"] in ("scrape_missing", "no_telemetry", "unknown") else g["cause"]
         level = "node" if whole else "device" if g["device"] else ("node" if g["node"] else "run")
-        node_s = ds.samples[ds.samples["node"] == g["node"]] if g["node"] else ds.samples.iloc[0:0]
+        node_s = ds.samples.loc[node_is("node", g["node"]) if g["node"] else np.zeros(len(ds.samples), bool),
+                                node_cols]
         ev = (evidence(node_s, "act", "sm_active (node)", "fraction", g["start"], g["end"]),
               Evidence("unknown_interval_entry", "seconds", None, g["end"] - g["start"], None,
                        note=f"cause {g['cause']}: {g.get('detail') or ''}".strip()
@@ -733,7 +736,7 @@ def unknown_gaps(ds: Dataset, silent: dict | None = None) -> list[Finding]:
                 continue
             cause = "collector_down" if whole else "scrape_missing"
             dev = None if whole else sorted(devs)[0] if len(devs) == 1 else None
-            node_s = ds.samples[ds.samples["node"] == node]
+            node_s = ds.samples.loc[node_is("node", node), node_cols]
             ev = (evidence(node_s, "act", "sm_active (node)", "fraction", c["start"], c["end"]),
                   Evidence("devices_without_samples", "count", 0.0, float(len(devs)), 0.0,
                            note="no unknown_interval entry covers this span"))
