@@ -504,7 +504,7 @@ def analyze_cmd(source: tuple[str, ...], fmt: str | None, node_from: str | None,
     """
     import importlib
 
-    from ..base.heap import free_large_blocks_at_once
+    from ..base.heap import free_large_blocks_at_once, keep_large_blocks_in_heap
     from ..importers.exports import AnalysisError, read_source
     from ..base.safeout import OutputError, output_file
     from .importers import parse_duration, parse_time
@@ -539,8 +539,10 @@ def analyze_cmd(source: tuple[str, ...], fmt: str | None, node_from: str | None,
             collected = read_source(fmt, list(source), start=parse_time(start, "--start"),
                                     interval=parse_duration(step, "--step"), node=node, node_from=node_from,
                                     while_reading=import_agents)
-        from ..agents.export_analysis import analyze_collected, render_pdf
+        from ..agents.export_analysis import analyze_collected, reads_every_sample, render_pdf
 
+        if from_samples is not False and keep_ledger is None and reads_every_sample(collected):
+            keep_large_blocks_in_heap()   # a small export: its memory is not the concern, page faults are
         analysis = analyze_collected(collected, keep=Path(keep_ledger) if keep_ledger else None,
                                      sources=list(source), consume=True, samples=from_samples)
         if rate is not None:
