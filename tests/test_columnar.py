@@ -219,3 +219,25 @@ def amd_text_with_odd_lines(draw):  # noqa: ANN001, ANN201
 def test_amd_csv_column_wise_equals_the_plain_parser_on_odd_lines(text, given_start):
     kw = {"start": T0, "interval": 15.0, "node": None} if given_start else {"node_hint": "mi-9"}
     assert _outcome(columnar.parse_amdsmi, text, **kw) == _outcome(amdsmi.parse, text, **kw)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=12), max_size=4),
+       st.integers(0, 3), st.sampled_from([np.float64, np.int32]))
+def test_numbers_from_buffers_equal_pyarrows_to_numpy(chunks, cut, dtype):
+    """columnar.numbers (a column read from its buffers, no pandas import) is pyarrow's to_numpy, for chunked
+    and sliced columns (an offset into the buffer) of both widths the parsers read."""
+    import pyarrow as pa
+
+    typ = pa.float64() if dtype is np.float64 else pa.int32()
+    parts = [pa.array(np.array(c, dtype=np.float64) if dtype is np.float64 else
+                      np.nan_to_num(np.array(c, dtype=np.float64), posinf=7, neginf=-7).clip(-9, 9).astype(np.int32),
+                      type=typ) for c in chunks]
+    col = pa.chunked_array(parts, type=typ)
+    col = col.slice(min(cut, len(col)))
+    got = columnar.numbers(col, dtype)
+    want = col.to_numpy()
+    assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=dtype is np.float64)
+    one = col.combine_chunks()
+    assert np.array_equal(columnar.numbers(one, dtype), one.to_numpy(zero_copy_only=False),
+                          equal_nan=dtype is np.float64)
