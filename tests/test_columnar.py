@@ -157,8 +157,29 @@ def amd_text(draw):  # noqa: ANN001, ANN201
     return sep.join(lines) + sep
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(amd_text(), st.booleans())
+odd_line = st.sampled_from(["  ", "\t", "   0,1,2  ", "3@node: hello", "10@gpu-host:~$ amd-smi metric --csv",
+                            "# ipledger: node=mi-3", "# comment",
+                            "GPU,TIMESTAMP", " gpu , timestamp ", "0,1", "1,2,3,4,5,6,7,8,9", "\u00e9t\u00e9",
+                            "\u0661,2", "x\x1cy", "7\x0b8", "'CTRL' + 'C' to stop watching output", "^C"])
+
+
+@st.composite
+def amd_text_with_odd_lines(draw):  # noqa: ANN001, ANN201
+    """A generated amd-smi capture with odd lines: spaces around rows, tabs, other line breaks, non-ASCII digits
+    and letters, '@', a shell prompt, headers spelled otherwise, rows of other widths."""
+    lines = draw(amd_text()).splitlines()
+    for _ in range(draw(st.integers(0, 4))):
+        at = draw(st.integers(0, len(lines)))
+        lines.insert(at, draw(odd_line))
+    for _ in range(draw(st.integers(0, 3))):
+        at = draw(st.integers(0, len(lines) - 1))
+        lines[at] = draw(st.sampled_from([" ", "  "])) + lines[at] + draw(st.sampled_from(["", " ", "  "]))
+    sep = draw(st.sampled_from(["\n", "\r\n", "\r"]))
+    return sep.join(lines) + sep
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(amd_text(), amd_text_with_odd_lines()), st.booleans())
 def test_amd_csv_column_wise_equals_the_plain_parser(text, given_start):
     kw = {"start": T0, "interval": 15.0, "node": None} if given_start else {"node_hint": "mi-9"}
     assert _outcome(columnar.parse_amdsmi, text, **kw) == _outcome(amdsmi.parse, text, **kw)
@@ -192,33 +213,6 @@ def test_column_values_reads_markers_and_refuses_what_clean_refuses():
     with pytest.raises(InputError):
         columnar.parse_dmon("GPU 0 1\n", "x.txt")
 
-
-odd_line = st.sampled_from(["  ", "\t", "   0,1,2  ", "3@node: hello", "10@gpu-host:~$ amd-smi metric --csv",
-                            "# ipledger: node=mi-3", "# comment",
-                            "GPU,TIMESTAMP", " gpu , timestamp ", "0,1", "1,2,3,4,5,6,7,8,9", "\u00e9t\u00e9",
-                            "\u0661,2", "x\x1cy", "7\x0b8", "'CTRL' + 'C' to stop watching output", "^C"])
-
-
-@st.composite
-def amd_text_with_odd_lines(draw):  # noqa: ANN001, ANN201
-    """A generated amd-smi capture with odd lines: spaces around rows, tabs, other line breaks, non-ASCII digits
-    and letters, '@', a shell prompt, headers spelled otherwise, rows of other widths."""
-    lines = draw(amd_text()).splitlines()
-    for _ in range(draw(st.integers(0, 4))):
-        at = draw(st.integers(0, len(lines)))
-        lines.insert(at, draw(odd_line))
-    for _ in range(draw(st.integers(0, 3))):
-        at = draw(st.integers(0, len(lines) - 1))
-        lines[at] = draw(st.sampled_from([" ", "  "])) + lines[at] + draw(st.sampled_from(["", " ", "  "]))
-    sep = draw(st.sampled_from(["\n", "\r\n", "\r"]))
-    return sep.join(lines) + sep
-
-
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(amd_text_with_odd_lines(), st.booleans())
-def test_amd_csv_column_wise_equals_the_plain_parser_on_odd_lines(text, given_start):
-    kw = {"start": T0, "interval": 15.0, "node": None} if given_start else {"node_hint": "mi-9"}
-    assert _outcome(columnar.parse_amdsmi, text, **kw) == _outcome(amdsmi.parse, text, **kw)
 
 
 @settings(max_examples=100, deadline=None)
