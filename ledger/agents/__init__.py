@@ -80,12 +80,12 @@ def find(ds: Dataset) -> list[Finding]:
 
 def _find(ds: Dataset) -> tuple[list[Finding], list[Finding]]:
     """(the causes in the order the agents produce them, every finding in :func:`find`'s order)."""
-    from . import accounting, causes as attribution, drift, recommendation
+    from . import accounting, causes as attribution, compute, drift, recommendation
 
     drift_f, xid_mask = drift.run(ds)
     attr_f = attribution.run(ds, xid_mask, drift.silent_spans(drift_f))
     acct_f = accounting.findings(ds)
-    base = [*attr_f, *drift_f, *acct_f]
+    base = [*attr_f, *compute.run(ds), *drift_f, *acct_f]
     return base, sorted(base, key=lambda f: (-f.gpu_hours, f.id)) + recommendation.run(ds, base)
 
 

@@ -32,7 +32,9 @@ RESIDENT_FB_MIB = DEFAULT_THRESHOLDS.resident_fb_mib
 
 SAMPLE_READ_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "tensor_active", "gpu_util", "sm_clock_mhz",
                        "power_w", "gpu_temp_c", "ecc_sbe_aggregate", "ecc_sbe_volatile", "row_remap_pending",
-                       "row_remap_failure", "xid", "fb_used_mib", "compute_procs")
+                       "row_remap_failure", "xid", "fb_used_mib", "compute_procs",
+                       # the effective-compute lens's fields (agents.compute): DRAM, the FP pipes, counted FLOPs
+                       "dram_active", "fp64_active", "fp32_active", "fp16_active", "fp_ops")
 DEFAULT_RATE = Decimal("1.00")
 BIT_THERMAL, BIT_POWER = 0x20 | 0x40, 0x4
 
@@ -60,6 +62,7 @@ class Dataset:
     rates: dict = field(default_factory=dict)   # (tenant, sku) -> float price per GPU-hour
     hourly: pd.DataFrame | None = None           # per device-hour statistics (agents.hourstats); None: from samples
     sample_count: int | None = None              # the telemetry samples behind ``samples`` (None: one row each)
+    lens_hours: pd.DataFrame | None = None       # per (device, hour, run) lens sums (agents.compute); None: from samples
 
     def rate(self, tenant: str | None, sku: str | None) -> float:
         return float(self.rates.get((tenant, sku), self.rates.get((None, sku), float(DEFAULT_RATE))))
@@ -160,7 +163,8 @@ def sample_frame(s: pd.DataFrame) -> pd.DataFrame:
     s = s.rename(columns={"clock_reasons": "reasons", "sm_active": "sm", "sm_clock_mhz": "clk", "power_w": "power",
                           "gpu_temp_c": "temp", "ecc_sbe_aggregate": "ecc", "ecc_sbe_volatile": "eccv",
                           "fb_used_mib": "fb",
-                          "compute_procs": "procs", "tensor_active": "tensor"})
+                          "compute_procs": "procs", "tensor_active": "tensor", "dram_active": "dram",
+                          "fp64_active": "fp64", "fp32_active": "fp32", "fp16_active": "fp16", "fp_ops": "ops"})
     for col in s.columns:  # all-NULL columns come back as object dtype: the agents need floats (NaN = not measured)
         if col != "device":
             s[col] = pd.to_numeric(s[col], errors="coerce").astype(float)
