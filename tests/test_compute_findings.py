@@ -109,3 +109,115 @@ def test_the_rule_fails_without_its_dram_guard(runner, cli, tmp_path, monkeypatc
     monkeypatch.setattr(compute, "DRAM_HIGH", 2.0)
     out = _analyze(runner, cli, _dmon(tmp_path / "dmon-gpu-34.txt", "gpu-34", lambda k, g: INFER))
     assert _kind(out, "busy_not_computing")
+
+
+def _amd_exporter(path: Path, slow: dict[int, float], hours: int = 8, gpus: int = 4, tensor: float = 0.7,
+                  with_ops: bool = True) -> Path:
+    """One MI300X node's ROCm device-metrics-exporter series (federate text, one scrape a minute) for ``hours``,
+    one 4-GPU job (``job_id`` 5150) at SM active 0.9 and MFMA (tensor) active ``tensor`` on every GPU; the total
+    16-bit op counters grow at tensor x 1,307 TFLOPS x 0.2 (kept under 2**63 over the hours), except a GPU in ``slow`` (gpu -> (factor, from
+    hour)) whose counter grows at that factor of it from that hour (the same tensor activity, the same clock)."""
+    labels = 'card_model="AMD Instinct MI300X",gpu_id="{g}",hostname="mi300x-09",job_id="5150",job_user="ann"'
+    lines, ops = [], [0.0] * gpus
+    for k in range(hours * 60):
+        ts = (T0 + 60 * k) * 1000
+        for g in range(gpus):
+            lab = labels.format(g=g)
+            factor, since = slow.get(g, (1.0, hours))
+            lines += [f"amd_gpu_prof_sm_active{{{lab}}} 90 {ts}",
+                      f"amd_gpu_prof_tensor_active_percent{{{lab}}} {100 * tensor:.1f} {ts}",
+                      f"amd_gpu_gfx_activity{{{lab}}} 95 {ts}", f"amd_gpu_package_power{{{lab}}} 640 {ts}",
+                      f"amd_gpu_junction_temperature{{{lab}}} 70 {ts}"]
+            if with_ops:
+                lines.append(f"amd_gpu_prof_total_16_ops{{{lab}}} {ops[g]:.0f} {ts}")
+            ops[g] += 60 * tensor * 1307e12 * 0.2 * (factor if k >= since * 60 else 1.0)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_gpu_doing_fewer_counted_flops_per_tensor_hour_than_its_siblings_is_found(runner, cli, tmp_path):
+    """GPU 2 of a 4-GPU job counts 15 % fewer ops from hour 2 at the same tensor activity and clock: one
+    device finding on it, from hour 2, its deficit about 15 %, the per-device figures in the finding, and no
+    finding on its siblings."""
+    out = _analyze(runner, cli, _amd_exporter(tmp_path / "exporter.prom", {2: (0.85, 2)}))
+    found = _kind(out, "flops_behind_siblings")
+    assert len(found) == 1, [(f["kind"], f["scope"]) for f in out["findings"]]
+    f = found[0]
+    assert f["scope"]["job_id"] == "5150" and f["scope"]["device_uuid"].endswith("2") and f["level"] == "device"
+    assert f["start"] == "2026-11-02T02:00:00Z" and f["end"] == "2026-11-02T08:00:00Z"
+    ev = {e["signal"]: e for e in f["evidence"]}
+    assert ev["deficit_against_siblings"]["during"] == pytest.approx(0.15, abs=0.01)
+    per = f["per_device_tflops"]
+    assert len(per) == 4 and min(per, key=per.get) == f["scope"]["device_uuid"]
+    assert per[f["scope"]["device_uuid"]] == pytest.approx(0.85 * 1307 * 0.2, rel=0.01)
+    # the tensor-hours short: 15 % of its tensor time at rated clock over the 6 hours (no clock: ratio 1)
+    assert f["gpu_hours"] == pytest.approx(0.15 * 0.7 * 6, rel=0.02)
+    assert f["confidence"] >= 0.7 and f["cause"] == "slow_part"
+    assert not [k for k in out["account"]["by_cause"] if k == "slow_part"]
+
+
+@pytest.mark.parametrize("slow, ops", [({}, True), ({2: (0.97, 2)}, True), ({2: (0.85, 2)}, False)])
+def test_quiet_on_equal_siblings_a_small_spread_and_without_op_counters(runner, cli, tmp_path, slow, ops):
+    """Siblings alike, 3 % apart (noise-sized), or the slow part with no op counter (FLOPs inferred from tensor
+    activity are the clock ratio by definition): no finding."""
+    out = _analyze(runner, cli, _amd_exporter(tmp_path / "exporter.prom", slow, with_ops=ops))
+    assert not _kind(out, "flops_behind_siblings")
+
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def _spin_ledger(url: str, job: str = "9300", hours: int = 6, devices: int = 4) -> None:
+    """A job on 4 H100s at 60 s for ``hours``: the first 2 hours training on the tensor cores (SM 0.9, tensor
+    0.6, DRAM 0.35, FP32 0.15) at 1,800 MHz; then spinning (SM 0.92, tensor 0.01, FP32 0.01, DRAM 0.03) at
+    1,700 MHz (clock ratios under 1, so the seam holds the ratio too)."""
+    eng = db_mod.make_engine(url)
+    db_mod.upgrade(eng)
+    key = dict(cluster="c1", job_id=job, run=0)
+    es = [make_entry(Kind.ALLOCATION_STARTED, T0, {"account": "chem", "partition": "gpu", "qos": "normal"},
+                     node="n1", **key)]
+    es += [make_entry(Kind.DEVICE_BOUND, T0, {"index": i, "sku": H100}, device=f"GPU-spin-{i}", node="n1", **key)
+           for i in range(devices)]
+    store.append(eng, es)
+    for i in range(devices):
+        rows = []
+        for k in range(hours * 60):
+            train = k < 120
+            rows.append(Sample(device=f"GPU-spin-{i}", t=T0 + 60.0 * k, dt=60.0, sm_active=0.9 if train else 0.92,
+                               tensor_active=0.6 if train else 0.01, dram_active=0.35 if train else 0.03,
+                               fp32_active=0.15 if train else 0.01, fp64_active=0.0, fp16_active=0.0,
+                               sm_clock_mhz=1800.0 if train else 1700.0, compute_procs=1.0, fb_used_mib=60000.0,
+                               power_w=600.0, gpu_temp_c=60.0, clock_reasons=0))
+        write_segment(eng, rows, segment_entry(rows, node="n1", source="test"))
+    store.append(eng, [make_entry(Kind.ALLOCATION_ENDED, T0 + hours * 3600.0, {"exit_code": 0}, node="n1", **key)])
+    eng.dispose()
+
+
+def test_the_findings_hours_are_the_receipts_lens_for_the_same_run(runner, cli, tmp_path):
+    """The seam: on a ledger, the finding over the spinning hours (every device-hour of them, from device-hours
+    and from every sample) has as GPU-hours the receipt's delivered time outside the compute and memory bounds
+    (delivered x (latency + other) of the receipt's lens, 1.1.0), and the agents' tensor GPU-hours of the run are
+    the receipt's tensor_gpu_hours."""
+    from ledger.agents import analyze, compute, hourly
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    _spin_ledger(url)
+    cfg = tmp_path / "site.toml"
+    cfg.write_text('method_version = "1.1.0"\ncompute_precision = "bf16"\n')
+    os.chmod(cfg, 0o600)
+    res = runner.invoke(cli, ["--db", url, "--config", str(cfg), "receipt", "9300", "--json"])
+    assert res.exit_code == 0, res.output
+    body = json.loads(res.stdout)
+    ec = body["effective_compute"]
+    delivered = body["gpu_hours"]["delivered"]
+    not_math = delivered * (ec["bound_split"]["latency"] + ec["bound_split"]["other"])
+    assert ec["bound_split"]["compute"] > 0 and not_math > 0
+    eng = db_mod.make_engine(url)
+    for how in (analyze, hourly.analyze):
+        found = [f for f in how(eng).findings if f.kind == "busy_not_computing"]
+        assert len(found) == 1 and found[0].scope_dict()["job_id"] == "9300"
+        assert abs(found[0].gpu_hours - not_math) <= 1e-5 * delivered   # the split is rounded to 6 places
+        assert found[0].start == T0 + 2 * 3600 and found[0].end == T0 + 6 * 3600
+    ds = hourly.load_compact(eng)
+    # (the receipt rounds each device's figure to a whole nanohour: half a nanohour each)
+    assert abs(float(compute.lens_hours(ds)["tensor_del"].sum()) - ec["tensor_gpu_hours"]) <= 0.5e-9 * 4 + 1e-12
