@@ -221,3 +221,22 @@ def test_the_findings_hours_are_the_receipts_lens_for_the_same_run(runner, cli, 
     ds = hourly.load_compact(eng)
     # (the receipt rounds each device's figure to a whole nanohour: half a nanohour each)
     assert abs(float(compute.lens_hours(ds)["tensor_del"].sum()) - ec["tensor_gpu_hours"]) <= 0.5e-9 * 4 + 1e-12
+
+
+def test_an_op_counter_past_2_63_is_a_count_not_a_dcgm_blank(runner, cli, tmp_path):
+    """An MI300X's 64-bit op counter passes 2**63 (DCGM's int64 blank) after a few hours at its rate: the
+    counts above it are still read (before, every sample past it lost its fp_ops, and the FLOPs with it)."""
+    path = tmp_path / "exporter.prom"
+    lab = 'card_model="AMD Instinct MI300X",gpu_id="0",hostname="mi300x-09",job_id="5151"'
+    lines = []
+    for k in range(20):
+        ts = (T0 + 60 * k) * 1000
+        lines += [f"amd_gpu_prof_sm_active{{{lab}}} 90 {ts}", f"amd_gpu_prof_tensor_active_percent{{{lab}}} 70 {ts}",
+                  f"amd_gpu_prof_total_16_ops{{{lab}}} {9.2e18 + k * 6e16!r} {ts}"]
+    path.write_text("\n".join(lines) + "\n")
+    from ledger.agents.memory import dataset_from_collected
+    from ledger.importers import captures
+
+    ds, _ = dataset_from_collected(captures.read_set([str(path)]))
+    ops = ds.samples["ops"].to_numpy()
+    assert (ops[:-1] == 6e16).all(), ops   # every interval's count, those above 2**63 included
