@@ -37,6 +37,7 @@ SPIN_HOUR_SHARE = 0.5      # a device-hour is spinning when >= half its allocate
 SPIN_MERGE_H = 1.0         # spinning hours of a run this close merge into one window
 SPIN_MIN_WINDOW_H = 2.0    # "for hours"
 SPIN_MIN_GPU_H = 1.0       # delivered GPU-hours without math, summed over the run's devices
+SPIN_EDGE_SHARE = 0.1      # a window grows by the hours next to it where the run spun at least this share
 FLOPS_MIN_TENSOR_H = 0.05  # a device-hour compared only with this much tensor time at rated clock (3 min)
 FLOPS_DEFICIT = 0.06       # behind the siblings' median by at least this share
 FLOPS_MIN_SIBLINGS = 2     # other devices of the run with counted FLOPs that hour
@@ -172,7 +173,9 @@ def busy_not_computing(ds: Dataset, st: pd.DataFrame) -> list[Finding]:
     for rk, fl in flagged.groupby("rk", sort=True):
         g = by_run.get_group(rk)
         cluster, job, run_no = g["cluster"].iloc[0], g["job_id"].iloc[0], g["run"].iloc[0]
+        per_hour = g.groupby("hour")[["spin_h", "h"]].sum()
         for a, b in _windows(fl["hour"].to_numpy(float), SPIN_MERGE_H, SPIN_MIN_WINDOW_H):
+            a, b = _grown(per_hour, a, b)
             w = g[(g["hour"] >= a) & (g["hour"] < b)]
             hours = float(w["spin_del"].sum())
             if hours < SPIN_MIN_GPU_H:
@@ -210,6 +213,19 @@ def busy_not_computing(ds: Dataset, st: pd.DataFrame) -> list[Finding]:
                 extra=(("run", int(run_no)), ("devices", devs), ("addressed_to", "tenant"),
                        ("provider_loss", False))))
     return out
+
+
+def _grown(per_hour: pd.DataFrame, a: float, b: float) -> tuple[float, float]:
+    """The window with the hours on each side where the run spun >= SPIN_EDGE_SHARE of its time (the fault's
+    first and last hours, partly spinning)."""
+    def spun(h: float) -> bool:
+        return h in per_hour.index and per_hour.at[h, "spin_h"] >= SPIN_EDGE_SHARE * per_hour.at[h, "h"] > 0
+
+    while spun(a - HOUR):
+        a -= HOUR
+    while spun(b):
+        b += HOUR
+    return a, b
 
 
 def _pct(x: float | None) -> str:
