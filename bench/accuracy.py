@@ -176,6 +176,12 @@ KIND_RULES = {   # per finding kind: its rule and its evidence in a few words (d
     "xid": ("an XID event; the stall and the silence after it", "XID code, hours silent after it"),
     "unknown_gap": ("an unknown interval (capture restarted, collector down) or an allocated span without samples",
                     "the gap's span and devices"),
+    "busy_not_computing": ("SM active >= 0.5 with tensor and every measured FP pipe < 5 % and DRAM < 0.3 for >= half "
+                           "of each device-hour, >= 2 h, >= 1 GPU-h delivered (the tenant's loss, no loss line)",
+                           "SM, tensor, FP pipes, DRAM before / during / after; tensor GPU-hours"),
+    "flops_behind_siblings": ("counted FLOPs per tensor-active hour at rated clock >= 6 % under the median of >= 2 "
+                              "siblings on the same run, each hour, >= 2 h", "per-device TFLOP/s, deficit, clock "
+                              "ratio against the siblings'"),
 }
 
 
