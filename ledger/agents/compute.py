@@ -43,6 +43,7 @@ FLOPS_DEFICIT = 0.06       # behind the siblings' median by at least this share
 FLOPS_MIN_SIBLINGS = 2     # other devices of the run with counted FLOPs that hour
 FLOPS_MERGE_H = 1.0
 FLOPS_MIN_WINDOW_H = 2.0
+FLOPS_EDGE = 0.02          # a window grows by the hours next to it at least this far behind the device's own standing
 STAT_SUMS = ("h", "busy_h", "judged_h", "spin_h", "spin_del", "tensor_del", "sm_sum", "tensor_sum", "tensor_h",
              "dram_sum", "dram_h", "fp_sum", "fp_h", "ops", "ops_tdel", "ops_ratio", "ops_h")
 STAT_COLUMNS = ("device", "hour", "ai", *STAT_SUMS)
@@ -239,31 +240,48 @@ def flops_behind_siblings(ds: Dataset, st: pd.DataFrame) -> list[Finding]:
     if not len(c):
         return out
     c = c.assign(rate=c["ops"] / (c["ops_tdel"] * 3600.0))   # FLOP per tensor-active second at rated clock
+    parts = []
     for _, g in c.groupby("rk", sort=True):
         if g["device"].nunique() < FLOPS_MIN_SIBLINGS + 1:
             continue
         ref = np.full(len(g), np.nan)
-        others = np.zeros(len(g), dtype=int)
         hours, devs, rates = g["hour"].to_numpy(float), g["device"].to_numpy(object), g["rate"].to_numpy(float)
         for hr in np.unique(hours):
             idx = np.flatnonzero(hours == hr)
             for i in idx:
                 sib = [rates[j] for j in idx if devs[j] != devs[i]]
-                others[i] = len(sib)
                 if len(sib) >= FLOPS_MIN_SIBLINGS:
                     ref[i] = float(np.median(sib))
-        g = g.assign(ref=ref, deficit=1.0 - rates / np.where(ref > 0, ref, np.nan))
+        parts.append(g.assign(ref=ref, deficit=1.0 - rates / np.where(ref > 0, ref, np.nan)))
+    if not parts:
+        return out
+    allg = pd.concat(parts)
+    behind = allg["deficit"].to_numpy() >= FLOPS_DEFICIT
+    for _, g in allg.groupby("rk", sort=True):
         for dev, d in g.groupby("device", sort=True):
-            bad = d[d["deficit"] >= FLOPS_DEFICIT]
-            wins = _windows(bad["hour"].to_numpy(float), FLOPS_MERGE_H, FLOPS_MIN_WINDOW_H)
+            flagged = (d["deficit"] >= FLOPS_DEFICIT).to_numpy()
+            wins = _windows(d.loc[flagged, "hour"].to_numpy(float), FLOPS_MERGE_H, FLOPS_MIN_WINDOW_H)
             if not wins:
                 continue
             a, b = max(wins, key=lambda w: (w[1] - w[0], -w[0]))
+            # the part's own standing against its siblings, over all its runs, away from this window and from
+            # any hour it was behind (a part a little faster or slower all along): the hours short count what
+            # changed, not what always was
+            mine = (allg["device"] == dev).to_numpy() & ~behind & allg["ref"].notna().to_numpy() & \
+                ((allg["hour"] < a - HOUR) | (allg["hour"] >= b + HOUR)).to_numpy()
+            rest = allg.loc[mine, "deficit"]
+            base = float(np.clip(np.median(rest), -FLOPS_DEFICIT / 2, FLOPS_DEFICIT / 2)) if len(rest) >= 2 else 0.0
+            excess = (d["deficit"] - base).set_axis(d["hour"].to_numpy(float))
+            while a - HOUR in excess.index and excess.get(a - HOUR, 0.0) >= FLOPS_EDGE:
+                a -= HOUR   # the first and last hours, partly slow
+            while b in excess.index and excess.get(b, 0.0) >= FLOPS_EDGE:
+                b += HOUR
             inw = d[(d["hour"] >= a) & (d["hour"] < b) & d["ref"].notna()]
-            lost = float((inw["ops_tdel"] * inw["deficit"].clip(lower=0.0)).sum())
+            lost = float((inw["ops_tdel"] * (inw["deficit"] - base).clip(lower=0.0)).sum())
             deficit = float(np.median(inw["deficit"]))
             length_h = (b - a) / HOUR
-            conf = clamp01(min(0.95, 0.55 + 0.3 * min(1.0, max(0.0, deficit - FLOPS_DEFICIT) / 0.12)
+            far = deficit - base   # how far behind its own standing: what changed
+            conf = clamp01(min(0.95, 0.55 + 0.3 * min(1.0, max(0.0, far - FLOPS_DEFICIT) / 0.12)
                                     + 0.1 * min(1.0, (length_h - FLOPS_MIN_WINDOW_H) / 6.0)))
             sibs = g[(g["device"] != dev) & (g["hour"] >= a) & (g["hour"] < b)]
             per_device = {str(x): round(float(y["ops"].sum() / (y["ops_tdel"].sum() * 3600.0)) / 1e12, 3)
@@ -275,7 +293,8 @@ def flops_behind_siblings(ds: Dataset, st: pd.DataFrame) -> list[Finding]:
                                                                                             "ops_tdel"),
                            reference=float(np.median(inw["ref"])) / 1e12, reference_label="siblings on the same run "
                            "(median of the others each hour)"),
-                  Evidence("deficit_against_siblings", "fraction", None, deficit, None),
+                  Evidence("deficit_against_siblings", "fraction", None, deficit, None, reference=base,
+                           reference_label="its own deficit outside the window (the hours short count past it)"),
                   Evidence("clock_ratio", "fraction", None, clk_own, None, reference=clk_sib,
                            reference_label="siblings on the same run"),
                   Evidence("tensor_gpu_hours", "GPU-h", None, float(inw["ops_tdel"].sum()), None,
@@ -284,7 +303,7 @@ def flops_behind_siblings(ds: Dataset, st: pd.DataFrame) -> list[Finding]:
             rack = ds.devices.at[dev, "rack"] if dev in ds.devices.index else None
             tenant = d["tenant"].dropna().iloc[0] if d["tenant"].notna().any() else None
             node = d["node"].iloc[0]
-            cost = prices(ds, inw.assign(lost=inw["ops_tdel"] * inw["deficit"].clip(lower=0.0)), ("lost",))["lost"]
+            cost = prices(ds, inw.assign(lost=inw["ops_tdel"] * (inw["deficit"] - base).clip(lower=0.0)), ("lost",))["lost"]
             out.append(Finding(
                 AGENT, "flops_behind_siblings",
                 make_scope(cluster=cluster, job_id=job, tenant=tenant, node=node, device_uuid=dev,
