@@ -240,3 +240,20 @@ def test_an_op_counter_past_2_63_is_a_count_not_a_dcgm_blank(runner, cli, tmp_pa
     ds, _ = dataset_from_collected(captures.read_set([str(path)]))
     ops = ds.samples["ops"].to_numpy()
     assert (ops[:-1] == 6e16).all(), ops   # every interval's count, those above 2**63 included
+
+
+def test_explain_names_the_hours_beside_the_loss_not_as_a_line(runner, cli, tmp_path):
+    """`explain` and `ask` on the job: the finding is listed with its hours, the loss table has no line for it
+    (its hours are delivered, not lost), and the headline says so beside the loss, with the listed figure."""
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    _spin_ledger(url)
+    for args in (["explain", "--job", "9300", "--period", "all", "--json"], ["ask", "what happened to job 9300",
+                                                                              "--json"]):
+        res = runner.invoke(cli, ["--db", url, *args])
+        assert res.exit_code == 0, res.output
+        out = json.loads(res.stdout)
+        listed = [f for f in out["findings"] if f["kind"] == "busy_not_computing"]
+        assert len(listed) == 1
+        assert not [ln for ln in out["table"]["lines"] if ln["cause"] == "not_computing"]
+        assert f"Beside the loss, busy but not computing: {listed[0]['gpu_hours_in_scope']:,.1f} delivered " \
+               f"GPU-hours did no math" in out["answer"]
