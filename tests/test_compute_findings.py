@@ -257,3 +257,26 @@ def test_explain_names_the_hours_beside_the_loss_not_as_a_line(runner, cli, tmp_
         assert not [ln for ln in out["table"]["lines"] if ln["cause"] == "not_computing"]
         assert f"Beside the loss, busy but not computing: {listed[0]['gpu_hours_in_scope']:,.1f} delivered " \
                f"GPU-hours did no math" in out["answer"]
+
+
+@pytest.mark.parametrize("shape", ["spin", "slow"])
+def test_the_lens_sums_from_device_hours_equal_those_from_every_sample(tmp_path, shape):
+    """The two datasets decide alike: the per (device, hour, run) sums read in one lean pass over the raw lens
+    columns (what `findings` / `analyze` use) equal those of the per-sample frame (``--samples``)."""
+    import numpy as np
+
+    from ledger.agents import compute
+    from ledger.agents.hourly import compact_dataset
+    from ledger.agents.memory import dataset_from_collected, hourly_from_collected
+    from ledger.importers import captures
+
+    src = (_dmon(tmp_path / "dmon-gpu-35.txt", "gpu-35", _spin_hours_3_to_7) if shape == "spin" else
+           _amd_exporter(tmp_path / "exporter.prom", {2: (0.85, 2)}))
+    full, _ = dataset_from_collected(captures.read_set([str(src)]))
+    scan, samples, _ = hourly_from_collected(captures.read_set([str(src)]))
+    compact = compact_dataset(scan, samples)
+    a, b = compute.lens_hours(full), compute.lens_hours(compact)
+    assert len(a) and list(a["device"]) == list(b["device"]) and list(a["hour"]) == list(b["hour"])
+    assert list(a["ai"]) == list(b["ai"])
+    for c in compute.STAT_SUMS:
+        assert np.allclose(a[c].to_numpy(float), b[c].to_numpy(float), rtol=1e-12, atol=1e-9), c

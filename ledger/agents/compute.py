@@ -26,7 +26,7 @@ import pandas as pd
 
 from ..method.lens import DEFAULT_LENS_THRESHOLDS
 from .common import HOUR, fmt_h, prices
-from .data import ACTIVE_MIN, Dataset, add_bucket_hours, assign_runs, sample_frame
+from .data import ACTIVE_MIN, Dataset, activity_and_ratio
 from .model import Evidence, Finding, clamp01, make_scope
 
 AGENT = "attribution"
@@ -47,10 +47,10 @@ FLOPS_EDGE = 0.02          # a window grows by the hours next to it at least thi
 STAT_SUMS = ("h", "busy_h", "judged_h", "spin_h", "spin_del", "tensor_del", "sm_sum", "tensor_sum", "tensor_h",
              "dram_sum", "dram_h", "fp_sum", "fp_h", "ops", "ops_tdel", "ops_ratio", "ops_h")
 STAT_COLUMNS = ("device", "hour", "ai", *STAT_SUMS)
-# what stats_from_source reads of each raw sample (the bucketing needs the activity, clock and residency fields)
-SOURCE_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "tensor_active", "gpu_util", "sm_clock_mhz",
-                  "fb_used_mib", "compute_procs", "dram_active", "fp64_active", "fp32_active", "fp16_active", "fp_ops")
-SOURCE_DEVICES = 16        # devices read and reduced at a time
+# what stats_from_source reads of each raw sample (the activity, its clock and the lens's fields)
+SOURCE_COLUMNS = ("device", "t", "dt", "sm_active", "tensor_active", "gpu_util", "sm_clock_mhz", "dram_active",
+                  "fp64_active", "fp32_active", "fp16_active", "fp_ops")
+SOURCE_ROWS = 500_000     # raw samples read and reduced at a time
 PIPES = ("fp64", "fp32", "fp16")
 
 
@@ -65,27 +65,37 @@ def stats_from_samples(s: pd.DataFrame) -> pd.DataFrame:
     ratio, Σ h x ratio and Σ h over the same samples."""
     if not len(s) or "tensor" not in s:
         return pd.DataFrame(columns=list(STAT_COLUMNS))
-    s = s[s["ai"].to_numpy() >= 0]
-    if not len(s):
-        return pd.DataFrame(columns=list(STAT_COLUMNS))
 
     def col(name: str) -> np.ndarray:
         return s[name].to_numpy(float) if name in s else np.full(len(s), np.nan)
 
-    h, act, ratio = col("h"), np.clip(np.nan_to_num(col("act")), 0.0, 1.0), col("ratio")
-    sm, ten, dram, ops, dt = col("sm"), col("tensor"), col("dram"), col("ops"), col("dt")
-    working = ~np.isnan(col("act")) & (act >= ACTIVE_MIN)
-    fp = np.full(len(s), np.nan)
+    return _stats(s["device"].to_numpy(object), s["t"].to_numpy(float), s["ai"].to_numpy(), col("h"), col("act"),
+                  col("ratio"), col("dt"), {k: col(k) for k in ("sm", "tensor", "dram", "ops", *PIPES)})
+
+
+def _stats(device: np.ndarray, t: np.ndarray, ai: np.ndarray, h: np.ndarray, act_raw: np.ndarray,
+           ratio: np.ndarray, dt: np.ndarray, f: dict[str, np.ndarray]) -> pd.DataFrame:
+    """:func:`stats_from_samples` from its columns as arrays (``f``: sm, tensor, dram, ops and the pipes)."""
+    keep = ai >= 0
+    if not keep.any():
+        return pd.DataFrame(columns=list(STAT_COLUMNS))
+    if not keep.all():
+        device, t, ai, h, act_raw, ratio, dt = (x[keep] for x in (device, t, ai, h, act_raw, ratio, dt))
+        f = {k: v[keep] for k, v in f.items()}
+    act = np.clip(np.nan_to_num(act_raw), 0.0, 1.0)
+    sm, ten, dram, ops = f["sm"], f["tensor"], f["dram"], f["ops"]
+    working = ~np.isnan(act_raw) & (act >= ACTIVE_MIN)
+    fp = np.full(len(h), np.nan)
     for p in PIPES:
-        fp = np.fmax(fp, col(p))                     # the highest measured FP pipe (NaN: none measured)
+        fp = np.fmax(fp, f[p])                       # the highest measured FP pipe (NaN: none measured)
     busy = working & (np.nan_to_num(sm, nan=-1.0) >= SM_BUSY)
     judged = busy & ~np.isnan(ten) & ~np.isnan(dram)
     spin = judged & (ten < PIPE_IDLE) & (np.nan_to_num(fp, nan=0.0) < PIPE_IDLE) & (dram < DRAM_HIGH)
     ten_c = np.clip(np.nan_to_num(ten), 0.0, 1.0)
     counted = ~np.isnan(ops) & ~np.isnan(ten) & (dt > 0)
-    f = pd.DataFrame({
-        "device": s["device"].to_numpy(), "hour": np.floor(s["t"].to_numpy(float) / HOUR) * HOUR,
-        "ai": s["ai"].to_numpy(), "h": h, "busy_h": np.where(busy, h, 0.0), "judged_h": np.where(judged, h, 0.0),
+    frame = pd.DataFrame({
+        "device": device, "hour": np.floor(t / HOUR) * HOUR,
+        "ai": ai, "h": h, "busy_h": np.where(busy, h, 0.0), "judged_h": np.where(judged, h, 0.0),
         "spin_h": np.where(spin, h, 0.0), "spin_del": np.where(spin, h * act * ratio, 0.0),
         "tensor_del": h * ten_c * ratio, "sm_sum": np.where(np.isnan(sm), 0.0, h * np.nan_to_num(sm)),
         "tensor_sum": h * ten_c, "tensor_h": np.where(np.isnan(ten), 0.0, h),
@@ -94,25 +104,56 @@ def stats_from_samples(s: pd.DataFrame) -> pd.DataFrame:
         "ops": np.where(counted, np.maximum(np.nan_to_num(ops), 0.0), 0.0),
         "ops_tdel": np.where(counted, h * ten_c * ratio, 0.0), "ops_ratio": np.where(counted, h * ratio, 0.0),
         "ops_h": np.where(counted, h, 0.0)})
-    return f.groupby(["device", "hour", "ai"], sort=True)[list(STAT_SUMS)].sum().reset_index()
+    return frame.groupby(["device", "hour", "ai"], sort=True)[list(STAT_SUMS)].sum().reset_index()
+
+
+def _run_rows(device: np.ndarray, t: np.ndarray, allocs: pd.DataFrame) -> np.ndarray:
+    """Each sample's allocation row (-1: none), as :func:`ledger.agents.data.assign_runs` decides it (the sample's
+    start within [start, end) of one of its device's allocations), without the label columns it adds."""
+    ai = np.full(len(t), -1, dtype=np.int64)
+    if not len(t) or not len(allocs):
+        return ai
+    a = allocs.reset_index(drop=True)
+    rows_of = a.groupby("device").indices
+    st_all, en_all = a["start"].to_numpy(float), a["end"].to_numpy(float)
+    for dev, idx in pd.Series(device).groupby(device, sort=False).indices.items():
+        rows = rows_of.get(dev)
+        if rows is None:
+            continue
+        order = np.argsort(st_all[rows])
+        st, en, rows = st_all[rows][order], en_all[rows][order], rows[order]
+        k = np.searchsorted(st, t[idx], side="right") - 1
+        ok = (k >= 0) & (t[idx] < en[np.clip(k, 0, None)])
+        ai[idx[ok]] = rows[k[ok]]
+    return ai
 
 
 def stats_from_source(src, ds: Dataset) -> pd.DataFrame:  # noqa: ANN001 - hourly.LedgerSamples / memory.ExportSamples
-    """:func:`stats_from_samples` of every raw sample of ``src``, read ``SOURCE_DEVICES`` devices at a time and
-    bucketed by the full-resolution code (the run each sample belongs to, its activity and clock ratio), so a
-    dataset of device-hours decides these rules on the same sums as the per-sample one."""
-    devices = sorted(ds.devices.index)
+    """:func:`stats_from_samples` of every raw sample of ``src``, read in one pass in batches of about
+    ``SOURCE_ROWS`` rows and bucketed by the full-resolution code (the run each sample belongs to, its activity
+    and clock ratio), so a dataset of device-hours decides these rules on the same sums as the per-sample one.
+    A batch whose samples measured no tensor activity is skipped (no rule can judge it: both need the field)."""
     parts = []
-    for i in range(0, len(devices), SOURCE_DEVICES):
-        raw = src.device_samples(devices[i:i + SOURCE_DEVICES], SOURCE_COLUMNS)
-        if not len(raw):
+    for raw in src.sample_batches(SOURCE_COLUMNS, SOURCE_ROWS):
+        if not len(raw) or not raw["tensor_active"].notna().any():
             continue
-        s = assign_runs(sample_frame(raw), ds.allocs)
-        s["rated"] = s["device"].map(ds.devices["rated"]).astype(float)
-        add_bucket_hours(s)
-        parts.append(stats_from_samples(s))
+        col = {c: pd.to_numeric(raw[c], errors="coerce").to_numpy(float) for c in SOURCE_COLUMNS if c != "device"}
+        device = raw["device"].to_numpy(object)
+        ai = _run_rows(device, col["t"], ds.allocs)
+        rated = pd.Series(device).map(ds.devices["rated"]).to_numpy(float)
+        act, ratio = activity_and_ratio(col["sm_active"], col["tensor_active"], col["gpu_util"],
+                                        col["sm_clock_mhz"], rated)
+        h = col["dt"] / 3600.0 * (ai >= 0)
+        parts.append(_stats(device, col["t"], ai, h, act, ratio, col["dt"],
+                            {"sm": col["sm_active"], "tensor": col["tensor_active"], "dram": col["dram_active"],
+                             "ops": col["fp_ops"], "fp64": col["fp64_active"], "fp32": col["fp32_active"],
+                             "fp16": col["fp16_active"]}))
     parts = [p for p in parts if len(p)]
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(STAT_COLUMNS))
+    if not parts:
+        return pd.DataFrame(columns=list(STAT_COLUMNS))
+    # a device-hour whose samples fell in two batches: its sums added (the order of the rows: as sorted)
+    return pd.concat(parts, ignore_index=True).groupby(["device", "hour", "ai"], sort=True)[list(STAT_SUMS)] \
+        .sum().reset_index()
 
 
 def lens_hours(ds: Dataset) -> pd.DataFrame:

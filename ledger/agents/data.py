@@ -276,16 +276,22 @@ def fill_rated_clock(s: pd.DataFrame, devices: pd.DataFrame) -> None:
                 devices.at[dev, "rated"] = v
 
 
+def activity_and_ratio(sm: np.ndarray, tensor: np.ndarray, util: np.ndarray, clk: np.ndarray,
+                       rated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each sample's activity (SM active, else tensor active, else coarse utilisation; NaN: none measured) and
+    clock ratio min(clock / rated, 1) (1 where either is unknown): the method's choice and ratio."""
+    act = np.where(np.isnan(sm), np.where(np.isnan(tensor), util, tensor), sm)
+    ratio = np.where(np.isnan(clk) | np.isnan(rated), 1.0, np.clip(clk / np.where(rated > 0, rated, 1.0), 0.0, 1.0))
+    return act, ratio
+
+
 def add_bucket_hours(s: pd.DataFrame) -> None:
     """Per-sample GPU-hours in each bucket (only for allocated samples), the method's formulas vectorised."""
-    fine = s["sm"].where(s["sm"].notna(), s["tensor"])
-    act = fine.where(fine.notna(), s["gpu_util"]).to_numpy(float)
+    act, ratio = activity_and_ratio(s["sm"].to_numpy(float), s["tensor"].to_numpy(float),
+                                    s["gpu_util"].to_numpy(float), s["clk"].to_numpy(float), s["rated"].to_numpy(float))
     s["act"] = act
     missing = np.isnan(act)
     a = np.clip(np.nan_to_num(act), 0.0, 1.0)
-    clk = s["clk"].to_numpy(float)
-    rated = s["rated"].to_numpy(float)
-    ratio = np.where(np.isnan(clk) | np.isnan(rated), 1.0, np.clip(clk / np.where(rated > 0, rated, 1.0), 0.0, 1.0))
     s["ratio"] = ratio
     resident = (np.nan_to_num(s["procs"].to_numpy(float)) > 0) | (np.nan_to_num(s["fb"].to_numpy(float)) >
                                                                    RESIDENT_FB_MIB)

@@ -92,6 +92,19 @@ class LedgerSamples:
         """Every sample of these devices, these columns."""
         return read_samples(self.conn, devices=devices, columns=columns).to_pandas()
 
+    def sample_batches(self, columns: tuple[str, ...], rows: int):  # noqa: ANN201 - Iterator[pd.DataFrame]
+        """Every sample, these columns, in one pass over the blocks: frames of about ``rows`` rows (a device's
+        samples may fall in several, in any order)."""
+        tables, n = [], 0
+        for _dev, table in iter_sample_pieces(self.conn, columns=columns):
+            tables.append(table)
+            n += table.num_rows
+            if n >= rows:
+                yield pa.concat_tables(tables).to_pandas()
+                tables, n = [], 0
+        if tables:
+            yield pa.concat_tables(tables).to_pandas()
+
     def hour_samples(self, want: dict[str, set]) -> pd.DataFrame:
         """The samples (SAMPLE_READ_COLUMNS) of these hours per device."""
         sids = dh.segments_of(self.conn, {(d, h) for d, hs in want.items() for h in hs})
