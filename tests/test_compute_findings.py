@@ -280,3 +280,25 @@ def test_the_lens_sums_from_device_hours_equal_those_from_every_sample(tmp_path,
     assert list(a["ai"]) == list(b["ai"])
     for c in compute.STAT_SUMS:
         assert np.allclose(a[c].to_numpy(float), b[c].to_numpy(float), rtol=1e-12, atol=1e-9), c
+
+
+def test_the_pipe_fields_reach_the_agents_from_dmon_and_from_dcgm_exporter(tmp_path):
+    """dmon's DRAMA / FP64A / FP32A / FP16A columns and dcgm-exporter's DCGM_FI_PROF_PIPE_* / DRAM_ACTIVE series are
+    the agents' ``dram``, ``fp64``, ``fp32``, ``fp16`` per sample, as written."""
+    from ledger.agents.memory import dataset_from_collected
+    from ledger.importers import captures
+
+    want = {"dram": 0.35, "fp64": 0.0, "fp32": 0.15, "fp16": 0.02}
+    ds, _ = dataset_from_collected(captures.read_set([str(_dmon(tmp_path / "dmon-gpu-36.txt", "gpu-36",
+                                                                 lambda k, g: TRAIN, hours=1))]))
+    for k, v in want.items():
+        assert (ds.samples[k] == v).all(), k
+    lab = 'gpu="0",UUID="GPU-pipes-0",modelName="NVIDIA H100 80GB HBM3",Hostname="gpu-37"'
+    names = {"DCGM_FI_PROF_SM_ACTIVE": 0.9, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.6, "DCGM_FI_PROF_DRAM_ACTIVE": 0.35,
+             "DCGM_FI_PROF_PIPE_FP64_ACTIVE": 0.0, "DCGM_FI_PROF_PIPE_FP32_ACTIVE": 0.15,
+             "DCGM_FI_PROF_PIPE_FP16_ACTIVE": 0.02}
+    text = "\n".join(f"{n}{{{lab}}} {v} {(T0 + 30 * k) * 1000}" for k in range(20) for n, v in names.items())
+    (tmp_path / "scrape.prom").write_text(text + "\n")
+    ds, _ = dataset_from_collected(captures.read_set([str(tmp_path / "scrape.prom")]))
+    for k, v in {**want, "tensor": 0.6}.items():
+        assert (ds.samples[k] == v).all(), k
