@@ -90,7 +90,8 @@ def _group_tenant(ds: Dataset, found: list[Finding], kind: str) -> list[Finding]
             rk = "tell_tenant_idle"
             cmd = f"sacct -j {','.join(jobs[:5])} --format=JobID,Account,Elapsed,AllocTRES,State"
         elif kind == "busy_not_computing":   # the tenant's own loss: told to the tenant, no operator command
-            text = (f"Tell {'tenant ' + tenant if tenant != '-' else 'the owners'}: jobs {', '.join(jobs[:5])} kept "
+            text = (f"Busy without math: tell {'tenant ' + tenant if tenant != '-' else 'the owners'} that jobs "
+                    f"{', '.join(jobs[:5])} kept "
                     f"GPUs busy with every pipe idle for {fmt_h(hours)} delivered GPU-hours that did no math "
                     f"(spin-waiting, a lock, a hung collective); suggest a profile (Nsight Systems) of those hours.")
             rk = "tell_tenant_not_computing"
