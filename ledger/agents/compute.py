@@ -50,7 +50,7 @@ STAT_COLUMNS = ("device", "hour", "ai", *STAT_SUMS)
 # what stats_from_source reads of each raw sample (the activity, its clock and the lens's fields)
 SOURCE_COLUMNS = ("device", "t", "dt", "sm_active", "tensor_active", "gpu_util", "sm_clock_mhz", "dram_active",
                   "fp64_active", "fp32_active", "fp16_active", "fp_ops")
-SOURCE_ROWS = 500_000     # raw samples read and reduced at a time
+SOURCE_ROWS = 100_000     # raw samples read and reduced at a time (a batch: ≈ 25 MB of arrays)
 PIPES = ("fp64", "fp32", "fp16")
 
 
