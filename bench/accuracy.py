@@ -55,7 +55,7 @@ def run_independent(seeds: list[int]) -> tuple[list[dict], dict]:
             t["truth_h"] += s.truth_h
             if s.error is not None:
                 t["errs"].append(s.error)
-        rows.append({"seed": seed, "devices": len(sc.uuids), "false": len(false),
+        rows.append({"seed": seed, "devices": len(sc.truth()["devices"]), "false": len(false),
                      "false_kinds": sorted({f["kind"] for f in false}), "seconds": round(time.monotonic() - t0, 1),
                      "confident": sum(f["confidence"] >= FALSE_MIN_CONF for f in found), "wrong": len(wrong),
                      "wrong_kinds": sorted({f["kind"] for f in wrong})})
@@ -129,7 +129,7 @@ def run_captures(seeds: list[int], hours: float = 24.0) -> tuple[list[dict], dic
             if s.error is not None:
                 t["errs"].append(s.error)
         fa = false_alarms(v)
-        rows.append({"seed": seed, "devices": len(fl.keys), "false": len(fa),
+        rows.append({"seed": seed, "devices": len(fl.truth()["devices"]), "false": len(fa),
                      "false_kinds": sorted({x.kind for x in fa}), "seconds": round(time.monotonic() - t0, 1)})
         missed = [s.cause for s in scores if not s.found]
         print(f"  report-on seed {seed}: recall {sum(s.found for s in scores)}/{len(scores)}"
@@ -176,6 +176,12 @@ KIND_RULES = {   # per finding kind: its rule and its evidence in a few words (d
     "xid": ("an XID event; the stall and the silence after it", "XID code, hours silent after it"),
     "unknown_gap": ("an unknown interval (capture restarted, collector down) or an allocated span without samples",
                     "the gap's span and devices"),
+    "busy_not_computing": ("SM active >= 0.5 with tensor and every measured FP pipe < 5 % and DRAM < 0.3 for >= half "
+                           "of each device-hour, >= 2 h, >= 1 GPU-h delivered (the tenant's loss, no loss line)",
+                           "SM, tensor, FP pipes, DRAM before / during / after; tensor GPU-hours"),
+    "flops_behind_siblings": ("counted FLOPs per tensor-active hour at rated clock >= 6 % under the median of >= 2 "
+                              "siblings on the same run, each hour, >= 2 h", "per-device TFLOP/s, deficit, clock "
+                              "ratio against the siblings'"),
 }
 
 
@@ -263,7 +269,10 @@ INDEPENDENT_NOTE = (
     "an XID 79 followed by hours of silence, and a collector outage; and (issue 28) a chassis with less airflow by design (its thermal resistance 1.75-1.95x "
     "all day) running a heavy 4-GPU job (hot because working, the inlet normal), a failing fan on one GPU of a "
     "node nothing else heats (hot at its siblings' power), and a sagging PSU's HW power-brake bursts on every GPU of "
-    "a node (a few GPU-minutes each); clocks, power and temperature follow from a "
+    "a node (a few GPU-minutes each); and (issue 29) every job's pipes with one memory-bound inference job, a "
+    "spin-waiting job (3-6 h of SM activity with every pipe idle), and two MI300X nodes scraped by ROCm's "
+    "device-metrics-exporter (op counters) with one GPU of a job completing 80-90 % of its siblings' operations "
+    "(a slow part); clocks, power and temperature follow from a "
     "power and thermal model, and the truth from the injected parameters (`bench/scenario.py`, which imports "
     "nothing from the method or the agents). Healthy devices beside them carry noise (three 4x noisier), a trickle "
     "of correctable ECC errors on a quarter of them, and diurnal inlet drift. Scoring: `bench/scenario_score.py`.")
@@ -278,6 +287,9 @@ CAPTURE_NOTE = (
     "slowest member, a randomly stalling data pipeline, volatile-only ECC growth, an XID 79 and the reboot that "
     "restarts dmon (appended), a dmon restarted by an operator into a second file, an amd-smi loop restarted in "
     "its file, a 4-GPU job hot because working, an MI300X under a lowered power cap, an MI300X whose clock slides; "
+    "(issue 29) a job whose ranks spin on a barrier for 3-6 h (SM busy, every pipe idle) and, on a 13th node (8 "
+    "MI300X sent as ROCm device-metrics-exporter text with the op counters), a GPU whose degraded XCDs retire "
+    "fewer operations at the same MFMA activity (a slow part); a memory-bound inference job beside them; "
     "normal life beside them: job start-up (2-6 min of loading while the framebuffer fills), idle GPUs between "
     "jobs, noisy devices, ECC trickles. Scoring and verdicts: `bench/capture_fleet_score.py`; the calibration "
     "table is in docs/agents.md, \"Calibration\".")

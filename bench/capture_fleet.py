@@ -144,19 +144,40 @@ class Fleet:
     unallocated: np.ndarray         # bool (device, tick): no process on the GPU
     segments: dict[str, list[Segment]]
     faults: list[Fault]
+    exporter: "ExporterNode | None" = None   # issue 29: an MI300X node scraped by ROCm's device-metrics-exporter
 
     def truth(self) -> dict:
+        keys, node_of, unalloc = self._all()
         return {"seed": self.seed, "start": float(self.t[0]), "end": float(self.t[-1] + self.cadence),
-                "cadence": self.cadence, "devices": dict(zip(self.keys, self.node_of)),
-                "unallocated_hours": {k: round(float(self.unallocated[i].sum()) * self.cadence / HOUR, 4)
-                                      for i, k in enumerate(self.keys)},
+                "cadence": self.cadence, "devices": dict(zip(keys, node_of)),
+                "unallocated_hours": {k: round(float(unalloc[i].sum()) * self.cadence / HOUR, 4)
+                                      for i, k in enumerate(keys)},
                 "faults": [f.to_json() for f in self.faults]}
+
+    def _all(self) -> tuple[list[str], list[str], np.ndarray]:
+        if self.exporter is None:
+            return self.keys, self.node_of, self.unallocated
+        ex = self.exporter
+        return (self.keys + ex.keys, self.node_of + [ex.node] * len(ex.keys),
+                np.concatenate([self.unallocated, ex.job < 0]))
 
     def unallocated_between(self, device: str, start: float, end: float) -> float:
         """Hours this GPU had no process between start and end."""
-        i = self.keys.index(device)
+        keys, _, unalloc = self._all()
+        i = keys.index(device)
         m = (self.t >= start) & (self.t < end)
-        return float((self.unallocated[i] & m).sum()) * self.cadence / HOUR
+        return float((unalloc[i] & m).sum()) * self.cadence / HOUR
+
+
+@dataclass
+class ExporterNode:
+    """One MI300X node as ROCm's device-metrics-exporter shows it (``amd_*`` series, one scrape a tick)."""
+
+    node: str
+    keys: list[str]              # "<hostname>/gpu<gpu_id>"
+    job: np.ndarray              # job index per (GPU, tick), -1: no job
+    job_names: list[str]
+    series: dict[str, np.ndarray]   # exporter metric -> values (GPU, tick), in the exporter's units
 
 
 def _fill(rng: np.random.Generator, lo: int, hi: int, per_h: float, min_h: float, max_h: float) -> list[tuple[int, int]]:
@@ -305,6 +326,43 @@ def generate(seed: int, hours: float = 24.0, cadence: float = 30.0, nv_nodes: in
     faults.append(Fault("starved", sv_nd, tuple(keys[d] for d in devs_of[sv_nd]), float(t[a]), float(t[b]),
                         float((stall & ~in_hole).sum()) * cadence / HOUR, {"stalls_per_h": round(rate_h, 1)}))
 
+    # issue 29, from a stream of its own: the pipes dmon reports beside SM activity (DRAM and the FP32 pipe as
+    # every job drives them), a memory-bound inference job, and a job whose ranks spin on a barrier
+    zr = np.random.default_rng([10_000 + seed, 29])
+    dram = act * 0.38
+    fp32 = np.maximum(act - tensor, 0.0) * 0.5
+    a_pow = act.copy()                  # the activity that switches (what the power curve reads)
+    spin = np.zeros((n, steps), dtype=bool)
+    long_jobs = [j for j, (nd, _l, a0, b0) in enumerate(jobs) if nd == place["ecc"] and b0 - a0 >= 5 * HOUR / cadence]
+    if long_jobs:
+        # the ranks of one job poll a flag in a spin loop (a barrier no peer reaches) for 3-6 h: every SM keeps a
+        # spinning warp resident (SM active 0.85-0.98), no MMA or FP instruction issues (tensor 0, FP32 under
+        # 1 %), loads hit in L2 (DRAM 1-3 % of it); integer compare-and-branch switches about a quarter of the
+        # transistors a GEMM does, so the power curve sees 0.25 x the activity
+        j = long_jobs[int(zr.integers(0, len(long_jobs)))]
+        nd, lane, a0, b0 = jobs[j]
+        per_h = HOUR / cadence
+        ln = int(zr.uniform(3, min(6, (b0 - a0) / per_h - 1)) * per_h)
+        s0 = int(a0 + per_h / 3 + zr.random() * (b0 - a0 - ln - 2 * per_h / 3))
+        spin[list(lane), s0:s0 + ln] = True
+        spin &= running & ~startup & ~stall
+        act = np.where(spin, zr.uniform(0.85, 0.98, (n, steps)), act)
+        tensor = np.where(spin, 0.0, tensor)
+        fp32 = np.where(spin, zr.uniform(0.001, 0.008, (n, steps)), fp32)
+        dram = np.where(spin, act * zr.uniform(0.01, 0.03, (n, steps)), dram)
+        a_pow = np.where(spin, 0.25 * act, a_pow)
+        spin_job = (nd, tuple(lane), s0, s0 + ln)
+    # one job serves a model: decode is bound by HBM bandwidth (DRAM 0.55-0.75), the MMA and FP32 pipes nearly idle
+    inf_jobs = [j for j, (nd, _l, a0, b0) in enumerate(jobs) if nd not in (place["ecc"], place["hot_working"],
+                                                                         place["starved"]) and b0 - a0 >= HOUR / cadence]
+    if inf_jobs:
+        nd, lane, a0, b0 = jobs[inf_jobs[int(zr.integers(0, len(inf_jobs)))]]
+        m = np.zeros((n, steps), dtype=bool)
+        m[list(lane), a0:b0] = True
+        tensor = np.where(m, act * 0.02, tensor)
+        fp32 = np.where(m, act * 0.02, fp32)
+        dram = np.where(m, zr.uniform(0.55, 0.75, (n, steps)) * (act > 0.1), dram)
+
     # --- physics per tick ----------------------------------------------------------------------------------------
     inlet = np.repeat(np.array([rng.normal(23.5, 0.8) for _ in nodes]), GPUS)[:, None] + \
         0.9 * np.sin(2 * np.pi * (t - T0) / 86400.0 - 1.0)[None, :]
@@ -384,7 +442,7 @@ def generate(seed: int, hours: float = 24.0, cadence: float = 30.0, nv_nodes: in
         return np.where(is_amd, amd, nv)
 
     for s in range(steps):
-        a_ = act[:, s]
+        a_ = a_pow[:, s]
         f = f_cap[:, s].copy()
         sync_now = sync[:, s]
         if sync_now.any():                       # held to the slowest member's clock
@@ -461,6 +519,11 @@ def generate(seed: int, hours: float = 24.0, cadence: float = 30.0, nv_nodes: in
                         float(t[jobs[hj][2]]), float(t[jobs[hj][3] - 1] + cadence), lost(hw_m),
                         {"tensor_share": round(float(tensor_share[hj]), 2)}))
 
+    if spin.any():   # the delivered time the spinning did no math in: activity x clock fraction, observed samples
+        nd, lane, s0, s1 = spin_job
+        faults.append(Fault("spin_wait", nd, tuple(keys[d] for d in lane), float(t[s0]), float(t[s1 - 1] + cadence),
+                            float((act * f_out * (spin & answers & ~in_hole)).sum() * dt_h), {"hours": round((s1 - s0) * dt_h, 2)}))
+
     # counters: volatile and aggregate ECC, energy, PCIe replay, XID
     base_agg = rng.integers(0, 40, n).astype(float)
     trickle = np.where(rng.random(n) < 0.3, rng.uniform(0.3, 1.5, n), rng.uniform(0.0, 0.1, n))
@@ -486,7 +549,7 @@ def generate(seed: int, hours: float = 24.0, cadence: float = 30.0, nv_nodes: in
     xid[xid_dev, x_tick] = 79
     faults.append(Fault("xid", place["xid"], (keys[xid_dev],), float(t[x_tick]), float(t[reboot_at]),
                         (reboot_at - x_tick - 1) * dt_h, {"xid": 79}))
-    arrays = {"act": act, "tensor": tensor, "clock": clock, "power": power_obs, "temp": temp_obs,
+    arrays = {"act": act, "tensor": tensor, "dram": dram, "fp32": fp32, "clock": clock, "power": power_obs, "temp": temp_obs,
               "reasons": reasons.astype(float), "fb": fb, "xid": xid, "ecc_vol": vol, "ecc_agg": agg,
               "energy_mj": energy, "mem_clock": np.array([s.mem_clock_mhz for s in sku_rows])[:, None] * np.ones((1, steps)),
               "mem_temp": temp_obs - rng.uniform(3, 8, n)[:, None]}
@@ -510,7 +573,86 @@ def generate(seed: int, hours: float = 24.0, cadence: float = 30.0, nv_nodes: in
                                 "dmon restarted by an operator, second file", "amd-smi loop restarted, appended"), holes):
         faults.append(Fault("capture_restarted", nd, tuple(keys[d] for d in devs_of[nd]), float(t[a]), float(t[b]),
                             GPUS * (b - a) * dt_h, {"how": how}))
-    return Fleet(seed, t, cadence, nodes, sku_of, keys, node_of, arrays, answers, unalloc, segments, faults)
+    fl = Fleet(seed, t, cadence, nodes, sku_of, keys, node_of, arrays, answers, unalloc, segments, faults)
+    fl.exporter = _exporter_node(fl, rack + 3)
+    return fl
+
+
+MI300X_PEAK_BF16 = 1307.4e12   # dense BF16 operations a second (AMD Instinct MI300X data sheet)
+XCDS = 8                        # accelerator complex dies per MI300X, each an eighth of its matrix cores
+
+
+def _exporter_node(fl: Fleet, rack: int) -> ExporterNode:
+    """An MI300X node sent as device-metrics-exporter text (issue 29's slow part; its own stream). Jobs of 8
+    GPUs (unlabelled: the node's run); a job's kernels keep a share of the busy time on the matrix cores (MFMA busy = activity x 0.45-0.85)
+    and retire ``MFMA busy x peak x efficiency`` operations a second (0.5-0.62 per job; each GPU within +-1 %
+    of it, +-0.8 % a tick), the eight XCDs sharing the work. The fault: from a random tick of a job lasting 5 h
+    or more, one or two XCDs of one GPU retire only 20-50 % of their share while the exporter still counts them
+    busy (a degraded die: the busy percentage and the clock unchanged), to the end of the capture. Truth: the
+    matrix-core time short, Σ MFMA busy x (1 - the GPU's remaining rate) x dt over its running ticks since."""
+    er = np.random.default_rng([fl.seed, 2929])
+    steps, cadence = len(fl.t), fl.cadence
+    node = f"mi300x-r{rack}x00"
+    keys = [f"{node}/gpu{g}" for g in range(GPUS)]
+    job = np.full((GPUS, steps), -1, dtype=np.int32)
+    spans: list[tuple[tuple[int, ...], int, int]] = []
+    # whole-node jobs and no job label, as the rest of the set (a labelled file in a set makes every unlabelled
+    # node's time unallocated: the importer gives a run per node only to a set with no labels at all)
+    for lane in [tuple(range(GPUS))]:
+        for a, b in _fill(er, 0, steps, cadence, 3, 9):
+            job[list(lane), a:b] = len(spans)
+            spans.append((lane, a, b))
+    names = [str(880000 + 100 * fl.seed + j) for j in range(len(spans))]
+    on = job >= 0
+    jj = np.maximum(job, 0)
+    level, mfma_share, eff = (er.uniform(lo, hi, max(1, len(spans))) for lo, hi in ((0.6, 0.93), (0.45, 0.85),
+                                                                                     (0.5, 0.62)))
+    act = np.where(on, np.clip(level[jj] + er.normal(0, 0.02, (GPUS, steps)), 0.0, 1.0), 0.0)
+    mfma = act * mfma_share[jj]
+    rate = mfma * MI300X_PEAK_BF16 * eff[jj] * er.normal(1.0, 0.01, GPUS)[:, None] * er.normal(1.0, 0.008, (GPUS, steps))
+    per_h = HOUR / cadence
+    long_jobs = [j for j, (_l, a, b) in enumerate(spans) if b - a >= 5 * per_h] or list(range(len(spans)))
+    lane, a, b = spans[long_jobs[int(er.integers(0, len(long_jobs)))]]
+    gpu = lane[int(er.integers(0, len(lane)))]
+    onset = int(a + er.uniform(0.5, 0.5 + max(0.0, (b - a) / per_h - 4.5)) * per_h)
+    dies = int(er.integers(1, 3))
+    kept = er.uniform(0.2, 0.5)
+    remaining = 1.0 - dies * (1.0 - kept) / XCDS
+    rate[gpu, onset:] *= remaining
+    slow = on[gpu].copy()
+    slow[:onset] = False
+    fl.faults.append(Fault("slow_part", node, (keys[gpu],), float(fl.t[onset]), float(fl.t[-1] + cadence),
+                           float((mfma[gpu] * (1.0 - remaining) * slow).sum()) * cadence / HOUR,
+                           {"xcds_degraded": dies, "their_rate": round(float(kept), 2),
+                            "device_rate": round(float(remaining), 3)}))
+    power = np.where(on, 150.0 + 600.0 * act, 142.0) * er.normal(1.0, 0.01, (GPUS, steps))
+    hotspot = 24.0 + 0.085 * power + er.normal(0, 0.4, (GPUS, steps))
+    counter = np.mod(er.uniform(0, 1e15, GPUS)[:, None] + np.cumsum(rate * cadence, axis=1) - rate * cadence, 2.0 ** 64)
+    series = {"amd_gpu_gfx_activity": np.round(act * 100), "amd_gpu_prof_sm_active": act * 100,
+              "amd_gpu_prof_tensor_active_percent": mfma * 100, "amd_gpu_package_power": power,
+              "amd_gpu_junction_temperature": hotspot, "amd_gpu_prof_total_16_ops": counter}
+    return ExporterNode(node, keys, job, names, series)
+
+
+def write_exporter(fl: Fleet, out: Path) -> Path | None:
+    """The exporter node's scrapes as Prometheus text with timestamps (what a federate endpoint returns): HELP and
+    TYPE per metric, the exporter's device labels (no job label: the set has none)."""
+    ex = fl.exporter
+    if ex is None:
+        return None
+    lines = []
+    for metric, vals in ex.series.items():
+        lines += [f"# HELP {metric} (device-metrics-exporter)", f"# TYPE {metric} gauge"]
+        for g, key in enumerate(ex.keys):
+            base = f'card_model="AMD Instinct MI300X",gpu_id="{g}",hostname="{ex.node}",serial_number="69231200{g:04d}"'
+            for s in range(len(fl.t)):
+                lab = base
+                v = vals[g, s]
+                text = repr(float(v)) if metric.endswith("_ops") else f"{v:.1f}"
+                lines.append(f"{metric}{{{lab}}} {text} {int(fl.t[s] * 1000)}")
+    p = out / f"exporter-{ex.node}.prom"
+    p.write_text("\n".join(lines) + "\n")
+    return p
 
 
 # --- writers ---------------------------------------------------------------------------------------------------
@@ -537,13 +679,13 @@ def _dmon_rows(fl: Fleet, devs: list[int], s: int) -> list[str]:
             vals = ["N/A"] * len(DMON_FIELDS)
         else:
             a = A["act"][i, s]
-            v = {1001: min(1.0, a * 1.02), 1002: a, 1003: a * 0.45, 1004: A["tensor"][i, s], 1005: a * 0.38,
+            v = {1001: min(1.0, a * 1.02), 1002: a, 1003: a * 0.45, 1004: A["tensor"][i, s], 1005: A["dram"][i, s],
                  203: min(100.0, a * 130), 204: a * 42, 100: A["clock"][i, s], 101: A["mem_clock"][i, s],
                  112: A["reasons"][i, s], 155: A["power"][i, s], 156: A["energy_mj"][i, s], 150: A["temp"][i, s],
                  140: A["mem_temp"][i, s], 252: A["fb"][i, s], 230: A["xid"][i, s], 310: A["ecc_vol"][i, s],
                  311: 0, 312: A["ecc_agg"][i, s], 313: 0, 395: 0, 396: 0, 202: 0,
                  # the pipes: training in bf16 on the tensor cores, its element-wise work on the FP32 pipe
-                 1006: 0.0, 1007: max(a - A["tensor"][i, s], 0.0) * 0.5, 1008: 0.0}
+                 1006: 0.0, 1007: A["fp32"][i, s], 1008: 0.0}
             vals = [f"{v[fid]:.3f}" if kind == "d" else f"{int(round(v[fid]))}" for fid, _, _, _, kind in DMON_FIELDS]
         cells = "".join(x.ljust(max(w, len(name)) + 1) for x, (_, name, _, w, _) in zip(vals, DMON_FIELDS))
         out.append(f"GPU {i % GPUS}".ljust(11) + cells.rstrip())
@@ -601,6 +743,10 @@ def write_captures(fl: Fleet, out: Path, vendors: tuple[str, ...] = ("nvidia", "
                 f.write(newline.join(lines) + newline)
             if p not in paths:
                 paths.append(p)
+    if "amd" in vendors:
+        p = write_exporter(fl, out)
+        if p is not None:
+            paths.append(p)
     return paths
 
 

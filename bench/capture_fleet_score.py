@@ -23,7 +23,8 @@ EXPECTED = {"fan_failure": ("hot_because_cooling",), "crac_failure": ("hot_becau
             "power_brake": ("hw_slowdown",), "sync_boost": ("sync_boost",), "starved": ("starved",),
             "ecc_volatile": ("ecc_drift",), "xid": ("xid",), "capture_restarted": ("unknown_gap",),
             "ppt_cap": ("power_cap",), "amd_drift": ("sibling_divergence",),
-            "hot_working": ("hot_because_working",)}
+            "hot_working": ("hot_because_working",), "spin_wait": ("busy_not_computing",),
+            "slow_part": ("flops_behind_siblings",)}
 ALSO_RIGHT = {"sync_boost": ("sibling_divergence",), "xid": ("unknown_gap",), "capture_restarted": ("unknown_gap",)}
 FOUND_MIN_CONF, FALSE_MIN_CONF = 0.5, 0.7
 ERR_FLOOR_H = 0.25

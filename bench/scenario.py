@@ -19,7 +19,13 @@ right. Here each device follows a small physical model instead:
 - (``harder``, issue 28, from a stream of their own) a chassis with less airflow by design (``r`` 1.75-1.95x all
   day on every GPU of a node) running a heavy 4-GPU job, hot because working with the inlet normal; a failing fan
   on one GPU (its ``r`` ramps to 1.8-2.4x for 4-8 h: hot at its siblings' power); a sagging PSU's HW power-brake
-  bursts (0x8 | 0x80, 0.5-2 min, the clock held to 40-60 %) on every GPU of a node, a few GPU-minutes each.
+  bursts (0x8 | 0x80, 0.5-2 min, the clock held to 40-60 %) on every GPU of a node, a few GPU-minutes each;
+- (``lens``, issue 29, from a stream of their own, changing no array the faults above are drawn from) the pipes
+  of every job (tensor, FP32, FP16, FP64 and DRAM activity: a GEMM-heavy training mix per job; one job per seed
+  a memory-bound inference service, DRAM high and the pipes low); a spin-waiting job (for 3-6 h its ranks spin on
+  a lock: the SMs stay as busy as before, the tensor and FP pipes and DRAM fall to ~0); and two MI300X nodes sent
+  by ROCm's device-metrics-exporter with the total op counters, on which one GPU of a multi-GPU job is a slow
+  part (it completes 80-90 % of its siblings' operations at the same MFMA activity, for 4-9 h).
 
 Placement (which node, device, job and hour) is drawn per seed; healthy devices beside them carry their own noise
 (a few 4x noisier than the rest, a steady trickle of correctable ECC errors on some). The truth of each fault is
@@ -82,11 +88,29 @@ class Scenario:
     present: np.ndarray         # bool (device, step): a sample was scraped
     faults: list[Fault]
     jobs: dict[str, tuple[str, ...]] = field(default_factory=dict)   # job name -> its devices
+    amd: "AmdNodes | None" = None   # the exporter-scraped MI300X nodes (``lens``)
 
     def truth(self) -> dict:
+        devices = dict(zip(self.uuids, self.node_of))
+        jobs = {j: list(d) for j, d in self.jobs.items()}
+        if self.amd is not None:
+            devices.update(zip(self.amd.keys, self.amd.node_of))
+            jobs.update({j: list(d) for j, d in self.amd.jobs.items()})
         return {"seed": self.seed, "start": float(self.t[0]), "end": float(self.t[-1] + self.cadence),
-                "cadence": self.cadence, "devices": dict(zip(self.uuids, self.node_of)),
-                "jobs": {j: list(d) for j, d in self.jobs.items()}, "faults": [f.to_json() for f in self.faults]}
+                "cadence": self.cadence, "devices": devices, "jobs": jobs, "faults": [f.to_json() for f in self.faults]}
+
+
+@dataclass
+class AmdNodes:
+    """MI300X nodes scraped by ROCm's device-metrics-exporter: per-device arrays (devices x steps), jobs."""
+
+    nodes: list[str]
+    keys: list[str]             # "<hostname>/gpu<id>": how the exporter's labels name each GPU
+    node_of: list[str]
+    arrays: dict[str, np.ndarray]   # sm, tensor, gfx, power, temp, ops (cumulative 16-bit op counter)
+    job: np.ndarray
+    job_names: list[str]
+    jobs: dict[str, tuple[str, ...]]
 
 
 def _lanes(rng: np.random.Generator, steps: int, cadence: float, protect: list[tuple[int, int]],
@@ -112,7 +136,7 @@ def _window(rng: np.random.Generator, steps: int, cadence: float, lo_h: float, h
 
 
 def generate(seed: int, nodes: int = 8, gpus: int = 8, hours: float = 24.0, cadence: float = 30.0,
-             harder: bool = True) -> Scenario:
+             harder: bool = True, lens: bool = True) -> Scenario:
     """One hall; ``harder`` adds the faults of issue 28 from a stream of their own: the first faults stay on their
     nodes (the chassis node's two lanes change the schedule, so the jobs and devices drawn after it may differ)."""
     rng = np.random.default_rng(seed)
@@ -378,13 +402,137 @@ def generate(seed: int, nodes: int = 8, gpus: int = 8, hours: float = 24.0, cade
                                 params={"per_gpu_h": round(lost(bm, f) / gpus, 3)}))
     arrays = {"act": act, "clock": clock, "power": power, "temp": temp, "reasons": reasons.astype(float),
               "fb": fb, "ecc": ecc, "xid": xid}
-    return Scenario(seed, t, cadence, node_names, uuids, node_of, arrays, job, job_names, present, faults, jobs)
+    sc = Scenario(seed, t, cadence, node_names, uuids, node_of, arrays, job, job_names, present, faults, jobs)
+    if lens:
+        busy = {f.job for f in faults if f.job} | {job_names[j] for j in np.unique(job[xid_dev]) if j >= 0}
+        _add_pipes(sc, np.random.default_rng([seed, 29]), job_level, f / 1.0, busy)
+        sc.amd = _amd_nodes(sc, np.random.default_rng([seed, 29, 1]), gpus)
+    return sc
+
+
+# --- issue 29: what the pipes did (the effective-compute lens) -------------------------------------------------
+
+PEAK_MI300X_FP16 = 1307.4e12   # MI300X dense FP16/BF16 (AMD's data sheet), operations a second
+
+
+def _add_pipes(sc: Scenario, lr: np.random.Generator, job_level: np.ndarray, f: np.ndarray, busy: set) -> None:
+    """The pipe activities of every job, a memory-bound inference job and a spin-waiting job (its fault): arrays
+    ``tensor``, ``fp32``, ``fp16``, ``fp64``, ``dram`` beside SM activity, which none of this changes.
+
+    Training (most jobs): a share of the SMs' busy time on the tensor cores (0.35-0.8), the rest of it partly on
+    the FP32 pipe (element-wise work, x0.3), a little FP16 (x0.02), no FP64; DRAM at 0.3-0.45 x activity.
+    Inference (one job not touched by a fault): SMs busy on memory-bound decode, DRAM 0.5-0.7, tensor and FP32
+    at 1-4 %. Spin-waiting (one job at level >= 0.7, 5 h or longer, untouched by a fault, for 3-6 h of it): the
+    ranks poll a flag, the SMs as busy as before, every pipe and DRAM under 2 %. Truth: the delivered time of
+    those samples, Σ activity x clock fraction x dt."""
+    n, steps = sc.job.shape
+    nj = max(1, len(sc.job_names))
+    share, dram_k = lr.uniform(0.35, 0.8, nj), lr.uniform(0.3, 0.45, nj)
+    j = np.maximum(sc.job, 0)
+    act = sc.arrays["act"]
+    tensor = act * share[j]
+    fp32 = act * (1 - share[j]) * 0.3
+    fp16 = act * 0.02
+    fp64 = np.zeros((n, steps))
+    dram = act * dram_k[j]
+    per_h = HOUR / sc.cadence
+    length = {k: int((sc.job == k).any(axis=0).sum()) for k in range(len(sc.job_names))}
+    free = [k for k in range(len(sc.job_names)) if sc.job_names[k] not in busy]
+    spin_jobs = [k for k in free if job_level[k] >= 0.7 and length[k] >= 5 * per_h]
+    spin_j = int(lr.choice(spin_jobs)) if spin_jobs else None
+    inf = [k for k in free if k != spin_j and length[k] >= 2 * per_h]
+    if inf:
+        k = int(lr.choice(inf))
+        m = sc.job == k
+        dram = np.where(m, lr.uniform(0.5, 0.7, (n, steps)), dram)
+        tensor = np.where(m, act * lr.uniform(0.01, 0.04, (n, steps)), tensor)
+        fp32 = np.where(m, act * lr.uniform(0.01, 0.04, (n, steps)), fp32)
+        fp16 = np.where(m, 0.0, fp16)
+    if spin_j is not None:
+        cols = np.nonzero((sc.job == spin_j).any(axis=0))[0]
+        dur = int(lr.uniform(3, min(6, (len(cols) - per_h) / per_h)) * per_h)
+        a = int(cols[0] + lr.uniform(0.3 * per_h, len(cols) - dur - 0.3 * per_h))
+        m = np.zeros((n, steps), dtype=bool)
+        m[:, a:a + dur] = sc.job[:, a:a + dur] == spin_j
+        tensor = np.where(m, lr.uniform(0.0, 0.01, (n, steps)), tensor)
+        fp32 = np.where(m, lr.uniform(0.0, 0.015, (n, steps)), fp32)
+        fp16 = np.where(m, 0.0, fp16)
+        dram = np.where(m, lr.uniform(0.005, 0.02, (n, steps)), dram)
+        name = sc.job_names[spin_j]
+        seen = m & sc.present
+        devs = np.nonzero(m.any(axis=1))[0]
+        sc.faults.append(Fault("spin_wait", sc.node_of[devs[0]], float(sc.t[a]), float(sc.t[a + dur - 1] + sc.cadence),
+                               float((np.clip(act, 0, 1) * f * seen).sum()) * sc.cadence / HOUR, job=name,
+                               devices=sc.jobs[name], params={"hours": round(dur / per_h, 2)}))
+    sc.arrays.update(tensor=np.clip(tensor, 0, 1), fp32=np.clip(fp32, 0, 1), fp16=np.clip(fp16, 0, 1), fp64=fp64,
+                     dram=np.clip(dram, 0, 1))
+
+
+def _amd_nodes(sc: Scenario, lr: np.random.Generator, gpus: int) -> AmdNodes:
+    """Two MI300X nodes under jobs of 4 or 8 GPUs (no fault but the slow part): SM activity at the job's level,
+    MFMA (tensor) activity a share of it, power P = 150 + 600 x activity, temperature inlet + 0.085 W; each GPU
+    completes ``tensor x peak x efficiency`` operations a second (efficiency 0.45-0.6 per job, each GPU within
+    +-1.5 % of it, +-1 % a sample). The slow part: one GPU of a job, 80-90 % of that from a random time for 4-9 h
+    (the same MFMA activity, no clock change). Truth: the tensor time it fell short, Σ tensor x (1 - factor) x dt."""
+    steps = len(sc.t)
+    nodes = [f"mi300x-{lr.integers(100, 999)}-{k:02d}" for k in range(2)]
+    n = len(nodes) * gpus
+    keys = [f"{nd}/gpu{i}" for nd in nodes for i in range(gpus)]
+    node_of = [nd for nd in nodes for _ in range(gpus)]
+    job = np.full((n, steps), -1, dtype=np.int32)
+    names: list[str] = []
+    jobs: dict[str, tuple[str, ...]] = {}
+    for k, nd in enumerate(nodes):
+        base = k * gpus
+        lanes = [list(range(base, base + gpus))] if lr.random() < 0.5 else \
+            [list(range(base, base + gpus // 2)), list(range(base + gpus // 2, base + gpus))]
+        for lane in lanes:
+            for a, b in _lanes(lr, steps, sc.cadence, []):
+                jj = len(names)
+                names.append(str(700000 + sc.seed * 1000 + jj))
+                jobs[names[-1]] = tuple(keys[d] for d in lane)
+                job[lane, a:b] = jj
+    on = job >= 0
+    level = lr.uniform(0.6, 0.92, max(1, len(names)))
+    share = lr.uniform(0.4, 0.8, max(1, len(names)))
+    eff = lr.uniform(0.45, 0.6, max(1, len(names)))
+    jj = np.maximum(job, 0)
+    sm = np.where(on, np.clip(level[jj] + lr.normal(0, 0.03, (n, steps)), 0.3, 1.0), 0.0)
+    tensor = sm * share[jj]
+    rate = tensor * PEAK_MI300X_FP16 * eff[jj] * lr.normal(1.0, 0.015, n)[:, None] * lr.normal(1.0, 0.01, (n, steps))
+    per_h = HOUR / sc.cadence
+    # the slow part: one GPU of a job of 4 or more GPUs lasting 5 h or longer
+    cands = [(jn, d) for jn, devs in jobs.items() if len(devs) >= 4 and int((job == names.index(jn)).any(axis=0).sum())
+             >= 5 * per_h for d in devs] or [(jn, d) for jn, devs in jobs.items() for d in devs]
+    jn, dev = cands[int(lr.integers(0, len(cands)))]
+    di, ji = keys.index(dev), names.index(jn)
+    cols = np.nonzero(job[di] == ji)[0]
+    dur = int(min(lr.uniform(4, 9) * per_h, len(cols) - 0.5 * per_h))
+    a = int(cols[0] + lr.uniform(0, len(cols) - dur))
+    factor = lr.uniform(0.8, 0.9)
+    rate[di, a:a + dur] *= factor
+    sc.faults.append(Fault("slow_part", node_of[di], float(sc.t[a]), float(sc.t[a + dur - 1] + sc.cadence),
+                           float((tensor[di, a:a + dur] * (1 - factor)).sum()) * sc.cadence / HOUR, device=dev,
+                           job=jn, devices=(dev,), params={"ops_factor": round(factor, 3)}))
+    power = np.where(on, 150.0 + 600.0 * sm, 140.0) + lr.normal(0, 6, (n, steps))
+    temp = 24.0 + 0.085 * power + lr.normal(0, 0.5, (n, steps))
+    ops = np.mod(np.cumsum(rate * sc.cadence, axis=1) - rate * sc.cadence, 2.0 ** 64)   # a uint64 counter
+    arrays = {"sm": sm, "tensor": tensor, "gfx": np.clip(sm * 1.04, 0, 1), "power": power, "temp": temp, "ops": ops}
+    return AmdNodes(nodes, keys, node_of, arrays, job, names, jobs)
 
 
 METRICS = (("DCGM_FI_PROF_SM_ACTIVE", "act", "{:.4f}"), ("DCGM_FI_DEV_SM_CLOCK", "clock", "{:.0f}"),
            ("DCGM_FI_DEV_POWER_USAGE", "power", "{:.2f}"), ("DCGM_FI_DEV_GPU_TEMP", "temp", "{:.0f}"),
            ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "reasons", "{:.0f}"), ("DCGM_FI_DEV_FB_USED", "fb", "{:.0f}"),
            ("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "ecc", "{:.0f}"), ("DCGM_FI_DEV_XID_ERRORS", "xid", "{:.0f}"))
+PIPE_METRICS = (("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "tensor", "{:.4f}"), ("DCGM_FI_PROF_DRAM_ACTIVE", "dram", "{:.4f}"),
+                ("DCGM_FI_PROF_PIPE_FP64_ACTIVE", "fp64", "{:.4f}"), ("DCGM_FI_PROF_PIPE_FP32_ACTIVE", "fp32", "{:.4f}"),
+                ("DCGM_FI_PROF_PIPE_FP16_ACTIVE", "fp16", "{:.4f}"))
+# ROCm device-metrics-exporter names (lower case behind amd_, as its published queries use them); percent scales
+AMD_METRICS = (("amd_gpu_prof_sm_active", "sm", 100.0, "{:.1f}"),
+               ("amd_gpu_prof_tensor_active_percent", "tensor", 100.0, "{:.1f}"),
+               ("amd_gpu_gfx_activity", "gfx", 100.0, "{:.0f}"), ("amd_gpu_package_power", "power", 1.0, "{:.0f}"),
+               ("amd_gpu_junction_temperature", "temp", 1.0, "{:.0f}"), ("amd_gpu_prof_total_16_ops", "ops", 1.0, "{!r}"))
 
 
 def write_export(sc: Scenario, path: Path) -> Path:
@@ -401,10 +549,23 @@ def write_export(sc: Scenario, path: Path) -> Path:
                 continue
             labels = dict(base, hpc_job=sc.job_names[jid]) if jid >= 0 else base
             ts = sc.t[sel].tolist()
-            for name, key, fmt in METRICS:
+            for name, key, fmt in METRICS + (PIPE_METRICS if "tensor" in sc.arrays else ()):
                 vals = sc.arrays[key][i, sel].tolist()
                 result.append({"metric": {"__name__": name, **labels},
                                "values": [[tt, fmt.format(v)] for tt, v in zip(ts, vals)]})
+    am = sc.amd
+    for i, key in enumerate(am.keys if am is not None else []):
+        node, gpu = key.split("/gpu")
+        base = {"gpu_id": gpu, "hostname": node, "card_model": "AMD Instinct MI300X",
+                "serial_number": f"6923{i:08d}", "job": "amd-device-metrics-exporter", "instance": f"{node}:5000"}
+        for jid in np.unique(am.job[i]):
+            sel = am.job[i] == jid
+            labels = dict(base, job_id=am.job_names[jid]) if jid >= 0 else base
+            ts = sc.t[sel].tolist()
+            for name, k, scale, fmt in AMD_METRICS:
+                vals = (am.arrays[k][i, sel] * scale).tolist()
+                result.append({"metric": {"__name__": name, **labels},
+                               "values": [[tt, fmt.format(float(v))] for tt, v in zip(ts, vals)]})
     path.write_text(json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}},
                                separators=(",", ":")) + "\n")
     return path

@@ -20,10 +20,11 @@ from ledger.chain.canonical import ts_to_epoch
 KINDS = {"cooling": ("hot_because_cooling",), "power_cap": ("power_cap",), "idle_held": ("idle_held",),
          "starved": ("starved",), "drift": ("sibling_divergence", "ecc_drift"), "ecc": ("ecc_drift",),
          "xid": ("xid",), "collector_outage": ("unknown_gap",), "fan": ("hot_because_cooling",),
-         "hot_working": ("hot_because_working",), "power_brake": ("hw_slowdown",)}
+         "hot_working": ("hot_because_working",), "power_brake": ("hw_slowdown",),
+         "spin_wait": ("busy_not_computing",), "slow_part": ("flops_behind_siblings",)}
 SCOPE = {"cooling": "node", "collector_outage": "node", "starved": "job", "idle_held": "job",
          "power_cap": "device", "drift": "device", "ecc": "device", "xid": "device", "fan": "device",
-         "hot_working": "job", "power_brake": "node"}
+         "hot_working": "job", "power_brake": "node", "spin_wait": "job", "slow_part": "device"}
 # a finding that states another true thing about a fault's devices and hours (a GPU silent after its XID has no
 # telemetry; a sliding clock is also a device slower than its siblings)
 ALSO_TRUE = {"xid": ("unknown_gap",), "drift": ("sibling_divergence", "ecc_drift")}

@@ -75,7 +75,8 @@ KIND_SIGNALS = {"hot_because_cooling": ("gpu_temp", "sm_clock"), "hot_because_wo
                 "hw_slowdown": ("sm_clock", "power_w"), "sync_boost": ("sm_clock", "sm_active"),
                 "sibling_divergence": ("sm_clock", "sm_active"), "ecc_drift": ("sm_clock", "sm_active"),
                 "xid": ("sm_active", "power_w"), "idle_held": ("sm_active", "power_w"),
-                "starved": ("sm_active", "power_w"), "unknown_gap": ("sm_active", "power_w")}
+                "starved": ("sm_active", "power_w"), "unknown_gap": ("sm_active", "power_w"),
+                "busy_not_computing": ("sm_active", "power_w"), "flops_behind_siblings": ("sm_clock", "sm_active")}
 DEFAULT_SIGNALS = ("sm_active", "power_w", "sm_clock", "gpu_temp")
 SIGNAL_UNITS = {"sm": "fraction", "sm_active": "fraction", "clk": "MHz", "sm_clock": "MHz", "power": "W",
                 "power_w": "W", "temp": "C", "gpu_temp": "C"}
@@ -85,7 +86,8 @@ CAUSE_LABELS = {"thermal": "throttled: thermal", "power_cap": "throttled: power 
                 "other": "throttled: other", "underutilized": "underutilized", "starved": "starved",
                 "idle_held": "idle held", "unknown": "unknown (no trustworthy telemetry)",
                 "cooling": "cooling (thermal throttling)", "checkpoint_starved": "starved at checkpoints",
-                "xid": "XID errors", "drift": "slow device (drift)"}
+                "xid": "XID errors", "drift": "slow device (drift)",
+                "not_computing": "busy, not computing (the tenant's)", "slow_part": "slow part (FLOPs behind siblings)"}
 
 
 # the loss partition's own lines (ledger.agents.accounting): not a finding's cause

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from ledger.sim.captures import DMON_COLUMNS, DMON_UNITS
 
 T0 = 1793577600           # 2026-11-02 00:00 UTC
@@ -205,6 +207,28 @@ def test_one_gpu_far_hotter_than_its_siblings_is_its_cooling_not_the_nodes(runne
         [(f["level"], f["scope"]) for f in cool]
 
 
+@pytest.mark.parametrize("seed", [0, 3])
+def test_the_tune_on_generators_lens_faults_change_nothing_the_other_faults_are_drawn_from(seed):
+    """Issue 29's faults (bench/scenario.py ``lens``) come from a stream of their own and only add: every array and
+    fault of the hall without them is the same with them, which adds the pipe arrays, the spin-waiting job, and
+    the exporter-scraped MI300X nodes with their slow part (so the other kinds' figures cannot move)."""
+    import numpy as np
+
+    from bench.scenario import generate
+
+    base, lens = generate(seed, lens=False), generate(seed)
+    assert set(lens.arrays) - set(base.arrays) == {"tensor", "fp32", "fp16", "fp64", "dram"}
+    for k, v in base.arrays.items():
+        assert np.array_equal(v, lens.arrays[k]), k
+    assert [f.to_json() for f in lens.faults if f.cause not in ("spin_wait", "slow_part")] == \
+        [f.to_json() for f in base.faults]
+    assert sorted(f.cause for f in lens.faults if f.cause in ("spin_wait", "slow_part")) == ["slow_part", "spin_wait"]
+    spin = next(f for f in lens.faults if f.cause == "spin_wait")
+    m = (lens.job == lens.job_names.index(spin.job)) & (lens.t >= spin.start)[None, :] & (lens.t < spin.end)[None, :]
+    assert (lens.arrays["tensor"][m] <= 0.01).all() and (lens.arrays["act"][m] >= 0.3).all()
+    assert base.amd is None and len(lens.amd.keys) == 16
+
+
 def test_the_tune_on_generators_harder_faults_follow_their_parameters_and_leave_the_first_faults_nodes():
     """bench/scenario.py's issue-28 faults come from a stream of their own: the first faults stay on their nodes
     (the chassis node's two lanes change the schedule, so jobs and devices drawn after it may differ); the brake bits are on the brake node's GPUs inside its window only; the heavy job's thermal bits
@@ -213,7 +237,7 @@ def test_the_tune_on_generators_harder_faults_follow_their_parameters_and_leave_
 
     from bench.scenario import generate
 
-    plain, hard = generate(4, harder=False), generate(4)
+    plain, hard = generate(4, harder=False, lens=False), generate(4, lens=False)
     where = lambda sc: {(f.cause, f.node) for f in sc.faults  # noqa: E731
                         if f.cause not in ("cooling", "fan", "hot_working", "power_brake")}
     assert where(plain) == where(hard)

@@ -84,12 +84,12 @@ def find(ds: Dataset, causes: Sequence[Finding] | None = None) -> list[Finding]:
 def causes_of(ds: Dataset) -> list[Finding]:
     """The causes the agents find in ``ds`` (every finding but the recommendations), in the order they produce
     them. They read no operator's verdict: only the recommendations do."""
-    from . import accounting, causes as attribution, drift
+    from . import accounting, causes as attribution, compute, drift
 
     drift_f, xid_mask = drift.run(ds)
     attr_f = attribution.run(ds, xid_mask, drift.silent_spans(drift_f))
     acct_f = accounting.findings(ds)
-    return [*attr_f, *drift_f, *acct_f]
+    return [*attr_f, *compute.run(ds), *drift_f, *acct_f]
 
 
 def _find(ds: Dataset, causes: Sequence[Finding] | None = None) -> tuple[list[Finding], list[Finding]]:

@@ -517,7 +517,9 @@ def explain(ds: Dataset, found: list[Finding], kind: str, name: str | None, star
            "account": acct, "by_cause": {k: round(v, 4) for k, v in lines.items()}, "table": table,
            "findings": listed,
            "recommendations": [f.to_json() for f in recs[:3]],
-           "answer": headline(label, start, end, table, redone=[round(h, DISPLAY_DP) for h, f in causes[:5]
+           "answer": headline(label, start, end, table, no_math=[round(h, DISPLAY_DP) for h, f in causes[:5]
+                                                                 if f.cause == "not_computing"],
+                              redone=[round(h, DISPLAY_DP) for h, f in causes[:5]
                                                                 if f.cause == "requeue"])}
     if kind == "job":
         out["timeline"] = job_timeline(ds, found, name or "", start, end)
@@ -554,15 +556,19 @@ def loss_table(acct: dict, lines: dict[str, float]) -> dict:
             "lost": total, "lines": [{"cause": k, "gpu_hours": v} for k, v in shown]}
 
 
-def headline(label: str, start: float, end: float, table: dict, top: int = 3, redone: list[float] = ()) -> str:
+def headline(label: str, start: float, end: float, table: dict, top: int = 3, redone: list[float] = (),
+             no_math: list[float] = ()) -> str:
     """One sentence made of the table's own shown figures (never recomputed); ``redone``: the shown GPU-hours of
-    the requeue findings listed beside it (delivered work to redo, not a line of paid - delivered)."""
+    the requeue findings listed beside it (delivered work to redo, not a line of paid - delivered); ``no_math``:
+    those of the busy-not-computing findings listed (delivered time that did no math: the tenant's, no line)."""
     causes = [ln for ln in table["lines"] if ln["cause"] not in (WORKLOAD_LINE, OTHER_LINE, UNKNOWN_LINE, "rounding")]
     under = next((ln["gpu_hours"] for ln in table["lines"] if ln["cause"] == WORKLOAD_LINE), 0.0)
     head = (f"{label} was paid for {table['paid']:,.{DISPLAY_DP}f} GPU-hours from {fmt_ts(start)} to {fmt_ts(end)} "
             f"and delivered {table['delivered']:,.{DISPLAY_DP}f}; of the {table['lost']:,.{DISPLAY_DP}f} lost, ")
     after = (f" Beside the loss, requeue loss: {sum(redone):,.{DISPLAY_DP}f} GPU-hours of delivered work to redo "
              "(not a part of paid - delivered)." if redone else "")
+    after += (f" Beside the loss, busy but not computing: {sum(no_math):,.{DISPLAY_DP}f} delivered GPU-hours did no "
+              "math (the tenant's own loss, not a part of paid - delivered)." if no_math else "")
     if causes:
         lead = "; ".join(f"{ln['cause'].replace('_', ' ')} {ln['gpu_hours']:,.{DISPLAY_DP}f}" for ln in causes[:top])
         return head + f"the largest causes: {lead}; the workload itself left {under:,.{DISPLAY_DP}f} unused." + after

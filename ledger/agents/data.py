@@ -32,7 +32,9 @@ RESIDENT_FB_MIB = DEFAULT_THRESHOLDS.resident_fb_mib
 
 SAMPLE_READ_COLUMNS = ("device", "t", "dt", "clock_reasons", "sm_active", "tensor_active", "gpu_util", "sm_clock_mhz",
                        "power_w", "gpu_temp_c", "ecc_sbe_aggregate", "ecc_sbe_volatile", "row_remap_pending",
-                       "row_remap_failure", "xid", "fb_used_mib", "compute_procs")
+                       "row_remap_failure", "xid", "fb_used_mib", "compute_procs",
+                       # the effective-compute lens's fields (agents.compute): DRAM, the FP pipes, counted FLOPs
+                       "dram_active", "fp64_active", "fp32_active", "fp16_active", "fp_ops")
 DEFAULT_RATE = Decimal("1.00")
 BIT_THERMAL, BIT_POWER = 0x20 | 0x40, 0x4
 
@@ -60,6 +62,7 @@ class Dataset:
     rates: dict = field(default_factory=dict)   # (tenant, sku) -> float price per GPU-hour
     hourly: pd.DataFrame | None = None           # per device-hour statistics (agents.hourstats); None: from samples
     sample_count: int | None = None              # the telemetry samples behind ``samples`` (None: one row each)
+    lens_hours: pd.DataFrame | None = None       # per (device, hour, run) lens sums (agents.compute); None: from samples
 
     def rate(self, tenant: str | None, sku: str | None) -> float:
         return float(self.rates.get((tenant, sku), self.rates.get((None, sku), float(DEFAULT_RATE))))
@@ -160,7 +163,8 @@ def sample_frame(s: pd.DataFrame) -> pd.DataFrame:
     s = s.rename(columns={"clock_reasons": "reasons", "sm_active": "sm", "sm_clock_mhz": "clk", "power_w": "power",
                           "gpu_temp_c": "temp", "ecc_sbe_aggregate": "ecc", "ecc_sbe_volatile": "eccv",
                           "fb_used_mib": "fb",
-                          "compute_procs": "procs", "tensor_active": "tensor"})
+                          "compute_procs": "procs", "tensor_active": "tensor", "dram_active": "dram",
+                          "fp64_active": "fp64", "fp32_active": "fp32", "fp16_active": "fp16", "fp_ops": "ops"})
     for col in s.columns:  # all-NULL columns come back as object dtype: the agents need floats (NaN = not measured)
         if col != "device":
             s[col] = pd.to_numeric(s[col], errors="coerce").astype(float)
@@ -278,16 +282,22 @@ def fill_rated_clock(s: pd.DataFrame, devices: pd.DataFrame) -> None:
                 devices.at[dev, "rated"] = v
 
 
+def activity_and_ratio(sm: np.ndarray, tensor: np.ndarray, util: np.ndarray, clk: np.ndarray,
+                       rated: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each sample's activity (SM active, else tensor active, else coarse utilisation; NaN: none measured) and
+    clock ratio min(clock / rated, 1) (1 where either is unknown): the method's choice and ratio."""
+    act = np.where(np.isnan(sm), np.where(np.isnan(tensor), util, tensor), sm)
+    ratio = np.where(np.isnan(clk) | np.isnan(rated), 1.0, np.clip(clk / np.where(rated > 0, rated, 1.0), 0.0, 1.0))
+    return act, ratio
+
+
 def add_bucket_hours(s: pd.DataFrame) -> None:
     """Per-sample GPU-hours in each bucket (only for allocated samples), the method's formulas vectorised."""
-    fine = s["sm"].where(s["sm"].notna(), s["tensor"])
-    act = fine.where(fine.notna(), s["gpu_util"]).to_numpy(float)
+    act, ratio = activity_and_ratio(s["sm"].to_numpy(float), s["tensor"].to_numpy(float),
+                                    s["gpu_util"].to_numpy(float), s["clk"].to_numpy(float), s["rated"].to_numpy(float))
     s["act"] = act
     missing = np.isnan(act)
     a = np.clip(np.nan_to_num(act), 0.0, 1.0)
-    clk = s["clk"].to_numpy(float)
-    rated = s["rated"].to_numpy(float)
-    ratio = np.where(np.isnan(clk) | np.isnan(rated), 1.0, np.clip(clk / np.where(rated > 0, rated, 1.0), 0.0, 1.0))
     s["ratio"] = ratio
     resident = (np.nan_to_num(s["procs"].to_numpy(float)) > 0) | (np.nan_to_num(s["fb"].to_numpy(float)) >
                                                                    RESIDENT_FB_MIB)

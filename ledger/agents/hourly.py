@@ -37,7 +37,7 @@ from ..chain.store import iter_entries
 from ..telemetry import hours as dh
 from ..telemetry.blocks import float_values
 from ..telemetry.sealed import iter_sample_pieces, read_samples
-from . import hourstats
+from . import compute, hourstats
 from .common import DAY
 from .data import (SAMPLE_READ_COLUMNS, Dataset, EntryScan, assign_runs, add_bucket_hours, fill_rated_clock, allocations_frame,
                    close_allocations, coverage_gaps, devices_frame, finish, sample_frame)
@@ -47,6 +47,7 @@ PIECE_COLS = ("device", "t", "span_end", "ai", "h", "h_del", "h_thr", "h_under",
               "rbucket")
 OTHER = 4   # THROTTLE_REASONS index of "other"
 REFINE_DEVICES = 16   # devices whose raw samples _refine reads and buckets at a time
+LENS_COLS = ("dram", "fp64", "fp32", "fp16", "ops")   # read by agents.compute from its own pass, not kept here
 RAW_COLS = ("dt", "sm", "clk", "power", "temp", "ecc", "row_remap_pending", "row_remap_failure", "xid", "fb", "procs",
             "act", "ratio")
 
@@ -70,6 +71,7 @@ def compact_dataset(scan: EntryScan, src: "LedgerSamples", topology: dict | None
 
     hrs = src.hours()
     ds = replace(_compact(src, scan, hrs, topology), sample_count=int(hrs["n"].sum()) if len(hrs) else 0)
+    ds.lens_hours = compute.stats_from_source(src, ds)   # the lens rules' sums, before the raw reads end
     return _refine(src, ds, detail_hours(ds, hrs)) if detail else ds
 
 
@@ -89,6 +91,19 @@ class LedgerSamples:
     def device_samples(self, devices: list[str], columns: tuple[str, ...]) -> pd.DataFrame:
         """Every sample of these devices, these columns."""
         return read_samples(self.conn, devices=devices, columns=columns).to_pandas()
+
+    def sample_batches(self, columns: tuple[str, ...], rows: int):  # noqa: ANN201 - Iterator[pd.DataFrame]
+        """Every sample, these columns, in one pass over the blocks: frames of about ``rows`` rows (a device's
+        samples may fall in several, in any order)."""
+        tables, n = [], 0
+        for _dev, table in iter_sample_pieces(self.conn, columns=columns):
+            tables.append(table)
+            n += table.num_rows
+            if n >= rows:
+                yield pa.concat_tables(tables).to_pandas()
+                tables, n = [], 0
+        if tables:
+            yield pa.concat_tables(tables).to_pandas()
 
     def hour_samples(self, want: dict[str, set]) -> pd.DataFrame:
         """The samples (SAMPLE_READ_COLUMNS) of these hours per device."""
@@ -154,7 +169,7 @@ def _compact(src, scan: EntryScan, hrs: pd.DataFrame, topology: dict | None) -> 
 
 def _raw_part(raw: pd.DataFrame) -> pd.DataFrame:
     """What the agents read of raw samples (the run's and the device's labels are set on assembly)."""
-    keep = [c for c in raw.columns if c not in ("rated", "reasons", "tensor", "gpu_util", "eccv",
+    keep = [c for c in raw.columns if c not in ("rated", "reasons", "tensor", "gpu_util", "eccv", *LENS_COLS,
                                                 *ALLOC_COLS)]
     return raw[keep].assign(span_end=raw["t"].to_numpy())
 

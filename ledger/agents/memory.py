@@ -209,6 +209,18 @@ class ExportSamples:
     def device_samples(self, devices: list[str], columns: tuple[str, ...]) -> pd.DataFrame:
         return self._frame(sorted(devices), columns)
 
+    def sample_batches(self, columns: tuple[str, ...], rows: int):  # noqa: ANN201 - Iterator[pd.DataFrame]
+        """Every sample, these columns, as frames of whole devices of about ``rows`` rows."""
+        devices, batch, n = sorted(self.cols), [], 0
+        for dev in devices:
+            batch.append(dev)
+            n += len(self.cols[dev]["t"])
+            if n >= rows:
+                yield self._frame(batch, columns)
+                batch, n = [], 0
+        if batch:
+            yield self._frame(batch, columns)
+
     def hour_samples(self, want: dict[str, set]) -> pd.DataFrame:
         return self._frame(sorted(want), SAMPLE_READ_COLUMNS,
                            lambda dev, t: np.isin((t // dh.HOUR) * dh.HOUR, list(want[dev])))

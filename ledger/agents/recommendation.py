@@ -48,7 +48,8 @@ def _one(ds: Dataset, f: Finding) -> tuple[str, str, list[str], str, tuple] | No
                                                        f"power.default_limit --format=csv"],
                 f"ssh {node} sudo nvidia-smi -pl <power.default_limit>  # reversible: note power.limit first",
                 make_scope(node=node, rack=rack))
-    if f.kind in ("ecc_drift", "sibling_divergence", "row_remap_failure", "row_remap_pending"):
+    if f.kind in ("ecc_drift", "sibling_divergence", "row_remap_failure", "row_remap_pending",
+                  "flops_behind_siblings"):
         return ("drain_and_check_device", f"Drain node {node}, run DCGM diagnostics on GPU {dev}; reseat or RMA it "
                                           f"if they fail.",
                 [f"ssh {node} nvidia-smi -q -d ECC,ROW_REMAPPER,CLOCK -i {dev}", f"ssh {node} dcgmi diag -r 3"],
@@ -88,6 +89,13 @@ def _group_tenant(ds: Dataset, found: list[Finding], kind: str) -> list[Finding]
                     f"suggest shorter --time limits or releasing GPUs when done.")
             rk = "tell_tenant_idle"
             cmd = f"sacct -j {','.join(jobs[:5])} --format=JobID,Account,Elapsed,AllocTRES,State"
+        elif kind == "busy_not_computing":   # the tenant's own loss: told to the tenant, no operator command
+            text = (f"Busy without math: tell {'tenant ' + tenant if tenant != '-' else 'the owners'} that jobs "
+                    f"{', '.join(jobs[:5])} kept "
+                    f"GPUs busy with every pipe idle for {fmt_h(hours)} delivered GPU-hours that did no math "
+                    f"(spin-waiting, a lock, a hung collective); suggest a profile (Nsight Systems) of those hours.")
+            rk = "tell_tenant_not_computing"
+            cmd = f"sacct -j {','.join(jobs[:5])} --format=JobID,Account,Elapsed,AllocTRES,State"
         else:
             whose = f"Jobs of tenant {tenant}" if tenant != "-" else "Runs"
             text = (f"{whose} ({', '.join(jobs[:5])}{'...' if len(jobs) > 5 else ''}) starved "
@@ -96,7 +104,7 @@ def _group_tenant(ds: Dataset, found: list[Finding], kind: str) -> list[Finding]
             rk = "check_checkpoint_storage"
             cmd = f"sacct -j {','.join(jobs[:5])} --format=JobID,Partition,QOS,Elapsed,State"
         out.append(_rec(ds, rk, make_scope(tenant=None if tenant == "-" else tenant), fs, conf, text,
-                        [cmd], "(no command: a conversation with the tenant)" if kind == "idle_held"
+                        [cmd], "(no command: a conversation with the tenant)" if kind != "starved"
                         else "(no command: storage team)", level="tenant"))
     return out
 
@@ -135,4 +143,5 @@ def run(ds: Dataset, found: list[Finding]) -> list[Finding]:
         out.append(_rec(ds, kind, scope, [f], conf, text, ev, cmd, f.level))
     out += _group_tenant(ds, live, "idle_held")
     out += _group_tenant(ds, [f for f in live if f.kind == "starved"], "starved")
+    out += _group_tenant(ds, live, "busy_not_computing")
     return out

@@ -34,6 +34,9 @@ STAND_INS = {GR_ENGINE_ACTIVE: "gpu_util", ENERGY_WHOLE_J: "energy_j"}
 # (:mod:`ledger.importers.op_counters`), derived when a device's series are read.
 SERIES_FIELDS = frozenset((*FIELDS, *STAND_INS, *OP_COUNTERS))
 NOT_BLANK_CHECKED = frozenset(("energy_j", *OP_COUNTERS))   # counters: any count is a count
+# AMD's op counters are 64-bit unsigned counts, past 2**63 after a few hours at an MI300X's rate: DCGM's blanks
+# (the int64 one is 2**63 - 16 and up) are no blanks there, only counts (no DCGM field is an op counter)
+COUNTS_PAST_INT64 = frozenset(OP_COUNTERS)
 _REASON_CODES = (None, "nan", "infinite", "dcgm_blank", "negative", "out_of_range", "zero_unsupported")
 MAX_EXAMPLES = 20
 # Readings an exporter prints as 0 when the part has no such sensor (memory temperature without an HBM sensor,
@@ -219,6 +222,8 @@ class Collected:
             nan = np.isnan(v)
             inf = np.isinf(v)
             blank = ~nan & ~inf & ((v >= INT64_BLANK_FLOAT) | np.isin(v, _FP64_BLANKS))
+            if name in COUNTS_PAST_INT64:
+                blank[:] = False
             if name not in NOT_BLANK_CHECKED:
                 blank |= np.isin(v, _INT32_BLANKS)
             neg = ~nan & ~inf & ~blank & (v < 0)
