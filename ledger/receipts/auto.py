@@ -18,6 +18,7 @@ from ..chain.heads import check_tree
 from ..ingest.site import Site
 from ..chain.store import append, iter_entries
 from ..telemetry.derived import check_segments
+from ..telemetry.sealed import DecodedSegments
 from ..chain.verify import ChainProblem, ExtraCheck, VerifyReport
 from .issue import issue_receipt, replay, write_receipt_files
 
@@ -64,14 +65,16 @@ def after_ship_steps(site: Site) -> list:
     return [partial(issue_ended_runs, site=site)] if site.auto_receipts else []
 
 
-def check_issued_receipts(engine: Engine, report: VerifyReport, site: Site | None = None) -> list[ChainProblem]:
-    """Every issued receipt recomputes, under the site's SKU table, to the hash it recorded."""
+def check_issued_receipts(engine: Engine, report: VerifyReport, site: Site | None = None,
+                          decoded: DecodedSegments | None = None) -> list[ChainProblem]:
+    """Every issued receipt recomputes, under the site's SKU table, to the hash it recorded (``decoded``: the
+    sample blocks verify's segment check decoded, read from there instead of decompressed again)."""
     skus = None if site is None else site.sku_table
     carbon = None if site is None else site.carbon
     problems = []
     for ce in iter_entries(engine, kinds=[Kind.RECEIPT_ISSUED]):
         try:
-            r = replay(engine, ce, skus, carbon=carbon)
+            r = replay(engine, ce, skus, carbon=carbon, decoded=decoded)
         except Exception as exc:  # noqa: BLE001 - whatever stops a replay (a damaged block too) is a named problem
             problems.append(ChainProblem(ce.seq, ce.entry.entry_id, f"issued receipt cannot be replayed: {exc}"))
             continue
@@ -110,6 +113,10 @@ def verify_checks(site: Site | None = None, pinned: tuple = ()) -> tuple[ExtraCh
     """The checks ``ipledger verify`` runs after the chain: telemetry evidence and the device-hours derived from
     it (each segment read once), issued receipts replayed under ``site``'s SKU table (None: the built-in table,
     for a ledger with no site overrides), their flat lines re-derived, then the Merkle tree and the signed heads
-    recorded in the ledger (each signed by one of the ``pinned`` public keys, when given)."""
-    return (check_segments, partial(check_issued_receipts, site=site), check_receipt_lines,
+    recorded in the ledger (each signed by one of the ``pinned`` public keys, when given). The segment check
+    keeps the sample blocks it decodes for the replays (each block decompressed once; a test holds the
+    replays equal to plain ones)."""
+    decoded = DecodedSegments()
+    return (partial(check_segments, decoded=decoded), partial(check_issued_receipts, site=site, decoded=decoded),
+            check_receipt_lines,
             partial(check_tree, pinned=pinned) if pinned else check_tree)

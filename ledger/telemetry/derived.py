@@ -12,7 +12,7 @@ from ..chain.store import iter_entries
 from ..chain.verify import ChainProblem
 from . import hours
 from .blocks import table_rows
-from .sealed import read_samples, segment_samples
+from .sealed import DecodedSegments, read_samples, segment_samples
 
 
 def backfill(conn) -> int:  # noqa: ANN001
@@ -26,10 +26,11 @@ def backfill(conn) -> int:  # noqa: ANN001
     return n
 
 
-def check_segments(engine, report) -> list:  # noqa: ANN001 - ledger.chain.verify.ExtraCheck
+def check_segments(engine, report, decoded: DecodedSegments | None = None) -> list:  # noqa: ANN001 - an ExtraCheck
     """Every sealed segment, its samples read once: they still hash to what its entry recorded
     (:func:`ledger.telemetry.sealed.segment_samples`), its stored device-hours are what they give (the first
-    mismatch named), and no device-hour names a segment the ledger does not hold."""
+    mismatch named), and no device-hour names a segment the ledger does not hold. ``decoded``: keep the
+    decoded blocks there for the receipt replays that follow."""
     problems = []
     with engine.connect() as conn:
         have_all = hours.stored_rows(conn)   # made into device-hours only where they differ from the samples'
@@ -38,7 +39,7 @@ def check_segments(engine, report) -> list:  # noqa: ANN001 - ledger.chain.verif
         for ce in iter_entries(conn, kinds=[Kind.TELEMETRY_SEGMENT]):
             sid = ce.entry.entry_id
             seen.add(sid)
-            table, problem = segment_samples(conn, ce)
+            table, problem = segment_samples(conn, ce, decoded)
             if problem is not None:
                 problems.append(problem)  # missing or altered samples: their device-hours are not judged
                 continue
