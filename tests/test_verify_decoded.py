@@ -131,3 +131,45 @@ def test_verify_with_kept_blocks_reports_as_the_plain_checks_on_a_tampered_demo(
     assert not fast["ok"]
     assert any("receipt" in p["reason"] for p in fast["problems"]), fast["problems"]  # the replays saw it
     assert fast == _verdict(url, _plain_checks(site))
+
+
+# --- the replays shared with worker processes ---------------------------------------------------------------
+
+@pytest.fixture
+def shared_used(monkeypatch):
+    """Shared replays on the small demo's receipts (few: the thresholds lowered), counting the runs that
+    actually shared them."""
+    from ledger.receipts import auto
+
+    monkeypatch.setattr(auto, "PARALLEL_MIN_RECEIPTS", 2)
+    monkeypatch.setattr(auto, "REPLAY_CHUNK", 3)
+    used = []
+    finish = auto.SharedReplays.finish
+
+    def counted(self, engine, decoded):  # noqa: ANN001, ANN202
+        used.append(len(self._chunks))
+        return finish(self, engine, decoded)
+
+    monkeypatch.setattr(auto.SharedReplays, "finish", counted)
+    return used
+
+
+@pytest.mark.parametrize("damage", [None, "values", "bytes"])
+def test_replays_shared_with_workers_report_as_one_process(demo, tmp_path, shared_used, damage):
+    out, _ = demo
+    copy = tmp_path / "ledger.db"
+    shutil.copy(out / "ledger.db", copy)
+    if damage:
+        _tamper_used_block(copy, damage)
+    url, site = f"sqlite:///{copy}", _site(out)
+    shared = _verdict(url, verify_checks(site, workers=2))
+    assert shared_used and shared_used[0] > 2   # the workers were started and had chunks to take
+    assert shared == _verdict(url, _plain_checks(site)) == _verdict(url, verify_checks(site, workers=1))
+    assert shared["ok"] is (damage is None)
+
+
+def test_verify_cli_workers_option_gives_the_same_output(runner, cli, demo):
+    out, _ = demo
+    argv = ["--db", f"sqlite:///{out / 'ledger.db'}", "--config", str(out / "site.toml"), "verify", "--json"]
+    one, many = (runner.invoke(cli, argv + ["--workers", w]) for w in ("1", "2"))
+    assert one.exit_code == many.exit_code == 0 and one.output == many.output

@@ -5,6 +5,8 @@ that recomputes every segment's device-hours from its stored samples and names t
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from ..chain.lite import text
 
 from ..chain.entries import Kind
@@ -26,11 +28,15 @@ def backfill(conn) -> int:  # noqa: ANN001
     return n
 
 
-def check_segments(engine, report, decoded: DecodedSegments | None = None) -> list:  # noqa: ANN001 - an ExtraCheck
+def check_segments(engine, report, decoded: DecodedSegments | None = None,  # noqa: ANN001 - an ExtraCheck
+                   meanwhile: Callable[[Any], None] | None = None) -> list:
     """Every sealed segment, its samples read once: they still hash to what its entry recorded
     (:func:`ledger.telemetry.sealed.segment_samples`), its stored device-hours are what they give (the first
     mismatch named), and no device-hour names a segment the ledger does not hold. ``decoded``: keep the
-    decoded blocks there for the receipt replays that follow."""
+    decoded blocks there for the receipt replays that follow; ``meanwhile(engine)`` is called first (verify starts
+    its receipt replays in worker processes, to run while the segments are read)."""
+    if meanwhile is not None:
+        meanwhile(engine)
     problems = []
     with engine.connect() as conn:
         have_all = hours.stored_rows(conn)   # made into device-hours only where they differ from the samples'
