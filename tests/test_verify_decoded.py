@@ -168,8 +168,11 @@ def test_replays_shared_with_workers_report_as_one_process(demo, tmp_path, share
     assert shared["ok"] is (damage is None)
 
 
-def test_verify_cli_workers_option_gives_the_same_output(runner, cli, demo):
+def test_verify_cli_workers_option_gives_the_same_output(runner, cli, demo, shared_used):
     out, _ = demo
     argv = ["--db", f"sqlite:///{out / 'ledger.db'}", "--config", str(out / "site.toml"), "verify", "--json"]
-    one, many = (runner.invoke(cli, argv + ["--workers", w]) for w in ("1", "2"))
+    one = runner.invoke(cli, argv)
+    assert not shared_used   # one process unless asked
+    many = runner.invoke(cli, argv + ["--workers", "2"])
+    assert shared_used
     assert one.exit_code == many.exit_code == 0 and one.output == many.output
