@@ -59,6 +59,7 @@ def run(scale: float, repeat: int) -> Figure:
         out: dict = {}
         timings: dict[str, tuple[Timing, Timing]] = {}
         extra: dict = {}
+        verdicts: dict[str, tuple[float, float]] = {}
         for name, (directory, _v) in sets.items():
             def floor(name=name) -> None:  # noqa: ANN001
                 con = duckdb.connect()
@@ -86,6 +87,7 @@ def run(scale: float, repeat: int) -> Figure:
                 raise RuntimeError(f"analyze of the {name} set exited {rc} in the memory run")
             timings[name] = (f_t, s_t)
             ratio = s_t.median / f_t.median
+            verdicts[name] = (ratio, peak)
             size = sum(p.stat().st_size for p in files[name])
             extra[f"{name} set"] = (
                 f"{len(files[name])} files ({size / 2**20:,.0f} MiB), {gpus} GPUs: analyze {s_t.median:.2f} s vs "
@@ -95,13 +97,18 @@ def run(scale: float, repeat: int) -> Figure:
                 f"{len(analysis['findings'])} findings, {len(restarted)} capture_restarted gap(s)")
         f_d, s_d = timings["dmon"]
         f_a, s_a = timings["amd-smi"]
+        # the row's verdict is both sets' (the table holds the dmon set only): each ratio and each peak
+        latest = (", ".join(f"{n} {r:.2f}×" for n, (r, _p) in verdicts.items()) + "; "
+                  + " / ".join(f"{p:,.0f}" for _r, p in verdicts.values()) + " MiB")
+        met = all(r <= TARGET and p <= MEMORY_TARGET_MIB for r, p in verdicts.values())
         return Figure(key="analyze_captures", title=TITLE, target=TARGET, floor=f_d, subjects=(s_d,),
                       scale_note=(f"{NODES} NVIDIA nodes (dmon, 23 fields) and {NODES} MI300X nodes (amd-smi metric "
                                   f"CSV, {len(AMD_COLUMNS)} columns), 8 GPUs each, 24 h at {cadence:g} s; scale "
                                   f"{scale:g} of 15 s sampling. The table is the dmon set; the amd-smi set's own "
                                   f"floor and ratio are below."),
                       extra={**extra, "amd-smi set timings": f"floor {f_a.median:.3f} s (runs {len(f_a.runs)}), "
-                                                             f"analyze {s_a.median:.3f} s"})
+                                                             f"analyze {s_a.median:.3f} s"},
+                      summary=(latest, met))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

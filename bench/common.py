@@ -53,6 +53,7 @@ class Figure:
     notes: tuple[str, ...] = ()
     status: str = "ok"       # "ok" | "not available yet" | "failed: ..."
     extra: dict = field(default_factory=dict)
+    summary: tuple[str, bool] | None = None   # (latest, met) where the verdict is more than the table's subjects
 
     def ratio(self, t: Timing) -> float:
         return t.median / self.floor.median if self.floor and self.floor.median > 0 else float("nan")
@@ -65,6 +66,8 @@ class Figure:
         its ratio target, or, for a figure judged on absolute budgets (``target`` infinite), its own ``met`` line."""
         if self.status != "ok":
             return self.status, "NOT met"
+        if self.summary is not None:
+            return self.summary[0], "met" if self.summary[1] else "NOT met"
         verdict = next((str(v) for k, v in self.extra.items() if k.startswith("met")), None)
         if self.target == float("inf") or not self.subjects or self.floor is None:
             ok = verdict is not None and (verdict in ("yes", "all") or verdict.startswith("met"))

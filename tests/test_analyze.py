@@ -173,7 +173,7 @@ def test_analysis_over_device_hours_equals_every_sample(which, export, scenario_
     from ledger.importers import prometheus
 
     path = export[0] if which == "demo" else scenario_export
-    hours = analyze_collected(prometheus.read([path]), consume=True).to_json()
+    hours = analyze_collected(prometheus.read([path]), consume=True, samples=False).to_json()
     full = analyze_collected(prometheus.read([path]), consume=True, samples=True).to_json()
     want = {_finding_key(f): f for f in full["findings"]}
     got = {_finding_key(f): f for f in hours["findings"]}
@@ -193,14 +193,35 @@ def test_analysis_over_device_hours_equals_every_sample(which, export, scenario_
 
 
 def test_analyze_samples_option_is_the_full_resolution(runner, cli, export):
-    """`--samples` through the CLI: the per-sample reference gives the same findings as the default."""
+    """`--samples` through the CLI: the per-sample reference gives the same findings as `--device-hours`, and
+    the default (this export's frame is under the budget) is the per-sample analysis itself."""
     path = str(export[0])
     default = json.loads(runner.invoke(cli, ["analyze", path, "--json"]).output)
+    hours = runner.invoke(cli, ["analyze", path, "--json", "--device-hours"])
     full = runner.invoke(cli, ["analyze", path, "--json", "--samples"])
-    assert full.exit_code == 0, full.output
-    full = json.loads(full.output)
-    assert {_finding_key(f) for f in default["findings"]} == {_finding_key(f) for f in full["findings"]}
-    assert default["meta"]["samples"] == full["meta"]["samples"] > 0
+    assert full.exit_code == 0 and hours.exit_code == 0, full.output + hours.output
+    full, hours = json.loads(full.output), json.loads(hours.output)
+    assert {_finding_key(f) for f in hours["findings"]} == {_finding_key(f) for f in full["findings"]}
+    assert hours["meta"]["samples"] == full["meta"]["samples"] > 0
+    assert default == full
+
+
+def test_the_default_reads_every_sample_only_under_the_frame_budget(export, monkeypatch):
+    """The default's choice: every sample while the frame fits the budget, the device-hours above it (the
+    per-sample bound is each device's longest series; the analysis is the one its mode gives)."""
+    from ledger.agents import export_analysis as ea
+    from ledger.importers import prometheus
+
+    c = prometheus.read([export[0]])
+    bound = ea.sample_count_bound(c)
+    longest = {d: max(len(ts) for ts, _ in fs.values()) for d, fs in c.series.items()}
+    assert bound == sum(longest.values()) > 0
+    assert ea.reads_every_sample(c)
+    monkeypatch.setattr(ea, "SAMPLE_FRAME_BUDGET", bound * ea.SAMPLE_FRAME_BYTES - 1)
+    assert not ea.reads_every_sample(c)
+    chosen = ea.analyze_collected(prometheus.read([export[0]]), consume=True).to_json()
+    hours = ea.analyze_collected(prometheus.read([export[0]]), consume=True, samples=False).to_json()
+    assert chosen == hours
 
 
 def test_the_analysis_names_each_source_by_its_sha256(runner, cli, export):

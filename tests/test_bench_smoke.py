@@ -53,6 +53,8 @@ def test_capture_set_figure_prints_both_ratios_and_peak_memory(tmp_path, monkeyp
     for name in ("dmon", "amd-smi"):
         line = fig.extra[f"{name} set"]
         assert "64 GPUs" in line and "×" in line and "peak memory" in line and "MiB" in line
+    latest, _status = fig.headline()     # the row's verdict names both sets, not the table's alone
+    assert latest.startswith("dmon ") and ", amd-smi " in latest and latest.endswith(" MiB")
     assert "## Capture-set analysis" in (tmp_path / "performance-history.md").read_text()
 
 

@@ -157,8 +157,29 @@ def amd_text(draw):  # noqa: ANN001, ANN201
     return sep.join(lines) + sep
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(amd_text(), st.booleans())
+odd_line = st.sampled_from(["  ", "\t", "   0,1,2  ", "3@node: hello", "10@gpu-host:~$ amd-smi metric --csv",
+                            "# ipledger: node=mi-3", "# comment",
+                            "GPU,TIMESTAMP", " gpu , timestamp ", "0,1", "1,2,3,4,5,6,7,8,9", "\u00e9t\u00e9",
+                            "\u0661,2", "x\x1cy", "7\x0b8", "'CTRL' + 'C' to stop watching output", "^C"])
+
+
+@st.composite
+def amd_text_with_odd_lines(draw):  # noqa: ANN001, ANN201
+    """A generated amd-smi capture with odd lines: spaces around rows, tabs, other line breaks, non-ASCII digits
+    and letters, '@', a shell prompt, headers spelled otherwise, rows of other widths."""
+    lines = draw(amd_text()).splitlines()
+    for _ in range(draw(st.integers(0, 4))):
+        at = draw(st.integers(0, len(lines)))
+        lines.insert(at, draw(odd_line))
+    for _ in range(draw(st.integers(0, 3))):
+        at = draw(st.integers(0, len(lines) - 1))
+        lines[at] = draw(st.sampled_from([" ", "  "])) + lines[at] + draw(st.sampled_from(["", " ", "  "]))
+    sep = draw(st.sampled_from(["\n", "\r\n", "\r"]))
+    return sep.join(lines) + sep
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(amd_text(), amd_text_with_odd_lines()), st.booleans())
 def test_amd_csv_column_wise_equals_the_plain_parser(text, given_start):
     kw = {"start": T0, "interval": 15.0, "node": None} if given_start else {"node_hint": "mi-9"}
     assert _outcome(columnar.parse_amdsmi, text, **kw) == _outcome(amdsmi.parse, text, **kw)
@@ -191,3 +212,26 @@ def test_column_values_reads_markers_and_refuses_what_clean_refuses():
     assert columnar.column_values(["1", "abc"]) is None
     with pytest.raises(InputError):
         columnar.parse_dmon("GPU 0 1\n", "x.txt")
+
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=12), max_size=4),
+       st.integers(0, 3), st.sampled_from([np.float64, np.int32]))
+def test_numbers_from_buffers_equal_pyarrows_to_numpy(chunks, cut, dtype):
+    """columnar.numbers (a column read from its buffers, no pandas import) is pyarrow's to_numpy, for chunked
+    and sliced columns (an offset into the buffer) of both widths the parsers read."""
+    import pyarrow as pa
+
+    typ = pa.float64() if dtype is np.float64 else pa.int32()
+    parts = [pa.array(np.array(c, dtype=np.float64) if dtype is np.float64 else
+                      np.nan_to_num(np.array(c, dtype=np.float64), posinf=7, neginf=-7).clip(-9, 9).astype(np.int32),
+                      type=typ) for c in chunks]
+    col = pa.chunked_array(parts, type=typ)
+    col = col.slice(min(cut, len(col)))
+    got = columnar.numbers(col, dtype)
+    want = col.to_numpy()
+    assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=dtype is np.float64)
+    one = col.combine_chunks()
+    assert np.array_equal(columnar.numbers(one, dtype), one.to_numpy(zero_copy_only=False),
+                          equal_nan=dtype is np.float64)

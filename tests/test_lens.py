@@ -645,3 +645,19 @@ def test_odd_lens_values_in_a_receipt_count_zero_on_both_statement_paths():
     got = lens_columns_of(pd.DataFrame(frame), paid, delivered)
     for j, c in enumerate(LENS_COLUMNS):
         assert got[c].tolist() == [w[j] for w in want], c
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([0.0, -0.0, 1.0])),
+                max_size=40))
+def test_the_one_pass_unit_check_answers_as_the_two_reductions_do(values):
+    """_in_unit (one reduction over the bit patterns where every value lies in [+0.0, 1.0]) gives the largest
+    value or None exactly as _in_unit_reference (min and max) does: -0.0, NaN, infinities and values outside."""
+    import numpy as np
+
+    from ledger.method.lens import _in_unit, _in_unit_reference
+
+    x = np.array(values, dtype=np.float64)
+    got, want = _in_unit(x), _in_unit_reference(x)
+    assert (got is None) == (want is None)
+    assert got is None or (got == want and np.signbit(got) == np.signbit(want))

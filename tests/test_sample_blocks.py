@@ -270,3 +270,81 @@ def test_format_2_digest_is_the_plain_digest_of_the_carried_columns(rows, withou
         with pytest.raises(blocks.BlockError, match="format 1 holds a column of format 2"):
             blocks.decode(blocks.FORMAT, block.data)
     assert pc.widen_rows(projected, cols) == [list(r) for r in sorted(rows, key=lambda r: (r[0], r[1]))]
+
+
+_DEVICES = ["GPU-a", "GPU-b", "GPU-c", "GPU-d"]
+_value = st.one_of(st.none(), st.floats(-0.5, 1.5, allow_nan=False))
+
+
+@st.composite
+def _segments(draw):
+    """Segments of one to four devices (some sealed as legacy rows), times that overlap, repeat and come out of
+    order across segments, and every column the receipt reads (lens and energy ones too) measured or not."""
+    segs = []
+    for _ in range(draw(st.integers(1, 5))):
+        devs = draw(st.lists(st.sampled_from(_DEVICES), min_size=1, max_size=4, unique=True))
+        t0 = 1_760_000_000.0 + 10 * draw(st.integers(0, 30))
+        rows = []
+        for d in devs:
+            for i in range(draw(st.integers(1, 12))):
+                rows.append(Sample(device=d, t=t0 + 10 * i + draw(st.sampled_from([0.0, 2.5])), dt=10.0,
+                                   clock_reasons=draw(st.sampled_from([None, 0, 0x20])), sm_active=draw(_value),
+                                   tensor_active=draw(_value), gpu_util=draw(_value), sm_clock_mhz=1700.0,
+                                   fb_used_mib=draw(st.sampled_from([None, 1024.0])), compute_procs=1.0,
+                                   sm_occupancy=draw(_value), dram_active=draw(_value), fp64_active=draw(_value),
+                                   fp32_active=draw(_value), fp16_active=draw(_value), energy_j=draw(_value),
+                                   power_w=draw(_value)))
+        segs.append((draw(st.booleans()) and draw(st.booleans()), rows))   # a quarter as legacy rows
+    return segs
+
+
+@settings(max_examples=40, deadline=None)
+@given(_segments(), st.lists(st.sampled_from(_DEVICES), min_size=1, max_size=4, unique=True),
+       st.integers(0, 40), st.integers(5, 60), st.booleans(), st.booleans(), st.randoms(use_true_random=False))
+def test_a_batch_read_a_device_at_a_time_equals_the_whole_batch_read(tmp_path_factory, segs, batch, w0, width, lens,
+                                                                    energy, rnd):
+    """DeviceReader (the receipt's read: a batch's blocks fetched at once, each decoded when a device it holds
+    is asked for) gives every device the arrays and energy columns load_sample_arrays (the whole batch in one
+    pass, the plain way) gives it, bit for bit, whatever order the devices are asked in, asked twice or not at
+    all, blocks of several devices, legacy row segments in the batch, and a window cutting segments."""
+    import numpy as np
+
+    from ledger.chain import db as db_mod
+    from ledger.receipts.gather import DeviceReader
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('reader') / 'ledger.db'}"
+    engine = db_mod.make_engine(url)
+    db_mod.upgrade(engine)
+    ids = []
+    for legacy, rows in segs:
+        entry = segment_entry(rows, node="n1", source="test")
+        (_write_legacy if legacy else write_segment)(engine, rows, entry)
+        ids.append(entry.entry_id)
+    start = 1_760_000_000.0 + 10 * w0
+    ids = sorted(set(ids))
+    try:
+        with engine.connect() as conn:
+            plain_energy: dict | None = {} if energy else None
+            plain = load_sample_arrays(conn, ids, batch, start, start + 10 * width, lens, energy_out=plain_energy)
+            reader = DeviceReader(conn, ids, batch, start, start + 10 * width, lens, energy=energy)
+        asked = [d for d in batch if rnd.random() < 0.8]
+        asked += [d for d in asked if rnd.random() < 0.3]     # some asked again
+        rnd.shuffle(asked)
+        for d in asked:
+            got = reader.arrays(d)
+            if d not in plain:
+                assert got is None
+                continue
+            for name in ("t", "dt", "activity", "coarse", "sm_clock", "reasons", "procs", "fb_used", "sm",
+                         "tensor", "occupancy", "dram", "fp64", "fp32", "fp16", "ops"):
+                a, b = getattr(plain[d], name), getattr(got, name)
+                assert (a is None) == (b is None), (d, name)
+                assert a is None or (a.dtype == b.dtype and a.tobytes() == b.tobytes()), (d, name)
+        if energy:   # every device asked has its columns; any other the reader read (a batch read whole) too
+            assert {d for d in asked if d in plain} <= set(reader.energy) <= set(plain_energy)
+            for d in reader.energy:
+                for col in ("energy_j", "power_w"):
+                    assert all(np.array_equal(x, y, equal_nan=True) and x.dtype == y.dtype
+                               for x, y in zip(plain_energy[d][col], reader.energy[d][col])), (d, col)
+    finally:
+        engine.dispose()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -14,7 +15,7 @@ import pandas as pd
 from ..chain.canonical import format_ts
 from ..method import nanohours_to_hours
 from ..receipts.progress import SAVED, lost_since_checkpoint
-from .common import fmt_h, fmt_ts, price
+from .common import fmt_h, fmt_ts, label_equals, price
 from .data import THROTTLE_REASONS, Dataset, bucket_totals
 from .model import Evidence, Finding, make_scope
 
@@ -94,19 +95,14 @@ WORKLOAD_LINE, OTHER_LINE, UNKNOWN_LINE = "underutilized (workload)", "other / u
 DISPLAY_DP = 1   # GPU-hours are shown to one decimal; lines are rounded once, totals are sums of shown lines
 
 
-def _finding_mask(ds: Dataset, f: Finding) -> np.ndarray:
-    """The samples in a finding's window and scope (its device, job, node or rack: the first it names). NumPy on
-    the columns' arrays: a label compares as the frame's ``==`` does (a missing label equals nothing)."""
-    s = ds.samples
+def _finding_mask(t: np.ndarray, label: Callable[[str, object], np.ndarray], f: Finding) -> np.ndarray:
+    """The samples (times ``t``, labels compared by ``label``: :func:`common.label_equals`) inside a finding's
+    window and scope (its narrowest label)."""
     sc = f.scope_dict()
-    t = s["t"].to_numpy()
     m = (t >= f.start) & (t < f.end)
     for key, col in (("device_uuid", "device"), ("job_id", "job_id"), ("node", "node"), ("rack", "rack")):
         if sc.get(key):
-            inside = np.flatnonzero(m)   # the label compared only inside the window (the same mask)
-            out = np.zeros(len(m), dtype=bool)
-            out[inside] = s[col].to_numpy(dtype=object)[inside] == sc[key]
-            return out
+            return m & label(col, sc[key])
     return m
 
 
@@ -140,6 +136,7 @@ def claims(ds: Dataset, found: list[Finding], sel: pd.Series | None = None, star
     s = ds.samples
     keep = claims_slice(ds, sel, start, end)
     label = np.full(len(s), -1, dtype=np.int64)
+    t, labels = s["t"].to_numpy(float), label_equals(s)
     buckets = {"thr": s["h_thr"].to_numpy(float), "starved": s["h_starved"].to_numpy(float),
                "idle": s["h_idle"].to_numpy(float)}
     rb = s["rbucket"].to_numpy()
@@ -150,7 +147,7 @@ def claims(ds: Dataset, found: list[Finding], sel: pd.Series | None = None, star
     lines: dict[str, float] = {}
     for k, f in enumerate(claimers):
         col, reason = _CLAIMS[f.cause]
-        m = keep & (label < 0) & (buckets[col] > 0) & _finding_mask(ds, f)
+        m = keep & (label < 0) & (buckets[col] > 0) & _finding_mask(t, labels, f)
         if reason is not None:
             m &= rb == reason
         label[m] = k
@@ -382,11 +379,11 @@ def daily(ds: Dataset, start: float | None = None, end: float | None = None) -> 
         return []
     keys = [ad["day"], *(ad[c].fillna("-") for c in DAILY_KEYS[1:])]
     paid = ad.groupby(keys)["paid"].sum()
-    s = ds.samples[ds.samples["ai"] >= 0]
-    if start is not None:
-        s = s[(s["t"] >= start) & (s["t"] < end)]
     cols = {"h_del": "delivered", "h_under": "underutilized", "h_starved": "starved", "h_idle": "idle_held",
             "h_thr": "throttled"}
+    s = ds.samples.loc[ds.samples["ai"] >= 0, ["t", *DAILY_KEYS[1:], *cols]]   # the columns read, not all
+    if start is not None:
+        s = s[(s["t"] >= start) & (s["t"] < end)]
     paid.index.names = list(DAILY_KEYS)
     frame = pd.DataFrame({"paid": paid})
     if len(s):
@@ -406,7 +403,7 @@ def daily(ds: Dataset, start: float | None = None, end: float | None = None) -> 
 
 
 def hour_of_day(ds: Dataset) -> list[dict]:
-    s = ds.samples[ds.samples["ai"] >= 0]
+    s = ds.samples.loc[ds.samples["ai"] >= 0, ["t", "h", "h_del"]]
     hour = pd.to_datetime(s["t"], unit="s", utc=True).dt.hour
     g = s.groupby(hour)[["h", "h_del"]].sum()
     return [{"hour": int(h), "paid_observed": round(float(r["h"]), 4), "delivered": round(float(r["h_del"]), 4)}

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .common import before_during_after, evidence, fmt_h, fmt_ts, price, windows
+from .common import before_during_after, evidence, fmt_h, fmt_ts, label_equals, price, windows
 from .data import ACTIVE_MIN, RESIDENT_FB_MIB, Dataset, coverage_gaps
 from .hourstats import hour_stats
 from .model import Evidence, Finding, clamp01, make_scope
@@ -463,12 +463,13 @@ def _runs(frame: pd.DataFrame) -> pd.core.groupby.DataFrameGroupBy:
     return frame.groupby(list(RUN_KEY), dropna=False)
 
 
-def _run_rows(s: pd.DataFrame):  # noqa: ANN202
-    """(cluster, job, run) -> that run's samples, from one groupby (not a scan per run, nor a copy of the
-    allocated samples: the rows are taken from ``s`` when asked for)."""
+def _run_rows(s: pd.DataFrame, columns: tuple[str, ...]):  # noqa: ANN202
+    """(cluster, job, run) -> that run's samples (these columns), from one groupby (not a scan per run, nor a
+    copy of the allocated samples: the rows are taken from ``s`` when asked for, and only the columns read)."""
     alloc = np.flatnonzero(s["ai"].to_numpy() >= 0)
     idx = s[list(RUN_KEY)].iloc[alloc].groupby(list(RUN_KEY), dropna=False).indices   # the keys' columns only
-    return lambda key: s.iloc[alloc[idx[key]]] if key in idx else s.iloc[0:0]
+    cols = s[list(columns)]
+    return lambda key: cols.iloc[alloc[idx[key]]] if key in idx else cols.iloc[0:0]
 
 
 def startup_mask(ds: Dataset) -> pd.Series:
@@ -521,7 +522,7 @@ def starved(ds: Dataset) -> list[Finding]:
     if not len(st):
         return []
     hours_by_hour = st.groupby((st["t"] // HOUR) * HOUR)["job_id"].nunique()
-    rows_of = _run_rows(s)
+    rows_of = _run_rows(s, ("t", "h_starved", "act", "power", "fb"))
     out = []
     for (cluster, job, run), g in _runs(st):
         hours = float(g["h_starved"].sum())
@@ -593,7 +594,7 @@ def idle_held(ds: Dataset, exclude: pd.Series | None = None) -> list[Finding]:
     idle = s.loc[mask, [*RUN_KEY, "t", "device", "h_idle", "tenant", "sku", "node"]]
     out = []
     paid = _runs(s.loc[s["ai"] >= 0, [*RUN_KEY, "h"]])["h"].sum()
-    rows_of = _run_rows(s)
+    rows_of = _run_rows(s, ("t", "procs", "act", "power", "fb"))
     for (cluster, job, run), g in _runs(idle):
         hours = float(g["h_idle"].sum())
         total = float(paid.get((cluster, job, run), 0.0))
@@ -678,6 +679,8 @@ def unknown_gaps(ds: Dataset, silent: dict | None = None) -> list[Finding]:
     device -> spans, :func:`ledger.agents.drift.silent_spans`), which is the XID finding's."""
     silent = silent or {}
     out = []
+    node_is = label_equals(ds.samples)
+    node_cols = ["t", "act", "rack"]    # what the evidence and the rack read of a node's samples
     for gs in _whole_node_gaps(ds):
         g = gs[0]
         whole = len(gs) > 1
@@ -688,7 +691,8 @@ def unknown_gaps(ds: Dataset, silent: dict | None = None) -> list[Finding]:
             continue
         cause = "collector_down" if whole and g["cause"] in ("scrape_missing", "no_telemetry", "unknown") else g["cause"]
         level = "node" if whole else "device" if g["device"] else ("node" if g["node"] else "run")
-        node_s = ds.samples[ds.samples["node"] == g["node"]] if g["node"] else ds.samples.iloc[0:0]
+        node_s = ds.samples.loc[node_is("node", g["node"]) if g["node"] else np.zeros(len(ds.samples), bool),
+                                node_cols]
         ev = (evidence(node_s, "act", "sm_active (node)", "fraction", g["start"], g["end"]),
               Evidence("unknown_interval_entry", "seconds", None, g["end"] - g["start"], None,
                        note=f"cause {g['cause']}: {g.get('detail') or ''}".strip()
@@ -732,7 +736,7 @@ def unknown_gaps(ds: Dataset, silent: dict | None = None) -> list[Finding]:
                 continue
             cause = "collector_down" if whole else "scrape_missing"
             dev = None if whole else sorted(devs)[0] if len(devs) == 1 else None
-            node_s = ds.samples[ds.samples["node"] == node]
+            node_s = ds.samples.loc[node_is("node", node), node_cols]
             ev = (evidence(node_s, "act", "sm_active (node)", "fraction", c["start"], c["end"]),
                   Evidence("devices_without_samples", "count", 0.0, float(len(devs)), 0.0,
                            note="no unknown_interval entry covers this span"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -10,6 +12,24 @@ from .model import Evidence
 
 DAY = 86400.0
 HOUR = 3600.0
+
+
+def label_equals(frame: pd.DataFrame) -> Callable[[str, object], np.ndarray]:
+    """``frame[col] == value`` as a boolean array, for many values of a few label columns (device, job, node,
+    rack: Python strings, compared one by one by pandas): each column factorized once, on first use, and its
+    codes compared. Missing labels (None, NaN) equal nothing, as with ``==``. tests/test_agents_label_equals.py
+    holds it to ``==``."""
+    seen: dict[str, tuple[np.ndarray, dict]] = {}
+
+    def equals(col: str, value: object) -> np.ndarray:
+        got = seen.get(col)
+        if got is None:
+            codes, uniques = pd.factorize(frame[col])
+            got = seen[col] = (codes, {u: k for k, u in enumerate(uniques)})
+        codes, code_of = got
+        k = code_of.get(value)
+        return codes == k if k is not None else np.zeros(len(codes), dtype=bool)
+    return equals
 
 
 def before_during_after(t: np.ndarray, v: np.ndarray, start: float, end: float, stat: str = "median",

@@ -164,6 +164,11 @@ def sample_frame(s: pd.DataFrame) -> pd.DataFrame:
     for col in s.columns:  # all-NULL columns come back as object dtype: the agents need floats (NaN = not measured)
         if col != "device":
             s[col] = pd.to_numeric(s[col], errors="coerce").astype(float)
+    if len(s) and s["device"].is_monotonic_increasing:   # already in (device, t) order: a stable sort keeps it
+        dev_start = np.r_[True, s["device"].to_numpy(object)[1:] != s["device"].to_numpy(object)[:-1]]
+        t = s["t"].to_numpy(float)
+        if bool(np.all(dev_start[1:] | (t[1:] >= t[:-1]))):
+            return s.reset_index(drop=True)
     return s.sort_values(["device", "t"], kind="stable").reset_index(drop=True)
 
 
@@ -264,9 +269,10 @@ def fill_rated_clock(s: pd.DataFrame, devices: pd.DataFrame) -> None:
     """A device with no SKU rating gets the 99th percentile of its own loaded clock (documented fallback)."""
     missing = s["rated"].isna()
     if missing.any():
-        loaded = s[missing & (s["sm"].fillna(s["gpu_util"]) > 0.3)]
+        loaded = s.loc[missing & (s["sm"].fillna(s["gpu_util"]) > 0.3), ["device", "clk"]]   # not every column
         p99 = loaded.groupby("device")["clk"].quantile(0.99)
-        s.loc[missing, "rated"] = s.loc[missing, "device"].map(p99)
+        codes, names = pd.factorize(s.loc[missing, "device"])   # each device looked up once, not each sample
+        s.loc[missing, "rated"] = p99.reindex(names).to_numpy(float)[codes]
         for dev, v in p99.items():
             if pd.isna(devices.at[dev, "rated"]):
                 devices.at[dev, "rated"] = v

@@ -6,10 +6,13 @@ By default the agents read the parsed export directly (:mod:`ledger.agents.memor
 is imported into a SQLite ledger at that path and the agents read it back (the same analysis, tested).
 Nothing is written anywhere else.
 
-By default they run over the export's device-hours with the raw samples their findings need
-(:func:`ledger.agents.hourly.compact_dataset`: memory grows with devices x hours plus 8 B a measured value);
-``samples=True`` runs them over every sample (the full-resolution reference, a per-sample frame of ≈ 380 B a
-sample and the agents' work over it). tests/test_analyze.py holds the two to the same findings.
+They run over the export's device-hours with the raw samples their findings need
+(:func:`ledger.agents.hourly.compact_dataset`: memory grows with devices x hours plus 8 B a measured value), or
+over every sample (``samples=True``: the full-resolution reference, a per-sample frame of ≈ 380 B a sample and the
+agents' work over it). tests/test_analyze.py holds the two to the same findings. By default (``samples=None``) an
+export whose per-sample frame fits :data:`SAMPLE_FRAME_BUDGET` is read sample by sample — there the device-hours
+save no memory worth having and cost a second pass (a 24-hour capture set of 64 GPUs at 15 s, 368,640 samples:
+3.1 CPU-s over device-hours, 2.2 over every sample, the same analysis) — and a larger one over device-hours.
 """
 
 from __future__ import annotations
@@ -20,25 +23,42 @@ from typing import Callable
 
 from ..importers.exports import FORMATS, AnalysisError, read_source
 from . import Analysis, method_info, run_agents
+from .common import label_equals
 from .data import Dataset, load
 
 __all__ = ["FORMATS", "AnalysisError", "analyze_collected", "read_source", "render_pdf"]
+
+SAMPLE_FRAME_BUDGET = 256 << 20   # bytes: the largest per-sample frame the default reads (≈ 700,000 samples)
+SAMPLE_FRAME_BYTES = 380          # the per-sample frame's bytes a sample (docs/scale.md)
+
+
+def sample_count_bound(collected) -> int:  # noqa: ANN001 - a Collected
+    """The rows of the export's per-sample frame, at most: each device's longest series, summed."""
+    return sum(max((len(ts) for ts, _vs in fields.values()), default=0) for fields in collected.series.values())
+
+
+def reads_every_sample(collected) -> bool:  # noqa: ANN001 - a Collected
+    """Whether the default analysis of this export runs over every sample (its frame within the budget)."""
+    return sample_count_bound(collected) * SAMPLE_FRAME_BYTES <= SAMPLE_FRAME_BUDGET
 
 
 def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb",  # noqa: ANN001
                       topology: dict | None = None, sources: list[str] | None = None,
                       progress: Callable[[int, int], None] | None = None, consume: bool = False,
-                      samples: bool = False) -> Analysis:
+                      samples: bool | None = None) -> Analysis:
     """The analysis of a parsed export (see the module doc). ``consume``: the caller is done with
     ``collected``; its values are dropped device by device while the agents' samples are built (it keeps its
     devices, contexts and report), so a large export is not held twice. ``samples``: every agent over every
-    sample instead of over device-hours."""
+    sample (True) or over device-hours (False); None: over every sample where the frame fits
+    :data:`SAMPLE_FRAME_BUDGET` (:func:`reads_every_sample`)."""
     from ..importers import pipeline
     from . import hourly
 
     digests = _digests_meanwhile(sources or [])
     if not collected.series:
         raise AnalysisError(f"{collected.path}: no telemetry this importer maps (see docs/telemetry.md)")
+    if samples is None:
+        samples = reads_every_sample(collected)
     opts = pipeline.ImportOptions(cluster=cluster)
     if keep is None and samples:  # no ledger asked for: the agents run on the parsed export directly
         from .memory import dataset_from_collected
@@ -125,6 +145,8 @@ def finding_series(ds: Dataset, findings: list) -> dict[str, dict[str, list]]:  
     if sm is None or not len(sm):
         return out
     causes = sorted((f for f in findings if f.agent != "recommendation"), key=lambda f: (-f.gpu_hours, f.id))
+    label = label_equals(sm)
+    t_all = sm["t"].to_numpy(float)
     for f in causes[:SERIES_FINDINGS]:
         sc = f.scope_dict()
         keys = next((ks for ks in (("device_uuid",), ("job_id", "node"), ("job_id",), ("node",), ("rack",))
@@ -132,18 +154,18 @@ def finding_series(ds: Dataset, findings: list) -> dict[str, dict[str, list]]:  
         cols = {"device_uuid": "device", "job_id": "job_id", "node": "node", "rack": "rack"}
         if keys is None or any(cols[k] not in sm for k in keys):
             continue
-        m = np.logical_and.reduce([(sm[cols[k]] == sc[k]).to_numpy() for k in keys])
+        m = np.logical_and.reduce([label(cols[k], sc[k]) for k in keys])
         pad = max(f.end - f.start, 600.0)
         a, b = f.start - pad, f.end + pad
-        rows = sm.loc[m & (sm["t"] >= a).to_numpy() & (sm["t"] <= b).to_numpy()]
+        rows = np.flatnonzero(m & (t_all >= a) & (t_all <= b))   # the rows' positions, no copy of the frame
         if not len(rows):
             continue
         edges = np.linspace(a, b, SERIES_POINTS + 1)
-        idx = np.clip(np.searchsorted(edges, rows["t"].to_numpy(float), side="right") - 1, 0, SERIES_POINTS - 1)
+        idx = np.clip(np.searchsorted(edges, t_all[rows], side="right") - 1, 0, SERIES_POINTS - 1)
         mids = (edges[:-1] + edges[1:]) / 2
         sig: dict[str, list] = {}
         for col, name in SERIES_SIGNALS:
-            v = rows[col].to_numpy(float) if col in rows else np.zeros(0)
+            v = sm[col].to_numpy(float)[rows] if col in sm else np.zeros(0)
             ok = np.isfinite(v)
             if not ok.any():
                 continue

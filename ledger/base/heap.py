@@ -20,6 +20,18 @@ def free_large_blocks_at_once() -> None:
         pass
 
 
+def keep_large_blocks_in_heap() -> None:
+    """Undo :func:`free_large_blocks_at_once` for the rest of the command: blocks below 32 MiB (glibc's own
+    ceiling for its moving threshold) come from the heap again, reused when freed instead of mapped, faulted in
+    and unmapped each time. For a command that learns its data is small (``ipledger analyze`` of an export whose
+    per-sample frame fits its budget: fewer system calls and page faults for a few MiB held). Elsewhere a
+    no-op."""
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt(-3, 32 << 20)   # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
 def return_freed_heap() -> None:
     """Hand the heap pages of the released export and the per-device columns back to the system (glibc's
     ``malloc_trim``): they were many small blocks, the samples frame is one large mapping that cannot reuse

@@ -500,14 +500,17 @@ def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool, f
 @click.option("--keep-ledger", type=click.Path(dir_okay=False),
               help="Also import the export into a SQLite ledger at this path (the agents then read it back; "
                    "the same analysis). Without it no ledger is written.")
-@click.option("--samples", "from_samples", is_flag=True, help=SAMPLES_HELP)
+@click.option("--samples/--device-hours", "from_samples", default=None,
+              help="Read every sample (the full-resolution reference), or the device-hours with the samples "
+                   "the findings need; default: every sample while the per-sample frame stays under 256 MiB "
+                   "(about 700,000 samples), else the device-hours. The same analysis either way.")
 @click.option("--rate", "rate", type=click.FloatRange(min=0.0), metavar="PRICE",
               help="The price of one GPU-hour: the written analysis is then priced at it (without it, it is in "
                    "GPU-hours and says so). E.g. --rate 2.49 --currency USD.")
 @click.option("--currency", default=None, metavar="CUR", help="The currency of --rate (e.g. USD, EUR).")
 def analyze_cmd(source: tuple[str, ...], fmt: str | None, node_from: str | None, url: str | None,
                 start: str | None, end: str | None, step: str | None, node: str | None, as_json: bool,
-                pdf: str | None, keep_ledger: str | None, from_samples: bool, rate: float | None,
+                pdf: str | None, keep_ledger: str | None, from_samples: bool | None, rate: float | None,
                 currency: str | None) -> None:
     """an export analysed in one shot: run every agent over a telemetry export or a capture set (several files,
     a directory or a .tar/.tar.gz/.zip of per-node dmon / amd-smi / nvidia-smi / Prometheus files, mixed is fine:
@@ -522,11 +525,12 @@ def analyze_cmd(source: tuple[str, ...], fmt: str | None, node_from: str | None,
       ipledger analyze captures/                       # dmon-NODE.txt, amdsmi-NODE.csv ... one file per node
       ipledger analyze captures.tar.gz --json          # the same set as an archive
       ipledger analyze dmon-*.txt --node-from 'dmon-(?P<node>[^.]+)' --json
+      ipledger analyze captures/ --device-hours --json # over device-hours, whatever the size
       ipledger analyze --url http://127.0.0.1:9090 --start 2026-11-03T00:00:00Z --end 2026-11-04T00:00:00Z --step 60s
     """
     import importlib
 
-    from ..base.heap import free_large_blocks_at_once
+    from ..base.heap import free_large_blocks_at_once, keep_large_blocks_in_heap
     from ..importers.exports import AnalysisError, read_source
     from ..base.safeout import OutputError, output_file
     from .importers import parse_duration, parse_time
@@ -561,8 +565,10 @@ def analyze_cmd(source: tuple[str, ...], fmt: str | None, node_from: str | None,
             collected = read_source(fmt, list(source), start=parse_time(start, "--start"),
                                     interval=parse_duration(step, "--step"), node=node, node_from=node_from,
                                     while_reading=import_agents)
-        from ..agents.export_analysis import analyze_collected, render_pdf
+        from ..agents.export_analysis import analyze_collected, reads_every_sample, render_pdf
 
+        if from_samples is not False and keep_ledger is None and reads_every_sample(collected):
+            keep_large_blocks_in_heap()   # a small export: its memory is not the concern, page faults are
         analysis = analyze_collected(collected, keep=Path(keep_ledger) if keep_ledger else None,
                                      sources=list(source), consume=True, samples=from_samples)
         if rate is not None:

@@ -237,7 +237,12 @@ def parsed_in_workers(reader: _Reader, caps: list[tuple[Path, str]], workers: in
         return
     from concurrent.futures import ProcessPoolExecutor
 
-    pool = ProcessPoolExecutor(min(workers, len(caps)), mp_context=multiprocessing.get_context("fork"))
+    from ..base.heap import keep_large_blocks_in_heap
+
+    # a worker is a short-lived parser: its column arrays come from the heap, not one mapping each (the
+    # command may have asked for that for itself: heap.free_large_blocks_at_once), fewer page faults
+    pool = ProcessPoolExecutor(min(workers, len(caps)), mp_context=multiprocessing.get_context("fork"),
+                               initializer=keep_large_blocks_in_heap)
     try:
         futures = [(p, pool.submit(_parse_file, reader, k, p)) for p, k in caps]
         if while_reading is not None:

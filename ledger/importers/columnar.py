@@ -123,12 +123,29 @@ _ARROW_MARKERS: list = []
 
 
 def _markers():  # noqa: ANN202
-    """:data:`_MARKER_SPELLINGS` as a pyarrow array (made once)."""
+    """:data:`_MARKER_SPELLINGS` as a pyarrow array (made once), built from its buffers: ``pa.array`` of a
+    Python sequence imports pandas (pyarrow looks for pandas objects), a quarter of a second in each parsing
+    worker that never needs it."""
     if not _ARROW_MARKERS:
         import pyarrow as pa
 
-        _ARROW_MARKERS.append(pa.array(_MARKER_SPELLINGS, pa.string()))
+        words = [m.encode() for m in _MARKER_SPELLINGS]
+        offsets = np.cumsum([0] + [len(w) for w in words], dtype=np.int32)
+        _ARROW_MARKERS.append(pa.StringArray.from_buffers(len(words), pa.py_buffer(offsets.tobytes()),
+                                                          pa.py_buffer(b"".join(words))))
     return _ARROW_MARKERS[0]
+
+
+def numbers(col, dtype: type) -> np.ndarray:  # noqa: ANN001 - a pyarrow Array or ChunkedArray
+    """A pyarrow numeric column without nulls (of ``dtype``'s width) as a numpy array, read from its buffers:
+    pyarrow's own ``to_numpy`` imports pandas, a quarter of a second in each parsing worker that never needs
+    it. tests/test_columnar.py holds it to ``to_numpy``."""
+    if col.null_count:
+        raise ValueError("a column with nulls")
+    width = np.dtype(dtype).itemsize
+    parts = [np.frombuffer(ch.buffers()[1], dtype=dtype, count=len(ch), offset=ch.offset * width)
+             for ch in (col.chunks if hasattr(col, "chunks") else [col])]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
 def _arrow_values(col, n: int):  # noqa: ANN001, ANN202
@@ -140,8 +157,8 @@ def _arrow_values(col, n: int):  # noqa: ANN001, ANN202
     at = pc.index_in(col, value_set=_markers())
     text: dict[int, str] = {}
     if at.null_count < n:
-        hit = at.to_numpy(zero_copy_only=False)
-        where = np.flatnonzero(~np.isnan(hit.astype(np.float64)))
+        hit = numbers(pc.fill_null(at, -1), np.int32)
+        where = np.flatnonzero(hit >= 0)
         for i, k in zip(where.tolist(), hit[where].astype(np.int64).tolist()):
             text[i] = TEXT_REASONS[_MARKER_SPELLINGS[k].strip().lower()]
         col = pc.if_else(pc.is_null(at), col, pa.scalar("nan"))
@@ -151,7 +168,7 @@ def _arrow_values(col, n: int):  # noqa: ANN001, ANN202
         return None
     if v.null_count:
         return None
-    return np.asarray(v.to_numpy(zero_copy_only=False), dtype=np.float64), text
+    return numbers(v, np.float64), text
 
 
 def _dmon_arrow(lines: list[str], path: str, *, start: float | None, interval: float | None, node: str | None,
@@ -405,9 +422,12 @@ class _Cells:
 
     def list(self, k: int) -> list[str]:
         """Column ``k`` as the row split gives it (gpu and timestamp stripped, as the plain reader has them)."""
-        if self._flat is None:
-            self._flat = ",".join(self._rows).split(",") if self._rows else []
-        col = self._flat[k::self.width]
+        if self.table is not None:      # pyarrow's cells are the split's (no quote, the header's width)
+            col = self.table.column(k).to_pylist()
+        else:
+            if self._flat is None:
+                self._flat = ",".join(self._rows).split(",") if self._rows else []
+            col = self._flat[k::self.width]
         if self.header[k] in ("gpu", "timestamp") and any(ch.isspace() for ch in set("".join(col))):
             col = [x.strip() for x in col]   # the others are read as the plain code reads them, stripped or not
         return col
@@ -419,7 +439,7 @@ class _Cells:
             import pyarrow.compute as pc
 
             uniq = pc.unique(arr)
-            return uniq.to_pylist(), np.asarray(pc.index_in(arr, value_set=uniq).to_numpy(), dtype=np.int64)
+            return uniq.to_pylist(), numbers(pc.index_in(arr, value_set=uniq), np.int32).astype(np.int64)
         col = self.list(k)
         uniq_l = list(dict.fromkeys(col))
         at = {x: i for i, x in enumerate(uniq_l)}

@@ -280,6 +280,7 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
             elif samples is not None and len(samples):
                 acc = attribute_device((w0, w1), samples, unknown=mine, suspended=frame.suspended,
                                        rated_clock_mhz=rated, thresholds=thresholds)
+            samples = None   # (dropped before the next device is read, so its memory is reused)
         if acc is None and dev["uuid"] in summaries:
             acc = attribute_summary((w0, w1), summaries[dev["uuid"]].entry.data, unknown=mine,
                                     suspended=frame.suspended, rated_clock_mhz=rated, thresholds=thresholds)

@@ -22,7 +22,8 @@ from ..method.energy_arrays import by_time
 from ..method.lens import DeviceLens, lens_reader
 from ..chain.rows import ENTRY_COLUMNS, iter_entries, to_chained
 from ..telemetry.blocks import float_values
-from ..telemetry.sealed import DecodedSegments, iter_sample_pieces
+from ..telemetry.blocks import open_block
+from ..telemetry.sealed import DecodedSegments, block_pieces, block_rows, iter_sample_pieces
 from .compute import ReceiptError, RunInputs, RunKey, run_frame
 from .progress import end_state
 
@@ -216,50 +217,124 @@ def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Se
     devices and the receipt's columns; legacy row segments alike) straight into float64 arrays, NULL as NaN:
     no per-row Python objects. ``energy_out``: also each device's ``energy_j`` and ``power_w`` columns, read in
     the same pass and put there as :func:`load_energy_columns` (the plain second pass, a test holds them equal)
-    gives them.
+    gives them. The whole batch at once: :class:`DeviceReader` gives the same arrays a device at a time.
     """
     if not segment_ids or not devices:
         return {}
     parts: dict[str, list[list[np.ndarray | None]]] = defaultdict(list)
     energy_parts: dict[str, list[list]] = defaultdict(lambda: [[], [], []])
-    base = len(SAMPLE_READ_COLUMNS) - 1
-    extra = ENERGY_READ_COLUMNS if energy_out is not None else ()
+    columns = _read_columns(lens_columns, energy_out is not None)
     for device, table in iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start, end=end,
-                                            columns=SAMPLE_READ_COLUMNS[1:] + (LENS_READ_COLUMNS if lens_columns
-                                                                               else ()) + extra,
-                                            decoded=decoded):
-        columns = table.columns
-        if extra:
-            acc = energy_parts[device]
-            for k, c in enumerate((columns[0], *columns[-len(extra):])):
-                acc[k].append(float_values(c))
-            columns = columns[:-len(extra)]
-        # a lens column no sample of the piece measured is None (the lens skips it), not a column of NaN
-        parts[device].append([float_values(c) if i < base or c.null_count < len(c) else None
-                              for i, c in enumerate(columns)])
+                                            columns=columns, decoded=decoded):
+        _take_piece(table, energy_out is not None, parts[device], energy_parts[device])
     if energy_out is not None:
         energy_out.update(energy_columns_of(energy_parts))
-    out = {}
-    for device in devices:
-        if device not in parts:
-            continue
-        pieces = parts.pop(device)
-        lengths = [len(p[0]) for p in pieces]
-        cols = pieces[0] if len(pieces) == 1 else [_concatenate(c, lengths) for c in zip(*pieces)]
-        t = cols[0]
-        if len(t) > 1 and not bool(np.all(t[1:] > t[:-1])):
-            # Sort by t, then every other column: the same order whatever order the segments came in.
-            nan = np.full(len(t), np.nan)
-            order = np.lexsort(tuple(reversed([nan if c is None else c for c in cols])))
-            cols = [None if c is None else c[order] for c in cols]
-        t, dt, reasons, sm_active, tensor_active, gpu_util, sm_clock, procs, fb_used, *lens = cols
-        occupancy, dram, fp64, fp32, fp16, ops = lens if lens else (None,) * len(LENS_READ_COLUMNS)
-        out[device] = SampleArrays.from_columns(t=t, dt=dt, reasons=reasons, sm_active=sm_active,
-                                                tensor_active=tensor_active, gpu_util=gpu_util, sm_clock=sm_clock,
-                                                procs=procs, fb_used=fb_used, sm_occupancy=occupancy,
-                                                dram_active=dram, fp64_active=fp64, fp32_active=fp32,
-                                                fp16_active=fp16, ops=ops)
-    return out
+    return {device: _device_arrays(parts.pop(device)) for device in devices if device in parts}
+
+
+def _read_columns(lens_columns: bool, energy: bool) -> tuple[str, ...]:
+    """The columns a receipt reads: the time identity's, then the lens's (method 1.1), then energy's."""
+    return SAMPLE_READ_COLUMNS[1:] + (LENS_READ_COLUMNS if lens_columns else ()) + \
+        (ENERGY_READ_COLUMNS if energy else ())
+
+
+def _take_piece(table, energy: bool, parts: list, energy_parts: list) -> None:  # noqa: ANN001 - a pyarrow Table
+    """One piece (of :func:`_read_columns`) into a device's parts: its columns as float arrays (a lens column no
+    sample of the piece measured as None: the lens skips it, no column of NaN), and its (t, energy_j, power_w)."""
+    columns = table.columns
+    if energy:
+        for k, c in enumerate((columns[0], *columns[-len(ENERGY_READ_COLUMNS):])):
+            energy_parts[k].append(float_values(c))
+        columns = columns[:-len(ENERGY_READ_COLUMNS)]
+    base = len(SAMPLE_READ_COLUMNS) - 1
+    parts.append([float_values(c) if i < base or c.null_count < len(c) else None for i, c in enumerate(columns)])
+
+
+def _device_arrays(pieces: Sequence[list[np.ndarray | None]]) -> SampleArrays:
+    """A device's arrays from its pieces' columns (:func:`_take_piece`), in time order."""
+    lengths = [len(p[0]) for p in pieces]
+    cols = pieces[0] if len(pieces) == 1 else [_concatenate(c, lengths) for c in zip(*pieces)]
+    t = cols[0]
+    if len(t) > 1 and not bool(np.all(t[1:] > t[:-1])):
+        # Sort by t, then every other column: the same order whatever order the segments came in.
+        nan = np.full(len(t), np.nan)
+        order = np.lexsort(tuple(reversed([nan if c is None else c for c in cols])))
+        cols = [None if c is None else c[order] for c in cols]
+    t, dt, reasons, sm_active, tensor_active, gpu_util, sm_clock, procs, fb_used, *lens = cols
+    occupancy, dram, fp64, fp32, fp16, ops = lens if lens else (None,) * len(LENS_READ_COLUMNS)
+    return SampleArrays.from_columns(t=t, dt=dt, reasons=reasons, sm_active=sm_active, tensor_active=tensor_active,
+                                     gpu_util=gpu_util, sm_clock=sm_clock, procs=procs, fb_used=fb_used,
+                                     sm_occupancy=occupancy, dram_active=dram, fp64_active=fp64, fp32_active=fp32,
+                                     fp16_active=fp16, ops=ops)
+
+
+class DeviceReader:
+    """:func:`load_sample_arrays` of one batch of devices, a device at a time: the batch's blocks are fetched in
+    one query, and a block is decompressed only when a device it holds is asked for (every device of the batch
+    it holds at once). A device's columns are then decoded just before its attribution reads them, and the
+    memory of the device before is reused, where reading the whole batch first left the batch's columns (with
+    the lens's, more than the CPU's cache) to be read back cold; the receipt's own pass over each device got
+    faster, the lens's most (docs/performance.md). The same arrays as the whole batch's read, bit for bit
+    (tests/test_lens.py); a batch with legacy row segments is read whole."""
+
+    def __init__(self, conn: Connection, segment_ids: Sequence[str], devices: Sequence[str], start: float,
+                 end: float, lens_columns: bool = False, energy: bool = False,
+                 decoded: DecodedSegments | None = None) -> None:
+        self._devices = list(devices)
+        self._start, self._end = start, end
+        self._columns = _read_columns(lens_columns, energy)
+        self._energy = energy
+        self.energy: dict[str, dict] = {}    # (under measured-energy terms) each device's, once it is read
+        kept = decoded is not None and bool(segment_ids) and decoded.holds(segment_ids)
+        rows = block_rows(conn, segment_ids) if devices and not kept else []
+        if kept or {r[0] for r in rows} != set(segment_ids):
+            # verify's kept blocks (already decoded), or legacy row segments (or none): the batch read whole
+            out: dict | None = {} if energy else None
+            self._whole: dict[str, SampleArrays] | None = load_sample_arrays(
+                conn, segment_ids, devices, start, end, lens_columns, energy_out=out, decoded=decoded)
+            self.energy = out or {}
+            return
+        self._whole = None
+        self._blocks = [open_block(format_, data) for _sid, format_, _sha, data in rows]
+        wanted = set(self._devices)
+        self._holding: dict[str, list[int]] = defaultdict(list)   # device -> its blocks, in reading order
+        for i, block in enumerate(self._blocks):
+            for device in block.devices & wanted:
+                self._holding[device].append(i)
+        self._decoded: set[int] = set()
+        self._answered: set[str] = set()
+        self._pieces: dict[str, list[tuple[int, list, list]]] = defaultdict(list)
+
+    def _take(self, table) -> tuple[list, list]:  # noqa: ANN001 - a pyarrow Table
+        parts: list = []
+        energy_parts: list = [[], [], []]
+        _take_piece(table, self._energy, parts, energy_parts)
+        return parts[0], energy_parts
+
+    def arrays(self, device: str) -> SampleArrays | None:
+        """The device's arrays (None: no sample of it in the window), as :func:`load_sample_arrays` gives them."""
+        if self._whole is not None:
+            return self._whole.get(device)
+        if device not in self._holding:
+            return None
+        if device in self._answered:   # asked again (its pieces went with its first answer): its blocks re-read
+            mine = [(i, *self._take(table)) for i in self._holding[device]
+                    for _d, table in block_pieces(self._blocks[i], self._columns, [device], self._start, self._end)]
+        else:
+            self._answered.add(device)
+            for i in self._holding[device]:
+                if i not in self._decoded:
+                    self._decoded.add(i)
+                    for d, table in block_pieces(self._blocks[i], self._columns, self._devices, self._start,
+                                                 self._end):
+                        self._pieces[d].append((i, *self._take(table)))
+            # its pieces in reading order (a block decoded for another device before keeps its place)
+            mine = sorted(self._pieces.pop(device, ()), key=lambda p: p[0])
+        if not mine:
+            return None
+        if self._energy:
+            self.energy.update(energy_columns_of({device: [[x for p in mine for x in p[2][k]] for k in range(3)]}))
+        return _device_arrays([p[1] for p in mine])
 
 
 def _concatenate(pieces: Sequence[np.ndarray | None], lengths: Sequence[int]) -> np.ndarray | None:
@@ -277,7 +352,7 @@ class LazySamples(Mapping):
                  batch: int = DEVICE_BATCH, workers: int = 1, lens_columns: bool = False,
                  energy: bool = False, decoded: DecodedSegments | None = None) -> None:
         self._engine = engine
-        self._decoded = decoded
+        self._kept_blocks = decoded
         # under measured-energy terms: every device's energy_j/power_w columns, kept (small) once its batch is read
         self.energy: dict[str, dict] | None = {} if energy else None
         self.energy_read: set[str] = set()
@@ -287,25 +362,36 @@ class LazySamples(Mapping):
         self._pos = {d: i for i, d in enumerate(self._order)}
         self._start, self._end, self._batch = start, end, batch
         self._lens = lens_columns
-        self._cache: dict[str, SampleArrays] = {}
-        self._loaded: set[str] = set()
+        self._reader: DeviceReader | None = None    # the batch being read, a device at a time
+        self._loaded: set[str] = set()              # the devices of that batch
+        self._last: tuple[str, SampleArrays | None] | None = None
 
     def __getitem__(self, device: str) -> SampleArrays:
         if device not in self._segs:
             raise KeyError(device)
-        if device not in self._loaded:
-            i = self._pos[device]
-            batch = self._order[i:i + self._batch]
-            segs = sorted({s for d in batch for s in self._segs[d]})
-            with self._engine.connect() as conn:
-                self._cache = load_sample_arrays(conn, segs, batch, self._start, self._end, self._lens,
-                                                 energy_out=self.energy, decoded=self._decoded)
-            self._loaded = set(batch)
+        if self._last is not None and self._last[0] == device:
+            got = self._last[1]
+        else:
+            self._last = None   # (the device before's columns freed first: their memory is reused)
+            if device not in self._loaded:
+                i = self._pos[device]
+                batch = self._order[i:i + self._batch]
+                segs = sorted({s for d in batch for s in self._segs[d]})
+                # (the batch before is dropped only once this one is fetched, as its arrays were before: the
+                # next batch then reuses its memory, where dropping it first let the allocator hand it back to
+                # the kernel to be faulted in again, 30-70 thousand page faults a 256-GPU receipt)
+                with self._engine.connect() as conn:
+                    self._reader = DeviceReader(conn, segs, batch, self._start, self._end, self._lens,
+                                                energy=self.energy is not None, decoded=self._kept_blocks)
+                self._loaded = set(batch)
+            got = self._reader.arrays(device)
+            self._last = (device, got)
             if self.energy is not None:
-                self.energy_read.update(batch)
-        if device not in self._cache:
+                self.energy.update(self._reader.energy)
+                self.energy_read.add(device)
+        if got is None:
             raise KeyError(device)
-        return self._cache[device]
+        return got
 
     def read_energy(self, device: str) -> None:
         """The energy columns alone of the batch holding ``device`` (one the worker processes attributed, so
@@ -316,7 +402,7 @@ class LazySamples(Mapping):
         batch = self._order[i:i + self._batch]
         segs = sorted({s for d in batch for s in self._segs[d]})
         with self._engine.connect() as conn:
-            self.energy.update(load_energy_columns(conn, segs, batch, self._start, self._end, self._decoded))
+            self.energy.update(load_energy_columns(conn, segs, batch, self._start, self._end, self._kept_blocks))
         self.energy_read.update(batch)
 
     def __iter__(self) -> Iterator[str]:
@@ -408,16 +494,16 @@ def _attribute_batch(job: tuple) -> tuple[dict[str, tuple[DeviceAccount | None, 
     from ..chain.db import make_engine
 
     url, segs, batch, start, end, lens, energy = job
-    energy_out: dict | None = {} if energy else None
     engine = make_engine(url)
     try:
         with engine.connect() as conn:
-            arrays = load_sample_arrays(conn, segs, [t[0] for t in batch], start, end, lens, energy_out=energy_out)
+            reader = DeviceReader(conn, segs, [t[0] for t in batch], start, end, lens, energy=energy)
     finally:
         engine.dispose()
     out: dict[str, tuple[DeviceAccount | None, DeviceLens | None]] = {}
     for uuid, window, unknown, suspended, rated, thresholds in batch:
-        sa = arrays.get(uuid)
+        sa = None   # (the device before's columns dropped before this one's are read: their memory is reused)
+        sa = reader.arrays(uuid)
         if sa is None or not len(sa):
             out[uuid] = (None, None)
             continue
@@ -427,4 +513,4 @@ def _attribute_batch(job: tuple) -> tuple[dict[str, tuple[DeviceAccount | None, 
             continue
         out[uuid] = attribute_device_covered(window, sa, unknown=unknown, suspended=suspended,
                                              rated_clock_mhz=rated, thresholds=thresholds, use=lens_reader(sa))
-    return out, energy_out
+    return out, (reader.energy if energy else None)

@@ -22,7 +22,7 @@ import itertools
 import json
 import operator
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from .model import EXTENSION_METRICS, SAMPLE_COLUMNS
 
@@ -329,21 +329,54 @@ def _write_reference(arrays: list, fields: list, devices: Sequence[str]) -> Bloc
     return Block(_format_of(fields), len(dev), hashlib.sha256(data).hexdigest(), data)
 
 
-def decode(format_: str, data: bytes, columns: Sequence[str] = SAMPLE_COLUMNS,
-           devices: Sequence[str] | None = None) -> list[tuple[str, object]]:
-    """(device, pyarrow.Table of ``columns``) for each device of the block (or only ``devices``), in the
-    block's (device, t) order; only those devices' batches and those columns are decompressed."""
+@dataclass(frozen=True)
+class OpenBlock:
+    """A block's file opened once (its stored schema and layout read): which devices' rows it holds, without
+    decompressing any of them. :func:`decode_open` decodes it; a reader that decodes a block only once one of
+    its devices is asked for (``ledger.receipts.gather``) opens it first."""
+
+    format: str
+    data: bytes
+    stored: Any                      # the pyarrow.Schema in the file
+    layout: tuple                    # ((device, batch, first row in batch, rows), ...)
+    devices: frozenset               # the devices the layout names
+
+
+def open_block(format_: str, data: bytes) -> OpenBlock:
+    """The block's schema and layout (raises :class:`BlockError` where they cannot be read)."""
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
     if format_ not in FORMATS:
         raise BlockError(f"unknown sample block format {format_!r}")
     try:
-        head = ipc.open_file(pa.py_buffer(data))
-        stored = head.schema
-        layout = json.loads((stored.metadata or {})[_LAYOUT_KEY])
+        stored = ipc.open_file(pa.py_buffer(data)).schema
+        layout = tuple(tuple(entry) for entry in json.loads((stored.metadata or {})[_LAYOUT_KEY]))
+        if any(len(entry) != 4 for entry in layout):
+            raise ValueError("a layout entry is not (device, batch, first row, rows)")
+        devices = frozenset(entry[0] for entry in layout)
+    except (pa.ArrowException, OSError, KeyError, ValueError, IndexError, TypeError) as exc:  # LZ4: OSError
+        raise BlockError(f"sample block does not decode: {exc}") from None
+    return OpenBlock(format_, data, stored, layout, devices)
+
+
+def decode(format_: str, data: bytes, columns: Sequence[str] = SAMPLE_COLUMNS,
+           devices: Sequence[str] | None = None) -> list[tuple[str, object]]:
+    """(device, pyarrow.Table of ``columns``) for each device of the block (or only ``devices``), in the
+    block's (device, t) order; only those devices' batches and those columns are decompressed."""
+    return decode_open(open_block(format_, data), columns, devices)
+
+
+def decode_open(block: OpenBlock, columns: Sequence[str] = SAMPLE_COLUMNS,
+                devices: Sequence[str] | None = None) -> list[tuple[str, object]]:
+    """:func:`decode` of a block :func:`open_block` opened."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    try:
+        stored, layout = block.stored, block.layout
         present = [c for c in columns if stored.get_field_index(c) >= 0]
-        if format_ == FORMAT and any(c in _EXTENSION for c in present):
+        if block.format == FORMAT and any(c in _EXTENSION for c in present):
             raise BlockError("sample block of format 1 holds a column of format 2")
         full = arrow_schema()
         for c in present:  # a damaged schema (a double read as a half float) is not a block this reads
@@ -354,7 +387,7 @@ def decode(format_: str, data: bytes, columns: Sequence[str] = SAMPLE_COLUMNS,
         # The system allocator, not pyarrow's default mimalloc pool: a receipt decodes a batch, drops it and
         # decodes the next, and the pool handed those pages back to the kernel each time only to fault them in
         # again (10x the page faults; a third more CPU per sample, measured on bench.receipt's blocks).
-        reader = ipc.open_file(pa.py_buffer(data), options=ipc.IpcReadOptions(
+        reader = ipc.open_file(pa.py_buffer(block.data), options=ipc.IpcReadOptions(
             included_fields=[stored.get_field_index(c) for c in present], use_threads=False),
             memory_pool=pa.system_memory_pool())
         wanted = None if devices is None else set(devices)

@@ -324,7 +324,6 @@ def iter_sample_pieces(conn: Connection, *, segment_ids: Sequence[str] | None = 
     if decoded is not None and not check_blocks and segment_ids is not None and decoded.holds(segment_ids):
         yield from decoded.pieces(segment_ids, devices, start, end, cols)
         return
-    need = cols + [c for c in ("t", "dt") if c not in cols and (start is not None or end is not None)]
     keep = (decoded is not None and check_blocks and devices is None and start is None and end is None
             and tuple(cols) == SAMPLE_COLUMNS)
     found: set[str] = set()
@@ -332,17 +331,38 @@ def iter_sample_pieces(conn: Connection, *, segment_ids: Sequence[str] | None = 
         found.add(sid)
         if check_blocks and hashlib.sha256(data).hexdigest() != sha:
             raise blocks.BlockError(f"sample block of segment {sid} does not match its sha256")
-        whole = blocks.decode(format_, data, need, devices)
-        for device, table in whole:
-            if check_blocks:
-                _check_label(sid, device, table)
-            piece = _in_window(table, start, end)
-            if piece.num_rows:
-                yield device, piece.select(cols)
-        if keep:
-            decoded.keep(sid, whole)
+        pieces = block_pieces(blocks.open_block(format_, data), cols, devices, start, end,
+                              checked_as=sid if check_blocks else None)
+        if not keep:
+            yield from pieces
+            continue
+        whole = list(pieces)   # every column and device, its labels checked: kept once all of it read
+        yield from whole
+        decoded.keep(sid, whole)
     legacy = None if segment_ids is None else [s for s in dict.fromkeys(segment_ids) if s not in found]
     yield from _legacy_pieces(conn, legacy, devices, start, end, cols)
+
+
+def block_pieces(block: blocks.OpenBlock, columns: Sequence[str], devices: Sequence[str] | None = None,
+                 start: float | None = None, end: float | None = None, checked_as: str | None = None
+                 ) -> Iterator[tuple[str, object]]:
+    """The pieces of one opened block that :func:`iter_sample_pieces` yields, in the same order (its ``devices``,
+    ``start``, ``end`` and ``columns``); ``checked_as``: the segment id under which each range's device label is
+    checked (``check_blocks``)."""
+    cols = list(columns)
+    need = cols + [c for c in ("t", "dt") if c not in cols and (start is not None or end is not None)]
+    for device, table in blocks.decode_open(block, need, devices):
+        if checked_as is not None:
+            _check_label(checked_as, device, table)
+        piece = _in_window(table, start, end)
+        if piece.num_rows:
+            yield device, piece.select(cols)
+
+
+def block_rows(conn: Connection, segment_ids: Sequence[str]) -> list[tuple]:
+    """(segment id, format, sha256, data) of these segments' blocks, in the order :func:`iter_sample_pieces`
+    reads them (a segment stored as legacy rows has none)."""
+    return [tuple(r) for r in _block_rows(conn, segment_ids)] if segment_ids else []
 
 
 class DecodedSegments:
