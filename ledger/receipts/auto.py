@@ -247,8 +247,8 @@ def verify_checks(site: Site | None = None, pinned: tuple = (), workers: int = 1
     keeps the sample blocks it decodes for the replays (each block decompressed once; a test holds the
     replays equal to plain ones).
     With ``workers`` > 1 the replays start in worker processes before the segment check (:class:`SharedReplays`;
-    the same report). One by default: on the 2-core machine measured, even at a load of 2, the workers made
-    verify slower (7.5 -> 10.3 s wall, +1.4 CPU-s), so they are asked for, not assumed."""
+    the same report). One by default: on the shared 2-core machine measured (load 2–5) the workers mostly made
+    verify slower (≈ 7.5 -> 10 s wall, +1.4 CPU-s; docs/ledger.md), so they are asked for, not assumed."""
     decoded = DecodedSegments()
     shared = SharedReplays(site, workers)
     return (partial(check_segments, decoded=decoded, meanwhile=shared.start),
