@@ -136,10 +136,13 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
 @click.option("--record", "record", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Also write the outcome (ok, time, head verified) to FILE, a small JSON file outside the ledger "
                    "that `ipledger serve` exports on /metrics ([serve] verify_status; docs/web.md).")
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True, metavar="N",
+              help="Processes that replay the issued receipts, this one included (spawned workers start before "
+                   "the segment check). Pays only on idle cores; the report is the same.")
 @pass_app
 @reads_only("deep")   # --deep may create PostgreSQL's amcheck extension
 def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[str, ...], deep: bool,
-               pubkeys: tuple[str, ...], record: str | None) -> None:
+               pubkeys: tuple[str, ...], record: str | None, workers: int) -> None:
     """Walk the hash chain (and replay issued receipts); exit 1 naming the first entry that does not match.
 
     \b
@@ -147,6 +150,7 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
       ipledger verify --pubkey /etc/ipledger/log.key.pub
       ipledger verify --json --anchor 1200:3f5e...c1
       ipledger verify --deep
+      ipledger verify --workers 2          # replay receipts in a second process too (idle cores)
       ipledger verify --record /var/lib/ipledger/verify-status.json   # from cron; /metrics shows it
     """
     from ..chain.heads import HeadError, read_pinned_keys
@@ -159,7 +163,7 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
     except (ValueError, HeadError) as exc:
         raise UserError(str(exc)) from None
     engine = app.reader()
-    checks = verify_checks(app.site, pinned=pinned)
+    checks = verify_checks(app.site, pinned=pinned, workers=workers)
     with Progress("verify", quiet=as_json, steps=1 + len(checks)) as bar:
         bar.step("hash chain")
         report = verify_ledger(engine, chain_only=chain_only, anchors=parsed, deep=deep,

@@ -9,15 +9,18 @@ from __future__ import annotations
 import logging
 import time
 from functools import partial
-from typing import Mapping, TYPE_CHECKING
+from typing import Iterable, Mapping, Sequence, TYPE_CHECKING
 
 
 from ..chain import receipt_lines
-from ..chain.entries import Entry, Kind, make_entry
+from ..chain.entries import ChainedEntry, Entry, Kind, make_entry
+from ..chain.lite import text
+from ..chain.rows import ENTRY_COLUMNS, to_chained
 from ..chain.heads import check_tree
 from ..ingest.site import Site
 from ..chain.store import append, iter_entries
 from ..telemetry.derived import check_segments
+from ..telemetry.sealed import DecodedSegments
 from ..chain.verify import ChainProblem, ExtraCheck, VerifyReport
 from .issue import issue_receipt, replay, write_receipt_files
 
@@ -64,23 +67,153 @@ def after_ship_steps(site: Site) -> list:
     return [partial(issue_ended_runs, site=site)] if site.auto_receipts else []
 
 
-def check_issued_receipts(engine: Engine, report: VerifyReport, site: Site | None = None) -> list[ChainProblem]:
-    """Every issued receipt recomputes, under the site's SKU table, to the hash it recorded."""
+def check_issued_receipts(engine: Engine, report: VerifyReport, site: Site | None = None,
+                          decoded: DecodedSegments | None = None,
+                          shared: SharedReplays | None = None) -> list[ChainProblem]:
+    """Every issued receipt recomputes, under the site's SKU table, to the hash it recorded (``decoded``: the
+    sample blocks verify's segment check decoded, read from there instead of decompressed again; ``shared``:
+    the replays started in worker processes beside this one, :class:`SharedReplays`)."""
+    if shared is not None and shared.started:
+        return shared.finish(engine, decoded)
+    return replay_problems(engine, iter_entries(engine, kinds=[Kind.RECEIPT_ISSUED]), site, decoded)
+
+
+def replay_problems(engine: Engine, issued: Iterable[ChainedEntry], site: Site | None,
+                    decoded: DecodedSegments | None = None) -> list[ChainProblem]:
+    """The problems of replaying these issued receipts, in their order."""
     skus = None if site is None else site.sku_table
     carbon = None if site is None else site.carbon
     problems = []
-    for ce in iter_entries(engine, kinds=[Kind.RECEIPT_ISSUED]):
+    for ce in issued:
         try:
-            r = replay(engine, ce, skus, carbon=carbon)
+            r = replay(engine, ce, skus, carbon=carbon, decoded=decoded)
         except Exception as exc:  # noqa: BLE001 - whatever stops a replay (a damaged block too) is a named problem
             problems.append(ChainProblem(ce.seq, ce.entry.entry_id, f"issued receipt cannot be replayed: {exc}"))
             continue
-        issued = ce.entry.data   # the issue's payload (the whole receipt), parsed once
-        if r.hash != issued.get("receipt_hash"):
+        issued_data = ce.entry.data   # the issue's payload (the whole receipt), parsed once
+        if r.hash != issued_data.get("receipt_hash"):
             problems.append(ChainProblem(ce.seq, ce.entry.entry_id,
-                                         f"issued receipt {issued.get('receipt_hash')} replays as {r.hash}"
-                                         + intensity_change(issued.get("receipt") or {}, r.body)))
+                                         f"issued receipt {issued_data.get('receipt_hash')} replays as {r.hash}"
+                                         + intensity_change(issued_data.get("receipt") or {}, r.body)))
     return problems
+
+
+# --- the replays shared with worker processes ---------------------------------------------------------------
+# check_issued_receipts' replays, run in order in this process, are the reference. With workers (the site's
+# receipt_workers) and enough receipts, verify starts them before its segment check: the issued receipts are
+# cut into chunks of consecutive seqs, spawned workers (importing only the receipt path) replay chunks from the
+# front of the queue while this process checks the segments, then this process takes chunks too (its replays
+# read the blocks the segment check kept). Each chunk's problems are those replay_problems gives for it, put
+# back in chunk order, so the report is the one-process report byte for byte (a test holds them equal).
+
+PARALLEL_MIN_RECEIPTS = 64     # below this a spawned interpreter's start (~0.4 CPU-s) is not repaid
+REPLAY_CHUNK = 24              # receipts per job: small enough to share out evenly, large enough to amortise
+
+
+class SharedReplays:
+    """One verify's issued-receipt replays, shared between this process and ``workers - 1`` spawned ones."""
+
+    def __init__(self, site: Site | None, workers: int) -> None:
+        self.site, self.workers = site, workers
+        self.started = False
+        self._pool = None
+        self._feeder = None
+
+    def start(self, engine: Engine) -> None:
+        """Queue the replays and start the workers on them (nothing, leaving the in-process reference to
+        check_issued_receipts, with one worker, few receipts or a database a worker cannot open)."""
+        import threading
+        from collections import deque
+
+        from ..chain.db import sqlite_path
+
+        url = engine.url.render_as_string(hide_password=False)
+        if self.workers < 2 or (engine.url.get_backend_name() == "sqlite" and sqlite_path(url) is None):
+            return
+        # the reference's own query (each payload left unparsed): the same receipts, found the same way
+        seqs = [ce.seq for ce in iter_entries(engine, kinds=[Kind.RECEIPT_ISSUED])]
+        if len(seqs) < PARALLEL_MIN_RECEIPTS:
+            return
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        chunks = [seqs[i:i + REPLAY_CHUNK] for i in range(0, len(seqs), REPLAY_CHUNK)]
+        self._url, self._chunks = url, chunks
+        self._queue = deque(range(len(chunks)))
+        self._lock = threading.Lock()
+        self._futures: dict[int, object] = {}
+        spawned = min(self.workers - 1, len(chunks))
+        # spawn, not fork: the caller may hold threads and pooled connections
+        self._pool = ProcessPoolExecutor(spawned, mp_context=multiprocessing.get_context("spawn"))
+        self._feeder = threading.Thread(target=self._feed, args=(2 * spawned,), daemon=True)
+        self.started = True
+        self._feeder.start()
+
+    def _next(self) -> int | None:
+        with self._lock:
+            return self._queue.popleft() if self._queue else None
+
+    def _feed(self, in_flight: int) -> None:
+        """Keep ``in_flight`` chunks submitted to the workers until the queue is empty."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        running: set = set()
+        try:
+            while True:
+                while len(running) < in_flight:
+                    i = self._next()
+                    if i is None:
+                        return
+                    f = self._pool.submit(_replay_chunk, (self._url, self.site, self._chunks[i]))
+                    with self._lock:
+                        self._futures[i] = f
+                    running.add(f)
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+        except Exception:  # noqa: BLE001 - a pool that cannot start: finish() replays what has no result
+            return
+
+    def finish(self, engine: Engine, decoded: DecodedSegments | None) -> list[ChainProblem]:
+        """Take chunks from the queue until it is empty, then gather every chunk's problems in chunk order."""
+        mine: dict[int, list[ChainProblem]] = {}
+        try:
+            while (i := self._next()) is not None:
+                mine[i] = self._replay_here(engine, i, decoded)
+            self._feeder.join()
+            problems: list[ChainProblem] = []
+            for i in range(len(self._chunks)):
+                if i not in mine:
+                    try:
+                        mine[i] = self._futures[i].result()
+                    except Exception:  # noqa: BLE001 - a worker lost (BrokenProcessPool): replay it here
+                        mine[i] = self._replay_here(engine, i, decoded)
+                problems.extend(mine[i])
+            return problems
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self.started = False
+
+    def _replay_here(self, engine: Engine, i: int, decoded: DecodedSegments | None) -> list[ChainProblem]:
+        return replay_problems(engine, _issued_at(engine, self._chunks[i]), self.site, decoded)
+
+
+def _issued_at(engine: Engine, seqs: Sequence[int]) -> list[ChainedEntry]:
+    """The entries at these seqs (the reference's query found them), read from the table by seq, in seq order."""
+    marks = ",".join(f":s{i}" for i in range(len(seqs)))
+    sql = text(f"SELECT {', '.join(ENTRY_COLUMNS)} FROM entries WHERE seq IN ({marks}) ORDER BY seq")
+    with engine.connect() as conn:
+        return [to_chained(r) for r in conn.execute(sql, {f"s{i}": s for i, s in enumerate(seqs)})]
+
+
+def _replay_chunk(job: tuple) -> list[ChainProblem]:
+    """Worker: replay_problems of one chunk of issued receipts, read through its own connection."""
+    from ..chain.db import make_engine, make_reader
+
+    url, site, seqs = job
+    engine = make_reader(url) or make_engine(url)
+    try:
+        return replay_problems(engine, _issued_at(engine, seqs), site)
+    finally:
+        engine.dispose()
 
 
 def intensity_change(issued: Mapping, replayed: Mapping) -> str:
@@ -106,10 +239,19 @@ def check_receipt_lines(engine: Engine, report: VerifyReport) -> list[ChainProbl
         return [ChainProblem(seq, "", problem) for seq, problem in receipt_lines.problems(conn)]
 
 
-def verify_checks(site: Site | None = None, pinned: tuple = ()) -> tuple[ExtraCheck, ...]:
+def verify_checks(site: Site | None = None, pinned: tuple = (), workers: int = 1) -> tuple[ExtraCheck, ...]:
     """The checks ``ipledger verify`` runs after the chain: telemetry evidence and the device-hours derived from
     it (each segment read once), issued receipts replayed under ``site``'s SKU table (None: the built-in table,
     for a ledger with no site overrides), their flat lines re-derived, then the Merkle tree and the signed heads
-    recorded in the ledger (each signed by one of the ``pinned`` public keys, when given)."""
-    return (check_segments, partial(check_issued_receipts, site=site), check_receipt_lines,
+    recorded in the ledger (each signed by one of the ``pinned`` public keys, when given). The segment check
+    keeps the sample blocks it decodes for the replays (each block decompressed once; a test holds the
+    replays equal to plain ones).
+    With ``workers`` > 1 the replays start in worker processes before the segment check (:class:`SharedReplays`;
+    the same report). One by default: on the shared 2-core machine measured (load 2–5) the workers mostly made
+    verify slower (≈ 7.5 -> 10 s wall, +1.4 CPU-s; docs/ledger.md), so they are asked for, not assumed."""
+    decoded = DecodedSegments()
+    shared = SharedReplays(site, workers)
+    return (partial(check_segments, decoded=decoded, meanwhile=shared.start),
+            partial(check_issued_receipts, site=site, decoded=decoded, shared=shared),
+            check_receipt_lines,
             partial(check_tree, pinned=pinned) if pinned else check_tree)

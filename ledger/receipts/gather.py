@@ -23,7 +23,7 @@ from ..method.lens import DeviceLens, lens_reader
 from ..chain.rows import ENTRY_COLUMNS, iter_entries, to_chained
 from ..telemetry.blocks import float_values
 from ..telemetry.blocks import open_block
-from ..telemetry.sealed import block_pieces, block_rows, iter_sample_pieces
+from ..telemetry.sealed import DecodedSegments, block_pieces, block_rows, iter_sample_pieces
 from .compute import ReceiptError, RunInputs, RunKey, run_frame
 from .progress import end_state
 
@@ -81,21 +81,23 @@ def overlapping_entries(conn: Connection, kind: str, start: str, end: str, as_of
 
 def gather(engine_or_conn: Engine | Connection, job_id: str, run: int | None = None, *, cluster: str | None = None,
            as_of: int | None = None, contract_id: str | None = None, workers: int = 1,
-           contract_entry_id: str | None = None, lens_columns: bool = False) -> RunInputs:
+           contract_entry_id: str | None = None, lens_columns: bool = False,
+           decoded: DecodedSegments | None = None) -> RunInputs:
     """The run's inputs (``lens_columns``: the samples also carry what method 1.1's lens reads). ``workers`` > 1 lets a big run (an engine, not a connection) read and attribute its
     devices in that many processes (spawned: a script needs the ``if __name__ == "__main__"`` guard).
-    ``contract_entry_id`` pins the contract (an issued receipt's replay)."""
+    ``contract_entry_id`` pins the contract (an issued receipt's replay); ``decoded``: verify's decoded
+    sample blocks, read from there where they hold the run's segments (the same samples)."""
     if not is_connection(engine_or_conn):
         with engine_or_conn.connect() as conn:
             return _gather(conn, engine_or_conn, job_id, run, cluster, as_of, contract_id, workers, lens_columns,
-                           contract_entry_id)
+                           contract_entry_id, decoded)
     return _gather(engine_or_conn, None, job_id, run, cluster, as_of, contract_id, workers, lens_columns,
-                   contract_entry_id)
+                   contract_entry_id, decoded)
 
 
 def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | None, cluster: str | None,
             as_of: int | None, contract_id: str | None, workers: int = 1, lens_columns: bool = False,
-            contract_entry_id: str | None = None) -> RunInputs:
+            contract_entry_id: str | None = None, decoded: DecodedSegments | None = None) -> RunInputs:
     runs = runs_of_job(conn, str(job_id), as_of)
     key = pick_run(runs, str(job_id), run, cluster)
     entries = runs[key]
@@ -141,18 +143,20 @@ def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | Non
     energy_columns: Mapping[str, Mapping[str, tuple]] = {}
     if engine is not None:
         samples: Mapping[str, SampleArrays] = LazySamples(engine, by_device, w0, w1, workers=workers,
-                                                          lens_columns=lens_columns, energy=with_energy)
+                                                          lens_columns=lens_columns, energy=with_energy,
+                                                          decoded=decoded)
         if with_energy:
             energy_columns = LazyEnergy(samples)
     else:
         energy_out: dict | None = {} if with_energy else None
         samples = load_sample_arrays(conn, [s.entry.entry_id for s in segments], sorted(uuids), w0, w1,
-                                     lens_columns, energy_out=energy_out)
+                                     lens_columns, energy_out=energy_out, decoded=decoded)
         energy_columns = energy_out or {}
     used = {s for s in segments}
     xid_samples = {}
     if end_state(entries) not in (None, "COMPLETED"):  # only a run that did not complete can be a provider failure
-        xid_samples = load_xid_samples(conn, [s.entry.entry_id for s in segments], sorted(uuids), w0, w1)
+        xid_samples = load_xid_samples(conn, [s.entry.entry_id for s in segments], sorted(uuids), w0, w1,
+                                       decoded)
     return RunInputs(key=key, entries=tuple(entries), gaps=tuple(gaps), resolutions=tuple(resolutions),
                      contracts=tuple(contracts), segments=tuple(sorted(used, key=lambda c: c.seq)),
                      samples=samples, contract_id=contract_id, contract_entry_id=contract_entry_id,
@@ -160,14 +164,14 @@ def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | Non
 
 
 def load_energy_columns(conn: Connection, segment_ids: Sequence[str], devices: Sequence[str], start: float,
-                        end: float) -> dict[str, dict[str, tuple[tuple[float, ...], tuple[float, ...]]]]:
+                        end: float, decoded: DecodedSegments | None = None) -> dict[str, dict[str, tuple[tuple[float, ...], tuple[float, ...]]]]:
     """Each device's ``energy_j`` and ``power_w`` columns (times, values as float arrays, NaN: not measured)
     over these segments' samples, in time order."""
     if not segment_ids or not devices:
         return {}
     parts: dict[str, list[list]] = defaultdict(lambda: [[], [], []])
     for device, table in iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start, end=end,
-                                            columns=("t", "energy_j", "power_w")):
+                                            columns=("t", "energy_j", "power_w"), decoded=decoded):
         acc = parts[device]
         for k, c in enumerate(table.columns):
             acc[k].append(float_values(c))
@@ -187,14 +191,14 @@ def energy_columns_of(parts: Mapping[str, Sequence[Sequence[np.ndarray]]]
 
 
 def load_xid_samples(conn: Connection, segment_ids: Sequence[str], devices: Sequence[str], start: float,
-                     end: float) -> dict[str, tuple[tuple[float, float | None], ...]]:
+                     end: float, decoded: DecodedSegments | None = None) -> dict[str, tuple[tuple[float, float | None], ...]]:
     """Each device's (t, xid) over the samples of these segments overlapping [start, end) (the rows the
     receipt's attribution reads), not-measured XIDs as NaN."""
     if not segment_ids or not devices:
         return {}
     out: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for device, table in iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start, end=end,
-                                            columns=("t", "xid")):
+                                            columns=("t", "xid"), decoded=decoded):
         t, x = (float_values(c) for c in table.columns)
         out[device].extend(zip(t.tolist(), x.tolist()))
     return {d: tuple(v) for d, v in out.items()}
@@ -205,8 +209,8 @@ DEVICE_BATCH = 16
 
 
 def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Sequence[str], start: float,
-                       end: float, lens_columns: bool = False, energy_out: dict | None = None
-                       ) -> dict[str, SampleArrays]:
+                       end: float, lens_columns: bool = False, energy_out: dict | None = None,
+                       decoded: DecodedSegments | None = None) -> dict[str, SampleArrays]:
     """Columns of the samples of these segments and devices overlapping [start, end), one array set per device.
 
     Read through :func:`ledger.telemetry.sealed.iter_sample_pieces` (columnar blocks, decompressing only these
@@ -221,7 +225,7 @@ def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Se
     energy_parts: dict[str, list[list]] = defaultdict(lambda: [[], [], []])
     columns = _read_columns(lens_columns, energy_out is not None)
     for device, table in iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start, end=end,
-                                            columns=columns):
+                                            columns=columns, decoded=decoded):
         _take_piece(table, energy_out is not None, parts[device], energy_parts[device])
     if energy_out is not None:
         energy_out.update(energy_columns_of(energy_parts))
@@ -274,17 +278,20 @@ class DeviceReader:
     (tests/test_lens.py); a batch with legacy row segments is read whole."""
 
     def __init__(self, conn: Connection, segment_ids: Sequence[str], devices: Sequence[str], start: float,
-                 end: float, lens_columns: bool = False, energy: bool = False) -> None:
+                 end: float, lens_columns: bool = False, energy: bool = False,
+                 decoded: DecodedSegments | None = None) -> None:
         self._devices = list(devices)
         self._start, self._end = start, end
         self._columns = _read_columns(lens_columns, energy)
         self._energy = energy
         self.energy: dict[str, dict] = {}    # (under measured-energy terms) each device's, once it is read
-        rows = block_rows(conn, segment_ids) if devices else []
-        if {r[0] for r in rows} != set(segment_ids):   # legacy row segments (or none): the batch read whole
+        kept = decoded is not None and bool(segment_ids) and decoded.holds(segment_ids)
+        rows = block_rows(conn, segment_ids) if devices and not kept else []
+        if kept or {r[0] for r in rows} != set(segment_ids):
+            # verify's kept blocks (already decoded), or legacy row segments (or none): the batch read whole
             out: dict | None = {} if energy else None
             self._whole: dict[str, SampleArrays] | None = load_sample_arrays(
-                conn, segment_ids, devices, start, end, lens_columns, energy_out=out)
+                conn, segment_ids, devices, start, end, lens_columns, energy_out=out, decoded=decoded)
             self.energy = out or {}
             return
         self._whole = None
@@ -343,8 +350,9 @@ class LazySamples(Mapping):
 
     def __init__(self, engine: Engine, segments_by_device: Mapping[str, Sequence[str]], start: float, end: float,
                  batch: int = DEVICE_BATCH, workers: int = 1, lens_columns: bool = False,
-                 energy: bool = False) -> None:
+                 energy: bool = False, decoded: DecodedSegments | None = None) -> None:
         self._engine = engine
+        self._kept_blocks = decoded
         # under measured-energy terms: every device's energy_j/power_w columns, kept (small) once its batch is read
         self.energy: dict[str, dict] | None = {} if energy else None
         self.energy_read: set[str] = set()
@@ -374,7 +382,7 @@ class LazySamples(Mapping):
                 # the kernel to be faulted in again, 30-70 thousand page faults a 256-GPU receipt)
                 with self._engine.connect() as conn:
                     self._reader = DeviceReader(conn, segs, batch, self._start, self._end, self._lens,
-                                                energy=self.energy is not None)
+                                                energy=self.energy is not None, decoded=self._kept_blocks)
                 self._loaded = set(batch)
             got = self._reader.arrays(device)
             self._last = (device, got)
@@ -394,7 +402,7 @@ class LazySamples(Mapping):
         batch = self._order[i:i + self._batch]
         segs = sorted({s for d in batch for s in self._segs[d]})
         with self._engine.connect() as conn:
-            self.energy.update(load_energy_columns(conn, segs, batch, self._start, self._end))
+            self.energy.update(load_energy_columns(conn, segs, batch, self._start, self._end, self._kept_blocks))
         self.energy_read.update(batch)
 
     def __iter__(self) -> Iterator[str]:

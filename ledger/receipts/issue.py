@@ -38,6 +38,8 @@ from .gather import gather
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
+    from ..telemetry.sealed import DecodedSegments
+
 
 @dataclass(frozen=True)
 class IssueResult:
@@ -56,15 +58,17 @@ def issued_entries(engine_or_conn, key: RunKey) -> list[ChainedEntry]:  # noqa: 
 
 
 def replay(engine: Engine, issued: ChainedEntry, sku_table: Mapping | None = None, workers: int = 1,
-           carbon: CarbonSettings | None = None) -> Receipt:
+           carbon: CarbonSettings | None = None, decoded: DecodedSegments | None = None) -> Receipt:
     """Recompute the receipt an issued entry names: same run, same through_seq, same contract, and the same
     method version it was issued under (1.0.0 without the lens, 1.1.0 with it at its recorded precision), and a
     receipt issued as 1.4 with its shared devices billed the whole GPU's energy, as 1.4 did.
-    ``carbon`` is the site's carbon settings now: a changed intensity file shows as a changed carbon block."""
+    ``carbon`` is the site's carbon settings now: a changed intensity file shows as a changed carbon block.
+    ``decoded``: verify's decoded sample blocks (the same samples, not decompressed again)."""
     d = issued.entry.data
     return compute_receipt(gather(engine, issued.entry.job_id, issued.entry.run or 0, cluster=issued.entry.cluster,
                                   as_of=d["through_seq"], contract_id=d["contract"]["id"], workers=workers,
-                                  contract_entry_id=_pin(d), lens_columns=issued_lens(d) is not None), sku_table,
+                                  contract_entry_id=_pin(d), lens_columns=issued_lens(d) is not None,
+                                  decoded=decoded), sku_table,
                            lens=issued_lens(d), carbon=carbon,
                            energy_shares=d.get("receipt_version") != ENERGY_RECEIPT_VERSION)
 

@@ -5,6 +5,8 @@ that recomputes every segment's device-hours from its stored samples and names t
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from ..chain.lite import text
 
 from ..chain.entries import Kind
@@ -12,7 +14,7 @@ from ..chain.store import iter_entries
 from ..chain.verify import ChainProblem
 from . import hours
 from .blocks import table_rows
-from .sealed import read_samples, segment_samples
+from .sealed import DecodedSegments, read_samples, segment_samples
 
 
 def backfill(conn) -> int:  # noqa: ANN001
@@ -26,10 +28,15 @@ def backfill(conn) -> int:  # noqa: ANN001
     return n
 
 
-def check_segments(engine, report) -> list:  # noqa: ANN001 - ledger.chain.verify.ExtraCheck
+def check_segments(engine, report, decoded: DecodedSegments | None = None,  # noqa: ANN001 - an ExtraCheck
+                   meanwhile: Callable[[Any], None] | None = None) -> list:
     """Every sealed segment, its samples read once: they still hash to what its entry recorded
     (:func:`ledger.telemetry.sealed.segment_samples`), its stored device-hours are what they give (the first
-    mismatch named), and no device-hour names a segment the ledger does not hold."""
+    mismatch named), and no device-hour names a segment the ledger does not hold. ``decoded``: keep the
+    decoded blocks there for the receipt replays that follow; ``meanwhile(engine)`` is called first (verify starts
+    its receipt replays in worker processes, to run while the segments are read)."""
+    if meanwhile is not None:
+        meanwhile(engine)
     problems = []
     with engine.connect() as conn:
         have_all = hours.stored_rows(conn)   # made into device-hours only where they differ from the samples'
@@ -38,7 +45,7 @@ def check_segments(engine, report) -> list:  # noqa: ANN001 - ledger.chain.verif
         for ce in iter_entries(conn, kinds=[Kind.TELEMETRY_SEGMENT]):
             sid = ce.entry.entry_id
             seen.add(sid)
-            table, problem = segment_samples(conn, ce)
+            table, problem = segment_samples(conn, ce, decoded)
             if problem is not None:
                 problems.append(problem)  # missing or altered samples: their device-hours are not judged
                 continue

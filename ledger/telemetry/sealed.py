@@ -304,7 +304,8 @@ _IN_CHUNK = 500
 
 def iter_sample_pieces(conn: Connection, *, segment_ids: Sequence[str] | None = None,
                        devices: Sequence[str] | None = None, start: float | None = None, end: float | None = None,
-                       columns: Sequence[str] = SAMPLE_COLUMNS, check_blocks: bool = False) -> Iterator[tuple[str, object]]:
+                       columns: Sequence[str] = SAMPLE_COLUMNS, check_blocks: bool = False,
+                       decoded: DecodedSegments | None = None) -> Iterator[tuple[str, object]]:
     """The one sample reader: (device, pyarrow.Table of ``columns``) pieces, each one device of one segment
     (legacy row segments: one device of a chunk of segments) in (device, t) order, for the samples of these
     segments (all when None) and devices overlapping [start, end).
@@ -312,17 +313,32 @@ def iter_sample_pieces(conn: Connection, *, segment_ids: Sequence[str] | None = 
     Blocks come first, decompressing only the wanted devices and columns; segments without a block are
     read from the legacy `samples` rows. ``check_blocks`` also proves each block against its stored sha256
     (raises :class:`~ledger.telemetry.blocks.BlockError`), which verify wants and receipts leave to verify.
+
+    ``decoded`` (one ``verify``'s :class:`DecodedSegments`): a checked read of whole segments (every column and
+    device) keeps each block's decoded pieces there, and a later unchecked read whose segments it all holds
+    takes its pieces from there instead of the database, in the order and with the values the plain read gives.
     """
     if segment_ids is not None and not segment_ids:
         return
     cols = list(columns)
+    if decoded is not None and not check_blocks and segment_ids is not None and decoded.holds(segment_ids):
+        yield from decoded.pieces(segment_ids, devices, start, end, cols)
+        return
+    keep = (decoded is not None and check_blocks and devices is None and start is None and end is None
+            and tuple(cols) == SAMPLE_COLUMNS)
     found: set[str] = set()
     for sid, format_, sha, data in _block_rows(conn, segment_ids):
         found.add(sid)
         if check_blocks and hashlib.sha256(data).hexdigest() != sha:
             raise blocks.BlockError(f"sample block of segment {sid} does not match its sha256")
-        yield from block_pieces(blocks.open_block(format_, data), cols, devices, start, end,
-                                checked_as=sid if check_blocks else None)
+        pieces = block_pieces(blocks.open_block(format_, data), cols, devices, start, end,
+                              checked_as=sid if check_blocks else None)
+        if not keep:
+            yield from pieces
+            continue
+        whole = list(pieces)   # every column and device, its labels checked: kept once all of it read
+        yield from whole
+        decoded.keep(sid, whole)
     legacy = None if segment_ids is None else [s for s in dict.fromkeys(segment_ids) if s not in found]
     yield from _legacy_pieces(conn, legacy, devices, start, end, cols)
 
@@ -347,6 +363,55 @@ def block_rows(conn: Connection, segment_ids: Sequence[str]) -> list[tuple]:
     """(segment id, format, sha256, data) of these segments' blocks, in the order :func:`iter_sample_pieces`
     reads them (a segment stored as legacy rows has none)."""
     return [tuple(r) for r in _block_rows(conn, segment_ids)] if segment_ids else []
+
+
+class DecodedSegments:
+    """One ``verify``'s decoded sample blocks, so that each is decompressed once: its segment check reads every
+    segment whole (every column, checked against its sha256 and labels) and keeps the pieces here; the receipt
+    replays after it read their segments' samples from here (:func:`iter_sample_pieces`' ``decoded``).
+
+    Only blocks that decoded and passed their checks are kept (a damaged one is read again, and fails again,
+    the plain way), and only up to ``max_rows`` samples in all (a bigger ledger reads the rest from the
+    database). A read is served from here only when every segment it asks for is held; the pieces come in
+    the order the database read gives (segments by id, in chunks of ``_IN_CHUNK``; entry ids are lowercase
+    hex, ordered alike by every collation), each device's rows windowed and its columns picked as there.
+    """
+
+    def __init__(self, max_rows: int = 2_000_000) -> None:
+        self.max_rows = max_rows
+        self.rows = 0
+        self._pieces: dict[str, list[tuple[str, Any]]] = {}
+        self._refused: set[str] = set()
+
+    def keep(self, segment_id: str, pieces: list[tuple[str, Any]]) -> None:
+        """A block's decoded (device, table of every column) pieces, unless over budget or seen twice."""
+        if segment_id in self._pieces or segment_id in self._refused:
+            self._pieces.pop(segment_id, None)    # two reads of one id: keep neither, read it plainly
+            self._refused.add(segment_id)
+            return
+        n = sum(t.num_rows for _, t in pieces)
+        if self.rows + n > self.max_rows:
+            self._refused.add(segment_id)
+            return
+        self._pieces[segment_id] = pieces
+        self.rows += n
+
+    def holds(self, segment_ids: Sequence[str]) -> bool:
+        return all(s in self._pieces for s in segment_ids)
+
+    def pieces(self, segment_ids: Sequence[str], devices: Sequence[str] | None, start: float | None,
+               end: float | None, cols: list[str]) -> Iterator[tuple[str, object]]:
+        """What :func:`iter_sample_pieces` yields for these (all held) segments."""
+        wanted = None if devices is None else set(devices)
+        ids = list(dict.fromkeys(segment_ids))
+        for i in range(0, len(ids), _IN_CHUNK):
+            for sid in sorted(ids[i:i + _IN_CHUNK]):
+                for device, table in self._pieces[sid]:
+                    if wanted is not None and device not in wanted:
+                        continue
+                    piece = _in_window(table, start, end)
+                    if piece.num_rows:
+                        yield device, piece.select(cols)
 
 
 def _check_label(segment_id: str, device: str, table) -> None:  # noqa: ANN001
@@ -434,13 +499,15 @@ def _legacy_pieces(conn: Connection, segment_ids: Sequence[str] | None, devices:
 
 def read_samples(engine_or_conn, *, segment_ids: Sequence[str] | None = None,  # noqa: ANN001, ANN201
                  devices: Sequence[str] | None = None, start: float | None = None, end: float | None = None,
-                 columns: Sequence[str] = SAMPLE_COLUMNS, check_blocks: bool = False):
+                 columns: Sequence[str] = SAMPLE_COLUMNS, check_blocks: bool = False,
+                 decoded: DecodedSegments | None = None):
     """:func:`iter_sample_pieces` as one pyarrow Table ordered by (device, t) (a stable sort)."""
     import pyarrow as pa
 
     def _q(conn: Connection):  # noqa: ANN202
         pieces = [t for _, t in iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start,
-                                                   end=end, columns=columns, check_blocks=check_blocks)]
+                                                   end=end, columns=columns, check_blocks=check_blocks,
+                                                   decoded=decoded)]
         if not pieces:
             full = blocks.arrow_schema()
             return pa.Table.from_arrays([pa.array([], type=full.field(c).type) for c in columns], names=list(columns))
@@ -461,13 +528,14 @@ def load_samples(engine_or_conn, devices: Sequence[str] | None = None, start: fl
     return [Sample(*r) for r in blocks.table_rows(table)]
 
 
-def segment_samples(conn: Connection, ce: ChainedEntry) -> tuple[Any, ChainProblem | None]:
+def segment_samples(conn: Connection, ce: ChainedEntry, decoded: DecodedSegments | None = None
+                    ) -> tuple[Any, ChainProblem | None]:
     """A sealed segment's stored samples (an Arrow table, every column) read once for ``verify``, and the
     problem with them if they no longer hash to what its entry recorded (block or legacy rows alike); the table
-    is None when they cannot be read at all."""
+    is None when they cannot be read at all. ``decoded``: keep its decoded block there for the replays."""
     sid = ce.entry.entry_id
     try:
-        table = read_samples(conn, segment_ids=[sid], check_blocks=True)
+        table = read_samples(conn, segment_ids=[sid], check_blocks=True, decoded=decoded)
         fast = table_digest(table)
         if fast is None:   # the reference: every row as a tuple, encoded one by one
             rows = blocks.table_rows(table) if table.num_rows else []

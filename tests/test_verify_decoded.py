@@ -1,0 +1,178 @@
+"""verify decodes each sample block once: its segment check keeps the decoded blocks
+(:class:`ledger.telemetry.sealed.DecodedSegments`) and the receipt replays read them there. Held equal to the
+plain reads here: every read served from the kept blocks gives the pieces the database read gives, and
+``verify`` reports the same on the honest demo ledger and on tampered copies of it."""
+
+from __future__ import annotations
+
+import shutil
+from functools import partial
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from ledger.base.config import load
+from ledger.chain import db as db_mod
+from ledger.chain.canonical import ts_to_epoch
+from ledger.chain.entries import Kind
+from ledger.chain.heads import check_tree
+from ledger.chain.lite import text
+from ledger.chain.store import iter_entries
+from ledger.chain.verify import verify
+from ledger.ingest.site import site_from_config
+from ledger.receipts.auto import check_issued_receipts, check_receipt_lines, verify_checks
+from ledger.telemetry import blocks
+from ledger.telemetry.derived import check_segments
+from ledger.telemetry.model import SAMPLE_COLUMNS
+from ledger.telemetry.sealed import DecodedSegments, iter_sample_pieces
+
+
+def _site(out):
+    return site_from_config(load(str(out / "site.toml"), {}))
+
+
+def _plain_checks(site):
+    """verify_checks(site) as it was before the kept blocks: each check reads its samples itself."""
+    return (check_segments, partial(check_issued_receipts, site=site), check_receipt_lines, check_tree)
+
+
+@pytest.fixture(scope="module")
+def kept(demo):
+    """The demo ledger's blocks, kept by its segment check as verify keeps them."""
+    out, _ = demo
+    engine = db_mod.make_engine(f"sqlite:///{out / 'ledger.db'}")
+    decoded = DecodedSegments()
+    assert check_segments(engine, None, decoded=decoded) == []
+    with engine.connect() as conn:
+        sealed = list(iter_entries(conn, kinds=[Kind.TELEMETRY_SEGMENT]))
+    segments = [ce.entry.entry_id for ce in sealed]
+    devices = sorted({d for ce in sealed for d in ce.entry.data.get("devices") or [ce.entry.device]})
+    t0 = min(ts_to_epoch(ce.entry.ts) for ce in sealed)
+    t1 = max(ts_to_epoch(ce.entry.ts_end or ce.entry.ts) for ce in sealed)
+    yield engine, decoded, segments, devices, (t0, t1)
+    engine.dispose()
+
+
+def _as_lists(pieces):
+    return [(device, table.column_names, table.to_pylist()) for device, table in pieces]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_read_from_the_kept_blocks_is_the_database_read(kept, data):
+    engine, decoded, segments, devices, (t0, t1) = kept
+    ids = data.draw(st.lists(st.sampled_from(segments), min_size=1, max_size=8))
+    devs = data.draw(st.none() | st.lists(st.sampled_from(devices), min_size=1, max_size=6))
+    columns = data.draw(st.lists(st.sampled_from(SAMPLE_COLUMNS), min_size=1, max_size=6, unique=True))
+    start = data.draw(st.none() | st.floats(t0 - 3600, t1, allow_nan=False))
+    end = data.draw(st.none() | st.floats(t0, t1 + 3600 * 24, allow_nan=False))
+    assert decoded.holds(ids)   # the fast path is the one taken
+    with engine.connect() as conn:
+        read = partial(iter_sample_pieces, conn, segment_ids=ids, devices=devs, start=start, end=end,
+                       columns=columns)
+        assert _as_lists(read(decoded=decoded)) == _as_lists(read())
+
+
+def test_a_segment_not_kept_is_read_from_the_database(kept):
+    engine, decoded, segments, _, _ = kept
+    budget = DecodedSegments(max_rows=0)
+    with engine.connect() as conn:
+        pieces = list(iter_sample_pieces(conn, segment_ids=segments[:1], check_blocks=True, decoded=budget))
+    assert pieces and not budget.holds(segments[:1]) and budget.rows == 0
+
+
+def _verdict(url, checks):
+    engine = db_mod.make_engine(url)
+    try:
+        return verify(engine, checks=checks).to_json()
+    finally:
+        engine.dispose()
+
+
+def test_verify_with_kept_blocks_reports_as_the_plain_checks_on_the_honest_demo(demo):
+    out, _ = demo
+    url, site = f"sqlite:///{out / 'ledger.db'}", _site(out)
+    fast = _verdict(url, verify_checks(site))
+    assert fast["ok"] and fast == _verdict(url, _plain_checks(site))
+
+
+def _tamper_used_block(path, damage):  # noqa: ANN001
+    """Rewrite the block of the segment the most issued receipts read (``damage``: 'values', its samples
+    changed and its sha256 fixed up; 'bytes', a byte of it flipped)."""
+    engine = db_mod.make_engine(f"sqlite:///{path}")
+    with db_mod.write_tx(engine) as conn:
+        sid, format_, data = conn.execute(text(
+            "SELECT segment_id, format, data FROM sample_blocks ORDER BY rows DESC LIMIT 1")).one()
+        conn.execute(text("DROP TRIGGER IF EXISTS sample_blocks_no_update"))
+        if damage == "values":
+            rows = [list(r) for _, table in blocks.decode(format_, bytes(data)) for r in blocks.table_rows(table)]
+            for r in rows:
+                for c in ("sm_active", "gpu_util", "tensor_active"):
+                    r[SAMPLE_COLUMNS.index(c)] = 0.0
+            block = blocks.encode([tuple(r) for r in rows])
+            conn.execute(text("UPDATE sample_blocks SET data = :d, sha256 = :h WHERE segment_id = :s"),
+                         {"d": block.data, "h": block.sha256, "s": sid})
+        else:
+            flipped = bytearray(data)
+            flipped[len(flipped) // 2] ^= 0x5A
+            conn.execute(text("UPDATE sample_blocks SET data = :d WHERE segment_id = :s"),
+                         {"d": bytes(flipped), "s": sid})
+    engine.dispose()
+
+
+@pytest.mark.parametrize("damage", ["values", "bytes"])
+def test_verify_with_kept_blocks_reports_as_the_plain_checks_on_a_tampered_demo(demo, tmp_path, damage):
+    out, _ = demo
+    copy = tmp_path / "ledger.db"
+    shutil.copy(out / "ledger.db", copy)
+    _tamper_used_block(copy, damage)
+    url, site = f"sqlite:///{copy}", _site(out)
+    fast = _verdict(url, verify_checks(site))
+    assert not fast["ok"]
+    assert any("receipt" in p["reason"] for p in fast["problems"]), fast["problems"]  # the replays saw it
+    assert fast == _verdict(url, _plain_checks(site))
+
+
+# --- the replays shared with worker processes ---------------------------------------------------------------
+
+@pytest.fixture
+def shared_used(monkeypatch):
+    """Shared replays on the small demo's receipts (few: the thresholds lowered), counting the runs that
+    actually shared them."""
+    from ledger.receipts import auto
+
+    monkeypatch.setattr(auto, "PARALLEL_MIN_RECEIPTS", 2)
+    monkeypatch.setattr(auto, "REPLAY_CHUNK", 3)
+    used = []
+    finish = auto.SharedReplays.finish
+
+    def counted(self, engine, decoded):  # noqa: ANN001, ANN202
+        used.append(len(self._chunks))
+        return finish(self, engine, decoded)
+
+    monkeypatch.setattr(auto.SharedReplays, "finish", counted)
+    return used
+
+
+@pytest.mark.parametrize("damage", [None, "values", "bytes"])
+def test_replays_shared_with_workers_report_as_one_process(demo, tmp_path, shared_used, damage):
+    out, _ = demo
+    copy = tmp_path / "ledger.db"
+    shutil.copy(out / "ledger.db", copy)
+    if damage:
+        _tamper_used_block(copy, damage)
+    url, site = f"sqlite:///{copy}", _site(out)
+    shared = _verdict(url, verify_checks(site, workers=2))
+    assert shared_used and shared_used[0] > 2   # the workers were started and had chunks to take
+    assert shared == _verdict(url, _plain_checks(site)) == _verdict(url, verify_checks(site, workers=1))
+    assert shared["ok"] is (damage is None)
+
+
+def test_verify_cli_workers_option_gives_the_same_output(runner, cli, demo, shared_used):
+    out, _ = demo
+    argv = ["--db", f"sqlite:///{out / 'ledger.db'}", "--config", str(out / "site.toml"), "verify", "--json"]
+    one = runner.invoke(cli, argv)
+    assert not shared_used   # one process unless asked
+    many = runner.invoke(cli, argv + ["--workers", "2"])
+    assert shared_used
+    assert one.exit_code == many.exit_code == 0 and one.output == many.output
