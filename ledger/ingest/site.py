@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from ..base.config import Config, normalise_db_url
 from ..base.invoice_ids import DEFAULT_INVOICE_SCHEME, InvoiceSchemeError, check_invoice_scheme
@@ -25,7 +25,9 @@ from ..chain.adjustments import DEFAULT_MAX_FACTOR
 from ..method.carbon import CarbonSettings, IntensityError, constant_intensity, parse_intensity
 from ..method.lens import LENS_METHOD_VERSIONS, LensSettings, precision_for
 from ..method.skus import SkuError, SkuRating, builtin_table, site_table
-from .sacct import DEFAULT_BATCH, DEFAULT_LOOKBACK_DAYS, AccountingSettings
+
+if TYPE_CHECKING:  # the sacct module (and the hook modules it uses) only where a site asks for accounting
+    from .sacct import AccountingSettings
 
 
 class SiteError(ValueError):
@@ -106,6 +108,8 @@ def site_accounting(extra: Mapping, commands: Mapping[str, str], where: str = "c
         raise SiteError(f"{where}: accounting.enabled must be true or false, got {enabled!r}")
     if not enabled:
         return None
+    from .sacct import DEFAULT_BATCH, DEFAULT_LOOKBACK_DAYS, AccountingSettings
+
     batch = a.get("batch", DEFAULT_BATCH)
     try:
         batch_n = max(1, int(batch))   # as before: 0 or below is one run per call
