@@ -29,12 +29,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ledger.base.invoice_ids import (  # noqa: F401 - the scheme's fields and check, re-exported
+    DEFAULT_INVOICE_SCHEME, INVOICE_FIELDS, InvoiceSchemeError, check_invoice_scheme
+)
+
 from .energy_columns import ENERGY_FOCUS
 from .lens_columns import LENS_FOCUS
 
 FOCUS_VERSION = "1.2"
-DEFAULT_INVOICE_SCHEME = "{cluster}-{YYYY-MM}-{tenant}"
-INVOICE_FIELDS = ("cluster", "YYYY-MM", "YYYY", "MM", "tenant")
 GPU_HOURS_UNIT = "GPU-Hours"
 SERVICE_NAME = "GPU allocation"
 SERVICE_CATEGORY = "Compute"
@@ -151,21 +153,6 @@ def _iso_col(epoch: pd.Series) -> pd.Series:
 def _s(col: pd.Series) -> pd.Series:
     """A column as text for concatenation (missing values as empty text)."""
     return col.astype(object).where(col.notna(), "").astype(str)
-
-
-class InvoiceSchemeError(ValueError):
-    """A site's InvoiceId scheme with an unknown field (one line, naming the config field)."""
-
-
-def check_invoice_scheme(scheme: str) -> str:
-    """The scheme itself when every ``{field}`` in it is one of :data:`INVOICE_FIELDS`."""
-    for f in re.findall(r"\{([^{}]*)\}", scheme):
-        if f not in INVOICE_FIELDS:
-            raise InvoiceSchemeError(f"focus.invoice_id: unknown field {{{f}}} in {scheme!r} "
-                                     f"(fields: {', '.join('{' + x + '}' for x in INVOICE_FIELDS)})")
-    if not scheme.strip():
-        raise InvoiceSchemeError("focus.invoice_id: empty scheme")
-    return scheme
 
 
 def _ascii_id(v: Any) -> str:

@@ -2,6 +2,10 @@
 
 Every view (receipts, findings, exports) reads entries through :func:`iter_entries`; nothing updates or
 deletes a row (the database refuses it anyway, see schema/versions/0001_entries.py).
+
+What an append derives is written in its transaction by one listed sequence of append steps: the ledger's own
+(:data:`DERIVED_WRITES`: Merkle nodes, receipt lines), then the caller's (``also``: shipping adds its sealed
+samples and their device-hours, ledger/ingest/ship.py).
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from hashlib import sha256
-from typing import Iterable, Sequence, TYPE_CHECKING
+from typing import Callable, Iterable, Sequence, TYPE_CHECKING
 
 from .lite import text
 
@@ -33,6 +37,36 @@ class AppendResult:
     first_seq: int | None
     last_seq: int | None
     head_hash: str
+
+
+@dataclass(frozen=True)
+class Appended:
+    """What one :func:`append_in` added, handed to each append step: the first new sequence number, each new
+    entry's chain encoding (its Merkle leaf) in order, and the (seq, payload) of the issued receipts among them."""
+
+    first_seq: int | None
+    leaves: list[bytes]
+    issued: list[tuple[int, str]]
+
+
+# A write derived from an append, made in the append's transaction (so it commits or rolls back with it).
+AppendStep = Callable[["Connection", Appended], None]
+
+
+def merkle_nodes(conn: Connection, appended: Appended) -> None:
+    """The Merkle tree's nodes over the new leaves (ledger/chain/merkle.py)."""
+    if appended.leaves:
+        merkle.on_append(conn, appended.first_seq, appended.leaves)  # type: ignore[arg-type]
+
+
+def receipt_line_rows(conn: Connection, appended: Appended) -> None:
+    """The flat lines of each issued receipt (ledger/chain/receipt_lines.py)."""
+    if appended.leaves:
+        receipt_lines.on_append(conn, appended.issued)
+
+
+# The ledger's own derived writes, in order: every append makes them, whoever appends.
+DERIVED_WRITES: tuple[AppendStep, ...] = (merkle_nodes, receipt_line_rows)
 
 
 def head(conn: Connection) -> tuple[int, str]:
@@ -78,8 +112,10 @@ def _copy_rows(conn: Connection, rows: list[tuple]) -> None:
                 copy.write_row(row)
 
 
-def append_in(conn: Connection, entries: Iterable[Entry]) -> AppendResult:
-    """Append within the caller's transaction: skip facts already recorded, chain the rest, bulk insert."""
+def append_in(conn: Connection, entries: Iterable[Entry], also: Sequence[AppendStep] = ()) -> AppendResult:
+    """Append within the caller's transaction: skip facts already recorded, chain the rest, bulk insert; then
+    the append steps, :data:`DERIVED_WRITES` and the caller's ``also``, in that order (each runs even when
+    nothing was new: the caller's may have work of their own, the ledger's then do nothing)."""
     lock_chain(conn)
     unique: dict[str, Entry] = {}
     for e in entries:
@@ -92,7 +128,7 @@ def append_in(conn: Connection, entries: Iterable[Entry]) -> AppendResult:
     first = None
     rows = []
     leaves = []  # each entry's chain encoding is also its Merkle leaf (ledger/chain/merkle.py)
-    issued = []  # issued receipts get their flat lines in this same transaction (ledger/chain/receipt_lines.py)
+    issued = []  # issued receipts get their flat lines in this same transaction (receipt_line_rows)
     for entry_id in ids:
         if entry_id in existing:
             continue
@@ -112,8 +148,9 @@ def append_in(conn: Connection, entries: Iterable[Entry]) -> AppendResult:
         else:
             marks = ",".join("?" * len(ENTRY_COLUMNS))
             conn.exec_driver_sql(f"INSERT INTO entries ({', '.join(ENTRY_COLUMNS)}) VALUES ({marks})", rows)
-        merkle.on_append(conn, first, leaves)  # type: ignore[arg-type]
-        receipt_lines.on_append(conn, issued)
+    appended = Appended(first, leaves, issued)
+    for step in (*DERIVED_WRITES, *also):
+        step(conn, appended)
     return AppendResult(appended=len(rows), duplicates=len(existing),
                         first_seq=first, last_seq=seq if rows else None, head_hash=prev)
 

@@ -1,4 +1,5 @@
-"""The `ipledger` command line: a thin click layer over the library (each command parses, calls, renders).
+"""The `ipledger` command line: a thin click layer over the library (each command parses, calls, renders;
+:mod:`ledger.api` holds the entry points a Python caller shares with it).
 
 :func:`main` is the console script. ``ipledger mark`` goes straight to :mod:`ledger.capture.marks` without importing
 click or the database layer (a job may mark at every checkpoint; bench/mark.py measures it); ``--help`` and
@@ -6,7 +7,7 @@ every other command go through click (:mod:`ledger.cli.main`).
 
 May import: every package (it wires them): `ledger.proofcheck`, `ledger.base`, `ledger.chain`, `ledger.method`,
 `ledger.telemetry`, `ledger.importers`, `ledger.capture`, `ledger.ingest`, `ledger.receipts`, `reports`,
-`ledger.agents`, `ledger.sim`, `ledger.web`.
+`ledger.api`, `ledger.agents`, `ledger.sim`, `ledger.web`.
 """
 
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import click
 
 from ..chain import store
-from ..chain.adjustments import (
-    DEFAULT_MAX_FACTOR, RESOLUTIONS, AdjustmentError, adjustment_entry, check_bound, resolution_entry
-)
+from ..chain.adjustments import RESOLUTIONS, AdjustmentError, adjustment_entry, check_bound, resolution_entry
 from ..chain.entries import Kind
 from ..receipts import ReceiptError
 from ..receipts.gather import pick_run, runs_of_job
@@ -42,7 +40,7 @@ def adjust_cmd(app: AppContext, job_id: str, run: int | None, cluster: str | Non
         with engine.connect() as conn:
             key = pick_run(runs_of_job(conn, job_id, None), job_id, run, cluster)
         quantity = credit or debit or ""
-        check_bound(quantity, *_paid(engine, key), _factor(app))
+        check_bound(quantity, *_paid(engine, key), app.site.max_adjustment_factor)
         entry = adjustment_entry(cluster=key.cluster, job_id=key.job_id, run=key.run,
                                  direction="credit" if credit else "debit", quantity=credit or debit or "",
                                  reason=reason, by=by, references=list(refs))
@@ -64,14 +62,6 @@ def _paid(engine, key) -> tuple[float, float]:  # noqa: ANN001
 
     body = compute_receipt(gather(engine, key.job_id, key.run, cluster=key.cluster)).body
     return float(body["gpu_hours"]["paid"]), float(body["cost"]["paid"])
-
-
-def _factor(app: AppContext) -> float:
-    raw = app.config.extra.get("max_adjustment_factor", DEFAULT_MAX_FACTOR)
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 < raw < 1e6:
-        raise UserError(f"{app.config.path or 'site config'}: max_adjustment_factor: expected a number between "
-                        f"0 and 1e6, got {raw!r}")
-    return float(raw)
 
 
 @click.command("resolve")

@@ -54,12 +54,12 @@ class AppContext:
         """The site this command works for, built once from --config (and --db): every command passes it on."""
         if self._site is None:
             from ..method.skus import SkuError
-            from ..ingest.site import site_from_config
+            from ..ingest.site import SiteError, site_from_config
 
             try:
                 # the CLI is a main program, so big receipts may start worker processes
                 self._site = site_from_config(self.config, db=self.db_option, main_program=True)
-            except SkuError as exc:
+            except (SkuError, SiteError) as exc:
                 raise UserError(str(exc)) from None
         return self._site
 

@@ -76,25 +76,17 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
     Example:
       IPLEDGER_SPOOL=/var/spool/ipledger ipledger ship --json
     """
+    from .. import api
+    from ..capture.spool import UnsafeSpool
+
     site = app.site
     directory = spool_dir or site.spool
     engine = app.engine()
-    after: list = []
-    if not no_receipts and site.auto_receipts:
-        from ..receipts.auto import after_ship_steps  # here: shipping alone need not import the receipts
-
-        after = after_ship_steps(site)
     if not Path(directory).is_dir():  # nothing to ship from: said, not "shipped 0" (and no directory is made)
         raise UserError(f"{printable(str(directory))}: no spool directory here (--spool, $IPLEDGER_SPOOL or the config's spool)")
-    from ..ingest.sacct import AccountingSettings
-    from ..ingest.ship import ship as ship_spool   # here: verify and log need not import shipping
-    from ..capture.spool import UnsafeSpool
-
-    acct = AccountingSettings.from_config(app.config)
     try:
         with Progress("shipping spool files", quiet=quiet or as_json) as bar:
-            report = ship_spool(engine, directory, progress=bar, after=after,
-                                enrich=acct.enricher() if acct else None)
+            report = api.ship(site, engine, spool_dir=directory, receipts=not no_receipts, progress=bar)
     except UnsafeSpool as exc:
         raise UserError(str(exc)) from None
     if as_json:
@@ -159,7 +151,7 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
 
     try:
         parsed = [Anchor.parse(a) for a in anchors]
-        pinned = read_pinned_keys(pubkeys or app.config.trusted_keys)
+        pinned = read_pinned_keys(pubkeys or app.site.trusted_keys)
     except (ValueError, HeadError) as exc:
         raise UserError(str(exc)) from None
     engine = app.reader()

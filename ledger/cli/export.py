@@ -1,6 +1,6 @@
 """`ipledger export monthly`: the monthly tenant accounting export (CSV, Parquet, FOCUS, JSON, PDF).
 
-A thin command over :func:`reports.export.build_statement` and :func:`reports.export.write`.
+A thin command over :func:`ledger.api.export_month` (the statement written, then its export recorded).
 """
 
 from __future__ import annotations
@@ -57,25 +57,18 @@ def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: 
       ipledger export monthly --month 2026-10 --as-of 18234 --format json --out -
     """
     from reports.alias import AliasError, Aliaser, read_key
-    from reports.focus import DEFAULT_INVOICE_SCHEME, InvoiceSchemeError, check_invoice_scheme
     from reports.export import default_name
-    from reports.statement_file import export_file
     from reports.monthly import ExportError, cents
-    from ..base.progressbar import Progress
 
-    from ..base.safeout import OutputError, output_file
+    from .. import api
+    from ..base.progressbar import Progress
+    from ..base.safeout import OutputError
 
     try:
         aliaser = Aliaser(read_key(alias_key) if alias_key else None)
     except AliasError as exc:
         raise UserError(str(exc)) from None
-    focus_cfg = app.config.extra.get("focus") if fmt == "focus" else None
-    scheme = focus_cfg.get("invoice_id", DEFAULT_INVOICE_SCHEME) if isinstance(focus_cfg, dict) \
-        else DEFAULT_INVOICE_SCHEME
-    try:
-        check_invoice_scheme(str(scheme))
-    except InvoiceSchemeError as exc:
-        raise UserError(f"{app.config.path or 'config'}: {exc}") from None
+    site = app.site
     import pyarrow as pa
 
     # Arrow's buffers from the C allocator, as numpy's are: memory Arrow frees while the month is read into
@@ -93,23 +86,23 @@ def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: 
 
             with tempfile.TemporaryDirectory() as d:
                 tmp = Path(d) / "out"
-                st = export_file(app.engine(), month, fmt, tmp, tenant=tenant, as_of=as_of, aliaser=aliaser,
-                                 progress=bar, invoice_scheme=scheme)
-                bar.close()
-                sys.stdout.write(tmp.read_text())
-            _record_export(app, month, tenant, fmt, st, as_of)
+                try:
+                    api.export_month(site, app.engine(), month, fmt, tmp, tenant=tenant, as_of=as_of,
+                                     aliaser=aliaser, progress=bar)
+                finally:  # written, even when its export could not be recorded (that error follows)
+                    bar.close()
+                    if tmp.exists():
+                        sys.stdout.write(tmp.read_text())
             return
-        with output_file(path) as tmp:  # the target is replaced only by a complete file, never truncated
-            st = export_file(app.engine(), month, fmt, tmp, tenant=tenant, as_of=as_of, aliaser=aliaser,
-                             progress=bar, invoice_scheme=scheme)
-    except ExportError as exc:
+        st = api.export_month(site, app.engine(), month, fmt, path, tenant=tenant, as_of=as_of, aliaser=aliaser,
+                              progress=bar)
+    except (ExportError, api.ExportNotRecorded) as exc:
         raise UserError(str(exc)) from None
     except (OSError, OutputError) as exc:
         raise UserError(str(exc) if isinstance(exc, OutputError) else f"{path}: cannot write ({exc.strerror})") \
             from None
     finally:
         bar.close()
-    _record_export(app, month, tenant, fmt, st, as_of)
     t = st.totals
     summary = {"month": month, "format": fmt, "out": str(path), "tenant": tenant, "empty": st.empty,
                "runs": t["runs"], "corrections": t["corrections"], "paid_gpu_hours": round(t["paid"], 6),
@@ -124,29 +117,6 @@ def monthly_cmd(app: AppContext, month: str, tenant: str | None, fmt: str, out: 
     echo(f"{path}: {t['runs']} runs, {t['paid']:.2f} GPU-hours paid, {t['delivered']:.2f} delivered, "
                f"billed {cents(t['billed']):.2f} {summary['currency'] or ''} "
                f"(ledger seq {st.through_seq}, head {st.head_hash[:16]})")
-
-
-def _record_export(app: AppContext, month: str, tenant: str | None, fmt: str, st, as_of: int | None) -> None:  # noqa: ANN001
-    """A statement that left the ledger closes its month to repricing (a ``statement_exported`` entry;
-    ledger/chain/closed.py). An ``--as-of`` export reproduces an earlier one and records nothing."""
-    if as_of is not None or st.empty:
-        return
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from ..chain.closed import statement_exported_entry
-    from ..chain.entries import Kind
-    from ..chain.store import append, iter_entries
-
-    engine = app.engine()
-    for ce in iter_entries(engine, kinds=[Kind.STATEMENT_EXPORTED]):
-        d = ce.entry.data
-        if (d.get("month"), d.get("tenant"), d.get("through_seq")) == (month, tenant, st.through_seq):
-            return  # this very statement was exported before (in this or another format)
-    try:
-        append(engine, [statement_exported_entry(month, tenant, fmt, st.through_seq, st.head_hash)])
-    except SQLAlchemyError as exc:  # e.g. a read-only role: the file is written, the month is not closed
-        raise UserError(f"the {month} statement was written, but its export could not be recorded in the "
-                        f"ledger ({type(exc).__name__}): the month is not closed to repricing") from None
 
 
 def register(cli: click.Group) -> None:

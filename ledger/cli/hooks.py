@@ -176,19 +176,15 @@ def reconcile_cmd(app: AppContext, dry_run: bool, no_ship: bool, as_json: bool) 
       ipledger reconcile --json
       ipledger reconcile --dry-run
     """
+    from .. import api
     from ..chain import store
     from .reconcile import reconcile
-    from ..receipts.auto import after_ship_steps
-    from ..ingest.ship import ship
-
-    from ..ingest.sacct import AccountingSettings
 
     engine = app.engine()
-    acct = AccountingSettings.from_config(app.config)
-    if not no_ship and os.path.isdir(app.config.spool):
-        ship(engine, app.config.spool, after=after_ship_steps(app.site), enrich=acct.enricher() if acct else None)
-    report = reconcile(list(store.iter_entries(engine)), app.config.commands,
-                       timeout=max(app.config.hook_timeout_s, 10.0))
+    site = app.site
+    if not no_ship and os.path.isdir(site.spool):
+        api.ship(site, engine)
+    report = reconcile(list(store.iter_entries(engine)), site.commands, timeout=max(site.hook_timeout_s, 10.0))
     appended = 0
     if report.entries and not dry_run:
         appended = store.append(engine, report.entries).appended

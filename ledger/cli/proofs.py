@@ -85,8 +85,8 @@ def consistency_cmd(app: AppContext, old_head: str, new_head: str, pubkey: str |
         old, new = read_head(old_head), read_head(new_head)
         if pubkey:
             key = read_public_key(pubkey)
-        elif app.config.trusted_keys:  # a pinned key, never one the ledger itself recorded
-            pinned = {log_id_of(k): k for k in read_pinned_keys(app.config.trusted_keys)}
+        elif app.site.trusted_keys:  # a pinned key, never one the ledger itself recorded
+            pinned = {log_id_of(k): k for k in read_pinned_keys(app.site.trusted_keys)}
             key = pinned.get(str(new.get("log_id")))
             if key is None:
                 raise HeadError(f"{new_head}: a head of log {str(new.get('log_id'))[:64]}, not of a trusted key")

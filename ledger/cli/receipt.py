@@ -148,29 +148,25 @@ def issue_cmd(app: AppContext, month: str | None, all_runs: bool, include_open: 
       ipledger issue --month 2026-12 --open
       ipledger issue --month 2026-11 --reprice-closed --yes
     """
-    from ledger.base.periods import PeriodError, month_bounds
+    from .. import api
+    from ..base.periods import PeriodError, month_bounds
     from ..base.progressbar import Progress
-
-    from ..receipts.issue import issue_runs, runs_to_issue
 
     if all_runs == (month is not None):
         raise UserError("name exactly one of --month YYYY-MM or --all")
-    period = None
     if month is not None:
         try:
-            period = tuple(b.timestamp() for b in month_bounds(month))
+            month_bounds(month)
         except PeriodError as exc:
             raise UserError(str(exc)) from None
     if yes and not reprice_closed:
         raise UserError("--yes only confirms --reprice-closed")
     engine = app.engine()
-    skus = app.site.sku_table
-    keys = runs_to_issue(engine, period, include_open)
     dry_run = reprice_closed and not yes
     bar = Progress(f"issue {month or 'all'}", quiet=quiet or as_json)
     try:
-        res = issue_runs(engine, keys, sku_table=skus, progress=bar, reprice_closed=reprice_closed,
-                         dry_run=dry_run, lens=app.site.lens, carbon=app.site.carbon)
+        res = api.issue(app.site, engine, month=month, include_open=include_open, reprice_closed=reprice_closed,
+                        dry_run=dry_run, progress=bar)
     finally:
         bar.close()
     if as_json:

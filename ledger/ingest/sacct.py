@@ -250,22 +250,14 @@ def run_accounting(entries: Iterable[Entry]) -> dict | None:
 
 @dataclass(frozen=True)
 class AccountingSettings:
-    """``[accounting]`` in the site config: enabled (default: when ``[commands] sacct`` is set), batch (runs per
-    sacct call), lookback_days (how far back an end is still waiting for accounting), timeout_s (per call)."""
+    """``[accounting]`` in the site config (read and checked by :func:`ledger.ingest.site.site_accounting`): the
+    sacct command, batch (runs per sacct call), lookback_days (how far back an end is still waiting for
+    accounting), timeout_s (per call)."""
 
     commands: Mapping[str, str]
     batch: int = DEFAULT_BATCH
     lookback_days: float = DEFAULT_LOOKBACK_DAYS
     timeout_s: float = 60.0
-
-    @classmethod
-    def from_config(cls, cfg) -> "AccountingSettings | None":  # noqa: ANN001 - a ledger.base.config.Config
-        a = dict(cfg.extra.get("accounting", {}) or {})
-        if not a.get("enabled", "sacct" in cfg.commands):
-            return None
-        return cls(commands=dict(cfg.commands), batch=max(1, int(a.get("batch", DEFAULT_BATCH))),
-                   lookback_days=float(a.get("lookback_days", DEFAULT_LOOKBACK_DAYS)),
-                   timeout_s=float(a.get("timeout_s", 60.0)))
 
     def enricher(self):  # noqa: ANN201 - a ledger.ingest.ship.Enricher
         def run(engine) -> tuple[list[Entry], dict]:  # noqa: ANN001

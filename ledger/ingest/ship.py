@@ -336,9 +336,8 @@ def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batc
             with write_tx(engine) as conn:
                 if conn.dialect.name == "sqlite":
                     conn.exec_driver_sql(f"PRAGMA cache_size={SQLITE_CACHE_KIB}")
-                result = append_in(conn, entries)
-                if sealed is not None:
-                    _write_samples(conn, sealed)
+                # the sealed samples and their device-hours: an append step after the ledger's own
+                result = append_in(conn, entries, also=(samples_step(sealed),) if sealed is not None else ())
             report.files += len(reads)
             report.records += len(entries)
             report.appended += result.appended
@@ -371,8 +370,14 @@ def _seal(segments: list[Entry], packs: list):  # noqa: ANN202
     return seal_segments(segments, packs)
 
 
+def samples_step(sealed):  # noqa: ANN001, ANN201 - a ledger.chain.store.AppendStep
+    """The append step that stores a batch's sealed segments and their device-hours, in the transaction that
+    appends their entries (after the ledger's own derived writes)."""
+    return lambda conn, _appended: _write_samples(conn, sealed)
+
+
 def _write_samples(conn, sealed) -> None:  # noqa: ANN001
-    """Store sealed segments (once each; their entries are already appended above)."""
+    """Store sealed segments (once each; their entries are appended in the same transaction, before this)."""
     from ..telemetry.sealed import store_sealed_in
 
     store_sealed_in(conn, sealed)

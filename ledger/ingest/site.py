@@ -1,9 +1,15 @@
-"""The site: every setting the ledger's work depends on, read once from the configuration and passed down.
+"""The site: every setting the ledger's work depends on, read and checked once from the configuration and passed down.
 
 A :class:`Site` is built by :func:`site_from_config` where the configuration is read (the CLI, the demo, a
-script) and handed to shipping, issuing and verifying, so that two paths computing one receipt cannot price
-it under different SKU tables, and ``ipledger --config X`` governs everything the command does. Nothing
-below the caller looks the configuration up again.
+script) and handed to the library's entry points (``ledger.api``: ship, issue, export) and to whatever else
+needs a setting, so that two paths computing one receipt cannot price it under different SKU tables, and
+``ipledger --config X`` governs everything the command does. A bad value is refused here, once, in one line
+naming the file and the key (:class:`SiteError`, or :class:`~ledger.method.skus.SkuError` for the SKU and
+method settings). Nothing below the caller looks the configuration up again.
+
+The Slurm hooks are the exception by design: they run on the nodes under ``python -I -S``, read their
+``[hooks]`` table (``error_log``, ``state_dir``, the drop places' limits) on their own fast path
+(``ledger.capture.hooks.core.HookSettings``) and never build a site.
 """
 
 from __future__ import annotations
@@ -11,12 +17,21 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from ..base.config import Config, normalise_db_url
+from ..base.invoice_ids import DEFAULT_INVOICE_SCHEME, InvoiceSchemeError, check_invoice_scheme
+from ..chain.adjustments import DEFAULT_MAX_FACTOR
 from ..method.carbon import CarbonSettings, IntensityError, constant_intensity, parse_intensity
 from ..method.lens import LENS_METHOD_VERSIONS, LensSettings, precision_for
 from ..method.skus import SkuError, SkuRating, builtin_table, site_table
+
+if TYPE_CHECKING:  # the sacct module (and the hook modules it uses) only where a site asks for accounting
+    from .sacct import AccountingSettings
+
+
+class SiteError(ValueError):
+    """A bad setting in the site config: one line naming the file and the key."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +49,17 @@ class Site:
     lens: LensSettings | None = None
     # the ``[carbon]`` section: zones and intensity tables (None: receipts carry no carbon block)
     carbon: CarbonSettings | None = None
+    # ``[accounting]``: the sacct records shipping adds for runs that ended (None: not asked)
+    accounting: AccountingSettings | None = None
+    # ``[focus] invoice_id``: the FOCUS export's InvoiceId scheme (checked)
+    focus_invoice_scheme: str = DEFAULT_INVOICE_SCHEME
+    # ``max_adjustment_factor``: an adjustment is at most the run's paid GPU-hours (or cost) times this
+    max_adjustment_factor: float = DEFAULT_MAX_FACTOR
+    # ``trusted_keys``: the public keys (PEM files) that must have signed every tree head (verify)
+    trusted_keys: tuple[str, ...] = ()
+    # ``[commands]``: program -> absolute path (sacct, scontrol, ... for reconcile); and the hooks' tool budget
+    commands: Mapping[str, str] = field(default_factory=dict)
+    hook_timeout_s: float = 5.0
 
 
 _OFF = ("0", "false", "no")
@@ -58,10 +84,74 @@ def site_from_config(cfg: Config, *, db: str | None = None, environ: Mapping[str
             workers = max(1, int(env["IPLEDGER_RECEIPT_WORKERS"]))
         except ValueError:
             workers = 1
+    where = cfg.path or "config"
     return Site(db=normalise_db_url(db or cfg.db), spool=cfg.spool, cluster=cfg.cluster,
                 sku_table=site_table(cfg.extra, str(Path(cfg.path).parent) if cfg.path else None),
                 receipts_dir=cfg.receipts_dir, auto_receipts=auto, receipt_workers=workers, lens=site_lens(cfg.extra),
-                carbon=site_carbon(cfg.extra, str(Path(cfg.path).parent) if cfg.path else None))
+                carbon=site_carbon(cfg.extra, str(Path(cfg.path).parent) if cfg.path else None),
+                accounting=site_accounting(cfg.extra, cfg.commands, where),
+                focus_invoice_scheme=site_invoice_scheme(cfg.extra, where),
+                max_adjustment_factor=site_adjustment_factor(cfg.extra, where),
+                trusted_keys=tuple(cfg.trusted_keys), commands=dict(cfg.commands), hook_timeout_s=cfg.hook_timeout_s)
+
+
+def site_accounting(extra: Mapping, commands: Mapping[str, str], where: str = "config") -> AccountingSettings | None:
+    """``[accounting]``: enabled (default: when ``[commands] sacct`` is set), batch (runs per sacct call, at
+    least 1), lookback_days and timeout_s (positive numbers). None when not enabled."""
+    a = extra.get("accounting", {})
+    if a is None:
+        a = {}
+    if not isinstance(a, Mapping):
+        raise SiteError(f"{where}: [accounting] must be a table")
+    enabled = a.get("enabled", "sacct" in commands)
+    if not isinstance(enabled, bool):
+        raise SiteError(f"{where}: accounting.enabled must be true or false, got {enabled!r}")
+    if not enabled:
+        return None
+    from .sacct import DEFAULT_BATCH, DEFAULT_LOOKBACK_DAYS, AccountingSettings
+
+    batch = a.get("batch", DEFAULT_BATCH)
+    try:
+        batch_n = max(1, int(batch))   # as before: 0 or below is one run per call
+    except (TypeError, ValueError, OverflowError):
+        raise SiteError(f"{where}: accounting.batch must be a whole number of runs, got {batch!r}") from None
+    if isinstance(batch, bool):
+        raise SiteError(f"{where}: accounting.batch must be a whole number of runs, got {batch!r}")
+    return AccountingSettings(commands=dict(commands), batch=batch_n,
+                              lookback_days=_positive(a, "lookback_days", DEFAULT_LOOKBACK_DAYS, where),
+                              timeout_s=_positive(a, "timeout_s", 60.0, where))
+
+
+def _positive(table: Mapping, key: str, default: float, where: str) -> float:
+    raw = table.get(key, default)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError, OverflowError):
+        value = float("nan")
+    if isinstance(raw, bool) or not 0 < value < float("inf"):
+        raise SiteError(f"{where}: accounting.{key} must be a positive number, got {raw!r}")
+    return value
+
+
+def site_invoice_scheme(extra: Mapping, where: str = "config") -> str:
+    """``[focus] invoice_id``: the FOCUS export's InvoiceId scheme (default ``{cluster}-{YYYY-MM}-{tenant}``)."""
+    focus = extra.get("focus")
+    if focus is None:
+        return DEFAULT_INVOICE_SCHEME
+    if not isinstance(focus, Mapping):
+        raise SiteError(f"{where}: [focus] must be a table")
+    try:
+        return check_invoice_scheme(str(focus.get("invoice_id", DEFAULT_INVOICE_SCHEME)))
+    except InvoiceSchemeError as exc:
+        raise SiteError(f"{where}: {exc}") from None
+
+
+def site_adjustment_factor(extra: Mapping, where: str = "config") -> float:
+    """``max_adjustment_factor``: a number between 0 and 1e6 (default :data:`DEFAULT_MAX_FACTOR`)."""
+    raw = extra.get("max_adjustment_factor", DEFAULT_MAX_FACTOR)
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 < raw < 1e6:
+        raise SiteError(f"{where}: max_adjustment_factor: expected a number between 0 and 1e6, got {raw!r}")
+    return float(raw)
 
 
 def site_lens(extra: Mapping) -> LensSettings | None:
