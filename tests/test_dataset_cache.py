@@ -88,13 +88,17 @@ def test_read_only_commands_do_not_write_the_cache(runner, cli, ledger_copy):
     assert not cache_path(ledger_copy).exists()
 
 
-def _hit(db):  # noqa: ANN001, ANN202 - the cache's content, if it is a sound cache of the ledger as it is now
+def _key(db) -> str:  # noqa: ANN001 - the cache key of the ledger as it is now
     engine = make_engine(f"sqlite:///{db}", read_only=True, create=False)
     try:
         with engine.connect() as conn:
-            return dataset_cache.read(cache_path(db), dataset_cache.ledger_key(conn, dataset_cache.code_digest()))
+            return dataset_cache.ledger_key(conn, dataset_cache.code_digest())
     finally:
         engine.dispose()
+
+
+def _hit(db):  # noqa: ANN001, ANN202 - the cache's content, if it is a sound cache of the ledger as it is now
+    return dataset_cache.read(cache_path(db), _key(db))
 
 
 def test_a_stale_cache_is_ignored(runner, cli, ledger_copy):
@@ -144,6 +148,23 @@ def test_a_tampered_cache_is_ignored(runner, cli, ledger_copy):
     path.write_bytes(flipped)
     plain = _run(runner, cli, ledger_copy, ["explain", "--rack", "R3", "--no-cache"])
     assert _run(runner, cli, ledger_copy, ["explain", "--rack", "R3"]) == plain
+
+
+def test_a_cache_behind_a_symbolic_link_or_not_a_file_is_not_read(runner, cli, ledger_copy, tmp_path):
+    """Whoever can write beside the ledger could point the cache name at another file for a root process to read:
+    a link (even to a sound cache) and a non-regular file are ignored, and the answer is the ledger's own."""
+    _run(runner, cli, ledger_copy, ["findings"])
+    path = cache_path(ledger_copy)
+    elsewhere = tmp_path / "elsewhere.npz"
+    path.rename(elsewhere)
+    path.symlink_to(elsewhere)
+    assert dataset_cache.read(elsewhere, _key(ledger_copy)) is not None   # a sound cache
+    assert _hit(ledger_copy) is None
+    path.unlink()
+    path.mkdir()
+    assert _hit(ledger_copy) is None
+    plain = _run(runner, cli, ledger_copy, ["account", "--json", "--no-cache"])
+    assert _run(runner, cli, ledger_copy, ["account", "--json"]) == plain
 
 
 # --- the codec ---------------------------------------------------------------------------------------------------

@@ -268,11 +268,28 @@ def decode(data: bytes | Path, key: str) -> Cached | None:
         return None
 
 
+READ_LIMIT = 2 << 30   # bytes: a cache larger than the agents' memory budget is not one this code wrote
+
+
 def read(path: Path, key: str) -> Cached | None:
-    """The cache at ``path`` if it is a sound cache of ``key``, else None (a missing file included)."""
-    if not path.is_file():
+    """The cache at ``path`` if it is a sound cache of ``key``, else None (a missing file included). Read through
+    no symbolic link (the command may run as root beside a ledger another user can reach), only a regular file,
+    and at most :data:`READ_LIMIT` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
         return None
-    return decode(path, key)
+    try:
+        st = os.fstat(fd)
+        if (st.st_mode & 0o170000) != 0o100000 or st.st_size > READ_LIMIT:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(READ_LIMIT + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return None if len(data) > READ_LIMIT else decode(data, key)
 
 
 def identical(a: Cached, b: Cached) -> bool:
