@@ -53,7 +53,7 @@ def run(scale: float, repeat: int) -> Figure:
     try:
         fl = generate(0, hours=24.0, cadence=cadence, nv_nodes=NODES, amd_nodes=NODES)
         sets = {"dmon": (work / "dmon", ("nvidia",)), "amd-smi": (work / "amdsmi", ("amd",))}
-        files = {name: write_captures(fl, d, vendors=v) for name, (d, v) in sets.items()}
+        files = {name: write_captures(fl, d, vendors=v, exporter=False) for name, (d, v) in sets.items()}
         queries = {"dmon": dmon_floor_query(sets["dmon"][0], len(DMON_FIELDS)),
                    "amd-smi": amd_floor_query(sets["amd-smi"][0], len(AMD_COLUMNS))}
         out: dict = {}
