@@ -2,8 +2,8 @@
 interpreter, against its own budget in seconds (``python -m bench.latency``).
 
 The subjects are the commands as typed: ``ipledger --help``; ``receipt`` of a one-node job; ``findings`` (it runs
-the agents and records what is new: the untimed first call records, the timed calls run the agents and find
-nothing new to record); ``ask`` (the demo's own question); ``explain --rack``; ``account``; ``verify``. The floor is
+the agents and records what is new: the untimed first call records and writes the checked cache of the agents'
+dataset, the timed calls read it and find nothing new to record; ``ask``, ``explain`` and ``account`` read it too); ``ask`` (the demo's own question); ``explain --rack``; ``account``; ``verify``. The floor is
 a bare interpreter start (``python -I -S -c pass``): what no command can answer faster than. The budgets are wall
 seconds, not ratios, since the figure is the time a person waits; ``met`` lists each against its budget.
 
