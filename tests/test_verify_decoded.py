@@ -154,13 +154,18 @@ def shared_used(monkeypatch):
     return used
 
 
+@pytest.mark.parametrize("method", ["fork", "spawn"])
 @pytest.mark.parametrize("damage", [None, "values", "bytes"])
-def test_replays_shared_with_workers_report_as_one_process(demo, tmp_path, shared_used, damage):
+def test_replays_shared_with_workers_report_as_one_process(demo, tmp_path, shared_used, monkeypatch, damage,
+                                                           method):
+    from ledger.receipts import auto
+
     out, _ = demo
     copy = tmp_path / "ledger.db"
     shutil.copy(out / "ledger.db", copy)
     if damage:
         _tamper_used_block(copy, damage)
+    monkeypatch.setattr(auto, "worker_start_method", lambda: method)   # each way workers start
     url, site = f"sqlite:///{copy}", _site(out)
     shared = _verdict(url, verify_checks(site, workers=2))
     assert shared_used and shared_used[0] > 2   # the workers were started and had chunks to take
@@ -168,11 +173,65 @@ def test_replays_shared_with_workers_report_as_one_process(demo, tmp_path, share
     assert shared["ok"] is (damage is None)
 
 
-def test_verify_cli_workers_option_gives_the_same_output(runner, cli, demo, shared_used):
+def test_workers_fork_only_from_a_single_threaded_process():
+    import threading
+
+    from ledger.base.processes import worker_start_method
+
+    assert worker_start_method() == "fork"   # pytest's one thread, on Linux
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert worker_start_method() == "spawn"
+    finally:
+        stop.set()
+        other.join()
+
+
+@pytest.mark.parametrize("damage", [None, "values"])
+def test_verify_cli_default_workers_give_the_one_process_output(runner, cli, demo, tmp_path, shared_used,
+                                                                monkeypatch, damage):
+    from ledger.cli import core
+
     out, _ = demo
-    argv = ["--db", f"sqlite:///{out / 'ledger.db'}", "--config", str(out / "site.toml"), "verify", "--json"]
-    one = runner.invoke(cli, argv)
-    assert not shared_used   # one process unless asked
-    many = runner.invoke(cli, argv + ["--workers", "2"])
-    assert shared_used
-    assert one.exit_code == many.exit_code == 0 and one.output == many.output
+    copy = tmp_path / "ledger.db"
+    shutil.copy(out / "ledger.db", copy)
+    if damage:
+        _tamper_used_block(copy, damage)
+    argv = ["--db", f"sqlite:///{copy}", "--config", str(out / "site.toml"), "verify", "--json"]
+    one = runner.invoke(cli, argv + ["--workers", "1"])
+    assert not shared_used   # --workers 1: every replay in this process
+    monkeypatch.setattr(core.os, "cpu_count", lambda: 2)
+    default = runner.invoke(cli, argv)
+    assert shared_used       # the default shares them with a worker, one per core
+    many = runner.invoke(cli, argv + ["--workers", "3"])
+    assert len(shared_used) == 2
+    assert one.exit_code == default.exit_code == many.exit_code == (1 if damage else 0)
+    assert one.output == default.output == many.output
+    monkeypatch.setattr(core.os, "cpu_count", lambda: 1)
+    runner.invoke(cli, argv)
+    assert len(shared_used) == 2   # one core: one process
+
+
+def test_replay_without_timelines_is_the_same_receipt(demo):
+    """verify's replays leave out the PDF's timeline strip: the same body, byte for byte, for every issued receipt."""
+    from ledger.chain.canonical import canonical_json
+    from ledger.receipts.issue import replay
+
+    out, _ = demo
+    site = _site(out)
+    engine = db_mod.make_engine(f"sqlite:///{out / 'ledger.db'}")
+    try:
+        issued = list(iter_entries(engine, kinds=[Kind.RECEIPT_ISSUED]))
+        assert issued
+        for ce in issued:
+            full = replay(engine, ce, site.sku_table, carbon=site.carbon)
+            lean = replay(engine, ce, site.sku_table, carbon=site.carbon, timelines=False)
+            assert canonical_json(lean.body) == canonical_json(full.body)
+            assert lean.hash == full.hash == ce.entry.data["receipt_hash"]
+            assert all(t is None for t in lean.timelines.values())
+        assert any(t is not None for ce in issued[:5]
+                   for t in replay(engine, ce, site.sku_table, carbon=site.carbon).timelines.values())
+    finally:
+        engine.dispose()

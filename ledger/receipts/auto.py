@@ -12,6 +12,7 @@ from functools import partial
 from typing import Iterable, Mapping, Sequence, TYPE_CHECKING
 
 
+from ..base.processes import worker_start_method
 from ..chain import receipt_lines
 from ..chain.entries import ChainedEntry, Entry, Kind, make_entry
 from ..chain.lite import text
@@ -86,7 +87,7 @@ def replay_problems(engine: Engine, issued: Iterable[ChainedEntry], site: Site |
     problems = []
     for ce in issued:
         try:
-            r = replay(engine, ce, skus, carbon=carbon, decoded=decoded)
+            r = replay(engine, ce, skus, carbon=carbon, decoded=decoded, timelines=False)
         except Exception as exc:  # noqa: BLE001 - whatever stops a replay (a damaged block too) is a named problem
             problems.append(ChainProblem(ce.seq, ce.entry.entry_id, f"issued receipt cannot be replayed: {exc}"))
             continue
@@ -143,32 +144,49 @@ class SharedReplays:
         self._lock = threading.Lock()
         self._futures: dict[int, object] = {}
         spawned = min(self.workers - 1, len(chunks))
-        # spawn, not fork: the caller may hold threads and pooled connections
-        self._pool = ProcessPoolExecutor(spawned, mp_context=multiprocessing.get_context("spawn"))
-        self._feeder = threading.Thread(target=self._feed, args=(2 * spawned,), daemon=True)
+        self._pool = ProcessPoolExecutor(spawned, mp_context=multiprocessing.get_context(worker_start_method()))
         self.started = True
+        # The first chunks are submitted from this thread: a fork pool forks its workers on the first submit,
+        # and this process is then still single-threaded; the feeder thread keeps them fed from there.
+        self._submit_next(2 * spawned)
+        self._feeder = threading.Thread(target=self._feed, args=(2 * spawned,), daemon=True)
         self._feeder.start()
 
     def _next(self) -> int | None:
         with self._lock:
             return self._queue.popleft() if self._queue else None
 
+    def _submit_next(self, n: int) -> set:
+        """Submit up to ``n`` chunks from the front of the queue to the workers; their futures (a pool that cannot
+        start leaves the chunk without one: finish() replays what has no result)."""
+        running: set = set()
+        for _ in range(n):
+            i = self._next()
+            if i is None:
+                break
+            try:
+                f = self._pool.submit(_replay_chunk, (self._url, self.site, self._chunks[i]))
+            except Exception:  # noqa: BLE001 - a broken pool: this chunk is replayed here
+                break
+            with self._lock:
+                self._futures[i] = f
+            running.add(f)
+        return running
+
     def _feed(self, in_flight: int) -> None:
         """Keep ``in_flight`` chunks submitted to the workers until the queue is empty."""
         from concurrent.futures import FIRST_COMPLETED, wait
 
-        running: set = set()
+        with self._lock:
+            running = {f for f in self._futures.values() if not f.done()}
         try:
-            while True:
-                while len(running) < in_flight:
-                    i = self._next()
-                    if i is None:
-                        return
-                    f = self._pool.submit(_replay_chunk, (self._url, self.site, self._chunks[i]))
-                    with self._lock:
-                        self._futures[i] = f
-                    running.add(f)
-                done, running = wait(running, return_when=FIRST_COMPLETED)
+            while self._queue:
+                if len(running) >= in_flight:
+                    _done, running = wait(running, return_when=FIRST_COMPLETED)
+                more = self._submit_next(in_flight - len(running))
+                if not more:
+                    return
+                running |= more
         except Exception:  # noqa: BLE001 - a pool that cannot start: finish() replays what has no result
             return
 
