@@ -189,10 +189,30 @@ def test_workers_fork_only_from_a_single_threaded_process():
         other.join()
 
 
+def test_a_core_other_processes_keep_busy_is_not_idle():
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from ledger.base.processes import idle_cores, workers_for
+
+    cores = len(os.sched_getaffinity(0))
+    assert 0 <= idle_cores() <= cores and 1 <= workers_for(4) <= 4
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores + 1)]
+    try:
+        time.sleep(0.3)
+        assert idle_cores() == 0 and workers_for(4) == 1
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+
+
 @pytest.mark.parametrize("damage", [None, "values"])
 def test_verify_cli_default_workers_give_the_one_process_output(runner, cli, demo, tmp_path, shared_used,
                                                                 monkeypatch, damage):
-    from ledger.cli import core
+    from ledger.base import processes
 
     out, _ = demo
     copy = tmp_path / "ledger.db"
@@ -202,16 +222,16 @@ def test_verify_cli_default_workers_give_the_one_process_output(runner, cli, dem
     argv = ["--db", f"sqlite:///{copy}", "--config", str(out / "site.toml"), "verify", "--json"]
     one = runner.invoke(cli, argv + ["--workers", "1"])
     assert not shared_used   # --workers 1: every replay in this process
-    monkeypatch.setattr(core.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(processes, "idle_cores", lambda: 2)
     default = runner.invoke(cli, argv)
-    assert shared_used       # the default shares them with a worker, one per core
+    assert shared_used       # the default shares them with a worker, one per idle core
     many = runner.invoke(cli, argv + ["--workers", "3"])
     assert len(shared_used) == 2
     assert one.exit_code == default.exit_code == many.exit_code == (1 if damage else 0)
     assert one.output == default.output == many.output
-    monkeypatch.setattr(core.os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(processes, "idle_cores", lambda: 0)
     runner.invoke(cli, argv)
-    assert len(shared_used) == 2   # one core: one process
+    assert len(shared_used) == 2   # no idle core: one process
 
 
 def test_replay_without_timelines_is_the_same_receipt(demo):

@@ -18,3 +18,31 @@ def worker_start_method() -> str:
     if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
         return "fork"
     return "spawn"
+
+
+def idle_cores() -> int:
+    """The cores this process may run on that no other runnable process wants at this instant (Linux's count of
+    runnable processes, ``procs_running`` in /proc/stat, this one counted out); every one of them where that
+    count cannot be read. A busy machine's cores are not idle: a second worker there only queues behind the
+    others and adds its own start (measured: verify 7.7 -> 10 s at load 3 on 2 cores)."""
+    import os
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        with open("/proc/stat", "rb") as stat:
+            for line in stat:
+                if line.startswith(b"procs_running "):
+                    others = max(0, int(line.split()[1]) - 1)
+                    return max(0, cores - others)
+    except (OSError, ValueError, IndexError):
+        pass
+    return cores
+
+
+def workers_for(limit: int) -> int:
+    """A default count of processes for work shared between this process and its workers: one per idle core
+    (this one's included), at most ``limit``, at least 1."""
+    return max(1, min(idle_cores(), limit))

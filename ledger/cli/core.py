@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -12,12 +11,13 @@ import click
 from ..chain import db as db_mod
 from ..chain import store
 from ..chain.verify import verify as verify_ledger
+from ..base.processes import workers_for
 from ..base.progressbar import Progress
 from ..base.textsafe import echo, printable
 from .context import SEQ, AppContext, UserError, emit_json, pass_app, reads_only
 
-# verify's default --workers, bounded by the cores: its receipt replays shared with forked workers (measured on
-# the demo ledger, docs/ledger.md); more than a few only wait on the segment check
+# verify's default --workers at most: its receipt replays shared with forked workers, one per idle core (measured
+# on the demo ledger, docs/ledger.md); more than a few only wait on the segment check
 DEFAULT_VERIFY_WORKERS = 4
 
 
@@ -162,7 +162,7 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
         raise UserError(str(exc)) from None
     engine = app.reader()
     if workers is None:
-        workers = min(os.cpu_count() or 1, DEFAULT_VERIFY_WORKERS)
+        workers = workers_for(DEFAULT_VERIFY_WORKERS)
     checks = verify_checks(app.site, pinned=pinned, workers=workers)
     with Progress("verify", quiet=as_json, steps=1 + len(checks)) as bar:
         bar.step("hash chain")
