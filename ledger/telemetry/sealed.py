@@ -420,10 +420,58 @@ def _check_label(segment_id: str, device: str, table) -> None:  # noqa: ANN001
     (the segment digest alone covers the rows, not the labels)."""
     if "device" not in table.column_names:
         return
+    if every_row_is(table.column("device"), device):
+        return   # the common case, read from the column's buffers (pyarrow's unique() costs its compute module)
     found = table.column("device").unique().to_pylist()
     if any(v != device for v in found):
         raise blocks.BlockError(f"sample block of segment {segment_id}: its layout labels rows of "
                                 f"{sorted(map(str, found))[:3]} as device {device!r}")
+
+
+def pieces_in_order(pieces: Sequence[tuple[str, Any]]) -> bool:
+    """Whether these (device, table) pieces, concatenated, are already in the order a stable sort by (device, t)
+    gives them, so that :func:`read_samples` need not sort (pyarrow's sort costs its compute module): every row
+    of a piece holds its device, no time is NULL or NaN, and (device, t) never decreases. False says only "sort
+    them" (tests/test_verify_decoded.py holds the unsorted tables equal to the sorted ones)."""
+    import numpy as np
+
+    last: tuple[str, float] | None = None
+    for device, table in pieces:
+        names = table.column_names
+        if "device" not in names or "t" not in names or table.column("t").null_count \
+                or not every_row_is(table.column("device"), device):
+            return False
+        t = blocks.float_values(table.column("t"))
+        if not len(t):
+            continue
+        if bool(np.isnan(t).any()) or not bool(np.all(t[1:] >= t[:-1])):
+            return False
+        if last is not None and (device < last[0] or (device == last[0] and float(t[0]) < last[1])):
+            return False
+        last = (device, float(t[-1]))
+    return True
+
+
+def every_row_is(column, value: str) -> bool:  # noqa: ANN001 - a pyarrow (Chunked)Array
+    """Whether every row of a string column holds ``value`` (no NULL), read from its Arrow buffers: each row's
+    length is the value's and the rows' bytes are the value's repeated. False also where the column is of another
+    type (the caller then asks pyarrow itself; tests/test_verify_decoded.py holds the two to the same answer)."""
+    import numpy as np
+
+    want = value.encode("utf-8")
+    for arr in getattr(column, "chunks", [column]):
+        n = len(arr)
+        if str(arr.type) != "string" or arr.null_count:
+            return False
+        if not n:
+            continue
+        _validity, offsets, data = arr.buffers()
+        ends = np.frombuffer(offsets, dtype=np.int32, count=n + 1, offset=arr.offset * 4)
+        if not bool(np.all(np.diff(ends) == len(want))):
+            return False
+        if want and memoryview(data)[int(ends[0]):int(ends[-1])].tobytes() != want * n:
+            return False
+    return True
 
 
 def _block_rows(conn: Connection, segment_ids: Sequence[str] | None) -> Iterator[tuple]:
@@ -505,15 +553,16 @@ def read_samples(engine_or_conn, *, segment_ids: Sequence[str] | None = None,  #
     import pyarrow as pa
 
     def _q(conn: Connection):  # noqa: ANN202
-        pieces = [t for _, t in iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start,
-                                                   end=end, columns=columns, check_blocks=check_blocks,
-                                                   decoded=decoded)]
-        if not pieces:
+        labelled = list(iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start, end=end,
+                                           columns=columns, check_blocks=check_blocks, decoded=decoded))
+        if not labelled:
             full = blocks.arrow_schema()
             return pa.Table.from_arrays([pa.array([], type=full.field(c).type) for c in columns], names=list(columns))
-        table = pa.concat_tables(pieces)
+        table = pa.concat_tables([t for _, t in labelled])
         keys = [(c, "ascending") for c in ("device", "t") if c in columns]
-        return table.sort_by(keys) if len(pieces) > 1 and keys else table
+        if len(labelled) < 2 or not keys or pieces_in_order(labelled):
+            return table   # (the sort would leave every row where it is)
+        return table.sort_by(keys)
 
     if is_connection(engine_or_conn):
         return _q(engine_or_conn)
