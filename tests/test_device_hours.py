@@ -210,6 +210,7 @@ def test_first_mismatch_shortcut_agrees_with_the_field_by_field_reference(sample
     # the same against the rows as the database returns them (NaN stored as NULL), verify's way
     rows = [tuple(None if v != v else v for v in hours.values(h)) for h in have]
     assert hours.stored_mismatch(want, rows) == got
+    assert hours.stored_mismatch([hours.values(h) for h in want], rows) == got   # want as verify has it
     text = data.draw(st.sampled_from(hours.FIELDS[2:]))
     j = hours.FIELDS.index(text)
     as_text = [(*r[:j], str(r[j]), *r[j + 1:]) if k == 0 else r for k, r in enumerate(rows)]
@@ -233,3 +234,29 @@ def test_device_codes_by_runs_or_by_hash_are_np_unique(labels: list[str], by_run
     names, codes = hours._device_codes(dev)
     want_names, want_codes = np.unique(dev.astype(str), return_inverse=True)
     assert names.tolist() == want_names.tolist() and codes.tolist() == want_codes.tolist()
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(fleets(), min_size=1, max_size=4), st.data())
+def test_tables_aggregated_together_are_each_tables_own(segments: list[list[Sample]], data) -> None:
+    """verify's one aggregation of many segments' tables gives each table what aggregate_table gives it alone,
+    value for value (NaN where NaN), as device-hours or as their values."""
+    import pyarrow as pa
+
+    from ledger.telemetry import blocks
+
+    schema = blocks.arrow_schema()
+    tables = []
+    for samples in segments:
+        rows = sorted(_rows(samples), key=lambda r: (r[0], r[1]))
+        if data.draw(st.booleans()):
+            rows = []   # a segment with no samples has no device-hours
+        tables.append(pa.Table.from_arrays([pa.array(list(v), type=f.type) for f, v in zip(schema, zip(*rows))]
+                                           if rows else [pa.array([], type=f.type) for f in schema], schema=schema))
+    alone = [hours.aggregate_table(t) for t in tables]
+    together = hours.aggregate_tables(tables)
+    as_values = hours.aggregate_tables(tables, as_values=True)
+    same = lambda a, b: all(x == y or (x != x and y != y) for x, y in zip(a, b)) and len(a) == len(b)  # noqa: E731
+    assert [len(a) for a in alone] == [len(a) for a in together] == [len(a) for a in as_values]
+    for a, b, v in zip(alone, together, as_values):
+        assert all(same(hours.values(x), hours.values(y)) and same(hours.values(x), z) for x, y, z in zip(a, b, v))

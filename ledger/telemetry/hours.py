@@ -149,17 +149,20 @@ def aggregate(cols: Mapping[str, Sequence]) -> list[DeviceHour]:
         return [h for _g, h in _aggregate(cols, None)]
 
 
-def aggregate_groups(cols: Mapping[str, Sequence], group: np.ndarray) -> list[tuple[int, DeviceHour]]:
+def aggregate_groups(cols: Mapping[str, Sequence], group: np.ndarray,
+                     as_values: bool = False) -> list[tuple[int, DeviceHour]]:
     """:func:`aggregate` of many batches at once: ``group`` (non-negative ints, one per row) says which batch
     each row is of; the result is each batch's device-hours, tagged with its group, by (group, device, hour).
     Every value is the one :func:`aggregate` of that batch's rows alone gives (each is computed from its own
     group's rows only; tests/test_device_hours.py holds them equal): what a shipment of many small segments
-    uses, one numpy pass instead of one per 60-sample segment."""
+    uses, one numpy pass instead of one per 60-sample segment. ``as_values``: each device-hour as its
+    :func:`values` tuple, not made into a DeviceHour (what verify compares with the stored rows)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        return _aggregate(cols, np.asarray(group, dtype=np.int64))
+        return _aggregate(cols, np.asarray(group, dtype=np.int64), as_values)
 
 
-def _aggregate(cols: Mapping[str, Sequence], group: np.ndarray | None) -> list[tuple[int, DeviceHour]]:
+def _aggregate(cols: Mapping[str, Sequence], group: np.ndarray | None,
+               as_values: bool = False) -> list[tuple[int, DeviceHour]]:
     dev = np.asarray(cols["device"], dtype=object)
     if not len(dev):
         return []
@@ -241,7 +244,8 @@ def _aggregate(cols: Mapping[str, Sequence], group: np.ndarray | None) -> list[t
     for name in FIELDS[2:]:
         v = out[name]
         cols_out.append([int(x) for x in v] if name in INT_FIELDS else v.tolist())
-    return list(zip(grp[starts].tolist(), (DeviceHour(*r) for r in zip(*cols_out))))
+    rows = zip(*cols_out)
+    return list(zip(grp[starts].tolist(), rows if as_values else (DeviceHour(*r) for r in rows)))
 
 
 def _device_codes(dev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -294,6 +298,28 @@ def aggregate_table(table) -> list[DeviceHour]:  # noqa: ANN001 - a pyarrow Tabl
     cols = {c: float_values(table.column(c)) for c in NEEDED if c != "device"}
     cols["device"] = np.asarray(table.column("device").to_pylist(), dtype=object)
     return aggregate(cols)
+
+
+def aggregate_tables(tables: Sequence, as_values: bool = False) -> list[list]:  # noqa: ANN001 - pyarrow Tables
+    """:func:`aggregate_table` of each of these tables (the NEEDED columns), computed in one
+    :func:`aggregate_groups` pass over all of their rows (one numpy pass, where a pass per table paid numpy's
+    per-call cost once per segment): the same device-hours, value for value (tests/test_device_hours.py holds
+    them to :func:`aggregate_table`). ``as_values``: each as its :func:`values` tuple (no DeviceHour made:
+    verify compares 60-odd values a row with the stored ones, :func:`stored_mismatch`)."""
+    from .blocks import float_values
+
+    sizes = [t.num_rows for t in tables]
+    full = [t for t, n in zip(tables, sizes) if n]
+    out: list[list[DeviceHour]] = [[] for _ in tables]
+    if not full:
+        return out
+    cols = {c: np.concatenate([float_values(t.column(c)) for t in full]) for c in NEEDED if c != "device"}
+    cols["device"] = np.asarray([d for t in full for d in t.column("device").to_pylist()], dtype=object)
+    where = [i for i, n in enumerate(sizes) if n]
+    group = np.repeat(np.arange(len(full)), [sizes[i] for i in where])
+    for g, h in aggregate_groups(cols, group, as_values):
+        out[where[g]].append(h)
+    return out
 
 
 def aggregate_reference(samples: Iterable) -> list[DeviceHour]:  # noqa: ANN001 - ledger Sample objects
@@ -645,7 +671,7 @@ def exactly_equal(want: Sequence[DeviceHour], have: Sequence[Sequence]) -> bool:
     is not a number of its field's kind)."""
     if len(want) != len(have):
         return False
-    w = sorted(map(values, want), key=_KEY)
+    w = sorted((values(h) if isinstance(h, DeviceHour) else tuple(h) for h in want), key=_KEY)
     g = sorted((values(h) if isinstance(h, DeviceHour) else tuple(h) for h in have), key=_KEY)
     if list(map(_KEY, w)) != list(map(_KEY, g)):
         return False
@@ -672,12 +698,14 @@ def first_mismatch(want: Sequence[DeviceHour], have: Sequence[DeviceHour]) -> st
     return None if exactly_equal(want, have) else first_mismatch_reference(want, have)
 
 
-def stored_mismatch(want: Sequence[DeviceHour], rows: Sequence[Sequence]) -> str | None:
-    """:func:`first_mismatch` of ``want`` and a segment's stored rows (:func:`stored_rows`), the rows made into
-    device-hours (:func:`stored`'s way) only where they are not exactly ``want``'s."""
+def stored_mismatch(want: Sequence[DeviceHour | tuple], rows: Sequence[Sequence]) -> str | None:
+    """:func:`first_mismatch` of ``want`` (device-hours, or their :func:`values` tuples) and a segment's stored
+    rows (:func:`stored_rows`), each made into device-hours (:func:`stored`'s way) only where they are not
+    exactly ``want``'s."""
     if exactly_equal(want, rows):
         return None
-    return first_mismatch_reference(want, [from_db(r) for r in rows])
+    return first_mismatch_reference([h if isinstance(h, DeviceHour) else DeviceHour(*h) for h in want],
+                                    [from_db(r) for r in rows])
 
 
 def first_mismatch_reference(want: Sequence[DeviceHour], have: Sequence[DeviceHour]) -> str | None:
