@@ -308,3 +308,67 @@ def test_the_demo_segments_read_unsorted_as_sorted(kept):
             assert table.to_pylist() == concat.sort_by([("device", "ascending"), ("t", "ascending")]).to_pylist()
             backwards = pieces[::-1]
             assert not pieces_in_order(backwards)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_kept_float_columns_are_the_pieces_values(kept, data):
+    """DecodedSegments.float_pieces: each piece's columns as float_values gives them, with their NULL counts, for
+    any segments, devices, window and columns (the same reads twice: the second from the converted columns)."""
+    import numpy as np
+
+    from ledger.receipts.gather import LENS_READ_COLUMNS
+
+    _engine, decoded, segments, devices, (t0, t1) = kept
+    numeric = [c for c in SAMPLE_COLUMNS if c != "device"]
+    ids = data.draw(st.lists(st.sampled_from(segments), min_size=1, max_size=8))
+    devs = data.draw(st.none() | st.lists(st.sampled_from(devices), min_size=1, max_size=6))
+    columns = data.draw(st.lists(st.sampled_from(numeric), min_size=1, max_size=6, unique=True))
+    start = data.draw(st.none() | st.floats(t0 - 3600, t1, allow_nan=False))
+    end = data.draw(st.none() | st.floats(t0, t1 + 3600 * 24, allow_nan=False))
+    for _ in range(2):
+        plain = [(d, [blocks.float_values(c) for c in t.columns], [c.null_count for c in t.columns])
+                 for d, t in decoded.pieces(ids, devs, start, end, columns)]
+        fast = list(decoded.float_pieces(ids, devs, start, end, columns, count_nulls=columns))
+        assert [d for d, _, _ in fast] == [d for d, _, _ in plain]
+        for (_, want, nulls), (_, got, counted) in zip(plain, fast):
+            assert all(np.array_equal(w, g, equal_nan=True) for w, g in zip(want, got))
+            assert [counted[c] for c in columns] == nulls
+            assert not any(g.flags.writeable for g in got)   # shared by every read
+        assert all(set(n) == set(columns) & set(LENS_READ_COLUMNS) for _, _, n in
+                   decoded.float_pieces(ids, devs, start, end, columns, count_nulls=LENS_READ_COLUMNS))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_receipts_arrays_from_the_kept_columns_are_the_database_reads(kept, data):
+    """load_sample_arrays (and its energy columns) from verify's kept blocks is the plain read, array for array."""
+    import dataclasses
+
+    import numpy as np
+
+    from ledger.receipts.gather import load_sample_arrays
+
+    engine, decoded, segments, devices, (t0, t1) = kept
+    ids = data.draw(st.lists(st.sampled_from(segments), min_size=1, max_size=8))
+    devs = data.draw(st.lists(st.sampled_from(devices), min_size=1, max_size=6, unique=True))
+    start = data.draw(st.floats(t0 - 3600, t1, allow_nan=False))
+    end = data.draw(st.floats(start, t1 + 3600 * 24, allow_nan=False))
+    lens, energy = data.draw(st.booleans()), data.draw(st.booleans())
+
+    def same(a, b):  # noqa: ANN001, ANN202
+        return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b, equal_nan=True))
+
+    with engine.connect() as conn:
+        reads = []
+        for kept_blocks in (decoded, None):
+            out: dict | None = {} if energy else None
+            reads.append((load_sample_arrays(conn, ids, devs, start, end, lens, out, decoded=kept_blocks), out))
+    (fast, fast_energy), (plain, plain_energy) = reads
+    assert list(fast) == list(plain)
+    for d in plain:
+        assert all(same(getattr(fast[d], f.name), getattr(plain[d], f.name)) for f in dataclasses.fields(plain[d]))
+    if energy:
+        assert list(fast_energy) == list(plain_energy)
+        assert all(same(fast_energy[d][k][i], plain_energy[d][k][i]) for d in plain_energy
+                   for k in ("energy_j", "power_w") for i in (0, 1))

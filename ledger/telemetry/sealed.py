@@ -382,6 +382,8 @@ class DecodedSegments:
         self.rows = 0
         self._pieces: dict[str, list[tuple[str, Any]]] = {}
         self._refused: set[str] = set()
+        # (segment id, piece, column) -> (float values, where NULL), each made once (read-only) for float_pieces
+        self._floats: dict[tuple[str, int, str], tuple[Any, Any]] = {}
 
     def keep(self, segment_id: str, pieces: list[tuple[str, Any]]) -> None:
         """A block's decoded (device, table of every column) pieces, unless over budget or seen twice."""
@@ -412,6 +414,58 @@ class DecodedSegments:
                     piece = _in_window(table, start, end)
                     if piece.num_rows:
                         yield device, piece.select(cols)
+
+
+    def float_pieces(self, segment_ids: Sequence[str], devices: Sequence[str] | None, start: float | None,
+                     end: float | None, cols: Sequence[str], count_nulls: Sequence[str] = ()
+                     ) -> Iterator[tuple[str, list, dict[str, int]]]:
+        """What :meth:`pieces` yields for these (all held) segments, as (device, each column's
+        :func:`~ledger.telemetry.blocks.float_values`, the NULL count of each ``count_nulls`` column): the same
+        rows of the same pieces, from each kept piece's columns converted once (verify replays hundreds of
+        receipts over the same pieces; tests/test_verify_decoded.py holds this to :meth:`pieces`). The arrays are
+        read-only: they are shared by every read."""
+        import numpy as np
+
+        wanted = None if devices is None else set(devices)
+        ids = list(dict.fromkeys(segment_ids))
+        for i in range(0, len(ids), _IN_CHUNK):
+            for sid in sorted(ids[i:i + _IN_CHUNK]):
+                for k, (device, table) in enumerate(self._pieces[sid]):
+                    if wanted is not None and device not in wanted:
+                        continue
+                    rows: Any = slice(None)   # _in_window's rows, as an index
+                    if start is not None or end is not None:
+                        t = self._column(sid, k, table, "t")[0]
+                        keep = np.ones(len(t), dtype=bool)
+                        if start is not None:
+                            keep &= t + self._column(sid, k, table, "dt")[0] > start
+                        if end is not None:
+                            keep &= t < end
+                        hits = np.flatnonzero(keep)
+                        if not len(hits):
+                            continue
+                        if len(hits) < len(t):
+                            rows = slice(int(hits[0]), int(hits[0]) + len(hits)) \
+                                if hits[-1] - hits[0] + 1 == len(hits) else keep
+                    elif not table.num_rows:
+                        continue
+                    columns = [self._column(sid, k, table, c) for c in cols]
+                    nulls = {c: int(np.count_nonzero(null[rows])) for c, (_v, null) in zip(cols, columns)
+                             if c in count_nulls}
+                    yield device, [v[rows] for v, _null in columns], nulls
+
+    def _column(self, sid: str, k: int, table, name: str) -> tuple[Any, Any]:  # noqa: ANN001
+        got = self._floats.get((sid, k, name))
+        if got is None:
+            import numpy as np
+
+            column = table.column(name)
+            values = blocks.float_values(column)
+            null = ~blocks.raw_values(column)[1] if column.null_count else np.zeros(len(values), dtype=bool)
+            for a in (values, null):
+                a.flags.writeable = False
+            got = self._floats[(sid, k, name)] = (values, null)
+        return got
 
 
 def _check_label(segment_id: str, device: str, table) -> None:  # noqa: ANN001
