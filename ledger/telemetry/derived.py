@@ -28,9 +28,6 @@ def backfill(conn) -> int:  # noqa: ANN001
     return n
 
 
-HOURS_BATCH_ROWS = 500_000   # samples whose device-hours check_segments recomputes in one aggregation
-
-
 def check_segments(engine, report, decoded: DecodedSegments | None = None,  # noqa: ANN001 - an ExtraCheck
                    meanwhile: Callable[[Any], None] | None = None) -> list:
     """Every sealed segment, its samples read once: they still hash to what its entry recorded
@@ -40,42 +37,28 @@ def check_segments(engine, report, decoded: DecodedSegments | None = None,  # no
     its receipt replays in worker processes, to run while the segments are read)."""
     if meanwhile is not None:
         meanwhile(engine)
-    found: list[tuple[int, ChainProblem]] = []   # (the segment's place in entry order, its problem)
-    pending: list[tuple[int, Any, str, Any]] = []   # segments whose device-hours are recomputed together
-    pending_rows = 0
-
-    def judge_pending() -> None:
-        # each segment's device-hours from its samples: the segments pending at once, in one aggregation
-        for (i, ce, sid, _table), want in zip(pending, hours.aggregate_tables([p[3] for p in pending], as_values=True)):
-            why = hours.stored_mismatch(want, have_all.get(sid, []))
-            if why:
-                found.append((i, ChainProblem(ce.seq, sid, why)))
-        pending.clear()
-
+    problems = []
     with engine.connect() as conn:
         have_all = hours.stored_rows(conn)   # made into device-hours only where they differ from the samples'
         legacy = {r[0] for r in conn.execute(text("SELECT DISTINCT segment_id FROM samples"))}
         seen = set()
-        for i, ce in enumerate(iter_entries(conn, kinds=[Kind.TELEMETRY_SEGMENT])):
+        for ce in iter_entries(conn, kinds=[Kind.TELEMETRY_SEGMENT]):
             sid = ce.entry.entry_id
             seen.add(sid)
             table, problem = segment_samples(conn, ce, decoded)
             if problem is not None:
-                found.append((i, problem))  # missing or altered samples: their device-hours are not judged
+                problems.append(problem)  # missing or altered samples: their device-hours are not judged
                 continue
             if sid not in have_all and sid in legacy:
                 continue  # rows stored before blocks, added after `init` derived theirs: none to check
             if sid not in have_all and table.num_rows:
-                found.append((i, ChainProblem(ce.seq, sid, f"no {hours.TABLE} rows for this segment (sealed before "
-                                                           f"they existed? `ipledger init` derives them)")))
+                problems.append(ChainProblem(ce.seq, sid, f"no {hours.TABLE} rows for this segment (sealed before "
+                                                          f"they existed? `ipledger init` derives them)"))
                 continue
-            pending.append((i, ce, sid, table))
-            pending_rows += table.num_rows
-            if pending_rows >= HOURS_BATCH_ROWS:
-                judge_pending()
-                pending_rows = 0
-        judge_pending()
-        problems = [p for _i, p in sorted(found, key=lambda f: f[0])]   # in entry order, as one at a time
+            # the device-hours as value tuples: compared with the stored rows, made into DeviceHours only if they differ
+            why = hours.stored_mismatch(hours.aggregate_table(table, as_values=True), have_all.get(sid, []))
+            if why:
+                problems.append(ChainProblem(ce.seq, sid, why))
         orphans = set(have_all) - seen
         if orphans:
             # Confirmed from the table's own rows: an index edited to hide a segment's entry is `verify --deep`'s

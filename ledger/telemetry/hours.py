@@ -141,24 +141,23 @@ def _group_reduce(x: np.ndarray, starts: np.ndarray, op: str) -> np.ndarray:
     return np.where(np.isinf(v), np.nan, v)
 
 
-def aggregate(cols: Mapping[str, Sequence]) -> list[DeviceHour]:
+def aggregate(cols: Mapping[str, Sequence], as_values: bool = False) -> list[DeviceHour]:
     """The device-hours of one batch of samples: ``cols`` maps NEEDED column names to equal-length sequences
-    (NaN or None = not measured). Pure; rows sorted by (device, hour)."""
+    (NaN or None = not measured). Pure; rows sorted by (device, hour). ``as_values``: each as its :func:`values`
+    tuple, not made into a DeviceHour (what verify compares with the stored rows)."""
     # a value near the float limit (a damaged block verify reads back) sums to inf, as it would one by one
     with np.errstate(over="ignore", invalid="ignore"):
-        return [h for _g, h in _aggregate(cols, None)]
+        return [h for _g, h in _aggregate(cols, None, as_values)]
 
 
-def aggregate_groups(cols: Mapping[str, Sequence], group: np.ndarray,
-                     as_values: bool = False) -> list[tuple[int, DeviceHour]]:
+def aggregate_groups(cols: Mapping[str, Sequence], group: np.ndarray) -> list[tuple[int, DeviceHour]]:
     """:func:`aggregate` of many batches at once: ``group`` (non-negative ints, one per row) says which batch
     each row is of; the result is each batch's device-hours, tagged with its group, by (group, device, hour).
     Every value is the one :func:`aggregate` of that batch's rows alone gives (each is computed from its own
     group's rows only; tests/test_device_hours.py holds them equal): what a shipment of many small segments
-    uses, one numpy pass instead of one per 60-sample segment. ``as_values``: each device-hour as its
-    :func:`values` tuple, not made into a DeviceHour (what verify compares with the stored rows)."""
+    uses, one numpy pass instead of one per 60-sample segment."""
     with np.errstate(over="ignore", invalid="ignore"):
-        return _aggregate(cols, np.asarray(group, dtype=np.int64), as_values)
+        return _aggregate(cols, np.asarray(group, dtype=np.int64))
 
 
 def _aggregate(cols: Mapping[str, Sequence], group: np.ndarray | None,
@@ -289,37 +288,16 @@ def aggregate_columns(cols: Mapping[str, Sequence]) -> list[DeviceHour]:
     return aggregate({c: cols[c] if c in cols else np.full(n, np.nan) for c in NEEDED})
 
 
-def aggregate_table(table) -> list[DeviceHour]:  # noqa: ANN001 - a pyarrow Table with the NEEDED columns
-    """:func:`aggregate` of a pyarrow table as the sample reader returns it (no row tuples in between)."""
+def aggregate_table(table, as_values: bool = False) -> list[DeviceHour]:  # noqa: ANN001 - a pyarrow Table
+    """:func:`aggregate` of a pyarrow table with the NEEDED columns, as the sample reader returns it (no row tuples
+    in between); ``as_values`` as there."""
     from .blocks import float_values
 
     if not table.num_rows:
         return []
     cols = {c: float_values(table.column(c)) for c in NEEDED if c != "device"}
     cols["device"] = np.asarray(table.column("device").to_pylist(), dtype=object)
-    return aggregate(cols)
-
-
-def aggregate_tables(tables: Sequence, as_values: bool = False) -> list[list]:  # noqa: ANN001 - pyarrow Tables
-    """:func:`aggregate_table` of each of these tables (the NEEDED columns), computed in one
-    :func:`aggregate_groups` pass over all of their rows (one numpy pass, where a pass per table paid numpy's
-    per-call cost once per segment): the same device-hours, value for value (tests/test_device_hours.py holds
-    them to :func:`aggregate_table`). ``as_values``: each as its :func:`values` tuple (no DeviceHour made:
-    verify compares 60-odd values a row with the stored ones, :func:`stored_mismatch`)."""
-    from .blocks import float_values
-
-    sizes = [t.num_rows for t in tables]
-    full = [t for t, n in zip(tables, sizes) if n]
-    out: list[list[DeviceHour]] = [[] for _ in tables]
-    if not full:
-        return out
-    cols = {c: np.concatenate([float_values(t.column(c)) for t in full]) for c in NEEDED if c != "device"}
-    cols["device"] = np.asarray([d for t in full for d in t.column("device").to_pylist()], dtype=object)
-    where = [i for i, n in enumerate(sizes) if n]
-    group = np.repeat(np.arange(len(full)), [sizes[i] for i in where])
-    for g, h in aggregate_groups(cols, group, as_values):
-        out[where[g]].append(h)
-    return out
+    return aggregate(cols, as_values)
 
 
 def aggregate_reference(samples: Iterable) -> list[DeviceHour]:  # noqa: ANN001 - ledger Sample objects
