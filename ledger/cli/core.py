@@ -135,7 +135,8 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
                    "that `ipledger serve` exports on /metrics ([serve] verify_status; docs/web.md).")
 @click.option("--workers", type=click.IntRange(1, 64), default=None, metavar="N",
               help="Processes that replay the issued receipts, this one included (the workers start before the "
-                   "segment check; the report is the same). Default: one per core, up to "
+                   "segment check; the report is the same). Default: one per idle core (the cores "
+                   "other processes leave free), up to "
                    f"{DEFAULT_VERIFY_WORKERS}; 1 replays them all in this process.")
 @pass_app
 @reads_only("deep")   # --deep may create PostgreSQL's amcheck extension
