@@ -20,26 +20,33 @@ def worker_start_method() -> str:
     return "spawn"
 
 
-def idle_cores() -> int:
-    """The cores this process may run on that no other runnable process wants at this instant (Linux's count of
-    runnable processes, ``procs_running`` in /proc/stat, this one counted out); every one of them where that
-    count cannot be read. A busy machine's cores are not idle: a second worker there only queues behind the
-    others and adds its own start (measured: verify 7.7 -> 10 s at load 3 on 2 cores)."""
+def idle_cores(samples: int = 5, interval_s: float = 0.002) -> int:
+    """The cores this process may run on that no other process keeps busy: Linux's count of runnable processes
+    (``procs_running`` in /proc/stat, this one counted out), the fewest of a few readings ``interval_s`` apart (a
+    process that only wakes for a moment is not a busy core; a computing one is runnable at every reading);
+    every core where that count cannot be read. A busy machine's cores are not idle: a second worker there only
+    queues behind the others and adds its own start (measured: verify 7.7 -> 10 s at load 3 on 2 cores)."""
     import os
+    import time
 
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
+    others = None
     try:
-        with open("/proc/stat", "rb") as stat:
-            for line in stat:
-                if line.startswith(b"procs_running "):
-                    others = max(0, int(line.split()[1]) - 1)
-                    return max(0, cores - others)
+        for i in range(samples):
+            if i:
+                time.sleep(interval_s)
+            with open("/proc/stat", "rb") as stat:
+                for line in stat:
+                    if line.startswith(b"procs_running "):
+                        now = max(0, int(line.split()[1]) - 1)
+                        others = now if others is None else min(others, now)
+                        break
     except (OSError, ValueError, IndexError):
-        pass
-    return cores
+        return cores
+    return cores if others is None else max(0, cores - others)
 
 
 def workers_for(limit: int) -> int:
