@@ -104,8 +104,9 @@ def replay_problems(engine: Engine, issued: Iterable[ChainedEntry], site: Site |
 # --workers, by default one per idle core) and enough receipts, verify starts them before its segment check: the
 # issued receipts are cut into chunks of consecutive seqs, worker processes (forked from a single-threaded caller,
 # the CLI, else spawned: ledger.base.processes) replay chunks from the front of the queue while this process
-# checks the segments, then this process takes chunks too (its replays read the blocks the segment check kept). Each chunk's problems are those replay_problems gives for it, put
-# back in chunk order, so the report is the one-process report byte for byte (a test holds them equal).
+# checks the segments, then this process takes chunks too (its replays read the blocks the segment check kept).
+# Each chunk's problems are those replay_problems gives for it, put back in chunk order, so the report is the
+# one-process report byte for byte (a test holds them equal).
 
 PARALLEL_MIN_RECEIPTS = 64     # below this a worker's start (spawned: ~0.4 CPU-s) is not repaid
 REPLAY_CHUNK = 24              # receipts per job: small enough to share out evenly, large enough to amortise
