@@ -270,6 +270,7 @@ def ask_cmd(app: AppContext, question: str, from_samples: bool, as_json: bool, n
       ipledger ask "where did the GPU-hours go yesterday?"
       ipledger ask "what happened on rack R3 on 2026-11-04?"
       ipledger ask "which jobs wasted the most GPU-hours this week?"
+      ipledger ask "which tenants got the most math per GPU-hour in 2026-11?"
       ipledger ask "how much did cooling cost us this week?"
       ipledger ask "what was the utilization of R3 on Wednesday?"
       ipledger ask "why is B2 slow?"
@@ -289,8 +290,13 @@ def ask_cmd(app: AppContext, question: str, from_samples: bool, as_json: bool, n
                 return agents.find(ds, causes)
 
             prepared = prepare(ds, question)
-            res = answer(ds, findings, question, prepared,
-                         _billed(app, prepared[3], prepared[4]) if prepared[0].form != "rank" else None)
+            form, start, end = prepared[0].form, prepared[3], prepared[4]
+            if form == "math":
+                from ..agents.query import billed_statement
+
+                res = answer(ds, findings, question, prepared, statement=billed_statement(app.engine(), start, end))
+            else:
+                res = answer(ds, findings, question, prepared, _billed(app, start, end) if form != "rank" else None)
     except CannotAnswer as exc:
         raise UserError(str(exc)) from None
     if as_json:
@@ -301,6 +307,14 @@ def ask_cmd(app: AppContext, question: str, from_samples: bool, as_json: bool, n
         echo(f"  {by:24s} {'paid':>10s} {'delivered':>10s} {'lost':>10s}  GPU-h")
         for r in res["ranking"]:
             echo(f"  {r[by]:24s} {r['paid']:10,.1f} {r['delivered']:10,.1f} {r['lost']:10,.1f}")
+    elif res["form"] == "math":
+        echo(res["answer"])
+        echo(f"  {'tenant':24s} {'paid GPU-h':>11s} {'achieved PFLOP-h':>17s} {'per GPU-h':>10s} {'rated share':>12s}")
+        for r in res["ranking"]:
+            per, share = r["pflop_hours_per_paid_gpu_hour"], r["rated_share"]
+            echo(f"  {str(r['tenant']):24s} {r['paid']:11,.1f} {r['achieved_pflop_hours']:17,.4f} "
+                 f"{'unknown' if per is None else format(per, ',.4f'):>10s} "
+                 f"{'unknown' if share is None else format(share, '.1%'):>12s}")
     else:
         _print_explain(res)
 
