@@ -698,6 +698,14 @@ def test_ask_which_tenant_got_the_most_math_gives_the_statements_figures(tmp_pat
         assert rows[0]["pflop_hours_per_paid_gpu_hour"] > rows[1]["pflop_hours_per_paid_gpu_hour"]
         assert rows[2]["pflop_hours_per_paid_gpu_hour"] is None and rows[2]["rated_share"] is None  # 1.0: unknown
         assert "bio" in got["answer"] and "unknown, not zero" in got["answer"]
+    for tenant in ("astro", "bio"):   # explain on the billed month carries the same lens figures
+        ex = _json(runner, cli, "--db", url, "explain", "--tenant", tenant, "--period", "2026-09", "--json")
+        ec = ex["billed"]["effective_compute"]
+        assert (ec["achieved_pflop_hours"], ec["rated_pflop_hours"], ec["lens_unmeasured_gpu_hours"]) == \
+            (stated[tenant]["achieved_pflop_hours"], stated[tenant]["rated_pflop_hours"],
+             stated[tenant]["lens_unmeasured_gpu_hours"])
+    shown = runner.invoke(cli, ["--db", url, "explain", "--tenant", "astro", "--period", "2026-09"])
+    assert shown.exit_code == 0 and "effective compute (issued receipts)" in shown.output, shown.output
     text = runner.invoke(cli, ["--db", url, "ask", "which tenants got the most math per GPU-hour in 2026-09"])
     assert text.exit_code == 0 and "astro" in text.output and "unknown" in text.output
     for q, says in (("which tenants got the most math per GPU-hour this week", "not a calendar month"),

@@ -55,6 +55,7 @@ def billed_rows(engine, start: float, end: float) -> pd.DataFrame | None:  # noq
 
 
 STATEMENT_DP = 6   # the statement's hours are shown to 6 decimals (reports.export.HOURS_DECIMALS; a test holds it)
+LENS_SHOWN = ("tensor_gpu_hours", "achieved_pflop_hours", "rated_pflop_hours", "lens_unmeasured_gpu_hours")
 
 
 def math_ranking(by_tenant: pd.DataFrame) -> list[dict]:
@@ -107,6 +108,8 @@ def reconcile(ds: Dataset, ex: dict, rows: pd.DataFrame, kind: str, name: str | 
     billed = {"paid": r4(sc["paid"].sum()), "delivered": r4(sc["delivered"].sum()),
               "cost": {"paid": cents(sc["cost_paid"].sum()), "delivered": cents(sc["cost_delivered"].sum()),
                        "lost": cents(sc["cost_lost"].sum())}}
+    if "achieved_pflop_hours" in sc.columns:   # the receipts' effective-compute lens, as the statement sums it
+        billed["effective_compute"] = {k: round(float(sc[k].sum()), STATEMENT_DP) for k in LENS_SHOWN}
     _, amask = scope_masks(ds, kind, name or "")
     amask = amask & (ds.allocs["end"] > start) & (ds.allocs["start"] < end)
     issued = set(_keys(sc[sc["row_kind"] == "usage"])) if len(sc) else set()

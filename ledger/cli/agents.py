@@ -364,6 +364,13 @@ def _print_basis(res: dict) -> None:
     for ln in res.get("differences", []):
         echo(f"  + {ln['line']:38s} {ln['paid']:12,.4f} {ln['delivered']:12,.4f} GPU-h  "
                    f"{ln['cost']['paid']:12,.2f} {ln['cost']['delivered']:12,.2f} {res['currency']}")
+    ec = b.get("effective_compute")
+    if ec is not None:
+        per = f"{ec['achieved_pflop_hours'] / b['paid']:,.4f}" if b["paid"] and ec["lens_unmeasured_gpu_hours"] < \
+            b["paid"] else "unknown"
+        echo(f"  effective compute (issued receipts): {ec['achieved_pflop_hours']:,.4f} of "
+             f"{ec['rated_pflop_hours']:,.4f} rated PFLOP-h, {per} PFLOP-h per paid GPU-h, "
+             f"{ec['lens_unmeasured_gpu_hours']:,.4f} GPU-h not measured by the lens")
     a = res["account"]
     echo(f"  = {'device-hours (paid, delivered)':38s} {a['paid']:12,.4f} {a['delivered']:12,.4f} GPU-h  "
                f"{a['cost']['paid']:12,.2f} {a['cost']['delivered']:12,.2f} {res['currency']}")
