@@ -514,7 +514,8 @@ def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool, f
 @click.option("--url", help="Live Prometheus base URL instead of files (GET query_range only).")
 @click.option("--start", help="Live / captures: start (epoch or RFC 3339).")
 @click.option("--end", help="Live: end (epoch or RFC 3339).")
-@click.option("--step", help="Live: query step (default 15s); captures: the sampling interval.")
+@click.option("--step", "--interval", "step",
+              help="Live: query step (default 15s); captures: the sampling interval (--interval, as `import` says it).")
 @click.option("--node", help="Captures: the host the capture was taken on (one capture file only).")
 @click.option("--json", "as_json", is_flag=True, help="Print the Findings JSON (docs/agents.md) of the analysis.")
 @click.option("--pdf", "pdf", type=click.Path(dir_okay=False), help="Write the written analysis PDF here.")
@@ -584,7 +585,7 @@ def analyze_cmd(source: tuple[str, ...], fmt: str | None, node_from: str | None,
             if not source:
                 raise UserError("give SOURCE files/directories/archives, or --url")
             collected = read_source(fmt, list(source), start=parse_time(start, "--start"),
-                                    interval=parse_duration(step, "--step"), node=node, node_from=node_from,
+                                    interval=parse_duration(step, "--interval"), node=node, node_from=node_from,
                                     while_reading=import_agents)
         from ..agents.export_analysis import analyze_collected, reads_every_sample, render_pdf
 
