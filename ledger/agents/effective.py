@@ -46,14 +46,10 @@ def _per_device_from_samples(s: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=list(PER_DEVICE), dtype=float)
     h = s["h"].to_numpy(float)
     keep = h > 0
-    dev = s["device"]
-    if isinstance(dev.dtype, pd.CategoricalDtype):   # the frame's own codes: no pass over the names
-        codes, devices = dev.cat.codes.to_numpy()[keep], dev.cat.categories
-        used = np.bincount(codes, minlength=len(devices)) > 0
-        remap = np.cumsum(used) - 1
-        codes, devices = remap[codes], devices[used]
-    else:
-        codes, devices = pd.factorize(dev.to_numpy(object)[keep])
+    codes, devices = pd.factorize(s["device"])   # on the column itself: no object array of the names
+    codes = codes[keep]
+    used = np.bincount(codes, minlength=len(devices)) > 0   # devices with allocated samples only
+    codes, devices = (np.cumsum(used) - 1)[codes], devices[used]
     h = h[keep]
     ten = s["tensor"].to_numpy(float)[keep]
     ratio = s["ratio"].to_numpy(float)[keep]
