@@ -124,6 +124,9 @@ def _finish(analysis: Analysis, collected, res, sources: list[str] | None,  # no
     analysis.meta["samples"] = res.samples
     analysis.context = _context(collected, res, analysis, sources or [], digests())
     analysis.context["series"] = finding_series(ds, analysis.findings)
+    from .effective import effective_compute
+
+    analysis.context["effective_compute"] = effective_compute(ds)
     return analysis
 
 

@@ -57,6 +57,8 @@ def sniff(head: str) -> str | None:
             return "amd-smi"
         if s.startswith(("<?xml", "<nvidia_smi_log", "<!DOCTYPE nvsmi")):
             return "nvidia-smi"
+        if noise_reason(s) is not None:   # a pasted shell prompt ("[root@host dir]# dcgmi dmon ...") is not JSON
+            continue
         if s.startswith(("[", "{")):
             if '"resultType"' in head or '"__name__"' in head:
                 return None
@@ -70,10 +72,9 @@ def sniff(head: str) -> str | None:
                 return "nvidia-smi"
             if "gpu" in cells and "__name__" not in cells and "metric" not in cells:
                 return "amd-smi"
-        if noise_reason(s) is None:
-            seen += 1
-            if seen >= 3:
-                return None
+        seen += 1
+        if seen >= 3:
+            return None
     return None
 
 
