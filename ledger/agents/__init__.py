@@ -101,6 +101,15 @@ def _find(ds: Dataset, causes: Sequence[Finding] | None = None) -> tuple[list[Fi
 
 
 def run_agents(ds: Dataset, causes: Sequence[Finding] | None = None) -> Analysis:
+    """Every agent over ``ds``: the findings (:func:`find`), the whole dataset's account, daily rows and metadata.
+    The plain, one-process reference of :func:`ledger.agents.lanes.run_agents_in_lanes`."""
+    return analysis_of(ds, causes)
+
+
+def analysis_of(ds: Dataset, causes: Sequence[Finding] | None = None, daily: list[dict] | None = None,
+                hour_of_day: list[dict] | None = None) -> Analysis:
+    """:func:`run_agents`' analysis, with any of its parts already computed (``causes``: :func:`causes_of`
+    ``ds``; ``daily``: ``accounting.daily(ds)``; ``hour_of_day``: ``accounting.hour_of_day(ds)``)."""
     from . import accounting
 
     base, findings = _find(ds, causes)
@@ -110,8 +119,9 @@ def run_agents(ds: Dataset, causes: Sequence[Finding] | None = None) -> Analysis
             "samples": int(len(ds.samples) if ds.sample_count is None else ds.sample_count), "runs": int(ds.allocs[["cluster", "job_id", "run"]].drop_duplicates()
                                                             .shape[0]) if len(ds.allocs) else 0,
             "currency": ds.currency, "cadence_s": ds.cadence}
-    meta["hour_of_day"] = accounting.hour_of_day(ds)
-    return Analysis(findings=findings, account=account, daily=accounting.daily(ds), meta=meta)
+    meta["hour_of_day"] = accounting.hour_of_day(ds) if hour_of_day is None else hour_of_day
+    return Analysis(findings=findings, account=account, daily=accounting.daily(ds) if daily is None else daily,
+                    meta=meta)
 
 
 def period_analysis(ds: Dataset, analysis: Analysis, start: float, end: float, label: str) -> dict:
@@ -196,5 +206,5 @@ def verdict(engine: Engine, finding_id: str, confirm: bool, by: str, note: str =
     return append(engine, [e])
 
 
-__all__ = ["Analysis", "Finding", "Dataset", "analyze", "find", "causes_of", "run_agents", "load", "record", "verdict",
+__all__ = ["Analysis", "Finding", "Dataset", "analyze", "find", "causes_of", "run_agents", "analysis_of", "load", "record", "verdict",
            "recorded_findings", "UnknownFinding"]

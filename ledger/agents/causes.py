@@ -847,11 +847,22 @@ def run(ds: Dataset, xid_mask: pd.Series | None = None, silent: dict | None = No
     """All attribution findings over a dataset (``silent``: device -> its silences after an XID, not gaps)."""
     if not len(ds.samples):
         return unknown_gaps(ds, silent)
+    return [*run_before_xids(ds), *run_after_xids(ds, xid_mask, silent)]
+
+
+def run_before_xids(ds: Dataset) -> list[Finding]:
+    """The attribution findings that read nothing of the drift agent's (its XIDs): the first part of :func:`run`,
+    which the agents' two lanes (:mod:`ledger.agents.lanes`) run while the drift agent runs beside them."""
     model = residual_model(ds)
     cool = cooling(ds, model)
     return [*cool, *hot_because_working(ds, model, cool), *power_cap(ds), *hw_slowdown(ds), *sync_boost(ds),
-            *starved(ds),
-            *idle_held(ds, xid_mask), *unknown_gaps(ds, silent)]
+            *starved(ds)]
 
 
-__all__ = ["run", "residual_model", "ResidualModel", "before_during_after"]
+def run_after_xids(ds: Dataset, xid_mask: pd.Series | None = None, silent: dict | None = None) -> list[Finding]:
+    """The rest of :func:`run` over a dataset with samples: the findings that need the XIDs' stall mask and
+    silences (idle held, unknown gaps)."""
+    return [*idle_held(ds, xid_mask), *unknown_gaps(ds, silent)]
+
+
+__all__ = ["run", "run_before_xids", "run_after_xids", "residual_model", "ResidualModel", "before_during_after"]
