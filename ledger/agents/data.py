@@ -13,9 +13,10 @@ import json
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
-from sqlalchemy.engine import Engine
 
 from ..chain.canonical import ts_to_epoch
 from ..chain.contracts import select_contract
@@ -23,8 +24,9 @@ from ..chain.entries import Kind
 from ..method import THROTTLE_REASONS, reason_bucket
 from ..method.attribution import DEFAULT_THRESHOLDS
 from ..method.skus import match_sku
-from ..chain.store import iter_entries
-from ..telemetry.sealed import read_samples
+
+if TYPE_CHECKING:   # a ledger only where one is read: `ipledger analyze` of an export never loads SQLAlchemy
+    from sqlalchemy.engine import Engine
 
 # the method is the single source of thresholds and reason precedence
 ACTIVE_MIN = DEFAULT_THRESHOLDS.active_min
@@ -133,6 +135,9 @@ class EntryScan:
 
 def load(engine: Engine, through_seq: int | None = None, topology: dict | None = None) -> Dataset:
     """Read the ledger into a :class:`Dataset` (entries through ``through_seq``; all samples of those segments)."""
+    from ..chain.store import iter_entries
+    from ..telemetry.sealed import read_samples
+
     scan = EntryScan()
     with engine.connect() as conn:
         for ce in iter_entries(conn, through_seq=through_seq):
@@ -166,7 +171,7 @@ def sample_frame(s: pd.DataFrame) -> pd.DataFrame:
                           "compute_procs": "procs", "tensor_active": "tensor", "dram_active": "dram",
                           "fp64_active": "fp64", "fp32_active": "fp32", "fp16_active": "fp16", "fp_ops": "ops"})
     for col in s.columns:  # all-NULL columns come back as object dtype: the agents need floats (NaN = not measured)
-        if col != "device":
+        if col != "device" and s[col].dtype != np.float64:   # a float64 column is already what this makes
             s[col] = pd.to_numeric(s[col], errors="coerce").astype(float)
     if len(s) and s["device"].is_monotonic_increasing:   # already in (device, t) order: a stable sort keeps it
         dev_start = np.r_[True, s["device"].to_numpy(object)[1:] != s["device"].to_numpy(object)[:-1]]

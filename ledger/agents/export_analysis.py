@@ -54,7 +54,6 @@ def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb
     this many processes (:func:`ledger.agents.lanes.run_agents_in_lanes`: 2, or 1 for the one-process reference;
     the same analysis)."""
     from ..importers import pipeline
-    from . import hourly
 
     digests = _digests_meanwhile(sources or [])
     if not collected.series:
@@ -72,6 +71,7 @@ def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb
         return _finish(run_agents_in_lanes(ds, lanes), collected, res, sources, digests, ds)
     if keep is None:
         from ..base.heap import return_freed_heap
+        from . import hourly
         from .memory import hourly_from_collected
 
         scan, src, res = hourly_from_collected(collected, opts, progress=progress, release=consume)
@@ -80,6 +80,7 @@ def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb
         return_freed_heap()
         return _finish(run_agents(ds), collected, res, sources, digests, ds)
     from ..chain import db as db_mod
+    from . import hourly
 
     if keep.exists():
         keep.unlink()
