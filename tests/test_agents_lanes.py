@@ -1,4 +1,4 @@
-"""The agents' pass in two lanes (ledger/agents/lanes.py: a forked process runs the drift and compute agents) gives
+"""The agents' pass in two lanes (ledger/agents/lanes.py: a forked process runs the thermal and drift rules) gives
 the analysis the one-process reference (:func:`ledger.agents.run_agents`) gives, byte for byte, on a capture set
 of the report-on generator with a fault of every kind (XIDs, whose stall mask and silences cross the lanes,
 included); and where the forked lane reports nothing, its part is run in this process: the same analysis."""
@@ -39,8 +39,10 @@ def test_two_lanes_give_the_reference_analysis(capture_set, monkeypatch):
     real = lanes._fork
     monkeypatch.setattr(lanes, "_fork", lambda ds: forks.append(1) or real(ds))
     reference = run_agents(_dataset(capture_set))
-    two = lanes.run_agents_in_lanes(_dataset(capture_set), 2)
+    ds = _dataset(capture_set)
+    two = lanes.run_agents_in_lanes(ds, 2)
     assert forks == [1]                                     # the second lane did run
+    assert ds.hourly is None    # the device-hour statistics were the forked lane's alone: none computed here
     kinds = {f["kind"] for f in reference.to_json()["findings"]}
     assert {"xid", "unknown_gap", "hot_because_cooling", "ecc_drift"} <= kinds   # both lanes found some
     assert _text(two) == _text(reference)

@@ -1,17 +1,19 @@
-"""The agents' pass over one dataset in two lanes: a forked process runs the drift and compute agents while this
-one runs the rest of the attribution rules, the accounting rules and the daily rows, then finishes with what
-needs the drift agent's XIDs (idle held, unknown gaps, the account, the recommendations).
+"""The agents' pass over one dataset in two lanes: a forked process runs the rules that read the per device-hour
+statistics (the thermal attribution rules, the drift agent) and those that need the drift agent's XIDs (idle held,
+unknown gaps), while this one runs the clock-reason and starved rules, the compute agent, the accounting rules,
+the daily rows and the hour-of-day profile; this one then finishes with what needs every cause (the account, the
+recommendations).
 
 The one speed trick of the agents' pass, used by ``ipledger analyze`` of an export small enough to be read
-sample by sample (a 24-hour capture set of 64 GPUs at 15 s: 1.45 CPU-s of agents, ≈ 0.55 s of it off the
+sample by sample (a 24-hour capture set of 64 GPUs at 15 s: ≈ 1.5 CPU-s of agents, of which ≈ 0.6 s leave the
 command's wall time on two CPUs). :func:`ledger.agents.run_agents` is the plain reference, and its fallback:
 where this process cannot fork (no ``fork``, another thread running, no second CPU) or the forked lane fails
 to report, its part is run here. tests/test_agents_lanes.py holds the two to the same analysis, byte for byte.
 
 The lane is a ``fork`` of this process (the dataset is shared copy-on-write, never pickled); it sends its
-findings, its XID stall mask and nothing else back through a pipe, pickled, and leaves with ``os._exit``. The
-agents are pure functions of the dataset; the per device-hour statistics both lanes read
-(:func:`ledger.agents.hourstats.hour_stats`) are computed once, before the fork.
+findings and nothing else back through a pipe, pickled, and leaves with ``os._exit``. The agents are pure
+functions of the dataset; the per device-hour statistics (:func:`ledger.agents.hourstats.hour_stats`, cached on
+the dataset) are computed in the forked lane only, as nothing this lane runs reads them.
 """
 
 from __future__ import annotations
@@ -21,19 +23,21 @@ import pickle
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from . import Analysis
     from .data import Dataset
     from .model import Finding
 
 
-def forked_lane(ds: Dataset) -> tuple[list[Finding], pd.Series, list[Finding]]:
-    """What the forked lane computes: the drift agent's findings and XID stall mask, the compute agent's findings."""
-    from . import compute, drift
+def forked_lane(ds: Dataset) -> tuple[list[Finding], list[Finding], list[Finding]]:
+    """What the forked lane computes, all of it on the per device-hour statistics or the drift agent's XIDs: the
+    thermal attribution findings (:func:`ledger.agents.causes.run_thermal`), the drift agent's findings, and the
+    attribution findings that read its XIDs (:func:`ledger.agents.causes.run_after_xids`: idle held, unknown
+    gaps)."""
+    from . import causes as attribution, drift
 
+    thermal = attribution.run_thermal(ds)
     drift_f, stall = drift.run(ds)
-    return drift_f, stall, compute.run(ds)
+    return thermal, attribution.run_after_xids(ds, stall, drift.silent_spans(drift_f)), drift_f
 
 
 def can_fork() -> bool:
@@ -50,23 +54,22 @@ def can_fork() -> bool:
 def run_agents_in_lanes(ds: Dataset, lanes: int = 2) -> Analysis:
     """:func:`ledger.agents.run_agents` of ``ds`` with :func:`forked_lane` in a second process (``lanes`` 2, where
     :func:`can_fork`); ``lanes`` 1: the reference itself. The same analysis either way."""
-    from . import accounting, analysis_of, causes as attribution, run_agents
-    from .drift import silent_spans
-    from .hourstats import hour_stats
+    from . import accounting, analysis_of, causes as attribution, compute, run_agents
 
     if lanes < 2 or not len(ds.samples) or not can_fork():
         return run_agents(ds)
-    hour_stats(ds)   # both lanes read it: computed once, before the fork
     lane = _fork(ds)
-    early = attribution.run_before_xids(ds)
+    # this lane: the rules that read neither the device-hour statistics nor the XIDs
+    clock = attribution.run_clock_and_starved(ds)
+    compute_f = compute.run(ds)
     acct_f = accounting.findings(ds)
     daily = accounting.daily(ds)
     hour_of_day = accounting.hour_of_day(ds)
     got = _join(lane)
-    drift_f, stall, compute_f = got if got is not None else forked_lane(ds)
-    attr_f = [*early, *attribution.run_after_xids(ds, stall, silent_spans(drift_f))]
-    # the causes in causes_of's order: attribution, compute, drift, accounting
-    return analysis_of(ds, [*attr_f, *compute_f, *drift_f, *acct_f], daily=daily, hour_of_day=hour_of_day)
+    thermal, after, drift_f = got if got is not None else forked_lane(ds)
+    # the causes in causes_of's order: attribution (causes.run's), compute, drift, accounting
+    return analysis_of(ds, [*thermal, *clock, *after, *compute_f, *drift_f, *acct_f], daily=daily,
+                       hour_of_day=hour_of_day)
 
 
 def _fork(ds: Dataset) -> tuple[int, int] | None:
@@ -93,7 +96,7 @@ def _fork(ds: Dataset) -> tuple[int, int] | None:
         os._exit(status)
 
 
-def _join(lane: tuple[int, int] | None) -> tuple[list[Finding], pd.Series, list[Finding]] | None:
+def _join(lane: tuple[int, int] | None) -> tuple[list[Finding], list[Finding], list[Finding]] | None:
     """The forked lane's result; None where it failed (it raised, was killed, or never started)."""
     if lane is None:
         return None
