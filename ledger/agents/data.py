@@ -269,9 +269,32 @@ def assign_runs(s: pd.DataFrame, allocs: pd.DataFrame) -> pd.DataFrame:
             ai[idx[ok]] = rows[k[ok]]
     s["ai"] = ai
     for col in ("job_id", "run", "tenant", "partition", "qos", "cluster"):
-        vals = allocs[col].to_numpy(object) if len(allocs) else np.array([], dtype=object)
-        s[col] = np.where(ai >= 0, vals[np.clip(ai, 0, None)] if len(vals) else None, None)
+        s[col] = label_column(allocs[col].to_numpy(object) if len(allocs) else np.array([], dtype=object), ai)
     return s
+
+
+def label_column_reference(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Each sample's label from its allocation row (``values[rows]``; None where ``rows`` is -1), one Python
+    object a sample, for a frame's column (pandas infers its type): the plain version of :func:`label_column`."""
+    return np.where(rows >= 0, values[np.clip(rows, 0, None)] if len(values) else None, None)
+
+
+def label_column(values: np.ndarray, rows: np.ndarray):  # noqa: ANN201 - an ndarray or a pandas string array
+    """:func:`label_column_reference`'s column, without a Python object per sample where the labels are strings:
+    pandas infers the column's type from the distinct labels taken (the same inference as over every sample: it
+    depends on which kinds of values occur, not on how often), and a string column is then taken by pyarrow
+    from the few labels. Any other type goes the plain way. tests/test_agents_label_column.py holds them equal."""
+    if not len(rows):
+        return label_column_reference(values, rows)
+    taken = np.bincount(rows + 1, minlength=len(values) + 1) > 0     # [no row, row 0, row 1, ...]
+    kinds = pd.Series(np.array([*values[taken[1:]], *([None] if taken[0] else [])], dtype=object))
+    if not isinstance(kinds.dtype, pd.StringDtype) or kinds.dtype.storage != "pyarrow":
+        return label_column_reference(values, rows)
+    import pyarrow as pa
+
+    labels = pa.array([v if isinstance(v, str) else None for v in values] + [None], type=pa.string())
+    picked = labels.take(pa.array(np.where(rows >= 0, rows, len(values)), type=pa.int64()))
+    return pd.array(picked, dtype=kinds.dtype)
 
 
 def fill_rated_clock(s: pd.DataFrame, devices: pd.DataFrame) -> None:
