@@ -173,12 +173,23 @@ def sample_frame(s: pd.DataFrame) -> pd.DataFrame:
     for col in s.columns:  # all-NULL columns come back as object dtype: the agents need floats (NaN = not measured)
         if col != "device" and s[col].dtype != np.float64:   # a float64 column is already what this makes
             s[col] = pd.to_numeric(s[col], errors="coerce").astype(float)
-    if len(s) and s["device"].is_monotonic_increasing:   # already in (device, t) order: a stable sort keeps it
-        dev_start = np.r_[True, s["device"].to_numpy(object)[1:] != s["device"].to_numpy(object)[:-1]]
+    if len(s) and devices_in_order(s["device"]):   # already in (device, t) order: a stable sort keeps it
+        codes = pd.factorize(s["device"])[0]
+        dev_start = np.r_[True, codes[1:] != codes[:-1]]
         t = s["t"].to_numpy(float)
         if bool(np.all(dev_start[1:] | (t[1:] >= t[:-1]))):
             return s.reset_index(drop=True)
     return s.sort_values(["device", "t"], kind="stable").reset_index(drop=True)
+
+
+def devices_in_order(device: pd.Series) -> bool:
+    """``device.is_monotonic_increasing``, from the column's integer codes (its first-seen order) where no
+    device is missing: each device's rows together (codes never fall) and the devices in order (a few names
+    compared, not every row's)."""
+    codes, uniques = pd.factorize(device)
+    if (codes < 0).any():
+        return bool(device.is_monotonic_increasing)
+    return bool(np.all(codes[1:] >= codes[:-1])) and bool(pd.Index(uniques).is_monotonic_increasing)
 
 
 def devices_frame(scan: EntryScan, sample_devices, topology: dict | None = None) -> pd.DataFrame:  # noqa: ANN001
