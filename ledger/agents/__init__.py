@@ -107,13 +107,14 @@ def run_agents(ds: Dataset, causes: Sequence[Finding] | None = None) -> Analysis
 
 
 def analysis_of(ds: Dataset, causes: Sequence[Finding] | None = None, daily: list[dict] | None = None,
-                hour_of_day: list[dict] | None = None) -> Analysis:
+                hour_of_day: list[dict] | None = None, totals=None) -> Analysis:  # noqa: ANN001
     """:func:`run_agents`' analysis, with any of its parts already computed (``causes``: :func:`causes_of`
-    ``ds``; ``daily``: ``accounting.daily(ds)``; ``hour_of_day``: ``accounting.hour_of_day(ds)``)."""
+    ``ds``; ``daily``: ``accounting.daily(ds)``; ``hour_of_day``: ``accounting.hour_of_day(ds)``; ``totals``:
+    ``accounting.slice_totals(ds)``)."""
     from . import accounting
 
     base, findings = _find(ds, causes)
-    account = accounting.account(ds, base)
+    account = accounting.account(ds, base, totals=totals)
     meta = {"through_seq": ds.through_seq, "start": format_ts(ds.start) if ds.end else None,
             "end": format_ts(ds.end) if ds.end else None, "devices": int(len(ds.devices)),
             "samples": int(len(ds.samples) if ds.sample_count is None else ds.sample_count), "runs": int(ds.allocs[["cluster", "job_id", "run"]].drop_duplicates()

@@ -1,8 +1,8 @@
 """The agents' pass over one dataset in two lanes: a forked process runs the rules that read the per device-hour
 statistics (the thermal attribution rules, the drift agent) and those that need the drift agent's XIDs (idle held,
 unknown gaps), while this one runs the clock-reason and starved rules, the compute agent, the accounting rules,
-the daily rows and the hour-of-day profile; this one then finishes with what needs every cause (the account, the
-recommendations).
+the daily rows, the hour-of-day profile and the account's totals; this one then finishes with what needs every
+cause (the account's loss lines, the recommendations).
 
 The one speed trick of the agents' pass, used by ``ipledger analyze`` of an export small enough to be read
 sample by sample (a 24-hour capture set of 64 GPUs at 15 s: ≈ 1.5 CPU-s of agents, of which ≈ 0.6 s leave the
@@ -65,11 +65,12 @@ def run_agents_in_lanes(ds: Dataset, lanes: int = 2) -> Analysis:
     acct_f = accounting.findings(ds)
     daily = accounting.daily(ds)
     hour_of_day = accounting.hour_of_day(ds)
+    totals = accounting.slice_totals(ds)   # the account's parts that read no finding
     got = _join(lane)
     thermal, after, drift_f = got if got is not None else forked_lane(ds)
     # the causes in causes_of's order: attribution (causes.run's), compute, drift, accounting
     return analysis_of(ds, [*thermal, *clock, *after, *compute_f, *drift_f, *acct_f], daily=daily,
-                       hour_of_day=hour_of_day)
+                       hour_of_day=hour_of_day, totals=totals)
 
 
 def _fork(ds: Dataset) -> tuple[int, int] | None:
