@@ -207,5 +207,5 @@ def verdict(engine: Engine, finding_id: str, confirm: bool, by: str, note: str =
     return append(engine, [e])
 
 
-__all__ = ["Analysis", "Finding", "Dataset", "analyze", "find", "causes_of", "run_agents", "analysis_of", "load", "record", "verdict",
-           "recorded_findings", "UnknownFinding"]
+__all__ = ["Analysis", "Finding", "Dataset", "analyze", "find", "causes_of", "run_agents", "analysis_of", "load",
+           "record", "verdict", "recorded_findings", "UnknownFinding"]

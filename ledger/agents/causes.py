@@ -870,4 +870,5 @@ def run_after_xids(ds: Dataset, xid_mask: pd.Series | None = None, silent: dict 
     return [*idle_held(ds, xid_mask), *unknown_gaps(ds, silent)]
 
 
-__all__ = ["run", "run_thermal", "run_clock_and_starved", "run_after_xids", "residual_model", "ResidualModel", "before_during_after"]
+__all__ = ["run", "run_thermal", "run_clock_and_starved", "run_after_xids", "residual_model", "ResidualModel",
+           "before_during_after"]
