@@ -65,7 +65,7 @@ def shipper(url: str, index: int, epilogs: int, spool_root: str, reship_every: i
         for e in range(epilogs):
             t0 = time.perf_counter()
             spool.write(directory, epilog_records(index, e))
-            rep = ship(engine, directory, run_after=False)
+            rep = ship(engine, directory)
             latencies.append(time.perf_counter() - t0)
             if rep.errors:
                 raise RuntimeError(f"shipper {index}: {rep.errors[0]}")
@@ -75,7 +75,7 @@ def shipper(url: str, index: int, epilogs: int, spool_root: str, reship_every: i
             if reship_every and e % reship_every == reship_every - 1:
                 done = sorted((directory / spool.SHIPPED_DIR).iterdir())[-1]
                 shutil.copy(done, directory / done.name)  # shipped, but the move "did not happen"
-        rep = ship(engine, directory, run_after=False)
+        rep = ship(engine, directory)
         appended += rep.appended
         duplicates += rep.duplicates
         records += rep.records

@@ -513,6 +513,7 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
                 brow.append((CAUSE_LABELS.get(k, k), fmt_hours(_num(v)), fmt_pct(_num(v) / paid) if paid else "-"))
         story.append(Paragraph("The accounting identity: paid = the sum of these buckets", s["h2"]))
         story.append(_table(["bucket", "GPU-hours", "share of paid"], brow, numeric=[1, 2]))
+    story += _effective_compute(analysis.get("effective_compute"), s)
     daily: dict[str, list[float]] = {}
     for row in analysis.get("daily") or []:
         if isinstance(row, Mapping) and row.get("day"):
@@ -616,6 +617,39 @@ def render(analysis: Mapping[str, Any], out_path: str | Path) -> Path:
     foot = footer(f"ipledger written analysis · paid {fmt_hours(paid)} GPU-h · delivered {fmt_hours(delivered)} GPU-h")
     doc.build(story, onFirstPage=foot, onLaterPages=foot)
     return Path(out_path)
+
+
+def _effective_compute(ec: Any, s: Mapping) -> list:
+    """The effective-compute lens of the analysed time (ledger.agents.effective): what the busy time did in math
+    against the devices' rating, per SKU; unknown where the capture did not measure tensor activity."""
+    if not isinstance(ec, Mapping):
+        return []
+    out = [Paragraph("Effective compute: the math the paid hours did", s["h2"])]
+    paid, tensor, unmeasured = _num(ec.get("paid_gpu_hours")), _num(ec.get("tensor_gpu_hours")), \
+        _num(ec.get("unmeasured_gpu_hours"))
+    share = ec.get("rated_share")
+    lead = (f"Of {fmt_hours(paid)} paid GPU-hours, the tensor cores worked the equivalent of {fmt_hours(tensor)} "
+            f"GPU-hours at the rated clock (tensor activity x clock ratio).")
+    if isinstance(share, (int, float)):
+        lead += (f" That is {fmt_hours(_num(ec.get('achieved_pflop_hours')))} PFLOP-hours of "
+                 f"{_e(ec.get('precision'))} math against {fmt_hours(_num(ec.get('rated_pflop_hours')))} the "
+                 f"devices were rated for in the measured time: {fmt_pct(float(share))} of the rating (a "
+                 f"hardware-counter estimate, not the application's own count).")
+    elif ec.get("achieved_pflop_hours") is None:
+        lead += " The data names no GPU model with a rating, so the math is given in tensor GPU-hours only."
+    if unmeasured > 0:
+        lead += f" {fmt_hours(unmeasured)} GPU-hours had no tensor activity measured: unknown, not zero."
+    out.append(Paragraph(_e(lead), s["body"]))
+    rows = [(r.get("sku"), _count(r.get("devices")), fmt_hours(_num(r.get("paid_gpu_hours"))),
+             fmt_hours(_num(r.get("tensor_gpu_hours"))),
+             "-" if r.get("achieved_pflop_hours") is None else fmt_hours(_num(r.get("achieved_pflop_hours"))),
+             "-" if r.get("rated_share") is None else fmt_pct(_num(r.get("rated_share"))),
+             fmt_hours(_num(r.get("unmeasured_gpu_hours"))))
+            for r in ec.get("by_sku") or [] if isinstance(r, Mapping)]
+    if rows:
+        out.append(_table(["SKU", "devices", "paid GPU-h", "tensor GPU-h", "achieved PFLOP-h", "of rating",
+                           "not measured GPU-h"], rows, numeric=[1, 2, 3, 4, 5, 6]))
+    return out
 
 
 def _seen(r: Mapping) -> str:

@@ -25,3 +25,14 @@ def test_sample_frame_order_is_the_stable_sort(rows, presorted):
         .reset_index(drop=True)
     got = sample_frame(raw)
     pd.testing.assert_frame_equal(got, want)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(["a", "b", "B", "", "n1/gpu1", "n1/gpu10", "n1/gpu2"]), st.none()),
+                max_size=14))
+def testdevices_in_order_is_pandas_monotonic_test(devices):
+    """The shortcut's order test (from the column's codes) says what ``is_monotonic_increasing`` says."""
+    from ledger.agents.data import devices_in_order
+
+    col = pd.DataFrame({"device": np.array([*devices, "x"], dtype=object)[:len(devices)]})["device"]
+    assert devices_in_order(col) == col.is_monotonic_increasing

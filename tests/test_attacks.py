@@ -583,7 +583,7 @@ def test_whatever_a_spool_writer_ships_the_receipt_still_computes(example_ledger
     spool.write(work / "spool", records)
     eng = db_mod.make_engine(f"sqlite:///{work / 'ledger.db'}")
     try:
-        rep = ship(eng, work / "spool", run_after=False)
+        rep = ship(eng, work / "spool")
         assert rep.files == 1 and not rep.errors
         body = receipt_for(eng, KEY["job_id"], cluster=KEY["cluster"]).body
         assert body["gpu_hours"]["paid"] >= 0

@@ -282,7 +282,7 @@ def test_parallel_ship_equals_serial_ship(tmp_path, monkeypatch):
         db_mod.upgrade(eng)
         monkeypatch.setattr(ship_mod, "PARALLEL_MIN_FILES", 2 if parallel else 10**9)
         monkeypatch.setattr(ship_mod, "_CHUNK_FILES", 7)
-        rep = ship_mod.ship(eng, spool_dir, batch_files=11, run_after=False).to_json()
+        rep = ship_mod.ship(eng, spool_dir, batches=ship_mod.Batches(files=11)).to_json()
         rows = [(c.seq, c.entry.entry_id, c.hash) for c in store.iter_entries(eng)]
         left = sorted(p.name for p in spool_dir.iterdir() if p.is_file())
         eng.dispose()

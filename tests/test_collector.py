@@ -92,7 +92,7 @@ def test_collect_once_ship_verify(tmp_path, monkeypatch, ledger_url):
     assert (gap["device"], gap["job_id"], json.loads(gap["payload"])["cause"]) == ("GPU-one", "77", "collector_down")
     eng = db_mod.make_engine(ledger_url)
     try:
-        report = ship(eng, sp, run_after=False)
+        report = ship(eng, sp)
         assert not report.errors
         got = load_samples(eng, ["GPU-one"])
         assert len(got) == 14 and got[0].sm_active is None and got[1].sm_active == 0.6

@@ -385,7 +385,7 @@ def test_shipper_workers_do_not_keep_the_spool_lock(tmp_path, sqlite_url, monkey
     monkeypatch.setattr(ship_mod, "_prepare_chunk", _recording_chunk)
     engine = db_mod.make_engine(sqlite_url)
     try:
-        assert ship_mod.ship(engine, sp, run_after=False).appended == len(want)
+        assert ship_mod.ship(engine, sp).appended == len(want)
     finally:
         engine.dispose()
     seen = [__import__("json").loads(p.read_text()) for p in notes.iterdir()]

@@ -661,3 +661,54 @@ def test_the_one_pass_unit_check_answers_as_the_two_reductions_do(values):
     got, want = _in_unit(x), _in_unit_reference(x)
     assert (got is None) == (want is None)
     assert got is None or (got == want and np.signbit(got) == np.signbit(want))
+
+
+def test_ask_which_tenant_got_the_most_math_gives_the_statements_figures(tmp_path, runner, cli):
+    """`ask "which tenants got the most math per GPU-hour"` answers from the month's statement: each tenant's paid
+    and achieved PFLOP-hours are the `export monthly` JSON's own, the ratio is theirs, the order follows it, and a
+    tenant whose receipts measured no lens is listed as unknown, never as zero math."""
+    from reports.export import HOURS_DECIMALS
+    from ledger.agents.query import STATEMENT_DP
+
+    assert STATEMENT_DP == HOURS_DECIMALS
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    _ledger(url, [("GPU-m-0", SKUS[0], [(0.9, 0.2, 1500.0, 0.5, 0.2)] * 12)], job="9300", account="chem")
+    _ledger(url, [("GPU-m-1", SKUS[0], [(0.95, 0.9, 1980.0, 0.6, 0.2)] * 10),
+                  ("GPU-m-2", SKUS[0], [(0.9, 0.7, 1800.0, 0.6, 0.2)] * 10)], job="9301", account="astro")
+    _ledger(url, [("GPU-m-3", SKUS[1], [(0.5, 0.5, 1200.0, 0.5, 0.5)] * 7)], job="9302", account="bio")
+    cfg10, cfg12 = _config(tmp_path, "1.0.0"), _config(tmp_path, "1.2.0")
+    for job, cfg in (("9300", cfg12), ("9301", cfg12), ("9302", cfg10)):
+        res = runner.invoke(cli, ["--db", url, "--config", cfg, "receipt", job, "--issue"])
+        assert res.exit_code == 0, res.output
+    nov = _json(runner, cli, "--db", url, "export", "monthly", "--month", "2026-09", "--format", "json",
+                "--out", "-")
+    stated = {r["tenant"]: r for r in nov["tenants"]}
+    for question in ("which tenants got the most math per GPU-hour in 2026-09?",
+                     "Which tenant did the most math per paid GPU-hour"):   # no period: the latest data's month
+        got = _json(runner, cli, "--db", url, "ask", question, "--json")
+        assert got["form"] == "math" and got["period_label"] == "2026-09"
+        rows = got["ranking"]
+        assert [r["tenant"] for r in rows] == ["astro", "chem", "bio"]
+        for r in rows:
+            s = stated[r["tenant"]]
+            assert (r["paid"], r["achieved_pflop_hours"], r["rated_pflop_hours"]) == \
+                (s["paid"], s["achieved_pflop_hours"], s["rated_pflop_hours"])
+        for r in rows[:2]:
+            assert r["pflop_hours_per_paid_gpu_hour"] == round(r["achieved_pflop_hours"] / r["paid"], 6) > 0
+        assert rows[0]["pflop_hours_per_paid_gpu_hour"] > rows[1]["pflop_hours_per_paid_gpu_hour"]
+        assert rows[2]["pflop_hours_per_paid_gpu_hour"] is None and rows[2]["rated_share"] is None  # 1.0: unknown
+        assert "bio" in got["answer"] and "unknown, not zero" in got["answer"]
+    for tenant in ("astro", "bio"):   # explain on the billed month carries the same lens figures
+        ex = _json(runner, cli, "--db", url, "explain", "--tenant", tenant, "--period", "2026-09", "--json")
+        ec = ex["billed"]["effective_compute"]
+        assert (ec["achieved_pflop_hours"], ec["rated_pflop_hours"], ec["lens_unmeasured_gpu_hours"]) == \
+            (stated[tenant]["achieved_pflop_hours"], stated[tenant]["rated_pflop_hours"],
+             stated[tenant]["lens_unmeasured_gpu_hours"])
+    shown = runner.invoke(cli, ["--db", url, "explain", "--tenant", "astro", "--period", "2026-09"])
+    assert shown.exit_code == 0 and "effective compute (issued receipts)" in shown.output, shown.output
+    text = runner.invoke(cli, ["--db", url, "ask", "which tenants got the most math per GPU-hour in 2026-09"])
+    assert text.exit_code == 0 and "astro" in text.output and "unknown" in text.output
+    for q, says in (("which tenants got the most math per GPU-hour this week", "not a calendar month"),
+                    ("which tenants got the most math per GPU-hour in 2026-08", "no data")):
+        res = runner.invoke(cli, ["--db", url, "ask", q])
+        assert res.exit_code != 0 and says in res.output, res.output

@@ -101,6 +101,29 @@ def test_dmon_issue244_capture_with_prompt_stop_message_and_ctrl_c():
     assert c.mapped["GRACT"] == GRACT and c.mapped["SMACT"] == "sm_active"
 
 
+def test_a_capture_pasted_behind_a_shell_prompt_is_read_as_what_it_is(runner, cli):
+    """The issue-244 capture begins with dmon's stop message and a pasted prompt ("[root@host dir]# dcgmi dmon ...").
+    The format reader took the prompt's "[" for JSON and gave up, so `analyze FILE` read the dmon capture as a
+    Prometheus export ("expected an exposition line ... got 'ID'"). Every real capture of a format `analyze` reads
+    is now named as that format, and the dmon one is analysed given its start and interval (dmon writes none)."""
+    from ledger.importers.captures import classify
+
+    wants = {"dcgmi_dmon": "dmon", "amd_smi": "amd-smi", "nvidia_smi_xml": "nvidia-smi"}
+    for folder, want in wants.items():
+        for p in sorted(R.joinpath(folder).iterdir()):
+            if p.name.endswith((".source.txt", ".md")) or "SOURCE" in p.name or "rocm_smi" in p.name:
+                continue
+            assert classify(p, None) == want, p.name
+    path = R / "dcgmi_dmon" / "dcgmi_dmon_e1001-1008_8gpu_dcgm4.2.3_issue244.txt"
+    told = runner.invoke(cli, ["analyze", str(path), "--json"])
+    assert told.exit_code != 0 and "dmon output has no timestamps: give --start and --interval" in told.output
+    res = runner.invoke(cli, ["analyze", str(path), "--json", "--start", "2026-11-03T00:00:00Z", "--interval", "1s",
+                              "--node", "n1"])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.stdout)
+    assert got["import"]["devices"] == 8 and got["sources"][0]["kind"] == "dmon"
+
+
 def test_dmon_with_nothing_readable_is_refused_naming_the_line():
     with pytest.raises(InputError, match=r"d.txt: line 2: expected a dmon row"):
         dmon.parse("#Entity GRACT\nhello world\n", "d.txt", start=T0, interval=1.0)

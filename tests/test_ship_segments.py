@@ -242,12 +242,12 @@ def test_one_pass_ship_leaves_the_rows_the_one_by_one_path_leaves(tmp_path, monk
         url = bench.fresh_db(tmp_path / f"{name}.db")
         eng = db_mod.make_engine(url)
         try:
-            report = ship_mod.ship(eng, tmp_path / name, run_after=False, batch_samples=1000)
+            report = ship_mod.ship(eng, tmp_path / name, batches=ship_mod.Batches(samples=1000))
             assert not report.refused and report.appended == counts["records"]
             assert report.duplicates == len(again.read_text().splitlines())
             for copy in ("zz-again-1.jsonl", "zz-again-2.jsonl"):
                 shutil.copy(again, tmp_path / name / copy)
-            report = ship_mod.ship(eng, tmp_path / name, run_after=False)
+            report = ship_mod.ship(eng, tmp_path / name)
             assert report.appended == 0 and report.duplicates == 2 * len(again.read_text().splitlines())
         finally:
             eng.dispose()

@@ -14,7 +14,7 @@ from ledger.ingest import intake
 from ledger.capture import spool
 from ledger.chain import store
 from ledger.chain.entries import Kind, entry_from_record, make_entry
-from ledger.ingest.ship import ship
+from ledger.ingest.ship import Batches, ship
 from ledger.chain.verify import verify
 
 
@@ -103,7 +103,7 @@ def test_after_ship_work_is_handed_only_the_ends_of_runs(engine, tmp_path):
         seen.extend(shipped)
         return []
 
-    rep = ship(engine, sp, batch_files=1, after=[hook])
+    rep = ship(engine, sp, batches=Batches(files=1), after=[hook])
     assert rep.appended == 153
     assert sorted(e.job_id for e in seen) == ["1", "2", "3"] and {e.kind for e in seen} == {Kind.ALLOCATION_ENDED}
     assert not list(sp.glob("*.jsonl"))

@@ -101,17 +101,28 @@ def _find(ds: Dataset, causes: Sequence[Finding] | None = None) -> tuple[list[Fi
 
 
 def run_agents(ds: Dataset, causes: Sequence[Finding] | None = None) -> Analysis:
+    """Every agent over ``ds``: the findings (:func:`find`), the whole dataset's account, daily rows and metadata.
+    The plain, one-process reference of :func:`ledger.agents.lanes.run_agents_in_lanes`."""
+    return analysis_of(ds, causes)
+
+
+def analysis_of(ds: Dataset, causes: Sequence[Finding] | None = None, daily: list[dict] | None = None,
+                hour_of_day: list[dict] | None = None, totals=None) -> Analysis:  # noqa: ANN001
+    """:func:`run_agents`' analysis, with any of its parts already computed (``causes``: :func:`causes_of`
+    ``ds``; ``daily``: ``accounting.daily(ds)``; ``hour_of_day``: ``accounting.hour_of_day(ds)``; ``totals``:
+    ``accounting.slice_totals(ds)``)."""
     from . import accounting
 
     base, findings = _find(ds, causes)
-    account = accounting.account(ds, base)
+    account = accounting.account(ds, base, totals=totals)
     meta = {"through_seq": ds.through_seq, "start": format_ts(ds.start) if ds.end else None,
             "end": format_ts(ds.end) if ds.end else None, "devices": int(len(ds.devices)),
             "samples": int(len(ds.samples) if ds.sample_count is None else ds.sample_count), "runs": int(ds.allocs[["cluster", "job_id", "run"]].drop_duplicates()
                                                             .shape[0]) if len(ds.allocs) else 0,
             "currency": ds.currency, "cadence_s": ds.cadence}
-    meta["hour_of_day"] = accounting.hour_of_day(ds)
-    return Analysis(findings=findings, account=account, daily=accounting.daily(ds), meta=meta)
+    meta["hour_of_day"] = accounting.hour_of_day(ds) if hour_of_day is None else hour_of_day
+    return Analysis(findings=findings, account=account, daily=accounting.daily(ds) if daily is None else daily,
+                    meta=meta)
 
 
 def period_analysis(ds: Dataset, analysis: Analysis, start: float, end: float, label: str) -> dict:
@@ -196,5 +207,5 @@ def verdict(engine: Engine, finding_id: str, confirm: bool, by: str, note: str =
     return append(engine, [e])
 
 
-__all__ = ["Analysis", "Finding", "Dataset", "analyze", "find", "causes_of", "run_agents", "load", "record", "verdict",
-           "recorded_findings", "UnknownFinding"]
+__all__ = ["Analysis", "Finding", "Dataset", "analyze", "find", "causes_of", "run_agents", "analysis_of", "load",
+           "record", "verdict", "recorded_findings", "UnknownFinding"]

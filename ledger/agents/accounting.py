@@ -247,19 +247,40 @@ def shown_lines(lines: dict[str, float], lost: float, dp: int = DISPLAY_DP) -> t
     return shown, round(sum(v for _, v in shown), dp)
 
 
-def account(ds: Dataset, found: list[Finding], sel: pd.Series | None = None, start: float | None = None,
-            end: float | None = None, alloc_mask: pd.Series | None = None, claimed: Claims | None = None) -> dict:
-    """paid / delivered / buckets / by_cause for a slice (default: everything); ``claimed``: :func:`claims` of the
-    same slice, when already worked out."""
+@dataclass(frozen=True)
+class SliceTotals:
+    """The parts of a slice's :func:`account` that read no finding: its paid hours, its buckets, its money."""
+
+    paid: float
+    buckets: dict
+    cost_paid: float
+    cost_delivered: float
+
+
+def slice_totals(ds: Dataset, sel: pd.Series | None = None, start: float | None = None, end: float | None = None,
+                 alloc_mask: pd.Series | None = None, claimed: Claims | None = None) -> SliceTotals:
+    """:class:`SliceTotals` of a slice (the arguments as :func:`account`'s)."""
     keep = claimed.keep if claimed is not None else claims_slice(ds, sel, start, end)
     s = ds.samples[keep]   # one selection of the frame: the rows (and order) of selecting by each mask in turn
     paid = paid_hours(ds, alloc_mask, start, end)
     b = bucket_totals(s)
     known = b["delivered"] + sum(b["throttled"].values()) + b["underutilized"] + b["starved"] + b["idle_held"]
     b["unknown"] = max(paid - known, 0.0)
+    cost_paid, cost_del = run_money(ds, s, alloc_mask, start, end)
+    return SliceTotals(paid, b, cost_paid, cost_del)
+
+
+def account(ds: Dataset, found: list[Finding], sel: pd.Series | None = None, start: float | None = None,
+            end: float | None = None, alloc_mask: pd.Series | None = None, claimed: Claims | None = None,
+            totals: SliceTotals | None = None) -> dict:
+    """paid / delivered / buckets / by_cause for a slice (default: everything); ``claimed``: :func:`claims` of the
+    same slice, when already worked out; ``totals``: :func:`slice_totals` of the same slice, when already worked
+    out (the agents' two lanes work them out before the findings are all known)."""
+    t = totals if totals is not None else slice_totals(ds, sel, start, end, alloc_mask, claimed)
+    paid, b = t.paid, t.buckets
     lost = paid - b["delivered"]
     by_cause, _ = loss_partition(ds, found, sel, start, end, paid, claimed)
-    cost_paid, cost_del = run_money(ds, s, alloc_mask, start, end)
+    cost_paid, cost_del = t.cost_paid, t.cost_delivered
     r = lambda x: round(float(x), 4)  # noqa: E731
     return {"paid": r(paid), "delivered": r(b["delivered"]), "lost": r(lost),
             "buckets": {"delivered": r(b["delivered"]), "underutilized": r(b["underutilized"]),

@@ -8,6 +8,7 @@ Questions (case-insensitive; a trailing "?" is optional)::
     where did the GPU-hours go [PERIOD]
     what happened (on|to|in) SCOPE [PERIOD]
     which (jobs|tenants|nodes|racks) (lost|wasted|delivered|paid for) the most [GPU-hours] [PERIOD]
+    which tenants got the most math per GPU-hour [in YYYY-MM]          from the month's statement (the lens)
     how much did (CAUSE|SCOPE) cost [us] [PERIOD]                      CAUSE: cooling, power cap, idle held, ...
     what was the utili[sz]ation of SCOPE [PERIOD]
 
@@ -25,6 +26,8 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from dataclasses import dataclass
+
+from ..base.periods import calendar_month, month_of
 
 UTC = _dt.timezone.utc
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
@@ -116,7 +119,7 @@ def parse_period(text: str | None, data_start: float, data_end: float) -> tuple[
 REFUSAL = ("I can't answer that. I can answer: why did SCOPE lose [N] GPU-hours [PERIOD]; why is SCOPE slow "
            "[PERIOD]; how many GPU-hours did SCOPE|the cluster lose|deliver|pay for [PERIOD]; where did the GPU-hours go "
            "[PERIOD]; what happened on SCOPE [PERIOD]; which jobs|tenants|nodes|racks lost|delivered the most "
-           "GPU-hours [PERIOD]; how much did cooling|power cap|idle held|SCOPE cost us [PERIOD]; what was the "
+           "GPU-hours [PERIOD]; which tenants got the most math per GPU-hour [in YYYY-MM]; how much did cooling|power cap|idle held|SCOPE cost us [PERIOD]; what was the "
            "utilization of SCOPE [PERIOD]. SCOPE is node|rack|tenant|job NAME; PERIOD e.g. this week, yesterday, "
            "on wednesday, on 2026-11-04, in 2026-W45 (docs/agents.md)")
 
@@ -144,6 +147,9 @@ FORMS = [
     ("slow", re.compile(rf"why (?:is|was) {_SCOPE} (?:so )?slow(?:er)?(?: {_PERIOD})?")),
     ("how_many", re.compile(rf"how many {_HOURS} did {_FLEET} (?P<verb>lose|deliver|pay for|waste)(?: {_PERIOD})?")),
     ("how_many", re.compile(rf"how many {_HOURS} did {_SCOPE} (?P<verb>lose|deliver|pay for|waste)(?: {_PERIOD})?")),
+    ("math", re.compile(rf"(?:which|what) (?:tenants?|accounts?) (?:got|did|had|used|bought) the most "
+                        rf"(?:math|compute|flops?|flop-hours)(?: (?:per|for each|a|each) (?:paid )?{_HOURS})?"
+                        rf"(?: {_PERIOD})?")),
     ("rank", re.compile(rf"(?:which|what) {_ENTITIES} (?P<verb>lost|wasted|delivered|paid for|used) the most"
                         rf"(?: {_HOURS})?(?: {_PERIOD})?")),
     ("cost", re.compile(rf"how much did (?P<cause>{'|'.join(sorted(CAUSES, key=len, reverse=True))}) cost(?: us)?"
@@ -166,7 +172,7 @@ def parse_question(text: str) -> Question:
         if g.get("name") in ("the", "our", "it", "we", "they") and not g.get("kind"):
             continue
         n = g.get("n")
-        fleet = form in ("where", "rank") or g.get("fleet") is not None or g.get("cause") is not None or \
+        fleet = form in ("where", "rank", "math") or g.get("fleet") is not None or g.get("cause") is not None or \
             (form == "util" and g.get("name") is None)
         return Question(form=form, scope_kind=g.get("kind") or ("fleet" if fleet else "?"),
                         name=None if fleet else g.get("name"), period=g.get("period"),
@@ -202,20 +208,29 @@ def prepare(ds, text: str) -> tuple:  # noqa: ANN001
     kind, name = resolve_scope(q, set(ds.devices["node"].dropna()), set(ds.devices["rack"].dropna()),
                                set(ds.allocs["tenant"].dropna()), set(ds.allocs["job_id"].dropna()))
     try:
-        start, end, label = parse_period(q.period, ds.start, ds.end)
+        if q.form == "math" and q.period is None:   # the math is the statement's: the month of the latest data
+            start, end, label = parse_period(f"in {month_of(max(ds.end - 1, ds.start))}", ds.start, ds.end)
+        else:
+            start, end, label = parse_period(q.period, ds.start, ds.end)
     except BadPeriod as exc:
         raise CannotAnswer(f"I can't answer that: {exc}") from None
+    if q.form == "math" and calendar_month(start, end) is None:
+        raise CannotAnswer(f"I can't answer that: the math per GPU-hour is the monthly statement's (the receipts' "
+                           f"effective-compute lens), and {label} is not a calendar month: ask e.g. "
+                           f"\"which tenants got the most math per GPU-hour in {month_of(max(ds.end - 1, ds.start))}\"")
     if end <= ds.start or start >= ds.end:
         raise CannotAnswer(f"I can't answer that: the ledger has no data in {label}.")
     return q, kind, name, start, end, label
 
 
-def answer(ds, found, text: str, prepared: tuple | None = None, billed=None) -> dict:  # noqa: ANN001
+def answer(ds, found, text: str, prepared: tuple | None = None, billed=None, statement=None) -> dict:  # noqa: ANN001
     """Parse, resolve and answer a question with the accounting agent's explanation (one table behind each answer:
     the sentence restates its shown figures, never recomputes them).
 
     ``found`` is the agents' findings, or a callable returning them (run only once the question is understood);
-    ``billed`` the statement rows of the period when it is a billed month (:func:`ledger.agents.query.billed_rows`).
+    ``billed`` the statement rows of the period when it is a billed month (:func:`ledger.agents.query.billed_rows`);
+    ``statement`` that month's whole statement, which the math question reads
+    (:func:`ledger.agents.query.billed_statement`).
     """
     from . import query
 
@@ -224,6 +239,8 @@ def answer(ds, found, text: str, prepared: tuple | None = None, billed=None) -> 
         found = found()
     if q.form == "rank":
         return _rank(ds, q, start, end, label, text)
+    if q.form == "math":
+        return _math(statement, label, text)
     ex = query.scope(ds, found, kind, name, start, end, billed)
     tab = ex["table"]   # the shown figures: an answer never restates a number differently from its table
     who = "the fleet" if kind == "fleet" else f"{kind} {name}"
@@ -296,3 +313,26 @@ def _rank(ds, q: Question, start: float, end: float, label: str, text: str) -> d
     top = "; ".join(f"{r[by]} {r[key]:,.1f}" for r in rows[:3])
     return {"question": text, "form": "rank", "period_label": label, "ranking": rows, "by": by, "key": key,
             "table": {"rows": rows}, "answer": f"The {by}s that {word} the most GPU-hours in {label}: {top}."}
+
+
+def _math(statement, label: str, text: str) -> dict:  # noqa: ANN001 - a reports.export.Statement or None
+    """The tenants ranked by the math their paid GPU-hours did, from the month's statement
+    (:func:`ledger.agents.query.math_ranking`): the same figures ``export monthly`` prints for them."""
+    from .query import math_ranking
+
+    if statement is None:
+        raise CannotAnswer(f"I can't answer that: no receipts were issued for {label}, and the math per GPU-hour "
+                           f"is the statement's (run `ipledger issue --month {label}` first).")
+    rows = math_ranking(statement.summary.by_tenant)
+    ranked = [r for r in rows if r["pflop_hours_per_paid_gpu_hour"] is not None]
+    if not ranked:
+        return {"question": text, "form": "math", "period_label": label, "ranking": rows, "by": "tenant",
+                "table": {"rows": rows}, "answer": f"No receipt issued for {label} measured the effective-compute "
+                f"lens (tensor activity and the SKU's rating): the math per GPU-hour is unknown, not zero."}
+    top = "; ".join(f"{r['tenant']} {r['pflop_hours_per_paid_gpu_hour']:,.4f}" for r in ranked[:3])
+    unmeasured = [r["tenant"] for r in rows if r["pflop_hours_per_paid_gpu_hour"] is None]
+    tail = f" Not measured (unknown, not zero): {', '.join(map(str, unmeasured))}." if unmeasured else ""
+    return {"question": text, "form": "math", "period_label": label, "ranking": rows, "by": "tenant",
+            "table": {"rows": rows},
+            "answer": (f"The tenants that got the most math per paid GPU-hour in {label} (achieved PFLOP-hours per "
+                       f"paid GPU-hour, from the statement's effective-compute lens): {top}.{tail}")}

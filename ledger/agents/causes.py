@@ -847,11 +847,28 @@ def run(ds: Dataset, xid_mask: pd.Series | None = None, silent: dict | None = No
     """All attribution findings over a dataset (``silent``: device -> its silences after an XID, not gaps)."""
     if not len(ds.samples):
         return unknown_gaps(ds, silent)
+    return [*run_thermal(ds), *run_clock_and_starved(ds), *run_after_xids(ds, xid_mask, silent)]
+
+
+def run_thermal(ds: Dataset) -> list[Finding]:
+    """The first part of :func:`run`: the rules on the temperature-on-power residual (cooling, hot because
+    working), which read the per device-hour statistics. The agents' two lanes (:mod:`ledger.agents.lanes`) run
+    the parts of :func:`run` apart; a dataset with samples only."""
     model = residual_model(ds)
     cool = cooling(ds, model)
-    return [*cool, *hot_because_working(ds, model, cool), *power_cap(ds), *hw_slowdown(ds), *sync_boost(ds),
-            *starved(ds),
-            *idle_held(ds, xid_mask), *unknown_gaps(ds, silent)]
+    return [*cool, *hot_because_working(ds, model, cool)]
 
 
-__all__ = ["run", "residual_model", "ResidualModel", "before_during_after"]
+def run_clock_and_starved(ds: Dataset) -> list[Finding]:
+    """The second part of :func:`run`: the clock-reason rules and starved jobs, from the samples alone."""
+    return [*power_cap(ds), *hw_slowdown(ds), *sync_boost(ds), *starved(ds)]
+
+
+def run_after_xids(ds: Dataset, xid_mask: pd.Series | None = None, silent: dict | None = None) -> list[Finding]:
+    """The last part of :func:`run`: the findings that need the drift agent's XID stall mask and silences (idle
+    held, unknown gaps)."""
+    return [*idle_held(ds, xid_mask), *unknown_gaps(ds, silent)]
+
+
+__all__ = ["run", "run_thermal", "run_clock_and_starved", "run_after_xids", "residual_model", "ResidualModel",
+           "before_during_after"]

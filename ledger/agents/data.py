@@ -13,9 +13,10 @@ import json
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
-from sqlalchemy.engine import Engine
 
 from ..chain.canonical import ts_to_epoch
 from ..chain.contracts import select_contract
@@ -23,8 +24,9 @@ from ..chain.entries import Kind
 from ..method import THROTTLE_REASONS, reason_bucket
 from ..method.attribution import DEFAULT_THRESHOLDS
 from ..method.skus import match_sku
-from ..chain.store import iter_entries
-from ..telemetry.sealed import read_samples
+
+if TYPE_CHECKING:   # a ledger only where one is read: `ipledger analyze` of an export never loads SQLAlchemy
+    from sqlalchemy.engine import Engine
 
 # the method is the single source of thresholds and reason precedence
 ACTIVE_MIN = DEFAULT_THRESHOLDS.active_min
@@ -133,6 +135,9 @@ class EntryScan:
 
 def load(engine: Engine, through_seq: int | None = None, topology: dict | None = None) -> Dataset:
     """Read the ledger into a :class:`Dataset` (entries through ``through_seq``; all samples of those segments)."""
+    from ..chain.store import iter_entries
+    from ..telemetry.sealed import read_samples
+
     scan = EntryScan()
     with engine.connect() as conn:
         for ce in iter_entries(conn, through_seq=through_seq):
@@ -166,14 +171,25 @@ def sample_frame(s: pd.DataFrame) -> pd.DataFrame:
                           "compute_procs": "procs", "tensor_active": "tensor", "dram_active": "dram",
                           "fp64_active": "fp64", "fp32_active": "fp32", "fp16_active": "fp16", "fp_ops": "ops"})
     for col in s.columns:  # all-NULL columns come back as object dtype: the agents need floats (NaN = not measured)
-        if col != "device":
+        if col != "device" and s[col].dtype != np.float64:   # a float64 column is already what this makes
             s[col] = pd.to_numeric(s[col], errors="coerce").astype(float)
-    if len(s) and s["device"].is_monotonic_increasing:   # already in (device, t) order: a stable sort keeps it
-        dev_start = np.r_[True, s["device"].to_numpy(object)[1:] != s["device"].to_numpy(object)[:-1]]
+    if len(s) and devices_in_order(s["device"]):   # already in (device, t) order: a stable sort keeps it
+        codes = pd.factorize(s["device"])[0]
+        dev_start = np.r_[True, codes[1:] != codes[:-1]]
         t = s["t"].to_numpy(float)
         if bool(np.all(dev_start[1:] | (t[1:] >= t[:-1]))):
             return s.reset_index(drop=True)
     return s.sort_values(["device", "t"], kind="stable").reset_index(drop=True)
+
+
+def devices_in_order(device: pd.Series) -> bool:
+    """``device.is_monotonic_increasing``, from the column's integer codes (its first-seen order) where no
+    device is missing: each device's rows together (codes never fall) and the devices in order (a few names
+    compared, not every row's)."""
+    codes, uniques = pd.factorize(device)
+    if (codes < 0).any():
+        return bool(device.is_monotonic_increasing)
+    return bool(np.all(codes[1:] >= codes[:-1])) and bool(pd.Index(uniques).is_monotonic_increasing)
 
 
 def devices_frame(scan: EntryScan, sample_devices, topology: dict | None = None) -> pd.DataFrame:  # noqa: ANN001
@@ -264,9 +280,32 @@ def assign_runs(s: pd.DataFrame, allocs: pd.DataFrame) -> pd.DataFrame:
             ai[idx[ok]] = rows[k[ok]]
     s["ai"] = ai
     for col in ("job_id", "run", "tenant", "partition", "qos", "cluster"):
-        vals = allocs[col].to_numpy(object) if len(allocs) else np.array([], dtype=object)
-        s[col] = np.where(ai >= 0, vals[np.clip(ai, 0, None)] if len(vals) else None, None)
+        s[col] = label_column(allocs[col].to_numpy(object) if len(allocs) else np.array([], dtype=object), ai)
     return s
+
+
+def label_column_reference(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Each sample's label from its allocation row (``values[rows]``; None where ``rows`` is -1), one Python
+    object a sample, for a frame's column (pandas infers its type): the plain version of :func:`label_column`."""
+    return np.where(rows >= 0, values[np.clip(rows, 0, None)] if len(values) else None, None)
+
+
+def label_column(values: np.ndarray, rows: np.ndarray):  # noqa: ANN201 - an ndarray or a pandas string array
+    """:func:`label_column_reference`'s column, without a Python object per sample where the labels are strings:
+    pandas infers the column's type from the distinct labels taken (the same inference as over every sample: it
+    depends on which kinds of values occur, not on how often), and a string column is then taken by pyarrow
+    from the few labels. Any other type goes the plain way. tests/test_agents_label_column.py holds them equal."""
+    if not len(rows):
+        return label_column_reference(values, rows)
+    taken = np.bincount(rows + 1, minlength=len(values) + 1) > 0     # [no row, row 0, row 1, ...]
+    kinds = pd.Series(np.array([*values[taken[1:]], *([None] if taken[0] else [])], dtype=object))
+    if not isinstance(kinds.dtype, pd.StringDtype) or kinds.dtype.storage != "pyarrow":
+        return label_column_reference(values, rows)
+    import pyarrow as pa
+
+    labels = pa.array([v if isinstance(v, str) else None for v in values] + [None], type=pa.string())
+    picked = labels.take(pa.array(np.where(rows >= 0, rows, len(values)), type=pa.int64()))
+    return pd.array(picked, dtype=kinds.dtype)
 
 
 def fill_rated_clock(s: pd.DataFrame, devices: pd.DataFrame) -> None:

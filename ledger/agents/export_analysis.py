@@ -45,14 +45,15 @@ def reads_every_sample(collected) -> bool:  # noqa: ANN001 - a Collected
 def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb",  # noqa: ANN001
                       topology: dict | None = None, sources: list[str] | None = None,
                       progress: Callable[[int, int], None] | None = None, consume: bool = False,
-                      samples: bool | None = None) -> Analysis:
+                      samples: bool | None = None, lanes: int = 2) -> Analysis:
     """The analysis of a parsed export (see the module doc). ``consume``: the caller is done with
     ``collected``; its values are dropped device by device while the agents' samples are built (it keeps its
     devices, contexts and report), so a large export is not held twice. ``samples``: every agent over every
     sample (True) or over device-hours (False); None: over every sample where the frame fits
-    :data:`SAMPLE_FRAME_BUDGET` (:func:`reads_every_sample`)."""
+    :data:`SAMPLE_FRAME_BUDGET` (:func:`reads_every_sample`). ``lanes``: over every sample, the agents run in
+    this many processes (:func:`ledger.agents.lanes.run_agents_in_lanes`: 2, or 1 for the one-process reference;
+    the same analysis)."""
     from ..importers import pipeline
-    from . import hourly
 
     digests = _digests_meanwhile(sources or [])
     if not collected.series:
@@ -63,10 +64,14 @@ def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb
     if keep is None and samples:  # no ledger asked for: the agents run on the parsed export directly
         from .memory import dataset_from_collected
 
+        from .lanes import run_agents_in_lanes
+
         ds, res = dataset_from_collected(collected, opts, topology=topology, progress=progress, release=consume)
-        return _finish(run_agents(ds), collected, res, sources, digests, ds)
+        digests()   # the digests' thread done before a lane is forked
+        return _finish(run_agents_in_lanes(ds, lanes), collected, res, sources, digests, ds)
     if keep is None:
         from ..base.heap import return_freed_heap
+        from . import hourly
         from .memory import hourly_from_collected
 
         scan, src, res = hourly_from_collected(collected, opts, progress=progress, release=consume)
@@ -75,6 +80,7 @@ def analyze_collected(collected, keep: Path | None = None, cluster: str = "pathb
         return_freed_heap()
         return _finish(run_agents(ds), collected, res, sources, digests, ds)
     from ..chain import db as db_mod
+    from . import hourly
 
     if keep.exists():
         keep.unlink()
@@ -124,6 +130,9 @@ def _finish(analysis: Analysis, collected, res, sources: list[str] | None,  # no
     analysis.meta["samples"] = res.samples
     analysis.context = _context(collected, res, analysis, sources or [], digests())
     analysis.context["series"] = finding_series(ds, analysis.findings)
+    from .effective import effective_compute
+
+    analysis.context["effective_compute"] = effective_compute(ds)
     return analysis
 
 

@@ -28,10 +28,11 @@ look past an hour's GPU-hours decide on the device-hours' own statistics (:mod:`
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from sqlalchemy.engine import Engine
 
 from ..chain.store import iter_entries
 from ..telemetry import hours as dh
@@ -41,6 +42,9 @@ from . import compute, hourstats
 from .common import DAY
 from .data import (SAMPLE_READ_COLUMNS, Dataset, EntryScan, assign_runs, add_bucket_hours, fill_rated_clock, allocations_frame,
                    close_allocations, coverage_gaps, devices_frame, finish, sample_frame)
+
+if TYPE_CHECKING:   # the engine is the caller's
+    from sqlalchemy.engine import Engine
 
 ALLOC_COLS = ("cluster", "job_id", "run", "tenant", "partition", "qos")
 PIECE_COLS = ("device", "t", "span_end", "ai", "h", "h_del", "h_thr", "h_under", "h_starved", "h_idle", "h_missing",

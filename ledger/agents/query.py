@@ -36,16 +36,49 @@ SPLIT_LINE = "receipt month split vs telemetry"
 ROUNDING_ROW = "(rounding)"
 
 
-def billed_rows(engine, start: float, end: float) -> pd.DataFrame | None:  # noqa: ANN001
-    """The statement rows (usage and corrections) of the month [start, end) is, or None when the period is not a
-    calendar month or the ledger issued no receipt for it."""
+def billed_statement(engine, start: float, end: float):  # noqa: ANN001, ANN201 - a reports.export.Statement
+    """The statement of the month [start, end) is, or None when the period is not a calendar month or the ledger
+    issued no receipt for it."""
     month = calendar_month(start, end)
     if month is None:
         return None
     from reports.export import build_statement
 
     st = build_statement(engine, month)
-    return None if st.empty else st.rows
+    return None if st.empty else st
+
+
+def billed_rows(engine, start: float, end: float) -> pd.DataFrame | None:  # noqa: ANN001
+    """The statement rows (usage and corrections) of the month [start, end) is, or None (:func:`billed_statement`)."""
+    st = billed_statement(engine, start, end)
+    return None if st is None else st.rows
+
+
+STATEMENT_DP = 6   # the statement's hours are shown to 6 decimals (reports.export.HOURS_DECIMALS; a test holds it)
+LENS_SHOWN = ("tensor_gpu_hours", "achieved_pflop_hours", "rated_pflop_hours", "lens_unmeasured_gpu_hours")
+
+
+def math_ranking(by_tenant: pd.DataFrame) -> list[dict]:
+    """The statement's tenants ranked by the math their paid GPU-hours did (the effective-compute lens of their
+    receipts): ``achieved_pflop_hours`` per paid GPU-hour, highest first, each figure the statement's own (its
+    tenant row, rounded as the statement shows it) and the ratio computed from those shown figures. A tenant whose
+    receipts measured none of the lens (every paid hour in ``lens_unmeasured_gpu_hours``) is listed last with no
+    ratio: unknown, never zero math."""
+    def shown(v) -> float:  # noqa: ANN001
+        return round(float(v), STATEMENT_DP)
+
+    rows = []
+    for rec in by_tenant.to_dict(orient="records"):
+        paid, achieved, rated = shown(rec["paid"]), shown(rec["achieved_pflop_hours"]), shown(rec["rated_pflop_hours"])
+        unmeasured = shown(rec["lens_unmeasured_gpu_hours"])
+        measured = paid > 0 and unmeasured < paid
+        rows.append({"tenant": rec["tenant"], "currency": rec.get("currency"), "paid": paid,
+                     "achieved_pflop_hours": achieved, "rated_pflop_hours": rated,
+                     "lens_unmeasured_gpu_hours": unmeasured,
+                     "pflop_hours_per_paid_gpu_hour": round(achieved / paid, STATEMENT_DP) if measured else None,
+                     "rated_share": round(achieved / rated, STATEMENT_DP) if measured and rated > 0 else None})
+    return sorted(rows, key=lambda r: (r["pflop_hours_per_paid_gpu_hour"] is None,
+                                       -(r["pflop_hours_per_paid_gpu_hour"] or 0.0), str(r["tenant"])))
 
 
 def _receipt_scope(rows: pd.DataFrame, kind: str, name: str | None) -> pd.DataFrame | None:
@@ -75,6 +108,8 @@ def reconcile(ds: Dataset, ex: dict, rows: pd.DataFrame, kind: str, name: str | 
     billed = {"paid": r4(sc["paid"].sum()), "delivered": r4(sc["delivered"].sum()),
               "cost": {"paid": cents(sc["cost_paid"].sum()), "delivered": cents(sc["cost_delivered"].sum()),
                        "lost": cents(sc["cost_lost"].sum())}}
+    if "achieved_pflop_hours" in sc.columns:   # the receipts' effective-compute lens, as the statement sums it
+        billed["effective_compute"] = {k: round(float(sc[k].sum()), STATEMENT_DP) for k in LENS_SHOWN}
     _, amask = scope_masks(ds, kind, name or "")
     amask = amask & (ds.allocs["end"] > start) & (ds.allocs["start"] < end)
     issued = set(_keys(sc[sc["row_kind"] == "usage"])) if len(sc) else set()
@@ -169,5 +204,6 @@ def rate_text(amount: float, hours_shown: float, rate: float) -> str:
     return f"{rate:,.2f}"
 
 
-__all__ = ["DEVICE_HOURS", "RECEIPTS", "OPEN_LINE", "SPLIT_LINE", "ROUNDING_ROW", "billed_rows", "calendar_month",
+__all__ = ["DEVICE_HOURS", "RECEIPTS", "OPEN_LINE", "SPLIT_LINE", "ROUNDING_ROW", "billed_rows", "billed_statement",
+           "math_ranking", "calendar_month",
            "period", "ranking", "rate_text", "reconcile", "scope"]

@@ -270,6 +270,7 @@ def ask_cmd(app: AppContext, question: str, from_samples: bool, as_json: bool, n
       ipledger ask "where did the GPU-hours go yesterday?"
       ipledger ask "what happened on rack R3 on 2026-11-04?"
       ipledger ask "which jobs wasted the most GPU-hours this week?"
+      ipledger ask "which tenants got the most math per GPU-hour in 2026-11?"
       ipledger ask "how much did cooling cost us this week?"
       ipledger ask "what was the utilization of R3 on Wednesday?"
       ipledger ask "why is B2 slow?"
@@ -289,8 +290,13 @@ def ask_cmd(app: AppContext, question: str, from_samples: bool, as_json: bool, n
                 return agents.find(ds, causes)
 
             prepared = prepare(ds, question)
-            res = answer(ds, findings, question, prepared,
-                         _billed(app, prepared[3], prepared[4]) if prepared[0].form != "rank" else None)
+            form, start, end = prepared[0].form, prepared[3], prepared[4]
+            if form == "math":
+                from ..agents.query import billed_statement
+
+                res = answer(ds, findings, question, prepared, statement=billed_statement(app.engine(), start, end))
+            else:
+                res = answer(ds, findings, question, prepared, _billed(app, start, end) if form != "rank" else None)
     except CannotAnswer as exc:
         raise UserError(str(exc)) from None
     if as_json:
@@ -301,6 +307,14 @@ def ask_cmd(app: AppContext, question: str, from_samples: bool, as_json: bool, n
         echo(f"  {by:24s} {'paid':>10s} {'delivered':>10s} {'lost':>10s}  GPU-h")
         for r in res["ranking"]:
             echo(f"  {r[by]:24s} {r['paid']:10,.1f} {r['delivered']:10,.1f} {r['lost']:10,.1f}")
+    elif res["form"] == "math":
+        echo(res["answer"])
+        echo(f"  {'tenant':24s} {'paid GPU-h':>11s} {'achieved PFLOP-h':>17s} {'per GPU-h':>10s} {'rated share':>12s}")
+        for r in res["ranking"]:
+            per, share = r["pflop_hours_per_paid_gpu_hour"], r["rated_share"]
+            echo(f"  {str(r['tenant']):24s} {r['paid']:11,.1f} {r['achieved_pflop_hours']:17,.4f} "
+                 f"{'unknown' if per is None else format(per, ',.4f'):>10s} "
+                 f"{'unknown' if share is None else format(share, '.1%'):>12s}")
     else:
         _print_explain(res)
 
@@ -350,6 +364,13 @@ def _print_basis(res: dict) -> None:
     for ln in res.get("differences", []):
         echo(f"  + {ln['line']:38s} {ln['paid']:12,.4f} {ln['delivered']:12,.4f} GPU-h  "
                    f"{ln['cost']['paid']:12,.2f} {ln['cost']['delivered']:12,.2f} {res['currency']}")
+    ec = b.get("effective_compute")
+    if ec is not None:
+        per = f"{ec['achieved_pflop_hours'] / b['paid']:,.4f}" if b["paid"] and ec["lens_unmeasured_gpu_hours"] < \
+            b["paid"] else "unknown"
+        echo(f"  effective compute (issued receipts): {ec['achieved_pflop_hours']:,.4f} of "
+             f"{ec['rated_pflop_hours']:,.4f} rated PFLOP-h, {per} PFLOP-h per paid GPU-h, "
+             f"{ec['lens_unmeasured_gpu_hours']:,.4f} GPU-h not measured by the lens")
     a = res["account"]
     echo(f"  = {'device-hours (paid, delivered)':38s} {a['paid']:12,.4f} {a['delivered']:12,.4f} GPU-h  "
                f"{a['cost']['paid']:12,.2f} {a['cost']['delivered']:12,.2f} {res['currency']}")
@@ -493,7 +514,8 @@ def report_analysis_cmd(app: AppContext, period: str, out: str, as_json: bool, f
 @click.option("--url", help="Live Prometheus base URL instead of files (GET query_range only).")
 @click.option("--start", help="Live / captures: start (epoch or RFC 3339).")
 @click.option("--end", help="Live: end (epoch or RFC 3339).")
-@click.option("--step", help="Live: query step (default 15s); captures: the sampling interval.")
+@click.option("--step", "--interval", "step",
+              help="Live: query step (default 15s); captures: the sampling interval (--interval, as `import` says it).")
 @click.option("--node", help="Captures: the host the capture was taken on (one capture file only).")
 @click.option("--json", "as_json", is_flag=True, help="Print the Findings JSON (docs/agents.md) of the analysis.")
 @click.option("--pdf", "pdf", type=click.Path(dir_okay=False), help="Write the written analysis PDF here.")
@@ -563,7 +585,7 @@ def analyze_cmd(source: tuple[str, ...], fmt: str | None, node_from: str | None,
             if not source:
                 raise UserError("give SOURCE files/directories/archives, or --url")
             collected = read_source(fmt, list(source), start=parse_time(start, "--start"),
-                                    interval=parse_duration(step, "--step"), node=node, node_from=node_from,
+                                    interval=parse_duration(step, "--interval"), node=node, node_from=node_from,
                                     while_reading=import_agents)
         from ..agents.export_analysis import analyze_collected, reads_every_sample, render_pdf
 

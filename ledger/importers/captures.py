@@ -57,6 +57,8 @@ def sniff(head: str) -> str | None:
             return "amd-smi"
         if s.startswith(("<?xml", "<nvidia_smi_log", "<!DOCTYPE nvsmi")):
             return "nvidia-smi"
+        if noise_reason(s) is not None:   # a pasted shell prompt ("[root@host dir]# dcgmi dmon ...") is not JSON
+            continue
         if s.startswith(("[", "{")):
             if '"resultType"' in head or '"__name__"' in head:
                 return None
@@ -70,10 +72,9 @@ def sniff(head: str) -> str | None:
                 return "nvidia-smi"
             if "gpu" in cells and "__name__" not in cells and "metric" not in cells:
                 return "amd-smi"
-        if noise_reason(s) is None:
-            seen += 1
-            if seen >= 3:
-                return None
+        seen += 1
+        if seen >= 3:
+            return None
     return None
 
 
@@ -212,6 +213,13 @@ class _Reader:
 READ_WORKERS = 2     # two parsers keep a 2-CPU machine busy while this process imports the agents and merges
 
 
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0   # the parse says what is wrong with it
+
+
 def _parse_file(reader: _Reader, kind: str, p: Path) -> Collected:
     return reader.parse(kind, str(p), p.name, p=p)
 
@@ -244,11 +252,14 @@ def parsed_in_workers(reader: _Reader, caps: list[tuple[Path, str]], workers: in
     pool = ProcessPoolExecutor(min(workers, len(caps)), mp_context=multiprocessing.get_context("fork"),
                                initializer=keep_large_blocks_in_heap)
     try:
-        futures = [(p, pool.submit(_parse_file, reader, k, p)) for p, k in caps]
+        # the largest files first, so that no worker is left with a large one at the end while the other idles;
+        # the collections are still taken in the files' order
+        order = sorted(range(len(caps)), key=lambda i: -_size(caps[i][0]))
+        submitted = {i: pool.submit(_parse_file, reader, caps[i][1], caps[i][0]) for i in order}
         if while_reading is not None:
             while_reading()
-        for p, f in futures:
-            yield p, f.result()
+        for i, (p, _k) in enumerate(caps):
+            yield p, submitted[i].result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

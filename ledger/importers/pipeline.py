@@ -19,9 +19,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator
-
-from sqlalchemy.engine import Engine
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..chain.db import write_tx
 from ..chain.entries import Entry, Kind, make_entry
@@ -29,6 +27,9 @@ from ..chain.store import append_in
 from ..telemetry.sealed import sample_row_values, segment_entry_rows, write_segment_rows_in
 from ..telemetry.timeline import TOLERANCE_FACTOR, Timeline, build_timeline_arrays
 from .common import Collected, Context, restart_holes
+
+if TYPE_CHECKING:   # the engine is the caller's: an export analysed without a ledger never loads SQLAlchemy
+    from sqlalchemy.engine import Engine
 
 SEGMENT_SECONDS = 6 * 3600.0
 

@@ -81,6 +81,16 @@ SQLITE_CACHE_KIB = -262_144
 # blocks and device-hours are held at once; smaller batches also let the worker processes prepare the next
 # batch while this one is written (they run at most _AHEAD chunks ahead).
 BATCH_SAMPLES = 200_000
+
+
+@dataclass(frozen=True)
+class Batches:
+    """How much one shipping transaction takes at most: spool ``files``, about ``entries`` entries, about
+    ``samples`` sample rows of collector segments (0: no sample bound). Large enough that the commit's fsync and
+    the chain lock are paid rarely, small enough to keep memory flat."""
+    files: int = 2000
+    entries: int = 50_000
+    samples: int = BATCH_SAMPLES
 PARALLEL_MIN_FILES = 1000   # below this, reading in the shipping process is quicker than starting a worker
 _CHUNK_FILES = 250          # files a worker prepares per task
 _AHEAD = 4                  # prepared chunks in flight at most (bounds memory)
@@ -237,27 +247,20 @@ def _prepared(files: list[Path]) -> Iterator[_Prepared | None]:
             yield from pending.popleft().result()
 
 
-def ship(engine: Engine, spool_dir: str | Path, batch_files: int = 2000,
-         progress: Callable[[int, int], None] | None = None, run_after: bool = True,
-         batch_entries: int = 50_000, after: Sequence[ShipHook] = (), enrich: Enricher | None = None,
-         batch_samples: int = BATCH_SAMPLES) -> ShipReport:
+def ship(engine: Engine, spool_dir: str | Path, *, after: Sequence[ShipHook] = (), enrich: Enricher | None = None,
+         progress: Callable[[int, int], None] | None = None, batches: Batches = Batches()) -> ShipReport:
     """Ship every pending spool file. Lines that fail their checks (:mod:`ledger.ingest.intake`) are refused, noted
     in ``quarantine/`` and recorded as ``evidence_refused`` entries; the rest of their file ships. Files that
     are not a writer's plain files are moved to ``quarantine/`` unread. Nothing in a spool can stop it.
 
     ``after``: the steps run, in order, over the shipped entries of the kinds in :data:`AFTER_SHIP_KINDS` once
-    they are committed (skipped with
-    ``run_after=False``); what they report goes into ``after_errors``.
-
-    One transaction per batch (at most ``batch_files`` files or about ``batch_entries`` entries or
-    ``batch_samples`` sample rows of collector segments): large enough that the commit's fsync and the chain
-    lock are paid rarely, small enough to keep memory flat.
-    ``enrich`` runs after the spool's entries are in and before the after-ship work, which sees its entries.
+    they are committed (none by default); what they report goes into ``after_errors``. ``enrich`` runs after the
+    spool's entries are in and before the after-ship steps, which see its entries. One transaction per batch
+    (:class:`Batches`).
     """
     report = ShipReport()
     with spool.shipping_lock(spool_dir), fewer_collections():
-        _ship_locked(engine, spool_dir, report, batch_files, progress, tuple(after) if run_after else (),
-                     batch_entries, enrich, batch_samples)
+        _ship_locked(engine, spool_dir, report, batches, progress, tuple(after), enrich)
     return report
 
 
@@ -293,9 +296,9 @@ def fewer_collections() -> Iterator[None]:
                 _gc_saved.clear()
 
 
-def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batch_files: int,
+def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batches: Batches,
                  progress: Callable[[int, int], None] | None, after: tuple[ShipHook, ...],
-                 batch_entries: int, enrich: Enricher | None = None, batch_samples: int = 0) -> None:
+                 enrich: Enricher | None) -> None:
     spool.check_spool_dir(spool_dir)
     files = spool.pending_files(spool_dir)
     # Only what the after-ship steps read (runs that ended) is kept across batches, not every shipped entry,
@@ -312,8 +315,8 @@ def _ship_locked(engine: Engine, spool_dir: str | Path, report: ShipReport, batc
         segments: list[Entry] = []   # collector segments: their rows are in packs, one span each
         packs: list = []
         taken = samples = 0
-        while pos < len(files) and taken < batch_files and len(entries) < batch_entries \
-                and (not batch_samples or samples < batch_samples):
+        while pos < len(files) and taken < batches.files and len(entries) < batches.entries \
+                and (not batches.samples or samples < batches.samples):
             prep = next(source)
             pos += 1
             taken += 1

@@ -350,7 +350,9 @@ def _attribute_samples(window: tuple[float, float], samples: SampleArrays, susp:
         ratio = np.divide(take(samples.sm_clock), float(rated_clock_mhz))
         np.fmin(ratio, 1.0, out=ratio)  # an unmeasured clock (NaN) counts as full speed
         np.maximum(ratio, 0.0, out=ratio)
-        delivered_s = np.multiply(busy, ratio, out=None if use else ratio)
+        # (in place of the ratio; where ``use`` reads the ratio too, in the clipped activity's array, which
+        # nothing reads after ``busy``: no new array for the lens)
+        delivered_s = np.multiply(busy, ratio, out=activity if use else ratio)
     else:  # full speed throughout: delivered starts from the same integers as active
         delivered_s = busy
     used = None

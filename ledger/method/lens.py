@@ -97,11 +97,14 @@ def _sum(x: np.ndarray, mask: np.ndarray | None = None, scratch: np.ndarray | No
     float, in every process; ``scratch``, an array like x, holds the product). A mask of every sample or of
     none changes no term, so it is left out."""
     if mask is None:
-        return float(x.sum())
-    k = int(np.count_nonzero(mask))
+        return float(_add(x))
+    k = int(_count(mask))
     if k == 0:
         return 0.0
-    return float(x.sum()) if k == mask.shape[0] else float(np.multiply(x, mask, out=scratch).sum())
+    return float(_add(x)) if k == mask.shape[0] else float(_add(np.multiply(x, mask, out=scratch)))
+
+
+_add, _count = np.add.reduce, np.count_nonzero
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -138,20 +141,22 @@ def _in_unit_reference(x: np.ndarray) -> float | None:
     return hi if lo >= 0.0 and hi <= 1.0 else None
 
 
-def _pipe_sum(v: np.ndarray, cr: np.ndarray, buf: np.ndarray) -> tuple[float, np.ndarray, float | None]:
+def _pipe_sum(v: np.ndarray, cr: Callable[[], np.ndarray], buf: np.ndarray
+              ) -> tuple[float, np.ndarray, float | None]:
     """Σ clip(v, 0, 1) × cr, unmeasured (NaN) terms 0, clip(v) (``v`` itself, never written, where clipping
     changes nothing; else in ``buf``) and v's largest value where every sample measured it within [0, 1]
-    (None otherwise). Where every value lies in [0, 1] the clip is v and the sum one pass (``einsum``, numpy's
-    own loop, no BLAS), and a pipe of zeros sums to 0 without one; else clip, then the sum of products; a NaN
-    in that result means some sample did not measure it, and the terms are taken again with NaN as 0."""
+    (None otherwise). ``cr`` gives c × r, computed once it is first asked for. Where every value lies in
+    [0, 1] the clip is v and the sum one pass (``einsum``, numpy's own loop, no BLAS), and a pipe of zeros
+    sums to 0 without one (nor c × r); else clip, then the sum of products; a NaN in that result means some
+    sample did not measure it, and the terms are taken again with NaN as 0."""
     hi = _in_unit(v)
     if hi is not None:
-        return (0.0 if hi == 0.0 else float(np.einsum("i,i->", v, cr))), v, hi
+        return (0.0 if hi == 0.0 else float(np.einsum("i,i->", v, cr()))), v, hi
     vc = np.clip(v, 0.0, 1.0, out=buf)
-    s = float(np.einsum("i,i->", vc, cr))
+    s = float(np.einsum("i,i->", vc, cr()))
     if s != s:
         vc = np.fmin(np.fmax(v, 0.0, out=buf), 1.0, out=buf)
-        s = float(np.einsum("i,i->", vc, cr))
+        s = float(np.einsum("i,i->", vc, cr()))
     return s, vc, None
 
 
@@ -220,29 +225,35 @@ def lens_device(window: tuple[float, float], samples: SampleArrays | None, *,
         uncounted = ~has_o
     scratch = ctr                     # (free from here: each masked sum's product goes there)
     known_any = has_t if no_t is not None else None
-    measured_pipes = [(p, v) for p, v in ((p, _measured(getattr(samples, p), order)) for p in PIPES)
-                      if v is not None]
-    if measured_pipes:
-        cr = c if r is None else c * r        # (once for every pipe: c × r)
-        top, owned = None, False              # the highest pipe of each sample (fmax: NaN where none measured)
-        for p, v in measured_pipes:
-            out.pipes_s[p], vc, hi = _pipe_sum(v, cr, ctr)   # (0 where the pipe was not measured)
-            out.pipes_uncounted_s[p] = out.pipes_s[p] if uncounted is None else \
-                _sum(np.multiply(vc, cr, out=ctr), uncounted)   # (op counters read: the uncounted samples')
-            if hi is not None and hi < lens.pipe_high:
-                continue                      # (no sample of this pipe is high: it cannot change the test)
-            if top is None:
-                top = v                       # (the samples' own array: never written)
-            else:
-                top, owned = np.fmax(top, v, out=top if owned else None), True
-        if top is not None:
-            if lens.pipe_high > 0:   # top ≥ high on the raw values is the clipped values' test (NaN: false)
-                high = top >= lens.pipe_high
-            else:
-                high = (_unit(top) >= lens.pipe_high) & (top == top)
-            hot |= high
-            if known_any is not None:
-                known_any = known_any | high
+    products: list[np.ndarray] = []       # c × r, once a pipe asks for it (a pipe of zeros does not)
+
+    def cr() -> np.ndarray:
+        if not products:
+            products.append(c if r is None else c * r)
+        return products[0]
+
+    top, owned = None, False                  # the highest pipe of each sample (fmax: NaN where none measured)
+    for p in PIPES:
+        v = _measured(getattr(samples, p), order)
+        if v is None:
+            continue
+        out.pipes_s[p], vc, hi = _pipe_sum(v, cr, ctr)   # (0 where the pipe was not measured)
+        out.pipes_uncounted_s[p] = out.pipes_s[p] if uncounted is None else \
+            _sum(np.multiply(vc, cr(), out=ctr), uncounted)   # (op counters read: the uncounted samples')
+        if hi is not None and hi < lens.pipe_high:
+            continue                          # (no sample of this pipe is high: it cannot change the test)
+        if top is None:
+            top = v                           # (the samples' own array: never written)
+        else:
+            top, owned = np.fmax(top, v, out=top if owned else None), True
+    if top is not None:
+        if lens.pipe_high > 0:   # top ≥ high on the raw values is the clipped values' test (NaN: false)
+            high = top >= lens.pipe_high
+        else:
+            high = (_unit(top) >= lens.pipe_high) & (top == top)
+        hot |= high
+        if known_any is not None:
+            known_any = known_any | high
     # The bound split over delivered time: working samples (activity measured and at least active_min), each
     # in one part; delivered time is the sum of the parts.
     working, deliv = covered.working, covered.delivered
