@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from ledger.chain.contracts import parse_contract
 from ledger.method.carbon import constant_intensity, hourly_kwh
 from ledger.method.energy import CounterReading, DeviceEnergy, PowerSample, by_bucket, device_energy
-from ledger.method.energy_arrays import SpanArrays, array_in_order_sum, bucket_energy, by_time, energy_by_hour
+from ledger.method.energy_arrays import (SpanArrays, add_in_order_by_key, array_in_order_sum, bucket_energy, by_time,
+                                         energy_by_hour)
 from ledger.proofcheck import in_order_sum
 from ledger.receipts.energy import DeviceEnergyInput, carbon_block, energy_block
 from ledger.telemetry.energy import device_energy_of
@@ -117,6 +118,36 @@ def test_the_array_sum_is_the_plain_in_order_sum_to_the_bit(values, start) -> No
     array = np.array(values, dtype="float64")
     assert _bits(array_in_order_sum(array, start)) == _bits(in_order_sum(values, start))
     assert _bits(array_in_order_sum(array)) == _bits(in_order_sum(values))
+
+
+def _by_key_reference(out: dict, keys: list[int], values: list[float]) -> dict:
+    out = dict(out)
+    for k in sorted(set(keys)):
+        out[k] = in_order_sum([v for key, v in zip(keys, values) if key == k], out.get(k, 0.0))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 12), FLOATS | st.just(-0.0)), min_size=1, max_size=200),
+       st.dictionaries(st.integers(0, 12), FLOATS | st.just(-0.0), max_size=6))
+def test_sums_by_key_are_the_in_order_sums_of_each_key_to_the_bit(pairs, before) -> None:
+    pairs = sorted(pairs, key=lambda p: p[0])   # keys sorted, each key's values in the drawn order
+    keys, values = [k for k, _ in pairs], [v for _, v in pairs]
+    out = dict(before)
+    add_in_order_by_key(out, np.array(keys, dtype=np.int64), np.array(values))
+    want = _by_key_reference(before, keys, values)
+    assert {k: _bits(v) for k, v in out.items()} == {k: _bits(v) for k, v in want.items()}
+
+
+def test_sums_by_very_uneven_keys_are_the_in_order_sums_too() -> None:
+    # one key with many values beside many keys with one: the grid would be mostly empty, a sum per key instead
+    rng = np.random.default_rng(5)
+    keys = [0] * 3000 + list(range(1, 2001))
+    values = (rng.random(len(keys)) * 1e3).tolist()
+    out = {0: 0.25, 7: 1.5}
+    add_in_order_by_key(out, np.array(keys, dtype=np.int64), np.array(values))
+    want = _by_key_reference({0: 0.25, 7: 1.5}, keys, values)
+    assert {k: _bits(v) for k, v in out.items()} == {k: _bits(v) for k, v in want.items()}
 
 
 def _bits(x: float) -> str:

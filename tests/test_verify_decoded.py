@@ -154,13 +154,18 @@ def shared_used(monkeypatch):
     return used
 
 
+@pytest.mark.parametrize("method", ["fork", "spawn"])
 @pytest.mark.parametrize("damage", [None, "values", "bytes"])
-def test_replays_shared_with_workers_report_as_one_process(demo, tmp_path, shared_used, damage):
+def test_replays_shared_with_workers_report_as_one_process(demo, tmp_path, shared_used, monkeypatch, damage,
+                                                           method):
+    from ledger.receipts import auto
+
     out, _ = demo
     copy = tmp_path / "ledger.db"
     shutil.copy(out / "ledger.db", copy)
     if damage:
         _tamper_used_block(copy, damage)
+    monkeypatch.setattr(auto, "worker_start_method", lambda: method)   # each way workers start
     url, site = f"sqlite:///{copy}", _site(out)
     shared = _verdict(url, verify_checks(site, workers=2))
     assert shared_used and shared_used[0] > 2   # the workers were started and had chunks to take
@@ -168,11 +173,202 @@ def test_replays_shared_with_workers_report_as_one_process(demo, tmp_path, share
     assert shared["ok"] is (damage is None)
 
 
-def test_verify_cli_workers_option_gives_the_same_output(runner, cli, demo, shared_used):
+def test_workers_fork_only_from_a_single_threaded_process():
+    import threading
+
+    from ledger.base.processes import worker_start_method
+
+    assert worker_start_method() == "fork"   # pytest's one thread, on Linux
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert worker_start_method() == "spawn"
+    finally:
+        stop.set()
+        other.join()
+
+
+def test_a_core_other_processes_keep_busy_is_not_idle():
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from ledger.base.processes import idle_cores, workers_for
+
+    cores = len(os.sched_getaffinity(0))
+    assert 0 <= idle_cores() <= cores and 1 <= workers_for(4) <= 4
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores + 1)]
+    try:
+        time.sleep(0.3)
+        assert idle_cores() == 0 and workers_for(4) == 1
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.parametrize("damage", [None, "values"])
+def test_verify_cli_default_workers_give_the_one_process_output(runner, cli, demo, tmp_path, shared_used,
+                                                                monkeypatch, damage):
+    from ledger.base import processes
+
     out, _ = demo
-    argv = ["--db", f"sqlite:///{out / 'ledger.db'}", "--config", str(out / "site.toml"), "verify", "--json"]
-    one = runner.invoke(cli, argv)
-    assert not shared_used   # one process unless asked
-    many = runner.invoke(cli, argv + ["--workers", "2"])
-    assert shared_used
-    assert one.exit_code == many.exit_code == 0 and one.output == many.output
+    copy = tmp_path / "ledger.db"
+    shutil.copy(out / "ledger.db", copy)
+    if damage:
+        _tamper_used_block(copy, damage)
+    argv = ["--db", f"sqlite:///{copy}", "--config", str(out / "site.toml"), "verify", "--json"]
+    one = runner.invoke(cli, argv + ["--workers", "1"])
+    assert not shared_used   # --workers 1: every replay in this process
+    monkeypatch.setattr(processes, "idle_cores", lambda: 2)
+    default = runner.invoke(cli, argv)
+    assert shared_used       # the default shares them with a worker, one per idle core
+    many = runner.invoke(cli, argv + ["--workers", "3"])
+    assert len(shared_used) == 2
+    assert one.exit_code == default.exit_code == many.exit_code == (1 if damage else 0)
+    assert one.output == default.output == many.output
+    monkeypatch.setattr(processes, "idle_cores", lambda: 0)
+    runner.invoke(cli, argv)
+    assert len(shared_used) == 2   # no idle core: one process
+
+
+def test_replay_without_timelines_is_the_same_receipt(demo):
+    """verify's replays leave out the PDF's timeline strip: the same body, byte for byte, for every issued receipt."""
+    from ledger.chain.canonical import canonical_json
+    from ledger.receipts.issue import replay
+
+    out, _ = demo
+    site = _site(out)
+    engine = db_mod.make_engine(f"sqlite:///{out / 'ledger.db'}")
+    try:
+        issued = list(iter_entries(engine, kinds=[Kind.RECEIPT_ISSUED]))
+        assert issued
+        for ce in issued:
+            full = replay(engine, ce, site.sku_table, carbon=site.carbon)
+            lean = replay(engine, ce, site.sku_table, carbon=site.carbon, timelines=False)
+            assert canonical_json(lean.body) == canonical_json(full.body)
+            assert lean.hash == full.hash == ce.entry.data["receipt_hash"]
+            assert all(t is None for t in lean.timelines.values())
+        assert any(t is not None for ce in issued[:5]
+                   for t in replay(engine, ce, site.sku_table, carbon=site.carbon).timelines.values())
+    finally:
+        engine.dispose()
+
+
+# --- the segment read without pyarrow's compute module -------------------------------------------------------
+
+_labels = st.sampled_from(["GPU-a", "GPU-b", "GPU-ü", "", "GPU-a\x00", "Ω"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.none() | _labels, max_size=6), min_size=1, max_size=4), _labels, st.integers(0, 2))
+def test_every_row_is_reads_the_buffers_as_pyarrow_reads_the_values(chunks, label, cut):
+    import pyarrow as pa
+
+    from ledger.telemetry.sealed import every_row_is
+
+    column = pa.chunked_array([pa.array(c, type=pa.string()) for c in chunks], type=pa.string())
+    for col in (column, column.slice(min(cut, len(column)))):   # offsets into the buffers too
+        assert every_row_is(col, label) == (col.null_count == 0 and all(v == label for v in col.to_pylist()))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_labels, st.lists(st.floats(0, 100, allow_nan=False) | st.just(float("nan")), min_size=1,
+                                            max_size=5), st.booleans()), min_size=2, max_size=5))
+def test_pieces_said_in_order_are_what_the_sort_gives(drawn):
+    import pyarrow as pa
+
+    from ledger.telemetry.sealed import pieces_in_order
+
+    pieces = []
+    for label, ts, mislabel in drawn:
+        devices = [label] * len(ts) if not mislabel else [label + "x"] + [label] * (len(ts) - 1)
+        pieces.append((label, pa.table({"device": pa.array(devices, type=pa.string()),
+                                        "t": pa.array(ts, type=pa.float64())})))
+    table = pa.concat_tables([t for _, t in pieces])
+    if pieces_in_order(pieces):
+        assert table.to_pylist() == table.sort_by([("device", "ascending"), ("t", "ascending")]).to_pylist()
+
+
+def test_the_demo_segments_read_unsorted_as_sorted(kept):
+    """Every demo segment read whole (verify's read) is the sorted table, without the sort."""
+    import pyarrow as pa
+
+    from ledger.telemetry.sealed import pieces_in_order, read_samples
+
+    engine, _decoded, segments, _, _ = kept
+    with engine.connect() as conn:
+        for sid in segments:
+            pieces = list(iter_sample_pieces(conn, segment_ids=[sid], check_blocks=True))
+            assert len(pieces) > 1 and pieces_in_order(pieces)
+            table = read_samples(conn, segment_ids=[sid], check_blocks=True)
+            concat = pa.concat_tables([t for _, t in pieces])
+            assert table.to_pylist() == concat.sort_by([("device", "ascending"), ("t", "ascending")]).to_pylist()
+            backwards = pieces[::-1]
+            assert not pieces_in_order(backwards)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_kept_float_columns_are_the_pieces_values(kept, data):
+    """DecodedSegments.float_pieces: each piece's columns as float_values gives them, with their NULL counts, for
+    any segments, devices, window and columns (the same reads twice: the second from the converted columns)."""
+    import numpy as np
+
+    from ledger.receipts.gather import LENS_READ_COLUMNS
+
+    _engine, decoded, segments, devices, (t0, t1) = kept
+    numeric = [c for c in SAMPLE_COLUMNS if c != "device"]
+    ids = data.draw(st.lists(st.sampled_from(segments), min_size=1, max_size=8))
+    devs = data.draw(st.none() | st.lists(st.sampled_from(devices), min_size=1, max_size=6))
+    columns = data.draw(st.lists(st.sampled_from(numeric), min_size=1, max_size=6, unique=True))
+    start = data.draw(st.none() | st.floats(t0 - 3600, t1, allow_nan=False))
+    end = data.draw(st.none() | st.floats(t0, t1 + 3600 * 24, allow_nan=False))
+    for _ in range(2):
+        plain = [(d, [blocks.float_values(c) for c in t.columns], [c.null_count for c in t.columns])
+                 for d, t in decoded.pieces(ids, devs, start, end, columns)]
+        fast = list(decoded.float_pieces(ids, devs, start, end, columns, count_nulls=columns))
+        assert [d for d, _, _ in fast] == [d for d, _, _ in plain]
+        for (_, want, nulls), (_, got, counted) in zip(plain, fast):
+            assert all(np.array_equal(w, g, equal_nan=True) for w, g in zip(want, got))
+            assert [counted[c] for c in columns] == nulls
+            assert not any(g.flags.writeable for g in got)   # shared by every read
+        assert all(set(n) == set(columns) & set(LENS_READ_COLUMNS) for _, _, n in
+                   decoded.float_pieces(ids, devs, start, end, columns, count_nulls=LENS_READ_COLUMNS))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_receipts_arrays_from_the_kept_columns_are_the_database_reads(kept, data):
+    """load_sample_arrays (and its energy columns) from verify's kept blocks is the plain read, array for array."""
+    import dataclasses
+
+    import numpy as np
+
+    from ledger.receipts.gather import load_sample_arrays
+
+    engine, decoded, segments, devices, (t0, t1) = kept
+    ids = data.draw(st.lists(st.sampled_from(segments), min_size=1, max_size=8))
+    devs = data.draw(st.lists(st.sampled_from(devices), min_size=1, max_size=6, unique=True))
+    start = data.draw(st.floats(t0 - 3600, t1, allow_nan=False))
+    end = data.draw(st.floats(start, t1 + 3600 * 24, allow_nan=False))
+    lens, energy = data.draw(st.booleans()), data.draw(st.booleans())
+
+    def same(a, b):  # noqa: ANN001, ANN202
+        return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b, equal_nan=True))
+
+    with engine.connect() as conn:
+        reads = []
+        for kept_blocks in (decoded, None):
+            out: dict | None = {} if energy else None
+            reads.append((load_sample_arrays(conn, ids, devs, start, end, lens, out, decoded=kept_blocks), out))
+    (fast, fast_energy), (plain, plain_energy) = reads
+    assert list(fast) == list(plain)
+    for d in plain:
+        assert all(same(getattr(fast[d], f.name), getattr(plain[d], f.name)) for f in dataclasses.fields(plain[d]))
+    if energy:
+        assert list(fast_energy) == list(plain_energy)
+        assert all(same(fast_energy[d][k][i], plain_energy[d][k][i]) for d in plain_energy
+                   for k in ("energy_j", "power_w") for i in (0, 1))

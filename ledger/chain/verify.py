@@ -375,9 +375,9 @@ def verify_chain(engine: Engine, workers: int | None = None, anchors: Sequence[A
     ``tree``: the fast path also checks the stored Merkle subtrees (``tree_checked`` in the report)."""
     import multiprocessing
     import os
-    import threading
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
+    from ..base.processes import worker_start_method
     from .lite import text
 
     target = _fast_target(engine)
@@ -398,7 +398,7 @@ def verify_chain(engine: Engine, workers: int | None = None, anchors: Sequence[A
             jobs = [(target[0], target[1], bounds[i], bounds[i + 1] - 1, tree) for i in range(workers)]
             if workers == 1:
                 results = [_range_job(jobs[0])]
-            elif threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
+            elif worker_start_method() == "fork":
                 # Worker processes by fork: a single-threaded caller (the CLI) forks safely, and fork starts
                 # in milliseconds without re-running the caller's __main__ (spawn would). Workers open their
                 # own connections and never touch the parent's pooled ones.

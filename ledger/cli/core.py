@@ -11,9 +11,14 @@ import click
 from ..chain import db as db_mod
 from ..chain import store
 from ..chain.verify import verify as verify_ledger
+from ..base.processes import workers_for
 from ..base.progressbar import Progress
 from ..base.textsafe import echo, printable
 from .context import SEQ, AppContext, UserError, emit_json, pass_app, reads_only
+
+# verify's default --workers at most: its receipt replays shared with forked workers, one per idle core (measured
+# on the demo ledger, docs/ledger.md); more than a few only wait on the segment check
+DEFAULT_VERIFY_WORKERS = 4
 
 
 @click.command("init")
@@ -128,13 +133,15 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
 @click.option("--record", "record", type=click.Path(dir_okay=False), default=None, metavar="FILE",
               help="Also write the outcome (ok, time, head verified) to FILE, a small JSON file outside the ledger "
                    "that `ipledger serve` exports on /metrics ([serve] verify_status; docs/web.md).")
-@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True, metavar="N",
-              help="Processes that replay the issued receipts, this one included (spawned workers start before "
-                   "the segment check). Pays only on idle cores; the report is the same.")
+@click.option("--workers", type=click.IntRange(1, 64), default=None, metavar="N",
+              help="Processes that replay the issued receipts, this one included (the workers start before the "
+                   "segment check; the report is the same). Default: one per idle core (the cores "
+                   "other processes leave free), up to "
+                   f"{DEFAULT_VERIFY_WORKERS}; 1 replays them all in this process.")
 @pass_app
 @reads_only("deep")   # --deep may create PostgreSQL's amcheck extension
 def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[str, ...], deep: bool,
-               pubkeys: tuple[str, ...], record: str | None, workers: int) -> None:
+               pubkeys: tuple[str, ...], record: str | None, workers: int | None) -> None:
     """Walk the hash chain (and replay issued receipts); exit 1 naming the first entry that does not match.
 
     \b
@@ -142,7 +149,7 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
       ipledger verify --pubkey /etc/ipledger/log.key.pub
       ipledger verify --json --anchor 1200:3f5e...c1
       ipledger verify --deep
-      ipledger verify --workers 2          # replay receipts in a second process too (idle cores)
+      ipledger verify --workers 1          # every receipt replayed in this one process
       ipledger verify --record /var/lib/ipledger/verify-status.json   # from cron; /metrics shows it
     """
     from ..chain.heads import HeadError, read_pinned_keys
@@ -155,6 +162,8 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
     except (ValueError, HeadError) as exc:
         raise UserError(str(exc)) from None
     engine = app.reader()
+    if workers is None:
+        workers = workers_for(DEFAULT_VERIFY_WORKERS)
     checks = verify_checks(app.site, pinned=pinned, workers=workers)
     with Progress("verify", quiet=as_json, steps=1 + len(checks)) as bar:
         bar.step("hash chain")

@@ -36,6 +36,29 @@ def array_in_order_sum(values: np.ndarray, start: float = 0) -> float:
     return float(np.cumsum(np.concatenate(([start], values)))[-1])
 
 
+def add_in_order_by_key(out: dict[int, float], keys: np.ndarray, values: np.ndarray) -> None:
+    """``out[k] = in_order_sum(values of k, out.get(k, 0.0))`` for each key of ``keys`` (sorted, int64), the values
+    of a key in their order: the same bits as that sum key by key. Each key's values go to one row of a grid
+    (its start first, -0.0 after its last value: adding -0.0 leaves every float as it is, -0.0 included) and one
+    running sum along the rows adds each row left to right."""
+    cuts = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+    first = np.concatenate(([0], cuts))
+    counts = np.diff(np.append(first, len(keys)))
+    width = int(counts.max()) + 1
+    if len(first) * width > 4 * len(keys) + 4096:   # very uneven keys: a sum per key, not a mostly empty grid
+        for lo, n in zip(first.tolist(), counts.tolist()):
+            key = int(keys[lo])
+            out[key] = array_in_order_sum(values[lo:lo + n], out.get(key, 0.0))
+        return
+    names = keys[first].tolist()
+    grid = np.full((len(first), width), -0.0)
+    grid[:, 0] = [out.get(k, 0.0) for k in names]
+    row = np.repeat(np.arange(len(first)), counts)
+    grid[row, np.arange(len(keys)) - first[row] + 1] = values
+    np.cumsum(grid, axis=1, out=grid)
+    out.update(zip(names, grid[:, -1].tolist()))
+
+
 def by_time(t: np.ndarray, *cols: np.ndarray) -> tuple[np.ndarray, ...]:
     """``t`` and ``cols`` in the order ``np.argsort(t, kind="stable")`` gives (equal times keep their order),
     returned as they are when already in it: the usual case, a sort saved."""
@@ -200,8 +223,5 @@ def energy_by_hour(energy: DeviceEnergy | SpanArrays) -> dict[int, float]:
         hr, sp, v = np.concatenate(hours), np.concatenate(spans), np.concatenate(vals)
         order = np.lexsort((sp, hr))          # by hour, then span by span: the reference's order per hour
         hr, v = hr[order], v[order]
-        cuts = np.flatnonzero(np.diff(hr)) + 1
-        for hs, vs in zip(np.split(hr, cuts), np.split(v, cuts)):
-            key = int(hs[0])
-            out[key] = array_in_order_sum(vs, out.get(key, 0.0))
+        add_in_order_by_key(out, hr, v)
     return hourly_kwh(energy.tail, out)

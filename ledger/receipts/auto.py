@@ -12,6 +12,7 @@ from functools import partial
 from typing import Iterable, Mapping, Sequence, TYPE_CHECKING
 
 
+from ..base.processes import worker_start_method
 from ..chain import receipt_lines
 from ..chain.entries import ChainedEntry, Entry, Kind, make_entry
 from ..chain.lite import text
@@ -86,7 +87,7 @@ def replay_problems(engine: Engine, issued: Iterable[ChainedEntry], site: Site |
     problems = []
     for ce in issued:
         try:
-            r = replay(engine, ce, skus, carbon=carbon, decoded=decoded)
+            r = replay(engine, ce, skus, carbon=carbon, decoded=decoded, timelines=False)
         except Exception as exc:  # noqa: BLE001 - whatever stops a replay (a damaged block too) is a named problem
             problems.append(ChainProblem(ce.seq, ce.entry.entry_id, f"issued receipt cannot be replayed: {exc}"))
             continue
@@ -99,19 +100,20 @@ def replay_problems(engine: Engine, issued: Iterable[ChainedEntry], site: Site |
 
 
 # --- the replays shared with worker processes ---------------------------------------------------------------
-# check_issued_receipts' replays, run in order in this process, are the reference. With workers (the site's
-# receipt_workers) and enough receipts, verify starts them before its segment check: the issued receipts are
-# cut into chunks of consecutive seqs, spawned workers (importing only the receipt path) replay chunks from the
-# front of the queue while this process checks the segments, then this process takes chunks too (its replays
-# read the blocks the segment check kept). Each chunk's problems are those replay_problems gives for it, put
-# back in chunk order, so the report is the one-process report byte for byte (a test holds them equal).
+# check_issued_receipts' replays, run in order in this process, are the reference. With workers (verify's
+# --workers, by default one per idle core) and enough receipts, verify starts them before its segment check: the
+# issued receipts are cut into chunks of consecutive seqs, worker processes (forked from a single-threaded caller,
+# the CLI, else spawned: ledger.base.processes) replay chunks from the front of the queue while this process
+# checks the segments, then this process takes chunks too (its replays read the blocks the segment check kept).
+# Each chunk's problems are those replay_problems gives for it, put back in chunk order, so the report is the
+# one-process report byte for byte (a test holds them equal).
 
-PARALLEL_MIN_RECEIPTS = 64     # below this a spawned interpreter's start (~0.4 CPU-s) is not repaid
+PARALLEL_MIN_RECEIPTS = 64     # below this a worker's start (spawned: ~0.4 CPU-s) is not repaid
 REPLAY_CHUNK = 24              # receipts per job: small enough to share out evenly, large enough to amortise
 
 
 class SharedReplays:
-    """One verify's issued-receipt replays, shared between this process and ``workers - 1`` spawned ones."""
+    """One verify's issued-receipt replays, shared between this process and ``workers - 1`` worker processes."""
 
     def __init__(self, site: Site | None, workers: int) -> None:
         self.site, self.workers = site, workers
@@ -142,33 +144,50 @@ class SharedReplays:
         self._queue = deque(range(len(chunks)))
         self._lock = threading.Lock()
         self._futures: dict[int, object] = {}
-        spawned = min(self.workers - 1, len(chunks))
-        # spawn, not fork: the caller may hold threads and pooled connections
-        self._pool = ProcessPoolExecutor(spawned, mp_context=multiprocessing.get_context("spawn"))
-        self._feeder = threading.Thread(target=self._feed, args=(2 * spawned,), daemon=True)
+        started = min(self.workers - 1, len(chunks))
+        self._pool = ProcessPoolExecutor(started, mp_context=multiprocessing.get_context(worker_start_method()))
         self.started = True
+        # The first chunks are submitted from this thread: a fork pool forks its workers on the first submit,
+        # and this process is then still single-threaded; the feeder thread keeps them fed from there.
+        self._submit_next(2 * started)
+        self._feeder = threading.Thread(target=self._feed, args=(2 * started,), daemon=True)
         self._feeder.start()
 
     def _next(self) -> int | None:
         with self._lock:
             return self._queue.popleft() if self._queue else None
 
+    def _submit_next(self, n: int) -> set:
+        """Submit up to ``n`` chunks from the front of the queue to the workers; their futures (a pool that cannot
+        start leaves the chunk without one: finish() replays what has no result)."""
+        running: set = set()
+        for _ in range(n):
+            i = self._next()
+            if i is None:
+                break
+            try:
+                f = self._pool.submit(_replay_chunk, (self._url, self.site, self._chunks[i]))
+            except Exception:  # noqa: BLE001 - a broken pool: this chunk is replayed here
+                break
+            with self._lock:
+                self._futures[i] = f
+            running.add(f)
+        return running
+
     def _feed(self, in_flight: int) -> None:
         """Keep ``in_flight`` chunks submitted to the workers until the queue is empty."""
         from concurrent.futures import FIRST_COMPLETED, wait
 
-        running: set = set()
+        with self._lock:
+            running = {f for f in self._futures.values() if not f.done()}
         try:
-            while True:
-                while len(running) < in_flight:
-                    i = self._next()
-                    if i is None:
-                        return
-                    f = self._pool.submit(_replay_chunk, (self._url, self.site, self._chunks[i]))
-                    with self._lock:
-                        self._futures[i] = f
-                    running.add(f)
-                done, running = wait(running, return_when=FIRST_COMPLETED)
+            while self._queue:
+                if len(running) >= in_flight:
+                    _done, running = wait(running, return_when=FIRST_COMPLETED)
+                more = self._submit_next(in_flight - len(running))
+                if not more:
+                    return
+                running |= more
         except Exception:  # noqa: BLE001 - a pool that cannot start: finish() replays what has no result
             return
 
@@ -247,8 +266,8 @@ def verify_checks(site: Site | None = None, pinned: tuple = (), workers: int = 1
     keeps the sample blocks it decodes for the replays (each block decompressed once; a test holds the
     replays equal to plain ones).
     With ``workers`` > 1 the replays start in worker processes before the segment check (:class:`SharedReplays`;
-    the same report). One by default: on the shared 2-core machine measured (load 2–5) the workers mostly made
-    verify slower (≈ 7.5 -> 10 s wall, +1.4 CPU-s; docs/ledger.md), so they are asked for, not assumed."""
+    the same report). One by default here; the CLI asks for one per idle core (a worker on a busy core only adds
+    its CPU: docs/ledger.md)."""
     decoded = DecodedSegments()
     shared = SharedReplays(site, workers)
     return (partial(check_segments, decoded=decoded, meanwhile=shared.start),

@@ -224,9 +224,16 @@ def load_sample_arrays(conn: Connection, segment_ids: Sequence[str], devices: Se
     parts: dict[str, list[list[np.ndarray | None]]] = defaultdict(list)
     energy_parts: dict[str, list[list]] = defaultdict(lambda: [[], [], []])
     columns = _read_columns(lens_columns, energy_out is not None)
-    for device, table in iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start, end=end,
-                                            columns=columns, decoded=decoded):
-        _take_piece(table, energy_out is not None, parts[device], energy_parts[device])
+    if decoded is not None and decoded.holds(segment_ids):
+        # verify's kept blocks, their columns converted once for all the replays (the same pieces' values)
+        for device, values, nulls in decoded.float_pieces(segment_ids, devices, start, end, columns,
+                                                          count_nulls=LENS_READ_COLUMNS):
+            _take_values(values, [nulls.get(c, 0) for c in columns], energy_out is not None, parts[device],
+                         energy_parts[device])
+    else:
+        for device, table in iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start,
+                                                end=end, columns=columns, decoded=decoded):
+            _take_piece(table, energy_out is not None, parts[device], energy_parts[device])
     if energy_out is not None:
         energy_out.update(energy_columns_of(energy_parts))
     return {device: _device_arrays(parts.pop(device)) for device in devices if device in parts}
@@ -248,6 +255,18 @@ def _take_piece(table, energy: bool, parts: list, energy_parts: list) -> None:  
         columns = columns[:-len(ENERGY_READ_COLUMNS)]
     base = len(SAMPLE_READ_COLUMNS) - 1
     parts.append([float_values(c) if i < base or c.null_count < len(c) else None for i, c in enumerate(columns)])
+
+
+def _take_values(values: Sequence[np.ndarray], nulls: Sequence[int], energy: bool, parts: list,
+                 energy_parts: list) -> None:
+    """:func:`_take_piece` of a piece already as its columns' float values and NULL counts (those of the lens
+    columns are the ones read; tests/test_verify_decoded.py holds the two to the same arrays)."""
+    if energy:
+        for k, v in enumerate((values[0], *values[-len(ENERGY_READ_COLUMNS):])):
+            energy_parts[k].append(v)
+        values = values[:-len(ENERGY_READ_COLUMNS)]
+    base, n = len(SAMPLE_READ_COLUMNS) - 1, len(values[0])
+    parts.append([v if i < base or nulls[i] < n else None for i, v in enumerate(values)])
 
 
 def _device_arrays(pieces: Sequence[list[np.ndarray | None]]) -> SampleArrays:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TYPE_CHECKING
@@ -30,6 +30,7 @@ from ..base.fsmodes import RECEIPTS_DIR, RECEIPTS_FILE, make_dirs, open_subdir, 
 from ..method import METHOD_NAME, METHOD_VERSION
 from ..chain.db import write_tx
 from ..chain.store import append_in, iter_entries, lock_chain
+from ..method.attribution import DEFAULT_THRESHOLDS
 from ..method.carbon import CarbonSettings
 from ..method.lens import LENS_METHOD_VERSIONS
 from .compute import ENERGY_RECEIPT_VERSION, LensSettings, Receipt, ReceiptError, RunKey, compute_receipt
@@ -58,19 +59,27 @@ def issued_entries(engine_or_conn, key: RunKey) -> list[ChainedEntry]:  # noqa: 
 
 
 def replay(engine: Engine, issued: ChainedEntry, sku_table: Mapping | None = None, workers: int = 1,
-           carbon: CarbonSettings | None = None, decoded: DecodedSegments | None = None) -> Receipt:
+           carbon: CarbonSettings | None = None, decoded: DecodedSegments | None = None,
+           timelines: bool = True) -> Receipt:
     """Recompute the receipt an issued entry names: same run, same through_seq, same contract, and the same
     method version it was issued under (1.0.0 without the lens, 1.1.0 with it at its recorded precision), and a
     receipt issued as 1.4 with its shared devices billed the whole GPU's energy, as 1.4 did.
     ``carbon`` is the site's carbon settings now: a changed intensity file shows as a changed carbon block.
-    ``decoded``: verify's decoded sample blocks (the same samples, not decompressed again)."""
+    ``decoded``: verify's decoded sample blocks (the same samples, not decompressed again). ``timelines``
+    False: the receipt without its devices' PDF timelines (the body, and so the hash, are the same; verify's
+    replays compare hashes only)."""
     d = issued.entry.data
     return compute_receipt(gather(engine, issued.entry.job_id, issued.entry.run or 0, cluster=issued.entry.cluster,
                                   as_of=d["through_seq"], contract_id=d["contract"]["id"], workers=workers,
                                   contract_entry_id=_pin(d), lens_columns=issued_lens(d) is not None,
                                   decoded=decoded), sku_table,
+                           thresholds=DEFAULT_THRESHOLDS if timelines else NO_TIMELINES,
                            lens=issued_lens(d), carbon=carbon,
                            energy_shares=d.get("receipt_version") != ENERGY_RECEIPT_VERSION)
+
+
+# The method's thresholds without the PDF's timeline strip (timeline_bins is not hashed: the same body)
+NO_TIMELINES = replace(DEFAULT_THRESHOLDS, timeline_bins=0)
 
 
 def issued_lens(issued_data: Mapping) -> LensSettings | None:

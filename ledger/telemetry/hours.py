@@ -141,12 +141,13 @@ def _group_reduce(x: np.ndarray, starts: np.ndarray, op: str) -> np.ndarray:
     return np.where(np.isinf(v), np.nan, v)
 
 
-def aggregate(cols: Mapping[str, Sequence]) -> list[DeviceHour]:
+def aggregate(cols: Mapping[str, Sequence], as_values: bool = False) -> list[DeviceHour]:
     """The device-hours of one batch of samples: ``cols`` maps NEEDED column names to equal-length sequences
-    (NaN or None = not measured). Pure; rows sorted by (device, hour)."""
+    (NaN or None = not measured). Pure; rows sorted by (device, hour). ``as_values``: each as its :func:`values`
+    tuple, not made into a DeviceHour (what verify compares with the stored rows)."""
     # a value near the float limit (a damaged block verify reads back) sums to inf, as it would one by one
     with np.errstate(over="ignore", invalid="ignore"):
-        return [h for _g, h in _aggregate(cols, None)]
+        return [h for _g, h in _aggregate(cols, None, as_values)]
 
 
 def aggregate_groups(cols: Mapping[str, Sequence], group: np.ndarray) -> list[tuple[int, DeviceHour]]:
@@ -159,7 +160,8 @@ def aggregate_groups(cols: Mapping[str, Sequence], group: np.ndarray) -> list[tu
         return _aggregate(cols, np.asarray(group, dtype=np.int64))
 
 
-def _aggregate(cols: Mapping[str, Sequence], group: np.ndarray | None) -> list[tuple[int, DeviceHour]]:
+def _aggregate(cols: Mapping[str, Sequence], group: np.ndarray | None,
+               as_values: bool = False) -> list[tuple[int, DeviceHour]]:
     dev = np.asarray(cols["device"], dtype=object)
     if not len(dev):
         return []
@@ -241,7 +243,8 @@ def _aggregate(cols: Mapping[str, Sequence], group: np.ndarray | None) -> list[t
     for name in FIELDS[2:]:
         v = out[name]
         cols_out.append([int(x) for x in v] if name in INT_FIELDS else v.tolist())
-    return list(zip(grp[starts].tolist(), (DeviceHour(*r) for r in zip(*cols_out))))
+    rows = zip(*cols_out)
+    return list(zip(grp[starts].tolist(), rows if as_values else (DeviceHour(*r) for r in rows)))
 
 
 def _device_codes(dev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -285,15 +288,16 @@ def aggregate_columns(cols: Mapping[str, Sequence]) -> list[DeviceHour]:
     return aggregate({c: cols[c] if c in cols else np.full(n, np.nan) for c in NEEDED})
 
 
-def aggregate_table(table) -> list[DeviceHour]:  # noqa: ANN001 - a pyarrow Table with the NEEDED columns
-    """:func:`aggregate` of a pyarrow table as the sample reader returns it (no row tuples in between)."""
+def aggregate_table(table, as_values: bool = False) -> list[DeviceHour]:  # noqa: ANN001 - a pyarrow Table
+    """:func:`aggregate` of a pyarrow table with the NEEDED columns, as the sample reader returns it (no row tuples
+    in between); ``as_values`` as there."""
     from .blocks import float_values
 
     if not table.num_rows:
         return []
     cols = {c: float_values(table.column(c)) for c in NEEDED if c != "device"}
     cols["device"] = np.asarray(table.column("device").to_pylist(), dtype=object)
-    return aggregate(cols)
+    return aggregate(cols, as_values)
 
 
 def aggregate_reference(samples: Iterable) -> list[DeviceHour]:  # noqa: ANN001 - ledger Sample objects
@@ -645,7 +649,7 @@ def exactly_equal(want: Sequence[DeviceHour], have: Sequence[Sequence]) -> bool:
     is not a number of its field's kind)."""
     if len(want) != len(have):
         return False
-    w = sorted(map(values, want), key=_KEY)
+    w = sorted((values(h) if isinstance(h, DeviceHour) else tuple(h) for h in want), key=_KEY)
     g = sorted((values(h) if isinstance(h, DeviceHour) else tuple(h) for h in have), key=_KEY)
     if list(map(_KEY, w)) != list(map(_KEY, g)):
         return False
@@ -672,12 +676,14 @@ def first_mismatch(want: Sequence[DeviceHour], have: Sequence[DeviceHour]) -> st
     return None if exactly_equal(want, have) else first_mismatch_reference(want, have)
 
 
-def stored_mismatch(want: Sequence[DeviceHour], rows: Sequence[Sequence]) -> str | None:
-    """:func:`first_mismatch` of ``want`` and a segment's stored rows (:func:`stored_rows`), the rows made into
-    device-hours (:func:`stored`'s way) only where they are not exactly ``want``'s."""
+def stored_mismatch(want: Sequence[DeviceHour | tuple], rows: Sequence[Sequence]) -> str | None:
+    """:func:`first_mismatch` of ``want`` (device-hours, or their :func:`values` tuples) and a segment's stored
+    rows (:func:`stored_rows`), each made into device-hours (:func:`stored`'s way) only where they are not
+    exactly ``want``'s."""
     if exactly_equal(want, rows):
         return None
-    return first_mismatch_reference(want, [from_db(r) for r in rows])
+    return first_mismatch_reference([h if isinstance(h, DeviceHour) else DeviceHour(*h) for h in want],
+                                    [from_db(r) for r in rows])
 
 
 def first_mismatch_reference(want: Sequence[DeviceHour], have: Sequence[DeviceHour]) -> str | None:

@@ -382,6 +382,8 @@ class DecodedSegments:
         self.rows = 0
         self._pieces: dict[str, list[tuple[str, Any]]] = {}
         self._refused: set[str] = set()
+        # (segment id, piece, column) -> (float values, where NULL), each made once (read-only) for float_pieces
+        self._floats: dict[tuple[str, int, str], tuple[Any, Any]] = {}
 
     def keep(self, segment_id: str, pieces: list[tuple[str, Any]]) -> None:
         """A block's decoded (device, table of every column) pieces, unless over budget or seen twice."""
@@ -414,16 +416,116 @@ class DecodedSegments:
                         yield device, piece.select(cols)
 
 
+    def float_pieces(self, segment_ids: Sequence[str], devices: Sequence[str] | None, start: float | None,
+                     end: float | None, cols: Sequence[str], count_nulls: Sequence[str] = ()
+                     ) -> Iterator[tuple[str, list, dict[str, int]]]:
+        """What :meth:`pieces` yields for these (all held) segments, as (device, each column's
+        :func:`~ledger.telemetry.blocks.float_values`, the NULL count of each ``count_nulls`` column): the same
+        rows of the same pieces, from each kept piece's columns converted once (verify replays hundreds of
+        receipts over the same pieces; tests/test_verify_decoded.py holds this to :meth:`pieces`). The arrays are
+        read-only: they are shared by every read."""
+        import numpy as np
+
+        wanted = None if devices is None else set(devices)
+        ids = list(dict.fromkeys(segment_ids))
+        for i in range(0, len(ids), _IN_CHUNK):
+            for sid in sorted(ids[i:i + _IN_CHUNK]):
+                for k, (device, table) in enumerate(self._pieces[sid]):
+                    if wanted is not None and device not in wanted:
+                        continue
+                    rows: Any = slice(None)   # _in_window's rows, as an index
+                    if start is not None or end is not None:
+                        t = self._column(sid, k, table, "t")[0]
+                        keep = np.ones(len(t), dtype=bool)
+                        if start is not None:
+                            keep &= t + self._column(sid, k, table, "dt")[0] > start
+                        if end is not None:
+                            keep &= t < end
+                        hits = np.flatnonzero(keep)
+                        if not len(hits):
+                            continue
+                        if len(hits) < len(t):
+                            rows = slice(int(hits[0]), int(hits[0]) + len(hits)) \
+                                if hits[-1] - hits[0] + 1 == len(hits) else keep
+                    elif not table.num_rows:
+                        continue
+                    columns = [self._column(sid, k, table, c) for c in cols]
+                    nulls = {c: int(np.count_nonzero(null[rows])) for c, (_v, null) in zip(cols, columns)
+                             if c in count_nulls}
+                    yield device, [v[rows] for v, _null in columns], nulls
+
+    def _column(self, sid: str, k: int, table, name: str) -> tuple[Any, Any]:  # noqa: ANN001
+        got = self._floats.get((sid, k, name))
+        if got is None:
+            import numpy as np
+
+            column = table.column(name)
+            values = blocks.float_values(column)
+            null = ~blocks.raw_values(column)[1] if column.null_count else np.zeros(len(values), dtype=bool)
+            for a in (values, null):
+                a.flags.writeable = False
+            got = self._floats[(sid, k, name)] = (values, null)
+        return got
+
+
 def _check_label(segment_id: str, device: str, table) -> None:  # noqa: ANN001
     """A block's layout names the device of each range, and readers pick ranges by that label: it must be
     the device every row of the range holds, or a reader would take one device's samples for another's
     (the segment digest alone covers the rows, not the labels)."""
     if "device" not in table.column_names:
         return
+    if every_row_is(table.column("device"), device):
+        return   # the common case, read from the column's buffers (pyarrow's unique() costs its compute module)
     found = table.column("device").unique().to_pylist()
     if any(v != device for v in found):
         raise blocks.BlockError(f"sample block of segment {segment_id}: its layout labels rows of "
                                 f"{sorted(map(str, found))[:3]} as device {device!r}")
+
+
+def pieces_in_order(pieces: Sequence[tuple[str, Any]]) -> bool:
+    """Whether these (device, table) pieces, concatenated, are already in the order a stable sort by (device, t)
+    gives them, so that :func:`read_samples` need not sort (pyarrow's sort costs its compute module): every row
+    of a piece holds its device, no time is NULL or NaN, and (device, t) never decreases. False says only "sort
+    them" (tests/test_verify_decoded.py holds the unsorted tables equal to the sorted ones)."""
+    import numpy as np
+
+    last: tuple[str, float] | None = None
+    for device, table in pieces:
+        names = table.column_names
+        if "device" not in names or "t" not in names or table.column("t").null_count \
+                or not every_row_is(table.column("device"), device):
+            return False
+        t = blocks.float_values(table.column("t"))
+        if not len(t):
+            continue
+        if bool(np.isnan(t).any()) or not bool(np.all(t[1:] >= t[:-1])):
+            return False
+        if last is not None and (device < last[0] or (device == last[0] and float(t[0]) < last[1])):
+            return False
+        last = (device, float(t[-1]))
+    return True
+
+
+def every_row_is(column, value: str) -> bool:  # noqa: ANN001 - a pyarrow (Chunked)Array
+    """Whether every row of a string column holds ``value`` (no NULL), read from its Arrow buffers: each row's
+    length is the value's and the rows' bytes are the value's repeated. False also where the column is of another
+    type (the caller then asks pyarrow itself; tests/test_verify_decoded.py holds the two to the same answer)."""
+    import numpy as np
+
+    want = value.encode("utf-8")
+    for arr in getattr(column, "chunks", [column]):
+        n = len(arr)
+        if str(arr.type) != "string" or arr.null_count:
+            return False
+        if not n:
+            continue
+        _validity, offsets, data = arr.buffers()
+        ends = np.frombuffer(offsets, dtype=np.int32, count=n + 1, offset=arr.offset * 4)
+        if not bool(np.all(np.diff(ends) == len(want))):
+            return False
+        if want and memoryview(data)[int(ends[0]):int(ends[-1])].tobytes() != want * n:
+            return False
+    return True
 
 
 def _block_rows(conn: Connection, segment_ids: Sequence[str] | None) -> Iterator[tuple]:
@@ -505,15 +607,16 @@ def read_samples(engine_or_conn, *, segment_ids: Sequence[str] | None = None,  #
     import pyarrow as pa
 
     def _q(conn: Connection):  # noqa: ANN202
-        pieces = [t for _, t in iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start,
-                                                   end=end, columns=columns, check_blocks=check_blocks,
-                                                   decoded=decoded)]
-        if not pieces:
+        labelled = list(iter_sample_pieces(conn, segment_ids=segment_ids, devices=devices, start=start, end=end,
+                                           columns=columns, check_blocks=check_blocks, decoded=decoded))
+        if not labelled:
             full = blocks.arrow_schema()
             return pa.Table.from_arrays([pa.array([], type=full.field(c).type) for c in columns], names=list(columns))
-        table = pa.concat_tables(pieces)
+        table = pa.concat_tables([t for _, t in labelled])
         keys = [(c, "ascending") for c in ("device", "t") if c in columns]
-        return table.sort_by(keys) if len(pieces) > 1 and keys else table
+        if len(labelled) < 2 or not keys or pieces_in_order(labelled):
+            return table   # (the sort would leave every row where it is)
+        return table.sort_by(keys)
 
     if is_connection(engine_or_conn):
         return _q(engine_or_conn)
