@@ -119,7 +119,8 @@ def parse_period(text: str | None, data_start: float, data_end: float) -> tuple[
 REFUSAL = ("I can't answer that. I can answer: why did SCOPE lose [N] GPU-hours [PERIOD]; why is SCOPE slow "
            "[PERIOD]; how many GPU-hours did SCOPE|the cluster lose|deliver|pay for [PERIOD]; where did the GPU-hours go "
            "[PERIOD]; what happened on SCOPE [PERIOD]; which jobs|tenants|nodes|racks lost|delivered the most "
-           "GPU-hours [PERIOD]; which tenants got the most math per GPU-hour [in YYYY-MM]; how much did cooling|power cap|idle held|SCOPE cost us [PERIOD]; what was the "
+           "GPU-hours [PERIOD]; which tenants got the most math per GPU-hour [in YYYY-MM]; how much did "
+           "cooling|power cap|idle held|SCOPE cost us [PERIOD]; what was the "
            "utilization of SCOPE [PERIOD]. SCOPE is node|rack|tenant|job NAME; PERIOD e.g. this week, yesterday, "
            "on wednesday, on 2026-11-04, in 2026-W45 (docs/agents.md)")
 

@@ -11,7 +11,8 @@ where this process cannot fork (no ``fork``, another thread running, no second C
 to report, its part is run here. tests/test_agents_lanes.py holds the two to the same analysis, byte for byte.
 
 The lane is a ``fork`` of this process (the dataset is shared copy-on-write, never pickled); it sends its
-findings and nothing else back through a pipe, pickled, and leaves with ``os._exit``. The agents are pure
+findings and nothing else back through a pipe, pickled, and leaves with ``os._exit``
+(:func:`ledger.base.commands.fork_call`, beside every other way ipledger starts a process). The agents are pure
 functions of the dataset; the per device-hour statistics (:func:`ledger.agents.hourstats.hour_stats`, cached on
 the dataset) are computed in the forked lane only, as nothing this lane runs reads them.
 """
@@ -74,37 +75,16 @@ def run_agents_in_lanes(ds: Dataset, lanes: int = 2) -> Analysis:
 
 
 def _fork(ds: Dataset) -> tuple[int, int] | None:
-    """The forked lane's (pid, read end of its pipe); None where the fork failed (its part is then run here)."""
-    read_fd, write_fd = os.pipe()
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(read_fd)
-        os.close(write_fd)
-        return None
-    if pid:
-        os.close(write_fd)
-        return pid, read_fd
-    # the forked lane: compute, report, leave without running this process' exit handlers or flushing its buffers
-    status = 1
-    try:
-        os.close(read_fd)
-        data = pickle.dumps(forked_lane(ds), protocol=pickle.HIGHEST_PROTOCOL)
-        with os.fdopen(write_fd, "wb") as out:
-            out.write(data)
-        status = 0
-    finally:
-        os._exit(status)
+    """The forked lane (:func:`ledger.base.commands.fork_call`): its findings, pickled; None where the fork failed
+    (its part is then run here)."""
+    from ..base.commands import fork_call
+
+    return fork_call(lambda: pickle.dumps(forked_lane(ds), protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def _join(lane: tuple[int, int] | None) -> tuple[list[Finding], list[Finding], list[Finding]] | None:
     """The forked lane's result; None where it failed (it raised, was killed, or never started)."""
-    if lane is None:
-        return None
-    pid, read_fd = lane
-    with os.fdopen(read_fd, "rb") as f:
-        data = f.read()
-    _, status = os.waitpid(pid, 0)
-    if status != 0 or not data:
-        return None
-    return pickle.loads(data)
+    from ..base.commands import fork_join
+
+    data = fork_join(lane)
+    return None if data is None else pickle.loads(data)

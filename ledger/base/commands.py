@@ -6,7 +6,8 @@ refused before a process is started. Absolute paths come from the site config's 
 Standard library only and import-light, as the hooks call this on their fast path: a program is started with
 ``os.posix_spawn`` (vfork + exec: no copy of the interpreter's pages) and read through ``select.poll`` with a
 deadline, instead of ``subprocess``, whose imports (signal, threading, selectors, enum) cost more than the
-start of a small tool.
+start of a small tool. The one other way ipledger starts a process is here too: :func:`fork_call`, a forked copy
+of this process that runs its own code (no program, no exec) and writes its result back through a pipe.
 """
 
 from __future__ import annotations
@@ -257,3 +258,41 @@ def run(program: str, args: Sequence[str], *, commands: Mapping[str, str] | None
     if timed_out:
         return CommandResult(argv, 124, out, f"{program}: timed out after {timeout}s", timed_out=True)
     return CommandResult(argv, code, out, err)
+
+
+def fork_call(work: Callable[[], bytes]) -> tuple[int, int] | None:
+    """Run ``work`` in a forked copy of this process (no program is started: the copy runs this process' own code
+    and leaves with ``os._exit``, never running its exit handlers or flushing its buffers); what ``work`` returns
+    is written back through a pipe. Returns (pid, read end) for :func:`fork_join`, or None where the fork failed.
+    Here, beside every other way ipledger starts a process (tests/test_readonly.py)."""
+    read_fd, write_fd = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_fd)
+        os.close(write_fd)
+        return None
+    if pid:
+        os.close(write_fd)
+        return pid, read_fd
+    status = 1
+    try:
+        os.close(read_fd)
+        data = work()
+        with os.fdopen(write_fd, "wb") as out:
+            out.write(data)
+        status = 0
+    finally:
+        os._exit(status)
+
+
+def fork_join(forked: tuple[int, int] | None) -> bytes | None:
+    """What the forked copy of :func:`fork_call` wrote back; None where it failed (it raised, was killed, wrote
+    nothing, or never started)."""
+    if forked is None:
+        return None
+    pid, read_fd = forked
+    with os.fdopen(read_fd, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    return data if status == 0 and data else None
