@@ -101,3 +101,5 @@ def test_a_capture_without_a_model_or_without_tensor_is_unknown_not_zero(tmp_pat
     ec = _json(runner, cli, "analyze", str(tmp_path / "amd"), "--json")["effective_compute"]
     assert ec["tensor_gpu_hours"] == 0.0 and ec["unmeasured_gpu_hours"] == ec["paid_gpu_hours"] > 0
     assert ec["achieved_pflop_hours"] is None and ec["source"] is None
+    # over device-hours the lens's sums skip what measured no tensor at all: its hours are still unmeasured
+    assert _json(runner, cli, "analyze", str(tmp_path / "amd"), "--json", "--device-hours")["effective_compute"] == ec

@@ -12,8 +12,8 @@ the dataset the agents read, per device:
   tensor measured (peak: the SKU's dense peak at ``precision``, from the SKU table); ``rated_share`` their
   ratio, left out (None) when a measured device has no rating (the share would mix rated and unrated parts).
 
-One pure function of the dataset: :func:`effective_compute` (bincounts over the per-sample frame, or the sums
-the compute findings already hold per device-hour, :func:`ledger.agents.compute.lens_hours`), and
+One pure function of the dataset: :func:`effective_compute` (the allocated hours of the dataset's frame and the
+sums the compute findings already hold per device-hour, :func:`ledger.agents.compute.lens_hours`), and
 :func:`effective_compute_reference`, the same figures from a plain loop over the samples
 (:func:`per_device_reference`), which a test holds it to.
 """
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 
 from ..method.lens import peak_tflops
@@ -40,39 +39,22 @@ def _peak_pflops(sku: object, precision: str) -> float | None:
     return None if tf is None else tf / 1000.0
 
 
-def _per_device_from_samples(s: pd.DataFrame) -> pd.DataFrame:
-    """The per-device sums (PER_DEVICE) of the allocated samples of the agents' per-sample frame."""
-    if not len(s) or "tensor" not in s:
-        return pd.DataFrame(columns=list(PER_DEVICE), dtype=float)
-    h = s["h"].to_numpy(float)
-    keep = h > 0
-    codes, devices = pd.factorize(s["device"])   # on the column itself: no object array of the names
-    codes = codes[keep]
-    used = np.bincount(codes, minlength=len(devices)) > 0   # devices with allocated samples only
-    codes, devices = (np.cumsum(used) - 1)[codes], devices[used]
-    h = h[keep]
-    ten = s["tensor"].to_numpy(float)[keep]
-    ratio = s["ratio"].to_numpy(float)[keep]
-    ops = s["ops"].to_numpy(float)[keep] if "ops" in s else np.full(len(h), np.nan)
-    dt = s["dt"].to_numpy(float)[keep]
-    measured = ~np.isnan(ten)
-    tdel = np.where(measured, h * np.clip(np.nan_to_num(ten), 0.0, 1.0) * ratio, 0.0)
-    counted = measured & ~np.isnan(ops) & (dt > 0)
-    n = len(devices)
-    out = {"h": np.bincount(codes, h, n), "tensor_h": np.bincount(codes, np.where(measured, h, 0.0), n),
-           "tensor_del": np.bincount(codes, tdel, n),
-           "ops": np.bincount(codes, np.where(counted, np.maximum(np.nan_to_num(ops), 0.0), 0.0), n),
-           "ops_tdel": np.bincount(codes, np.where(counted, tdel, 0.0), n)}
-    return pd.DataFrame(out, index=pd.Index(devices, name="device"))
+def per_device(ds: Dataset) -> pd.DataFrame:
+    """The per-device sums :func:`effective_compute` summarises: the allocated hours ``h`` from the dataset's own
+    frame (samples or device-hours: every allocated hour, measured or not), the lens's parts from the sums the
+    compute findings decide on (:func:`ledger.agents.compute.lens_hours`, computed once per dataset). A device or
+    hour the lens sums leave out (no tensor field at all) adds its hours to ``h`` and nothing else: unmeasured."""
+    from .compute import lens_hours
 
-
-def _per_device(ds: Dataset) -> pd.DataFrame:
-    if ds.lens_hours is not None:   # the device-hour sums the compute findings read (same definitions)
-        st = ds.lens_hours
-        if not len(st):
-            return pd.DataFrame(columns=list(PER_DEVICE), dtype=float)
-        return st.groupby("device", sort=False)[list(PER_DEVICE)].sum()
-    return _per_device_from_samples(ds.samples)
+    s = ds.samples
+    h = s.loc[s["h"] > 0].groupby("device", sort=False)["h"].sum() if len(s) and "h" in s else pd.Series(dtype=float)
+    st = lens_hours(ds)
+    parts = st.groupby("device", sort=False)[list(PER_DEVICE[1:])].sum() if len(st) else None
+    out = pd.DataFrame({"h": h.astype(float)})
+    for k in PER_DEVICE[1:]:
+        out[k] = 0.0 if parts is None else parts[k].reindex(out.index, fill_value=0.0).astype(float)
+    out.index.name = "device"
+    return out
 
 
 def summarise(per_device: pd.DataFrame, skus: pd.Series, precision: str = DEFAULT_PRECISION) -> dict | None:
@@ -128,7 +110,7 @@ def summarise(per_device: pd.DataFrame, skus: pd.Series, precision: str = DEFAUL
 
 def effective_compute(ds: Dataset, precision: str = DEFAULT_PRECISION) -> dict | None:
     """The lens block of the dataset's allocated time (None: no allocated time)."""
-    return summarise(_per_device(ds), ds.devices["sku"], precision)
+    return summarise(per_device(ds), ds.devices["sku"], precision)
 
 
 def effective_compute_reference(ds: Dataset, precision: str = DEFAULT_PRECISION) -> dict | None:
@@ -156,7 +138,3 @@ def per_device_reference(s: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({k: [math.fsum(a[k]) for a in acc.values()] for k in PER_DEVICE},
                         index=pd.Index(list(acc), name="device"), dtype=float)
 
-
-def per_device(ds: Dataset) -> pd.DataFrame:
-    """The per-device sums :func:`effective_compute` summarises (from the device-hour sums or the samples)."""
-    return _per_device(ds)
