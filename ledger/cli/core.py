@@ -126,7 +126,9 @@ def ship_cmd(app: AppContext, spool_dir: str | None, as_json: bool, quiet: bool,
                    "verify's head); the ledger must still hold it. Repeatable.")
 @click.option("--deep", is_flag=True,
               help="Also check the database's indexes against its tables (SQLite integrity_check, PostgreSQL "
-                   "amcheck): finds an index edited to hide rows from receipts. Slower.")
+                   "amcheck): finds an index edited to hide rows from receipts; and re-derive every telemetry "
+                   "segment's canonical samples_sha256, also where its entry seals the cheaper values_sha256. "
+                   "Slower.")
 @click.option("--pubkey", "pubkeys", multiple=True, metavar="KEY.pub", type=click.Path(dir_okay=False),
               help="The site's public key: every signed tree head must be signed by it (repeatable, for rotated "
                    "keys; default: the config's trusted_keys). Without a pinned key heads are checked unpinned.")
@@ -164,7 +166,7 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
     engine = app.reader()
     if workers is None:
         workers = workers_for(DEFAULT_VERIFY_WORKERS)
-    checks = verify_checks(app.site, pinned=pinned, workers=workers)
+    checks = verify_checks(app.site, pinned=pinned, workers=workers, deep=deep)
     with Progress("verify", quiet=as_json, steps=1 + len(checks)) as bar:
         bar.step("hash chain")
         report = verify_ledger(engine, chain_only=chain_only, anchors=parsed, deep=deep,

@@ -253,7 +253,7 @@ def check_record(rec: Any, now: float | None = None) -> tuple[Entry, list | None
 def _segment_rows(kind: str, payload: Mapping, rows: Any, latest: float) -> list[tuple]:
     """Embedded rows checked cell by cell and against the digest the segment entry seals; returned in the
     normalised form the ledger stores (``telemetry.sealed._norm``)."""
-    from ..telemetry.sealed import digest_normalised, normalised
+    from ..telemetry.sealed import digest_normalised, normalised, values_digest
 
     if kind == Kind.TELEMETRY_SEGMENT and not rows:
         # a segment entry seals rows that ship with it; one without them would be a segment whose samples
@@ -276,6 +276,10 @@ def _segment_rows(kind: str, payload: Mapping, rows: Any, latest: float) -> list
         out = Checked(out, cols[0], values, len(set(cols[0])) == 1 and bool((t[1:] >= t[:-1]).all()))
     if digest_normalised(out) != payload.get("samples_sha256"):
         raise Refused("samples: rows do not hash to the segment's samples_sha256")
+    # optional (collectors before it leave it out); where given it must describe these rows, or verify would
+    # name this honest segment later
+    if "values_sha256" in payload and values_digest(out) != payload["values_sha256"]:
+        raise Refused("samples: rows do not hash to the segment's values_sha256")
     if payload.get("rows") != len(rows):
         raise Refused("samples: row count differs from the segment's rows")
     return out

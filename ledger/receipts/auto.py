@@ -258,7 +258,8 @@ def check_receipt_lines(engine: Engine, report: VerifyReport) -> list[ChainProbl
         return [ChainProblem(seq, "", problem) for seq, problem in receipt_lines.problems(conn)]
 
 
-def verify_checks(site: Site | None = None, pinned: tuple = (), workers: int = 1) -> tuple[ExtraCheck, ...]:
+def verify_checks(site: Site | None = None, pinned: tuple = (), workers: int = 1,
+                  deep: bool = False) -> tuple[ExtraCheck, ...]:
     """The checks ``ipledger verify`` runs after the chain: telemetry evidence and the device-hours derived from
     it (each segment read once), issued receipts replayed under ``site``'s SKU table (None: the built-in table,
     for a ledger with no site overrides), their flat lines re-derived, then the Merkle tree and the signed heads
@@ -267,10 +268,11 @@ def verify_checks(site: Site | None = None, pinned: tuple = (), workers: int = 1
     replays equal to plain ones).
     With ``workers`` > 1 the replays start in worker processes before the segment check (:class:`SharedReplays`;
     the same report). One by default here; the CLI asks for one per idle core (a worker on a busy core only adds
-    its CPU: docs/ledger.md)."""
+    its CPU: docs/ledger.md). ``deep``: every segment's canonical ``samples_sha256`` re-derived, also where its
+    entry seals the cheaper ``values_sha256`` (``verify --deep``)."""
     decoded = DecodedSegments()
     shared = SharedReplays(site, workers)
-    return (partial(check_segments, decoded=decoded, meanwhile=shared.start),
+    return (partial(check_segments, decoded=decoded, meanwhile=shared.start, canonical=deep),
             partial(check_issued_receipts, site=site, decoded=decoded, shared=shared),
             check_receipt_lines,
             partial(check_tree, pinned=pinned) if pinned else check_tree)

@@ -29,12 +29,13 @@ def backfill(conn) -> int:  # noqa: ANN001
 
 
 def check_segments(engine, report, decoded: DecodedSegments | None = None,  # noqa: ANN001 - an ExtraCheck
-                   meanwhile: Callable[[Any], None] | None = None) -> list:
+                   meanwhile: Callable[[Any], None] | None = None, canonical: bool = False) -> list:
     """Every sealed segment, its samples read once: they still hash to what its entry recorded
     (:func:`ledger.telemetry.sealed.segment_samples`), its stored device-hours are what they give (the first
     mismatch named), and no device-hour names a segment the ledger does not hold. ``decoded``: keep the
     decoded blocks there for the receipt replays that follow; ``meanwhile(engine)`` is called first (verify starts
-    its receipt replays in worker processes, to run while the segments are read)."""
+    its receipt replays in worker processes, to run while the segments are read); ``canonical`` (``verify
+    --deep``): every segment's ``samples_sha256`` re-derived, even where its entry seals ``values_sha256``."""
     if meanwhile is not None:
         meanwhile(engine)
     problems = []
@@ -45,7 +46,7 @@ def check_segments(engine, report, decoded: DecodedSegments | None = None,  # no
         for ce in iter_entries(conn, kinds=[Kind.TELEMETRY_SEGMENT]):
             sid = ce.entry.entry_id
             seen.add(sid)
-            table, problem = segment_samples(conn, ce, decoded)
+            table, problem = segment_samples(conn, ce, decoded, canonical=canonical)
             if problem is not None:
                 problems.append(problem)  # missing or altered samples: their device-hours are not judged
                 continue

@@ -178,6 +178,112 @@ def table_digest(table) -> tuple[str, tuple[str, ...]] | None:  # noqa: ANN001 -
     return hashlib.sha256(text.encode("utf-8")).hexdigest(), tuple(carried)
 
 
+# --- the values digest: the same rows, sealed in a form verify checks without spelling them -----------------
+# ``samples_sha256`` is the proof (the canonical text the tenant's verifier re-derives); ``values_sha256``, sealed
+# beside it by every writer since it exists, covers the same values in a binary form that a reader holding the
+# decoded columns checks with a few array operations instead of spelling every value as text. It is over values,
+# not the stored bytes, so an entry's id (the same fact sealed twice is one entry) does not depend on the
+# encoder's build (docs/ledger.md, "Sample storage").
+
+VALUES_DOMAIN = "ipledger-sample-values-v1"
+_INT_COLUMNS = frozenset({"clock_reasons"})
+
+
+def values_digest_reference(rows: Iterable[tuple]) -> str:
+    """The values digest, as plainly as it can be said: the rows (normalised, stably sorted by (device, t), as
+    for ``samples_sha256``) over the columns they carry (:func:`carried_columns`); sha256 of the canonical
+    JSON line ``[VALUES_DOMAIN, carried columns, [[device, rows in a row], ...]]`` and a newline, then for each
+    carried column after the device: one byte per row (1 measured, 0 NULL), then each row's value as 8 bytes
+    little-endian (int64 for clock_reasons, float64 for the rest; 0 where NULL)."""
+    import struct
+
+    ordered = sorted((_norm(r) for r in rows), key=operator.itemgetter(0, 1))
+    carried = carried_columns(ordered)
+    runs: list[list] = []
+    for r in ordered:
+        if runs and runs[-1][0] == r[0]:
+            runs[-1][1] += 1
+        else:
+            runs.append([r[0], 1])
+    h = hashlib.sha256((canonical_json([VALUES_DOMAIN, list(carried), runs]) + "\n").encode("utf-8"))
+    for c in carried[1:]:
+        j = SAMPLE_COLUMNS.index(c)
+        h.update(bytes(r[j] is not None for r in ordered))
+        fmt = "<q" if c in _INT_COLUMNS else "<d"
+        for r in ordered:
+            h.update(struct.pack(fmt, 0 if r[j] is None else r[j]))
+    return h.hexdigest()
+
+
+def values_digest_arrays(devices: Sequence[str], columns: Mapping[str, tuple[Any, Any]]) -> str:
+    """The values digest of rows already in (device, t) order, from their columns: ``devices`` the device of
+    each row, ``columns`` each carried column after the device (in SAMPLE_COLUMNS order, none other) as
+    (numpy values, numpy bool: measured); a NULL's value is ignored. :func:`values_digest_reference`'s
+    bytes (tests/test_values_digest.py holds them equal)."""
+    import numpy as np
+
+    runs = [[d, sum(1 for _ in g)] for d, g in itertools.groupby(devices)]
+    carried = ["device", *columns]
+    h = hashlib.sha256((canonical_json([VALUES_DOMAIN, carried, runs]) + "\n").encode("utf-8"))
+    for c, (values, valid) in columns.items():
+        valid = np.asarray(valid, dtype=bool)
+        h.update(valid.view(np.uint8).tobytes())
+        dtype = np.dtype("<i8") if c in _INT_COLUMNS else np.dtype("<f8")
+        h.update(np.where(valid, values, 0).astype(dtype, copy=False).tobytes())
+    return h.hexdigest()
+
+
+def values_digest(rows: Sequence[tuple]) -> str:
+    """:func:`values_digest_reference` of normalised rows, through numpy columns (what every writer seals)."""
+    import numpy as np
+
+    if isinstance(rows, blocks.Checked) and rows.in_order and rows:
+        # a spool's checked rows (intake): their float columns are already built, NaN where None (intake
+        # refuses a non-finite value), in (device, t) order; clock_reasons from them only while exact
+        matrix = rows.values
+        reasons = matrix[SAMPLE_COLUMNS.index("clock_reasons") - 1]
+        if np.nanmax(reasons, initial=0.0) < 2 ** 53:
+            columns = {}
+            for c in carried_columns(rows)[1:]:
+                v = matrix[SAMPLE_COLUMNS.index(c) - 1]
+                valid = ~np.isnan(v)
+                columns[c] = (np.where(valid, v, 0).astype(np.int64) if c in _INT_COLUMNS else v, valid)
+            return values_digest_arrays(rows.devices, columns)
+    ordered = sorted(rows, key=operator.itemgetter(0, 1))
+    carried = carried_columns(ordered)
+    columns = {}
+    for c in carried[1:]:
+        col = [r[SAMPLE_COLUMNS.index(c)] for r in ordered]
+        valid = np.fromiter(map(operator.is_not, col, itertools.repeat(None)), dtype=bool, count=len(col))
+        if c in _INT_COLUMNS:
+            columns[c] = (np.array([0 if v is None else v for v in col], dtype=np.int64), valid)
+        else:
+            columns[c] = (np.array(col, dtype=np.float64), valid)   # None -> NaN, masked by valid
+    return values_digest_arrays([r[0] for r in ordered], columns)
+
+
+def table_values_digest(table) -> tuple[str, tuple[str, ...]] | None:  # noqa: ANN001 - a pyarrow Table
+    """``(values digest, carried columns)`` of a decoded table of every SAMPLE_COLUMNS column, from its Arrow
+    buffers; None where the rows are not in (device, t) order or a device or time is NULL (the caller then
+    takes the reference, which sorts)."""
+    import numpy as np
+
+    n = table.num_rows
+    device, t = table.column("device"), table.column("t")
+    if not n or device.null_count or t.null_count:
+        return None
+    devices = device.to_pylist()
+    if not all(map(operator.le, devices, itertools.islice(devices, 1, None))):
+        return None
+    times = blocks.float_values(t)
+    same = np.fromiter(map(operator.eq, devices, itertools.islice(devices, 1, None)), dtype=bool, count=n - 1)
+    if not np.all((times[1:] >= times[:-1]) | ~same):   # (a NaN time is not in order either)
+        return None
+    carried = [c for c in SAMPLE_COLUMNS if c in BASE_COLUMNS or table.column(c).null_count < n]
+    return (values_digest_arrays(devices, {c: blocks.raw_values(table.column(c)) for c in carried[1:]}),
+            tuple(carried))
+
+
 def segment_entry(samples: Sequence[Sample], *, node: str | None, source: str, source_version: str = "",
                   cluster: str | None = None, extra: dict | None = None) -> Entry:
     """The sealing entry for one batch (all samples of one device, or of one import, as the caller chooses)."""
@@ -192,7 +298,7 @@ def segment_entry_rows(rows: Sequence[tuple], *, node: str | None, source: str, 
     start = min(r[1] for r in rows)
     end = max(r[1] + r[2] for r in rows)
     payload = {"devices": devices, "rows": len(rows), "samples_sha256": digest_normalised(list(rows)),
-               "columns": list(carried_columns(rows)), **(extra or {})}
+               "values_sha256": values_digest(rows), "columns": list(carried_columns(rows)), **(extra or {})}
     return make_entry(Kind.TELEMETRY_SEGMENT, start, payload, ts_end=end, node=node, cluster=cluster,
                       device=devices[0] if len(devices) == 1 else None, source=source,
                       source_version=source_version)
@@ -631,19 +737,25 @@ def load_samples(engine_or_conn, devices: Sequence[str] | None = None, start: fl
     return [Sample(*r) for r in blocks.table_rows(table)]
 
 
-def segment_samples(conn: Connection, ce: ChainedEntry, decoded: DecodedSegments | None = None
-                    ) -> tuple[Any, ChainProblem | None]:
+def segment_samples(conn: Connection, ce: ChainedEntry, decoded: DecodedSegments | None = None,
+                    canonical: bool = False) -> tuple[Any, ChainProblem | None]:
     """A sealed segment's stored samples (an Arrow table, every column) read once for ``verify``, and the
     problem with them if they no longer hash to what its entry recorded (block or legacy rows alike); the table
-    is None when they cannot be read at all. ``decoded``: keep its decoded block there for the replays."""
+    is None when they cannot be read at all. ``decoded``: keep its decoded block there for the replays.
+
+    A segment whose entry seals ``values_sha256`` is checked against it (the same values, without spelling each
+    as canonical text); one without it (written before it existed) against ``samples_sha256``. ``canonical``
+    (``verify --deep``): ``samples_sha256`` re-derived for every segment, and ``values_sha256`` too where sealed."""
     sid = ce.entry.entry_id
+    data = ce.entry.data
+    sealed_values = data.get("values_sha256")
     try:
         table = read_samples(conn, segment_ids=[sid], check_blocks=True, decoded=decoded)
-        fast = table_digest(table)
-        if fast is None:   # the reference: every row as a tuple, encoded one by one
-            rows = blocks.table_rows(table) if table.num_rows else []
-            fast = (digest_normalised(rows), carried_columns(rows)) if rows else (None, BASE_COLUMNS)
-        digest, carried = fast
+        digests = []   # (the digest re-derived, the one the entry seals), carried columns
+        if sealed_values is None or canonical:
+            digests.append((_stored_digest(table, table_digest, digest_normalised), data.get("samples_sha256")))
+        if sealed_values is not None:
+            digests.append((_stored_digest(table, table_values_digest, values_digest_reference), sealed_values))
     except blocks.BlockError as exc:
         return None, ChainProblem(ce.seq, sid, str(exc))
     except Exception as exc:  # noqa: BLE001 - any decode failure (LZ4, Arrow, driver) is a named problem
@@ -651,11 +763,21 @@ def segment_samples(conn: Connection, ce: ChainedEntry, decoded: DecodedSegments
         # type): the segment is named instead of verify stopping with a traceback.
         reason = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
         return None, ChainProblem(ce.seq, sid, f"stored samples cannot be read: {reason}")
-    if table.num_rows and digest != ce.entry.data.get("samples_sha256"):
+    if table.num_rows and any(got != sealed for (got, _carried), sealed in digests):
         return table, ChainProblem(ce.seq, sid, "samples do not match the segment digest")
-    listed = ce.entry.data.get("columns")
+    carried = digests[0][0][1]
+    listed = data.get("columns")
     if table.num_rows and [c for c in listed or () if c in EXTENSION_METRICS] != list(carried[_BASE_WIDTH:]):
         return table, ChainProblem(ce.seq, sid, "samples carry other columns than the segment lists")
-    if not table.num_rows and ce.entry.data.get("rows"):
+    if not table.num_rows and data.get("rows"):
         return table, ChainProblem(ce.seq, sid, "samples of this segment are missing")
     return table, None
+
+
+def _stored_digest(table, fast, reference) -> tuple[str | None, tuple[str, ...]]:  # noqa: ANN001
+    """(digest, carried columns) of a decoded table: ``fast`` from its columns, else ``reference`` over its rows."""
+    got = fast(table)
+    if got is None:   # the reference: every row as a tuple
+        rows = blocks.table_rows(table) if table.num_rows else []
+        got = (reference(rows), carried_columns(rows)) if rows else (None, BASE_COLUMNS)
+    return got
