@@ -133,16 +133,9 @@ def digest_normalised(rows: list[tuple]) -> str:
     return h.hexdigest()
 
 
-def table_digest(table) -> tuple[str, tuple[str, ...]] | None:  # noqa: ANN001 - a pyarrow Table
-    """``(digest_normalised(rows), carried_columns(rows))`` of a decoded table of every SAMPLE_COLUMNS column
-    (``rows = blocks.table_rows(table)``), computed from its columns: the canonical text of each distinct
-    value is made once per column (a segment's 2.7 M values are ~10 % distinct) and the rows' lines are joined
-    from those texts — the same bytes as encoding row by row, without a Python tuple per row. What verify
-    reads for every segment (tests/test_table_digest.py holds it to the reference on any rows).
-
-    None where the table is outside what this path spells the reference's way: no rows, a NULL device or time,
-    a number JSON cannot write (NaN, infinity: the reference refuses it), or rows not in (device, t) order (the
-    reference sorts them). The caller then takes the reference."""
+def _devices_in_order(table) -> list | None:  # noqa: ANN001 - a pyarrow Table
+    """The device of each row of a decoded table whose rows are in (device, t) order, no device or time NULL
+    (a NaN time is not in order); None otherwise, and for no rows (the digests' callers then sort)."""
     import numpy as np
 
     n = table.num_rows
@@ -156,6 +149,25 @@ def table_digest(table) -> tuple[str, tuple[str, ...]] | None:  # noqa: ANN001 -
     same = np.fromiter(map(operator.eq, devices, itertools.islice(devices, 1, None)), dtype=bool, count=n - 1)
     if not np.all((times[1:] >= times[:-1]) | ~same):
         return None
+    return devices
+
+
+def table_digest(table) -> tuple[str, tuple[str, ...]] | None:  # noqa: ANN001 - a pyarrow Table
+    """``(digest_normalised(rows), carried_columns(rows))`` of a decoded table of every SAMPLE_COLUMNS column
+    (``rows = blocks.table_rows(table)``), computed from its columns: the canonical text of each distinct
+    value is made once per column (a segment's 2.7 M values are ~10 % distinct) and the rows' lines are joined
+    from those texts — the same bytes as encoding row by row, without a Python tuple per row. What verify
+    reads for every segment (tests/test_table_digest.py holds it to the reference on any rows).
+
+    None where the table is outside what this path spells the reference's way: no rows, a NULL device or time,
+    a number JSON cannot write (NaN, infinity: the reference refuses it), or rows not in (device, t) order (the
+    reference sorts them). The caller then takes the reference."""
+    import numpy as np
+
+    devices = _devices_in_order(table)
+    if devices is None:
+        return None
+    n = table.num_rows
     carried = [c for c in SAMPLE_COLUMNS if c in BASE_COLUMNS or table.column(c).null_count < n]
     first = {d: "[" + canonical_json(d) for d in set(devices)}
     texts = [list(map(first.__getitem__, devices))]
@@ -266,19 +278,10 @@ def table_values_digest(table) -> tuple[str, tuple[str, ...]] | None:  # noqa: A
     """``(values digest, carried columns)`` of a decoded table of every SAMPLE_COLUMNS column, from its Arrow
     buffers; None where the rows are not in (device, t) order or a device or time is NULL (the caller then
     takes the reference, which sorts)."""
-    import numpy as np
-
+    devices = _devices_in_order(table)
+    if devices is None:
+        return None
     n = table.num_rows
-    device, t = table.column("device"), table.column("t")
-    if not n or device.null_count or t.null_count:
-        return None
-    devices = device.to_pylist()
-    if not all(map(operator.le, devices, itertools.islice(devices, 1, None))):
-        return None
-    times = blocks.float_values(t)
-    same = np.fromiter(map(operator.eq, devices, itertools.islice(devices, 1, None)), dtype=bool, count=n - 1)
-    if not np.all((times[1:] >= times[:-1]) | ~same):   # (a NaN time is not in order either)
-        return None
     carried = [c for c in SAMPLE_COLUMNS if c in BASE_COLUMNS or table.column(c).null_count < n]
     return (values_digest_arrays(devices, {c: blocks.raw_values(table.column(c)) for c in carried[1:]}),
             tuple(carried))
