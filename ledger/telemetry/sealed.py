@@ -238,10 +238,12 @@ def values_digest_arrays(devices: Sequence[str], columns: Mapping[str, tuple[Any
     carried = ["device", *columns]
     h = hashlib.sha256((canonical_json([VALUES_DOMAIN, carried, runs]) + "\n").encode("utf-8"))
     for c, (values, valid) in columns.items():
-        valid = np.asarray(valid, dtype=bool)
-        h.update(valid.view(np.uint8).tobytes())
+        valid = np.ascontiguousarray(valid, dtype=bool)
+        h.update(valid.view(np.uint8))
         dtype = np.dtype("<i8") if c in _INT_COLUMNS else np.dtype("<f8")
-        h.update(np.where(valid, values, 0).astype(dtype, copy=False).tobytes())
+        if not valid.all():
+            values = np.where(valid, values, 0)
+        h.update(np.ascontiguousarray(values, dtype=dtype))   # (the buffer itself where nothing is NULL)
     return h.hexdigest()
 
 
