@@ -9,6 +9,7 @@ re-encoded with its sha256 fixed up, two segments' blocks swapped, a block re-en
 from __future__ import annotations
 
 import json
+import math
 import time
 from unittest.mock import patch
 
@@ -46,6 +47,18 @@ def test_every_path_gives_the_reference_digest(rows, without_extension, batch_ro
         block = blocks.encode(rows)
     table = pa.concat_tables([t for _d, t in blocks.decode(block.format, block.data)])
     assert table_values_digest(table) == (reference, carried_columns(rows))
+    one = sorted(((rows[0][0], *r[1:]) for r in rows), key=lambda r: r[1])   # a spool's checked rows: one device
+    assert values_digest(_checked(one)) == values_digest_reference(one)
+
+
+def _checked(rows):
+    """Rows as intake hands them to the shipper (blocks.Checked: the float columns built, NaN where None)."""
+    import numpy as np
+
+    cols = list(zip(*rows))
+    values = np.array([[math.nan if v is None else float(v) for v in col] for col in cols[1:]], dtype=np.float64)
+    t = values[0]
+    return blocks.Checked(list(rows), cols[0], values, len(set(cols[0])) == 1 and bool((t[1:] >= t[:-1]).all()))
 
 
 @settings(max_examples=100, deadline=None)

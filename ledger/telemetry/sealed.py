@@ -252,28 +252,40 @@ def values_digest(rows: Sequence[tuple]) -> str:
     import numpy as np
 
     if isinstance(rows, blocks.Checked) and rows.in_order and rows:
-        # a spool's checked rows (intake): their float columns are already built, NaN where None (intake
-        # refuses a non-finite value), in (device, t) order; clock_reasons from them only while exact
-        matrix = rows.values
-        reasons = matrix[SAMPLE_COLUMNS.index("clock_reasons") - 1]
-        if np.nanmax(reasons, initial=0.0) < 2 ** 53:
-            columns = {}
-            for c in carried_columns(rows)[1:]:
-                v = matrix[SAMPLE_COLUMNS.index(c) - 1]
-                valid = ~np.isnan(v)
-                columns[c] = (np.where(valid, v, 0).astype(np.int64) if c in _INT_COLUMNS else v, valid)
-            return values_digest_arrays(rows.devices, columns)
+        # a spool's checked rows (intake, one device in time order): their float columns are already built, NaN
+        # where None (intake refuses a non-finite value); every column's bytes laid out in one buffer (a
+        # collector's segment is short, and a numpy call per column cost more than the hashing)
+        carried = carried_columns(rows)
+        at = [SAMPLE_COLUMNS.index(c) - 1 for c in carried[1:]]
+        measured = rows.values[at]
+        valid = ~np.isnan(measured)
+        values = np.where(valid, measured, 0.0)
+        reasons = carried.index("clock_reasons") - 1
+        if values[reasons].max() < 2 ** 53:   # clock_reasons exact as a float: its int64 from there
+            n = len(rows)
+            laid = np.empty((len(at), 9 * n), dtype=np.uint8)
+            laid[:, :n] = valid
+            laid[:, n:] = values.astype("<f8", copy=False).view(np.uint8)
+            laid[reasons, n:] = values[reasons].astype("<i8").view(np.uint8)
+            h = hashlib.sha256((canonical_json([VALUES_DOMAIN, list(carried), [[rows.devices[0], n]]])
+                                + "\n").encode("utf-8"))
+            h.update(laid)
+            return h.hexdigest()
     ordered = sorted(rows, key=operator.itemgetter(0, 1))
     carried = carried_columns(ordered)
     columns = {}
     for c in carried[1:]:
-        col = [r[SAMPLE_COLUMNS.index(c)] for r in ordered]
-        valid = np.fromiter(map(operator.is_not, col, itertools.repeat(None)), dtype=bool, count=len(col))
+        col = list(map(operator.itemgetter(SAMPLE_COLUMNS.index(c)), ordered))
         if c in _INT_COLUMNS:
+            valid = np.fromiter(map(operator.is_not, col, itertools.repeat(None)), dtype=bool, count=len(col))
             columns[c] = (np.array([0 if v is None else v for v in col], dtype=np.int64), valid)
-        else:
-            columns[c] = (np.array(col, dtype=np.float64), valid)   # None -> NaN, masked by valid
-    return values_digest_arrays([r[0] for r in ordered], columns)
+            continue
+        values = np.array(col, dtype=np.float64)   # None -> NaN
+        valid = ~np.isnan(values)
+        if len(col) - int(np.count_nonzero(valid)) != col.count(None):   # a NaN value of its own: not NULL
+            valid = np.fromiter(map(operator.is_not, col, itertools.repeat(None)), dtype=bool, count=len(col))
+        columns[c] = (values, valid)
+    return values_digest_arrays(list(map(operator.itemgetter(0), ordered)), columns)
 
 
 def table_values_digest(table) -> tuple[str, tuple[str, ...]] | None:  # noqa: ANN001 - a pyarrow Table
