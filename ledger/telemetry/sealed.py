@@ -1,7 +1,9 @@
 """Telemetry storage: each batch of samples sealed by a `telemetry_segment` entry and stored as one columnar block.
 
-The segment entry's payload carries the sha256 of the batch's canonical rows, so `ipledger verify` can
-prove the samples a receipt was computed from are the samples that were recorded. The rows themselves are
+The segment entry's payload carries the sha256 of the batch's canonical rows (``samples_sha256``, the proof a
+tenant's verifier re-derives) and a binary digest of the same values (``values_sha256``, what `ipledger verify`
+checks; ``--deep`` both), so verify can prove the samples a receipt was computed from are the samples that were
+recorded. The rows themselves are
 stored as one compressed Arrow block per segment in `sample_blocks` (:mod:`ledger.telemetry.blocks`);
 ledgers written before blocks keep theirs as rows of the `samples` table. :func:`iter_sample_pieces` is the
 one reader of both, used by load_samples, receipts, the agents' dataset and verify.
