@@ -45,7 +45,6 @@ imports nothing from ``ledger`` and nothing outside the standard library but ``c
 
 from __future__ import annotations
 
-import argparse
 import base64
 import hashlib
 import json
@@ -1955,6 +1954,8 @@ def _shown(text: object) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: exit 0 and print the receipt hash (or the consistency summary), else exit 1 naming
     what failed."""
+    import argparse   # here, not at the top: the receipts import this module and never parse a command line
+
     parser = argparse.ArgumentParser(
         prog="ipledger-verify",
         description="Check an ipledger proof bundle (or a consistency proof) offline against the site's public key.",

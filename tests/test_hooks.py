@@ -212,6 +212,23 @@ def test_epilog_without_prolog_binds_the_devices_and_leaves_the_start_to_the_job
     assert "state" in {e["data"]["stage"] for e in kinds(recs, "hook_error")}
 
 
+@pytest.mark.parametrize("torn", ["empty", "truncated", "zeros"])
+def test_a_prolog_state_a_crash_left_torn_reads_as_no_state(site, torn):
+    """The node prolog's state is not fsynced (ledger.capture.hooks.core.prolog says why): whatever a crash could
+    leave of it — nothing written yet, a cut line, the zero-filled blocks of delayed allocation — the epilog
+    takes the "no prolog state" path, exactly as with no state file, and still binds the devices and ends."""
+    assert run("prolog", env("79"), str(site.config)) == 0
+    p = site.spool / "hook-state" / "79.json"
+    whole = p.read_bytes()
+    p.write_bytes({"empty": b"", "truncated": whole[: len(whole) // 2], "zeros": b"\0" * len(whole)}[torn])
+    assert run("epilog", env("79", SLURM_SCRIPT_CONTEXT="epilog_slurmd", SLURM_JOB_EXIT_CODE2="0:0"),
+               str(site.config)) == 0
+    recs = spooled(site)
+    assert len(kinds(recs, "allocation_started")) == 1      # the prolog's, spooled (and fsynced) before the state
+    assert len(kinds(recs, "allocation_ended")) == 1
+    assert "state" in {e["data"]["stage"] for e in kinds(recs, "hook_error")}
+
+
 def test_hooks_always_exit_zero(tmp_path, capsys):
     assert run("prolog", {}, None) == 0  # not run by Slurm
     assert run("bogus", env(), None) == 0

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import csv
 from functools import lru_cache
-from importlib import resources
 
 import numpy as np
 import pandas as pd
 
+from ..method.packaged import package_text
 from .common import DAY, HOUR, evidence, fmt_h, fmt_ts, price
 from .data import Dataset
 from .hourstats import hour_stats
@@ -39,7 +39,7 @@ XID_STALL_S = 2 * 3600.0    # an XID's consequence: the idle stretch that starts
 
 @lru_cache(maxsize=1)
 def xid_meanings() -> dict[int, str]:
-    text = resources.files(__package__).joinpath("xid_codes.csv").read_text(encoding="utf-8")
+    text = package_text(__package__, "xid_codes.csv")
     return {int(r["xid"]): r["text"] for r in csv.DictReader(text.splitlines())}
 
 

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
-import click
+# One BLAS thread unless the user says otherwise, set before anything imports numpy (its OpenBLAS reads it once,
+# at load): ipledger's array work is element-wise passes and sums, never large matrix products, and where it runs
+# in parallel it forks worker processes, so BLAS's own pool of one thread per core only starts threads that
+# spin beside them. Starting that pool cost every command that imports numpy ≈ 45 ms of CPU and, on a busy
+# 2-core machine, as much wall time (a one-GPU `receipt`: 0.27 → 0.22 s; bench/latency.py).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import click  # noqa: E402 - after the BLAS setting, as is everything below
 
 from .. import __version__
 from .context import AppContext, UserError

@@ -17,7 +17,7 @@ null) with source ``sacct``:
 The runs of a requeued job are told apart with ``sacct --duplicates``: one record per run, in start order.
 A run still running, or not (yet) in the database, stays pending. When ``sacct`` fails (slurmdbd or its
 database down) nothing is recorded and nothing is lost: the same runs are pending at the next shipment, and
-:func:`run_accounting` tells a receipt which fields are still waiting for it.
+:func:`ledger.proofcheck.run_accounting` tells a receipt which fields are still waiting for it.
 """
 
 from __future__ import annotations
@@ -238,14 +238,6 @@ def end_state(entries: Iterable[Entry]) -> tuple[str | None, str | None]:
     epilog's, else a node epilog's (or reconcile's) view, among equals the latest; (None, None) without any end.
     The tenant's verifier's rule (:func:`ledger.proofcheck.final_state`), so a receipt's end is the same in both."""
     return plain.final_state(list(entries))
-
-
-def run_accounting(entries: Iterable[Entry]) -> dict | None:
-    """What a receipt says about the run's accounting record: {"source": "sacct", "state": final state} once
-    recorded, else {"pending": [fields]} naming what the hooks' environment could not give; None for a run
-    the Slurm hooks did not record (imports, simulations: no accounting database to wait for). The verifier's
-    :func:`ledger.proofcheck.run_accounting`."""
-    return plain.run_accounting(list(entries))
 
 
 @dataclass(frozen=True)

@@ -121,9 +121,9 @@ def parse_xid_table(data: Mapping, origin: str) -> dict[int, dict]:
 
 @lru_cache(maxsize=1)
 def xid_table() -> dict[int, dict]:
-    from importlib import resources   # (tempfile, shutil, lzma...): only where the XID classes are read
+    from .packaged import package_text
 
-    text = resources.files("ledger.method").joinpath("xids.toml").read_text(encoding="utf-8")
+    text = package_text("ledger.method", "xids.toml")
     return parse_xid_table(tomllib.loads(text), "ledger/method/xids.toml")
 
 

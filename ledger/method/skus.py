@@ -9,7 +9,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
+from .packaged import package_text
 from pathlib import Path
 from typing import Mapping
 
@@ -63,7 +63,7 @@ def _parse_table(data: Mapping, origin: str) -> dict[str, SkuRating]:
 
 @lru_cache(maxsize=1)
 def builtin_table() -> dict[str, SkuRating]:
-    text = resources.files("ledger.method").joinpath("skus.toml").read_text(encoding="utf-8")
+    text = package_text("ledger.method", "skus.toml")
     return _parse_table(tomllib.loads(text), "ledger/method/skus.toml")
 
 

@@ -23,7 +23,6 @@ from ..method.lens import (DeviceLens, LensSettings, lens_block, lens_device, le
 from ..method.mig import mig_share
 from ..method.shares import scale_account, share_of, share_segments, sum_accounts
 from ..method.skus import SkuRating, match_sku
-from ..ingest.sacct import run_accounting
 from ..telemetry.energy import device_energy_of
 from ..method.carbon import CarbonSettings
 from .energy import DeviceEnergyInput, carbon_block, energy_block
@@ -31,7 +30,8 @@ from .progress import progress_block
 # the receipt's plain stages (price, bill) and the method's constants are the tenant's verifier's: one definition
 from ..proofcheck import (BUCKETS, METHOD_NAME, METHOD_VERSION, POLICIES, adjustments_block, bill_device, cut,
                           energy_parts, part_buckets, slice_hours,
-                          device_line, estimated_delivered, hours_block, money, price_device, rate_of)
+                          device_line, estimated_delivered, hours_block, money, price_device, rate_of,
+                          run_accounting)
 from ..proofcheck import hours as nanohours_to_hours
 
 RECEIPT_VERSION = "1.2"  # 1.1: the progress block, provider_failure_loss, lost_since_checkpoint_credited;
@@ -445,7 +445,7 @@ def compute_receipt(inputs: RunInputs, sku_table: Mapping[str, SkuRating] | None
         carbon_ = _carbon(energy_rows, carbon, key.cluster) if carbon is not None else None
         if carbon_ is not None:
             body["carbon"] = carbon_
-    accounting = run_accounting(c.entry for c in inputs.entries)
+    accounting = run_accounting([c.entry for c in inputs.entries])
     if accounting is not None:  # runs the Slurm hooks recorded: the accounting record, or what still waits for it
         body["job"]["accounting"] = accounting
     if lens is not None:

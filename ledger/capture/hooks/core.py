@@ -338,7 +338,9 @@ def load_state(state_dir: str, name: str) -> dict | None:
         os.close(dfd)
 
 
-def save_state(state_dir: str, name: str, state: dict) -> None:
+def save_state(state_dir: str, name: str, state: dict, *, fsync: bool = True) -> None:
+    """Write the hook state ``name`` (replaced whole by a rename). ``fsync=False`` where a crash of this machine
+    also ends everything that would read the state (the node prolog's: see :func:`prolog`)."""
     # The state names the job's devices and keys: spool modes (docs/ledger.md, "Permissions"), whatever the umask.
     dfd = _state_dir_fd(state_dir, create=True)
     try:
@@ -354,7 +356,8 @@ def save_state(state_dir: str, name: str, state: dict) -> None:
             data = memoryview(spool_line(state).encode("utf-8"))
             while data:
                 data = data[os.write(fd, data):]
-            os.fsync(fd)
+            if fsync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
@@ -435,7 +438,13 @@ def prolog(h: Hook) -> None:
             h.error("amd-smi counters", ("timeout" if call["timed_out"] else "error") + ": "
                     + (call["stderr"] or call["stdout"]).strip()[:200])
     try:
-        save_state(h.settings.state_dir, state_name(h.env.job_id), state)
+        # Not fsynced (one of the prolog's three waits on the disk, ≈ a third of its own cost; bench/hook.py):
+        # the state is read only by this run's epilog on this node, and a crash of the node ends the run with it
+        # (no epilog runs; `ipledger reconcile` closes the run as epilog_missing). A state a crash left torn or
+        # empty reads as no state, the epilog's "no prolog state" path. The allocation itself is already
+        # durable in the spool (write_spool above). The controller's state is fsynced: its jobs outlive a crash
+        # of the controller's host.
+        save_state(h.settings.state_dir, state_name(h.env.job_id), state, fsync=False)
     except OSError as exc:  # the epilog then records the run from the environment, with prolog_missing
         h.error("state", f"hook state not saved in {h.settings.state_dir}: {type(exc).__name__}: {exc}")
     for err in h.errors:
