@@ -447,7 +447,13 @@ def parse_csv(text: str, path: str, ticker: _Ticker) -> None:
         _add_row(ticker.c, ticker, gpu, rec, f"line {reader.line_num}", explicit, names)
 
 
-_WATCH_BANNER = re.compile(r"^'CTRL' \+ 'C' to stop watching output:?$")
+WATCH_BANNER = re.compile(r"^'CTRL' \+ 'C' to stop watching output:?$")
+
+
+def skip_reason(s: str) -> str | None:
+    """Why a (stripped) line that is no data row and no anchor is skipped: amd-smi's watch banner, or terminal
+    noise (:func:`common.noise_reason`); None for a line that is output to parse."""
+    return "tool_banner" if WATCH_BANNER.match(s) else noise_reason(s)
 
 
 def parse(text: str, path: str = "<input>", *, start: float | None = None, interval: float | None = None,
@@ -485,8 +491,7 @@ def parse(text: str, path: str = "<input>", *, start: float | None = None, inter
             if c.cadence is None:
                 c.cadence = seg.interval
             continue
-        why = noise[s] if s in noise else noise.setdefault(s, "tool_banner" if _WATCH_BANNER.match(s)
-                                                            else noise_reason(s))
+        why = noise[s] if s in noise else noise.setdefault(s, skip_reason(s))
         if why is not None:
             c.skip(f"line {n}", why, s)
             continue
