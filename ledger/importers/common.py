@@ -328,8 +328,9 @@ class Collected:
     def all_warnings(self) -> list[str]:
         return [*self.warnings, *self.energy_notes(), *self.ops_notes()]
 
-    def merge(self, other: "Collected") -> None:
-        """Fold another file of the same export into this one (directories, archives, JSON Lines)."""
+    def merge(self, other: "Collected", *, take: bool = False) -> None:
+        """Fold another file of the same export into this one (directories, archives, JSON Lines). ``take``:
+        ``other`` is not used again, so a series this one lacks is taken over, not copied."""
         for info in other.devices.values():
             self.device(info)
         for dev, fields in other.series.items():
@@ -339,7 +340,7 @@ class Collected:
                     mine[name][0].extend(ts)
                     mine[name][1].extend(vs)
                 else:
-                    mine[name] = (array("d", ts), array("d", vs))
+                    mine[name] = (ts, vs) if take else (array("d", ts), array("d", vs))
         for dev, rs in other.reasons.items():
             self.reasons.setdefault(dev, {}).update(rs)
         for key, (a, b) in other.contexts.items():
