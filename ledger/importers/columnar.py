@@ -1018,7 +1018,7 @@ def _amd_bytes(data: bytes, path: str = "<input>", *, start: float | None = None
     for a capture that is not the common one (not printable ASCII, a quote, an '@', a row with spaces around it,
     a header spelled otherwise, no header, a row of another width, a cell only the plain reading takes) and
     InputError where the plain parser may stop: the caller reads those with :func:`parse_amdsmi`."""
-    from .amdsmi import _Ticker, skip_reason
+    from .amdsmi import Ticker, skip_reason
     from .dmon import Segments, anchor_meta
 
     got = ascii_lines(data)
@@ -1059,7 +1059,7 @@ def _amd_bytes(data: bytes, path: str = "<input>", *, start: float | None = None
         cells = _Cells(None, header, body=rows, count=len(nums))
         if cells.table is None:
             raise _Irregular()
-        ticker = _Ticker(c, seg.start, seg.interval, seg.node)
+        ticker = Ticker(c, seg.start, seg.interval, seg.node)
         if not _amd_store(header, cells, nums, None, path, ticker):
             raise _Irregular()
         seg.ticks = ticker.tick + 1
