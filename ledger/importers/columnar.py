@@ -17,6 +17,15 @@ over :data:`ARROW_MAX_BYTES`, streamed); an amd-smi column pyarrow does not take
 Python strings (:func:`column_values`), and a CSV segment with quotes, two columns of one field or a cell that
 would warn goes to the plain :func:`amdsmi.parse_csv`. Rows are held as text for at most :data:`FLUSH_ROWS`
 rows of a dmon block before they are stored.
+
+A file is read from its bytes first (:func:`read_dmon`, :func:`read_amdsmi`; what ``analyze`` and ``import``
+read): where they are printable ASCII with LF or CRLF line ends (:func:`ascii_lines`), the rows (lines that
+begin ``GPU `` / a digit) are found by numpy and never made Python strings; only the other lines (anchors,
+headers, banners, noise) are read one by one, by the same rules. Columns written with digits, '.' and '-' only
+are cast without the per-cell check (:func:`decimal_column`), and the ticks of a capture whose every tick lists
+the same devices in the same order are counted in one step (:func:`tick_codes`). Anything else the byte
+reading leaves (:class:`_Irregular`, any InputError) is read again by the line readings above, so the same
+collection and the same error either way (tests/test_columnar.py: hypothesis, the shipped fixtures, odd files).
 """
 
 from __future__ import annotations
