@@ -459,6 +459,26 @@ def skip_reason(s: str) -> str | None:
     return "tool_banner" if WATCH_BANNER.match(s) else noise_reason(s)
 
 
+def anchor_or_skip(seg: Segments, c: Collected, s: str, place: str, memo: dict[str, str | None],
+                   before_start: Callable[[], None]) -> bool:
+    """A (stripped) line that is no data row: an anchor applied to the segments (``before_start`` called first
+    where it starts a new one) or a banner or noise line skipped and counted (``memo``: each distinct line's
+    reason, looked up once): True; False for a line that is output to parse."""
+    meta = anchor_meta(s) if s.startswith("#") else None
+    if meta is not None:
+        if "start" in meta:
+            before_start()
+        seg.anchor(meta, place)
+        if c.cadence is None:
+            c.cadence = seg.interval
+        return True
+    why = memo[s] if s in memo else memo.setdefault(s, skip_reason(s))
+    if why is not None:
+        c.skip(place, why, s)
+        return True
+    return False
+
+
 def parse(text: str, path: str = "<input>", *, start: float | None = None, interval: float | None = None,
           node: str | None = None, node_hint: str | None = None,
           csv: Callable[[str, str, "Ticker"], None] | None = None) -> Collected:
@@ -486,17 +506,7 @@ def parse(text: str, path: str = "<input>", *, start: float | None = None, inter
         if s[0].isdigit() and "@" not in s:   # a data row: no anchor, banner or noise pattern starts so
             chunk.append((n, raw.rstrip()))
             continue
-        meta = anchor_meta(s) if s.startswith("#") else None
-        if meta is not None:
-            if "start" in meta:
-                flush()
-            seg.anchor(meta, f"line {n}")
-            if c.cadence is None:
-                c.cadence = seg.interval
-            continue
-        why = noise[s] if s in noise else noise.setdefault(s, skip_reason(s))
-        if why is not None:
-            c.skip(f"line {n}", why, s)
+        if anchor_or_skip(seg, c, s, f"line {n}", noise, flush):
             continue
         chunk.append((n, raw.rstrip()))
     flush()

@@ -31,7 +31,7 @@ collection and the same error either way (tests/test_columnar.py: hypothesis, th
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -260,6 +260,46 @@ def _dmon_line(c: Collected, s: str, n: int, columns: list[str] | None) -> list[
     raise _Irregular()         # not a row and not known noise: the exact reading names it
 
 
+def _dmon_other(c: Collected, s: str, n: int, columns: list[str] | None, specs: list,
+                flush: Callable[[], None]) -> tuple[list[str] | None, list]:
+    """:func:`_dmon_line` of line ``n``, and the header (its columns and their fields) it leaves: a header
+    that differs stores the rows read under the one before (``flush``) first."""
+    from .dcgm_fields import BY_DMON
+
+    new = _dmon_line(c, s, n, columns)
+    if new is None or new == columns:
+        return columns, specs
+    if columns is None:
+        _note_columns(c, new)
+    flush()
+    return new, [BY_DMON.get(col) for col in new]
+
+
+def _dmon_start(path: str, start: float | None, interval: float | None, node: str | None,
+                node_hint: str | None):  # noqa: ANN202 - (dmon.Segments, Collected)
+    """A dmon capture's segments and its empty collection; :class:`_Irregular` where the plain parser refuses
+    the arguments (it names why)."""
+    from .dmon import Segments
+
+    try:
+        seg = Segments(path, start, interval, node, node_hint)
+    except InputError:
+        raise _Irregular() from None
+    return seg, Collected("dcgmi_dmon", path=path, cadence=interval)
+
+
+def _dmon_done(c: Collected, seg, columns: list[str] | None, rows: int) -> Collected:  # noqa: ANN001
+    """The collection of a capture read to its end: its MIG parent marked, its segments recorded;
+    :class:`_Irregular` for one with no header or no row (the plain parser says why)."""
+    from .dmon import mark_mig_parent
+
+    if columns is None or rows == 0:
+        raise _Irregular()
+    mark_mig_parent(c)
+    seg.finish(c)
+    return c
+
+
 def _note_columns(c: Collected, columns: list[str]) -> None:
     """The first header's columns reported mapped / unmapped (the header repeats: reported once)."""
     from .dcgm_fields import BY_DMON
@@ -276,14 +316,9 @@ def _dmon_arrow(lines: list[str], path: str, *, start: float | None, interval: f
                 node_hint: str | None) -> Collected:
     """The common capture (rows the header's width, numbers and markers), its row blocks parsed by pyarrow;
     :class:`_Irregular` for anything else."""
-    from .dcgm_fields import BY_DMON
-    from .dmon import ENTITY_TYPES, Segments, mark_mig_parent
+    from .dmon import ENTITY_TYPES
 
-    try:
-        seg = Segments(path, start, interval, node, node_hint)
-    except InputError:
-        raise _Irregular() from None
-    c = Collected("dcgmi_dmon", path=path, cadence=interval)
+    seg, c = _dmon_start(path, start, interval, node, node_hint)
     columns: list[str] | None = None
     specs: list = []
     devs: list[str] = []
@@ -354,21 +389,11 @@ def _dmon_arrow(lines: list[str], path: str, *, start: float | None, interval: f
                 if len(rests) >= FLUSH_ROWS:
                     flush()
                 continue
-            new = _dmon_line(c, s, n, columns)
-            if new is not None:
-                if columns is None:
-                    _note_columns(c, new)
-                if new != columns:
-                    flush()
-                    columns, specs = new, [BY_DMON.get(col) for col in new]
+            columns, specs = _dmon_other(c, s, n, columns, specs, flush)
         flush()
     except InputError:
         raise _Irregular() from None
-    if columns is None or rows == 0:
-        raise _Irregular()
-    mark_mig_parent(c)
-    seg.finish(c)
-    return c
+    return _dmon_done(c, seg, columns, rows)
 
 
 def _dmon_bytes(data: bytes, path: str = "<input>", *, start: float | None = None, interval: float | None = None,
@@ -379,8 +404,7 @@ def _dmon_bytes(data: bytes, path: str = "<input>", *, start: float | None = Non
     column of it, the ticks counted over the block's id codes (:func:`tick_codes`). The other lines are read
     one by one as :func:`_dmon_arrow` reads them. :class:`_Irregular` where that reading would stop, and for
     bytes :func:`ascii_lines` does not split (the caller then reads the lines)."""
-    from .dcgm_fields import BY_DMON
-    from .dmon import ENTITY_TYPES, Segments, mark_mig_parent
+    from .dmon import ENTITY_TYPES
 
     got = ascii_lines(data)
     if got is None or b"(" in data:       # "nan(1)": float() refuses, strtod not
@@ -392,11 +416,7 @@ def _dmon_bytes(data: bytes, path: str = "<input>", *, start: float | None = Non
     is_row = ((ends - starts) >= 4) & (b[at] == 71) & (b[at + 1] == 80) & (b[at + 2] == 85) & (b[at + 3] == 32)
     nxt = np.concatenate((starts[1:], [len(body)]))     # each line's end, its line end included
     view = memoryview(body)
-    try:
-        seg = Segments(path, start, interval, node, node_hint)
-    except InputError:
-        raise _Irregular() from None
-    c = Collected("dcgmi_dmon", path=path, cadence=interval)
+    seg, c = _dmon_start(path, start, interval, node, node_hint)
     columns: list[str] | None = None
     specs: list = []
     pending: list[tuple[int, int]] = []       # runs of row lines [a, e) not yet stored
@@ -474,21 +494,11 @@ def _dmon_bytes(data: bytes, path: str = "<input>", *, start: float | None = Non
             parts = s.split(None, 2)
             if len(parts) == 3 and columns is not None and parts[0] in ENTITY_TYPES:
                 raise _Irregular()            # a row of another entity (GPU-I ...) or spacing: the line reading
-            new = _dmon_line(c, s, i + 1, columns)
-            if new is not None:
-                if columns is None:
-                    _note_columns(c, new)
-                if new != columns:
-                    flush()
-                    columns, specs = new, [BY_DMON.get(col) for col in new]
+            columns, specs = _dmon_other(c, s, i + 1, columns, specs, flush)
         flush()
     except InputError:
         raise _Irregular() from None
-    if columns is None or rows == 0:
-        raise _Irregular()
-    mark_mig_parent(c)
-    seg.finish(c)
-    return c
+    return _dmon_done(c, seg, columns, rows)
 
 
 def _codes(col) -> tuple[list[str], np.ndarray]:  # noqa: ANN001 - a pyarrow (Chunked)Array of strings
@@ -1027,8 +1037,8 @@ def _amd_bytes(data: bytes, path: str = "<input>", *, start: float | None = None
     for a capture that is not the common one (not printable ASCII, a quote, an '@', a row with spaces around it,
     a header spelled otherwise, no header, a row of another width, a cell only the plain reading takes) and
     InputError where the plain parser may stop: the caller reads those with :func:`parse_amdsmi`."""
-    from .amdsmi import Ticker, skip_reason
-    from .dmon import Segments, anchor_meta
+    from .amdsmi import Ticker, anchor_or_skip
+    from .dmon import Segments
 
     got = ascii_lines(data)
     if got is None or b'"' in data or b"@" in data:
@@ -1074,7 +1084,7 @@ def _amd_bytes(data: bytes, path: str = "<input>", *, start: float | None = None
         seg.ticks = ticker.tick + 1
         parsed += 1
 
-    memo: dict[bytes, str | None] = {}
+    memo: dict[str, str | None] = {}
     seg_lo = 0                                 # the first line after the last start anchor
 
     def segment_ends(hi: int) -> None:
@@ -1086,6 +1096,12 @@ def _amd_bytes(data: bytes, path: str = "<input>", *, start: float | None = None
             chunk[3] = hi
         flush()
 
+    def new_segment(i: int) -> None:
+        """A start anchor at line index ``i``: the segment before it is over."""
+        nonlocal seg_lo
+        segment_ends(i)
+        seg_lo = i + 1
+
     for i in np.flatnonzero(~is_row).tolist():
         raw = body[starts[i]:ends[i]]
         s = raw.strip().decode()
@@ -1093,18 +1109,7 @@ def _amd_bytes(data: bytes, path: str = "<input>", *, start: float | None = None
             continue
         if s[0].isdigit():
             raise _Irregular()                 # a row after spaces
-        meta = anchor_meta(s) if s.startswith("#") else None
-        if meta is not None:
-            if "start" in meta:
-                segment_ends(i)
-                seg_lo = i + 1
-            seg.anchor(meta, f"line {i + 1}")
-            if c.cadence is None:
-                c.cadence = seg.interval
-            continue
-        why = memo[raw] if raw in memo else memo.setdefault(raw, skip_reason(s))
-        if why is not None:
-            c.skip(f"line {i + 1}", why, s)
+        if anchor_or_skip(seg, c, s, f"line {i + 1}", memo, lambda i=i: new_segment(i)):
             continue
         line = raw.rstrip().decode()
         if not chunk:
