@@ -207,6 +207,15 @@ def test_the_project_generators_captures_read_the_same_both_ways(tmp_path, monke
             assert _snapshot(columnar._dmon_arrow(text.splitlines(), "dmon-n1.txt", **kw)) == a
 
 
+def test_column_values_keeps_each_markers_reason_beside_nan():
+    """'N/A' is not available, 'nan' is nan, in one column read cell by cell ('Infinity' is no marker: the
+    pyarrow reading leaves the column to column_values); the N/A cell was once recorded as 'nan'."""
+    _v, text = columnar.column_values(["0", "nan", "N/A", "Infinity"])
+    assert text == {1: "nan", 2: "not_available"}
+    csv = "gpu,timestamp,gfx_activity\n0,1793584800,0\n1,1793584800,nan\n2,1793584800,N/A\n0,1793584815,Infinity\n"
+    assert _outcome(columnar.parse_amdsmi, csv, node_hint="mi-9") == _outcome(amdsmi.parse, csv, node_hint="mi-9")
+
+
 def test_column_values_reads_markers_and_refuses_what_clean_refuses():
     v, text = columnar.column_values(["1.5", "N/A", "n/w", "7"])
     assert np.isnan(v[1]) and v[3] == 7.0 and text == {1: "not_available", 2: "not_watched"}

@@ -61,11 +61,11 @@ def column_values(cells: list[str] | tuple[str, ...]) -> tuple[np.ndarray, dict[
     text: dict[int, str] = {}
     if present:
         obj = np.array(cells, dtype=object)
-        for m in present:
-            at = np.flatnonzero(obj == m)
+        # each spelling's cells found before any is replaced: "nan" written over "N/A" is no "nan" cell
+        hits = [(m, np.flatnonzero(obj == m)) for m in present]
+        for m, at in hits:
             obj[at] = "nan"
-            reason = TEXT_REASONS[m.strip().lower()]
-            text.update(dict.fromkeys(at.tolist(), reason))
+            text.update(dict.fromkeys(at.tolist(), TEXT_REASONS[m.strip().lower()]))
         try:
             return obj.astype(np.float64), text
         except (ValueError, TypeError):
