@@ -122,10 +122,11 @@ def test_dmon_same_error_as_the_plain_parser_on_a_time_out_of_range():
 
 
 @st.composite
-def amd_text(draw):  # noqa: ANN001, ANN201
+def amd_text(draw, cells=None, statuses=("ACTIVE", "NOT ACTIVE", "N/A", "", "weird")):  # noqa: ANN001, ANN201
+    cell_ = st.one_of(cell, st.sampled_from(["421 W", "12 %", "1_0", "5."])) if cells is None else cells
     lines: list[str] = []
     t = T0
-    status = st.sampled_from(["ACTIVE", "NOT ACTIVE", "N/A", "", "weird"])
+    status = st.sampled_from(statuses)
     for _seg in range(draw(st.integers(1, 3))):
         if draw(st.booleans()):
             lines.append(f"# ipledger-start {_stamp(t)} node=mi-{draw(st.integers(1, 2))} interval_ms=15000")
@@ -148,7 +149,7 @@ def amd_text(draw):  # noqa: ANN001, ANN201
                         row.append(draw(status) if col != "throttle_status" else
                                    draw(st.sampled_from(["THROTTLED", "UNTHROTTLED", "N/A"])))
                     else:
-                        row.append(draw(st.one_of(cell, st.sampled_from(["421 W", "12 %", "1_0", "5."]))))
+                        row.append(draw(cell_))
                 lines.append(",".join(row))
             if draw(st.integers(0, 8)) == 0:
                 lines.append(draw(st.sampled_from(["", "^C", "$ amd-smi metric --csv"])))
@@ -206,6 +207,15 @@ def test_the_project_generators_captures_read_the_same_both_ways(tmp_path, monke
             assert _snapshot(columnar._dmon_arrow(text.splitlines(), "dmon-n1.txt", **kw)) == a
 
 
+def test_column_values_keeps_each_markers_reason_beside_nan():
+    """'N/A' is not available, 'nan' is nan, in one column read cell by cell ('Infinity' is no marker: the
+    pyarrow reading leaves the column to column_values); the N/A cell was once recorded as 'nan'."""
+    _v, text = columnar.column_values(["0", "nan", "N/A", "Infinity"])
+    assert text == {1: "nan", 2: "not_available"}
+    csv = "gpu,timestamp,gfx_activity\n0,1793584800,0\n1,1793584800,nan\n2,1793584800,N/A\n0,1793584815,Infinity\n"
+    assert _outcome(columnar.parse_amdsmi, csv, node_hint="mi-9") == _outcome(amdsmi.parse, csv, node_hint="mi-9")
+
+
 def test_column_values_reads_markers_and_refuses_what_clean_refuses():
     v, text = columnar.column_values(["1.5", "N/A", "n/w", "7"])
     assert np.isnan(v[1]) and v[3] == 7.0 and text == {1: "not_available", 2: "not_watched"}
@@ -235,3 +245,162 @@ def test_numbers_from_buffers_equal_pyarrows_to_numpy(chunks, cut, dtype):
     one = col.combine_chunks()
     assert np.array_equal(columnar.numbers(one, dtype), one.to_numpy(zero_copy_only=False),
                           equal_nan=dtype is np.float64)
+
+
+# --- the byte readings (columnar._amd_bytes, columnar._dmon_bytes): what `analyze` and `import` read files with ---
+
+def _bytes_outcome(read, data: bytes, **kw):  # noqa: ANN001, ANN202
+    try:
+        return _snapshot(read(data, "dmon-n1.txt", **kw))
+    except InputError as exc:
+        return ("error", str(exc))
+
+
+def _plain_amd(data: bytes, **kw):  # noqa: ANN202
+    from ledger.importers.common import decode_text
+
+    return _bytes_outcome(lambda d, p, **k: amdsmi.parse(decode_text(d, p), p, **k), data, **kw)
+
+
+# what the byte reading takes whole (strict numbers, markers, statuses it knows): most examples exercise it
+amd_common = amd_text(cells=st.one_of(st.integers(0, 5000).map(str), st.sampled_from(["0.5", "N/A", "12.25", "-3"])),
+                      statuses=("ACTIVE", "NOT ACTIVE", "N/A"))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(amd_text(), amd_text_with_odd_lines(), amd_text(cells=regular), amd_common, amd_common),
+       st.booleans(), st.sampled_from(["utf-8", "latin-1"]))
+def test_amd_bytes_equal_the_plain_parser(text, given_start, encoding):
+    """The file's bytes read as `analyze` reads them (the byte reading, else the text one) give the plain
+    parser's collection or its error; and where the byte reading takes the capture, it alone gives it."""
+    kw = {"start": T0, "interval": 15.0, "node": None} if given_start else {"node_hint": "mi-9"}
+    try:
+        data = text.encode(encoding)
+    except UnicodeEncodeError:
+        data = text.encode("utf-8")
+    want = _plain_amd(data, **kw)
+    assert _bytes_outcome(columnar.parse_amdsmi_bytes, data, **kw) == want
+    try:
+        got = _snapshot(columnar._amd_bytes(data, "dmon-n1.txt", **kw))
+    except (columnar._Irregular, InputError):
+        return
+    assert got == want
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dmon_text(), st.booleans())
+def test_dmon_bytes_equal_the_plain_parser(text, given_start):
+    kw = {"start": T0, "interval": 15.0} if given_start else {}
+    want = _outcome(dmon.parse, text, **kw)
+    try:
+        got = _snapshot(columnar._dmon_bytes(text.encode(), "dmon-n1.txt", **kw))
+    except columnar._Irregular:
+        return
+    assert got == want
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dmon_text(cells=regular, noises=known_noise), st.integers(3, 40))
+def test_dmon_bytes_read_the_common_capture_in_any_blocks(text, flush_rows):
+    """Numbers, markers and known noise: the byte reading equals the plain parser whatever its block size
+    (FLUSH_ROWS splits a run of rows), CRLF or LF."""
+    kw = {"start": T0, "interval": 15.0}
+    want = _outcome(dmon.parse, text, **kw)
+    old = columnar.FLUSH_ROWS
+    columnar.FLUSH_ROWS = flush_rows
+    try:
+        got = _snapshot(columnar._dmon_bytes(text.encode(), "dmon-n1.txt", **kw))
+    except columnar._Irregular:
+        return
+    finally:
+        columnar.FLUSH_ROWS = old
+    assert got == want
+
+
+def test_read_dmon_and_read_amdsmi_equal_the_references_on_files(tmp_path):
+    """The files the project ships (real captures, Path B fixtures) and odd ones (a CR alone, a tab, latin-1,
+    trailing spaces, a MIG capture): the file readers give the reference readers' collection or error."""
+    from pathlib import Path
+
+    root = Path(__file__).parent / "fixtures"
+    dmon_files = [p for p in root.rglob("*") if p.is_file() and "dmon" in p.name and not p.name.endswith(
+        (".source.txt", ".md")) and "nvidia_smi" not in p.name]
+    amd_files = [p for p in root.rglob("*") if p.is_file() and ("amd_smi" in str(p) or "amdsmi" in p.name)
+                 and not p.name.endswith((".source.txt", ".md"))]
+    odd = {"cr.txt": b"#Entity POWER\nID W\nGPU 0 1\rGPU 1 2\n", "tab.txt": b"#Entity POWER\nID W\nGPU 0\t1\n",
+           "latin.txt": "#Entity POWER\nGPU 0 1 \u00e9\n".encode("latin-1"),
+           "trail.txt": b"#Entity POWER SMACT \r\nID W\r\nGPU 0   1.5   0.25   \r\nGPU 1 2 0.5\r\n",
+           "mig.txt": b"#Entity POWER\nGPU 0 100\nGPU-I 1 20\n", "empty.txt": b"  \n\n",
+           "row_first.txt": b"GPU 0 100\n#Entity POWER\nGPU 0 100\n", "no_end.txt": b"#Entity POWER\nGPU 0 1 "}
+    for name, data in odd.items():
+        (tmp_path / name).write_bytes(data)
+        (tmp_path / name.replace(".txt", ".csv")).write_bytes(
+            data.replace(b"#Entity POWER", b"gpu,socket_power").replace(b"GPU ", b"").replace(b" ", b","))
+    dmon_files += sorted(tmp_path.glob("*.txt"))
+    amd_files += sorted(tmp_path.glob("*.csv"))
+    kw = {"start": T0, "interval": 15.0}
+    for p in dmon_files:
+        assert _bytes_outcome(lambda d, _p, **k: columnar.read_dmon(p, **k), b"", **kw) == \
+            _bytes_outcome(lambda d, _p, **k: dmon.read(p, **k), b"", **kw), p.name
+    assert len(amd_files) >= 8
+    for p in amd_files:
+        assert _bytes_outcome(lambda d, _p, **k: columnar.read_amdsmi(p, **k), b"", **kw) == \
+            _bytes_outcome(lambda d, _p, **k: amdsmi.read(p, **k), b"", **kw), p.name
+
+
+def test_the_generators_captures_are_read_from_their_bytes(tmp_path):
+    """What the bench reads takes the byte readings (neither falls back) and gives the plain parsers'."""
+    from bench.capture_fleet import generate, write_captures
+
+    fl = generate(2, hours=24.0, cadence=600.0)
+    for p in write_captures(fl, tmp_path, exporter=False):
+        data = p.read_bytes()
+        if p.name.startswith("dmon"):
+            got, want = columnar._dmon_bytes(data, str(p)), dmon.read(p)
+        else:
+            got, want = columnar._amd_bytes(data, str(p)), amdsmi.read(p)
+        assert _snapshot(got) == _snapshot(want) and want.points > 0, p.name
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="0123456789.-", max_size=6), min_size=1, max_size=8))
+def test_decimal_column_takes_exactly_the_strict_numbers(cells):
+    """Among cells of digits, '.' and '-': the cast takes a column exactly when every cell is a strict number,
+    and reads each as float() does."""
+    import re
+
+    import pyarrow as pa
+
+    got = columnar.decimal_column(pa.array(cells, type=pa.string()).slice(0))
+    strict = all(re.match(columnar._STRICT_NUMBER, x) for x in cells)
+    assert (got is not None) == strict
+    if strict:
+        assert [float(x) for x in cells] == got.tolist()
+    assert columnar.decimal_column(pa.array(cells + ["N/A"])) is None
+
+
+class _State:
+    def __init__(self, tick: int, seen: set, ticks: int = 0) -> None:
+        self.tick, self.seen, self.ticks = tick, seen, ticks
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 4), st.lists(st.integers(0, 3), max_size=30), st.integers(-1, 5),
+       st.sets(st.integers(0, 3)), st.booleans())
+def test_tick_codes_follow_the_row_by_row_rule(k, raw, tick, seen_codes, regular):
+    """The ticks in one step (the common capture) are the row-by-row rule's, state and all."""
+    names = [f"GPU {i}" for i in range(k)]
+    codes = list(range(k)) * (len(raw) // max(k, 1) + 1) if regular else [c % k for c in raw]
+    codes = codes[:len(raw)] if not regular else codes
+    seen = {names[c % k] for c in seen_codes} if tick >= 0 else set()
+    want_state, out = _State(tick, set(seen)), []
+    for g in (names[c] for c in codes):
+        if g in want_state.seen or want_state.tick < 0:
+            want_state.tick, want_state.seen = want_state.tick + 1, set()
+            want_state.ticks = want_state.tick + 1
+        want_state.seen.add(g)
+        out.append(want_state.tick)
+    state = _State(tick, set(seen))
+    got = columnar.tick_codes(state, names, np.array(codes, dtype=np.int64))
+    assert got.tolist() == out and (state.tick, state.seen, state.ticks) == \
+        (want_state.tick, want_state.seen, want_state.ticks)

@@ -69,13 +69,16 @@ def stats_from_samples(s: pd.DataFrame) -> pd.DataFrame:
     def col(name: str) -> np.ndarray:
         return s[name].to_numpy(float) if name in s else np.full(len(s), np.nan)
 
-    return _stats(s["device"].to_numpy(object), s["t"].to_numpy(float), s["ai"].to_numpy(), col("h"), col("act"),
+    # the device column as the frame holds it (pyarrow strings: no Python string a sample; the group-by
+    # below factorizes it either way)
+    return _stats(s["device"].array, s["t"].to_numpy(float), s["ai"].to_numpy(), col("h"), col("act"),
                   col("ratio"), col("dt"), {k: col(k) for k in ("sm", "tensor", "dram", "ops", *PIPES)})
 
 
-def _stats(device: np.ndarray, t: np.ndarray, ai: np.ndarray, h: np.ndarray, act_raw: np.ndarray,
+def _stats(device, t: np.ndarray, ai: np.ndarray, h: np.ndarray, act_raw: np.ndarray,  # noqa: ANN001
            ratio: np.ndarray, dt: np.ndarray, f: dict[str, np.ndarray]) -> pd.DataFrame:
-    """:func:`stats_from_samples` from its columns as arrays (``f``: sm, tensor, dram, ops and the pipes)."""
+    """:func:`stats_from_samples` from its columns as arrays (``f``: sm, tensor, dram, ops and the pipes;
+    ``device`` a numpy or pandas array of names)."""
     keep = ai >= 0
     if not keep.any():
         return pd.DataFrame(columns=list(STAT_COLUMNS))

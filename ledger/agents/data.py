@@ -266,15 +266,16 @@ def assign_runs(s: pd.DataFrame, allocs: pd.DataFrame) -> pd.DataFrame:
     ai = np.full(n, -1, dtype=np.int64)
     if n and len(allocs):
         a = allocs.reset_index(drop=True)
+        rows_of = a.groupby("device").indices        # each device's allocation rows, in row order
+        st_all, en_all, t_all = a["start"].to_numpy(float), a["end"].to_numpy(float), s["t"].to_numpy()
         for dev, idx in s.groupby("device", sort=False).indices.items():
-            rows = a.index[a["device"] == dev].to_numpy()
-            if not len(rows):
+            rows = rows_of.get(dev)
+            if rows is None:
                 continue
-            st = a.loc[rows, "start"].to_numpy(float)
-            en = a.loc[rows, "end"].to_numpy(float)
+            st, en = st_all[rows], en_all[rows]
             order = np.argsort(st)
             st, en, rows = st[order], en[order], rows[order]
-            t = s["t"].to_numpy()[idx]
+            t = t_all[idx]
             k = np.searchsorted(st, t, side="right") - 1
             ok = (k >= 0) & (t < en[np.clip(k, 0, None)])
             ai[idx[ok]] = rows[k[ok]]
@@ -298,6 +299,8 @@ def label_column(values: np.ndarray, rows: np.ndarray):  # noqa: ANN201 - an nda
     if not len(rows):
         return label_column_reference(values, rows)
     taken = np.bincount(rows + 1, minlength=len(values) + 1) > 0     # [no row, row 0, row 1, ...]
+    if all(v is None for v in values[taken[1:]]):
+        return np.full(len(rows), None, dtype=object)   # no label at all (a capture's partition, qos, tenant)
     kinds = pd.Series(np.array([*values[taken[1:]], *([None] if taken[0] else [])], dtype=object))
     if not isinstance(kinds.dtype, pd.StringDtype) or kinds.dtype.storage != "pyarrow":
         return label_column_reference(values, rows)

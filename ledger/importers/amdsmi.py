@@ -156,7 +156,10 @@ def split_value(v) -> tuple[object, str | None]:  # noqa: ANN001
     return s, None
 
 
-class _Ticker:
+class Ticker:
+    """The sample times of one capture segment's rows: a tick ends when a GPU repeats (``tick``, the GPUs
+    ``seen`` in it), each tick ``interval`` after ``start`` unless a row carries its own time."""
+
     def __init__(self, c: Collected, start: float | None, interval: float | None, node: str) -> None:
         self.c, self.start, self.interval, self.node = c, start, interval, node
         self.tick, self.seen = -1, set()
@@ -245,7 +248,7 @@ def _flatten(obj, prefix: str = "") -> dict[str, object]:  # noqa: ANN001
     return out
 
 
-def parse_json(text: str, path: str, ticker: _Ticker) -> None:
+def parse_json(text: str, path: str, ticker: Ticker) -> None:
     c = ticker.c
     dec, pos, docs = json.JSONDecoder(), 0, []
     while pos < len(text):
@@ -285,7 +288,7 @@ def parse_json(text: str, path: str, ticker: _Ticker) -> None:
         _add_flat(c, ticker.device(gpu), t, flat, f"record {i}")
 
 
-def parse_plain_metric(lines: list[tuple[int, str]], path: str, ticker: _Ticker) -> None:
+def parse_plain_metric(lines: list[tuple[int, str]], path: str, ticker: Ticker) -> None:
     """YAML-like blocks; continuation lines (wrapped lists, a unit alone) are glued to the previous value."""
     c = ticker.c
     logical: list[tuple[int, int, str]] = []      # (line no, indent, text)
@@ -326,7 +329,7 @@ def parse_plain_metric(lines: list[tuple[int, str]], path: str, ticker: _Ticker)
     flush()
 
 
-def parse_table(lines: list[tuple[int, str]], path: str, ticker: _Ticker) -> None:
+def parse_table(lines: list[tuple[int, str]], path: str, ticker: Ticker) -> None:
     """``amd-smi monitor`` tables. The process table ``monitor -q`` appends under ``PROCESS INFO:`` gives each GPU
     of the rows above it its count of processes (``compute_procs``, 0 for a GPU with no row); anything else that
     is not a row is skipped and counted."""
@@ -378,7 +381,7 @@ def parse_table(lines: list[tuple[int, str]], path: str, ticker: _Ticker) -> Non
                                                      "row per GPU)")
 
 
-def _add_row(c: Collected, ticker: _Ticker, gpu: str, row: dict[str, str], place: str,
+def _add_row(c: Collected, ticker: Ticker, gpu: str, row: dict[str, str], place: str,
              explicit: float | None = None, names: dict = MONITOR_MAP) -> float:
     """One GPU's row; returns its sample time."""
     t = ticker.time_for(gpu, place, explicit)
@@ -415,7 +418,7 @@ def _add_gfx_clocks(c: Collected, dev: str, t: float, clocks: list[tuple[str, ob
         c.add(dev, "sm_clock_mhz", t, None, "not_available", place=place)
 
 
-def parse_csv(text: str, path: str, ticker: _Ticker) -> None:
+def parse_csv(text: str, path: str, ticker: Ticker) -> None:
     reader = CsvReader(text, path)
     header = [h.strip().lower() for h in next(reader)]
     if "gpu" not in header:
@@ -447,12 +450,38 @@ def parse_csv(text: str, path: str, ticker: _Ticker) -> None:
         _add_row(ticker.c, ticker, gpu, rec, f"line {reader.line_num}", explicit, names)
 
 
-_WATCH_BANNER = re.compile(r"^'CTRL' \+ 'C' to stop watching output:?$")
+WATCH_BANNER = re.compile(r"^'CTRL' \+ 'C' to stop watching output:?$")
+
+
+def skip_reason(s: str) -> str | None:
+    """Why a (stripped) line that is no data row and no anchor is skipped: amd-smi's watch banner, or terminal
+    noise (:func:`common.noise_reason`); None for a line that is output to parse."""
+    return "tool_banner" if WATCH_BANNER.match(s) else noise_reason(s)
+
+
+def anchor_or_skip(seg: Segments, c: Collected, s: str, place: str, memo: dict[str, str | None],
+                   before_start: Callable[[], None]) -> bool:
+    """A (stripped) line that is no data row: an anchor applied to the segments (``before_start`` called first
+    where it starts a new one) or a banner or noise line skipped and counted (``memo``: each distinct line's
+    reason, looked up once): True; False for a line that is output to parse."""
+    meta = anchor_meta(s) if s.startswith("#") else None
+    if meta is not None:
+        if "start" in meta:
+            before_start()
+        seg.anchor(meta, place)
+        if c.cadence is None:
+            c.cadence = seg.interval
+        return True
+    why = memo[s] if s in memo else memo.setdefault(s, skip_reason(s))
+    if why is not None:
+        c.skip(place, why, s)
+        return True
+    return False
 
 
 def parse(text: str, path: str = "<input>", *, start: float | None = None, interval: float | None = None,
           node: str | None = None, node_hint: str | None = None,
-          csv: Callable[[str, str, "_Ticker"], None] | None = None) -> Collected:
+          csv: Callable[[str, str, "Ticker"], None] | None = None) -> Collected:
     """``node_hint``: the node the file name names, used when neither ``node`` nor an anchor line names one.
     Every wall-clock anchor (``# ipledger-start TIME ...``, or ``# ipledger: start=...``) starts a new capture
     segment: the lines after it are parsed as their own output, ticks counted from that time. ``csv``: the
@@ -477,18 +506,7 @@ def parse(text: str, path: str = "<input>", *, start: float | None = None, inter
         if s[0].isdigit() and "@" not in s:   # a data row: no anchor, banner or noise pattern starts so
             chunk.append((n, raw.rstrip()))
             continue
-        meta = anchor_meta(s) if s.startswith("#") else None
-        if meta is not None:
-            if "start" in meta:
-                flush()
-            seg.anchor(meta, f"line {n}")
-            if c.cadence is None:
-                c.cadence = seg.interval
-            continue
-        why = noise[s] if s in noise else noise.setdefault(s, "tool_banner" if _WATCH_BANNER.match(s)
-                                                            else noise_reason(s))
-        if why is not None:
-            c.skip(f"line {n}", why, s)
+        if anchor_or_skip(seg, c, s, f"line {n}", noise, flush):
             continue
         chunk.append((n, raw.rstrip()))
     flush()
@@ -499,9 +517,9 @@ def parse(text: str, path: str = "<input>", *, start: float | None = None, inter
 
 
 def _parse_chunk(c: Collected, lines: list[tuple[int, str]], path: str, seg: Segments,
-                 csv: Callable[[str, str, "_Ticker"], None]) -> int:
+                 csv: Callable[[str, str, "Ticker"], None]) -> int:
     """One capture segment's output (metric/monitor, plain, JSON or CSV); returns its number of ticks."""
-    ticker = _Ticker(c, seg.start, seg.interval, seg.node)
+    ticker = Ticker(c, seg.start, seg.interval, seg.node)
     first = lines[0][1].strip()
     if first.startswith(("[", "{")):
         parse_json("\n".join(s for _, s in lines), path, ticker)

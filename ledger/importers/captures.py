@@ -302,7 +302,7 @@ def read_set(sources: list[str], fmt: str | None = None, *, start: float | None 
     cadences = {c.cadence for c in parts}
     no_span = any(c.span is None for c in parts)
     for c in parts[1:]:
-        out.merge(c)
+        out.merge(c, take=True)   # each part was parsed for this set alone
     if len(sources_seen) > 1:
         out.source = "capture_set"
     if len(cadences) > 1:

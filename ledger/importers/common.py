@@ -221,11 +221,11 @@ class Collected:
         with np.errstate(invalid="ignore"):
             nan = np.isnan(v)
             inf = np.isinf(v)
-            blank = ~nan & ~inf & ((v >= INT64_BLANK_FLOAT) | np.isin(v, _FP64_BLANKS))
+            blank = ~nan & ~inf & ((v >= INT64_BLANK_FLOAT) | _among(v, _FP64_BLANKS))
             if name in COUNTS_PAST_INT64:
                 blank[:] = False
             if name not in NOT_BLANK_CHECKED:
-                blank |= np.isin(v, _INT32_BLANKS)
+                blank |= _among(v, _INT32_BLANKS)
             neg = ~nan & ~inf & ~blank & (v < 0)
             reason[neg] = 4
             reason[blank] = 3
@@ -328,8 +328,9 @@ class Collected:
     def all_warnings(self) -> list[str]:
         return [*self.warnings, *self.energy_notes(), *self.ops_notes()]
 
-    def merge(self, other: "Collected") -> None:
-        """Fold another file of the same export into this one (directories, archives, JSON Lines)."""
+    def merge(self, other: "Collected", *, take: bool = False) -> None:
+        """Fold another file of the same export into this one (directories, archives, JSON Lines). ``take``:
+        ``other`` is not used again, so a series this one lacks is taken over, not copied."""
         for info in other.devices.values():
             self.device(info)
         for dev, fields in other.series.items():
@@ -339,7 +340,7 @@ class Collected:
                     mine[name][0].extend(ts)
                     mine[name][1].extend(vs)
                 else:
-                    mine[name] = (array("d", ts), array("d", vs))
+                    mine[name] = (ts, vs) if take else (array("d", ts), array("d", vs))
         for dev, rs in other.reasons.items():
             self.reasons.setdefault(dev, {}).update(rs)
         for key, (a, b) in other.contexts.items():
@@ -367,6 +368,15 @@ class Collected:
             self.cadence = other.cadence
         self.capture_segments.extend(other.capture_segments)
         self.quarantined.extend(other.quarantined)
+
+
+def _among(v: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``np.isin(v, values)`` for sorted ``values``: only the values inside their range are looked up (a
+    reading is seldom near a DCGM blank; isin's set-up on every series was most of the check)."""
+    near = (v >= values[0]) & (v <= values[-1])
+    if near.any():
+        near[near] = np.isin(v[near], values)
+    return near
 
 
 def restart_holes(c: Collected) -> dict[str, list[tuple[float, float]]]:
