@@ -263,7 +263,8 @@ def verify_checks(site: Site | None = None, pinned: tuple = (), workers: int = 1
     """The checks ``ipledger verify`` runs after the chain: telemetry evidence and the device-hours derived from
     it (each segment read once), issued receipts replayed under ``site``'s SKU table (None: the built-in table,
     for a ledger with no site overrides), their flat lines re-derived, then the Merkle tree and the signed heads
-    recorded in the ledger (each signed by one of the ``pinned`` public keys, when given). The segment check
+    recorded in the ledger (each signed by one of the ``pinned`` public keys, when given); the flat lines are checked
+    before the replays are gathered. The segment check
     keeps the sample blocks it decodes for the replays (each block decompressed once; a test holds the
     replays equal to plain ones).
     With ``workers`` > 1 the replays start in worker processes before the segment check (:class:`SharedReplays`;
@@ -272,7 +273,9 @@ def verify_checks(site: Site | None = None, pinned: tuple = (), workers: int = 1
     entry seals the cheaper ``values_sha256`` (``verify --deep``)."""
     decoded = DecodedSegments()
     shared = SharedReplays(site, workers)
+    # The flat lines' check runs before the replays are gathered: it is this process's own work while the workers
+    # still replay (after them it left a worker idle at the end); verify sorts the problems by seq either way.
     return (partial(check_segments, decoded=decoded, meanwhile=shared.start, canonical=deep),
-            partial(check_issued_receipts, site=site, decoded=decoded, shared=shared),
             check_receipt_lines,
+            partial(check_issued_receipts, site=site, decoded=decoded, shared=shared),
             partial(check_tree, pinned=pinned) if pinned else check_tree)
