@@ -15,6 +15,13 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from ledger.importers import amdsmi, columnar, dmon
 from ledger.importers.common import InputError
 
+
+def common_blanks() -> set[float]:
+    """Every DCGM blank the capture importers check, as floats (the values the lookup must find)."""
+    from ledger.importers import common
+
+    return {*map(float, common._FP64_BLANKS), *map(float, common._INT32_BLANKS)}
+
 T0 = 1793577600.0   # 2026-11-02T00:00:00Z
 DMON_COLS = ["SMACT", "POWER", "TOTEC", "GPUTL", "DVCCTR", "TMPTR", "MMTMP", "XIDER", "FOO"]
 AMD_COLS = ["gfx_activity", "socket_power", "gfx_0_clk", "gfx_1_clk", "mem_0_clk", "hotspot", "mem", "used_vram",
@@ -404,3 +411,17 @@ def test_tick_codes_follow_the_row_by_row_rule(k, raw, tick, seen_codes, regular
     got = columnar.tick_codes(state, names, np.array(codes, dtype=np.int64))
     assert got.tolist() == out and (state.tick, state.seen, state.ticks) == \
         (want_state.tick, want_state.seen, want_state.ticks)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                          st.sampled_from(sorted(common_blanks())),
+                          st.floats(min(common_blanks()), max(common_blanks())),   # between two blanks
+                          st.integers(-2**31, 2**31).map(float)), max_size=60))
+def test_the_blank_lookup_is_isin(values):
+    """common._among (the blank check's lookup, only the values inside the blanks' range) is np.isin."""
+    from ledger.importers import common
+
+    v = np.array(values, dtype=np.float64)
+    for blanks in (common._FP64_BLANKS, common._INT32_BLANKS):
+        assert np.array_equal(common._among(v, blanks), np.isin(v, blanks))
