@@ -147,8 +147,9 @@ def shared_used(monkeypatch):
     finish = auto.SharedReplays.finish
 
     def counted(self, engine, decoded):  # noqa: ANN001, ANN202
-        used.append(len(self._chunks))
-        return finish(self, engine, decoded)
+        problems = finish(self, engine, decoded)
+        used.append(self.chunks)
+        return problems
 
     monkeypatch.setattr(auto.SharedReplays, "finish", counted)
     return used

@@ -132,6 +132,8 @@ def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | Non
         if devs & uuids and ts_to_epoch(seg.entry.ts_end or seg.entry.ts) > w0 and ts_to_epoch(seg.entry.ts) < w1:
             segments.append(seg)
             listed.append(named)
+    if decoded is not None:   # a verify worker's cache decodes each block once for all its replays
+        decoded.fill(conn, [s.entry.entry_id for s in segments])
     by_device: dict[str, list[str]] = {d["uuid"]: [] for d in frame.devices}
     for seg, named in zip(segments, listed):
         for d in named or [seg.entry.device]:

@@ -526,6 +526,23 @@ class DecodedSegments:
     def holds(self, segment_ids: Sequence[str]) -> bool:
         return all(s in self._pieces for s in segment_ids)
 
+    def fill(self, conn: Connection, segment_ids: Sequence[str]) -> None:
+        """Read and keep each of these segments not yet held or refused, the way the segment check reads it
+        (its block whole, checked against its sha256 and labels): a verify worker that replays receipts without
+        the segment check's blocks decodes each block once for all its receipts, not once per receipt. A segment
+        that fails its checks, has no block (legacy rows) or is over budget is refused, and its readers read the
+        database plainly, as without this cache (so a damaged block fails, or replays, exactly as it would)."""
+        for sid in dict.fromkeys(segment_ids):
+            if sid in self._pieces or sid in self._refused:
+                continue
+            try:
+                for _ in iter_sample_pieces(conn, segment_ids=[sid], check_blocks=True, decoded=self):
+                    pass
+            except Exception:  # noqa: BLE001 - a block that does not decode or check: read plainly, as before
+                self._pieces.pop(sid, None)
+            if sid not in self._pieces:
+                self._refused.add(sid)
+
     def pieces(self, segment_ids: Sequence[str], devices: Sequence[str] | None, start: float | None,
                end: float | None, cols: list[str]) -> Iterator[tuple[str, object]]:
         """What :func:`iter_sample_pieces` yields for these (all held) segments."""
