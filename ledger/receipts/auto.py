@@ -87,11 +87,11 @@ def replay_problems(engine: Engine, issued: Iterable[ChainedEntry], site: Site |
     problems = []
     for ce in issued:
         try:
-            r = replay(engine, ce, skus, carbon=carbon, decoded=decoded, timelines=False)
+            issued_data = ce.entry.data   # the payload (the whole receipt), parsed once
+            r = replay(engine, ce, skus, carbon=carbon, decoded=decoded, timelines=False, issued_data=issued_data)
         except Exception as exc:  # noqa: BLE001 - whatever stops a replay (a damaged block too) is a named problem
             problems.append(ChainProblem(ce.seq, ce.entry.entry_id, f"issued receipt cannot be replayed: {exc}"))
             continue
-        issued_data = ce.entry.data   # the payload (the whole receipt), parsed once
         if r.hash != issued_data.get("receipt_hash"):
             problems.append(ChainProblem(ce.seq, ce.entry.entry_id,
                                          f"issued receipt {issued_data.get('receipt_hash')} replays as {r.hash}"

@@ -60,15 +60,15 @@ def issued_entries(engine_or_conn, key: RunKey) -> list[ChainedEntry]:  # noqa: 
 
 def replay(engine: Engine, issued: ChainedEntry, sku_table: Mapping | None = None, workers: int = 1,
            carbon: CarbonSettings | None = None, decoded: DecodedSegments | None = None,
-           timelines: bool = True) -> Receipt:
+           timelines: bool = True, issued_data: Mapping | None = None) -> Receipt:
     """Recompute the receipt an issued entry names: same run, same through_seq, same contract, and the same
     method version it was issued under (1.0.0 without the lens, 1.1.0 with it at its recorded precision), and a
     receipt issued as 1.4 with its shared devices billed the whole GPU's energy, as 1.4 did.
     ``carbon`` is the site's carbon settings now: a changed intensity file shows as a changed carbon block.
     ``decoded``: verify's decoded sample blocks (the same samples, not decompressed again). ``timelines``
     False: the receipt without its devices' PDF timelines (the body, and so the hash, are the same; verify's
-    replays compare hashes only)."""
-    d = issued.entry.data
+    replays compare hashes only). ``issued_data``: the issued entry's payload, where the caller has parsed it."""
+    d = issued.entry.data if issued_data is None else issued_data
     return compute_receipt(gather(engine, issued.entry.job_id, issued.entry.run or 0, cluster=issued.entry.cluster,
                                   as_of=d["through_seq"], contract_id=d["contract"]["id"], workers=workers,
                                   contract_entry_id=_pin(d), lens_columns=issued_lens(d) is not None,
