@@ -53,6 +53,17 @@ def counter_cases(draw):
     return readings, truth
 
 
+def test_a_unit_change_that_rounds_the_count_down_is_not_a_reset() -> None:
+    # 243.0019... J read in J, then the same joules in mJ: 243001.911... x 0.001 is a few ulps less. Read as a
+    # fall, the whole counter (243 J) was counted again as used after a reset (hypothesis found it).
+    readings = [CounterReading(1_700_000_000.0, 0.0, MJ), CounterReading(1_700_000_001.0, 243.0019112037084, 1.0),
+                CounterReading(1_700_000_002.0, 243001.91120370838, MJ)]
+    assert readings[2].count * MJ < readings[1].count   # the rounding this is about
+    de = device_energy("GPU-0", readings, readings[0].t, readings[-1].t)
+    assert abs(de.kwh - 243.0019112037084 / J_PER_KWH) <= TOL_KWH
+    assert [s.cause for s in de.spans] == ["", ""]
+
+
 @settings(max_examples=150, deadline=None)
 @given(counter_cases())
 def test_counter_deltas_equal_the_truth(case) -> None:

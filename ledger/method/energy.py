@@ -31,6 +31,7 @@ J_PER_KWH = 3_600_000.0
 # One count of each source's counter, in joules.
 MJ = 1e-3
 AMD_MI300_UNIT = 15.259e-6     # amd-smi energy accumulator, counter_resolution on MI300 (15.259 uJ)
+UNIT_CHANGE_ROUNDING = 1e-14  # relative: a count converted to a new unit may read a few ulps lower, not a reset
 
 
 class EnergyUnitError(ValueError):
@@ -174,6 +175,8 @@ def device_energy(device: str, readings: Iterable[CounterReading], start: float,
             continue
         ja, jb = a.count * a.joules_per_count, b.count * b.joules_per_count
         delta, cause = jb - ja, ""
+        if delta < 0 and a.joules_per_count != b.joules_per_count and -delta <= UNIT_CHANGE_ROUNDING * ja:
+            delta = 0.0   # the same joules in the new unit, less its rounding: nothing used, not a reset
         if delta < 0:
             m = a.modulus
             wrapped = (b.count + m - a.count) * b.joules_per_count if m else 0.0

@@ -10,7 +10,7 @@ method builds them; any other device is left to :func:`ledger.method.energy.devi
 Every figure is computed with the reference's arithmetic in the reference's order, so it is the same float to
 the bit: element-wise operations are IEEE-exact either way, and each sum adds left to right
 (:func:`array_in_order_sum`, a running sum, held bit for bit to the reference's
-:func:`ledger.proofcheck.in_order_sum`). :func:`bucket_energy` and :func:`energy_by_hour` take either form;
+:func:`ledger.proofcheck.in_order_sum`; or a plain Python loop, where the values are few). :func:`bucket_energy` and :func:`energy_by_hour` take either form;
 :func:`bucket_energy` visits, for each bucket interval, only the spans it overlaps (found by binary search in the
 time-ordered spans), so its cost is that of the spans plus the intervals, not their product.
 tests/test_energy_arrays.py holds every figure, and the receipt's blocks, equal to the reference's.
@@ -34,29 +34,6 @@ def array_in_order_sum(values: np.ndarray, start: float = 0) -> float:
     if not len(values):
         return start
     return float(np.cumsum(np.concatenate(([start], values)))[-1])
-
-
-def add_in_order_by_key(out: dict[int, float], keys: np.ndarray, values: np.ndarray) -> None:
-    """``out[k] = in_order_sum(values of k, out.get(k, 0.0))`` for each key of ``keys`` (sorted, int64), the values
-    of a key in their order: the same bits as that sum key by key. Each key's values go to one row of a grid
-    (its start first, -0.0 after its last value: adding -0.0 leaves every float as it is, -0.0 included) and one
-    running sum along the rows adds each row left to right."""
-    cuts = np.flatnonzero(keys[1:] != keys[:-1]) + 1
-    first = np.concatenate(([0], cuts))
-    counts = np.diff(np.append(first, len(keys)))
-    width = int(counts.max()) + 1
-    if len(first) * width > 4 * len(keys) + 4096:   # very uneven keys: a sum per key, not a mostly empty grid
-        for lo, n in zip(first.tolist(), counts.tolist()):
-            key = int(keys[lo])
-            out[key] = array_in_order_sum(values[lo:lo + n], out.get(key, 0.0))
-        return
-    names = keys[first].tolist()
-    grid = np.full((len(first), width), -0.0)
-    grid[:, 0] = [out.get(k, 0.0) for k in names]
-    row = np.repeat(np.arange(len(first)), counts)
-    grid[row, np.arange(len(keys)) - first[row] + 1] = values
-    np.cumsum(grid, axis=1, out=grid)
-    out.update(zip(names, grid[:, -1].tolist()))
 
 
 def by_time(t: np.ndarray, *cols: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -199,29 +176,37 @@ def bucket_energy(energy: DeviceEnergy | SpanArrays, buckets) -> BucketEnergy:  
 
 
 def energy_by_hour(energy: DeviceEnergy | SpanArrays) -> dict[int, float]:
-    """:func:`ledger.method.carbon.hourly_kwh` of either form, the same to the bit."""
+    """:func:`ledger.method.carbon.hourly_kwh` of either form, the same to the bit.
+
+    Each counter span's part in the hour it starts in is computed for all spans at once (the reference's
+    arithmetic, element-wise); the few spans that run past that hour add their later parts one by one. The spans
+    touch end to start in time order, so each hour's parts are: the one span running into it from before (if
+    any), then the spans starting in it, in order; they are added in that order, as the reference adds them
+    (a plain Python sum: a receipt's device has a few hundred spans, where numpy's per-call cost dominates)."""
     if not isinstance(energy, SpanArrays):
         return hourly_kwh(energy.spans)
-    out = hourly_kwh(energy.head)
     s, e, j = energy.start, energy.end, energy.joules_each
-    whole = np.floor(s).astype(np.int64)     # int(start) of a positive epoch
-    h = whole - whole % 3600
-    idx = np.arange(len(s))
-    hours, spans, vals = [], [], []
-    active = h < e
-    while active.any():
-        hh = h[active]
-        ss, ee, jj = s[active], e[active], j[active]
-        ov = np.minimum(ee, hh + 3600) - np.maximum(ss, hh)
-        hit = ov > 0
-        hours.append(hh[hit])
-        spans.append(idx[active][hit])
-        vals.append((jj * ov / (ee - ss) / J_PER_KWH)[hit])
-        h = h + 3600
-        active = active & (h < e)
-    if hours:
-        hr, sp, v = np.concatenate(hours), np.concatenate(spans), np.concatenate(vals)
-        order = np.lexsort((sp, hr))          # by hour, then span by span: the reference's order per hour
-        hr, v = hr[order], v[order]
-        add_in_order_by_key(out, hr, v)
+    if len(s) > 1 and not (bool(np.all(s[1:] == e[:-1])) and bool(np.all(e > s))):
+        return hourly_kwh(energy.spans)   # not spans touching in time order: the reference's own walk
+    out = hourly_kwh(energy.head)
+    if len(s):
+        whole = np.floor(s).astype(np.int64)     # int(start) of a positive epoch
+        h = whole - whole % 3600
+        first = (j * (np.minimum(e, h + 3600) - np.maximum(s, h)) / (e - s) / J_PER_KWH).tolist()
+        later: dict[int, float] = {}   # hour -> the part of the span that runs into it from an earlier hour
+        for i in np.flatnonzero(e > h + 3600).tolist():
+            a, b, jj, hh = float(s[i]), float(e[i]), float(j[i]), int(h[i]) + 3600
+            while hh < b:
+                later[hh] = jj * (min(b, hh + 3600) - max(a, hh)) / (b - a) / J_PER_KWH
+                hh += 3600
+        cuts = (np.flatnonzero(h[1:] != h[:-1]) + 1).tolist()
+        starting = dict(zip(h[[0, *cuts]].tolist(), zip([0, *cuts], [*cuts, len(first)])))
+        for hour in sorted(starting.keys() | later.keys()):
+            acc = out.get(hour, 0.0)
+            if hour in later:
+                acc += later[hour]
+            lo, hi = starting.get(hour, (0, 0))
+            for v in first[lo:hi]:
+                acc += v
+            out[hour] = acc
     return hourly_kwh(energy.tail, out)
