@@ -210,7 +210,9 @@ def test_first_mismatch_shortcut_agrees_with_the_field_by_field_reference(sample
     # the same against the rows as the database returns them (NaN stored as NULL), verify's way
     rows = [tuple(None if v != v else v for v in hours.values(h)) for h in have]
     assert hours.stored_mismatch(want, rows) == got
-    assert hours.stored_mismatch([hours.values(h) for h in want], rows) == got   # want as verify has it
+    assert hours.stored_mismatch([hours.values(h) for h in want], rows) == got   # want as values
+    as_rows = [tuple(None if v != v else v for v in hours.values(h)) for h in want]
+    assert hours.stored_mismatch(as_rows, rows) == got   # want as verify has it: rows as the database holds them
     text = data.draw(st.sampled_from(hours.FIELDS[2:]))
     j = hours.FIELDS.index(text)
     as_text = [(*r[:j], str(r[j]), *r[j + 1:]) if k == 0 else r for k, r in enumerate(rows)]
@@ -240,8 +242,9 @@ def test_device_codes_by_runs_or_by_hash_are_np_unique(labels: list[str], by_run
 
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(fleets())
-def test_a_tables_device_hours_as_values_are_its_device_hours_values(samples: list[Sample]) -> None:
-    """verify's device-hours as value tuples (no DeviceHour made) are the DeviceHours' values, NaN where NaN."""
+def test_a_tables_device_hours_as_rows_are_its_device_hours_values(samples: list[Sample]) -> None:
+    """verify's device-hours as the stored rows hold them (no DeviceHour made) are the DeviceHours' values, None
+    (NULL) where NaN, and read back through from_db are the DeviceHours."""
     import pyarrow as pa
 
     from ledger.telemetry import blocks
@@ -249,7 +252,8 @@ def test_a_tables_device_hours_as_values_are_its_device_hours_values(samples: li
     schema = blocks.arrow_schema()
     rows = sorted(_rows(samples), key=lambda r: (r[0], r[1]))
     table = pa.Table.from_arrays([pa.array(list(v), type=f.type) for f, v in zip(schema, zip(*rows))], schema=schema)
-    hours_, values_ = hours.aggregate_table(table), hours.aggregate_table(table, as_values=True)
-    assert len(hours_) == len(values_) and all(type(v) is tuple for v in values_)
-    assert all(len(a) == len(b) and all(x == y or (x != x and y != y) for x, y in zip(a, b))
-               for a, b in zip(map(hours.values, hours_), values_))
+    hours_, rows_ = hours.aggregate_table(table), hours.aggregate_table(table, as_rows=True)
+    assert len(hours_) == len(rows_) and all(type(v) is tuple for v in rows_)
+    assert all(len(a) == len(b) and all(x == y if x == x else y is None for x, y in zip(a, b))
+               for a, b in zip(map(hours.values, hours_), rows_))
+    assert all(hours.first_mismatch_reference([h], [hours.from_db(r)]) is None for h, r in zip(hours_, rows_))

@@ -126,6 +126,14 @@ class Result:
         return Scalars(self._cursor)
 
 
+def tuple_rows(result):  # noqa: ANN001, ANN201 - a Result of either kind
+    """A result's rows as plain tuples where it is this module's (no named row built per row, for a read of many
+    rows whose columns the caller knows by position); SQLAlchemy's rows are tuples already, left as they are."""
+    if isinstance(result, Result):
+        result._cursor.row_factory = None
+    return result
+
+
 class Scalars:
     def __init__(self, cursor: sqlite3.Cursor) -> None:
         self._cursor = cursor

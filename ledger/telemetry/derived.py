@@ -56,8 +56,9 @@ def check_segments(engine, report, decoded: DecodedSegments | None = None,  # no
                 problems.append(ChainProblem(ce.seq, sid, f"no {hours.TABLE} rows for this segment (sealed before "
                                                           f"they existed? `ipledger init` derives them)"))
                 continue
-            # the device-hours as value tuples: compared with the stored rows, made into DeviceHours only if they differ
-            why = hours.stored_mismatch(hours.aggregate_table(table, as_values=True), have_all.get(sid, []))
+            # the device-hours as the stored rows would hold them: compared with those, made into DeviceHours only
+            # if they differ
+            why = hours.stored_mismatch(hours.aggregate_table(table, as_rows=True), have_all.get(sid, []))
             if why:
                 problems.append(ChainProblem(ce.seq, sid, why))
         orphans = set(have_all) - seen

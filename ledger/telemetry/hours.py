@@ -141,13 +141,14 @@ def _group_reduce(x: np.ndarray, starts: np.ndarray, op: str) -> np.ndarray:
     return np.where(np.isinf(v), np.nan, v)
 
 
-def aggregate(cols: Mapping[str, Sequence], as_values: bool = False) -> list[DeviceHour]:
+def aggregate(cols: Mapping[str, Sequence], as_rows: bool = False) -> list[DeviceHour]:
     """The device-hours of one batch of samples: ``cols`` maps NEEDED column names to equal-length sequences
-    (NaN or None = not measured). Pure; rows sorted by (device, hour). ``as_values``: each as its :func:`values`
-    tuple, not made into a DeviceHour (what verify compares with the stored rows)."""
+    (NaN or None = not measured). Pure; rows sorted by (device, hour). ``as_rows``: each as the database returns
+    its stored row (its :func:`values` tuple, NaN as None), not made into a DeviceHour (what verify compares with
+    the stored rows)."""
     # a value near the float limit (a damaged block verify reads back) sums to inf, as it would one by one
     with np.errstate(over="ignore", invalid="ignore"):
-        return [h for _g, h in _aggregate(cols, None, as_values)]
+        return [h for _g, h in _aggregate(cols, None, as_rows)]
 
 
 def aggregate_groups(cols: Mapping[str, Sequence], group: np.ndarray) -> list[tuple[int, DeviceHour]]:
@@ -161,7 +162,7 @@ def aggregate_groups(cols: Mapping[str, Sequence], group: np.ndarray) -> list[tu
 
 
 def _aggregate(cols: Mapping[str, Sequence], group: np.ndarray | None,
-               as_values: bool = False) -> list[tuple[int, DeviceHour]]:
+               as_rows: bool = False) -> list[tuple[int, DeviceHour]]:
     dev = np.asarray(cols["device"], dtype=object)
     if not len(dev):
         return []
@@ -242,9 +243,16 @@ def _aggregate(cols: Mapping[str, Sequence], group: np.ndarray | None,
     cols_out = [names[code[starts]].tolist(), hour[starts].tolist()]
     for name in FIELDS[2:]:
         v = out[name]
-        cols_out.append([int(x) for x in v] if name in INT_FIELDS else v.tolist())
+        if name in INT_FIELDS:
+            cols_out.append([int(x) for x in v])
+        elif as_rows and np.isnan(v).any():   # NULL where not measured, as the stored row holds it
+            o = v.astype(object)
+            o[np.isnan(v)] = None
+            cols_out.append(o.tolist())
+        else:
+            cols_out.append(v.tolist())
     rows = zip(*cols_out)
-    return list(zip(grp[starts].tolist(), rows if as_values else (DeviceHour(*r) for r in rows)))
+    return list(zip(grp[starts].tolist(), rows if as_rows else (DeviceHour(*r) for r in rows)))
 
 
 def _device_codes(dev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -288,16 +296,16 @@ def aggregate_columns(cols: Mapping[str, Sequence]) -> list[DeviceHour]:
     return aggregate({c: cols[c] if c in cols else np.full(n, np.nan) for c in NEEDED})
 
 
-def aggregate_table(table, as_values: bool = False) -> list[DeviceHour]:  # noqa: ANN001 - a pyarrow Table
+def aggregate_table(table, as_rows: bool = False) -> list[DeviceHour]:  # noqa: ANN001 - a pyarrow Table
     """:func:`aggregate` of a pyarrow table with the NEEDED columns, as the sample reader returns it (no row tuples
-    in between); ``as_values`` as there."""
+    in between); ``as_rows`` as there."""
     from .blocks import float_values
 
     if not table.num_rows:
         return []
     cols = {c: float_values(table.column(c)) for c in NEEDED if c != "device"}
     cols["device"] = np.asarray(table.column("device").to_pylist(), dtype=object)
-    return aggregate(cols, as_values)
+    return aggregate(cols, as_rows)
 
 
 def aggregate_reference(samples: Iterable) -> list[DeviceHour]:  # noqa: ANN001 - ledger Sample objects
@@ -505,7 +513,7 @@ def stored_rows(conn, segment_ids: Sequence[str] | None = None, devices: Sequenc
                 start: float | None = None, end: float | None = None) -> dict[str, list[tuple]]:
     """:func:`stored`'s rows as the database returns them (device, hour, then the other FIELDS; NULL as None),
     not yet made into device-hours (:func:`from_db`)."""
-    from ..chain.lite import text
+    from ..chain.lite import text, tuple_rows
 
     where, p = [], {}
     for col, vals in (("segment_id", segment_ids), ("device", devices)):
@@ -520,10 +528,8 @@ def stored_rows(conn, segment_ids: Sequence[str] | None = None, devices: Sequenc
         where.append("hour < :end")
         p["end"] = end
     sql = f"SELECT segment_id, {', '.join(FIELDS)} FROM {TABLE}" + (" WHERE " + " AND ".join(where) if where else "")
-    out: dict[str, list[tuple]] = {}
-    for r in conn.execute(text(sql + " ORDER BY segment_id, device, hour"), p):
-        out.setdefault(r[0], []).append(tuple(r)[1:])
-    return out
+    rows = tuple_rows(conn.execute(text(sql + " ORDER BY segment_id, device, hour"), p))
+    return {sid: [tuple(r[1:]) for r in group] for sid, group in itertools.groupby(rows, operator.itemgetter(0))}
 
 
 def merged(conn, devices: Sequence[str] | None = None, start: float | None = None,  # noqa: ANN001
@@ -677,12 +683,14 @@ def first_mismatch(want: Sequence[DeviceHour], have: Sequence[DeviceHour]) -> st
 
 
 def stored_mismatch(want: Sequence[DeviceHour | tuple], rows: Sequence[Sequence]) -> str | None:
-    """:func:`first_mismatch` of ``want`` (device-hours, or their :func:`values` tuples) and a segment's stored
-    rows (:func:`stored_rows`), each made into device-hours (:func:`stored`'s way) only where they are not
-    exactly ``want``'s."""
-    if exactly_equal(want, rows):
+    """:func:`first_mismatch` of ``want`` (device-hours, their :func:`values` tuples, or rows as the database
+    returns them: :func:`aggregate`'s ``as_rows``) and a segment's stored rows (:func:`stored_rows`), each made
+    into device-hours (:func:`stored`'s way) only where they are not exactly ``want``'s. Verify's common case,
+    ``want`` as rows the same as the stored rows, value for value in the same order, is one list comparison (an
+    int equals an int, a float a float, NULL NULL: every field equal, so no field differs)."""
+    if want == rows or exactly_equal(want, rows):
         return None
-    return first_mismatch_reference([h if isinstance(h, DeviceHour) else DeviceHour(*h) for h in want],
+    return first_mismatch_reference([h if isinstance(h, DeviceHour) else from_db(h) for h in want],
                                     [from_db(r) for r in rows])
 
 
