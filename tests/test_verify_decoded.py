@@ -20,7 +20,7 @@ from ledger.chain.lite import text
 from ledger.chain.store import iter_entries
 from ledger.chain.verify import verify
 from ledger.ingest.site import site_from_config
-from ledger.receipts.auto import check_issued_receipts, check_receipt_lines, verify_checks
+from ledger.receipts.auto import check_issued_receipts, check_receipt_lines, verify_checks, verify_site
 from ledger.telemetry import blocks
 from ledger.telemetry.derived import check_segments
 from ledger.telemetry.model import SAMPLE_COLUMNS
@@ -36,15 +36,21 @@ def _plain_checks(site):
     return (check_segments, partial(check_issued_receipts, site=site), check_receipt_lines, check_tree)
 
 
-@pytest.fixture(scope="module")
-def kept(demo):
-    """The demo ledger's blocks, kept by its segment check as verify keeps them."""
+@pytest.fixture(scope="module", params=["segment check", "worker fill"])
+def kept(demo, request):
+    """The demo ledger's blocks, kept by its segment check as verify keeps them, or filled segment by segment as a
+    verify worker keeps them (DecodedSegments.fill)."""
     out, _ = demo
     engine = db_mod.make_engine(f"sqlite:///{out / 'ledger.db'}")
     decoded = DecodedSegments()
-    assert check_segments(engine, None, decoded=decoded) == []
     with engine.connect() as conn:
         sealed = list(iter_entries(conn, kinds=[Kind.TELEMETRY_SEGMENT]))
+    if request.param == "segment check":
+        assert check_segments(engine, None, decoded=decoded) == []
+    else:
+        with engine.connect() as conn:
+            for ce in sealed:
+                decoded.fill(conn, [ce.entry.entry_id])
     segments = [ce.entry.entry_id for ce in sealed]
     devices = sorted({d for ce in sealed for d in ce.entry.data.get("devices") or [ce.entry.device]})
     t0 = min(ts_to_epoch(ce.entry.ts) for ce in sealed)
@@ -79,6 +85,28 @@ def test_a_segment_not_kept_is_read_from_the_database(kept):
     with engine.connect() as conn:
         pieces = list(iter_sample_pieces(conn, segment_ids=segments[:1], check_blocks=True, decoded=budget))
     assert pieces and not budget.holds(segments[:1]) and budget.rows == 0
+
+
+def test_a_worker_does_not_keep_a_block_that_fails_its_checks(demo, tmp_path):
+    """A verify worker's fill refuses a block whose bytes no longer match its sha256, and its readers then read
+    the database plainly (what they read without the cache); an honest block is kept."""
+    out, _ = demo
+    copy = tmp_path / "ledger.db"
+    shutil.copy(out / "ledger.db", copy)
+    _tamper_used_block(copy, "bytes")
+    engine = db_mod.make_engine(f"sqlite:///{copy}")
+    try:
+        with engine.connect() as conn:
+            damaged = conn.execute(text("SELECT segment_id FROM sample_blocks ORDER BY rows DESC LIMIT 1")).scalar()
+            honest = conn.execute(text("SELECT segment_id FROM sample_blocks WHERE segment_id != :s LIMIT 1"),
+                                  {"s": damaged}).scalar()
+            decoded = DecodedSegments()
+            decoded.fill(conn, [damaged, honest])
+            assert decoded.holds([honest]) and not decoded.holds([damaged])
+            decoded.fill(conn, [damaged])   # refused once: not read again
+            assert not decoded.holds([damaged])
+    finally:
+        engine.dispose()
 
 
 def _verdict(url, checks):
@@ -172,6 +200,42 @@ def test_replays_shared_with_workers_report_as_one_process(demo, tmp_path, share
     assert shared_used and shared_used[0] > 2   # the workers were started and had chunks to take
     assert shared == _verdict(url, _plain_checks(site)) == _verdict(url, verify_checks(site, workers=1))
     assert shared["ok"] is (damage is None)
+    engine = db_mod.make_engine(url)   # the CLI's way: the replays begun before the chain walk
+    try:
+        assert verify_site(engine, site, workers=2).to_json() == shared
+    finally:
+        engine.dispose()
+    assert len(shared_used) == 2 and shared_used[1] > 2
+
+
+def test_replays_begun_before_a_chain_that_fails_are_stopped_and_the_report_is_the_chains(demo, tmp_path,
+                                                                                          shared_used, monkeypatch):
+    from ledger.receipts import auto
+
+    out, _ = demo
+    copy = tmp_path / "ledger.db"
+    shutil.copy(out / "ledger.db", copy)
+    engine = db_mod.make_engine(f"sqlite:///{copy}")
+    with db_mod.write_tx(engine) as conn:   # an entry's content edited in place: the chain walk names it
+        conn.execute(text("DROP TRIGGER IF EXISTS entries_no_update"))
+        conn.execute(text("UPDATE entries SET ts_end = ts WHERE seq = (SELECT MIN(seq) FROM entries "
+                          "WHERE kind = 'allocation_ended')"))
+    abandoned = []
+    abandon = auto.SharedReplays.abandon
+
+    def counted(self):  # noqa: ANN001, ANN202
+        abandoned.append(self.started)
+        abandon(self)
+        assert not self.started
+
+    monkeypatch.setattr(auto.SharedReplays, "abandon", counted)
+    try:
+        got = verify_site(engine, _site(out), workers=2).to_json()
+        assert not got["ok"] and got == verify(engine).to_json()   # the chain's report, as without checks
+        assert "content does not match" in got["problems"][0]["reason"]
+    finally:
+        engine.dispose()
+    assert abandoned == [True] and shared_used == []   # the workers had started; no replay was gathered
 
 
 def test_workers_fork_only_from_a_single_threaded_process():

@@ -158,15 +158,23 @@ ExtraCheck = Callable[["Engine", VerifyReport], "list[ChainProblem | Note]"]
 
 
 def verify(engine: Engine, chain_only: bool = False, workers: int | None = None,
-           anchors: Sequence[Anchor] = (), deep: bool = False, checks: Sequence[ExtraCheck] = ()) -> VerifyReport:
+           anchors: Sequence[Anchor] = (), deep: bool = False, checks: Sequence[ExtraCheck] = (),
+           begin: Callable[[Engine], Callable[[], None]] | None = None) -> VerifyReport:
     """The chain (and anchors), then ``checks``; problems in sequence order, the first bad first.
 
     ``deep`` adds the database's own consistency check of tables against their indexes (SQLite's
     ``PRAGMA integrity_check``, PostgreSQL's amcheck): the chain is read from the table's rows, but receipts
     find entries through indexes, so an index edited to hide a row changes a receipt without touching the
-    chain. Run first, so an index problem is reported even when the chain check stops at a bad entry."""
+    chain. Run first, so an index problem is reported even when the chain check stops at a bad entry.
+
+    ``begin(engine)``, where the checks are to run, is called just before the chain walk: it starts work that the
+    checks collect later in other processes (the receipt replays), so that it runs while the chain is walked. It
+    returns what stops that work, called when the chain fails and the checks do not run. The report is the same."""
     index_problems, notes = deep_check(engine) if deep else ([], [])
+    stop = begin(engine) if begin is not None and checks and not chain_only else None
     report = verify_chain(engine, workers=workers, anchors=anchors, tree=bool(checks) and not chain_only)
+    if stop is not None and not report.ok:
+        stop()
     problems: list[ChainProblem] = list(report.problems)
     if report.ok and not chain_only:
         for check in checks:

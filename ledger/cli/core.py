@@ -10,7 +10,6 @@ import click
 
 from ..chain import db as db_mod
 from ..chain import store
-from ..chain.verify import verify as verify_ledger
 from ..base.processes import workers_for
 from ..base.progressbar import Progress
 from ..base.textsafe import echo, printable
@@ -155,7 +154,7 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
       ipledger verify --record /var/lib/ipledger/verify-status.json   # from cron; /metrics shows it
     """
     from ..chain.heads import HeadError, read_pinned_keys
-    from ..receipts.auto import verify_checks
+    from ..receipts.auto import verify_site
     from ..chain.verify import Anchor
 
     try:
@@ -166,11 +165,9 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
     engine = app.reader()
     if workers is None:
         workers = workers_for(DEFAULT_VERIFY_WORKERS)
-    checks = verify_checks(app.site, pinned=pinned, workers=workers, deep=deep)
-    with Progress("verify", quiet=as_json, steps=1 + len(checks)) as bar:
-        bar.step("hash chain")
-        report = verify_ledger(engine, chain_only=chain_only, anchors=parsed, deep=deep,
-                               checks=[_step(bar, c) for c in checks])
+    with Progress("verify", quiet=as_json) as bar:
+        report = verify_site(engine, app.site, pinned=pinned, workers=workers, deep=deep, chain_only=chain_only,
+                             anchors=parsed, progress=bar)
     if record is not None:
         from ..base.safeout import OutputError, write_output
         from ..chain.verify_status import render, status_of
@@ -189,16 +186,6 @@ def verify_cmd(app: AppContext, as_json: bool, chain_only: bool, anchors: tuple[
         echo(f"ipledger: verify failed: {printable(str(p))}", err=True)
     if not report.ok:
         sys.exit(1)
-
-
-def _step(bar: Progress, check):  # noqa: ANN001, ANN202 - a verify check, named on the bar when it starts
-    name = getattr(getattr(check, "func", check), "__name__", "check").removeprefix("check_").replace("_", " ")
-
-    def run(engine, report):  # noqa: ANN001, ANN202
-        bar.step(name)
-        return check(engine, report)
-
-    return run
 
 
 @click.command("log")

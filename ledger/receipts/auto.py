@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from functools import partial
-from typing import Iterable, Mapping, Sequence, TYPE_CHECKING
+from typing import Callable, Iterable, Mapping, Sequence, TYPE_CHECKING
 
 
 from ..base.processes import worker_start_method
@@ -27,6 +27,8 @@ from .issue import issue_receipt, replay, write_receipt_files
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
+
+    from ..base.progressbar import Progress
 
 log = logging.getLogger("ipledger.receipts")
 
@@ -121,16 +123,27 @@ class SharedReplays:
         self.site, self.workers = site, workers
         self.started = False
         self.chunks = 0     # chunks replayed (a test reads it: the work was shared out)
+        self._asked = False
         self._pool = None
         self._feeder = None
 
+    def begin(self, engine: Engine) -> Callable[[], None]:
+        """:meth:`start`, for verify to call before its chain walk (the workers replay while the chain is
+        walked); returns :meth:`abandon`, which verify calls if the chain fails and no check runs."""
+        self.start(engine)
+        return self.abandon
+
     def start(self, engine: Engine) -> None:
         """Queue the replays and start the workers on them (nothing, leaving the in-process reference to
-        check_issued_receipts, with one worker, few receipts or a database a worker cannot open)."""
+        check_issued_receipts, with one worker, few receipts or a database a worker cannot open). Once: a second
+        call (the segment check's, after verify's :meth:`begin`) finds them started."""
         import threading
 
         from ..chain.db import sqlite_path
 
+        if self._asked:
+            return
+        self._asked = True
         url = engine.url.render_as_string(hide_password=False)
         if self.workers < 2 or (engine.url.get_backend_name() == "sqlite" and sqlite_path(url) is None):
             return
@@ -228,6 +241,17 @@ class SharedReplays:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self.started = False
 
+    def abandon(self) -> None:
+        """Stop the workers without their results (the chain failed: no receipt is judged): nothing more is
+        submitted, what is queued is cancelled, and a chunk being replayed is let finish."""
+        if not self.started:
+            return
+        with self._lock:
+            self._lo = self._hi
+        self._feeder.join()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.started = False
+
     def _replay_here(self, engine: Engine, a: int, b: int, decoded: DecodedSegments | None) -> list[ChainProblem]:
         return replay_problems(engine, _issued_at(engine, self._seqs[a:b]), self.site, decoded)
 
@@ -301,6 +325,11 @@ def verify_checks(site: Site | None = None, pinned: tuple = (), workers: int = 1
     the same report). One by default here; the CLI asks for one per idle core (a worker on a busy core only adds
     its CPU: docs/ledger.md). ``deep``: every segment's canonical ``samples_sha256`` re-derived, also where its
     entry seals the cheaper ``values_sha256`` (``verify --deep``)."""
+    return _checks_and_replays(site, pinned, workers, deep)[0]
+
+
+def _checks_and_replays(site: Site | None, pinned: tuple, workers: int,
+                        deep: bool) -> tuple[tuple[ExtraCheck, ...], SharedReplays]:
     decoded = DecodedSegments()
     shared = SharedReplays(site, workers)
     # The flat lines' check runs before the replays are gathered: it is this process's own work while the workers
@@ -308,4 +337,31 @@ def verify_checks(site: Site | None = None, pinned: tuple = (), workers: int = 1
     return (partial(check_segments, decoded=decoded, meanwhile=shared.start, canonical=deep),
             check_receipt_lines,
             partial(check_issued_receipts, site=site, decoded=decoded, shared=shared),
-            partial(check_tree, pinned=pinned) if pinned else check_tree)
+            partial(check_tree, pinned=pinned) if pinned else check_tree), shared
+
+
+def verify_site(engine: Engine, site: Site | None, *, pinned: tuple = (), workers: int = 1, deep: bool = False,
+                chain_only: bool = False, anchors: Sequence = (), progress: Progress | None = None) -> VerifyReport:
+    """``ipledger verify`` as one call: the chain (its ``anchors``), then :func:`verify_checks`' checks for this
+    site, each a named step of ``progress`` when given. With ``workers`` > 1 the receipt replays begin in worker
+    processes before the chain walk (verify's ``begin``), so they run while the chain is walked too; the report
+    is the one-process report."""
+    from ..chain.verify import verify
+
+    checks, shared = _checks_and_replays(site, pinned, workers, deep)
+    if progress is not None:
+        progress.steps = 1 + len(checks)
+        progress.step("hash chain")
+        checks = tuple(_named_step(progress, c) for c in checks)
+    return verify(engine, chain_only=chain_only, anchors=anchors, deep=deep, checks=checks, begin=shared.begin)
+
+
+def _named_step(progress: Progress, check: ExtraCheck) -> ExtraCheck:
+    """The check, named on the progress bar when it starts."""
+    name = getattr(getattr(check, "func", check), "__name__", "check").removeprefix("check_").replace("_", " ")
+
+    def run(engine: Engine, report: VerifyReport) -> list:
+        progress.step(name)
+        return check(engine, report)
+
+    return run
