@@ -79,6 +79,34 @@ def test_a_read_from_the_kept_blocks_is_the_database_read(kept, data):
         assert _as_lists(read(decoded=decoded)) == _as_lists(read())
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_replays_segment_entries_picked_from_the_kept_ones_are_the_querys(kept, data):
+    """gather's segments of a window, picked from verify's once-read segment entries, are the database query's
+    rows, in its order (windows around and across the ledger's time, with and without a through-seq)."""
+    from datetime import datetime, timezone
+
+    from ledger.receipts.gather import listed_devices, overlapping_entries, segments_overlapping
+
+    engine, decoded, _segments, _devices, (t0, t1) = kept
+
+    def ts(x: float) -> str:
+        return datetime.fromtimestamp(x, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    with engine.connect() as conn:
+        sealed = list(iter_entries(conn, kinds=[Kind.TELEMETRY_SEGMENT]))
+    edges = sorted({ts_to_epoch(t) for ce in sealed for t in (ce.entry.ts, ce.entry.ts_end) if t})
+    a = data.draw(st.floats(t0 - 7200, t1 + 7200, allow_nan=False) | st.sampled_from(edges))   # on a segment's
+    b = data.draw(st.floats(a, a + 3 * 86400, allow_nan=False) | st.sampled_from([e for e in edges if e >= a] or [a]))
+    as_of = data.draw(st.none() | st.integers(0, 10_000) | st.sampled_from([ce.seq for ce in sealed]))
+    with engine.connect() as conn:
+        got = segments_overlapping(conn, ts(a), ts(b), as_of, decoded)
+        want = overlapping_entries(conn, Kind.TELEMETRY_SEGMENT, ts(a), ts(b), as_of)
+    assert decoded.segment_entries is not None   # read once, then picked from
+    assert got == want
+    assert [listed_devices(s, decoded) for s in got] == [s.entry.data.get("devices") for s in want]
+
+
 def test_a_segment_not_kept_is_read_from_the_database(kept):
     engine, decoded, segments, _, _ = kept
     budget = DecodedSegments(max_rows=0)

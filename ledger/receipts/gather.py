@@ -79,6 +79,35 @@ def overlapping_entries(conn: Connection, kind: str, start: str, end: str, as_of
     return _select(conn, where + extra, params)
 
 
+def segments_overlapping(conn: Connection, start: str, end: str, as_of: int | None,
+                         decoded: DecodedSegments | None = None) -> list[ChainedEntry]:
+    """``overlapping_entries`` of the telemetry segments; with verify's ``decoded``, every segment entry is read
+    once into it and each replay's window is picked from there by the same test as the query's (the seconds prefix
+    of ts, and of ts_end or else ts, as text; seq ≤ as_of), in seq order (tests/test_verify_decoded.py holds the
+    two equal). A value that is not text leaves the choice to the database, as without the cache."""
+    if decoded is None:
+        return overlapping_entries(conn, Kind.TELEMETRY_SEGMENT, start, end, as_of)
+    if decoded.segment_entries is None:
+        decoded.segment_entries = _select(conn, "kind = :kind", {"kind": Kind.TELEMETRY_SEGMENT})
+    lo, hi = start[:19], end[:19]
+    try:
+        return [s for s in decoded.segment_entries if (as_of is None or s.seq <= as_of) and s.entry.ts[:19] <= hi
+                and (s.entry.ts if s.entry.ts_end is None else s.entry.ts_end)[:19] >= lo]
+    except TypeError:
+        return overlapping_entries(conn, Kind.TELEMETRY_SEGMENT, start, end, as_of)
+
+
+def listed_devices(segment: ChainedEntry, decoded: DecodedSegments | None = None) -> list | None:
+    """The devices a segment's payload lists (None where it lists none); with verify's ``decoded``, each payload
+    parsed once for all the replays (one that does not parse raises each time, as it would without)."""
+    if decoded is None:
+        return segment.entry.data.get("devices")
+    key = segment.entry.entry_id
+    if key not in decoded.listed_devices:
+        decoded.listed_devices[key] = segment.entry.data.get("devices")
+    return decoded.listed_devices[key]
+
+
 def gather(engine_or_conn: Engine | Connection, job_id: str, run: int | None = None, *, cluster: str | None = None,
            as_of: int | None = None, contract_id: str | None = None, workers: int = 1,
            contract_entry_id: str | None = None, lens_columns: bool = False,
@@ -126,8 +155,8 @@ def _gather(conn: Connection, engine: Engine | None, job_id: str, run: int | Non
     resolutions = _select(conn, "kind = :k AND job_id IS NULL" + asof_clause, {"k": Kind.GAP_RESOLUTION, **asof_param})
     contracts = _select(conn, "kind = :k" + asof_clause, {"k": Kind.CONTRACT_VERSION, **asof_param})
     segments, listed = [], []   # each segment's payload "devices", read once
-    for seg in overlapping_entries(conn, Kind.TELEMETRY_SEGMENT, start, end, as_of):
-        named = seg.entry.data.get("devices")
+    for seg in segments_overlapping(conn, start, end, as_of, decoded):
+        named = listed_devices(seg, decoded)
         devs = set(named or ([seg.entry.device] if seg.entry.device else []))
         if devs & uuids and ts_to_epoch(seg.entry.ts_end or seg.entry.ts) > w0 and ts_to_epoch(seg.entry.ts) < w1:
             segments.append(seg)

@@ -509,6 +509,10 @@ class DecodedSegments:
         self._refused: set[str] = set()
         # (segment id, piece, column) -> (float values, where NULL), each made once (read-only) for float_pieces
         self._floats: dict[tuple[str, int, str], tuple[Any, Any]] = {}
+        # The replays' segment entries, read once (ledger.receipts.gather.segments_overlapping), and each one's
+        # listed devices, parsed once (gather.listed_devices): they are read-only to the replays.
+        self.segment_entries: list[ChainedEntry] | None = None
+        self.listed_devices: dict[str, Any] = {}
 
     def keep(self, segment_id: str, pieces: list[tuple[str, Any]]) -> None:
         """A block's decoded (device, table of every column) pieces, unless over budget or seen twice."""
