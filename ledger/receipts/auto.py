@@ -147,8 +147,11 @@ class SharedReplays:
         url = engine.url.render_as_string(hide_password=False)
         if self.workers < 2 or (engine.url.get_backend_name() == "sqlite" and sqlite_path(url) is None):
             return
-        # the reference's own query (each payload left unparsed): the same receipts, found the same way
-        seqs = [ce.seq for ce in iter_entries(engine, kinds=[Kind.RECEIPT_ISSUED])]
+        # the reference's own query (iter_entries'), asking only for seq: the same receipts, found the same way
+        # (through the kind index), without reading each receipt's payload before the workers start
+        with engine.connect() as conn:
+            seqs = [int(s) for (s,) in conn.execute(text(
+                "SELECT seq FROM entries WHERE seq > 0 AND kind IN (:k) ORDER BY seq"), {"k": Kind.RECEIPT_ISSUED})]
         if len(seqs) < PARALLEL_MIN_RECEIPTS:
             return
         import multiprocessing
