@@ -115,6 +115,26 @@ def test_a_segment_not_kept_is_read_from_the_database(kept):
     assert pieces and not budget.holds(segments[:1]) and budget.rows == 0
 
 
+def test_a_workers_kept_blocks_stay_within_their_budget_the_first_kept_making_room(kept):
+    """A verify worker keeps at most its budget of samples: filling past it drops the blocks kept first (and
+    their converted columns), never the one being kept; what it holds still reads as the database does."""
+    engine, _decoded, segments, _devices, _window = kept
+    with engine.connect() as conn:
+        sizes = {sid: sum(t.num_rows for _, t in iter_sample_pieces(conn, segment_ids=[sid])) for sid in segments}
+        budget = 3 * max(sizes.values())
+        worker = DecodedSegments(budget, evict_oldest=True)
+        for i, sid in enumerate(segments):
+            worker.fill(conn, [sid])
+            assert worker.holds([sid]) and worker.rows <= budget
+            assert worker.rows == sum(sizes[s] for s in segments[:i + 1] if worker.holds([s]))
+            list(worker.float_pieces([sid], None, None, None, ["t", "sm_active"]))   # columns converted, kept
+        held = [s for s in segments if worker.holds([s])]
+        assert held == segments[len(segments) - len(held):] and 2 <= len(held) < len(segments)
+        assert set(worker._floats) <= set(held)   # the dropped blocks' columns went with them
+        read = partial(iter_sample_pieces, conn, segment_ids=held[-2:], columns=["t", "gpu_util", "device"])
+        assert _as_lists(read(decoded=worker)) == _as_lists(read())
+
+
 def test_a_worker_does_not_keep_a_block_that_fails_its_checks(demo, tmp_path):
     """A verify worker's fill refuses a block whose bytes no longer match its sha256, and its readers then read
     the database plainly (what they read without the cache); an honest block is kept."""

@@ -270,6 +270,7 @@ def _issued_at(engine: Engine, seqs: Sequence[int]) -> list[ChainedEntry]:
 # A worker's decoded sample blocks, kept for all the chunks it replays (consecutive chunks read mostly the same
 # segments): without them each receipt decompressed its blocks again (≈ 35 % more CPU per replay on the demo).
 # Its engine is kept too (one per database; a chunk is a few receipts, an engine's start a round trip or two).
+WORKER_KEPT_ROWS = 500_000   # samples a worker keeps decoded (the first kept make room), each column ~8 bytes twice
 _worker_blocks: DecodedSegments | None = None
 _worker_engines: dict[str, Engine] = {}
 
@@ -278,7 +279,7 @@ def _start_worker() -> None:
     """Worker initializer: its own empty cache of decoded blocks and no engine (a forked worker would otherwise
     share the parent's module state as it was at the fork)."""
     global _worker_blocks, _worker_engines
-    _worker_blocks, _worker_engines = DecodedSegments(), {}
+    _worker_blocks, _worker_engines = DecodedSegments(WORKER_KEPT_ROWS, evict_oldest=True), {}
 
 
 def _replay_chunk(job: tuple) -> list[ChainProblem]:

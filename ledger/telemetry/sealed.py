@@ -496,19 +496,21 @@ class DecodedSegments:
     replays after it read their segments' samples from here (:func:`iter_sample_pieces`' ``decoded``).
 
     Only blocks that decoded and passed their checks are kept (a damaged one is read again, and fails again,
-    the plain way), and only up to ``max_rows`` samples in all (a bigger ledger reads the rest from the
-    database). A read is served from here only when every segment it asks for is held; the pieces come in
+    the plain way), and only up to ``max_rows`` samples in all: a bigger ledger reads the rest from the
+    database, or, with ``evict_oldest`` (a verify worker, whose chunks of receipts read neighbouring segments),
+    the blocks kept first make room. A read is served from here only when every segment it asks for is held; the pieces come in
     the order the database read gives (segments by id, in chunks of ``_IN_CHUNK``; entry ids are lowercase
     hex, ordered alike by every collation), each device's rows windowed and its columns picked as there.
     """
 
-    def __init__(self, max_rows: int = 2_000_000) -> None:
+    def __init__(self, max_rows: int = 2_000_000, evict_oldest: bool = False) -> None:
         self.max_rows = max_rows
+        self.evict_oldest = evict_oldest
         self.rows = 0
         self._pieces: dict[str, list[tuple[str, Any]]] = {}
         self._refused: set[str] = set()
-        # (segment id, piece, column) -> (float values, where NULL), each made once (read-only) for float_pieces
-        self._floats: dict[tuple[str, int, str], tuple[Any, Any]] = {}
+        # segment id -> (piece, column) -> (float values, where NULL), each made once (read-only) for float_pieces
+        self._floats: dict[str, dict[tuple[int, str], tuple[Any, Any]]] = {}
         # The replays' segment entries, read once (ledger.receipts.gather.segments_overlapping), and each one's
         # listed devices, parsed once (gather.listed_devices): they are read-only to the replays.
         self.segment_entries: list[ChainedEntry] | None = None
@@ -517,15 +519,23 @@ class DecodedSegments:
     def keep(self, segment_id: str, pieces: list[tuple[str, Any]]) -> None:
         """A block's decoded (device, table of every column) pieces, unless over budget or seen twice."""
         if segment_id in self._pieces or segment_id in self._refused:
-            self._pieces.pop(segment_id, None)    # two reads of one id: keep neither, read it plainly
+            self._drop(segment_id)    # two reads of one id: keep neither, read it plainly
             self._refused.add(segment_id)
             return
         n = sum(t.num_rows for _, t in pieces)
+        while self.evict_oldest and self._pieces and self.rows + n > self.max_rows:
+            self._drop(next(iter(self._pieces)))
         if self.rows + n > self.max_rows:
             self._refused.add(segment_id)
             return
         self._pieces[segment_id] = pieces
         self.rows += n
+
+    def _drop(self, segment_id: str) -> None:
+        dropped = self._pieces.pop(segment_id, None)
+        if dropped is not None:
+            self.rows -= sum(t.num_rows for _, t in dropped)
+        self._floats.pop(segment_id, None)
 
     def holds(self, segment_ids: Sequence[str]) -> bool:
         return all(s in self._pieces for s in segment_ids)
@@ -601,7 +611,8 @@ class DecodedSegments:
                     yield device, [v[rows] for v, _null in columns], nulls
 
     def _column(self, sid: str, k: int, table, name: str) -> tuple[Any, Any]:  # noqa: ANN001
-        got = self._floats.get((sid, k, name))
+        held = self._floats.setdefault(sid, {})
+        got = held.get((k, name))
         if got is None:
             import numpy as np
 
@@ -610,7 +621,7 @@ class DecodedSegments:
             null = ~blocks.raw_values(column)[1] if column.null_count else np.zeros(len(values), dtype=bool)
             for a in (values, null):
                 a.flags.writeable = False
-            got = self._floats[(sid, k, name)] = (values, null)
+            got = held[(k, name)] = (values, null)
         return got
 
 
