@@ -103,7 +103,8 @@ def replay_problems(engine: Engine, issued: Iterable[ChainedEntry], site: Site |
 
 # --- the replays shared with worker processes ---------------------------------------------------------------
 # check_issued_receipts' replays, run in order in this process, are the reference. With workers (verify's
-# --workers, by default one per idle core) and enough receipts, verify starts them before its segment check: the
+# --workers, by default one per idle core) and enough receipts, verify starts them before its chain walk
+# (verify_site; a caller of verify_checks alone: before the segment check): the
 # issued receipts are cut into chunks of consecutive seqs, worker processes (forked from a single-threaded caller,
 # the CLI, else spawned: ledger.base.processes) replay chunks from the back of the queue while this process
 # checks the segments, then this process takes chunks from the front (its replays read the blocks the segment
