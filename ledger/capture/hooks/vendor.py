@@ -209,12 +209,6 @@ class DcgmiCli(Tool):
             return err
         return outcome(self.call("stats", "-g", str(group_id), "-s", job_key), "Successfully started")
 
-    def remove_job(self, job_key: str) -> None:
-        self.call("stats", "-r", job_key)
-
-    def delete_group(self, group_id: int) -> None:
-        self.call("group", "-d", str(group_id))
-
 
 # -- nvidia-smi: the inventory (index, minor number, UUID, name) ------------------------------------------
 
