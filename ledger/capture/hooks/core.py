@@ -255,16 +255,23 @@ class Hook:
         if s.vendor in ("nvidia", "amd"):
             from . import vendor  # here: a node without GPU tools never loads it
         if s.vendor == "nvidia":
-            inv: list = []
+            # The inventory and DCGM's discovery are independent reads: started together, their waits overlap.
+            asks = {}
             if "nvidia-smi" in self.cfg.commands:
-                got = self.tool(vendor.NvidiaSmiCli).inventory()
+                asks["nvidia-smi"] = list(vendor.INVENTORY_ARGS)
+            if s.dcgm:
+                asks["dcgmi"] = list(vendor.DISCOVERY_ARGS)
+            said = dict(zip(asks, self.run_tools(list(asks.items())))) if asks else {}
+            inv: list = []
+            if "nvidia-smi" in said:
+                got = vendor.inventory_answer(said["nvidia-smi"])
                 if isinstance(got, str):
                     self.error("nvidia-smi", got)
                 else:
                     inv = got
             disc: list = []
-            if s.dcgm:
-                got2 = self.tool(vendor.DcgmiCli).discovery()
+            if "dcgmi" in said:
+                got2 = vendor.discovery_answer(said["dcgmi"])
                 if isinstance(got2, vendor.DcgmError):
                     self.error("dcgmi discovery", f"{got2.cause}: {got2.message}")
                 else:

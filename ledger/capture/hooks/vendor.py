@@ -185,15 +185,22 @@ class Tool:
         return self._run(self.program, list(args), commands=self.commands, timeout=self.timeout)
 
 
+DISCOVERY_ARGS = ("discovery", "-l")
+
+
+def discovery_answer(r) -> list[DcgmGpu] | DcgmError:  # noqa: ANN001 - a ledger.base.commands.CommandResult
+    """What ``dcgmi discovery -l`` (:data:`DISCOVERY_ARGS`) answered: DCGM's GPUs, or what went wrong."""
+    if not r.ok:
+        return DcgmError("timeout" if r.timed_out else classify_error(r.stdout + r.stderr).cause,
+                         (r.stdout + r.stderr).strip()[:300])
+    return parse_discovery(r.stdout)
+
+
 class DcgmiCli(Tool):
     program = "dcgmi"
 
     def discovery(self) -> list[DcgmGpu] | DcgmError:
-        r = self.call("discovery", "-l")
-        if not r.ok:
-            return DcgmError("timeout" if r.timed_out else classify_error(r.stdout + r.stderr).cause,
-                             (r.stdout + r.stderr).strip()[:300])
-        return parse_discovery(r.stdout)
+        return discovery_answer(self.call(*DISCOVERY_ARGS))
 
     def create_group(self, name: str, gpu_ids: list[int]) -> int | DcgmError:
         r = self.call("group", "-c", name, "-a", ",".join(str(i) for i in gpu_ids))
@@ -330,13 +337,20 @@ class NvidiaSmiCli(Tool):
     program = "nvidia-smi"
 
     def inventory(self) -> list[NvidiaGpu] | str:
-        r = self.call("--query-gpu=" + ",".join(INVENTORY_FIELDS), "--format=csv,noheader,nounits")
-        if not r.ok:
-            return ("timeout" if r.timed_out else "error") + ": " + (r.stderr or r.stdout).strip()[:200]
-        try:
-            return parse_inventory_csv(r.stdout)
-        except ValueError as exc:
-            return f"unparsed: {exc}"
+        return inventory_answer(self.call(*INVENTORY_ARGS))
+
+
+INVENTORY_ARGS = ("--query-gpu=" + ",".join(INVENTORY_FIELDS), "--format=csv,noheader,nounits")
+
+
+def inventory_answer(r) -> list[NvidiaGpu] | str:  # noqa: ANN001 - a ledger.base.commands.CommandResult
+    """What the ``nvidia-smi`` inventory (:data:`INVENTORY_ARGS`) answered: the GPUs, or what went wrong."""
+    if not r.ok:
+        return ("timeout" if r.timed_out else "error") + ": " + (r.stderr or r.stdout).strip()[:200]
+    try:
+        return parse_inventory_csv(r.stdout)
+    except ValueError as exc:
+        return f"unparsed: {exc}"
 
 
 # -- amd-smi: the inventory (index, UUID, market name) ---------------------------------------------------
