@@ -242,6 +242,44 @@ def test_hooks_always_exit_zero(tmp_path, capsys):
     assert "no SLURM_JOB_ID" in err and "missing.toml" in err and "prolog failed" in err
 
 
+def _comparable(site) -> list:
+    """The hooks' own spool records without what differs between two runs of the same job: times, ids, and of
+    a tool's answer (a DCGM report counts the seconds it watched) only which call it was and how it ended."""
+    out = []
+    for f in site.spool.glob("*.jsonl"):
+        for r in map(json.loads, f.read_text().splitlines()):
+            data = json.loads(r["payload"])
+            if r["kind"] == "tool_output":
+                data = [data["step"]] + [(c["program"], c["args"], c["exit_code"], c["timed_out"])
+                                         for c in data["calls"]]
+            out.append((r["kind"], r["device"], data))
+    return sorted(out, key=repr)
+
+
+@pytest.mark.parametrize("control", [{}, {"nvsmi_fail": True}, {"down": True}])
+def test_tools_started_together_record_what_one_at_a_time_records(tmp_path, monkeypatch, control):
+    """The hooks start independent reads together (the prolog's inventory and DCGM discovery; the epilog's
+    stats -r and group -d): the records, the prolog's state and the DCGM calls made are those of the same hooks
+    starting every call in turn — also when nvidia-smi fails or DCGM is down."""
+    seen = {}
+    for how in ("together", "in turn"):
+        site = make_site(tmp_path / how, hooks={"gap_tolerance_s": 15.0}, timeout=3.0)
+        site.control(**control)
+        if how == "in turn":
+            one_by_one = commands.spawn_all_and_wait
+            monkeypatch.setattr(commands, "_SPAWN", lambda argvs, **kw: [one_by_one([a], **kw)[0] for a in argvs])
+        assert run("prolog", env("77", gpus="0,2"), str(site.config)) == 0
+        state = json.loads((site.spool / "hook-state" / "77.json").read_text())
+        assert run("epilog", env("77", gpus="0,2"), str(site.config)) == 0
+        calls = sorted(json.dumps(c).replace(str(site.root), "ROOT") for c in site.dcgm_calls())
+        seen[how] = _comparable(site), state["devices"], state.get("dcgm", {}).get("error"), calls
+    assert seen["together"] == seen["in turn"]
+    recs, devices, err, calls = seen["together"]
+    # discovery, group -c, stats -e, -s; stats -x, -v -j, -r, group -d (DCGM down: no group, so no -e, -s, -d)
+    assert len(devices) == 2 and len(calls) == (5 if control.get("down") else 8)
+    assert ("hook_error" in {r[0] for r in recs}) == bool(control) and (err is None) == (not control.get("down"))
+
+
 def test_nothing_outside_the_allowlist_is_executed(site, monkeypatch):
     seen = []
     real = commands._SPAWN
