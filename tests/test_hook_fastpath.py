@@ -417,6 +417,13 @@ def test_programs_started_together_are_each_bounded_as_one_alone(tmp_path):
         (125, "x" * 100_000, "output exceeded 100000 bytes; killed", False, True)
     assert isinstance(got[3], FileNotFoundError)
     assert commands.spawn_all_and_wait([chatty, quick], timeout=5)[0] == (0, "x" * 300_000, "done\n", False, False)
+    # past its cap a program's group is killed at once, not when the others are done
+    pid = tmp_path / "pid2"
+    over = [sh, "-c", f"sleep 30 & echo $! > {pid}; head -c 300000 /dev/zero; wait"]
+    check = [sh, "-c", f"sleep 1; s=$(cut -d' ' -f3 /proc/$(cat {pid})/stat 2>/dev/null); "  # a zombie (Z) is dead
+                       'case "$s" in ""|Z|X) echo gone;; *) echo alive;; esac']
+    cut, checked = commands.spawn_all_and_wait([over, check], timeout=10, max_output=1000)
+    assert cut[4] and checked == (0, "gone\n", "", False, False)
     t0 = time.monotonic()
     both = commands.spawn_all_and_wait([[sh, "-c", "sleep 0.6; echo one"], [sh, "-c", "sleep 0.6; echo two"]],
                                        timeout=10)

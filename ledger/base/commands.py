@@ -224,7 +224,8 @@ def spawn_all_and_wait(argvs: Sequence[list[str]], *, timeout: float, env: Mappi
                     if total[i] > max_output:
                         data = data[: len(data) - (total[i] - max_output)]
                         truncated.add(i)
-                        for mine in started[i][1:]:  # type: ignore[index]  # read no more of it: killed below
+                        _kill_group(started[i][0])  # type: ignore[index]  # at once; reaped below
+                        for mine in started[i][1:]:  # type: ignore[index]  # and read no more of it
                             if mine in reading:
                                 poller.unregister(mine)
                                 reading.discard(mine)
