@@ -201,7 +201,7 @@ class Hook:
 
         return commands.run_all(calls, commands=self.cfg.commands, timeout=self.left(), max_output=MAX_TOOL_OUTPUT)
 
-    def tool(self, cls):  # noqa: ANN001, ANN201 - NvidiaSmiCli / DcgmiCli / AmdSmiCli
+    def tool(self, cls):  # noqa: ANN001, ANN201 - DcgmiCli / AmdSmiCli
         return cls(self.cfg.commands, self.settings.timeout, run=self._bounded_run)
 
     def _bounded_run(self, program: str, args: list, **_kw):  # noqa: ANN003, ANN201

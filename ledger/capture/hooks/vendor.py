@@ -199,9 +199,6 @@ def discovery_answer(r) -> list[DcgmGpu] | DcgmError:  # noqa: ANN001 - a ledger
 class DcgmiCli(Tool):
     program = "dcgmi"
 
-    def discovery(self) -> list[DcgmGpu] | DcgmError:
-        return discovery_answer(self.call(*DISCOVERY_ARGS))
-
     def create_group(self, name: str, gpu_ids: list[int]) -> int | DcgmError:
         r = self.call("group", "-c", name, "-a", ",".join(str(i) for i in gpu_ids))
         gid = parse_group_create(r.stdout) if r.ok else None
@@ -331,13 +328,6 @@ def parse_inventory_csv(text: str) -> list[NvidiaGpu]:
                               pci_bus_id=row["pci.bus_id"] if isinstance(row["pci.bus_id"], str) else None,
                               missing=dict(miss)))
     return gpus
-
-
-class NvidiaSmiCli(Tool):
-    program = "nvidia-smi"
-
-    def inventory(self) -> list[NvidiaGpu] | str:
-        return inventory_answer(self.call(*INVENTORY_ARGS))
 
 
 INVENTORY_ARGS = ("--query-gpu=" + ",".join(INVENTORY_FIELDS), "--format=csv,noheader,nounits")
