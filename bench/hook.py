@@ -214,7 +214,10 @@ def run(scale: float, repeat: int) -> Figure:
                              " started alone (the rows above) from the hook's median. The rows without tools are"
                              " judged against the bare start (≤ 2×); the rows with stand-ins against a bare start"
                              " followed by the same tool spawns, the least any hook calling those tools could cost"
-                             " (≤ 1.5×).",))
+                             " (≤ 1.5×). That floor starts the calls one after another; the hooks start the ones"
+                             " that read independently together (the prolog's nvidia-smi inventory with dcgmi"
+                             " discovery, the epilog's stats -r with group -d: docs/slurm.md, \"Bounds\"), which"
+                             " records the same entries as starting them in turn.",))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

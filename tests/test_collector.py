@@ -128,9 +128,9 @@ def test_collector_runs_only_allowlisted_commands(tmp_path, monkeypatch):
     seen = []
     real = commands._SPAWN
 
-    def spy(argv, **kw):
-        seen.append(argv)
-        return real(argv, **kw)
+    def spy(argvs, **kw):
+        seen.extend(argvs)
+        return real(argvs, **kw)
 
     monkeypatch.setattr(commands, "_SPAWN", spy)
     cfg = collector.CollectorConfig(spool=str(tmp_path / "s"), node="n", source="dcgmi", count=2,

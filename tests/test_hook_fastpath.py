@@ -311,9 +311,9 @@ def test_installed_hook_imports_no_heavy_stdlib(tmp_path):
 
 def test_installed_hooks_with_vendor_tools_import_no_heavy_stdlib(tmp_path):
     """With DCGM and nvidia-smi configured the hooks run five and four tools: still none of subprocess (signal,
-    threading, selectors), dataclasses, typing, re, _strptime or the ship-time parsers on their imports, and
-    what they record is complete (devices mapped to UUIDs, DCGM's raw report, and its summaries once derived,
-    no hook_error)."""
+    threading, selectors), dataclasses, typing, re, _strptime or the ship-time parsers on their imports (the
+    epilog not even the hooks' own parsers, ledger.capture.hooks.vendor), and what they record is complete
+    (devices mapped to UUIDs, DCGM's raw report, and its summaries once derived, no hook_error)."""
     from ledger.cli import install_hooks as install
     from tests.standins import make_site
 
@@ -332,7 +332,9 @@ def test_installed_hooks_with_vendor_tools_import_no_heavy_stdlib(tmp_path):
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == 0 and "ipledger-hook" not in p.stderr, p.stderr[-2000:]
         imported = {ln.split("|")[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")}
-        assert {"ledger.base.commands", "ledger.capture.hooks.vendor"} <= imported
+        assert "ledger.base.commands" in imported
+        # the prolog parses the inventory and DCGM's answers; the epilog records raw and parses nothing
+        assert ("ledger.capture.hooks.vendor" in imported) == (kind == "prolog"), sorted(imported)
         assert not imported & heavy and not any(m.startswith("ledger.capture.sources") for m in imported), sorted(imported)
     from tests.standins import with_derived
 
@@ -391,6 +393,61 @@ def test_commands_spawn_keeps_what_subprocess_gave(tmp_path):
         pass
     else:
         raise AssertionError("CommandResult must be immutable")
+
+
+def test_programs_started_together_are_each_bounded_as_one_alone(tmp_path):
+    """ledger.base.commands.spawn_all_and_wait: each program keeps spawn_and_wait's bounds while the others run —
+    its own streams, exit status and output cap, the one deadline (a hung one and its grandchild are killed,
+    the others' answers kept), a program that cannot start is an OSError in its place; and their waits
+    overlap (two that each sleep 0.6 s take about 0.6 s together, not 1.2 s)."""
+    from ledger.base import commands
+
+    sh = "/bin/sh"
+    quick = [sh, "-c", "printf 'a\\r\\nb'; echo err >&2; exit 3"]
+    chatty = [sh, "-c", "head -c 300000 /dev/zero | tr '\\0' x; echo done >&2"]
+    hung = [sh, "-c", f"echo started; sleep 30 & echo $! > {tmp_path / 'pid'}; wait"]
+    absent = [str(tmp_path / "absent")]
+    t0 = time.monotonic()
+    got = commands.spawn_all_and_wait([quick, hung, chatty, absent, quick], timeout=1.0, max_output=100_000)
+    assert time.monotonic() - t0 < 5
+    assert got[0] == got[4] == (3, "a\nb", "err\n", False, False) == commands.spawn_and_wait(quick, timeout=5)
+    assert got[1] == (124, "started\n", "", True, False)
+    _gone(int((tmp_path / "pid").read_text()))  # the grandchild went with its process group
+    assert got[2] == commands.spawn_and_wait(chatty, timeout=5, max_output=100_000) == \
+        (125, "x" * 100_000, "output exceeded 100000 bytes; killed", False, True)
+    assert isinstance(got[3], FileNotFoundError)
+    assert commands.spawn_all_and_wait([chatty, quick], timeout=5)[0] == (0, "x" * 300_000, "done\n", False, False)
+    # past its cap a program's group is killed at once, not when the others are done
+    pid = tmp_path / "pid2"
+    over = [sh, "-c", f"sleep 30 & echo $! > {pid}; head -c 300000 /dev/zero; wait"]
+    check = [sh, "-c", f"sleep 1; s=$(cut -d' ' -f3 /proc/$(cat {pid})/stat 2>/dev/null); "  # a zombie (Z) is dead
+                       'case "$s" in ""|Z|X) echo gone;; *) echo alive;; esac']
+    cut, checked = commands.spawn_all_and_wait([over, check], timeout=10, max_output=1000)
+    assert cut[4] and checked == (0, "gone\n", "", False, False)
+    t0 = time.monotonic()
+    both = commands.spawn_all_and_wait([[sh, "-c", "sleep 0.6; echo one"], [sh, "-c", "sleep 0.6; echo two"]],
+                                       timeout=10)
+    assert [b[1] for b in both] == ["one\n", "two\n"] and time.monotonic() - t0 < 1.1
+    assert commands.spawn_all_and_wait([], timeout=1) == []
+
+
+def test_run_all_answers_as_run_does_one_by_one(tmp_path):
+    """ledger.base.commands.run_all: one CommandResult per call, in order, each what run() gives for it alone
+    (a missing program 127, one that cannot execute 126, a hung one timed out under the same deadline)."""
+    from ledger.base import commands
+
+    dcgmi = tmp_path / "dcgmi"
+    dcgmi.write_text("#!/bin/sh\ncase \"$1\" in stats) sleep 30;; esac\necho \"$@\"\n")
+    dcgmi.chmod(0o755)
+    broken = tmp_path / "nvidia-smi"
+    broken.write_text("not a script\n")
+    cmds = {"dcgmi": str(dcgmi), "nvidia-smi": str(broken), "amd-smi": str(tmp_path / "absent")}
+    calls = [("dcgmi", ["discovery", "-l"]), ("nvidia-smi", ["-L"]), ("amd-smi", ["list"]),
+             ("dcgmi", ["stats", "-r", "7.0"]), ("dcgmi", ["group", "-d", "3"])]
+    together = commands.run_all(calls, commands=cmds, timeout=0.5)
+    alone = [commands.run(p, a, commands=cmds, timeout=0.5) for p, a in calls]
+    assert together == alone
+    assert [r.returncode for r in together] == [0, 126, 127, 124, 0] and together[3].timed_out
 
 
 def test_frozen_records_pickle_and_copy_like_frozen_dataclasses(tmp_path):

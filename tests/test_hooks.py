@@ -242,13 +242,51 @@ def test_hooks_always_exit_zero(tmp_path, capsys):
     assert "no SLURM_JOB_ID" in err and "missing.toml" in err and "prolog failed" in err
 
 
+def _comparable(site) -> list:
+    """The hooks' own spool records without what differs between two runs of the same job: times, ids, and of
+    a tool's answer (a DCGM report counts the seconds it watched) only which call it was and how it ended."""
+    out = []
+    for f in site.spool.glob("*.jsonl"):
+        for r in map(json.loads, f.read_text().splitlines()):
+            data = json.loads(r["payload"])
+            if r["kind"] == "tool_output":
+                data = [data["step"]] + [(c["program"], c["args"], c["exit_code"], c["timed_out"])
+                                         for c in data["calls"]]
+            out.append((r["kind"], r["device"], data))
+    return sorted(out, key=repr)
+
+
+@pytest.mark.parametrize("control", [{}, {"nvsmi_fail": True}, {"down": True}])
+def test_tools_started_together_record_what_one_at_a_time_records(tmp_path, monkeypatch, control):
+    """The hooks start independent reads together (the prolog's inventory and DCGM discovery; the epilog's
+    stats -r and group -d): the records, the prolog's state and the DCGM calls made are those of the same hooks
+    starting every call in turn — also when nvidia-smi fails or DCGM is down."""
+    seen = {}
+    for how in ("together", "in turn"):
+        site = make_site(tmp_path / how, hooks={"gap_tolerance_s": 15.0}, timeout=3.0)
+        site.control(**control)
+        if how == "in turn":
+            one_by_one = commands.spawn_all_and_wait
+            monkeypatch.setattr(commands, "_SPAWN", lambda argvs, **kw: [one_by_one([a], **kw)[0] for a in argvs])
+        assert run("prolog", env("77", gpus="0,2"), str(site.config)) == 0
+        state = json.loads((site.spool / "hook-state" / "77.json").read_text())
+        assert run("epilog", env("77", gpus="0,2"), str(site.config)) == 0
+        calls = sorted(json.dumps(c).replace(str(site.root), "ROOT") for c in site.dcgm_calls())
+        seen[how] = _comparable(site), state["devices"], state.get("dcgm", {}).get("error"), calls
+    assert seen["together"] == seen["in turn"]
+    recs, devices, err, calls = seen["together"]
+    # discovery, group -c, stats -e, -s; stats -x, -v -j, -r, group -d (DCGM down: no group, so no -e, -s, -d)
+    assert len(devices) == 2 and len(calls) == (5 if control.get("down") else 8)
+    assert ("hook_error" in {r[0] for r in recs}) == bool(control) and (err is None) == (not control.get("down"))
+
+
 def test_nothing_outside_the_allowlist_is_executed(site, monkeypatch):
     seen = []
     real = commands._SPAWN
 
-    def spy(argv, *a, **kw):
-        seen.append(list(argv))
-        return real(argv, *a, **kw)
+    def spy(argvs, *a, **kw):
+        seen.extend(list(argv) for argv in argvs)
+        return real(argvs, *a, **kw)
 
     monkeypatch.setattr(commands, "_SPAWN", spy)
     prolog_epilog(site)
@@ -303,6 +341,36 @@ def test_install_writes_executable_stdlib_scripts(site, tmp_path, runner, cli):
     assert sorted(r["node"] or "" for r in kinds(recs, "allocation_started")) == ["", "node1"]
     assert sorted(r["node"] or "" for r in kinds(recs, "allocation_ended")) == ["", "node1"]
     assert {r["source"] for r in recs if r["node"] is None} == {"hook.slurmctld"}
+
+
+def test_installed_scripts_end_as_the_plain_exit_would(tmp_path):
+    """The installed scripts end through run_script (os._exit, no interpreter teardown): the same status, the
+    same log lines on stderr, nothing on stdout, the same records and trace as the plain ``sys.exit(main(...))``
+    of scripts installed before it — a stream left unflushed or a file left for the teardown to close would
+    differ here. Both run the same job on two identical sites (GPU 9 is unknown to the tools: a logged error)."""
+    seen = {}
+    for how in ("run_script", "plain"):
+        root = tmp_path / how
+        site = make_site(root, tools=("dcgmi", "nvidia-smi"), hooks={"trace": str(root / "trace.jsonl")})
+        scripts = install_mod.install(root / "hooks", str(site.config))
+        if how == "plain":
+            for script in scripts:
+                text = script.read_text().replace("import run_script", "import main")
+                kind = script.name
+                assert f'run_script("{kind}", ' in text
+                script.write_text(text.replace(f'run_script("{kind}", ', f'sys.exit(main("{kind}", ') + ")\n")
+        runs = []
+        for script in scripts:
+            p = subprocess.run([str(script)], env=env("77", gpus="1,9"), capture_output=True, text=True, timeout=60)
+            runs.append((script.name, p.returncode, p.stdout, p.stderr.replace(str(root), "ROOT")))
+        recs = [(r["kind"], r["device"], sorted(r["data"])) for r in spooled(site)]
+        trace = [(t["hook"], t["ok"], t["errors"])
+                 for t in map(json.loads, (root / "trace.jsonl").read_text().splitlines())]
+        seen[how] = runs, sorted(recs, key=repr), json.loads(json.dumps(trace).replace(str(root), "ROOT"))
+    assert seen["run_script"] == seen["plain"]
+    runs, recs, trace = seen["run_script"]
+    assert [r[1] for r in runs] == [0, 0, 0, 0] and "GPU index 9" in runs[0][3] and len(trace) == 4
+    assert {"allocation_started", "allocation_ended", "tool_output", "hook_error"} <= {r[0] for r in recs}
 
 
 def test_install_refuses_a_missing_config(tmp_path, runner, cli):

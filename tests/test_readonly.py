@@ -203,6 +203,18 @@ def test_refused_command_is_never_started(monkeypatch, tmp_path):
     assert started == []
 
 
+def test_run_all_refuses_every_call_before_starting_any(monkeypatch, tmp_path):
+    started = []
+    monkeypatch.setattr(commands, "_SPAWN", lambda argvs, **kw: started.extend(argvs) or [])
+    tool = tmp_path / "nvidia-smi"
+    tool.write_text("#!/bin/sh\nexit 0\n")
+    tool.chmod(0o755)
+    with pytest.raises(commands.CommandRefused):
+        commands.run_all([("nvidia-smi", ["-L"]), ("nvidia-smi", ["-pl", "300"])],
+                         commands={"nvidia-smi": str(tool)})
+    assert started == []
+
+
 # Every shape ipledger itself uses must stay allowed (else the refusals above would be trivially true).
 READS = [
     ("scontrol", "show job -d -o 77"),

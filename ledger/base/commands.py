@@ -1,4 +1,5 @@
-"""Every external program ipledger may run, and the only function that runs one.
+"""Every external program ipledger may run, and the only functions that run them: :func:`run` one program,
+:func:`run_all` several that depend neither on each other's answers nor on their order, at once.
 
 Read-only toward the fleet (docs/slurm.md, tests/test_readonly.py): each program has an allowlist of argument shapes that read
 state (or, for DCGM job statistics, start/stop a *watch*, which changes no GPU setting). Anything else is
@@ -152,9 +153,14 @@ def spawn_and_wait(argv: list[str], *, timeout: float, env: Mapping[str, str] | 
     A grandchild that keeps a pipe open cannot hold us past the deadline. Raises OSError when the program
     cannot be started.
     """
-    import select
-    import time
+    got = spawn_all_and_wait([argv], timeout=timeout, env=env, max_output=max_output)[0]
+    if isinstance(got, OSError):
+        raise got
+    return got
 
+
+def _start(argv: list[str], env: Mapping[str, str] | None) -> tuple[int, int, int]:
+    """``argv`` started in a process group of its own, stdin /dev/null: (pid, stdout's read end, stderr's)."""
     out_r, out_w = os.pipe()  # both ends close-on-exec; posix_spawn's dup2 gives the child inheritable 1 and 2
     err_r, err_w = os.pipe()
     try:
@@ -169,44 +175,90 @@ def spawn_and_wait(argv: list[str], *, timeout: float, env: Mapping[str, str] | 
     finally:
         os.close(out_w)
         os.close(err_w)
-    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
-    deadline = time.monotonic() + timeout
-    status = None
-    total = 0
-    truncated = False
+    return pid, out_r, err_r
+
+
+def spawn_all_and_wait(argvs: Sequence[list[str]], *, timeout: float, env: Mapping[str, str] | None = None,
+                       max_output: int = MAX_OUTPUT) -> list[tuple[int, str, str, bool, bool] | OSError]:
+    """Start every program in ``argvs`` at once and wait for them together, each bounded as :func:`spawn_and_wait`
+    bounds one: its own pipes and process group, one deadline (``timeout`` from when they have all started), its
+    own ``max_output``, its whole group killed at the deadline or past its cap, always reaped. For programs that
+    do not depend on each other's answers: their waits overlap instead of adding up.
+
+    Returns one result per program, in order: spawn_and_wait's tuple, or the OSError that kept that program
+    from starting (the others still run).
+    """
+    import select
+    import time
+
+    started: list[tuple[int, int, int] | OSError] = []
+    status: dict[int, int | None] = {}    # program (its place in argvs) -> wait status once reaped, else None
+    chunks: dict[int, list[bytes]] = {}   # pipe read end -> what came through it
+    owner: dict[int, int] = {}            # pipe read end -> program
+    truncated: set[int] = set()
     try:
+        for i, argv in enumerate(argvs):
+            try:
+                started.append(_start(argv, env))
+            except OSError as exc:
+                started.append(exc)
+                continue
+            status[i] = None
+            for fd in started[i][1:]:  # type: ignore[index]
+                chunks[fd], owner[fd] = [], i
+        deadline = time.monotonic() + timeout
+        total = dict.fromkeys(status, 0)     # bytes each wrote, stdout and stderr together
+        open_fds = dict.fromkeys(status, 2)  # its pipes not yet at EOF
         poller = select.poll()
-        for fd in chunks:
+        for fd in owner:
             poller.register(fd, select.POLLIN)
-        open_fds = len(chunks)
-        while open_fds and not truncated and time.monotonic() < deadline:
+        reading = set(owner)
+        while reading and time.monotonic() < deadline:
             for fd, _event in poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
-                data = os.read(fd, min(_READ, max_output - total + 1))  # POLLIN or POLLHUP: data, or EOF
+                if fd not in reading:  # its program went past its cap earlier in this batch
+                    continue
+                i = owner[fd]
+                data = os.read(fd, min(_READ, max_output - total[i] + 1))  # POLLIN or POLLHUP: data, or EOF
                 if data:
-                    total += len(data)
-                    if total > max_output:
-                        data = data[: len(data) - (total - max_output)]
-                        truncated = True
+                    total[i] += len(data)
+                    if total[i] > max_output:
+                        data = data[: len(data) - (total[i] - max_output)]
+                        truncated.add(i)
+                        _kill_group(started[i][0])  # type: ignore[index]  # at once; reaped below
+                        for mine in started[i][1:]:  # type: ignore[index]  # and read no more of it
+                            if mine in reading:
+                                poller.unregister(mine)
+                                reading.discard(mine)
                     chunks[fd].append(data)
-                    if truncated:
-                        break
                 else:
                     poller.unregister(fd)
-                    open_fds -= 1
-        if not open_fds:  # both pipes at EOF: the program has exited or is about to; wait for it, to the deadline
-            status = _wait_until(pid, deadline, select)
+                    reading.discard(fd)
+                    open_fds[i] -= 1
+        for i, left in open_fds.items():
+            if not left:  # both pipes at EOF: the program has exited or is about to; wait for it, to the deadline
+                status[i] = _wait_until(started[i][0], deadline, select)  # type: ignore[index]
     finally:
         for fd in chunks:
             os.close(fd)
-        if status is None:  # past the deadline, too much output (or interrupted): kill the group, reap the program
-            _kill_group(pid)
-            os.waitpid(pid, 0)
-    out = _decode(b"".join(chunks[out_r]))
-    if truncated:
-        return 125, out, f"output exceeded {max_output} bytes; killed", False, True
-    if status is None:
-        return 124, out, "", True, False
-    return os.waitstatus_to_exitcode(status), out, _decode(b"".join(chunks[err_r])), False, False
+        for i, st in status.items():
+            if st is None:  # past the deadline, too much output (or interrupted): kill the group, reap the program
+                pid = started[i][0]  # type: ignore[index]
+                _kill_group(pid)
+                os.waitpid(pid, 0)
+    results: list[tuple[int, str, str, bool, bool] | OSError] = []
+    for i, p in enumerate(started):
+        if isinstance(p, OSError):
+            results.append(p)
+            continue
+        out = _decode(b"".join(chunks[p[1]]))
+        if i in truncated:
+            results.append((125, out, f"output exceeded {max_output} bytes; killed", False, True))
+        elif status[i] is None:
+            results.append((124, out, "", True, False))
+        else:
+            results.append((os.waitstatus_to_exitcode(status[i]), out, _decode(b"".join(chunks[p[2]])), False,
+                            False))
+    return results
 
 
 def _wait_until(pid: int, deadline: float, select) -> int | None:  # noqa: ANN001 - the select module
@@ -235,24 +287,43 @@ def _wait_until(pid: int, deadline: float, select) -> int | None:  # noqa: ANN00
     return os.waitpid(pid, 0)[1]
 
 
-# Tests replace this to prove nothing else is executed; production leaves it alone.
-_SPAWN = spawn_and_wait
+# Every program ipledger runs is started through this (a list of argvs at a time); tests replace it to prove
+# that nothing else is executed. Production leaves it alone.
+_SPAWN = spawn_all_and_wait
 
 
 def run(program: str, args: Sequence[str], *, commands: Mapping[str, str] | None = None,
         timeout: float = 10.0, env: Mapping[str, str] | None = None, max_output: int = MAX_OUTPUT) -> CommandResult:
     """Run an allowlisted, read-only program with a timeout and an output cap; failures come back as values
     (``timed_out``, ``truncated``), never hang and never fill memory."""
-    check_allowed(program, args)
-    path = resolve(program, commands)
-    argv = (path or program, *args)
-    if path is None or not os.path.exists(path):
-        return CommandResult(argv, 127, "", f"{program}: not installed or not configured")
-    try:
-        code, out, err, timed_out, truncated = _SPAWN(list(argv), timeout=timeout, max_output=max_output,
-                                                      env=dict(env) if env is not None else None)
-    except OSError as exc:
-        return CommandResult(argv, 126, "", f"{program}: {exc}")
+    return run_all([(program, args)], commands=commands, timeout=timeout, env=env, max_output=max_output)[0]
+
+
+def run_all(calls: Sequence[tuple[str, Sequence[str]]], *, commands: Mapping[str, str] | None = None,
+            timeout: float = 10.0, env: Mapping[str, str] | None = None,
+            max_output: int = MAX_OUTPUT) -> list[CommandResult]:
+    """Run several allowlisted, read-only programs at once (:func:`spawn_all_and_wait`): each (program, args)
+    checked, resolved and bounded as :func:`run` does one (the timeout counted from when they start, an output
+    cap each), failures as values; one CommandResult per call, in order. Only for calls that depend neither on
+    each other's answers nor on their order. A call off the allowlist raises CommandRefused before any starts."""
+    for program, args in calls:
+        check_allowed(program, args)
+    paths = [resolve(program, commands) for program, _args in calls]
+    argvs = [(path or program, *args) for path, (program, args) in zip(paths, calls)]
+    runnable = [i for i, path in enumerate(paths) if path is not None and os.path.exists(path)]
+    got = dict(zip(runnable, _SPAWN([list(argvs[i]) for i in runnable], timeout=timeout, max_output=max_output,
+                                    env=dict(env) if env is not None else None) if runnable else ()))
+    return [_result(program, argvs[i], got[i], timeout) if i in got else
+            CommandResult(argvs[i], 127, "", f"{program}: not installed or not configured")
+            for i, (program, _args) in enumerate(calls)]
+
+
+def _result(program: str, argv: tuple[str, ...], got: tuple[int, str, str, bool, bool] | OSError,
+            timeout: float) -> CommandResult:
+    """What :func:`spawn_all_and_wait` said of one program, as :func:`run` reports it."""
+    if isinstance(got, OSError):
+        return CommandResult(argv, 126, "", f"{program}: {got}")
+    code, out, err, timed_out, truncated = got
     if truncated:
         return CommandResult(argv, code, out, f"{program}: output_truncated: {err}", truncated=True)
     if timed_out:

@@ -10,6 +10,7 @@ module and to datetime with hypothesis.
 
 from __future__ import annotations
 
+import sys
 import time
 
 TYPE_CHECKING = False
@@ -20,12 +21,13 @@ if TYPE_CHECKING:  # annotations only (strings here): typing stays off the hook'
 ID_DOMAIN = "ipledger-entry-id-v1"
 
 try:  # the digest is the same from any implementation; these avoid loading OpenSSL (≈ 3 ms) in the hooks
-    from _sha2 import sha256  # CPython ≥ 3.12
-except ImportError:
-    try:
-        from _sha256 import sha256  # CPython ≤ 3.11
-    except ImportError:  # pragma: no cover - a Python built without them
-        from hashlib import sha256
+    # by version, not by trying: a failed import searches every directory on sys.path first (≈ 0.1 ms)
+    if sys.version_info >= (3, 12):
+        from _sha2 import sha256
+    else:
+        from _sha256 import sha256
+except ImportError:  # pragma: no cover - a Python built without them
+    from hashlib import sha256
 try:
     from _json import encode_basestring as _c_str, encode_basestring_ascii as _c_str_ascii
     from _json import make_encoder as _c_make_encoder, make_scanner as _c_make_scanner

@@ -2,8 +2,8 @@
 ``DIR/prolog_slurmctld`` and ``DIR/epilog_slurmctld`` (slurmctld, once per job) from the templates in ``slurm/``.
 
 The scripts name the interpreter by absolute path (``#!/abs/python -IS``: isolated, no site-packages), put the
-directory holding the ``ledger`` package first on ``sys.path`` and call :func:`ledger.capture.hooks.main` with the
-config path baked in. They import neither click nor SQLAlchemy. The template is ``slurm/prolog/ipledger-<kind>.in``
+directory holding the ``ledger`` package first on ``sys.path`` and call :func:`ledger.capture.hooks.run_script` with
+the config path baked in. They import neither click nor SQLAlchemy. The template is ``slurm/prolog/ipledger-<kind>.in``
 (``slurm/epilog/`` for the epilogs) in a source checkout; an identical copy is kept here for installs without the
 checkout (a test keeps them equal).
 """
@@ -22,9 +22,9 @@ TEMPLATE = '''#!@PYTHON@ -IS
 import sys
 
 sys.path.insert(0, "@PACKAGE_ROOT@")
-from ledger.capture.hooks import main  # noqa: E402
+from ledger.capture.hooks import run_script  # noqa: E402
 
-sys.exit(main("@KIND@", @CONFIG@, __file__))
+run_script("@KIND@", @CONFIG@, __file__)
 '''
 
 KINDS = ("prolog", "epilog", "prolog_slurmctld", "epilog_slurmctld")

@@ -194,7 +194,14 @@ class Hook:
         return commands.run(program, args, commands=self.cfg.commands, timeout=self.left(),
                             max_output=MAX_TOOL_OUTPUT)
 
-    def tool(self, cls):  # noqa: ANN001, ANN201 - NvidiaSmiCli / DcgmiCli / AmdSmiCli
+    def run_tools(self, calls: list[tuple[str, list[str]]]) -> list:
+        """Several tool calls that depend neither on each other's answers nor on their order, started together
+        (ledger.base.commands.run_all) under what is left of the hook's deadline, each with its own output cap."""
+        from ...base import commands
+
+        return commands.run_all(calls, commands=self.cfg.commands, timeout=self.left(), max_output=MAX_TOOL_OUTPUT)
+
+    def tool(self, cls):  # noqa: ANN001, ANN201 - DcgmiCli / AmdSmiCli
         return cls(self.cfg.commands, self.settings.timeout, run=self._bounded_run)
 
     def _bounded_run(self, program: str, args: list, **_kw):  # noqa: ANN003, ANN201
@@ -248,16 +255,23 @@ class Hook:
         if s.vendor in ("nvidia", "amd"):
             from . import vendor  # here: a node without GPU tools never loads it
         if s.vendor == "nvidia":
-            inv: list = []
+            # The inventory and DCGM's discovery are independent reads: started together, their waits overlap.
+            asks = {}
             if "nvidia-smi" in self.cfg.commands:
-                got = self.tool(vendor.NvidiaSmiCli).inventory()
+                asks["nvidia-smi"] = list(vendor.INVENTORY_ARGS)
+            if s.dcgm:
+                asks["dcgmi"] = list(vendor.DISCOVERY_ARGS)
+            said = dict(zip(asks, self.run_tools(list(asks.items())))) if asks else {}
+            inv: list = []
+            if "nvidia-smi" in said:
+                got = vendor.inventory_answer(said["nvidia-smi"])
                 if isinstance(got, str):
                     self.error("nvidia-smi", got)
                 else:
                     inv = got
             disc: list = []
-            if s.dcgm:
-                got2 = self.tool(vendor.DcgmiCli).discovery()
+            if "dcgmi" in said:
+                got2 = vendor.discovery_answer(said["dcgmi"])
                 if isinstance(got2, vendor.DcgmError):
                     self.error("dcgmi discovery", f"{got2.cause}: {got2.message}")
                 else:
@@ -576,16 +590,14 @@ def epilog(h: Hook) -> None:
 
 
 def _release_dcgm(h: Hook, dstate: dict | None) -> None:
+    """DCGM's job record and the job's group removed (their answers unread: nothing is recorded of them). Both
+    run at once: the report was read before the spool write, and neither removal needs the other's."""
     if not (dstate and dstate.get("job_key")):
         return
-    from . import vendor
-
-    cli = h.tool(vendor.DcgmiCli)
-    try:
-        cli.remove_job(dstate["job_key"])
-    finally:
-        if isinstance(dstate.get("group_id"), int):
-            cli.delete_group(dstate["group_id"])
+    calls = [("dcgmi", ["stats", "-r", dstate["job_key"]])]
+    if isinstance(dstate.get("group_id"), int):
+        calls.append(("dcgmi", ["group", "-d", str(dstate["group_id"])]))
+    h.run_tools(calls)
 
 
 def _drop_place(h: Hook, keys: dict, start: float, end: float, now: float, reported: int, write: bool) -> None:

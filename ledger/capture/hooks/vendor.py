@@ -185,15 +185,19 @@ class Tool:
         return self._run(self.program, list(args), commands=self.commands, timeout=self.timeout)
 
 
+DISCOVERY_ARGS = ("discovery", "-l")
+
+
+def discovery_answer(r) -> list[DcgmGpu] | DcgmError:  # noqa: ANN001 - a ledger.base.commands.CommandResult
+    """What ``dcgmi discovery -l`` (:data:`DISCOVERY_ARGS`) answered: DCGM's GPUs, or what went wrong."""
+    if not r.ok:
+        return DcgmError("timeout" if r.timed_out else classify_error(r.stdout + r.stderr).cause,
+                         (r.stdout + r.stderr).strip()[:300])
+    return parse_discovery(r.stdout)
+
+
 class DcgmiCli(Tool):
     program = "dcgmi"
-
-    def discovery(self) -> list[DcgmGpu] | DcgmError:
-        r = self.call("discovery", "-l")
-        if not r.ok:
-            return DcgmError("timeout" if r.timed_out else classify_error(r.stdout + r.stderr).cause,
-                             (r.stdout + r.stderr).strip()[:300])
-        return parse_discovery(r.stdout)
 
     def create_group(self, name: str, gpu_ids: list[int]) -> int | DcgmError:
         r = self.call("group", "-c", name, "-a", ",".join(str(i) for i in gpu_ids))
@@ -208,12 +212,6 @@ class DcgmiCli(Tool):
         if err is not None:
             return err
         return outcome(self.call("stats", "-g", str(group_id), "-s", job_key), "Successfully started")
-
-    def remove_job(self, job_key: str) -> None:
-        self.call("stats", "-r", job_key)
-
-    def delete_group(self, group_id: int) -> None:
-        self.call("group", "-d", str(group_id))
 
 
 # -- nvidia-smi: the inventory (index, minor number, UUID, name) ------------------------------------------
@@ -332,17 +330,17 @@ def parse_inventory_csv(text: str) -> list[NvidiaGpu]:
     return gpus
 
 
-class NvidiaSmiCli(Tool):
-    program = "nvidia-smi"
+INVENTORY_ARGS = ("--query-gpu=" + ",".join(INVENTORY_FIELDS), "--format=csv,noheader,nounits")
 
-    def inventory(self) -> list[NvidiaGpu] | str:
-        r = self.call("--query-gpu=" + ",".join(INVENTORY_FIELDS), "--format=csv,noheader,nounits")
-        if not r.ok:
-            return ("timeout" if r.timed_out else "error") + ": " + (r.stderr or r.stdout).strip()[:200]
-        try:
-            return parse_inventory_csv(r.stdout)
-        except ValueError as exc:
-            return f"unparsed: {exc}"
+
+def inventory_answer(r) -> list[NvidiaGpu] | str:  # noqa: ANN001 - a ledger.base.commands.CommandResult
+    """What the ``nvidia-smi`` inventory (:data:`INVENTORY_ARGS`) answered: the GPUs, or what went wrong."""
+    if not r.ok:
+        return ("timeout" if r.timed_out else "error") + ": " + (r.stderr or r.stdout).strip()[:200]
+    try:
+        return parse_inventory_csv(r.stdout)
+    except ValueError as exc:
+        return f"unparsed: {exc}"
 
 
 # -- amd-smi: the inventory (index, UUID, market name) ---------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ...base.frozen import Frozen
 # The inventory parser the hooks need to name their GPUs lives with them; named here too for the importers.
 from ..hooks.vendor import (  # noqa: F401
-    INVENTORY_FIELDS, PLACEHOLDERS, CsvRows, NvidiaGpu, NvidiaSmiCli, is_integer_text, parse_inventory_csv,
+    INVENTORY_FIELDS, PLACEHOLDERS, CsvRows, NvidiaGpu, is_integer_text, parse_inventory_csv,
     parse_query_csv
 )
 
