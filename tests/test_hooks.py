@@ -469,3 +469,26 @@ def test_cpu_only_job_records_the_allocation_and_nothing_else(site):
     recs = spooled(site)
     assert sorted(r["kind"] for r in recs) == ["allocation_ended", "allocation_started"]
     assert kinds(recs, "allocation_started")[0]["data"]["gpus"] == 0 and site.dcgm_calls() == []
+
+
+def test_a_refused_dcgm_job_key_still_lets_the_group_be_deleted() -> None:
+    """The epilog's two DCGM removals start together; a job key the allowlist refuses (a damaged or edited state
+    file) refuses the pair before either starts, so the group is deleted alone (as when the two ran in turn: the
+    delete ran after a failed remove), and the refusal is still raised to be reported."""
+    from ledger.capture.hooks.core import _release_dcgm
+
+    started: list[list] = []
+
+    class Spy:
+        def run_tools(self, calls):  # noqa: ANN001, ANN202 - checked as commands.run_all checks them
+            for program, args in calls:
+                commands.check_allowed(program, args)
+            started.append(calls)
+            return []
+
+    with pytest.raises(commands.CommandRefused):
+        _release_dcgm(Spy(), {"job_key": "-z", "group_id": 7})
+    assert started == [[("dcgmi", ["group", "-d", "7"])]]
+    started.clear()
+    _release_dcgm(Spy(), {"job_key": "ipledger-1-0", "group_id": 7})
+    assert started == [[("dcgmi", ["stats", "-r", "ipledger-1-0"]), ("dcgmi", ["group", "-d", "7"])]]

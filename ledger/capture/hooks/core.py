@@ -594,10 +594,19 @@ def _release_dcgm(h: Hook, dstate: dict | None) -> None:
     run at once: the report was read before the spool write, and neither removal needs the other's."""
     if not (dstate and dstate.get("job_key")):
         return
+    from ...base.commands import CommandRefused
+
     calls = [("dcgmi", ["stats", "-r", dstate["job_key"]])]
     if isinstance(dstate.get("group_id"), int):
         calls.append(("dcgmi", ["group", "-d", str(dstate["group_id"])]))
-    h.run_tools(calls)
+    try:
+        h.run_tools(calls)
+    except CommandRefused:
+        # a job key the allowlist refuses (a state file damaged or edited): the group is still removed, as
+        # it was when the two ran in turn, and the refusal goes on to be reported
+        if len(calls) > 1:
+            h.run_tools(calls[1:])
+        raise
 
 
 def _drop_place(h: Hook, keys: dict, start: float, end: float, now: float, reported: int, write: bool) -> None:
