@@ -485,3 +485,31 @@ def test_a_receipts_arrays_from_the_kept_columns_are_the_database_reads(kept, da
         assert list(fast_energy) == list(plain_energy)
         assert all(same(fast_energy[d][k][i], plain_energy[d][k][i]) for d in plain_energy
                    for k in ("energy_j", "power_w") for i in (0, 1))
+
+
+def test_replays_begun_are_stopped_when_a_check_raises(demo, shared_used, monkeypatch):
+    """Anything raised after the replays began (here the flat lines' check, which runs while the workers replay)
+    stops them before it goes on up: no worker is left replaying for an interpreter that is ending."""
+    from ledger.receipts import auto
+
+    out, _ = demo
+    abandoned = []
+    abandon = auto.SharedReplays.abandon
+
+    def counted(self):  # noqa: ANN001, ANN202
+        abandoned.append(self.started)
+        abandon(self)
+        assert not self.started
+
+    def broken(engine, report):  # noqa: ANN001, ANN202
+        raise RuntimeError("a check that fails")
+
+    monkeypatch.setattr(auto.SharedReplays, "abandon", counted)
+    monkeypatch.setattr(auto, "check_receipt_lines", broken)
+    engine = db_mod.make_engine(f"sqlite:///{out / 'ledger.db'}")
+    try:
+        with pytest.raises(RuntimeError, match="a check that fails"):
+            verify_site(engine, _site(out), workers=2)
+    finally:
+        engine.dispose()
+    assert abandoned == [True] and shared_used == []

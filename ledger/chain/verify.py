@@ -169,17 +169,24 @@ def verify(engine: Engine, chain_only: bool = False, workers: int | None = None,
 
     ``begin(engine)``, where the checks are to run, is called just before the chain walk: it starts work that the
     checks collect later in other processes (the receipt replays), so that it runs while the chain is walked. It
-    returns what stops that work, called when the chain fails and the checks do not run. The report is the same."""
+    returns what stops that work, called when the chain fails and the checks do not run, or when anything raises
+    (a stop after the checks have collected the work does nothing). The report is the same."""
     index_problems, notes = deep_check(engine) if deep else ([], [])
     stop = begin(engine) if begin is not None and checks and not chain_only else None
-    report = verify_chain(engine, workers=workers, anchors=anchors, tree=bool(checks) and not chain_only)
-    if stop is not None and not report.ok:
-        stop()
-    problems: list[ChainProblem] = list(report.problems)
-    if report.ok and not chain_only:
-        for check in checks:
-            for found in check(engine, report):
-                (notes if isinstance(found, Note) else problems).append(found)  # type: ignore[arg-type]
+    problems: list[ChainProblem] = []
+    try:
+        report = verify_chain(engine, workers=workers, anchors=anchors, tree=bool(checks) and not chain_only)
+        if stop is not None and not report.ok:
+            stop()
+        problems.extend(report.problems)
+        if report.ok and not chain_only:
+            for check in checks:
+                for found in check(engine, report):
+                    (notes if isinstance(found, Note) else problems).append(found)  # type: ignore[arg-type]
+    except BaseException:
+        if stop is not None:
+            stop()
+        raise
     problems.extend(index_problems)
     if problems or notes:
         return VerifyReport(report.entries, report.head_seq, report.head_hash,
