@@ -231,6 +231,23 @@ def shared_used(monkeypatch):
     return used
 
 
+@pytest.fixture
+def abandoned(monkeypatch):
+    """Each SharedReplays.abandon call, as whether the workers were running when it came (and it stopped them)."""
+    from ledger.receipts import auto
+
+    calls = []
+    abandon = auto.SharedReplays.abandon
+
+    def counted(self):  # noqa: ANN001, ANN202
+        calls.append(self.started)
+        abandon(self)
+        assert not self.started
+
+    monkeypatch.setattr(auto.SharedReplays, "abandon", counted)
+    return calls
+
+
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 @pytest.mark.parametrize("damage", [None, "values", "bytes"])
 def test_replays_shared_with_workers_report_as_one_process(demo, tmp_path, shared_used, monkeypatch, damage,
@@ -257,9 +274,7 @@ def test_replays_shared_with_workers_report_as_one_process(demo, tmp_path, share
 
 
 def test_replays_begun_before_a_chain_that_fails_are_stopped_and_the_report_is_the_chains(demo, tmp_path,
-                                                                                          shared_used, monkeypatch):
-    from ledger.receipts import auto
-
+                                                                                          shared_used, abandoned):
     out, _ = demo
     copy = tmp_path / "ledger.db"
     shutil.copy(out / "ledger.db", copy)
@@ -268,15 +283,6 @@ def test_replays_begun_before_a_chain_that_fails_are_stopped_and_the_report_is_t
         conn.execute(text("DROP TRIGGER IF EXISTS entries_no_update"))
         conn.execute(text("UPDATE entries SET ts_end = ts WHERE seq = (SELECT MIN(seq) FROM entries "
                           "WHERE kind = 'allocation_ended')"))
-    abandoned = []
-    abandon = auto.SharedReplays.abandon
-
-    def counted(self):  # noqa: ANN001, ANN202
-        abandoned.append(self.started)
-        abandon(self)
-        assert not self.started
-
-    monkeypatch.setattr(auto.SharedReplays, "abandon", counted)
     try:
         got = verify_site(engine, _site(out), workers=2).to_json()
         assert not got["ok"] and got == verify(engine).to_json()   # the chain's report, as without checks
@@ -487,24 +493,16 @@ def test_a_receipts_arrays_from_the_kept_columns_are_the_database_reads(kept, da
                    for k in ("energy_j", "power_w") for i in (0, 1))
 
 
-def test_replays_begun_are_stopped_when_a_check_raises(demo, shared_used, monkeypatch):
+def test_replays_begun_are_stopped_when_a_check_raises(demo, shared_used, abandoned, monkeypatch):
     """Anything raised after the replays began (here the flat lines' check, which runs while the workers replay)
     stops them before it goes on up: no worker is left replaying for an interpreter that is ending."""
     from ledger.receipts import auto
 
     out, _ = demo
-    abandoned = []
-    abandon = auto.SharedReplays.abandon
-
-    def counted(self):  # noqa: ANN001, ANN202
-        abandoned.append(self.started)
-        abandon(self)
-        assert not self.started
 
     def broken(engine, report):  # noqa: ANN001, ANN202
         raise RuntimeError("a check that fails")
 
-    monkeypatch.setattr(auto.SharedReplays, "abandon", counted)
     monkeypatch.setattr(auto, "check_receipt_lines", broken)
     engine = db_mod.make_engine(f"sqlite:///{out / 'ledger.db'}")
     try:
