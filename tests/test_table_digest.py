@@ -34,10 +34,9 @@ def _table(rows: list[tuple]):  # noqa: ANN202 - rows as they stand, in the bloc
     return pa.Table.from_arrays([pa.array(list(v), type=f.type) for f, v in zip(schema, zip(*rows))], schema=schema)
 
 
-@settings(max_examples=150, deadline=None)
-@given(_rows, st.booleans(), st.integers(1, 30))
-def test_table_digest_is_the_reference_digest(rows, without_extension, batch_rows):
-    """On a block as verify reads it back (one table per device, concatenated, several record batches)."""
+def read_back(rows: list[tuple], without_extension: bool, batch_rows: int) -> tuple[list[tuple], object]:
+    """(the rows, without the extension columns' values where asked, and their block as verify reads it back:
+    one table per device, concatenated, written in record batches of ``batch_rows``)."""
     from unittest.mock import patch
 
     base = len(SAMPLE_COLUMNS) - 4
@@ -45,7 +44,14 @@ def test_table_digest_is_the_reference_digest(rows, without_extension, batch_row
         rows = [(*r[:base], None, None, None, None) for r in rows]
     with patch.object(blocks, "BATCH_ROWS", batch_rows):
         block = blocks.encode(rows)
-    table = pa.concat_tables([t for _d, t in blocks.decode(block.format, block.data)])
+    return rows, pa.concat_tables([t for _d, t in blocks.decode(block.format, block.data)])
+
+
+@settings(max_examples=150, deadline=None)
+@given(_rows, st.booleans(), st.integers(1, 30))
+def test_table_digest_is_the_reference_digest(rows, without_extension, batch_rows):
+    """On a block as verify reads it back (one table per device, concatenated, several record batches)."""
+    rows, table = read_back(rows, without_extension, batch_rows)
     fast = table_digest(table)
     assert fast == _reference(table)
     digest, carried = fast

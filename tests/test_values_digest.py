@@ -13,7 +13,6 @@ import math
 import time
 from unittest.mock import patch
 
-import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -31,21 +30,16 @@ from ledger.telemetry.sealed import (
     write_segment,
 )
 
-from tests.test_table_digest import _rows, _table
+from tests.test_table_digest import _rows, _table, read_back
 
 
 @settings(max_examples=150, deadline=None)
 @given(_rows, st.booleans(), st.integers(1, 30))
 def test_every_path_gives_the_reference_digest(rows, without_extension, batch_rows):
     """Rows through numpy, and a block as verify reads it back (one table per device, several record batches)."""
-    base = len(SAMPLE_COLUMNS) - 4
-    if without_extension:
-        rows = [(*r[:base], None, None, None, None) for r in rows]
+    rows, table = read_back(rows, without_extension, batch_rows)
     reference = values_digest_reference(rows)
     assert values_digest(rows) == reference
-    with patch.object(blocks, "BATCH_ROWS", batch_rows):
-        block = blocks.encode(rows)
-    table = pa.concat_tables([t for _d, t in blocks.decode(block.format, block.data)])
     assert table_values_digest(table) == (reference, carried_columns(rows))
     one = sorted(((rows[0][0], *r[1:]) for r in rows), key=lambda r: r[1])   # a spool's checked rows: one device
     assert values_digest(_checked(one)) == values_digest_reference(one)
