@@ -553,7 +553,7 @@ class DecodedSegments:
                 for _ in iter_sample_pieces(conn, segment_ids=[sid], check_blocks=True, decoded=self):
                     pass
             except Exception:  # noqa: BLE001 - a block that does not decode or check: read plainly, as before
-                self._pieces.pop(sid, None)
+                self._drop(sid)
             if sid not in self._pieces:
                 self._refused.add(sid)
 
